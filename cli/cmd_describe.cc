@@ -1,0 +1,232 @@
+#include <iostream>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "common/error.h"
+#include "common/json_reader.h"
+#include "common/text.h"
+#include "models/loader.h"
+#include "models/parallel.h"
+
+namespace shardcast::cli {
+namespace {
+
+struct DescribeArgs {
+  std::string model;
+  std::string cluster;
+  std::int64_t gpus = 0;
+  std::int64_t tp = 1;
+  std::int64_t pp = 1;
+  std::int64_t seq = 0;
+  std::int64_t gbs = 0;
+  bool json = false;
+};
+
+std::string Grouped(std::int64_t v) {
+  std::string s = std::to_string(v), out;
+  int n = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it) {
+    if (n && n % 3 == 0) out.insert(out.begin(), ',');
+    out.insert(out.begin(), *it);
+    ++n;
+  }
+  return out;
+}
+
+void RunDescribe(const DescribeArgs& a) {
+  const Model m = LoadModel(a.model);
+  const std::int64_t seq = a.seq > 0 ? a.seq : m.seq_length;
+  const ParameterCounts pc = m.Parameters();
+  const FlopCounts fl = m.Flops(seq);
+  const double per_seq = fl.per_token * static_cast<double>(seq);
+
+  std::optional<Cluster> cluster;
+  if (!a.cluster.empty()) cluster = LoadCluster(a.cluster);
+  std::int64_t gpus = a.gpus;
+  if (cluster && gpus == 0) gpus = cluster->num_gpus.value_or(cluster->gpus_per_node);
+  if (!cluster && a.gpus > 0) {
+    throw InputError("command line: --gpus: got " + std::to_string(a.gpus) +
+                     ", expected --cluster as well (which GPU type?)");
+  }
+
+  Json out;
+  out["model"] = {{"name", m.name},
+                  {"source", m.source},
+                  {"num_layers", m.num_layers},
+                  {"hidden_size", m.hidden_size},
+                  {"ffn_hidden_size", m.ffn_hidden_size},
+                  {"num_attention_heads", m.num_attention_heads},
+                  {"num_query_groups", m.num_query_groups},
+                  {"kv_channels", m.kv_channels},
+                  {"vocab_size", m.vocab_size},
+                  {"seq_length", m.seq_length},
+                  {"normalization", ToString(m.normalization)},
+                  {"activation", ToString(m.activation)},
+                  {"position_embedding", ToString(m.position_embedding)},
+                  {"tie_embeddings", m.tie_embeddings},
+                  {"add_bias_linear", m.add_bias_linear}};
+  out["parameters"] = pc.total;
+  out["parameter_breakdown"] = {{"per_layer", pc.per_layer.total()},
+                                {"layers", pc.layers},
+                                {"word_embedding", pc.word_embedding},
+                                {"position_embedding", pc.position_embedding},
+                                {"output_layer", pc.output_layer},
+                                {"final_norm", pc.final_norm},
+                                {"embedding", pc.word_embedding + pc.position_embedding},
+                                {"gemm_weights", pc.gemm_weights}};
+  out["flops"] = {{"seq_length", seq},
+                  {"convention", "6*N_gemm + 12*L*s*a*d per token, fwd+bwd, no recompute, full "
+                                 "attention matrix (PaLM appendix B; SC21 eq. 3 without recompute)"},
+                  {"per_token", fl.per_token},
+                  {"per_token_dense", fl.per_token_dense},
+                  {"per_token_attention", fl.per_token_attention},
+                  {"per_sequence", per_seq}};
+  if (a.gbs > 0) out["flops"]["per_step"] = per_seq * static_cast<double>(a.gbs);
+  Json zero = Json::array();
+  for (int z = 0; z <= 3; ++z) {
+    StateBytesPerParam b = BytesPerParam(z, 1, true);
+    zero.push_back({{"zero_stage", z},
+                    {"formula", z == 0   ? "2 + 4 + 12"
+                                : z == 1 ? "2 + 4 + 12/d"
+                                : z == 2 ? "2 + (4 + 12)/d"
+                                         : "(2 + 4 + 12)/d"},
+                    {"bytes_per_param_dp1", b.total()}});
+  }
+  out["state_bytes_per_param"] = zero;
+
+  std::string text;
+  text += fmt::format("Model {}  ({})\n", m.name, m.source);
+  text += fmt::format(
+      "  layers {}, hidden {}, ffn {}, heads {} (query groups {}, head dim {}), vocab {}, seq {}\n",
+      m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.num_query_groups,
+      m.kv_channels, m.vocab_size, m.seq_length);
+  text += fmt::format("  {}, {}, {} positions, {} embeddings, {}\n", ToString(m.normalization),
+                      ToString(m.activation), ToString(m.position_embedding),
+                      m.tie_embeddings ? "tied" : "untied",
+                      m.add_bias_linear ? "linear biases" : (m.add_qkv_bias ? "QKV bias only" : "no biases"));
+  text += "\nParameters\n";
+  text += fmt::format("  total               {:>12}  ({})\n", FormatCount(double(pc.total)),
+                      Grouped(pc.total));
+  text += fmt::format("  per layer           {:>12}  (x{} layers = {})\n",
+                      FormatCount(double(pc.per_layer.total())), m.num_layers,
+                      FormatCount(double(pc.layers)));
+  text += fmt::format("  word embedding      {:>12}  (V*h = {}*{})\n",
+                      FormatCount(double(pc.word_embedding)), m.vocab_size, m.hidden_size);
+  text += fmt::format("  position embedding  {:>12}\n",
+                      pc.position_embedding ? FormatCount(double(pc.position_embedding)) : "none");
+  text += fmt::format("  output layer        {:>12}\n",
+                      pc.output_layer ? FormatCount(double(pc.output_layer)) : "tied");
+  text += fmt::format("  final norm          {:>12}\n", FormatCount(double(pc.final_norm)));
+
+  text += fmt::format("\nModel FLOPs at seq {} (forward + backward, no recompute)\n", seq);
+  text += "  per token = 6*N_gemm + 12*L*s*a*d  (PaLM appendix B; SC21 eq. 3 without recompute;\n"
+          "              N_gemm = GEMM weights incl. output projection; full s x s attention)\n";
+  text += fmt::format("            = 6*{} + 12*{}*{}*{}*{}\n", Grouped(pc.gemm_weights),
+                      m.num_layers, seq, m.num_attention_heads, m.kv_channels);
+  text += fmt::format("            = {} + {} = {}\n", FormatFlops(fl.per_token_dense),
+                      FormatFlops(fl.per_token_attention), FormatFlops(fl.per_token));
+  text += fmt::format("  per sequence ({} tokens): {}\n", seq, FormatFlops(per_seq));
+  if (a.gbs > 0) {
+    text += fmt::format("  per step (global batch {}): {}\n", a.gbs,
+                        FormatFlops(per_seq * static_cast<double>(a.gbs)));
+  }
+
+  text += "\nTraining state per parameter (mixed-precision Adam, fp32 main grads as Megatron-LM;\n"
+          "Rajbhandari et al. 2020): bf16 weights 2 + grads 4 + fp32 master/m/v 12 bytes\n";
+  text += "  ZeRO-0 18   ZeRO-1 6 + 12/d   ZeRO-2 2 + 16/d   ZeRO-3 18/d   (d = data-parallel size)\n";
+
+  if (cluster) {
+    const Gpu& g = cluster->gpu;
+    ParallelConfig cfg;
+    cfg.tp = a.tp;
+    cfg.pp = a.pp;
+    cfg.dp = (gpus % (a.tp * a.pp) == 0) ? gpus / (a.tp * a.pp) : 1;
+    cfg.global_batch_size = cfg.dp;
+    std::vector<std::string> reasons = InfeasibilityReasons(m, cfg, gpus, cluster->gpus_per_node);
+    Json fit;
+    fit["cluster"] = cluster->name;
+    fit["gpu"] = g.name;
+    fit["gpus"] = gpus;
+    fit["tp"] = a.tp;
+    fit["pp"] = a.pp;
+    fit["memory_bytes_per_gpu"] = g.memory_bytes;
+    text += fmt::format("\nOn {} x {} ({}, {} usable per GPU), TP{} PP{}\n", gpus, g.display_name,
+                        cluster->name, FormatGiB(g.memory_bytes), a.tp, a.pp);
+    if (!reasons.empty()) {
+      fit["feasible"] = false;
+      fit["reasons"] = reasons;
+      for (const auto& r : reasons) text += "  cannot run: " + r + "\n";
+    } else {
+      fit["feasible"] = true;
+      fit["dp"] = cfg.dp;
+      // The stage holding the most parameters decides.
+      StageParameters worst;
+      std::int64_t worst_stage = 0;
+      for (std::int64_t s = 0; s < a.pp; ++s) {
+        StageParameters sp = ParametersOfStage(m, a.tp, a.pp, s);
+        if (sp.total() > worst.total()) {
+          worst = sp;
+          worst_stage = s;
+        }
+      }
+      fit["largest_stage"] = worst_stage;
+      fit["params_per_gpu"] = worst.total();
+      text += fmt::format("  DP{}; largest stage {} holds {} parameters per GPU ({} layers{}{})\n",
+                          cfg.dp, worst_stage, FormatCount(worst.total()), worst.layers,
+                          worst.embedding_params > 0 ? " + embedding" : "",
+                          worst.output_params > static_cast<double>(pc.final_norm) ? " + output layer" : "");
+      text += "  weights + gradients + optimizer state per GPU (activations not included;\n"
+              "  `shardcast simulate` gives the full memory picture):\n";
+      Json stages = Json::array();
+      for (int z = 0; z <= 3; ++z) {
+        StateBytesPerParam b = BytesPerParam(z, cfg.dp, true);
+        const double bytes = worst.total() * b.total();
+        const bool fits = bytes <= g.memory_bytes;
+        stages.push_back({{"zero_stage", z},
+                          {"weights_bytes", worst.total() * b.weights},
+                          {"grads_bytes", worst.total() * b.grads},
+                          {"optimizer_bytes", worst.total() * b.optimizer},
+                          {"total_bytes", bytes},
+                          {"fits", fits}});
+        text += fmt::format("    ZeRO-{}: {:>10} = weights {} + grads {} + optimizer {}   {}\n", z,
+                            FormatGiB(bytes), FormatGiB(worst.total() * b.weights),
+                            FormatGiB(worst.total() * b.grads),
+                            FormatGiB(worst.total() * b.optimizer),
+                            fits ? "fits" : "does NOT fit");
+      }
+      fit["zero"] = stages;
+    }
+    out["fit"] = fit;
+  }
+  if (a.json) {
+    std::cout << out.dump(2) << "\n";
+  } else {
+    std::cout << text;
+  }
+}
+
+}  // namespace
+
+void RegisterDescribe(CLI::App& app) {
+  auto args = std::make_shared<DescribeArgs>();
+  auto* cmd = app.add_subcommand(
+      "describe",
+      "Describe a model: parameters, FLOPs per token, bytes of training state per parameter, and\n"
+      "whether weights, gradients and optimizer state fit per GPU at a TP/PP.\n"
+      "Example: shardcast describe --model gpt3-175b --cluster dgx-a100 --gpus 1024 --tp 8 --pp 8");
+  cmd->add_option("--model", args->model, "model preset name or JSON / HF config.json path")
+      ->required();
+  cmd->add_option("--cluster", args->cluster, "cluster preset name or JSON path");
+  AddPositive(cmd, "--gpus", args->gpus, "number of GPUs (default: the cluster's, else one node)");
+  AddPositive(cmd, "--tp,--tensor-model-parallel-size", args->tp, "tensor-parallel size");
+  AddPositive(cmd, "--pp,--pipeline-model-parallel-size", args->pp, "pipeline-parallel size");
+  AddPositive(cmd, "--seq,--seq-length", args->seq, "sequence length (default: the model's)");
+  AddPositive(cmd, "--gbs,--global-batch-size", args->gbs, "global batch, for FLOPs per step");
+  cmd->add_flag("--json", args->json, "print JSON instead of text");
+  cmd->callback([args] { RunDescribe(*args); });
+}
+
+}  // namespace shardcast::cli

@@ -1,0 +1,13 @@
+#pragma once
+/// \file commands.h
+/// Subcommands of the `shardcast` binary. Each Register* adds a CLI11 subcommand whose callback
+/// writes to stdout; errors are thrown (InputError -> exit 2) and mapped in main.cc.
+
+#include <CLI/CLI.hpp>
+
+namespace shardcast::cli {
+
+void RegisterModels(CLI::App& app);
+void RegisterDescribe(CLI::App& app);
+
+}  // namespace shardcast::cli

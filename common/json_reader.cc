@@ -1,0 +1,189 @@
+#include "common/json_reader.h"
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/text.h"
+
+namespace shardcast {
+
+std::string ReadTextFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot open file for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw InputError(path + ": read error");
+  return ss.str();
+}
+
+Json ParseJsonText(const std::string& text, const std::string& file) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    // Translate the byte offset to line:column for the message.
+    std::size_t offset = e.byte == 0 ? 0 : e.byte - 1;
+    std::size_t line = 1, col = 1;
+    for (std::size_t i = 0; i < offset && i < text.size(); ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    throw InputError(file + ":" + std::to_string(line) + ":" + std::to_string(col) +
+                     ": malformed JSON (expected a valid JSON document)");
+  }
+}
+
+Json ReadJsonFile(const std::string& path) { return ParseJsonText(ReadTextFile(path), path); }
+
+std::string JsonPointerEscape(const std::string& key) {
+  std::string out;
+  for (char c : key) {
+    if (c == '~') out += "~0";
+    else if (c == '/') out += "~1";
+    else out += c;
+  }
+  return out;
+}
+
+std::string JsonForMessage(const Json& value, std::size_t max_chars) {
+  std::string s = value.dump();
+  if (s.size() > max_chars) s = s.substr(0, max_chars) + "...";
+  return s;
+}
+
+JsonReader::JsonReader(const Json& object, std::string file, std::string pointer)
+    : object_(object), file_(std::move(file)), pointer_(std::move(pointer)) {
+  if (!object_.is_object()) {
+    throw InputError::Field(file_, pointer_, JsonForMessage(object_), "a JSON object");
+  }
+}
+
+std::string JsonReader::PointerTo(const std::string& key) const {
+  return pointer_ + "/" + JsonPointerEscape(key);
+}
+
+bool JsonReader::Has(const std::string& key) const { return object_.contains(key); }
+
+const Json& JsonReader::Get(const std::string& key) const {
+  auto it = object_.find(key);
+  if (it == object_.end()) {
+    throw InputError(file_ + ": " + PointerTo(key) + ": missing required field");
+  }
+  return *it;
+}
+
+void JsonReader::Fail(const std::string& key, const std::string& expected) const {
+  throw InputError::Field(file_, PointerTo(key), JsonForMessage(Get(key)), expected);
+}
+
+std::int64_t JsonReader::Int(const std::string& key, std::int64_t min, std::int64_t max) const {
+  const Json& v = Get(key);
+  std::string expected = "an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "]";
+  if (v.is_number_unsigned()) {
+    auto u = v.get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(max)) Fail(key, expected);
+    auto i = static_cast<std::int64_t>(u);
+    if (i < min) Fail(key, expected);
+    return i;
+  }
+  if (v.is_number_integer()) {
+    auto i = v.get<std::int64_t>();
+    if (i < min || i > max) Fail(key, expected);
+    return i;
+  }
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    // 4096.0 is accepted as 4096; 12.5 and 1e300 are not.
+    if (std::isfinite(d) && d == std::floor(d) && d >= static_cast<double>(min) &&
+        d <= static_cast<double>(max)) {
+      return static_cast<std::int64_t>(d);
+    }
+  }
+  Fail(key, expected);
+}
+
+std::optional<std::int64_t> JsonReader::OptInt(const std::string& key, std::int64_t min,
+                                               std::int64_t max) const {
+  if (!Has(key) || object_.at(key).is_null()) return std::nullopt;
+  return Int(key, min, max);
+}
+
+double JsonReader::Number(const std::string& key, double min, double max) const {
+  const Json& v = Get(key);
+  std::string expected = "a number in [" + FormatNumber(min) + ", " + FormatNumber(max) + "]";
+  if (!v.is_number()) Fail(key, expected);
+  double d = v.get<double>();
+  if (!std::isfinite(d) || d < min || d > max) Fail(key, expected);
+  return d;
+}
+
+std::optional<double> JsonReader::OptNumber(const std::string& key, double min, double max) const {
+  if (!Has(key)) return std::nullopt;
+  return Number(key, min, max);
+}
+
+std::optional<double> JsonReader::NullableNumber(const std::string& key, double min,
+                                                 double max) const {
+  if (Get(key).is_null()) return std::nullopt;
+  return Number(key, min, max);
+}
+
+std::string JsonReader::String(const std::string& key) const {
+  const Json& v = Get(key);
+  if (!v.is_string()) Fail(key, "a string");
+  return v.get<std::string>();
+}
+
+std::optional<std::string> JsonReader::OptString(const std::string& key) const {
+  if (!Has(key)) return std::nullopt;
+  return String(key);
+}
+
+std::string JsonReader::Enum(const std::string& key, const std::vector<std::string>& choices) const {
+  std::string expected = "one of " + Join(choices, "|");
+  const Json& v = Get(key);
+  if (!v.is_string()) Fail(key, expected);
+  std::string s = ToLower(v.get<std::string>());
+  for (const auto& c : choices) {
+    if (s == c) return s;
+  }
+  Fail(key, expected);
+}
+
+bool JsonReader::Bool(const std::string& key) const {
+  const Json& v = Get(key);
+  if (!v.is_boolean()) Fail(key, "true or false");
+  return v.get<bool>();
+}
+
+std::optional<bool> JsonReader::OptBool(const std::string& key) const {
+  if (!Has(key)) return std::nullopt;
+  return Bool(key);
+}
+
+JsonReader JsonReader::Object(const std::string& key) const {
+  const Json& v = Get(key);
+  if (!v.is_object()) Fail(key, "a JSON object");
+  return JsonReader(v, file_, PointerTo(key));
+}
+
+void JsonReader::RejectUnknownKeys(const std::set<std::string>& allowed) const {
+  for (auto it = object_.begin(); it != object_.end(); ++it) {
+    const std::string& k = it.key();
+    if (!k.empty() && k[0] == '_') continue;
+    if (allowed.count(k)) continue;
+    std::vector<std::string> names(allowed.begin(), allowed.end());
+    std::string hint = ClosestMatches(k, names, 1).empty()
+                           ? std::string()
+                           : " (did you mean '" + ClosestMatches(k, names, 1)[0] + "'?)";
+    throw InputError(file_ + ": " + PointerTo(k) + ": unknown key '" + k +
+                     "', expected one of " + Join(names, ", ") + hint);
+  }
+}
+
+}  // namespace shardcast

@@ -1,0 +1,25 @@
+#include "models/hardware.h"
+
+namespace shardcast {
+
+const char* ToString(Precision p) {
+  switch (p) {
+    case Precision::kBf16: return "bf16";
+    case Precision::kFp16: return "fp16";
+    case Precision::kFp8: return "fp8";
+    case Precision::kFp32: return "fp32";
+  }
+  return "?";
+}
+
+double Gpu::PeakFlops(Precision p) const {
+  switch (p) {
+    case Precision::kBf16: return peak_bf16_tflops * 1e12;
+    case Precision::kFp16: return peak_fp16_tflops * 1e12;
+    case Precision::kFp8: return peak_fp8_tflops.value_or(0.0) * 1e12;
+    case Precision::kFp32: return peak_fp32_tflops * 1e12;
+  }
+  return 0;
+}
+
+}  // namespace shardcast

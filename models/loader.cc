@@ -1,0 +1,326 @@
+#include "models/loader.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+
+#include "common/error.h"
+#include "common/text.h"
+#include "models/presets_embedded.h"
+
+namespace shardcast {
+namespace {
+
+// Upper bounds chosen so that no parameter or FLOP count can overflow int64 (docs/inputs.md):
+// with h <= 2^20, f <= 2^22, a*d <= 2^22 and L <= 2^16 the largest product stays below 2^62.
+constexpr std::int64_t kMaxLayers = std::int64_t{1} << 16;
+constexpr std::int64_t kMaxHidden = std::int64_t{1} << 20;
+constexpr std::int64_t kMaxFfn = std::int64_t{1} << 22;
+constexpr std::int64_t kMaxHeads = std::int64_t{1} << 16;
+constexpr std::int64_t kMaxHeadDim = std::int64_t{1} << 14;
+constexpr std::int64_t kMaxVocab = std::int64_t{1} << 24;
+constexpr std::int64_t kMaxSeq = std::int64_t{1} << 24;
+
+const char* KindDir(PresetKind k) {
+  switch (k) {
+    case PresetKind::kModel: return "llm";
+    case PresetKind::kGpu: return "gpu";
+    case PresetKind::kCluster: return "cluster";
+  }
+  return "";
+}
+
+const char* KindNoun(PresetKind k) {
+  switch (k) {
+    case PresetKind::kModel: return "model";
+    case PresetKind::kGpu: return "GPU";
+    case PresetKind::kCluster: return "cluster";
+  }
+  return "";
+}
+
+const detail::EmbeddedPreset* FindPreset(PresetKind kind, const std::string& name) {
+  const std::string want = ToLower(name);
+  for (std::size_t i = 0; i < detail::kNumEmbeddedPresets; ++i) {
+    const auto& p = detail::kEmbeddedPresets[i];
+    if (KindDir(kind) == std::string(p.kind) && ToLower(p.name) == want) return &p;
+  }
+  return nullptr;
+}
+
+bool LooksLikePath(const std::string& s) {
+  return s.find('/') != std::string::npos ||
+         (s.size() > 5 && s.substr(s.size() - 5) == ".json");
+}
+
+/// Reads the JSON of a preset or a file; `file_label` receives the name used in messages.
+Json ReadSpec(PresetKind kind, const std::string& spec, std::string* file_label) {
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(spec, ec)) {
+    *file_label = spec;
+    return ReadJsonFile(spec);
+  }
+  if (!LooksLikePath(spec)) {
+    if (const auto* p = FindPreset(kind, spec)) {
+      *file_label = std::string("models/") + p->kind + "/" + p->name + ".json";
+      return ParseJsonText(p->json, *file_label);
+    }
+    auto close = ClosestMatches(spec, PresetNames(kind), 5);
+    std::string msg = std::string("unknown ") + KindNoun(kind) + " preset '" + spec + "'";
+    if (!close.empty()) msg += "; close matches: " + Join(close, ", ");
+    msg += std::string("; `shardcast models` lists all presets, or give a path to a JSON file");
+    throw InputError(msg);
+  }
+  throw InputError(spec + ": cannot open file for reading");
+}
+
+}  // namespace
+
+std::vector<std::string> PresetNames(PresetKind kind) {
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < detail::kNumEmbeddedPresets; ++i) {
+    if (KindDir(kind) == std::string(detail::kEmbeddedPresets[i].kind)) {
+      names.emplace_back(detail::kEmbeddedPresets[i].name);
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+void ValidateModel(const Model& m, const std::string& file) {
+  // Field-range checks happen while reading; these are the cross-field rules.
+  if (m.kv_channels * m.num_attention_heads > kMaxFfn) {
+    throw InputError::Field(file, "/kv_channels", std::to_string(m.kv_channels),
+                            "kv_channels * num_attention_heads <= " + std::to_string(kMaxFfn));
+  }
+  if (m.num_attention_heads % m.num_query_groups != 0) {
+    throw InputError::Field(file, "/num_query_groups", std::to_string(m.num_query_groups),
+                            "a divisor of num_attention_heads = " +
+                                std::to_string(m.num_attention_heads));
+  }
+}
+
+Model ModelFromJson(const Json& j, const std::string& file) {
+  if (j.is_object() && !j.contains("num_layers") &&
+      (j.contains("model_type") || j.contains("architectures"))) {
+    return ModelFromHuggingFace(j, file);
+  }
+  JsonReader r(j, file);
+  r.RejectUnknownKeys({"name", "num_layers", "hidden_size", "ffn_hidden_size",
+                       "num_attention_heads", "num_query_groups", "kv_channels", "vocab_size",
+                       "seq_length", "max_position_embeddings", "normalization", "activation",
+                       "position_embedding", "tie_embeddings", "add_bias_linear", "add_qkv_bias",
+                       "source"});
+  Model m;
+  m.name = r.OptString("name").value_or(std::filesystem::path(file).stem().string());
+  m.num_layers = r.Int("num_layers", 1, kMaxLayers);
+  m.hidden_size = r.Int("hidden_size", 1, kMaxHidden);
+  m.ffn_hidden_size = r.Int("ffn_hidden_size", 1, kMaxFfn);
+  m.num_attention_heads = r.Int("num_attention_heads", 1, kMaxHeads);
+  m.num_query_groups = r.OptInt("num_query_groups", 1, kMaxHeads).value_or(m.num_attention_heads);
+  if (auto kv = r.OptInt("kv_channels", 1, kMaxHeadDim)) {
+    m.kv_channels = *kv;
+  } else {
+    if (m.hidden_size % m.num_attention_heads != 0) {
+      throw InputError::Field(file, "/num_attention_heads", std::to_string(m.num_attention_heads),
+                              "a divisor of hidden_size = " + std::to_string(m.hidden_size) +
+                                  " (or give kv_channels explicitly)");
+    }
+    m.kv_channels = m.hidden_size / m.num_attention_heads;
+  }
+  m.vocab_size = r.Int("vocab_size", 1, kMaxVocab);
+  m.seq_length = r.Int("seq_length", 1, kMaxSeq);
+  m.max_position_embeddings = r.OptInt("max_position_embeddings", 1, kMaxSeq).value_or(m.seq_length);
+  m.normalization = r.Enum("normalization", {"layernorm", "rmsnorm"}) == "layernorm"
+                        ? Normalization::kLayerNorm
+                        : Normalization::kRMSNorm;
+  m.activation = r.Enum("activation", {"gelu", "swiglu"}) == "gelu" ? Activation::kGelu
+                                                                     : Activation::kSwiglu;
+  std::string pe = r.Enum("position_embedding", {"learned", "rope", "alibi"});
+  m.position_embedding = pe == "learned" ? PositionEmbedding::kLearned
+                         : pe == "rope"  ? PositionEmbedding::kRope
+                                         : PositionEmbedding::kAlibi;
+  m.tie_embeddings = r.Bool("tie_embeddings");
+  m.add_bias_linear = r.OptBool("add_bias_linear").value_or(true);
+  m.add_qkv_bias = r.OptBool("add_qkv_bias").value_or(m.add_bias_linear);
+  m.source = r.OptString("source").value_or("user file " + file);
+  m.origin = file;
+  ValidateModel(m, file);
+  return m;
+}
+
+Model ModelFromHuggingFace(const Json& j, const std::string& file) {
+  JsonReader r(j, file);
+  const std::string type = ToLower(r.OptString("model_type").value_or(""));
+  Model m;
+  m.name = std::filesystem::path(file).parent_path().filename().string();
+  if (m.name.empty() || m.name == ".") m.name = std::filesystem::path(file).stem().string();
+  m.origin = "huggingface:" + file;
+  m.source = "Hugging Face config.json (" + (type.empty() ? std::string("?") : type) + "): " + file;
+  // Each family's keys; defaults are those of the transformers library's config classes.
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" ||
+      type == "qwen3") {
+    m.num_layers = r.Int("num_hidden_layers", 1, kMaxLayers);
+    m.hidden_size = r.Int("hidden_size", 1, kMaxHidden);
+    m.ffn_hidden_size = r.Int("intermediate_size", 1, kMaxFfn);
+    m.num_attention_heads = r.Int("num_attention_heads", 1, kMaxHeads);
+    m.num_query_groups = r.OptInt("num_key_value_heads", 1, kMaxHeads).value_or(m.num_attention_heads);
+    m.vocab_size = r.Int("vocab_size", 1, kMaxVocab);
+    m.max_position_embeddings = r.Int("max_position_embeddings", 1, kMaxSeq);
+    m.normalization = Normalization::kRMSNorm;
+    m.activation = Activation::kSwiglu;
+    m.position_embedding = PositionEmbedding::kRope;
+    m.tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
+    m.add_bias_linear = r.OptBool("mlp_bias").value_or(false);
+    m.add_qkv_bias = type == "qwen2" ? true : r.OptBool("attention_bias").value_or(false);
+    if (auto hd = r.OptInt("head_dim", 1, kMaxHeadDim)) m.kv_channels = *hd;
+  } else if (type == "gpt2") {
+    m.num_layers = r.Int("n_layer", 1, kMaxLayers);
+    m.hidden_size = r.Int("n_embd", 1, kMaxHidden);
+    m.num_attention_heads = r.Int("n_head", 1, kMaxHeads);
+    m.ffn_hidden_size = r.OptInt("n_inner", 1, kMaxFfn).value_or(4 * m.hidden_size);
+    m.vocab_size = r.Int("vocab_size", 1, kMaxVocab);
+    m.max_position_embeddings = r.Int("n_positions", 1, kMaxSeq);
+    m.normalization = Normalization::kLayerNorm;
+    m.activation = Activation::kGelu;
+    m.position_embedding = PositionEmbedding::kLearned;
+    m.tie_embeddings = r.OptBool("tie_word_embeddings").value_or(true);
+  } else if (type == "gpt_neox") {
+    m.num_layers = r.Int("num_hidden_layers", 1, kMaxLayers);
+    m.hidden_size = r.Int("hidden_size", 1, kMaxHidden);
+    m.num_attention_heads = r.Int("num_attention_heads", 1, kMaxHeads);
+    m.ffn_hidden_size = r.Int("intermediate_size", 1, kMaxFfn);
+    m.vocab_size = r.Int("vocab_size", 1, kMaxVocab);
+    m.max_position_embeddings = r.Int("max_position_embeddings", 1, kMaxSeq);
+    m.normalization = Normalization::kLayerNorm;
+    m.activation = Activation::kGelu;
+    m.position_embedding = PositionEmbedding::kRope;
+    m.tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
+  } else if (type == "mpt") {
+    m.num_layers = r.Int("n_layers", 1, kMaxLayers);
+    m.hidden_size = r.Int("d_model", 1, kMaxHidden);
+    m.num_attention_heads = r.Int("n_heads", 1, kMaxHeads);
+    const std::int64_t ratio = r.OptInt("expansion_ratio", 1, 64).value_or(4);
+    m.ffn_hidden_size = ratio * m.hidden_size;
+    m.vocab_size = r.Int("vocab_size", 1, kMaxVocab);
+    m.max_position_embeddings = r.Int("max_seq_len", 1, kMaxSeq);
+    m.normalization = Normalization::kLayerNorm;
+    m.activation = Activation::kGelu;
+    bool alibi = false;
+    if (r.Has("attn_config")) alibi = r.Object("attn_config").OptBool("alibi").value_or(false);
+    m.position_embedding = alibi ? PositionEmbedding::kAlibi : PositionEmbedding::kLearned;
+    m.tie_embeddings = true;  // MPT always ties (no separate output layer)
+    m.add_bias_linear = !r.OptBool("no_bias").value_or(false);
+  } else if (type == "bloom") {
+    m.num_layers = r.Has("n_layer") ? r.Int("n_layer", 1, kMaxLayers)
+                                    : r.Int("num_hidden_layers", 1, kMaxLayers);
+    m.hidden_size = r.Has("hidden_size") ? r.Int("hidden_size", 1, kMaxHidden)
+                                         : r.Int("n_embed", 1, kMaxHidden);
+    m.num_attention_heads = r.Has("n_head") ? r.Int("n_head", 1, kMaxHeads)
+                                            : r.Int("num_attention_heads", 1, kMaxHeads);
+    m.ffn_hidden_size = 4 * m.hidden_size;
+    m.vocab_size = r.Int("vocab_size", 1, kMaxVocab);
+    m.max_position_embeddings = 2048;  // BLOOM's training length; ALiBi has no position table
+    m.normalization = Normalization::kLayerNorm;
+    m.activation = Activation::kGelu;
+    m.position_embedding = PositionEmbedding::kAlibi;
+    m.tie_embeddings = true;
+  } else {
+    throw InputError::Field(file, "/model_type", "\"" + type + "\"",
+                            "a supported Hugging Face model_type: llama, mistral, qwen2, gpt2, "
+                            "gpt_neox, mpt, bloom");
+  }
+  if (type != "gpt2" && type != "mpt" && type != "bloom" && type != "gpt_neox") {
+    // llama-family already set biases above
+  } else {
+    m.add_qkv_bias = m.add_bias_linear;
+  }
+  if (m.kv_channels == 0) {
+    if (m.hidden_size % m.num_attention_heads != 0) {
+      throw InputError::Field(file, "/num_attention_heads", std::to_string(m.num_attention_heads),
+                              "a divisor of hidden_size = " + std::to_string(m.hidden_size));
+    }
+    m.kv_channels = m.hidden_size / m.num_attention_heads;
+  }
+  if (m.num_query_groups == 0) m.num_query_groups = m.num_attention_heads;
+  m.seq_length = std::min<std::int64_t>(m.max_position_embeddings, 8192);
+  ValidateModel(m, file);
+  return m;
+}
+
+Gpu GpuFromJson(const Json& j, const std::string& file) {
+  JsonReader r(j, file);
+  r.RejectUnknownKeys({"name", "display_name", "arch", "peak_tflops", "memory_GiB",
+                       "hbm_bandwidth_GBps", "sm_count", "nvlink_GBps_per_direction",
+                       "pcie_GBps_per_direction", "tdp_W", "price_usd_per_gpu_hour", "price_date",
+                       "price_source", "source"});
+  Gpu g;
+  g.name = r.OptString("name").value_or(std::filesystem::path(file).stem().string());
+  g.display_name = r.OptString("display_name").value_or(g.name);
+  g.arch = r.OptString("arch").value_or("unknown");
+  JsonReader p = r.Object("peak_tflops");
+  p.RejectUnknownKeys({"fp32", "tf32", "bf16", "fp16", "fp8"});
+  g.peak_bf16_tflops = p.Number("bf16", 1e-3, 1e6);
+  g.peak_fp16_tflops = p.OptNumber("fp16", 1e-3, 1e6).value_or(g.peak_bf16_tflops);
+  g.peak_fp32_tflops = p.OptNumber("fp32", 1e-3, 1e6).value_or(0);
+  g.peak_tf32_tflops = p.OptNumber("tf32", 1e-3, 1e6).value_or(0);
+  if (p.Has("fp8")) g.peak_fp8_tflops = p.NullableNumber("fp8", 1e-3, 1e6);
+  g.memory_bytes = r.Number("memory_GiB", 0.001, 1e6) * 1073741824.0;
+  g.hbm_bandwidth_GBps = r.Number("hbm_bandwidth_GBps", 0.001, 1e6);
+  g.sm_count = r.OptInt("sm_count", 1, 1 << 20).value_or(0);
+  g.nvlink_GBps_per_direction = r.OptNumber("nvlink_GBps_per_direction", 0, 1e6).value_or(0);
+  g.pcie_GBps_per_direction = r.OptNumber("pcie_GBps_per_direction", 0, 1e6).value_or(0);
+  g.tdp_W = r.OptNumber("tdp_W", 0, 1e6).value_or(0);
+  g.price_usd_per_gpu_hour = r.OptNumber("price_usd_per_gpu_hour", 0, 1e6).value_or(0);
+  g.price_date = r.OptString("price_date").value_or("");
+  g.price_source = r.OptString("price_source").value_or("");
+  g.source = r.OptString("source").value_or("user file " + file);
+  return g;
+}
+
+Cluster ClusterFromJson(const Json& j, const std::string& file) {
+  JsonReader r(j, file);
+  r.RejectUnknownKeys({"name", "gpu", "gpus_per_node", "intra_node", "inter_node", "num_gpus",
+                       "source"});
+  Cluster c;
+  c.name = r.OptString("name").value_or(std::filesystem::path(file).stem().string());
+  const std::string gpu_spec = r.String("gpu");
+  try {
+    c.gpu = LoadGpu(gpu_spec);
+  } catch (const InputError& e) {
+    throw InputError(file + ": /gpu: " + e.what());
+  }
+  c.gpus_per_node = r.Int("gpus_per_node", 1, 1 << 20);
+  JsonReader intra = r.Object("intra_node");
+  intra.RejectUnknownKeys({"fabric", "bandwidth_GBps_per_direction"});
+  c.intra_fabric = intra.Enum("fabric", {"nvswitch", "nvlink", "pcie", "xgmi"});
+  c.intra_GBps_per_direction = intra.Number("bandwidth_GBps_per_direction", 0.001, 1e6);
+  JsonReader inter = r.Object("inter_node");
+  inter.RejectUnknownKeys({"nics_per_node", "nic_Gbps", "fabric"});
+  c.nics_per_node = inter.Int("nics_per_node", 0, 1 << 16);
+  c.nic_Gbps = inter.Number("nic_Gbps", 0, 1e6);
+  c.inter_fabric = inter.OptString("fabric").value_or("");
+  c.num_gpus = r.OptInt("num_gpus", 1, std::int64_t{1} << 24);
+  c.source = r.OptString("source").value_or("user file " + file);
+  return c;
+}
+
+Model LoadModel(const std::string& spec) {
+  std::string label;
+  Json j = ReadSpec(PresetKind::kModel, spec, &label);
+  Model m = ModelFromJson(j, label);
+  if (m.origin == label && label.rfind("models/llm/", 0) == 0) m.origin = "preset";
+  return m;
+}
+
+Gpu LoadGpu(const std::string& spec) {
+  std::string label;
+  return GpuFromJson(ReadSpec(PresetKind::kGpu, spec, &label), label);
+}
+
+Cluster LoadCluster(const std::string& spec) {
+  std::string label;
+  return ClusterFromJson(ReadSpec(PresetKind::kCluster, spec, &label), label);
+}
+
+}  // namespace shardcast

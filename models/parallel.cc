@@ -1,0 +1,120 @@
+#include "models/parallel.h"
+
+#include <fmt/format.h>
+
+namespace shardcast {
+
+const char* ToString(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+const char* ToString(Schedule s) {
+  switch (s) {
+    case Schedule::kGpipe: return "gpipe";
+    case Schedule::k1F1B: return "1f1b";
+    case Schedule::kInterleaved: return "interleaved";
+    case Schedule::kZbH1: return "zb-h1";
+  }
+  return "?";
+}
+
+std::string ParallelConfig::Summary() const {
+  std::string s = fmt::format("TP{} PP{} DP{}", tp, pp, dp);
+  if (vp > 1) s += fmt::format(" VP{}", vp);
+  s += fmt::format(" mbs{} gbs{}", micro_batch_size, global_batch_size);
+  if (sequence_parallel) s += " SP";
+  s += fmt::format(" recompute={} ZeRO-{} {}", ToString(recompute), zero_stage, ToString(schedule));
+  return s;
+}
+
+std::vector<std::string> InfeasibilityReasons(const Model& m, const ParallelConfig& c,
+                                              std::int64_t gpus, std::int64_t gpus_per_node) {
+  std::vector<std::string> r;
+  const std::int64_t mp = c.tp * c.pp;
+  if (gpus % mp != 0) {
+    r.push_back(fmt::format("tp*pp = {}*{} = {} does not divide {} GPUs", c.tp, c.pp, mp, gpus));
+  } else if (c.dp != gpus / mp) {
+    r.push_back(fmt::format("dp = {} but {} GPUs / (tp*pp = {}) = {}", c.dp, gpus, mp, gpus / mp));
+  }
+  if (m.num_attention_heads % c.tp != 0) {
+    r.push_back(fmt::format("tp = {} does not divide num_attention_heads = {}", c.tp,
+                            m.num_attention_heads));
+  }
+  // Megatron-LM requires num_query_groups % tp == 0 (reported separately only for GQA/MQA).
+  if (m.num_query_groups != m.num_attention_heads && m.num_query_groups % c.tp != 0) {
+    r.push_back(fmt::format("tp = {} does not divide num_query_groups = {}", c.tp,
+                            m.num_query_groups));
+  }
+  if (c.pp > m.num_layers) {
+    r.push_back(fmt::format("pp = {} exceeds num_layers = {}", c.pp, m.num_layers));
+  }
+  if (c.vp > 1) {
+    if (c.schedule != Schedule::kInterleaved) {
+      r.push_back(fmt::format("vp = {} needs the interleaved schedule", c.vp));
+    }
+    if (m.num_layers % (c.pp * c.vp) != 0) {
+      r.push_back(fmt::format("pp*vp = {}*{} does not divide num_layers = {}", c.pp, c.vp,
+                              m.num_layers));
+    }
+  }
+  const std::int64_t per_replica = c.micro_batch_size * c.dp;
+  if (c.global_batch_size % per_replica != 0) {
+    r.push_back(fmt::format("global batch {} is not a multiple of micro-batch {} * dp {} = {}",
+                            c.global_batch_size, c.micro_batch_size, c.dp, per_replica));
+  } else if (c.schedule == Schedule::kInterleaved && c.pp > 1 &&
+             c.num_microbatches() % c.pp != 0) {
+    // Megatron-LM requires this for the interleaved schedule.
+    r.push_back(fmt::format("interleaved schedule needs micro-batches ({}) divisible by pp ({})",
+                            c.num_microbatches(), c.pp));
+  }
+  if (c.sequence_parallel && c.tp == 1) {
+    r.push_back("sequence parallelism needs tp > 1");
+  }
+  (void)gpus_per_node;
+  return r;
+}
+
+StateBytesPerParam BytesPerParam(int zero_stage, std::int64_t dp, bool fp32_main_grads) {
+  const double d = static_cast<double>(dp);
+  StateBytesPerParam b;
+  b.weights = 2.0;
+  b.grads = fp32_main_grads ? 4.0 : 2.0;
+  b.optimizer = 12.0;
+  if (zero_stage >= 1) b.optimizer /= d;
+  if (zero_stage >= 2) b.grads /= d;
+  if (zero_stage >= 3) b.weights /= d;
+  return b;
+}
+
+std::int64_t LayersOfStage(std::int64_t num_layers, std::int64_t pp, std::int64_t stage) {
+  const std::int64_t base = num_layers / pp, rem = num_layers % pp;
+  return base + (stage < rem ? 1 : 0);
+}
+
+StageParameters ParametersOfStage(const Model& m, std::int64_t tp, std::int64_t pp,
+                                  std::int64_t stage) {
+  StageParameters s;
+  const ParameterCounts pc = m.Parameters();
+  const double t = static_cast<double>(tp);
+  s.layers = LayersOfStage(m.num_layers, pp, stage);
+  s.layer_params = static_cast<double>(s.layers) *
+                   (static_cast<double>(pc.per_layer.sharded) / t +
+                    static_cast<double>(pc.per_layer.replicated));
+  if (stage == 0) {
+    s.embedding_params = static_cast<double>(pc.word_embedding) / t +
+                         static_cast<double>(pc.position_embedding);
+  }
+  if (stage == pp - 1) {
+    const bool separate_copy = !m.tie_embeddings || pp > 1;
+    s.output_params = static_cast<double>(pc.final_norm) +
+                      (separate_copy ? static_cast<double>(m.vocab_size * m.hidden_size) / t : 0.0);
+  }
+  return s;
+}
+
+}  // namespace shardcast

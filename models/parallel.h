@@ -1,0 +1,79 @@
+#pragma once
+/// \file parallel.h
+/// A data/tensor/pipeline-parallel training configuration, in Megatron-LM's terms, and the
+/// checks that decide whether it can run at all (before memory is considered).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/hardware.h"
+#include "models/model.h"
+
+namespace shardcast {
+
+enum class Recompute { kNone, kSelective, kFull };
+enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
+const char* ToString(Recompute r);
+const char* ToString(Schedule s);
+
+struct ParallelConfig {
+  std::int64_t tp = 1;   ///< tensor-model-parallel size
+  std::int64_t pp = 1;   ///< pipeline-model-parallel size
+  std::int64_t dp = 1;   ///< data-parallel size (= gpus / (tp*pp))
+  std::int64_t vp = 1;   ///< virtual pipeline stages per pipeline rank (interleaved)
+  std::int64_t micro_batch_size = 1;
+  std::int64_t global_batch_size = 1;
+  std::int64_t seq_length = 0;  ///< 0: the model's seq_length
+  bool sequence_parallel = false;
+  Recompute recompute = Recompute::kNone;
+  int zero_stage = 0;  ///< 0..3; 1 = Megatron's distributed optimizer
+  Schedule schedule = Schedule::k1F1B;
+  Precision precision = Precision::kBf16;
+  bool fp32_main_grads = true;  ///< Megatron keeps fp32 gradient buffers (4 B/param)
+  bool overlap_grad_reduce = true;
+  bool overlap_param_gather = true;
+
+  std::int64_t gpus() const { return tp * pp * dp; }
+  /// Micro-batches per step per data-parallel replica: gbs / (mbs * dp).
+  std::int64_t num_microbatches() const { return global_batch_size / (micro_batch_size * dp); }
+  /// A one-line summary such as "TP8 PP8 DP16 VP3 mbs1 gbs1536 SP selective ZeRO-1 interleaved".
+  std::string Summary() const;
+};
+
+/// Reasons the configuration cannot run on `gpus` GPUs with `model` (empty: it can). These are
+/// results, not errors: the planner counts them and `simulate` prints them. Each reason names the
+/// quantities and the rule, e.g. "tp*pp = 96 does not divide 1000 GPUs".
+std::vector<std::string> InfeasibilityReasons(const Model& model, const ParallelConfig& cfg,
+                                              std::int64_t gpus, std::int64_t gpus_per_node);
+
+/// Bytes of training state per parameter held by one GPU, for mixed-precision Adam
+/// (Rajbhandari et al. 2020, ZeRO, section 3.1 and Fig. 1):
+///   weights  2 (bf16/fp16), divided by dp at ZeRO-3
+///   grads    4 with fp32 main grads (Megatron-LM's default), else 2; divided by dp at ZeRO-2/3
+///   optimizer 12 (fp32 master weights + Adam m + v), divided by dp at ZeRO-1/2/3
+/// So with 2-byte grads: 16 / 4+12/d / 2+14/d / 16/d for stages 0/1/2/3, as the ZeRO paper.
+struct StateBytesPerParam {
+  double weights = 0, grads = 0, optimizer = 0;
+  double total() const { return weights + grads + optimizer; }
+};
+StateBytesPerParam BytesPerParam(int zero_stage, std::int64_t dp, bool fp32_main_grads);
+
+/// Parameters held by one GPU of pipeline stage `stage` (0-based) under tp/pp: the stage's layers
+/// (num_layers split evenly; the remainder goes to the first stages), plus the word and position
+/// embedding on the first stage, and on the last stage the final norm and the output layer (a
+/// separate copy of the tied embedding when pp > 1, as Megatron-LM keeps one to all-reduce its
+/// gradient). Embeddings and output layer are vocab-parallel (divided by tp).
+struct StageParameters {
+  std::int64_t layers = 0;        ///< transformer layers on this stage
+  double layer_params = 0;        ///< per GPU
+  double embedding_params = 0;    ///< per GPU
+  double output_params = 0;       ///< per GPU (incl. final norm)
+  double total() const { return layer_params + embedding_params + output_params; }
+};
+StageParameters ParametersOfStage(const Model& model, std::int64_t tp, std::int64_t pp,
+                                  std::int64_t stage);
+/// Layers held by pipeline stage `stage` (the remainder of L/pp goes to the first stages).
+std::int64_t LayersOfStage(std::int64_t num_layers, std::int64_t pp, std::int64_t stage);
+
+}  // namespace shardcast

@@ -1,0 +1,48 @@
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "common/json_reader.h"
+#include "common/text.h"
+
+namespace shardcast {
+namespace {
+
+TEST(Text, EditDistanceAndClosest) {
+  EXPECT_EQ(EditDistance("kitten", "sitting"), 3u);
+  auto close = ClosestMatches("gpt3-17b", {"gpt3-175b", "gpt3-13b", "llama3-8b", "bloom-176b"});
+  ASSERT_FALSE(close.empty());
+  EXPECT_EQ(close[0], "gpt3-13b");  // distance 1; gpt3-175b is distance 1 too, ordered by name
+  EXPECT_EQ(close.size(), 2u);
+}
+
+TEST(JsonReader, IntegerChecksNameFilePointerValue) {
+  Json j = Json::parse(R"({"a": 12.5, "b": "12", "c": -3, "d": 1e300, "e": 4096.0, "f": 7})");
+  JsonReader r(j, "m.json");
+  auto msg = [&](const char* key) {
+    try {
+      r.Int(key, 1, 100);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(msg("a"), "m.json: /a: got 12.5, expected an integer in [1, 100]");
+  EXPECT_EQ(msg("b"), "m.json: /b: got \"12\", expected an integer in [1, 100]");
+  EXPECT_EQ(msg("c"), "m.json: /c: got -3, expected an integer in [1, 100]");
+  EXPECT_EQ(msg("d"), "m.json: /d: got 1e+300, expected an integer in [1, 100]");
+  EXPECT_EQ(msg("zz"), "m.json: /zz: missing required field");
+  EXPECT_EQ(r.Int("f", 1, 100), 7);
+  EXPECT_EQ(r.Int("e", 1, 5000), 4096);
+}
+
+TEST(JsonReader, MalformedJsonNamesLineAndColumn) {
+  try {
+    ParseJsonText("{\n  \"a\": 1,\n  \"b\" 2\n}", "x.json");
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "x.json:3:7: malformed JSON (expected a valid JSON document)");
+  }
+}
+
+}  // namespace
+}  // namespace shardcast

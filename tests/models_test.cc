@@ -1,0 +1,295 @@
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "models/loader.h"
+#include "models/parallel.h"
+#include "tests/test_util.h"
+
+namespace shardcast {
+namespace {
+
+using testing::WriteTemp;
+
+std::string ErrorOf(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Presets, EveryPresetLoadsWithASource) {
+  for (const auto& n : PresetNames(PresetKind::kModel)) {
+    Model m = LoadModel(n);
+    EXPECT_EQ(m.name, n);
+    EXPECT_FALSE(m.source.empty()) << n;
+    EXPECT_GT(m.Parameters().total, 0) << n;
+  }
+  for (const auto& n : PresetNames(PresetKind::kGpu)) {
+    Gpu g = LoadGpu(n);
+    EXPECT_EQ(g.name, n);
+    EXPECT_FALSE(g.source.empty()) << n;
+    EXPECT_GT(g.memory_bytes, 0) << n;
+  }
+  for (const auto& n : PresetNames(PresetKind::kCluster)) {
+    Cluster c = LoadCluster(n);
+    EXPECT_EQ(c.name, n);
+    EXPECT_FALSE(c.source.empty()) << n;
+  }
+  EXPECT_GE(PresetNames(PresetKind::kModel).size(), 30u);
+  EXPECT_EQ(PresetNames(PresetKind::kGpu).size(), 9u);
+  EXPECT_GE(PresetNames(PresetKind::kCluster).size(), 7u);
+}
+
+TEST(Presets, NamesAreCaseInsensitive) {
+  EXPECT_EQ(LoadModel("GPT3-175B").name, "gpt3-175b");
+  EXPECT_EQ(LoadCluster("DGX-A100").gpu.name, "a100-sxm4-80gb");
+}
+
+// Published parameter counts (within 0.5%).
+struct Published {
+  const char* preset;
+  double params;
+  const char* source;
+};
+
+class PublishedParameters : public ::testing::TestWithParam<Published> {};
+
+TEST_P(PublishedParameters, WithinHalfPercent) {
+  const auto& p = GetParam();
+  double got = static_cast<double>(LoadModel(p.preset).Parameters().total);
+  EXPECT_NEAR(got / p.params, 1.0, 0.005) << p.preset << " computed " << got << " vs " << p.params
+                                          << " (" << p.source << ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, PublishedParameters,
+    ::testing::Values(Published{"gpt3-175b", 174.6e9, "Narayanan et al. 2021 Table 1 (V=51200)"},
+                      Published{"bloom-176b", 176.2e9, "BigScience BLOOM model card"},
+                      Published{"llama3-70b", 70.55e9, "Meta Llama 3 model card"},
+                      Published{"llama3.1-405b", 405.85e9, "Meta Llama 3.1 model card"},
+                      Published{"llama3-8b", 8.03e9, "Meta Llama 3 model card"},
+                      Published{"llama2-7b", 6.74e9, "Touvron et al. 2023"},
+                      Published{"llama2-70b", 68.98e9, "Touvron et al. 2023"},
+                      Published{"mpt-70b", 64.86e9, "llm-foundry benchmark table"},
+                      Published{"gpt3-13b", 13.0e9, "Brown et al. 2020 Table 2.1"},
+                      Published{"sc21-gpt-1t", 1008.0e9, "Narayanan et al. 2021 Table 1"},
+                      Published{"sc21-gpt-18.4b", 18.4e9, "Narayanan et al. 2021 Table 1"},
+                      Published{"megatron-22b", 22.0e9, "Korthikanti et al. 2022 Table 3"}),
+    [](const auto& param_info) {
+      std::string n = param_info.param.preset;
+      for (char& c : n) if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      return n;
+    });
+
+TEST(Model, Gpt3ParameterFormulaTermByTerm) {
+  // 12h^2 + 13h per layer (QKV 3h^2+3h, proj h^2+h, MLP 8h^2+5h, two layernorms 4h), tied V*h
+  // embedding, learned positions s*h, final layernorm 2h.
+  Model m = LoadModel("gpt3-175b");
+  const std::int64_t h = 12288;
+  ParameterCounts c = m.Parameters();
+  EXPECT_EQ(c.per_layer.total(), 12 * h * h + 13 * h);
+  EXPECT_EQ(c.total, 96 * (12 * h * h + 13 * h) + 51200 * h + 2048 * h + 2 * h);
+}
+
+TEST(Model, FlopsPerTokenIsSixNPlusAttention) {
+  Model m = LoadModel("gpt3-175b");
+  const double h = 12288, L = 96, s = 2048, V = 51200;
+  FlopCounts f = m.Flops(2048);
+  // GEMM weights: 12h^2 per layer plus the V*h output projection.
+  EXPECT_DOUBLE_EQ(f.per_token_dense, 6.0 * (L * 12 * h * h + V * h));
+  EXPECT_DOUBLE_EQ(f.per_token_attention, 12.0 * L * s * h);
+  // Matches SC21 eq. 3 without the recompute pass: 72 L h^2 (1 + s/6h + V/12Lh).
+  EXPECT_NEAR(f.per_token / (72 * L * h * h * (1 + s / (6 * h) + V / (12 * L * h))), 1.0, 1e-12);
+}
+
+TEST(Model, HuggingFaceLlama3_8bMatchesPreset) {
+  Model hf = LoadModel(std::string(SHARDCAST_FIXTURES) + "/hf/llama3-8b.json");
+  Model preset = LoadModel("llama3-8b");
+  EXPECT_EQ(hf.Parameters().total, preset.Parameters().total);
+  EXPECT_NEAR(static_cast<double>(hf.Parameters().total) / 8.03e9, 1.0, 0.005);
+  EXPECT_EQ(hf.num_query_groups, 8);
+  EXPECT_EQ(hf.activation, Activation::kSwiglu);
+  EXPECT_EQ(hf.normalization, Normalization::kRMSNorm);
+  EXPECT_FALSE(hf.tie_embeddings);
+}
+
+TEST(Model, HuggingFaceFamiliesMap) {
+  const std::string dir = std::string(SHARDCAST_FIXTURES) + "/hf/";
+  // GPT-2 small: 124,439,808 parameters (the well-known count of the HF checkpoint).
+  EXPECT_EQ(LoadModel(dir + "gpt2.json").Parameters().total, 124439808);
+  // Mistral 7B: 7,241,732,096.
+  EXPECT_EQ(LoadModel(dir + "mistral-7b.json").Parameters().total, 7241732096);
+  // Qwen2-7B has QKV biases only: 7,615,616,512.
+  EXPECT_EQ(LoadModel(dir + "qwen2-7b.json").Parameters().total, 7615616512);
+  // MPT-7B: 6,649,286,656 (no biases; layernorm counted with bias here: +2*h per norm).
+  Model mpt = LoadModel(dir + "mpt-7b.json");
+  EXPECT_EQ(mpt.position_embedding, PositionEmbedding::kAlibi);
+  EXPECT_FALSE(mpt.add_bias_linear);
+  EXPECT_NEAR(static_cast<double>(mpt.Parameters().total) / 6.649e9, 1.0, 0.005);
+  // GPT-NeoX-20B: 20,554,567,680.
+  EXPECT_NEAR(static_cast<double>(LoadModel(dir + "gpt-neox-20b.json").Parameters().total) /
+                  20.5546e9, 1.0, 0.005);
+  // BLOOM-560m: 559,214,592 (we omit the 2h embedding layernorm: 2,048 fewer).
+  EXPECT_NEAR(static_cast<double>(LoadModel(dir + "bloom-560m.json").Parameters().total) /
+                  559214592.0, 1.0, 0.005);
+}
+
+// ---- the bad-input catalogue: each message checked exactly ---------------------------------
+
+const char* kGoodModel = R"({
+  "num_layers": 4, "hidden_size": 256, "ffn_hidden_size": 1024, "num_attention_heads": 8,
+  "vocab_size": 1000, "seq_length": 128, "normalization": "layernorm", "activation": "gelu",
+  "position_embedding": "learned", "tie_embeddings": true
+})";
+
+std::string ModelWith(const std::string& key, const std::string& value_json) {
+  Json j = Json::parse(kGoodModel);
+  if (value_json.empty()) {
+    j.erase(key);
+  } else {
+    j[key] = Json::parse(value_json);
+  }
+  return j.dump();
+}
+
+std::string LoadError(const std::string& name, const std::string& text) {
+  std::string path = WriteTemp(name, text);
+  std::string msg = ErrorOf([&] { LoadModel(path); });
+  // Messages begin with the path; strip the temp dir to compare the rest.
+  auto pos = msg.find(name);
+  return pos == std::string::npos ? msg : msg.substr(pos);
+}
+
+TEST(BadInput, GoodModelLoads) { EXPECT_EQ(LoadError("good.json", kGoodModel), "no error"); }
+
+TEST(BadInput, MalformedJson) {
+  EXPECT_EQ(LoadError("bad1.json", "{\"num_layers\": 4,,}"),
+            "bad1.json:1:18: malformed JSON (expected a valid JSON document)");
+}
+
+TEST(BadInput, MissingField) {
+  EXPECT_EQ(LoadError("bad2.json", ModelWith("hidden_size", "")),
+            "bad2.json: /hidden_size: missing required field");
+}
+
+TEST(BadInput, WrongType) {
+  EXPECT_EQ(LoadError("bad3.json", ModelWith("num_layers", "\"four\"")),
+            "bad3.json: /num_layers: got \"four\", expected an integer in [1, 65536]");
+  EXPECT_EQ(LoadError("bad3b.json", ModelWith("tie_embeddings", "1")),
+            "bad3b.json: /tie_embeddings: got 1, expected true or false");
+  EXPECT_EQ(LoadError("bad3c.json", ModelWith("activation", "\"relu\"")),
+            "bad3c.json: /activation: got \"relu\", expected one of gelu|swiglu");
+}
+
+TEST(BadInput, ZeroNegativeAndAbsurd) {
+  EXPECT_EQ(LoadError("bad4.json", ModelWith("num_layers", "0")),
+            "bad4.json: /num_layers: got 0, expected an integer in [1, 65536]");
+  EXPECT_EQ(LoadError("bad5.json", ModelWith("vocab_size", "-50257")),
+            "bad5.json: /vocab_size: got -50257, expected an integer in [1, 16777216]");
+  EXPECT_EQ(LoadError("bad6.json", ModelWith("hidden_size", "99999999999999999999")),
+            "bad6.json: /hidden_size: got 1e+20, expected an integer in [1, 1048576]");
+  EXPECT_EQ(LoadError("bad6b.json", ModelWith("hidden_size", "18446744073709551615")),
+            "bad6b.json: /hidden_size: got 18446744073709551615, expected an integer in [1, "
+            "1048576]");
+}
+
+TEST(BadInput, HeadsMustDivideHidden) {
+  EXPECT_EQ(LoadError("bad7.json", ModelWith("num_attention_heads", "7")),
+            "bad7.json: /num_attention_heads: got 7, expected a divisor of hidden_size = 256 (or "
+            "give kv_channels explicitly)");
+}
+
+TEST(BadInput, QueryGroupsMustDivideHeads) {
+  EXPECT_EQ(LoadError("bad8.json", ModelWith("num_query_groups", "3")),
+            "bad8.json: /num_query_groups: got 3, expected a divisor of num_attention_heads = 8");
+}
+
+TEST(BadInput, UnknownKeyIsAnError) {
+  EXPECT_EQ(LoadError("bad9.json", ModelWith("num_layer", "4")),
+            "bad9.json: /num_layer: unknown key 'num_layer', expected one of activation, "
+            "add_bias_linear, add_qkv_bias, ffn_hidden_size, hidden_size, kv_channels, "
+            "max_position_embeddings, name, normalization, num_attention_heads, num_layers, "
+            "num_query_groups, position_embedding, seq_length, source, tie_embeddings, "
+            "vocab_size (did you mean 'num_layers'?)");
+  // Keys starting with '_' are comments.
+  EXPECT_EQ(LoadError("ok_comment.json", ModelWith("_comment", "\"a note\"")), "no error");
+}
+
+TEST(BadInput, UnknownPresetListsCloseOnes) {
+  EXPECT_EQ(ErrorOf([] { LoadModel("gpt3-17b"); }),
+            "unknown model preset 'gpt3-17b'; close matches: gpt3-13b, gpt3-175b; `shardcast "
+            "models` lists all presets, or give a path to a JSON file");
+  EXPECT_EQ(ErrorOf([] { LoadCluster("dgx-a10"); }),
+            "unknown cluster preset 'dgx-a10'; close matches: dgx-a100, dgx-a100-40gb; "
+            "`shardcast models` lists all presets, or give a path to a JSON file");
+  EXPECT_EQ(ErrorOf([] { LoadModel("/nonexistent/m.json"); }),
+            "/nonexistent/m.json: cannot open file for reading");
+}
+
+TEST(BadInput, UnsupportedHuggingFaceType) {
+  EXPECT_EQ(LoadError("hfbad.json", R"({"model_type": "t5", "d_model": 512})"),
+            "hfbad.json: /model_type: got \"t5\", expected a supported Hugging Face model_type: "
+            "llama, mistral, qwen2, gpt2, gpt_neox, mpt, bloom");
+}
+
+TEST(BadInput, ClusterWithUnknownGpu) {
+  std::string path = WriteTemp("cl.json", R"({"gpu": "a100-sxm9", "gpus_per_node": 8,
+    "intra_node": {"fabric": "nvswitch", "bandwidth_GBps_per_direction": 300},
+    "inter_node": {"nics_per_node": 8, "nic_Gbps": 200}})");
+  std::string msg = ErrorOf([&] { LoadCluster(path); });
+  EXPECT_EQ(msg, path + ": /gpu: unknown GPU preset 'a100-sxm9'; close matches: a100-sxm4-40gb, "
+                        "a100-sxm4-80gb, h100-sxm; `shardcast models` lists all presets, or give a path to "
+                        "a JSON file");
+}
+
+// ---- parallel configuration ---------------------------------------------------------------
+
+TEST(Parallel, SizesThatDoNotDivideAreReasons) {
+  Model m = LoadModel("gpt3-175b");
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 12;
+  c.dp = 1;
+  c.global_batch_size = 1;
+  auto r = InfeasibilityReasons(m, c, 1000, 8);
+  ASSERT_EQ(r.size(), 1u) << ::testing::PrintToString(r);
+  EXPECT_EQ(r[0], "tp*pp = 8*12 = 96 does not divide 1000 GPUs");
+  c.tp = 7;
+  c.pp = 1;
+  c.dp = 1;
+  r = InfeasibilityReasons(m, c, 7, 8);
+  ASSERT_EQ(r.size(), 1u) << ::testing::PrintToString(r);
+  EXPECT_EQ(r[0], "tp = 7 does not divide num_attention_heads = 96");
+}
+
+TEST(Parallel, ZeroBytesPerParamMatchRajbhandari) {
+  // With 2-byte gradients the ZeRO paper's 16, 4+12/d, 2+14/d, 16/d.
+  const double d = 64;
+  EXPECT_DOUBLE_EQ(BytesPerParam(0, 64, false).total(), 16.0);
+  EXPECT_DOUBLE_EQ(BytesPerParam(1, 64, false).total(), 4.0 + 12.0 / d);
+  EXPECT_DOUBLE_EQ(BytesPerParam(2, 64, false).total(), 2.0 + 14.0 / d);
+  EXPECT_DOUBLE_EQ(BytesPerParam(3, 64, false).total(), 16.0 / d);
+  // Megatron-LM's fp32 main grads: 18, 6+12/d, 2+16/d, 18/d.
+  EXPECT_DOUBLE_EQ(BytesPerParam(0, 64, true).total(), 18.0);
+  EXPECT_DOUBLE_EQ(BytesPerParam(1, 64, true).total(), 6.0 + 12.0 / d);
+  EXPECT_DOUBLE_EQ(BytesPerParam(2, 64, true).total(), 2.0 + 16.0 / d);
+  EXPECT_DOUBLE_EQ(BytesPerParam(3, 64, true).total(), 18.0 / d);
+}
+
+TEST(Parallel, StageParametersSumToModelPlusOutputCopy) {
+  Model m = LoadModel("gpt3-175b");
+  double sum_tp1 = 0;
+  for (int s = 0; s < 8; ++s) sum_tp1 += ParametersOfStage(m, 1, 8, s).total();
+  // With pp > 1 the last stage keeps its own copy of the tied embedding (Megatron-LM).
+  EXPECT_DOUBLE_EQ(sum_tp1, static_cast<double>(m.Parameters().total + 51200LL * 12288));
+  EXPECT_EQ(LayersOfStage(10, 4, 0), 3);
+  EXPECT_EQ(LayersOfStage(10, 4, 3), 2);
+}
+
+}  // namespace
+}  // namespace shardcast

@@ -1,0 +1,51 @@
+#pragma once
+// Helpers shared by the test suites.
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <sys/wait.h>
+
+namespace shardcast::testing {
+
+/// Writes `text` to a fresh file in the test temp dir and returns its path.
+inline std::string WriteTemp(const std::string& name, const std::string& text) {
+  auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  std::filesystem::create_directories(dir);
+  auto path = (dir / name).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;  ///< stdout
+  std::string err;  ///< stderr
+};
+
+/// Runs the shardcast binary with `args` (shell words), capturing stdout and stderr.
+inline RunResult RunShardcast(const std::string& args) {
+  auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  std::filesystem::create_directories(dir);
+  static int counter = 0;
+  std::string err_path = (dir / ("stderr_" + std::to_string(::getpid()) + "_" +
+                                 std::to_string(counter++)))
+                             .string();
+  std::string cmd = std::string(SHARDCAST_BINARY) + " " + args + " 2>" + err_path;
+  RunResult r;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(err_path);
+  r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
+  std::filesystem::remove(err_path);
+  return r;
+}
+
+}  // namespace shardcast::testing
