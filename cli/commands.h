@@ -9,5 +9,6 @@ namespace shardcast::cli {
 
 void RegisterModels(CLI::App& app);
 void RegisterDescribe(CLI::App& app);
+void RegisterSimulate(CLI::App& app);
 
 }  // namespace shardcast::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "shardcast 0.1.0");
   shardcast::cli::RegisterModels(app);
   shardcast::cli::RegisterDescribe(app);
+  shardcast::cli::RegisterSimulate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

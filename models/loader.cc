@@ -110,7 +110,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
                        "num_attention_heads", "num_query_groups", "kv_channels", "vocab_size",
                        "seq_length", "max_position_embeddings", "normalization", "activation",
                        "position_embedding", "tie_embeddings", "add_bias_linear", "add_qkv_bias",
-                       "source"});
+                       "dropout", "source"});
   Model m;
   m.name = r.OptString("name").value_or(std::filesystem::path(file).stem().string());
   m.num_layers = r.Int("num_layers", 1, kMaxLayers);
@@ -143,6 +143,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   m.tie_embeddings = r.Bool("tie_embeddings");
   m.add_bias_linear = r.OptBool("add_bias_linear").value_or(true);
   m.add_qkv_bias = r.OptBool("add_qkv_bias").value_or(m.add_bias_linear);
+  m.dropout = r.OptBool("dropout").value_or(true);
   m.source = r.OptString("source").value_or("user file " + file);
   m.origin = file;
   ValidateModel(m, file);
@@ -174,6 +175,7 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     m.add_bias_linear = r.OptBool("mlp_bias").value_or(false);
     m.add_qkv_bias = type == "qwen2" ? true : r.OptBool("attention_bias").value_or(false);
     if (auto hd = r.OptInt("head_dim", 1, kMaxHeadDim)) m.kv_channels = *hd;
+    m.dropout = r.OptNumber("attention_dropout", 0, 1).value_or(0.0) > 0;
   } else if (type == "gpt2") {
     m.num_layers = r.Int("n_layer", 1, kMaxLayers);
     m.hidden_size = r.Int("n_embd", 1, kMaxHidden);

@@ -70,6 +70,10 @@ struct Model {
   bool tie_embeddings = true;
   bool add_bias_linear = true;
   bool add_qkv_bias = true;
+  /// Hidden and attention dropout active in training (Megatron-LM's default 0.1): dropout masks
+  /// are saved for backward (Korthikanti et al. 2022 section 4.1). Llama-style models train
+  /// without dropout.
+  bool dropout = true;
   std::string source;
   std::string origin;  ///< "preset", a file path, or "huggingface:PATH"
 

@@ -3,6 +3,7 @@
 /// A data/tensor/pipeline-parallel training configuration, in Megatron-LM's terms, and the
 /// checks that decide whether it can run at all (before memory is considered).
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +34,12 @@ struct ParallelConfig {
   bool fp32_main_grads = true;  ///< Megatron keeps fp32 gradient buffers (4 B/param)
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = true;
+  bool flash_attention = true;  ///< fused attention (no s*s tensors saved)
+  /// Megatron-LM's scatter/gather optimization (SC21 section 4.1): pipeline sends carry 1/tp of
+  /// the activation per tensor-parallel rank, re-assembled with an NVLink all-gather.
+  bool scatter_gather = true;
+  /// Megatron-LM's --ddp-bucket-size default: max(40M, 1M * dp) parameters per gradient bucket.
+  std::int64_t BucketParams() const { return std::max<std::int64_t>(40000000, 1000000 * dp); }
 
   std::int64_t gpus() const { return tp * pp * dp; }
   /// Micro-batches per step per data-parallel replica: gbs / (mbs * dp).

@@ -1,0 +1,178 @@
+#include <iostream>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "common/error.h"
+#include "common/file_util.h"
+#include "common/text.h"
+#include "models/loader.h"
+#include "simulator/simulate.h"
+
+namespace shardcast::cli {
+namespace {
+
+struct SimulateArgs {
+  std::string model, cluster, profile, trace;
+  std::int64_t gpus = 0, tp = 1, pp = 1, dp = 0, vp = 0, layers_per_vp = 0, mbs = 1, gbs = 0, seq = 0;
+  std::string recompute = "none", schedule, precision = "bf16", recompute_granularity;
+  bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
+       no_overlap_param = false, bf16_grads = false, json = false, full_rank = false;
+  int zero = -1;
+};
+
+std::string Pct(double x) { return fmt::format("{:.1f}%", 100.0 * x); }
+
+void PrintHuman(const SimulationResult& r, const Model& m, const ParallelConfig& c,
+                const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {
+  std::cout << fmt::format("{} on {} x {} ({}), profile: {}\n", m.name, gpus, cl.gpu.display_name,
+                           cl.name, prof.kind == "default" ? "built-in default" : prof.source);
+  std::cout << fmt::format("  {}  seq {}  micro-batches per step {}\n", c.Summary(),
+                           c.seq_length > 0 ? c.seq_length : m.seq_length, c.num_microbatches());
+  if (!r.feasible) {
+    std::cout << "\nThis configuration cannot run:\n";
+    for (const auto& s : r.reasons) std::cout << "  - " << s << "\n";
+    return;
+  }
+  std::cout << "\nStep\n";
+  std::cout << fmt::format("  step time        {}\n", FormatSeconds(r.step_time_s));
+  std::cout << fmt::format("  throughput       {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s, r.samples_per_s);
+  std::cout << fmt::format("  MFU / HFU        {} / {}   (model FLOPs 6*N_gemm + 12*L*s*a*d per token,\n"
+                           "                   full attention matrix; HFU adds recompute; dense {} peak {:.0f} TFLOP/s per GPU)\n",
+                           Pct(r.mfu), Pct(r.hfu), ToString(c.precision), cl.gpu.PeakFlops(c.precision) / 1e12);
+  std::cout << fmt::format("  bubble fraction  {}   (compute stream waiting on other stages, mean over stages)\n",
+                           Pct(r.bubble_fraction));
+  std::cout << "\nTime breakdown (mean over stages; parts add up to the step time)\n";
+  const auto& b = r.breakdown;
+  auto line = [&](const char* name, double s, const char* note) {
+    std::cout << fmt::format("  {:<22} {:>12}  {:>6}  {}\n", name, FormatSeconds(s), Pct(s / r.step_time_s), note);
+  };
+  line("compute", b.compute_s, "GEMMs, attention, memory-bound ops (incl. overlap slowdown)");
+  line("recompute", b.recompute_s, "activation recomputation");
+  line("tensor-parallel comm", b.tp_comm_s, "TP/SP collectives on the critical path");
+  line("pipeline comm", b.pp_comm_s, "waiting on a stage-to-stage transfer in flight");
+  line("data-parallel comm", b.dp_comm_s, "waiting on own gradient/parameter collectives");
+  line("bubble", b.bubble_s, "waiting on other stages (fill, drain, imbalance)");
+  line("optimizer", b.optimizer_s, "Adam step and gradient norm");
+  std::cout << "\nMemory per GPU by pipeline stage (usable " << FormatGiB(r.usable_memory_bytes) << ")\n";
+  std::cout << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}  {}\n", "stage", "layers",
+                           "weights", "grads", "optimizer", "activ.", "(in flight)", "other", "peak", "");
+  for (const auto& s : r.stages) {
+    const auto& mm = s.memory;
+    std::cout << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}  {}\n", s.stage, s.layers,
+                             FormatGiB(mm.weights_bytes), FormatGiB(mm.grads_bytes), FormatGiB(mm.optimizer_bytes),
+                             FormatGiB(mm.activations_bytes), fmt::format("{} mb", mm.peak_inflight_microbatches),
+                             FormatGiB(mm.comm_buffer_bytes + mm.framework_bytes), FormatGiB(mm.peak_bytes),
+                             s.fits ? "fits" : "DOES NOT FIT");
+  }
+  std::cout << "\nPer stage: time (compute / tp / bubble / pp / dp / optimizer)\n";
+  for (const auto& s : r.stages) {
+    const auto& t = s.time;
+    std::cout << fmt::format("  stage {:>3}: {} / {} / {} / {} / {} / {}   bubble {}\n", s.stage,
+                             FormatSeconds(t.compute_s + t.recompute_s), FormatSeconds(t.tp_comm_s),
+                             FormatSeconds(t.bubble_s), FormatSeconds(t.pp_comm_s), FormatSeconds(t.dp_comm_s),
+                             FormatSeconds(t.optimizer_s), Pct(s.bubble_fraction));
+  }
+  std::cout << "\nCritical path\n";
+  for (const auto& l : r.critical_path) std::cout << "  " << l << "\n";
+  if (!r.fits) {
+    std::cout << "\nDoes not fit:\n";
+    for (const auto& s : r.reasons) std::cout << "  - " << s << "\n";
+  }
+}
+
+void RunSimulate(const SimulateArgs& a) {
+  const Model m = LoadModel(a.model);
+  if (a.cluster.empty()) throw InputError("command line: --cluster: missing, expected a cluster preset name or JSON path");
+  const Cluster cl = LoadCluster(a.cluster);
+  const std::int64_t gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
+  ParallelConfig c;
+  c.tp = a.tp;
+  c.pp = a.pp;
+  if (gpus % (a.tp * a.pp) == 0) {
+    c.dp = gpus / (a.tp * a.pp);
+  }
+  if (a.dp > 0) c.dp = a.dp;  // InfeasibilityReasons reports a disagreement
+  c.micro_batch_size = a.mbs;
+  c.global_batch_size = a.gbs > 0 ? a.gbs : c.dp * a.mbs;
+  c.seq_length = a.seq > 0 ? a.seq : m.seq_length;
+  c.sequence_parallel = a.sp;
+  std::string rc = a.recompute_granularity.empty() ? a.recompute : a.recompute_granularity;
+  c.recompute = rc == "none" ? Recompute::kNone : rc == "selective" ? Recompute::kSelective : Recompute::kFull;
+  if (a.vp > 0) c.vp = a.vp;
+  if (a.layers_per_vp > 0) {
+    if (m.num_layers % (a.pp * a.layers_per_vp) != 0) {
+      throw InputError(fmt::format("command line: --num-layers-per-virtual-pipeline-stage: got {}, expected a divisor "
+                                   "of num_layers / pp = {} / {}", a.layers_per_vp, m.num_layers, a.pp));
+    }
+    c.vp = m.num_layers / (a.pp * a.layers_per_vp);
+  }
+  std::string sched = a.schedule;
+  if (sched.empty()) sched = c.vp > 1 ? "interleaved" : "1f1b";
+  c.schedule = sched == "gpipe" ? Schedule::kGpipe : sched == "1f1b" ? Schedule::k1F1B
+             : sched == "interleaved" ? Schedule::kInterleaved : Schedule::kZbH1;
+  c.zero_stage = a.zero >= 0 ? a.zero : (a.dist_opt ? 1 : 0);
+  c.precision = a.precision == "fp16" ? Precision::kFp16 : Precision::kBf16;
+  c.flash_attention = !a.no_flash;
+  c.overlap_grad_reduce = !a.no_overlap_grad;
+  c.overlap_param_gather = !a.no_overlap_param;
+  c.fp32_main_grads = !a.bf16_grads;
+  const HardwareProfile prof = a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile);
+  SimulateOptions opts;
+  opts.full_rank = a.full_rank;
+  opts.keep_graph = !a.trace.empty();
+  SimulationResult r = Simulate(m, c, cl, gpus, prof, opts);
+  if (!a.trace.empty() && r.feasible) WriteFileAtomic(a.trace, ChromeTrace(r));
+  if (a.json) {
+    std::cout << ResultToJson(r, m, c, cl, gpus).dump(2) << "\n";
+  } else {
+    PrintHuman(r, m, c, cl, gpus, prof);
+    if (!a.trace.empty() && r.feasible) std::cout << "\nTrace written to " << a.trace << " (open in ui.perfetto.dev)\n";
+  }
+}
+
+}  // namespace
+
+void RegisterSimulate(CLI::App& app) {
+  auto a = std::make_shared<SimulateArgs>();
+  auto* cmd = app.add_subcommand(
+      "simulate",
+      "Simulate one training step of a data/tensor/pipeline-parallel configuration.\n"
+      "Example: shardcast simulate --model gpt3-175b --cluster dgx-a100 --gpus 64 --tp 8 --pp 8 --vp 3 \\\n"
+      "           --mbs 1 --gbs 64 --recompute selective --sequence-parallel --schedule interleaved");
+  cmd->add_option("--model", a->model, "model preset name or JSON / HF config.json path")->required();
+  cmd->add_option("--cluster", a->cluster, "cluster preset name or JSON path")->required();
+  AddPositive(cmd, "--gpus", a->gpus, "number of GPUs");
+  AddPositive(cmd, "--tp,--tensor-model-parallel-size", a->tp, "tensor-parallel size");
+  AddPositive(cmd, "--pp,--pipeline-model-parallel-size", a->pp, "pipeline-parallel size");
+  AddPositive(cmd, "--dp,--data-parallel-size", a->dp, "data-parallel size (default gpus/(tp*pp); must agree)");
+  AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size", a->vp, "virtual stages per pipeline rank");
+  AddPositive(cmd, "--num-layers-per-virtual-pipeline-stage", a->layers_per_vp, "Megatron-LM's way to set vp");
+  AddPositive(cmd, "--mbs,--micro-batch-size", a->mbs, "micro-batch size");
+  AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (default dp*mbs)");
+  AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)");
+  cmd->add_option("--recompute", a->recompute, "activation recompute: none|selective|full")
+      ->check(CLI::IsMember({"none", "selective", "full"}));
+  cmd->add_option("--recompute-granularity", a->recompute_granularity, "Megatron-LM alias of --recompute")
+      ->check(CLI::IsMember({"selective", "full"}));
+  cmd->add_flag("--sequence-parallel", a->sp, "sequence parallelism (needs tp > 1)");
+  cmd->add_option("--zero", a->zero, "ZeRO stage 0-3 (1 = Megatron's distributed optimizer)")
+      ->check(CLI::Range(0, 3));
+  cmd->add_flag("--use-distributed-optimizer", a->dist_opt, "Megatron-LM alias of --zero 1");
+  cmd->add_option("--schedule", a->schedule, "pipeline schedule: gpipe|1f1b|interleaved|zb-h1")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
+  cmd->add_option("--precision", a->precision, "bf16|fp16")->check(CLI::IsMember({"bf16", "fp16"}));
+  cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention that saves s*s scores (Megatron 2021)");
+  cmd->add_flag("--no-overlap-grad-reduce", a->no_overlap_grad, "reduce gradients after the backward pass");
+  cmd->add_flag("--no-overlap-param-gather", a->no_overlap_param, "gather parameters after the optimizer");
+  cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
+  cmd->add_option("--profile", a->profile, "hardware profile JSON (default: built-in for the GPU)");
+  cmd->add_option("--trace", a->trace, "write a Chrome trace JSON (opens in Perfetto)");
+  cmd->add_flag("--full-rank", a->full_rank, "simulate every data-parallel replica (slow; for checks)");
+  cmd->add_flag("--json", a->json, "print JSON");
+  cmd->callback([a] { RunSimulate(*a); });
+}
+
+}  // namespace shardcast::cli

@@ -1,0 +1,107 @@
+#pragma once
+/// \file cost_model.h
+/// Per-op cost model of one transformer layer (and the embedding, output layer and optimizer)
+/// under a parallel configuration: shapes, FLOPs, bytes moved, bytes saved for backward, and
+/// durations from a hardware profile. Formulas and sources: DESIGN.md section 3, docs/simulator.md.
+
+#include <string>
+#include <vector>
+
+#include "models/hardware.h"
+#include "models/model.h"
+#include "models/parallel.h"
+#include "simulator/profile.h"
+
+namespace shardcast {
+
+enum class OpKind { kGemm, kAttention, kMemory, kCollective };
+/// Which pass an op belongs to. kBackwardInput is "B" and kBackwardWeight is "W" of the
+/// zero-bubble schedules (Qi et al. 2024); 1F1B runs them back to back.
+enum class Pass { kForward, kBackwardInput, kBackwardWeight, kRecompute };
+const char* ToString(OpKind k);
+const char* ToString(Pass p);
+
+/// Placement of a communication group under the rank order (tensor-parallel innermost, then
+/// data, then pipeline: Megatron-LM's default).
+struct GroupPlacement {
+  int ranks = 1;
+  int ranks_per_node = 1;  ///< members of this group on one node
+  int nodes() const { return (ranks + ranks_per_node - 1) / ranks_per_node; }
+};
+
+/// Which shared resource a transfer's bottleneck is (the engine shares it between flows).
+enum class LinkKind { kIntraNode, kNetwork };
+
+/// Time of one collective: latency + bytes_on_link / link_GBps (a fluid flow in the engine).
+struct CollectiveCost {
+  double latency_s = 0;
+  double bytes_on_link = 0;  ///< bytes the representative GPU pushes through its bottleneck
+  double link_GBps = 0;      ///< bottleneck bandwidth available to this GPU
+  LinkKind link = LinkKind::kIntraNode;
+  double time_s() const { return latency_s + (link_GBps > 0 ? bytes_on_link / (link_GBps * 1e9) : 0); }
+};
+
+/// Collective cost from the profile's measured table for (op, ranks, nodes) when present, else
+/// NCCL's ring alpha-beta form: latency = base + (nsteps - nInter)*intraLat + nInter*interLat;
+/// time = latency + factor(n) * size / busbw, with busbw the intra-node ring busbw, or across
+/// nodes min(intra busbw, ranks_per_node * per-GPU NIC share). `size_bytes` is nccl-tests' `size`.
+CollectiveCost CollectiveCostOf(const HardwareProfile& prof, CollectiveOp op, double size_bytes,
+                                const GroupPlacement& g);
+/// Point-to-point send of `bytes` between two GPUs, on one node or across nodes.
+CollectiveCost P2PCostOf(const HardwareProfile& prof, double bytes, bool same_node);
+
+struct Op {
+  std::string name;
+  OpKind kind = OpKind::kMemory;
+  Pass pass = Pass::kForward;
+  double m = 0, n = 0, k = 0;   ///< GEMM shape (per GPU), when kind == kGemm
+  double flops = 0;             ///< executed FLOPs per GPU
+  double bytes = 0;             ///< bytes moved (memory ops) or collective size (nccl-tests size)
+  double saved_bytes = 0;       ///< activation bytes kept for backward (forward ops)
+  double duration_s = 0;
+  CollectiveOp collective = CollectiveOp::kAllReduce;
+};
+
+/// Durations of one op kind from the profile.
+double GemmTime(const HardwareProfile& p, double m, double n, double k);
+double MemoryBoundTime(const HardwareProfile& p, double bytes);
+double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward);
+
+/// What one micro-batch costs on one chunk (a contiguous group of layers, plus embedding or
+/// output layer where the chunk holds them) of one GPU.
+struct ChunkCost {
+  int stage = 0, chunk = 0, layers = 0;
+  bool has_embedding = false, has_output = false;
+  double fwd_s = 0, bwd_input_s = 0, bwd_weight_s = 0, recompute_s = 0;
+  double fwd_tp_s = 0, bwd_tp_s = 0, recompute_tp_s = 0;  ///< TP collective time inside the above
+  double saved_bytes = 0;      ///< kept from forward until backward, per micro-batch
+  double transient_bytes = 0;  ///< extra working memory while the chunk runs
+  double params_per_gpu = 0;   ///< parameters of this chunk on one GPU
+  double bwd_s() const { return bwd_input_s + bwd_weight_s; }
+};
+
+/// The whole cost model for one configuration.
+struct CostModel {
+  std::vector<Op> layer_ops;      ///< one transformer layer, all passes
+  std::vector<Op> embedding_ops;  ///< first stage
+  std::vector<Op> output_ops;     ///< last stage
+  std::vector<std::vector<ChunkCost>> chunks;  ///< [stage][virtual chunk]
+  GroupPlacement tp_group, dp_group;
+  std::vector<bool> pp_next_same_node;  ///< stage i -> i+1 on the same node
+  double pp_message_bytes = 0;          ///< activation (or its gradient) sent per micro-batch
+  CollectiveCost pp_send_intra, pp_send_inter;
+  double tokens_per_microbatch = 0;
+};
+
+/// Builds the op lists and per-chunk costs. The configuration must be feasible
+/// (InfeasibilityReasons empty).
+CostModel BuildCostModel(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
+                         const HardwareProfile& profile);
+
+/// Korthikanti et al. 2022 activation bytes per layer per micro-batch (GPT layer, no flash
+/// attention, with dropout), for tests and docs: s*b*h*(34 + 5*a*s/h) without parallelism,
+/// s*b*h*(10 + 24/t + 5*a*s/(h*t)) with TP, /t with TP+SP, 34*s*b*h/t with SP + selective.
+double KorthikantiLayerActivationBytes(double s, double b, double h, double a, double t, bool sp,
+                                       Recompute recompute);
+
+}  // namespace shardcast

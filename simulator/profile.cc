@@ -1,0 +1,294 @@
+#include "simulator/profile.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+#include "common/text.h"
+
+namespace shardcast {
+
+const char* ToString(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllReduce: return "all_reduce";
+    case CollectiveOp::kAllGather: return "all_gather";
+    case CollectiveOp::kReduceScatter: return "reduce_scatter";
+    case CollectiveOp::kAllToAll: return "alltoall";
+    case CollectiveOp::kSendRecv: return "sendrecv";
+  }
+  return "?";
+}
+
+double BusBwFactor(CollectiveOp op, int n) {
+  if (n <= 1) return 0.0;
+  const double dn = n;
+  switch (op) {
+    case CollectiveOp::kAllReduce: return 2.0 * (dn - 1) / dn;
+    case CollectiveOp::kAllGather:
+    case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kAllToAll: return (dn - 1) / dn;
+    case CollectiveOp::kSendRecv: return 1.0;
+  }
+  return 1.0;
+}
+
+double InterpolateLogX(const std::vector<CurvePoint>& c, double x) {
+  if (c.empty()) return 1.0;
+  if (x <= c.front().x) return c.front().y;
+  if (x >= c.back().x) return c.back().y;
+  for (std::size_t i = 1; i < c.size(); ++i) {
+    if (x <= c[i].x) {
+      const double t = (std::log(x) - std::log(c[i - 1].x)) / (std::log(c[i].x) - std::log(c[i - 1].x));
+      return c[i - 1].y + t * (c[i].y - c[i - 1].y);
+    }
+  }
+  return c.back().y;
+}
+
+double HardwareProfile::NicShareGBps() const {
+  if (gpus_per_node <= 0) return 0;
+  return nic_effective_GBps * nics_per_node / gpus_per_node;
+}
+
+HardwareProfile DefaultProfile(const Cluster& cl) {
+  const Gpu& g = cl.gpu;
+  HardwareProfile p;
+  p.kind = "default";
+  p.gpu = g.name;
+  p.date = "2026-11";
+  p.source = "built-in default for " + g.name + " on " + cl.name +
+             " from spec sheets and public measurements (docs/profile.md)";
+  // GEMM: MAMF / peak (stas00/ml-engineering MAMF table; hardware.md 4.1); g(F) saturation curve
+  // [est] from hardware.md 4.2 (Calculon's size buckets and B200 cuBLAS shape sweeps).
+  p.gemm_peak_tflops = g.peak_bf16_tflops;
+  // Attention efficiencies (fraction of bf16 peak): FA2 on A100 (FA2 paper, 50-73%), FA3 on
+  // Hopper (FA3 paper figures: fwd causal ~0.58, bwd ~0.53), FA4 in-step on Blackwell ~0.42.
+  if (g.arch == "ampere") {
+    p.gemm_max_efficiency = 271.2 / 312.0;
+    p.attention_fwd_efficiency = 0.65;
+    p.attention_bwd_efficiency = 0.55;
+  } else if (g.arch == "hopper") {
+    p.gemm_max_efficiency = 794.5 / 989.4;
+    p.attention_fwd_efficiency = 0.58;
+    p.attention_bwd_efficiency = 0.53;
+  } else if (g.arch == "blackwell") {
+    p.gemm_max_efficiency = 1745.0 / 2250.0;
+    p.attention_fwd_efficiency = 0.42;
+    p.attention_bwd_efficiency = 0.40;
+  } else if (g.arch == "cdna3") {
+    p.gemm_max_efficiency = 668.4 / 1307.4;  // ROCm 6.3 MAMF
+    p.attention_fwd_efficiency = 0.35;       // [est]
+    p.attention_bwd_efficiency = 0.30;       // [est]
+  } else {
+    p.gemm_max_efficiency = 0.75;  // [est] (Ada and unknown architectures)
+    p.attention_fwd_efficiency = 0.45;
+    p.attention_bwd_efficiency = 0.40;
+  }
+  p.gemm_efficiency_vs_gflop = {{0.5, 0.25}, {3, 0.5}, {20, 0.75}, {100, 0.93}, {500, 1.0}};
+  // FA3 causal forward by sequence length relative to 2k (FA3 paper figures: 292, 423, 521,
+  // 579, 602, 616 TF/s at 512..16k).
+  p.attention_efficiency_vs_seq = {{512, 0.56}, {1024, 0.81}, {2048, 1.0},
+                                   {4096, 1.11}, {8192, 1.16}, {16384, 1.18}};
+  // Memory-bound: Calculon's HBM efficiency buckets (calculon systems/*.json).
+  p.hbm_GBps = g.hbm_bandwidth_GBps;
+  p.memory_efficiency_vs_bytes = {{1e5, 0.3}, {1e6, 0.6}, {1e7, 0.75}, {1e8, 0.9}};
+  p.launch_overhead_s = 4e-6;  // a few microseconds per kernel (hardware.md 4.2 / 5)
+  // Collectives. Intra-node ring busbw as a fraction of the NVLink line rate, measured:
+  // A100 230/300, H100/H200 370/450, B200 682/900 (hardware.md 2.4); PCIe and others 0.8 [est].
+  double intra_eff = 0.8;
+  if (cl.intra_fabric == "nvswitch" || cl.intra_fabric == "nvlink") {
+    if (g.arch == "ampere") intra_eff = 230.0 / 300.0;
+    else if (g.arch == "hopper") intra_eff = 370.0 / 450.0;
+    else if (g.arch == "blackwell") intra_eff = 682.0 / 900.0;
+  }
+  p.intra_busbw_GBps = cl.intra_GBps_per_direction * intra_eff;
+  // p2p inside a node: measured pair write bandwidth A100 274/300, H100 376/450 (hardware.md 1.2).
+  p.p2p_intra_GBps = cl.intra_GBps_per_direction * (g.arch == "ampere" ? 274.0 / 300.0 : 0.83);
+  // Per NIC: 0.92-0.96 of line rate in ring busbw (hardware.md 2.4: HDR ~24 of 25, NDR 46-48).
+  p.nic_effective_GBps = 0.94 * cl.nic_Gbps / 8.0;
+  p.nics_per_node = static_cast<int>(cl.nics_per_node);
+  p.gpus_per_node = static_cast<int>(cl.gpus_per_node);
+  // NCCL 2.30 tuning.cc Ring/Simple latencies (hardware.md 3.2).
+  p.coll_base_latency_s = 8.4e-6;
+  p.coll_intra_hop_latency_s = (cl.intra_fabric == "pcie" ? 5.7e-6 : 3.4e-6);
+  p.coll_inter_hop_latency_s = 14.0e-6;
+  // Overlap slowdown: ~15% while NVLink collectives share SMs, 2-5% for network-only traffic
+  // (Lee et al. 2025; Calculon processor_usage; hardware.md 5).
+  p.overlap_slowdown_nvlink = 0.15;
+  p.overlap_slowdown_network = 0.03;
+  // [est] CUDA context (~0.5 GiB) + NCCL communicator buffers + allocator fragmentation.
+  p.framework_overhead_bytes = 1.0 * 1073741824.0;
+  return p;
+}
+
+namespace {
+
+std::vector<CurvePoint> ReadCurve(const JsonReader& r, const std::string& key) {
+  const Json& arr = r.json().at(key);
+  const std::string ptr = r.PointerTo(key);
+  if (!arr.is_array() || arr.empty()) {
+    throw InputError::Field(r.file(), ptr, JsonForMessage(arr), "a non-empty array of [x, y] pairs");
+  }
+  std::vector<CurvePoint> c;
+  for (std::size_t i = 0; i < arr.size(); ++i) {
+    const Json& pt = arr[i];
+    if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number() ||
+        !(pt[0].get<double>() > 0) || !(pt[1].get<double>() >= 0)) {
+      throw InputError::Field(r.file(), ptr + "/" + std::to_string(i), JsonForMessage(pt),
+                              "a pair [x > 0, y >= 0]");
+    }
+    if (!c.empty() && pt[0].get<double>() <= c.back().x) {
+      throw InputError::Field(r.file(), ptr + "/" + std::to_string(i), JsonForMessage(pt),
+                              "x values in increasing order");
+    }
+    c.push_back({pt[0].get<double>(), pt[1].get<double>()});
+  }
+  return c;
+}
+
+Json CurveToJson(const std::vector<CurvePoint>& c) {
+  Json a = Json::array();
+  for (const auto& p : c) a.push_back({p.x, p.y});
+  return a;
+}
+
+CollectiveOp ParseOp(const JsonReader& r, const std::string& key) {
+  std::string s = r.Enum(key, {"all_reduce", "all_gather", "reduce_scatter", "alltoall", "sendrecv"});
+  if (s == "all_reduce") return CollectiveOp::kAllReduce;
+  if (s == "all_gather") return CollectiveOp::kAllGather;
+  if (s == "reduce_scatter") return CollectiveOp::kReduceScatter;
+  if (s == "alltoall") return CollectiveOp::kAllToAll;
+  return CollectiveOp::kSendRecv;
+}
+
+}  // namespace
+
+HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
+  JsonReader r(j, file);
+  r.RejectUnknownKeys({"format", "version", "kind", "gpu", "conditions", "gemm", "attention",
+                       "memory", "launch_overhead_us", "collectives", "overlap",
+                       "framework_overhead_GiB", "cluster"});
+  if (r.String("format") != "shardcast-hardware-profile") {
+    throw InputError::Field(file, "/format", JsonForMessage(j.at("format")),
+                            "\"shardcast-hardware-profile\"");
+  }
+  HardwareProfile p;
+  p.version = static_cast<int>(r.Int("version", 1, 1));
+  p.kind = r.Enum("kind", {"default", "measured"});
+  p.gpu = r.String("gpu");
+  if (r.Has("conditions")) {
+    JsonReader c = r.Object("conditions");
+    p.source = c.OptString("source").value_or("");
+    p.date = c.OptString("date").value_or("");
+  }
+  JsonReader g = r.Object("gemm");
+  g.RejectUnknownKeys({"peak_tflops", "max_efficiency", "efficiency_vs_gflop", "samples"});
+  p.gemm_peak_tflops = g.Number("peak_tflops", 1e-6, 1e6);
+  p.gemm_max_efficiency = g.Number("max_efficiency", 1e-4, 1.0);
+  p.gemm_efficiency_vs_gflop = ReadCurve(g, "efficiency_vs_gflop");
+  if (g.Has("samples")) {
+    const Json& arr = g.json().at("samples");
+    if (!arr.is_array()) {
+      throw InputError::Field(file, "/gemm/samples", JsonForMessage(arr), "an array");
+    }
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+      JsonReader s(arr[i], file, "/gemm/samples/" + std::to_string(i));
+      s.RejectUnknownKeys({"m", "n", "k", "tflops", "dtype"});
+      p.gemm_samples.push_back({static_cast<double>(s.Int("m", 1, 1 << 24)),
+                                static_cast<double>(s.Int("n", 1, 1 << 24)),
+                                static_cast<double>(s.Int("k", 1, 1 << 24)),
+                                s.Number("tflops", 1e-9, 1e6)});
+    }
+  }
+  JsonReader a = r.Object("attention");
+  a.RejectUnknownKeys({"forward_efficiency", "backward_efficiency", "efficiency_vs_seq"});
+  p.attention_fwd_efficiency = a.Number("forward_efficiency", 1e-4, 1.0);
+  p.attention_bwd_efficiency = a.Number("backward_efficiency", 1e-4, 1.0);
+  p.attention_efficiency_vs_seq = ReadCurve(a, "efficiency_vs_seq");
+  JsonReader m = r.Object("memory");
+  m.RejectUnknownKeys({"hbm_GBps", "efficiency_vs_bytes"});
+  p.hbm_GBps = m.Number("hbm_GBps", 1e-3, 1e7);
+  p.memory_efficiency_vs_bytes = ReadCurve(m, "efficiency_vs_bytes");
+  p.launch_overhead_s = r.Number("launch_overhead_us", 0, 1e6) * 1e-6;
+  JsonReader c = r.Object("collectives");
+  c.RejectUnknownKeys({"intra_busbw_GBps", "p2p_intra_GBps", "nic_effective_GBps", "nics_per_node",
+                       "gpus_per_node", "base_latency_us", "intra_hop_latency_us",
+                       "inter_hop_latency_us", "tables"});
+  p.intra_busbw_GBps = c.Number("intra_busbw_GBps", 1e-6, 1e7);
+  p.p2p_intra_GBps = c.Number("p2p_intra_GBps", 1e-6, 1e7);
+  p.nic_effective_GBps = c.Number("nic_effective_GBps", 0, 1e7);
+  p.nics_per_node = static_cast<int>(c.Int("nics_per_node", 0, 1 << 16));
+  p.gpus_per_node = static_cast<int>(c.Int("gpus_per_node", 1, 1 << 20));
+  p.coll_base_latency_s = c.Number("base_latency_us", 0, 1e6) * 1e-6;
+  p.coll_intra_hop_latency_s = c.Number("intra_hop_latency_us", 0, 1e6) * 1e-6;
+  p.coll_inter_hop_latency_s = c.Number("inter_hop_latency_us", 0, 1e6) * 1e-6;
+  if (c.Has("tables")) {
+    const Json& arr = c.json().at("tables");
+    if (!arr.is_array()) {
+      throw InputError::Field(file, "/collectives/tables", JsonForMessage(arr), "an array");
+    }
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+      JsonReader t(arr[i], file, "/collectives/tables/" + std::to_string(i));
+      t.RejectUnknownKeys({"op", "ranks", "nodes", "bytes_to_seconds", "busbw_GBps", "alpha_us",
+                           "beta_GBps"});
+      CollectiveTable ct;
+      ct.op = ParseOp(t, "op");
+      ct.ranks = static_cast<int>(t.Int("ranks", 1, 1 << 24));
+      ct.nodes = static_cast<int>(t.Int("nodes", 1, 1 << 24));
+      ct.bytes_to_seconds = ReadCurve(t, "bytes_to_seconds");
+      p.collective_tables.push_back(std::move(ct));
+    }
+  }
+  JsonReader o = r.Object("overlap");
+  o.RejectUnknownKeys({"compute_slowdown_nvlink", "compute_slowdown_network"});
+  p.overlap_slowdown_nvlink = o.Number("compute_slowdown_nvlink", 0, 10);
+  p.overlap_slowdown_network = o.Number("compute_slowdown_network", 0, 10);
+  p.framework_overhead_bytes = r.Number("framework_overhead_GiB", 0, 1e4) * 1073741824.0;
+  return p;
+}
+
+HardwareProfile LoadProfile(const std::string& path) { return ProfileFromJson(ReadJsonFile(path), path); }
+
+Json ProfileToJson(const HardwareProfile& p) {
+  Json j;
+  j["format"] = "shardcast-hardware-profile";
+  j["version"] = p.version;
+  j["kind"] = p.kind;
+  j["gpu"] = p.gpu;
+  j["conditions"] = {{"source", p.source}, {"date", p.date}};
+  j["gemm"] = {{"peak_tflops", p.gemm_peak_tflops},
+               {"max_efficiency", p.gemm_max_efficiency},
+               {"efficiency_vs_gflop", CurveToJson(p.gemm_efficiency_vs_gflop)}};
+  if (!p.gemm_samples.empty()) {
+    Json s = Json::array();
+    for (const auto& g : p.gemm_samples) s.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"tflops", g.tflops}});
+    j["gemm"]["samples"] = s;
+  }
+  j["attention"] = {{"forward_efficiency", p.attention_fwd_efficiency},
+                    {"backward_efficiency", p.attention_bwd_efficiency},
+                    {"efficiency_vs_seq", CurveToJson(p.attention_efficiency_vs_seq)}};
+  j["memory"] = {{"hbm_GBps", p.hbm_GBps}, {"efficiency_vs_bytes", CurveToJson(p.memory_efficiency_vs_bytes)}};
+  j["launch_overhead_us"] = p.launch_overhead_s * 1e6;
+  j["collectives"] = {{"intra_busbw_GBps", p.intra_busbw_GBps},
+                      {"p2p_intra_GBps", p.p2p_intra_GBps},
+                      {"nic_effective_GBps", p.nic_effective_GBps},
+                      {"nics_per_node", p.nics_per_node},
+                      {"gpus_per_node", p.gpus_per_node},
+                      {"base_latency_us", p.coll_base_latency_s * 1e6},
+                      {"intra_hop_latency_us", p.coll_intra_hop_latency_s * 1e6},
+                      {"inter_hop_latency_us", p.coll_inter_hop_latency_s * 1e6}};
+  if (!p.collective_tables.empty()) {
+    Json t = Json::array();
+    for (const auto& ct : p.collective_tables) {
+      t.push_back({{"op", ToString(ct.op)}, {"ranks", ct.ranks}, {"nodes", ct.nodes},
+                   {"bytes_to_seconds", CurveToJson(ct.bytes_to_seconds)}});
+    }
+    j["collectives"]["tables"] = t;
+  }
+  j["overlap"] = {{"compute_slowdown_nvlink", p.overlap_slowdown_nvlink},
+                  {"compute_slowdown_network", p.overlap_slowdown_network}};
+  j["framework_overhead_GiB"] = p.framework_overhead_bytes / 1073741824.0;
+  return j;
+}
+
+}  // namespace shardcast

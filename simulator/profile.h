@@ -1,0 +1,98 @@
+#pragma once
+/// \file profile.h
+/// The hardware profile: how fast one GPU (and its fabrics) runs each kind of op. Written by
+/// `shardcast calibrate` from measurements, or built in as a default per GPU preset from spec
+/// sheets and public measurements (docs/profile.md gives the format and every default's source).
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/json_reader.h"
+#include "models/hardware.h"
+
+namespace shardcast {
+
+/// Collective operations, named as nccl-tests names them.
+enum class CollectiveOp { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kSendRecv };
+const char* ToString(CollectiveOp op);
+
+/// nccl-tests' bus-bandwidth factor (doc/PERFORMANCE.md): busbw = algbw * factor(n).
+/// all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all (n-1)/n; send/recv 1.
+double BusBwFactor(CollectiveOp op, int ranks);
+
+/// A point on a piecewise log-linear curve.
+struct CurvePoint {
+  double x = 0;
+  double y = 0;
+};
+/// y at x, interpolated linearly in log(x) between points (sorted by x), clamped at the ends.
+double InterpolateLogX(const std::vector<CurvePoint>& curve, double x);
+
+/// A measured GEMM: C[m,n] = A[m,k] B[k,n] achieved `tflops`.
+struct GemmSample {
+  double m = 0, n = 0, k = 0;
+  double tflops = 0;
+};
+
+/// A measured collective: time per message size for one (op, ranks, nodes).
+struct CollectiveTable {
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  int ranks = 0;
+  int nodes = 1;
+  std::vector<CurvePoint> bytes_to_seconds;  ///< x = message size as nccl-tests' `size`, y = s
+};
+
+struct HardwareProfile {
+  int version = 1;
+  std::string kind;  ///< "default" or "measured"
+  std::string gpu;   ///< GPU preset name it describes
+  std::string source;
+  std::string date;
+
+  // GEMM: t = max(flops / (peak * max_eff * g(GFLOP)), bytes / (hbm * mem_eff)) + launch
+  double gemm_peak_tflops = 0;
+  double gemm_max_efficiency = 0;
+  std::vector<CurvePoint> gemm_efficiency_vs_gflop;  ///< g(F), relative to max_efficiency
+  std::vector<GemmSample> gemm_samples;              ///< measured shapes (override the curve)
+
+  // Attention (flash): achieved fraction of the bf16 peak, forward and backward, at seq >= 2k;
+  // scaled by attention_efficiency_vs_seq below that.
+  double attention_fwd_efficiency = 0;
+  double attention_bwd_efficiency = 0;
+  std::vector<CurvePoint> attention_efficiency_vs_seq;  ///< relative factor by sequence length
+
+  // Memory-bound kernels: achieved fraction of HBM bandwidth by bytes moved.
+  double hbm_GBps = 0;
+  std::vector<CurvePoint> memory_efficiency_vs_bytes;
+  double launch_overhead_s = 0;
+
+  // Collectives (alpha-beta, NCCL ring/Simple form) unless a measured table matches.
+  double intra_busbw_GBps = 0;         ///< ring busbw inside a node (all GPUs of the node)
+  double nic_effective_GBps = 0;       ///< per NIC
+  int nics_per_node = 0;
+  int gpus_per_node = 0;
+  double p2p_intra_GBps = 0;           ///< point-to-point inside a node
+  double coll_base_latency_s = 0;      ///< NCCL baseLatencies Ring Simple
+  double coll_intra_hop_latency_s = 0; ///< NCCL hwLatencies NVLINK/PCI Ring Simple, per step
+  double coll_inter_hop_latency_s = 0; ///< NCCL hwLatencies NET Ring Simple, per step
+  std::vector<CollectiveTable> collective_tables;
+
+  // Overlap: compute slows by this fraction while a collective of the same GPU runs.
+  double overlap_slowdown_nvlink = 0;
+  double overlap_slowdown_network = 0;
+
+  double framework_overhead_bytes = 0;  ///< CUDA context, NCCL buffers, fragmentation
+
+  /// Per-GPU share of the node's NICs, GB/s.
+  double NicShareGBps() const;
+};
+
+/// The built-in default profile for a cluster's GPU and fabric (sources in docs/profile.md).
+HardwareProfile DefaultProfile(const Cluster& cluster);
+/// Reads a profile JSON; errors name file, pointer, value.
+HardwareProfile LoadProfile(const std::string& path);
+HardwareProfile ProfileFromJson(const Json& j, const std::string& file);
+Json ProfileToJson(const HardwareProfile& p);
+
+}  // namespace shardcast

@@ -1,0 +1,37 @@
+#pragma once
+/// \file schedule.h
+/// Pipeline schedules as per-stage program orders of compute items: which micro-batch and which
+/// virtual chunk each stage runs forward (F), backward (B, input gradients) and weight-gradient
+/// (W) passes for, in the order a framework issues them.
+
+#include <cstdint>
+#include <vector>
+
+#include "models/parallel.h"
+
+namespace shardcast {
+
+enum class ItemKind { kForward, kBackward, kWeight };
+/// kBackward without a separate kWeight item means the full backward (B and W fused).
+struct ScheduleItem {
+  ItemKind kind = ItemKind::kForward;
+  int microbatch = 0;
+  int chunk = 0;  ///< virtual chunk on this stage, 0..vp-1
+};
+
+struct PipelineSchedule {
+  int stages = 1, microbatches = 1, chunks = 1;
+  bool split_weight = false;  ///< W items are separate (zero-bubble schedules)
+  std::vector<std::vector<ScheduleItem>> order;  ///< [stage] -> items in issue order
+};
+
+/// GPipe: all forwards, then all backwards (Huang et al. 2019).
+/// 1F1B (PipeDream-Flush): stage i warms up with min(p-i-1, m) forwards, then alternates one
+///   forward and one backward, then drains (Narayanan et al. 2021 section 2.2.1).
+/// Interleaved 1F1B: Megatron-LM's virtual-stage order; warm-up (p-i-1)*2 + (v-1)*p chunk passes
+///   (Narayanan et al. 2021 section 2.2.2; Megatron-LM schedules.py). Needs m % p == 0.
+/// ZB-H1: the 1F1B order with each backward split into B then W (Qi et al. 2024), W passes of
+///   the first p-i-1 steady-state backwards deferred to the drain to fill its bubble.
+PipelineSchedule MakeSchedule(Schedule kind, int stages, int microbatches, int chunks);
+
+}  // namespace shardcast

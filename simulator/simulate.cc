@@ -1,0 +1,681 @@
+#include "simulator/simulate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <array>
+#include <map>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/text.h"
+
+namespace shardcast {
+namespace {
+
+constexpr int kComputeStream = 0, kSendFwdStream = 1, kSendBwdStream = 2, kDpStream = 3,
+              kDpGatherStream = 4;
+const char* StreamName(int s) {
+  switch (s) {
+    case kComputeStream: return "compute";
+    case kSendFwdStream: return "pp send (forward)";
+    case kSendBwdStream: return "pp send (backward)";
+    case kDpStream: return "dp reduce";
+    case kDpGatherStream: return "dp param gather";
+  }
+  return "stream";
+}
+
+double Ns(double seconds) { return seconds * 1e9; }
+
+struct ItemTasks {
+  std::int32_t first = -1, last = -1;
+  std::vector<std::int32_t> units;
+};
+
+/// Builds and runs the graph; fills `res`.
+class Builder {
+ public:
+  Builder(const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof,
+          const CostModel& cm, const SimulateOptions& opts, SimulationResult& res)
+      : m_(m), c_(c), cl_(cl), prof_(prof), cm_(cm), opts_(opts), res_(res) {
+    p_ = static_cast<int>(c.pp);
+    v_ = static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1);
+    mb_ = static_cast<int>(c.num_microbatches());
+    R_ = opts.full_rank ? static_cast<int>(c.dp) : 1;
+    sched_ = MakeSchedule(c.schedule, p_, mb_, v_);
+  }
+
+  void Build();
+  TaskGraph& graph() { return g_; }
+  int Device(int stage, int replica) const { return stage * R_ + replica; }
+
+ private:
+  std::int32_t Add(Task t, int stream) {
+    t.stream = stream;
+    std::int32_t id = g_.AddTask(t);
+    auto key = std::make_pair(t.device, stream);
+    auto it = last_on_stream_.find(key);
+    if (it != last_on_stream_.end()) g_.AddEdge(it->second, id);
+    last_on_stream_[key] = id;
+    return id;
+  }
+  Task Comm(TaskType type, int device, const CollectiveCost& cc) {
+    Task t;
+    t.type = type;
+    t.device = device;
+    t.work_ns = Ns(cc.latency_s);
+    t.bytes = cc.bytes_on_link;
+    t.rate_cap_GBps = cc.link_GBps;
+    t.network = cc.link == LinkKind::kNetwork;
+    t.link = link_[static_cast<std::size_t>(device)][t.network ? 1 : 0];
+    return t;
+  }
+  int Index(ItemKind k, int mb, int chunk) const {
+    return (static_cast<int>(k) * mb_ + mb) * v_ + chunk;
+  }
+
+  const Model& m_;
+  const ParallelConfig& c_;
+  const Cluster& cl_;
+  const HardwareProfile& prof_;
+  const CostModel& cm_;
+  const SimulateOptions& opts_;
+  SimulationResult& res_;
+  int p_ = 1, v_ = 1, mb_ = 1, R_ = 1;
+  PipelineSchedule sched_;
+  TaskGraph g_;
+  std::map<std::pair<int, int>, std::int32_t> last_on_stream_;
+  std::vector<std::array<std::int32_t, 2>> link_;
+  // [device][Index(kind, mb, chunk)]
+  std::vector<std::vector<ItemTasks>> items_;
+  std::vector<std::vector<std::int32_t>> fwd_send_, bwd_send_;  // [device][Index]
+  // Data-parallel collectives needing all replicas (full-rank): (producer, task) per replica.
+  std::map<std::pair<int, int>, std::vector<std::pair<std::int32_t, std::int32_t>>> dp_sync_;
+  int dp_key_ = 0;
+};
+
+void Builder::Build() {
+  const int devices = p_ * R_;
+  const bool zero3 = c_.zero_stage >= 3;
+  const double grad_bytes_per_param = c_.fp32_main_grads ? 4.0 : 2.0;
+  res_.device_stage.assign(static_cast<std::size_t>(devices), 0);
+  link_.resize(static_cast<std::size_t>(devices));
+  for (int i = 0; i < p_; ++i) {
+    for (int r = 0; r < R_; ++r) {
+      shardcast::Device d;
+      d.overlap_slowdown_nvlink = prof_.overlap_slowdown_nvlink;
+      d.overlap_slowdown_network = prof_.overlap_slowdown_network;
+      const int id = g_.AddDevice(d);
+      res_.device_stage[static_cast<std::size_t>(id)] = i;
+      link_[static_cast<std::size_t>(id)] = {
+          g_.AddLink(std::max(prof_.intra_busbw_GBps, prof_.p2p_intra_GBps)),
+          g_.AddLink(prof_.NicShareGBps())};
+    }
+  }
+  const int nitems = 3 * mb_ * v_;
+  items_.assign(static_cast<std::size_t>(devices), std::vector<ItemTasks>(static_cast<std::size_t>(nitems)));
+  fwd_send_.assign(static_cast<std::size_t>(devices), std::vector<std::int32_t>(static_cast<std::size_t>(nitems), -1));
+  bwd_send_ = fwd_send_;
+  const bool split = sched_.split_weight;
+  const ItemKind grad_kind = split ? ItemKind::kWeight : ItemKind::kBackward;
+  const std::int64_t bucket = c_.BucketParams();
+  const bool all_one_node = c_.tp * c_.dp * c_.pp <= cl_.gpus_per_node;
+
+  for (int i = 0; i < p_; ++i) {
+    const auto& order = sched_.order[static_cast<std::size_t>(i)];
+    const auto& chunks = cm_.chunks[static_cast<std::size_t>(i)];
+    // Position of the last gradient-producing item of each chunk (buckets hang off it).
+    std::vector<int> last_grad_pos(static_cast<std::size_t>(v_), -1);
+    for (int pos = 0; pos < static_cast<int>(order.size()); ++pos) {
+      if (order[static_cast<std::size_t>(pos)].kind == grad_kind) {
+        last_grad_pos[static_cast<std::size_t>(order[static_cast<std::size_t>(pos)].chunk)] = pos;
+      }
+    }
+    auto n_buckets = [&](int chunk) {
+      const double params = chunks[static_cast<std::size_t>(chunk)].params_per_gpu;
+      return std::max(1, static_cast<int>(std::ceil(params / static_cast<double>(bucket))));
+    };
+    for (int r = 0; r < R_; ++r) {
+      const int dev = Device(i, r);
+      auto& its = items_[static_cast<std::size_t>(dev)];
+      std::vector<std::int32_t> compute_seq;  // compute-stream tasks in order (for ZeRO-3 prefetch)
+      // Parameter all-gathers of the previous optimizer step, overlapped with this step's
+      // first forward (steady state), for ZeRO-1/2 with overlap_param_gather.
+      std::vector<std::vector<std::int32_t>> gathers(static_cast<std::size_t>(v_));
+      if ((c_.zero_stage == 1 || c_.zero_stage == 2) && c_.overlap_param_gather && c_.dp > 1) {
+        for (int k = 0; k < v_; ++k) {
+          const int nb = n_buckets(k);
+          const double bytes = chunks[static_cast<std::size_t>(k)].params_per_gpu * 2.0 / nb;
+          for (int b = 0; b < nb; ++b) {
+            Task t = Comm(TaskType::kParamGather, dev,
+                          CollectiveCostOf(prof_, CollectiveOp::kAllGather, bytes, cm_.dp_group));
+            t.chunk = k;
+            t.unit = b;
+            const std::int32_t id = Add(t, kDpStream);
+            gathers[static_cast<std::size_t>(k)].push_back(id);
+            dp_sync_[{i, dp_key_++}].push_back({-1, id});
+          }
+        }
+      }
+      std::vector<std::pair<int, int>> reduce_after;  // (pos, chunk) for non-overlapped reduce
+      for (int pos = 0; pos < static_cast<int>(order.size()); ++pos) {
+        const ScheduleItem& it = order[static_cast<std::size_t>(pos)];
+        const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
+        const bool is_last_grad = pos == last_grad_pos[static_cast<std::size_t>(it.chunk)];
+        int units = 1;
+        if (zero3) units = std::max(1, cc.layers);
+        else if (is_last_grad && c_.overlap_grad_reduce && c_.dp > 1) units = n_buckets(it.chunk);
+        double work = 0, alloc = 0, freed = 0, transient = 0;
+        TaskType type = TaskType::kForward;
+        switch (it.kind) {
+          case ItemKind::kForward:
+            work = cc.fwd_s;
+            alloc = cc.saved_bytes;
+            transient = cc.has_output ? cc.transient_bytes : 0;
+            break;
+          case ItemKind::kBackward:
+            type = TaskType::kBackward;
+            work = cc.bwd_input_s + cc.recompute_s + (split ? 0 : cc.bwd_weight_s);
+            freed = split ? 0 : cc.saved_bytes;
+            transient = cc.transient_bytes;
+            break;
+          case ItemKind::kWeight:
+            type = TaskType::kWeight;
+            work = cc.bwd_weight_s;
+            freed = cc.saved_bytes;
+            break;
+        }
+        ItemTasks& itk = its[static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))];
+        for (int u = 0; u < units; ++u) {
+          Task t;
+          t.type = type;
+          t.device = dev;
+          t.microbatch = it.microbatch;
+          t.chunk = it.chunk;
+          t.unit = u;
+          t.work_ns = Ns(work / units);
+          t.alloc_bytes = alloc / units;
+          t.free_bytes = freed / units;
+          t.transient_bytes = transient;
+          std::int32_t gather = -1;
+          if (zero3 && c_.dp > 1 && it.kind != ItemKind::kWeight) {
+            // FSDP: gather this layer's parameters, prefetched while the previous unit runs.
+            const double bytes = cc.params_per_gpu / units * 2.0;
+            Task ag = Comm(TaskType::kParamGather, dev,
+                           CollectiveCostOf(prof_, CollectiveOp::kAllGather, bytes, cm_.dp_group));
+            ag.microbatch = it.microbatch;
+            ag.chunk = it.chunk;
+            ag.unit = u;
+            gather = Add(ag, kDpGatherStream);
+            const std::int32_t prev2 = compute_seq.size() >= 2 ? compute_seq[compute_seq.size() - 2] : -1;
+            g_.AddEdge(prev2, gather);
+            dp_sync_[{i, dp_key_++}].push_back({prev2, gather});
+          }
+          const std::int32_t id = Add(t, kComputeStream);
+          g_.AddEdge(gather, id);
+          compute_seq.push_back(id);
+          itk.units.push_back(id);
+          if (it.kind == ItemKind::kForward && it.microbatch == 0 && u == 0) {
+            for (std::int32_t gid : gathers[static_cast<std::size_t>(it.chunk)]) g_.AddEdge(gid, id);
+          }
+          // Gradient reduction of this unit.
+          const bool produces_grads = it.kind == grad_kind;
+          if (produces_grads && c_.dp > 1 && zero3) {
+            const double bytes = cc.params_per_gpu / units * grad_bytes_per_param;
+            Task rs = Comm(TaskType::kDpReduce, dev,
+                           CollectiveCostOf(prof_, CollectiveOp::kReduceScatter, bytes, cm_.dp_group));
+            rs.microbatch = it.microbatch;
+            rs.chunk = it.chunk;
+            rs.unit = u;
+            const std::int32_t rid = Add(rs, kDpStream);
+            g_.AddEdge(id, rid);
+            dp_sync_[{i, dp_key_++}].push_back({id, rid});
+          } else if (produces_grads && is_last_grad && c_.dp > 1 && c_.overlap_grad_reduce) {
+            const double bytes = cc.params_per_gpu / units * grad_bytes_per_param;
+            const CollectiveOp op = c_.zero_stage >= 1 ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce;
+            Task rd = Comm(TaskType::kDpReduce, dev, CollectiveCostOf(prof_, op, bytes, cm_.dp_group));
+            rd.chunk = it.chunk;
+            rd.unit = u;
+            const std::int32_t rid = Add(rd, kDpStream);
+            g_.AddEdge(id, rid);
+            dp_sync_[{i, dp_key_++}].push_back({id, rid});
+          }
+        }
+        if (is_last_grad && c_.dp > 1 && !c_.overlap_grad_reduce && !zero3) {
+          reduce_after.emplace_back(pos, it.chunk);
+        }
+        itk.first = itk.units.front();
+        itk.last = itk.units.back();
+        // Pipeline sends (the receiver's dependency is added once all stages exist).
+        const int mc = it.chunk * p_ + i;
+        if (it.kind == ItemKind::kForward && mc < p_ * v_ - 1 && p_ > 1) {
+          const bool same = i + 1 < p_ ? cm_.pp_next_same_node[static_cast<std::size_t>(i)] : all_one_node;
+          Task s = Comm(TaskType::kPpSend, dev, same ? cm_.pp_send_intra : cm_.pp_send_inter);
+          s.microbatch = it.microbatch;
+          s.chunk = it.chunk;
+          const std::int32_t sid = Add(s, kSendFwdStream);
+          g_.AddEdge(itk.last, sid);
+          fwd_send_[static_cast<std::size_t>(dev)][static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))] = sid;
+        }
+        if (it.kind == ItemKind::kBackward && mc > 0 && p_ > 1) {
+          const bool same = i > 0 ? cm_.pp_next_same_node[static_cast<std::size_t>(i - 1)] : all_one_node;
+          Task s = Comm(TaskType::kPpSend, dev, same ? cm_.pp_send_intra : cm_.pp_send_inter);
+          s.microbatch = it.microbatch;
+          s.chunk = it.chunk;
+          const std::int32_t sid = Add(s, kSendBwdStream);
+          g_.AddEdge(itk.last, sid);
+          bwd_send_[static_cast<std::size_t>(dev)][static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))] = sid;
+        }
+      }
+      // Non-overlapped gradient reduction after the stage's last backward.
+      const std::int32_t last_compute = compute_seq.empty() ? -1 : compute_seq.back();
+      for (const auto& [pos, k] : reduce_after) {
+        (void)pos;
+        const int nb = n_buckets(k);
+        const double bytes = chunks[static_cast<std::size_t>(k)].params_per_gpu / nb * grad_bytes_per_param;
+        const CollectiveOp op = c_.zero_stage >= 1 ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce;
+        for (int b = 0; b < nb; ++b) {
+          Task rd = Comm(TaskType::kDpReduce, dev, CollectiveCostOf(prof_, op, bytes, cm_.dp_group));
+          rd.chunk = k;
+          rd.unit = b;
+          const std::int32_t rid = Add(rd, kDpStream);
+          g_.AddEdge(last_compute, rid);
+          dp_sync_[{i, dp_key_++}].push_back({last_compute, rid});
+        }
+      }
+      // Tied embedding: first and last stage all-reduce the embedding gradient (Megatron-LM).
+      std::int32_t before_opt = last_on_stream_.count({dev, kDpStream}) ? last_on_stream_[{dev, kDpStream}] : -1;
+      if (m_.tie_embeddings && p_ > 1 && (i == 0 || i == p_ - 1)) {
+        const double bytes = static_cast<double>(m_.vocab_size * m_.hidden_size) / c_.tp * grad_bytes_per_param;
+        GroupPlacement pair;
+        pair.ranks = 2;
+        pair.ranks_per_node = all_one_node ? 2 : 1;
+        Task es = Comm(TaskType::kEmbeddingSync, dev, CollectiveCostOf(prof_, CollectiveOp::kAllReduce, bytes, pair));
+        const std::int32_t eid = Add(es, kDpStream);
+        g_.AddEdge(last_compute, eid);
+        before_opt = eid;
+      }
+      // Optimizer: Adam over the local shard (30 bytes moved per parameter: read fp32 grad, read
+      // and write fp32 master, m, v, write bf16 weight) plus the grad-norm pass (4 bytes).
+      double params = 0;
+      for (const auto& cc : chunks) params += cc.params_per_gpu;
+      const double shard = c_.zero_stage >= 1 ? params / static_cast<double>(c_.dp) : params;
+      Task opt;
+      opt.type = TaskType::kOptimizer;
+      opt.device = dev;
+      opt.work_ns = Ns(MemoryBoundTime(prof_, 30.0 * shard) + MemoryBoundTime(prof_, 4.0 * shard));
+      const std::int32_t oid = Add(opt, kComputeStream);
+      g_.AddEdge(before_opt, oid);
+      // Without overlap_param_gather, ZeRO-1/2 gather the updated parameters after the step.
+      if ((c_.zero_stage == 1 || c_.zero_stage == 2) && !c_.overlap_param_gather && c_.dp > 1) {
+        for (int k = 0; k < v_; ++k) {
+          const int nb = n_buckets(k);
+          const double bytes = chunks[static_cast<std::size_t>(k)].params_per_gpu * 2.0 / nb;
+          for (int b = 0; b < nb; ++b) {
+            Task t = Comm(TaskType::kParamGather, dev,
+                          CollectiveCostOf(prof_, CollectiveOp::kAllGather, bytes, cm_.dp_group));
+            t.chunk = k;
+            t.unit = b;
+            const std::int32_t id = Add(t, kDpStream);
+            g_.AddEdge(oid, id);
+            dp_sync_[{i, dp_key_++}].push_back({oid, id});
+          }
+        }
+      }
+    }
+  }
+  // Cross-stage edges: pipeline sends feed the receiver's first unit.
+  for (int i = 0; i < p_; ++i) {
+    for (int r = 0; r < R_; ++r) {
+      const int dev = Device(i, r);
+      for (const ScheduleItem& it : sched_.order[static_cast<std::size_t>(i)]) {
+        const int idx = Index(it.kind, it.microbatch, it.chunk);
+        const ItemTasks& me = items_[static_cast<std::size_t>(dev)][static_cast<std::size_t>(idx)];
+        const int mc = it.chunk * p_ + i;
+        if (it.kind == ItemKind::kForward && mc > 0) {
+          const int src = i == 0 ? p_ - 1 : i - 1;
+          const int chunk = i == 0 ? it.chunk - 1 : it.chunk;
+          g_.AddEdge(fwd_send_[static_cast<std::size_t>(Device(src, r))]
+                              [static_cast<std::size_t>(Index(ItemKind::kForward, it.microbatch, chunk))],
+                     me.first);
+        }
+        if (it.kind == ItemKind::kBackward) {
+          const ItemTasks& f = items_[static_cast<std::size_t>(dev)]
+                                     [static_cast<std::size_t>(Index(ItemKind::kForward, it.microbatch, it.chunk))];
+          g_.AddEdge(f.last, me.first);
+          if (mc < p_ * v_ - 1) {
+            const int src = i == p_ - 1 ? 0 : i + 1;
+            const int chunk = i == p_ - 1 ? it.chunk + 1 : it.chunk;
+            g_.AddEdge(bwd_send_[static_cast<std::size_t>(Device(src, r))]
+                                [static_cast<std::size_t>(Index(ItemKind::kBackward, it.microbatch, chunk))],
+                       me.first);
+          }
+        }
+        if (it.kind == ItemKind::kWeight) {
+          const ItemTasks& b = items_[static_cast<std::size_t>(dev)]
+                                     [static_cast<std::size_t>(Index(ItemKind::kBackward, it.microbatch, it.chunk))];
+          g_.AddEdge(b.last, me.first);
+        }
+      }
+    }
+  }
+  // Full-rank: a data-parallel collective starts only when every replica has produced its part.
+  if (R_ > 1) {
+    for (const auto& [key, members] : dp_sync_) {
+      (void)key;
+      for (const auto& [prod, task] : members) {
+        (void)prod;
+        for (const auto& [prod2, task2] : members) {
+          (void)task2;
+          if (prod2 >= 0) g_.AddEdge(prod2, task);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cluster& cl,
+                          std::int64_t gpus, const HardwareProfile& prof,
+                          const SimulateOptions& opts) {
+  SimulationResult res;
+  ParallelConfig c = cfg_in;
+  if (c.seq_length <= 0) c.seq_length = m.seq_length;
+  res.usable_memory_bytes = cl.gpu.memory_bytes;
+  res.reasons = InfeasibilityReasons(m, c, gpus, cl.gpus_per_node);
+  if (!res.reasons.empty()) {
+    res.feasible = false;
+    res.fits = false;
+    return res;
+  }
+  const CostModel cm = BuildCostModel(m, c, cl, prof);
+  res.num_microbatches = c.num_microbatches();
+  Builder b(m, c, cl, prof, cm, opts, res);
+  b.Build();
+  TaskGraph& g = b.graph();
+  EngineResult er = g.Run();
+  const double step = SimToSeconds(er.makespan);
+  res.step_time_s = step;
+  res.num_tasks = g.tasks().size();
+  res.num_events = er.events;
+  const double tokens = static_cast<double>(c.global_batch_size) * static_cast<double>(c.seq_length);
+  res.tokens_per_s = tokens / step;
+  res.samples_per_s = static_cast<double>(c.global_batch_size) / step;
+  const FlopCounts fl = m.Flops(c.seq_length);
+  res.model_flops_per_step = fl.per_token * tokens;
+  // Recompute FLOPs in the same convention (full attention matrix).
+  const double attn_fwd = 4.0 * static_cast<double>(m.num_layers) * static_cast<double>(c.seq_length) *
+                          static_cast<double>(m.num_attention_heads * m.kv_channels);
+  double recompute_per_token = 0;
+  if (c.recompute == Recompute::kFull) {
+    recompute_per_token = 2.0 * static_cast<double>(m.num_layers * m.Parameters().per_layer.gemm_weights) + attn_fwd;
+  } else if (c.recompute == Recompute::kSelective && !c.flash_attention) {
+    recompute_per_token = attn_fwd;
+  }
+  res.hardware_flops_per_step = res.model_flops_per_step + recompute_per_token * tokens;
+  const double peak = cl.gpu.PeakFlops(c.precision) * static_cast<double>(gpus);
+  res.mfu = res.model_flops_per_step / (step * peak);
+  res.hfu = res.hardware_flops_per_step / (step * peak);
+
+  // Per-stage accounting on replica 0.
+  const auto& tasks = g.tasks();
+  std::vector<std::vector<std::int32_t>> compute_tasks(static_cast<std::size_t>(c.pp));
+  std::vector<SimTime> dp_last_end(static_cast<std::size_t>(c.pp), 0);
+  for (std::size_t id = 0; id < tasks.size(); ++id) {
+    const Task& t = tasks[id];
+    const int stage = res.device_stage[static_cast<std::size_t>(t.device)];
+    if (b.Device(stage, 0) != t.device) continue;
+    if (t.stream == kComputeStream) compute_tasks[static_cast<std::size_t>(stage)].push_back(static_cast<std::int32_t>(id));
+    if (t.stream == kDpStream || t.stream == kDpGatherStream) {
+      dp_last_end[static_cast<std::size_t>(stage)] = std::max(dp_last_end[static_cast<std::size_t>(stage)], er.end[id]);
+    }
+  }
+  const PipelineSchedule sched =
+      MakeSchedule(c.schedule, static_cast<int>(c.pp), static_cast<int>(res.num_microbatches),
+                   static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1));
+  for (int i = 0; i < c.pp; ++i) {
+    StageResult sr;
+    sr.stage = i;
+    const auto& chunks = cm.chunks[static_cast<std::size_t>(i)];
+    for (const auto& cc : chunks) sr.layers += cc.layers;
+    StageBreakdown& bd = sr.time;
+    SimTime prev_end = 0;
+    auto& ids = compute_tasks[static_cast<std::size_t>(i)];
+    std::sort(ids.begin(), ids.end(), [&](auto x, auto y) { return er.start[static_cast<std::size_t>(x)] < er.start[static_cast<std::size_t>(y)]; });
+    for (std::int32_t id : ids) {
+      const auto u = static_cast<std::size_t>(id);
+      const Task& t = tasks[u];
+      const double gap = SimToSeconds(er.start[u] - prev_end);
+      if (gap > 0) {
+        const std::int32_t gp = er.gating_pred[u];
+        const TaskType gt = gp >= 0 ? tasks[static_cast<std::size_t>(gp)].type : TaskType::kForward;
+        if (gp >= 0 && gt == TaskType::kPpSend) {
+          const SimTime send_start = er.start[static_cast<std::size_t>(gp)];
+          const SimTime split = std::clamp(send_start, prev_end, er.start[u]);
+          bd.bubble_s += SimToSeconds(split - prev_end);
+          bd.pp_comm_s += SimToSeconds(er.start[u] - split);
+        } else if (gp >= 0 && (gt == TaskType::kDpReduce || gt == TaskType::kParamGather ||
+                               gt == TaskType::kEmbeddingSync)) {
+          bd.dp_comm_s += gap;
+        } else {
+          bd.bubble_s += gap;
+        }
+      }
+      const double busy = SimToSeconds(er.end[u] - er.start[u]);
+      const ChunkCost& cc = chunks[static_cast<std::size_t>(std::max(0, t.chunk))];
+      if (t.type == TaskType::kOptimizer) {
+        bd.optimizer_s += busy;
+      } else if (t.type == TaskType::kForward) {
+        const double tp = cc.fwd_s > 0 ? busy * cc.fwd_tp_s / cc.fwd_s : 0;
+        bd.tp_comm_s += tp;
+        bd.compute_s += busy - tp;
+      } else {
+        const bool split = t.type == TaskType::kWeight || tasks.size() == 0;
+        (void)split;
+        double work = 0, rc = 0, tp = 0;
+        if (t.type == TaskType::kWeight) {
+          work = cc.bwd_weight_s;
+        } else {
+          const bool fused = c.schedule != Schedule::kZbH1;
+          work = cc.bwd_input_s + (fused ? cc.bwd_weight_s : 0) + cc.recompute_s;
+          rc = cc.recompute_s;
+          tp = cc.bwd_tp_s;
+        }
+        const double scale = work > 0 ? busy / work : 0;
+        bd.recompute_s += rc * scale;
+        bd.tp_comm_s += tp * scale;
+        bd.compute_s += busy - (rc + tp) * scale;
+      }
+      prev_end = er.end[u];
+    }
+    // After the optimizer: the stage's own parameter all-gather, then waiting for the others.
+    const SimTime dp_end = std::min(dp_last_end[static_cast<std::size_t>(i)], er.makespan);
+    if (dp_end > prev_end) {
+      bd.dp_comm_s += SimToSeconds(dp_end - prev_end);
+      prev_end = dp_end;
+    }
+    bd.bubble_s += SimToSeconds(er.makespan - prev_end);
+    sr.bubble_fraction = step > 0 ? bd.bubble_s / step : 0;
+
+    // Memory.
+    StageMemory& mem = sr.memory;
+    double params = 0, layer_params_max = 0;
+    for (const auto& cc : chunks) {
+      params += cc.params_per_gpu;
+      if (cc.layers > 0) layer_params_max = std::max(layer_params_max, cc.params_per_gpu / cc.layers);
+    }
+    const StateBytesPerParam bpp = BytesPerParam(c.zero_stage, c.dp, c.fp32_main_grads);
+    mem.weights_bytes = params * bpp.weights;
+    mem.grads_bytes = params * bpp.grads;
+    mem.optimizer_bytes = params * bpp.optimizer;
+    mem.activations_bytes = er.peak_dynamic_bytes[static_cast<std::size_t>(b.Device(i, 0))];
+    // ZeRO-3 holds gathered parameters of the running and the prefetched layer.
+    mem.comm_buffer_bytes = c.zero_stage >= 3 ? 2.0 * 2.0 * layer_params_max : 0.0;
+    mem.comm_buffer_bytes += 2.0 * cm.pp_message_bytes * (c.pp > 1 ? 2 : 0);
+    mem.framework_bytes = prof.framework_overhead_bytes;
+    mem.peak_bytes = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes +
+                     mem.activations_bytes + mem.comm_buffer_bytes + mem.framework_bytes;
+    // Micro-batches in flight (forward done, backward not yet) at the peak of the schedule.
+    int inflight = 0, peak_inflight = 0;
+    for (const auto& it : sched.order[static_cast<std::size_t>(i)]) {
+      if (it.kind == ItemKind::kForward) peak_inflight = std::max(peak_inflight, ++inflight);
+      if (it.kind == (c.schedule == Schedule::kZbH1 ? ItemKind::kWeight : ItemKind::kBackward)) --inflight;
+    }
+    mem.peak_inflight_microbatches = peak_inflight;
+    sr.fits = mem.peak_bytes <= res.usable_memory_bytes;
+    res.peak_memory_bytes = std::max(res.peak_memory_bytes, mem.peak_bytes);
+    if (!sr.fits) {
+      res.fits = false;
+      res.reasons.push_back(fmt::format("stage {} needs {} per GPU, more than the {} usable", i,
+                                        FormatGiB(mem.peak_bytes), FormatGiB(res.usable_memory_bytes)));
+    }
+    res.stages.push_back(sr);
+  }
+  // Headline breakdown and bubble: the mean over stages.
+  const double np = static_cast<double>(c.pp);
+  for (const auto& s : res.stages) {
+    res.breakdown.compute_s += s.time.compute_s / np;
+    res.breakdown.recompute_s += s.time.recompute_s / np;
+    res.breakdown.tp_comm_s += s.time.tp_comm_s / np;
+    res.breakdown.pp_comm_s += s.time.pp_comm_s / np;
+    res.breakdown.dp_comm_s += s.time.dp_comm_s / np;
+    res.breakdown.bubble_s += s.time.bubble_s / np;
+    res.breakdown.optimizer_s += s.time.optimizer_s / np;
+    res.bubble_fraction += s.bubble_fraction / np;
+  }
+  // Critical path: from the last task back along the dependencies that released each task.
+  {
+    std::int32_t cur = -1;
+    SimTime best = -1;
+    for (std::size_t id = 0; id < tasks.size(); ++id) {
+      if (er.end[id] > best) {
+        best = er.end[id];
+        cur = static_cast<std::int32_t>(id);
+      }
+    }
+    std::map<std::pair<int, int>, std::pair<int, double>> agg;  // (stage, type) -> count, seconds
+    int hops = 0;
+    while (cur >= 0) {
+      const auto u = static_cast<std::size_t>(cur);
+      const Task& t = tasks[u];
+      auto& a = agg[{res.device_stage[static_cast<std::size_t>(t.device)], static_cast<int>(t.type)}];
+      a.first += 1;
+      a.second += SimToSeconds(er.end[u] - er.start[u]);
+      cur = er.gating_pred[u];
+      ++hops;
+    }
+    std::vector<std::pair<double, std::string>> lines;
+    for (const auto& [k, v] : agg) {
+      lines.emplace_back(v.second, fmt::format("stage {:>3}: {:>5} x {:<26} {}", k.first, v.first,
+                                               ToString(static_cast<TaskType>(k.second)), FormatSeconds(v.second)));
+    }
+    std::sort(lines.begin(), lines.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+    res.critical_path.push_back(fmt::format("{} tasks on the critical path; the largest shares:", hops));
+    for (std::size_t i = 0; i < lines.size() && i < 6; ++i) res.critical_path.push_back(lines[i].second);
+  }
+  if (opts.keep_graph) {
+    res.graph = std::move(g);
+    res.timeline = std::move(er);
+  }
+  return res;
+}
+
+Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfig& c,
+                  const Cluster& cl, std::int64_t gpus) {
+  Json j;
+  j["model"] = m.name;
+  j["cluster"] = cl.name;
+  j["gpu"] = cl.gpu.name;
+  j["gpus"] = gpus;
+  j["config"] = {{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}, {"vp", c.vp},
+                 {"micro_batch_size", c.micro_batch_size}, {"global_batch_size", c.global_batch_size},
+                 {"seq_length", c.seq_length > 0 ? c.seq_length : m.seq_length},
+                 {"sequence_parallel", c.sequence_parallel}, {"recompute", ToString(c.recompute)},
+                 {"zero_stage", c.zero_stage}, {"schedule", ToString(c.schedule)},
+                 {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
+                 {"overlap_grad_reduce", c.overlap_grad_reduce},
+                 {"overlap_param_gather", c.overlap_param_gather}};
+  j["feasible"] = r.feasible;
+  j["fits"] = r.fits;
+  if (!r.reasons.empty()) {
+    j["reasons"] = r.reasons;
+    j["reason"] = Join(r.reasons, "; ");
+  }
+  if (!r.feasible) return j;
+  j["step_time_s"] = r.step_time_s;
+  j["tokens_per_s"] = r.tokens_per_s;
+  j["samples_per_s"] = r.samples_per_s;
+  j["mfu"] = r.mfu;
+  j["hfu"] = r.hfu;
+  j["flop_convention"] = "model FLOPs = (6*N_gemm + 12*L*s*a*d) per token (full attention matrix, no recompute); "
+                         "HFU adds recomputed forward FLOPs; peak = dense bf16/fp16 peak x GPUs";
+  j["model_flops_per_step"] = r.model_flops_per_step;
+  j["hardware_flops_per_step"] = r.hardware_flops_per_step;
+  j["bubble_fraction"] = r.bubble_fraction;
+  j["num_microbatches"] = r.num_microbatches;
+  j["peak_memory_bytes"] = r.peak_memory_bytes;
+  j["usable_memory_bytes"] = r.usable_memory_bytes;
+  auto bd = [](const StageBreakdown& b) {
+    return Json{{"compute", b.compute_s},     {"recompute", b.recompute_s},
+                {"tp_comm", b.tp_comm_s},     {"pp_comm", b.pp_comm_s},
+                {"dp_comm", b.dp_comm_s},     {"bubble", b.bubble_s},
+                {"optimizer", b.optimizer_s}};
+  };
+  j["breakdown_s"] = bd(r.breakdown);
+  Json st = Json::array();
+  for (const auto& s : r.stages) {
+    st.push_back({{"stage", s.stage},
+                  {"layers", s.layers},
+                  {"peak_memory_bytes", s.memory.peak_bytes},
+                  {"fits", s.fits},
+                  {"bubble_fraction", s.bubble_fraction},
+                  {"breakdown_s", bd(s.time)},
+                  {"memory_bytes", {{"weights", s.memory.weights_bytes},
+                                    {"grads", s.memory.grads_bytes},
+                                    {"optimizer", s.memory.optimizer_bytes},
+                                    {"activations", s.memory.activations_bytes},
+                                    {"comm_buffers", s.memory.comm_buffer_bytes},
+                                    {"framework", s.memory.framework_bytes}}},
+                  {"peak_inflight_microbatches", s.memory.peak_inflight_microbatches}});
+  }
+  j["stages"] = st;
+  j["critical_path"] = r.critical_path;
+  j["simulated_tasks"] = r.num_tasks;
+  return j;
+}
+
+std::string ChromeTrace(const SimulationResult& r) {
+  Json events = Json::array();
+  const auto& tasks = r.graph.tasks();
+  std::map<int, bool> seen_dev;
+  std::map<std::pair<int, int>, bool> seen_thread;
+  for (std::size_t id = 0; id < tasks.size(); ++id) {
+    const Task& t = tasks[id];
+    if (t.type == TaskType::kJoin) continue;
+    const int pid = t.device;
+    if (!seen_dev[pid]) {
+      seen_dev[pid] = true;
+      events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid},
+                        {"args", {{"name", fmt::format("stage {} (device {})", r.device_stage[static_cast<std::size_t>(pid)], pid)}}}});
+    }
+    if (!seen_thread[{pid, t.stream}]) {
+      seen_thread[{pid, t.stream}] = true;
+      events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", pid}, {"tid", t.stream},
+                        {"args", {{"name", StreamName(t.stream)}}}});
+    }
+    std::string name = ToString(t.type);
+    if (t.microbatch >= 0) name += fmt::format(" mb{}", t.microbatch);
+    if (t.chunk >= 0) name += fmt::format(" c{}", t.chunk);
+    if (t.unit > 0) name += fmt::format(" .{}", t.unit);
+    const double ts = static_cast<double>(r.timeline.start[id]) / 1000.0;
+    const double dur = static_cast<double>(r.timeline.end[id] - r.timeline.start[id]) / 1000.0;
+    events.push_back({{"name", name}, {"cat", ToString(t.type)}, {"ph", "X"}, {"ts", ts},
+                      {"dur", dur}, {"pid", pid}, {"tid", t.stream}});
+  }
+  Json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"}};
+  return doc.dump();
+}
+
+}  // namespace shardcast

@@ -1,0 +1,93 @@
+#pragma once
+/// \file simulate.h
+/// One training step of a parallel configuration: builds the task graph from the schedule and
+/// the cost model, runs the engine, and reports step time, throughput, MFU/HFU, bubble, time
+/// breakdown, per-stage memory, and the critical path. Definitions: DESIGN.md section 5 and
+/// docs/simulator.md.
+
+#include <string>
+#include <vector>
+
+#include "common/json_reader.h"
+#include "models/hardware.h"
+#include "models/model.h"
+#include "models/parallel.h"
+#include "simulator/cost_model.h"
+#include "simulator/engine.h"
+#include "simulator/profile.h"
+#include "simulator/schedule.h"
+
+namespace shardcast {
+
+struct SimulateOptions {
+  /// Simulate every data-parallel replica explicitly instead of one representative per stage
+  /// (for tests of the symmetry argument; cost grows with dp).
+  bool full_rank = false;
+  bool keep_graph = false;  ///< keep the task graph and timings (for traces and tests)
+};
+
+/// Time of one stage, in seconds; the parts add up to the step time.
+struct StageBreakdown {
+  double compute_s = 0;       ///< forward + backward GEMMs, attention, memory-bound ops
+  double recompute_s = 0;     ///< recomputed forward passes
+  double tp_comm_s = 0;       ///< tensor-parallel collectives (on the critical path)
+  double pp_comm_s = 0;       ///< compute stream waiting on a pipeline transfer in flight
+  double dp_comm_s = 0;       ///< waiting on the stage's own data-parallel collectives
+  double bubble_s = 0;        ///< waiting on other stages (fill, drain, imbalance)
+  double optimizer_s = 0;
+};
+
+struct StageMemory {
+  double weights_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
+  double activations_bytes = 0;  ///< peak of saved activations + working memory
+  double comm_buffer_bytes = 0;
+  double framework_bytes = 0;
+  double peak_bytes = 0;
+  int peak_inflight_microbatches = 0;
+};
+
+struct StageResult {
+  int stage = 0;
+  int layers = 0;
+  StageBreakdown time;
+  StageMemory memory;
+  double bubble_fraction = 0;
+  bool fits = true;
+};
+
+struct SimulationResult {
+  bool feasible = true;
+  std::vector<std::string> reasons;  ///< why not feasible (does not divide, does not fit)
+  double step_time_s = 0;
+  double tokens_per_s = 0, samples_per_s = 0;
+  double mfu = 0, hfu = 0;
+  double model_flops_per_step = 0, hardware_flops_per_step = 0;
+  double bubble_fraction = 0;  ///< mean over stages
+  StageBreakdown breakdown;    ///< mean over stages
+  double peak_memory_bytes = 0;
+  double usable_memory_bytes = 0;
+  bool fits = true;
+  std::vector<StageResult> stages;
+  std::vector<std::string> critical_path;  ///< a few summary lines
+  std::int64_t num_microbatches = 0;
+  std::size_t num_tasks = 0;
+  std::uint64_t num_events = 0;
+  // Kept when SimulateOptions::keep_graph.
+  TaskGraph graph;
+  EngineResult timeline;
+  std::vector<int> device_stage;  ///< device -> pipeline stage
+};
+
+/// Simulates one step. Never throws for a configuration that cannot run: returns feasible=false
+/// with reasons. `cluster` gives GPU and fabric; `gpus` the GPU count.
+SimulationResult Simulate(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
+                          std::int64_t gpus, const HardwareProfile& profile,
+                          const SimulateOptions& opts = {});
+
+/// The `simulate --json` document (keys pinned in the simulator issue).
+Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfig& cfg,
+                  const Cluster& cl, std::int64_t gpus);
+/// Chrome trace JSON (one process per stage, one thread per stream); opens in Perfetto.
+std::string ChromeTrace(const SimulationResult& r);
+
+}  // namespace shardcast
