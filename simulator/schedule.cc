@@ -66,10 +66,13 @@ std::vector<ScheduleItem> ZbH1(int i, int p, int m) {
     }
   }
   while (b < m) {
+    // Drain: where 1F1B waits for the next gradient, run up to two deferred W passes.
     out.push_back({ItemKind::kBackward, b, 0});
     pending.push_back(b++);
-    out.push_back({ItemKind::kWeight, pending.front(), 0});
-    pending.pop_front();
+    for (int k = 0; k < 2 && !pending.empty(); ++k) {
+      out.push_back({ItemKind::kWeight, pending.front(), 0});
+      pending.pop_front();
+    }
   }
   while (!pending.empty()) {
     out.push_back({ItemKind::kWeight, pending.front(), 0});

@@ -31,7 +31,8 @@ struct PipelineSchedule {
 /// Interleaved 1F1B: Megatron-LM's virtual-stage order; warm-up (p-i-1)*2 + (v-1)*p chunk passes
 ///   (Narayanan et al. 2021 section 2.2.2; Megatron-LM schedules.py). Needs m % p == 0.
 /// ZB-H1: the 1F1B order with each backward split into B then W (Qi et al. 2024), W passes of
-///   the first p-i-1 steady-state backwards deferred to the drain to fill its bubble.
+///   the first p-i-1 steady-state backwards deferred to the drain (two W after each drain B),
+///   where 1F1B waits for gradients.
 PipelineSchedule MakeSchedule(Schedule kind, int stages, int microbatches, int chunks);
 
 }  // namespace shardcast

@@ -98,6 +98,8 @@ class Builder {
 void Builder::Build() {
   const int devices = p_ * R_;
   const bool zero3 = c_.zero_stage >= 3;
+  const bool ideal = opts_.ideal_pipeline;
+  const bool dp_comm = c_.dp > 1 && !ideal;
   const double grad_bytes_per_param = c_.fp32_main_grads ? 4.0 : 2.0;
   res_.device_stage.assign(static_cast<std::size_t>(devices), 0);
   link_.resize(static_cast<std::size_t>(devices));
@@ -143,7 +145,7 @@ void Builder::Build() {
       // Parameter all-gathers of the previous optimizer step, overlapped with this step's
       // first forward (steady state), for ZeRO-1/2 with overlap_param_gather.
       std::vector<std::vector<std::int32_t>> gathers(static_cast<std::size_t>(v_));
-      if ((c_.zero_stage == 1 || c_.zero_stage == 2) && c_.overlap_param_gather && c_.dp > 1) {
+      if ((c_.zero_stage == 1 || c_.zero_stage == 2) && c_.overlap_param_gather && dp_comm) {
         for (int k = 0; k < v_; ++k) {
           const int nb = n_buckets(k);
           const double bytes = chunks[static_cast<std::size_t>(k)].params_per_gpu * 2.0 / nb;
@@ -165,7 +167,7 @@ void Builder::Build() {
         const bool is_last_grad = pos == last_grad_pos[static_cast<std::size_t>(it.chunk)];
         int units = 1;
         if (zero3) units = std::max(1, cc.layers);
-        else if (is_last_grad && c_.overlap_grad_reduce && c_.dp > 1) units = n_buckets(it.chunk);
+        else if (is_last_grad && c_.overlap_grad_reduce && dp_comm) units = n_buckets(it.chunk);
         double work = 0, alloc = 0, freed = 0, transient = 0;
         TaskType type = TaskType::kForward;
         switch (it.kind) {
@@ -199,7 +201,7 @@ void Builder::Build() {
           t.free_bytes = freed / units;
           t.transient_bytes = transient;
           std::int32_t gather = -1;
-          if (zero3 && c_.dp > 1 && it.kind != ItemKind::kWeight) {
+          if (zero3 && dp_comm && it.kind != ItemKind::kWeight) {
             // FSDP: gather this layer's parameters, prefetched while the previous unit runs.
             const double bytes = cc.params_per_gpu / units * 2.0;
             Task ag = Comm(TaskType::kParamGather, dev,
@@ -221,7 +223,7 @@ void Builder::Build() {
           }
           // Gradient reduction of this unit.
           const bool produces_grads = it.kind == grad_kind;
-          if (produces_grads && c_.dp > 1 && zero3) {
+          if (produces_grads && dp_comm && zero3) {
             const double bytes = cc.params_per_gpu / units * grad_bytes_per_param;
             Task rs = Comm(TaskType::kDpReduce, dev,
                            CollectiveCostOf(prof_, CollectiveOp::kReduceScatter, bytes, cm_.dp_group));
@@ -231,7 +233,7 @@ void Builder::Build() {
             const std::int32_t rid = Add(rs, kDpStream);
             g_.AddEdge(id, rid);
             dp_sync_[{i, dp_key_++}].push_back({id, rid});
-          } else if (produces_grads && is_last_grad && c_.dp > 1 && c_.overlap_grad_reduce) {
+          } else if (produces_grads && is_last_grad && dp_comm && c_.overlap_grad_reduce) {
             const double bytes = cc.params_per_gpu / units * grad_bytes_per_param;
             const CollectiveOp op = c_.zero_stage >= 1 ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce;
             Task rd = Comm(TaskType::kDpReduce, dev, CollectiveCostOf(prof_, op, bytes, cm_.dp_group));
@@ -242,7 +244,7 @@ void Builder::Build() {
             dp_sync_[{i, dp_key_++}].push_back({id, rid});
           }
         }
-        if (is_last_grad && c_.dp > 1 && !c_.overlap_grad_reduce && !zero3) {
+        if (is_last_grad && dp_comm && !c_.overlap_grad_reduce && !zero3) {
           reduce_after.emplace_back(pos, it.chunk);
         }
         itk.first = itk.units.front();
@@ -286,7 +288,7 @@ void Builder::Build() {
       }
       // Tied embedding: first and last stage all-reduce the embedding gradient (Megatron-LM).
       std::int32_t before_opt = last_on_stream_.count({dev, kDpStream}) ? last_on_stream_[{dev, kDpStream}] : -1;
-      if (m_.tie_embeddings && p_ > 1 && (i == 0 || i == p_ - 1)) {
+      if (m_.tie_embeddings && p_ > 1 && !ideal && (i == 0 || i == p_ - 1)) {
         const double bytes = static_cast<double>(m_.vocab_size * m_.hidden_size) / c_.tp * grad_bytes_per_param;
         GroupPlacement pair;
         pair.ranks = 2;
@@ -304,11 +306,11 @@ void Builder::Build() {
       Task opt;
       opt.type = TaskType::kOptimizer;
       opt.device = dev;
-      opt.work_ns = Ns(MemoryBoundTime(prof_, 30.0 * shard) + MemoryBoundTime(prof_, 4.0 * shard));
+      opt.work_ns = ideal ? 0.0 : Ns(MemoryBoundTime(prof_, 30.0 * shard) + MemoryBoundTime(prof_, 4.0 * shard));
       const std::int32_t oid = Add(opt, kComputeStream);
       g_.AddEdge(before_opt, oid);
       // Without overlap_param_gather, ZeRO-1/2 gather the updated parameters after the step.
-      if ((c_.zero_stage == 1 || c_.zero_stage == 2) && !c_.overlap_param_gather && c_.dp > 1) {
+      if ((c_.zero_stage == 1 || c_.zero_stage == 2) && !c_.overlap_param_gather && dp_comm) {
         for (int k = 0; k < v_; ++k) {
           const int nb = n_buckets(k);
           const double bytes = chunks[static_cast<std::size_t>(k)].params_per_gpu * 2.0 / nb;
@@ -390,7 +392,27 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     res.fits = false;
     return res;
   }
-  const CostModel cm = BuildCostModel(m, c, cl, prof);
+  CostModel cm = BuildCostModel(m, c, cl, prof);
+  if (opts.ideal_pipeline) {
+    double f = 0, bi = 0, bw = 0, n = 0;
+    for (const auto& st : cm.chunks) {
+      for (const auto& cc : st) {
+        f += cc.fwd_s;
+        bi += cc.bwd_input_s + cc.recompute_s;
+        bw += cc.bwd_weight_s;
+        n += 1;
+      }
+    }
+    for (auto& st : cm.chunks) {
+      for (auto& cc : st) {
+        cc.fwd_s = std::round(f / n * 1e9) / 1e9;
+        cc.bwd_input_s = std::round(bi / n * 1e9) / 1e9;
+        cc.bwd_weight_s = std::round(bw / n * 1e9) / 1e9;
+        cc.recompute_s = cc.fwd_tp_s = cc.bwd_tp_s = cc.recompute_tp_s = 0;
+      }
+    }
+    cm.pp_send_intra = cm.pp_send_inter = CollectiveCost{};
+  }
   res.num_microbatches = c.num_microbatches();
   Builder b(m, c, cl, prof, cm, opts, res);
   b.Build();

@@ -24,6 +24,9 @@ struct SimulateOptions {
   /// (for tests of the symmetry argument; cost grows with dp).
   bool full_rank = false;
   bool keep_graph = false;  ///< keep the task graph and timings (for traces and tests)
+  /// The schedule alone, as the closed forms assume it: every chunk costs the mean chunk cost
+  /// (rounded to whole nanoseconds), communication, data parallelism and the optimizer are free.
+  bool ideal_pipeline = false;
 };
 
 /// Time of one stage, in seconds; the parts add up to the step time.

@@ -212,7 +212,7 @@ TEST(BadInput, QueryGroupsMustDivideHeads) {
 TEST(BadInput, UnknownKeyIsAnError) {
   EXPECT_EQ(LoadError("bad9.json", ModelWith("num_layer", "4")),
             "bad9.json: /num_layer: unknown key 'num_layer', expected one of activation, "
-            "add_bias_linear, add_qkv_bias, ffn_hidden_size, hidden_size, kv_channels, "
+            "add_bias_linear, add_qkv_bias, dropout, ffn_hidden_size, hidden_size, kv_channels, "
             "max_position_embeddings, name, normalization, num_attention_heads, num_layers, "
             "num_query_groups, position_embedding, seq_length, source, tie_embeddings, "
             "vocab_size (did you mean 'num_layers'?)");
