@@ -161,8 +161,16 @@ EngineResult TaskGraph::Run() const {
     const auto dev = static_cast<std::size_t>(t.device);
     dyn_bytes[dev] += t.transient_bytes;
     r.peak_dynamic_bytes[dev] = std::max(r.peak_dynamic_bytes[dev], dyn_bytes[dev]);
-    if (is_comm(t)) {
-      // Latency phase first (no bandwidth used), then the flow.
+    if (is_comm(t) && t.bytes > 0) {
+      // A flow: its latency is charged as the bytes the flow would move at its own cap in that
+      // time, so a lone flow ends at latency + bytes/cap with one event instead of two.
+      in_flow[id] = 1;
+      remaining[id] = t.bytes + t.work_ns * t.rate_cap_GBps;
+      rate[id] = 0;
+      link_flows[static_cast<std::size_t>(t.link)].push_back(tid);
+      flow_count(t, +1);
+      refresh_link(static_cast<std::size_t>(t.link));
+    } else if (is_comm(t)) {
       remaining[id] = t.work_ns;
       rate[id] = 1.0;
       in_flow[id] = 0;
@@ -191,17 +199,6 @@ EngineResult TaskGraph::Run() const {
     now = e.time;
     ++r.events;
     const Task& t = tasks_[id];
-    if (is_comm(t) && !in_flow[id] && t.bytes > 0) {
-      // Latency done: join the link.
-      in_flow[id] = 1;
-      remaining[id] = t.bytes;
-      last_update[id] = now;
-      rate[id] = 0;
-      link_flows[static_cast<std::size_t>(t.link)].push_back(e.task);
-      flow_count(t, +1);
-      refresh_link(static_cast<std::size_t>(t.link));
-      continue;
-    }
     // Task finished.
     r.end[id] = now;
     ++finished;

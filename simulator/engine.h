@@ -2,9 +2,10 @@
 /// \file engine.h
 /// Discrete-event engine over a task graph. Integer simulated time (ns); events ordered by
 /// (time, sequence number), so runs are deterministic. Compute tasks run at rate 1, slowed by an
-/// overlap factor while a communication flow of the same device is moving bytes; communication
-/// tasks wait their latency, then move bytes over a link whose bandwidth is split equally among
-/// the flows on it (fluid model, rates recomputed whenever the set of flows changes).
+/// overlap factor while a communication flow of the same device is moving bytes; a communication
+/// task is a flow of (latency * its own bandwidth cap + bytes) over a link whose bandwidth is split
+/// equally among the flows on it (fluid model, rates recomputed whenever the set of flows
+/// changes), so a lone flow takes latency + bytes / cap.
 /// Streams (program order) are plain dependency edges between consecutive tasks of a stream.
 
 #include <cstdint>
@@ -58,6 +59,11 @@ struct EngineResult {
 
 class TaskGraph {
  public:
+  /// Pre-allocates room for `tasks` tasks and `edges` edges.
+  void Reserve(std::size_t tasks, std::size_t edges) {
+    tasks_.reserve(tasks);
+    edges_.reserve(edges);
+  }
   std::int32_t AddTask(const Task& t);
   /// `before` must finish before `after` starts.
   void AddEdge(std::int32_t before, std::int32_t after);
@@ -67,6 +73,7 @@ class TaskGraph {
   const std::vector<Task>& tasks() const { return tasks_; }
   const std::vector<Device>& devices() const { return devices_; }
   std::size_t num_edges() const { return edges_.size(); }
+  const std::vector<std::pair<std::int32_t, std::int32_t>>& edges() const { return edges_; }
 
   /// Runs the simulation. Throws InternalError naming the tasks of a dependency cycle (found
   /// with Boost.Graph's depth-first search) if some tasks can never start.

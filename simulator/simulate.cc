@@ -14,7 +14,7 @@ namespace shardcast {
 namespace {
 
 constexpr int kComputeStream = 0, kSendFwdStream = 1, kSendBwdStream = 2, kDpStream = 3,
-              kDpGatherStream = 4;
+              kDpGatherStream = 4, kNumStreams = 5;
 const char* StreamName(int s) {
   switch (s) {
     case kComputeStream: return "compute";
@@ -54,10 +54,9 @@ class Builder {
   std::int32_t Add(Task t, int stream) {
     t.stream = stream;
     std::int32_t id = g_.AddTask(t);
-    auto key = std::make_pair(t.device, stream);
-    auto it = last_on_stream_.find(key);
-    if (it != last_on_stream_.end()) g_.AddEdge(it->second, id);
-    last_on_stream_[key] = id;
+    std::int32_t& last = LastOn(t.device, stream);
+    g_.AddEdge(last, id);  // program order (ignored when last < 0)
+    last = id;
     return id;
   }
   Task Comm(TaskType type, int device, const CollectiveCost& cc) {
@@ -85,7 +84,10 @@ class Builder {
   int p_ = 1, v_ = 1, mb_ = 1, R_ = 1;
   PipelineSchedule sched_;
   TaskGraph g_;
-  std::map<std::pair<int, int>, std::int32_t> last_on_stream_;
+  std::int32_t& LastOn(int device, int stream) {
+    return last_on_stream_[static_cast<std::size_t>(device * kNumStreams + stream)];
+  }
+  std::vector<std::int32_t> last_on_stream_;
   std::vector<std::array<std::int32_t, 2>> link_;
   // [device][Index(kind, mb, chunk)]
   std::vector<std::vector<ItemTasks>> items_;
@@ -93,6 +95,9 @@ class Builder {
   // Data-parallel collectives needing all replicas (full-rank): (producer, task) per replica.
   std::map<std::pair<int, int>, std::vector<std::pair<std::int32_t, std::int32_t>>> dp_sync_;
   int dp_key_ = 0;
+  void Sync(int stage, std::pair<std::int32_t, std::int32_t> producer_task) {
+    if (R_ > 1) dp_sync_[{stage, dp_key_++}].push_back(producer_task);
+  }
 };
 
 void Builder::Build() {
@@ -102,6 +107,7 @@ void Builder::Build() {
   const bool dp_comm = c_.dp > 1 && !ideal;
   const double grad_bytes_per_param = c_.fp32_main_grads ? 4.0 : 2.0;
   res_.device_stage.assign(static_cast<std::size_t>(devices), 0);
+  last_on_stream_.assign(static_cast<std::size_t>(devices * kNumStreams), -1);
   link_.resize(static_cast<std::size_t>(devices));
   for (int i = 0; i < p_; ++i) {
     for (int r = 0; r < R_; ++r) {
@@ -116,6 +122,8 @@ void Builder::Build() {
     }
   }
   const int nitems = 3 * mb_ * v_;
+  g_.Reserve(static_cast<std::size_t>(devices) * static_cast<std::size_t>(5 * mb_ * v_ + 64),
+             static_cast<std::size_t>(devices) * static_cast<std::size_t>(10 * mb_ * v_ + 128));
   items_.assign(static_cast<std::size_t>(devices), std::vector<ItemTasks>(static_cast<std::size_t>(nitems)));
   fwd_send_.assign(static_cast<std::size_t>(devices), std::vector<std::int32_t>(static_cast<std::size_t>(nitems), -1));
   bwd_send_ = fwd_send_;
@@ -140,6 +148,7 @@ void Builder::Build() {
     };
     for (int r = 0; r < R_; ++r) {
       const int dev = Device(i, r);
+      dp_key_ = 0;  // replicas create the same collectives in the same order
       auto& its = items_[static_cast<std::size_t>(dev)];
       std::vector<std::int32_t> compute_seq;  // compute-stream tasks in order (for ZeRO-3 prefetch)
       // Parameter all-gathers of the previous optimizer step, overlapped with this step's
@@ -156,7 +165,7 @@ void Builder::Build() {
             t.unit = b;
             const std::int32_t id = Add(t, kDpStream);
             gathers[static_cast<std::size_t>(k)].push_back(id);
-            dp_sync_[{i, dp_key_++}].push_back({-1, id});
+            Sync(i, {-1, id});
           }
         }
       }
@@ -212,7 +221,7 @@ void Builder::Build() {
             gather = Add(ag, kDpGatherStream);
             const std::int32_t prev2 = compute_seq.size() >= 2 ? compute_seq[compute_seq.size() - 2] : -1;
             g_.AddEdge(prev2, gather);
-            dp_sync_[{i, dp_key_++}].push_back({prev2, gather});
+            Sync(i, {prev2, gather});
           }
           const std::int32_t id = Add(t, kComputeStream);
           g_.AddEdge(gather, id);
@@ -232,7 +241,7 @@ void Builder::Build() {
             rs.unit = u;
             const std::int32_t rid = Add(rs, kDpStream);
             g_.AddEdge(id, rid);
-            dp_sync_[{i, dp_key_++}].push_back({id, rid});
+            Sync(i, {id, rid});
           } else if (produces_grads && is_last_grad && dp_comm && c_.overlap_grad_reduce) {
             const double bytes = cc.params_per_gpu / units * grad_bytes_per_param;
             const CollectiveOp op = c_.zero_stage >= 1 ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce;
@@ -241,7 +250,7 @@ void Builder::Build() {
             rd.unit = u;
             const std::int32_t rid = Add(rd, kDpStream);
             g_.AddEdge(id, rid);
-            dp_sync_[{i, dp_key_++}].push_back({id, rid});
+            Sync(i, {id, rid});
           }
         }
         if (is_last_grad && dp_comm && !c_.overlap_grad_reduce && !zero3) {
@@ -283,11 +292,11 @@ void Builder::Build() {
           rd.unit = b;
           const std::int32_t rid = Add(rd, kDpStream);
           g_.AddEdge(last_compute, rid);
-          dp_sync_[{i, dp_key_++}].push_back({last_compute, rid});
+          Sync(i, {last_compute, rid});
         }
       }
       // Tied embedding: first and last stage all-reduce the embedding gradient (Megatron-LM).
-      std::int32_t before_opt = last_on_stream_.count({dev, kDpStream}) ? last_on_stream_[{dev, kDpStream}] : -1;
+      std::int32_t before_opt = LastOn(dev, kDpStream);
       if (m_.tie_embeddings && p_ > 1 && !ideal && (i == 0 || i == p_ - 1)) {
         const double bytes = static_cast<double>(m_.vocab_size * m_.hidden_size) / c_.tp * grad_bytes_per_param;
         GroupPlacement pair;
@@ -321,7 +330,7 @@ void Builder::Build() {
             t.unit = b;
             const std::int32_t id = Add(t, kDpStream);
             g_.AddEdge(oid, id);
-            dp_sync_[{i, dp_key_++}].push_back({oid, id});
+            Sync(i, {oid, id});
           }
         }
       }

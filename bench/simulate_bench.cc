@@ -1,0 +1,41 @@
+// Speed of shardcast itself (docs/performance.md). Run: ./build/bench/shardcast_bench
+#include <benchmark/benchmark.h>
+
+#include "models/loader.h"
+#include "simulator/simulate.h"
+
+namespace shardcast {
+namespace {
+
+// GPT-3 175B, TP8 PP8, interleaved v=3, mbs 1, SP + selective recompute, distributed optimizer,
+// 96 micro-batches per replica (gbs 1536 at 1024 GPUs), at 64 / 1024 / 16384 GPUs.
+void BM_SimulateGpt3_175b(benchmark::State& state) {
+  const std::int64_t gpus = state.range(0);
+  const Model m = LoadModel("gpt3-175b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;
+  c.dp = gpus / 64;
+  c.vp = 3;
+  c.schedule = Schedule::kInterleaved;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 96 * c.dp;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kSelective;
+  c.zero_stage = 1;
+  std::size_t tasks = 0;
+  for (auto _ : state) {
+    SimulationResult r = Simulate(m, c, cl, gpus, prof);
+    benchmark::DoNotOptimize(r.step_time_s);
+    tasks = r.num_tasks;
+  }
+  state.counters["tasks"] = static_cast<double>(tasks);
+}
+BENCHMARK(BM_SimulateGpt3_175b)->Arg(64)->Arg(1024)->Arg(16384)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace shardcast
+
+BENCHMARK_MAIN();
