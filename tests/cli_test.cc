@@ -57,3 +57,76 @@ TEST(Cli, NonDividingSizesAreAResultNotACrash) {
 
 }  // namespace
 }  // namespace shardcast
+
+namespace shardcast {
+namespace {
+
+using testing::RunShardcast;
+using testing::WriteTemp;
+
+const char* kDoneCommand =
+    "simulate --model gpt3-175b --cluster dgx-a100 --gpus 64 --tp 8 --pp 8 --vp 3 --mbs 1 --gbs 64 "
+    "--recompute selective --sequence-parallel --schedule interleaved";
+
+TEST(CliSimulate, JsonHasThePinnedKeys) {
+  auto r = RunShardcast(std::string(kDoneCommand) + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Json j = Json::parse(r.out);
+  for (const char* k : {"step_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction",
+                        "peak_memory_bytes", "fits", "stages", "breakdown_s"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  ASSERT_EQ(j["stages"].size(), 8u);
+  EXPECT_TRUE(j["stages"][0]["peak_memory_bytes"].is_number());
+  // tokens/s is gbs * seq / step time.
+  EXPECT_NEAR(j["tokens_per_s"].get<double>(), 64.0 * 2048 / j["step_time_s"].get<double>(), 1e-6);
+  double sum = 0;
+  for (auto& [k, v] : j["breakdown_s"].items()) sum += v.get<double>();
+  EXPECT_NEAR(sum, j["step_time_s"].get<double>(), 1e-6);
+}
+
+TEST(CliSimulate, HumanOutputAndTrace) {
+  const std::string trace = WriteTemp("trace.json", "");
+  auto r = RunShardcast(std::string(kDoneCommand) + " --trace " + trace);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* s : {"step time", "MFU / HFU", "bubble fraction", "Critical path", "fits"}) {
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+  }
+  Json t = ReadJsonFile(trace);
+  ASSERT_TRUE(t["traceEvents"].is_array());
+  EXPECT_GT(t["traceEvents"].size(), 1000u);
+}
+
+TEST(CliSimulate, MegatronAliases) {
+  auto a = RunShardcast(std::string(kDoneCommand) + " --json");
+  auto b = RunShardcast(
+      "simulate --model gpt3-175b --cluster dgx-a100 --gpus 64 --tensor-model-parallel-size 8 "
+      "--pipeline-model-parallel-size 8 --num-layers-per-virtual-pipeline-stage 4 --micro-batch-size 1 "
+      "--global-batch-size 64 --recompute-granularity selective --sequence-parallel --json");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(Json::parse(a.out)["step_time_s"], Json::parse(b.out)["step_time_s"]);
+}
+
+TEST(CliSimulate, InfeasibleIsAResultWithAReason) {
+  auto r = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 64 --tp 8 --pp 8 --dp 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Json j = Json::parse(r.out);
+  EXPECT_FALSE(j["fits"].get<bool>());
+  EXPECT_EQ(j["reason"], "dp = 2 but 64 GPUs / (tp*pp = 64) = 1");
+  auto big = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 8 --tp 8 --json");
+  ASSERT_EQ(big.exit_code, 0) << big.err;
+  EXPECT_FALSE(Json::parse(big.out)["fits"].get<bool>());
+}
+
+TEST(CliSimulate, BadInputExitsTwo) {
+  EXPECT_EQ(RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --tp 0").exit_code, 2);
+  EXPECT_EQ(RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --schedule zigzag").exit_code, 2);
+  const std::string bad = WriteTemp("bad_profile.json", R"({"format": "other"})");
+  auto r = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --profile " + bad);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("bad_profile.json: /format: got \"other\", expected \"shardcast-hardware-profile\""),
+            std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace shardcast

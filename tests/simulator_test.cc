@@ -358,3 +358,39 @@ TEST(Golden, InfeasibleAndTooLargeAreResults) {
 
 }  // namespace
 }  // namespace shardcast
+
+namespace shardcast {
+namespace {
+
+TEST(Profile, JsonRoundTrip) {
+  HardwareProfile p = DefaultProfile(LoadCluster("dgx-h100"));
+  p.collective_tables.push_back({CollectiveOp::kAllReduce, 8, 1, {{1e6, 4e-5}, {1e9, 5e-3}}});
+  HardwareProfile q = ProfileFromJson(ProfileToJson(p), "roundtrip.json");
+  // Microsecond fields convert through seconds: equal to the last bits, then a fixed point.
+  EXPECT_NEAR(q.coll_intra_hop_latency_s, p.coll_intra_hop_latency_s, 1e-18);
+  EXPECT_EQ(q.collective_tables.size(), 1u);
+  EXPECT_EQ(q.gemm_max_efficiency, p.gemm_max_efficiency);
+  HardwareProfile q2 = ProfileFromJson(ProfileToJson(q), "roundtrip2.json");
+  EXPECT_NEAR(ProfileToJson(q2)["collectives"]["intra_hop_latency_us"].get<double>(), 3.4, 1e-12);
+  EXPECT_EQ(ProfileToJson(q2)["gemm"], ProfileToJson(p)["gemm"]);
+}
+
+TEST(Profile, CollectiveCostIsNcclAlphaBeta) {
+  // 8 GPUs in one node, all-reduce of 1 GiB: latency 8.4 + 14 * 3.4 us, 2*7/8 * size / 230 GB/s.
+  HardwareProfile p = DefaultProfile(LoadCluster("dgx-a100"));
+  GroupPlacement g;
+  g.ranks = 8;
+  g.ranks_per_node = 8;
+  const double size = 1073741824.0;
+  CollectiveCost c = CollectiveCostOf(p, CollectiveOp::kAllReduce, size, g);
+  EXPECT_NEAR(c.time_s(), (8.4 + 14 * 3.4) * 1e-6 + 1.75 * size / 230e9, 1e-12);
+  // 16 ranks, one per node (TP8 DP16 on DGX): ring over HDR NICs, 0.94 * 200/8 GB/s per GPU.
+  g.ranks = 16;
+  g.ranks_per_node = 1;
+  c = CollectiveCostOf(p, CollectiveOp::kAllReduce, size, g);
+  EXPECT_EQ(c.link, LinkKind::kNetwork);
+  EXPECT_NEAR(c.time_s(), (8.4 + 0 * 3.4 + 30 * 14.0) * 1e-6 + 2.0 * 15 / 16 * size / 23.5e9, 1e-12);
+}
+
+}  // namespace
+}  // namespace shardcast
