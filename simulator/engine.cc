@@ -74,37 +74,93 @@ struct CycleFinder : boost::default_dfs_visitor {
 
 }  // namespace
 
-EngineResult TaskGraph::Run() const {
-  const std::size_t n = tasks_.size();
-  Csr g(boost::edges_are_unsorted_multi_pass, edges_.begin(), edges_.end(), n);
-  std::vector<std::int32_t> indeg(n, 0);
-  for (const auto& e : edges_) ++indeg[static_cast<std::size_t>(e.second)];
+namespace {
 
+/// Per-task state of a run. Kept in a thread-local workspace so that repeated runs (the planner,
+/// benchmarks) reuse memory instead of faulting in fresh pages every time.
+struct TaskState {
+  double remaining = 0;  // compute: ns of work left; comm: bytes left
+  double rate = 0;       // compute: work ns per ns; comm: bytes per ns
+  SimTime last_update = 0;
+  SimTime sched_at = 0;  // time of the task's pending event
+  std::uint32_t version = 0;
+  std::int32_t indeg = 0;
+  std::uint8_t in_flow = 0;  // comm task is moving bytes
+};
+
+struct Workspace {
+  std::vector<TaskState> st;
+  std::vector<std::int32_t> row;      // CSR offsets (n + 1)
+  std::vector<std::int32_t> targets;  // CSR successors
+  std::vector<Event> heap;
+  std::vector<std::vector<std::int32_t>> link_flows;
+};
+
+}  // namespace
+
+EngineResult TaskGraph::Run() const {
   EngineResult r;
+  Run(&r);
+  return r;
+}
+
+void TaskGraph::Run(EngineResult* out) const {
+  const std::size_t n = tasks_.size();
+  thread_local Workspace ws;
+  // Flat CSR adjacency for the event loop (Boost.Graph is used to name a cycle, below).
+  ws.row.assign(n + 1, 0);
+  for (const auto& e : edges_) ++ws.row[static_cast<std::size_t>(e.first) + 1];
+  for (std::size_t i = 0; i < n; ++i) ws.row[i + 1] += ws.row[i];
+  ws.targets.resize(edges_.size());
+  ws.st.assign(n, TaskState{});
+  {
+    // Counting sort of edges by source; reuse `sched_at` as the per-row cursor temporarily.
+    for (std::size_t i = 0; i < n; ++i) ws.st[i].sched_at = ws.row[i];
+    for (const auto& e : edges_) {
+      auto& cur = ws.st[static_cast<std::size_t>(e.first)].sched_at;
+      ws.targets[static_cast<std::size_t>(cur++)] = e.second;
+      ++ws.st[static_cast<std::size_t>(e.second)].indeg;
+    }
+    for (std::size_t i = 0; i < n; ++i) ws.st[i].sched_at = 0;
+  }
+  auto& st = ws.st;
+  auto& heap = ws.heap;
+  heap.clear();
+  ws.link_flows.resize(links_.size());
+  for (auto& f : ws.link_flows) f.clear();
+  auto& link_flows = ws.link_flows;
+
+  EngineResult& r = *out;
+  r.events = 0;
+  r.heap_pushes = 0;
+  r.makespan = 0;
   r.start.assign(n, -1);
   r.end.assign(n, -1);
   r.gating_pred.assign(n, -1);
   r.peak_dynamic_bytes.assign(devices_.size(), 0.0);
   std::vector<double> dyn_bytes(devices_.size(), 0.0);
-
-  // Running state.
-  std::vector<double> remaining(n, 0.0);   // compute: ns of work left; comm: bytes left
-  std::vector<double> rate(n, 0.0);        // compute: work ns per ns; comm: bytes per ns
-  std::vector<SimTime> last_update(n, 0);
-  std::vector<std::uint32_t> version(n, 0);
-  std::vector<std::uint8_t> in_flow(n, 0);  // comm task is moving bytes
-  std::vector<std::vector<std::int32_t>> link_flows(links_.size());
   std::vector<std::int32_t> running_compute(devices_.size(), -1);
   std::vector<int> dev_nv_flows(devices_.size(), 0), dev_net_flows(devices_.size(), 0);
 
-  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> q;
   std::uint64_t seq = 0;
   SimTime now = 0;
   std::size_t finished = 0;
 
   auto is_comm = [&](const Task& t) { return t.link >= 0; };
   auto schedule = [&](std::int32_t id, SimTime at) {
-    q.push({at, seq++, id, version[static_cast<std::size_t>(id)]});
+    st[static_cast<std::size_t>(id)].sched_at = at;
+    ++r.heap_pushes;
+    heap.push_back({at, seq++, id, st[static_cast<std::size_t>(id)].version});
+    std::push_heap(heap.begin(), heap.end(), std::greater<Event>());
+  };
+  // After a rate change: an earlier finish needs a new event; a later one keeps the pending
+  // event, which re-checks the remaining work when it fires (halves the heap traffic).
+  auto reschedule = [&](std::size_t id) {
+    const SimTime f = st[id].remaining <= 0 ? now : now + static_cast<SimTime>(std::ceil(st[id].remaining / st[id].rate - 1e-9));
+    if (f < st[id].sched_at) {
+      ++st[id].version;
+      schedule(static_cast<std::int32_t>(id), f);
+    }
   };
   auto compute_rate = [&](std::size_t dev) {
     const Device& d = devices_[dev];
@@ -114,24 +170,23 @@ EngineResult TaskGraph::Run() const {
     return 1.0 / (1.0 + slow);
   };
   auto finish_at = [&](std::size_t id) {
-    if (remaining[id] <= 0) return now;
-    return now + static_cast<SimTime>(std::ceil(remaining[id] / rate[id] - 1e-9));
+    if (st[id].remaining <= 0) return now;
+    return now + static_cast<SimTime>(std::ceil(st[id].remaining / st[id].rate - 1e-9));
   };
   auto advance = [&](std::size_t id) {
-    remaining[id] -= static_cast<double>(now - last_update[id]) * rate[id];
-    if (remaining[id] < 0) remaining[id] = 0;
-    last_update[id] = now;
+    st[id].remaining -= static_cast<double>(now - st[id].last_update) * st[id].rate;
+    if (st[id].remaining < 0) st[id].remaining = 0;
+    st[id].last_update = now;
   };
   auto refresh_compute = [&](std::size_t dev) {
     const std::int32_t c = running_compute[dev];
     if (c < 0) return;
     const auto id = static_cast<std::size_t>(c);
     const double nr = compute_rate(dev);
-    if (nr == rate[id]) return;
+    if (nr == st[id].rate) return;
     advance(id);
-    rate[id] = nr;
-    ++version[id];
-    schedule(c, finish_at(id));
+    st[id].rate = nr;
+    reschedule(id);
   };
   auto refresh_link = [&](std::size_t l) {
     const auto& flows = link_flows[l];
@@ -140,14 +195,20 @@ EngineResult TaskGraph::Run() const {
     for (std::int32_t f : flows) {
       const auto id = static_cast<std::size_t>(f);
       const double nr = std::min(share, tasks_[id].rate_cap_GBps);  // GB/s == bytes/ns
-      if (nr == rate[id]) continue;
+      if (nr == st[id].rate) continue;
       advance(id);
-      rate[id] = nr;
-      ++version[id];
-      schedule(f, finish_at(id));
+      const bool was_stalled = st[id].rate == 0;
+      st[id].rate = nr;
+      if (was_stalled) {
+        ++st[id].version;
+        schedule(f, finish_at(id));
+      } else {
+        reschedule(id);
+      }
     }
   };
   auto flow_count = [&](const Task& t, int delta) {
+    if (!t.slows_compute) return;
     const auto dev = static_cast<std::size_t>(t.device);
     (t.network ? dev_net_flows[dev] : dev_nv_flows[dev]) += delta;
     refresh_compute(dev);
@@ -157,55 +218,64 @@ EngineResult TaskGraph::Run() const {
     const auto id = static_cast<std::size_t>(tid);
     const Task& t = tasks_[id];
     r.start[id] = now;
-    last_update[id] = now;
+    st[id].last_update = now;
     const auto dev = static_cast<std::size_t>(t.device);
     dyn_bytes[dev] += t.transient_bytes;
     r.peak_dynamic_bytes[dev] = std::max(r.peak_dynamic_bytes[dev], dyn_bytes[dev]);
     if (is_comm(t) && t.bytes > 0) {
       // A flow: its latency is charged as the bytes the flow would move at its own cap in that
       // time, so a lone flow ends at latency + bytes/cap with one event instead of two.
-      in_flow[id] = 1;
-      remaining[id] = t.bytes + t.work_ns * t.rate_cap_GBps;
-      rate[id] = 0;
+      st[id].in_flow = 1;
+      st[id].remaining = t.bytes + t.work_ns * t.rate_cap_GBps;
+      st[id].rate = 0;
       link_flows[static_cast<std::size_t>(t.link)].push_back(tid);
       flow_count(t, +1);
       refresh_link(static_cast<std::size_t>(t.link));
     } else if (is_comm(t)) {
-      remaining[id] = t.work_ns;
-      rate[id] = 1.0;
-      in_flow[id] = 0;
+      st[id].remaining = t.work_ns;
+      st[id].rate = 1.0;
+      st[id].in_flow = 0;
       schedule(tid, finish_at(id));
     } else {
-      remaining[id] = t.work_ns;
+      st[id].remaining = t.work_ns;
       if (t.type != TaskType::kJoin) {
         running_compute[dev] = tid;
-        rate[id] = compute_rate(dev);
+        st[id].rate = compute_rate(dev);
       } else {
-        rate[id] = 1.0;
+        st[id].rate = 1.0;
       }
       schedule(tid, finish_at(id));
     }
   };
 
   for (std::size_t i = 0; i < n; ++i) {
-    if (indeg[i] == 0) start_task(static_cast<std::int32_t>(i));
+    if (st[i].indeg == 0) start_task(static_cast<std::int32_t>(i));
   }
 
-  while (!q.empty()) {
-    Event e = q.top();
-    q.pop();
+  while (!heap.empty()) {
+    std::pop_heap(heap.begin(), heap.end(), std::greater<Event>());
+    const Event e = heap.back();
+    heap.pop_back();
     const auto id = static_cast<std::size_t>(e.task);
-    if (e.version != version[id] || r.end[id] >= 0) continue;
+    if (e.version != st[id].version || r.end[id] >= 0) continue;
     now = e.time;
-    ++r.events;
     const Task& t = tasks_[id];
+    if (st[id].rate > 0 && t.type != TaskType::kJoin && (t.link >= 0 ? st[id].in_flow : 1)) {
+      // The task may have slowed since this event was set: finish only when no work is left.
+      advance(id);
+      if (st[id].remaining > 1e-6) {
+        schedule(e.task, finish_at(id));
+        continue;
+      }
+    }
+    ++r.events;
     // Task finished.
     r.end[id] = now;
     ++finished;
     const auto dev = static_cast<std::size_t>(t.device);
     dyn_bytes[dev] += t.alloc_bytes - t.free_bytes - t.transient_bytes;
     r.peak_dynamic_bytes[dev] = std::max(r.peak_dynamic_bytes[dev], dyn_bytes[dev]);
-    if (is_comm(t) && in_flow[id]) {
+    if (is_comm(t) && st[id].in_flow) {
       auto& flows = link_flows[static_cast<std::size_t>(t.link)];
       flows.erase(std::find(flows.begin(), flows.end(), e.task));
       flow_count(t, -1);
@@ -213,10 +283,9 @@ EngineResult TaskGraph::Run() const {
     } else if (running_compute[dev] == e.task) {
       running_compute[dev] = -1;
     }
-    auto [ei, ee] = boost::out_edges(id, g);
-    for (; ei != ee; ++ei) {
-      const auto v = boost::target(*ei, g);
-      if (--indeg[v] == 0) {
+    for (std::int32_t k = ws.row[id]; k < ws.row[id + 1]; ++k) {
+      const auto v = static_cast<std::size_t>(ws.targets[static_cast<std::size_t>(k)]);
+      if (--st[v].indeg == 0) {
         r.gating_pred[v] = e.task;
         start_task(static_cast<std::int32_t>(v));
       }
@@ -226,6 +295,7 @@ EngineResult TaskGraph::Run() const {
 
   if (finished != n) {
     // Some tasks never became ready: find a cycle among them with Boost.Graph's DFS.
+    Csr g(boost::edges_are_unsorted_multi_pass, edges_.begin(), edges_.end(), n);
     std::vector<std::pair<int, int>> back;
     CycleFinder vis;
     vis.back_edges = &back;
@@ -240,7 +310,6 @@ EngineResult TaskGraph::Run() const {
     }
     throw InternalError(msg);
   }
-  return r;
 }
 
 }  // namespace shardcast

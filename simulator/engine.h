@@ -33,6 +33,9 @@ struct Task {
   std::int32_t link = -1;      ///< link index, or -1
   double rate_cap_GBps = 0;    ///< comm: the flow's own bandwidth cap
   bool network = false;        ///< comm over the network (smaller overlap slowdown)
+  /// Whether this flow slows the device's compute (collectives run many CTAs on the SMs; a
+  /// point-to-point send uses one channel and is not counted).
+  bool slows_compute = true;
   double alloc_bytes = 0;      ///< device memory allocated when the task ends (saved activations)
   double free_bytes = 0;       ///< device memory freed when the task ends
   double transient_bytes = 0;  ///< device memory held only while the task runs
@@ -54,7 +57,8 @@ struct EngineResult {
   std::vector<std::int32_t> gating_pred;  ///< the predecessor whose completion released the task
   std::vector<double> peak_dynamic_bytes;  ///< per device: peak of allocations above static
   SimTime makespan = 0;
-  std::uint64_t events = 0;
+  std::uint64_t events = 0;       ///< events that changed state
+  std::uint64_t heap_pushes = 0;  ///< events queued (incl. superseded ones)
 };
 
 class TaskGraph {
@@ -63,6 +67,13 @@ class TaskGraph {
   void Reserve(std::size_t tasks, std::size_t edges) {
     tasks_.reserve(tasks);
     edges_.reserve(edges);
+  }
+  /// Removes all tasks, edges, links and devices, keeping the allocated memory.
+  void Clear() {
+    tasks_.clear();
+    edges_.clear();
+    links_.clear();
+    devices_.clear();
   }
   std::int32_t AddTask(const Task& t);
   /// `before` must finish before `after` starts.
@@ -78,6 +89,8 @@ class TaskGraph {
   /// Runs the simulation. Throws InternalError naming the tasks of a dependency cycle (found
   /// with Boost.Graph's depth-first search) if some tasks can never start.
   EngineResult Run() const;
+  /// The same, reusing `out`'s memory (for callers that simulate many configurations).
+  void Run(EngineResult* out) const;
   /// A readable name such as "stage 3 F mb 7 chunk 1".
   std::string TaskName(std::int32_t id) const;
 

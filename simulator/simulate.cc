@@ -30,15 +30,14 @@ double Ns(double seconds) { return seconds * 1e9; }
 
 struct ItemTasks {
   std::int32_t first = -1, last = -1;
-  std::vector<std::int32_t> units;
 };
 
 /// Builds and runs the graph; fills `res`.
 class Builder {
  public:
   Builder(const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof,
-          const CostModel& cm, const SimulateOptions& opts, SimulationResult& res)
-      : m_(m), c_(c), cl_(cl), prof_(prof), cm_(cm), opts_(opts), res_(res) {
+          const CostModel& cm, const SimulateOptions& opts, SimulationResult& res, TaskGraph& g)
+      : m_(m), c_(c), cl_(cl), prof_(prof), cm_(cm), opts_(opts), res_(res), g_(g) {
     p_ = static_cast<int>(c.pp);
     v_ = static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1);
     mb_ = static_cast<int>(c.num_microbatches());
@@ -47,7 +46,6 @@ class Builder {
   }
 
   void Build();
-  TaskGraph& graph() { return g_; }
   int Device(int stage, int replica) const { return stage * R_ + replica; }
 
  private:
@@ -83,7 +81,7 @@ class Builder {
   SimulationResult& res_;
   int p_ = 1, v_ = 1, mb_ = 1, R_ = 1;
   PipelineSchedule sched_;
-  TaskGraph g_;
+  TaskGraph& g_;
   std::int32_t& LastOn(int device, int stream) {
     return last_on_stream_[static_cast<std::size_t>(device * kNumStreams + stream)];
   }
@@ -226,7 +224,8 @@ void Builder::Build() {
           const std::int32_t id = Add(t, kComputeStream);
           g_.AddEdge(gather, id);
           compute_seq.push_back(id);
-          itk.units.push_back(id);
+          if (u == 0) itk.first = id;
+          itk.last = id;
           if (it.kind == ItemKind::kForward && it.microbatch == 0 && u == 0) {
             for (std::int32_t gid : gathers[static_cast<std::size_t>(it.chunk)]) g_.AddEdge(gid, id);
           }
@@ -256,8 +255,6 @@ void Builder::Build() {
         if (is_last_grad && dp_comm && !c_.overlap_grad_reduce && !zero3) {
           reduce_after.emplace_back(pos, it.chunk);
         }
-        itk.first = itk.units.front();
-        itk.last = itk.units.back();
         // Pipeline sends (the receiver's dependency is added once all stages exist).
         const int mc = it.chunk * p_ + i;
         if (it.kind == ItemKind::kForward && mc < p_ * v_ - 1 && p_ > 1) {
@@ -265,6 +262,7 @@ void Builder::Build() {
           Task s = Comm(TaskType::kPpSend, dev, same ? cm_.pp_send_intra : cm_.pp_send_inter);
           s.microbatch = it.microbatch;
           s.chunk = it.chunk;
+          s.slows_compute = false;
           const std::int32_t sid = Add(s, kSendFwdStream);
           g_.AddEdge(itk.last, sid);
           fwd_send_[static_cast<std::size_t>(dev)][static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))] = sid;
@@ -274,6 +272,7 @@ void Builder::Build() {
           Task s = Comm(TaskType::kPpSend, dev, same ? cm_.pp_send_intra : cm_.pp_send_inter);
           s.microbatch = it.microbatch;
           s.chunk = it.chunk;
+          s.slows_compute = false;
           const std::int32_t sid = Add(s, kSendBwdStream);
           g_.AddEdge(itk.last, sid);
           bwd_send_[static_cast<std::size_t>(dev)][static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))] = sid;
@@ -423,10 +422,16 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     cm.pp_send_intra = cm.pp_send_inter = CollectiveCost{};
   }
   res.num_microbatches = c.num_microbatches();
-  Builder b(m, c, cl, prof, cm, opts, res);
+  // Without keep_graph the graph and timeline live in thread-local scratch reused across calls
+  // (the planner simulates thousands of configurations; fresh pages cost more than the run).
+  thread_local TaskGraph scratch_graph;
+  thread_local EngineResult scratch_timeline;
+  TaskGraph& g = opts.keep_graph ? res.graph : scratch_graph;
+  EngineResult& er = opts.keep_graph ? res.timeline : scratch_timeline;
+  g.Clear();
+  Builder b(m, c, cl, prof, cm, opts, res, g);
   b.Build();
-  TaskGraph& g = b.graph();
-  EngineResult er = g.Run();
+  g.Run(&er);
   const double step = SimToSeconds(er.makespan);
   res.step_time_s = step;
   res.num_tasks = g.tasks().size();
@@ -605,10 +610,6 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     std::sort(lines.begin(), lines.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
     res.critical_path.push_back(fmt::format("{} tasks on the critical path; the largest shares:", hops));
     for (std::size_t i = 0; i < lines.size() && i < 6; ++i) res.critical_path.push_back(lines[i].second);
-  }
-  if (opts.keep_graph) {
-    res.graph = std::move(g);
-    res.timeline = std::move(er);
   }
   return res;
 }
