@@ -56,11 +56,12 @@ namespace {
 
 using Csr = boost::compressed_sparse_row_graph<boost::directedS>;
 
+/// 16 bytes, as the heap moves these most. `seq` orders simultaneous events deterministically
+/// and identifies the task's latest event (older ones are skipped when they surface).
 struct Event {
   SimTime time;
-  std::uint64_t seq;
+  std::uint32_t seq;
   std::int32_t task;
-  std::uint32_t version;
   bool operator>(const Event& o) const { return time != o.time ? time > o.time : seq > o.seq; }
 };
 
@@ -83,7 +84,7 @@ struct TaskState {
   double rate = 0;       // compute: work ns per ns; comm: bytes per ns
   SimTime last_update = 0;
   SimTime sched_at = 0;  // time of the task's pending event
-  std::uint32_t version = 0;
+  std::uint32_t last_seq = 0;  // seq of the task's latest event
   std::int32_t indeg = 0;
   std::uint8_t in_flow = 0;  // comm task is moving bytes
 };
@@ -142,7 +143,7 @@ void TaskGraph::Run(EngineResult* out) const {
   std::vector<std::int32_t> running_compute(devices_.size(), -1);
   std::vector<int> dev_nv_flows(devices_.size(), 0), dev_net_flows(devices_.size(), 0);
 
-  std::uint64_t seq = 0;
+  std::uint32_t seq = 0;
   SimTime now = 0;
   std::size_t finished = 0;
 
@@ -150,7 +151,8 @@ void TaskGraph::Run(EngineResult* out) const {
   auto schedule = [&](std::int32_t id, SimTime at) {
     st[static_cast<std::size_t>(id)].sched_at = at;
     ++r.heap_pushes;
-    heap.push_back({at, seq++, id, st[static_cast<std::size_t>(id)].version});
+    st[static_cast<std::size_t>(id)].last_seq = seq;
+    heap.push_back({at, seq++, id});
     std::push_heap(heap.begin(), heap.end(), std::greater<Event>());
   };
   // After a rate change: an earlier finish needs a new event; a later one keeps the pending
@@ -158,7 +160,6 @@ void TaskGraph::Run(EngineResult* out) const {
   auto reschedule = [&](std::size_t id) {
     const SimTime f = st[id].remaining <= 0 ? now : now + static_cast<SimTime>(std::ceil(st[id].remaining / st[id].rate - 1e-9));
     if (f < st[id].sched_at) {
-      ++st[id].version;
       schedule(static_cast<std::int32_t>(id), f);
     }
   };
@@ -200,8 +201,7 @@ void TaskGraph::Run(EngineResult* out) const {
       const bool was_stalled = st[id].rate == 0;
       st[id].rate = nr;
       if (was_stalled) {
-        ++st[id].version;
-        schedule(f, finish_at(id));
+          schedule(f, finish_at(id));
       } else {
         reschedule(id);
       }
@@ -257,7 +257,7 @@ void TaskGraph::Run(EngineResult* out) const {
     const Event e = heap.back();
     heap.pop_back();
     const auto id = static_cast<std::size_t>(e.task);
-    if (e.version != st[id].version || r.end[id] >= 0) continue;
+    if (e.seq != st[id].last_seq || r.end[id] >= 0) continue;
     now = e.time;
     const Task& t = tasks_[id];
     if (st[id].rate > 0 && t.type != TaskType::kJoin && (t.link >= 0 ? st[id].in_flow : 1)) {

@@ -47,6 +47,7 @@ class Builder {
 
   void Build();
   int Device(int stage, int replica) const { return stage * R_ + replica; }
+  const PipelineSchedule& schedule() const { return sched_; }
 
  private:
   std::int32_t Add(Task t, int stream) {
@@ -468,9 +469,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
       dp_last_end[static_cast<std::size_t>(stage)] = std::max(dp_last_end[static_cast<std::size_t>(stage)], er.end[id]);
     }
   }
-  const PipelineSchedule sched =
-      MakeSchedule(c.schedule, static_cast<int>(c.pp), static_cast<int>(res.num_microbatches),
-                   static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1));
+  const PipelineSchedule& sched = b.schedule();
   for (int i = 0; i < c.pp; ++i) {
     StageResult sr;
     sr.stage = i;
@@ -479,7 +478,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     StageBreakdown& bd = sr.time;
     SimTime prev_end = 0;
     auto& ids = compute_tasks[static_cast<std::size_t>(i)];
-    std::sort(ids.begin(), ids.end(), [&](auto x, auto y) { return er.start[static_cast<std::size_t>(x)] < er.start[static_cast<std::size_t>(y)]; });
+    // Task ids of one stream are in program order, which is start order.
     for (std::int32_t id : ids) {
       const auto u = static_cast<std::size_t>(id);
       const Task& t = tasks[u];
