@@ -24,7 +24,7 @@ build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 run: build
-	./$(BUILD_DIR)/cli/shardcast describe --model gpt3-175b --cluster dgx-a100 --gpus 1024
+	./$(BUILD_DIR)/cli/shardcast plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536
 
 test: build
 	ctest --test-dir $(BUILD_DIR) --output-on-failure -j $(JOBS)

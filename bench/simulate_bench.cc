@@ -39,3 +39,34 @@ BENCHMARK(BM_SimulateGpt3_175b)->Arg(64)->Arg(1024)->Arg(16384)->Unit(benchmark:
 }  // namespace shardcast
 
 BENCHMARK_MAIN();
+
+#include "planner/planner.h"
+
+namespace shardcast {
+namespace {
+
+// The full `plan` search of `make run`: GPT-3 175B on 1024 A100 80GB, global batch 1536.
+void BM_PlanGpt3_175b_1024(benchmark::State& state) {
+  const Model m = LoadModel("gpt3-175b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  PlanOptions o;
+  o.gpus = 1024;
+  o.global_batch_size = 1536;
+  o.threads = static_cast<int>(state.range(0));
+  std::size_t generated = 0, simulated = 0;
+  for (auto _ : state) {
+    PlanResult r = RunPlan(m, cl, prof, o);
+    benchmark::DoNotOptimize(r.plans.data());
+    generated = r.candidates_generated;
+    simulated = r.candidates_simulated;
+  }
+  state.counters["candidates"] = static_cast<double>(generated);
+  state.counters["simulated"] = static_cast<double>(simulated);
+  state.counters["candidates_per_s"] =
+      benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_PlanGpt3_175b_1024)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace shardcast

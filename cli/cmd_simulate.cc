@@ -19,7 +19,7 @@ struct SimulateArgs {
   std::int64_t gpus = 0, tp = 1, pp = 1, dp = 0, vp = 0, layers_per_vp = 0, mbs = 1, gbs = 0, seq = 0;
   std::string recompute = "none", schedule, precision = "bf16", recompute_granularity;
   bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
-       no_overlap_param = false, bf16_grads = false, json = false, full_rank = false;
+       no_overlap_param = false, bf16_grads = false, json = false, full_rank = false, emb_slots = false;
   int zero = -1;
 };
 
@@ -119,6 +119,7 @@ void RunSimulate(const SimulateArgs& a) {
   c.overlap_grad_reduce = !a.no_overlap_grad;
   c.overlap_param_gather = !a.no_overlap_param;
   c.fp32_main_grads = !a.bf16_grads;
+  c.embedding_slots = a.emb_slots;
   const HardwareProfile prof = a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile);
   SimulateOptions opts;
   opts.full_rank = a.full_rank;
@@ -168,6 +169,8 @@ void RegisterSimulate(CLI::App& app) {
   cmd->add_flag("--no-overlap-grad-reduce", a->no_overlap_grad, "reduce gradients after the backward pass");
   cmd->add_flag("--no-overlap-param-gather", a->no_overlap_param, "gather parameters after the optimizer");
   cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
+  cmd->add_flag("--embedding-pipeline-slots", a->emb_slots,
+                "embedding and output layer take one layer slot each in the pipeline split (BLOOM)");
   cmd->add_option("--profile", a->profile, "hardware profile JSON (default: built-in for the GPU)");
   cmd->add_option("--trace", a->trace, "write a Chrome trace JSON (opens in Perfetto)");
   cmd->add_flag("--full-rank", a->full_rank, "simulate every data-parallel replica (slow; for checks)");

@@ -10,5 +10,7 @@ namespace shardcast::cli {
 void RegisterModels(CLI::App& app);
 void RegisterDescribe(CLI::App& app);
 void RegisterSimulate(CLI::App& app);
+void RegisterPlan(CLI::App& app);
+void RegisterCapacity(CLI::App& app);
 
 }  // namespace shardcast::cli

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   shardcast::cli::RegisterModels(app);
   shardcast::cli::RegisterDescribe(app);
   shardcast::cli::RegisterSimulate(app);
+  shardcast::cli::RegisterPlan(app);
+  shardcast::cli::RegisterCapacity(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

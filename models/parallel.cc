@@ -24,11 +24,22 @@ const char* ToString(Schedule s) {
 }
 
 std::string ParallelConfig::Summary() const {
-  std::string s = fmt::format("TP{} PP{} DP{}", tp, pp, dp);
+  std::string s = fmt::format("TP{} PP{}{} DP{}", tp, pp, embedding_slots ? "(emb slots)" : "", dp);
   if (vp > 1) s += fmt::format(" VP{}", vp);
   s += fmt::format(" mbs{} gbs{}", micro_batch_size, global_batch_size);
   if (sequence_parallel) s += " SP";
   s += fmt::format(" recompute={} ZeRO-{} {}", ToString(recompute), zero_stage, ToString(schedule));
+  return s;
+}
+
+std::string ParallelConfig::Short() const {
+  std::string s = fmt::format("TP{} PP{} DP{}", tp, pp, dp);
+  if (vp > 1) s += fmt::format(" VP{}", vp);
+  s += fmt::format(" mbs{}", micro_batch_size);
+  if (sequence_parallel) s += " SP";
+  if (recompute != Recompute::kNone) s += recompute == Recompute::kFull ? " rc-full" : " rc-sel";
+  if (zero_stage > 0) s += fmt::format(" Z{}", zero_stage);
+  if (schedule != Schedule::k1F1B && schedule != Schedule::kInterleaved) s += fmt::format(" {}", ToString(schedule));
   return s;
 }
 
@@ -49,6 +60,9 @@ std::vector<std::string> InfeasibilityReasons(const Model& m, const ParallelConf
   if (m.num_query_groups != m.num_attention_heads && m.num_query_groups % c.tp != 0) {
     r.push_back(fmt::format("tp = {} does not divide num_query_groups = {}", c.tp,
                             m.num_query_groups));
+  }
+  if (c.embedding_slots && c.vp > 1) {
+    r.push_back("embedding pipeline slots are not supported with virtual stages");
   }
   if (c.pp > m.num_layers) {
     r.push_back(fmt::format("pp = {} exceeds num_layers = {}", c.pp, m.num_layers));
@@ -91,17 +105,25 @@ StateBytesPerParam BytesPerParam(int zero_stage, std::int64_t dp, bool fp32_main
   return b;
 }
 
-std::int64_t LayersOfStage(std::int64_t num_layers, std::int64_t pp, std::int64_t stage) {
+std::int64_t LayersOfStage(std::int64_t num_layers, std::int64_t pp, std::int64_t stage,
+                           bool embedding_slots) {
+  if (embedding_slots && pp > 1) {
+    const std::int64_t slots = num_layers + 2;
+    std::int64_t n = slots / pp + (stage < slots % pp ? 1 : 0);
+    if (stage == 0) --n;
+    if (stage == pp - 1) --n;
+    return std::max<std::int64_t>(0, n);
+  }
   const std::int64_t base = num_layers / pp, rem = num_layers % pp;
   return base + (stage < rem ? 1 : 0);
 }
 
 StageParameters ParametersOfStage(const Model& m, std::int64_t tp, std::int64_t pp,
-                                  std::int64_t stage) {
+                                  std::int64_t stage, bool embedding_slots) {
   StageParameters s;
   const ParameterCounts pc = m.Parameters();
   const double t = static_cast<double>(tp);
-  s.layers = LayersOfStage(m.num_layers, pp, stage);
+  s.layers = LayersOfStage(m.num_layers, pp, stage, embedding_slots);
   s.layer_params = static_cast<double>(s.layers) *
                    (static_cast<double>(pc.per_layer.sharded) / t +
                     static_cast<double>(pc.per_layer.replicated));

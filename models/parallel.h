@@ -38,6 +38,8 @@ struct ParallelConfig {
   /// Megatron-LM's scatter/gather optimization (SC21 section 4.1): pipeline sends carry 1/tp of
   /// the activation per tensor-parallel rank, re-assembled with an NVLink all-gather.
   bool scatter_gather = true;
+  /// The embedding and the output layer count as pipeline layer slots (see LayersOfStage).
+  bool embedding_slots = false;
   /// Megatron-LM's --ddp-bucket-size default: max(40M, 1M * dp) parameters per gradient bucket.
   std::int64_t BucketParams() const { return std::max<std::int64_t>(40000000, 1000000 * dp); }
 
@@ -46,6 +48,8 @@ struct ParallelConfig {
   std::int64_t num_microbatches() const { return global_batch_size / (micro_batch_size * dp); }
   /// A one-line summary such as "TP8 PP8 DP16 VP3 mbs1 gbs1536 SP selective ZeRO-1 interleaved".
   std::string Summary() const;
+  /// A compact form for tables: "TP4 PP8 DP16 VP12 mbs1 SP Z1".
+  std::string Short() const;
 };
 
 /// Reasons the configuration cannot run on `gpus` GPUs with `model` (empty: it can). These are
@@ -79,8 +83,12 @@ struct StageParameters {
   double total() const { return layer_params + embedding_params + output_params; }
 };
 StageParameters ParametersOfStage(const Model& model, std::int64_t tp, std::int64_t pp,
-                                  std::int64_t stage);
-/// Layers held by pipeline stage `stage` (the remainder of L/pp goes to the first stages).
-std::int64_t LayersOfStage(std::int64_t num_layers, std::int64_t pp, std::int64_t stage);
+                                  std::int64_t stage, bool embedding_slots = false);
+/// Transformer layers held by pipeline stage `stage`: L/pp, the remainder to the first stages.
+/// With `embedding_slots` (BLOOM's Megatron-DeepSpeed `--pp-partition-method
+/// type:transformer|embedding`) the embedding and the output layer each take one layer slot:
+/// L + 2 slots are split, and the first and last stages hold one transformer layer fewer.
+std::int64_t LayersOfStage(std::int64_t num_layers, std::int64_t pp, std::int64_t stage,
+                           bool embedding_slots = false);
 
 }  // namespace shardcast

@@ -416,7 +416,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
       ChunkCost cc;
       cc.stage = static_cast<int>(i);
       cc.chunk = static_cast<int>(k);
-      cc.layers = static_cast<int>(v == 1 ? LayersOfStage(m.num_layers, c.pp, i)
+      cc.layers = static_cast<int>(v == 1 ? LayersOfStage(m.num_layers, c.pp, i, c.embedding_slots)
                                           : m.num_layers / chunks_total);
       cc.has_embedding = model_chunk == 0;
       cc.has_output = model_chunk == chunks_total - 1;

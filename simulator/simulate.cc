@@ -388,6 +388,71 @@ void Builder::Build() {
 
 }  // namespace
 
+StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
+                              const HardwareProfile& prof, int stage) {
+  StageMemory mem;
+  double params = 0, layer_params_max = 0;
+  for (const auto& cc : cm.chunks[static_cast<std::size_t>(stage)]) {
+    params += cc.params_per_gpu;
+    if (cc.layers > 0) layer_params_max = std::max(layer_params_max, cc.params_per_gpu / cc.layers);
+  }
+  const StateBytesPerParam bpp = BytesPerParam(c.zero_stage, c.dp, c.fp32_main_grads);
+  mem.weights_bytes = params * bpp.weights;
+  mem.grads_bytes = params * bpp.grads;
+  mem.optimizer_bytes = params * bpp.optimizer;
+  // ZeRO-3 holds gathered parameters of the running and the prefetched layer; pipeline stages
+  // hold send and receive buffers for both directions.
+  mem.comm_buffer_bytes = c.zero_stage >= 3 ? 2.0 * 2.0 * layer_params_max : 0.0;
+  mem.comm_buffer_bytes += 2.0 * cm.pp_message_bytes * (c.pp > 1 ? 2 : 0);
+  mem.framework_bytes = prof.framework_overhead_bytes;
+  mem.peak_bytes = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes +
+                   mem.comm_buffer_bytes + mem.framework_bytes;
+  return mem;
+}
+
+Bounds LowerBounds(const Model& m, const ParallelConfig& cfg, const Cluster& cl,
+                   const HardwareProfile& prof) {
+  ParallelConfig c = cfg;
+  if (c.seq_length <= 0) c.seq_length = m.seq_length;
+  Bounds bd;
+  const CostModel cm = BuildCostModel(m, c, cl, prof);
+  const int v = static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1);
+  const PipelineSchedule sched = MakeSchedule(c.schedule, static_cast<int>(c.pp),
+                                              static_cast<int>(c.num_microbatches()), v);
+  const bool split = sched.split_weight;
+  for (int i = 0; i < c.pp; ++i) {
+    const auto& chunks = cm.chunks[static_cast<std::size_t>(i)];
+    double work = 0, saved = 0, saved_peak = 0;
+    for (const auto& it : sched.order[static_cast<std::size_t>(i)]) {
+      const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
+      switch (it.kind) {
+        case ItemKind::kForward:
+          work += cc.fwd_s;
+          saved += cc.saved_bytes;
+          saved_peak = std::max(saved_peak, saved);
+          break;
+        case ItemKind::kBackward:
+          work += cc.bwd_input_s + cc.recompute_s + (split ? 0 : cc.bwd_weight_s);
+          if (!split) saved -= cc.saved_bytes;
+          break;
+        case ItemKind::kWeight:
+          work += cc.bwd_weight_s;
+          saved -= cc.saved_bytes;
+          break;
+      }
+    }
+    // The compute stream does at least its own work; the engine's dynamic memory reaches at
+    // least the saved activations after the forward with the most micro-batches in flight.
+    bd.step_time_lower_s = std::max(bd.step_time_lower_s, work);
+    const double mem = StaticStageMemory(cm, c, prof, i).peak_bytes + saved_peak;
+    if (mem > bd.peak_memory_lower_bytes) {
+      bd.peak_memory_lower_bytes = mem;
+      bd.worst_stage = i;
+    }
+  }
+  return bd;
+}
+
 SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cluster& cl,
                           std::int64_t gpus, const HardwareProfile& prof,
                           const SimulateOptions& opts) {
@@ -536,20 +601,8 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
 
     // Memory.
     StageMemory& mem = sr.memory;
-    double params = 0, layer_params_max = 0;
-    for (const auto& cc : chunks) {
-      params += cc.params_per_gpu;
-      if (cc.layers > 0) layer_params_max = std::max(layer_params_max, cc.params_per_gpu / cc.layers);
-    }
-    const StateBytesPerParam bpp = BytesPerParam(c.zero_stage, c.dp, c.fp32_main_grads);
-    mem.weights_bytes = params * bpp.weights;
-    mem.grads_bytes = params * bpp.grads;
-    mem.optimizer_bytes = params * bpp.optimizer;
+    mem = StaticStageMemory(cm, c, prof, i);
     mem.activations_bytes = er.peak_dynamic_bytes[static_cast<std::size_t>(b.Device(i, 0))];
-    // ZeRO-3 holds gathered parameters of the running and the prefetched layer.
-    mem.comm_buffer_bytes = c.zero_stage >= 3 ? 2.0 * 2.0 * layer_params_max : 0.0;
-    mem.comm_buffer_bytes += 2.0 * cm.pp_message_bytes * (c.pp > 1 ? 2 : 0);
-    mem.framework_bytes = prof.framework_overhead_bytes;
     mem.peak_bytes = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes +
                      mem.activations_bytes + mem.comm_buffer_bytes + mem.framework_bytes;
     // Micro-batches in flight (forward done, backward not yet) at the peak of the schedule.

@@ -87,6 +87,23 @@ SimulationResult Simulate(const Model& model, const ParallelConfig& cfg, const C
                           std::int64_t gpus, const HardwareProfile& profile,
                           const SimulateOptions& opts = {});
 
+/// Weights, gradients, optimizer state, communication buffers and framework overhead of one GPU
+/// of pipeline stage `stage` (activations 0; `peak_bytes` is their sum).
+StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& cfg,
+                              const HardwareProfile& prof, int stage);
+
+/// Cheap bounds without running the engine, for the planner's pruning. Both never exceed what
+/// Simulate returns for a feasible configuration: the step takes at least the compute work of
+/// its busiest stage, and a stage's peak memory is at least its static memory plus the saved
+/// activations after the forward pass with the most micro-batches in flight.
+struct Bounds {
+  double step_time_lower_s = 0;
+  double peak_memory_lower_bytes = 0;
+  int worst_stage = 0;
+};
+Bounds LowerBounds(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
+                   const HardwareProfile& profile);
+
 /// The `simulate --json` document (keys pinned in the simulator issue).
 Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfig& cfg,
                   const Cluster& cl, std::int64_t gpus);

@@ -130,3 +130,59 @@ TEST(CliSimulate, BadInputExitsTwo) {
 
 }  // namespace
 }  // namespace shardcast
+
+namespace shardcast {
+namespace {
+
+using testing::RunShardcast;
+
+TEST(CliPlan, JsonKeysAndMegatronArguments) {
+  auto r = RunShardcast("plan --model gpt3-13b --cluster dgx-a100 --gpus 64 --gbs 256 --top 3 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Json j = Json::parse(r.out);
+  for (const char* k : {"candidates_generated", "candidates_simulated", "rejected", "plans"}) {
+    EXPECT_TRUE(j.contains(k)) << k;
+  }
+  ASSERT_EQ(j["plans"].size(), 3u);
+  EXPECT_TRUE(j["plans"][0]["step_time_s"].is_number());
+  EXPECT_TRUE(j["plans"][0]["fits"].get<bool>());
+  EXPECT_NE(j["plans"][0]["megatron_arguments"].get<std::string>().find("--tensor-model-parallel-size"),
+            std::string::npos);
+  EXPECT_LE(j["plans"][0]["step_time_s"].get<double>(), j["plans"][1]["step_time_s"].get<double>());
+}
+
+TEST(CliPlan, TextAndBadInput) {
+  auto r = RunShardcast("plan --model gpt3-13b --cluster dgx-a100 --gpus 64 --gbs 256 --top 3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Best plan as Megatron-LM arguments"), std::string::npos);
+  EXPECT_EQ(RunShardcast("plan --model gpt3-13b --cluster dgx-a100 --gpus 64").exit_code, 2);  // no --gbs
+  auto bad = RunShardcast("plan --model gpt3-13b --cluster dgx-a100 --gpus 64 --gbs 256 --fix tq=8");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--fix: got \"tq=8\""), std::string::npos) << bad.err;
+}
+
+TEST(CliCapacity, ThreeGpuTypes) {
+  auto r = RunShardcast(
+      "capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:64 dgx-h100:32,64 "
+      "dgx-b200:32 --days 30 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Json j = Json::parse(r.out);
+  ASSERT_EQ(j["options"].size(), 4u);
+  for (const auto& o : j["options"]) {
+    ASSERT_TRUE(o["feasible"].get<bool>());
+    EXPECT_NEAR(o["train_time_s"].get<double>(), o["steps"].get<double>() * o["step_time_s"].get<double>(), 1e-6);
+  }
+}
+
+TEST(CliCapacity, BadInput) {
+  EXPECT_EQ(RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a1000:64").exit_code, 2);
+  auto r = RunShardcast("capacity --model gpt3-1.3b --tokens lots --gbs 512 --gpus-options dgx-a100:64");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--tokens: got \"lots\""), std::string::npos) << r.err;
+  auto z = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:0");
+  EXPECT_EQ(z.exit_code, 2);
+  EXPECT_NE(z.err.find("expected a positive GPU count"), std::string::npos) << z.err;
+}
+
+}  // namespace
+}  // namespace shardcast

@@ -289,6 +289,13 @@ TEST(Parallel, StageParametersSumToModelPlusOutputCopy) {
   EXPECT_DOUBLE_EQ(sum_tp1, static_cast<double>(m.Parameters().total + 51200LL * 12288));
   EXPECT_EQ(LayersOfStage(10, 4, 0), 3);
   EXPECT_EQ(LayersOfStage(10, 4, 3), 2);
+  // BLOOM: 70 layers + embedding + output = 72 slots over 12 stages: 5, 6 x 10, 5.
+  EXPECT_EQ(LayersOfStage(70, 12, 0, true), 5);
+  EXPECT_EQ(LayersOfStage(70, 12, 5, true), 6);
+  EXPECT_EQ(LayersOfStage(70, 12, 11, true), 5);
+  std::int64_t total = 0;
+  for (int s = 0; s < 12; ++s) total += LayersOfStage(70, 12, s, true);
+  EXPECT_EQ(total, 70);
 }
 
 }  // namespace

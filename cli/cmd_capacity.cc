@@ -1,0 +1,186 @@
+#include <cmath>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "cli/plan_common.h"
+#include "common/error.h"
+#include "common/text.h"
+#include "models/loader.h"
+#include "planner/capacity.h"
+
+namespace shardcast::cli {
+namespace {
+
+struct CapacityArgs {
+  std::string model, tokens, seq_str;
+  std::vector<std::string> options, prices;
+  std::int64_t gbs = 0, seq = 0;
+  double days = 0, mtbf_hours = 0, checkpoint_minutes = 0, restart_minutes = 0, energy_overhead = 1.3;
+  bool json = false;
+};
+
+/// "300e9", "300B", "1.5T", "2M" -> tokens.
+double ParseTokens(const std::string& s) {
+  if (s.empty()) throw InputError("command line: --tokens: missing, expected a token count such as 300e9 or 300B");
+  double mult = 1;
+  std::string num = s;
+  const char last = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
+  if (last == 'K' || last == 'M' || last == 'B' || last == 'G' || last == 'T') {
+    mult = last == 'K' ? 1e3 : last == 'M' ? 1e6 : (last == 'B' || last == 'G') ? 1e9 : 1e12;
+    num = s.substr(0, s.size() - 1);
+  }
+  try {
+    std::size_t pos = 0;
+    const double v = std::stod(num, &pos);
+    if (pos != num.size() || !(v > 0) || !std::isfinite(v)) throw std::invalid_argument("x");
+    return v * mult;
+  } catch (const std::exception&) {
+    throw InputError("command line: --tokens: got \"" + s + "\", expected a positive number such as 300e9 or 300B");
+  }
+}
+
+std::vector<CapacityOption> ParseOptions(const std::vector<std::string>& specs) {
+  std::vector<CapacityOption> out;
+  for (const auto& spec : specs) {
+    const auto colon = spec.rfind(':');
+    if (colon == std::string::npos || colon == 0 || colon + 1 >= spec.size()) {
+      throw InputError("command line: --gpus-options: got \"" + spec +
+                       "\", expected CLUSTER:N[,N...] such as dgx-a100:512,1024");
+    }
+    const std::string cluster = spec.substr(0, colon);
+    LoadCluster(cluster);  // unknown cluster -> clear error now
+    for (const auto& n : Split(spec.substr(colon + 1), ',')) {
+      std::size_t pos = 0;
+      long long v = 0;
+      try {
+        v = std::stoll(n, &pos);
+      } catch (const std::exception&) {
+        pos = 0;
+      }
+      if (pos != n.size() || v <= 0 || n.empty()) {
+        throw InputError("command line: --gpus-options: got \"" + n + "\" in \"" + spec +
+                         "\", expected a positive GPU count");
+      }
+      out.push_back({cluster, v});
+    }
+  }
+  return out;
+}
+
+void RunCapacityCommand(const CapacityArgs& a) {
+  const Model m = LoadModel(a.model);
+  CapacityOptions o;
+  o.tokens = ParseTokens(a.tokens);
+  o.global_batch_size = a.gbs;
+  o.seq_length = a.seq > 0 ? a.seq : m.seq_length;
+  if (a.days > 0) o.days = a.days;
+  for (const auto& p : a.prices) {
+    const auto eq = p.find('=');
+    double v = 0;
+    try {
+      v = eq == std::string::npos ? 0 : std::stod(p.substr(eq + 1));
+    } catch (const std::exception&) {
+      v = 0;
+    }
+    if (eq == std::string::npos || !(v > 0)) {
+      throw InputError("command line: --price-per-gpu-hour: got \"" + p + "\", expected GPU=USD such as h100-sxm=2.5");
+    }
+    const std::string gpu = LoadGpu(p.substr(0, eq)).name;
+    o.price_per_gpu_hour[gpu] = v;
+  }
+  if (a.mtbf_hours > 0) o.mtbf_hours = a.mtbf_hours;
+  o.checkpoint_minutes = a.checkpoint_minutes;
+  o.restart_minutes = a.restart_minutes;
+  o.energy_overhead = a.energy_overhead;
+  const auto options = ParseOptions(a.options);
+  const auto rows = RunCapacity(m, options, o);
+  if (a.json) {
+    Json j;
+    j["model"] = m.name;
+    j["tokens"] = o.tokens;
+    j["global_batch_size"] = o.global_batch_size;
+    j["energy_overhead"] = o.energy_overhead;
+    j["options"] = Json::array();
+    for (const auto& r : rows) {
+      Json x = {{"cluster", r.option.cluster}, {"gpus", r.option.gpus}, {"gpu", r.gpu}, {"feasible", r.feasible}};
+      if (!r.feasible) {
+        x["reason"] = r.reason;
+      } else {
+        x["config"] = r.best.config.Summary();
+        x["megatron_arguments"] = MegatronArguments(r.best.config, m);
+        x["step_time_s"] = r.step_time_s;
+        x["mfu"] = r.best.result.mfu;
+        x["steps"] = r.steps;
+        x["train_time_s"] = r.train_time_s;
+        x["goodput"] = r.goodput;
+        x["checkpoint_interval_s"] = r.checkpoint_interval_s;
+        x["wall_time_s"] = r.wall_time_s;
+        x["gpu_hours"] = r.gpu_hours;
+        x["price_usd_per_gpu_hour"] = r.price_usd_per_gpu_hour;
+        x["cost_usd"] = r.cost_usd;
+        x["energy_kwh"] = r.energy_kwh;
+        x["meets_deadline"] = r.meets_deadline;
+      }
+      j["options"].push_back(x);
+    }
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::cout << fmt::format("Training {} on {} tokens (global batch {} x seq {} = {} tokens per step)\n", m.name,
+                           FormatCount(o.tokens), o.global_batch_size, o.seq_length,
+                           FormatCount(static_cast<double>(o.global_batch_size * o.seq_length)));
+  std::cout << "Time = steps x simulated step time; GPU-hours and cost over the wall time; energy = GPUs x board power x "
+            << fmt::format("{:g}", o.energy_overhead) << " (host, network, cooling; assumed) x wall time.\n";
+  if (o.mtbf_hours) {
+    std::cout << fmt::format("Failures: per-GPU MTBF {:g} h, checkpoint {:g} min, restart {:g} min; checkpoint every "
+                             "sqrt(2 x checkpoint x job MTBF) (Young 1974, Daly 2006).\n",
+                             *o.mtbf_hours, o.checkpoint_minutes,
+                             o.restart_minutes > 0 ? o.restart_minutes : o.checkpoint_minutes);
+  }
+  std::cout << fmt::format("\n{:<16} {:>6}  {:<30} {:>9} {:>6} {:>9} {:>8} {:>12} {:>8} {:>13} {:>10}  {}\n", "cluster", "GPUs",
+                           "best configuration", "step", "MFU", "days", "goodput", "GPU-hours", "$/h", "cost", "MWh",
+                           o.days ? "deadline" : "");
+  for (const auto& r : rows) {
+    if (!r.feasible) {
+      std::cout << fmt::format("{:<16} {:>6}  infeasible: {}\n", r.option.cluster, r.option.gpus, r.reason);
+      continue;
+    }
+    std::cout << fmt::format("{:<16} {:>6}  {:<30} {:>9} {:>6} {:>9.1f} {:>8} {:>12.0f} {:>8.2f} {:>13} {:>10.1f}  {}\n",
+                             r.option.cluster, r.option.gpus, r.best.config.Short(),
+                             FormatSeconds(r.step_time_s), fmt::format("{:.1f}%", 100 * r.best.result.mfu),
+                             r.wall_time_s / 86400.0, fmt::format("{:.1f}%", 100 * r.goodput), r.gpu_hours,
+                             r.price_usd_per_gpu_hour, fmt::format("${:.0f}", r.cost_usd), r.energy_kwh / 1000.0,
+                             o.days ? (r.meets_deadline ? "meets" : "misses") : "");
+  }
+}
+
+}  // namespace
+
+void RegisterCapacity(CLI::App& app) {
+  auto a = std::make_shared<CapacityArgs>();
+  auto* cmd = app.add_subcommand(
+      "capacity",
+      "How many GPUs of which type: time to train, GPU-hours, cost and energy for each option.\n"
+      "Example: shardcast capacity --model gpt3-175b --tokens 300B --gbs 1536 \\\n"
+      "           --gpus-options dgx-a100:512,1024,2048 dgx-h100:256,512,1024 dgx-b200:128,256 --days 60");
+  cmd->add_option("--model", a->model, "model preset name or JSON / HF config.json path")->required();
+  cmd->add_option("--tokens", a->tokens, "tokens to train, e.g. 300e9 or 300B")->required();
+  cmd->add_option("--gpus-options", a->options, "CLUSTER:N[,N...] (several allowed)")->required()->expected(1, -1);
+  AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (sequences)")->required();
+  AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)");
+  cmd->add_option("--days", a->days, "deadline in days; marks options that meet it")->check(CLI::PositiveNumber);
+  cmd->add_option("--price-per-gpu-hour", a->prices, "GPU=USD overrides, e.g. h100-sxm=2.5")->expected(1, -1);
+  cmd->add_option("--mtbf-hours", a->mtbf_hours, "mean time between failures of one GPU, hours")->check(CLI::PositiveNumber);
+  cmd->add_option("--checkpoint-minutes", a->checkpoint_minutes, "time to write a checkpoint")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--restart-minutes", a->restart_minutes, "time to restart after a failure (default: checkpoint time)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--energy-overhead", a->energy_overhead, "facility and host power over GPU power (default 1.3)")
+      ->check(CLI::Range(1.0, 10.0));
+  cmd->add_flag("--json", a->json, "print JSON");
+  cmd->callback([a] { RunCapacityCommand(*a); });
+}
+
+}  // namespace shardcast::cli

@@ -1,0 +1,160 @@
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "cli/plan_common.h"
+#include "common/error.h"
+#include "common/file_util.h"
+#include "common/text.h"
+#include "models/loader.h"
+#include "planner/planner.h"
+
+namespace shardcast::cli {
+namespace {
+
+struct PlanArgs {
+  std::string model, cluster, profile, csv, objective = "throughput", schedules = "1f1b,interleaved,zb-h1",
+              recompute = "none,selective,full", zero = "0,1", fix;
+  std::int64_t gpus = 0, gbs = 0, seq = 0, max_tp = 0, max_mbs = 16;
+  int top = 10, threads = 0;
+  bool json = false, no_flash = false;
+};
+
+std::string PlanRow(std::size_t rank, const Plan& p, double usable) {
+  const auto& c = p.config;
+  const auto& r = p.result;
+  return fmt::format("{:>4}  {:>2} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<2} {:>4}  {:>10} {:>11.0f} {:>6} {:>6}  {:>10} {:>10}",
+                     rank, c.tp, c.pp, c.dp, c.vp, c.micro_batch_size, ToString(c.schedule), ToString(c.recompute),
+                     c.sequence_parallel ? "y" : "n", c.zero_stage, FormatSeconds(r.step_time_s), r.tokens_per_s,
+                     fmt::format("{:.1f}%", 100 * r.mfu), fmt::format("{:.1f}%", 100 * r.bubble_fraction),
+                     FormatGiB(r.peak_memory_bytes), FormatGiB(usable - r.peak_memory_bytes));
+}
+
+void RunPlanCommand(const PlanArgs& a) {
+  const Model m = LoadModel(a.model);
+  const Cluster cl = LoadCluster(a.cluster);
+  PlanOptions o;
+  o.gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
+  o.global_batch_size = a.gbs;
+  o.seq_length = a.seq > 0 ? a.seq : m.seq_length;
+  o.top_k = a.top;
+  o.objective = ParseObjective(a.objective);
+  o.max_tp = a.max_tp;
+  o.max_micro_batch_size = a.max_mbs;
+  o.schedules = ParseSchedules(a.schedules);
+  o.recomputes = ParseRecomputes(a.recompute);
+  o.zero_stages = ParseZeroStages(a.zero);
+  o.fixed = ParseFix(a.fix);
+  o.threads = a.threads;
+  o.flash_attention = !a.no_flash;
+  const HardwareProfile prof = a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile);
+  const bool tty = ::isatty(2) != 0 && !a.json;
+  const auto t0 = std::chrono::steady_clock::now();
+  o.progress = [&](std::size_t done, std::size_t total) {
+    if (!tty) return;
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (el < 1.0 && done < total) return;
+    const int w = 30;
+    const int filled = total ? static_cast<int>(w * done / total) : w;
+    std::fprintf(stderr, "\r  [%s%s] %zu/%zu candidates, %.1f s", std::string(static_cast<std::size_t>(filled), '=').c_str(),
+                 std::string(static_cast<std::size_t>(w - filled), ' ').c_str(), done, total, el);
+    if (done == total) std::fprintf(stderr, "\n");
+  };
+  PlanResult r = RunPlan(m, cl, prof, o);
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  if (!a.csv.empty()) {
+    std::string csv = "rank,tp,pp,dp,vp,micro_batch_size,global_batch_size,schedule,recompute,sequence_parallel,zero_stage,"
+                      "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes\n";
+    for (std::size_t i = 0; i < r.plans.size(); ++i) {
+      const auto& p = r.plans[i];
+      const auto& c = p.config;
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
+                         c.micro_batch_size, c.global_batch_size, ToString(c.schedule), ToString(c.recompute),
+                         c.sequence_parallel ? "true" : "false", c.zero_stage, p.result.step_time_s,
+                         p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction, p.result.peak_memory_bytes);
+    }
+    WriteFileAtomic(a.csv, csv);
+  }
+  if (a.json) {
+    Json j;
+    j["model"] = m.name;
+    j["cluster"] = cl.name;
+    j["gpus"] = o.gpus;
+    j["global_batch_size"] = o.global_batch_size;
+    j["objective"] = ToString(o.objective);
+    j["candidates_generated"] = r.candidates_generated;
+    j["candidates_simulated"] = r.candidates_simulated;
+    j["rejected"] = r.rejected;
+    j["plans"] = Json::array();
+    for (const auto& p : r.plans) {
+      Json pj = ResultToJson(p.result, m, p.config, cl, o.gpus);
+      pj["megatron_arguments"] = MegatronArguments(p.config, m);
+      pj["usd_per_million_tokens"] = p.usd_per_million_tokens;
+      pj["joules_per_token"] = p.joules_per_token;
+      j["plans"].push_back(pj);
+    }
+    if (r.plans.empty()) j["advice"] = r.advice;
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::cout << fmt::format("Plan for {} on {} x {} ({}), global batch {}, seq {}, objective {}\n", m.name, o.gpus,
+                           cl.gpu.display_name, cl.name, o.global_batch_size, o.seq_length, ToString(o.objective));
+  std::cout << fmt::format("Candidates: {} generated, {} simulated in {:.2f} s; not simulated or rejected:\n",
+                           r.candidates_generated, r.candidates_simulated, elapsed);
+  for (const auto& [reason, count] : r.rejected) std::cout << fmt::format("  {:>7}  {}\n", count, reason);
+  if (r.plans.empty()) {
+    std::cout << "\nNo candidate fits.\n";
+    for (const auto& s : r.advice) std::cout << "  - " << s << "\n";
+    return;
+  }
+  std::cout << fmt::format("\n{:>4}  {:>2} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<2} {:>4}  {:>10} {:>11} {:>6} {:>6}  {:>10} {:>10}\n",
+                           "rank", "TP", "PP", "DP", "VP", "mbs", "schedule", "recompute", "SP", "ZeRO", "step", "tokens/s",
+                           "MFU", "bubble", "peak mem", "headroom");
+  for (std::size_t i = 0; i < r.plans.size(); ++i) std::cout << PlanRow(i + 1, r.plans[i], cl.gpu.memory_bytes) << "\n";
+  const Plan& best = r.plans.front();
+  if (o.objective != Objective::kThroughput) {
+    std::cout << fmt::format("\nBest by {}: {:.4g} {}\n", ToString(o.objective), ObjectiveValue(best, o.objective),
+                             o.objective == Objective::kCost ? "USD per million tokens" : "J per token");
+  }
+  std::cout << "\nBest plan as Megatron-LM arguments:\n  " << MegatronArguments(best.config, m) << "\n";
+  std::cout << "\nDetails: shardcast simulate --model " << a.model << " --cluster " << a.cluster << " --gpus " << o.gpus
+            << " " << SimulateFlags(best.config) << "\n";
+}
+
+}  // namespace
+
+void RegisterPlan(CLI::App& app) {
+  auto a = std::make_shared<PlanArgs>();
+  auto* cmd = app.add_subcommand(
+      "plan",
+      "Search data/tensor/pipeline-parallel configurations and rank them.\n"
+      "Example: shardcast plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536");
+  cmd->add_option("--model", a->model, "model preset name or JSON / HF config.json path")->required();
+  cmd->add_option("--cluster", a->cluster, "cluster preset name or JSON path")->required();
+  AddPositive(cmd, "--gpus", a->gpus, "number of GPUs");
+  AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (sequences)")->required();
+  AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)");
+  cmd->add_option("--top", a->top, "plans to show")->check(CLI::Range(1, 1000));
+  cmd->add_option("--objective", a->objective, "rank by throughput|cost|energy")
+      ->check(CLI::IsMember({"throughput", "cost", "energy"}));
+  AddPositive(cmd, "--max-tp", a->max_tp, "largest tensor-parallel size (default: GPUs per node)");
+  AddPositive(cmd, "--max-mbs", a->max_mbs, "largest micro-batch size (default 16)");
+  cmd->add_option("--schedules", a->schedules, "comma list of 1f1b,interleaved,zb-h1,gpipe");
+  cmd->add_option("--recompute", a->recompute, "comma list of none,selective,full");
+  cmd->add_option("--zero-stages", a->zero, "comma list of ZeRO stages to consider (default 0,1)");
+  cmd->add_option("--fix", a->fix, "fix dimensions, e.g. tp=8,pp=8,sp=true,schedule=interleaved");
+  cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
+  cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention (saves s*s scores)");
+  cmd->add_option("--profile", a->profile, "hardware profile JSON (default: built-in for the GPU)");
+  cmd->add_option("--csv", a->csv, "also write the ranked table as CSV");
+  cmd->add_flag("--json", a->json, "print JSON");
+  cmd->callback([a] { RunPlanCommand(*a); });
+}
+
+}  // namespace shardcast::cli

@@ -1,0 +1,25 @@
+#pragma once
+/// \file csv.h
+/// A small RFC 4180 CSV reader: quoted fields with commas, doubled quotes and newlines inside.
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace shardcast {
+
+struct CsvTable {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+  /// Column index by name, or -1.
+  int Column(const std::string& name) const;
+  /// Cell of row `r` in column `name` ("" when the column is absent or the row is short).
+  std::string Get(std::size_t r, const std::string& name) const;
+};
+
+/// Parses CSV text from `file` (for messages). InputError on an unterminated quote, naming the
+/// file and line.
+CsvTable ParseCsv(const std::string& text, const std::string& file);
+CsvTable ReadCsvFile(const std::string& path);
+
+}  // namespace shardcast

@@ -1,0 +1,62 @@
+#pragma once
+/// \file capacity.h
+/// The buying question (`shardcast capacity`): for a token budget and cluster options (GPU type
+/// and count), the best plan of each, time to train, GPU-hours, cost, energy, and goodput under
+/// failures with the Young/Daly checkpoint interval.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "planner/planner.h"
+
+namespace shardcast {
+
+struct CapacityOption {
+  std::string cluster;  ///< preset name or path
+  std::int64_t gpus = 0;
+};
+
+struct CapacityOptions {
+  double tokens = 0;                 ///< tokens to train
+  std::int64_t global_batch_size = 0;
+  std::int64_t seq_length = 0;
+  std::optional<double> days;        ///< deadline
+  std::map<std::string, double> price_per_gpu_hour;  ///< GPU preset name -> USD override
+  std::optional<double> mtbf_hours;  ///< mean time between failures of ONE GPU (incl. its node share)
+  double checkpoint_minutes = 0;     ///< time to write one checkpoint
+  double restart_minutes = 0;        ///< time to restart after a failure (default: checkpoint time)
+  double energy_overhead = 1.3;      ///< facility + host power over GPU board power (PUE-like)
+  PlanOptions plan;                  ///< search options (gbs, top_k ignored)
+};
+
+struct CapacityRow {
+  CapacityOption option;
+  std::string gpu;
+  bool feasible = false;
+  std::string reason;
+  Plan best;
+  double step_time_s = 0;
+  double tokens_per_step = 0;
+  double steps = 0;
+  double train_time_s = 0;       ///< without failures
+  double goodput = 1.0;          ///< fraction of wall time doing useful steps
+  double wall_time_s = 0;        ///< train_time / goodput
+  double checkpoint_interval_s = 0;
+  double gpu_hours = 0;
+  double price_usd_per_gpu_hour = 0;
+  double cost_usd = 0;
+  double energy_kwh = 0;
+  bool meets_deadline = true;
+};
+
+/// Young/Daly first-order optimum (Young 1974; Daly 2006): checkpoint every sqrt(2*C*M) for a
+/// checkpoint cost C and job MTBF M. Goodput = 1 - C/tau - (tau/2 + R)/M, clamped at 0.
+double YoungDalyInterval(double checkpoint_s, double mtbf_s);
+double Goodput(double checkpoint_s, double restart_s, double mtbf_s, double interval_s);
+
+/// Evaluates every option; rows sorted: options meeting the deadline first, then by cost.
+std::vector<CapacityRow> RunCapacity(const Model& model, const std::vector<CapacityOption>& options,
+                                     const CapacityOptions& opts);
+
+}  // namespace shardcast

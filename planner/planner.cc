@@ -1,0 +1,349 @@
+#include "planner/planner.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
+#include <tuple>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/text.h"
+#include "models/loader.h"
+
+namespace shardcast {
+
+const char* ToString(Objective o) {
+  switch (o) {
+    case Objective::kThroughput: return "throughput";
+    case Objective::kCost: return "cost";
+    case Objective::kEnergy: return "energy";
+  }
+  return "?";
+}
+
+namespace {
+
+std::vector<std::int64_t> Divisors(std::int64_t n) {
+  std::vector<std::int64_t> d;
+  for (std::int64_t i = 1; i <= n; ++i) {
+    if (n % i == 0) d.push_back(i);
+  }
+  return d;
+}
+
+/// A total order on configurations for deterministic tie-breaks.
+auto Key(const ParallelConfig& c) {
+  return std::make_tuple(c.tp, c.pp, c.embedding_slots, c.vp, c.micro_batch_size,
+                         static_cast<int>(c.schedule), static_cast<int>(c.recompute),
+                         c.sequence_parallel, c.zero_stage);
+}
+
+bool FixedAllows(const std::map<std::string, std::string>& fixed, const ParallelConfig& c) {
+  for (const auto& [k, v] : fixed) {
+    std::string have;
+    if (k == "tp") have = std::to_string(c.tp);
+    else if (k == "pp") have = std::to_string(c.pp);
+    else if (k == "vp") have = std::to_string(c.vp);
+    else if (k == "mbs") have = std::to_string(c.micro_batch_size);
+    else if (k == "zero") have = std::to_string(c.zero_stage);
+    else if (k == "sp") have = c.sequence_parallel ? "true" : "false";
+    else if (k == "recompute") have = ToString(c.recompute);
+    else if (k == "schedule") have = ToString(c.schedule);
+    if (have != v) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+double ObjectiveValue(const Plan& p, Objective o) {
+  switch (o) {
+    case Objective::kThroughput: return p.result.step_time_s;
+    case Objective::kCost: return p.usd_per_million_tokens;
+    case Objective::kEnergy: return p.joules_per_token;
+  }
+  return p.result.step_time_s;
+}
+
+std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl,
+                                               const PlanOptions& o,
+                                               std::map<std::string, std::size_t>* rejected) {
+  std::vector<ParallelConfig> out;
+  const std::int64_t n = o.gpus, g = o.global_batch_size;
+  const std::int64_t max_tp = o.max_tp > 0 ? o.max_tp : cl.gpus_per_node;
+  const std::int64_t seq = o.seq_length > 0 ? o.seq_length : m.seq_length;
+  for (std::int64_t tp : Divisors(std::max(max_tp, cl.gpus_per_node))) {
+    if (tp > max_tp) continue;
+    if (m.num_attention_heads % tp != 0 || m.num_query_groups % tp != 0) {
+      ++(*rejected)["tp does not divide attention heads or query groups"];
+      continue;
+    }
+    // Pipeline sizes: divisors of L, and divisors of L + 2 with the embedding and output layer
+    // as pipeline slots (BLOOM's partition).
+    std::vector<std::pair<std::int64_t, bool>> pps;
+    for (std::int64_t pp : Divisors(m.num_layers)) pps.emplace_back(pp, false);
+    for (std::int64_t pp : Divisors(m.num_layers + 2)) {
+      if (pp > 2 && m.num_layers % pp != 0 && pp <= m.num_layers) pps.emplace_back(pp, true);
+    }
+    for (const auto& [pp, slots] : pps) {
+      if (n % (tp * pp) != 0) {
+        ++(*rejected)["tp*pp does not divide the GPU count"];
+        continue;
+      }
+      const std::int64_t dp = n / (tp * pp);
+      if (g % dp != 0) {
+        ++(*rejected)["global batch not divisible by dp"];
+        continue;
+      }
+      const std::int64_t per_replica = g / dp;
+      for (std::int64_t mbs : Divisors(per_replica)) {
+        if (mbs > o.max_micro_batch_size) break;
+        const std::int64_t mb = per_replica / mbs;
+        for (Schedule s : o.schedules) {
+          if (s != Schedule::k1F1B && pp == 1) continue;  // nothing to pipeline
+          std::vector<std::int64_t> vps = {1};
+          if (s == Schedule::kInterleaved) {
+            if (slots) continue;
+            vps.clear();
+            if (mb % pp != 0) {
+              ++(*rejected)["interleaved schedule needs micro-batches divisible by pp"];
+              continue;
+            }
+            for (std::int64_t v : Divisors(m.num_layers / pp)) {
+              if (v >= 2) vps.push_back(v);
+            }
+          }
+          for (std::int64_t vp : vps) {
+            for (Recompute rc : o.recomputes) {
+              // With flash attention there is no attention core to recompute: selective
+              // recompute is the same configuration as none.
+              if (rc == Recompute::kSelective && o.flash_attention &&
+                  std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kNone) != o.recomputes.end()) {
+                continue;
+              }
+              for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+                for (int z : o.zero_stages) {
+                  if (z > 0 && dp == 1) continue;  // nothing to shard: same as ZeRO-0
+                  if (z >= 2 && pp > 1) continue;  // Megatron-LM: ZeRO-2/3 (FSDP) without PP
+                  ParallelConfig c;
+                  c.tp = tp;
+                  c.pp = pp;
+                  c.dp = dp;
+                  c.vp = vp;
+                  c.micro_batch_size = mbs;
+                  c.global_batch_size = g;
+                  c.seq_length = seq;
+                  c.schedule = s;
+                  c.recompute = rc;
+                  c.sequence_parallel = sp;
+                  c.zero_stage = z;
+                  c.flash_attention = o.flash_attention;
+                  c.embedding_slots = slots;
+                  if (!FixedAllows(o.fixed, c)) continue;
+                  out.push_back(c);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& prof,
+                   const PlanOptions& o) {
+  if (o.gpus <= 0) {
+    throw InputError("command line: --gpus: got " + std::to_string(o.gpus) + ", expected a positive GPU count");
+  }
+  if (o.global_batch_size <= 0) {
+    throw InputError("command line: --gbs: got " + std::to_string(o.global_batch_size) +
+                     ", expected a positive global batch size");
+  }
+  PlanResult res;
+  std::vector<ParallelConfig> cands = GenerateCandidates(m, cl, o, &res.rejected);
+  res.candidates_generated = cands.size();
+  const double price = o.price_usd_per_gpu_hour > 0 ? o.price_usd_per_gpu_hour : cl.gpu.price_usd_per_gpu_hour;
+  const double usable = cl.gpu.memory_bytes;
+  const unsigned threads = o.threads > 0 ? static_cast<unsigned>(o.threads)
+                                         : std::max(1u, std::thread::hardware_concurrency());
+
+  auto parallel_for = [&](std::size_t count, const std::function<void(std::size_t)>& fn) {
+    std::atomic<std::size_t> next{0};
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t) {
+      pool.emplace_back([&] {
+        for (std::size_t i = next++; i < count; i = next++) fn(i);
+      });
+    }
+    for (auto& th : pool) th.join();
+  };
+
+  // 1. Exact lower bounds; prune what cannot fit in memory.
+  std::vector<Bounds> bounds(cands.size());
+  parallel_for(cands.size(), [&](std::size_t i) { bounds[i] = LowerBounds(m, cands[i], cl, prof); });
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < cands.size(); ++i) {
+    if (bounds[i].peak_memory_lower_bytes > usable) {
+      ++res.rejected["does not fit in memory (lower bound before simulating)"];
+    } else {
+      order.push_back(i);
+    }
+  }
+  // 2. Simulate, most promising first; skip those whose step-time lower bound cannot beat the
+  //    current K-th best (never skips a member of the final top K: its lower bound is at most
+  //    its step time, which is at most the K-th best at any moment).
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (bounds[a].step_time_lower_s != bounds[b].step_time_lower_s) {
+      return bounds[a].step_time_lower_s < bounds[b].step_time_lower_s;
+    }
+    return a < b;
+  });
+  std::mutex mu;
+  std::vector<Plan> top;  // sorted by (step time, key)
+  const std::size_t k = static_cast<std::size_t>(std::max(1, o.top_k));
+  std::atomic<std::size_t> done{0}, simulated{0};
+  std::map<std::string, std::size_t> rej_local;
+  auto plan_less = [](const Plan& a, const Plan& b) {
+    if (a.result.step_time_s != b.result.step_time_s) return a.result.step_time_s < b.result.step_time_s;
+    return Key(a.config) < Key(b.config);
+  };
+  parallel_for(order.size(), [&](std::size_t j) {
+    const std::size_t i = order[j];
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (top.size() >= k && bounds[i].step_time_lower_s > top.back().result.step_time_s) {
+        ++rej_local["cannot beat the top K (step-time lower bound)"];
+        ++done;
+        if (o.progress) o.progress(done, order.size());
+        return;
+      }
+    }
+    Plan p;
+    p.config = cands[i];
+    p.result = Simulate(m, cands[i], cl, o.gpus, prof);
+    ++simulated;
+    const double tokens = static_cast<double>(cands[i].global_batch_size * cands[i].seq_length);
+    p.usd_per_million_tokens = static_cast<double>(o.gpus) * price / 3600.0 * p.result.step_time_s / tokens * 1e6;
+    p.joules_per_token = static_cast<double>(o.gpus) * cl.gpu.tdp_W * o.energy_overhead * p.result.step_time_s / tokens;
+    std::lock_guard<std::mutex> lock(mu);
+    if (!p.result.fits) {
+      ++rej_local["does not fit in memory (simulated)"];
+      res.closest.push_back(std::move(p));
+    } else {
+      top.insert(std::upper_bound(top.begin(), top.end(), p, plan_less), std::move(p));
+      if (top.size() > k) top.pop_back();
+    }
+    ++done;
+    if (o.progress) o.progress(done, order.size());
+  });
+  for (const auto& [r, c] : rej_local) res.rejected[r] += c;
+  res.candidates_simulated = simulated;
+  std::sort(top.begin(), top.end(), [&](const Plan& a, const Plan& b) {
+    const double va = ObjectiveValue(a, o.objective), vb = ObjectiveValue(b, o.objective);
+    if (va != vb) return va < vb;
+    return Key(a.config) < Key(b.config);
+  });
+  res.plans = std::move(top);
+
+  if (res.plans.empty()) {
+    // Nothing fits: simulate the candidates with the smallest memory bound and explain.
+    if (res.closest.empty() && !cands.empty()) {
+      std::vector<std::size_t> idx(cands.size());
+      for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+      std::sort(idx.begin(), idx.end(), [&](auto a, auto b) {
+        return bounds[a].peak_memory_lower_bytes < bounds[b].peak_memory_lower_bytes ||
+               (bounds[a].peak_memory_lower_bytes == bounds[b].peak_memory_lower_bytes && a < b);
+      });
+      for (std::size_t j = 0; j < idx.size() && j < 3; ++j) {
+        Plan p;
+        p.config = cands[idx[j]];
+        p.result = Simulate(m, p.config, cl, o.gpus, prof);
+        res.closest.push_back(std::move(p));
+      }
+    }
+    std::sort(res.closest.begin(), res.closest.end(), [](const Plan& a, const Plan& b) {
+      return a.result.peak_memory_bytes < b.result.peak_memory_bytes ||
+             (a.result.peak_memory_bytes == b.result.peak_memory_bytes && Key(a.config) < Key(b.config));
+    });
+    if (res.closest.size() > 3) res.closest.resize(3);
+    if (cands.empty()) {
+      res.advice.push_back(fmt::format(
+          "no configuration divides: choose a GPU count and global batch where dp = gpus/(tp*pp) divides "
+          "the global batch (gpus {}, global batch {})", o.gpus, o.global_batch_size));
+    } else if (!res.closest.empty()) {
+      const Plan& c = res.closest.front();
+      const auto& st = c.result.stages;
+      std::size_t worst = 0;
+      for (std::size_t s = 0; s < st.size(); ++s) {
+        if (st[s].memory.peak_bytes > st[worst].memory.peak_bytes) worst = s;
+      }
+      const auto& mem = st[worst].memory;
+      const double need = c.result.peak_memory_bytes;
+      res.advice.push_back(fmt::format(
+          "the closest candidate ({}) needs {} per GPU on stage {}, {} more than the {} usable: weights {}, "
+          "grads {}, optimizer {}, activations {}", c.config.Summary(), FormatGiB(need), worst,
+          FormatGiB(need - usable), FormatGiB(usable), FormatGiB(mem.weights_bytes),
+          FormatGiB(mem.grads_bytes), FormatGiB(mem.optimizer_bytes), FormatGiB(mem.activations_bytes)));
+      std::string bigger;
+      double best_mem = 1e300;
+      for (const auto& name : PresetNames(PresetKind::kGpu)) {
+        Gpu gg = LoadGpu(name);
+        if (gg.memory_bytes >= need && gg.memory_bytes < best_mem) {
+          best_mem = gg.memory_bytes;
+          bigger = gg.name;
+        }
+      }
+      if (!bigger.empty()) {
+        res.advice.push_back(fmt::format("more memory per GPU: {} ({}) would hold this candidate", bigger,
+                                         FormatGiB(best_mem)));
+      }
+      if (std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kFull) == o.recomputes.end()) {
+        res.advice.push_back("full activation recompute keeps only each layer's input (allow --recompute full)");
+      }
+      if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end()) {
+        res.advice.push_back("a higher ZeRO stage shards gradients (2) and weights (3) across data parallelism "
+                             "(allow --zero-stages 0,1,2,3)");
+      }
+      const double state = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes;
+      if (state > usable) {
+        res.advice.push_back(fmt::format(
+            "more GPUs: weights, gradients and optimizer state alone need {} per GPU here; "
+            "about {:.0f}x the GPUs (deeper pipelines or more data-parallel sharding) would bring them under",
+            FormatGiB(state), std::ceil(state / (0.7 * usable))));
+      } else {
+        res.advice.push_back("smaller micro-batches or more pipeline stages reduce the activations in flight");
+      }
+    }
+  }
+  return res;
+}
+
+std::string MegatronArguments(const ParallelConfig& c, const Model& m) {
+  std::string a = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", c.tp, c.pp);
+  if (c.schedule == Schedule::kInterleaved && c.vp > 1) {
+    a += fmt::format(" --num-layers-per-virtual-pipeline-stage {}", m.num_layers / (c.pp * c.vp));
+  }
+  a += fmt::format(" --micro-batch-size {} --global-batch-size {} --seq-length {}", c.micro_batch_size,
+                   c.global_batch_size, c.seq_length > 0 ? c.seq_length : m.seq_length);
+  if (c.sequence_parallel) a += " --sequence-parallel";
+  if (c.recompute == Recompute::kSelective) a += " --recompute-granularity selective";
+  if (c.recompute == Recompute::kFull) {
+    a += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
+  }
+  if (c.zero_stage == 1) a += " --use-distributed-optimizer";
+  if (c.zero_stage >= 2) a += " --use-torch-fsdp2";
+  if (c.overlap_grad_reduce && c.dp > 1) a += " --overlap-grad-reduce";
+  if (c.overlap_param_gather && c.zero_stage == 1) a += " --overlap-param-gather";
+  if (c.flash_attention) a += " --use-flash-attn";
+  if (c.precision == Precision::kBf16) a += " --bf16";
+  if (c.precision == Precision::kFp16) a += " --fp16";
+  if (c.embedding_slots) a += " --pp-partition-method 'type:transformer|embedding'  # Megatron-DeepSpeed";
+  if (c.schedule == Schedule::kZbH1) a += "   # ZB-H1 schedule: not in upstream Megatron-LM (zero-bubble fork)";
+  return a;
+}
+
+}  // namespace shardcast

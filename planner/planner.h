@@ -1,0 +1,80 @@
+#pragma once
+/// \file planner.h
+/// Search over data/tensor/pipeline-parallel configurations (`shardcast plan`): generate the
+/// candidate space, prune with exact lower bounds (memory, then step time against the current
+/// top K), simulate the rest in parallel, rank. Docs: docs/planner.md.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models/hardware.h"
+#include "models/model.h"
+#include "models/parallel.h"
+#include "simulator/profile.h"
+#include "simulator/simulate.h"
+
+namespace shardcast {
+
+enum class Objective { kThroughput, kCost, kEnergy };
+const char* ToString(Objective o);
+
+struct PlanOptions {
+  std::int64_t gpus = 0;
+  std::int64_t global_batch_size = 0;
+  std::int64_t seq_length = 0;  ///< 0: the model's
+  int top_k = 10;
+  Objective objective = Objective::kThroughput;
+  std::int64_t max_tp = 0;  ///< 0: GPUs per node (tensor parallelism stays inside a node)
+  std::vector<Schedule> schedules = {Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1};
+  std::vector<Recompute> recomputes = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  std::vector<int> zero_stages = {0, 1};  ///< 2 and 3 are added when listed here
+  std::int64_t max_micro_batch_size = 16;
+  /// Fixed values (from `--fix tp=8,pp=...`): keys tp, pp, vp, mbs, zero, sp, recompute, schedule.
+  std::map<std::string, std::string> fixed;
+  int threads = 0;  ///< 0: all cores
+  bool flash_attention = true;
+  double price_usd_per_gpu_hour = 0;  ///< 0: the GPU preset's
+  double energy_overhead = 1.3;       ///< facility and host power over GPU board power
+  /// Called with (done, total) as candidates are evaluated (for a progress bar).
+  std::function<void(std::size_t, std::size_t)> progress;
+};
+
+struct Plan {
+  ParallelConfig config;
+  SimulationResult result;  ///< without the task graph
+  double usd_per_million_tokens = 0;
+  double joules_per_token = 0;
+};
+
+struct PlanResult {
+  std::size_t candidates_generated = 0;
+  std::size_t candidates_simulated = 0;
+  std::map<std::string, std::size_t> rejected;  ///< reason -> count
+  std::vector<Plan> plans;                      ///< best first, at most top_k
+  /// When nothing fits: the candidates that came closest (lowest peak memory), and advice.
+  std::vector<Plan> closest;
+  std::vector<std::string> advice;
+};
+
+/// Every candidate configuration of the space for `model` on `gpus` GPUs of `cluster`, and the
+/// rejections found while generating (sizes that do not divide). Deterministic order.
+std::vector<ParallelConfig> GenerateCandidates(const Model& model, const Cluster& cluster,
+                                               const PlanOptions& opts,
+                                               std::map<std::string, std::size_t>* rejected);
+
+/// Runs the search. Throws InputError for bad options (no GPUs, batch not divisible...).
+PlanResult RunPlan(const Model& model, const Cluster& cluster, const HardwareProfile& profile,
+                   const PlanOptions& opts);
+
+/// The value the objective ranks by (smaller is better): step time, USD per million tokens, or
+/// joules per token.
+double ObjectiveValue(const Plan& p, Objective o);
+
+/// Megatron-LM launch arguments for a configuration.
+std::string MegatronArguments(const ParallelConfig& c, const Model& m);
+
+}  // namespace shardcast

@@ -1,0 +1,233 @@
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "common/csv.h"
+#include "common/error.h"
+#include "models/loader.h"
+#include "planner/capacity.h"
+#include "planner/planner.h"
+
+namespace shardcast {
+namespace {
+
+/// A model from a published_runs.csv row's shape columns.
+Model RowModel(const CsvTable& t, std::size_t r) {
+  Json j;
+  j["name"] = t.Get(r, "model");
+  j["num_layers"] = std::stoll(t.Get(r, "num_layers"));
+  j["hidden_size"] = std::stoll(t.Get(r, "hidden_size"));
+  j["ffn_hidden_size"] = std::stoll(t.Get(r, "ffn_hidden_size"));
+  j["num_attention_heads"] = std::stoll(t.Get(r, "num_heads"));
+  if (!t.Get(r, "num_kv_heads").empty()) j["num_query_groups"] = std::stoll(t.Get(r, "num_kv_heads"));
+  j["vocab_size"] = std::stoll(t.Get(r, "vocab_size"));
+  j["seq_length"] = std::stoll(t.Get(r, "seq_len"));
+  j["normalization"] = "layernorm";
+  j["activation"] = "gelu";
+  j["position_embedding"] = "learned";
+  j["tie_embeddings"] = true;
+  return ModelFromJson(j, "row");
+}
+
+TEST(Space, EveryPublishedConfigurationIsGenerated) {
+  CsvTable t = ReadCsvFile(std::string(SHARDCAST_SOURCE_DIR) + "/validation/published_runs.csv");
+  ASSERT_GT(t.rows.size(), 50u);
+  std::size_t checked = 0;
+  for (std::size_t r = 0; r < t.rows.size(); ++r) {
+    if (t.Get(r, "num_heads").empty()) continue;  // row 152 does not give its head count
+    ++checked;
+    const Model m = RowModel(t, r);
+    const Cluster cl = LoadCluster(t.Get(r, "gpu_type").rfind("H100", 0) == 0 ? "dgx-h100" : "dgx-a100");
+    PlanOptions o;
+    o.gpus = std::stoll(t.Get(r, "num_gpus"));
+    o.global_batch_size = std::stoll(t.Get(r, "global_batch_size"));
+    o.seq_length = m.seq_length;
+    o.flash_attention = false;
+    o.zero_stages = {0, 1, 2, 3};
+    std::map<std::string, std::size_t> rej;
+    const auto cands = GenerateCandidates(m, cl, o, &rej);
+    const std::int64_t vp = t.Get(r, "vp").empty() ? 1 : std::stoll(t.Get(r, "vp"));
+    const std::string rc = t.Get(r, "recompute"), sh = t.Get(r, "dp_sharding");
+    const Recompute want_rc = rc.rfind("full", 0) == 0        ? Recompute::kFull
+                              : rc.rfind("selective", 0) == 0 ? Recompute::kSelective
+                                                              : Recompute::kNone;
+    const int want_zero = sh.find("FULL_SHARD (") != std::string::npos && sh.rfind("PyTorch FSDP FULL", 0) == 0 ? 3
+                          : sh.rfind("PyTorch FSDP SHARD_GRAD_OP", 0) == 0                                     ? 2
+                          : sh.rfind("ZeRO-1", 0) == 0                                                         ? 1
+                                                                                                                : 0;
+    bool found = false;
+    for (const auto& c : cands) {
+      const bool slots = m.num_layers % std::stoll(t.Get(r, "pp")) != 0;  // BLOOM's partition
+      if (c.tp == std::stoll(t.Get(r, "tp")) && c.pp == std::stoll(t.Get(r, "pp")) && c.vp == vp &&
+          c.embedding_slots == slots &&
+          c.micro_batch_size == std::stoll(t.Get(r, "micro_batch_size")) && c.recompute == want_rc &&
+          c.sequence_parallel == (t.Get(r, "sequence_parallel") == "yes") && c.zero_stage == want_zero) {
+        found = true;
+        EXPECT_EQ(c.dp, std::stoll(t.Get(r, "dp"))) << "row " << t.Get(r, "row_id");
+      }
+    }
+    EXPECT_TRUE(found) << "row " << t.Get(r, "row_id") << " (" << t.Get(r, "model") << ") is not in the space";
+  }
+  EXPECT_EQ(checked, t.rows.size() - 1);
+}
+
+TEST(Space, OnlyValidConfigurationsAreGenerated) {
+  const Model m = LoadModel("llama3-70b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  PlanOptions o;
+  o.gpus = 256;
+  o.global_batch_size = 512;
+  std::map<std::string, std::size_t> rej;
+  const auto cands = GenerateCandidates(m, cl, o, &rej);
+  ASSERT_FALSE(cands.empty());
+  for (const auto& c : cands) {
+    EXPECT_TRUE(InfeasibilityReasons(m, c, 256, 8).empty()) << c.Summary();
+    EXPECT_EQ(m.num_query_groups % c.tp, 0);  // 8 KV heads: tp in 1, 2, 4, 8
+    EXPECT_LE(c.tp, 8);
+  }
+  EXPECT_GT(rej["tp*pp does not divide the GPU count"], 0u);  // e.g. pp = 5 with 256 GPUs
+}
+
+TEST(Pruning, NeverRemovesAConfigurationThatFits) {
+  const Model m = LoadModel("gpt3-175b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  PlanOptions o;
+  o.gpus = 64;
+  o.global_batch_size = 64;
+  std::map<std::string, std::size_t> rej;
+  const auto cands = GenerateCandidates(m, cl, o, &rej);
+  std::size_t pruned = 0, checked = 0;
+  for (std::size_t i = 0; i < cands.size(); i += 3) {  // every third, to bound the test's time
+    const Bounds b = LowerBounds(m, cands[i], cl, prof);
+    const SimulationResult r = Simulate(m, cands[i], cl, 64, prof);
+    ++checked;
+    EXPECT_LE(b.peak_memory_lower_bytes, r.peak_memory_bytes * (1 + 1e-12)) << cands[i].Summary();
+    EXPECT_LE(b.step_time_lower_s, r.step_time_s * (1 + 1e-12)) << cands[i].Summary();
+    if (b.peak_memory_lower_bytes > cl.gpu.memory_bytes) {
+      ++pruned;
+      EXPECT_FALSE(r.fits) << "pruned but fits: " << cands[i].Summary();
+    }
+  }
+  EXPECT_GT(pruned, 0u);
+  EXPECT_GT(checked, 50u);
+}
+
+TEST(Ranking, DeterministicAcrossThreadCounts) {
+  const Model m = LoadModel("gpt3-13b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  PlanOptions o;
+  o.gpus = 64;
+  o.global_batch_size = 256;
+  o.top_k = 8;
+  o.threads = 1;
+  const PlanResult a = RunPlan(m, cl, DefaultProfile(cl), o);
+  o.threads = 2;
+  const PlanResult b = RunPlan(m, cl, DefaultProfile(cl), o);
+  o.threads = 5;
+  const PlanResult c = RunPlan(m, cl, DefaultProfile(cl), o);
+  ASSERT_EQ(a.plans.size(), 8u);
+  ASSERT_EQ(a.plans.size(), b.plans.size());
+  ASSERT_EQ(a.plans.size(), c.plans.size());
+  for (std::size_t i = 0; i < a.plans.size(); ++i) {
+    EXPECT_EQ(a.plans[i].config.Summary(), b.plans[i].config.Summary());
+    EXPECT_EQ(a.plans[i].config.Summary(), c.plans[i].config.Summary());
+    EXPECT_EQ(a.plans[i].result.step_time_s, b.plans[i].result.step_time_s);
+    if (i > 0) {
+      EXPECT_LE(a.plans[i - 1].result.step_time_s, a.plans[i].result.step_time_s);
+    }
+  }
+  EXPECT_EQ(a.candidates_generated, b.candidates_generated);
+}
+
+TEST(Plan, NothingFitsGivesAdvice) {
+  const Model m = LoadModel("gpt3-175b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  PlanOptions o;
+  o.gpus = 8;
+  o.global_batch_size = 8;
+  const PlanResult r = RunPlan(m, cl, DefaultProfile(cl), o);
+  EXPECT_TRUE(r.plans.empty());
+  ASSERT_FALSE(r.advice.empty());
+  EXPECT_NE(r.advice[0].find("the closest candidate"), std::string::npos) << r.advice[0];
+  EXPECT_FALSE(r.closest.empty());
+}
+
+TEST(Plan, BadInputIsAnError) {
+  const Model m = LoadModel("gpt3-175b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  PlanOptions o;
+  o.gpus = 0;
+  o.global_batch_size = 8;
+  EXPECT_THROW(RunPlan(m, cl, DefaultProfile(cl), o), InputError);
+  o.gpus = 64;
+  o.global_batch_size = 7;  // no dp in {1, 2, 4, 8, ...} divides 7 except dp = 1 (tp*pp = 64)
+  const PlanResult r = RunPlan(m, cl, DefaultProfile(cl), o);
+  EXPECT_GT(r.rejected.at("global batch not divisible by dp"), 0u);
+}
+
+TEST(Plan, MegatronArguments) {
+  const Model m = LoadModel("gpt3-175b");
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;
+  c.dp = 16;
+  c.vp = 3;
+  c.schedule = Schedule::kInterleaved;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 1536;
+  c.seq_length = 2048;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kSelective;
+  c.zero_stage = 1;
+  EXPECT_EQ(MegatronArguments(c, m),
+            "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 "
+            "--num-layers-per-virtual-pipeline-stage 4 --micro-batch-size 1 --global-batch-size 1536 "
+            "--seq-length 2048 --sequence-parallel --recompute-granularity selective "
+            "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --use-flash-attn --bf16");
+}
+
+TEST(Capacity, ArithmeticFromTheBestPlan) {
+  const Model m = LoadModel("gpt3-1.3b");
+  CapacityOptions o;
+  o.tokens = 10e9;
+  o.global_batch_size = 512;
+  o.seq_length = 2048;
+  o.mtbf_hours = 50000;
+  o.checkpoint_minutes = 2;
+  o.energy_overhead = 1.3;
+  o.price_per_gpu_hour["h100-sxm"] = 2.0;
+  const auto rows = RunCapacity(m, {{"dgx-a100", 64}, {"dgx-h100", 64}}, o);
+  ASSERT_EQ(rows.size(), 2u);
+  for (const auto& r : rows) {
+    ASSERT_TRUE(r.feasible) << r.reason;
+    const double tokens_per_step = 512.0 * 2048;
+    EXPECT_EQ(r.steps, std::ceil(10e9 / tokens_per_step));
+    EXPECT_DOUBLE_EQ(r.train_time_s, r.steps * r.step_time_s);
+    // Young/Daly: job MTBF = 50000 h / 64 GPUs; interval sqrt(2 C M).
+    const double M = 50000.0 * 3600 / 64, C = 120;
+    EXPECT_NEAR(r.checkpoint_interval_s, std::sqrt(2 * C * M), 1e-9);
+    const double tau = std::sqrt(2 * C * M);
+    EXPECT_NEAR(r.goodput, 1 - C / tau - (tau / 2 + C) / M, 1e-12);
+    EXPECT_NEAR(r.gpu_hours, 64 * r.train_time_s / r.goodput / 3600, 1e-6);
+    EXPECT_NEAR(r.cost_usd, r.gpu_hours * r.price_usd_per_gpu_hour, 1e-6);
+    const double tdp = LoadGpu(r.gpu).tdp_W;
+    EXPECT_NEAR(r.energy_kwh, 64 * tdp * 1.3 * r.wall_time_s / 3.6e6, 1e-6);
+  }
+  // The override applies to H100 only; cheapest first.
+  for (const auto& r : rows) {
+    if (r.gpu == "h100-sxm") {
+      EXPECT_EQ(r.price_usd_per_gpu_hour, 2.0);
+    }
+  }
+  EXPECT_LE(rows[0].cost_usd, rows[1].cost_usd);
+}
+
+TEST(Capacity, YoungDaly) {
+  EXPECT_DOUBLE_EQ(YoungDalyInterval(60, 3600 * 24), std::sqrt(2.0 * 60 * 86400));
+  EXPECT_DOUBLE_EQ(Goodput(60, 60, 86400, 3600), 1 - 60.0 / 3600 - (1800.0 + 60) / 86400);
+}
+
+}  // namespace
+}  // namespace shardcast
