@@ -12,5 +12,6 @@ void RegisterDescribe(CLI::App& app);
 void RegisterSimulate(CLI::App& app);
 void RegisterPlan(CLI::App& app);
 void RegisterCapacity(CLI::App& app);
+void RegisterValidate(CLI::App& app);
 
 }  // namespace shardcast::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   shardcast::cli::RegisterSimulate(app);
   shardcast::cli::RegisterPlan(app);
   shardcast::cli::RegisterCapacity(app);
+  shardcast::cli::RegisterValidate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,149 @@
+#include <cmath>
+#include <iostream>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/json_reader.h"
+#include "common/file_util.h"
+#include "common/text.h"
+#include "planner/validate.h"
+
+namespace shardcast::cli {
+namespace {
+
+struct ValidateArgs {
+  std::string runs = std::string(SHARDCAST_DATA_DIR) + "/published_runs.csv";
+  std::string memory = std::string(SHARDCAST_DATA_DIR) + "/published_memory.csv";
+  std::string csv;
+  bool json = false, no_memory = false;
+};
+
+std::string Opt(const std::optional<double>& v, const char* fmtstr, double scale = 1.0) {
+  return v ? fmt::format(fmt::runtime(fmtstr), *v * scale) : std::string("-");
+}
+
+void RunValidate(const ValidateArgs& a) {
+  const ValidationReport rep = RunValidation(a.runs, a.no_memory ? "" : a.memory);
+  const ValidationSummary& s = rep.summary;
+  if (!a.csv.empty()) {
+    std::string csv = "row_id,source_id,model,gpus,config,measured_step_time_s,predicted_step_time_s,step_time_error,"
+                      "measured_peak_memory_bytes,predicted_peak_memory_bytes,outcome,predicted_fits,skipped\n";
+    for (const auto& r : rep.rows) {
+      csv += fmt::format("{},{},\"{}\",{},\"{}\",{},{},{},{},{},{},{},\"{}\"\n", r.row_id, r.source_id, r.model, r.gpus,
+                         r.skipped ? "" : r.config.Short(), Opt(r.measured_step_time_s, "{}"),
+                         Opt(r.predicted_step_time_s, "{}"), Opt(r.step_time_error, "{}"),
+                         Opt(r.measured_peak_memory_bytes, "{}"), Opt(r.predicted_peak_memory_bytes, "{}"), r.outcome,
+                         r.predicted_fits ? "true" : "false", r.skipped ? r.skip_reason : "");
+    }
+    WriteFileAtomic(a.csv, csv);
+  }
+  if (a.json) {
+    Json j;
+    j["runs"] = a.runs;
+    j["rows"] = Json::array();
+    auto opt = [](const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); };
+    for (const auto& r : rep.rows) {
+      Json x = {{"row_id", r.row_id}, {"source_id", r.source_id}, {"model", r.model}, {"gpus", r.gpus},
+                {"skipped", r.skipped}};
+      if (r.skipped) {
+        x["skip_reason"] = r.skip_reason;
+      } else {
+        x["config"] = r.config.Summary();
+        x["predicted_step_time_s"] = opt(r.predicted_step_time_s);
+        x["measured_step_time_s"] = opt(r.measured_step_time_s);
+        x["step_time_error"] = opt(r.step_time_error);
+        x["predicted_peak_memory_bytes"] = opt(r.predicted_peak_memory_bytes);
+        x["measured_peak_memory_bytes"] = opt(r.measured_peak_memory_bytes);
+        x["predicted_fits"] = r.predicted_fits;
+        x["outcome"] = r.outcome;
+        x["predicted_mfu"] = r.predicted_mfu;
+      }
+      j["rows"].push_back(x);
+    }
+    j["memory_points"] = Json::array();
+    for (const auto& p : rep.memory_points) {
+      j["memory_points"].push_back({{"model", p.model}, {"quantity", p.quantity}, {"setting", p.setting},
+                                    {"published_GiB", p.published_GiB}, {"predicted_GiB", p.predicted_GiB},
+                                    {"error", p.error}});
+    }
+    j["summary"] = {{"step_time_mape", s.step_time_mape},
+                    {"step_time_max_abs_error", s.step_time_max_abs_error},
+                    {"within_5pct", s.within_5pct},
+                    {"within_10pct", s.within_10pct},
+                    {"kendall_tau", s.kendall_tau},
+                    {"kendall_pairs", s.kendall_pairs},
+                    {"memory_mape", s.memory_mape},
+                    {"memory_points", s.memory_points},
+                    {"oom_rows", s.oom_rows},
+                    {"oom_rows_predicted_oom", s.oom_rows ? double(s.oom_rows_predicted_oom) / double(s.oom_rows) : 1.0},
+                    {"ok_rows", s.ok_rows},
+                    {"ok_rows_predicted_fit", s.ok_rows ? double(s.ok_rows_predicted_fit) / double(s.ok_rows) : 1.0},
+                    {"rows", s.rows},
+                    {"simulated", s.simulated},
+                    {"skipped", s.skipped}};
+    for (const auto& [src, v] : s.mape_by_source) j["summary"]["mape_by_source"][src] = {{"mape", v.first}, {"rows", v.second}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::cout << "Published training runs: " << a.runs << "\n";
+  std::cout << "error = predicted / measured - 1; memory is the peak over pipeline stages\n\n";
+  std::cout << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<30} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n", "row", "src",
+                           "model", "GPUs", "configuration", "measured", "predicted", "error", "mem meas", "mem pred",
+                           "error", "outcome / predicted");
+  for (const auto& r : rep.rows) {
+    if (r.skipped) {
+      std::cout << fmt::format("{:>4} {:<4} {:<22} {:>5}  skipped: {}\n", r.row_id, r.source_id, r.model.substr(0, 22),
+                               r.gpus, r.skip_reason);
+      continue;
+    }
+    std::cout << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<30} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {} / {}\n", r.row_id,
+                             r.source_id, r.model.substr(0, 22), r.gpus, r.config.Short(),
+                             Opt(r.measured_step_time_s, "{:.2f} s"), Opt(r.predicted_step_time_s, "{:.2f} s"),
+                             Opt(r.step_time_error, "{:+.1f}%", 100), Opt(r.measured_peak_memory_bytes, "{:.1f}G", 1 / 1073741824.0),
+                             Opt(r.predicted_peak_memory_bytes, "{:.1f}G", 1 / 1073741824.0),
+                             Opt(r.memory_error, "{:+.1f}%", 100), r.outcome, r.predicted_fits ? "fits" : "does not fit");
+  }
+  if (!rep.memory_points.empty()) {
+    std::cout << fmt::format("\nMemory points (first pipeline stage, Korthikanti et al. 2022 figures)\n");
+    std::cout << fmt::format("  {:<14} {:<30} {:<26} {:>10} {:>10} {:>7}\n", "model", "quantity", "setting", "published",
+                             "predicted", "error");
+    for (const auto& p : rep.memory_points) {
+      std::cout << fmt::format("  {:<14} {:<30} {:<26} {:>10.4g} {:>10.4g} {:>+6.1f}%\n", p.model, p.quantity, p.setting,
+                               p.published_GiB, p.predicted_GiB, 100 * p.error);
+    }
+  }
+  std::cout << "\nSummary\n";
+  std::cout << fmt::format("  rows {} (simulated {}, skipped {}), with a measured step time {}\n", s.rows, s.simulated,
+                           s.skipped, s.timed);
+  std::cout << fmt::format("  step time: MAPE {:.1f}%, max |error| {:.1f}%, within 5% {:.0f}%, within 10% {:.0f}%\n",
+                           100 * s.step_time_mape, 100 * s.step_time_max_abs_error, 100 * s.within_5pct,
+                           100 * s.within_10pct);
+  for (const auto& [src, v] : s.mape_by_source) {
+    std::cout << fmt::format("    source {:<4} MAPE {:.1f}% over {} rows\n", src, 100 * v.first, v.second);
+  }
+  std::cout << fmt::format("  ranking: Kendall tau {:.2f} over {} pairs of runs with the same model and GPU count\n",
+                           s.kendall_tau, s.kendall_pairs);
+  std::cout << fmt::format("  memory: MAPE {:.1f}% over {} points\n", 100 * s.memory_mape, s.memory_points);
+  std::cout << fmt::format("  out of memory: {} of {} measured OOM rows predicted not to fit; {} of {} ok rows predicted to fit\n",
+                           s.oom_rows_predicted_oom, s.oom_rows, s.ok_rows_predicted_fit, s.ok_rows);
+}
+
+}  // namespace
+
+void RegisterValidate(CLI::App& app) {
+  auto a = std::make_shared<ValidateArgs>();
+  auto* cmd = app.add_subcommand(
+      "validate",
+      "Compare predictions with published training runs: step time, peak memory, out-of-memory.\n"
+      "Example: shardcast validate   (uses the project's validation/published_runs.csv)");
+  cmd->add_option("--runs", a->runs, "published runs CSV (default: the project's copy)");
+  cmd->add_option("--memory", a->memory, "published memory points CSV (default: the project's copy)");
+  cmd->add_flag("--no-memory", a->no_memory, "skip the memory points");
+  cmd->add_option("--csv", a->csv, "also write the per-row table as CSV");
+  cmd->add_flag("--json", a->json, "print JSON");
+  cmd->callback([a] { RunValidate(*a); });
+}
+
+}  // namespace shardcast::cli

@@ -1,0 +1,309 @@
+#include "planner/validate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "common/error.h"
+#include "common/text.h"
+#include "models/loader.h"
+#include "simulator/simulate.h"
+
+namespace shardcast {
+namespace {
+
+bool Contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+std::optional<double> Num(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  try {
+    std::size_t pos = 0;
+    const double v = std::stod(s, &pos);
+    if (pos != s.size()) return std::nullopt;
+    return v;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+/// A field that must be a positive integer; InputError naming file, row and column otherwise.
+std::int64_t IntField(const CsvTable& t, std::size_t r, const std::string& col, const std::string& file) {
+  const std::string v = t.Get(r, col);
+  auto d = Num(v);
+  if (!d || *d < 1 || *d != std::floor(*d) || *d > 1e12) {
+    throw InputError(file + ": row " + t.Get(r, "row_id") + ", column " + col + ": got \"" + v +
+                     "\", expected a positive integer");
+  }
+  return static_cast<std::int64_t>(*d);
+}
+
+/// The architecture of a row, from its arch_family and shape columns (validation/README.md).
+Model RowModel(const CsvTable& t, std::size_t r, const std::string& file) {
+  const std::string arch = t.Get(r, "arch_family");
+  Model m;
+  m.name = t.Get(r, "model");
+  m.num_layers = IntField(t, r, "num_layers", file);
+  m.hidden_size = IntField(t, r, "hidden_size", file);
+  m.ffn_hidden_size = t.Get(r, "ffn_hidden_size").empty() ? 4 * m.hidden_size : IntField(t, r, "ffn_hidden_size", file);
+  m.num_attention_heads = IntField(t, r, "num_heads", file);
+  m.num_query_groups = t.Get(r, "num_kv_heads").empty() ? m.num_attention_heads : IntField(t, r, "num_kv_heads", file);
+  m.kv_channels = m.hidden_size / m.num_attention_heads;
+  m.vocab_size = IntField(t, r, "vocab_size", file);
+  m.seq_length = IntField(t, r, "seq_len", file);
+  m.max_position_embeddings = m.seq_length;
+  m.normalization = Normalization::kLayerNorm;
+  m.activation = Activation::kGelu;
+  m.tie_embeddings = true;
+  m.source = t.Get(r, "source");
+  if (Contains(arch, "MPT")) {
+    // llm-foundry MPT: ALiBi, no biases, no dropout.
+    m.position_embedding = PositionEmbedding::kAlibi;
+    m.add_bias_linear = m.add_qkv_bias = false;
+    m.dropout = false;
+  } else if (Contains(arch, "BLOOM")) {
+    // BLOOM: ALiBi, biases, trained without dropout.
+    m.position_embedding = PositionEmbedding::kAlibi;
+    m.dropout = false;
+  } else {
+    m.position_embedding = PositionEmbedding::kLearned;
+  }
+  return m;
+}
+
+Cluster RowCluster(const CsvTable& t, std::size_t r) {
+  const std::string gpu = t.Get(r, "gpu_type");
+  if (gpu.rfind("H100", 0) == 0) return LoadCluster("dgx-h100");
+  Cluster c = LoadCluster("dgx-a100");
+  if (Contains(t.Get(r, "interconnect"), "Omni-Path")) {
+    // Jean Zay (BLOOM): 8 A100 80GB per node on NVLink, 4 Omni-Path 100 Gb/s links per node.
+    c.name = "jean-zay-a100";
+    c.nics_per_node = 4;
+    c.nic_Gbps = 100;
+    c.inter_fabric = "omni-path";
+  }
+  return c;
+}
+
+}  // namespace
+
+double KendallTauWithinGroups(const std::vector<std::string>& groups, const std::vector<double>& pred,
+                              const std::vector<double>& meas, std::size_t* pairs) {
+  long long concordant = 0, discordant = 0, n = 0;
+  for (std::size_t i = 0; i < groups.size(); ++i) {
+    for (std::size_t j = i + 1; j < groups.size(); ++j) {
+      if (groups[i] != groups[j]) continue;
+      ++n;
+      const double a = pred[i] - pred[j], b = meas[i] - meas[j];
+      if (a * b > 0) ++concordant;
+      else if (a * b < 0) ++discordant;
+    }
+  }
+  if (pairs) *pairs = static_cast<std::size_t>(n);
+  return n > 0 ? static_cast<double>(concordant - discordant) / static_cast<double>(n) : 0.0;
+}
+
+ValidationReport RunValidation(const std::string& runs_csv, const std::string& memory_csv) {
+  ValidationReport rep;
+  const CsvTable t = ReadCsvFile(runs_csv);
+  for (const char* col : {"row_id", "source_id", "model", "num_layers", "hidden_size", "num_heads", "vocab_size",
+                          "seq_len", "gpu_type", "num_gpus", "tp", "pp", "dp", "micro_batch_size",
+                          "global_batch_size", "outcome"}) {
+    if (t.Column(col) < 0) {
+      throw InputError(runs_csv + ": header: missing column '" + std::string(col) + "'");
+    }
+  }
+  for (std::size_t r = 0; r < t.rows.size(); ++r) {
+    ValidationRow row;
+    row.row_id = t.Get(r, "row_id");
+    row.source_id = t.Get(r, "source_id");
+    row.model = t.Get(r, "model");
+    row.gpu_type = t.Get(r, "gpu_type");
+    row.outcome = t.Get(r, "outcome");
+    const std::string gpu = row.gpu_type;
+    if (gpu.rfind("A100", 0) != 0 && gpu.rfind("H100", 0) != 0) {
+      row.skipped = true;
+      row.skip_reason = "GPU type '" + gpu + "' has no preset mapping (A100 and H100 rows are modelled)";
+      rep.rows.push_back(row);
+      continue;
+    }
+    if (t.Get(r, "num_heads").empty()) {
+      row.skipped = true;
+      row.skip_reason = "the row does not give num_heads";
+      rep.rows.push_back(row);
+      continue;
+    }
+    const Model m = RowModel(t, r, runs_csv);
+    const Cluster cl = RowCluster(t, r);
+    row.gpus = IntField(t, r, "num_gpus", runs_csv);
+    row.group = row.model + " @" + std::to_string(row.gpus);
+    ParallelConfig& c = row.config;
+    c.tp = IntField(t, r, "tp", runs_csv);
+    c.pp = IntField(t, r, "pp", runs_csv);
+    c.dp = IntField(t, r, "dp", runs_csv);
+    c.vp = t.Get(r, "vp").empty() ? 1 : IntField(t, r, "vp", runs_csv);
+    c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+    c.micro_batch_size = IntField(t, r, "micro_batch_size", runs_csv);
+    c.global_batch_size = IntField(t, r, "global_batch_size", runs_csv);
+    c.seq_length = m.seq_length;
+    const std::string rc = t.Get(r, "recompute");
+    // SC21 Table 2 rows leave recompute unstated; the paper's Table 1 runs, whose FLOP count
+    // (eq. 3) they share, used full recompute.
+    c.recompute = rc.empty() || rc.rfind("full", 0) == 0 ? Recompute::kFull
+                  : rc.rfind("selective", 0) == 0        ? Recompute::kSelective
+                                                          : Recompute::kNone;
+    c.sequence_parallel = t.Get(r, "sequence_parallel") == "yes";
+    const std::string sh = t.Get(r, "dp_sharding");
+    c.zero_stage = sh.rfind("PyTorch FSDP FULL_SHARD", 0) == 0      ? 3
+                   : sh.rfind("PyTorch FSDP SHARD_GRAD_OP", 0) == 0 ? 2
+                   : sh.rfind("ZeRO-1", 0) == 0                     ? 1
+                                                                    : 0;
+    c.flash_attention = Contains(t.Get(r, "framework"), "FlashAttention");
+    c.precision = Contains(t.Get(r, "precision"), "bf16") ? Precision::kBf16 : Precision::kFp16;
+    c.embedding_slots = Contains(t.Get(r, "notes"), "PP slots");
+    const SimulationResult res = Simulate(m, c, cl, row.gpus, DefaultProfile(cl));
+    if (!res.feasible) {
+      row.skipped = true;
+      row.skip_reason = "cannot be simulated: " + Join(res.reasons, "; ");
+      rep.rows.push_back(row);
+      continue;
+    }
+    row.predicted_step_time_s = res.step_time_s;
+    row.predicted_peak_memory_bytes = res.peak_memory_bytes;
+    row.predicted_fits = res.fits;
+    row.predicted_mfu = res.mfu;
+    row.measured_step_time_s = Num(t.Get(r, "iter_time_s"));
+    if (!row.measured_step_time_s) row.measured_step_time_s = Num(t.Get(r, "step_time_s_derived"));
+    if (row.measured_step_time_s) {
+      row.step_time_error = *row.predicted_step_time_s / *row.measured_step_time_s - 1.0;
+    }
+    if (auto mem = Num(t.Get(r, "peak_mem_gb"))) {
+      // nvidia-smi reports MiB; the source's "GB" are GiB.
+      row.measured_peak_memory_bytes = *mem * 1073741824.0;
+      row.memory_error = *row.predicted_peak_memory_bytes / *row.measured_peak_memory_bytes - 1.0;
+    }
+    rep.rows.push_back(row);
+  }
+
+  if (!memory_csv.empty()) {
+    const CsvTable mt = ReadCsvFile(memory_csv);
+    for (std::size_t r = 0; r < mt.rows.size(); ++r) {
+      MemoryPoint pt;
+      pt.model = mt.Get(r, "model");
+      pt.quantity = mt.Get(r, "quantity");
+      pt.setting = mt.Get(r, "setting");
+      pt.source = mt.Get(r, "source");
+      auto v = Num(mt.Get(r, "value_gib"));
+      if (!v) throw InputError(memory_csv + ": row " + std::to_string(r + 2) + ", column value_gib: got \"" +
+                               mt.Get(r, "value_gib") + "\", expected a number");
+      pt.published_GiB = *v;
+      // The configuration of the matching Korthikanti run (same layers, hidden, tp, pp).
+      Json j = {{"name", pt.model}, {"num_layers", std::stoll(mt.Get(r, "num_layers"))},
+                {"hidden_size", std::stoll(mt.Get(r, "hidden_size"))},
+                {"ffn_hidden_size", 4 * std::stoll(mt.Get(r, "hidden_size"))},
+                {"num_attention_heads", std::stoll(mt.Get(r, "num_heads"))}, {"vocab_size", 51200},
+                {"seq_length", std::stoll(mt.Get(r, "seq_len"))}, {"normalization", "layernorm"},
+                {"activation", "gelu"}, {"position_embedding", "learned"}, {"tie_embeddings", true}};
+      const Model m = ModelFromJson(j, memory_csv);
+      ParallelConfig c;
+      c.tp = std::stoll(mt.Get(r, "tp"));
+      c.pp = std::stoll(mt.Get(r, "pp"));
+      c.dp = 1;
+      c.micro_batch_size = std::stoll(mt.Get(r, "micro_batch_size"));
+      c.global_batch_size = c.micro_batch_size * c.pp * 8;
+      c.seq_length = m.seq_length;
+      c.flash_attention = false;
+      for (std::size_t q = 0; q < t.rows.size(); ++q) {
+        if (t.Get(q, "source_id") == "S3" && t.Get(q, "num_layers") == mt.Get(r, "num_layers") &&
+            t.Get(q, "tp") == mt.Get(r, "tp") && t.Get(q, "pp") == mt.Get(r, "pp")) {
+          c.vp = t.Get(q, "vp").empty() ? 1 : std::stoll(t.Get(q, "vp"));
+          c.global_batch_size = std::stoll(t.Get(q, "global_batch_size"));
+        }
+      }
+      c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+      const Cluster cl = LoadCluster("dgx-a100");
+      auto first_stage = [&](bool sp, Recompute rc) {
+        ParallelConfig x = c;
+        x.sequence_parallel = sp;
+        x.recompute = rc;
+        const SimulationResult s = Simulate(m, x, cl, c.tp * c.pp, DefaultProfile(cl));
+        return s.stages.at(0).memory;
+      };
+      const std::string& st = pt.setting;
+      if (pt.quantity == "params_and_optimizer_per_gpu") {
+        const StageMemory mem = first_stage(false, Recompute::kNone);
+        pt.predicted_GiB = (mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes) / 1073741824.0;
+      } else if (pt.quantity == "activations_per_gpu" || pt.quantity == "activations_relative_to_none") {
+        const bool sp = Contains(st, "SP");
+        const Recompute rc = Contains(st, "full") ? Recompute::kFull
+                             : Contains(st, "selective") ? Recompute::kSelective
+                                                         : Recompute::kNone;
+        const double act = first_stage(sp, rc).activations_bytes / 1073741824.0;
+        if (pt.quantity == "activations_per_gpu") {
+          pt.predicted_GiB = act;
+        } else {
+          pt.predicted_GiB = act / (first_stage(false, Recompute::kNone).activations_bytes / 1073741824.0);
+        }
+      } else {
+        continue;
+      }
+      pt.error = pt.predicted_GiB / pt.published_GiB - 1.0;
+      rep.memory_points.push_back(pt);
+    }
+  }
+
+  // Summary.
+  ValidationSummary& s = rep.summary;
+  s.rows = rep.rows.size();
+  std::vector<std::string> groups;
+  std::vector<double> pred_tp, meas_tp;
+  double abs_sum = 0, mem_sum = 0;
+  std::size_t mem_n = 0;
+  std::map<std::string, std::pair<double, std::size_t>> by_src;
+  for (const auto& row : rep.rows) {
+    if (row.skipped) {
+      ++s.skipped;
+      continue;
+    }
+    ++s.simulated;
+    if (row.outcome == "OOM") {
+      ++s.oom_rows;
+      if (!row.predicted_fits) ++s.oom_rows_predicted_oom;
+    } else {
+      ++s.ok_rows;
+      if (row.predicted_fits) ++s.ok_rows_predicted_fit;
+    }
+    if (row.step_time_error) {
+      const double e = std::fabs(*row.step_time_error);
+      ++s.timed;
+      abs_sum += e;
+      s.step_time_max_abs_error = std::max(s.step_time_max_abs_error, e);
+      if (e <= 0.05) s.within_5pct += 1;
+      if (e <= 0.10) s.within_10pct += 1;
+      by_src[row.source_id].first += e;
+      ++by_src[row.source_id].second;
+      groups.push_back(row.group);
+      pred_tp.push_back(1.0 / *row.predicted_step_time_s);
+      meas_tp.push_back(1.0 / *row.measured_step_time_s);
+    }
+    if (row.memory_error) {
+      mem_sum += std::fabs(*row.memory_error);
+      ++mem_n;
+    }
+  }
+  for (const auto& p : rep.memory_points) {
+    mem_sum += std::fabs(p.error);
+    ++mem_n;
+  }
+  if (s.timed > 0) {
+    s.step_time_mape = abs_sum / static_cast<double>(s.timed);
+    s.within_5pct /= static_cast<double>(s.timed);
+    s.within_10pct /= static_cast<double>(s.timed);
+  }
+  for (auto& [src, v] : by_src) s.mape_by_source[src] = {v.first / static_cast<double>(v.second), v.second};
+  s.kendall_tau = KendallTauWithinGroups(groups, pred_tp, meas_tp, &s.kendall_pairs);
+  s.memory_points = mem_n;
+  s.memory_mape = mem_n > 0 ? mem_sum / static_cast<double>(mem_n) : 0.0;
+  return rep;
+}
+
+}  // namespace shardcast

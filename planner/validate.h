@@ -1,0 +1,63 @@
+#pragma once
+/// \file validate.h
+/// `shardcast validate`: maps each published training run (validation/published_runs.csv) to a
+/// model, cluster and configuration, simulates it, and compares step time, peak memory and
+/// out-of-memory outcome; memory points from published_memory.csv likewise (docs/accuracy.md).
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/csv.h"
+#include "models/parallel.h"
+
+namespace shardcast {
+
+struct ValidationRow {
+  std::string row_id, source_id, model, gpu_type;
+  std::int64_t gpus = 0;
+  bool skipped = false;
+  std::string skip_reason;
+  ParallelConfig config;
+  std::string outcome;  ///< "ok" or "OOM" (measured)
+  std::optional<double> measured_step_time_s, predicted_step_time_s, step_time_error;
+  std::optional<double> measured_peak_memory_bytes, predicted_peak_memory_bytes, memory_error;
+  bool predicted_fits = true;
+  double predicted_mfu = 0;
+  std::string group;  ///< model + GPU count (for rank correlation)
+};
+
+struct MemoryPoint {
+  std::string model, quantity, setting;
+  double published_GiB = 0, predicted_GiB = 0, error = 0;
+  std::string source;
+};
+
+struct ValidationSummary {
+  std::size_t rows = 0, simulated = 0, skipped = 0, timed = 0;
+  double step_time_mape = 0, step_time_max_abs_error = 0, within_5pct = 0, within_10pct = 0;
+  double kendall_tau = 0;
+  std::size_t kendall_pairs = 0;
+  double memory_mape = 0;
+  std::size_t memory_points = 0;
+  std::size_t oom_rows = 0, oom_rows_predicted_oom = 0, ok_rows = 0, ok_rows_predicted_fit = 0;
+  /// Per source (S1, S3, S12, S14): MAPE and count.
+  std::map<std::string, std::pair<double, std::size_t>> mape_by_source;
+};
+
+struct ValidationReport {
+  std::vector<ValidationRow> rows;
+  std::vector<MemoryPoint> memory_points;
+  ValidationSummary summary;
+};
+
+/// Runs the validation. `memory_csv` may be empty. Rows the simulator cannot model are listed as
+/// skipped with the reason. Bad files raise InputError naming the file.
+ValidationReport RunValidation(const std::string& runs_csv, const std::string& memory_csv);
+
+/// Kendall's tau-a over pairs within groups: (concordant - discordant) / pairs, comparing
+/// predicted and measured values; pairs with a tie in either count as neither.
+double KendallTauWithinGroups(const std::vector<std::string>& groups, const std::vector<double>& predicted,
+                              const std::vector<double>& measured, std::size_t* pairs);
+
+}  // namespace shardcast
