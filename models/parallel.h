@@ -40,6 +40,10 @@ struct ParallelConfig {
   bool scatter_gather = true;
   /// The embedding and the output layer count as pipeline layer slots (see LayersOfStage).
   bool embedding_slots = false;
+  /// Bytes per parameter moved by parameter all-gathers (ZeRO-1/2 after the step, ZeRO-3 before
+  /// each use): 2 for bf16 parameters; 4 for FSDP keeping fp32 parameters (PyTorch FSDP
+  /// without a reduced param dtype, e.g. Composer's DEFAULT mixed precision).
+  double param_gather_bytes = 2.0;
   /// Megatron-LM's --ddp-bucket-size default: max(40M, 1M * dp) parameters per gradient bucket.
   std::int64_t BucketParams() const { return std::max<std::int64_t>(40000000, 1000000 * dp); }
 

@@ -160,7 +160,17 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     c.flash_attention = Contains(t.Get(r, "framework"), "FlashAttention");
     c.precision = Contains(t.Get(r, "precision"), "bf16") ? Precision::kBf16 : Precision::kFp16;
     c.embedding_slots = Contains(t.Get(r, "notes"), "PP slots");
-    const SimulationResult res = Simulate(m, c, cl, row.gpus, DefaultProfile(cl));
+    // What the frameworks did: Megatron-LM of 2021-22 (S1, S3) and DeepSpeed's pipeline engine
+    // (S12) reduce gradients after the backward pass; Composer's FSDP with DEFAULT mixed
+    // precision keeps fp32 parameters, so its all-gathers move 4 bytes per parameter.
+    const std::string fw = t.Get(r, "framework");
+    if (Contains(fw, "Megatron")) c.overlap_grad_reduce = false;
+    if (Contains(t.Get(r, "notes"), "MP Mode DEFAULT")) c.param_gather_bytes = 4.0;
+    // Every run here predates FlashAttention-3 (July 2024; the newest source is from 2024-04),
+    // so flash-attention rows ran FlashAttention-2; the default profile assumes FA3 on Hopper.
+    HardwareProfile prof = DefaultProfile(cl);
+    if (c.flash_attention) prof = WithAttentionKernel(prof, cl.gpu.arch, "fa2");
+    const SimulationResult res = Simulate(m, c, cl, row.gpus, prof);
     if (!res.feasible) {
       row.skipped = true;
       row.skip_reason = "cannot be simulated: " + Join(res.reasons, "; ");
@@ -233,15 +243,16 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
         const StageMemory mem = first_stage(false, Recompute::kNone);
         pt.predicted_GiB = (mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes) / 1073741824.0;
       } else if (pt.quantity == "activations_per_gpu" || pt.quantity == "activations_relative_to_none") {
-        const bool sp = Contains(st, "SP");
+        const bool sp = Contains(st, "SP") && !Contains(st, "no SP");
         const Recompute rc = Contains(st, "full") ? Recompute::kFull
                              : Contains(st, "selective") ? Recompute::kSelective
                                                          : Recompute::kNone;
-        const double act = first_stage(sp, rc).activations_bytes / 1073741824.0;
+        // The figures count activations kept from forward to backward (no working memory).
+        const double act = first_stage(sp, rc).saved_activations_bytes / 1073741824.0;
         if (pt.quantity == "activations_per_gpu") {
           pt.predicted_GiB = act;
         } else {
-          pt.predicted_GiB = act / (first_stage(false, Recompute::kNone).activations_bytes / 1073741824.0);
+          pt.predicted_GiB = act / (first_stage(false, Recompute::kNone).saved_activations_bytes / 1073741824.0);
         }
       } else {
         continue;

@@ -208,7 +208,7 @@ class OpBuilder {
 /// Sums op durations of one pass; TP collective part separately.
 void SumPass(const std::vector<Op>& ops, Pass pass, double* total, double* tp) {
   for (const auto& o : ops) {
-    if (o.pass != pass) continue;
+    if (o.pass != pass || o.overlapped) continue;
     *total += o.duration_s;
     if (o.kind == OpKind::kCollective) *tp += o.duration_s;
   }
@@ -313,7 +313,12 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   ob.Gemm(L, "mlp_down_dgrad", B, T, f / t, h);
   ob.Gemm(L, "mlp_down_wgrad", W, f / t, h, T);
   ob.Memory(L, swiglu ? "swiglu_bwd" : "gelu_bwd", B, 2 * (2 * T * mlp_up_n + 2 * T * f / t));
-  if (sp) ob.Collective(L, "sp_all_gather_mlp_input_bwd", B, ag, act);  // re-gather saved input
+  if (sp) {
+    // Re-gather the saved (sharded) MLP input for the weight gradient, asynchronously while the
+    // data-gradient GEMM runs (Korthikanti et al. 2022 section 4.2.2; Megatron-LM).
+    ob.Collective(L, "sp_all_gather_mlp_input_bwd", B, ag, act);
+    L.back().overlapped = true;
+  }
   ob.Gemm(L, "mlp_up_dgrad", B, T, h, mlp_up_n);
   ob.Gemm(L, "mlp_up_wgrad", W, mlp_up_n, h, T);
   ob.Collective(L, sp ? "sp_reduce_scatter_mlp_bwd" : "tp_all_reduce_mlp_bwd", B, sp ? rs : ar, act);
@@ -335,7 +340,10 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
     L.back().flops = 2 * 2 * b * heads_t * s * s * d;
     L.back().duration_s = 2 * GemmTime(prof, s * b * heads_t, d, s);
   }
-  if (sp) ob.Collective(L, "sp_all_gather_attn_input_bwd", B, ag, act);
+  if (sp) {
+    ob.Collective(L, "sp_all_gather_attn_input_bwd", B, ag, act);
+    L.back().overlapped = true;
+  }
   ob.Gemm(L, "qkv_proj_dgrad", B, T, h, qkv_n);
   ob.Gemm(L, "qkv_proj_wgrad", W, qkv_n, h, T);
   ob.Collective(L, sp ? "sp_reduce_scatter_attn_bwd" : "tp_all_reduce_attn_bwd", B, sp ? rs : ar, act);

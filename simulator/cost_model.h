@@ -60,6 +60,9 @@ struct Op {
   double saved_bytes = 0;       ///< activation bytes kept for backward (forward ops)
   double duration_s = 0;
   CollectiveOp collective = CollectiveOp::kAllReduce;
+  /// Runs hidden behind the next op (not on the critical path): Megatron-LM's asynchronous
+  /// all-gather of the saved sequence-parallel input during the data-gradient GEMM.
+  bool overlapped = false;
 };
 
 /// Durations of one op kind from the profile.

@@ -90,6 +90,13 @@ struct HardwareProfile {
 
 /// The built-in default profile for a cluster's GPU and fabric (sources in docs/profile.md).
 HardwareProfile DefaultProfile(const Cluster& cluster);
+
+/// The profile with the attention efficiencies of an older kernel: "fa2" (FlashAttention-2) on
+/// Hopper runs at about 0.28 (forward, causal) and 0.27 (backward) of the bf16 peak at 2k tokens
+/// (FA3 paper figures for FA2, hd128), half of FA3. Other architectures already default to the
+/// kernel they ran (FA2 on A100). Throws InputError for an unknown kernel name.
+HardwareProfile WithAttentionKernel(HardwareProfile profile, const std::string& arch,
+                                    const std::string& kernel);
 /// Reads a profile JSON; errors name file, pointer, value.
 HardwareProfile LoadProfile(const std::string& path);
 HardwareProfile ProfileFromJson(const Json& j, const std::string& file);

@@ -156,7 +156,7 @@ void Builder::Build() {
       if ((c_.zero_stage == 1 || c_.zero_stage == 2) && c_.overlap_param_gather && dp_comm) {
         for (int k = 0; k < v_; ++k) {
           const int nb = n_buckets(k);
-          const double bytes = chunks[static_cast<std::size_t>(k)].params_per_gpu * 2.0 / nb;
+          const double bytes = chunks[static_cast<std::size_t>(k)].params_per_gpu * c_.param_gather_bytes / nb;
           for (int b = 0; b < nb; ++b) {
             Task t = Comm(TaskType::kParamGather, dev,
                           CollectiveCostOf(prof_, CollectiveOp::kAllGather, bytes, cm_.dp_group));
@@ -211,7 +211,7 @@ void Builder::Build() {
           std::int32_t gather = -1;
           if (zero3 && dp_comm && it.kind != ItemKind::kWeight) {
             // FSDP: gather this layer's parameters, prefetched while the previous unit runs.
-            const double bytes = cc.params_per_gpu / units * 2.0;
+            const double bytes = cc.params_per_gpu / units * c_.param_gather_bytes;
             Task ag = Comm(TaskType::kParamGather, dev,
                            CollectiveCostOf(prof_, CollectiveOp::kAllGather, bytes, cm_.dp_group));
             ag.microbatch = it.microbatch;
@@ -322,7 +322,7 @@ void Builder::Build() {
       if ((c_.zero_stage == 1 || c_.zero_stage == 2) && !c_.overlap_param_gather && dp_comm) {
         for (int k = 0; k < v_; ++k) {
           const int nb = n_buckets(k);
-          const double bytes = chunks[static_cast<std::size_t>(k)].params_per_gpu * 2.0 / nb;
+          const double bytes = chunks[static_cast<std::size_t>(k)].params_per_gpu * c_.param_gather_bytes / nb;
           for (int b = 0; b < nb; ++b) {
             Task t = Comm(TaskType::kParamGather, dev,
                           CollectiveCostOf(prof_, CollectiveOp::kAllGather, bytes, cm_.dp_group));
@@ -605,11 +605,22 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     mem.activations_bytes = er.peak_dynamic_bytes[static_cast<std::size_t>(b.Device(i, 0))];
     mem.peak_bytes = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes +
                      mem.activations_bytes + mem.comm_buffer_bytes + mem.framework_bytes;
-    // Micro-batches in flight (forward done, backward not yet) at the peak of the schedule.
+    // Micro-batches in flight (forward done, backward not yet) at the peak of the schedule, and
+    // the saved activations they hold.
     int inflight = 0, peak_inflight = 0;
+    double saved = 0;
+    const ItemKind frees = c.schedule == Schedule::kZbH1 ? ItemKind::kWeight : ItemKind::kBackward;
     for (const auto& it : sched.order[static_cast<std::size_t>(i)]) {
-      if (it.kind == ItemKind::kForward) peak_inflight = std::max(peak_inflight, ++inflight);
-      if (it.kind == (c.schedule == Schedule::kZbH1 ? ItemKind::kWeight : ItemKind::kBackward)) --inflight;
+      const double bytes = chunks[static_cast<std::size_t>(it.chunk)].saved_bytes;
+      if (it.kind == ItemKind::kForward) {
+        peak_inflight = std::max(peak_inflight, ++inflight);
+        saved += bytes;
+        mem.saved_activations_bytes = std::max(mem.saved_activations_bytes, saved);
+      }
+      if (it.kind == frees) {
+        --inflight;
+        saved -= bytes;
+      }
     }
     mem.peak_inflight_microbatches = peak_inflight;
     sr.fits = mem.peak_bytes <= res.usable_memory_bytes;

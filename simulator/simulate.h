@@ -43,6 +43,9 @@ struct StageBreakdown {
 struct StageMemory {
   double weights_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
   double activations_bytes = 0;  ///< peak of saved activations + working memory
+  /// Peak of the activations kept from forward to backward alone (no working memory): the
+  /// quantity Korthikanti et al. 2022 report.
+  double saved_activations_bytes = 0;
   double comm_buffer_bytes = 0;
   double framework_bytes = 0;
   double peak_bytes = 0;
