@@ -38,6 +38,9 @@ struct ParallelConfig {
   /// Megatron-LM's scatter/gather optimization (SC21 section 4.1): pipeline sends carry 1/tp of
   /// the activation per tensor-parallel rank, re-assembled with an NVLink all-gather.
   bool scatter_gather = true;
+  /// Pipeline sends and receives run in program order on the compute stream (DeepSpeed's pipeline
+  /// engine executes its instructions one after another), instead of on their own streams.
+  bool p2p_blocking = false;
   /// The embedding and the output layer count as pipeline layer slots (see LayersOfStage).
   bool embedding_slots = false;
   /// Bytes per parameter moved by parameter all-gathers (ZeRO-1/2 after the step, ZeRO-3 before

@@ -165,6 +165,12 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     // precision keeps fp32 parameters, so its all-gathers move 4 bytes per parameter.
     const std::string fw = t.Get(r, "framework");
     if (Contains(fw, "Megatron")) c.overlap_grad_reduce = false;
+    if (Contains(fw, "DeepSpeed")) {
+      // DeepSpeed's pipeline engine: every tensor-parallel rank sends the whole activation (no
+      // scatter/gather), and sends/receives run in order with the compute.
+      c.scatter_gather = false;
+      c.p2p_blocking = true;
+    }
     if (Contains(t.Get(r, "notes"), "MP Mode DEFAULT")) c.param_gather_bytes = 4.0;
     // Every run here predates FlashAttention-3 (July 2024; the newest source is from 2024-04),
     // so flash-attention rows ran FlashAttention-2; the default profile assumes FA3 on Hopper.

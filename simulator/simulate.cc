@@ -264,7 +264,7 @@ void Builder::Build() {
           s.microbatch = it.microbatch;
           s.chunk = it.chunk;
           s.slows_compute = false;
-          const std::int32_t sid = Add(s, kSendFwdStream);
+          const std::int32_t sid = Add(s, c_.p2p_blocking ? kComputeStream : kSendFwdStream);
           g_.AddEdge(itk.last, sid);
           fwd_send_[static_cast<std::size_t>(dev)][static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))] = sid;
         }
@@ -274,7 +274,7 @@ void Builder::Build() {
           s.microbatch = it.microbatch;
           s.chunk = it.chunk;
           s.slows_compute = false;
-          const std::int32_t sid = Add(s, kSendBwdStream);
+          const std::int32_t sid = Add(s, c_.p2p_blocking ? kComputeStream : kSendBwdStream);
           g_.AddEdge(itk.last, sid);
           bwd_send_[static_cast<std::size_t>(dev)][static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))] = sid;
         }
@@ -567,6 +567,8 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
       const ChunkCost& cc = chunks[static_cast<std::size_t>(std::max(0, t.chunk))];
       if (t.type == TaskType::kOptimizer) {
         bd.optimizer_s += busy;
+      } else if (t.type == TaskType::kPpSend) {
+        bd.pp_comm_s += busy;  // blocking sends (p2p_blocking) occupy the compute stream
       } else if (t.type == TaskType::kForward) {
         const double tp = cc.fwd_s > 0 ? busy * cc.fwd_tp_s / cc.fwd_s : 0;
         bd.tp_comm_s += tp;
