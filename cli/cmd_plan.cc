@@ -22,6 +22,7 @@ struct PlanArgs {
               recompute = "none,selective,full", zero = "0,1", fix;
   std::int64_t gpus = 0, gbs = 0, seq = 0, max_tp = 0, max_mbs = 16;
   int top = 10, threads = 0;
+  double min_headroom_gib = 2.0;
   bool json = false, no_flash = false;
 };
 
@@ -52,6 +53,7 @@ void RunPlanCommand(const PlanArgs& a) {
   o.fixed = ParseFix(a.fix);
   o.threads = a.threads;
   o.flash_attention = !a.no_flash;
+  o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   const HardwareProfile prof = a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile);
   const bool tty = ::isatty(2) != 0 && !a.json;
   const auto t0 = std::chrono::steady_clock::now();
@@ -91,6 +93,8 @@ void RunPlanCommand(const PlanArgs& a) {
     j["candidates_generated"] = r.candidates_generated;
     j["candidates_simulated"] = r.candidates_simulated;
     j["rejected"] = r.rejected;
+    j["not_generated"] = r.not_generated;
+    j["min_headroom_bytes"] = o.min_headroom_bytes;
     j["plans"] = Json::array();
     for (const auto& p : r.plans) {
       Json pj = ResultToJson(p.result, m, p.config, cl, o.gpus);
@@ -105,9 +109,18 @@ void RunPlanCommand(const PlanArgs& a) {
   }
   std::cout << fmt::format("Plan for {} on {} x {} ({}), global batch {}, seq {}, objective {}\n", m.name, o.gpus,
                            cl.gpu.display_name, cl.name, o.global_batch_size, o.seq_length, ToString(o.objective));
-  std::cout << fmt::format("Candidates: {} generated, {} simulated in {:.2f} s; not simulated or rejected:\n",
-                           r.candidates_generated, r.candidates_simulated, elapsed);
+  std::size_t set_aside = 0;
+  for (const auto& [reason, count] : r.rejected) set_aside += count;
+  std::cout << fmt::format("Candidates: {} generated in {:.2f} s = {} set aside + {} simulated that fit "
+                           "(plans need {} free per GPU):\n",
+                           r.candidates_generated, elapsed, set_aside, r.candidates_generated - set_aside,
+                           FormatGiB(o.min_headroom_bytes));
   for (const auto& [reason, count] : r.rejected) std::cout << fmt::format("  {:>7}  {}\n", count, reason);
+  std::cout << fmt::format("  ({} simulated in all)\n", r.candidates_simulated);
+  if (!r.not_generated.empty()) {
+    std::cout << "Not generated:\n";
+    for (const auto& [reason, count] : r.not_generated) std::cout << fmt::format("  {:>7}  {}\n", count, reason);
+  }
   if (r.plans.empty()) {
     std::cout << "\nNo candidate fits.\n";
     for (const auto& s : r.advice) std::cout << "  - " << s << "\n";
@@ -145,6 +158,9 @@ void RegisterPlan(CLI::App& app) {
       ->check(CLI::IsMember({"throughput", "cost", "energy"}));
   AddPositive(cmd, "--max-tp", a->max_tp, "largest tensor-parallel size (default: GPUs per node)");
   AddPositive(cmd, "--max-mbs", a->max_mbs, "largest micro-batch size (default 16)");
+  cmd->add_option("--min-headroom", a->min_headroom_gib,
+                  "GiB a plan must leave free per GPU for fragmentation and spikes (default 2)")
+      ->check(CLI::Range(0.0, 1e4));
   cmd->add_option("--schedules", a->schedules, "comma list of 1f1b,interleaved,zb-h1,gpipe");
   cmd->add_option("--recompute", a->recompute, "comma list of none,selective,full");
   cmd->add_option("--zero-stages", a->zero, "comma list of ZeRO stages to consider (default 0,1)");

@@ -36,6 +36,14 @@ void PrintHuman(const SimulationResult& r, const Model& m, const ParallelConfig&
     for (const auto& s : r.reasons) std::cout << "  - " << s << "\n";
     return;
   }
+  if (!r.fits) {
+    std::cout << "\nDOES NOT FIT in GPU memory (the time below is what it would take with enough memory):\n";
+    for (const auto& s : r.reasons) std::cout << "  - " << s << "\n";
+  }
+  if (c.recompute == Recompute::kSelective && c.flash_attention) {
+    std::cout << "\nNote: with flash attention, selective recompute recomputes nothing (flash attention already\n"
+                 "      saves no s x s scores); use --no-flash-attention for the unfused attention of Megatron 2022.\n";
+  }
   std::cout << "\nStep\n";
   std::cout << fmt::format("  step time        {}\n", FormatSeconds(r.step_time_s));
   std::cout << fmt::format("  throughput       {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s, r.samples_per_s);
@@ -57,13 +65,16 @@ void PrintHuman(const SimulationResult& r, const Model& m, const ParallelConfig&
   line("bubble", b.bubble_s, "waiting on other stages (fill, drain, imbalance)");
   line("optimizer", b.optimizer_s, "Adam step and gradient norm");
   std::cout << "\nMemory per GPU by pipeline stage (usable " << FormatGiB(r.usable_memory_bytes) << ")\n";
+  const bool chunks = c.vp > 1 && c.schedule == Schedule::kInterleaved;
   std::cout << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}  {}\n", "stage", "layers",
-                           "weights", "grads", "optimizer", "activ.", "(in flight)", "other", "peak", "");
+                           "weights", "grads", "optimizer", "activ.", chunks ? "(chunks)" : "(in flight)", "other",
+                           "peak", "");
   for (const auto& s : r.stages) {
     const auto& mm = s.memory;
     std::cout << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}  {}\n", s.stage, s.layers,
                              FormatGiB(mm.weights_bytes), FormatGiB(mm.grads_bytes), FormatGiB(mm.optimizer_bytes),
-                             FormatGiB(mm.activations_bytes), fmt::format("{} mb", mm.peak_inflight_microbatches),
+                             FormatGiB(mm.activations_bytes),
+                             fmt::format("{} {}", mm.peak_inflight_microbatches, chunks ? "passes" : "mb"),
                              FormatGiB(mm.comm_buffer_bytes + mm.framework_bytes), FormatGiB(mm.peak_bytes),
                              s.fits ? "fits" : "DOES NOT FIT");
   }
@@ -77,9 +88,8 @@ void PrintHuman(const SimulationResult& r, const Model& m, const ParallelConfig&
   }
   std::cout << "\nCritical path\n";
   for (const auto& l : r.critical_path) std::cout << "  " << l << "\n";
-  if (!r.fits) {
-    std::cout << "\nDoes not fit:\n";
-    for (const auto& s : r.reasons) std::cout << "  - " << s << "\n";
+  if (chunks) {
+    std::cout << "\n(chunks): forward chunk passes in flight at the peak (each 1/vp of the stage's layers).\n";
   }
 }
 
@@ -99,9 +109,18 @@ void RunSimulate(const SimulateArgs& a) {
   c.global_batch_size = a.gbs > 0 ? a.gbs : c.dp * a.mbs;
   c.seq_length = a.seq > 0 ? a.seq : m.seq_length;
   c.sequence_parallel = a.sp;
+  if (!a.recompute_granularity.empty() && a.recompute != "none" && a.recompute != a.recompute_granularity) {
+    throw InputError("command line: --recompute-granularity: got \"" + a.recompute_granularity +
+                     "\", expected the same as --recompute \"" + a.recompute + "\" (give one of them)");
+  }
   std::string rc = a.recompute_granularity.empty() ? a.recompute : a.recompute_granularity;
   c.recompute = rc == "none" ? Recompute::kNone : rc == "selective" ? Recompute::kSelective : Recompute::kFull;
   if (a.vp > 0) c.vp = a.vp;
+  if (a.layers_per_vp > 0 && a.vp > 0 && a.vp * a.layers_per_vp * a.pp != m.num_layers) {
+    throw InputError(fmt::format("command line: --num-layers-per-virtual-pipeline-stage: got {}, expected num_layers / "
+                                 "(pp * vp) = {} / ({} * {}) to agree with --vp (give one of them)",
+                                 a.layers_per_vp, m.num_layers, a.pp, a.vp));
+  }
   if (a.layers_per_vp > 0) {
     if (m.num_layers % (a.pp * a.layers_per_vp) != 0) {
       throw InputError(fmt::format("command line: --num-layers-per-virtual-pipeline-stage: got {}, expected a divisor "
@@ -113,6 +132,10 @@ void RunSimulate(const SimulateArgs& a) {
   if (sched.empty()) sched = c.vp > 1 ? "interleaved" : "1f1b";
   c.schedule = sched == "gpipe" ? Schedule::kGpipe : sched == "1f1b" ? Schedule::k1F1B
              : sched == "interleaved" ? Schedule::kInterleaved : Schedule::kZbH1;
+  if (a.dist_opt && a.zero >= 0 && a.zero != 1) {
+    throw InputError("command line: --zero: got " + std::to_string(a.zero) +
+                     ", expected 1 with --use-distributed-optimizer (ZeRO-1; give one of them)");
+  }
   c.zero_stage = a.zero >= 0 ? a.zero : (a.dist_opt ? 1 : 0);
   c.precision = a.precision == "fp16" ? Precision::kFp16 : Precision::kBf16;
   c.flash_attention = !a.no_flash;
@@ -126,6 +149,7 @@ void RunSimulate(const SimulateArgs& a) {
   opts.keep_graph = !a.trace.empty();
   SimulationResult r = Simulate(m, c, cl, gpus, prof, opts);
   if (!a.trace.empty() && r.feasible) WriteFileAtomic(a.trace, ChromeTrace(r));
+  if (!a.trace.empty() && !r.feasible) std::cerr << "shardcast: no trace written: the configuration cannot run\n";
   if (a.json) {
     std::cout << ResultToJson(r, m, c, cl, gpus).dump(2) << "\n";
   } else {

@@ -86,6 +86,11 @@ std::vector<std::string> InfeasibilityReasons(const Model& m, const ParallelConf
     r.push_back(fmt::format("interleaved schedule needs micro-batches ({}) divisible by pp ({})",
                             c.num_microbatches(), c.pp));
   }
+  if (c.zero_stage >= 2 && c.pp > 1) {
+    r.push_back(fmt::format("ZeRO-{} shards gradients{} across data parallelism, which Megatron-LM and DeepSpeed "
+                            "do not support with pipeline parallelism (pp = {})",
+                            c.zero_stage, c.zero_stage == 3 ? " and weights" : "", c.pp));
+  }
   if (c.sequence_parallel && c.tp == 1) {
     r.push_back("sequence parallelism needs tp > 1");
   }

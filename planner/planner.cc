@@ -74,27 +74,43 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
   const std::int64_t n = o.gpus, g = o.global_batch_size;
   const std::int64_t max_tp = o.max_tp > 0 ? o.max_tp : cl.gpus_per_node;
   const std::int64_t seq = o.seq_length > 0 ? o.seq_length : m.seq_length;
-  for (std::int64_t tp : Divisors(std::max(max_tp, cl.gpus_per_node))) {
-    if (tp > max_tp) continue;
+  auto fixed_int = [&](const char* key) -> std::int64_t {
+    auto it = o.fixed.find(key);
+    return it == o.fixed.end() ? 0 : std::stoll(it->second);
+  };
+  // Tensor-parallel sizes: divisors of the GPUs per node up to max_tp, or the fixed one.
+  std::vector<std::int64_t> tps;
+  if (const std::int64_t ft = fixed_int("tp")) {
+    tps = {ft};
+  } else {
+    for (std::int64_t tp : Divisors(std::max(max_tp, cl.gpus_per_node))) {
+      if (tp <= max_tp) tps.push_back(tp);
+    }
+  }
+  for (std::int64_t tp : tps) {
     if (m.num_attention_heads % tp != 0 || m.num_query_groups % tp != 0) {
-      ++(*rejected)["tp does not divide attention heads or query groups"];
+      ++(*rejected)["tp values: tp does not divide the attention heads or query groups"];
       continue;
     }
     // Pipeline sizes: divisors of L, and divisors of L + 2 with the embedding and output layer
-    // as pipeline slots (BLOOM's partition).
+    // as pipeline slots (BLOOM's partition); or the fixed one.
     std::vector<std::pair<std::int64_t, bool>> pps;
     for (std::int64_t pp : Divisors(m.num_layers)) pps.emplace_back(pp, false);
     for (std::int64_t pp : Divisors(m.num_layers + 2)) {
       if (pp > 2 && m.num_layers % pp != 0 && pp <= m.num_layers) pps.emplace_back(pp, true);
     }
+    if (const std::int64_t fp = fixed_int("pp")) {
+      std::erase_if(pps, [&](const auto& x) { return x.first != fp; });
+      if (pps.empty()) ++(*rejected)["(tp, pp) pairs: the fixed pp divides neither num_layers nor num_layers + 2"];
+    }
     for (const auto& [pp, slots] : pps) {
       if (n % (tp * pp) != 0) {
-        ++(*rejected)["tp*pp does not divide the GPU count"];
+        ++(*rejected)["(tp, pp) pairs: tp*pp does not divide the GPU count"];
         continue;
       }
       const std::int64_t dp = n / (tp * pp);
       if (g % dp != 0) {
-        ++(*rejected)["global batch not divisible by dp"];
+        ++(*rejected)["(tp, pp) pairs: dp = GPUs/(tp*pp) does not divide the global batch"];
         continue;
       }
       const std::int64_t per_replica = g / dp;
@@ -108,7 +124,7 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
             if (slots) continue;
             vps.clear();
             if (mb % pp != 0) {
-              ++(*rejected)["interleaved schedule needs micro-batches divisible by pp"];
+              ++(*rejected)["(tp, pp, mbs) choices: interleaved schedule needs micro-batches divisible by pp"];
               continue;
             }
             for (std::int64_t v : Divisors(m.num_layers / pp)) {
@@ -164,7 +180,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
                      ", expected a positive global batch size");
   }
   PlanResult res;
-  std::vector<ParallelConfig> cands = GenerateCandidates(m, cl, o, &res.rejected);
+  std::vector<ParallelConfig> cands = GenerateCandidates(m, cl, o, &res.not_generated);
   res.candidates_generated = cands.size();
   const double price = o.price_usd_per_gpu_hour > 0 ? o.price_usd_per_gpu_hour : cl.gpu.price_usd_per_gpu_hour;
   const double usable = cl.gpu.memory_bytes;
@@ -187,8 +203,9 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
   parallel_for(cands.size(), [&](std::size_t i) { bounds[i] = LowerBounds(m, cands[i], cl, prof); });
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < cands.size(); ++i) {
-    if (bounds[i].peak_memory_lower_bytes > usable) {
-      ++res.rejected["does not fit in memory (lower bound before simulating)"];
+    if (bounds[i].peak_memory_lower_bytes > usable - o.min_headroom_bytes) {
+      ++res.rejected[o.min_headroom_bytes > 0 ? "does not fit with the required headroom (memory lower bound, not simulated)"
+                                              : "does not fit in memory (memory lower bound, not simulated)"];
     } else {
       order.push_back(i);
     }
@@ -216,7 +233,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     {
       std::lock_guard<std::mutex> lock(mu);
       if (top.size() >= k && bounds[i].step_time_lower_s > top.back().result.step_time_s) {
-        ++rej_local["cannot beat the top K (step-time lower bound)"];
+        ++rej_local["cannot beat the top K (step-time lower bound, not simulated)"];
         ++done;
         if (o.progress) o.progress(done, order.size());
         return;
@@ -230,8 +247,9 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     p.usd_per_million_tokens = static_cast<double>(o.gpus) * price / 3600.0 * p.result.step_time_s / tokens * 1e6;
     p.joules_per_token = static_cast<double>(o.gpus) * cl.gpu.tdp_W * o.energy_overhead * p.result.step_time_s / tokens;
     std::lock_guard<std::mutex> lock(mu);
-    if (!p.result.fits) {
-      ++rej_local["does not fit in memory (simulated)"];
+    if (!p.result.fits || p.result.peak_memory_bytes > usable - o.min_headroom_bytes) {
+      ++rej_local[o.min_headroom_bytes > 0 ? "does not fit with the required headroom (simulated)"
+                                           : "does not fit in memory (simulated)"];
       res.closest.push_back(std::move(p));
     } else {
       top.insert(std::upper_bound(top.begin(), top.end(), p, plan_less), std::move(p));
@@ -271,9 +289,10 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     });
     if (res.closest.size() > 3) res.closest.resize(3);
     if (cands.empty()) {
-      res.advice.push_back(fmt::format(
-          "no configuration divides: choose a GPU count and global batch where dp = gpus/(tp*pp) divides "
-          "the global batch (gpus {}, global batch {})", o.gpus, o.global_batch_size));
+      std::string why;
+      for (const auto& [r, c] : res.not_generated) why += fmt::format("; {} x {}", c, r);
+      res.advice.push_back(fmt::format("no candidate configuration could be formed for {} GPUs and global batch {}{}",
+                                       o.gpus, o.global_batch_size, why));
     } else if (!res.closest.empty()) {
       const Plan& c = res.closest.front();
       const auto& st = c.result.stages;

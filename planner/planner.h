@@ -39,6 +39,8 @@ struct PlanOptions {
   bool flash_attention = true;
   double price_usd_per_gpu_hour = 0;  ///< 0: the GPU preset's
   double energy_overhead = 1.3;       ///< facility and host power over GPU board power
+  /// Memory a plan must leave free per GPU (allocator fragmentation, NCCL growth, spikes).
+  double min_headroom_bytes = 0;
   /// Called with (done, total) as candidates are evaluated (for a progress bar).
   std::function<void(std::size_t, std::size_t)> progress;
 };
@@ -53,7 +55,12 @@ struct Plan {
 struct PlanResult {
   std::size_t candidates_generated = 0;
   std::size_t candidates_simulated = 0;
-  std::map<std::string, std::size_t> rejected;  ///< reason -> count
+  /// Candidates set aside, by reason; with the plans that fit they add up to the generated
+  /// count: generated = sum(rejected) + fitting simulated.
+  std::map<std::string, std::size_t> rejected;
+  /// Combinations never formed into candidates, by reason; each reason names its unit
+  /// ("(tp, pp) pairs: ..."), since a rejected pair would have produced many candidates.
+  std::map<std::string, std::size_t> not_generated;
   std::vector<Plan> plans;                      ///< best first, at most top_k
   /// When nothing fits: the candidates that came closest (lowest peak memory), and advice.
   std::vector<Plan> closest;
@@ -61,7 +68,8 @@ struct PlanResult {
 };
 
 /// Every candidate configuration of the space for `model` on `gpus` GPUs of `cluster`, and the
-/// rejections found while generating (sizes that do not divide). Deterministic order.
+/// combinations rejected while generating (sizes that do not divide), counted per reason with the
+/// unit in the reason. Deterministic order.
 std::vector<ParallelConfig> GenerateCandidates(const Model& model, const Cluster& cluster,
                                                const PlanOptions& opts,
                                                std::map<std::string, std::size_t>* rejected);

@@ -442,6 +442,10 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
       cc.recompute_s = nl * rc;
       cc.recompute_tp_s = nl * rctp;
       cc.saved_bytes = nl * layer_saved;
+      // Weight gradients need the inputs of the four GEMMs: QKV and MLP-up inputs, the attention
+      // output and the activation output.
+      const double weight_inputs = 2 * act / rep + 2 * T * ad_t + 2 * T * f / t;
+      cc.weight_saved_bytes = nl * std::min(layer_saved, weight_inputs);
       cc.transient_bytes = nl > 0 ? layer_transient : 0;
       cc.params_per_gpu = nl * layer_params_gpu;
       auto add = [&](const std::vector<Op>& ops) {
@@ -465,6 +469,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
       }
       if (cc.has_output) {
         add(O);
+        cc.weight_saved_bytes += act / rep;  // output-layer GEMM input
         cc.transient_bytes = std::max(cc.transient_bytes, 2 * logits);  // bf16 logits before fp32
         const bool separate_copy = !m.tie_embeddings || c.pp > 1;
         cc.params_per_gpu += static_cast<double>(pc.final_norm) + (separate_copy ? V * h / t : 0.0);

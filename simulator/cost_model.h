@@ -78,6 +78,9 @@ struct ChunkCost {
   double fwd_s = 0, bwd_input_s = 0, bwd_weight_s = 0, recompute_s = 0;
   double fwd_tp_s = 0, bwd_tp_s = 0, recompute_tp_s = 0;  ///< TP collective time inside the above
   double saved_bytes = 0;      ///< kept from forward until backward, per micro-batch
+  /// Part of saved_bytes that the weight-gradient pass still needs (GEMM inputs): with a split
+  /// backward (ZB-H1) the rest is freed after B and this part after W (Qi et al. 2024).
+  double weight_saved_bytes = 0;
   double transient_bytes = 0;  ///< extra working memory while the chunk runs
   double params_per_gpu = 0;   ///< parameters of this chunk on one GPU
   double bwd_s() const { return bwd_input_s + bwd_weight_s; }

@@ -187,13 +187,13 @@ void Builder::Build() {
           case ItemKind::kBackward:
             type = TaskType::kBackward;
             work = cc.bwd_input_s + cc.recompute_s + (split ? 0 : cc.bwd_weight_s);
-            freed = split ? 0 : cc.saved_bytes;
+            freed = split ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes;
             transient = cc.transient_bytes;
             break;
           case ItemKind::kWeight:
             type = TaskType::kWeight;
             work = cc.bwd_weight_s;
-            freed = cc.saved_bytes;
+            freed = cc.weight_saved_bytes;
             break;
         }
         ItemTasks& itk = its[static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))];
@@ -433,11 +433,11 @@ Bounds LowerBounds(const Model& m, const ParallelConfig& cfg, const Cluster& cl,
           break;
         case ItemKind::kBackward:
           work += cc.bwd_input_s + cc.recompute_s + (split ? 0 : cc.bwd_weight_s);
-          if (!split) saved -= cc.saved_bytes;
+          saved -= split ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes;
           break;
         case ItemKind::kWeight:
           work += cc.bwd_weight_s;
-          saved -= cc.saved_bytes;
+          saved -= cc.weight_saved_bytes;
           break;
       }
     }
@@ -611,17 +611,18 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     // the saved activations they hold.
     int inflight = 0, peak_inflight = 0;
     double saved = 0;
-    const ItemKind frees = c.schedule == Schedule::kZbH1 ? ItemKind::kWeight : ItemKind::kBackward;
+    const bool split_bw = sched.split_weight;
     for (const auto& it : sched.order[static_cast<std::size_t>(i)]) {
-      const double bytes = chunks[static_cast<std::size_t>(it.chunk)].saved_bytes;
+      const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
       if (it.kind == ItemKind::kForward) {
         peak_inflight = std::max(peak_inflight, ++inflight);
-        saved += bytes;
+        saved += cc.saved_bytes;
         mem.saved_activations_bytes = std::max(mem.saved_activations_bytes, saved);
-      }
-      if (it.kind == frees) {
+      } else if (it.kind == ItemKind::kBackward) {
         --inflight;
-        saved -= bytes;
+        saved -= split_bw ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes;
+      } else {
+        saved -= cc.weight_saved_bytes;
       }
     }
     mem.peak_inflight_microbatches = peak_inflight;

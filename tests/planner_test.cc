@@ -86,7 +86,7 @@ TEST(Space, OnlyValidConfigurationsAreGenerated) {
     EXPECT_EQ(m.num_query_groups % c.tp, 0);  // 8 KV heads: tp in 1, 2, 4, 8
     EXPECT_LE(c.tp, 8);
   }
-  EXPECT_GT(rej["tp*pp does not divide the GPU count"], 0u);  // e.g. pp = 5 with 256 GPUs
+  EXPECT_GT(rej["(tp, pp) pairs: tp*pp does not divide the GPU count"], 0u);  // e.g. pp = 5 with 256 GPUs
 }
 
 TEST(Pruning, NeverRemovesAConfigurationThatFits) {
@@ -139,6 +139,17 @@ TEST(Ranking, DeterministicAcrossThreadCounts) {
     }
   }
   EXPECT_EQ(a.candidates_generated, b.candidates_generated);
+  // The accounting adds up: generated = set aside + simulated that fit.
+  for (const PlanResult* r : {&a, &b, &c}) {
+    std::size_t aside = 0;
+    for (const auto& [reason, count] : r->rejected) aside += count;
+    std::size_t not_fit = 0;
+    for (const auto& [reason, count] : r->rejected) {
+      if (reason.find("(simulated)") != std::string::npos) not_fit += count;
+    }
+    EXPECT_LE(aside, r->candidates_generated);
+    EXPECT_EQ(r->candidates_generated - aside + not_fit, r->candidates_simulated);
+  }
 }
 
 TEST(Plan, NothingFitsGivesAdvice) {
@@ -164,7 +175,7 @@ TEST(Plan, BadInputIsAnError) {
   o.gpus = 64;
   o.global_batch_size = 7;  // no dp in {1, 2, 4, 8, ...} divides 7 except dp = 1 (tp*pp = 64)
   const PlanResult r = RunPlan(m, cl, DefaultProfile(cl), o);
-  EXPECT_GT(r.rejected.at("global batch not divisible by dp"), 0u);
+  EXPECT_GT(r.not_generated.at("(tp, pp) pairs: dp = GPUs/(tp*pp) does not divide the global batch"), 0u);
 }
 
 TEST(Plan, MegatronArguments) {

@@ -276,7 +276,8 @@ TEST(Symmetry, FullRankEqualsRepresentative) {
   Model m = SmallGpt();
   Cluster cl = LoadCluster("dgx-a100");
   for (int z : {0, 1, 3}) {
-    ParallelConfig c = Config(1, 2, 4, 1, 16);
+    // ZeRO-3 runs without pipeline parallelism (FSDP): 8 data-parallel replicas.
+    ParallelConfig c = z == 3 ? Config(1, 1, 8, 1, 16) : Config(1, 2, 4, 1, 16);
     c.zero_stage = z;
     SimulationResult rep = Simulate(m, c, cl, 8, DefaultProfile(cl));
     SimulateOptions o;
