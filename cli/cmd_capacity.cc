@@ -1,5 +1,6 @@
 #include <cmath>
 #include <iostream>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -51,7 +52,20 @@ std::vector<CapacityOption> ParseOptions(const std::vector<std::string>& specs) 
                        "\", expected CLUSTER:N[,N...] such as dgx-a100:512,1024");
     }
     const std::string cluster = spec.substr(0, colon);
-    LoadCluster(cluster);  // unknown cluster -> clear error now
+    try {
+      LoadCluster(cluster);
+    } catch (const InputError& e) {
+      std::string hint;
+      for (const auto& name : PresetNames(PresetKind::kGpu)) {
+        if (ToLower(cluster) != name) continue;
+        std::vector<std::string> with;
+        for (const auto& cn : PresetNames(PresetKind::kCluster)) {
+          if (LoadCluster(cn).gpu.name == name) with.push_back(cn);
+        }
+        hint = "; '" + cluster + "' is a GPU: clusters with it: " + Join(with, ", ");
+      }
+      throw InputError("command line: --gpus-options: " + std::string(e.what()) + hint);
+    }
     for (const auto& n : Split(spec.substr(colon + 1), ',')) {
       std::size_t pos = 0;
       long long v = 0;
@@ -115,14 +129,17 @@ void RunCapacityCommand(const CapacityArgs& a) {
         x["mfu"] = r.best.result.mfu;
         x["steps"] = r.steps;
         x["train_time_s"] = r.train_time_s;
-        x["goodput"] = r.goodput;
+        if (o.mtbf_hours) x["goodput"] = r.goodput;
         x["checkpoint_interval_s"] = r.checkpoint_interval_s;
         x["wall_time_s"] = r.wall_time_s;
         x["gpu_hours"] = r.gpu_hours;
         x["price_usd_per_gpu_hour"] = r.price_usd_per_gpu_hour;
         x["cost_usd"] = r.cost_usd;
         x["energy_kwh"] = r.energy_kwh;
-        x["meets_deadline"] = r.meets_deadline;
+        if (o.days) x["meets_deadline"] = r.meets_deadline;
+        const Gpu gpu = LoadGpu(r.gpu);
+        x["price_date"] = o.price_per_gpu_hour.count(r.gpu) ? "command line" : gpu.price_date;
+        x["price_source"] = o.price_per_gpu_hour.count(r.gpu) ? "--price-per-gpu-hour" : gpu.price_source;
       }
       j["options"].push_back(x);
     }
@@ -134,6 +151,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
                            FormatCount(static_cast<double>(o.global_batch_size * o.seq_length)));
   std::cout << "Time = steps x simulated step time; GPU-hours and cost over the wall time; energy = GPUs x board power x "
             << fmt::format("{:g}", o.energy_overhead) << " (host, network, cooling; assumed) x wall time.\n";
+  if (!o.mtbf_hours) std::cout << "No failure model (give --mtbf-hours and --checkpoint-minutes for goodput).\n";
   if (o.mtbf_hours) {
     std::cout << fmt::format("Failures: per-GPU MTBF {:g} h, checkpoint {:g} min, restart {:g} min; checkpoint every "
                              "sqrt(2 x checkpoint x job MTBF) (Young 1974, Daly 2006).\n",
@@ -151,9 +169,22 @@ void RunCapacityCommand(const CapacityArgs& a) {
     std::cout << fmt::format("{:<16} {:>6}  {:<30} {:>9} {:>6} {:>9.1f} {:>8} {:>12.0f} {:>8.2f} {:>13} {:>10.1f}  {}\n",
                              r.option.cluster, r.option.gpus, r.best.config.Short(),
                              FormatSeconds(r.step_time_s), fmt::format("{:.1f}%", 100 * r.best.result.mfu),
-                             r.wall_time_s / 86400.0, fmt::format("{:.1f}%", 100 * r.goodput), r.gpu_hours,
+                             r.wall_time_s / 86400.0, o.mtbf_hours ? fmt::format("{:.1f}%", 100 * r.goodput) : "-",
+                             r.gpu_hours,
                              r.price_usd_per_gpu_hour, fmt::format("${:.0f}", r.cost_usd), r.energy_kwh / 1000.0,
                              o.days ? (r.meets_deadline ? "meets" : "misses") : "");
+  }
+  std::cout << "\nPrices (USD per GPU-hour; volatile, override with --price-per-gpu-hour GPU=USD):\n";
+  std::set<std::string> seen;
+  for (const auto& r : rows) {
+    if (!seen.insert(r.gpu).second) continue;
+    const Gpu gpu = LoadGpu(r.gpu);
+    if (o.price_per_gpu_hour.count(r.gpu)) {
+      std::cout << fmt::format("  {:<16} {:>6.2f}  (command line)\n", r.gpu, r.price_usd_per_gpu_hour);
+    } else {
+      std::cout << fmt::format("  {:<16} {:>6.2f}  ({}, {})\n", r.gpu, r.price_usd_per_gpu_hour, gpu.price_date,
+                               gpu.price_source);
+    }
   }
 }
 

@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);  // prints the message
+    std::cerr << "shardcast: error: command line: " << e.what() << "\n"
+              << "Run with --help for the options and an example.\n";
     return 2;
   } catch (const shardcast::InputError& e) {
     std::cout.flush();

@@ -56,6 +56,12 @@ bool LooksLikePath(const std::string& s) {
 /// Reads the JSON of a preset or a file; `file_label` receives the name used in messages.
 Json ReadSpec(PresetKind kind, const std::string& spec, std::string* file_label) {
   std::error_code ec;
+  if (kind == PresetKind::kModel && std::filesystem::is_directory(spec, ec) &&
+      std::filesystem::is_regular_file(std::filesystem::path(spec) / "config.json", ec)) {
+    // A Hugging Face model folder.
+    *file_label = (std::filesystem::path(spec) / "config.json").string();
+    return ReadJsonFile(*file_label);
+  }
   if (std::filesystem::is_regular_file(spec, ec)) {
     *file_label = spec;
     return ReadJsonFile(spec);
@@ -152,10 +158,23 @@ Model ModelFromJson(const Json& j, const std::string& file) {
 
 Model ModelFromHuggingFace(const Json& j, const std::string& file) {
   JsonReader r(j, file);
-  const std::string type = ToLower(r.OptString("model_type").value_or(""));
+  if (!r.Has("model_type")) {
+    throw InputError(file + ": /model_type: missing required field (a Hugging Face config.json names its model_type)");
+  }
+  const std::string type = ToLower(r.String("model_type"));
+  if (type == "mixtral" || type == "qwen2_moe" || type == "deepseek_v2" || type == "deepseek_v3" ||
+      type == "dbrx" || r.Has("num_local_experts") || r.Has("num_experts")) {
+    throw InputError(file + ": /model_type: got \"" + type +
+                     "\", expected a dense model: mixture-of-experts models are not modelled yet");
+  }
   Model m;
-  m.name = std::filesystem::path(file).parent_path().filename().string();
-  if (m.name.empty() || m.name == ".") m.name = std::filesystem::path(file).stem().string();
+  // Name: the checkpoint's _name_or_path, else the file name (the folder's for config.json).
+  const auto path = std::filesystem::path(file);
+  m.name = path.stem().string();
+  if (m.name == "config") m.name = path.parent_path().filename().string();
+  if (auto n = r.OptString("_name_or_path"); n && !n->empty()) {
+    m.name = std::filesystem::path(*n).filename().string();
+  }
   m.origin = "huggingface:" + file;
   m.source = "Hugging Face config.json (" + (type.empty() ? std::string("?") : type) + "): " + file;
   // Each family's keys; defaults are those of the transformers library's config classes.
@@ -245,6 +264,12 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     m.kv_channels = m.hidden_size / m.num_attention_heads;
   }
   if (m.num_query_groups == 0) m.num_query_groups = m.num_attention_heads;
+  if (m.num_attention_heads % m.num_query_groups != 0) {
+    throw InputError::Field(file, "/num_key_value_heads", std::to_string(m.num_query_groups),
+                            "a divisor of num_attention_heads = " + std::to_string(m.num_attention_heads));
+  }
+  // The training sequence length is not in config.json: default to the context length, at most
+  // 8192 (override with --seq).
   m.seq_length = std::min<std::int64_t>(m.max_position_embeddings, 8192);
   ValidateModel(m, file);
   return m;

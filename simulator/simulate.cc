@@ -668,14 +668,20 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
       cur = er.gating_pred[u];
       ++hops;
     }
-    std::vector<std::pair<double, std::string>> lines;
     for (const auto& [k, v] : agg) {
-      lines.emplace_back(v.second, fmt::format("stage {:>3}: {:>5} x {:<26} {}", k.first, v.first,
-                                               ToString(static_cast<TaskType>(k.second)), FormatSeconds(v.second)));
+      res.critical_shares.push_back({k.first, ToString(static_cast<TaskType>(k.second)), v.first, v.second});
     }
-    std::sort(lines.begin(), lines.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
-    res.critical_path.push_back(fmt::format("{} tasks on the critical path; the largest shares:", hops));
-    for (std::size_t i = 0; i < lines.size() && i < 6; ++i) res.critical_path.push_back(lines[i].second);
+    std::sort(res.critical_shares.begin(), res.critical_shares.end(),
+              [](const auto& x, const auto& y) { return x.seconds > y.seconds; });
+    res.critical_path_tasks = hops;
+    res.critical_path.push_back(fmt::format(
+        "{} tasks on the critical path (units: F/B/W are chunk passes, split per layer or gradient bucket "
+        "where the schedule needs it); the largest shares:", hops));
+    for (std::size_t i = 0; i < res.critical_shares.size() && i < 6; ++i) {
+      const auto& cs = res.critical_shares[i];
+      res.critical_path.push_back(fmt::format("stage {:>3}: {:>5} x {:<26} {}", cs.stage, cs.tasks, cs.kind,
+                                              FormatSeconds(cs.seconds)));
+    }
   }
   return res;
 }
@@ -739,7 +745,11 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                   {"peak_inflight_microbatches", s.memory.peak_inflight_microbatches}});
   }
   j["stages"] = st;
-  j["critical_path"] = r.critical_path;
+  Json cp = Json::array();
+  for (const auto& cs : r.critical_shares) {
+    cp.push_back({{"stage", cs.stage}, {"kind", cs.kind}, {"tasks", cs.tasks}, {"seconds", cs.seconds}});
+  }
+  j["critical_path"] = {{"tasks", r.critical_path_tasks}, {"shares", cp}};
   j["simulated_tasks"] = r.num_tasks;
   return j;
 }

@@ -75,6 +75,15 @@ struct SimulationResult {
   bool fits = true;
   std::vector<StageResult> stages;
   std::vector<std::string> critical_path;  ///< a few summary lines
+  /// The same, structured: time on the critical path per (stage, task kind), largest first.
+  struct CriticalShare {
+    int stage = 0;
+    std::string kind;
+    int tasks = 0;
+    double seconds = 0;
+  };
+  std::vector<CriticalShare> critical_shares;
+  int critical_path_tasks = 0;
   std::int64_t num_microbatches = 0;
   std::size_t num_tasks = 0;
   std::uint64_t num_events = 0;

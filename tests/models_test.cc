@@ -57,6 +57,8 @@ struct Published {
   const char* source;
 };
 
+void PrintTo(const Published& p, std::ostream* os) { *os << p.preset; }
+
 class PublishedParameters : public ::testing::TestWithParam<Published> {};
 
 TEST_P(PublishedParameters, WithinHalfPercent) {
@@ -296,6 +298,43 @@ TEST(Parallel, StageParametersSumToModelPlusOutputCopy) {
   std::int64_t total = 0;
   for (int s = 0; s < 12; ++s) total += LayersOfStage(70, 12, s, true);
   EXPECT_EQ(total, 70);
+}
+
+}  // namespace
+}  // namespace shardcast
+
+namespace shardcast {
+namespace {
+
+TEST(HuggingFace, MixtureOfExpertsIsRefusedAndFoldersWork) {
+  std::string path = testing::WriteTemp("mixtral.json", R"({"model_type": "mixtral", "num_hidden_layers": 32,
+    "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "vocab_size": 32000, "max_position_embeddings": 32768, "num_local_experts": 8})");
+  try {
+    LoadModel(path);
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": /model_type: got \"mixtral\", expected a dense model: "
+                                            "mixture-of-experts models are not modelled yet");
+  }
+  // A folder holding config.json is a model; its name is the folder's.
+  auto dir = std::filesystem::temp_directory_path() / "shardcast_tests" / "My-Llama-3-8B";
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(std::string(SHARDCAST_FIXTURES) + "/hf/llama3-8b.json", dir / "config.json",
+                             std::filesystem::copy_options::overwrite_existing);
+  Model m = LoadModel(dir.string());
+  EXPECT_EQ(m.name, "My-Llama-3-8B");
+  EXPECT_EQ(m.Parameters().total, LoadModel("llama3-8b").Parameters().total);
+  // Bad KV head count names the Hugging Face key.
+  std::string bad = testing::WriteTemp("badkv.json", R"({"model_type": "llama", "num_hidden_layers": 2,
+    "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8, "num_key_value_heads": 5,
+    "vocab_size": 1000, "max_position_embeddings": 128})");
+  try {
+    LoadModel(bad);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), bad + ": /num_key_value_heads: got 5, expected a divisor of num_attention_heads = 8");
+  }
 }
 
 }  // namespace

@@ -39,6 +39,10 @@ struct BubbleCase {
   int p, m, v;
 };
 
+void PrintTo(const BubbleCase& k, std::ostream* os) {
+  *os << ToString(k.schedule) << " p" << k.p << " m" << k.m << " v" << k.v;
+}
+
 class ClosedFormBubble : public ::testing::TestWithParam<BubbleCase> {};
 
 TEST_P(ClosedFormBubble, EqualStagesFreeCommunication) {
@@ -87,6 +91,10 @@ struct KorthikantiCase {
   bool sp;
   Recompute rc;
 };
+
+void PrintTo(const KorthikantiCase& k, std::ostream* os) {
+  *os << "t" << k.t << (k.sp ? " SP " : " ") << ToString(k.rc);
+}
 
 class Korthikanti : public ::testing::TestWithParam<KorthikantiCase> {};
 
