@@ -48,7 +48,7 @@ void PrintHuman(const SimulationResult& r, const Model& m, const ParallelConfig&
   std::cout << fmt::format("  step time        {}\n", FormatSeconds(r.step_time_s));
   std::cout << fmt::format("  throughput       {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s, r.samples_per_s);
   std::cout << fmt::format("  MFU / HFU        {} / {}   (model FLOPs 6*N_gemm + 12*L*s*a*d per token,\n"
-                           "                   full attention matrix; HFU adds recompute; dense {} peak {:.0f} TFLOP/s per GPU)\n",
+                           "                   full attention matrix; HFU adds recompute; dense {} peak {:.4g} TFLOP/s per GPU)\n",
                            Pct(r.mfu), Pct(r.hfu), ToString(c.precision), cl.gpu.PeakFlops(c.precision) / 1e12);
   std::cout << fmt::format("  bubble fraction  {}   (compute stream waiting on other stages, mean over stages)\n",
                            Pct(r.bubble_fraction));
@@ -95,8 +95,18 @@ void PrintHuman(const SimulationResult& r, const Model& m, const ParallelConfig&
 
 void RunSimulate(const SimulateArgs& a) {
   const Model m = LoadModel(a.model);
-  if (a.cluster.empty()) throw InputError("command line: --cluster: missing, expected a cluster preset name or JSON path");
-  const Cluster cl = LoadCluster(a.cluster);
+  if (a.cluster.empty() && a.profile.empty()) {
+    throw InputError("command line: --cluster: missing, expected a cluster preset name or JSON path (or --profile FILE "
+                     "of a measured machine)");
+  }
+  std::optional<HardwareProfile> loaded;
+  if (!a.profile.empty()) loaded = LoadProfile(a.profile);
+  // A measured profile says which machine it measured; an explicit --cluster overrides.
+  const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster);
+  if (loaded && !a.cluster.empty() && loaded->gpu != cl.gpu.name) {
+    std::cerr << "shardcast: warning: profile " << a.profile << " measured '" << loaded->gpu << "' but cluster "
+              << cl.name << " has " << cl.gpu.name << "\n";
+  }
   const std::int64_t gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
   ParallelConfig c;
   c.tp = a.tp;
@@ -143,7 +153,7 @@ void RunSimulate(const SimulateArgs& a) {
   c.overlap_param_gather = !a.no_overlap_param;
   c.fp32_main_grads = !a.bf16_grads;
   c.embedding_slots = a.emb_slots;
-  const HardwareProfile prof = a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile);
+  const HardwareProfile prof = loaded ? *loaded : DefaultProfile(cl);
   SimulateOptions opts;
   opts.full_rank = a.full_rank;
   opts.keep_graph = !a.trace.empty();
@@ -168,7 +178,7 @@ void RegisterSimulate(CLI::App& app) {
       "Example: shardcast simulate --model gpt3-175b --cluster dgx-a100 --gpus 64 --tp 8 --pp 8 --vp 3 \\\n"
       "           --mbs 1 --gbs 64 --recompute selective --sequence-parallel --schedule interleaved");
   cmd->add_option("--model", a->model, "model preset name or JSON / HF config.json path")->required();
-  cmd->add_option("--cluster", a->cluster, "cluster preset name or JSON path")->required();
+  cmd->add_option("--cluster", a->cluster, "cluster preset name or JSON path (optional with a measured --profile)");
   AddPositive(cmd, "--gpus", a->gpus, "number of GPUs");
   AddPositive(cmd, "--tp,--tensor-model-parallel-size", a->tp, "tensor-parallel size");
   AddPositive(cmd, "--pp,--pipeline-model-parallel-size", a->pp, "pipeline-parallel size");

@@ -13,5 +13,7 @@ void RegisterSimulate(CLI::App& app);
 void RegisterPlan(CLI::App& app);
 void RegisterCapacity(CLI::App& app);
 void RegisterValidate(CLI::App& app);
+void RegisterCalibrate(CLI::App& app);
+void RegisterProfile(CLI::App& app);
 
 }  // namespace shardcast::cli

@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   shardcast::cli::RegisterPlan(app);
   shardcast::cli::RegisterCapacity(app);
   shardcast::cli::RegisterValidate(app);
+  shardcast::cli::RegisterCalibrate(app);
+  shardcast::cli::RegisterProfile(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

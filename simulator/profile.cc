@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/text.h"
+#include "models/loader.h"
 
 namespace shardcast {
 
@@ -188,13 +189,13 @@ CollectiveOp ParseOp(const JsonReader& r, const std::string& key) {
 
 HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
   JsonReader r(j, file);
-  r.RejectUnknownKeys({"format", "version", "kind", "gpu", "conditions", "gemm", "attention",
-                       "memory", "launch_overhead_us", "collectives", "overlap",
-                       "framework_overhead_GiB", "cluster"});
   if (r.String("format") != "shardcast-hardware-profile") {
     throw InputError::Field(file, "/format", JsonForMessage(j.at("format")),
                             "\"shardcast-hardware-profile\"");
   }
+  r.RejectUnknownKeys({"format", "version", "kind", "gpu", "conditions", "gemm", "attention",
+                       "memory", "launch_overhead_us", "collectives", "overlap",
+                       "framework_overhead_GiB", "cluster"});
   HardwareProfile p;
   p.version = static_cast<int>(r.Int("version", 1, 1));
   p.kind = r.Enum("kind", {"default", "measured"});
@@ -267,7 +268,55 @@ HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
   p.overlap_slowdown_nvlink = o.Number("compute_slowdown_nvlink", 0, 10);
   p.overlap_slowdown_network = o.Number("compute_slowdown_network", 0, 10);
   p.framework_overhead_bytes = r.Number("framework_overhead_GiB", 0, 1e4) * 1073741824.0;
+  if (r.Has("cluster")) {
+    JsonReader c2 = r.Object("cluster");
+    c2.RejectUnknownKeys({"name", "devices_per_node", "nodes", "memory_GiB_per_device", "tdp_W"});
+    ProfileMachine pm;
+    pm.name = c2.OptString("name").value_or("measured machine");
+    pm.devices_per_node = static_cast<int>(c2.Int("devices_per_node", 1, 1 << 20));
+    pm.nodes = static_cast<int>(c2.Int("nodes", 1, 1 << 24));
+    pm.memory_bytes_per_device = c2.Number("memory_GiB_per_device", 1e-6, 1e7) * 1073741824.0;
+    pm.tdp_W = c2.OptNumber("tdp_W", 0, 1e6).value_or(0);
+    p.machine = pm;
+  }
   return p;
+}
+
+Cluster ClusterFromProfile(const HardwareProfile& p, const std::string& file) {
+  Cluster c;
+  bool preset = false;
+  for (const auto& name : PresetNames(PresetKind::kGpu)) {
+    if (name == p.gpu) preset = true;
+  }
+  if (preset) {
+    c.gpu = LoadGpu(p.gpu);
+  } else if (!p.machine) {
+    throw InputError(file + ": /cluster: missing, expected a \"cluster\" section (or \"gpu\" naming a GPU preset) "
+                            "so the profile says what machine it measured; or give --cluster");
+  } else {
+    c.gpu.name = p.gpu;
+    c.gpu.display_name = p.gpu == "cpu" ? "CPU rank (Eigen fp32)" : p.gpu;
+    c.gpu.arch = "measured";
+    c.gpu.peak_bf16_tflops = c.gpu.peak_fp16_tflops = c.gpu.peak_fp32_tflops = p.gemm_peak_tflops;
+    c.gpu.hbm_bandwidth_GBps = p.hbm_GBps;
+    c.gpu.source = "measured profile " + file;
+  }
+  if (p.machine) {
+    c.gpu.memory_bytes = p.machine->memory_bytes_per_device;
+    if (p.machine->tdp_W > 0) c.gpu.tdp_W = p.machine->tdp_W;
+    c.gpus_per_node = p.machine->devices_per_node;
+    c.num_gpus = static_cast<std::int64_t>(p.machine->devices_per_node) * p.machine->nodes;
+    c.name = p.machine->name;
+  } else {
+    c.gpus_per_node = p.gpus_per_node;
+    c.name = "profile " + file;
+  }
+  c.intra_fabric = "measured";
+  c.intra_GBps_per_direction = p.intra_busbw_GBps;
+  c.nics_per_node = p.nics_per_node;
+  c.nic_Gbps = p.nic_effective_GBps * 8.0;
+  c.source = "measured profile " + file;
+  return c;
 }
 
 HardwareProfile LoadProfile(const std::string& path) { return ProfileFromJson(ReadJsonFile(path), path); }
@@ -311,6 +360,13 @@ Json ProfileToJson(const HardwareProfile& p) {
   j["overlap"] = {{"compute_slowdown_nvlink", p.overlap_slowdown_nvlink},
                   {"compute_slowdown_network", p.overlap_slowdown_network}};
   j["framework_overhead_GiB"] = p.framework_overhead_bytes / 1073741824.0;
+  if (p.machine) {
+    j["cluster"] = {{"name", p.machine->name},
+                    {"devices_per_node", p.machine->devices_per_node},
+                    {"nodes", p.machine->nodes},
+                    {"memory_GiB_per_device", p.machine->memory_bytes_per_device / 1073741824.0},
+                    {"tdp_W", p.machine->tdp_W}};
+  }
   return j;
 }
 

@@ -43,6 +43,15 @@ struct CollectiveTable {
   std::vector<CurvePoint> bytes_to_seconds;  ///< x = message size as nccl-tests' `size`, y = s
 };
 
+/// The machine a measured profile describes, so that `simulate --profile FILE` needs no cluster.
+struct ProfileMachine {
+  std::string name;                ///< e.g. "cpu-ranks on host1" or "8x NVIDIA H200"
+  int devices_per_node = 1;        ///< GPUs (or CPU ranks) sharing the fast fabric
+  int nodes = 1;
+  double memory_bytes_per_device = 0;
+  double tdp_W = 0;
+};
+
 struct HardwareProfile {
   int version = 1;
   std::string kind;  ///< "default" or "measured"
@@ -83,6 +92,7 @@ struct HardwareProfile {
   double overlap_slowdown_network = 0;
 
   double framework_overhead_bytes = 0;  ///< CUDA context, NCCL buffers, fragmentation
+  std::optional<ProfileMachine> machine;  ///< present in measured profiles
 
   /// Per-GPU share of the node's NICs, GB/s.
   double NicShareGBps() const;
@@ -97,6 +107,11 @@ HardwareProfile DefaultProfile(const Cluster& cluster);
 /// kernel they ran (FA2 on A100). Throws InputError for an unknown kernel name.
 HardwareProfile WithAttentionKernel(HardwareProfile profile, const std::string& arch,
                                     const std::string& kernel);
+/// The cluster a measured profile describes: its GPU preset when `gpu` names one (memory from
+/// the machine section if given), else a device built from the profile (peak = GEMM peak).
+/// InputError when the profile has neither a GPU preset nor a machine section.
+Cluster ClusterFromProfile(const HardwareProfile& p, const std::string& file);
+
 /// Reads a profile JSON; errors name file, pointer, value.
 HardwareProfile LoadProfile(const std::string& path);
 HardwareProfile ProfileFromJson(const Json& j, const std::string& file);

@@ -1,0 +1,591 @@
+#include "calibrate/calibrate.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <Eigen/Dense>
+#include <fmt/format.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include "calibrate/cuda_backend.h"
+#include "calibrate/fit.h"
+#include "calibrate/nccl_tests.h"
+#include "common/error.h"
+#include "common/file_util.h"
+#include "common/text.h"
+#include "models/loader.h"
+
+namespace shardcast {
+
+const std::vector<std::string>& CalibrationGroups() {
+  static const std::vector<std::string> g = {"gemm", "memory", "attention", "collectives", "overlap"};
+  return g;
+}
+
+namespace {
+
+int Rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int Size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+double MaxOverRanks(double v) {
+  double out = v;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+/// Median seconds of `fn` after a warm-up, repeated until `budget_s` or `max_reps`.
+double TimeMedian(const std::function<void()>& fn, double budget_s, int max_reps) {
+  fn();  // warm-up
+  std::vector<double> t;
+  const auto start = std::chrono::steady_clock::now();
+  while (static_cast<int>(t.size()) < max_reps) {
+    const auto a = std::chrono::steady_clock::now();
+    fn();
+    const auto b = std::chrono::steady_clock::now();
+    t.push_back(std::chrono::duration<double>(b - a).count());
+    if (std::chrono::duration<double>(b - start).count() > budget_s && t.size() >= 3) break;
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+Eigen::MatrixXf RandomNormal(Eigen::Index r, Eigen::Index c, std::mt19937& gen) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  Eigen::MatrixXf m(r, c);
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = d(gen);  // never zeros (hardware.md 4.1)
+  return m;
+}
+
+struct Ctx {
+  const CalibrateOptions& o;
+  int rank, size;
+  mutable std::chrono::steady_clock::time_point group_start = std::chrono::steady_clock::now();
+  /// "calibrate: gemm 3/11, 1.2 s left" on stderr (rank 0); the estimate assumes the remaining
+  /// items take as long as the done ones.
+  void Progress(const std::string& what, std::size_t done, std::size_t total) const {
+    if (done == 1) group_start = std::chrono::steady_clock::now();
+    if (rank != 0 || !o.progress) return;
+    const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - group_start).count();
+    const double left = done > 1 ? el / static_cast<double>(done - 1) * static_cast<double>(total - done) : 0.0;
+    std::cerr << fmt::format("calibrate: {} {}/{}{}\n", what, done, total,
+                             done > 1 && done < total ? fmt::format(", {:.1f} s left", left) : "");
+  }
+};
+
+// ---- measurement groups: each returns JSON data (identical on every rank) ----
+
+Json MeasureGemm(const Ctx& c) {
+  std::vector<std::array<int, 3>> shapes;
+  const std::vector<int> dims = c.o.quick ? std::vector<int>{64, 256, 512} : std::vector<int>{64, 128, 256, 512, 1024};
+  for (int m : dims) {
+    for (int k : dims) shapes.push_back({m, m, k});
+  }
+  // Off-by-one shapes expose tile effects (hardware.md 4.2); transformer-like skinny shapes.
+  shapes.push_back({257, 256, 256});
+  shapes.push_back({512, 64, 512});
+  if (!c.o.quick) shapes.push_back({1024, 4096, 1024});
+  Json out = Json::array();
+  std::mt19937 gen(1234 + static_cast<unsigned>(c.rank));
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    const auto [m, n, k] = shapes[i];
+    const double flops = 2.0 * m * n * k;
+    double secs;
+    if (c.o.fake_timer) {
+      secs = flops / (40e9 * std::min(1.0, 0.3 + flops / 2e8)) + 2e-6;
+    } else {
+      Eigen::MatrixXf a = RandomNormal(m, k, gen), b = RandomNormal(k, n, gen), cm(m, n);
+      secs = TimeMedian([&] { cm.noalias() = a * b; }, c.o.quick ? 0.05 : 0.2, 50);
+    }
+    secs = MaxOverRanks(secs);  // the slowest device sets a synchronous step
+    out.push_back({{"m", m}, {"n", n}, {"k", k}, {"seconds", secs}});
+    c.Progress("gemm", i + 1, shapes.size());
+  }
+  return out;
+}
+
+Json MeasureMemory(const Ctx& c) {
+  std::vector<double> sizes;
+  for (double b = 1e4; b <= (c.o.quick ? 1.1e7 : 1.1e8); b *= 10) sizes.push_back(b);
+  Json out = Json::array();
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    const double bytes = sizes[i];  // axpy y = a*x + y moves 12 bytes per float element
+    double secs;
+    if (c.o.fake_timer) {
+      secs = bytes / (10e9 * std::min(1.0, 0.2 + bytes / 1e7)) + 1e-6;
+    } else {
+      const std::size_t n = static_cast<std::size_t>(bytes / 12);
+      std::vector<float> x(n, 1.5f), y(n, 0.5f);
+      secs = TimeMedian(
+          [&] {
+            for (std::size_t j = 0; j < n; ++j) y[j] = 0.999f * x[j] + y[j];
+          },
+          c.o.quick ? 0.03 : 0.1, 100);
+      if (y[n / 2] == 12345.0f) std::cerr << "";  // keep the loop
+    }
+    secs = MaxOverRanks(secs);
+    out.push_back({{"bytes", bytes}, {"seconds", secs}});
+    c.Progress("memory", i + 1, sizes.size());
+  }
+  return out;
+}
+
+Json MeasureAttention(const Ctx& c) {
+  // Naive attention for one head: S = Q K^T, P = softmax(S), O = P V, and its backward.
+  const int s = c.o.quick ? 256 : 512, d = 64;
+  const double fwd_flops = 4.0 * s * s * d;
+  double fwd, bwd;
+  if (c.o.fake_timer) {
+    fwd = fwd_flops / 20e9;
+    bwd = 2.2 * fwd;
+  } else {
+    std::mt19937 gen(99);
+    Eigen::MatrixXf q = RandomNormal(s, d, gen), k = RandomNormal(s, d, gen), v = RandomNormal(s, d, gen);
+    Eigen::MatrixXf sc(s, s), p(s, s), o(s, d), dout = RandomNormal(s, d, gen), dp(s, s), ds(s, s), dq(s, d),
+        dk(s, d), dv(s, d);
+    auto softmax = [&] {
+      for (int r = 0; r < s; ++r) {
+        const float mx = sc.row(r).maxCoeff();
+        p.row(r) = (sc.row(r).array() - mx).exp();
+        p.row(r) /= p.row(r).sum();
+      }
+    };
+    fwd = TimeMedian(
+        [&] {
+          sc.noalias() = q * k.transpose();
+          softmax();
+          o.noalias() = p * v;
+        },
+        0.1, 30);
+    bwd = TimeMedian(
+        [&] {
+          dv.noalias() = p.transpose() * dout;
+          dp.noalias() = dout * v.transpose();
+          for (int r = 0; r < s; ++r) ds.row(r) = p.row(r).array() * (dp.row(r).array() - (dp.row(r).array() * p.row(r).array()).sum());
+          dq.noalias() = ds * k;
+          dk.noalias() = ds.transpose() * q;
+        },
+        0.1, 30);
+  }
+  c.Progress("attention", 1, 1);
+  return {{"seq", s}, {"head_dim", d}, {"fwd_flops", fwd_flops}, {"fwd_seconds", MaxOverRanks(fwd)},
+          {"bwd_seconds", MaxOverRanks(bwd)}};
+}
+
+Json MeasureCollectives(const Ctx& c) {
+  char host[MPI_MAX_PROCESSOR_NAME];
+  int len = 0;
+  MPI_Get_processor_name(host, &len);
+  // Count nodes: gather host names.
+  std::vector<char> all(static_cast<std::size_t>(c.size) * MPI_MAX_PROCESSOR_NAME, 0);
+  MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, all.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, MPI_COMM_WORLD);
+  std::set<std::string> hosts;
+  for (int r = 0; r < c.size; ++r) hosts.insert(std::string(&all[static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME]));
+  Json out = {{"ranks", c.size}, {"nodes", static_cast<int>(hosts.size())}, {"host", std::string(host, static_cast<std::size_t>(len))}};
+  out["tables"] = Json::array();
+  if (c.size < 2) return out;
+  std::vector<double> sizes;
+  for (double b = 8; b <= (c.o.quick ? 1 << 20 : 1 << 26); b *= (c.o.quick ? 16 : 4)) sizes.push_back(b);
+  const std::vector<std::pair<CollectiveOp, std::string>> ops = {{CollectiveOp::kAllReduce, "all_reduce"},
+                                                                 {CollectiveOp::kAllGather, "all_gather"},
+                                                                 {CollectiveOp::kReduceScatter, "reduce_scatter"}};
+  std::size_t done = 0;
+  for (const auto& [op, name] : ops) {
+    Json pts = Json::array();
+    for (double size : sizes) {
+      // nccl-tests' size: all-reduce per-rank buffer; all-gather total output; reduce-scatter
+      // total input. Elements are floats; per-rank count rounded to at least one.
+      const std::size_t per_rank = std::max<std::size_t>(1, static_cast<std::size_t>(size / 4 / (op == CollectiveOp::kAllReduce ? 1 : c.size)));
+      const double bytes = op == CollectiveOp::kAllReduce ? per_rank * 4.0 : per_rank * 4.0 * c.size;
+      double secs;
+      if (c.o.fake_timer) {
+        secs = 5e-6 + BusBwFactor(op, c.size) * bytes / 5e9;
+      } else {
+        std::vector<float> send(op == CollectiveOp::kReduceScatter ? per_rank * static_cast<std::size_t>(c.size) : per_rank, 1.0f);
+        std::vector<float> recv(op == CollectiveOp::kAllGather ? per_rank * static_cast<std::size_t>(c.size) : send.size(), 0.0f);
+        auto run = [&] {
+          if (op == CollectiveOp::kAllReduce) {
+            MPI_Allreduce(send.data(), recv.data(), static_cast<int>(per_rank), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+          } else if (op == CollectiveOp::kAllGather) {
+            MPI_Allgather(send.data(), static_cast<int>(per_rank), MPI_FLOAT, recv.data(), static_cast<int>(per_rank),
+                          MPI_FLOAT, MPI_COMM_WORLD);
+          } else {
+            MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(per_rank), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+          }
+        };
+        run();
+        const int reps = bytes < 1e5 ? 50 : 10;
+        MPI_Barrier(MPI_COMM_WORLD);
+        const double t0 = MPI_Wtime();
+        for (int i = 0; i < reps; ++i) run();
+        secs = (MPI_Wtime() - t0) / reps;
+      }
+      pts.push_back({bytes, MaxOverRanks(secs)});
+    }
+    out["tables"].push_back({{"op", name}, {"points", pts}});
+    c.Progress("collectives", ++done, ops.size());
+  }
+  return out;
+}
+
+Json MeasureOverlap(const Ctx& c) {
+  // A GEMM alone, and beside a thread that streams memory like a communication kernel.
+  double alone, with;
+  if (c.o.fake_timer) {
+    alone = 1e-3;
+    with = 1.1e-3;
+  } else {
+    std::mt19937 gen(7);
+    const int n = c.o.quick ? 256 : 512;
+    Eigen::MatrixXf a = RandomNormal(n, n, gen), b = RandomNormal(n, n, gen), cm(n, n);
+    alone = TimeMedian([&] { cm.noalias() = a * b; }, 0.1, 30);
+    std::atomic<bool> stop{false};
+    std::thread comm([&] {
+      std::vector<char> src(32 << 20, 1), dst(32 << 20, 0);
+      while (!stop) std::memcpy(dst.data(), src.data(), src.size());
+    });
+    with = TimeMedian([&] { cm.noalias() = a * b; }, 0.1, 30);
+    stop = true;
+    comm.join();
+  }
+  c.Progress("overlap", 1, 1);
+  return {{"gemm_alone_seconds", MaxOverRanks(alone)}, {"gemm_with_comm_seconds", MaxOverRanks(with)}};
+}
+
+double MemTotalBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  while (in >> key >> kb) {
+    if (key == "MemTotal:") return kb * 1024.0;
+    in.ignore(1 << 10, '\n');
+  }
+  return 16.0 * 1073741824.0;
+}
+
+/// The profile from the measured data (a pure function of the data: a resumed sweep gives the
+/// same profile as an uninterrupted one with the same measurements).
+HardwareProfile BuildCpuProfile(const Json& g, int ranks) {
+  HardwareProfile p;
+  p.kind = "measured";
+  p.gpu = "cpu";
+  p.source = "shardcast calibrate --backend cpu (Eigen fp32 GEMMs, axpy, naive attention, MPI collectives)";
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
+  p.date = buf;
+  // GEMM: peak = best sample; samples as measured; g(F) = best efficiency per FLOP count.
+  double best = 0;
+  for (const auto& s : g["gemm"]) {
+    const double tf = 2.0 * s["m"].get<double>() * s["n"].get<double>() * s["k"].get<double>() / s["seconds"].get<double>() / 1e12;
+    best = std::max(best, tf);
+  }
+  p.gemm_peak_tflops = best;
+  p.gemm_max_efficiency = 1.0;
+  std::map<double, double> by_gflop;
+  for (const auto& s : g["gemm"]) {
+    const double flops = 2.0 * s["m"].get<double>() * s["n"].get<double>() * s["k"].get<double>();
+    const double tf = flops / s["seconds"].get<double>() / 1e12;
+    p.gemm_samples.push_back({s["m"].get<double>(), s["n"].get<double>(), s["k"].get<double>(), tf});
+    auto& e = by_gflop[flops / 1e9];
+    e = std::max(e, tf / best);
+  }
+  for (const auto& [x, y] : by_gflop) p.gemm_efficiency_vs_gflop.push_back({x, y});
+  // Memory-bound.
+  double best_bw = 0;
+  for (const auto& s : g["memory"]) best_bw = std::max(best_bw, s["bytes"].get<double>() / s["seconds"].get<double>() / 1e9);
+  p.hbm_GBps = best_bw;
+  double launch = 1e9;
+  for (const auto& s : g["memory"]) {
+    const double bw = s["bytes"].get<double>() / s["seconds"].get<double>() / 1e9;
+    p.memory_efficiency_vs_bytes.push_back({s["bytes"].get<double>(), bw / best_bw});
+    launch = std::min(launch, s["seconds"].get<double>());
+  }
+  p.launch_overhead_s = std::min(launch, 5e-6);
+  // Attention: the model charges 2.5x the forward FLOPs for backward (flash convention).
+  const auto& at = g["attention"];
+  const double ff = at["fwd_flops"].get<double>();
+  p.attention_fwd_efficiency = std::min(1.0, ff / at["fwd_seconds"].get<double>() / (best * 1e12));
+  p.attention_bwd_efficiency = std::min(1.0, 2.5 * ff / at["bwd_seconds"].get<double>() / (best * 1e12));
+  p.attention_efficiency_vs_seq = {{at["seq"].get<double>(), 1.0}};
+  // Collectives: tables as measured, alpha-beta from the all-reduce.
+  const auto& co = g["collectives"];
+  const int nodes = co["nodes"].get<int>();
+  p.gpus_per_node = std::max(1, ranks / std::max(1, nodes));
+  p.nics_per_node = p.gpus_per_node;
+  p.coll_intra_hop_latency_s = 0;
+  p.coll_inter_hop_latency_s = 0;
+  p.coll_base_latency_s = 5e-6;
+  p.intra_busbw_GBps = best_bw / 2;  // [est] with one rank: a copy through memory
+  for (const auto& t : co["tables"]) {
+    CollectiveTable ct;
+    const std::string op = t["op"].get<std::string>();
+    ct.op = op == "all_reduce" ? CollectiveOp::kAllReduce : op == "all_gather" ? CollectiveOp::kAllGather
+                                                                                : CollectiveOp::kReduceScatter;
+    ct.ranks = ranks;
+    ct.nodes = nodes;
+    for (const auto& pt : t["points"]) ct.bytes_to_seconds.push_back({pt[0].get<double>(), pt[1].get<double>()});
+    if (ct.op == CollectiveOp::kAllReduce) {
+      const AlphaBeta ab = FitAlphaBeta(ct.bytes_to_seconds);
+      p.coll_base_latency_s = ab.alpha_s;
+      if (ab.beta_Bps > 0) p.intra_busbw_GBps = ab.beta_Bps * BusBwFactor(ct.op, ranks) / 1e9;
+    }
+    p.collective_tables.push_back(std::move(ct));
+  }
+  p.p2p_intra_GBps = p.intra_busbw_GBps;
+  p.nic_effective_GBps = p.intra_busbw_GBps;
+  const auto& ov = g["overlap"];
+  const double slow = std::max(0.0, ov["gemm_with_comm_seconds"].get<double>() / ov["gemm_alone_seconds"].get<double>() - 1.0);
+  p.overlap_slowdown_nvlink = p.overlap_slowdown_network = slow;
+  p.framework_overhead_bytes = 0.1 * 1073741824.0;  // [est] MPI buffers and allocator slack
+  ProfileMachine m;
+  m.name = fmt::format("{} CPU ranks on {}", ranks, co["host"].get<std::string>());
+  m.devices_per_node = p.gpus_per_node;
+  m.nodes = std::max(1, nodes);
+  m.memory_bytes_per_device = MemTotalBytes() / p.gpus_per_node;
+  p.machine = m;
+  return p;
+}
+
+}  // namespace
+
+bool CudaBackendBuilt() { return cuda::BuiltWithCuda(); }
+
+namespace {
+
+/// GPU preset for a CUDA device name ("NVIDIA H200", "NVIDIA A100-SXM4-40GB", ...), or "".
+std::string PresetForDevice(const std::string& name) {
+  auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  if (has("GB200")) return "gb200";
+  if (has("B200")) return "b200";
+  if (has("H200")) return "h200-sxm";
+  if (has("H100")) return has("PCIe") ? "h100-pcie" : "h100-sxm";
+  if (has("A100")) return has("40GB") ? "a100-sxm4-40gb" : "a100-sxm4-80gb";
+  if (has("L40S")) return "l40s";
+  return "";
+}
+
+HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
+  const std::string preset = PresetForDevice(m.device_name);
+  HardwareProfile p;
+  if (!preset.empty()) {
+    // Start from the preset's cluster defaults (attention, latencies); measured parts replace them.
+    for (const auto& cn : PresetNames(PresetKind::kCluster)) {
+      Cluster cl = LoadCluster(cn);
+      if (cl.gpu.name == preset) {
+        p = DefaultProfile(cl);
+        break;
+      }
+    }
+    if (p.gpu.empty()) p.gpu = preset;
+  }
+  p.kind = "measured";
+  p.gpu = preset.empty() ? m.device_name : preset;
+  p.source = "shardcast calibrate --backend cuda on " + m.device_name + " (driver " + m.driver_version + ", CUDA runtime " +
+             m.runtime_version + ", NCCL " + m.nccl_version + ", " + std::to_string(m.sm_count) + " SMs); kernels vs CPU: " +
+             m.kernel_check + "; attention not measured (preset default)";
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
+  p.date = buf;
+  double best = 0;
+  p.gemm_samples.clear();
+  for (const auto& g : m.gemm) {
+    const double tf = 2.0 * g.m * g.n * g.k / g.heuristic0_s / 1e12;  // frameworks run heuristic #0
+    best = std::max(best, tf);
+    p.gemm_samples.push_back({static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k), tf});
+  }
+  if (p.gemm_peak_tflops <= 0) p.gemm_peak_tflops = best;
+  p.gemm_max_efficiency = std::min(1.0, best / p.gemm_peak_tflops);
+  double best_bw = 0;
+  for (const auto& s : m.memory) best_bw = std::max(best_bw, s.bytes / s.seconds / 1e9);
+  p.hbm_GBps = best_bw;
+  p.memory_efficiency_vs_bytes.clear();
+  for (const auto& s : m.memory) p.memory_efficiency_vs_bytes.push_back({s.bytes, s.bytes / s.seconds / 1e9 / best_bw});
+  p.launch_overhead_s = m.memory.empty() ? p.launch_overhead_s : m.memory.front().seconds;
+  p.collective_tables.clear();
+  for (int op = 0; op < 3; ++op) {
+    CollectiveTable t;
+    t.op = op == 0 ? CollectiveOp::kAllReduce : op == 1 ? CollectiveOp::kAllGather : CollectiveOp::kReduceScatter;
+    t.ranks = m.ranks;
+    t.nodes = m.nodes;
+    for (const auto& c : m.collectives) {
+      if (c.op == op) t.bytes_to_seconds.push_back({c.bytes, c.seconds});
+    }
+    if (t.bytes_to_seconds.size() < 2) continue;
+    std::sort(t.bytes_to_seconds.begin(), t.bytes_to_seconds.end(), [](auto a, auto b) { return a.x < b.x; });
+    if (op == 0 && m.nodes == 1) {
+      const AlphaBeta ab = FitAlphaBeta(t.bytes_to_seconds);
+      const auto& last = t.bytes_to_seconds.back();
+      p.intra_busbw_GBps = last.x / last.y * BusBwFactor(t.op, m.ranks) / 1e9;
+      p.coll_base_latency_s = ab.alpha_s;
+      p.coll_intra_hop_latency_s = 0;
+    }
+    p.collective_tables.push_back(std::move(t));
+  }
+  if (m.gemm_alone_s > 0) {
+    p.overlap_slowdown_nvlink = std::max(0.0, m.gemm_with_comm_s / m.gemm_alone_s - 1.0);
+  }
+  ProfileMachine pm;
+  pm.name = std::to_string(m.ranks_per_node) + "x " + m.device_name;
+  pm.devices_per_node = m.ranks_per_node;
+  pm.nodes = m.nodes;
+  pm.memory_bytes_per_device = m.memory_bytes;
+  p.machine = pm;
+  return p;
+}
+
+}  // namespace
+
+HardwareProfile RunCalibration(const CalibrateOptions& o) {
+  if (o.backend != "cpu" && o.backend != "cuda") {
+    throw InputError("command line: --backend: got \"" + o.backend + "\", expected cpu or cuda");
+  }
+  if (!o.stop_after.empty() && std::find(CalibrationGroups().begin(), CalibrationGroups().end(), o.stop_after) ==
+                                   CalibrationGroups().end()) {
+    throw InputError("command line: --stop-after: got \"" + o.stop_after + "\", expected one of " +
+                     Join(CalibrationGroups(), ", "));
+  }
+  if (o.backend == "cuda") {
+    std::string why;
+    if (!cuda::BuiltWithCuda()) {
+      throw InputError("--backend cuda: this build has no CUDA backend (no CUDA toolkit was found at configure time)");
+    }
+    if (!cuda::Usable(&why)) throw InputError("--backend cuda: no usable GPU was found: " + why);
+    cuda::Measurements m;
+    try {
+      m = cuda::Measure(o.quick, o.progress);
+    } catch (const std::runtime_error& e) {
+      throw InputError(std::string("--backend cuda: ") + e.what());
+    }
+    if (Rank() != 0) return HardwareProfile{};
+    HardwareProfile p = BuildCudaProfile(m);
+    WriteFileAtomic(o.out, ProfileToJson(p).dump(2) + "\n");
+    return p;
+  }
+  Ctx c{o, Rank(), Size()};
+  const std::string partial_path = o.out + ".partial.json";
+  // Rank 0 reads the partial results and tells the others which groups are done.
+  Json partial = {{"format", "shardcast-calibration-partial"}, {"backend", o.backend}, {"quick", o.quick},
+                  {"ranks", c.size}, {"groups", Json::object()}};
+  int loaded = 0;
+  if (c.rank == 0 && o.resume && access(partial_path.c_str(), R_OK) == 0) {
+    Json p = ReadJsonFile(partial_path);
+    JsonReader r(p, partial_path);
+    if (r.String("format") != "shardcast-calibration-partial" || p.value("quick", false) != o.quick ||
+        p.value("ranks", 0) != c.size || p.value("backend", "") != o.backend) {
+      throw InputError(partial_path + ": partial results of a different sweep (backend, --quick or rank count "
+                                      "differ); delete it or run without --resume");
+    }
+    partial = p;
+    loaded = 1;
+  }
+  MPI_Bcast(&loaded, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  for (const auto& group : CalibrationGroups()) {
+    int have = c.rank == 0 && partial["groups"].contains(group) ? 1 : 0;
+    MPI_Bcast(&have, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!have) {
+      Json data = group == "gemm"         ? MeasureGemm(c)
+                  : group == "memory"     ? MeasureMemory(c)
+                  : group == "attention"  ? MeasureAttention(c)
+                  : group == "collectives" ? MeasureCollectives(c)
+                                          : MeasureOverlap(c);
+      if (c.rank == 0) {
+        partial["groups"][group] = data;
+        WriteFileAtomic(partial_path, partial.dump(1));
+      }
+    } else if (c.rank == 0 && o.progress) {
+      std::cerr << "calibrate: " << group << " resumed from " << partial_path << "\n";
+    }
+    if (group == o.stop_after) return HardwareProfile{};  // as if interrupted here
+  }
+  if (c.rank != 0) return HardwareProfile{};
+  HardwareProfile p = BuildCpuProfile(partial["groups"], c.size);
+  WriteFileAtomic(o.out, ProfileToJson(p).dump(2) + "\n");
+  std::remove(partial_path.c_str());
+  return p;
+}
+
+HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwareProfile p) {
+  p.kind = "measured";
+  p.source = "nccl-tests logs: " + Join(logs, ", ") + " (other tables: " + p.source + ")";
+  p.collective_tables.clear();
+  double best_n = 0;
+  for (const auto& path : logs) {
+    for (const auto& run : ReadNcclTestsLog(path)) {
+      if (run.ranks < 2) throw InputError(path + ": cannot tell the rank count (no 'Rank' lines and no busbw/algbw ratio)");
+      CollectiveTable t = ToCollectiveTable(run);
+      if (t.op == CollectiveOp::kAllReduce && t.nodes == 1 && t.bytes_to_seconds.size() >= 2 && run.ranks >= best_n) {
+        const AlphaBeta ab = FitAlphaBeta(t.bytes_to_seconds);
+        if (ab.beta_Bps > 0) {
+          // Bandwidth regime: the largest messages' busbw; latency from the fit.
+          const auto& last = t.bytes_to_seconds.back();
+          p.intra_busbw_GBps = last.x / last.y * BusBwFactor(t.op, run.ranks) / 1e9;
+          p.coll_base_latency_s = ab.alpha_s;
+          p.coll_intra_hop_latency_s = 0;
+          best_n = run.ranks;
+        }
+      }
+      p.collective_tables.push_back(std::move(t));
+    }
+  }
+  return p;
+}
+
+std::string DescribeProfile(const HardwareProfile& p) {
+  std::string s;
+  s += fmt::format("Profile: {} ({}), GPU/device: {}, date {}\n  source: {}\n", p.kind, "version " + std::to_string(p.version),
+                   p.gpu, p.date, p.source);
+  if (p.machine) {
+    s += fmt::format("  machine: {} ({} per node x {} nodes, {} per device)\n", p.machine->name,
+                     p.machine->devices_per_node, p.machine->nodes, FormatGiB(p.machine->memory_bytes_per_device));
+  }
+  s += fmt::format("\nGEMM: peak {:.4g} TFLOP/s, max efficiency {:.3f}\n", p.gemm_peak_tflops, p.gemm_max_efficiency);
+  s += "  GFLOP per GEMM -> efficiency (of max)\n";
+  for (const auto& pt : p.gemm_efficiency_vs_gflop) s += fmt::format("    {:>12.4g} -> {:.3f}\n", pt.x, pt.y);
+  if (!p.gemm_samples.empty()) {
+    s += fmt::format("  {} measured shapes (m x n x k -> TFLOP/s, % of peak):\n", p.gemm_samples.size());
+    for (const auto& g : p.gemm_samples) {
+      s += fmt::format("    {:>6} x {:>6} x {:>6} -> {:.4g} ({:.0f}%)\n", g.m, g.n, g.k, g.tflops, 100 * g.tflops / p.gemm_peak_tflops);
+    }
+  }
+  s += fmt::format("\nAttention: forward {:.3f}, backward {:.3f} of the GEMM peak\n", p.attention_fwd_efficiency,
+                   p.attention_bwd_efficiency);
+  s += fmt::format("\nMemory-bound: peak {:.4g} GB/s, launch floor {:.2f} us\n  bytes -> efficiency\n", p.hbm_GBps,
+                   p.launch_overhead_s * 1e6);
+  for (const auto& pt : p.memory_efficiency_vs_bytes) s += fmt::format("    {:>12.4g} -> {:.3f}\n", pt.x, pt.y);
+  s += fmt::format("\nCollectives: intra-node busbw {:.4g} GB/s, p2p {:.4g} GB/s, NIC {:.4g} GB/s x {} per node\n",
+                   p.intra_busbw_GBps, p.p2p_intra_GBps, p.nic_effective_GBps, p.nics_per_node);
+  s += fmt::format("  latency: base {:.2f} us + {:.2f} us per intra-node step + {:.2f} us per inter-node step\n",
+                   p.coll_base_latency_s * 1e6, p.coll_intra_hop_latency_s * 1e6, p.coll_inter_hop_latency_s * 1e6);
+  for (const auto& t : p.collective_tables) {
+    s += fmt::format("  {} over {} ranks on {} node(s): size -> time (busbw)\n", ToString(t.op), t.ranks, t.nodes);
+    for (const auto& pt : t.bytes_to_seconds) {
+      s += fmt::format("    {:>12.4g} B -> {:>10} ({:.3g} GB/s)\n", pt.x, FormatSeconds(pt.y),
+                       pt.x / pt.y * BusBwFactor(t.op, t.ranks) / 1e9);
+    }
+  }
+  s += fmt::format("\nOverlap: compute slows {:.1f}% beside NVLink-class traffic, {:.1f}% beside network traffic\n",
+                   100 * p.overlap_slowdown_nvlink, 100 * p.overlap_slowdown_network);
+  s += fmt::format("Framework overhead: {}\n", FormatGiB(p.framework_overhead_bytes));
+  return s;
+}
+
+}  // namespace shardcast

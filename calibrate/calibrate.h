@@ -1,0 +1,46 @@
+#pragma once
+/// \file calibrate.h
+/// `shardcast calibrate`: times GEMMs, memory-bound kernels, attention, collectives and
+/// compute/communication overlap on the machine it runs on (one MPI rank per device), fits the
+/// curves, and writes a hardware profile (simulator/profile.h) atomically. Interrupted sweeps
+/// resume from `OUT.partial.json`. docs/calibrate.md explains the method.
+
+#include <string>
+#include <vector>
+
+#include "simulator/profile.h"
+
+namespace shardcast {
+
+struct CalibrateOptions {
+  std::string backend = "cpu";  ///< cpu | cuda
+  bool quick = false;           ///< reduced sweep (under a minute)
+  bool resume = false;          ///< continue from OUT.partial.json
+  std::string out = "profile.json";
+  /// Deterministic timings from formulas instead of clocks (for tests of the harness).
+  bool fake_timer = false;
+  /// Stop (as if interrupted) after this measurement group (for tests of --resume).
+  std::string stop_after;
+  bool progress = true;  ///< progress lines on stderr (rank 0)
+};
+
+/// Measurement groups, in sweep order.
+const std::vector<std::string>& CalibrationGroups();
+
+/// Runs the calibration on every MPI rank (MPI must be initialized). Rank 0 writes the profile
+/// and returns it; other ranks return an empty profile. Throws InputError for bad options or an
+/// unusable backend (e.g. "--backend cuda: no usable GPU: ...").
+HardwareProfile RunCalibration(const CalibrateOptions& opts);
+
+/// Builds a profile from nccl-tests logs: their collective tables replace the collective
+/// defaults of `base` (intra-node busbw and latency refit from the largest single-node
+/// all-reduce table).
+HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwareProfile base);
+
+/// Human-readable summary of a profile (`shardcast profile show`).
+std::string DescribeProfile(const HardwareProfile& p);
+
+/// True when this build has the CUDA backend.
+bool CudaBackendBuilt();
+
+}  // namespace shardcast

@@ -1,0 +1,305 @@
+// calibrate --backend cuda: cuBLASLt GEMMs, the kernels of kernels/, and NCCL collectives over
+// MPI ranks, timed with CUDA events (medians after warm-up). See docs/calibrate.md.
+#include "calibrate/cuda_backend.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include "kernels/cpu_kernels.h"
+#include "kernels/cuda_kernels.cuh"
+
+namespace shardcast::cuda {
+namespace {
+
+void Ck(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+void Ck(cublasStatus_t e, const char* what) {
+  if (e != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(e));
+}
+void Ck(ncclResult_t e, const char* what) {
+  if (e != ncclSuccess) throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(e));
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+/// Median seconds per call of `fn` over `reps` calls, each timed with CUDA events.
+template <class F>
+double TimeEvents(F fn, int warmup, int reps, cudaStream_t s) {
+  for (int i = 0; i < warmup; ++i) fn();
+  cudaEvent_t a, b;
+  Ck(cudaEventCreate(&a), "cudaEventCreate");
+  Ck(cudaEventCreate(&b), "cudaEventCreate");
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    Ck(cudaEventRecord(a, s), "cudaEventRecord");
+    fn();
+    Ck(cudaEventRecord(b, s), "cudaEventRecord");
+    Ck(cudaEventSynchronize(b), "cudaEventSynchronize");
+    float ms = 0;
+    Ck(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+    t.push_back(ms * 1e-3);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return Median(t);
+}
+
+double MaxOverRanks(double v) {
+  double out = v;
+  MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return out;
+}
+
+/// C[m,n] = A[m,k] B[k,n], bf16 in, fp32 accumulate, column-major, 32 MiB workspace.
+GemmSample TimeGemm(cublasLtHandle_t lt, int m, int n, int k, void* ws, std::size_t ws_bytes, cudaStream_t s, bool quick) {
+  void *a = nullptr, *b = nullptr, *c = nullptr;
+  Ck(cudaMalloc(&a, 2ull * m * k), "cudaMalloc");
+  Ck(cudaMalloc(&b, 2ull * k * n), "cudaMalloc");
+  Ck(cudaMalloc(&c, 2ull * m * n), "cudaMalloc");
+  kernels::LaunchFillNormalBf16(a, 1ull * m * k, 1, s);
+  kernels::LaunchFillNormalBf16(b, 1ull * k * n, 2, s);
+  cublasLtMatmulDesc_t desc;
+  Ck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  cublasLtMatrixLayout_t la, lb, lc;
+  Ck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, m, k, m), "layout");
+  Ck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, k, n, k), "layout");
+  Ck(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, m, n, m), "layout");
+  cublasLtMatmulPreference_t pref;
+  Ck(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  Ck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes),
+     "preference attribute");
+  cublasLtMatmulHeuristicResult_t res[8];
+  int found = 0;
+  Ck(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, lc, lc, pref, 8, res, &found), "heuristic");
+  const float alpha = 1.0f, beta = 0.0f;
+  GemmSample g;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  const int reps = quick ? 10 : 30;
+  for (int i = 0; i < found && i < (quick ? 1 : 4); ++i) {
+    const double t = TimeEvents(
+        [&] {
+          Ck(cublasLtMatmul(lt, desc, &alpha, a, la, b, lb, &beta, c, lc, c, lc, &res[i].algo, ws, ws_bytes, s),
+             "cublasLtMatmul");
+        },
+        5, reps, s);
+    if (i == 0) g.heuristic0_s = t;
+    g.best_s = g.best_s == 0 ? t : std::min(g.best_s, t);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(desc);
+  cudaFree(a);
+  cudaFree(b);
+  cudaFree(c);
+  return g;
+}
+
+/// Runs each CUDA kernel on a small input and compares with the CPU reference.
+std::string CheckKernels(cudaStream_t s) {
+  const std::size_t rows = 4, cols = 300, n = rows * cols;
+  std::vector<float> x(n), gamma(cols, 1.25f), beta(cols, -0.5f), ref(n), got(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+  float *dx, *dg, *db, *dy;
+  Ck(cudaMalloc(&dx, n * 4), "cudaMalloc");
+  Ck(cudaMalloc(&dg, cols * 4), "cudaMalloc");
+  Ck(cudaMalloc(&db, cols * 4), "cudaMalloc");
+  Ck(cudaMalloc(&dy, n * 4), "cudaMalloc");
+  Ck(cudaMemcpy(dx, x.data(), n * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  Ck(cudaMemcpy(dg, gamma.data(), cols * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  Ck(cudaMemcpy(db, beta.data(), cols * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  std::string out = "ok";
+  auto compare = [&](const char* name) {
+    Ck(cudaStreamSynchronize(s), "sync");
+    Ck(cudaMemcpy(got.data(), dy, n * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    for (std::size_t i = 0; i < n; ++i) {
+      if (std::fabs(got[i] - ref[i]) > 1e-4f * (1.0f + std::fabs(ref[i]))) {
+        out = std::string(name) + " differs from the CPU reference at element " + std::to_string(i);
+        return;
+      }
+    }
+  };
+  kernels::LayerNormForward(x.data(), gamma.data(), beta.data(), ref.data(), rows, cols);
+  kernels::LaunchLayerNormForward(dx, dg, db, dy, rows, cols, 1e-5f, s);
+  compare("layernorm");
+  kernels::GeluForward(x.data(), ref.data(), n);
+  kernels::LaunchGeluForward(dx, dy, n, s);
+  compare("gelu");
+  kernels::SoftmaxRows(x.data(), ref.data(), rows, cols);
+  kernels::LaunchSoftmaxRows(dx, dy, rows, cols, s);
+  compare("softmax");
+  cudaFree(dx);
+  cudaFree(dg);
+  cudaFree(db);
+  cudaFree(dy);
+  return out;
+}
+
+}  // namespace
+
+bool BuiltWithCuda() { return true; }
+
+std::string VerifyKernels() {
+  cudaStream_t s;
+  Ck(cudaStreamCreate(&s), "cudaStreamCreate");
+  std::string r = CheckKernels(s);
+  cudaStreamDestroy(s);
+  return r;
+}
+
+bool Usable(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    *why = cudaGetErrorString(e);  // e.g. "CUDA driver version is insufficient for CUDA runtime version"
+    return false;
+  }
+  if (n == 0) {
+    *why = "no CUDA device found";
+    return false;
+  }
+  return true;
+}
+
+Measurements Measure(bool quick, bool progress) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+  int local_rank = 0, local_size = 1;
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
+  int ndev = 0;
+  Ck(cudaGetDeviceCount(&ndev), "cudaGetDeviceCount");
+  Ck(cudaSetDevice(local_rank % ndev), "cudaSetDevice");
+  Measurements m;
+  m.ranks = size;
+  m.ranks_per_node = local_size;
+  m.nodes = size / std::max(1, local_size);
+  cudaDeviceProp prop{};
+  Ck(cudaGetDeviceProperties(&prop, local_rank % ndev), "cudaGetDeviceProperties");
+  m.device_name = prop.name;
+  m.memory_bytes = static_cast<double>(prop.totalGlobalMem);
+  m.sm_count = prop.multiProcessorCount;
+  int drv = 0, rt = 0;
+  cudaDriverGetVersion(&drv);
+  cudaRuntimeGetVersion(&rt);
+  m.driver_version = std::to_string(drv);
+  m.runtime_version = std::to_string(rt);
+  int nccl = 0;
+  ncclGetVersion(&nccl);
+  m.nccl_version = std::to_string(nccl);
+  cudaStream_t s;
+  Ck(cudaStreamCreate(&s), "cudaStreamCreate");
+  m.kernel_check = CheckKernels(s);
+
+  // GEMMs: a log grid with off-by-one shapes (tile and wave effects, hardware.md 4.2).
+  cublasLtHandle_t lt;
+  Ck(cublasLtCreate(&lt), "cublasLtCreate");
+  const std::size_t ws_bytes = 32u << 20;  // 32 MiB (cuBLAS guidance for Hopper and later)
+  void* ws = nullptr;
+  Ck(cudaMalloc(&ws, ws_bytes), "cudaMalloc workspace");
+  std::vector<int> dims = quick ? std::vector<int>{1024, 4096, 8192} : std::vector<int>{256, 1024, 2048, 4096, 8192, 16384};
+  std::vector<std::array<int, 3>> shapes;
+  for (int d : dims) shapes.push_back({d, d, d});
+  shapes.push_back({4097, 4096, 4096});
+  shapes.push_back({8192, 1024, 8192});
+  shapes.push_back({16384, 3072, 4096});
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    GemmSample g = TimeGemm(lt, shapes[i][0], shapes[i][1], shapes[i][2], ws, ws_bytes, s, quick);
+    g.heuristic0_s = MaxOverRanks(g.heuristic0_s);
+    g.best_s = MaxOverRanks(g.best_s);
+    m.gemm.push_back(g);
+    if (progress && rank == 0) std::fprintf(stderr, "calibrate: gemm %zu/%zu\n", i + 1, shapes.size());
+  }
+  // Memory-bound: axpy over 1e4 .. 1e9 bytes.
+  for (double bytes = 1.2e4; bytes <= (quick ? 1.3e8 : 1.3e9); bytes *= 10) {
+    const std::size_t n = static_cast<std::size_t>(bytes / 12);
+    float *x, *y;
+    Ck(cudaMalloc(&x, n * 4), "cudaMalloc");
+    Ck(cudaMalloc(&y, n * 4), "cudaMalloc");
+    kernels::LaunchFillNormal(x, n, 3, s);
+    kernels::LaunchFillNormal(y, n, 4, s);
+    const double t = TimeEvents([&] { kernels::LaunchAxpy(0.5f, x, y, n, s); }, 5, quick ? 10 : 30, s);
+    m.memory.push_back({static_cast<double>(n) * 12.0, MaxOverRanks(t)});
+    cudaFree(x);
+    cudaFree(y);
+  }
+  // Overlap: a GEMM alone and beside a large NCCL all-reduce on another stream (when ranks > 1).
+  ncclComm_t comm = nullptr;
+  if (size > 1) {
+    ncclUniqueId id;
+    if (rank == 0) Ck(ncclGetUniqueId(&id), "ncclGetUniqueId");
+    MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+    Ck(ncclCommInitRank(&comm, size, id, rank), "ncclCommInitRank");
+    const std::vector<std::pair<int, const char*>> ops = {{0, "all_reduce"}, {1, "all_gather"}, {2, "reduce_scatter"}};
+    for (const auto& entry : ops) {
+      const int op = entry.first;
+      const char* name = entry.second;
+      for (double bytes = 8; bytes <= (quick ? (1 << 26) : (1ull << 30)); bytes *= (quick ? 16 : 4)) {
+        const std::size_t total = std::max<std::size_t>(static_cast<std::size_t>(bytes / 2), static_cast<std::size_t>(size));
+        const std::size_t per = op == 0 ? total : total / static_cast<std::size_t>(size);
+        void *send, *recv;
+        Ck(cudaMalloc(&send, 2 * (op == 2 ? per * size : per)), "cudaMalloc");
+        Ck(cudaMalloc(&recv, 2 * (op == 1 ? per * size : per)), "cudaMalloc");
+        auto run = [&] {
+          if (op == 0) Ck(ncclAllReduce(send, recv, per, ncclBfloat16, ncclSum, comm, s), "ncclAllReduce");
+          if (op == 1) Ck(ncclAllGather(send, recv, per, ncclBfloat16, comm, s), "ncclAllGather");
+          if (op == 2) Ck(ncclReduceScatter(send, recv, per, ncclBfloat16, ncclSum, comm, s), "ncclReduceScatter");
+        };
+        const double t = TimeEvents(run, 5, quick ? 10 : 20, s);
+        const double size_col = op == 0 ? 2.0 * per : 2.0 * per * size;  // nccl-tests' size
+        m.collectives.push_back({op, size_col, MaxOverRanks(t)});
+        cudaFree(send);
+        cudaFree(recv);
+      }
+      if (progress && rank == 0) std::fprintf(stderr, "calibrate: nccl %s done\n", name);
+    }
+  }
+  {
+    GemmSample alone = TimeGemm(lt, 8192, 8192, 8192, ws, ws_bytes, s, true);
+    m.gemm_alone_s = MaxOverRanks(alone.heuristic0_s);
+    m.gemm_with_comm_s = m.gemm_alone_s;
+    if (comm) {
+      cudaStream_t cs;
+      Ck(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), "stream");
+      const std::size_t n = 256u << 20;  // 512 MiB of bf16
+      void *send, *recv;
+      Ck(cudaMalloc(&send, 2 * n), "cudaMalloc");
+      Ck(cudaMalloc(&recv, 2 * n), "cudaMalloc");
+      for (int i = 0; i < 4; ++i) Ck(ncclAllReduce(send, recv, n, ncclBfloat16, ncclSum, comm, cs), "ncclAllReduce");
+      GemmSample with = TimeGemm(lt, 8192, 8192, 8192, ws, ws_bytes, s, true);
+      Ck(cudaStreamSynchronize(cs), "sync");
+      m.gemm_with_comm_s = MaxOverRanks(with.heuristic0_s);
+      cudaFree(send);
+      cudaFree(recv);
+      cudaStreamDestroy(cs);
+    }
+  }
+  if (comm) ncclCommDestroy(comm);
+  cudaFree(ws);
+  cublasLtDestroy(lt);
+  cudaStreamDestroy(s);
+  MPI_Comm_free(&local);
+  return m;
+}
+
+}  // namespace shardcast::cuda

@@ -1,0 +1,49 @@
+#pragma once
+/// \file cuda_backend.h
+/// The CUDA measurements of `calibrate --backend cuda`, behind a plain C++ interface so that the
+/// CUDA translation unit needs none of the project's JSON headers. Built only where the CUDA
+/// toolkit is found (cuda_backend.cu); elsewhere cuda_backend_stub.cc reports it absent.
+
+#include <string>
+#include <vector>
+
+namespace shardcast::cuda {
+
+struct GemmSample {
+  int m = 0, n = 0, k = 0;
+  double heuristic0_s = 0;  ///< cuBLASLt heuristic algorithm #0 (what frameworks run)
+  double best_s = 0;        ///< best of the top few heuristic algorithms
+};
+struct MemSample {
+  double bytes = 0, seconds = 0;
+};
+struct CollSample {
+  int op = 0;  ///< 0 all-reduce, 1 all-gather, 2 reduce-scatter
+  double bytes = 0, seconds = 0;  ///< bytes as nccl-tests' size
+};
+
+struct Measurements {
+  std::string device_name, driver_version, runtime_version, nccl_version;
+  double memory_bytes = 0;
+  int sm_count = 0, clock_mhz = 0;
+  int ranks = 1, nodes = 1, ranks_per_node = 1;
+  std::vector<GemmSample> gemm;
+  std::vector<MemSample> memory;
+  std::vector<CollSample> collectives;
+  double attention_fwd_s = 0, attention_bwd_s = 0, attention_fwd_flops = 0;
+  double gemm_alone_s = 0, gemm_with_comm_s = 0;
+  std::string kernel_check;  ///< "ok" or what differed from the CPU reference
+};
+
+/// Whether this build contains the CUDA backend.
+bool BuiltWithCuda();
+/// Whether a GPU can be used; `why` says why not (e.g. "CUDA driver version is insufficient").
+bool Usable(std::string* why);
+/// Runs each CUDA kernel of kernels/ on a small input and compares with its CPU reference:
+/// "ok", or what differed.
+std::string VerifyKernels();
+/// Runs the sweep on this rank's GPU (device = local rank modulo the device count) and NCCL
+/// collectives across MPI ranks (ncclUniqueId broadcast over MPI). MPI must be initialized.
+Measurements Measure(bool quick, bool progress);
+
+}  // namespace shardcast::cuda

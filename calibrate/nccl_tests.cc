@@ -1,0 +1,223 @@
+#include "calibrate/nccl_tests.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "common/error.h"
+#include "common/json_reader.h"
+#include "common/text.h"
+
+namespace shardcast {
+namespace {
+
+bool OpFromBinary(const std::string& name, CollectiveOp* op) {
+  static const std::map<std::string, CollectiveOp> ops = {
+      {"all_reduce", CollectiveOp::kAllReduce},     {"all_gather", CollectiveOp::kAllGather},
+      {"reduce_scatter", CollectiveOp::kReduceScatter}, {"alltoall", CollectiveOp::kAllToAll},
+      {"sendrecv", CollectiveOp::kSendRecv}};
+  for (const auto& [k, v] : ops) {
+    if (name.find(k) != std::string::npos) {
+      *op = v;
+      return true;
+    }
+  }
+  return false;
+}
+
+/// Strips "[1,0]<stdout>:" (Open MPI --tag-output) and "0: " / "[0] " (srun -l) prefixes.
+std::string StripPrefix(const std::string& line) {
+  static const std::regex prefix(R"(^(\[\d+,\d+\]<std(out|err)>:|\[\d+\]\s|\d+:\s))");
+  return std::regex_replace(line, prefix, "", std::regex_constants::format_first_only);
+}
+
+std::vector<std::string> Fields(const std::string& s) {
+  std::istringstream ss(s);
+  std::vector<std::string> f;
+  std::string w;
+  while (ss >> w) f.push_back(w);
+  return f;
+}
+
+bool ParseDouble(const std::string& s, double* v) {
+  try {
+    std::size_t pos = 0;
+    *v = std::stod(s, &pos);
+    return pos == s.size();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+/// n from busbw/algbw: all-reduce f = 2(n-1)/n -> n = 2/(2-f); AG/RS/A2A f = (n-1)/n -> 1/(1-f).
+int RanksFromFactor(CollectiveOp op, double f) {
+  if (!(f > 0)) return 0;
+  if (op == CollectiveOp::kAllReduce) return f < 2 ? static_cast<int>(std::lround(2.0 / (2.0 - f))) : 0;
+  if (op == CollectiveOp::kSendRecv) return 0;
+  return f < 1 ? static_cast<int>(std::lround(1.0 / (1.0 - f))) : 0;
+}
+
+std::vector<NcclTestsRun> ParseJson(const Json& j, const std::string& file) {
+  JsonReader r(j, file);
+  NcclTestsRun run;
+  std::string name = r.OptString("collective").value_or(file);
+  if (j.contains("config") && j["config"].is_object() && j["config"].contains("collective")) {
+    name = j["config"]["collective"].get<std::string>();
+  }
+  if (!OpFromBinary(name, &run.op) && !OpFromBinary(file, &run.op)) {
+    throw InputError(file + ": cannot tell the collective (expected a \"collective\" key or a file name such as "
+                            "all_reduce_perf.json)");
+  }
+  run.binary = name;
+  std::set<std::string> hosts;
+  if (j.contains("devices") && j["devices"].is_array()) {
+    for (const auto& d : j["devices"]) {
+      if (d.contains("hostname") && d["hostname"].is_string()) hosts.insert(d["hostname"].get<std::string>());
+    }
+    run.ranks = static_cast<int>(j["devices"].size());
+  }
+  run.nodes = std::max<int>(1, static_cast<int>(hosts.size()));
+  if (!j.contains("results") || !j["results"].is_array()) {
+    throw InputError(file + ": /results: missing, expected an array of nccl-tests results");
+  }
+  for (std::size_t i = 0; i < j["results"].size(); ++i) {
+    const std::string ptr = "/results/" + std::to_string(i);
+    JsonReader row(j["results"][i], file, ptr);
+    JsonReader oop = row.Object("out_of_place");
+    NcclTestsRow x;
+    x.size_bytes = row.Number("size", 0, 1e15);
+    x.time_us = oop.Number("time", 0, 1e12);
+    x.algbw_GBps = oop.Number("alg_bw", 0, 1e9);
+    x.busbw_GBps = oop.Number("bus_bw", 0, 1e9);
+    run.rows.push_back(x);
+  }
+  if (run.rows.empty()) throw InputError(file + ": /results: empty, expected at least one measured size");
+  if (run.ranks == 0) {
+    for (const auto& x : run.rows) {
+      if (x.algbw_GBps > 0) run.ranks = RanksFromFactor(run.op, x.busbw_GBps / x.algbw_GBps);
+    }
+  }
+  return {run};
+}
+
+}  // namespace
+
+std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::string& file) {
+  std::size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{') return ParseJson(ParseJsonText(text, file), file);
+
+  std::vector<NcclTestsRun> runs;
+  NcclTestsRun cur;
+  bool have_op = OpFromBinary(file, &cur.op);
+  std::set<std::string> hosts;
+  int rank_lines = 0;
+  int time_col = -1;  // index of the out-of-place time column in a data row
+  std::istringstream in(text);
+  std::string raw;
+  int lineno = 0;
+  auto finish = [&] {
+    if (cur.rows.empty()) return;
+    if (!have_op) {
+      throw InputError(file + ": cannot tell the collective (expected a '# Collective test starting:' line or a file "
+                              "name such as all_reduce_perf.log)");
+    }
+    cur.ranks = rank_lines;
+    cur.nodes = std::max<int>(1, static_cast<int>(hosts.size()));
+    if (cur.ranks == 0) {
+      for (const auto& x : cur.rows) {
+        if (x.algbw_GBps > 0) cur.ranks = RanksFromFactor(cur.op, x.busbw_GBps / x.algbw_GBps);
+      }
+    }
+    runs.push_back(cur);
+    cur.rows.clear();
+  };
+  while (std::getline(in, raw)) {
+    ++lineno;
+    const std::string line = StripPrefix(raw);
+    if (line.find("NCCL INFO") != std::string::npos || line.find("NCCL WARN") != std::string::npos) continue;
+    if (line.rfind("#", 0) == 0) {
+      const std::string body = line.substr(1);
+      if (auto p = body.find("Collective test starting:"); p != std::string::npos) {
+        finish();
+        const auto f = Fields(body.substr(p + 25));
+        if (!f.empty()) {
+          cur.binary = f[0];
+          have_op = OpFromBinary(f[0], &cur.op);
+          if (!have_op) {
+            throw InputError(file + ":" + std::to_string(lineno) + ": unknown collective '" + f[0] +
+                             "' (expected all_reduce, all_gather, reduce_scatter, alltoall or sendrecv)");
+          }
+        }
+        continue;
+      }
+      const auto f = Fields(body);
+      // "#  Rank  0 Group  0 Pid 65234 on gpu49 device 0 ..." (new) / "#   Rank  0 Pid 920 on node2 ..." (old)
+      if (f.size() >= 2 && f[0] == "Rank") {
+        ++rank_lines;
+        for (std::size_t i = 0; i + 1 < f.size(); ++i) {
+          if (f[i] == "on") hosts.insert(f[i + 1]);
+        }
+        continue;
+      }
+      // Column header: the first "time" after the key columns is the out-of-place time.
+      if (!f.empty() && f[0] == "size" && std::find(f.begin(), f.end(), "time") != f.end()) {
+        time_col = static_cast<int>(std::find(f.begin(), f.end(), "time") - f.begin());
+      }
+      continue;
+    }
+    const auto f = Fields(line);
+    if (f.empty()) continue;
+    double size = 0;
+    if (!ParseDouble(f[0], &size)) continue;  // other output (banners, warnings)
+    // Data row: size count type redop [root] time algbw busbw #wrong ...
+    int tc = time_col;
+    if (tc < 0 || tc + 2 >= static_cast<int>(f.size())) {
+      // No header seen: find the first three numeric columns after the type/redop words.
+      tc = -1;
+      for (std::size_t i = 2; i + 2 < f.size(); ++i) {
+        double a, b, c;
+        if (ParseDouble(f[i], &a) && ParseDouble(f[i + 1], &b) && ParseDouble(f[i + 2], &c) && i >= 4) {
+          tc = static_cast<int>(i);
+          break;
+        }
+      }
+    }
+    NcclTestsRow x;
+    x.size_bytes = size;
+    if (tc < 0 || tc + 2 >= static_cast<int>(f.size()) || !ParseDouble(f[static_cast<std::size_t>(tc)], &x.time_us) ||
+        !ParseDouble(f[static_cast<std::size_t>(tc) + 1], &x.algbw_GBps) ||
+        !ParseDouble(f[static_cast<std::size_t>(tc) + 2], &x.busbw_GBps) || x.time_us < 0) {
+      throw InputError(file + ":" + std::to_string(lineno) + ": malformed result row '" + line +
+                       "' (expected: size count type redop [root] time algbw busbw ...)");
+    }
+    cur.rows.push_back(x);
+  }
+  finish();
+  if (runs.empty()) throw InputError(file + ": no nccl-tests result rows found (is this an nccl-tests log?)");
+  return runs;
+}
+
+std::vector<NcclTestsRun> ReadNcclTestsLog(const std::string& path) {
+  return ParseNcclTestsLog(ReadTextFile(path), path);
+}
+
+CollectiveTable ToCollectiveTable(const NcclTestsRun& run) {
+  CollectiveTable t;
+  t.op = run.op;
+  t.ranks = run.ranks;
+  t.nodes = run.nodes;
+  std::map<double, double> best;  // size -> time (s); repeated sizes keep the fastest
+  for (const auto& r : run.rows) {
+    if (r.size_bytes <= 0 || r.time_us <= 0) continue;
+    const double s = r.time_us * 1e-6;
+    auto it = best.find(r.size_bytes);
+    if (it == best.end() || s < it->second) best[r.size_bytes] = s;
+  }
+  for (const auto& [size, secs] : best) t.bytes_to_seconds.push_back({size, secs});
+  return t;
+}
+
+}  // namespace shardcast

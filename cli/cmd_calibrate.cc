@@ -1,0 +1,98 @@
+#include <iostream>
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include "calibrate/calibrate.h"
+#include "cli/commands.h"
+#include "common/error.h"
+#include "common/file_util.h"
+#include "models/loader.h"
+
+namespace shardcast::cli {
+namespace {
+
+struct CalibrateArgs {
+  CalibrateOptions o;
+  std::vector<std::string> logs;
+  std::string import_out = "profile.json", cluster = "dgx-h100", profile_file;
+};
+
+void RunCalibrate(const CalibrateArgs& a) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) MPI_Init(nullptr, nullptr);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  try {
+    HardwareProfile p = RunCalibration(a.o);
+    if (rank == 0 && a.o.stop_after.empty()) {
+      std::cout << fmt::format("Wrote {} ({} backend, {} rank(s)); `shardcast profile show {}` prints it.\n", a.o.out,
+                               a.o.backend, size, a.o.out);
+    } else if (rank == 0) {
+      std::cout << "Stopped after " << a.o.stop_after << "; partial results in " << a.o.out
+                << ".partial.json (continue with --resume).\n";
+    }
+  } catch (const std::exception& e) {
+    if (size > 1) {
+      // Another rank may be waiting in a collective: end them all with the message.
+      std::cerr << "shardcast: error: " << e.what() << "\n";
+      MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    MPI_Finalize();
+    throw;
+  }
+  MPI_Finalize();
+}
+
+}  // namespace
+
+void RegisterCalibrate(CLI::App& app) {
+  auto a = std::make_shared<CalibrateArgs>();
+  auto* cmd = app.add_subcommand(
+      "calibrate",
+      "Measure this machine (GEMMs, memory-bound kernels, attention, collectives, overlap) and write a\n"
+      "hardware profile. Run one MPI rank per GPU (or per CPU core with --backend cpu).\n"
+      "Example: mpirun -np 2 shardcast calibrate --backend cpu --quick --out cpu.json\n"
+      "         shardcast calibrate import all_reduce_perf.log --cluster dgx-h100 --out h100.json");
+  cmd->add_option("--backend", a->o.backend, "cpu (Eigen + MPI) or cuda (cuBLASLt + NCCL)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_flag("--quick", a->o.quick, "reduced sweep, under a minute");
+  cmd->add_flag("--resume", a->o.resume, "continue an interrupted sweep from OUT.partial.json");
+  cmd->add_option("--out", a->o.out, "profile to write (atomically)");
+  cmd->add_flag("--fake-timer", a->o.fake_timer, "deterministic timings from formulas (for tests)")->group("");
+  cmd->add_option("--stop-after", a->o.stop_after, "stop after a measurement group (for tests)")->group("");
+  cmd->callback([a, cmd] {
+    if (cmd->get_subcommands().empty()) RunCalibrate(*a);
+  });
+  auto* imp = cmd->add_subcommand("import", "Build a profile from nccl-tests logs (text or -J JSON).\n"
+                                            "Example: shardcast calibrate import ar.log ag.log --cluster dgx-h100 --out h100.json");
+  imp->add_option("logs", a->logs, "nccl-tests log files")->required()->expected(1, -1);
+  imp->add_option("--cluster", a->cluster, "cluster whose default profile supplies everything but the collectives");
+  imp->add_option("--out", a->import_out, "profile to write (atomically)");
+  imp->callback([a] {
+    HardwareProfile p = ImportNcclTests(a->logs, DefaultProfile(LoadCluster(a->cluster)));
+    WriteFileAtomic(a->import_out, ProfileToJson(p).dump(2) + "\n");
+    std::cout << fmt::format("Wrote {} with {} collective table(s) from {} log(s)\n", a->import_out,
+                             p.collective_tables.size(), a->logs.size());
+    for (const auto& t : p.collective_tables) {
+      const auto& last = t.bytes_to_seconds.back();
+      std::cout << fmt::format("  {} over {} ranks on {} node(s): {} sizes, busbw {:.4g} GB/s at {:.4g} B\n", ToString(t.op),
+                               t.ranks, t.nodes, t.bytes_to_seconds.size(),
+                               last.x / last.y * BusBwFactor(t.op, t.ranks) / 1e9, last.x);
+    }
+  });
+}
+
+void RegisterProfile(CLI::App& app) {
+  auto file = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("profile", "Work with hardware profiles.\nExample: shardcast profile show cpu.json");
+  cmd->require_subcommand(1);
+  auto* show = cmd->add_subcommand("show", "Print a profile readably: peaks vs achieved, curves as tables.\n"
+                                           "Example: shardcast profile show cpu.json");
+  show->add_option("file", *file, "profile JSON")->required();
+  show->callback([file] { std::cout << DescribeProfile(LoadProfile(*file)); });
+}
+
+}  // namespace shardcast::cli

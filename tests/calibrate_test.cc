@@ -1,0 +1,190 @@
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "calibrate/calibrate.h"
+#include "calibrate/cuda_backend.h"
+#include "calibrate/fit.h"
+#include "calibrate/nccl_tests.h"
+#include "common/error.h"
+#include "kernels/cpu_kernels.h"
+#include "tests/test_util.h"
+
+namespace shardcast {
+namespace {
+
+const std::string kNccl = std::string(SHARDCAST_FIXTURES) + "/nccl/";
+
+TEST(NcclTests, CurrentFormatWithPrefixesAndInfoLines) {
+  auto runs = ReadNcclTestsLog(kNccl + "all_reduce_h200_8.log");
+  ASSERT_EQ(runs.size(), 1u);
+  const auto& r = runs[0];
+  EXPECT_EQ(r.op, CollectiveOp::kAllReduce);
+  EXPECT_EQ(r.ranks, 8);
+  EXPECT_EQ(r.nodes, 1);
+  ASSERT_EQ(r.rows.size(), 6u);
+  // busbw = size / time * 2(n-1)/n (nccl-tests doc/PERFORMANCE.md), out-of-place columns.
+  for (const auto& row : r.rows) {
+    const double busbw = row.size_bytes / (row.time_us * 1e-6) / 1e9 * 2.0 * 7 / 8;
+    EXPECT_NEAR(row.busbw_GBps, busbw, 0.01 * busbw + 0.01);
+  }
+  EXPECT_DOUBLE_EQ(r.rows[0].time_us, 40.5);
+  CollectiveTable t = ToCollectiveTable(r);
+  EXPECT_EQ(t.bytes_to_seconds.size(), 6u);
+  EXPECT_DOUBLE_EQ(t.bytes_to_seconds.back().y, 5100.7e-6);
+}
+
+TEST(NcclTests, OldFormatTwoNodesFromFileName) {
+  auto runs = ReadNcclTestsLog(kNccl + "all_gather_perf_old_2nodes.log");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].op, CollectiveOp::kAllGather);
+  EXPECT_EQ(runs[0].ranks, 8);
+  EXPECT_EQ(runs[0].nodes, 2);
+  ASSERT_EQ(runs[0].rows.size(), 4u);
+  EXPECT_DOUBLE_EQ(runs[0].rows[3].time_us, 7200.0);
+  // all-gather busbw factor (n-1)/n.
+  const auto& row = runs[0].rows[3];
+  EXPECT_NEAR(row.busbw_GBps / row.algbw_GBps, 7.0 / 8, 0.01);
+}
+
+TEST(NcclTests, JsonOutput) {
+  auto runs = ReadNcclTestsLog(kNccl + "all_reduce.json");
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].op, CollectiveOp::kAllReduce);
+  EXPECT_EQ(runs[0].ranks, 8);
+  EXPECT_EQ(runs[0].rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(runs[0].rows[1].time_us, 3500.0);
+}
+
+TEST(NcclTests, RanksFromBusbwRatioWithoutRankLines) {
+  // 4 ranks: all-reduce factor 2*3/4 = 1.5.
+  auto runs = ParseNcclTestsLog(
+      "# Collective test starting: all_reduce_perf\n"
+      "#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+      "     1048576        262144     float     sum      -1    100.0   10.49   15.73      0\n",
+      "x.log");
+  EXPECT_EQ(runs[0].ranks, 4);
+}
+
+TEST(NcclTests, CorruptLogsAreClearErrors) {
+  try {
+    ReadNcclTestsLog(kNccl + "truncated.log");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), kNccl + "truncated.log:3: malformed result row '     1048576        262144     "
+                                             "float     sum      -1   40.5   25.89' (expected: size count type redop "
+                                             "[root] time algbw busbw ...)");
+  }
+  EXPECT_THROW(ParseNcclTestsLog("hello\nworld\n", "empty.log"), InputError);
+  EXPECT_THROW(ParseNcclTestsLog("{\"results\": 3}", "bad.json"), InputError);
+}
+
+TEST(Fit, AlphaBetaRecoversKnownParametersUnderNoise) {
+  const double alpha = 12e-6, beta = 40e9;
+  std::mt19937 gen(5);
+  std::normal_distribution<double> noise(0.0, 0.02);
+  std::vector<CurvePoint> pts;
+  for (double s = 8; s <= 1 << 30; s *= 4) pts.push_back({s, (alpha + s / beta) * (1 + noise(gen))});
+  AlphaBeta f = FitAlphaBeta(pts);
+  EXPECT_NEAR(f.alpha_s / alpha, 1.0, 0.05);
+  EXPECT_NEAR(f.beta_Bps / beta, 1.0, 0.05);
+  EXPECT_LT(f.rms_rel_error, 0.05);
+  EXPECT_THROW(FitAlphaBeta({{8, 1e-5}}), InputError);
+}
+
+TEST(Kernels, CpuReferencesFollowTheirFormulas) {
+  const std::size_t rows = 3, cols = 64;
+  std::vector<float> x(rows * cols), y(rows * cols), g(cols, 1.0f), b(cols, 0.0f);
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.1 * i) * 5 + 2);
+  kernels::LayerNormForward(x.data(), g.data(), b.data(), y.data(), rows, cols);
+  for (std::size_t r = 0; r < rows; ++r) {
+    double mean = 0, var = 0;
+    for (std::size_t c = 0; c < cols; ++c) mean += y[r * cols + c];
+    mean /= cols;
+    for (std::size_t c = 0; c < cols; ++c) var += std::pow(y[r * cols + c] - mean, 2);
+    EXPECT_NEAR(mean, 0.0, 1e-5);
+    EXPECT_NEAR(var / cols, 1.0, 1e-3);
+  }
+  float gx[3] = {0.0f, 1.0f, -1.0f}, gy[3];
+  kernels::GeluForward(gx, gy, 3);
+  EXPECT_FLOAT_EQ(gy[0], 0.0f);
+  EXPECT_NEAR(gy[1], 0.8411920f, 1e-6);  // 0.5*(1+tanh(sqrt(2/pi)*1.044715))
+  EXPECT_NEAR(gy[2], -0.1588080f, 1e-6);
+  kernels::SoftmaxRows(x.data(), y.data(), rows, cols);
+  for (std::size_t r = 0; r < rows; ++r) {
+    double sum = 0;
+    for (std::size_t c = 0; c < cols; ++c) sum += y[r * cols + c];
+    EXPECT_NEAR(sum, 1.0, 1e-5);
+  }
+  // Adam step 1 with bias correction moves each parameter by lr * sign(grad) (for eps -> 0).
+  float p[2] = {1.0f, 1.0f}, gr[2] = {0.5f, -2.0f}, m[2] = {0, 0}, v[2] = {0, 0};
+  kernels::AdamStep(p, gr, m, v, 2, 0.01f, 0.9f, 0.999f, 1e-12f, 1);
+  EXPECT_NEAR(p[0], 0.99f, 1e-6);
+  EXPECT_NEAR(p[1], 1.01f, 1e-6);
+}
+
+TEST(Gpu, CudaKernelsMatchCpuReferences) {
+  std::string why;
+  if (!cuda::BuiltWithCuda() || !cuda::Usable(&why)) {
+    GTEST_SKIP() << "no usable GPU here: " << (why.empty() ? "no CUDA backend in this build" : why);
+  }
+  EXPECT_EQ(cuda::VerifyKernels(), "ok");
+}
+
+std::string Mpirun(int np) {
+  return "mpirun --allow-run-as-root --oversubscribe -np " + std::to_string(np) + " " + SHARDCAST_BINARY;
+}
+
+int RunShell(const std::string& cmd) {
+  const int st = std::system((cmd + " > /dev/null 2>&1").c_str());
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+TEST(CalibrateCpu, TwoRanksWriteAProfileThatSimulateAccepts) {
+  const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  std::filesystem::create_directories(dir);
+  const std::string out = (dir / "cpu_profile.json").string();
+  std::filesystem::remove(out);
+  ASSERT_EQ(RunShell(Mpirun(2) + " calibrate --backend cpu --quick --out " + out), 0);
+  HardwareProfile p = LoadProfile(out);
+  EXPECT_EQ(p.kind, "measured");
+  ASSERT_TRUE(p.machine.has_value());
+  EXPECT_EQ(p.machine->devices_per_node * p.machine->nodes, 2);
+  EXPECT_GT(p.gemm_peak_tflops, 0);
+  EXPECT_EQ(p.collective_tables.size(), 3u);
+  auto r = testing::RunShardcast("simulate --model gpt3-125m --profile " + out + " --gpus 2 --tp 2 --mbs 1 --gbs 4 --seq 256 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Json j = Json::parse(r.out);
+  EXPECT_GT(j["step_time_s"].get<double>(), 0);
+}
+
+TEST(CalibrateCpu, ResumedSweepEqualsUninterrupted) {
+  const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  std::filesystem::create_directories(dir);
+  const std::string a = (dir / "fake_a.json").string(), b = (dir / "fake_b.json").string();
+  std::filesystem::remove(a);
+  std::filesystem::remove(b);
+  std::filesystem::remove(b + ".partial.json");
+  ASSERT_EQ(RunShell(Mpirun(2) + " calibrate --backend cpu --quick --fake-timer --out " + a), 0);
+  ASSERT_EQ(RunShell(Mpirun(2) + " calibrate --backend cpu --quick --fake-timer --stop-after attention --out " + b), 0);
+  EXPECT_FALSE(std::filesystem::exists(b));
+  EXPECT_TRUE(std::filesystem::exists(b + ".partial.json"));
+  ASSERT_EQ(RunShell(Mpirun(2) + " calibrate --backend cpu --quick --fake-timer --resume --out " + b), 0);
+  EXPECT_FALSE(std::filesystem::exists(b + ".partial.json"));
+  EXPECT_EQ(ReadTextFile(a), ReadTextFile(b));
+}
+
+TEST(CalibrateCpu, BadInput) {
+  auto r = testing::RunShardcast("calibrate --backend cuda --out /tmp/shardcast_tests/x.json");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--backend cuda"), std::string::npos) << r.err;
+  auto bad = testing::RunShardcast("profile show " + kNccl + "all_reduce.json");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("/format"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace shardcast
