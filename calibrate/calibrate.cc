@@ -203,44 +203,83 @@ Json MeasureCollectives(const Ctx& c) {
   if (c.size < 2) return out;
   std::vector<double> sizes;
   for (double b = 8; b <= (c.o.quick ? 1 << 20 : 1 << 26); b *= (c.o.quick ? 16 : 4)) sizes.push_back(b);
-  const std::vector<std::pair<CollectiveOp, std::string>> ops = {{CollectiveOp::kAllReduce, "all_reduce"},
-                                                                 {CollectiveOp::kAllGather, "all_gather"},
-                                                                 {CollectiveOp::kReduceScatter, "reduce_scatter"}};
+  const std::vector<std::pair<CollectiveOp, std::string>> ops = {
+      {CollectiveOp::kAllReduce, "all_reduce"}, {CollectiveOp::kAllGather, "all_gather"},
+      {CollectiveOp::kReduceScatter, "reduce_scatter"}, {CollectiveOp::kAllToAll, "alltoall"},
+      {CollectiveOp::kSendRecv, "sendrecv"}};
+  // Group sizes: powers of two up to the world, and the world itself (consecutive ranks, as
+  // tensor-parallel groups are placed).
+  std::vector<int> groups;
+  for (int g = 2; g < c.size; g *= 2) groups.push_back(g);
+  groups.push_back(c.size);
   std::size_t done = 0;
-  for (const auto& [op, name] : ops) {
-    Json pts = Json::array();
-    for (double size : sizes) {
-      // nccl-tests' size: all-reduce per-rank buffer; all-gather total output; reduce-scatter
-      // total input. Elements are floats; per-rank count rounded to at least one.
-      const std::size_t per_rank = std::max<std::size_t>(1, static_cast<std::size_t>(size / 4 / (op == CollectiveOp::kAllReduce ? 1 : c.size)));
-      const double bytes = op == CollectiveOp::kAllReduce ? per_rank * 4.0 : per_rank * 4.0 * c.size;
-      double secs;
-      if (c.o.fake_timer) {
-        secs = 5e-6 + BusBwFactor(op, c.size) * bytes / 5e9;
-      } else {
-        std::vector<float> send(op == CollectiveOp::kReduceScatter ? per_rank * static_cast<std::size_t>(c.size) : per_rank, 1.0f);
-        std::vector<float> recv(op == CollectiveOp::kAllGather ? per_rank * static_cast<std::size_t>(c.size) : send.size(), 0.0f);
-        auto run = [&] {
-          if (op == CollectiveOp::kAllReduce) {
-            MPI_Allreduce(send.data(), recv.data(), static_cast<int>(per_rank), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-          } else if (op == CollectiveOp::kAllGather) {
-            MPI_Allgather(send.data(), static_cast<int>(per_rank), MPI_FLOAT, recv.data(), static_cast<int>(per_rank),
-                          MPI_FLOAT, MPI_COMM_WORLD);
-          } else {
-            MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(per_rank), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-          }
-        };
-        run();
-        const int reps = bytes < 1e5 ? 50 : 10;
-        MPI_Barrier(MPI_COMM_WORLD);
-        const double t0 = MPI_Wtime();
-        for (int i = 0; i < reps; ++i) run();
-        secs = (MPI_Wtime() - t0) / reps;
-      }
-      pts.push_back({bytes, MaxOverRanks(secs)});
+  const std::size_t total = groups.size() * ops.size();
+  for (int g : groups) {
+    MPI_Comm comm;
+    const bool member = c.rank < (c.size / g) * g;
+    MPI_Comm_split(MPI_COMM_WORLD, member ? c.rank / g : MPI_UNDEFINED, c.rank, &comm);
+    int group_nodes = 1;
+    if (member) {
+      std::vector<char> names(static_cast<std::size_t>(g) * MPI_MAX_PROCESSOR_NAME, 0);
+      MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR, comm);
+      std::set<std::string> h;
+      for (int r = 0; r < g; ++r) h.insert(std::string(&names[static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME]));
+      group_nodes = static_cast<int>(h.size());
     }
-    out["tables"].push_back({{"op", name}, {"points", pts}});
-    c.Progress("collectives", ++done, ops.size());
+    int grank = 0;
+    if (member) MPI_Comm_rank(comm, &grank);
+    for (const auto& [op, name] : ops) {
+      Json pts = Json::array();
+      for (double size : sizes) {
+        // nccl-tests' size: all-reduce and all-to-all per-rank buffer; all-gather total output;
+        // reduce-scatter total input; send/recv bytes sent per rank. Float elements.
+        const bool per_peer = op == CollectiveOp::kAllGather || op == CollectiveOp::kReduceScatter ||
+                              op == CollectiveOp::kAllToAll;
+        const std::size_t count = std::max<std::size_t>(1, static_cast<std::size_t>(size / 4 / (per_peer ? g : 1)));
+        const double bytes = per_peer ? count * 4.0 * g : count * 4.0;
+        double secs = 0;
+        if (c.o.fake_timer) {
+          secs = 5e-6 + BusBwFactor(op, g) * bytes / 5e9;
+        } else if (member) {
+          const std::size_t big = count * static_cast<std::size_t>(g);
+          std::vector<float> send(op == CollectiveOp::kReduceScatter || op == CollectiveOp::kAllToAll ? big : count, 1.0f);
+          std::vector<float> recv(op == CollectiveOp::kAllGather || op == CollectiveOp::kAllToAll ? big : count, 0.0f);
+          const int n = static_cast<int>(count);
+          auto run = [&] {
+            switch (op) {
+              case CollectiveOp::kAllReduce:
+                MPI_Allreduce(send.data(), recv.data(), n, MPI_FLOAT, MPI_SUM, comm);
+                break;
+              case CollectiveOp::kAllGather:
+                MPI_Allgather(send.data(), n, MPI_FLOAT, recv.data(), n, MPI_FLOAT, comm);
+                break;
+              case CollectiveOp::kReduceScatter:
+                MPI_Reduce_scatter_block(send.data(), recv.data(), n, MPI_FLOAT, MPI_SUM, comm);
+                break;
+              case CollectiveOp::kAllToAll:
+                MPI_Alltoall(send.data(), n, MPI_FLOAT, recv.data(), n, MPI_FLOAT, comm);
+                break;
+              case CollectiveOp::kSendRecv:
+                MPI_Sendrecv(send.data(), n, MPI_FLOAT, (grank + 1) % g, 0, recv.data(), n, MPI_FLOAT,
+                             (grank + g - 1) % g, 0, comm, MPI_STATUS_IGNORE);
+                break;
+            }
+          };
+          run();
+          const int reps = bytes < 1e5 ? 50 : 10;
+          MPI_Barrier(comm);
+          const double t0 = MPI_Wtime();
+          for (int i = 0; i < reps; ++i) run();
+          secs = (MPI_Wtime() - t0) / reps;
+        }
+        pts.push_back({bytes, MaxOverRanks(secs)});
+      }
+      int nodes_all = group_nodes;
+      MPI_Allreduce(&group_nodes, &nodes_all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+      out["tables"].push_back({{"op", name}, {"ranks", g}, {"nodes", nodes_all}, {"points", pts}});
+      c.Progress("collectives", ++done, total);
+    }
+    if (member) MPI_Comm_free(&comm);
   }
   return out;
 }
@@ -334,22 +373,31 @@ HardwareProfile BuildCpuProfile(const Json& g, int ranks) {
   p.coll_inter_hop_latency_s = 0;
   p.coll_base_latency_s = 5e-6;
   p.intra_busbw_GBps = best_bw / 2;  // [est] with one rank: a copy through memory
+  int fitted_ranks = 0;
   for (const auto& t : co["tables"]) {
     CollectiveTable ct;
     const std::string op = t["op"].get<std::string>();
-    ct.op = op == "all_reduce" ? CollectiveOp::kAllReduce : op == "all_gather" ? CollectiveOp::kAllGather
-                                                                                : CollectiveOp::kReduceScatter;
-    ct.ranks = ranks;
-    ct.nodes = nodes;
+    ct.op = op == "all_reduce"       ? CollectiveOp::kAllReduce
+            : op == "all_gather"     ? CollectiveOp::kAllGather
+            : op == "reduce_scatter" ? CollectiveOp::kReduceScatter
+            : op == "alltoall"       ? CollectiveOp::kAllToAll
+                                     : CollectiveOp::kSendRecv;
+    ct.ranks = t.value("ranks", ranks);
+    ct.nodes = t.value("nodes", nodes);
     for (const auto& pt : t["points"]) ct.bytes_to_seconds.push_back({pt[0].get<double>(), pt[1].get<double>()});
-    if (ct.op == CollectiveOp::kAllReduce) {
+    if (ct.op == CollectiveOp::kAllReduce && ct.nodes == 1 && ct.ranks > fitted_ranks) {
       const AlphaBeta ab = FitAlphaBeta(ct.bytes_to_seconds);
       p.coll_base_latency_s = ab.alpha_s;
-      if (ab.beta_Bps > 0) p.intra_busbw_GBps = ab.beta_Bps * BusBwFactor(ct.op, ranks) / 1e9;
+      if (ab.beta_Bps > 0) p.intra_busbw_GBps = ab.beta_Bps * BusBwFactor(ct.op, ct.ranks) / 1e9;
+      fitted_ranks = ct.ranks;
+    }
+    if (ct.op == CollectiveOp::kSendRecv && ct.nodes == 1) {
+      const auto& last = ct.bytes_to_seconds.back();
+      p.p2p_intra_GBps = last.x / last.y / 1e9;
     }
     p.collective_tables.push_back(std::move(ct));
   }
-  p.p2p_intra_GBps = p.intra_busbw_GBps;
+  if (p.p2p_intra_GBps <= 0) p.p2p_intra_GBps = p.intra_busbw_GBps;
   p.nic_effective_GBps = p.intra_busbw_GBps;
   const auto& ov = g["overlap"];
   const double slow = std::max(0.0, ov["gemm_with_comm_seconds"].get<double>() / ov["gemm_alone_seconds"].get<double>() - 1.0);
@@ -421,9 +469,13 @@ HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
   for (const auto& s : m.memory) p.memory_efficiency_vs_bytes.push_back({s.bytes, s.bytes / s.seconds / 1e9 / best_bw});
   p.launch_overhead_s = m.memory.empty() ? p.launch_overhead_s : m.memory.front().seconds;
   p.collective_tables.clear();
-  for (int op = 0; op < 3; ++op) {
+  for (int op = 0; op < 5; ++op) {
     CollectiveTable t;
-    t.op = op == 0 ? CollectiveOp::kAllReduce : op == 1 ? CollectiveOp::kAllGather : CollectiveOp::kReduceScatter;
+    t.op = op == 0   ? CollectiveOp::kAllReduce
+           : op == 1 ? CollectiveOp::kAllGather
+           : op == 2 ? CollectiveOp::kReduceScatter
+           : op == 3 ? CollectiveOp::kAllToAll
+                     : CollectiveOp::kSendRecv;
     t.ranks = m.ranks;
     t.nodes = m.nodes;
     for (const auto& c : m.collectives) {
@@ -431,6 +483,10 @@ HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
     }
     if (t.bytes_to_seconds.size() < 2) continue;
     std::sort(t.bytes_to_seconds.begin(), t.bytes_to_seconds.end(), [](auto a, auto b) { return a.x < b.x; });
+    if (op == 4 && m.nodes == 1) {
+      const auto& last = t.bytes_to_seconds.back();
+      p.p2p_intra_GBps = last.x / last.y / 1e9;
+    }
     if (op == 0 && m.nodes == 1) {
       const AlphaBeta ab = FitAlphaBeta(t.bytes_to_seconds);
       const auto& last = t.bytes_to_seconds.back();

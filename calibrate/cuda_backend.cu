@@ -250,23 +250,41 @@ Measurements Measure(bool quick, bool progress) {
     if (rank == 0) Ck(ncclGetUniqueId(&id), "ncclGetUniqueId");
     MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
     Ck(ncclCommInitRank(&comm, size, id, rank), "ncclCommInitRank");
-    const std::vector<std::pair<int, const char*>> ops = {{0, "all_reduce"}, {1, "all_gather"}, {2, "reduce_scatter"}};
+    const std::vector<std::pair<int, const char*>> ops = {
+        {0, "all_reduce"}, {1, "all_gather"}, {2, "reduce_scatter"}, {3, "alltoall"}, {4, "sendrecv"}};
     for (const auto& entry : ops) {
       const int op = entry.first;
       const char* name = entry.second;
       for (double bytes = 8; bytes <= (quick ? (1 << 26) : (1ull << 30)); bytes *= (quick ? 16 : 4)) {
         const std::size_t total = std::max<std::size_t>(static_cast<std::size_t>(bytes / 2), static_cast<std::size_t>(size));
-        const std::size_t per = op == 0 ? total : total / static_cast<std::size_t>(size);
+        // Elements per peer for AG/RS/A2A (nccl-tests' size = per-peer count x n), else per rank.
+        const bool per_peer = op == 1 || op == 2 || op == 3;
+        const std::size_t per = per_peer ? total / static_cast<std::size_t>(size) : total;
+        const std::size_t big = per * static_cast<std::size_t>(size);
         void *send, *recv;
-        Ck(cudaMalloc(&send, 2 * (op == 2 ? per * size : per)), "cudaMalloc");
-        Ck(cudaMalloc(&recv, 2 * (op == 1 ? per * size : per)), "cudaMalloc");
+        Ck(cudaMalloc(&send, 2 * (op == 2 || op == 3 ? big : per)), "cudaMalloc");
+        Ck(cudaMalloc(&recv, 2 * (op == 1 || op == 3 ? big : per)), "cudaMalloc");
         auto run = [&] {
           if (op == 0) Ck(ncclAllReduce(send, recv, per, ncclBfloat16, ncclSum, comm, s), "ncclAllReduce");
           if (op == 1) Ck(ncclAllGather(send, recv, per, ncclBfloat16, comm, s), "ncclAllGather");
           if (op == 2) Ck(ncclReduceScatter(send, recv, per, ncclBfloat16, ncclSum, comm, s), "ncclReduceScatter");
+          if (op == 3) {
+            Ck(ncclGroupStart(), "ncclGroupStart");
+            for (int peer = 0; peer < size; ++peer) {
+              Ck(ncclSend(static_cast<char*>(send) + 2 * per * peer, per, ncclBfloat16, peer, comm, s), "ncclSend");
+              Ck(ncclRecv(static_cast<char*>(recv) + 2 * per * peer, per, ncclBfloat16, peer, comm, s), "ncclRecv");
+            }
+            Ck(ncclGroupEnd(), "ncclGroupEnd");
+          }
+          if (op == 4) {  // ring shift, as nccl-tests' sendrecv_perf
+            Ck(ncclGroupStart(), "ncclGroupStart");
+            Ck(ncclSend(send, per, ncclBfloat16, (rank + 1) % size, comm, s), "ncclSend");
+            Ck(ncclRecv(recv, per, ncclBfloat16, (rank + size - 1) % size, comm, s), "ncclRecv");
+            Ck(ncclGroupEnd(), "ncclGroupEnd");
+          }
         };
         const double t = TimeEvents(run, 5, quick ? 10 : 20, s);
-        const double size_col = op == 0 ? 2.0 * per : 2.0 * per * size;  // nccl-tests' size
+        const double size_col = per_peer ? 2.0 * big : 2.0 * per;  // nccl-tests' size
         m.collectives.push_back({op, size_col, MaxOverRanks(t)});
         cudaFree(send);
         cudaFree(recv);

@@ -18,7 +18,7 @@ struct MemSample {
   double bytes = 0, seconds = 0;
 };
 struct CollSample {
-  int op = 0;  ///< 0 all-reduce, 1 all-gather, 2 reduce-scatter
+  int op = 0;  ///< 0 all-reduce, 1 all-gather, 2 reduce-scatter, 3 all-to-all, 4 send/recv
   double bytes = 0, seconds = 0;  ///< bytes as nccl-tests' size
 };
 
