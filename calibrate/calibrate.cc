@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "calibrate/cuda_backend.h"
+#include "simulator/cost_model.h"
 #include "calibrate/fit.h"
 #include "calibrate/nccl_tests.h"
 #include "common/error.h"
@@ -102,6 +103,9 @@ Json MeasureGemm(const Ctx& c) {
   shapes.push_back({257, 256, 256});
   shapes.push_back({512, 64, 512});
   if (!c.o.quick) shapes.push_back({1024, 4096, 1024});
+  for (const auto& s : c.o.model_shapes) {
+    if (std::find(shapes.begin(), shapes.end(), s) == shapes.end()) shapes.push_back(s);
+  }
   Json out = Json::array();
   std::mt19937 gen(1234 + static_cast<unsigned>(c.rank));
   for (std::size_t i = 0; i < shapes.size(); ++i) {
@@ -416,6 +420,26 @@ HardwareProfile BuildCpuProfile(const Json& g, int ranks) {
 
 bool CudaBackendBuilt() { return cuda::BuiltWithCuda(); }
 
+std::vector<std::array<int, 3>> ModelGemmShapes(const Model& model, const std::vector<int>& tps) {
+  std::vector<std::array<int, 3>> out;
+  const Cluster cl = LoadCluster("dgx-a100");  // shapes do not depend on the hardware
+  const HardwareProfile prof = DefaultProfile(cl);
+  for (int t : tps) {
+    ParallelConfig c;
+    c.tp = t;
+    c.seq_length = model.seq_length;
+    const CostModel cm = BuildCostModel(model, c, cl, prof);
+    for (const auto* ops : {&cm.layer_ops, &cm.embedding_ops, &cm.output_ops}) {
+      for (const auto& o : *ops) {
+        if (o.kind != OpKind::kGemm) continue;
+        const std::array<int, 3> s = {static_cast<int>(o.m), static_cast<int>(o.n), static_cast<int>(o.k)};
+        if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+      }
+    }
+  }
+  return out;
+}
+
 namespace {
 
 /// GPU preset for a CUDA device name ("NVIDIA H200", "NVIDIA A100-SXM4-40GB", ...), or "".
@@ -540,15 +564,16 @@ HardwareProfile RunCalibration(const CalibrateOptions& o) {
   const std::string partial_path = o.out + ".partial.json";
   // Rank 0 reads the partial results and tells the others which groups are done.
   Json partial = {{"format", "shardcast-calibration-partial"}, {"backend", o.backend}, {"quick", o.quick},
-                  {"ranks", c.size}, {"groups", Json::object()}};
+                  {"ranks", c.size}, {"model_shapes", o.model_shapes}, {"groups", Json::object()}};
   int loaded = 0;
   if (c.rank == 0 && o.resume && access(partial_path.c_str(), R_OK) == 0) {
     Json p = ReadJsonFile(partial_path);
     JsonReader r(p, partial_path);
     if (r.String("format") != "shardcast-calibration-partial" || p.value("quick", false) != o.quick ||
-        p.value("ranks", 0) != c.size || p.value("backend", "") != o.backend) {
-      throw InputError(partial_path + ": partial results of a different sweep (backend, --quick or rank count "
-                                      "differ); delete it or run without --resume");
+        p.value("ranks", 0) != c.size || p.value("backend", "") != o.backend ||
+        p.value("model_shapes", Json::array()) != Json(o.model_shapes)) {
+      throw InputError(partial_path + ": partial results of a different sweep (backend, --quick, --model or rank "
+                                      "count differ); delete it or run without --resume");
     }
     partial = p;
     loaded = 1;

@@ -5,9 +5,11 @@
 /// curves, and writes a hardware profile (simulator/profile.h) atomically. Interrupted sweeps
 /// resume from `OUT.partial.json`. docs/calibrate.md explains the method.
 
+#include <array>
 #include <string>
 #include <vector>
 
+#include "models/model.h"
 #include "simulator/profile.h"
 
 namespace shardcast {
@@ -22,6 +24,9 @@ struct CalibrateOptions {
   /// Stop (as if interrupted) after this measurement group (for tests of --resume).
   std::string stop_after;
   bool progress = true;  ///< progress lines on stderr (rank 0)
+  /// Extra GEMM shapes to time (m, n, k): the shapes of the model to be simulated (forward,
+  /// data-gradient and weight-gradient GEMMs for the tensor-parallel sizes of interest).
+  std::vector<std::array<int, 3>> model_shapes;
 };
 
 /// Measurement groups, in sweep order.
@@ -39,6 +44,10 @@ HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwarePr
 
 /// Human-readable summary of a profile (`shardcast profile show`).
 std::string DescribeProfile(const HardwareProfile& p);
+
+/// The GEMM shapes of `model` at micro-batch 1 and its sequence length, for each tensor-parallel
+/// size in `tps` (deduplicated, in a stable order).
+std::vector<std::array<int, 3>> ModelGemmShapes(const Model& model, const std::vector<int>& tps);
 
 /// True when this build has the CUDA backend.
 bool CudaBackendBuilt();

@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "common/error.h"
 #include "common/file_util.h"
+#include "common/text.h"
 #include "models/loader.h"
 
 namespace shardcast::cli {
@@ -15,7 +16,7 @@ namespace {
 struct CalibrateArgs {
   CalibrateOptions o;
   std::vector<std::string> logs;
-  std::string import_out = "profile.json", cluster = "dgx-h100", profile_file;
+  std::string import_out = "profile.json", cluster = "dgx-h100", profile_file, model, tps = "1,2,4,8";
 };
 
 void RunCalibrate(const CalibrateArgs& a) {
@@ -26,7 +27,20 @@ void RunCalibrate(const CalibrateArgs& a) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   try {
-    HardwareProfile p = RunCalibration(a.o);
+    CalibrateOptions o = a.o;
+    if (!a.model.empty()) {
+      std::vector<int> tps;
+      for (const auto& t : Split(a.tps, ',')) {
+        try {
+          tps.push_back(std::stoi(t));
+        } catch (const std::exception&) {
+          throw InputError("command line: --tp-values: got \"" + t + "\", expected a comma list of positive integers");
+        }
+        if (tps.back() < 1) throw InputError("command line: --tp-values: got \"" + t + "\", expected positive integers");
+      }
+      o.model_shapes = ModelGemmShapes(LoadModel(a.model), tps);
+    }
+    HardwareProfile p = RunCalibration(o);
     if (rank == 0 && a.o.stop_after.empty()) {
       std::cout << fmt::format("Wrote {} ({} backend, {} rank(s)); `shardcast profile show {}` prints it.\n", a.o.out,
                                a.o.backend, size, a.o.out);
@@ -61,6 +75,8 @@ void RegisterCalibrate(CLI::App& app) {
   cmd->add_flag("--quick", a->o.quick, "reduced sweep, under a minute");
   cmd->add_flag("--resume", a->o.resume, "continue an interrupted sweep from OUT.partial.json");
   cmd->add_option("--out", a->o.out, "profile to write (atomically)");
+  cmd->add_option("--model", a->model, "also time this model's GEMM shapes (preset name or JSON path)");
+  cmd->add_option("--tp-values", a->tps, "tensor-parallel sizes for --model's shapes (default 1,2,4,8)");
   cmd->add_flag("--fake-timer", a->o.fake_timer, "deterministic timings from formulas (for tests)")->group("");
   cmd->add_option("--stop-after", a->o.stop_after, "stop after a measurement group (for tests)")->group("");
   cmd->callback([a, cmd] {

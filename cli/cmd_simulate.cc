@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/config_args.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/text.h"
@@ -14,14 +15,6 @@
 namespace shardcast::cli {
 namespace {
 
-struct SimulateArgs {
-  std::string model, cluster, profile, trace;
-  std::int64_t gpus = 0, tp = 1, pp = 1, dp = 0, vp = 0, layers_per_vp = 0, mbs = 1, gbs = 0, seq = 0;
-  std::string recompute = "none", schedule, precision = "bf16", recompute_granularity;
-  bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
-       no_overlap_param = false, bf16_grads = false, json = false, full_rank = false, emb_slots = false;
-  int zero = -1;
-};
 
 std::string Pct(double x) { return fmt::format("{:.1f}%", 100.0 * x); }
 
@@ -93,21 +86,9 @@ void PrintHuman(const SimulationResult& r, const Model& m, const ParallelConfig&
   }
 }
 
-void RunSimulate(const SimulateArgs& a) {
-  const Model m = LoadModel(a.model);
-  if (a.cluster.empty() && a.profile.empty()) {
-    throw InputError("command line: --cluster: missing, expected a cluster preset name or JSON path (or --profile FILE "
-                     "of a measured machine)");
-  }
-  std::optional<HardwareProfile> loaded;
-  if (!a.profile.empty()) loaded = LoadProfile(a.profile);
-  // A measured profile says which machine it measured; an explicit --cluster overrides.
-  const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster);
-  if (loaded && !a.cluster.empty() && loaded->gpu != cl.gpu.name) {
-    std::cerr << "shardcast: warning: profile " << a.profile << " measured '" << loaded->gpu << "' but cluster "
-              << cl.name << " has " << cl.gpu.name << "\n";
-  }
-  const std::int64_t gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
+}  // namespace
+
+ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t gpus) {
   ParallelConfig c;
   c.tp = a.tp;
   c.pp = a.pp;
@@ -153,6 +134,27 @@ void RunSimulate(const SimulateArgs& a) {
   c.overlap_param_gather = !a.no_overlap_param;
   c.fp32_main_grads = !a.bf16_grads;
   c.embedding_slots = a.emb_slots;
+  return c;
+}
+
+namespace {
+
+void RunSimulate(const SimulateArgs& a) {
+  const Model m = LoadModel(a.model);
+  if (a.cluster.empty() && a.profile.empty()) {
+    throw InputError("command line: --cluster: missing, expected a cluster preset name or JSON path (or --profile FILE "
+                     "of a measured machine)");
+  }
+  std::optional<HardwareProfile> loaded;
+  if (!a.profile.empty()) loaded = LoadProfile(a.profile);
+  // A measured profile says which machine it measured; an explicit --cluster overrides.
+  const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster);
+  if (loaded && !a.cluster.empty() && loaded->gpu != cl.gpu.name) {
+    std::cerr << "shardcast: warning: profile " << a.profile << " measured '" << loaded->gpu << "' but cluster "
+              << cl.name << " has " << cl.gpu.name << "\n";
+  }
+  const std::int64_t gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
+  const ParallelConfig c = BuildConfig(a, m, gpus);
   const HardwareProfile prof = loaded ? *loaded : DefaultProfile(cl);
   SimulateOptions opts;
   opts.full_rank = a.full_rank;
@@ -170,15 +172,7 @@ void RunSimulate(const SimulateArgs& a) {
 
 }  // namespace
 
-void RegisterSimulate(CLI::App& app) {
-  auto a = std::make_shared<SimulateArgs>();
-  auto* cmd = app.add_subcommand(
-      "simulate",
-      "Simulate one training step of a data/tensor/pipeline-parallel configuration.\n"
-      "Example: shardcast simulate --model gpt3-175b --cluster dgx-a100 --gpus 64 --tp 8 --pp 8 --vp 3 \\\n"
-      "           --mbs 1 --gbs 64 --recompute selective --sequence-parallel --schedule interleaved");
-  cmd->add_option("--model", a->model, "model preset name or JSON / HF config.json path")->required();
-  cmd->add_option("--cluster", a->cluster, "cluster preset name or JSON path (optional with a measured --profile)");
+void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   AddPositive(cmd, "--gpus", a->gpus, "number of GPUs");
   AddPositive(cmd, "--tp,--tensor-model-parallel-size", a->tp, "tensor-parallel size");
   AddPositive(cmd, "--pp,--pipeline-model-parallel-size", a->pp, "pipeline-parallel size");
@@ -205,6 +199,18 @@ void RegisterSimulate(CLI::App& app) {
   cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
   cmd->add_flag("--embedding-pipeline-slots", a->emb_slots,
                 "embedding and output layer take one layer slot each in the pipeline split (BLOOM)");
+}
+
+void RegisterSimulate(CLI::App& app) {
+  auto a = std::make_shared<SimulateArgs>();
+  auto* cmd = app.add_subcommand(
+      "simulate",
+      "Simulate one training step of a data/tensor/pipeline-parallel configuration.\n"
+      "Example: shardcast simulate --model gpt3-175b --cluster dgx-a100 --gpus 64 --tp 8 --pp 8 --vp 3 \\\n"
+      "           --mbs 1 --gbs 64 --recompute selective --sequence-parallel --schedule interleaved");
+  cmd->add_option("--model", a->model, "model preset name or JSON / HF config.json path")->required();
+  cmd->add_option("--cluster", a->cluster, "cluster preset name or JSON path (optional with a measured --profile)");
+  AddConfigOptions(cmd, a.get());
   cmd->add_option("--profile", a->profile, "hardware profile JSON (default: built-in for the GPU)");
   cmd->add_option("--trace", a->trace, "write a Chrome trace JSON (opens in Perfetto)");
   cmd->add_flag("--full-rank", a->full_rank, "simulate every data-parallel replica (slow; for checks)");

@@ -15,5 +15,6 @@ void RegisterCapacity(CLI::App& app);
 void RegisterValidate(CLI::App& app);
 void RegisterCalibrate(CLI::App& app);
 void RegisterProfile(CLI::App& app);
+void RegisterExecute(CLI::App& app);
 
 }  // namespace shardcast::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   shardcast::cli::RegisterValidate(app);
   shardcast::cli::RegisterCalibrate(app);
   shardcast::cli::RegisterProfile(app);
+  shardcast::cli::RegisterExecute(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

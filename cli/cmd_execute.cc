@@ -1,0 +1,128 @@
+#include <cmath>
+#include <iostream>
+
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include "cli/commands.h"
+#include "cli/config_args.h"
+#include "common/error.h"
+#include "common/text.h"
+#include "executor/executor.h"
+#include "models/loader.h"
+
+namespace shardcast::cli {
+namespace {
+
+struct ExecuteArgs {
+  SimulateArgs cfg;
+  ExecuteOptions o;
+};
+
+void Print(const ExecuteReport& r, const Model& m, const ParallelConfig& c, int ranks) {
+  const auto& p = r.predicted;
+  std::cout << fmt::format("{} on {} rank(s): {}\n", m.name, ranks, c.Summary());
+  std::cout << "(gradient reduction after the backward pass on both sides: one stream per rank)\n\n";
+  std::cout << fmt::format("{:<24} {:>12} {:>12} {:>8}\n", "", "predicted", "measured", "error");
+  std::cout << fmt::format("{:<24} {:>12} {:>12} {:>+7.1f}%\n", "step time", FormatSeconds(p.step_time_s),
+                           FormatSeconds(r.measured_step_time_s), 100 * (p.step_time_s / r.measured_step_time_s - 1));
+  std::cout << fmt::format("{:<24} {:>11.1f}% {:>11.1f}%\n", "bubble fraction", 100 * p.bubble_fraction,
+                           100 * r.measured_bubble_fraction);
+  for (std::size_t s = 0; s < p.stages.size(); ++s) {
+    const double meas = s < r.measured_peak_memory_bytes.size() ? r.measured_peak_memory_bytes[s] : 0;
+    const double pred = p.stages[s].memory.peak_bytes - p.stages[s].memory.framework_bytes -
+                        p.stages[s].memory.comm_buffer_bytes;
+    std::cout << fmt::format("{:<24} {:>12} {:>12} {:>+7.1f}%\n", fmt::format("stage {} peak memory", s),
+                             FormatGiB(pred), FormatGiB(meas), 100 * (pred / meas - 1));
+  }
+  std::cout << fmt::format("\nmeasured step times: {}\n", [&] {
+    std::string t;
+    for (double x : r.step_times_s) t += FormatSeconds(x) + " ";
+    return t;
+  }());
+  std::cout << "\nOps with the largest absolute error (one rank per stage, summed over the step):\n";
+  std::cout << fmt::format("  {:<34} {:>6} {:>12} {:>12} {:>12}\n", "op", "count", "predicted", "measured", "error");
+  for (std::size_t i = 0; i < r.ops.size() && i < 10; ++i) {
+    const auto& o = r.ops[i];
+    std::cout << fmt::format("  {:<34} {:>6} {:>12} {:>12} {:>12}\n", o.name, o.count, FormatSeconds(o.predicted_s),
+                             FormatSeconds(o.measured_s), FormatSeconds(o.predicted_s - o.measured_s));
+  }
+}
+
+void RunExecute(const ExecuteArgs& a) {
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (!inited) {
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+  }
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  try {
+    const Model m = LoadModel(a.cfg.model);
+    if (a.cfg.profile.empty()) {
+      throw InputError("command line: --profile: missing, expected the profile of this machine (shardcast calibrate)");
+    }
+    const HardwareProfile prof = LoadProfile(a.cfg.profile);
+    const Cluster cl = a.cfg.cluster.empty() ? ClusterFromProfile(prof, a.cfg.profile) : LoadCluster(a.cfg.cluster);
+    const ParallelConfig c = BuildConfig(a.cfg, m, size);
+    ExecuteReport r = Execute(m, c, cl, prof, a.o);
+    if (rank == 0) {
+      if (a.cfg.json) {
+        Json j;
+        ParallelConfig pc = c;
+        pc.overlap_grad_reduce = pc.overlap_param_gather = false;
+        j["predicted"] = ResultToJson(r.predicted, m, pc, cl, size);
+        j["measured"] = {{"step_time_s", r.measured_step_time_s},
+                         {"step_times_s", r.step_times_s},
+                         {"bubble_fraction", r.measured_bubble_fraction},
+                         {"peak_memory_bytes", r.measured_peak_memory_bytes}};
+        j["ops"] = Json::array();
+        for (const auto& o : r.ops) {
+          j["ops"].push_back({{"name", o.name}, {"count", o.count}, {"predicted_s", o.predicted_s},
+                              {"measured_s", o.measured_s}});
+        }
+        j["executed_rank0"] = r.executed;
+        std::cout << j.dump(2) << "\n";
+      } else {
+        Print(r, m, c, size);
+        if (!a.o.trace.empty()) std::cout << "\nTrace of the last step written to " << a.o.trace << "\n";
+      }
+    }
+  } catch (const std::exception& e) {
+    if (size > 1) {
+      // Fail all ranks together with the message, never a hang.
+      if (rank == 0) std::cerr << "shardcast: error: " << e.what() << "\n";
+      MPI_Abort(MPI_COMM_WORLD, dynamic_cast<const InputError*>(&e) ? 2 : 1);
+    }
+    MPI_Finalize();
+    throw;
+  }
+  MPI_Finalize();
+}
+
+}  // namespace
+
+void RegisterExecute(CLI::App& app) {
+  auto a = std::make_shared<ExecuteArgs>();
+  auto* cmd = app.add_subcommand(
+      "execute",
+      "Run a configuration's per-rank op program for real and compare with the prediction.\n"
+      "Example: mpirun -np 2 shardcast execute --model tiny.json --profile cpu.json --tp 2 --mbs 1 --gbs 4");
+  cmd->add_option("--model", a->cfg.model, "model preset name or JSON / HF config.json path")->required();
+  cmd->add_option("--profile", a->cfg.profile, "hardware profile of this machine (shardcast calibrate)");
+  cmd->add_option("--cluster", a->cfg.cluster, "cluster (default: the machine the profile measured)");
+  AddConfigOptions(cmd, &a->cfg);
+  cmd->add_option("--backend", a->o.backend, "cpu (MPI + Eigen); cuda is not implemented yet")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--steps", a->o.steps, "measured steps (median reported)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--warmup", a->o.warmup, "warm-up steps")->check(CLI::Range(0, 1000));
+  cmd->add_option("--timeout", a->o.timeout_s, "seconds a step may take before all ranks abort")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--trace", a->o.trace, "Chrome trace of the last measured step (all ranks)");
+  cmd->add_flag("--json", a->cfg.json, "print JSON");
+  cmd->callback([a] { RunExecute(*a); });
+}
+
+}  // namespace shardcast::cli

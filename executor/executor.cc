@@ -1,0 +1,386 @@
+#include "executor/executor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <random>
+#include <thread>
+
+#include <Eigen/Dense>
+#include <fmt/format.h>
+#include <mpi.h>
+
+#include "common/error.h"
+#include "common/file_util.h"
+#include "common/text.h"
+#include "simulator/program.h"
+
+namespace shardcast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+/// Memory this rank holds, with its high-water mark (the executor's allocator statistics).
+class Tracker {
+ public:
+  void Add(double b) {
+    cur_ += b;
+    peak_ = std::max(peak_, cur_);
+  }
+  void Sub(double b) { cur_ -= b; }
+  double peak() const { return peak_; }
+
+ private:
+  double cur_ = 0, peak_ = 0;
+};
+
+/// Touches every page so the allocation is real.
+std::vector<char> Touched(std::size_t n) {
+  std::vector<char> v(n);
+  for (std::size_t i = 0; i < n; i += 4096) v[i] = 1;
+  return v;
+}
+
+struct Event {
+  std::string name;
+  double start_s, dur_s;
+};
+
+class Runner {
+ public:
+  Runner(const Model& m, const ParallelConfig& c, const RankProgram& prog, MPI_Comm tp, MPI_Comm dp, int rank,
+         int stage_stride, Tracker& mem)
+      : m_(m), c_(c), prog_(prog), tp_(tp), dp_(dp), rank_(rank), stride_(stage_stride), mem_(mem), gen_(rank + 1) {}
+
+  std::atomic<int> current{-1};
+
+  /// Runs the program once; returns per-op seconds and the time spent waiting in receives.
+  void Step(std::vector<double>* op_secs, double* recv_wait_s, std::vector<Event>* events, Clock::time_point t0) {
+    op_secs->assign(prog_.ops.size(), 0.0);
+    *recv_wait_s = 0;
+    std::deque<std::vector<float>> send_bufs;
+    std::vector<MPI_Request> reqs;
+    for (std::size_t i = 0; i < prog_.ops.size(); ++i) {
+      current = static_cast<int>(i);
+      const ProgOp& x = prog_.ops[i];
+      const auto a = Clock::now();
+      switch (x.kind) {
+        case ProgKind::kCompute: Compute(x.op); break;
+        case ProgKind::kTpCollective: Collective(x.op.collective, x.bytes, tp_); break;
+        case ProgKind::kDpCollective: Collective(x.op.collective, x.bytes, dp_); break;
+        case ProgKind::kOptimizer: Axpy(x.bytes); break;
+        case ProgKind::kSend: {
+          send_bufs.emplace_back(Floats(x.bytes), 1.0f);
+          reqs.emplace_back();
+          MPI_Isend(send_bufs.back().data(), static_cast<int>(send_bufs.back().size()), MPI_FLOAT, Peer(x.peer_stage),
+                    x.tag, MPI_COMM_WORLD, &reqs.back());
+          break;
+        }
+        case ProgKind::kRecv: {
+          std::vector<float> buf(Floats(x.bytes));
+          MPI_Recv(buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, Peer(x.peer_stage), x.tag, MPI_COMM_WORLD,
+                   MPI_STATUS_IGNORE);
+          *recv_wait_s += Secs(a, Clock::now());
+          break;
+        }
+        case ProgKind::kAlloc: {
+          const std::size_t n = static_cast<std::size_t>(x.bytes);
+          saved_[{x.microbatch, x.chunk}] = Touched(n);
+          mem_.Add(static_cast<double>(n));
+          break;
+        }
+        case ProgKind::kFree: {
+          auto it = saved_.find({x.microbatch, x.chunk});
+          if (it != saved_.end()) {
+            const std::size_t n = static_cast<std::size_t>(x.bytes);
+            const std::size_t have = it->second.size();
+            if (n >= have) {
+              mem_.Sub(static_cast<double>(have));
+              saved_.erase(it);
+            } else {
+              mem_.Sub(static_cast<double>(n));
+              it->second.resize(have - n);
+              it->second.shrink_to_fit();
+            }
+          }
+          break;
+        }
+      }
+      const auto b = Clock::now();
+      (*op_secs)[i] = Secs(a, b);
+      if (events) events->push_back({OpLabel(x), Secs(t0, a), Secs(a, b)});
+    }
+    if (!reqs.empty()) MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
+    current = -1;
+  }
+
+  static std::string OpLabel(const ProgOp& x) {
+    const char* it = x.item == ItemKind::kForward ? "F" : x.item == ItemKind::kBackward ? "B" : "W";
+    std::string name = x.kind == ProgKind::kCompute || x.kind == ProgKind::kTpCollective ||
+                               x.kind == ProgKind::kDpCollective || x.kind == ProgKind::kOptimizer
+                           ? x.op.name
+                           : ToString(x.kind);
+    if (x.microbatch < 0) return name;
+    return fmt::format("{} mb{} c{} {}", it, x.microbatch, x.chunk, name);
+  }
+
+ private:
+  static std::size_t Floats(double bytes) { return std::max<std::size_t>(1, static_cast<std::size_t>(bytes / 4)); }
+  int Peer(int stage) const { return rank_ % stride_ + stage * stride_; }
+
+  void Gemm(int m, int n, int k, int reps) {
+    auto key = std::make_tuple(m, n, k);
+    auto it = gemm_.find(key);
+    if (it == gemm_.end()) {
+      std::normal_distribution<float> d(0.0f, 1.0f);
+      Mats mats{Eigen::MatrixXf(m, k), Eigen::MatrixXf(k, n), Eigen::MatrixXf(m, n)};
+      for (Eigen::Index i = 0; i < mats.a.size(); ++i) mats.a.data()[i] = d(gen_);
+      for (Eigen::Index i = 0; i < mats.b.size(); ++i) mats.b.data()[i] = d(gen_);
+      it = gemm_.emplace(key, std::move(mats)).first;
+    }
+    for (int r = 0; r < reps; ++r) it->second.c.noalias() = it->second.a * it->second.b;
+  }
+
+  void Compute(const Op& o) {
+    switch (o.kind) {
+      case OpKind::kGemm: {
+        // Batched attention GEMMs carry their per-matrix shape and the total FLOPs.
+        const double one = 2.0 * o.m * o.n * o.k;
+        const int reps = std::max(1, static_cast<int>(std::lround(o.flops / one)));
+        Gemm(static_cast<int>(o.m), static_cast<int>(o.n), static_cast<int>(o.k), reps);
+        break;
+      }
+      case OpKind::kAttention: {
+        // Fused attention: the same FLOPs as s x s x d score and context GEMMs per head.
+        const int s = static_cast<int>(c_.seq_length), d = static_cast<int>(m_.kv_channels);
+        const int reps = std::max(1, static_cast<int>(std::lround(o.flops / (2.0 * s * s * d))));
+        Gemm(s, s, d, reps);
+        break;
+      }
+      case OpKind::kMemory: Axpy(o.bytes); break;
+      case OpKind::kCollective: break;
+    }
+  }
+
+  void Axpy(double bytes) {
+    const std::size_t n = std::max<std::size_t>(1, static_cast<std::size_t>(bytes / 12));
+    if (x_.size() < n) {
+      mem_.Add(static_cast<double>(n - x_.size()) * 8.0);
+      x_.resize(n, 1.0f);
+      y_.resize(n, 0.5f);
+    }
+    for (std::size_t i = 0; i < n; ++i) y_[i] = 0.999f * x_[i] + y_[i];
+  }
+
+  void Collective(CollectiveOp op, double bytes, MPI_Comm comm) {
+    int n = 1;
+    MPI_Comm_size(comm, &n);
+    if (n <= 1) return;
+    // nccl-tests' size: all-reduce per-rank buffer; all-gather total output; reduce-scatter total input.
+    const std::size_t total = Floats(bytes);
+    const std::size_t per = std::max<std::size_t>(1, total / static_cast<std::size_t>(n));
+    if (cs_.size() < total + per * n) {
+      mem_.Add(static_cast<double>(total + per * n - cs_.size()) * 8.0);
+      cs_.resize(total + per * n, 1.0f);
+      cr_.resize(total + per * n, 0.0f);
+    }
+    switch (op) {
+      case CollectiveOp::kAllReduce:
+        MPI_Allreduce(cs_.data(), cr_.data(), static_cast<int>(total), MPI_FLOAT, MPI_SUM, comm);
+        break;
+      case CollectiveOp::kAllGather:
+        MPI_Allgather(cs_.data(), static_cast<int>(per), MPI_FLOAT, cr_.data(), static_cast<int>(per), MPI_FLOAT, comm);
+        break;
+      case CollectiveOp::kReduceScatter:
+        MPI_Reduce_scatter_block(cs_.data(), cr_.data(), static_cast<int>(per), MPI_FLOAT, MPI_SUM, comm);
+        break;
+      default:
+        MPI_Allreduce(cs_.data(), cr_.data(), static_cast<int>(total), MPI_FLOAT, MPI_SUM, comm);
+    }
+  }
+
+  struct Mats {
+    Eigen::MatrixXf a, b, c;
+  };
+  const Model& m_;
+  const ParallelConfig& c_;
+  const RankProgram& prog_;
+  MPI_Comm tp_, dp_;
+  int rank_, stride_;
+  Tracker& mem_;
+  std::mt19937 gen_;
+  std::map<std::tuple<int, int, int>, Mats> gemm_;
+  std::vector<float> x_, y_, cs_, cr_;
+  std::map<std::pair<int, int>, std::vector<char>> saved_;
+};
+
+}  // namespace
+
+ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cluster& cluster,
+                      const HardwareProfile& profile, const ExecuteOptions& opts) {
+  if (opts.backend != "cpu") {
+    throw InputError("command line: --backend: got \"" + opts.backend +
+                     "\", expected cpu (the CUDA executor is not implemented yet)");
+  }
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  ParallelConfig c = cfg_in;
+  if (c.seq_length <= 0) c.seq_length = model.seq_length;
+  // One stream per rank here: the gradient reduction runs after the backward pass, so the
+  // prediction is made for that too.
+  c.overlap_grad_reduce = false;
+  c.overlap_param_gather = false;
+  if (size != c.gpus()) {
+    throw InputError(fmt::format("mpirun -np: got {} ranks, expected tp*pp*dp = {}*{}*{} = {}", size, c.tp, c.pp, c.dp,
+                                 c.gpus()));
+  }
+  ExecuteReport rep;
+  rep.predicted = Simulate(model, c, cluster, size, profile);
+  if (!rep.predicted.feasible || !rep.predicted.fits) {
+    throw InputError("the configuration cannot run: " + Join(rep.predicted.reasons, "; "));
+  }
+  const CostModel cm = BuildCostModel(model, c, cluster, profile);
+  const PipelineSchedule sched = MakeSchedule(c.schedule, static_cast<int>(c.pp), static_cast<int>(c.num_microbatches()),
+                                              static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1));
+  // Rank order: tensor-parallel innermost, then data, then pipeline (Megatron-LM).
+  const int tp = static_cast<int>(c.tp), dp = static_cast<int>(c.dp);
+  const int tp_rank = rank % tp, dp_rank = (rank / tp) % dp, stage = rank / (tp * dp);
+  MPI_Comm tp_comm, dp_comm;
+  MPI_Comm_split(MPI_COMM_WORLD, rank / tp, rank, &tp_comm);
+  MPI_Comm_split(MPI_COMM_WORLD, stage * tp + tp_rank, rank, &dp_comm);
+  const RankProgram prog = BuildRankProgram(c, cm, sched, profile, stage);
+
+  Tracker mem;
+  // Weights, gradients and optimizer state, really allocated.
+  const StageMemory st = StaticStageMemory(cm, c, profile, stage);
+  std::vector<char> state = Touched(static_cast<std::size_t>(st.weights_bytes + st.grads_bytes + st.optimizer_bytes));
+  mem.Add(static_cast<double>(state.size()));
+  Runner run(model, c, prog, tp_comm, dp_comm, rank, tp * dp, mem);
+
+  // Watchdog: a step that overruns the timeout ends every rank, naming this rank and its op.
+  std::atomic<bool> done{false};
+  std::atomic<double> step_start{0};
+  const auto origin = Clock::now();
+  std::thread watchdog([&] {
+    while (!done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const double s = step_start.load();
+      if (s > 0 && Secs(origin, Clock::now()) - s > opts.timeout_s) {
+        const int op = run.current.load();
+        std::fprintf(stderr, "shardcast: error: rank %d (stage %d) timed out after %.0f s in op %d (%s)\n", rank, stage,
+                     opts.timeout_s, op, op >= 0 ? Runner::OpLabel(prog.ops[static_cast<std::size_t>(op)]).c_str() : "?");
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+    }
+  });
+
+  std::vector<double> op_secs, sum_secs(prog.ops.size(), 0.0);
+  std::vector<Event> events;
+  double wait_sum = 0;
+  for (int s = 0; s < opts.warmup + opts.steps; ++s) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = Clock::now();
+    step_start = Secs(origin, t0);
+    double wait = 0;
+    const bool last = s == opts.warmup + opts.steps - 1;
+    events.clear();
+    run.Step(&op_secs, &wait, last && !opts.trace.empty() ? &events : nullptr, t0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t = Secs(t0, Clock::now()), tmax = t;
+    step_start = 0;
+    MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (s >= opts.warmup) {
+      rep.step_times_s.push_back(tmax);
+      for (std::size_t i = 0; i < op_secs.size(); ++i) sum_secs[i] += op_secs[i] / opts.steps;
+      wait_sum += wait / opts.steps;
+    }
+  }
+  done = true;
+  watchdog.join();
+  std::vector<double> sorted = rep.step_times_s;
+  std::sort(sorted.begin(), sorted.end());
+  rep.measured_step_time_s = sorted[sorted.size() / 2];
+
+  // Per stage (one representative rank per stage): peak memory, pipeline waiting, per-op totals.
+  const bool rep_rank = tp_rank == 0 && dp_rank == 0;
+  std::map<std::string, std::pair<double, double>> per_name;  // name -> (predicted, measured)
+  std::map<std::string, int> counts;
+  if (rep_rank) {
+    for (std::size_t i = 0; i < prog.ops.size(); ++i) {
+      const ProgOp& x = prog.ops[i];
+      if (x.kind == ProgKind::kAlloc || x.kind == ProgKind::kFree) continue;
+      const std::string name = x.kind == ProgKind::kSend || x.kind == ProgKind::kRecv ? ToString(x.kind) : x.op.name;
+      per_name[name].first += x.op.duration_s;
+      per_name[name].second += sum_secs[i];
+      ++counts[name];
+    }
+  }
+  Json mine = {{"stage", stage},
+               {"rep", rep_rank},
+               {"peak", mem.peak()},
+               {"wait", wait_sum},
+               {"ops", Json::array()},
+               {"events", Json::array()}};
+  for (const auto& [name, v] : per_name) mine["ops"].push_back({name, counts[name], v.first, v.second});
+  for (const auto& e : events) mine["events"].push_back({e.name, e.start_s, e.dur_s, stage, rank});
+  const std::string text = mine.dump();
+  int len = static_cast<int>(text.size());
+  std::vector<int> lens(static_cast<std::size_t>(size));
+  MPI_Gather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::vector<int> displs(static_cast<std::size_t>(size), 0);
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    displs[static_cast<std::size_t>(r)] = total;
+    total += lens[static_cast<std::size_t>(r)];
+  }
+  std::vector<char> all(static_cast<std::size_t>(std::max(total, 1)));
+  MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (rank == 0) {
+    for (std::size_t i = 0; i < prog.ops.size(); ++i) rep.executed.push_back(Runner::OpLabel(prog.ops[i]));
+    rep.measured_peak_memory_bytes.assign(static_cast<std::size_t>(c.pp), 0.0);
+    std::map<std::string, OpError> merged;
+    Json trace = Json::array();
+    double bubble = 0;
+    for (int r = 0; r < size; ++r) {
+      Json j = Json::parse(std::string(&all[static_cast<std::size_t>(displs[static_cast<std::size_t>(r)])],
+                                       static_cast<std::size_t>(lens[static_cast<std::size_t>(r)])));
+      const int stg = j["stage"].get<int>();
+      auto& pk = rep.measured_peak_memory_bytes[static_cast<std::size_t>(stg)];
+      pk = std::max(pk, j["peak"].get<double>());
+      for (const auto& e : j["events"]) {
+        trace.push_back({{"name", e[0]}, {"ph", "X"}, {"ts", e[1].get<double>() * 1e6}, {"dur", e[2].get<double>() * 1e6},
+                         {"pid", e[3]}, {"tid", e[4]}});
+      }
+      if (!j["rep"].get<bool>()) continue;
+      bubble += j["wait"].get<double>() / rep.measured_step_time_s / static_cast<double>(c.pp);
+      for (const auto& o : j["ops"]) {
+        auto& m = merged[o[0].get<std::string>()];
+        m.name = o[0].get<std::string>();
+        m.count += o[1].get<int>();
+        m.predicted_s += o[2].get<double>();
+        m.measured_s += o[3].get<double>();
+      }
+    }
+    rep.measured_bubble_fraction = bubble;
+    for (auto& [n, e] : merged) rep.ops.push_back(e);
+    std::sort(rep.ops.begin(), rep.ops.end(), [](const OpError& a, const OpError& b) {
+      return std::fabs(a.measured_s - a.predicted_s) > std::fabs(b.measured_s - b.predicted_s);
+    });
+    if (!opts.trace.empty()) {
+      Json doc = {{"traceEvents", trace}, {"displayTimeUnit", "ms"}};
+      WriteFileAtomic(opts.trace, doc.dump());
+    }
+  }
+  MPI_Comm_free(&tp_comm);
+  MPI_Comm_free(&dp_comm);
+  return rep;
+}
+
+}  // namespace shardcast

@@ -1,0 +1,52 @@
+#pragma once
+/// \file executor.h
+/// `shardcast execute`: runs the simulator's per-rank op program (simulator/program.h) on real
+/// hardware under MPI and compares with the prediction. The CPU backend runs Eigen GEMMs with the
+/// real (tensor-parallel-sharded) shapes on random data, memory-bound passes of the real byte
+/// counts, MPI collectives over the real tensor- and data-parallel groups, and MPI point-to-point
+/// transfers between pipeline stages in the schedule's order; it allocates and frees activations
+/// as the program says. docs/executor.md.
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "models/hardware.h"
+#include "models/model.h"
+#include "models/parallel.h"
+#include "simulator/profile.h"
+#include "simulator/simulate.h"
+
+namespace shardcast {
+
+struct ExecuteOptions {
+  std::string backend = "cpu";
+  int steps = 3;
+  int warmup = 1;
+  double timeout_s = 120;  ///< a step that takes longer aborts all ranks, naming rank and op
+  std::string trace;       ///< Chrome trace of the measured ops (rank 0 writes all ranks)
+};
+
+struct OpError {
+  std::string name;
+  int count = 0;
+  double predicted_s = 0, measured_s = 0;  ///< totals over the step, on rank 0's stage... per op name
+};
+
+struct ExecuteReport {
+  SimulationResult predicted;               ///< the simulator's prediction (no graph)
+  double measured_step_time_s = 0;          ///< median over steps, max over ranks
+  std::vector<double> step_times_s;
+  double measured_bubble_fraction = 0;      ///< time waiting in pipeline receives / step, mean over stages
+  std::vector<double> measured_peak_memory_bytes;  ///< per stage: allocator high-water mark
+  std::vector<OpError> ops;                  ///< per op name, largest absolute error first
+  std::vector<std::string> executed;         ///< rank 0's executed op sequence (names), one step
+};
+
+/// Runs on every MPI rank (MPI initialized; world size must be tp*pp*dp). Throws InputError for a
+/// configuration that cannot run (the simulator's reasons) before any work. Rank 0's report is
+/// complete; others return partial data.
+ExecuteReport Execute(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
+                      const HardwareProfile& profile, const ExecuteOptions& opts);
+
+}  // namespace shardcast

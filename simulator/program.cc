@@ -1,0 +1,160 @@
+#include "simulator/program.h"
+
+#include <cmath>
+
+namespace shardcast {
+
+const char* ToString(ProgKind k) {
+  switch (k) {
+    case ProgKind::kCompute: return "compute";
+    case ProgKind::kTpCollective: return "tp_collective";
+    case ProgKind::kSend: return "pp_send";
+    case ProgKind::kRecv: return "pp_recv";
+    case ProgKind::kAlloc: return "alloc";
+    case ProgKind::kFree: return "free";
+    case ProgKind::kDpCollective: return "dp_collective";
+    case ProgKind::kOptimizer: return "optimizer";
+  }
+  return "?";
+}
+
+RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
+                             const PipelineSchedule& sched, const HardwareProfile& prof, int stage) {
+  RankProgram rp;
+  rp.stage = stage;
+  const int p = sched.stages, v = sched.chunks;
+  const auto& chunks = cm.chunks[static_cast<std::size_t>(stage)];
+  auto tag = [&](int mb, int chunk_on_sender, int dir) { return (mb * v + chunk_on_sender) * 2 + dir; };
+  auto add_ops = [&](const std::vector<Op>& ops, Pass pass, const ScheduleItem& it, bool reverse) {
+    auto emit = [&](const Op& o) {
+      if (o.pass != pass || o.overlapped) return;
+      ProgOp x;
+      x.kind = o.kind == OpKind::kCollective ? ProgKind::kTpCollective : ProgKind::kCompute;
+      x.op = o;
+      x.item = it.kind;
+      x.microbatch = it.microbatch;
+      x.chunk = it.chunk;
+      x.bytes = o.bytes;
+      rp.predicted_busy_s += o.duration_s;
+      rp.ops.push_back(x);
+    };
+    if (reverse) {
+      for (auto i = ops.rbegin(); i != ops.rend(); ++i) emit(*i);
+    } else {
+      for (const auto& o : ops) emit(o);
+    }
+  };
+  // Layer ops are listed forward then backward in cost-model order (backward already reversed).
+  for (const ScheduleItem& it : sched.order[static_cast<std::size_t>(stage)]) {
+    const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
+    const int mc = it.chunk * p + stage;
+    const bool first = mc == 0, last = mc == p * v - 1;
+    ProgOp marker;
+    marker.item = it.kind;
+    marker.microbatch = it.microbatch;
+    marker.chunk = it.chunk;
+    if (it.kind == ItemKind::kForward) {
+      if (!first) {
+        ProgOp r = marker;
+        r.kind = ProgKind::kRecv;
+        r.peer_stage = (stage + p - 1) % p;
+        r.bytes = cm.pp_message_bytes;
+        r.tag = tag(it.microbatch, stage == 0 ? it.chunk - 1 : it.chunk, 0);
+        rp.ops.push_back(r);
+      }
+      if (cc.has_embedding) add_ops(cm.embedding_ops, Pass::kForward, it, false);
+      for (int l = 0; l < cc.layers; ++l) add_ops(cm.layer_ops, Pass::kForward, it, false);
+      if (cc.has_output) add_ops(cm.output_ops, Pass::kForward, it, false);
+      ProgOp a = marker;
+      a.kind = ProgKind::kAlloc;
+      a.bytes = cc.saved_bytes;
+      rp.ops.push_back(a);
+      if (!last) {
+        ProgOp s = marker;
+        s.kind = ProgKind::kSend;
+        s.peer_stage = (stage + 1) % p;
+        s.bytes = cm.pp_message_bytes;
+        s.tag = tag(it.microbatch, it.chunk, 0);
+        rp.ops.push_back(s);
+      }
+    } else if (it.kind == ItemKind::kBackward) {
+      if (!last) {
+        ProgOp r = marker;
+        r.kind = ProgKind::kRecv;
+        r.peer_stage = (stage + 1) % p;
+        r.bytes = cm.pp_message_bytes;
+        r.tag = tag(it.microbatch, stage == p - 1 ? it.chunk + 1 : it.chunk, 1);
+        rp.ops.push_back(r);
+      }
+      if (cc.has_output) {
+        add_ops(cm.output_ops, Pass::kBackwardInput, it, false);
+        if (!sched.split_weight) add_ops(cm.output_ops, Pass::kBackwardWeight, it, false);
+      }
+      for (int l = 0; l < cc.layers; ++l) {
+        add_ops(cm.layer_ops, Pass::kRecompute, it, false);
+        add_ops(cm.layer_ops, Pass::kBackwardInput, it, false);
+        if (!sched.split_weight) add_ops(cm.layer_ops, Pass::kBackwardWeight, it, false);
+      }
+      if (cc.has_embedding && !sched.split_weight) add_ops(cm.embedding_ops, Pass::kBackwardWeight, it, false);
+      ProgOp f = marker;
+      f.kind = ProgKind::kFree;
+      f.bytes = sched.split_weight ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes;
+      rp.ops.push_back(f);
+      if (!first) {
+        ProgOp s = marker;
+        s.kind = ProgKind::kSend;
+        s.peer_stage = (stage + p - 1) % p;
+        s.bytes = cm.pp_message_bytes;
+        s.tag = tag(it.microbatch, it.chunk, 1);
+        rp.ops.push_back(s);
+      }
+    } else {
+      if (cc.has_output) add_ops(cm.output_ops, Pass::kBackwardWeight, it, false);
+      for (int l = 0; l < cc.layers; ++l) add_ops(cm.layer_ops, Pass::kBackwardWeight, it, false);
+      if (cc.has_embedding) add_ops(cm.embedding_ops, Pass::kBackwardWeight, it, false);
+      ProgOp f = marker;
+      f.kind = ProgKind::kFree;
+      f.bytes = cc.weight_saved_bytes;
+      rp.ops.push_back(f);
+    }
+  }
+  // Data-parallel gradient reduction, then the optimizer, then ZeRO-1/2's parameter all-gather.
+  double params = 0;
+  for (const auto& cc : chunks) params += cc.params_per_gpu;
+  const double grad_bytes = params * (c.fp32_main_grads ? 4.0 : 2.0);
+  const CollectiveOp red = c.zero_stage >= 1 ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce;
+  if (c.dp > 1) {
+    ProgOp d;
+    d.kind = ProgKind::kDpCollective;
+    d.op.name = c.zero_stage >= 1 ? "dp_grad_reduce_scatter" : "dp_grad_all_reduce";
+    d.op.kind = OpKind::kCollective;
+    d.op.collective = red;
+    d.op.bytes = d.bytes = grad_bytes;
+    d.op.duration_s = CollectiveCostOf(prof, red, grad_bytes, cm.dp_group).time_s();
+    rp.predicted_busy_s += d.op.duration_s;
+    rp.ops.push_back(d);
+  }
+  const double shard = c.zero_stage >= 1 ? params / static_cast<double>(c.dp) : params;
+  ProgOp o;
+  o.kind = ProgKind::kOptimizer;
+  o.op.name = "optimizer";
+  o.op.kind = OpKind::kMemory;
+  o.op.bytes = o.bytes = 34.0 * shard;
+  o.op.duration_s = MemoryBoundTime(prof, 30.0 * shard) + MemoryBoundTime(prof, 4.0 * shard);
+  rp.predicted_busy_s += o.op.duration_s;
+  rp.ops.push_back(o);
+  if (c.dp > 1 && (c.zero_stage == 1 || c.zero_stage == 2)) {
+    ProgOp g;
+    g.kind = ProgKind::kDpCollective;
+    g.op.name = "dp_param_all_gather";
+    g.op.kind = OpKind::kCollective;
+    g.op.collective = CollectiveOp::kAllGather;
+    g.op.bytes = g.bytes = params * c.param_gather_bytes;
+    g.op.duration_s = CollectiveCostOf(prof, CollectiveOp::kAllGather, g.bytes, cm.dp_group).time_s();
+    rp.predicted_busy_s += g.op.duration_s;
+    rp.ops.push_back(g);
+  }
+  return rp;
+}
+
+}  // namespace shardcast

@@ -1,0 +1,42 @@
+#pragma once
+/// \file program.h
+/// The per-rank op program: what one GPU (or CPU rank) of pipeline stage `stage` executes in one
+/// training step, in order, built from the same schedule and cost model the simulator uses. The
+/// executor runs exactly this program, so prediction and measurement compare op by op.
+
+#include <string>
+#include <vector>
+
+#include "simulator/cost_model.h"
+#include "simulator/schedule.h"
+
+namespace shardcast {
+
+enum class ProgKind { kCompute, kTpCollective, kSend, kRecv, kAlloc, kFree, kDpCollective, kOptimizer };
+const char* ToString(ProgKind k);
+
+struct ProgOp {
+  ProgKind kind = ProgKind::kCompute;
+  Op op;               ///< compute and collective ops: the cost model's op (shape, bytes, duration)
+  ItemKind item = ItemKind::kForward;  ///< the schedule item this op belongs to
+  int microbatch = -1, chunk = -1;
+  int peer_stage = -1;  ///< send/recv
+  int tag = 0;          ///< send/recv matching tag
+  double bytes = 0;     ///< send/recv/alloc/free/optimizer bytes; collective size (nccl-tests)
+};
+
+struct RankProgram {
+  int stage = 0;
+  std::vector<ProgOp> ops;
+  /// Sum of the predicted durations of the ops (no waiting): the stage's busy time.
+  double predicted_busy_s = 0;
+};
+
+/// The program of one rank of `stage`. Pipeline sends are non-blocking; receives block where the
+/// data is needed. Data-parallel gradient collectives run after the last backward (a single
+/// stream; `overlap_grad_reduce` is not honoured by the program), then the optimizer, then the
+/// parameter all-gather of ZeRO-1/2. Tags: (microbatch * chunks + chunk) * 2 + direction.
+RankProgram BuildRankProgram(const ParallelConfig& cfg, const CostModel& cm,
+                             const PipelineSchedule& sched, const HardwareProfile& profile, int stage);
+
+}  // namespace shardcast
