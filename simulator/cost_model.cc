@@ -69,6 +69,10 @@ double AttentionTime(const HardwareProfile& p, double flops, double seq, bool ba
   return flops / (p.gemm_peak_tflops * 1e12 * eff) + p.launch_overhead_s;
 }
 
+double OptimizerTime(const HardwareProfile& p, double params) {
+  return MemoryBoundTime(p, 30.0 * params) + MemoryBoundTime(p, 4.0 * params);
+}
+
 CollectiveCost CollectiveCostOf(const HardwareProfile& p, CollectiveOp op, double size,
                                 const GroupPlacement& g) {
   CollectiveCost c;

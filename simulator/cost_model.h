@@ -69,6 +69,10 @@ struct Op {
 double GemmTime(const HardwareProfile& p, double m, double n, double k);
 double MemoryBoundTime(const HardwareProfile& p, double bytes);
 double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward);
+/// Adam over `params` local parameters: 30 bytes moved per parameter (read the fp32 gradient,
+/// read and write the fp32 master weight, m and v, write the bf16 weight) plus the gradient-norm
+/// pass (4 bytes), as two memory-bound passes.
+double OptimizerTime(const HardwareProfile& p, double params);
 
 /// What one micro-batch costs on one chunk (a contiguous group of layers, plus embedding or
 /// output layer where the chunk holds them) of one GPU.

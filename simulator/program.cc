@@ -140,7 +140,7 @@ RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
   o.op.name = "optimizer";
   o.op.kind = OpKind::kMemory;
   o.op.bytes = o.bytes = 34.0 * shard;
-  o.op.duration_s = MemoryBoundTime(prof, 30.0 * shard) + MemoryBoundTime(prof, 4.0 * shard);
+  o.op.duration_s = OptimizerTime(prof, shard);
   rp.predicted_busy_s += o.op.duration_s;
   rp.ops.push_back(o);
   if (c.dp > 1 && (c.zero_stage == 1 || c.zero_stage == 2)) {

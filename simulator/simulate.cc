@@ -152,8 +152,9 @@ void Builder::Build() {
       std::vector<std::int32_t> compute_seq;  // compute-stream tasks in order (for ZeRO-3 prefetch)
       // Parameter all-gathers of the previous optimizer step, overlapped with this step's
       // first forward (steady state), for ZeRO-1/2 with overlap_param_gather.
-      std::vector<std::vector<std::int32_t>> gathers(static_cast<std::size_t>(v_));
-      if ((c_.zero_stage == 1 || c_.zero_stage == 2) && c_.overlap_param_gather && dp_comm) {
+      // ZeRO-1/2 parameter all-gathers, per chunk and bucket, after task `after` (-1: none).
+      auto add_param_gathers = [&](std::int32_t after) {
+        std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(v_));
         for (int k = 0; k < v_; ++k) {
           const int nb = n_buckets(k);
           const double bytes = chunks[static_cast<std::size_t>(k)].params_per_gpu * c_.param_gather_bytes / nb;
@@ -163,11 +164,16 @@ void Builder::Build() {
             t.chunk = k;
             t.unit = b;
             const std::int32_t id = Add(t, kDpStream);
-            gathers[static_cast<std::size_t>(k)].push_back(id);
-            Sync(i, {-1, id});
+            g_.AddEdge(after, id);
+            ids[static_cast<std::size_t>(k)].push_back(id);
+            Sync(i, {after, id});
           }
         }
-      }
+        return ids;
+      };
+      const bool gathers_params = (c_.zero_stage == 1 || c_.zero_stage == 2) && dp_comm;
+      std::vector<std::vector<std::int32_t>> gathers(static_cast<std::size_t>(v_));
+      if (gathers_params && c_.overlap_param_gather) gathers = add_param_gathers(-1);
       std::vector<std::pair<int, int>> reduce_after;  // (pos, chunk) for non-overlapped reduce
       for (int pos = 0; pos < static_cast<int>(order.size()); ++pos) {
         const ScheduleItem& it = order[static_cast<std::size_t>(pos)];
@@ -307,33 +313,17 @@ void Builder::Build() {
         g_.AddEdge(last_compute, eid);
         before_opt = eid;
       }
-      // Optimizer: Adam over the local shard (30 bytes moved per parameter: read fp32 grad, read
-      // and write fp32 master, m, v, write bf16 weight) plus the grad-norm pass (4 bytes).
       double params = 0;
       for (const auto& cc : chunks) params += cc.params_per_gpu;
       const double shard = c_.zero_stage >= 1 ? params / static_cast<double>(c_.dp) : params;
       Task opt;
       opt.type = TaskType::kOptimizer;
       opt.device = dev;
-      opt.work_ns = ideal ? 0.0 : Ns(MemoryBoundTime(prof_, 30.0 * shard) + MemoryBoundTime(prof_, 4.0 * shard));
+      opt.work_ns = ideal ? 0.0 : Ns(OptimizerTime(prof_, shard));
       const std::int32_t oid = Add(opt, kComputeStream);
       g_.AddEdge(before_opt, oid);
       // Without overlap_param_gather, ZeRO-1/2 gather the updated parameters after the step.
-      if ((c_.zero_stage == 1 || c_.zero_stage == 2) && !c_.overlap_param_gather && dp_comm) {
-        for (int k = 0; k < v_; ++k) {
-          const int nb = n_buckets(k);
-          const double bytes = chunks[static_cast<std::size_t>(k)].params_per_gpu * c_.param_gather_bytes / nb;
-          for (int b = 0; b < nb; ++b) {
-            Task t = Comm(TaskType::kParamGather, dev,
-                          CollectiveCostOf(prof_, CollectiveOp::kAllGather, bytes, cm_.dp_group));
-            t.chunk = k;
-            t.unit = b;
-            const std::int32_t id = Add(t, kDpStream);
-            g_.AddEdge(oid, id);
-            Sync(i, {oid, id});
-          }
-        }
-      }
+      if (gathers_params && !c_.overlap_param_gather) add_param_gathers(oid);
     }
   }
   // Cross-stage edges: pipeline sends feed the receiver's first unit.
