@@ -551,7 +551,7 @@ HardwareProfile RunCalibration(const CalibrateOptions& o) {
     if (!cuda::Usable(&why)) throw InputError("--backend cuda: no usable GPU was found: " + why);
     cuda::Measurements m;
     try {
-      m = cuda::Measure(o.quick, o.progress);
+      m = cuda::Measure(o.quick, o.progress, o.model_shapes);
     } catch (const std::runtime_error& e) {
       throw InputError(std::string("--backend cuda: ") + e.what());
     }

@@ -178,7 +178,7 @@ bool Usable(std::string* why) {
   return true;
 }
 
-Measurements Measure(bool quick, bool progress) {
+Measurements Measure(bool quick, bool progress, const std::vector<std::array<int, 3>>& extra_shapes) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -223,6 +223,9 @@ Measurements Measure(bool quick, bool progress) {
   shapes.push_back({4097, 4096, 4096});
   shapes.push_back({8192, 1024, 8192});
   shapes.push_back({16384, 3072, 4096});
+  for (const auto& e : extra_shapes) {
+    if (std::find(shapes.begin(), shapes.end(), e) == shapes.end()) shapes.push_back(e);
+  }
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     GemmSample g = TimeGemm(lt, shapes[i][0], shapes[i][1], shapes[i][2], ws, ws_bytes, s, quick);
     g.heuristic0_s = MaxOverRanks(g.heuristic0_s);

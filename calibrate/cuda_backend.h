@@ -4,6 +4,7 @@
 /// CUDA translation unit needs none of the project's JSON headers. Built only where the CUDA
 /// toolkit is found (cuda_backend.cu); elsewhere cuda_backend_stub.cc reports it absent.
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,8 @@ bool Usable(std::string* why);
 /// "ok", or what differed.
 std::string VerifyKernels();
 /// Runs the sweep on this rank's GPU (device = local rank modulo the device count) and NCCL
-/// collectives across MPI ranks (ncclUniqueId broadcast over MPI). MPI must be initialized.
-Measurements Measure(bool quick, bool progress);
+/// collectives across MPI ranks (ncclUniqueId broadcast over MPI). `extra_shapes` (m, n, k) are
+/// timed too (the model's own GEMMs). MPI must be initialized.
+Measurements Measure(bool quick, bool progress, const std::vector<std::array<int, 3>>& extra_shapes);
 
 }  // namespace shardcast::cuda

@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/text.h"
+#include "executor/cuda_runner.h"
 #include "simulator/program.h"
 
 namespace shardcast {
@@ -224,13 +225,22 @@ class Runner {
 
 ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cluster& cluster,
                       const HardwareProfile& profile, const ExecuteOptions& opts) {
-  if (opts.backend != "cpu") {
-    throw InputError("command line: --backend: got \"" + opts.backend +
-                     "\", expected cpu (the CUDA executor is not implemented yet)");
+  if (opts.backend != "cpu" && opts.backend != "cuda") {
+    throw InputError("command line: --backend: got \"" + opts.backend + "\", expected cpu or cuda");
   }
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const bool on_gpu = opts.backend == "cuda";
+  if (on_gpu) {
+    std::string why;
+    if (!cuda_exec::Built()) throw InputError("--backend cuda: this build has no CUDA backend");
+    if (!cuda_exec::Usable(&why)) throw InputError("--backend cuda: no usable GPU was found: " + why);
+    if (size != 1 || cfg_in.gpus() != 1) {
+      throw InputError("--backend cuda: the CUDA executor runs one rank (TP = PP = DP = 1) so far; got " +
+                       std::to_string(size) + " ranks and " + cfg_in.Summary());
+    }
+  }
   ParallelConfig c = cfg_in;
   if (c.seq_length <= 0) c.seq_length = model.seq_length;
   // One stream per rank here: the gradient reduction runs after the backward pass, so the
@@ -262,48 +272,97 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
   const StageMemory st = StaticStageMemory(cm, c, profile, stage);
   std::vector<char> state = Touched(static_cast<std::size_t>(st.weights_bytes + st.grads_bytes + st.optimizer_bytes));
   mem.Add(static_cast<double>(state.size()));
-  Runner run(model, c, prog, tp_comm, dp_comm, rank, tp * dp, mem);
-
-  // Watchdog: a step that overruns the timeout ends every rank, naming this rank and its op.
-  std::atomic<bool> done{false};
-  std::atomic<double> step_start{0};
-  const auto origin = Clock::now();
-  std::thread watchdog([&] {
-    while (!done) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      const double s = step_start.load();
-      if (s > 0 && Secs(origin, Clock::now()) - s > opts.timeout_s) {
-        const int op = run.current.load();
-        std::fprintf(stderr, "shardcast: error: rank %d (stage %d) timed out after %.0f s in op %d (%s)\n", rank, stage,
-                     opts.timeout_s, op, op >= 0 ? Runner::OpLabel(prog.ops[static_cast<std::size_t>(op)]).c_str() : "?");
-        MPI_Abort(MPI_COMM_WORLD, 3);
-      }
-    }
-  });
-
   std::vector<double> op_secs, sum_secs(prog.ops.size(), 0.0);
   std::vector<Event> events;
   double wait_sum = 0;
-  for (int s = 0; s < opts.warmup + opts.steps; ++s) {
-    MPI_Barrier(MPI_COMM_WORLD);
-    const auto t0 = Clock::now();
-    step_start = Secs(origin, t0);
-    double wait = 0;
-    const bool last = s == opts.warmup + opts.steps - 1;
-    events.clear();
-    run.Step(&op_secs, &wait, last && !opts.trace.empty() ? &events : nullptr, t0);
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t = Secs(t0, Clock::now()), tmax = t;
-    step_start = 0;
-    MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    if (s >= opts.warmup) {
-      rep.step_times_s.push_back(tmax);
-      for (std::size_t i = 0; i < op_secs.size(); ++i) sum_secs[i] += op_secs[i] / opts.steps;
-      wait_sum += wait / opts.steps;
+  if (on_gpu) {
+    // The same program on one GPU: GEMMs, memory-bound passes, activation allocations.
+    std::vector<cuda_exec::Op> ops;
+    std::vector<std::size_t> index;  // program op -> GPU op (or npos)
+    std::map<std::pair<int, int>, int> keys;
+    for (const auto& x : prog.ops) {
+      cuda_exec::Op g;
+      bool use = true;
+      if (x.kind == ProgKind::kCompute && x.op.kind == OpKind::kGemm) {
+        g.kind = cuda_exec::Op::kGemm;
+        g.m = static_cast<int>(x.op.m);
+        g.n = static_cast<int>(x.op.n);
+        g.k = static_cast<int>(x.op.k);
+        g.reps = std::max(1, static_cast<int>(std::lround(x.op.flops / (2.0 * x.op.m * x.op.n * x.op.k))));
+      } else if (x.kind == ProgKind::kCompute && x.op.kind == OpKind::kAttention) {
+        const int sq = static_cast<int>(c.seq_length), d = static_cast<int>(model.kv_channels);
+        g.kind = cuda_exec::Op::kGemm;
+        g.m = sq;
+        g.n = sq;
+        g.k = d;
+        g.reps = std::max(1, static_cast<int>(std::lround(x.op.flops / (2.0 * sq * sq * d))));
+      } else if ((x.kind == ProgKind::kCompute && x.op.kind == OpKind::kMemory) || x.kind == ProgKind::kOptimizer) {
+        g.kind = cuda_exec::Op::kMemory;
+        g.bytes = x.bytes > 0 ? x.bytes : x.op.bytes;
+      } else if (x.kind == ProgKind::kAlloc || x.kind == ProgKind::kFree) {
+        g.kind = x.kind == ProgKind::kAlloc ? cuda_exec::Op::kAlloc : cuda_exec::Op::kFree;
+        g.bytes = x.bytes;
+        auto key = std::make_pair(x.microbatch, x.chunk);
+        if (!keys.count(key)) keys.emplace(key, static_cast<int>(keys.size()));
+        g.key = keys[key];
+      } else {
+        use = false;
+      }
+      index.push_back(use ? ops.size() : std::string::npos);
+      if (use) ops.push_back(g);
     }
+    cuda_exec::Result gr;
+    try {
+      gr = cuda_exec::Run(ops, opts.warmup, opts.steps,
+                          st.weights_bytes + st.grads_bytes + st.optimizer_bytes);
+    } catch (const std::runtime_error& e) {
+      throw InputError(std::string("--backend cuda: ") + e.what());
+    }
+    rep.step_times_s = gr.step_s;
+    for (std::size_t i = 0; i < prog.ops.size(); ++i) {
+      if (index[i] != std::string::npos) sum_secs[i] = gr.op_secs[index[i]];
+    }
+    mem.Add(gr.peak_bytes - mem.peak());
+  } else {
+    Runner run(model, c, prog, tp_comm, dp_comm, rank, tp * dp, mem);
+    // Watchdog: a step that overruns the timeout ends every rank, naming this rank and its op.
+    std::atomic<bool> done{false};
+    std::atomic<double> step_start{0};
+    const auto origin = Clock::now();
+    std::thread watchdog([&] {
+      while (!done) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        const double s0 = step_start.load();
+        if (s0 > 0 && Secs(origin, Clock::now()) - s0 > opts.timeout_s) {
+          const int op = run.current.load();
+          std::fprintf(stderr, "shardcast: error: rank %d (stage %d) timed out after %.0f s in op %d (%s)\n", rank,
+                       stage, opts.timeout_s, op,
+                       op >= 0 ? Runner::OpLabel(prog.ops[static_cast<std::size_t>(op)]).c_str() : "?");
+          MPI_Abort(MPI_COMM_WORLD, 3);
+        }
+      }
+    });
+    for (int s = 0; s < opts.warmup + opts.steps; ++s) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const auto t0 = Clock::now();
+      step_start = Secs(origin, t0);
+      double wait = 0;
+      const bool last = s == opts.warmup + opts.steps - 1;
+      events.clear();
+      run.Step(&op_secs, &wait, last && !opts.trace.empty() ? &events : nullptr, t0);
+      MPI_Barrier(MPI_COMM_WORLD);
+      double t = Secs(t0, Clock::now()), tmax = t;
+      step_start = 0;
+      MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      if (s >= opts.warmup) {
+        rep.step_times_s.push_back(tmax);
+        for (std::size_t i = 0; i < op_secs.size(); ++i) sum_secs[i] += op_secs[i] / opts.steps;
+        wait_sum += wait / opts.steps;
+      }
+    }
+    done = true;
+    watchdog.join();
   }
-  done = true;
-  watchdog.join();
   std::vector<double> sorted = rep.step_times_s;
   std::sort(sorted.begin(), sorted.end());
   rep.measured_step_time_s = sorted[sorted.size() / 2];

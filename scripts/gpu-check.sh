@@ -20,7 +20,8 @@ log "GPU tests"
 grep -E "PASSED|FAILED|SKIPPED" "$OUT/gpu-tests.log" | tee -a "$OUT/summary.txt"
 log "quick CUDA calibration (1 rank)"
 MPIRUN="mpirun --allow-run-as-root --oversubscribe -np 1"
-if timeout 180 $MPIRUN ./build-gpu/cli/shardcast calibrate --backend cuda --quick --out "$OUT/profile.json" \
+if timeout 180 $MPIRUN ./build-gpu/cli/shardcast calibrate --backend cuda --quick --model gpt3-125m --tp-values 1 \
+     --out "$OUT/profile.json" \
      > "$OUT/calibrate.log" 2>&1; then
   ./build-gpu/cli/shardcast profile show "$OUT/profile.json" > "$OUT/profile.txt" 2>&1
   head -30 "$OUT/profile.txt" | tee -a "$OUT/summary.txt"
@@ -28,6 +29,10 @@ if timeout 180 $MPIRUN ./build-gpu/cli/shardcast calibrate --backend cuda --quic
   ./build-gpu/cli/shardcast simulate --model gpt3-1.3b --profile "$OUT/profile.json" --gpus 1 --mbs 1 --gbs 8 \
       --seq 2048 > "$OUT/simulate.txt" 2>&1 || status=1
   head -12 "$OUT/simulate.txt" | tee -a "$OUT/summary.txt"
+  log "execute GPT-3 125M on the GPU (TP=PP=DP=1, 8 micro-batches) against the prediction"
+  timeout 120 $MPIRUN ./build-gpu/cli/shardcast execute --backend cuda --model gpt3-125m --profile "$OUT/profile.json" \
+      --mbs 1 --gbs 8 --seq 1024 --steps 3 --warmup 1 > "$OUT/execute.txt" 2>&1 || status=1
+  head -20 "$OUT/execute.txt" | tee -a "$OUT/summary.txt"
 else
   log "CALIBRATION FAILED (see calibrate.log)"; tail -5 "$OUT/calibrate.log" | tee -a "$OUT/summary.txt"; status=1
 fi
