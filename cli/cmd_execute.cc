@@ -22,7 +22,8 @@ struct ExecuteArgs {
 void Print(const ExecuteReport& r, const Model& m, const ParallelConfig& c, int ranks) {
   const auto& p = r.predicted;
   std::cout << fmt::format("{} on {} rank(s): {}\n", m.name, ranks, c.Summary());
-  std::cout << "(gradient reduction after the backward pass on both sides: one stream per rank)\n\n";
+  std::cout << (c.overlap_grad_reduce ? "(gradient buckets reduced on a worker thread, overlapping the backward pass)\n\n"
+                                      : "(gradient reduction after the backward pass)\n\n");
   std::cout << fmt::format("{:<24} {:>12} {:>12} {:>8}\n", "", "predicted", "measured", "error");
   std::cout << fmt::format("{:<24} {:>12} {:>12} {:>+7.1f}%\n", "step time", FormatSeconds(p.step_time_s),
                            FormatSeconds(r.measured_step_time_s), 100 * (p.step_time_s / r.measured_step_time_s - 1));
@@ -72,7 +73,7 @@ void RunExecute(const ExecuteArgs& a) {
       if (a.cfg.json) {
         Json j;
         ParallelConfig pc = c;
-        pc.overlap_grad_reduce = pc.overlap_param_gather = false;
+        pc.overlap_param_gather = false;
         j["predicted"] = ResultToJson(r.predicted, m, pc, cl, size);
         j["measured"] = {{"step_time_s", r.measured_step_time_s},
                          {"step_times_s", r.step_times_s},

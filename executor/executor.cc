@@ -5,7 +5,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <condition_variable>
 #include <deque>
+#include <mutex>
 #include <map>
 #include <random>
 #include <thread>
@@ -67,14 +69,54 @@ class Runner {
     *recv_wait_s = 0;
     std::deque<std::vector<float>> send_bufs;
     std::vector<MPI_Request> reqs;
+    // Asynchronous data-parallel collectives (overlap_grad_reduce) run in order on a worker
+    // thread, on the data-parallel communicator, with their own buffers.
+    std::vector<const ProgOp*> dp_queue;
+    std::mutex dp_mu;
+    std::condition_variable dp_cv;
+    bool dp_closing = false;
+    std::thread dp_worker;
+    auto dp_wait = [&] {
+      if (!dp_worker.joinable()) return;
+      {
+        std::lock_guard<std::mutex> l(dp_mu);
+        dp_closing = true;
+      }
+      dp_cv.notify_one();
+      dp_worker.join();
+    };
     for (std::size_t i = 0; i < prog_.ops.size(); ++i) {
       current = static_cast<int>(i);
       const ProgOp& x = prog_.ops[i];
       const auto a = Clock::now();
       switch (x.kind) {
         case ProgKind::kCompute: Compute(x.op); break;
-        case ProgKind::kTpCollective: Collective(x.op.collective, x.bytes, tp_); break;
-        case ProgKind::kDpCollective: Collective(x.op.collective, x.bytes, dp_); break;
+        case ProgKind::kTpCollective: Collective(x.op.collective, x.bytes, tp_, cs_, cr_); break;
+        case ProgKind::kDpCollective:
+          if (x.async && threads_ok_) {
+            if (!dp_worker.joinable()) {
+              dp_worker = std::thread([&] {
+                std::size_t next = 0;
+                for (;;) {
+                  std::unique_lock<std::mutex> l(dp_mu);
+                  dp_cv.wait(l, [&] { return next < dp_queue.size() || dp_closing; });
+                  if (next >= dp_queue.size()) break;
+                  const ProgOp* op = dp_queue[next++];
+                  l.unlock();
+                  Collective(op->op.collective, op->bytes, dp_, ds_, dr_);
+                }
+              });
+            }
+            {
+              std::lock_guard<std::mutex> l(dp_mu);
+              dp_queue.push_back(&x);
+            }
+            dp_cv.notify_one();
+          } else {
+            Collective(x.op.collective, x.bytes, dp_, ds_, dr_);
+          }
+          break;
+        case ProgKind::kDpWait: dp_wait(); break;
         case ProgKind::kOptimizer: Axpy(x.bytes); break;
         case ProgKind::kSend: {
           send_bufs.emplace_back(Floats(x.bytes), 1.0f);
@@ -93,6 +135,7 @@ class Runner {
         case ProgKind::kAlloc: {
           const std::size_t n = static_cast<std::size_t>(x.bytes);
           saved_[{x.microbatch, x.chunk}] = Touched(n);
+          std::lock_guard<std::mutex> l(mem_mu_);
           mem_.Add(static_cast<double>(n));
           break;
         }
@@ -101,6 +144,7 @@ class Runner {
           if (it != saved_.end()) {
             const std::size_t n = static_cast<std::size_t>(x.bytes);
             const std::size_t have = it->second.size();
+            std::lock_guard<std::mutex> l(mem_mu_);
             if (n >= have) {
               mem_.Sub(static_cast<double>(have));
               saved_.erase(it);
@@ -117,6 +161,7 @@ class Runner {
       (*op_secs)[i] = Secs(a, b);
       if (events) events->push_back({OpLabel(x), Secs(t0, a), Secs(a, b)});
     }
+    dp_wait();
     if (!reqs.empty()) MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);
     current = -1;
   }
@@ -172,6 +217,7 @@ class Runner {
   void Axpy(double bytes) {
     const std::size_t n = std::max<std::size_t>(1, static_cast<std::size_t>(bytes / 12));
     if (x_.size() < n) {
+      std::lock_guard<std::mutex> l(mem_mu_);
       mem_.Add(static_cast<double>(n - x_.size()) * 8.0);
       x_.resize(n, 1.0f);
       y_.resize(n, 0.5f);
@@ -179,30 +225,33 @@ class Runner {
     for (std::size_t i = 0; i < n; ++i) y_[i] = 0.999f * x_[i] + y_[i];
   }
 
-  void Collective(CollectiveOp op, double bytes, MPI_Comm comm) {
+  void Collective(CollectiveOp op, double bytes, MPI_Comm comm, std::vector<float>& send, std::vector<float>& recv) {
     int n = 1;
     MPI_Comm_size(comm, &n);
     if (n <= 1) return;
     // nccl-tests' size: all-reduce per-rank buffer; all-gather total output; reduce-scatter total input.
     const std::size_t total = Floats(bytes);
     const std::size_t per = std::max<std::size_t>(1, total / static_cast<std::size_t>(n));
-    if (cs_.size() < total + per * n) {
-      mem_.Add(static_cast<double>(total + per * n - cs_.size()) * 8.0);
-      cs_.resize(total + per * n, 1.0f);
-      cr_.resize(total + per * n, 0.0f);
+    if (send.size() < total + per * n) {
+      {
+        std::lock_guard<std::mutex> l(mem_mu_);
+        mem_.Add(static_cast<double>(total + per * n - send.size()) * 8.0);
+      }
+      send.resize(total + per * n, 1.0f);
+      recv.resize(total + per * n, 0.0f);
     }
     switch (op) {
       case CollectiveOp::kAllReduce:
-        MPI_Allreduce(cs_.data(), cr_.data(), static_cast<int>(total), MPI_FLOAT, MPI_SUM, comm);
+        MPI_Allreduce(send.data(), recv.data(), static_cast<int>(total), MPI_FLOAT, MPI_SUM, comm);
         break;
       case CollectiveOp::kAllGather:
-        MPI_Allgather(cs_.data(), static_cast<int>(per), MPI_FLOAT, cr_.data(), static_cast<int>(per), MPI_FLOAT, comm);
+        MPI_Allgather(send.data(), static_cast<int>(per), MPI_FLOAT, recv.data(), static_cast<int>(per), MPI_FLOAT, comm);
         break;
       case CollectiveOp::kReduceScatter:
-        MPI_Reduce_scatter_block(cs_.data(), cr_.data(), static_cast<int>(per), MPI_FLOAT, MPI_SUM, comm);
+        MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(per), MPI_FLOAT, MPI_SUM, comm);
         break;
       default:
-        MPI_Allreduce(cs_.data(), cr_.data(), static_cast<int>(total), MPI_FLOAT, MPI_SUM, comm);
+        MPI_Allreduce(send.data(), recv.data(), static_cast<int>(total), MPI_FLOAT, MPI_SUM, comm);
     }
   }
 
@@ -217,7 +266,14 @@ class Runner {
   Tracker& mem_;
   std::mt19937 gen_;
   std::map<std::tuple<int, int, int>, Mats> gemm_;
-  std::vector<float> x_, y_, cs_, cr_;
+  std::vector<float> x_, y_, cs_, cr_, ds_, dr_;
+  std::mutex mem_mu_;
+  bool threads_ok_ = true;
+
+ public:
+  void set_threads_ok(bool ok) { threads_ok_ = ok; }
+
+ private:
   std::map<std::pair<int, int>, std::vector<char>> saved_;
 };
 
@@ -243,10 +299,13 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
   }
   ParallelConfig c = cfg_in;
   if (c.seq_length <= 0) c.seq_length = model.seq_length;
-  // One stream per rank here: the gradient reduction runs after the backward pass, so the
-  // prediction is made for that too.
-  c.overlap_grad_reduce = false;
+  // The program gathers ZeRO-1/2 parameters after the optimizer (not overlapped with the next
+  // step's forward), so the prediction is made for that too. Gradient reduction overlaps the
+  // backward pass on a worker thread when the configuration says so (and MPI allows threads).
   c.overlap_param_gather = false;
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE) c.overlap_grad_reduce = false;
   if (size != c.gpus()) {
     throw InputError(fmt::format("mpirun -np: got {} ranks, expected tp*pp*dp = {}*{}*{} = {}", size, c.tp, c.pp, c.dp,
                                  c.gpus()));
@@ -325,6 +384,7 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
     mem.Add(gr.peak_bytes - mem.peak());
   } else {
     Runner run(model, c, prog, tp_comm, dp_comm, rank, tp * dp, mem);
+    run.set_threads_ok(c.overlap_grad_reduce);
     // Watchdog: a step that overruns the timeout ends every rank, naming this rank and its op.
     std::atomic<bool> done{false};
     std::atomic<double> step_start{0};

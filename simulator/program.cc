@@ -1,5 +1,6 @@
 #include "simulator/program.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace shardcast {
@@ -13,6 +14,7 @@ const char* ToString(ProgKind k) {
     case ProgKind::kAlloc: return "alloc";
     case ProgKind::kFree: return "free";
     case ProgKind::kDpCollective: return "dp_collective";
+    case ProgKind::kDpWait: return "dp_wait";
     case ProgKind::kOptimizer: return "optimizer";
   }
   return "?";
@@ -118,21 +120,55 @@ RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
       rp.ops.push_back(f);
     }
   }
-  // Data-parallel gradient reduction, then the optimizer, then ZeRO-1/2's parameter all-gather.
+  // Data-parallel gradient reduction per bucket, then the optimizer, then ZeRO-1/2's all-gather.
   double params = 0;
   for (const auto& cc : chunks) params += cc.params_per_gpu;
-  const double grad_bytes = params * (c.fp32_main_grads ? 4.0 : 2.0);
+  const double grad_per_param = c.fp32_main_grads ? 4.0 : 2.0;
   const CollectiveOp red = c.zero_stage >= 1 ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce;
-  if (c.dp > 1) {
-    ProgOp d;
-    d.kind = ProgKind::kDpCollective;
-    d.op.name = c.zero_stage >= 1 ? "dp_grad_reduce_scatter" : "dp_grad_all_reduce";
-    d.op.kind = OpKind::kCollective;
-    d.op.collective = red;
-    d.op.bytes = d.bytes = grad_bytes;
-    d.op.duration_s = CollectiveCostOf(prof, red, grad_bytes, cm.dp_group).time_s();
-    rp.predicted_busy_s += d.op.duration_s;
-    rp.ops.push_back(d);
+  auto buckets = [&](int chunk, bool async) {
+    std::vector<ProgOp> out;
+    const double cp = chunks[static_cast<std::size_t>(chunk)].params_per_gpu;
+    const int nb = std::max(1, static_cast<int>(std::ceil(cp / static_cast<double>(c.BucketParams()))));
+    for (int b = 0; b < nb; ++b) {
+      ProgOp d;
+      d.kind = ProgKind::kDpCollective;
+      d.async = async;
+      d.chunk = chunk;
+      d.op.name = c.zero_stage >= 1 ? "dp_grad_reduce_scatter" : "dp_grad_all_reduce";
+      d.op.kind = OpKind::kCollective;
+      d.op.collective = red;
+      d.op.bytes = d.bytes = cp * grad_per_param / nb;
+      d.op.duration_s = CollectiveCostOf(prof, red, d.bytes, cm.dp_group).time_s();
+      rp.predicted_busy_s += async ? 0.0 : d.op.duration_s;
+      out.push_back(d);
+    }
+    return out;
+  };
+  if (c.dp > 1 && c.overlap_grad_reduce) {
+    // After the last gradient-producing item of each chunk.
+    const ItemKind grad_item = sched.split_weight ? ItemKind::kWeight : ItemKind::kBackward;
+    std::vector<std::size_t> last(static_cast<std::size_t>(v), 0);
+    for (std::size_t i = 0; i < rp.ops.size(); ++i) {
+      if (rp.ops[i].kind == ProgKind::kCompute && rp.ops[i].item == grad_item) {
+        last[static_cast<std::size_t>(rp.ops[i].chunk)] = i;
+      }
+    }
+    std::vector<std::pair<std::size_t, int>> at;  // insert position, chunk (latest first)
+    for (int k = 0; k < v; ++k) at.emplace_back(last[static_cast<std::size_t>(k)] + 1, k);
+    std::sort(at.rbegin(), at.rend());
+    for (const auto& [pos, k] : at) {
+      const auto ops = buckets(k, true);
+      rp.ops.insert(rp.ops.begin() + static_cast<std::ptrdiff_t>(pos), ops.begin(), ops.end());
+    }
+    ProgOp w;
+    w.kind = ProgKind::kDpWait;
+    w.op.name = "dp_wait";
+    rp.ops.push_back(w);
+  } else if (c.dp > 1) {
+    for (int k = 0; k < v; ++k) {
+      const auto ops = buckets(k, false);
+      rp.ops.insert(rp.ops.end(), ops.begin(), ops.end());
+    }
   }
   const double shard = c.zero_stage >= 1 ? params / static_cast<double>(c.dp) : params;
   ProgOp o;

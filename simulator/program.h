@@ -12,7 +12,9 @@
 
 namespace shardcast {
 
-enum class ProgKind { kCompute, kTpCollective, kSend, kRecv, kAlloc, kFree, kDpCollective, kOptimizer };
+enum class ProgKind {
+  kCompute, kTpCollective, kSend, kRecv, kAlloc, kFree, kDpCollective, kDpWait, kOptimizer
+};
 const char* ToString(ProgKind k);
 
 struct ProgOp {
@@ -23,6 +25,9 @@ struct ProgOp {
   int peer_stage = -1;  ///< send/recv
   int tag = 0;          ///< send/recv matching tag
   double bytes = 0;     ///< send/recv/alloc/free/optimizer bytes; collective size (nccl-tests)
+  /// A data-parallel collective issued on its own stream (overlap_grad_reduce); a later kDpWait
+  /// waits for all of them.
+  bool async = false;
 };
 
 struct RankProgram {
@@ -33,9 +38,11 @@ struct RankProgram {
 };
 
 /// The program of one rank of `stage`. Pipeline sends are non-blocking; receives block where the
-/// data is needed. Data-parallel gradient collectives run after the last backward (a single
-/// stream; `overlap_grad_reduce` is not honoured by the program), then the optimizer, then the
-/// parameter all-gather of ZeRO-1/2. Tags: (microbatch * chunks + chunk) * 2 + direction.
+/// data is needed. Gradients are reduced per bucket (Megatron-LM's bucket size): with
+/// `overlap_grad_reduce`, each chunk's buckets are issued asynchronously right after the chunk's
+/// last backward and waited for before the optimizer; without, they run after the last
+/// backward. Then the optimizer, then ZeRO-1/2's parameter all-gather.
+/// Tags: (microbatch * chunks + chunk) * 2 + direction.
 RankProgram BuildRankProgram(const ParallelConfig& cfg, const CostModel& cm,
                              const PipelineSchedule& sched, const HardwareProfile& profile, int stage);
 
