@@ -17,16 +17,13 @@
 
 #include "kernels/cpu_kernels.h"
 #include "kernels/cuda_kernels.cuh"
+#include "kernels/cuda_util.cuh"
 
 namespace shardcast::cuda {
 namespace {
 
-void Ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-void Ck(cublasStatus_t e, const char* what) {
-  if (e != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(e));
-}
+using cudautil::Ck;
+
 void Ck(ncclResult_t e, const char* what) {
   if (e != ncclSuccess) throw std::runtime_error(std::string(what) + ": " + ncclGetErrorString(e));
 }
@@ -164,19 +161,7 @@ std::string VerifyKernels() {
   return r;
 }
 
-bool Usable(std::string* why) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    *why = cudaGetErrorString(e);  // e.g. "CUDA driver version is insufficient for CUDA runtime version"
-    return false;
-  }
-  if (n == 0) {
-    *why = "no CUDA device found";
-    return false;
-  }
-  return true;
-}
+bool Usable(std::string* why) { return cudautil::DeviceUsable(why); }
 
 Measurements Measure(bool quick, bool progress, const std::vector<std::array<int, 3>>& extra_shapes) {
   int rank = 0, size = 1;

@@ -10,16 +10,13 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda_kernels.cuh"
+#include "kernels/cuda_util.cuh"
 
 namespace shardcast::cuda_exec {
 namespace {
 
-void Ck(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
-}
-void Ck(cublasStatus_t e, const char* what) {
-  if (e != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(std::string(what) + ": cuBLAS status " + std::to_string(e));
-}
+using cudautil::Ck;
+
 
 struct Gemm {
   void *a = nullptr, *b = nullptr, *c = nullptr;
@@ -32,19 +29,7 @@ struct Gemm {
 
 bool Built() { return true; }
 
-bool Usable(std::string* why) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    *why = cudaGetErrorString(e);
-    return false;
-  }
-  if (n == 0) {
-    *why = "no CUDA device found";
-    return false;
-  }
-  return true;
-}
+bool Usable(std::string* why) { return cudautil::DeviceUsable(why); }
 
 Result Run(const std::vector<Op>& ops, int warmup, int steps, double static_bytes) {
   Ck(cudaSetDevice(0), "cudaSetDevice");
