@@ -169,6 +169,17 @@ class OpBuilder {
     o.duration_s = GemmTime(p_, m, n, k);
     out.push_back(o);
   }
+  /// `batch` independent GEMMs of m x n x k (attention scores / context per head), run `times`
+  /// over (the backward computes two gradients per GEMM): shape per matrix, FLOPs of all, time
+  /// as one GEMM with batch*m rows.
+  void BatchedGemm(std::vector<Op>& out, const std::string& name, Pass pass, double batch, double m,
+                   double n, double k, double times, double saved = 0) {
+    Gemm(out, name, pass, m, n, k);
+    Op& o = out.back();
+    o.flops = 2 * batch * m * n * k * times;
+    o.duration_s = times * GemmTime(p_, batch * m, n, k);
+    o.saved_bytes = saved;
+  }
   void Memory(std::vector<Op>& out, const std::string& name, Pass pass, double bytes,
               double saved = 0) {
     Op o;
@@ -282,20 +293,13 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
     ob.Attention(L, "flash_attention", F, 0.5 * 4 * b * s * s * a * d / t, s,
                  qkv_saved + 4 * T * a / t /* fp32 log-sum-exp */);
   } else {
+    // b*a/t batched GEMMs per head: scores Q K^T (s x s x d) and context P V (s x d x s).
     const double heads_t = a / t;
-    ob.Gemm(L, "attn_scores_qk", F, s, s, d * b * heads_t);  // batched b*a/t GEMMs of s x s x d
-    L.back().m = s;
-    L.back().n = s;
-    L.back().k = d;
-    L.back().flops = 2 * b * heads_t * s * s * d;
-    L.back().duration_s = GemmTime(prof, s * b * heads_t, s, d);
-    L.back().saved_bytes = qkv_saved - 2 * T * g * d / t;  // Q and K
+    ob.BatchedGemm(L, "attn_scores_qk", F, b * heads_t, s, s, d, 1, qkv_saved - 2 * T * g * d / t);  // saves Q, K
     const double scores = b * heads_t * s * s;
     ob.Memory(L, "softmax", F, 4 * scores, 2 * scores);
     if (m.dropout) ob.Memory(L, "attn_dropout", F, 5 * scores, 3 * scores);  // mask + output
-    ob.Gemm(L, "attn_context_v", F, s * b * heads_t, d, s);
-    L.back().flops = 2 * b * heads_t * s * s * d;
-    L.back().saved_bytes = 2 * T * g * d / t;  // V
+    ob.BatchedGemm(L, "attn_context_v", F, b * heads_t, s, d, s, 1, 2 * T * g * d / t);  // saves V
   }
   ob.Gemm(L, "attn_out_proj", F, T, h, ad_t);
   L.back().saved_bytes = 2 * T * ad_t;  // projection input (= attention output)
@@ -335,14 +339,10 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
     ob.Attention(L, "flash_attention_bwd", B, 2.5 * 0.5 * 4 * b * s * s * a * d / t, s);
   } else {
     const double heads_t = a / t, scores = b * heads_t * s * s;
-    ob.Gemm(L, "attn_context_v_bwd", B, s * b * heads_t, s, d);
-    L.back().flops = 2 * 2 * b * heads_t * s * s * d;
-    L.back().duration_s = 2 * GemmTime(prof, s * b * heads_t, s, d);
+    ob.BatchedGemm(L, "attn_context_v_bwd", B, b * heads_t, s, s, d, 2);
     if (m.dropout) ob.Memory(L, "attn_dropout_bwd", B, 5 * scores);
     ob.Memory(L, "softmax_bwd", B, 6 * scores);
-    ob.Gemm(L, "attn_scores_qk_bwd", B, s * b * heads_t, d, s);
-    L.back().flops = 2 * 2 * b * heads_t * s * s * d;
-    L.back().duration_s = 2 * GemmTime(prof, s * b * heads_t, d, s);
+    ob.BatchedGemm(L, "attn_scores_qk_bwd", B, b * heads_t, s, d, s, 2);
   }
   if (sp) {
     ob.Collective(L, "sp_all_gather_attn_input_bwd", B, ag, act);
@@ -354,29 +354,22 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   ob.Memory(L, "input_norm_bwd", B, 2 * norm_bytes);
 
   // ---- recompute before backward
+  // Full: rerun the whole forward. Selective: only the attention core (Korthikanti et al. 2022
+  // section 5); with flash attention there is none.
+  auto recomputed = [&](const Op& o) {
+    if (c.recompute == Recompute::kFull) return true;
+    return c.recompute == Recompute::kSelective && !c.flash_attention &&
+           (o.name == "attn_scores_qk" || o.name == "softmax" || o.name == "attn_dropout" ||
+            o.name == "attn_context_v");
+  };
   std::vector<Op> recompute;
-  if (c.recompute == Recompute::kFull) {
-    for (const auto& o : L) {
-      if (o.pass != F) continue;
-      Op r = o;
-      r.pass = Pass::kRecompute;
-      r.name = o.name + "_recompute";
-      r.saved_bytes = 0;
-      recompute.push_back(r);
-    }
-  } else if (c.recompute == Recompute::kSelective && !c.flash_attention) {
-    // Selective: rerun only the attention core (Korthikanti et al. 2022 section 5).
-    for (const auto& o : L) {
-      if (o.pass != F) continue;
-      if (o.name == "attn_scores_qk" || o.name == "softmax" || o.name == "attn_dropout" ||
-          o.name == "attn_context_v") {
-        Op r = o;
-        r.pass = Pass::kRecompute;
-        r.name = o.name + "_recompute";
-        r.saved_bytes = 0;
-        recompute.push_back(r);
-      }
-    }
+  for (const auto& o : L) {
+    if (o.pass != F || !recomputed(o)) continue;
+    Op r = o;
+    r.pass = Pass::kRecompute;
+    r.name = o.name + "_recompute";
+    r.saved_bytes = 0;
+    recompute.push_back(r);
   }
   L.insert(L.end(), recompute.begin(), recompute.end());
 
