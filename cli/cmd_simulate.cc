@@ -134,6 +134,14 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.overlap_param_gather = !a.no_overlap_param;
   c.fp32_main_grads = !a.bf16_grads;
   c.embedding_slots = a.emb_slots;
+  c.p2p_blocking = a.p2p_blocking;
+  c.optimizer_impl = a.optimizer == "deepspeed-zero"   ? OptimizerImpl::kDeepSpeedZero
+                     : a.optimizer == "deepspeed-bf16" ? OptimizerImpl::kDeepSpeedBf16
+                                                       : OptimizerImpl::kMegatron;
+  if (a.bf16_grads && c.optimizer_impl != OptimizerImpl::kMegatron) {
+    throw InputError("command line: --bf16-main-grads: only applies to --optimizer megatron (got --optimizer " +
+                     a.optimizer + ", whose gradient buffers are fixed)");
+  }
   return c;
 }
 
@@ -197,6 +205,12 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--no-overlap-grad-reduce", a->no_overlap_grad, "reduce gradients after the backward pass");
   cmd->add_flag("--no-overlap-param-gather", a->no_overlap_param, "gather parameters after the optimizer");
   cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
+  cmd->add_option("--optimizer", a->optimizer,
+                  "whose optimizer keeps the state: megatron (default) | deepspeed-zero (ZeRO-1/2, 16-bit grads) | "
+                  "deepspeed-bf16 (DeepSpeed BF16_Optimizer: fp32 grad buffer, fp32 all-reduce)")
+      ->check(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16"}));
+  cmd->add_flag("--p2p-blocking", a->p2p_blocking,
+                "pipeline sends/receives run in order on the compute stream (DeepSpeed's pipeline engine)");
   cmd->add_flag("--embedding-pipeline-slots", a->emb_slots,
                 "embedding and output layer take one layer slot each in the pipeline split (BLOOM)");
 }

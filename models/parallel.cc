@@ -23,6 +23,15 @@ const char* ToString(Schedule s) {
   return "?";
 }
 
+const char* ToString(OptimizerImpl o) {
+  switch (o) {
+    case OptimizerImpl::kMegatron: return "megatron";
+    case OptimizerImpl::kDeepSpeedZero: return "deepspeed-zero";
+    case OptimizerImpl::kDeepSpeedBf16: return "deepspeed-bf16";
+  }
+  return "?";
+}
+
 std::string ParallelConfig::Summary() const {
   std::string s = fmt::format("TP{} PP{}{} DP{}", tp, pp, embedding_slots ? "(emb slots)" : "", dp);
   if (vp > 1) s += fmt::format(" VP{}", vp);
@@ -108,6 +117,38 @@ StateBytesPerParam BytesPerParam(int zero_stage, std::int64_t dp, bool fp32_main
   if (zero_stage >= 2) b.grads /= d;
   if (zero_stage >= 3) b.weights /= d;
   return b;
+}
+
+StateBytesPerParam BytesPerParam(const ParallelConfig& c) {
+  const double d = static_cast<double>(c.dp);
+  StateBytesPerParam b;
+  switch (c.optimizer_impl) {
+    case OptimizerImpl::kMegatron:
+      return BytesPerParam(c.zero_stage, c.dp, c.fp32_main_grads);
+    case OptimizerImpl::kDeepSpeedZero:
+      b = BytesPerParam(c.zero_stage, c.dp, false);
+      if (c.zero_stage >= 1) b.optimizer += 4.0 / d;  // the owner's fp32 gradient partition
+      return b;
+    case OptimizerImpl::kDeepSpeedBf16:
+      b.weights = 2.0;
+      b.grads = 2.0 + 4.0;  // bf16 .grad and the fp32 accumulation buffer, both unsharded
+      b.optimizer = 12.0 / d;
+      return b;
+  }
+  return b;
+}
+
+double GradReduceBytesPerParam(const ParallelConfig& c) {
+  switch (c.optimizer_impl) {
+    case OptimizerImpl::kMegatron: return c.fp32_main_grads ? 4.0 : 2.0;
+    case OptimizerImpl::kDeepSpeedZero: return 2.0;
+    case OptimizerImpl::kDeepSpeedBf16: return 4.0;
+  }
+  return 4.0;
+}
+
+bool GradReduceIsAllReduce(const ParallelConfig& c) {
+  return c.zero_stage == 0 || c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16;
 }
 
 std::int64_t LayersOfStage(std::int64_t num_layers, std::int64_t pp, std::int64_t stage,

@@ -15,8 +15,19 @@ namespace shardcast {
 
 enum class Recompute { kNone, kSelective, kFull };
 enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
+/// Whose mixed-precision optimizer keeps the training state (what BytesPerParam counts and how
+/// gradients cross the data-parallel group):
+///  - kMegatron: Megatron-LM's DDP and distributed optimizer (ZeRO-1 = --use-distributed-optimizer;
+///    gradients in fp32 main-grad buffers when fp32_main_grads, reduce-scattered at ZeRO >= 1).
+///  - kDeepSpeedZero: DeepSpeed ZeRO stage 1/2 (runtime/zero/stage_1_and_2.py): 16-bit gradients,
+///    reduced in 16 bit to their owners; the owner's fp32 gradient partition is a further 4/dp.
+///  - kDeepSpeedBf16: DeepSpeed's BF16_Optimizer (runtime/bf16_optimizer.py, 2022): bf16 grads
+///    plus an unsharded fp32 accumulation buffer (2 + 4 B/param), fp32 master and Adam states
+///    sharded (12/dp); gradients all-reduced in fp32, bf16 parameters all-gathered after the step.
+enum class OptimizerImpl { kMegatron, kDeepSpeedZero, kDeepSpeedBf16 };
 const char* ToString(Recompute r);
 const char* ToString(Schedule s);
+const char* ToString(OptimizerImpl o);
 
 struct ParallelConfig {
   std::int64_t tp = 1;   ///< tensor-model-parallel size
@@ -32,6 +43,7 @@ struct ParallelConfig {
   Schedule schedule = Schedule::k1F1B;
   Precision precision = Precision::kBf16;
   bool fp32_main_grads = true;  ///< Megatron keeps fp32 gradient buffers (4 B/param)
+  OptimizerImpl optimizer_impl = OptimizerImpl::kMegatron;
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = true;
   bool flash_attention = true;  ///< fused attention (no s*s tensors saved)
@@ -76,6 +88,15 @@ struct StateBytesPerParam {
   double total() const { return weights + grads + optimizer; }
 };
 StateBytesPerParam BytesPerParam(int zero_stage, std::int64_t dp, bool fp32_main_grads);
+/// The same for the configuration's optimizer implementation (see OptimizerImpl):
+/// kDeepSpeedZero 2 / 2 (2/dp at ZeRO-2) / 16/dp; kDeepSpeedBf16 2 / 6 / 12/dp.
+StateBytesPerParam BytesPerParam(const ParallelConfig& c);
+/// Bytes per parameter that the data-parallel gradient reduction moves: 4 with fp32 main grads
+/// (Megatron) or the BF16_Optimizer's fp32 all-reduce, else 2.
+double GradReduceBytesPerParam(const ParallelConfig& c);
+/// True when gradients are all-reduced (every rank receives all of them): no ZeRO, or
+/// DeepSpeed's BF16_Optimizer; otherwise they are reduce-scattered to their owners.
+bool GradReduceIsAllReduce(const ParallelConfig& c);
 
 /// Parameters held by one GPU of pipeline stage `stage` (0-based) under tp/pp: the stage's layers
 /// (num_layers split evenly; the remainder goes to the first stages), plus the word and position

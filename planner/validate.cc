@@ -166,10 +166,13 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     const std::string fw = t.Get(r, "framework");
     if (Contains(fw, "Megatron")) c.overlap_grad_reduce = false;
     if (Contains(fw, "DeepSpeed")) {
-      // DeepSpeed's pipeline engine: every tensor-parallel rank sends the whole activation (no
-      // scatter/gather), and sends/receives run in order with the compute.
-      c.scatter_gather = false;
+      // DeepSpeed's pipeline engine: sends/receives are blocking and run in order with the
+      // compute; activations are partitioned over the tensor-parallel ranks (pipe_partitioned,
+      // on by default), like Megatron's scatter/gather.
       c.p2p_blocking = true;
+      // fp16 runs used DeepSpeed's ZeRO-1 (16-bit gradients reduced to their owners); from
+      // 2022-02-28 BLOOM ran the BF16_Optimizer (ZeRO stage 0 + its own optimizer sharding).
+      c.optimizer_impl = Contains(sh, "BF16_Optimizer") ? OptimizerImpl::kDeepSpeedBf16 : OptimizerImpl::kDeepSpeedZero;
     }
     if (Contains(t.Get(r, "notes"), "MP Mode DEFAULT")) c.param_gather_bytes = 4.0;
     // Every run here predates FlashAttention-3 (July 2024; the newest source is from 2024-04),
@@ -237,29 +240,39 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       }
       c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
       const Cluster cl = LoadCluster("dgx-a100");
-      auto first_stage = [&](bool sp, Recompute rc) {
+      const HardwareProfile prof = DefaultProfile(cl);
+      // Both figures count the transformer layers alone. Fig. 1's parameter-and-optimizer bars are
+      // 18 bytes times the first stage's transformer-layer parameters to four digits for all four
+      // models (45.56, 45.56, 31.64, 32.96 GiB), so the embedding is not in them; Fig. 7's
+      // fractions are the per-layer formulas of Table 2 (e.g. full recompute 2 / (10 + 24/t +
+      // 5as/(ht)) = 0.0870 for GPT-3 at t = 8 vs 0.0871 published).
+      auto first_chunk = [&](bool sp, Recompute rc) {
         ParallelConfig x = c;
         x.sequence_parallel = sp;
         x.recompute = rc;
-        const SimulationResult s = Simulate(m, x, cl, c.tp * c.pp, DefaultProfile(cl));
-        return s.stages.at(0).memory;
+        return BuildCostModel(m, x, cl, prof).chunks.at(0).at(0);
       };
       const std::string& st = pt.setting;
+      const bool sp = Contains(st, "SP") && !Contains(st, "no SP");
+      const Recompute rc = Contains(st, "full")        ? Recompute::kFull
+                           : Contains(st, "selective") ? Recompute::kSelective
+                                                       : Recompute::kNone;
       if (pt.quantity == "params_and_optimizer_per_gpu") {
-        const StageMemory mem = first_stage(false, Recompute::kNone);
-        pt.predicted_GiB = (mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes) / 1073741824.0;
-      } else if (pt.quantity == "activations_per_gpu" || pt.quantity == "activations_relative_to_none") {
-        const bool sp = Contains(st, "SP") && !Contains(st, "no SP");
-        const Recompute rc = Contains(st, "full") ? Recompute::kFull
-                             : Contains(st, "selective") ? Recompute::kSelective
-                                                         : Recompute::kNone;
-        // The figures count activations kept from forward to backward (no working memory).
-        const double act = first_stage(sp, rc).saved_activations_bytes / 1073741824.0;
-        if (pt.quantity == "activations_per_gpu") {
-          pt.predicted_GiB = act;
-        } else {
-          pt.predicted_GiB = act / (first_stage(false, Recompute::kNone).saved_activations_bytes / 1073741824.0);
-        }
+        const StateBytesPerParam bpp = BytesPerParam(c);
+        double layer_params = 0;
+        const CostModel cm = BuildCostModel(m, c, cl, prof);
+        for (const ChunkCost& cc : cm.chunks.at(0)) layer_params += cc.layer_params_per_gpu;
+        pt.predicted_GiB = layer_params * (bpp.weights + bpp.grads + bpp.optimizer) / 1073741824.0;
+      } else if (pt.quantity == "activations_per_gpu") {
+        // Fig. 1's bars are the first stage's activations with p micro-batches in flight
+        // (1F1B), embedding and all, as the simulator tracks them (no working memory).
+        ParallelConfig x = c;
+        x.sequence_parallel = sp;
+        x.recompute = rc;
+        pt.predicted_GiB =
+            Simulate(m, x, cl, c.tp * c.pp, prof).stages.at(0).memory.saved_activations_bytes / 1073741824.0;
+      } else if (pt.quantity == "activations_relative_to_none") {
+        pt.predicted_GiB = first_chunk(sp, rc).layer_saved_bytes / first_chunk(false, Recompute::kNone).layer_saved_bytes;
       } else {
         continue;
       }

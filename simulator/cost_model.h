@@ -87,6 +87,10 @@ struct ChunkCost {
   double weight_saved_bytes = 0;
   double transient_bytes = 0;  ///< extra working memory while the chunk runs
   double params_per_gpu = 0;   ///< parameters of this chunk on one GPU
+  /// The transformer-layer parts alone (no embedding, no output layer): what Korthikanti et al.
+  /// 2022 Fig. 1 (parameters) and Fig. 7 (activations, per layer) count.
+  double layer_params_per_gpu = 0;
+  double layer_saved_bytes = 0;
   double bwd_s() const { return bwd_input_s + bwd_weight_s; }
 };
 

@@ -118,6 +118,13 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
   p.p2p_intra_GBps = cl.intra_GBps_per_direction * (g.arch == "ampere" ? 274.0 / 300.0 : 0.83);
   // Per NIC: 0.92-0.96 of line rate in ring busbw (hardware.md 2.4: HDR ~24 of 25, NDR 46-48).
   p.nic_effective_GBps = 0.94 * cl.nic_Gbps / 8.0;
+  if (cl.inter_fabric == "omni-path") {
+    // Omni-Path has no native NCCL transport; NCCL 2.10 drives the hfi1 ports through IB verbs.
+    // Measured on Jean Zay (4 x 100 Gb/s OPA per node, 8 A100 per node): a 4 GB all-reduce over
+    // 32 ranks on 4 nodes ran at busbw 40.5-40.8 Gb/s (BigScience, experiments/bandwidth/
+    // all_reduce_bench-a100-n4.txt), i.e. 5.1 GB/s through a node's 4 ports: 0.102 of line rate.
+    p.nic_effective_GBps = (40.6 / 8.0) * cl.nic_Gbps / 100.0;
+  }
   p.nics_per_node = static_cast<int>(cl.nics_per_node);
   p.gpus_per_node = static_cast<int>(cl.gpus_per_node);
   // NCCL 2.30 tuning.cc Ring/Simple latencies (hardware.md 3.2).

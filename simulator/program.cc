@@ -123,8 +123,8 @@ RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
   // Data-parallel gradient reduction per bucket, then the optimizer, then ZeRO-1/2's all-gather.
   double params = 0;
   for (const auto& cc : chunks) params += cc.params_per_gpu;
-  const double grad_per_param = c.fp32_main_grads ? 4.0 : 2.0;
-  const CollectiveOp red = c.zero_stage >= 1 ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce;
+  const double grad_per_param = GradReduceBytesPerParam(c);
+  const CollectiveOp red = GradReduceIsAllReduce(c) ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter;
   auto buckets = [&](int chunk, bool async) {
     std::vector<ProgOp> out;
     const double cp = chunks[static_cast<std::size_t>(chunk)].params_per_gpu;

@@ -104,7 +104,7 @@ void Builder::Build() {
   const bool zero3 = c_.zero_stage >= 3;
   const bool ideal = opts_.ideal_pipeline;
   const bool dp_comm = c_.dp > 1 && !ideal;
-  const double grad_bytes_per_param = c_.fp32_main_grads ? 4.0 : 2.0;
+  const double grad_bytes_per_param = GradReduceBytesPerParam(c_);
   res_.device_stage.assign(static_cast<std::size_t>(devices), 0);
   last_on_stream_.assign(static_cast<std::size_t>(devices * kNumStreams), -1);
   link_.resize(static_cast<std::size_t>(devices));
@@ -250,7 +250,7 @@ void Builder::Build() {
             Sync(i, {id, rid});
           } else if (produces_grads && is_last_grad && dp_comm && c_.overlap_grad_reduce) {
             const double bytes = cc.params_per_gpu / units * grad_bytes_per_param;
-            const CollectiveOp op = c_.zero_stage >= 1 ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce;
+            const CollectiveOp op = GradReduceIsAllReduce(c_) ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter;
             Task rd = Comm(TaskType::kDpReduce, dev, CollectiveCostOf(prof_, op, bytes, cm_.dp_group));
             rd.chunk = it.chunk;
             rd.unit = u;
@@ -291,7 +291,7 @@ void Builder::Build() {
         (void)pos;
         const int nb = n_buckets(k);
         const double bytes = chunks[static_cast<std::size_t>(k)].params_per_gpu / nb * grad_bytes_per_param;
-        const CollectiveOp op = c_.zero_stage >= 1 ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce;
+        const CollectiveOp op = GradReduceIsAllReduce(c_) ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter;
         for (int b = 0; b < nb; ++b) {
           Task rd = Comm(TaskType::kDpReduce, dev, CollectiveCostOf(prof_, op, bytes, cm_.dp_group));
           rd.chunk = k;
@@ -386,7 +386,7 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
     params += cc.params_per_gpu;
     if (cc.layers > 0) layer_params_max = std::max(layer_params_max, cc.params_per_gpu / cc.layers);
   }
-  const StateBytesPerParam bpp = BytesPerParam(c.zero_stage, c.dp, c.fp32_main_grads);
+  const StateBytesPerParam bpp = BytesPerParam(c);
   mem.weights_bytes = params * bpp.weights;
   mem.grads_bytes = params * bpp.grads;
   mem.optimizer_bytes = params * bpp.optimizer;
@@ -690,7 +690,8 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"zero_stage", c.zero_stage}, {"schedule", ToString(c.schedule)},
                  {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
-                 {"overlap_param_gather", c.overlap_param_gather}};
+                 {"overlap_param_gather", c.overlap_param_gather},
+                 {"fp32_main_grads", c.fp32_main_grads}, {"optimizer_impl", ToString(c.optimizer_impl)}};
   j["feasible"] = r.feasible;
   j["fits"] = r.fits;
   if (!r.reasons.empty()) {

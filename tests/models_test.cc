@@ -283,6 +283,34 @@ TEST(Parallel, ZeroBytesPerParamMatchRajbhandari) {
   EXPECT_DOUBLE_EQ(BytesPerParam(3, 64, true).total(), 18.0 / d);
 }
 
+TEST(Parallel, DeepSpeedOptimizersStateAndGradientReduction) {
+  ParallelConfig c;
+  c.dp = 8;
+  c.zero_stage = 1;
+  // Megatron's distributed optimizer: 2 + 4 + 12/d, fp32 gradients reduce-scattered.
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).total(), 6.0 + 12.0 / 8);
+  EXPECT_DOUBLE_EQ(GradReduceBytesPerParam(c), 4.0);
+  EXPECT_FALSE(GradReduceIsAllReduce(c));
+  // DeepSpeed ZeRO-1 (stage_1_and_2.py): 16-bit params and grads, 12/d master + Adam, and the
+  // owner's fp32 gradient partition 4/d; 16-bit gradients reduced to their owners.
+  c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).total(), 2.0 + 2.0 + 16.0 / 8);
+  EXPECT_DOUBLE_EQ(GradReduceBytesPerParam(c), 2.0);
+  EXPECT_FALSE(GradReduceIsAllReduce(c));
+  c.zero_stage = 2;  // ZeRO-2 also shards the 16-bit gradients
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).total(), 2.0 + 2.0 / 8 + 16.0 / 8);
+  // DeepSpeed BF16_Optimizer (bf16_optimizer.py): bf16 params 2, bf16 grads 2, fp32 grad
+  // accumulation 4 (unsharded), fp32 master + Adam 12/d; fp32 gradients all-reduced.
+  c.zero_stage = 1;
+  c.optimizer_impl = OptimizerImpl::kDeepSpeedBf16;
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).weights, 2.0);
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).grads, 6.0);
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).optimizer, 12.0 / 8);
+  EXPECT_DOUBLE_EQ(GradReduceBytesPerParam(c), 4.0);
+  EXPECT_TRUE(GradReduceIsAllReduce(c));
+  EXPECT_STREQ(ToString(c.optimizer_impl), "deepspeed-bf16");
+}
+
 TEST(Parallel, StageParametersSumToModelPlusOutputCopy) {
   Model m = LoadModel("gpt3-175b");
   double sum_tp1 = 0;

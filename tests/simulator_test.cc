@@ -384,6 +384,25 @@ TEST(Profile, JsonRoundTrip) {
   EXPECT_EQ(ProfileToJson(q2)["gemm"], ProfileToJson(p)["gemm"]);
 }
 
+TEST(Profile, OmniPathUsesTheMeasuredNcclRatePerPort) {
+  // BigScience's all-reduce benchmark on Jean Zay (4 nodes x 8 A100, 4 x 100 Gb/s Omni-Path):
+  // busbw 40.6 Gb/s, carried by one port per direction -> 40.6 / 8 GB/s per port; InfiniBand
+  // keeps 0.94 of line rate.
+  Cluster cl = LoadCluster("dgx-a100");
+  EXPECT_DOUBLE_EQ(DefaultProfile(cl).nic_effective_GBps, 0.94 * 200.0 / 8.0);
+  cl.inter_fabric = "omni-path";
+  cl.nics_per_node = 4;
+  cl.nic_Gbps = 100;
+  const HardwareProfile p = DefaultProfile(cl);
+  EXPECT_DOUBLE_EQ(p.nic_effective_GBps, 40.6 / 8.0);
+  // A data-parallel ring with one GPU per node (TP8) gets its share of the node's 4 ports.
+  GroupPlacement g;
+  g.ranks = 24;
+  g.ranks_per_node = 1;
+  const CollectiveCost c = CollectiveCostOf(p, CollectiveOp::kAllGather, 1e9, g);
+  EXPECT_NEAR(c.link_GBps, 4 * (40.6 / 8.0) / 8, 1e-12);
+}
+
 TEST(Profile, CollectiveCostIsNcclAlphaBeta) {
   // 8 GPUs in one node, all-reduce of 1 GiB: latency 8.4 + 14 * 3.4 us, 2*7/8 * size / 230 GB/s.
   HardwareProfile p = DefaultProfile(LoadCluster("dgx-a100"));
