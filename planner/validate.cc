@@ -73,15 +73,9 @@ Model RowModel(const CsvTable& t, std::size_t r, const std::string& file) {
 Cluster RowCluster(const CsvTable& t, std::size_t r) {
   const std::string gpu = t.Get(r, "gpu_type");
   if (gpu.rfind("H100", 0) == 0) return LoadCluster("dgx-h100");
-  Cluster c = LoadCluster("dgx-a100");
-  if (Contains(t.Get(r, "interconnect"), "Omni-Path")) {
-    // Jean Zay (BLOOM): 8 A100 80GB per node on NVLink, 4 Omni-Path 100 Gb/s links per node.
-    c.name = "jean-zay-a100";
-    c.nics_per_node = 4;
-    c.nic_Gbps = 100;
-    c.inter_fabric = "omni-path";
-  }
-  return c;
+  // Jean Zay (BLOOM): 8 A100 80GB per node on NVLink, 4 Omni-Path 100 Gb/s links per node.
+  if (Contains(t.Get(r, "interconnect"), "Omni-Path")) return LoadCluster("jean-zay-a100");
+  return LoadCluster("dgx-a100");
 }
 
 }  // namespace
