@@ -68,6 +68,10 @@ void RunExecute(const ExecuteArgs& a) {
     const HardwareProfile prof = LoadProfile(a.cfg.profile);
     const Cluster cl = a.cfg.cluster.empty() ? ClusterFromProfile(prof, a.cfg.profile) : LoadCluster(a.cfg.cluster);
     const ParallelConfig c = BuildConfig(a.cfg, m, size);
+    if (c.p2p_blocking) {
+      throw InputError("command line: --p2p-blocking: not supported by execute (its pipeline sends are MPI_Isend "
+                       "on their own; simulate models DeepSpeed's blocking sends)");
+    }
     ExecuteReport r = Execute(m, c, cl, prof, a.o);
     if (rank == 0) {
       if (a.cfg.json) {

@@ -138,6 +138,15 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.optimizer_impl = a.optimizer == "deepspeed-zero"   ? OptimizerImpl::kDeepSpeedZero
                      : a.optimizer == "deepspeed-bf16" ? OptimizerImpl::kDeepSpeedBf16
                                                        : OptimizerImpl::kMegatron;
+  if (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage != 1 && c.zero_stage != 2) {
+    throw InputError("command line: --zero: got " + std::to_string(c.zero_stage) +
+                     ", expected 1 or 2 with --optimizer deepspeed-zero (DeepSpeed ZeRO-1/2)");
+  }
+  if (c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16 && c.zero_stage != 1) {
+    throw InputError("command line: --zero: got " + std::to_string(c.zero_stage) +
+                     ", expected 1 with --optimizer deepspeed-bf16 (the BF16_Optimizer shards its optimizer state "
+                     "like ZeRO-1 while DeepSpeed's own config says stage 0)");
+  }
   if (a.bf16_grads && c.optimizer_impl != OptimizerImpl::kMegatron) {
     throw InputError("command line: --bf16-main-grads: only applies to --optimizer megatron (got --optimizer " +
                      a.optimizer + ", whose gradient buffers are fixed)");
@@ -206,8 +215,8 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--no-overlap-param-gather", a->no_overlap_param, "gather parameters after the optimizer");
   cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
   cmd->add_option("--optimizer", a->optimizer,
-                  "whose optimizer keeps the state: megatron (default) | deepspeed-zero (ZeRO-1/2, 16-bit grads) | "
-                  "deepspeed-bf16 (DeepSpeed BF16_Optimizer: fp32 grad buffer, fp32 all-reduce)")
+                  "whose optimizer keeps the state: megatron (default) | deepspeed-zero (with --zero 1 or 2; 16-bit "
+                  "grads) | deepspeed-bf16 (with --zero 1; BF16_Optimizer: fp32 grad buffer, fp32 all-reduce)")
       ->check(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16"}));
   cmd->add_flag("--p2p-blocking", a->p2p_blocking,
                 "pipeline sends/receives run in order on the compute stream (DeepSpeed's pipeline engine)");

@@ -38,6 +38,8 @@ std::string ParallelConfig::Summary() const {
   s += fmt::format(" mbs{} gbs{}", micro_batch_size, global_batch_size);
   if (sequence_parallel) s += " SP";
   s += fmt::format(" recompute={} ZeRO-{} {}", ToString(recompute), zero_stage, ToString(schedule));
+  if (optimizer_impl != OptimizerImpl::kMegatron) s += fmt::format(" optimizer={}", ToString(optimizer_impl));
+  if (p2p_blocking) s += " p2p-blocking";
   return s;
 }
 

@@ -235,7 +235,8 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
       const Cluster cl = LoadCluster("dgx-a100");
       const HardwareProfile prof = DefaultProfile(cl);
-      // Both figures count the transformer layers alone. Fig. 1's parameter-and-optimizer bars are
+      // Fig. 1's parameter-and-optimizer bars and Fig. 7's fractions count the transformer layers
+      // alone (Fig. 1's activation bars are the whole first stage, below). The parameter bars are
       // 18 bytes times the first stage's transformer-layer parameters to four digits for all four
       // models (45.56, 45.56, 31.64, 32.96 GiB), so the embedding is not in them; Fig. 7's
       // fractions are the per-layer formulas of Table 2 (e.g. full recompute 2 / (10 + 24/t +

@@ -69,8 +69,22 @@ double AttentionTime(const HardwareProfile& p, double flops, double seq, bool ba
   return flops / (p.gemm_peak_tflops * 1e12 * eff) + p.launch_overhead_s;
 }
 
-double OptimizerTime(const HardwareProfile& p, double params) {
-  return MemoryBoundTime(p, 30.0 * params) + MemoryBoundTime(p, 4.0 * params);
+namespace {
+double OptimizerShard(const ParallelConfig& c, double local_params) {
+  return c.zero_stage >= 1 ? local_params / static_cast<double>(c.dp) : local_params;
+}
+double OptimizerShardBytesPerParam(const ParallelConfig& c) {
+  return (c.precision == Precision::kFp16 ? 8.0 : 0.0) + 4.0 + 28.0 + 6.0;
+}
+}  // namespace
+
+double OptimizerBytes(const ParallelConfig& c, double local_params) {
+  return OptimizerShardBytesPerParam(c) * OptimizerShard(c, local_params) + BytesPerParam(c).grads * local_params;
+}
+
+double OptimizerTime(const HardwareProfile& p, const ParallelConfig& c, double local_params) {
+  return MemoryBoundTime(p, OptimizerShardBytesPerParam(c) * OptimizerShard(c, local_params)) +
+         MemoryBoundTime(p, BytesPerParam(c).grads * local_params);
 }
 
 CollectiveCost CollectiveCostOf(const HardwareProfile& p, CollectiveOp op, double size,

@@ -69,10 +69,18 @@ struct Op {
 double GemmTime(const HardwareProfile& p, double m, double n, double k);
 double MemoryBoundTime(const HardwareProfile& p, double bytes);
 double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward);
-/// Adam over `params` local parameters: 30 bytes moved per parameter (read the fp32 gradient,
-/// read and write the fp32 master weight, m and v, write the bf16 weight) plus the gradient-norm
-/// pass (4 bytes), as two memory-bound passes.
-double OptimizerTime(const HardwareProfile& p, double params);
+/// Bytes the optimizer step moves on one GPU holding `local_params` parameters, as the passes of
+/// Megatron-LM's MixedPrecisionOptimizer.step (megatron/core/optimizer/optimizer.py) over the
+/// GPU's optimizer shard (local_params / dp at ZeRO >= 1):
+///   fp16 only: unscale and check for inf/nan (read and write the fp32 gradient)   8 B/param
+///   gradient norm (read the fp32 gradient)                                      4
+///   Adam, apex multi_tensor_adam (read g, p, m, v; write p, m, v)              28
+///   copy the fp32 master weight to the 16-bit model weight (read 4, write 2)    6
+/// plus zeroing the gradient buffers for the next step over all local parameters (their
+/// BytesPerParam grads). DeepSpeed's optimizers make the same passes.
+double OptimizerBytes(const ParallelConfig& c, double local_params);
+/// OptimizerBytes as memory-bound passes: one over the shard, one zeroing the gradients.
+double OptimizerTime(const HardwareProfile& p, const ParallelConfig& c, double local_params);
 
 /// What one micro-batch costs on one chunk (a contiguous group of layers, plus embedding or
 /// output layer where the chunk holds them) of one GPU.

@@ -122,7 +122,8 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
     // Omni-Path has no native NCCL transport; NCCL 2.10 drives the hfi1 ports through IB verbs.
     // Measured on Jean Zay (4 x 100 Gb/s OPA per node, 8 A100 per node): a 4 GB all-reduce over
     // 32 ranks on 4 nodes ran at busbw 40.5-40.8 Gb/s (BigScience, experiments/bandwidth/
-    // all_reduce_bench-a100-n4.txt), i.e. 5.1 GB/s through a node's 4 ports: 0.102 of line rate.
+    // all_reduce_bench-a100-n4.txt), each ring direction crossing a node through one port: so
+    // 40.6 Gb/s per 100 Gb/s port (0.41 of line rate), shared by the GPUs like an IB NIC.
     p.nic_effective_GBps = (40.6 / 8.0) * cl.nic_Gbps / 100.0;
   }
   p.nics_per_node = static_cast<int>(cl.nics_per_node);

@@ -134,7 +134,7 @@ RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
       d.kind = ProgKind::kDpCollective;
       d.async = async;
       d.chunk = chunk;
-      d.op.name = c.zero_stage >= 1 ? "dp_grad_reduce_scatter" : "dp_grad_all_reduce";
+      d.op.name = GradReduceIsAllReduce(c) ? "dp_grad_all_reduce" : "dp_grad_reduce_scatter";
       d.op.kind = OpKind::kCollective;
       d.op.collective = red;
       d.op.bytes = d.bytes = cp * grad_per_param / nb;
@@ -170,13 +170,12 @@ RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
       rp.ops.insert(rp.ops.end(), ops.begin(), ops.end());
     }
   }
-  const double shard = c.zero_stage >= 1 ? params / static_cast<double>(c.dp) : params;
   ProgOp o;
   o.kind = ProgKind::kOptimizer;
   o.op.name = "optimizer";
   o.op.kind = OpKind::kMemory;
-  o.op.bytes = o.bytes = 34.0 * shard;
-  o.op.duration_s = OptimizerTime(prof, shard);
+  o.op.bytes = o.bytes = OptimizerBytes(c, params);
+  o.op.duration_s = OptimizerTime(prof, c, params);
   rp.predicted_busy_s += o.op.duration_s;
   rp.ops.push_back(o);
   if (c.dp > 1 && (c.zero_stage == 1 || c.zero_stage == 2)) {

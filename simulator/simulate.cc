@@ -315,11 +315,10 @@ void Builder::Build() {
       }
       double params = 0;
       for (const auto& cc : chunks) params += cc.params_per_gpu;
-      const double shard = c_.zero_stage >= 1 ? params / static_cast<double>(c_.dp) : params;
       Task opt;
       opt.type = TaskType::kOptimizer;
       opt.device = dev;
-      opt.work_ns = ideal ? 0.0 : Ns(OptimizerTime(prof_, shard));
+      opt.work_ns = ideal ? 0.0 : Ns(OptimizerTime(prof_, c_, params));
       const std::int32_t oid = Add(opt, kComputeStream);
       g_.AddEdge(before_opt, oid);
       // Without overlap_param_gather, ZeRO-1/2 gather the updated parameters after the step.
@@ -691,7 +690,15 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
                  {"overlap_param_gather", c.overlap_param_gather},
-                 {"fp32_main_grads", c.fp32_main_grads}, {"optimizer_impl", ToString(c.optimizer_impl)}};
+                 {"optimizer_impl", ToString(c.optimizer_impl)}, {"p2p_blocking", c.p2p_blocking},
+                 {"scatter_gather", c.scatter_gather}, {"embedding_slots", c.embedding_slots}};
+  if (c.optimizer_impl == OptimizerImpl::kMegatron) j["config"]["fp32_main_grads"] = c.fp32_main_grads;
+  {
+    const StateBytesPerParam b = BytesPerParam(c);
+    j["config"]["state_bytes_per_param"] = {{"weights", b.weights}, {"grads", b.grads}, {"optimizer", b.optimizer}};
+    j["config"]["grad_reduce_bytes_per_param"] = GradReduceBytesPerParam(c);
+    j["config"]["grad_reduce"] = GradReduceIsAllReduce(c) ? "all_reduce" : "reduce_scatter";
+  }
   j["feasible"] = r.feasible;
   j["fits"] = r.fits;
   if (!r.reasons.empty()) {

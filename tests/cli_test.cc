@@ -55,6 +55,43 @@ TEST(Cli, NonDividingSizesAreAResultNotACrash) {
   EXPECT_EQ(j["fit"]["reasons"][0], "tp*pp = 8*12 = 96 does not divide 1000 GPUs");
 }
 
+TEST(CliSimulate, DeepSpeedOptimizerFlags) {
+  const std::string base =
+      "simulate --model gpt3-175b --cluster jean-zay-a100 --gpus 64 --tp 8 --pp 8 --mbs 1 --gbs 64 "
+      "--recompute full --no-flash-attention --json ";
+  // The BF16_Optimizer: all-reduce of fp32 gradients, 2 + 6 + 12/dp bytes per parameter, shown in
+  // the JSON so the memory can be explained.
+  auto r = RunShardcast(base + "--dp 1 --zero 1 --optimizer deepspeed-bf16 --p2p-blocking");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Json c = Json::parse(r.out)["config"];
+  EXPECT_EQ(c["optimizer_impl"], "deepspeed-bf16");
+  EXPECT_EQ(c["grad_reduce"], "all_reduce");
+  EXPECT_EQ(c["grad_reduce_bytes_per_param"].get<double>(), 4.0);
+  EXPECT_EQ(c["state_bytes_per_param"]["grads"].get<double>(), 6.0);
+  EXPECT_TRUE(c["p2p_blocking"].get<bool>());
+  EXPECT_FALSE(c.contains("fp32_main_grads"));
+  // Combinations the optimizers do not have are input errors (exit 2) naming the flag.
+  auto z0 = RunShardcast(base + "--zero 0 --optimizer deepspeed-bf16");
+  EXPECT_EQ(z0.exit_code, 2);
+  EXPECT_NE(z0.err.find("--zero: got 0, expected 1 with --optimizer deepspeed-bf16"), std::string::npos) << z0.err;
+  auto z3 = RunShardcast(base + "--zero 3 --optimizer deepspeed-zero");
+  EXPECT_EQ(z3.exit_code, 2);
+  EXPECT_NE(z3.err.find("--zero: got 3, expected 1 or 2 with --optimizer deepspeed-zero"), std::string::npos)
+      << z3.err;
+  EXPECT_EQ(RunShardcast(base + "--zero 1 --optimizer deepspeed-zero --bf16-main-grads").exit_code, 2);
+  EXPECT_EQ(RunShardcast(base + "--optimizer apex").exit_code, 2);
+}
+
+TEST(CliSimulate, UnknownInterNodeFabricIsAnInputError) {
+  const std::string bad = testing::WriteTemp("opa_cluster.json", R"({"name": "x", "gpu": "a100-sxm4-80gb",
+    "gpus_per_node": 8, "intra_node": {"fabric": "nvswitch", "bandwidth_GBps_per_direction": 300},
+    "inter_node": {"nics_per_node": 4, "nic_Gbps": 100, "fabric": "OPA"}})");
+  auto r = RunShardcast("simulate --model gpt3-175b --gpus 8 --tp 8 --cluster " + bad);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("/inter_node/fabric"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("omni-path"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace shardcast
 

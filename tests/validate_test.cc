@@ -69,11 +69,14 @@ TEST(Validate, RegressionFenceOnPublishedRuns) {
   EXPECT_GE(s.timed, 52u);
   EXPECT_LT(s.step_time_mape, 0.075);
   EXPECT_LT(s.mape_by_source.at("S1").first, 0.04);
-  EXPECT_LT(s.mape_by_source.at("S3").first, 0.035);
+  EXPECT_LT(s.mape_by_source.at("S3").first, 0.03);
   EXPECT_LT(s.mape_by_source.at("S14").first, 0.07);
   EXPECT_LT(s.memory_mape, 0.13);
   EXPECT_EQ(s.ok_rows_predicted_fit, s.ok_rows);
   EXPECT_GE(s.oom_rows_predicted_oom, 1u);
+  EXPECT_LT(s.mape_by_source.at("S12").first, 0.11);
+  // Korthikanti's figure points (parameters, activations, fractions) each within 3%.
+  for (const auto& p : rep.memory_points) EXPECT_LT(std::fabs(p.error), 0.03) << p.model << " " << p.setting;
 }
 
 TEST(Validate, KorthikantiFigurePointsCountTransformerLayersOnly) {
@@ -84,7 +87,7 @@ TEST(Validate, KorthikantiFigurePointsCountTransformerLayersOnly) {
   ValidationReport rep = RunValidation(dir + "published_runs.csv", dir + "published_memory.csv");
   const double h = 12288;
   const double expected_GiB = 18.0 * 12 * ((12 * h * h + 7 * h) / 8 + 6 * h) / 1073741824.0;
-  bool seen = false;
+  bool seen = false, seen_full = false;
   for (const auto& p : rep.memory_points) {
     if (p.model == "GPT-3 175B" && p.quantity == "params_and_optimizer_per_gpu") {
       EXPECT_NEAR(p.predicted_GiB, expected_GiB, 1e-9);
@@ -92,10 +95,14 @@ TEST(Validate, KorthikantiFigurePointsCountTransformerLayersOnly) {
     }
     // Fig. 7: full recompute keeps 2sbh of the per-layer sbh(10 + 24/t + 5as/(ht)) (Table 2).
     if (p.model == "GPT-3 175B" && p.setting == "full recompute") {
-      EXPECT_NEAR(p.predicted_GiB, 2.0 / (10 + 24.0 / 8 + 5.0 * 96 * 2048 / (h * 8)), 1e-3);
+      // 2sbh of the input over the layer's activations; the small remainder is the per-layer
+      // dropout-free bias/LayerNorm bookkeeping of our op table (under 0.1%).
+      EXPECT_NEAR(p.predicted_GiB, 2.0 / (10 + 24.0 / 8 + 5.0 * 96 * 2048 / (h * 8)), 1e-4);
+      seen_full = true;
     }
   }
   EXPECT_TRUE(seen);
+  EXPECT_TRUE(seen_full);
 }
 
 }  // namespace
