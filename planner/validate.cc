@@ -241,11 +241,11 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       // models (45.56, 45.56, 31.64, 32.96 GiB), so the embedding is not in them; Fig. 7's
       // fractions are the per-layer formulas of Table 2 (e.g. full recompute 2 / (10 + 24/t +
       // 5as/(ht)) = 0.0870 for GPT-3 at t = 8 vs 0.0871 published).
-      auto first_chunk = [&](bool sp, Recompute rc) {
+      auto layer_saved = [&](bool sp, Recompute rc) {
         ParallelConfig x = c;
         x.sequence_parallel = sp;
         x.recompute = rc;
-        return BuildCostModel(m, x, cl, prof).chunks.at(0).at(0);
+        return BuildCostModel(m, x, cl, prof).layer_saved_bytes;
       };
       const std::string& st = pt.setting;
       const bool sp = Contains(st, "SP") && !Contains(st, "no SP");
@@ -253,11 +253,8 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
                            : Contains(st, "selective") ? Recompute::kSelective
                                                        : Recompute::kNone;
       if (pt.quantity == "params_and_optimizer_per_gpu") {
-        const StateBytesPerParam bpp = BytesPerParam(c);
-        double layer_params = 0;
-        const CostModel cm = BuildCostModel(m, c, cl, prof);
-        for (const ChunkCost& cc : cm.chunks.at(0)) layer_params += cc.layer_params_per_gpu;
-        pt.predicted_GiB = layer_params * (bpp.weights + bpp.grads + bpp.optimizer) / 1073741824.0;
+        pt.predicted_GiB =
+            ParametersOfStage(m, c.tp, c.pp, 0).layer_params * BytesPerParam(c).total() / 1073741824.0;
       } else if (pt.quantity == "activations_per_gpu") {
         // Fig. 1's bars are the first stage's activations with p micro-batches in flight
         // (1F1B), embedding and all, as the simulator tracks them (no working memory).
@@ -267,7 +264,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
         pt.predicted_GiB =
             Simulate(m, x, cl, c.tp * c.pp, prof).stages.at(0).memory.saved_activations_bytes / 1073741824.0;
       } else if (pt.quantity == "activations_relative_to_none") {
-        pt.predicted_GiB = first_chunk(sp, rc).layer_saved_bytes / first_chunk(false, Recompute::kNone).layer_saved_bytes;
+        pt.predicted_GiB = layer_saved(sp, rc) / layer_saved(false, Recompute::kNone);
       } else {
         continue;
       }

@@ -400,6 +400,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
     layer_saved = layer_saved_all - attn_core;
     layer_transient = attn_core;
   }
+  cm.layer_saved_bytes = layer_saved;
 
   // ---- embedding (first stage): lookup + position add + dropout; vocab-parallel all-reduce.
   auto& E = cm.embedding_ops;
@@ -453,14 +454,12 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
       cc.recompute_s = nl * rc;
       cc.recompute_tp_s = nl * rctp;
       cc.saved_bytes = nl * layer_saved;
-      cc.layer_saved_bytes = cc.saved_bytes;
       // Weight gradients need the inputs of the four GEMMs: QKV and MLP-up inputs, the attention
       // output and the activation output.
       const double weight_inputs = 2 * act / rep + 2 * T * ad_t + 2 * T * f / t;
       cc.weight_saved_bytes = nl * std::min(layer_saved, weight_inputs);
       cc.transient_bytes = nl > 0 ? layer_transient : 0;
       cc.params_per_gpu = nl * layer_params_gpu;
-      cc.layer_params_per_gpu = cc.params_per_gpu;
       auto add = [&](const std::vector<Op>& ops) {
         double x = 0, y = 0;
         SumPass(ops, F, &x, &y);

@@ -95,10 +95,6 @@ struct ChunkCost {
   double weight_saved_bytes = 0;
   double transient_bytes = 0;  ///< extra working memory while the chunk runs
   double params_per_gpu = 0;   ///< parameters of this chunk on one GPU
-  /// The transformer-layer parts alone (no embedding, no output layer): what Korthikanti et al.
-  /// 2022 Fig. 1 (parameters) and Fig. 7 (activations, per layer) count.
-  double layer_params_per_gpu = 0;
-  double layer_saved_bytes = 0;
   double bwd_s() const { return bwd_input_s + bwd_weight_s; }
 };
 
@@ -113,6 +109,9 @@ struct CostModel {
   double pp_message_bytes = 0;          ///< activation (or its gradient) sent per micro-batch
   CollectiveCost pp_send_intra, pp_send_inter;
   double tokens_per_microbatch = 0;
+  /// Bytes one transformer layer keeps from forward to backward per micro-batch (no embedding or
+  /// output layer): the per-layer quantity of Korthikanti et al. 2022 Table 2 and Fig. 7.
+  double layer_saved_bytes = 0;
 };
 
 /// Builds the op lists and per-chunk costs. The configuration must be feasible
