@@ -10,16 +10,48 @@
 #include "common/file_util.h"
 #include "common/text.h"
 #include "models/loader.h"
+#include "simulator/cost_model.h"
 #include "simulator/simulate.h"
 
 namespace shardcast::cli {
 namespace {
 
-
 std::string Pct(double x) { return fmt::format("{:.1f}%", 100.0 * x); }
 
-void PrintHuman(const SimulationResult& r, const Model& m, const ParallelConfig& c,
-                const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {
+}  // namespace
+
+void PrintOps(const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof) {
+  const CostModel cm = BuildCostModel(m, c, cl, prof);
+  std::cout << fmt::format("\nOps per micro-batch on one GPU (mbs {}, {} tokens; time from the profile)\n",
+                           c.micro_batch_size, cm.tokens_per_microbatch);
+  std::cout << "  (MB: bytes read and written by a memory-bound op, or a collective's nccl-tests size; GEMM shapes\n"
+               "   are per GPU; achieved = FLOPs or bytes / time)\n";
+  std::cout << fmt::format("  {:<34} {:<15} {:<10} {:>22} {:>9} {:>9} {:>10} {:>13}\n", "op", "pass", "kind",
+                           "shape m x n x k", "GFLOP", "MB", "time us", "achieved");
+  auto table = [&](const char* title, const std::vector<Op>& ops) {
+    if (ops.empty()) return;
+    std::cout << "  " << title << "\n";
+    double total = 0;
+    for (const auto& o : ops) {
+      std::string shape = o.kind == OpKind::kGemm ? fmt::format("{:.0f} x {:.0f} x {:.0f}", o.m, o.n, o.k) : "";
+      if (o.kind == OpKind::kCollective) shape = ToString(o.collective);
+      std::string achieved;
+      if (o.duration_s > 0 && o.flops > 0) achieved = fmt::format("{:.0f} TFLOP/s", o.flops / o.duration_s / 1e12);
+      if (o.duration_s > 0 && o.kind == OpKind::kMemory) achieved = fmt::format("{:.0f} GB/s", o.bytes / o.duration_s / 1e9);
+      std::cout << fmt::format("    {:<32} {:<15} {:<10} {:>22} {:>9.3f} {:>9.2f} {:>10.1f} {:>13}{}\n", o.name,
+                               ToString(o.pass), ToString(o.kind), shape, o.flops / 1e9, o.bytes / 1e6,
+                               o.duration_s * 1e6, achieved, o.overlapped ? "  (overlapped)" : "");
+      if (!o.overlapped) total += o.duration_s;
+    }
+    std::cout << fmt::format("    {:<32} {:>78.1f}\n", "sum (not overlapped)", total * 1e6);
+  };
+  table("one transformer layer", cm.layer_ops);
+  table("embedding (first stage)", cm.embedding_ops);
+  table("output layer and loss (last stage)", cm.output_ops);
+}
+
+void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelConfig& c,
+                     const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {
   std::cout << fmt::format("{} on {} x {} ({}), profile: {}\n", m.name, gpus, cl.gpu.display_name,
                            cl.name, prof.kind == "default" ? "built-in default" : prof.source);
   std::cout << fmt::format("  {}  seq {}  micro-batches per step {}\n", c.Summary(),
@@ -85,8 +117,6 @@ void PrintHuman(const SimulationResult& r, const Model& m, const ParallelConfig&
     std::cout << "\n(chunks): forward chunk passes in flight at the peak (each 1/vp of the stage's layers).\n";
   }
 }
-
-}  // namespace
 
 ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t gpus) {
   ParallelConfig c;
@@ -182,7 +212,8 @@ void RunSimulate(const SimulateArgs& a) {
   if (a.json) {
     std::cout << ResultToJson(r, m, c, cl, gpus).dump(2) << "\n";
   } else {
-    PrintHuman(r, m, c, cl, gpus, prof);
+    PrintSimulation(r, m, c, cl, gpus, prof);
+    if (a.ops && r.feasible) PrintOps(m, c, cl, prof);
     if (!a.trace.empty() && r.feasible) std::cout << "\nTrace written to " << a.trace << " (open in ui.perfetto.dev)\n";
   }
 }
@@ -238,6 +269,7 @@ void RegisterSimulate(CLI::App& app) {
   cmd->add_option("--trace", a->trace, "write a Chrome trace JSON (opens in Perfetto)");
   cmd->add_flag("--full-rank", a->full_rank, "simulate every data-parallel replica (slow; for checks)");
   cmd->add_flag("--json", a->json, "print JSON");
+  cmd->add_flag("--ops", a->ops, "also print the per-op cost table: shapes, FLOPs, bytes, time, achieved rate");
   cmd->callback([a] { RunSimulate(*a); });
 }
 

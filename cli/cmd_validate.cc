@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/config_args.h"
 #include "common/error.h"
 #include "common/json_reader.h"
 #include "common/file_util.h"
@@ -16,7 +17,7 @@ namespace {
 struct ValidateArgs {
   std::string runs = std::string(SHARDCAST_DATA_DIR) + "/published_runs.csv";
   std::string memory = std::string(SHARDCAST_DATA_DIR) + "/published_memory.csv";
-  std::string csv;
+  std::string csv, explain;
   bool json = false, no_memory = false;
 };
 
@@ -25,7 +26,23 @@ std::string Opt(const std::optional<double>& v, const char* fmtstr, double scale
 }
 
 void RunValidate(const ValidateArgs& a) {
-  const ValidationReport rep = RunValidation(a.runs, a.no_memory ? "" : a.memory);
+  const ValidationReport rep = RunValidation(a.runs, a.no_memory ? "" : a.memory, a.explain);
+  if (rep.explained) {
+    // One row in full: what it was mapped to and simulate's report of it.
+    const ExplainedRow& e = *rep.explained;
+    for (const auto& r : rep.rows) {
+      if (r.row_id != e.row_id) continue;
+      std::cout << fmt::format("Row {} ({}) of {}: {} on {} GPUs, {}\n", r.row_id, r.source_id, a.runs, r.model, r.gpus,
+                               r.gpu_type);
+      std::cout << fmt::format("  measured step {}  predicted {}  error {}\n", Opt(r.measured_step_time_s, "{:.4g} s"),
+                               Opt(r.predicted_step_time_s, "{:.4g} s"), Opt(r.step_time_error, "{:+.1f}%", 100));
+      std::cout << fmt::format("  measured peak memory {}  outcome {}\n\n",
+                               Opt(r.measured_peak_memory_bytes, "{:.1f} GiB", 1 / 1073741824.0), r.outcome);
+      PrintSimulation(e.result, e.model, r.config, e.cluster, r.gpus, e.profile);
+      PrintOps(e.model, r.config, e.cluster, e.profile);
+    }
+    return;
+  }
   const ValidationSummary& s = rep.summary;
   if (!a.csv.empty()) {
     std::string csv = "row_id,source_id,model,gpus,config,measured_step_time_s,predicted_step_time_s,step_time_error,"
@@ -143,6 +160,8 @@ void RegisterValidate(CLI::App& app) {
   cmd->add_flag("--no-memory", a->no_memory, "skip the memory points");
   cmd->add_option("--csv", a->csv, "also write the per-row table as CSV");
   cmd->add_flag("--json", a->json, "print JSON");
+  cmd->add_option("--explain", a->explain,
+                  "print one row in full (by row_id): what it was mapped to and simulate's report of it");
   cmd->callback([a] { RunValidate(*a); });
 }
 

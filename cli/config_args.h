@@ -8,8 +8,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include "models/hardware.h"
 #include "models/model.h"
 #include "models/parallel.h"
+#include "simulator/profile.h"
+#include "simulator/simulate.h"
 
 namespace shardcast::cli {
 
@@ -19,7 +22,7 @@ struct SimulateArgs {
   std::string recompute = "none", schedule, precision = "bf16", recompute_granularity, optimizer = "megatron";
   bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
        no_overlap_param = false, bf16_grads = false, json = false, full_rank = false, emb_slots = false,
-       p2p_blocking = false;
+       p2p_blocking = false, ops = false;
   int zero = -1;
 };
 
@@ -28,5 +31,12 @@ struct SimulateArgs {
 void AddConfigOptions(CLI::App* cmd, SimulateArgs* a);
 /// The configuration the flags describe on `gpus` GPUs; InputError for conflicting flags.
 ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t gpus);
+/// Prints `simulate`'s human-readable report of one result to stdout: step time, MFU/HFU, the
+/// time breakdown, memory by stage and the critical path (or the reasons it cannot run).
+void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelConfig& c, const Cluster& cl,
+                     std::int64_t gpus, const HardwareProfile& prof);
+/// Prints the cost model's ops of one micro-batch on one GPU (one transformer layer, the
+/// embedding, the output layer): shape, FLOPs, bytes, duration and the achieved rate.
+void PrintOps(const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof);
 
 }  // namespace shardcast::cli

@@ -96,7 +96,8 @@ double KendallTauWithinGroups(const std::vector<std::string>& groups, const std:
   return n > 0 ? static_cast<double>(concordant - discordant) / static_cast<double>(n) : 0.0;
 }
 
-ValidationReport RunValidation(const std::string& runs_csv, const std::string& memory_csv) {
+ValidationReport RunValidation(const std::string& runs_csv, const std::string& memory_csv,
+                               const std::string& explain_row) {
   ValidationReport rep;
   const CsvTable t = ReadCsvFile(runs_csv);
   for (const char* col : {"row_id", "source_id", "model", "num_layers", "hidden_size", "num_heads", "vocab_size",
@@ -155,8 +156,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     c.precision = Contains(t.Get(r, "precision"), "bf16") ? Precision::kBf16 : Precision::kFp16;
     c.embedding_slots = Contains(t.Get(r, "notes"), "PP slots");
     // What the frameworks did: Megatron-LM of 2021-22 (S1, S3) and DeepSpeed's pipeline engine
-    // (S12) reduce gradients after the backward pass; Composer's FSDP with DEFAULT mixed
-    // precision keeps fp32 parameters, so its all-gathers move 4 bytes per parameter.
+    // (S12) reduce gradients after the backward pass.
     const std::string fw = t.Get(r, "framework");
     if (Contains(fw, "Megatron")) c.overlap_grad_reduce = false;
     if (Contains(fw, "DeepSpeed")) {
@@ -168,7 +168,14 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       // 2022-02-28 BLOOM ran the BF16_Optimizer (ZeRO stage 0 + its own optimizer sharding).
       c.optimizer_impl = Contains(sh, "BF16_Optimizer") ? OptimizerImpl::kDeepSpeedBf16 : OptimizerImpl::kDeepSpeedZero;
     }
-    if (Contains(t.Get(r, "notes"), "MP Mode DEFAULT")) c.param_gather_bytes = 4.0;
+    if (Contains(t.Get(r, "notes"), "MP Mode DEFAULT")) {
+      // Composer's FSDP mixed precision 'DEFAULT' since composer PR 2047 (2023-03): parameters
+      // all-gathered in the autocast precision (bf16), gradients reduce-scattered in fp32 (made
+      // explicit by PR 2628, 2023-10). The >= 128-GPU table came after both (it follows the FP8
+      // tables of late 2023).
+      c.param_gather_bytes = 2.0;
+      c.fp32_main_grads = true;
+    }
     // Every run here predates FlashAttention-3 (July 2024; the newest source is from 2024-04),
     // so flash-attention rows ran FlashAttention-2; the default profile assumes FA3 on Hopper.
     HardwareProfile prof = DefaultProfile(cl);
@@ -180,6 +187,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       rep.rows.push_back(row);
       continue;
     }
+    if (!explain_row.empty() && row.row_id == explain_row) rep.explained = ExplainedRow{row.row_id, m, cl, prof, res};
     row.predicted_step_time_s = res.step_time_s;
     row.predicted_peak_memory_bytes = res.peak_memory_bytes;
     row.predicted_fits = res.fits;
@@ -325,6 +333,14 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
   s.kendall_tau = KendallTauWithinGroups(groups, pred_tp, meas_tp, &s.kendall_pairs);
   s.memory_points = mem_n;
   s.memory_mape = mem_n > 0 ? mem_sum / static_cast<double>(mem_n) : 0.0;
+  if (!explain_row.empty() && !rep.explained) {
+    std::string why = "no row has that row_id";
+    for (const auto& r : rep.rows) {
+      if (r.row_id == explain_row) why = "the row was skipped: " + r.skip_reason;
+    }
+    throw InputError(runs_csv + ": row_id '" + explain_row + "' (--explain): " + why +
+                     "; expected the row_id of a simulated row");
+  }
   return rep;
 }
 

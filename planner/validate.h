@@ -9,7 +9,11 @@
 #include <vector>
 
 #include "common/csv.h"
+#include "models/hardware.h"
+#include "models/model.h"
 #include "models/parallel.h"
+#include "simulator/profile.h"
+#include "simulator/simulate.h"
 
 namespace shardcast {
 
@@ -45,15 +49,28 @@ struct ValidationSummary {
   std::map<std::string, std::pair<double, std::size_t>> mape_by_source;
 };
 
+/// Everything one row's prediction came from, kept when RunValidation is asked to explain it.
+struct ExplainedRow {
+  std::string row_id;
+  Model model;
+  Cluster cluster;
+  HardwareProfile profile;
+  SimulationResult result;
+};
+
 struct ValidationReport {
   std::vector<ValidationRow> rows;
+  std::optional<ExplainedRow> explained;  ///< the row named by `explain_row`, if simulated
   std::vector<MemoryPoint> memory_points;
   ValidationSummary summary;
 };
 
 /// Runs the validation. `memory_csv` may be empty. Rows the simulator cannot model are listed as
 /// skipped with the reason. Bad files raise InputError naming the file.
-ValidationReport RunValidation(const std::string& runs_csv, const std::string& memory_csv);
+/// `explain_row`, when not empty, names a row_id whose model, cluster, profile and full simulation
+/// result are kept in ValidationReport::explained (InputError if no simulated row has that id).
+ValidationReport RunValidation(const std::string& runs_csv, const std::string& memory_csv,
+                               const std::string& explain_row = "");
 
 /// Kendall's tau-a over pairs within groups: (concordant - discordant) / pairs, comparing
 /// predicted and measured values; pairs with a tie in either count as neither.

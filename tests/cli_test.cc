@@ -134,6 +134,19 @@ TEST(CliSimulate, HumanOutputAndTrace) {
   EXPECT_GT(t["traceEvents"].size(), 1000u);
 }
 
+TEST(CliSimulate, OpsTableShapesAndFlops) {
+  auto r = RunShardcast(std::string(kDoneCommand) + " --ops");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // GPT-3 at TP8, mbs 1, seq 2048: the QKV GEMM is tokens x 3h/t x h = 2048 x 4608 x 12288,
+  // 2*m*n*k = 231.928 GFLOP; the output layer is 2048 x V/t x h with V = 51200 -> 6400.
+  for (const char* s : {"Ops per micro-batch", "one transformer layer", "2048 x 4608 x 12288", "231.928",
+                        "output layer and loss", "2048 x 6400 x 12288", "TFLOP/s", "GB/s"}) {
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+  }
+  // Without --ops the table is not printed.
+  EXPECT_EQ(RunShardcast(kDoneCommand).out.find("Ops per micro-batch"), std::string::npos);
+}
+
 TEST(CliSimulate, MegatronAliases) {
   auto a = RunShardcast(std::string(kDoneCommand) + " --json");
   auto b = RunShardcast(

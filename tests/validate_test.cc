@@ -6,9 +6,12 @@
 #include "common/csv.h"
 #include "common/error.h"
 #include "planner/validate.h"
+#include "tests/test_util.h"
 
 namespace shardcast {
 namespace {
+
+using testing::RunShardcast;
 
 TEST(Csv, QuotedFieldsAndEmptyCells) {
   CsvTable t = ParseCsv("a,b,c\n1,\"x, y\",\n\"he said \"\"hi\"\"\",,3\n", "t.csv");
@@ -47,6 +50,32 @@ TEST(Validate, SmallFixture) {
   EXPECT_NEAR(rep.summary.step_time_mape, std::fabs(*rep.rows[0].step_time_error), 1e-15);
 }
 
+TEST(Validate, ExplainKeepsWhatARowWasSimulatedWith) {
+  const std::string dir = std::string(SHARDCAST_FIXTURES) + "/validation/";
+  ValidationReport rep = RunValidation(dir + "runs_small.csv", "", "1");
+  ASSERT_TRUE(rep.explained.has_value());
+  EXPECT_EQ(rep.explained->row_id, "1");
+  EXPECT_EQ(rep.explained->model.hidden_size, 6144);
+  EXPECT_EQ(rep.explained->cluster.gpu.name, "a100-sxm4-80gb");
+  EXPECT_DOUBLE_EQ(rep.explained->result.step_time_s, *rep.rows[0].predicted_step_time_s);
+  // Without --explain nothing is kept.
+  EXPECT_FALSE(RunValidation(dir + "runs_small.csv", "").explained.has_value());
+  // A skipped row or an unknown id is an input error that says why.
+  try {
+    RunValidation(dir + "runs_small.csv", "", "2");
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("the row was skipped: GPU type 'TPU-v4'"), std::string::npos) << e.what();
+  }
+  try {
+    RunValidation(dir + "runs_small.csv", "", "99");
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("row_id '99' (--explain): no row has that row_id"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Validate, KendallTau) {
   // Group a: predicted order 1<2<3, measured 1<3<2: 2 concordant, 1 discordant -> 1/3.
   // Group b: one pair, concordant. Total: (3 - 1) / 4 = 0.5.
@@ -54,6 +83,17 @@ TEST(Validate, KendallTau) {
   const double tau = KendallTauWithinGroups({"a", "a", "a", "b", "b"}, {1, 2, 3, 5, 6}, {1, 3, 2, 7, 8}, &pairs);
   EXPECT_EQ(pairs, 4u);
   EXPECT_DOUBLE_EQ(tau, 0.5);
+}
+
+TEST(Validate, CliExplainPrintsTheRowAndItsOps) {
+  const std::string runs = std::string(SHARDCAST_FIXTURES) + "/validation/runs_small.csv";
+  auto r = RunShardcast("validate --runs " + runs + " --no-memory --explain 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* s : {"Row 1 (T1)", "measured step 1.1 s", "Time breakdown", "Ops per micro-batch",
+                        "one transformer layer", "qkv_proj"}) {
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+  }
+  EXPECT_EQ(RunShardcast("validate --runs " + runs + " --no-memory --explain 99").exit_code, 2);
 }
 
 TEST(Validate, RegressionFenceOnPublishedRuns) {
