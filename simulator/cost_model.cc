@@ -27,7 +27,8 @@ const char* ToString(Pass p) {
   return "?";
 }
 
-double GemmTime(const HardwareProfile& p, double m, double n, double k) {
+double GemmTime(const HardwareProfile& p, double m_per_matrix, double n, double k, double batch) {
+  const double m = batch * m_per_matrix;  // rows of the whole call, for the efficiency lookup
   const double flops = 2.0 * m * n * k;
   double eff = p.gemm_max_efficiency * InterpolateLogX(p.gemm_efficiency_vs_gflop, flops / 1e9);
   if (!p.gemm_samples.empty()) {
@@ -52,7 +53,8 @@ double GemmTime(const HardwareProfile& p, double m, double n, double k) {
     }
   }
   const double t_compute = flops / (p.gemm_peak_tflops * 1e12 * eff);
-  const double bytes = 2.0 * (m * k + k * n + m * n);
+  // Every matrix of the batch reads its own A and B and writes its own C.
+  const double bytes = 2.0 * batch * (m_per_matrix * k + k * n + m_per_matrix * n);
   const double t_memory = bytes / (p.hbm_GBps * 1e9 * InterpolateLogX(p.memory_efficiency_vs_bytes, bytes));
   return std::max(t_compute, t_memory) + p.launch_overhead_s;
 }
@@ -184,14 +186,14 @@ class OpBuilder {
     out.push_back(o);
   }
   /// `batch` independent GEMMs of m x n x k (attention scores / context per head), run `times`
-  /// over (the backward computes two gradients per GEMM): shape per matrix, FLOPs of all, time
-  /// as one GEMM with batch*m rows.
+  /// over (the backward computes two gradients per GEMM): shape per matrix, FLOPs and bytes of
+  /// all matrices (GemmTime with `batch`).
   void BatchedGemm(std::vector<Op>& out, const std::string& name, Pass pass, double batch, double m,
                    double n, double k, double times, double saved = 0) {
     Gemm(out, name, pass, m, n, k);
     Op& o = out.back();
     o.flops = 2 * batch * m * n * k * times;
-    o.duration_s = times * GemmTime(p_, batch * m, n, k);
+    o.duration_s = times * GemmTime(p_, m, n, k, batch);
     o.saved_bytes = saved;
   }
   void Memory(std::vector<Op>& out, const std::string& name, Pass pass, double bytes,

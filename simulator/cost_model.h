@@ -66,7 +66,10 @@ struct Op {
 };
 
 /// Durations of one op kind from the profile.
-double GemmTime(const HardwareProfile& p, double m, double n, double k);
+/// `batch` independent m x n x k GEMMs (a strided-batched GEMM; batch 1 is a plain GEMM):
+/// max(2*batch*m*n*k / (peak * efficiency), 2*batch*(m*k + k*n + m*n) bytes / HBM) + launch, with
+/// the efficiency looked up for the whole call (measured samples at batch*m rows).
+double GemmTime(const HardwareProfile& p, double m, double n, double k, double batch = 1);
 double MemoryBoundTime(const HardwareProfile& p, double bytes);
 double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward);
 /// Bytes the optimizer step moves on one GPU holding `local_params` parameters, as the passes of

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "models/loader.h"
+#include "simulator/cost_model.h"
 #include "simulator/simulate.h"
 
 namespace shardcast {
@@ -373,6 +374,25 @@ TEST(Golden, InfeasibleAndTooLargeAreResults) {
 
 namespace shardcast {
 namespace {
+
+TEST(CostModel, BatchedGemmMovesEveryMatrix) {
+  // Attention scores of 384 heads, 2048 x 2048 x 96 each (SC21 GPT-1.7B, mbs 16): at
+  // 87 FLOP/byte it is bandwidth-bound on an A100, so the time is the bytes of all 384 Q, K and
+  // score matrices over HBM: 2 * 384 * (2048*96 + 96*2048 + 2048*2048) bytes.
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile p = DefaultProfile(cl);
+  const double batch = 384, s = 2048, d = 96;
+  const double bytes = 2 * batch * (s * d + d * s + s * s);
+  const double t_mem = bytes / (p.hbm_GBps * 1e9 * InterpolateLogX(p.memory_efficiency_vs_bytes, bytes));
+  const double flops = 2 * batch * s * s * d;
+  const double t_flops =
+      flops / (p.gemm_peak_tflops * 1e12 * p.gemm_max_efficiency *
+               InterpolateLogX(p.gemm_efficiency_vs_gflop, flops / 1e9));
+  ASSERT_GT(t_mem, t_flops);
+  EXPECT_NEAR(GemmTime(p, s, s, d, batch), t_mem + p.launch_overhead_s, 1e-12);
+  // batch 1 is the plain GEMM.
+  EXPECT_DOUBLE_EQ(GemmTime(p, s, s, d, 1), GemmTime(p, s, s, d));
+}
 
 TEST(Profile, JsonRoundTrip) {
   HardwareProfile p = DefaultProfile(LoadCluster("dgx-h100"));
