@@ -164,6 +164,9 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       // compute; activations are partitioned over the tensor-parallel ranks (pipe_partitioned,
       // on by default), like Megatron's scatter/gather.
       c.p2p_blocking = true;
+      // DeepSpeed gathers the updated 16-bit parameters inside optimizer.step()
+      // (all_gather_dp_groups), before the next step starts.
+      c.overlap_param_gather = false;
       // fp16 runs used DeepSpeed's ZeRO-1 (16-bit gradients reduced to their owners); from
       // 2022-02-28 BLOOM ran the BF16_Optimizer (ZeRO stage 0 + its own optimizer sharding).
       c.optimizer_impl = Contains(sh, "BF16_Optimizer") ? OptimizerImpl::kDeepSpeedBf16 : OptimizerImpl::kDeepSpeedZero;

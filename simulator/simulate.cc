@@ -179,9 +179,14 @@ void Builder::Build() {
         const ScheduleItem& it = order[static_cast<std::size_t>(pos)];
         const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
         const bool is_last_grad = pos == last_grad_pos[static_cast<std::size_t>(it.chunk)];
+        const auto& chunk_gathers = gathers[static_cast<std::size_t>(it.chunk)];
+        const bool gated_forward = it.kind == ItemKind::kForward && it.microbatch == 0 && !chunk_gathers.empty();
         int units = 1;
         if (zero3) units = std::max(1, cc.layers);
         else if (is_last_grad && c_.overlap_grad_reduce && dp_comm) units = n_buckets(it.chunk);
+        // Megatron-LM's overlap_param_gather: the chunk's first forward runs bucket by bucket,
+        // each part waiting only for its own bucket's all-gather (forward pre-hooks).
+        else if (gated_forward) units = static_cast<int>(chunk_gathers.size());
         double work = 0, alloc = 0, freed = 0, transient = 0;
         TaskType type = TaskType::kForward;
         switch (it.kind) {
@@ -233,9 +238,7 @@ void Builder::Build() {
           compute_seq.push_back(id);
           if (u == 0) itk.first = id;
           itk.last = id;
-          if (it.kind == ItemKind::kForward && it.microbatch == 0 && u == 0) {
-            for (std::int32_t gid : gathers[static_cast<std::size_t>(it.chunk)]) g_.AddEdge(gid, id);
-          }
+          if (gated_forward) g_.AddEdge(chunk_gathers[static_cast<std::size_t>(u)], id);
           // Gradient reduction of this unit.
           const bool produces_grads = it.kind == grad_kind;
           if (produces_grads && dp_comm && zero3) {

@@ -322,6 +322,34 @@ TEST(Symmetry, CostDoesNotGrowWithGpuCount) {
 
 // ---- end to end -----------------------------------------------------------------------------
 
+TEST(ZeroOne, OverlappedParameterGatherExposesOnlyTheFirstBucket) {
+  // ZeRO-1 on two DGX A100 nodes, one micro-batch. Megatron-LM's overlap_param_gather dispatches
+  // every bucket's all-gather at the start of the step and each bucket's forward waits only for
+  // its own: with a bucket's forward longer than a bucket's gather, only the first gather is on the
+  // critical path. Without it, every gather follows the optimizer step and all are on the path.
+  const Model m = SmallGpt();
+  const Cluster cl = LoadCluster("dgx-a100");
+  ParallelConfig c = Config(1, 1, 16, 4, 64);
+  c.zero_stage = 1;
+  const double params = ParametersOfStage(m, 1, 1, 0).total();
+  const int buckets = static_cast<int>(std::ceil(params / static_cast<double>(c.BucketParams())));
+  ASSERT_GT(buckets, 2);
+  auto gathers_on_path = [&](const SimulationResult& r) {
+    int n = 0;
+    for (const auto& s : r.critical_shares) {
+      if (s.kind == "param_all_gather") n += s.tasks;
+    }
+    return n;
+  };
+  const SimulationResult overlapped = Simulate(m, c, cl, 16, DefaultProfile(cl));
+  ASSERT_TRUE(overlapped.feasible);
+  EXPECT_EQ(gathers_on_path(overlapped), 1);
+  c.overlap_param_gather = false;
+  const SimulationResult after_step = Simulate(m, c, cl, 16, DefaultProfile(cl));
+  EXPECT_EQ(gathers_on_path(after_step), buckets);
+  EXPECT_LT(overlapped.step_time_s, after_step.step_time_s);
+}
+
 TEST(Golden, SingleGpuStepIsTheSumOfItsOps) {
   // TP=PP=DP=1, 4 micro-batches: the step is 4 x (forward + backward) of the one stage, then the
   // optimizer, with nothing to wait for. Expected from the cost model's own op durations.
