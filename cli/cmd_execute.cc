@@ -78,6 +78,7 @@ void RunExecute(const ExecuteArgs& a) {
         Json j;
         ParallelConfig pc = c;
         pc.overlap_param_gather = false;
+        pc.async_tp_grad_reduce = false;
         j["predicted"] = ResultToJson(r.predicted, m, pc, cl, size);
         j["measured"] = {{"step_time_s", r.measured_step_time_s},
                          {"step_times_s", r.step_times_s},

@@ -40,7 +40,10 @@ void PrintOps(const Model& m, const ParallelConfig& c, const Cluster& cl, const 
       if (o.duration_s > 0 && o.kind == OpKind::kMemory) achieved = fmt::format("{:.0f} GB/s", o.bytes / o.duration_s / 1e9);
       std::cout << fmt::format("    {:<32} {:<15} {:<10} {:>22} {:>9.3f} {:>9.2f} {:>10.1f} {:>13}{}\n", o.name,
                                ToString(o.pass), ToString(o.kind), shape, o.flops / 1e9, o.bytes / 1e6,
-                               o.duration_s * 1e6, achieved, o.overlapped ? "  (overlapped)" : "");
+                               o.duration_s * 1e6, achieved,
+                               o.overlapped      ? "  (overlapped)"
+                               : o.hidden_s > 0 ? fmt::format("  (+{:.1f} us hidden behind the wgrad GEMM)", o.hidden_s * 1e6)
+                                                : std::string());
       if (!o.overlapped) total += o.duration_s;
     }
     std::cout << fmt::format("    {:<32} {:>78.1f}\n", "sum (not overlapped)", total * 1e6);
@@ -161,6 +164,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.precision = a.precision == "fp16" ? Precision::kFp16 : Precision::kBf16;
   c.flash_attention = !a.no_flash;
   c.overlap_grad_reduce = !a.no_overlap_grad;
+  c.async_tp_grad_reduce = !a.no_async_tp;
   c.overlap_param_gather = !a.no_overlap_param;
   c.fp32_main_grads = !a.bf16_grads;
   c.embedding_slots = a.emb_slots;
@@ -244,6 +248,9 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention that saves s*s scores (Megatron 2021)");
   cmd->add_flag("--no-overlap-grad-reduce", a->no_overlap_grad, "reduce gradients after the backward pass");
   cmd->add_flag("--no-overlap-param-gather", a->no_overlap_param, "gather parameters after the optimizer");
+  cmd->add_flag("--no-async-tensor-model-parallel-allreduce", a->no_async_tp,
+                "run the backward input-gradient TP all-reduce / reduce-scatter after the weight-gradient GEMM, not "
+                "beside it (Megatron-LM before late 2021, Megatron-DeepSpeed)");
   cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
   cmd->add_option("--optimizer", a->optimizer,
                   "whose optimizer keeps the state: megatron (default) | deepspeed-zero (with --zero 1 or 2; 16-bit "

@@ -22,7 +22,7 @@ struct SimulateArgs {
   std::string recompute = "none", schedule, precision = "bf16", recompute_granularity, optimizer = "megatron";
   bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
        no_overlap_param = false, bf16_grads = false, json = false, full_rank = false, emb_slots = false,
-       p2p_blocking = false, ops = false;
+       p2p_blocking = false, ops = false, no_async_tp = false;
   int zero = -1;
 };
 

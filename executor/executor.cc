@@ -303,6 +303,9 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
   // step's forward), so the prediction is made for that too. Gradient reduction overlaps the
   // backward pass on a worker thread when the configuration says so (and MPI allows threads).
   c.overlap_param_gather = false;
+  // TP collectives run in program order (the input-gradient all-reduce after the weight
+  // gradient, not beside it), so the prediction does not hide them.
+  c.async_tp_grad_reduce = false;
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
   if (provided < MPI_THREAD_MULTIPLE) c.overlap_grad_reduce = false;

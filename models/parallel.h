@@ -46,6 +46,11 @@ struct ParallelConfig {
   OptimizerImpl optimizer_impl = OptimizerImpl::kMegatron;
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = true;
+  /// Megatron-LM's async_tensor_model_parallel_allreduce (and its sequence-parallel
+  /// reduce-scatter): in the backward of a column-parallel linear the input-gradient collective
+  /// runs while the weight-gradient GEMM computes. Off for Megatron-LM of early 2021 and for
+  /// Megatron-DeepSpeed, whose ColumnParallelLinear reduces synchronously.
+  bool async_tp_grad_reduce = true;
   bool flash_attention = true;  ///< fused attention (no s*s tensors saved)
   /// Megatron-LM's scatter/gather optimization (SC21 section 4.1): pipeline sends carry 1/tp of
   /// the activation per tensor-parallel rank, re-assembled with an NVLink all-gather.
@@ -57,7 +62,7 @@ struct ParallelConfig {
   bool embedding_slots = false;
   /// Bytes per parameter moved by parameter all-gathers (ZeRO-1/2 after the step, ZeRO-3 before
   /// each use): 2 for bf16 parameters; 4 for FSDP keeping fp32 parameters (PyTorch FSDP
-  /// without a reduced param dtype, e.g. Composer's DEFAULT mixed precision).
+  /// without a reduced param dtype, e.g. Composer's DEFAULT mixed precision before March 2023).
   double param_gather_bytes = 2.0;
   /// Megatron-LM's --ddp-bucket-size default: max(40M, 1M * dp) parameters per gradient bucket.
   std::int64_t BucketParams() const { return std::max<std::int64_t>(40000000, 1000000 * dp); }

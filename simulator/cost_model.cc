@@ -218,6 +218,23 @@ class OpBuilder {
     o.duration_s = AttentionTime(p_, flops, seq, pass == Pass::kBackwardInput);
     out.push_back(o);
   }
+  /// Megatron-LM's asynchronous input-gradient collective: the last op of `out` (a TP
+  /// collective) runs beside the weight-gradient GEMM `gemm_name` emitted just before it. Only
+  /// the part longer than the GEMM stays exposed; the GEMM slows by the profile's overlap factor
+  /// for the hidden part (NVLink when the group is on one node).
+  void HideBehindGemm(std::vector<Op>& out, const std::string& gemm_name) {
+    if (out.empty() || out.back().kind != OpKind::kCollective) return;
+    Op& coll = out.back();
+    for (auto it = out.rbegin() + 1; it != out.rend(); ++it) {
+      if (it->name != gemm_name) continue;
+      const double hidden = std::min(coll.duration_s, it->duration_s);
+      const double slow = tp_.nodes() > 1 ? p_.overlap_slowdown_network : p_.overlap_slowdown_nvlink;
+      it->duration_s += slow * hidden;
+      coll.duration_s -= hidden;
+      coll.hidden_s = hidden;
+      return;
+    }
+  }
   void Collective(std::vector<Op>& out, const std::string& name, Pass pass, CollectiveOp op,
                   double size) {
     if (tp_.ranks <= 1) return;
@@ -311,11 +328,13 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   } else {
     // b*a/t batched GEMMs per head: scores Q K^T (s x s x d) and context P V (s x d x s).
     const double heads_t = a / t;
+    const std::size_t core_begin = L.size();
     ob.BatchedGemm(L, "attn_scores_qk", F, b * heads_t, s, s, d, 1, qkv_saved - 2 * T * g * d / t);  // saves Q, K
     const double scores = b * heads_t * s * s;
     ob.Memory(L, "softmax", F, 4 * scores, 2 * scores);
     if (m.dropout) ob.Memory(L, "attn_dropout", F, 5 * scores, 3 * scores);  // mask + output
     ob.BatchedGemm(L, "attn_context_v", F, b * heads_t, s, d, s, 1, 2 * T * g * d / t);  // saves V
+    for (std::size_t i = core_begin; i < L.size(); ++i) L[i].duration_s /= prof.unfused_attention_core_efficiency;
   }
   ob.Gemm(L, "attn_out_proj", F, T, h, ad_t);
   L.back().saved_bytes = 2 * T * ad_t;  // projection input (= attention output)
@@ -346,6 +365,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   ob.Gemm(L, "mlp_up_dgrad", B, T, h, mlp_up_n);
   ob.Gemm(L, "mlp_up_wgrad", W, mlp_up_n, h, T);
   ob.Collective(L, sp ? "sp_reduce_scatter_mlp_bwd" : "tp_all_reduce_mlp_bwd", B, sp ? rs : ar, act);
+  if (c.async_tp_grad_reduce) ob.HideBehindGemm(L, "mlp_up_wgrad");
   ob.Memory(L, "post_attn_norm_bwd", B, 2 * norm_bytes);
   ob.Memory(L, "dropout_residual_attn_bwd", B, 3 * act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_attn_bwd", B, ag, act);
@@ -355,10 +375,12 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
     ob.Attention(L, "flash_attention_bwd", B, 2.5 * 0.5 * 4 * b * s * s * a * d / t, s);
   } else {
     const double heads_t = a / t, scores = b * heads_t * s * s;
+    const std::size_t core_begin = L.size();
     ob.BatchedGemm(L, "attn_context_v_bwd", B, b * heads_t, s, s, d, 2);
     if (m.dropout) ob.Memory(L, "attn_dropout_bwd", B, 5 * scores);
     ob.Memory(L, "softmax_bwd", B, 6 * scores);
     ob.BatchedGemm(L, "attn_scores_qk_bwd", B, b * heads_t, s, d, s, 2);
+    for (std::size_t i = core_begin; i < L.size(); ++i) L[i].duration_s /= prof.unfused_attention_core_efficiency;
   }
   if (sp) {
     ob.Collective(L, "sp_all_gather_attn_input_bwd", B, ag, act);
@@ -367,6 +389,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   ob.Gemm(L, "qkv_proj_dgrad", B, T, h, qkv_n);
   ob.Gemm(L, "qkv_proj_wgrad", W, qkv_n, h, T);
   ob.Collective(L, sp ? "sp_reduce_scatter_attn_bwd" : "tp_all_reduce_attn_bwd", B, sp ? rs : ar, act);
+  if (c.async_tp_grad_reduce) ob.HideBehindGemm(L, "qkv_proj_wgrad");
   ob.Memory(L, "input_norm_bwd", B, 2 * norm_bytes);
 
   // ---- recompute before backward

@@ -58,7 +58,8 @@ struct Op {
   double flops = 0;             ///< executed FLOPs per GPU
   double bytes = 0;             ///< bytes moved (memory ops) or collective size (nccl-tests size)
   double saved_bytes = 0;       ///< activation bytes kept for backward (forward ops)
-  double duration_s = 0;
+  double duration_s = 0;  ///< time on this GPU's critical path (the exposed part of a collective)
+  double hidden_s = 0;    ///< part of a collective hidden behind a concurrent GEMM (not in duration_s)
   CollectiveOp collective = CollectiveOp::kAllReduce;
   /// Runs hidden behind the next op (not on the critical path): Megatron-LM's asynchronous
   /// all-gather of the saved sequence-parallel input during the data-gradient GEMM.

@@ -70,6 +70,11 @@ struct HardwareProfile {
   double attention_fwd_efficiency = 0;
   double attention_bwd_efficiency = 0;
   std::vector<CurvePoint> attention_efficiency_vs_seq;  ///< relative factor by sequence length
+  /// Unfused attention (no flash): the fraction of their roofline time (bandwidth- or
+  /// FLOP-bound, whichever is longer) that the attention core's kernels reach: the batched score
+  /// and context GEMMs (one dimension is the head dim) and the softmax and dropout passes over
+  /// the s x s scores. 1 = roofline. Default from Korthikanti et al. 2022 Table 4 (docs/accuracy.md).
+  double unfused_attention_core_efficiency = 1.0;
 
   // Memory-bound kernels: achieved fraction of HBM bandwidth by bytes moved.
   double hbm_GBps = 0;

@@ -692,6 +692,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"zero_stage", c.zero_stage}, {"schedule", ToString(c.schedule)},
                  {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
+                 {"async_tensor_model_parallel_allreduce", c.async_tp_grad_reduce},
                  {"overlap_param_gather", c.overlap_param_gather},
                  {"optimizer_impl", ToString(c.optimizer_impl)}, {"p2p_blocking", c.p2p_blocking},
                  {"scatter_gather", c.scatter_gather}, {"embedding_slots", c.embedding_slots}};

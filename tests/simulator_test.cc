@@ -350,6 +350,61 @@ TEST(ZeroOne, OverlappedParameterGatherExposesOnlyTheFirstBucket) {
   EXPECT_LT(overlapped.step_time_s, after_step.step_time_s);
 }
 
+const Op& FindOp(const std::vector<Op>& ops, const std::string& name) {
+  for (const auto& o : ops) {
+    if (o.name == name) return o;
+  }
+  ADD_FAILURE() << "no op " << name;
+  return ops.front();
+}
+
+TEST(CostModel, AsyncTensorParallelGradReduceHidesBehindTheWeightGradient) {
+  // Megatron-LM's async_tensor_model_parallel_allreduce: the input-gradient all-reduce after the
+  // QKV and MLP-up data-gradient GEMMs runs beside their weight-gradient GEMMs. Exposed part:
+  // max(0, all-reduce - wgrad); the wgrad slows by the NVLink overlap factor for the hidden part.
+  const Model m = SmallGpt();
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile p = DefaultProfile(cl);
+  ParallelConfig c = Config(8, 1, 1, 4, 4);
+  c.async_tp_grad_reduce = false;
+  const CostModel sync = BuildCostModel(m, c, cl, p);
+  c.async_tp_grad_reduce = true;
+  const CostModel async = BuildCostModel(m, c, cl, p);
+  for (const auto& [coll, wgrad] : {std::pair<std::string, std::string>{"tp_all_reduce_mlp_bwd", "mlp_up_wgrad"},
+                                    {"tp_all_reduce_attn_bwd", "qkv_proj_wgrad"}}) {
+    const double ar = FindOp(sync.layer_ops, coll).duration_s;
+    const double w = FindOp(sync.layer_ops, wgrad).duration_s;
+    const double hidden = std::min(ar, w);
+    EXPECT_DOUBLE_EQ(FindOp(async.layer_ops, coll).duration_s, ar - hidden) << coll;
+    EXPECT_DOUBLE_EQ(FindOp(async.layer_ops, coll).hidden_s, hidden) << coll;
+    EXPECT_DOUBLE_EQ(FindOp(async.layer_ops, wgrad).duration_s, w + p.overlap_slowdown_nvlink * hidden) << wgrad;
+  }
+  // The forward is unchanged; the backward is shorter.
+  EXPECT_DOUBLE_EQ(async.chunks[0][0].fwd_s, sync.chunks[0][0].fwd_s);
+  EXPECT_LT(async.chunks[0][0].bwd_s(), sync.chunks[0][0].bwd_s());
+}
+
+TEST(CostModel, UnfusedAttentionCoreRunsAtItsMeasuredFractionOfTheRoofline) {
+  // Without flash attention, the score/context batched GEMMs, softmax and dropout take
+  // roofline / unfused_core_efficiency (Korthikanti et al. 2022 Table 4: 0.994 ms of roofline
+  // for the 1.3 ms selective recompute of the 22B layer).
+  const Model m = SmallGpt();
+  const Cluster cl = LoadCluster("dgx-a100");
+  HardwareProfile p = DefaultProfile(cl);
+  EXPECT_DOUBLE_EQ(p.unfused_attention_core_efficiency, 0.765);
+  ParallelConfig c = Config(1, 1, 1, 2, 2);
+  c.flash_attention = false;
+  p.unfused_attention_core_efficiency = 1.0;
+  const CostModel roof = BuildCostModel(m, c, cl, p);
+  p.unfused_attention_core_efficiency = 0.5;
+  const CostModel half = BuildCostModel(m, c, cl, p);
+  for (const char* n : {"attn_scores_qk", "softmax", "attn_dropout", "attn_context_v", "attn_context_v_bwd",
+                        "attn_dropout_bwd", "softmax_bwd", "attn_scores_qk_bwd"}) {
+    EXPECT_DOUBLE_EQ(FindOp(half.layer_ops, n).duration_s, 2 * FindOp(roof.layer_ops, n).duration_s) << n;
+  }
+  EXPECT_DOUBLE_EQ(FindOp(half.layer_ops, "qkv_proj").duration_s, FindOp(roof.layer_ops, "qkv_proj").duration_s);
+}
+
 TEST(Golden, SingleGpuStepIsTheSumOfItsOps) {
   // TP=PP=DP=1, 4 micro-batches: the step is 4 x (forward + backward) of the one stage, then the
   // optimizer, with nothing to wait for. Expected from the cost model's own op durations.
@@ -433,6 +488,11 @@ TEST(Profile, JsonRoundTrip) {
   HardwareProfile q2 = ProfileFromJson(ProfileToJson(q), "roundtrip2.json");
   EXPECT_NEAR(ProfileToJson(q2)["collectives"]["intra_hop_latency_us"].get<double>(), 3.4, 1e-12);
   EXPECT_EQ(ProfileToJson(q2)["gemm"], ProfileToJson(p)["gemm"]);
+  EXPECT_EQ(q.unfused_attention_core_efficiency, p.unfused_attention_core_efficiency);
+  // A profile without the key keeps the roofline (1.0), not a guess.
+  Json j = ProfileToJson(p);
+  j["attention"].erase("unfused_core_efficiency");
+  EXPECT_EQ(ProfileFromJson(j, "old.json").unfused_attention_core_efficiency, 1.0);
 }
 
 TEST(Profile, OmniPathUsesTheMeasuredNcclRatePerPort) {
