@@ -257,7 +257,8 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                   "grads) | deepspeed-bf16 (with --zero 1; BF16_Optimizer: fp32 grad buffer, fp32 all-reduce)")
       ->check(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16"}));
   cmd->add_flag("--p2p-blocking", a->p2p_blocking,
-                "pipeline sends/receives run in order on the compute stream (DeepSpeed's pipeline engine)");
+                "pipeline sends/receives run in order on the compute stream (DeepSpeed's pipeline engine; Megatron-LM "
+                "of 2021-22, which synchronizes after each batch_isend_irecv)");
   cmd->add_flag("--embedding-pipeline-slots", a->emb_slots,
                 "embedding and output layer take one layer slot each in the pipeline split (BLOOM)");
 }

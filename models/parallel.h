@@ -56,7 +56,8 @@ struct ParallelConfig {
   /// the activation per tensor-parallel rank, re-assembled with an NVLink all-gather.
   bool scatter_gather = true;
   /// Pipeline sends and receives run in program order on the compute stream (DeepSpeed's pipeline
-  /// engine executes its instructions one after another), instead of on their own streams.
+  /// engine executes its instructions one after another; Megatron-LM of 2021-22 waits on each
+  /// batch_isend_irecv and synchronizes the device), instead of on their own streams.
   bool p2p_blocking = false;
   /// The embedding and the output layer count as pipeline layer slots (see LayersOfStage).
   bool embedding_slots = false;

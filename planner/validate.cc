@@ -158,7 +158,13 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     // What the frameworks did: Megatron-LM of 2021-22 (S1, S3) and DeepSpeed's pipeline engine
     // (S12) reduce gradients after the backward pass.
     const std::string fw = t.Get(r, "framework");
-    if (Contains(fw, "Megatron")) c.overlap_grad_reduce = false;
+    if (Contains(fw, "Megatron")) {
+      c.overlap_grad_reduce = false;
+      // Megatron-LM's p2p_communication of 2021-22 (and Megatron-DeepSpeed's) waits on every
+      // batch_isend_irecv request and then calls torch.cuda.synchronize() "to protect against
+      // race condition": pipeline transfers block the stage like DeepSpeed's.
+      c.p2p_blocking = true;
+    }
     // The input-gradient TP all-reduce ran synchronously in SC21's Megatron-LM (commit 6985e58,
     // April 2021; the asynchronous one came later in 2021) and in Megatron-DeepSpeed, whose
     // ColumnParallelLinear uses copy_to_tensor_model_parallel_region. Korthikanti's 2022 runs
