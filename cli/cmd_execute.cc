@@ -70,7 +70,7 @@ void RunExecute(const ExecuteArgs& a) {
     const ParallelConfig c = BuildConfig(a.cfg, m, size);
     if (c.p2p_blocking) {
       throw InputError("command line: --p2p-blocking: not supported by execute (its pipeline sends are MPI_Isend "
-                       "on their own; simulate models DeepSpeed's blocking sends)");
+                       "on their own; simulate models the blocking transfers of DeepSpeed and of Megatron-LM 2021-22)");
     }
     ExecuteReport r = Execute(m, c, cl, prof, a.o);
     if (rank == 0) {

@@ -24,21 +24,34 @@ void PrintOps(const Model& m, const ParallelConfig& c, const Cluster& cl, const 
   const CostModel cm = BuildCostModel(m, c, cl, prof);
   std::cout << fmt::format("\nOps per micro-batch on one GPU (mbs {}, {} tokens; time from the profile)\n",
                            c.micro_batch_size, cm.tokens_per_microbatch);
-  std::cout << "  (MB: bytes read and written by a memory-bound op, or a collective's nccl-tests size; GEMM shapes\n"
-               "   are per GPU; achieved = FLOPs or bytes / time)\n";
-  std::cout << fmt::format("  {:<34} {:<15} {:<10} {:>22} {:>9} {:>9} {:>10} {:>13}\n", "op", "pass", "kind",
-                           "shape m x n x k", "GFLOP", "MB", "time us", "achieved");
+  std::cout << "  (MB: bytes read and written, or a collective's nccl-tests size; GEMM shapes are per GPU,\n"
+               "   batch x (m x n x k) for batched GEMMs; achieved: FLOP rate, HBM rate when bandwidth-bound,\n"
+               "   nccl-tests busbw for collectives)\n";
+  std::cout << fmt::format("  {:<34} {:<15} {:<10} {:>28} {:>9} {:>9} {:>10} {:>16}\n", "op", "pass", "kind",
+                           "shape", "GFLOP", "MB", "time us", "achieved");
   auto table = [&](const char* title, const std::vector<Op>& ops) {
     if (ops.empty()) return;
     std::cout << "  " << title << "\n";
     double total = 0;
     for (const auto& o : ops) {
-      std::string shape = o.kind == OpKind::kGemm ? fmt::format("{:.0f} x {:.0f} x {:.0f}", o.m, o.n, o.k) : "";
+      std::string shape;
+      if (o.kind == OpKind::kGemm) {
+        shape = o.batch > 1 ? fmt::format("{:.0f} x ({:.0f} x {:.0f} x {:.0f})", o.batch, o.m, o.n, o.k)
+                            : fmt::format("{:.0f} x {:.0f} x {:.0f}", o.m, o.n, o.k);
+      }
       if (o.kind == OpKind::kCollective) shape = ToString(o.collective);
       std::string achieved;
-      if (o.duration_s > 0 && o.flops > 0) achieved = fmt::format("{:.0f} TFLOP/s", o.flops / o.duration_s / 1e12);
-      if (o.duration_s > 0 && o.kind == OpKind::kMemory) achieved = fmt::format("{:.0f} GB/s", o.bytes / o.duration_s / 1e9);
-      std::cout << fmt::format("    {:<32} {:<15} {:<10} {:>22} {:>9.3f} {:>9.2f} {:>10.1f} {:>13}{}\n", o.name,
+      const double t = o.duration_s + o.hidden_s;
+      if (t > 0 && (o.kind == OpKind::kGemm || o.kind == OpKind::kAttention)) {
+        const bool bw_bound = o.kind == OpKind::kGemm &&
+                              o.bytes / (prof.hbm_GBps * 1e9) > o.flops / (prof.gemm_peak_tflops * 1e12 * prof.gemm_max_efficiency);
+        achieved = bw_bound ? fmt::format("{:.0f} GB/s", o.bytes / t / 1e9) : fmt::format("{:.0f} TFLOP/s", o.flops / t / 1e12);
+      }
+      if (t > 0 && o.kind == OpKind::kMemory) achieved = fmt::format("{:.0f} GB/s", o.bytes / t / 1e9);
+      if (t > 0 && o.kind == OpKind::kCollective && cm.tp_group.ranks > 1) {
+        achieved = fmt::format("busbw {:.0f} GB/s", BusBwFactor(o.collective, cm.tp_group.ranks) * o.bytes / t / 1e9);
+      }
+      std::cout << fmt::format("    {:<32} {:<15} {:<10} {:>28} {:>9.3f} {:>9.2f} {:>10.1f} {:>16}{}\n", o.name,
                                ToString(o.pass), ToString(o.kind), shape, o.flops / 1e9, o.bytes / 1e6,
                                o.duration_s * 1e6, achieved,
                                o.overlapped      ? "  (overlapped)"
@@ -46,7 +59,7 @@ void PrintOps(const Model& m, const ParallelConfig& c, const Cluster& cl, const 
                                                 : std::string());
       if (!o.overlapped) total += o.duration_s;
     }
-    std::cout << fmt::format("    {:<32} {:>78.1f}\n", "sum (not overlapped)", total * 1e6);
+    std::cout << fmt::format("    {:<32} {:>84.1f}\n", "sum (not overlapped)", total * 1e6);
   };
   table("one transformer layer", cm.layer_ops);
   table("embedding (first stage)", cm.embedding_ops);
@@ -55,8 +68,11 @@ void PrintOps(const Model& m, const ParallelConfig& c, const Cluster& cl, const 
 
 void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelConfig& c,
                      const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {
-  std::cout << fmt::format("{} on {} x {} ({}), profile: {}\n", m.name, gpus, cl.gpu.display_name,
-                           cl.name, prof.kind == "default" ? "built-in default" : prof.source);
+  std::cout << fmt::format("{} on {} x {} ({}), profile: {}\n", m.name, gpus, cl.gpu.display_name, cl.name,
+                           prof.kind == "default" ? "built-in default" : prof.source);
+  if (prof.kind == "default" && prof.source.find("; ") != std::string::npos) {
+    std::cout << "  profile adjusted:" << prof.source.substr(prof.source.find("; ") + 1) << "\n";
+  }
   std::cout << fmt::format("  {}  seq {}  micro-batches per step {}\n", c.Summary(),
                            c.seq_length > 0 ? c.seq_length : m.seq_length, c.num_microbatches());
   if (!r.feasible) {
@@ -206,6 +222,9 @@ void RunSimulate(const SimulateArgs& a) {
   }
   const std::int64_t gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
   const ParallelConfig c = BuildConfig(a, m, gpus);
+  if (a.ops && a.json) {
+    throw InputError("command line: --ops: the op table is text; not combined with --json (run them separately)");
+  }
   const HardwareProfile prof = loaded ? *loaded : DefaultProfile(cl);
   SimulateOptions opts;
   opts.full_rank = a.full_rank;
@@ -218,6 +237,7 @@ void RunSimulate(const SimulateArgs& a) {
   } else {
     PrintSimulation(r, m, c, cl, gpus, prof);
     if (a.ops && r.feasible) PrintOps(m, c, cl, prof);
+    if (a.ops && !r.feasible) std::cout << "\nNo op table: the configuration cannot run.\n";
     if (!a.trace.empty() && r.feasible) std::cout << "\nTrace written to " << a.trace << " (open in ui.perfetto.dev)\n";
   }
 }

@@ -10,6 +10,7 @@
 #include "common/file_util.h"
 #include "common/text.h"
 #include "planner/validate.h"
+#include "simulator/simulate.h"
 
 namespace shardcast::cli {
 namespace {
@@ -26,6 +27,10 @@ std::string Opt(const std::optional<double>& v, const char* fmtstr, double scale
 }
 
 void RunValidate(const ValidateArgs& a) {
+  if (!a.explain.empty() && (a.json || !a.csv.empty())) {
+    throw InputError(std::string("command line: --explain: prints one row as text; not combined with ") +
+                     (a.json ? "--json" : "--csv") + " (run them separately)");
+  }
   const ValidationReport rep = RunValidation(a.runs, a.no_memory ? "" : a.memory, a.explain);
   if (rep.explained) {
     // One row in full: what it was mapped to and simulate's report of it.
@@ -38,6 +43,18 @@ void RunValidate(const ValidateArgs& a) {
                                Opt(r.predicted_step_time_s, "{:.4g} s"), Opt(r.step_time_error, "{:+.1f}%", 100));
       std::cout << fmt::format("  measured peak memory {}  outcome {}\n\n",
                                Opt(r.measured_peak_memory_bytes, "{:.1f} GiB", 1 / 1073741824.0), r.outcome);
+      // Every switch the row set, as simulate --json names them.
+      const Json cfg = ResultToJson(e.result, e.model, r.config, e.cluster, r.gpus)["config"];
+      std::string line = "  configuration:";
+      for (auto it = cfg.begin(); it != cfg.end(); ++it) {
+        const std::string kv = " " + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
+        if (line.size() + kv.size() > 100) {
+          std::cout << line << "\n";
+          line = "   ";
+        }
+        line += kv;
+      }
+      std::cout << line << "\n\n";
       PrintSimulation(e.result, e.model, r.config, e.cluster, r.gpus, e.profile);
       PrintOps(e.model, r.config, e.cluster, e.profile);
     }

@@ -165,11 +165,11 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       // race condition": pipeline transfers block the stage like DeepSpeed's.
       c.p2p_blocking = true;
     }
-    // The input-gradient TP all-reduce ran synchronously in SC21's Megatron-LM (commit 6985e58,
-    // April 2021; the asynchronous one came later in 2021) and in Megatron-DeepSpeed, whose
+    // The input-gradient TP all-reduce ran synchronously in SC21's Megatron-LM (PTD-P, commit
+    // 6985e58, April 2021; the asynchronous one came later in 2021) and in Megatron-DeepSpeed, whose
     // ColumnParallelLinear uses copy_to_tensor_model_parallel_region. Korthikanti's 2022 runs
     // overlapped it with the weight-gradient GEMM.
-    if (Contains(fw, "6985e58") || Contains(fw, "DeepSpeed")) c.async_tp_grad_reduce = false;
+    if (Contains(fw, "6985e58") || Contains(fw, "PTD-P") || Contains(fw, "DeepSpeed")) c.async_tp_grad_reduce = false;
     if (Contains(fw, "DeepSpeed")) {
       // DeepSpeed's pipeline engine: sends/receives are blocking and run in order with the
       // compute; activations are partitioned over the tensor-parallel ranks (pipe_partitioned,

@@ -182,6 +182,7 @@ class OpBuilder {
     o.n = n;
     o.k = k;
     o.flops = 2 * m * n * k;
+    o.bytes = 2 * (m * k + k * n + m * n);
     o.duration_s = GemmTime(p_, m, n, k);
     out.push_back(o);
   }
@@ -192,7 +193,9 @@ class OpBuilder {
                    double n, double k, double times, double saved = 0) {
     Gemm(out, name, pass, m, n, k);
     Op& o = out.back();
+    o.batch = batch;
     o.flops = 2 * batch * m * n * k * times;
+    o.bytes = times * 2 * batch * (m * k + k * n + m * n);
     o.duration_s = times * GemmTime(p_, m, n, k, batch);
     o.saved_bytes = saved;
   }
@@ -350,6 +353,10 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   ob.Collective(L, sp ? "tp_reduce_scatter_mlp" : "tp_all_reduce_mlp", F, sp ? rs : ar, act);
   ob.Memory(L, "dropout_residual_mlp", F, 3 * act / rep + drop * act / 2 / rep, drop * act / 2 / rep);
 
+  // Megatron-LM's async input-gradient collective hides behind the weight-gradient GEMM that
+  // follows it; ZB-H1 defers that GEMM (W) to a later slot, so nothing is hidden there.
+  const bool hide_tp_grad = c.async_tp_grad_reduce && c.schedule != Schedule::kZbH1;
+
   // ---- backward: input gradients (B) and weight gradients (W), reverse order
   ob.Memory(L, "dropout_residual_mlp_bwd", B, 3 * act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_mlp_bwd", B, ag, act);  // grad of reduce-scatter
@@ -365,7 +372,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   ob.Gemm(L, "mlp_up_dgrad", B, T, h, mlp_up_n);
   ob.Gemm(L, "mlp_up_wgrad", W, mlp_up_n, h, T);
   ob.Collective(L, sp ? "sp_reduce_scatter_mlp_bwd" : "tp_all_reduce_mlp_bwd", B, sp ? rs : ar, act);
-  if (c.async_tp_grad_reduce) ob.HideBehindGemm(L, "mlp_up_wgrad");
+  if (hide_tp_grad) ob.HideBehindGemm(L, "mlp_up_wgrad");
   ob.Memory(L, "post_attn_norm_bwd", B, 2 * norm_bytes);
   ob.Memory(L, "dropout_residual_attn_bwd", B, 3 * act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_attn_bwd", B, ag, act);
@@ -389,7 +396,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   ob.Gemm(L, "qkv_proj_dgrad", B, T, h, qkv_n);
   ob.Gemm(L, "qkv_proj_wgrad", W, qkv_n, h, T);
   ob.Collective(L, sp ? "sp_reduce_scatter_attn_bwd" : "tp_all_reduce_attn_bwd", B, sp ? rs : ar, act);
-  if (c.async_tp_grad_reduce) ob.HideBehindGemm(L, "qkv_proj_wgrad");
+  if (hide_tp_grad) ob.HideBehindGemm(L, "qkv_proj_wgrad");
   ob.Memory(L, "input_norm_bwd", B, 2 * norm_bytes);
 
   // ---- recompute before backward
@@ -445,7 +452,10 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   ob.Memory(O, "cross_entropy_bwd", B, 2 * 4 * logits + 2 * logits);
   ob.Gemm(O, "output_proj_dgrad", B, T, h, V / t);
   ob.Gemm(O, "output_proj_wgrad", W, V / t, h, T);
-  if (sp) ob.Collective(O, "sp_reduce_scatter_output_bwd", B, rs, act);
+  // The input gradient of the vocab-parallel output GEMM is summed over the TP ranks (Megatron's
+  // parallel_lm_logits copies its input to the TP region), asynchronously like the layers'.
+  ob.Collective(O, sp ? "sp_reduce_scatter_output_bwd" : "tp_all_reduce_output_bwd", B, sp ? rs : ar, act);
+  if (hide_tp_grad) ob.HideBehindGemm(O, "output_proj_wgrad");
   ob.Memory(O, "final_norm_bwd", B, 2 * norm_bytes);
 
   // ---- chunks: stage i holds model chunks c*pp + i (Megatron-LM interleaving).

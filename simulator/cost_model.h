@@ -56,7 +56,8 @@ struct Op {
   Pass pass = Pass::kForward;
   double m = 0, n = 0, k = 0;   ///< GEMM shape (per GPU), when kind == kGemm
   double flops = 0;             ///< executed FLOPs per GPU
-  double bytes = 0;             ///< bytes moved (memory ops) or collective size (nccl-tests size)
+  double batch = 1;             ///< independent matrices of a batched GEMM (attention scores/context)
+  double bytes = 0;             ///< bytes read and written (memory ops, GEMMs) or collective size (nccl-tests size)
   double saved_bytes = 0;       ///< activation bytes kept for backward (forward ops)
   double duration_s = 0;  ///< time on this GPU's critical path (the exposed part of a collective)
   double hidden_s = 0;    ///< part of a collective hidden behind a concurrent GEMM (not in duration_s)

@@ -101,7 +101,7 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
   // Unfused attention core (Megatron's batched score/context GEMMs, fused softmax, dropout):
   // Korthikanti et al. 2022 Table 4 times the selective recompute of exactly these kernels at
   // 1.3 ms per layer (backward 13.2 vs 11.9 ms, and 13.1 vs 11.8 with SP) where their roofline
-  // gives 0.994 ms: 0.765 of it. Measured on A100; used for every GPU without a measurement.
+  // gives 0.994 ms: 0.765 of it. Fitted from these A100 per-layer times; used for every GPU.
   p.unfused_attention_core_efficiency = kUnfusedAttentionCoreEfficiency;
   p.gemm_efficiency_vs_gflop = {{0.5, 0.25}, {3, 0.5}, {20, 0.75}, {100, 0.93}, {500, 1.0}};
   // FA3 causal forward by sequence length relative to 2k (FA3 paper figures: 292, 423, 521,
@@ -153,6 +153,7 @@ HardwareProfile WithAttentionKernel(HardwareProfile p, const std::string& arch, 
     if (arch == "hopper") {
       p.attention_fwd_efficiency = 0.28;
       p.attention_bwd_efficiency = 0.27;
+      p.source += "; attention: FlashAttention-2 on Hopper (0.28 / 0.27 of peak, FA3 paper's FA2 curves)";
     }
   } else if (kernel != "default" && kernel != "fa3") {
     throw InputError("attention kernel: got \"" + kernel + "\", expected fa2, fa3 or default");

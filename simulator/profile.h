@@ -70,10 +70,12 @@ struct HardwareProfile {
   double attention_fwd_efficiency = 0;
   double attention_bwd_efficiency = 0;
   std::vector<CurvePoint> attention_efficiency_vs_seq;  ///< relative factor by sequence length
-  /// Unfused attention (no flash): the fraction of their roofline time (bandwidth- or
-  /// FLOP-bound, whichever is longer) that the attention core's kernels reach: the batched score
-  /// and context GEMMs (one dimension is the head dim) and the softmax and dropout passes over
-  /// the s x s scores. 1 = roofline. Default from Korthikanti et al. 2022 Table 4 (docs/accuracy.md).
+  /// Unfused attention (no flash): the attention core's kernels (the batched score and context
+  /// GEMMs, one dimension the head dim, and the softmax and dropout passes over the s x s
+  /// scores) take their cost-model time (GemmTime / MemoryBoundTime: the profile's GEMM and
+  /// memory efficiency curves, launch included) divided by this. 1 = no correction, the value
+  /// when a profile file omits it. Default 0.765, fitted on Korthikanti et al. 2022 Table 4
+  /// (docs/accuracy.md); a calibrated profile keeps it, as calibration does not time this core.
   double unfused_attention_core_efficiency = 1.0;
 
   // Memory-bound kernels: achieved fraction of HBM bandwidth by bytes moved.

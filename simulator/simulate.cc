@@ -150,9 +150,10 @@ void Builder::Build() {
       dp_key_ = 0;  // replicas create the same collectives in the same order
       auto& its = items_[static_cast<std::size_t>(dev)];
       std::vector<std::int32_t> compute_seq;  // compute-stream tasks in order (for ZeRO-3 prefetch)
-      // Parameter all-gathers of the previous optimizer step, overlapped with this step's
-      // first forward (steady state), for ZeRO-1/2 with overlap_param_gather.
-      // ZeRO-1/2 parameter all-gathers, per chunk and bucket, after task `after` (-1: none).
+      // ZeRO-1/2 parameter all-gathers, per chunk and bucket, after task `after` (-1: none). With
+      // overlap_param_gather they belong to the previous optimizer step and overlap this step's
+      // first forward (steady state): the first two may start with the step, later ones are
+      // chained to the forward units below.
       auto add_param_gathers = [&](std::int32_t after) {
         std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(v_));
         for (int k = 0; k < v_; ++k) {
@@ -238,7 +239,13 @@ void Builder::Build() {
           compute_seq.push_back(id);
           if (u == 0) itk.first = id;
           itk.last = id;
-          if (gated_forward) g_.AddEdge(chunk_gathers[static_cast<std::size_t>(u)], id);
+          if (gated_forward) {
+            g_.AddEdge(chunk_gathers[static_cast<std::size_t>(u)], id);
+            // Megatron chains the gathers: a bucket's forward pre-hook waits for its own gather
+            // and dispatches the next bucket's. So gather u+2 starts once unit u is done, i.e.
+            // when unit u+1 may start (gather u+1 done on the stream before it).
+            if (u + 2 < units) g_.AddEdge(id, chunk_gathers[static_cast<std::size_t>(u + 2)]);
+          }
           // Gradient reduction of this unit.
           const bool produces_grads = it.kind == grad_kind;
           if (produces_grads && dp_comm && zero3) {
@@ -692,6 +699,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"zero_stage", c.zero_stage}, {"schedule", ToString(c.schedule)},
                  {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
+                 {"param_gather_bytes_per_param", c.param_gather_bytes},
                  {"async_tensor_model_parallel_allreduce", c.async_tp_grad_reduce},
                  {"overlap_param_gather", c.overlap_param_gather},
                  {"optimizer_impl", ToString(c.optimizer_impl)}, {"p2p_blocking", c.p2p_blocking},

@@ -143,8 +143,11 @@ TEST(CliSimulate, OpsTableShapesAndFlops) {
                         "output layer and loss", "2048 x 6400 x 12288", "TFLOP/s", "GB/s"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
   }
-  // Without --ops the table is not printed.
+  // Without --ops the table is not printed; with --json it is an input error.
   EXPECT_EQ(RunShardcast(kDoneCommand).out.find("Ops per micro-batch"), std::string::npos);
+  auto j = RunShardcast(std::string(kDoneCommand) + " --ops --json");
+  EXPECT_EQ(j.exit_code, 2);
+  EXPECT_NE(j.err.find("--ops: the op table is text; not combined with --json"), std::string::npos) << j.err;
 }
 
 TEST(CliSimulate, MegatronAliases) {
