@@ -64,6 +64,8 @@ void PrintOps(const Model& m, const ParallelConfig& c, const Cluster& cl, const 
   table("one transformer layer", cm.layer_ops);
   table("embedding (first stage)", cm.embedding_ops);
   table("output layer and loss (last stage)", cm.output_ops);
+  table("pipeline receive (scatter/gather all-gather; forward after the first chunk, backward before the last)",
+        cm.pp_recv_ops);
 }
 
 void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelConfig& c,

@@ -458,6 +458,15 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   if (hide_tp_grad) ob.HideBehindGemm(O, "output_proj_wgrad");
   ob.Memory(O, "final_norm_bwd", B, 2 * norm_bytes);
 
+  // ---- pipeline receive (stages after the first / before the last): Megatron's scatter/gather
+  // optimization (SC21 section 4.1, gather_split_1d_tensor) and DeepSpeed's pipe_partitioned
+  // send 1/t of the activation per TP rank; the receiver all-gathers it over NVLink. Not with
+  // sequence parallelism, whose layers take the sequence-sharded tensor as it is.
+  if (c.pp > 1 && c.tp > 1 && c.scatter_gather && !sp) {
+    ob.Collective(cm.pp_recv_ops, "pp_recv_all_gather", F, ag, act);
+    ob.Collective(cm.pp_recv_ops, "pp_recv_grad_all_gather", B, ag, act);
+  }
+
   // ---- chunks: stage i holds model chunks c*pp + i (Megatron-LM interleaving).
   const std::int64_t v = c.vp;
   const std::int64_t chunks_total = c.pp * v;
@@ -510,6 +519,19 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
         cc.bwd_tp_s += y;
         cc.saved_bytes += SavedBytes(ops);
       };
+      // A received 1/t slice (scatter/gather) is all-gathered over the TP group before use, on the
+      // receiving rank's compute stream: the activation before the forward of every chunk but the
+      // first, its gradient before the backward of every chunk but the last.
+      for (const Op& o : cm.pp_recv_ops) {
+        if (o.pass == F && model_chunk > 0) {
+          cc.fwd_s += o.duration_s;
+          cc.fwd_tp_s += o.duration_s;
+        }
+        if (o.pass == B && model_chunk < chunks_total - 1) {
+          cc.bwd_input_s += o.duration_s;
+          cc.bwd_tp_s += o.duration_s;
+        }
+      }
       if (cc.has_embedding) {
         add(E);
         cc.params_per_gpu += V * h / t + static_cast<double>(pc.position_embedding);

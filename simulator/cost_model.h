@@ -108,6 +108,9 @@ struct CostModel {
   std::vector<Op> layer_ops;      ///< one transformer layer, all passes
   std::vector<Op> embedding_ops;  ///< first stage
   std::vector<Op> output_ops;     ///< last stage
+  /// Receive-side TP all-gather of a scatter/gather pipeline message (forward: before every chunk
+  /// but the first; backward: before every chunk but the last). Empty without it.
+  std::vector<Op> pp_recv_ops;
   std::vector<std::vector<ChunkCost>> chunks;  ///< [stage][virtual chunk]
   GroupPlacement tp_group, dp_group;
   std::vector<bool> pp_next_same_node;  ///< stage i -> i+1 on the same node

@@ -411,6 +411,29 @@ TEST(CostModel, AsyncTensorParallelGradReduceHidesBehindTheWeightGradient) {
   EXPECT_EQ(FindOp(zb.layer_ops, "tp_all_reduce_mlp_bwd").hidden_s, 0.0);
 }
 
+TEST(CostModel, ScatterGatherReceiverAllGathersOverTensorParallelRanks) {
+  // SC21 section 4.1: a pipeline message carries b*s*h*2/t bytes per TP rank; the receiver
+  // all-gathers the b*s*h*2-byte activation (its gradient in the backward) over the TP group
+  // before using it. Not on the first chunk's forward or the last chunk's backward; not with SP.
+  const Model m = SmallGpt();
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile p = DefaultProfile(cl);
+  ParallelConfig c = Config(4, 2, 1, 2, 8);
+  c.scatter_gather = false;
+  const CostModel plain = BuildCostModel(m, c, cl, p);
+  c.scatter_gather = true;
+  const CostModel sg = BuildCostModel(m, c, cl, p);
+  const double act = 2.0 * 2 * 1024 * 1024;  // b * s * h * 2 bytes
+  const double ag = CollectiveCostOf(p, CollectiveOp::kAllGather, act, sg.tp_group).time_s();
+  EXPECT_DOUBLE_EQ(sg.pp_message_bytes, act / 4);
+  EXPECT_DOUBLE_EQ(sg.chunks[0][0].fwd_s, plain.chunks[0][0].fwd_s);
+  EXPECT_NEAR(sg.chunks[0][0].bwd_input_s - plain.chunks[0][0].bwd_input_s, ag, 1e-12);
+  EXPECT_NEAR(sg.chunks[1][0].fwd_s - plain.chunks[1][0].fwd_s, ag, 1e-12);
+  EXPECT_DOUBLE_EQ(sg.chunks[1][0].bwd_input_s, plain.chunks[1][0].bwd_input_s);
+  c.sequence_parallel = true;
+  EXPECT_TRUE(BuildCostModel(m, c, cl, p).pp_recv_ops.empty());
+}
+
 TEST(CostModel, KorthikantiTable4PerLayerTimes) {
   // The per-layer times the A100 defaults were fitted on (docs/accuracy.md): Korthikanti et al.
   // 2022 Table 4, 22B model (h 6144, 64 heads, s 2048), TP8, micro-batch 4, forward / backward ms.
