@@ -63,6 +63,7 @@ RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
         r.bytes = cm.pp_message_bytes;
         r.tag = tag(it.microbatch, stage == 0 ? it.chunk - 1 : it.chunk, 0);
         rp.ops.push_back(r);
+        add_ops(cm.pp_recv_ops, Pass::kForward, it, false);  // scatter/gather: re-assemble over TP
       }
       if (cc.has_embedding) add_ops(cm.embedding_ops, Pass::kForward, it, false);
       for (int l = 0; l < cc.layers; ++l) add_ops(cm.layer_ops, Pass::kForward, it, false);
@@ -87,6 +88,7 @@ RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
         r.bytes = cm.pp_message_bytes;
         r.tag = tag(it.microbatch, stage == p - 1 ? it.chunk + 1 : it.chunk, 1);
         rp.ops.push_back(r);
+        add_ops(cm.pp_recv_ops, Pass::kBackwardInput, it, false);
       }
       if (cc.has_output) {
         add_ops(cm.output_ops, Pass::kBackwardInput, it, false);

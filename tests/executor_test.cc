@@ -68,6 +68,19 @@ TEST(Program, FollowsTheSimulatorsScheduleOnEveryStage) {
         if (x.kind == ProgKind::kFree) held -= x.bytes;
       }
       EXPECT_NEAR(held, 0.0, 1e-6);
+      // Scatter/gather: every received activation (gradient) is re-assembled by a TP all-gather,
+      // as the simulator charges it: 4 micro-batches, forward receives on stage 1 only and
+      // gradient receives on stage 0 only at PP 2 without interleaving.
+      if (s != Schedule::kInterleaved) {
+        int fwd_gathers = 0, grad_gathers = 0;
+        for (const auto& x : prog.ops) {
+          if (x.kind != ProgKind::kTpCollective) continue;
+          fwd_gathers += x.op.name == "pp_recv_all_gather";
+          grad_gathers += x.op.name == "pp_recv_grad_all_gather";
+        }
+        EXPECT_EQ(fwd_gathers, stage == 1 ? 4 : 0) << ToString(s);
+        EXPECT_EQ(grad_gathers, stage == 0 ? 4 : 0) << ToString(s);
+      }
     }
   }
 }
