@@ -54,7 +54,7 @@ void PrintOps(const Model& m, const ParallelConfig& c, const Cluster& cl, const 
       std::cout << fmt::format("    {:<32} {:<15} {:<10} {:>28} {:>9.3f} {:>9.2f} {:>10.1f} {:>16}{}\n", o.name,
                                ToString(o.pass), ToString(o.kind), shape, o.flops / 1e9, o.bytes / 1e6,
                                o.duration_s * 1e6, achieved,
-                               o.overlapped      ? "  (overlapped)"
+                               o.overlapped      ? "  (overlapped: not in the sum)"
                                : o.hidden_s > 0 ? fmt::format("  (+{:.1f} us hidden behind the wgrad GEMM)", o.hidden_s * 1e6)
                                                 : std::string());
       if (!o.overlapped) total += o.duration_s;
@@ -104,10 +104,10 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
     std::cout << fmt::format("  {:<22} {:>12}  {:>6}  {}\n", name, FormatSeconds(s), Pct(s / r.step_time_s), note);
   };
   line("compute", b.compute_s, "GEMMs, attention, memory-bound ops (incl. overlap slowdown)");
-  line("recompute", b.recompute_s, "activation recomputation");
+  line("recompute", b.recompute_s, "activation recomputation (incl. its TP collectives)");
   line("tensor-parallel comm", b.tp_comm_s, "TP/SP collectives on the critical path");
   line("pipeline comm", b.pp_comm_s, "waiting on a stage-to-stage transfer in flight");
-  line("data-parallel comm", b.dp_comm_s, "waiting on own gradient/parameter collectives");
+  line("data-parallel comm", b.dp_comm_s, "waiting on own gradient/parameter collectives (and the tied-embedding all-reduce)");
   line("bubble", b.bubble_s, "waiting on other stages (fill, drain, imbalance)");
   line("optimizer", b.optimizer_s, "Adam step and gradient norm");
   std::cout << "\nMemory per GPU by pipeline stage (usable " << FormatGiB(r.usable_memory_bytes) << ")\n";
@@ -124,7 +124,7 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
                              FormatGiB(mm.comm_buffer_bytes + mm.framework_bytes), FormatGiB(mm.peak_bytes),
                              s.fits ? "fits" : "DOES NOT FIT");
   }
-  std::cout << "\nPer stage: time (compute / tp / bubble / pp / dp / optimizer)\n";
+  std::cout << "\nPer stage: time (compute incl. recompute / tp / bubble / pp / dp / optimizer)\n";
   for (const auto& s : r.stages) {
     const auto& t = s.time;
     std::cout << fmt::format("  stage {:>3}: {} / {} / {} / {} / {} / {}   bubble {}\n", s.stage,

@@ -123,8 +123,8 @@ void RunValidate(const ValidateArgs& a) {
   }
   std::cout << "Published training runs: " << a.runs << "\n";
   std::cout << "error = predicted / measured - 1; memory is the peak over pipeline stages\n\n";
-  std::cout << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<30} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n", "row", "src",
-                           "model", "GPUs", "configuration", "measured", "predicted", "error", "mem meas", "mem pred",
+  std::cout << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<32} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n", "row", "src",
+                           "model", "GPUs", "configuration", "measured", "predicted", "error", "mem GiB", "predicted",
                            "error", "outcome / predicted");
   for (const auto& r : rep.rows) {
     if (r.skipped) {
@@ -132,15 +132,15 @@ void RunValidate(const ValidateArgs& a) {
                                r.gpus, r.skip_reason);
       continue;
     }
-    std::cout << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<30} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {} / {}\n", r.row_id,
+    std::cout << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<32} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {} / {}\n", r.row_id,
                              r.source_id, r.model.substr(0, 22), r.gpus, r.config.Short(),
                              Opt(r.measured_step_time_s, "{:.2f} s"), Opt(r.predicted_step_time_s, "{:.2f} s"),
-                             Opt(r.step_time_error, "{:+.1f}%", 100), Opt(r.measured_peak_memory_bytes, "{:.1f}G", 1 / 1073741824.0),
-                             Opt(r.predicted_peak_memory_bytes, "{:.1f}G", 1 / 1073741824.0),
+                             Opt(r.step_time_error, "{:+.1f}%", 100), Opt(r.measured_peak_memory_bytes, "{:.1f}", 1 / 1073741824.0),
+                             Opt(r.predicted_peak_memory_bytes, "{:.1f}", 1 / 1073741824.0),
                              Opt(r.memory_error, "{:+.1f}%", 100), r.outcome, r.predicted_fits ? "fits" : "does not fit");
   }
   if (!rep.memory_points.empty()) {
-    std::cout << fmt::format("\nMemory points (first pipeline stage, Korthikanti et al. 2022 figures)\n");
+    std::cout << fmt::format("\nMemory points (first pipeline stage, Korthikanti et al. 2022 figures; GiB, fractions unitless)\n");
     std::cout << fmt::format("  {:<14} {:<30} {:<26} {:>10} {:>10} {:>7}\n", "model", "quantity", "setting", "published",
                              "predicted", "error");
     for (const auto& p : rep.memory_points) {

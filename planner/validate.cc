@@ -114,6 +114,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     row.model = t.Get(r, "model");
     row.gpu_type = t.Get(r, "gpu_type");
     row.outcome = t.Get(r, "outcome");
+    if (auto g = Num(t.Get(r, "num_gpus"))) row.gpus = static_cast<std::int64_t>(*g);  // also for skipped rows
     const std::string gpu = row.gpu_type;
     if (gpu.rfind("A100", 0) != 0 && gpu.rfind("H100", 0) != 0) {
       row.skipped = true;
@@ -349,11 +350,13 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
   s.memory_mape = mem_n > 0 ? mem_sum / static_cast<double>(mem_n) : 0.0;
   if (!explain_row.empty() && !rep.explained) {
     std::string why = "no row has that row_id";
+    std::vector<std::string> ids;
     for (const auto& r : rep.rows) {
       if (r.row_id == explain_row) why = "the row was skipped: " + r.skip_reason;
+      if (!r.skipped) ids.push_back(r.row_id);
     }
     throw InputError(runs_csv + ": row_id '" + explain_row + "' (--explain): " + why +
-                     "; expected the row_id of a simulated row");
+                     "; expected the row_id of a simulated row: " + Join(ids, ", "));
   }
   return rep;
 }

@@ -328,6 +328,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
     // Flash attention: causal kernels skip about half of the 4*b*s^2*a*d FLOPs (Dao 2023).
     ob.Attention(L, "flash_attention", F, 0.5 * 4 * b * s * s * a * d / t, s,
                  qkv_saved + 4 * T * a / t /* fp32 log-sum-exp */);
+    L.back().bytes = 2 * T * d * (2 * a + 2 * g) / t;  // reads Q, K, V; writes O
   } else {
     // b*a/t batched GEMMs per head: scores Q K^T (s x s x d) and context P V (s x d x s).
     const double heads_t = a / t;
@@ -342,7 +343,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   ob.Gemm(L, "attn_out_proj", F, T, h, ad_t);
   L.back().saved_bytes = 2 * T * ad_t;  // projection input (= attention output)
   ob.Collective(L, sp ? "tp_reduce_scatter_attn" : "tp_all_reduce_attn", F, sp ? rs : ar, act);
-  ob.Memory(L, "dropout_residual_attn", F, 3 * act / rep + drop * act / 2 / rep, drop * act / 2 / rep);
+  ob.Memory(L, m.dropout ? "dropout_residual_attn" : "residual_attn", F, 3 * act / rep + drop * act / 2 / rep, drop * act / 2 / rep);
   ob.Memory(L, "post_attn_norm", F, norm_bytes, act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_mlp", F, ag, act);
   ob.Gemm(L, "mlp_up", F, T, mlp_up_n, h);
@@ -351,14 +352,14 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
             2 * T * mlp_up_n + 2 * T * f / t);  // activation input and output
   ob.Gemm(L, "mlp_down", F, T, h, f / t);
   ob.Collective(L, sp ? "tp_reduce_scatter_mlp" : "tp_all_reduce_mlp", F, sp ? rs : ar, act);
-  ob.Memory(L, "dropout_residual_mlp", F, 3 * act / rep + drop * act / 2 / rep, drop * act / 2 / rep);
+  ob.Memory(L, m.dropout ? "dropout_residual_mlp" : "residual_mlp", F, 3 * act / rep + drop * act / 2 / rep, drop * act / 2 / rep);
 
   // Megatron-LM's async input-gradient collective hides behind the weight-gradient GEMM that
   // follows it; ZB-H1 defers that GEMM (W) to a later slot, so nothing is hidden there.
   const bool hide_tp_grad = c.async_tp_grad_reduce && c.schedule != Schedule::kZbH1;
 
   // ---- backward: input gradients (B) and weight gradients (W), reverse order
-  ob.Memory(L, "dropout_residual_mlp_bwd", B, 3 * act / rep);
+  ob.Memory(L, m.dropout ? "dropout_residual_mlp_bwd" : "residual_mlp_bwd", B, 3 * act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_mlp_bwd", B, ag, act);  // grad of reduce-scatter
   ob.Gemm(L, "mlp_down_dgrad", B, T, f / t, h);
   ob.Gemm(L, "mlp_down_wgrad", W, f / t, h, T);
@@ -374,12 +375,13 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   ob.Collective(L, sp ? "sp_reduce_scatter_mlp_bwd" : "tp_all_reduce_mlp_bwd", B, sp ? rs : ar, act);
   if (hide_tp_grad) ob.HideBehindGemm(L, "mlp_up_wgrad");
   ob.Memory(L, "post_attn_norm_bwd", B, 2 * norm_bytes);
-  ob.Memory(L, "dropout_residual_attn_bwd", B, 3 * act / rep);
+  ob.Memory(L, m.dropout ? "dropout_residual_attn_bwd" : "residual_attn_bwd", B, 3 * act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_attn_bwd", B, ag, act);
   ob.Gemm(L, "attn_out_proj_dgrad", B, T, ad_t, h);
   ob.Gemm(L, "attn_out_proj_wgrad", W, ad_t, h, T);
   if (c.flash_attention) {
     ob.Attention(L, "flash_attention_bwd", B, 2.5 * 0.5 * 4 * b * s * s * a * d / t, s);
+    L.back().bytes = 2 * T * d * (4 * a + 4 * g) / t;  // reads Q, K, V, O, dO; writes dQ, dK, dV
   } else {
     const double heads_t = a / t, scores = b * heads_t * s * s;
     const std::size_t core_begin = L.size();
