@@ -47,33 +47,32 @@ std::vector<ScheduleItem> Interleaved(int i, int p, int m, int v) {
 }
 
 std::vector<ScheduleItem> ZbH1(int i, int p, int m) {
-  // 1F1B order; after each B the stage runs a W, except that the W passes of the first p-i-1
-  // steady backwards wait in a queue, and the queue is drained one W after each drain B (where
-  // 1F1B idles) and the rest at the end.
+  // Qi et al. 2024 ZB-H1, in the order of the reference implementation (Megatron-DeepSpeed's
+  // ZeroBubbleH1Pipeline): p-i-1 warm-up forwards; then i steps of F and B whose W passes are
+  // deferred (the later stages, which idle longest in 1F1B's cool-down, defer the most); then
+  // F B W steps (W of the oldest pending micro-batch) while forwards remain; then B W steps; then
+  // the i deferred W passes. In-flight activations stay at 1F1B's p-i.
   std::vector<ScheduleItem> out;
   const int warmup = std::min(p - i - 1, m);
-  const int deferred = p - i - 1;
   std::deque<int> pending;
   int f = 0, b = 0;
   for (; f < warmup; ++f) out.push_back({ItemKind::kForward, f, 0});
-  while (f < m) {
+  for (int k = 0; k < i && f < m; ++k) {
     out.push_back({ItemKind::kForward, f++, 0});
     out.push_back({ItemKind::kBackward, b, 0});
     pending.push_back(b++);
-    if (static_cast<int>(pending.size()) > deferred) {
-      out.push_back({ItemKind::kWeight, pending.front(), 0});
-      pending.pop_front();
-    }
   }
-  while (b < m) {
-    // Drain: where 1F1B waits for the next gradient, run up to two deferred W passes.
+  auto backward_then_weight = [&] {
     out.push_back({ItemKind::kBackward, b, 0});
     pending.push_back(b++);
-    for (int k = 0; k < 2 && !pending.empty(); ++k) {
-      out.push_back({ItemKind::kWeight, pending.front(), 0});
-      pending.pop_front();
-    }
+    out.push_back({ItemKind::kWeight, pending.front(), 0});
+    pending.pop_front();
+  };
+  while (f < m) {
+    out.push_back({ItemKind::kForward, f++, 0});
+    backward_then_weight();
   }
+  while (b < m) backward_then_weight();
   while (!pending.empty()) {
     out.push_back({ItemKind::kWeight, pending.front(), 0});
     pending.pop_front();

@@ -83,6 +83,12 @@ TEST(ClosedForm, ZeroBubbleH1BeatsOneFOneB) {
   ASSERT_TRUE(zb.feasible);
   EXPECT_LT(zb.step_time_s, one.step_time_s);
   EXPECT_LT(zb.bubble_fraction, one.bubble_fraction);
+  // The paper's ZB-H1 bubble: (p-1)(F+B-W) against m(F+B+W) of work (p 4, m 8).
+  const CostModel cm = BuildCostModel(m, Config(1, 4, 1, 1, 8, Schedule::kZbH1), cl, DefaultProfile(cl));
+  const auto& cc = cm.chunks[1][0];
+  const double F = cc.fwd_s, B = cc.bwd_input_s, W = cc.bwd_weight_s;
+  const double closed = 3 * (F + B - W) / (8 * (F + B + W) + 3 * (F + B - W));
+  EXPECT_NEAR(zb.bubble_fraction, closed, 0.005);
 }
 
 // ---- memory ---------------------------------------------------------------------------------
