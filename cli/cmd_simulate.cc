@@ -72,9 +72,7 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
                      const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {
   std::cout << fmt::format("{} on {} x {} ({}), profile: {}\n", m.name, gpus, cl.gpu.display_name, cl.name,
                            prof.kind == "default" ? "built-in default" : prof.source);
-  if (prof.kind == "default" && prof.source.find("; ") != std::string::npos) {
-    std::cout << "  profile adjusted:" << prof.source.substr(prof.source.find("; ") + 1) << "\n";
-  }
+  for (const auto& a : prof.adjustments) std::cout << "  profile adjusted: " << a << "\n";
   std::cout << fmt::format("  {}  seq {}  micro-batches per step {}\n", c.Summary(),
                            c.seq_length > 0 ? c.seq_length : m.seq_length, c.num_microbatches());
   if (!r.feasible) {

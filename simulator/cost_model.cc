@@ -308,6 +308,13 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   }
 
   OpBuilder ob(prof, cm.tp_group);
+  // Unfused attention core ops appended since `begin` run at the profile's measured fraction of
+  // their cost-model time (HardwareProfile::unfused_attention_core_efficiency).
+  auto scale_attention_core = [&](std::size_t begin) {
+    for (std::size_t i = begin; i < cm.layer_ops.size(); ++i) {
+      cm.layer_ops[i].duration_s /= prof.unfused_attention_core_efficiency;
+    }
+  };
   auto& L = cm.layer_ops;
   const Pass F = Pass::kForward, B = Pass::kBackwardInput, W = Pass::kBackwardWeight;
   const double act = 2 * T * h;  // one bf16 hidden-state tensor, unsharded
@@ -338,7 +345,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
     ob.Memory(L, "softmax", F, 4 * scores, 2 * scores);
     if (m.dropout) ob.Memory(L, "attn_dropout", F, 5 * scores, 3 * scores);  // mask + output
     ob.BatchedGemm(L, "attn_context_v", F, b * heads_t, s, d, s, 1, 2 * T * g * d / t);  // saves V
-    for (std::size_t i = core_begin; i < L.size(); ++i) L[i].duration_s /= prof.unfused_attention_core_efficiency;
+    scale_attention_core(core_begin);
   }
   ob.Gemm(L, "attn_out_proj", F, T, h, ad_t);
   L.back().saved_bytes = 2 * T * ad_t;  // projection input (= attention output)
@@ -389,7 +396,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
     if (m.dropout) ob.Memory(L, "attn_dropout_bwd", B, 5 * scores);
     ob.Memory(L, "softmax_bwd", B, 6 * scores);
     ob.BatchedGemm(L, "attn_scores_qk_bwd", B, b * heads_t, s, d, s, 2);
-    for (std::size_t i = core_begin; i < L.size(); ++i) L[i].duration_s /= prof.unfused_attention_core_efficiency;
+    scale_attention_core(core_begin);
   }
   if (sp) {
     ob.Collective(L, "sp_all_gather_attn_input_bwd", B, ag, act);

@@ -153,7 +153,7 @@ HardwareProfile WithAttentionKernel(HardwareProfile p, const std::string& arch, 
     if (arch == "hopper") {
       p.attention_fwd_efficiency = 0.28;
       p.attention_bwd_efficiency = 0.27;
-      p.source += "; attention: FlashAttention-2 on Hopper (0.28 / 0.27 of peak, FA3 paper's FA2 curves)";
+      p.adjustments.push_back("attention: FlashAttention-2 on Hopper (0.28 / 0.27 of peak, FA3 paper's FA2 curves)");
     }
   } else if (kernel != "default" && kernel != "fa3") {
     throw InputError("attention kernel: got \"" + kernel + "\", expected fa2, fa3 or default");

@@ -57,6 +57,9 @@ struct HardwareProfile {
   std::string kind;  ///< "default" or "measured"
   std::string gpu;   ///< GPU preset name it describes
   std::string source;
+  /// In-memory changes made to the profile after it was built or loaded (e.g. WithAttentionKernel),
+  /// one line each, for reports; not written to JSON.
+  std::vector<std::string> adjustments;
   std::string date;
 
   // GEMM: t = max(flops / (peak * max_eff * g(GFLOP)), bytes / (hbm * mem_eff)) + launch
