@@ -73,8 +73,9 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
   std::cout << fmt::format("{} on {} x {} ({}), profile: {}\n", m.name, gpus, cl.gpu.display_name, cl.name,
                            prof.kind == "default" ? "built-in default" : prof.source);
   for (const auto& a : prof.adjustments) std::cout << "  profile adjusted: " << a << "\n";
+  const std::int64_t mb = c.num_microbatches();
   std::cout << fmt::format("  {}  seq {}  micro-batches per step {}\n", c.Summary(),
-                           c.seq_length > 0 ? c.seq_length : m.seq_length, c.num_microbatches());
+                           c.seq_length > 0 ? c.seq_length : m.seq_length, mb > 0 ? std::to_string(mb) : "?");
   if (!r.feasible) {
     std::cout << "\nThis configuration cannot run:\n";
     for (const auto& s : r.reasons) std::cout << "  - " << s << "\n";
@@ -141,9 +142,8 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   ParallelConfig c;
   c.tp = a.tp;
   c.pp = a.pp;
-  if (gpus % (a.tp * a.pp) == 0) {
-    c.dp = gpus / (a.tp * a.pp);
-  }
+  // 0 (printed "DP?") when tp*pp does not divide the GPUs; InfeasibilityReasons says so.
+  c.dp = gpus % (a.tp * a.pp) == 0 ? gpus / (a.tp * a.pp) : 0;
   if (a.dp > 0) c.dp = a.dp;  // InfeasibilityReasons reports a disagreement
   c.micro_batch_size = a.mbs;
   c.global_batch_size = a.gbs > 0 ? a.gbs : c.dp * a.mbs;

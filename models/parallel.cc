@@ -33,9 +33,12 @@ const char* ToString(OptimizerImpl o) {
 }
 
 std::string ParallelConfig::Summary() const {
-  std::string s = fmt::format("TP{} PP{}{} DP{}", tp, pp, embedding_slots ? "(emb slots)" : "", dp);
+  // "?" marks a size the GPU count does not determine (tp*pp does not divide it).
+  const std::string dps = dp > 0 ? std::to_string(dp) : "?";
+  const std::string gbs = global_batch_size > 0 ? std::to_string(global_batch_size) : "?";
+  std::string s = fmt::format("TP{} PP{}{} DP{}", tp, pp, embedding_slots ? "(emb slots)" : "", dps);
   if (vp > 1) s += fmt::format(" VP{}", vp);
-  s += fmt::format(" mbs{} gbs{}", micro_batch_size, global_batch_size);
+  s += fmt::format(" mbs{} gbs{}", micro_batch_size, gbs);
   if (sequence_parallel) s += " SP";
   s += fmt::format(" recompute={} ZeRO-{} {}", ToString(recompute), zero_stage, ToString(schedule));
   if (optimizer_impl != OptimizerImpl::kMegatron) s += fmt::format(" optimizer={}", ToString(optimizer_impl));
@@ -88,7 +91,9 @@ std::vector<std::string> InfeasibilityReasons(const Model& m, const ParallelConf
     }
   }
   const std::int64_t per_replica = c.micro_batch_size * c.dp;
-  if (c.global_batch_size % per_replica != 0) {
+  if (per_replica < 1) {
+    // dp is unknown (tp*pp does not divide the GPUs, reported above): no batch to check.
+  } else if (c.global_batch_size % per_replica != 0) {
     r.push_back(fmt::format("global batch {} is not a multiple of micro-batch {} * dp {} = {}",
                             c.global_batch_size, c.micro_batch_size, c.dp, per_replica));
   } else if (c.schedule == Schedule::kInterleaved && c.pp > 1 &&

@@ -32,7 +32,7 @@ const char* ToString(OptimizerImpl o);
 struct ParallelConfig {
   std::int64_t tp = 1;   ///< tensor-model-parallel size
   std::int64_t pp = 1;   ///< pipeline-model-parallel size
-  std::int64_t dp = 1;   ///< data-parallel size (= gpus / (tp*pp))
+  std::int64_t dp = 1;   ///< data-parallel size (= gpus / (tp*pp)); 0 when tp*pp does not divide the GPUs
   std::int64_t vp = 1;   ///< virtual pipeline stages per pipeline rank (interleaved)
   std::int64_t micro_batch_size = 1;
   std::int64_t global_batch_size = 1;
@@ -70,7 +70,10 @@ struct ParallelConfig {
 
   std::int64_t gpus() const { return tp * pp * dp; }
   /// Micro-batches per step per data-parallel replica: gbs / (mbs * dp).
-  std::int64_t num_microbatches() const { return global_batch_size / (micro_batch_size * dp); }
+  /// Micro-batches per step and data-parallel replica; 0 when dp or the micro-batch is unset (< 1).
+  std::int64_t num_microbatches() const {
+    return micro_batch_size * dp > 0 ? global_batch_size / (micro_batch_size * dp) : 0;
+  }
   /// A one-line summary such as "TP8 PP8 DP16 VP3 mbs1 gbs1536 SP selective ZeRO-1 interleaved".
   std::string Summary() const;
   /// A compact form for tables: "TP4 PP8 DP16 VP12 mbs1 SP Z1".

@@ -169,6 +169,12 @@ TEST(CliSimulate, InfeasibleIsAResultWithAReason) {
   auto big = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 8 --tp 8 --json");
   ASSERT_EQ(big.exit_code, 0) << big.err;
   EXPECT_FALSE(Json::parse(big.out)["fits"].get<bool>());
+  // 10 GPUs at TP8: the data-parallel size is undetermined, and the header says so rather than DP1.
+  auto odd = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 10 --tp 8");
+  ASSERT_EQ(odd.exit_code, 0) << odd.err;
+  EXPECT_NE(odd.out.find("TP8 PP1 DP? mbs1 gbs?"), std::string::npos) << odd.out;
+  EXPECT_NE(odd.out.find("micro-batches per step ?"), std::string::npos) << odd.out;
+  EXPECT_NE(odd.out.find("tp*pp = 8*1 = 8 does not divide 10 GPUs"), std::string::npos) << odd.out;
 }
 
 TEST(CliSimulate, BadInputExitsTwo) {
