@@ -9,6 +9,7 @@
 #include "common/json_reader.h"
 #include "common/file_util.h"
 #include "common/text.h"
+#include "models/loader.h"
 #include "planner/validate.h"
 #include "simulator/simulate.h"
 
@@ -18,7 +19,7 @@ namespace {
 struct ValidateArgs {
   std::string runs = std::string(SHARDCAST_DATA_DIR) + "/published_runs.csv";
   std::string memory = std::string(SHARDCAST_DATA_DIR) + "/published_memory.csv";
-  std::string csv, explain;
+  std::string csv, explain, write_model;
   bool json = false, no_memory = false;
 };
 
@@ -30,6 +31,9 @@ void RunValidate(const ValidateArgs& a) {
   if (!a.explain.empty() && (a.json || !a.csv.empty())) {
     throw InputError(std::string("command line: --explain: prints one row as text; not combined with ") +
                      (a.json ? "--json" : "--csv") + " (run them separately)");
+  }
+  if (!a.write_model.empty() && a.explain.empty()) {
+    throw InputError("command line: --write-model: writes the model of the row named by --explain; got no --explain");
   }
   const ValidationReport rep = RunValidation(a.runs, a.no_memory ? "" : a.memory, a.explain);
   if (rep.explained) {
@@ -54,7 +58,22 @@ void RunValidate(const ValidateArgs& a) {
         }
         line += kv;
       }
-      std::cout << line << "\n\n";
+      std::cout << line << "\n";
+      // The same simulation from the command line: the row's model as a JSON file and the flags.
+      std::vector<std::string> unexpressed;
+      const std::string flags = SimulateFlags(r.config, e.model, r.gpus, &unexpressed);
+      if (!a.write_model.empty()) WriteFileAtomic(a.write_model, ModelToJson(e.model).dump(2) + "\n");
+      const std::string model_file = a.write_model.empty() ? "MODEL.json" : a.write_model;
+      std::cout << fmt::format("\n  the same from simulate{}:\n    shardcast simulate --model {} --cluster {} {}\n",
+                               a.write_model.empty() ? " (MODEL.json: add --write-model MODEL.json to write the row's "
+                                                       "model)"
+                                                     : "",
+                               model_file, e.cluster.name,
+                               flags + (e.profile.attention_kernel != "default"
+                                            ? " --attention-kernel " + e.profile.attention_kernel
+                                            : ""));
+      for (const auto& u : unexpressed) std::cout << "    (not reproduced: " << u << ")\n";
+      std::cout << "\n";
       PrintSimulation(e.result, e.model, r.config, e.cluster, r.gpus, e.profile);
       PrintOps(e.model, r.config, e.cluster, e.profile);
     }
@@ -179,6 +198,8 @@ void RegisterValidate(CLI::App& app) {
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->add_option("--explain", a->explain,
                   "print one row in full (by row_id): what it was mapped to and simulate's report of it");
+  cmd->add_option("--write-model", a->write_model,
+                  "with --explain: write the row's model as JSON (atomically) for the printed simulate command");
   cmd->callback([a] { RunValidate(*a); });
 }
 

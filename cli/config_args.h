@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -17,7 +18,7 @@
 namespace shardcast::cli {
 
 struct SimulateArgs {
-  std::string model, cluster, profile, trace;
+  std::string model, cluster, profile, trace, attention_kernel = "default";
   std::int64_t gpus = 0, tp = 1, pp = 1, dp = 0, vp = 0, layers_per_vp = 0, mbs = 1, gbs = 0, seq = 0;
   std::string recompute = "none", schedule, precision = "bf16", recompute_granularity, optimizer = "megatron";
   bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
@@ -31,6 +32,12 @@ struct SimulateArgs {
 void AddConfigOptions(CLI::App* cmd, SimulateArgs* a);
 /// The configuration the flags describe on `gpus` GPUs; InputError for conflicting flags.
 ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t gpus);
+/// The command-line flags for which BuildConfig(flags, m, gpus) returns `c` (its inverse; flags
+/// at their default are left out), starting with --gpus. Settings no flag expresses (the
+/// scatter/gather optimization off, a parameter all-gather of other than 2 bytes per parameter)
+/// are described in `*unexpressed`.
+std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t gpus,
+                          std::vector<std::string>* unexpressed);
 /// Prints `simulate`'s human-readable report of one result to stdout: step time, MFU/HFU, the
 /// time breakdown, memory by stage and the critical path (or the reasons it cannot run).
 void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelConfig& c, const Cluster& cl,

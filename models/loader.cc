@@ -156,6 +156,29 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   return m;
 }
 
+Json ModelToJson(const Model& m) {
+  Json j;
+  j["name"] = m.name;
+  j["num_layers"] = m.num_layers;
+  j["hidden_size"] = m.hidden_size;
+  j["ffn_hidden_size"] = m.ffn_hidden_size;
+  j["num_attention_heads"] = m.num_attention_heads;
+  j["num_query_groups"] = m.num_query_groups;
+  j["kv_channels"] = m.kv_channels;
+  j["vocab_size"] = m.vocab_size;
+  j["seq_length"] = m.seq_length;
+  j["max_position_embeddings"] = m.max_position_embeddings;
+  j["normalization"] = ToString(m.normalization);
+  j["activation"] = ToString(m.activation);
+  j["position_embedding"] = ToString(m.position_embedding);
+  j["tie_embeddings"] = m.tie_embeddings;
+  j["add_bias_linear"] = m.add_bias_linear;
+  j["add_qkv_bias"] = m.add_qkv_bias;
+  j["dropout"] = m.dropout;
+  j["source"] = m.source;
+  return j;
+}
+
 Model ModelFromHuggingFace(const Json& j, const std::string& file) {
   JsonReader r(j, file);
   if (!r.Has("model_type")) {

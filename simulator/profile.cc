@@ -158,6 +158,7 @@ HardwareProfile WithAttentionKernel(HardwareProfile p, const std::string& arch, 
   } else if (kernel != "default" && kernel != "fa3") {
     throw InputError("attention kernel: got \"" + kernel + "\", expected fa2, fa3 or default");
   }
+  p.attention_kernel = kernel;
   return p;
 }
 

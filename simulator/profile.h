@@ -60,6 +60,9 @@ struct HardwareProfile {
   /// In-memory changes made to the profile after it was built or loaded (e.g. WithAttentionKernel),
   /// one line each, for reports; not written to JSON.
   std::vector<std::string> adjustments;
+  /// The attention kernel WithAttentionKernel set ("fa2", "fa3"), "default" if it was not called;
+  /// in memory only, like `adjustments`.
+  std::string attention_kernel = "default";
   std::string date;
 
   // GEMM: t = max(flops / (peak * max_eff * g(GFLOP)), bytes / (hbm * mem_eff)) + launch

@@ -365,5 +365,20 @@ TEST(HuggingFace, MixtureOfExpertsIsRefusedAndFoldersWork) {
   }
 }
 
+// ModelToJson writes every field ModelFromJson reads: each preset survives the round trip with
+// the same parameter count and FLOPs per token.
+TEST(Models, ModelJsonRoundTripsEveryPreset) {
+  for (const auto& name : PresetNames(PresetKind::kModel)) {
+    const Model m = LoadModel(name);
+    const Json j = ModelToJson(m);
+    const Model back = ModelFromJson(j, name + ".json");
+    EXPECT_EQ(ModelToJson(back), j) << name;
+    EXPECT_EQ(back.Parameters().total, m.Parameters().total) << name;
+    EXPECT_EQ(back.Flops(m.seq_length).per_token, m.Flops(m.seq_length).per_token) << name;
+    EXPECT_EQ(back.kv_channels, m.kv_channels) << name;
+    EXPECT_EQ(back.dropout, m.dropout) << name;
+  }
+}
+
 }  // namespace
 }  // namespace shardcast

@@ -3,8 +3,12 @@
 
 #include <gtest/gtest.h>
 
+#include <CLI/CLI.hpp>
+
+#include "cli/config_args.h"
 #include "common/csv.h"
 #include "common/error.h"
+#include "models/loader.h"
 #include "planner/validate.h"
 #include "tests/test_util.h"
 
@@ -97,6 +101,62 @@ TEST(Validate, CliExplainPrintsTheRowAndItsOps) {
   auto j = RunShardcast("validate --runs " + runs + " --no-memory --explain 1 --json");
   EXPECT_EQ(j.exit_code, 2);
   EXPECT_NE(j.err.find("--explain: prints one row as text; not combined with --json"), std::string::npos) << j.err;
+}
+
+// The simulate command `validate --explain` prints reproduces its row: for every simulated row,
+// the flags SimulateFlags writes, parsed as simulate parses them, give back the row's
+// configuration, every switch simulate --json reports included.
+TEST(Validate, EveryRowsConfigurationRoundTripsThroughSimulateFlags) {
+  const std::string dir = std::string(SHARDCAST_SOURCE_DIR) + "/validation/";
+  const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
+  const Cluster cl = LoadCluster("dgx-a100");  // the config keys do not depend on the cluster
+  int checked = 0;
+  for (const auto& r : rep.rows) {
+    if (r.skipped) continue;
+    Model m;  // BuildConfig reads only the model's sequence length and layer count
+    m.seq_length = r.config.seq_length;
+    m.num_layers = 1 << 20;
+    std::vector<std::string> unexpressed;
+    const std::string flags = cli::SimulateFlags(r.config, m, r.gpus, &unexpressed);
+    EXPECT_TRUE(unexpressed.empty()) << r.row_id << ": " << unexpressed.front();
+    CLI::App app;
+    cli::SimulateArgs a;
+    cli::AddConfigOptions(&app, &a);
+    app.parse(flags, false);
+    const ParallelConfig back = cli::BuildConfig(a, m, r.gpus);
+    EXPECT_EQ(ResultToJson(SimulationResult{}, m, back, cl, r.gpus)["config"],
+              ResultToJson(SimulationResult{}, m, r.config, cl, r.gpus)["config"])
+        << "row " << r.row_id << ": " << flags;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 56);
+}
+
+// End to end on an H100 row (FlashAttention-2 rates) and a BLOOM row: write the model, run the
+// printed command, get the same step time.
+TEST(Validate, CliExplainPrintsARunnableSimulateCommand) {
+  for (const char* row : {"217", "128"}) {
+    const std::string model = testing::WriteTemp(std::string("explain_model_") + row + ".json", "");
+    auto ex = RunShardcast(std::string("validate --no-memory --explain ") + row + " --write-model " + model);
+    ASSERT_EQ(ex.exit_code, 0) << ex.err;
+    const std::string key = "    shardcast simulate ";
+    const auto at = ex.out.find(key);
+    ASSERT_NE(at, std::string::npos) << ex.out;
+    const std::string args = ex.out.substr(at + key.size(), ex.out.find('\n', at) - at - key.size());
+    EXPECT_NE(args.find("--model " + model), std::string::npos) << args;
+    auto sim = RunShardcast("simulate " + args);
+    ASSERT_EQ(sim.exit_code, 0) << sim.err << args;
+    auto step_line = [](const std::string& text) {
+      const auto p = text.find("  step time ");
+      return p == std::string::npos ? std::string("(none)") : text.substr(p, text.find('\n', p) - p);
+    };
+    EXPECT_EQ(step_line(sim.out), step_line(ex.out)) << row << ": " << args;
+    if (std::string(row) == "217") EXPECT_NE(args.find("--attention-kernel fa2"), std::string::npos) << args;
+  }
+  auto bad = RunShardcast("validate --no-memory --write-model x.json");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--write-model: writes the model of the row named by --explain"), std::string::npos)
+      << bad.err;
 }
 
 TEST(Validate, RowsAreMappedToWhatTheirFrameworkDid) {
