@@ -142,8 +142,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   ParallelConfig c;
   c.tp = a.tp;
   c.pp = a.pp;
-  // 0 (printed "DP?") when tp*pp does not divide the GPUs; InfeasibilityReasons says so.
-  c.dp = gpus % (a.tp * a.pp) == 0 ? gpus / (a.tp * a.pp) : 0;
+  c.dp = DataParallelSize(gpus, a.tp, a.pp);  // 0, printed "DP?", when tp*pp does not divide the GPUs
   if (a.dp > 0) c.dp = a.dp;  // InfeasibilityReasons reports a disagreement
   c.micro_batch_size = a.mbs;
   c.global_batch_size = a.gbs > 0 ? a.gbs : c.dp * a.mbs;
@@ -208,7 +207,12 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
                           std::vector<std::string>* unexpressed) {
   const ParallelConfig d;  // BuildConfig's defaults where a flag is absent
   std::string f = fmt::format("--gpus {} --tp {} --pp {}", gpus, c.tp, c.pp);
-  if (c.dp != gpus / (c.tp * c.pp)) f += fmt::format(" --dp {}", c.dp);
+  if (c.dp < 1 || c.global_batch_size < 1 || c.micro_batch_size < 1) {
+    unexpressed->push_back(fmt::format("dp={} global_batch_size={} micro_batch_size={} (the flags take positive sizes)",
+                                       c.dp, c.global_batch_size, c.micro_batch_size));
+  } else if (c.dp != DataParallelSize(gpus, c.tp, c.pp)) {
+    f += fmt::format(" --dp {}", c.dp);
+  }
   if (c.vp > 1) f += fmt::format(" --vp {}", c.vp);
   f += fmt::format(" --mbs {} --gbs {}", c.micro_batch_size, c.global_batch_size);
   if (c.seq_length > 0 && c.seq_length != m.seq_length) f += fmt::format(" --seq {}", c.seq_length);
@@ -218,6 +222,9 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   const Schedule implied = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
   if (c.schedule != implied) f += fmt::format(" --schedule {}", ToString(c.schedule));
   if (c.precision == Precision::kFp16) f += " --precision fp16";
+  if (c.precision != Precision::kFp16 && c.precision != Precision::kBf16) {
+    unexpressed->push_back(fmt::format("precision={} (--precision takes bf16 or fp16)", ToString(c.precision)));
+  }
   if (!c.flash_attention) f += " --no-flash-attention";
   if (!c.overlap_grad_reduce) f += " --no-overlap-grad-reduce";
   if (!c.overlap_param_gather) f += " --no-overlap-param-gather";
@@ -325,8 +332,9 @@ void RegisterSimulate(CLI::App& app) {
   AddConfigOptions(cmd, a.get());
   cmd->add_option("--profile", a->profile, "hardware profile JSON (default: built-in for the GPU)");
   cmd->add_option("--attention-kernel", a->attention_kernel,
-                  "fa2 on Hopper: the FlashAttention-2 rates (0.28/0.27 of peak) instead of the profile's FA3-class "
-                  "attention; fa3 or default: the profile's")
+                  "attention kernel of a built-in profile: fa2 on Hopper uses FlashAttention-2's rates (0.28/0.27 of "
+                  "peak) instead of FA3's (also over a measured --profile's); fa2 on Ampere and fa3 on Hopper are the "
+                  "built-in defaults; exit 2 on other GPUs")
       ->check(CLI::IsMember({"default", "fa2", "fa3"}));
   cmd->add_option("--trace", a->trace, "write a Chrome trace JSON (opens in Perfetto)");
   cmd->add_flag("--full-rank", a->full_rank, "simulate every data-parallel replica (slow; for checks)");

@@ -35,7 +35,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
 /// The command-line flags for which BuildConfig(flags, m, gpus) returns `c` (its inverse; flags
 /// at their default are left out), starting with --gpus. Settings no flag expresses (the
 /// scatter/gather optimization off, a parameter all-gather of other than 2 bytes per parameter)
-/// are described in `*unexpressed`.
+/// are described in `*unexpressed` (not null).
 std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t gpus,
                           std::vector<std::string>* unexpressed);
 /// Prints `simulate`'s human-readable report of one result to stdout: step time, MFU/HFU, the

@@ -309,6 +309,10 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
   if (provided < MPI_THREAD_MULTIPLE) c.overlap_grad_reduce = false;
+  if (c.dp < 1) {
+    throw InputError(fmt::format("mpirun -np: got {} ranks, expected a multiple of tp*pp = {}*{} = {}", size, c.tp,
+                                 c.pp, c.tp * c.pp));
+  }
   if (size != c.gpus()) {
     throw InputError(fmt::format("mpirun -np: got {} ranks, expected tp*pp*dp = {}*{}*{} = {}", size, c.tp, c.pp, c.dp,
                                  c.gpus()));

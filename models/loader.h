@@ -27,8 +27,9 @@ Cluster LoadCluster(const std::string& name_or_path);
 /// Parses a model from JSON already read from `file`: our format, or a Hugging Face config.json
 /// (detected by `model_type` / `architectures` without `num_layers`).
 Model ModelFromJson(const Json& j, const std::string& file);
-/// The model in our JSON format (every field ModelFromJson reads, kv_channels and
-/// num_query_groups included), so that ModelFromJson(ModelToJson(m)) == m.
+/// The model in our JSON format: every key ModelFromJson reads (kv_channels and num_query_groups
+/// included), so ModelFromJson of it gives back the same model (all but `origin`, which names
+/// where a model was loaded from).
 Json ModelToJson(const Model& m);
 /// Maps a Hugging Face config.json (llama, mistral, qwen2, gpt2, gpt_neox, mpt, bloom).
 Model ModelFromHuggingFace(const Json& j, const std::string& file);

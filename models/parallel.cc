@@ -57,6 +57,11 @@ std::string ParallelConfig::Short() const {
   return s;
 }
 
+std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t pp) {
+  const std::int64_t mp = tp * pp;
+  return mp > 0 && gpus % mp == 0 ? gpus / mp : 0;
+}
+
 std::vector<std::string> InfeasibilityReasons(const Model& m, const ParallelConfig& c,
                                               std::int64_t gpus, std::int64_t gpus_per_node) {
   std::vector<std::string> r;

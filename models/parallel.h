@@ -69,8 +69,8 @@ struct ParallelConfig {
   std::int64_t BucketParams() const { return std::max<std::int64_t>(40000000, 1000000 * dp); }
 
   std::int64_t gpus() const { return tp * pp * dp; }
-  /// Micro-batches per step per data-parallel replica: gbs / (mbs * dp).
-  /// Micro-batches per step and data-parallel replica; 0 when dp or the micro-batch is unset (< 1).
+  /// Micro-batches per step per data-parallel replica: gbs / (mbs * dp); 0 when dp or the
+  /// micro-batch is unset (< 1).
   std::int64_t num_microbatches() const {
     return micro_batch_size * dp > 0 ? global_batch_size / (micro_batch_size * dp) : 0;
   }
@@ -83,6 +83,10 @@ struct ParallelConfig {
 /// Reasons the configuration cannot run on `gpus` GPUs with `model` (empty: it can). These are
 /// results, not errors: the planner counts them and `simulate` prints them. Each reason names the
 /// quantities and the rule, e.g. "tp*pp = 96 does not divide 1000 GPUs".
+/// The data-parallel size `gpus` GPUs give at tensor- and pipeline-parallel sizes tp and pp:
+/// gpus / (tp*pp), or 0 when tp*pp does not divide gpus (InfeasibilityReasons says so).
+std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t pp);
+
 std::vector<std::string> InfeasibilityReasons(const Model& model, const ParallelConfig& cfg,
                                               std::int64_t gpus, std::int64_t gpus_per_node);
 

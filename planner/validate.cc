@@ -194,7 +194,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     // Every run here predates FlashAttention-3 (July 2024; the newest source is from 2024-04),
     // so flash-attention rows ran FlashAttention-2; the default profile assumes FA3 on Hopper.
     HardwareProfile prof = DefaultProfile(cl);
-    if (c.flash_attention) prof = WithAttentionKernel(prof, cl.gpu.arch, "fa2");
+    if (c.flash_attention && cl.gpu.arch == "hopper") prof = WithAttentionKernel(prof, cl.gpu.arch, "fa2");
     const SimulationResult res = Simulate(m, c, cl, row.gpus, prof);
     if (!res.feasible) {
       row.skipped = true;

@@ -149,17 +149,24 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
 }
 
 HardwareProfile WithAttentionKernel(HardwareProfile p, const std::string& arch, const std::string& kernel) {
-  if (kernel == "fa2") {
-    if (arch == "hopper") {
-      p.attention_fwd_efficiency = 0.28;
-      p.attention_bwd_efficiency = 0.27;
-      p.adjustments.push_back("attention: FlashAttention-2 on Hopper (0.28 / 0.27 of peak, FA3 paper's FA2 curves)");
-    }
-  } else if (kernel != "default" && kernel != "fa3") {
+  if (kernel == "default") return p;
+  if (kernel != "fa2" && kernel != "fa3") {
     throw InputError("attention kernel: got \"" + kernel + "\", expected fa2, fa3 or default");
   }
-  p.attention_kernel = kernel;
-  return p;
+  // The built-in default already runs FA2 on Ampere and FA3 on Hopper.
+  const bool is_default_kernel = (arch == "ampere" && kernel == "fa2") || (arch == "hopper" && kernel == "fa3");
+  if (is_default_kernel) return p;
+  if (arch == "hopper" && kernel == "fa2") {
+    p.attention_fwd_efficiency = 0.28;
+    p.attention_bwd_efficiency = 0.27;
+    p.attention_kernel = kernel;
+    p.adjustments.push_back(std::string("attention: FlashAttention-2 on Hopper (0.28 / 0.27 of peak, FA3 paper's FA2 "
+                                        "curves)") +
+                            (p.kind == "measured" ? ", replacing the profile's attention rates" : ""));
+    return p;
+  }
+  throw InputError("attention kernel: got \"" + kernel + "\" for a GPU of architecture " + arch +
+                   ", expected default: rates are known for FA2 on Ampere and Hopper and FA3 on Hopper");
 }
 
 namespace {

@@ -60,8 +60,8 @@ struct HardwareProfile {
   /// In-memory changes made to the profile after it was built or loaded (e.g. WithAttentionKernel),
   /// one line each, for reports; not written to JSON.
   std::vector<std::string> adjustments;
-  /// The attention kernel WithAttentionKernel set ("fa2", "fa3"), "default" if it was not called;
-  /// in memory only, like `adjustments`.
+  /// The attention kernel WithAttentionKernel switched the rates to ("fa2" on Hopper), or
+  /// "default" when the profile's own rates apply; in memory only, like `adjustments`.
   std::string attention_kernel = "default";
   std::string date;
 
@@ -114,10 +114,12 @@ struct HardwareProfile {
 /// The built-in default profile for a cluster's GPU and fabric (sources in docs/profile.md).
 HardwareProfile DefaultProfile(const Cluster& cluster);
 
-/// The profile with the attention efficiencies of an older kernel: "fa2" (FlashAttention-2) on
+/// The profile with the attention efficiencies of a named kernel: "fa2" (FlashAttention-2) on
 /// Hopper runs at about 0.28 (forward, causal) and 0.27 (backward) of the bf16 peak at 2k tokens
-/// (FA3 paper figures for FA2, hd128), half of FA3. Other architectures already default to the
-/// kernel they ran (FA2 on A100). Throws InputError for an unknown kernel name.
+/// (FA3 paper figures for FA2, hd128), half of FA3; this replaces a measured profile's rates too
+/// (the adjustment line says so). "fa2" on Ampere and "fa3" on Hopper are the built-in defaults
+/// (profile unchanged); "default" changes nothing. Throws InputError for an unknown kernel or a
+/// kernel without known rates on `arch`.
 HardwareProfile WithAttentionKernel(HardwareProfile profile, const std::string& arch,
                                     const std::string& kernel);
 /// The cluster a measured profile describes: its GPU preset when `gpu` names one (memory from

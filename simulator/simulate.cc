@@ -705,7 +705,12 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"optimizer_impl", ToString(c.optimizer_impl)}, {"p2p_blocking", c.p2p_blocking},
                  {"scatter_gather", c.scatter_gather}, {"embedding_slots", c.embedding_slots}};
   if (c.optimizer_impl == OptimizerImpl::kMegatron) j["config"]["fp32_main_grads"] = c.fp32_main_grads;
-  {
+  if (c.dp < 1) {
+    // tp*pp does not divide the GPU count (a reason below): no data-parallel size, so no
+    // per-parameter state or gradient-reduction bytes either.
+    j["config"]["dp"] = nullptr;
+    if (c.global_batch_size < 1) j["config"]["global_batch_size"] = nullptr;
+  } else {
     const StateBytesPerParam b = BytesPerParam(c);
     j["config"]["state_bytes_per_param"] = {{"weights", b.weights}, {"grads", b.grads}, {"optimizer", b.optimizer}};
     j["config"]["grad_reduce_bytes_per_param"] = GradReduceBytesPerParam(c);

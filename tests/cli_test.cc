@@ -175,6 +175,31 @@ TEST(CliSimulate, InfeasibleIsAResultWithAReason) {
   EXPECT_NE(odd.out.find("TP8 PP1 DP? mbs1 gbs?"), std::string::npos) << odd.out;
   EXPECT_NE(odd.out.find("micro-batches per step ?"), std::string::npos) << odd.out;
   EXPECT_NE(odd.out.find("tp*pp = 8*1 = 8 does not divide 10 GPUs"), std::string::npos) << odd.out;
+  auto odd_json = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 10 --tp 8 --zero 3 --json");
+  ASSERT_EQ(odd_json.exit_code, 0) << odd_json.err;
+  const Json oj = Json::parse(odd_json.out);
+  EXPECT_TRUE(oj["config"]["dp"].is_null());
+  EXPECT_TRUE(oj["config"]["global_batch_size"].is_null());
+  EXPECT_FALSE(oj["config"].contains("state_bytes_per_param"));  // no dp to shard over
+}
+
+// FlashAttention-2 on Hopper changes the attention rates (and says so); the defaults are no-ops;
+// a kernel without known rates on the GPU is an input error.
+TEST(CliSimulate, AttentionKernel) {
+  const std::string base = "simulate --model gpt3-1.3b --gpus 8 --cluster ";
+  auto step = [](const std::string& out) { return out.substr(out.find("  step time "), 40); };
+  auto h100 = RunShardcast(base + "dgx-h100");
+  auto h100_fa3 = RunShardcast(base + "dgx-h100 --attention-kernel fa3");
+  auto h100_fa2 = RunShardcast(base + "dgx-h100 --attention-kernel fa2");
+  ASSERT_EQ(h100_fa2.exit_code, 0) << h100_fa2.err;
+  EXPECT_EQ(step(h100_fa3.out), step(h100.out));
+  EXPECT_NE(step(h100_fa2.out), step(h100.out));
+  EXPECT_NE(h100_fa2.out.find("profile adjusted: attention: FlashAttention-2 on Hopper"), std::string::npos);
+  EXPECT_EQ(step(RunShardcast(base + "dgx-a100 --attention-kernel fa2").out), step(RunShardcast(base + "dgx-a100").out));
+  auto bad = RunShardcast(base + "dgx-a100 --attention-kernel fa3");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("got \"fa3\" for a GPU of architecture ampere"), std::string::npos) << bad.err;
+  EXPECT_EQ(RunShardcast(base + "dgx-b200 --attention-kernel fa2").exit_code, 2);
 }
 
 TEST(CliSimulate, BadInputExitsTwo) {
