@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "cli/config_args.h"
 #include "cli/options.h"
 #include "cli/plan_common.h"
 #include "common/error.h"
@@ -51,6 +52,7 @@ void RunPlanCommand(const PlanArgs& a) {
   o.recomputes = ParseRecomputes(a.recompute);
   o.zero_stages = ParseZeroStages(a.zero);
   o.fixed = ParseFix(a.fix);
+  ApplyFixedToSearch(&o);
   o.threads = a.threads;
   o.flash_attention = !a.no_flash;
   o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
@@ -136,8 +138,10 @@ void RunPlanCommand(const PlanArgs& a) {
                              o.objective == Objective::kCost ? "USD per million tokens" : "J per token");
   }
   std::cout << "\nBest plan as Megatron-LM arguments:\n  " << MegatronArguments(best.config, m) << "\n";
-  std::cout << "\nDetails: shardcast simulate --model " << a.model << " --cluster " << a.cluster << " --gpus " << o.gpus
-            << " " << SimulateFlags(best.config) << "\n";
+  std::vector<std::string> unexpressed;  // plans set nothing simulate has no flag for
+  std::cout << "\nDetails: shardcast simulate --model " << a.model << " --cluster " << a.cluster << " "
+            << SimulateFlags(best.config, m, o.gpus, &unexpressed) << "\n";
+  for (const auto& u : unexpressed) std::cout << "  (not reproduced: " << u << ")\n";
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "cli/plan_common.h"
 
+#include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
@@ -62,21 +63,38 @@ std::map<std::string, std::string> ParseFix(const std::string& list) {
     if (eq == std::string::npos || !keys.count(kv.substr(0, eq)) || eq + 1 >= kv.size()) {
       Bad("--fix", kv, "key=value with key one of tp, pp, vp, mbs, zero, sp, recompute, schedule");
     }
-    out[kv.substr(0, eq)] = ToLower(kv.substr(eq + 1));
+    const std::string key = kv.substr(0, eq);
+    std::string v = ToLower(kv.substr(eq + 1));
+    if (key == "tp" || key == "pp" || key == "vp" || key == "mbs") {
+      const bool digits = v.size() <= 9 && v.find_first_not_of("0123456789") == std::string::npos;
+      if (!digits || std::stoll(v) < 1) Bad("--fix", kv, key + "=N with N a positive integer");
+      v = std::to_string(std::stoll(v));
+    } else if (key == "zero") {
+      if (v.size() != 1 || v[0] < '0' || v[0] > '3') Bad("--fix", kv, "zero=0, 1, 2 or 3");
+    } else if (key == "sp") {
+      if (v == "true" || v == "yes" || v == "y" || v == "1") v = "true";
+      else if (v == "false" || v == "no" || v == "n" || v == "0") v = "false";
+      else Bad("--fix", kv, "sp=true or sp=false (also yes/no, y/n, 1/0)");
+    } else if (key == "recompute") {
+      if (v != "none" && v != "selective" && v != "full") Bad("--fix", kv, "recompute=none, selective or full");
+    } else if (key == "schedule") {
+      if (v != "1f1b" && v != "interleaved" && v != "zb-h1" && v != "gpipe") {
+        Bad("--fix", kv, "schedule=1f1b, interleaved, zb-h1 or gpipe");
+      }
+    }
+    out[key] = v;
   }
   return out;
 }
 
-std::string SimulateFlags(const ParallelConfig& c) {
-  std::string f = fmt::format("--tp {} --pp {}", c.tp, c.pp);
-  if (c.vp > 1) f += fmt::format(" --vp {}", c.vp);
-  f += fmt::format(" --mbs {} --gbs {} --seq {} --recompute {} --schedule {}", c.micro_batch_size,
-                   c.global_batch_size, c.seq_length, ToString(c.recompute), ToString(c.schedule));
-  if (c.sequence_parallel) f += " --sequence-parallel";
-  if (c.zero_stage > 0) f += fmt::format(" --zero {}", c.zero_stage);
-  if (!c.flash_attention) f += " --no-flash-attention";
-  if (c.embedding_slots) f += " --embedding-pipeline-slots";
-  return f;
+void ApplyFixedToSearch(PlanOptions* o) {
+  const auto& f = o->fixed;
+  if (auto it = f.find("recompute"); it != f.end()) o->recomputes = ParseRecomputes(it->second);
+  if (auto it = f.find("zero"); it != f.end()) o->zero_stages = ParseZeroStages(it->second);
+  if (auto it = f.find("schedule"); it != f.end()) o->schedules = ParseSchedules(it->second);
+  if (auto it = f.find("mbs"); it != f.end()) {
+    o->max_micro_batch_size = std::max<std::int64_t>(o->max_micro_batch_size, std::stoll(it->second));
+  }
 }
 
 }  // namespace shardcast::cli

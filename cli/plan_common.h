@@ -15,9 +15,13 @@ Objective ParseObjective(const std::string& s);
 std::vector<Schedule> ParseSchedules(const std::string& list);
 std::vector<Recompute> ParseRecomputes(const std::string& list);
 std::vector<int> ParseZeroStages(const std::string& list);
-/// "tp=8,pp=8" -> {tp: 8, pp: 8}; keys tp, pp, vp, mbs, zero, sp, recompute, schedule.
+/// "tp=8,pp=8" -> {tp: 8, pp: 8}; keys tp, pp, vp, mbs (positive integers), zero (0-3), sp
+/// (true/false, yes/no, y/n, 1/0; stored as true/false), recompute (none, selective, full),
+/// schedule (1f1b, interleaved, zb-h1, gpipe). InputError for any other key or value.
 std::map<std::string, std::string> ParseFix(const std::string& list);
-/// The `simulate` flags that reproduce a configuration.
-std::string SimulateFlags(const ParallelConfig& c);
+/// Widens the search lists of `o` so they hold the values `o.fixed` fixes (a fixed recompute,
+/// ZeRO stage or schedule outside --recompute, --zero-stages, --schedules; a fixed mbs above
+/// --max-mbs), since fixing a value means asking for it.
+void ApplyFixedToSearch(PlanOptions* o);
 
 }  // namespace shardcast::cli

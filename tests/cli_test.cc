@@ -243,6 +243,27 @@ TEST(CliPlan, TextAndBadInput) {
   auto bad = RunShardcast("plan --model gpt3-13b --cluster dgx-a100 --gpus 64 --gbs 256 --fix tq=8");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--fix: got \"tq=8\""), std::string::npos) << bad.err;
+  // Every --fix value is checked, not silently matched against nothing.
+  const std::string base = "plan --model gpt3-13b --cluster dgx-a100 --gpus 64 --gbs 256 --top 1 --fix ";
+  for (const char* v : {"sp=banana", "recompute=banana", "zero=9", "mbs=0", "tp=x", "schedule=pipedream"}) {
+    auto b = RunShardcast(base + v);
+    EXPECT_EQ(b.exit_code, 2) << v;
+    EXPECT_NE(b.err.find(std::string("--fix: got \"") + v + "\", expected"), std::string::npos) << b.err;
+  }
+  // sp=y is sp=true; values outside the default search lists are searched when fixed, and the
+  // "Details" line is a simulate command for the best plan.
+  auto fixed = RunShardcast(base + "sp=y,zero=2,mbs=32 --json");
+  ASSERT_EQ(fixed.exit_code, 0) << fixed.err;
+  const Json best = Json::parse(fixed.out)["plans"][0]["config"];
+  EXPECT_TRUE(best["sequence_parallel"].get<bool>());
+  EXPECT_EQ(best["zero_stage"], 2);
+  EXPECT_EQ(best["micro_batch_size"], 32);
+  auto text = RunShardcast(base + "tp=2,pp=1,mbs=4");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("Details: shardcast simulate --model gpt3-13b --cluster dgx-a100 --gpus 64 --tp 2 --pp 1 "
+                          "--mbs 4 --gbs 256"),
+            std::string::npos)
+      << text.out;
 }
 
 TEST(CliCapacity, ThreeGpuTypes) {
