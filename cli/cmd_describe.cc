@@ -51,6 +51,10 @@ void RunDescribe(const DescribeArgs& a) {
     throw InputError("command line: --gpus: got " + std::to_string(a.gpus) +
                      ", expected --cluster as well (which GPU type?)");
   }
+  if (!cluster && (a.tp != 1 || a.pp != 1)) {
+    throw InputError(fmt::format("command line: --tp/--pp: got tp = {}, pp = {}, expected --cluster as well (the "
+                                 "per-GPU memory needs a GPU type)", a.tp, a.pp));
+  }
 
   Json out;
   out["model"] = {{"name", m.name},

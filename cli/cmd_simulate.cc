@@ -85,6 +85,15 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
     std::cout << "\nDOES NOT FIT in GPU memory (the time below is what it would take with enough memory):\n";
     for (const auto& s : r.reasons) std::cout << "  - " << s << "\n";
   }
+  const std::int64_t slots = m.num_layers + (c.embedding_slots && c.pp > 1 ? 2 : 0);
+  if (c.pp > 1 && slots % c.pp != 0) {
+    std::cout << fmt::format("\nNote: {} {} over pp = {} is uneven (stage 0 has {} layers, stage {} has {}): DeepSpeed's "
+                             "uniform partition allows it; Megatron-LM needs num_layers divisible by pp, and `plan` "
+                             "only searches even splits.\n",
+                             slots, c.embedding_slots ? "layer slots" : "layers", c.pp,
+                             LayersOfStage(m.num_layers, c.pp, 0, c.embedding_slots), c.pp - 1,
+                             LayersOfStage(m.num_layers, c.pp, c.pp - 1, c.embedding_slots));
+  }
   if (c.recompute == Recompute::kSelective && c.flash_attention) {
     std::cout << "\nNote: with flash attention, selective recompute recomputes nothing (flash attention already\n"
                  "      saves no s x s scores); use --no-flash-attention for the unfused attention of Megatron 2022.\n";

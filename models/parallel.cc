@@ -86,6 +86,20 @@ std::vector<std::string> InfeasibilityReasons(const Model& m, const ParallelConf
   if (c.pp > m.num_layers) {
     r.push_back(fmt::format("pp = {} exceeds num_layers = {}", c.pp, m.num_layers));
   }
+  if (c.schedule == Schedule::kInterleaved && c.vp < 2) {
+    r.push_back(fmt::format("the interleaved schedule needs vp >= 2 virtual stages (got vp = {}; with one it is 1F1B)",
+                            c.vp));
+  }
+  const std::int64_t seq = c.seq_length > 0 ? c.seq_length : m.seq_length;
+  if (c.sequence_parallel && c.tp > 1 && seq % c.tp != 0) {
+    r.push_back(fmt::format("sequence parallelism splits the sequence over tp: seq_length = {} is not a multiple of "
+                            "tp = {}", seq, c.tp));
+  }
+  if (m.position_embedding == PositionEmbedding::kLearned && m.max_position_embeddings > 0 &&
+      seq > m.max_position_embeddings) {
+    r.push_back(fmt::format("seq_length = {} exceeds the learned position embeddings' max_position_embeddings = {}",
+                            seq, m.max_position_embeddings));
+  }
   if (c.vp > 1) {
     if (c.schedule != Schedule::kInterleaved) {
       r.push_back(fmt::format("vp = {} needs the interleaved schedule", c.vp));

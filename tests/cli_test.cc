@@ -40,6 +40,7 @@ TEST(Cli, ExitCodes) {
   EXPECT_EQ(RunShardcast("describe --model no-such-model").exit_code, 2);
   EXPECT_EQ(RunShardcast("describe --model gpt3-175b --tp 0").exit_code, 2);
   EXPECT_EQ(RunShardcast("describe").exit_code, 2);
+  EXPECT_EQ(RunShardcast("describe --model llama2-70b --tp 8").exit_code, 2);  // --tp needs --cluster
   EXPECT_EQ(RunShardcast("no-such-command").exit_code, 2);
   EXPECT_EQ(RunShardcast("describe --help").exit_code, 0);
   EXPECT_EQ(RunShardcast("--help").exit_code, 0);

@@ -269,6 +269,33 @@ TEST(Parallel, SizesThatDoNotDivideAreReasons) {
   EXPECT_EQ(r[0], "tp = 7 does not divide num_attention_heads = 96");
 }
 
+// Megatron-LM's argument checks: the interleaved schedule with one virtual stage, a sequence
+// length sequence parallelism cannot split, and one longer than a learned position table.
+TEST(Parallel, MegatronArgumentRulesAreReasons) {
+  const Model m = LoadModel("gpt3-175b");  // learned positions, 2048
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;
+  c.dp = 1;
+  c.global_batch_size = 64;
+  c.schedule = Schedule::kInterleaved;
+  auto r = InfeasibilityReasons(m, c, 64, 8);
+  ASSERT_EQ(r.size(), 1u) << ::testing::PrintToString(r);
+  EXPECT_EQ(r[0], "the interleaved schedule needs vp >= 2 virtual stages (got vp = 1; with one it is 1F1B)");
+  c.schedule = Schedule::k1F1B;
+  c.sequence_parallel = true;
+  c.seq_length = 2044;
+  r = InfeasibilityReasons(m, c, 64, 8);
+  ASSERT_EQ(r.size(), 1u) << ::testing::PrintToString(r);
+  EXPECT_EQ(r[0], "sequence parallelism splits the sequence over tp: seq_length = 2044 is not a multiple of tp = 8");
+  c.seq_length = 4096;
+  r = InfeasibilityReasons(m, c, 64, 8);
+  ASSERT_EQ(r.size(), 1u) << ::testing::PrintToString(r);
+  EXPECT_EQ(r[0], "seq_length = 4096 exceeds the learned position embeddings' max_position_embeddings = 2048");
+  // Rotary positions have no table: a longer sequence is the user's choice.
+  EXPECT_TRUE(InfeasibilityReasons(LoadModel("llama2-70b"), c, 64, 8).empty());
+}
+
 TEST(Parallel, ZeroBytesPerParamMatchRajbhandari) {
   // With 2-byte gradients the ZeRO paper's 16, 4+12/d, 2+14/d, 16/d.
   const double d = 64;
