@@ -109,7 +109,25 @@ void RunCapacityCommand(const CapacityArgs& a) {
   o.checkpoint_minutes = a.checkpoint_minutes;
   o.restart_minutes = a.restart_minutes;
   o.energy_overhead = a.energy_overhead;
+  // Goodput needs all three: without a checkpoint cost a failure would lose nothing (goodput
+  // 100% however often GPUs fail), and checkpoint times without an MTBF would be ignored.
+  if (a.mtbf_hours > 0 && !(a.checkpoint_minutes > 0)) {
+    throw InputError(fmt::format("command line: --mtbf-hours: got {} with no --checkpoint-minutes, expected the time to "
+                                 "write one checkpoint as well (goodput depends on it)", a.mtbf_hours));
+  }
+  if (!(a.mtbf_hours > 0) && (a.checkpoint_minutes > 0 || a.restart_minutes > 0)) {
+    throw InputError("command line: --checkpoint-minutes/--restart-minutes: given without --mtbf-hours, expected "
+                     "--mtbf-hours as well (the failure rate the checkpoints protect against)");
+  }
   const auto options = ParseOptions(a.options);
+  for (const auto& [gpu, usd] : o.price_per_gpu_hour) {
+    bool used = false;
+    for (const auto& opt : options) used = used || LoadCluster(opt.cluster).gpu.name == gpu;
+    if (!used) {
+      throw InputError(fmt::format("command line: --price-per-gpu-hour: got {}={}, expected a GPU that a "
+                                   "--gpus-options cluster has (its price would not be used)", gpu, usd));
+    }
+  }
   const auto rows = RunCapacity(m, options, o);
   if (a.json) {
     Json j;

@@ -288,6 +288,16 @@ TEST(CliCapacity, BadInput) {
   auto z = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:0");
   EXPECT_EQ(z.exit_code, 2);
   EXPECT_NE(z.err.find("expected a positive GPU count"), std::string::npos) << z.err;
+  // Goodput inputs come together, and a price must be for a GPU that is offered.
+  const std::string base = "capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:64 ";
+  auto no_ckpt = RunShardcast(base + "--mtbf-hours 1000");
+  EXPECT_EQ(no_ckpt.exit_code, 2);
+  EXPECT_NE(no_ckpt.err.find("--mtbf-hours: got 1000 with no --checkpoint-minutes"), std::string::npos) << no_ckpt.err;
+  EXPECT_EQ(RunShardcast(base + "--checkpoint-minutes 5").exit_code, 2);
+  auto price = RunShardcast(base + "--price-per-gpu-hour h100-sxm=2");
+  EXPECT_EQ(price.exit_code, 2);
+  EXPECT_NE(price.err.find("expected a GPU that a --gpus-options cluster has"), std::string::npos) << price.err;
+  EXPECT_EQ(RunShardcast(base + "--mtbf-hours 1000 --checkpoint-minutes 5").exit_code, 0);
 }
 
 }  // namespace
