@@ -1,4 +1,5 @@
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 
@@ -81,7 +82,8 @@ void RunPlanCommand(const PlanArgs& a) {
       csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
                          c.micro_batch_size, c.global_batch_size, ToString(c.schedule), ToString(c.recompute),
                          c.sequence_parallel ? "true" : "false", c.zero_stage, p.result.step_time_s,
-                         p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction, p.result.peak_memory_bytes);
+                         p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction,
+                         static_cast<std::int64_t>(std::llround(p.result.peak_memory_bytes)));
     }
     WriteFileAtomic(a.csv, csv);
   }
@@ -137,6 +139,10 @@ void RunPlanCommand(const PlanArgs& a) {
     std::cout << fmt::format("\nBest by {}: {:.4g} {}\n", ToString(o.objective), ObjectiveValue(best, o.objective),
                              o.objective == Objective::kCost ? "USD per million tokens" : "J per token");
   }
+  std::cout << "\nPeak memory counts allocated tensors plus a framework overhead; PyTorch's caching allocator reserves\n"
+               "more (--min-headroom keeps a margin). How far predictions are from published runs, and where they\n"
+               "are least reliable (runs without recompute, memory near the limit): shardcast validate,\n"
+               "docs/accuracy.md.\n";
   std::cout << "\nBest plan as Megatron-LM arguments:\n  " << MegatronArguments(best.config, m) << "\n";
   std::vector<std::string> unexpressed;  // plans set nothing simulate has no flag for
   std::cout << "\nDetails: shardcast simulate --model " << a.model << " --cluster " << a.cluster << " "

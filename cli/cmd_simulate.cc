@@ -121,17 +121,23 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
   std::cout << "\nMemory per GPU by pipeline stage (usable " << FormatGiB(r.usable_memory_bytes) << ")\n";
   const bool chunks = c.vp > 1 && c.schedule == Schedule::kInterleaved;
   std::cout << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}  {}\n", "stage", "layers",
-                           "weights", "grads", "optimizer", "activ.", chunks ? "(chunks)" : "(in flight)", "other",
+                           "weights", "grads", "optimizer", "activ.", "(in flight)", "other",
                            "peak", "");
   for (const auto& s : r.stages) {
     const auto& mm = s.memory;
     std::cout << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}  {}\n", s.stage, s.layers,
                              FormatGiB(mm.weights_bytes), FormatGiB(mm.grads_bytes), FormatGiB(mm.optimizer_bytes),
                              FormatGiB(mm.activations_bytes),
-                             fmt::format("{} {}", mm.peak_inflight_microbatches, chunks ? "passes" : "mb"),
+                             fmt::format("{} {}", mm.peak_inflight_microbatches, chunks ? "chunks" : "mb"),
                              FormatGiB(mm.comm_buffer_bytes + mm.framework_bytes), FormatGiB(mm.peak_bytes),
                              s.fits ? "fits" : "DOES NOT FIT");
   }
+  std::cout << fmt::format(
+      "  in flight: {} whose activations are held at the peak\n"
+      "  other: communication buffers plus the profile's framework overhead (CUDA context, NCCL)\n"
+      "  The peak counts allocated tensors; PyTorch's caching allocator reserves more, so nvidia-smi shows\n"
+      "  more (docs/accuracy.md).\n",
+      chunks ? "forward chunk passes (each 1/vp of the stage's layers)" : "micro-batches");
   std::cout << "\nPer stage: time (compute incl. recompute / tp / bubble / pp / dp / optimizer)\n";
   for (const auto& s : r.stages) {
     const auto& t = s.time;
@@ -142,9 +148,6 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
   }
   std::cout << "\nCritical path\n";
   for (const auto& l : r.critical_path) std::cout << "  " << l << "\n";
-  if (chunks) {
-    std::cout << "\n(chunks): forward chunk passes in flight at the peak (each 1/vp of the stage's layers).\n";
-  }
 }
 
 ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t gpus) {

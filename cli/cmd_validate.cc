@@ -43,7 +43,8 @@ void RunValidate(const ValidateArgs& a) {
       if (r.row_id != e.row_id) continue;
       std::cout << fmt::format("Row {} ({}) of {}: {} on {} GPUs, {}\n", r.row_id, r.source_id, a.runs, r.model, r.gpus,
                                r.gpu_type);
-      std::cout << fmt::format("  measured step {}  predicted {}  error {}\n", Opt(r.measured_step_time_s, "{:.4g} s"),
+      std::cout << fmt::format("  measured step {}{}  predicted {}  error {}\n", Opt(r.measured_step_time_s, "{:.4g} s"),
+                               r.step_time_derived ? " (derived from the reported throughput)" : "",
                                Opt(r.predicted_step_time_s, "{:.4g} s"), Opt(r.step_time_error, "{:+.1f}%", 100));
       std::cout << fmt::format("  measured peak memory {}  outcome {}\n\n",
                                Opt(r.measured_peak_memory_bytes, "{:.1f} GiB", 1 / 1073741824.0), r.outcome);
@@ -106,6 +107,7 @@ void RunValidate(const ValidateArgs& a) {
         x["config"] = r.config.Summary();
         x["predicted_step_time_s"] = opt(r.predicted_step_time_s);
         x["measured_step_time_s"] = opt(r.measured_step_time_s);
+        x["measured_step_time_derived"] = r.step_time_derived;
         x["step_time_error"] = opt(r.step_time_error);
         x["predicted_peak_memory_bytes"] = opt(r.predicted_peak_memory_bytes);
         x["measured_peak_memory_bytes"] = opt(r.measured_peak_memory_bytes);
@@ -141,7 +143,8 @@ void RunValidate(const ValidateArgs& a) {
     return;
   }
   std::cout << "Published training runs: " << a.runs << "\n";
-  std::cout << "error = predicted / measured - 1; memory is the peak over pipeline stages\n\n";
+  std::cout << "error = predicted / measured - 1; memory is the peak over pipeline stages; * measured step time derived\n"
+               "from the source's reported throughput (TFLOP/s or tokens/s), not a reported iteration time\n\n";
   std::cout << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<32} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n", "row", "src",
                            "model", "GPUs", "configuration", "measured", "predicted", "error", "mem GiB", "predicted",
                            "error", "outcome / predicted");
@@ -153,7 +156,8 @@ void RunValidate(const ValidateArgs& a) {
     }
     std::cout << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<32} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {} / {}\n", r.row_id,
                              r.source_id, r.model.substr(0, 22), r.gpus, r.config.Short(),
-                             Opt(r.measured_step_time_s, "{:.2f} s"), Opt(r.predicted_step_time_s, "{:.2f} s"),
+                             Opt(r.measured_step_time_s, r.step_time_derived ? "{:.2f} s*" : "{:.2f} s"),
+                             Opt(r.predicted_step_time_s, "{:.2f} s"),
                              Opt(r.step_time_error, "{:+.1f}%", 100), Opt(r.measured_peak_memory_bytes, "{:.1f}", 1 / 1073741824.0),
                              Opt(r.predicted_peak_memory_bytes, "{:.1f}", 1 / 1073741824.0),
                              Opt(r.memory_error, "{:+.1f}%", 100), r.outcome, r.predicted_fits ? "fits" : "does not fit");

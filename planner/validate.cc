@@ -208,7 +208,10 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     row.predicted_fits = res.fits;
     row.predicted_mfu = res.mfu;
     row.measured_step_time_s = Num(t.Get(r, "iter_time_s"));
-    if (!row.measured_step_time_s) row.measured_step_time_s = Num(t.Get(r, "step_time_s_derived"));
+    if (!row.measured_step_time_s) {
+      row.measured_step_time_s = Num(t.Get(r, "step_time_s_derived"));
+      row.step_time_derived = row.measured_step_time_s.has_value();
+    }
     if (row.measured_step_time_s) {
       row.step_time_error = *row.predicted_step_time_s / *row.measured_step_time_s - 1.0;
     }

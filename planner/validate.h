@@ -25,6 +25,9 @@ struct ValidationRow {
   ParallelConfig config;
   std::string outcome;  ///< "ok" or "OOM" (measured)
   std::optional<double> measured_step_time_s, predicted_step_time_s, step_time_error;
+  /// The measured step time is the CSV's step_time_s_derived (computed from a reported
+  /// throughput such as TFLOP/s or tokens/s), not a reported iteration time (iter_time_s).
+  bool step_time_derived = false;
   std::optional<double> measured_peak_memory_bytes, predicted_peak_memory_bytes, memory_error;
   bool predicted_fits = true;
   double predicted_mfu = 0;

@@ -1,5 +1,6 @@
 #include <cmath>
 #include <iostream>
+#include <map>
 
 #include <gtest/gtest.h>
 
@@ -130,6 +131,21 @@ TEST(Validate, EveryRowsConfigurationRoundTripsThroughSimulateFlags) {
     ++checked;
   }
   EXPECT_EQ(checked, 56);
+}
+
+// A step time the CSV derives from a throughput is marked as such (SC21's TFLOP/s, MPT's
+// tokens/s); BLOOM's logged iteration times and Korthikanti's reported ones are not.
+TEST(Validate, DerivedStepTimesAreMarked) {
+  const std::string dir = std::string(SHARDCAST_SOURCE_DIR) + "/validation/";
+  const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
+  std::map<std::string, bool> derived;
+  for (const auto& r : rep.rows) derived[r.row_id] = r.step_time_derived;
+  EXPECT_TRUE(derived.at("1"));
+  EXPECT_TRUE(derived.at("205"));
+  EXPECT_FALSE(derived.at("128"));
+  EXPECT_FALSE(derived.at("32"));
+  auto out = RunShardcast("validate --no-memory");
+  EXPECT_NE(out.out.find("3.53 s*"), std::string::npos) << out.out;
 }
 
 // End to end on an H100 row (FlashAttention-2 rates) and a BLOOM row: write the model, run the
