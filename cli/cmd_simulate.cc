@@ -106,6 +106,16 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
                            Pct(r.mfu), Pct(r.hfu), ToString(c.precision), cl.gpu.PeakFlops(c.precision) / 1e12);
   std::cout << fmt::format("  bubble fraction  {}   (compute stream waiting on other stages, mean over stages)\n",
                            Pct(r.bubble_fraction));
+  const std::int64_t nmb = c.num_microbatches();
+  if (c.pp > 1 && nmb > 0 && c.schedule != Schedule::kZbH1) {
+    // Narayanan et al. 2021 eq. 1 and section 2.2: (p-1)/(v*m) of the ideal time, so
+    // (p-1)/(v*m + p-1) of the step, with equal stages and free transfers.
+    const double v = c.schedule == Schedule::kInterleaved ? static_cast<double>(c.vp) : 1.0;
+    const double p1 = static_cast<double>(c.pp - 1);
+    std::cout << fmt::format("                   equal stages and free transfers would give {} = (p-1)/(v*m+p-1) (p {}, v {:g}, "
+                             "m {});\n                   the rest comes from unequal stages and waits on transfers\n",
+                             Pct(p1 / (v * static_cast<double>(nmb) + p1)), c.pp, v, nmb);
+  }
   std::cout << "\nTime breakdown (mean over stages; parts add up to the step time)\n";
   const auto& b = r.breakdown;
   auto line = [&](const char* name, double s, const char* note) {

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/json_reader.h"
@@ -130,6 +131,9 @@ TEST(CliSimulate, HumanOutputAndTrace) {
   for (const char* s : {"step time", "MFU / HFU", "bubble fraction", "Critical path", "fits"}) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
   }
+  // The schedule's own bubble beside the simulated one: p 8, v 3, m 64 -> 7 / (3*64 + 7).
+  const std::string ideal = fmt::format("would give {:.1f}% = (p-1)/(v*m+p-1) (p 8, v 3, m 64)", 100.0 * 7 / (3 * 64 + 7));
+  EXPECT_NE(r.out.find(ideal), std::string::npos) << ideal << "\n" << r.out;
   Json t = ReadJsonFile(trace);
   ASSERT_TRUE(t["traceEvents"].is_array());
   EXPECT_GT(t["traceEvents"].size(), 1000u);
