@@ -145,6 +145,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
         x["megatron_arguments"] = MegatronArguments(r.best.config, m);
         x["step_time_s"] = r.step_time_s;
         x["mfu"] = r.best.result.mfu;
+        x["memory_at_risk"] = r.memory_at_risk;
         x["steps"] = r.steps;
         x["train_time_s"] = r.train_time_s;
         if (o.mtbf_hours) x["goodput"] = r.goodput;
@@ -191,7 +192,14 @@ void RunCapacityCommand(const CapacityArgs& a) {
                              r.gpu_hours,
                              r.price_usd_per_gpu_hour, fmt::format("${:.0f}", r.cost_usd), r.energy_kwh / 1000.0,
                              o.days ? (r.meets_deadline ? "meets" : "misses") : "");
+    if (r.memory_at_risk) {
+      std::cout << fmt::format("{:<24}  (every plan that fits is at risk of running out of memory: its peak x {} "
+                               "exceeds usable memory)\n", "", kMeasuredOverPredictedPeakMin);
+    }
   }
+  std::cout << fmt::format("\nBest configuration: the fastest plan whose peak memory times {} (the smallest measured "
+                           "nvidia-smi /\npredicted ratio of the published BLOOM runs) fits, if one does (docs/planner.md)."
+                           "\n", kMeasuredOverPredictedPeakMin);
   std::cout << "\nPrices (USD per GPU-hour; volatile, override with --price-per-gpu-hour GPU=USD):\n";
   std::set<std::string> seen;
   for (const auto& r : rows) {

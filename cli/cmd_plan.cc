@@ -25,17 +25,18 @@ struct PlanArgs {
   std::int64_t gpus = 0, gbs = 0, seq = 0, max_tp = 0, max_mbs = 16;
   int top = 10, threads = 0;
   double min_headroom_gib = 2.0;
-  bool json = false, no_flash = false;
+  bool json = false, no_flash = false, exclude_at_risk = false;
 };
 
 std::string PlanRow(std::size_t rank, const Plan& p, double usable) {
   const auto& c = p.config;
   const auto& r = p.result;
-  return fmt::format("{:>4}  {:>2} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<2} {:>4}  {:>10} {:>11.0f} {:>6} {:>6}  {:>10} {:>10}",
+  return fmt::format("{:>4}  {:>2} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<2} {:>4}  {:>10} {:>11.0f} {:>6} {:>6}  {:>10} {:>10}{}",
                      rank, c.tp, c.pp, c.dp, c.vp, c.micro_batch_size, ToString(c.schedule), ToString(c.recompute),
                      c.sequence_parallel ? "y" : "n", c.zero_stage, FormatSeconds(r.step_time_s), r.tokens_per_s,
                      fmt::format("{:.1f}%", 100 * r.mfu), fmt::format("{:.1f}%", 100 * r.bubble_fraction),
-                     FormatGiB(r.peak_memory_bytes), FormatGiB(usable - r.peak_memory_bytes));
+                     FormatGiB(r.peak_memory_bytes), FormatGiB(usable - r.peak_memory_bytes),
+                     r.memory_at_risk ? "  at risk" : "");
 }
 
 void RunPlanCommand(const PlanArgs& a) {
@@ -57,6 +58,7 @@ void RunPlanCommand(const PlanArgs& a) {
   o.threads = a.threads;
   o.flash_attention = !a.no_flash;
   o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
+  o.exclude_memory_at_risk = a.exclude_at_risk;
   const HardwareProfile prof = a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile);
   const bool tty = ::isatty(2) != 0 && !a.json;
   const auto t0 = std::chrono::steady_clock::now();
@@ -139,14 +141,36 @@ void RunPlanCommand(const PlanArgs& a) {
     std::cout << fmt::format("\nBest by {}: {:.4g} {}\n", ToString(o.objective), ObjectiveValue(best, o.objective),
                              o.objective == Objective::kCost ? "USD per million tokens" : "J per token");
   }
-  std::cout << "\nPeak memory counts allocated tensors plus a framework overhead; PyTorch's caching allocator reserves\n"
-               "more (--min-headroom keeps a margin). How far predictions are from published runs, and where they\n"
-               "are least reliable (runs without recompute, memory near the limit): shardcast validate,\n"
-               "docs/accuracy.md.\n";
-  std::cout << "\nBest plan as Megatron-LM arguments:\n  " << MegatronArguments(best.config, m) << "\n";
+  std::cout << fmt::format(
+      "\nPeak memory counts allocated tensors plus a framework overhead; PyTorch's caching allocator reserves\n"
+      "more (--min-headroom keeps a margin). \"at risk\": the peak times {} (the smallest measured nvidia-smi /\n"
+      "predicted ratio of the published BLOOM runs, which span {:.2f}-{:.2f}) exceeds usable memory. How far\n"
+      "predictions are from published runs, and where they are least reliable (runs without recompute, memory\n"
+      "near the limit): shardcast validate, docs/accuracy.md.\n",
+      kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMax);
+  // Recommend the best plan that is not at risk of running out of memory, when one is shown.
+  std::size_t pick = 0;
+  while (pick < r.plans.size() && r.plans[pick].result.memory_at_risk) ++pick;
+  std::string label = "Best plan";
+  if (pick == r.plans.size()) {
+    pick = 0;
+    std::cout << "\nEvery plan shown is at risk of running out of memory; --top shows more, --min-headroom asks for "
+                 "more margin.\n";
+  } else if (pick > 0) {
+    const char* what = o.objective == Objective::kCost     ? "cost per token"
+                       : o.objective == Objective::kEnergy ? "energy per token"
+                                                           : "step time";
+    std::cout << fmt::format("\nRank 1 is at risk of running out of memory; rank {} is the best plan that is not ({} "
+                             "{:+.1f}%).\n",
+                             pick + 1, what,
+                             100 * (ObjectiveValue(r.plans[pick], o.objective) / ObjectiveValue(best, o.objective) - 1));
+    label = fmt::format("Best plan not at risk (rank {})", pick + 1);
+  }
+  const Plan& chosen = r.plans[pick];
+  std::cout << "\n" << label << " as Megatron-LM arguments:\n  " << MegatronArguments(chosen.config, m) << "\n";
   std::vector<std::string> unexpressed;  // plans set nothing simulate has no flag for
   std::cout << "\nDetails: shardcast simulate --model " << a.model << " --cluster " << a.cluster << " "
-            << SimulateFlags(best.config, m, o.gpus, &unexpressed) << "\n";
+            << SimulateFlags(chosen.config, m, o.gpus, &unexpressed) << "\n";
   for (const auto& u : unexpressed) std::cout << "  (not reproduced: " << u << ")\n";
 }
 
@@ -177,6 +201,8 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_option("--fix", a->fix, "fix dimensions, e.g. tp=8,pp=8,sp=true,schedule=interleaved");
   cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention (saves s*s scores)");
+  cmd->add_flag("--exclude-at-risk", a->exclude_at_risk,
+                "leave out plans at risk of running out of memory (peak x 1.17 over usable memory)");
   cmd->add_option("--profile", a->profile, "hardware profile JSON (default: built-in for the GPU)");
   cmd->add_option("--csv", a->csv, "also write the ranked table as CSV");
   cmd->add_flag("--json", a->json, "print JSON");

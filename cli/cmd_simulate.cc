@@ -140,7 +140,7 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
                              FormatGiB(mm.activations_bytes),
                              fmt::format("{} {}", mm.peak_inflight_microbatches, chunks ? "chunks" : "mb"),
                              FormatGiB(mm.comm_buffer_bytes + mm.framework_bytes), FormatGiB(mm.peak_bytes),
-                             s.fits ? "fits" : "DOES NOT FIT");
+                             !s.fits ? "DOES NOT FIT" : s.at_risk ? "fits, at risk" : "fits");
   }
   std::cout << fmt::format(
       "  in flight: {} whose activations are held at the peak\n"
@@ -148,6 +148,12 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
       "  The peak counts allocated tensors; PyTorch's caching allocator reserves more, so nvidia-smi shows\n"
       "  more (docs/accuracy.md).\n",
       chunks ? "forward chunk passes (each 1/vp of the stage's layers)" : "micro-batches");
+  if (r.memory_at_risk) {
+    std::cout << fmt::format("  at risk: the peak times {} exceeds usable memory; the measured nvidia-smi peaks of the\n"
+                             "  published BLOOM runs were {:.2f}-{:.2f} times this model's peaks.\n",
+                             kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMin,
+                             kMeasuredOverPredictedPeakMax);
+  }
   std::cout << "\nPer stage: time (compute incl. recompute / tp / bubble / pp / dp / optimizer)\n";
   for (const auto& s : r.stages) {
     const auto& t = s.time;

@@ -112,6 +112,7 @@ void RunValidate(const ValidateArgs& a) {
         x["predicted_peak_memory_bytes"] = opt(r.predicted_peak_memory_bytes);
         x["measured_peak_memory_bytes"] = opt(r.measured_peak_memory_bytes);
         x["predicted_fits"] = r.predicted_fits;
+        x["predicted_memory_at_risk"] = r.predicted_at_risk;
         x["outcome"] = r.outcome;
         x["predicted_mfu"] = r.predicted_mfu;
       }
@@ -135,6 +136,8 @@ void RunValidate(const ValidateArgs& a) {
                     {"oom_rows_predicted_oom", s.oom_rows ? double(s.oom_rows_predicted_oom) / double(s.oom_rows) : 1.0},
                     {"ok_rows", s.ok_rows},
                     {"ok_rows_predicted_fit", s.ok_rows ? double(s.ok_rows_predicted_fit) / double(s.ok_rows) : 1.0},
+                    {"oom_rows_at_risk", s.oom_rows_at_risk},
+                    {"ok_rows_at_risk", s.ok_rows_at_risk},
                     {"rows", s.rows},
                     {"simulated", s.simulated},
                     {"skipped", s.skipped}};
@@ -160,7 +163,7 @@ void RunValidate(const ValidateArgs& a) {
                              Opt(r.predicted_step_time_s, "{:.2f} s"),
                              Opt(r.step_time_error, "{:+.1f}%", 100), Opt(r.measured_peak_memory_bytes, "{:.1f}", 1 / 1073741824.0),
                              Opt(r.predicted_peak_memory_bytes, "{:.1f}", 1 / 1073741824.0),
-                             Opt(r.memory_error, "{:+.1f}%", 100), r.outcome, r.predicted_fits ? "fits" : "does not fit");
+                             Opt(r.memory_error, "{:+.1f}%", 100), r.outcome, !r.predicted_fits ? "does not fit" : r.predicted_at_risk ? "fits, at risk" : "fits");
   }
   if (!rep.memory_points.empty()) {
     std::cout << fmt::format("\nMemory points (first pipeline stage, Korthikanti et al. 2022 figures; GiB, fractions unitless)\n");
@@ -185,6 +188,9 @@ void RunValidate(const ValidateArgs& a) {
   std::cout << fmt::format("  memory: MAPE {:.1f}% over {} points\n", 100 * s.memory_mape, s.memory_points);
   std::cout << fmt::format("  out of memory: {} of {} measured OOM rows predicted not to fit; {} of {} ok rows predicted to fit\n",
                            s.oom_rows_predicted_oom, s.oom_rows, s.ok_rows_predicted_fit, s.ok_rows);
+  std::cout << fmt::format("  at risk (fit, but not with the peak x {}, BLOOM's smallest nvidia-smi / predicted ratio;\n"
+                           "    not independent of three of the OOM rows): {} of {} OOM rows, {} of {} ok rows\n",
+                           kMeasuredOverPredictedPeakMin, s.oom_rows_at_risk, s.oom_rows, s.ok_rows_at_risk, s.ok_rows);
 }
 
 }  // namespace

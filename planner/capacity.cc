@@ -34,7 +34,14 @@ std::vector<CapacityRow> RunCapacity(const Model& m, const std::vector<CapacityO
     po.seq_length = o.seq_length;
     po.top_k = 1;
     po.price_usd_per_gpu_hour = row.price_usd_per_gpu_hour;
+    // The best plan not at risk of running out of memory; if there is none, the best at risk.
+    po.exclude_memory_at_risk = true;
     PlanResult pr = RunPlan(m, cl, DefaultProfile(cl), po);
+    if (pr.plans.empty()) {
+      po.exclude_memory_at_risk = false;
+      pr = RunPlan(m, cl, DefaultProfile(cl), po);
+      row.memory_at_risk = !pr.plans.empty();
+    }
     if (pr.plans.empty()) {
       row.feasible = false;
       row.reason = pr.advice.empty() ? "no configuration fits" : pr.advice.front();

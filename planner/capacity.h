@@ -36,6 +36,8 @@ struct CapacityRow {
   bool feasible = false;
   std::string reason;
   Plan best;
+  /// Every plan that fits is at risk of running out of memory (best is the best of those).
+  bool memory_at_risk = false;
   double step_time_s = 0;
   double tokens_per_step = 0;
   double steps = 0;

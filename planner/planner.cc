@@ -251,6 +251,10 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
       ++rej_local[o.min_headroom_bytes > 0 ? "does not fit with the required headroom (simulated)"
                                            : "does not fit in memory (simulated)"];
       res.closest.push_back(std::move(p));
+    } else if (o.exclude_memory_at_risk && p.result.memory_at_risk) {
+      ++rej_local[fmt::format("at risk of running out of memory (peak x {} over usable; simulated)",
+                              kMeasuredOverPredictedPeakMin)];
+      res.closest.push_back(std::move(p));
     } else {
       top.insert(std::upper_bound(top.begin(), top.end(), p, plan_less), std::move(p));
       if (top.size() > k) top.pop_back();

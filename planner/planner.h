@@ -41,6 +41,9 @@ struct PlanOptions {
   double energy_overhead = 1.3;       ///< facility and host power over GPU board power
   /// Memory a plan must leave free per GPU (allocator fragmentation, NCCL growth, spikes).
   double min_headroom_bytes = 0;
+  /// Reject plans at risk of running out of memory (SimulationResult::memory_at_risk: the peak
+  /// times kMeasuredOverPredictedPeakMin exceeds usable memory), as if they did not fit.
+  bool exclude_memory_at_risk = false;
   /// Called with (done, total) as candidates are evaluated (for a progress bar).
   std::function<void(std::size_t, std::size_t)> progress;
 };

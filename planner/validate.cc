@@ -206,6 +206,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     row.predicted_step_time_s = res.step_time_s;
     row.predicted_peak_memory_bytes = res.peak_memory_bytes;
     row.predicted_fits = res.fits;
+    row.predicted_at_risk = res.memory_at_risk;
     row.predicted_mfu = res.mfu;
     row.measured_step_time_s = Num(t.Get(r, "iter_time_s"));
     if (!row.measured_step_time_s) {
@@ -316,9 +317,11 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     if (row.outcome == "OOM") {
       ++s.oom_rows;
       if (!row.predicted_fits) ++s.oom_rows_predicted_oom;
+      if (row.predicted_at_risk) ++s.oom_rows_at_risk;
     } else {
       ++s.ok_rows;
       if (row.predicted_fits) ++s.ok_rows_predicted_fit;
+      if (row.predicted_at_risk) ++s.ok_rows_at_risk;
     }
     if (row.step_time_error) {
       const double e = std::fabs(*row.step_time_error);

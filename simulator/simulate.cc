@@ -626,6 +626,8 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     }
     mem.peak_inflight_microbatches = peak_inflight;
     sr.fits = mem.peak_bytes <= res.usable_memory_bytes;
+    sr.at_risk = sr.fits && mem.peak_bytes * kMeasuredOverPredictedPeakMin > res.usable_memory_bytes;
+    res.memory_at_risk = res.memory_at_risk || sr.at_risk;
     res.peak_memory_bytes = std::max(res.peak_memory_bytes, mem.peak_bytes);
     if (!sr.fits) {
       res.fits = false;
@@ -718,6 +720,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   }
   j["feasible"] = r.feasible;
   j["fits"] = r.fits;
+  j["memory_at_risk"] = r.memory_at_risk;
   if (!r.reasons.empty()) {
     j["reasons"] = r.reasons;
     j["reason"] = Join(r.reasons, "; ");
@@ -749,6 +752,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                   {"layers", s.layers},
                   {"peak_memory_bytes", s.memory.peak_bytes},
                   {"fits", s.fits},
+                  {"memory_at_risk", s.at_risk},
                   {"bubble_fraction", s.bubble_fraction},
                   {"breakdown_s", bd(s.time)},
                   {"memory_bytes", {{"weights", s.memory.weights_bytes},

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "common/json_reader.h"
+#include "simulator/simulate.h"
 #include "tests/test_util.h"
 
 namespace shardcast {
@@ -269,6 +270,29 @@ TEST(CliPlan, TextAndBadInput) {
                           "--mbs 4 --gbs 256"),
             std::string::npos)
       << text.out;
+}
+
+// Plans at risk of running out of memory are marked; the recommendation is the best one that is
+// not, and --exclude-at-risk leaves them out.
+TEST(CliPlan, AtRiskPlansAreMarkedAndNotRecommended) {
+  const std::string base = "plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536 --top 10";
+  const Json j = Json::parse(RunShardcast(base + " --json").out);
+  std::size_t first_safe = 0;
+  while (first_safe < j["plans"].size() && j["plans"][first_safe]["memory_at_risk"].get<bool>()) ++first_safe;
+  ASSERT_GT(first_safe, 0u) << "premise: the fastest plan is at risk";
+  ASSERT_LT(first_safe, j["plans"].size()) << "premise: some plan shown is not";
+  const double peak = j["plans"][0]["peak_memory_bytes"].get<double>();
+  EXPECT_GT(peak * kMeasuredOverPredictedPeakMin, 80.0 * 1073741824.0);  // what "at risk" means
+  auto text = RunShardcast(base);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find(fmt::format("rank {} is the best plan that is not", first_safe + 1)), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find(fmt::format("Best plan not at risk (rank {}) as Megatron-LM arguments:", first_safe + 1)),
+            std::string::npos);
+  const Json ex = Json::parse(RunShardcast(base + " --exclude-at-risk --json").out);
+  ASSERT_FALSE(ex["plans"].empty());
+  for (const auto& p : ex["plans"]) EXPECT_FALSE(p["memory_at_risk"].get<bool>());
+  EXPECT_EQ(ex["plans"][0]["step_time_s"], j["plans"][first_safe]["step_time_s"]);
 }
 
 TEST(CliCapacity, ThreeGpuTypes) {

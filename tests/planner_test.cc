@@ -199,6 +199,30 @@ TEST(Plan, MegatronArguments) {
             "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --use-flash-attn --bf16");
 }
 
+// Capacity picks the best plan not at risk of running out of memory: for GPT-3 on 1024 A100s the
+// fastest plan is at risk (premise checked with the planner), the capacity row's is not.
+TEST(Capacity, BestPlanIsNotAtRiskWhenOneExists) {
+  const Model m = LoadModel("gpt3-175b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  CapacityOptions o;
+  o.tokens = 300e9;
+  o.global_batch_size = 1536;
+  o.seq_length = 2048;
+  PlanOptions po = o.plan;
+  po.gpus = 1024;
+  po.global_batch_size = 1536;
+  po.seq_length = 2048;
+  po.top_k = 1;
+  const PlanResult fastest = RunPlan(m, cl, DefaultProfile(cl), po);
+  ASSERT_FALSE(fastest.plans.empty());
+  ASSERT_TRUE(fastest.plans.front().result.memory_at_risk) << "premise";
+  const auto rows = RunCapacity(m, {{"dgx-a100", 1024}}, o);
+  ASSERT_TRUE(rows.at(0).feasible) << rows.at(0).reason;
+  EXPECT_FALSE(rows[0].memory_at_risk);
+  EXPECT_FALSE(rows[0].best.result.memory_at_risk);
+  EXPECT_GE(rows[0].step_time_s, fastest.plans.front().result.step_time_s);
+}
+
 TEST(Capacity, ArithmeticFromTheBestPlan) {
   const Model m = LoadModel("gpt3-1.3b");
   CapacityOptions o;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <map>
@@ -131,6 +132,49 @@ TEST(Validate, EveryRowsConfigurationRoundTripsThroughSimulateFlags) {
     ++checked;
   }
   EXPECT_EQ(checked, 56);
+}
+
+// The "at risk" ratio is the smallest measured / predicted peak among the rows with a measured
+// peak (BLOOM's nvidia-smi maxima), and its report companion the largest: recomputed here, so a
+// change to the memory model that moves them fails until the constants follow.
+TEST(Validate, AtRiskRatioIsTheSmallestBloomRatio) {
+  const std::string dir = std::string(SHARDCAST_SOURCE_DIR) + "/validation/";
+  const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
+  double lo = 1e9, hi = 0;
+  int n = 0;
+  for (const auto& r : rep.rows) {
+    if (r.skipped || !r.measured_peak_memory_bytes || !r.predicted_peak_memory_bytes) continue;
+    const double ratio = *r.measured_peak_memory_bytes / *r.predicted_peak_memory_bytes;
+    lo = std::min(lo, ratio);
+    hi = std::max(hi, ratio);
+    ++n;
+    // Every run that ran fits, and is not flagged: the flag uses the smallest ratio.
+    EXPECT_TRUE(r.predicted_fits) << r.row_id;
+    EXPECT_FALSE(r.predicted_at_risk) << r.row_id;
+  }
+  EXPECT_EQ(n, 17);
+  EXPECT_NEAR(kMeasuredOverPredictedPeakMin, lo, 0.006) << "smallest ratio now " << lo;
+  EXPECT_NEAR(kMeasuredOverPredictedPeakMax, hi, 0.006) << "largest ratio now " << hi;
+  // The flag is the ratio applied to the peak: a stage fits and is at risk exactly when
+  // usable / 1.17 < peak <= usable.
+  for (const auto& r : rep.rows) {
+    if (r.skipped || !r.predicted_peak_memory_bytes) continue;
+    const double usable = 80.0 * 1073741824.0;  // A100-SXM4-80GB and H100 80GB usable memory are at most this
+    if (*r.predicted_peak_memory_bytes * kMeasuredOverPredictedPeakMin <= 0.99 * usable) {
+      EXPECT_FALSE(r.predicted_at_risk) << r.row_id;
+    }
+  }
+  for (const char* id : {"148", "158"}) {
+    bool found = false;
+    for (const auto& r : rep.rows) {
+      if (r.row_id != id) continue;
+      found = true;
+      EXPECT_TRUE(r.predicted_fits && r.predicted_at_risk) << id;
+    }
+    EXPECT_TRUE(found) << id;
+  }
+  EXPECT_EQ(rep.summary.oom_rows_at_risk, 2u);
+  EXPECT_EQ(rep.summary.ok_rows_at_risk, 0u);
 }
 
 // A step time the CSV derives from a throughput is marked as such (SC21's TFLOP/s, MPT's
