@@ -20,6 +20,7 @@ struct CapacityArgs {
   std::vector<std::string> options, prices;
   std::int64_t gbs = 0, seq = 0;
   double days = 0, mtbf_hours = 0, checkpoint_minutes = 0, restart_minutes = 0, energy_overhead = 1.3;
+  double min_headroom_gib = 2.0;  // the same default as plan
   bool json = false;
 };
 
@@ -109,11 +110,13 @@ void RunCapacityCommand(const CapacityArgs& a) {
   o.checkpoint_minutes = a.checkpoint_minutes;
   o.restart_minutes = a.restart_minutes;
   o.energy_overhead = a.energy_overhead;
+  o.plan.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   // Goodput needs all three: without a checkpoint cost a failure would lose nothing (goodput
   // 100% however often GPUs fail), and checkpoint times without an MTBF would be ignored.
   if (a.mtbf_hours > 0 && !(a.checkpoint_minutes > 0)) {
-    throw InputError(fmt::format("command line: --mtbf-hours: got {} with no --checkpoint-minutes, expected the time to "
-                                 "write one checkpoint as well (goodput depends on it)", a.mtbf_hours));
+    throw InputError(fmt::format("command line: --mtbf-hours: got {} with --checkpoint-minutes {:g} (or none), expected "
+                                 "a positive time to write one checkpoint as well (goodput depends on it)",
+                                 a.mtbf_hours, a.checkpoint_minutes));
   }
   if (!(a.mtbf_hours > 0) && (a.checkpoint_minutes > 0 || a.restart_minutes > 0)) {
     throw InputError("command line: --checkpoint-minutes/--restart-minutes: given without --mtbf-hours, expected "
@@ -228,6 +231,8 @@ void RegisterCapacity(CLI::App& app) {
   cmd->add_option("--gpus-options", a->options, "CLUSTER:N[,N...] (several allowed)")->required()->expected(1, -1);
   AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (sequences)")->required();
   AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)");
+  cmd->add_option("--min-headroom", a->min_headroom_gib, "GiB each plan must leave free per GPU (default 2, as plan)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--days", a->days, "deadline in days; marks options that meet it")->check(CLI::PositiveNumber);
   cmd->add_option("--price-per-gpu-hour", a->prices, "GPU=USD overrides, e.g. h100-sxm=2.5")->expected(1, -1);
   cmd->add_option("--mtbf-hours", a->mtbf_hours, "mean time between failures of one GPU, hours")->check(CLI::PositiveNumber);

@@ -74,18 +74,26 @@ void RunPlanCommand(const PlanArgs& a) {
   };
   PlanResult r = RunPlan(m, cl, prof, o);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The recommendation: the best plan not at risk of running out of memory (found even below
+  // the top K), else the best plan; and its rank in the table, 0 when it is not shown.
+  const Plan* recommended = r.best_not_at_risk ? &*r.best_not_at_risk : r.plans.empty() ? nullptr : &r.plans.front();
+  std::size_t recommended_rank = 0;
+  for (std::size_t i = 0; recommended && i < r.plans.size(); ++i) {
+    if (r.plans[i].config.Summary() == recommended->config.Summary()) recommended_rank = i + 1;
+  }
 
   if (!a.csv.empty()) {
     std::string csv = "rank,tp,pp,dp,vp,micro_batch_size,global_batch_size,schedule,recompute,sequence_parallel,zero_stage,"
-                      "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes\n";
+                      "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes,memory_at_risk\n";
     for (std::size_t i = 0; i < r.plans.size(); ++i) {
       const auto& p = r.plans[i];
       const auto& c = p.config;
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
                          c.micro_batch_size, c.global_batch_size, ToString(c.schedule), ToString(c.recompute),
                          c.sequence_parallel ? "true" : "false", c.zero_stage, p.result.step_time_s,
                          p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction,
-                         static_cast<std::int64_t>(std::llround(p.result.peak_memory_bytes)));
+                         static_cast<std::int64_t>(std::llround(p.result.peak_memory_bytes)),
+                         p.result.memory_at_risk ? "true" : "false");
     }
     WriteFileAtomic(a.csv, csv);
   }
@@ -109,6 +117,11 @@ void RunPlanCommand(const PlanArgs& a) {
       pj["joules_per_token"] = p.joules_per_token;
       j["plans"].push_back(pj);
     }
+    if (recommended) {
+      j["recommended"] = ResultToJson(recommended->result, m, recommended->config, cl, o.gpus);
+      j["recommended"]["megatron_arguments"] = MegatronArguments(recommended->config, m);
+      j["recommended_rank"] = recommended_rank > 0 ? Json(recommended_rank) : Json(nullptr);
+    }
     if (r.plans.empty()) j["advice"] = r.advice;
     std::cout << j.dump(2) << "\n";
     return;
@@ -128,7 +141,8 @@ void RunPlanCommand(const PlanArgs& a) {
     for (const auto& [reason, count] : r.not_generated) std::cout << fmt::format("  {:>7}  {}\n", count, reason);
   }
   if (r.plans.empty()) {
-    std::cout << "\nNo candidate fits.\n";
+    std::cout << (r.at_risk_excluded > 0 ? "\nNo candidate fits without being at risk of running out of memory.\n"
+                                         : "\nNo candidate fits.\n");
     for (const auto& s : r.advice) std::cout << "  - " << s << "\n";
     return;
   }
@@ -137,10 +151,6 @@ void RunPlanCommand(const PlanArgs& a) {
                            "MFU", "bubble", "peak mem", "headroom");
   for (std::size_t i = 0; i < r.plans.size(); ++i) std::cout << PlanRow(i + 1, r.plans[i], cl.gpu.memory_bytes) << "\n";
   const Plan& best = r.plans.front();
-  if (o.objective != Objective::kThroughput) {
-    std::cout << fmt::format("\nBest by {}: {:.4g} {}\n", ToString(o.objective), ObjectiveValue(best, o.objective),
-                             o.objective == Objective::kCost ? "USD per million tokens" : "J per token");
-  }
   std::cout << fmt::format(
       "\nPeak memory counts allocated tensors plus a framework overhead; PyTorch's caching allocator reserves\n"
       "more (--min-headroom keeps a margin). \"at risk\": the peak times {} (the smallest measured nvidia-smi /\n"
@@ -148,25 +158,31 @@ void RunPlanCommand(const PlanArgs& a) {
       "predictions are from published runs, and where they are least reliable (runs without recompute, memory\n"
       "near the limit): shardcast validate, docs/accuracy.md.\n",
       kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMax);
-  // Recommend the best plan that is not at risk of running out of memory, when one is shown.
-  std::size_t pick = 0;
-  while (pick < r.plans.size() && r.plans[pick].result.memory_at_risk) ++pick;
+  const Plan& chosen = *recommended;
+  const char* what = o.objective == Objective::kCost     ? "cost per token"
+                     : o.objective == Objective::kEnergy ? "energy per token"
+                                                         : "step time";
+  const double worse = 100 * (ObjectiveValue(chosen, o.objective) / ObjectiveValue(best, o.objective) - 1);
   std::string label = "Best plan";
-  if (pick == r.plans.size()) {
-    pick = 0;
-    std::cout << "\nEvery plan shown is at risk of running out of memory; --top shows more, --min-headroom asks for "
-                 "more margin.\n";
-  } else if (pick > 0) {
-    const char* what = o.objective == Objective::kCost     ? "cost per token"
-                       : o.objective == Objective::kEnergy ? "energy per token"
-                                                           : "step time";
+  if (!r.best_not_at_risk) {
+    std::cout << "\nEvery plan that fits is at risk of running out of memory; the best of them follows (more GPUs,\n"
+                 "recompute or a higher ZeRO stage lower the peak).\n";
+  } else if (recommended_rank == 1) {
+    // The best plan is not at risk.
+  } else if (recommended_rank > 1) {
     std::cout << fmt::format("\nRank 1 is at risk of running out of memory; rank {} is the best plan that is not ({} "
-                             "{:+.1f}%).\n",
-                             pick + 1, what,
-                             100 * (ObjectiveValue(r.plans[pick], o.objective) / ObjectiveValue(best, o.objective) - 1));
-    label = fmt::format("Best plan not at risk (rank {})", pick + 1);
+                             "{:+.1f}%).\n", recommended_rank, what, worse);
+    label = fmt::format("Best plan not at risk (rank {})", recommended_rank);
+  } else {
+    std::cout << fmt::format("\nEvery plan shown is at risk of running out of memory; the best plan that is not ranks "
+                             "below them ({} {:+.1f}%): {}\n", what, worse, chosen.config.Summary());
+    label = "Best plan not at risk (not in the table)";
   }
-  const Plan& chosen = r.plans[pick];
+  if (o.objective != Objective::kThroughput) {
+    std::cout << fmt::format("\n{} by {}: {:.4g} {}\n", label, ToString(o.objective),
+                             ObjectiveValue(chosen, o.objective),
+                             o.objective == Objective::kCost ? "USD per million tokens" : "J per token");
+  }
   std::cout << "\n" << label << " as Megatron-LM arguments:\n  " << MegatronArguments(chosen.config, m) << "\n";
   std::vector<std::string> unexpressed;  // plans set nothing simulate has no flag for
   std::cout << "\nDetails: shardcast simulate --model " << a.model << " --cluster " << a.cluster << " "

@@ -89,7 +89,7 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
   if (c.pp > 1 && slots % c.pp != 0) {
     std::cout << fmt::format("\nNote: {} {} over pp = {} is uneven (stage 0 has {} layers, stage {} has {}): DeepSpeed's "
                              "uniform partition allows it; Megatron-LM needs num_layers divisible by pp, and `plan` "
-                             "only searches even splits.\n",
+                             "only searches equal splits (of the layers, or of layers + 2 with embedding slots).\n",
                              slots, c.embedding_slots ? "layer slots" : "layers", c.pp,
                              LayersOfStage(m.num_layers, c.pp, 0, c.embedding_slots), c.pp - 1,
                              LayersOfStage(m.num_layers, c.pp, c.pp - 1, c.embedding_slots));
@@ -113,7 +113,8 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
     const double v = c.schedule == Schedule::kInterleaved ? static_cast<double>(c.vp) : 1.0;
     const double p1 = static_cast<double>(c.pp - 1);
     std::cout << fmt::format("                   equal stages and free transfers would give {} = (p-1)/(v*m+p-1) (p {}, v {:g}, "
-                             "m {});\n                   the rest comes from unequal stages and waits on transfers\n",
+                             "m {});\n                   the difference is stages taking unequal time (work and communication) and waits on "
+                             "transfers\n",
                              Pct(p1 / (v * static_cast<double>(nmb) + p1)), c.pp, v, nmb);
   }
   std::cout << "\nTime breakdown (mean over stages; parts add up to the step time)\n";

@@ -136,8 +136,8 @@ void RunValidate(const ValidateArgs& a) {
                     {"oom_rows_predicted_oom", s.oom_rows ? double(s.oom_rows_predicted_oom) / double(s.oom_rows) : 1.0},
                     {"ok_rows", s.ok_rows},
                     {"ok_rows_predicted_fit", s.ok_rows ? double(s.ok_rows_predicted_fit) / double(s.ok_rows) : 1.0},
-                    {"oom_rows_at_risk", s.oom_rows_at_risk},
-                    {"ok_rows_at_risk", s.ok_rows_at_risk},
+                    {"oom_rows_at_risk", s.oom_rows ? double(s.oom_rows_at_risk) / double(s.oom_rows) : 0.0},
+                    {"ok_rows_at_risk", s.ok_rows ? double(s.ok_rows_at_risk) / double(s.ok_rows) : 0.0},
                     {"rows", s.rows},
                     {"simulated", s.simulated},
                     {"skipped", s.skipped}};
@@ -188,8 +188,8 @@ void RunValidate(const ValidateArgs& a) {
   std::cout << fmt::format("  memory: MAPE {:.1f}% over {} points\n", 100 * s.memory_mape, s.memory_points);
   std::cout << fmt::format("  out of memory: {} of {} measured OOM rows predicted not to fit; {} of {} ok rows predicted to fit\n",
                            s.oom_rows_predicted_oom, s.oom_rows, s.ok_rows_predicted_fit, s.ok_rows);
-  std::cout << fmt::format("  at risk (fit, but not with the peak x {}, BLOOM's smallest nvidia-smi / predicted ratio;\n"
-                           "    not independent of three of the OOM rows): {} of {} OOM rows, {} of {} ok rows\n",
+  std::cout << fmt::format("  at risk (fit, but not with the peak x {}, BLOOM's smallest nvidia-smi / predicted ratio,\n"
+                           "    from the same sweeps as the OOM rows): {} of {} OOM rows, {} of {} ok rows\n",
                            kMeasuredOverPredictedPeakMin, s.oom_rows_at_risk, s.oom_rows, s.ok_rows_at_risk, s.ok_rows);
 }
 

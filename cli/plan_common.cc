@@ -65,6 +65,7 @@ std::map<std::string, std::string> ParseFix(const std::string& list) {
     }
     const std::string key = kv.substr(0, eq);
     std::string v = ToLower(kv.substr(eq + 1));
+    if (out.count(key)) Bad("--fix", kv, key + " once (it is already fixed to " + out[key] + ")");
     if (key == "tp" || key == "pp" || key == "vp" || key == "mbs") {
       const bool digits = v.size() <= 9 && v.find_first_not_of("0123456789") == std::string::npos;
       if (!digits || std::stoll(v) < 1) Bad("--fix", kv, key + "=N with N a positive integer");
@@ -83,6 +84,9 @@ std::map<std::string, std::string> ParseFix(const std::string& list) {
       }
     }
     out[key] = v;
+  }
+  if (out.count("schedule") && out["schedule"] == "interleaved" && out.count("vp") && out["vp"] == "1") {
+    Bad("--fix", "schedule=interleaved,vp=1", "vp >= 2 with the interleaved schedule (with one it is 1F1B)");
   }
   return out;
 }

@@ -80,13 +80,13 @@ struct ParallelConfig {
   std::string Short() const;
 };
 
-/// Reasons the configuration cannot run on `gpus` GPUs with `model` (empty: it can). These are
-/// results, not errors: the planner counts them and `simulate` prints them. Each reason names the
-/// quantities and the rule, e.g. "tp*pp = 96 does not divide 1000 GPUs".
 /// The data-parallel size `gpus` GPUs give at tensor- and pipeline-parallel sizes tp and pp:
 /// gpus / (tp*pp), or 0 when tp*pp does not divide gpus (InfeasibilityReasons says so).
 std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t pp);
 
+/// Reasons the configuration cannot run on `gpus` GPUs with `model` (empty: it can). These are
+/// results, not errors: the planner counts them and `simulate` prints them. Each reason names the
+/// quantities and the rule, e.g. "tp*pp = 96 does not divide 1000 GPUs".
 std::vector<std::string> InfeasibilityReasons(const Model& model, const ParallelConfig& cfg,
                                               std::int64_t gpus, std::int64_t gpus_per_node);
 

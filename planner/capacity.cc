@@ -34,14 +34,7 @@ std::vector<CapacityRow> RunCapacity(const Model& m, const std::vector<CapacityO
     po.seq_length = o.seq_length;
     po.top_k = 1;
     po.price_usd_per_gpu_hour = row.price_usd_per_gpu_hour;
-    // The best plan not at risk of running out of memory; if there is none, the best at risk.
-    po.exclude_memory_at_risk = true;
     PlanResult pr = RunPlan(m, cl, DefaultProfile(cl), po);
-    if (pr.plans.empty()) {
-      po.exclude_memory_at_risk = false;
-      pr = RunPlan(m, cl, DefaultProfile(cl), po);
-      row.memory_at_risk = !pr.plans.empty();
-    }
     if (pr.plans.empty()) {
       row.feasible = false;
       row.reason = pr.advice.empty() ? "no configuration fits" : pr.advice.front();
@@ -49,7 +42,9 @@ std::vector<CapacityRow> RunCapacity(const Model& m, const std::vector<CapacityO
       continue;
     }
     row.feasible = true;
-    row.best = pr.plans.front();
+    // The best plan not at risk of running out of memory; if there is none, the best at risk.
+    row.memory_at_risk = !pr.best_not_at_risk.has_value();
+    row.best = pr.best_not_at_risk ? *pr.best_not_at_risk : pr.plans.front();
     row.step_time_s = row.best.result.step_time_s;
     row.tokens_per_step = static_cast<double>(row.best.config.global_batch_size * row.best.config.seq_length);
     row.steps = std::ceil(o.tokens / row.tokens_per_step);

@@ -78,6 +78,14 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
     auto it = o.fixed.find(key);
     return it == o.fixed.end() ? 0 : std::stoll(it->second);
   };
+  // Megatron-LM's argument checks that hold for every candidate: a learned position table must
+  // cover the sequence.
+  if (m.position_embedding == PositionEmbedding::kLearned && m.max_position_embeddings > 0 &&
+      seq > m.max_position_embeddings) {
+    ++(*rejected)[fmt::format("all: seq_length {} exceeds the learned position table (max_position_embeddings {})", seq,
+                              m.max_position_embeddings)];
+    return out;
+  }
   // Tensor-parallel sizes: divisors of the GPUs per node up to max_tp, or the fixed one.
   std::vector<std::int64_t> tps;
   if (const std::int64_t ft = fixed_int("tp")) {
@@ -103,6 +111,9 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
       std::erase_if(pps, [&](const auto& x) { return x.first != fp; });
       if (pps.empty()) ++(*rejected)["(tp, pp) pairs: the fixed pp divides neither num_layers nor num_layers + 2"];
     }
+    // Sequence parallelism splits the sequence over the tensor-parallel ranks.
+    const bool sp_possible = tp > 1 && seq % tp == 0;
+    if (tp > 1 && !sp_possible) ++(*rejected)["tp values: sequence parallelism needs seq_length divisible by tp"];
     for (const auto& [pp, slots] : pps) {
       if (n % (tp * pp) != 0) {
         ++(*rejected)["(tp, pp) pairs: tp*pp does not divide the GPU count"];
@@ -139,7 +150,7 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kNone) != o.recomputes.end()) {
                 continue;
               }
-              for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+              for (bool sp : sp_possible ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
                 for (int z : o.zero_stages) {
                   if (z > 0 && dp == 1) continue;  // nothing to shard: same as ZeRO-0
                   if (z >= 2 && pp > 1) continue;  // Megatron-LM: ZeRO-2/3 (FSDP) without PP
@@ -232,7 +243,10 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     const std::size_t i = order[j];
     {
       std::lock_guard<std::mutex> lock(mu);
-      if (top.size() >= k && bounds[i].step_time_lower_s > top.back().result.step_time_s) {
+      // Also keep looking for the best plan not at risk of running out of memory.
+      const bool safe_found = res.best_not_at_risk.has_value();
+      if (top.size() >= k && bounds[i].step_time_lower_s > top.back().result.step_time_s && safe_found &&
+          bounds[i].step_time_lower_s > res.best_not_at_risk->result.step_time_s) {
         ++rej_local["cannot beat the top K (step-time lower bound, not simulated)"];
         ++done;
         if (o.progress) o.progress(done, order.size());
@@ -247,17 +261,26 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     p.usd_per_million_tokens = static_cast<double>(o.gpus) * price / 3600.0 * p.result.step_time_s / tokens * 1e6;
     p.joules_per_token = static_cast<double>(o.gpus) * cl.gpu.tdp_W * o.energy_overhead * p.result.step_time_s / tokens;
     std::lock_guard<std::mutex> lock(mu);
-    if (!p.result.fits || p.result.peak_memory_bytes > usable - o.min_headroom_bytes) {
+    if (!p.result.feasible) {
+      // Rules the generator does not apply; the first reason names the rule.
+      ++rej_local["cannot run (simulated): " + (p.result.reasons.empty() ? std::string("?") : p.result.reasons.front())];
+    } else if (!p.result.fits || p.result.peak_memory_bytes > usable - o.min_headroom_bytes) {
       ++rej_local[o.min_headroom_bytes > 0 ? "does not fit with the required headroom (simulated)"
                                            : "does not fit in memory (simulated)"];
       res.closest.push_back(std::move(p));
-    } else if (o.exclude_memory_at_risk && p.result.memory_at_risk) {
-      ++rej_local[fmt::format("at risk of running out of memory (peak x {} over usable; simulated)",
-                              kMeasuredOverPredictedPeakMin)];
-      res.closest.push_back(std::move(p));
     } else {
-      top.insert(std::upper_bound(top.begin(), top.end(), p, plan_less), std::move(p));
-      if (top.size() > k) top.pop_back();
+      if (!p.result.memory_at_risk &&
+          (!res.best_not_at_risk || plan_less(p, *res.best_not_at_risk))) {
+        res.best_not_at_risk = p;
+      }
+      if (o.exclude_memory_at_risk && p.result.memory_at_risk) {
+        ++rej_local[fmt::format("at risk of running out of memory (peak x {} over usable; simulated)",
+                                kMeasuredOverPredictedPeakMin)];
+        ++res.at_risk_excluded;
+      } else {
+        top.insert(std::upper_bound(top.begin(), top.end(), p, plan_less), std::move(p));
+        if (top.size() > k) top.pop_back();
+      }
     }
     ++done;
     if (o.progress) o.progress(done, order.size());
@@ -273,7 +296,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
 
   if (res.plans.empty()) {
     // Nothing fits: simulate the candidates with the smallest memory bound and explain.
-    if (res.closest.empty() && !cands.empty()) {
+    if (res.closest.empty() && !cands.empty() && res.at_risk_excluded == 0) {
       std::vector<std::size_t> idx(cands.size());
       for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
       std::sort(idx.begin(), idx.end(), [&](auto a, auto b) {
@@ -284,7 +307,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
         Plan p;
         p.config = cands[idx[j]];
         p.result = Simulate(m, p.config, cl, o.gpus, prof);
-        res.closest.push_back(std::move(p));
+        if (p.result.feasible) res.closest.push_back(std::move(p));
       }
     }
     std::sort(res.closest.begin(), res.closest.end(), [](const Plan& a, const Plan& b) {
@@ -292,12 +315,24 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
              (a.result.peak_memory_bytes == b.result.peak_memory_bytes && Key(a.config) < Key(b.config));
     });
     if (res.closest.size() > 3) res.closest.resize(3);
+    if (res.at_risk_excluded > 0) {
+      res.advice.push_back(fmt::format(
+          "{} plans fit but were left out as at risk of running out of memory (peak x {} over usable); without "
+          "--exclude-at-risk they are ranked and marked",
+          res.at_risk_excluded, kMeasuredOverPredictedPeakMin));
+    }
     if (cands.empty()) {
       std::string why;
       for (const auto& [r, c] : res.not_generated) why += fmt::format("; {} x {}", c, r);
       res.advice.push_back(fmt::format("no candidate configuration could be formed for {} GPUs and global batch {}{}",
                                        o.gpus, o.global_batch_size, why));
-    } else if (!res.closest.empty()) {
+    } else if (res.at_risk_excluded > 0) {
+      // Advised above: the plans fit; only the risk flag left them out.
+    } else if (res.closest.empty()) {
+      std::string why;
+      for (const auto& [r, c] : res.rejected) why += fmt::format("; {} x {}", c, r);
+      res.advice.push_back("no candidate configuration can run" + why);
+    } else {
       const Plan& c = res.closest.front();
       const auto& st = c.result.stages;
       std::size_t worst = 0;

@@ -65,6 +65,11 @@ struct PlanResult {
   /// ("(tp, pp) pairs: ..."), since a rejected pair would have produced many candidates.
   std::map<std::string, std::size_t> not_generated;
   std::vector<Plan> plans;                      ///< best first, at most top_k
+  /// The best plan that is not at risk of running out of memory (SimulationResult::
+  /// memory_at_risk), found even when it ranks below top_k; empty when every plan is at risk.
+  std::optional<Plan> best_not_at_risk;
+  /// Plans that fit but were left out as at risk (PlanOptions::exclude_memory_at_risk).
+  std::size_t at_risk_excluded = 0;
   /// When nothing fits: the candidates that came closest (lowest peak memory), and advice.
   std::vector<Plan> closest;
   std::vector<std::string> advice;

@@ -51,7 +51,7 @@ struct ValidationSummary {
   std::size_t oom_rows = 0, oom_rows_predicted_oom = 0, ok_rows = 0, ok_rows_predicted_fit = 0;
   /// Rows flagged at risk of running out of memory (they fit, but not with the smallest measured
   /// BLOOM ratio of nvidia-smi to predicted peak). That ratio comes from the same BLOOM sweeps as
-  /// three of the four OOM rows, so these counts are not independent evidence.
+  /// all four OOM rows, so these counts are not independent evidence.
   std::size_t oom_rows_at_risk = 0, ok_rows_at_risk = 0;
   /// Per source (S1, S3, S12, S14): MAPE and count.
   std::map<std::string, std::pair<double, std::size_t>> mape_by_source;

@@ -636,6 +636,8 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     }
     res.stages.push_back(sr);
   }
+  // "At risk" qualifies a configuration that fits; one that does not fit is not also at risk.
+  if (!res.fits) res.memory_at_risk = false;
   // Headline breakdown and bubble: the mean over stages.
   const double np = static_cast<double>(c.pp);
   for (const auto& s : res.stages) {

@@ -54,9 +54,10 @@ struct StageMemory {
 
 /// The smallest ratio of a measured nvidia-smi peak to this model's predicted peak among the 17
 /// BLOOM runs of validation/published_runs.csv with a measured peak (row 138; the ratios span
-/// 1.17-1.40, mean 1.31): what the CUDA context, NCCL and the PyTorch caching allocator's
-/// reserve added on top of the tensors in those runs (Megatron-DeepSpeed, PyTorch 1.11, 2022).
-/// Not a correction: the peak stays what the model predicts. A stage whose peak times this
+/// 1.17-1.40, mean 1.31; the source peaks are whole GB, so about +-0.01): nvidia-smi over
+/// predicted, whatever the cause (the CUDA context, NCCL, the PyTorch caching allocator's reserve,
+/// and any error of the memory model itself) in those runs (Megatron-DeepSpeed, PyTorch 1.11,
+/// 2022). Not a correction: the peak stays what the model predicts. A stage whose peak times this
 /// ratio exceeds usable memory is flagged "at risk". `Validate.AtRiskRatioIsTheSmallestBloomRatio`
 /// recomputes it from the validation run and fails when the model has moved it.
 inline constexpr double kMeasuredOverPredictedPeakMin = 1.17;
@@ -86,7 +87,7 @@ struct SimulationResult {
   double peak_memory_bytes = 0;
   double usable_memory_bytes = 0;
   bool fits = true;
-  bool memory_at_risk = false;  ///< some stage fits but is at risk (StageResult::at_risk)
+  bool memory_at_risk = false;  ///< fits, and some stage is at risk (StageResult::at_risk)
   std::vector<StageResult> stages;
   std::vector<std::string> critical_path;  ///< a few summary lines
   /// The same, structured: time on the critical path per (stage, task kind), largest first.

@@ -256,6 +256,12 @@ TEST(CliPlan, TextAndBadInput) {
     EXPECT_EQ(b.exit_code, 2) << v;
     EXPECT_NE(b.err.find(std::string("--fix: got \"") + v + "\", expected"), std::string::npos) << b.err;
   }
+  auto twice = RunShardcast(base + "tp=8,tp=4");
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_NE(twice.err.find("expected tp once (it is already fixed to 8)"), std::string::npos) << twice.err;
+  auto vp1 = RunShardcast(base + "schedule=interleaved,vp=1");
+  EXPECT_EQ(vp1.exit_code, 2);
+  EXPECT_NE(vp1.err.find("expected vp >= 2 with the interleaved schedule"), std::string::npos) << vp1.err;
   // sp=y is sp=true; values outside the default search lists are searched when fixed, and the
   // "Details" line is a simulate command for the best plan.
   auto fixed = RunShardcast(base + "sp=y,zero=2,mbs=32 --json");
@@ -293,6 +299,36 @@ TEST(CliPlan, AtRiskPlansAreMarkedAndNotRecommended) {
   ASSERT_FALSE(ex["plans"].empty());
   for (const auto& p : ex["plans"]) EXPECT_FALSE(p["memory_at_risk"].get<bool>());
   EXPECT_EQ(ex["plans"][0]["step_time_s"], j["plans"][first_safe]["step_time_s"]);
+  // The recommendation does not depend on --top: with one row shown it is found below it.
+  EXPECT_EQ(j["recommended_rank"], first_safe + 1);
+  const Json one =
+      Json::parse(RunShardcast("plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536 --top 1 --json").out);
+  EXPECT_TRUE(one["recommended_rank"].is_null());
+  EXPECT_EQ(one["recommended"]["step_time_s"], j["plans"][first_safe]["step_time_s"]);
+  // Everything at risk and excluded: said so, not "no candidate fits" with a negative shortfall.
+  auto all = RunShardcast("plan --model llama2-70b --cluster dgx-a100 --gpus 16 --gbs 256 --exclude-at-risk");
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_NE(all.out.find("No candidate fits without being at risk of running out of memory"), std::string::npos)
+      << all.out;
+  EXPECT_EQ(all.out.find("more than the"), std::string::npos) << all.out;
+  // A configuration that does not fit is not also "at risk".
+  const Json nf = Json::parse(RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 64 --tp 8 --pp 8 "
+                                           "--mbs 4 --gbs 192 --sequence-parallel --json").out);
+  ASSERT_FALSE(nf["fits"].get<bool>()) << "premise";
+  EXPECT_FALSE(nf["memory_at_risk"].get<bool>());
+}
+
+// A sequence longer than a learned position table: nothing is generated, and plan says why
+// (this used to crash on a candidate with no stages).
+TEST(CliPlan, SequenceBeyondThePositionTable) {
+  auto r = RunShardcast("plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536 --seq 2049");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("seq_length 2049 exceeds the learned position table (max_position_embeddings 2048)"),
+            std::string::npos)
+      << r.out;
+  auto sp = RunShardcast("plan --model llama2-7b --cluster dgx-a100 --gpus 8 --gbs 64 --seq 4098 --fix tp=8,sp=true");
+  ASSERT_EQ(sp.exit_code, 0) << sp.err;
+  EXPECT_NE(sp.out.find("sequence parallelism needs seq_length divisible by tp"), std::string::npos) << sp.out;
 }
 
 TEST(CliCapacity, ThreeGpuTypes) {
@@ -320,7 +356,7 @@ TEST(CliCapacity, BadInput) {
   const std::string base = "capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:64 ";
   auto no_ckpt = RunShardcast(base + "--mtbf-hours 1000");
   EXPECT_EQ(no_ckpt.exit_code, 2);
-  EXPECT_NE(no_ckpt.err.find("--mtbf-hours: got 1000 with no --checkpoint-minutes"), std::string::npos) << no_ckpt.err;
+  EXPECT_NE(no_ckpt.err.find("--mtbf-hours: got 1000 with --checkpoint-minutes 0 (or none)"), std::string::npos) << no_ckpt.err;
   EXPECT_EQ(RunShardcast(base + "--checkpoint-minutes 5").exit_code, 2);
   auto price = RunShardcast(base + "--price-per-gpu-hour h100-sxm=2");
   EXPECT_EQ(price.exit_code, 2);
