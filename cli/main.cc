@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <set>
+#include <sstream>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -32,6 +35,20 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::ExtrasError& e) {
+    // CLI11 lists the extra arguments last to first; name them in the order they were typed.
+    const std::string what = e.what();
+    const auto colon = what.find(':');
+    std::set<std::string> extra;
+    std::istringstream words(colon == std::string::npos ? std::string() : what.substr(colon + 1));
+    for (std::string w; words >> w;) extra.insert(w);
+    std::string in_order;
+    for (int i = 1; i < argc; ++i) {
+      if (extra.count(argv[i])) in_order += std::string(in_order.empty() ? "" : " ") + argv[i];
+    }
+    std::cerr << "shardcast: error: command line: got unexpected arguments \"" << (in_order.empty() ? what : in_order)
+              << "\", expected only the options of the command (--help lists them)\n";
+    return 2;
   } catch (const CLI::ParseError& e) {
     std::cerr << "shardcast: error: command line: " << e.what() << "\n"
               << "Run with --help for the options and an example.\n";

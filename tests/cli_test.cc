@@ -44,6 +44,9 @@ TEST(Cli, ExitCodes) {
   EXPECT_EQ(RunShardcast("describe").exit_code, 2);
   EXPECT_EQ(RunShardcast("describe --model llama2-70b --tp 8").exit_code, 2);  // --tp needs --cluster
   EXPECT_EQ(RunShardcast("no-such-command").exit_code, 2);
+  auto extra = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --bogus 3");
+  EXPECT_EQ(extra.exit_code, 2);
+  EXPECT_NE(extra.err.find("got unexpected arguments \"--bogus 3\""), std::string::npos) << extra.err;
   EXPECT_EQ(RunShardcast("describe --help").exit_code, 0);
   EXPECT_EQ(RunShardcast("--help").exit_code, 0);
   auto r = RunShardcast("describe --model gpt3-17b");
