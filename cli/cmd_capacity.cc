@@ -75,9 +75,9 @@ std::vector<CapacityOption> ParseOptions(const std::vector<std::string>& specs) 
       } catch (const std::exception&) {
         pos = 0;
       }
-      if (pos != n.size() || v <= 0 || n.empty()) {
+      if (pos != n.size() || v <= 0 || v > kMaxGpus || n.empty()) {
         throw InputError("command line: --gpus-options: got \"" + n + "\" in \"" + spec +
-                         "\", expected a positive GPU count");
+                         "\", expected a positive GPU count up to " + std::to_string(kMaxGpus));
       }
       out.push_back({cluster, v});
     }
@@ -195,6 +195,11 @@ void RunCapacityCommand(const CapacityArgs& a) {
                              r.gpu_hours,
                              r.price_usd_per_gpu_hour, fmt::format("${:.0f}", r.cost_usd), r.energy_kwh / 1000.0,
                              o.days ? (r.meets_deadline ? "meets" : "misses") : "");
+    if (!(r.goodput > 0)) {
+      std::cout << fmt::format("{:<24}  (never finishes: with one failure every {:.2g} h across {} GPUs, checkpoints "
+                               "and restarts take all the time; goodput 0)\n",
+                               "", *o.mtbf_hours / static_cast<double>(r.option.gpus), r.option.gpus);
+    }
     if (r.memory_at_risk) {
       std::cout << fmt::format("{:<24}  (every plan that fits is at risk of running out of memory: its peak x {} "
                                "exceeds usable memory)\n", "", kMeasuredOverPredictedPeakMin);
@@ -233,7 +238,7 @@ void RegisterCapacity(CLI::App& app) {
   AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)");
   cmd->add_option("--min-headroom", a->min_headroom_gib, "GiB each plan must leave free per GPU (default 2, as plan)")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--days", a->days, "deadline in days; marks options that meet it")->check(CLI::PositiveNumber);
+  cmd->add_option("--days", a->days, "deadline in days; marks options that meet it")->check(CLI::Range(1e-6, 1e6));
   cmd->add_option("--price-per-gpu-hour", a->prices, "GPU=USD overrides, e.g. h100-sxm=2.5")->expected(1, -1);
   cmd->add_option("--mtbf-hours", a->mtbf_hours, "mean time between failures of one GPU, hours")->check(CLI::PositiveNumber);
   cmd->add_option("--checkpoint-minutes", a->checkpoint_minutes, "time to write a checkpoint")->check(CLI::NonNegativeNumber);

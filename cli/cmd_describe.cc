@@ -189,7 +189,11 @@ void RunDescribe(const DescribeArgs& a) {
         StateBytesPerParam b = BytesPerParam(z, cfg.dp, true);
         const double bytes = worst.total() * b.total();
         const bool fits = bytes <= g.memory_bytes;
+        // Megatron-LM and DeepSpeed shard gradients (ZeRO-2) and weights (ZeRO-3) only without
+        // pipeline parallelism, as simulate's InfeasibilityReasons says.
+        const bool supported = z < 2 || a.pp == 1;
         stages.push_back({{"zero_stage", z},
+                          {"supported", supported},
                           {"weights_bytes", worst.total() * b.weights},
                           {"grads_bytes", worst.total() * b.grads},
                           {"optimizer_bytes", worst.total() * b.optimizer},
@@ -199,7 +203,7 @@ void RunDescribe(const DescribeArgs& a) {
                             FormatGiB(bytes), FormatGiB(worst.total() * b.weights),
                             FormatGiB(worst.total() * b.grads),
                             FormatGiB(worst.total() * b.optimizer),
-                            fits ? "fits" : "does NOT fit");
+                            !supported ? "not with pp > 1" : fits ? "fits" : "does NOT fit");
       }
       fit["zero"] = stages;
     }
@@ -224,7 +228,7 @@ void RegisterDescribe(CLI::App& app) {
   cmd->add_option("--model", args->model, "model preset name or JSON / HF config.json path")
       ->required();
   cmd->add_option("--cluster", args->cluster, "cluster preset name or JSON path");
-  AddPositive(cmd, "--gpus", args->gpus, "number of GPUs (default: the cluster's, else one node)");
+  AddPositive(cmd, "--gpus", args->gpus, "number of GPUs (default: the cluster's, else one node)", kMaxGpus);
   AddPositive(cmd, "--tp,--tensor-model-parallel-size", args->tp, "tensor-parallel size");
   AddPositive(cmd, "--pp,--pipeline-model-parallel-size", args->pp, "pipeline-parallel size");
   AddPositive(cmd, "--seq,--seq-length", args->seq, "sequence length (default: the model's)");

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -120,6 +121,8 @@ void RunPlanCommand(const PlanArgs& a) {
     if (recommended) {
       j["recommended"] = ResultToJson(recommended->result, m, recommended->config, cl, o.gpus);
       j["recommended"]["megatron_arguments"] = MegatronArguments(recommended->config, m);
+      j["recommended"]["usd_per_million_tokens"] = recommended->usd_per_million_tokens;
+      j["recommended"]["joules_per_token"] = recommended->joules_per_token;
       j["recommended_rank"] = recommended_rank > 0 ? Json(recommended_rank) : Json(nullptr);
     }
     if (r.plans.empty()) j["advice"] = r.advice;
@@ -151,6 +154,17 @@ void RunPlanCommand(const PlanArgs& a) {
                            "MFU", "bubble", "peak mem", "headroom");
   for (std::size_t i = 0; i < r.plans.size(); ++i) std::cout << PlanRow(i + 1, r.plans[i], cl.gpu.memory_bytes) << "\n";
   const Plan& best = r.plans.front();
+  if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end() ||
+      std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kFull) == o.recomputes.end()) {
+    std::cout << fmt::format("\nNot searched: {}{} (widen with --zero-stages 0,1,2,3 / --recompute none,selective,full).\n",
+                             std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end()
+                                 ? "ZeRO-2/3 (FSDP), which Megatron runs only without pipeline parallelism"
+                                 : "",
+                             std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kFull) == o.recomputes.end()
+                                 ? "; full recompute"
+                                 : "");
+  }
+  std::cout << "Plans a few percent apart are within the model's error on published runs (docs/accuracy.md).\n";
   std::cout << fmt::format(
       "\nPeak memory counts allocated tensors plus a framework overhead; PyTorch's caching allocator reserves\n"
       "more (--min-headroom keeps a margin). \"at risk\": the peak times {} (the smallest measured nvidia-smi /\n"
@@ -200,7 +214,7 @@ void RegisterPlan(CLI::App& app) {
       "Example: shardcast plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536");
   cmd->add_option("--model", a->model, "model preset name or JSON / HF config.json path")->required();
   cmd->add_option("--cluster", a->cluster, "cluster preset name or JSON path")->required();
-  AddPositive(cmd, "--gpus", a->gpus, "number of GPUs");
+  AddPositive(cmd, "--gpus", a->gpus, "number of GPUs", kMaxGpus);
   AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (sequences)")->required();
   AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)");
   cmd->add_option("--top", a->top, "plans to show")->check(CLI::Range(1, 1000));

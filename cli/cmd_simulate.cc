@@ -146,10 +146,16 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
   std::cout << fmt::format(
       "  in flight: {} whose activations are held at the peak\n"
       "  other: communication buffers plus the profile's framework overhead (CUDA context, NCCL)\n"
-      "  The peak counts allocated tensors; PyTorch's caching allocator reserves more, so nvidia-smi shows\n"
-      "  more (docs/accuracy.md).\n",
-      chunks ? "forward chunk passes (each 1/vp of the stage's layers)" : "micro-batches");
-  if (r.memory_at_risk) {
+      "  The peak counts allocated tensors. In the published BLOOM runs nvidia-smi showed {:.2f}-{:.2f} times\n"
+      "  this model's peak (allocator reserve, CUDA context, NCCL; docs/accuracy.md): {} to {} for the\n"
+      "  {} peak here.\n",
+      chunks ? "forward chunk passes (each 1/vp of the stage's layers)" : "micro-batches",
+      kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMax,
+      FormatGiB(r.peak_memory_bytes * kMeasuredOverPredictedPeakMin),
+      FormatGiB(r.peak_memory_bytes * kMeasuredOverPredictedPeakMax), FormatGiB(r.peak_memory_bytes));
+  bool any_at_risk = false;
+  for (const auto& s : r.stages) any_at_risk = any_at_risk || s.at_risk;
+  if (any_at_risk) {
     std::cout << fmt::format("  at risk: the peak times {} exceeds usable memory; the measured nvidia-smi peaks of the\n"
                              "  published BLOOM runs were {:.2f}-{:.2f} times this model's peaks.\n",
                              kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMin,
@@ -311,7 +317,7 @@ void RunSimulate(const SimulateArgs& a) {
 }  // namespace
 
 void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
-  AddPositive(cmd, "--gpus", a->gpus, "number of GPUs");
+  AddPositive(cmd, "--gpus", a->gpus, "number of GPUs", kMaxGpus);
   AddPositive(cmd, "--tp,--tensor-model-parallel-size", a->tp, "tensor-parallel size");
   AddPositive(cmd, "--pp,--pipeline-model-parallel-size", a->pp, "pipeline-parallel size");
   AddPositive(cmd, "--dp,--data-parallel-size", a->dp, "data-parallel size (default gpus/(tp*pp); must agree)");

@@ -271,7 +271,7 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     m.tie_embeddings = true;
   } else {
     throw InputError::Field(file, "/model_type", "\"" + type + "\"",
-                            "a supported Hugging Face model_type: llama, mistral, qwen2, gpt2, "
+                            "a supported Hugging Face model_type: llama, mistral, qwen2, qwen3, gpt2, "
                             "gpt_neox, mpt, bloom");
   }
   if (type != "gpt2" && type != "mpt" && type != "bloom" && type != "gpt_neox") {

@@ -31,7 +31,7 @@ Model ModelFromJson(const Json& j, const std::string& file);
 /// included), so ModelFromJson of it gives back the same model (all but `origin`, which names
 /// where a model was loaded from).
 Json ModelToJson(const Model& m);
-/// Maps a Hugging Face config.json (llama, mistral, qwen2, gpt2, gpt_neox, mpt, bloom).
+/// Maps a Hugging Face config.json (llama, mistral, qwen2, qwen3, gpt2, gpt_neox, mpt, bloom).
 Model ModelFromHuggingFace(const Json& j, const std::string& file);
 Gpu GpuFromJson(const Json& j, const std::string& file);
 Cluster ClusterFromJson(const Json& j, const std::string& file);

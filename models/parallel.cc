@@ -110,6 +110,12 @@ std::vector<std::string> InfeasibilityReasons(const Model& m, const ParallelConf
     }
   }
   const std::int64_t per_replica = c.micro_batch_size * c.dp;
+  if (per_replica >= 1 && c.global_batch_size / per_replica > kMaxMicrobatchesPerStep) {
+    r.push_back(fmt::format("global batch {} / (micro-batch {} * dp {}) = {} micro-batches per step, more than the {} "
+                            "the simulator expands (raise the micro-batch size or lower the global batch)",
+                            c.global_batch_size, c.micro_batch_size, c.dp, c.global_batch_size / per_replica,
+                            kMaxMicrobatchesPerStep));
+  }
   if (per_replica < 1) {
     // dp is unknown (tp*pp does not divide the GPUs, reported above): no batch to check.
   } else if (c.global_batch_size % per_replica != 0) {

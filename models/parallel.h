@@ -80,6 +80,11 @@ struct ParallelConfig {
   std::string Short() const;
 };
 
+/// The most micro-batches per step the simulator expands into tasks (each is a few tasks per
+/// stage): real steps use at most a few thousand; a mistyped --gbs would otherwise take minutes
+/// and gigabytes.
+inline constexpr std::int64_t kMaxMicrobatchesPerStep = 16384;
+
 /// The data-parallel size `gpus` GPUs give at tensor- and pipeline-parallel sizes tp and pp:
 /// gpus / (tp*pp), or 0 when tp*pp does not divide gpus (InfeasibilityReasons says so).
 std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t pp);

@@ -125,9 +125,17 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
         continue;
       }
       const std::int64_t per_replica = g / dp;
+      if (const std::int64_t fm = fixed_int("mbs"); fm > 0 && per_replica % fm != 0) {
+        ++(*rejected)["(tp, pp) pairs: the fixed mbs does not divide the batch per data-parallel replica"];
+        continue;
+      }
       for (std::int64_t mbs : Divisors(per_replica)) {
         if (mbs > o.max_micro_batch_size) break;
         const std::int64_t mb = per_replica / mbs;
+        if (mb > kMaxMicrobatchesPerStep) {
+          ++(*rejected)[fmt::format("(tp, pp, mbs) choices: more than {} micro-batches per step", kMaxMicrobatchesPerStep)];
+          continue;
+        }
         for (Schedule s : o.schedules) {
           if (s != Schedule::k1F1B && pp == 1) continue;  // nothing to pipeline
           std::vector<std::int64_t> vps = {1};
@@ -393,7 +401,10 @@ std::string MegatronArguments(const ParallelConfig& c, const Model& m) {
     a += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   }
   if (c.zero_stage == 1) a += " --use-distributed-optimizer";
-  if (c.zero_stage >= 2) a += " --use-torch-fsdp2";
+  // ZeRO-2 is Megatron FSDP's optim_grads strategy (formerly --use-custom-fsdp); ZeRO-3 is full
+  // sharding, here PyTorch FSDP2.
+  if (c.zero_stage == 2) a += " --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads";
+  if (c.zero_stage == 3) a += " --use-torch-fsdp2";
   if (c.overlap_grad_reduce && c.dp > 1) a += " --overlap-grad-reduce";
   if (c.overlap_param_gather && c.zero_stage == 1) a += " --overlap-param-gather";
   if (c.flash_attention) a += " --use-flash-attn";

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "common/json_reader.h"
+#include "models/parallel.h"
 #include "simulator/simulate.h"
 #include "tests/test_util.h"
 
@@ -319,6 +320,26 @@ TEST(CliPlan, AtRiskPlansAreMarkedAndNotRecommended) {
                                            "--mbs 4 --gbs 192 --sequence-parallel --json").out);
   ASSERT_FALSE(nf["fits"].get<bool>()) << "premise";
   EXPECT_FALSE(nf["memory_at_risk"].get<bool>());
+}
+
+// Sizes that would overflow or run for minutes are refused or reported, not simulated.
+TEST(Cli, OutOfRangeSizesAreReasonsOrErrors) {
+  auto g = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 4294967296");
+  EXPECT_EQ(g.exit_code, 2);
+  EXPECT_NE(g.err.find("expected a positive integer up to 1048576"), std::string::npos) << g.err;
+  auto m = RunShardcast("simulate --model llama2-70b --cluster dgx-h100 --gpus 64 --tp 8 --pp 4 --gbs 10000000");
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  EXPECT_NE(m.out.find(fmt::format("= 5000000 micro-batches per step, more than the {}", kMaxMicrobatchesPerStep)),
+            std::string::npos)
+      << m.out;
+  auto d = RunShardcast("describe --model llama2-70b --cluster dgx-h100 --gpus 64 --tp 8 --pp 4");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_NE(d.out.find("ZeRO-3:"), std::string::npos);
+  EXPECT_NE(d.out.find("not with pp > 1"), std::string::npos) << d.out;  // as simulate says
+  auto f = RunShardcast("plan --model gpt3-13b --cluster dgx-a100 --gpus 64 --gbs 256 --fix mbs=7");
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_NE(f.out.find("the fixed mbs does not divide the batch per data-parallel replica"), std::string::npos)
+      << f.out;
 }
 
 // A sequence longer than a learned position table: nothing is generated, and plan says why

@@ -236,7 +236,7 @@ TEST(BadInput, UnknownPresetListsCloseOnes) {
 TEST(BadInput, UnsupportedHuggingFaceType) {
   EXPECT_EQ(LoadError("hfbad.json", R"({"model_type": "t5", "d_model": 512})"),
             "hfbad.json: /model_type: got \"t5\", expected a supported Hugging Face model_type: "
-            "llama, mistral, qwen2, gpt2, gpt_neox, mpt, bloom");
+            "llama, mistral, qwen2, qwen3, gpt2, gpt_neox, mpt, bloom");
 }
 
 TEST(BadInput, ClusterWithUnknownGpu) {

@@ -197,6 +197,16 @@ TEST(Plan, MegatronArguments) {
             "--num-layers-per-virtual-pipeline-stage 4 --micro-batch-size 1 --global-batch-size 1536 "
             "--seq-length 2048 --sequence-parallel --recompute-granularity selective "
             "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --use-flash-attn --bf16");
+  // ZeRO-2 and ZeRO-3 launch differently: Megatron FSDP's optim_grads, and full sharding.
+  c.pp = 1;
+  c.vp = 1;
+  c.schedule = Schedule::k1F1B;
+  c.zero_stage = 2;
+  EXPECT_NE(MegatronArguments(c, m).find("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads "),
+            std::string::npos);
+  c.zero_stage = 3;
+  EXPECT_NE(MegatronArguments(c, m).find("--use-torch-fsdp2"), std::string::npos);
+  EXPECT_EQ(MegatronArguments(c, m).find("optim_grads"), std::string::npos);
 }
 
 // Capacity picks the best plan not at risk of running out of memory: for GPT-3 on 1024 A100s the
