@@ -154,15 +154,16 @@ void RunPlanCommand(const PlanArgs& a) {
                            "MFU", "bubble", "peak mem", "headroom");
   for (std::size_t i = 0; i < r.plans.size(); ++i) std::cout << PlanRow(i + 1, r.plans[i], cl.gpu.memory_bytes) << "\n";
   const Plan& best = r.plans.front();
-  if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end() ||
-      std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kFull) == o.recomputes.end()) {
-    std::cout << fmt::format("\nNot searched: {}{} (widen with --zero-stages 0,1,2,3 / --recompute none,selective,full).\n",
-                             std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end()
-                                 ? "ZeRO-2/3 (FSDP), which Megatron runs only without pipeline parallelism"
-                                 : "",
-                             std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kFull) == o.recomputes.end()
-                                 ? "; full recompute"
-                                 : "");
+  std::vector<std::string> not_searched;
+  if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end()) {
+    not_searched.push_back("ZeRO-2/3 (FSDP), which Megatron runs only without pipeline parallelism");
+  }
+  if (std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kFull) == o.recomputes.end()) {
+    not_searched.push_back("full recompute");
+  }
+  if (!not_searched.empty()) {
+    std::cout << "\nNot searched: " << Join(not_searched, "; ")
+              << " (widen with --zero-stages 0,1,2,3 / --recompute none,selective,full).\n";
   }
   std::cout << "Plans a few percent apart are within the model's error on published runs (docs/accuracy.md).\n";
   std::cout << fmt::format(
