@@ -123,10 +123,10 @@ void RunCapacityCommand(const CapacityArgs& a) {
                      "--mtbf-hours as well (the failure rate the checkpoints protect against)");
   }
   const auto options = ParseOptions(a.options);
+  std::set<std::string> offered;  // GPU presets of the options
+  for (const auto& opt : options) offered.insert(LoadCluster(opt.cluster).gpu.name);
   for (const auto& [gpu, usd] : o.price_per_gpu_hour) {
-    bool used = false;
-    for (const auto& opt : options) used = used || LoadCluster(opt.cluster).gpu.name == gpu;
-    if (!used) {
+    if (!offered.count(gpu)) {
       throw InputError(fmt::format("command line: --price-per-gpu-hour: got {}={}, expected a GPU that a "
                                    "--gpus-options cluster has (its price would not be used)", gpu, usd));
     }

@@ -1,6 +1,7 @@
 #include "cli/plan_common.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -22,14 +23,28 @@ namespace {
 }
 }  // namespace
 
+namespace {
+// One name each, as ToString writes them; nullopt for anything else.
+std::optional<Schedule> ScheduleNamed(const std::string& s) {
+  for (Schedule x : {Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kGpipe}) {
+    if (s == ToString(x)) return x;
+  }
+  return std::nullopt;
+}
+std::optional<Recompute> RecomputeNamed(const std::string& s) {
+  for (Recompute x : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    if (s == ToString(x)) return x;
+  }
+  return std::nullopt;
+}
+}  // namespace
+
 std::vector<Schedule> ParseSchedules(const std::string& list) {
   std::vector<Schedule> out;
   for (const auto& s : Split(list, ',')) {
-    if (s == "1f1b") out.push_back(Schedule::k1F1B);
-    else if (s == "interleaved") out.push_back(Schedule::kInterleaved);
-    else if (s == "zb-h1") out.push_back(Schedule::kZbH1);
-    else if (s == "gpipe") out.push_back(Schedule::kGpipe);
-    else Bad("--schedules", s, "a comma list of 1f1b, interleaved, zb-h1, gpipe");
+    const auto x = ScheduleNamed(s);
+    if (!x) Bad("--schedules", s, "a comma list of 1f1b, interleaved, zb-h1, gpipe");
+    out.push_back(*x);
   }
   return out;
 }
@@ -37,10 +52,9 @@ std::vector<Schedule> ParseSchedules(const std::string& list) {
 std::vector<Recompute> ParseRecomputes(const std::string& list) {
   std::vector<Recompute> out;
   for (const auto& s : Split(list, ',')) {
-    if (s == "none") out.push_back(Recompute::kNone);
-    else if (s == "selective") out.push_back(Recompute::kSelective);
-    else if (s == "full") out.push_back(Recompute::kFull);
-    else Bad("--recompute", s, "a comma list of none, selective, full");
+    const auto x = RecomputeNamed(s);
+    if (!x) Bad("--recompute", s, "a comma list of none, selective, full");
+    out.push_back(*x);
   }
   return out;
 }
@@ -77,11 +91,9 @@ std::map<std::string, std::string> ParseFix(const std::string& list) {
       else if (v == "false" || v == "no" || v == "n" || v == "0") v = "false";
       else Bad("--fix", kv, "sp=true or sp=false (also yes/no, y/n, 1/0)");
     } else if (key == "recompute") {
-      if (v != "none" && v != "selective" && v != "full") Bad("--fix", kv, "recompute=none, selective or full");
+      if (!RecomputeNamed(v)) Bad("--fix", kv, "recompute=none, selective or full");
     } else if (key == "schedule") {
-      if (v != "1f1b" && v != "interleaved" && v != "zb-h1" && v != "gpipe") {
-        Bad("--fix", kv, "schedule=1f1b, interleaved, zb-h1 or gpipe");
-      }
+      if (!ScheduleNamed(v)) Bad("--fix", kv, "schedule=1f1b, interleaved, zb-h1 or gpipe");
     }
     out[key] = v;
   }

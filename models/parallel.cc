@@ -62,56 +62,57 @@ std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t p
   return mp > 0 && gpus % mp == 0 ? gpus / mp : 0;
 }
 
-std::vector<std::string> InfeasibilityReasons(const Model& m, const ParallelConfig& c,
+std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConfig& c,
                                               std::int64_t gpus, std::int64_t gpus_per_node) {
-  std::vector<std::string> r;
+  std::vector<Infeasibility> r;
+  auto add = [&r](const char* rule, std::string text) { r.push_back({rule, std::move(text)}); };
   const std::int64_t mp = c.tp * c.pp;
   if (gpus % mp != 0) {
-    r.push_back(fmt::format("tp*pp = {}*{} = {} does not divide {} GPUs", c.tp, c.pp, mp, gpus));
+    add("tp*pp does not divide the GPU count", fmt::format("tp*pp = {}*{} = {} does not divide {} GPUs", c.tp, c.pp, mp, gpus));
   } else if (c.dp != gpus / mp) {
-    r.push_back(fmt::format("dp = {} but {} GPUs / (tp*pp = {}) = {}", c.dp, gpus, mp, gpus / mp));
+    add("dp disagrees with GPUs / (tp*pp)", fmt::format("dp = {} but {} GPUs / (tp*pp = {}) = {}", c.dp, gpus, mp, gpus / mp));
   }
   if (m.num_attention_heads % c.tp != 0) {
-    r.push_back(fmt::format("tp = {} does not divide num_attention_heads = {}", c.tp,
+    add("tp does not divide the attention heads", fmt::format("tp = {} does not divide num_attention_heads = {}", c.tp,
                             m.num_attention_heads));
   }
   // Megatron-LM requires num_query_groups % tp == 0 (reported separately only for GQA/MQA).
   if (m.num_query_groups != m.num_attention_heads && m.num_query_groups % c.tp != 0) {
-    r.push_back(fmt::format("tp = {} does not divide num_query_groups = {}", c.tp,
+    add("tp does not divide the query groups", fmt::format("tp = {} does not divide num_query_groups = {}", c.tp,
                             m.num_query_groups));
   }
   if (c.embedding_slots && c.vp > 1) {
-    r.push_back("embedding pipeline slots are not supported with virtual stages");
+    add("embedding slots with virtual stages", "embedding pipeline slots are not supported with virtual stages");
   }
   if (c.pp > m.num_layers) {
-    r.push_back(fmt::format("pp = {} exceeds num_layers = {}", c.pp, m.num_layers));
+    add("pp exceeds the layer count", fmt::format("pp = {} exceeds num_layers = {}", c.pp, m.num_layers));
   }
   if (c.schedule == Schedule::kInterleaved && c.vp < 2) {
-    r.push_back(fmt::format("the interleaved schedule needs vp >= 2 virtual stages (got vp = {}; with one it is 1F1B)",
+    add("the interleaved schedule needs vp >= 2", fmt::format("the interleaved schedule needs vp >= 2 virtual stages (got vp = {}; with one it is 1F1B)",
                             c.vp));
   }
   const std::int64_t seq = c.seq_length > 0 ? c.seq_length : m.seq_length;
   if (c.sequence_parallel && c.tp > 1 && seq % c.tp != 0) {
-    r.push_back(fmt::format("sequence parallelism splits the sequence over tp: seq_length = {} is not a multiple of "
+    add("sequence parallelism needs seq_length divisible by tp", fmt::format("sequence parallelism splits the sequence over tp: seq_length = {} is not a multiple of "
                             "tp = {}", seq, c.tp));
   }
   if (m.position_embedding == PositionEmbedding::kLearned && m.max_position_embeddings > 0 &&
       seq > m.max_position_embeddings) {
-    r.push_back(fmt::format("seq_length = {} exceeds the learned position embeddings' max_position_embeddings = {}",
+    add("seq_length exceeds the learned position table", fmt::format("seq_length = {} exceeds the learned position embeddings' max_position_embeddings = {}",
                             seq, m.max_position_embeddings));
   }
   if (c.vp > 1) {
     if (c.schedule != Schedule::kInterleaved) {
-      r.push_back(fmt::format("vp = {} needs the interleaved schedule", c.vp));
+      add("vp > 1 needs the interleaved schedule", fmt::format("vp = {} needs the interleaved schedule", c.vp));
     }
     if (m.num_layers % (c.pp * c.vp) != 0) {
-      r.push_back(fmt::format("pp*vp = {}*{} does not divide num_layers = {}", c.pp, c.vp,
+      add("pp*vp does not divide the layer count", fmt::format("pp*vp = {}*{} does not divide num_layers = {}", c.pp, c.vp,
                               m.num_layers));
     }
   }
   const std::int64_t per_replica = c.micro_batch_size * c.dp;
   if (per_replica >= 1 && c.global_batch_size / per_replica > kMaxMicrobatchesPerStep) {
-    r.push_back(fmt::format("global batch {} / (micro-batch {} * dp {}) = {} micro-batches per step, more than the {} "
+    add("more micro-batches per step than the simulator expands (16384)", fmt::format("global batch {} / (micro-batch {} * dp {}) = {} micro-batches per step, more than the {} "
                             "the simulator expands (raise the micro-batch size or lower the global batch)",
                             c.global_batch_size, c.micro_batch_size, c.dp, c.global_batch_size / per_replica,
                             kMaxMicrobatchesPerStep));
@@ -119,24 +120,31 @@ std::vector<std::string> InfeasibilityReasons(const Model& m, const ParallelConf
   if (per_replica < 1) {
     // dp is unknown (tp*pp does not divide the GPUs, reported above): no batch to check.
   } else if (c.global_batch_size % per_replica != 0) {
-    r.push_back(fmt::format("global batch {} is not a multiple of micro-batch {} * dp {} = {}",
+    add("global batch not a multiple of micro-batch * dp", fmt::format("global batch {} is not a multiple of micro-batch {} * dp {} = {}",
                             c.global_batch_size, c.micro_batch_size, c.dp, per_replica));
   } else if (c.schedule == Schedule::kInterleaved && c.pp > 1 &&
              c.num_microbatches() % c.pp != 0) {
     // Megatron-LM requires this for the interleaved schedule.
-    r.push_back(fmt::format("interleaved schedule needs micro-batches ({}) divisible by pp ({})",
+    add("interleaved schedule needs micro-batches divisible by pp", fmt::format("interleaved schedule needs micro-batches ({}) divisible by pp ({})",
                             c.num_microbatches(), c.pp));
   }
   if (c.zero_stage >= 2 && c.pp > 1) {
-    r.push_back(fmt::format("ZeRO-{} shards gradients{} across data parallelism, which Megatron-LM and DeepSpeed "
+    add("ZeRO-2/3 with pipeline parallelism", fmt::format("ZeRO-{} shards gradients{} across data parallelism, which Megatron-LM and DeepSpeed "
                             "do not support with pipeline parallelism (pp = {})",
                             c.zero_stage, c.zero_stage == 3 ? " and weights" : "", c.pp));
   }
   if (c.sequence_parallel && c.tp == 1) {
-    r.push_back("sequence parallelism needs tp > 1");
+    add("sequence parallelism needs tp > 1", "sequence parallelism needs tp > 1");
   }
   (void)gpus_per_node;
   return r;
+}
+
+std::vector<std::string> InfeasibilityReasons(const Model& m, const ParallelConfig& c, std::int64_t gpus,
+                                              std::int64_t gpus_per_node) {
+  std::vector<std::string> out;
+  for (auto& x : InfeasibilityRules(m, c, gpus, gpus_per_node)) out.push_back(std::move(x.text));
+  return out;
 }
 
 StateBytesPerParam BytesPerParam(int zero_stage, std::int64_t dp, bool fp32_main_grads) {

@@ -89,6 +89,15 @@ inline constexpr std::int64_t kMaxMicrobatchesPerStep = 16384;
 /// gpus / (tp*pp), or 0 when tp*pp does not divide gpus (InfeasibilityReasons says so).
 std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t pp);
 
+/// One broken rule: `rule` names it without the values (for counting), `text` with them.
+struct Infeasibility {
+  std::string rule;
+  std::string text;
+};
+/// The rules the configuration breaks (InfeasibilityReasons, with each rule's name).
+std::vector<Infeasibility> InfeasibilityRules(const Model& model, const ParallelConfig& cfg, std::int64_t gpus,
+                                              std::int64_t gpus_per_node);
+
 /// Reasons the configuration cannot run on `gpus` GPUs with `model` (empty: it can). These are
 /// results, not errors: the planner counts them and `simulate` prints them. Each reason names the
 /// quantities and the rule, e.g. "tp*pp = 96 does not divide 1000 GPUs".

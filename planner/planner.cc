@@ -78,14 +78,6 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
     auto it = o.fixed.find(key);
     return it == o.fixed.end() ? 0 : std::stoll(it->second);
   };
-  // Megatron-LM's argument checks that hold for every candidate: a learned position table must
-  // cover the sequence.
-  if (m.position_embedding == PositionEmbedding::kLearned && m.max_position_embeddings > 0 &&
-      seq > m.max_position_embeddings) {
-    ++(*rejected)[fmt::format("all: seq_length {} exceeds the learned position table (max_position_embeddings {})", seq,
-                              m.max_position_embeddings)];
-    return out;
-  }
   // Tensor-parallel sizes: divisors of the GPUs per node up to max_tp, or the fixed one.
   std::vector<std::int64_t> tps;
   if (const std::int64_t ft = fixed_int("tp")) {
@@ -111,9 +103,6 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
       std::erase_if(pps, [&](const auto& x) { return x.first != fp; });
       if (pps.empty()) ++(*rejected)["(tp, pp) pairs: the fixed pp divides neither num_layers nor num_layers + 2"];
     }
-    // Sequence parallelism splits the sequence over the tensor-parallel ranks.
-    const bool sp_possible = tp > 1 && seq % tp == 0;
-    if (tp > 1 && !sp_possible) ++(*rejected)["tp values: sequence parallelism needs seq_length divisible by tp"];
     for (const auto& [pp, slots] : pps) {
       if (n % (tp * pp) != 0) {
         ++(*rejected)["(tp, pp) pairs: tp*pp does not divide the GPU count"];
@@ -132,10 +121,6 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
       for (std::int64_t mbs : Divisors(per_replica)) {
         if (mbs > o.max_micro_batch_size) break;
         const std::int64_t mb = per_replica / mbs;
-        if (mb > kMaxMicrobatchesPerStep) {
-          ++(*rejected)[fmt::format("(tp, pp, mbs) choices: more than {} micro-batches per step", kMaxMicrobatchesPerStep)];
-          continue;
-        }
         for (Schedule s : o.schedules) {
           if (s != Schedule::k1F1B && pp == 1) continue;  // nothing to pipeline
           std::vector<std::int64_t> vps = {1};
@@ -158,7 +143,7 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kNone) != o.recomputes.end()) {
                 continue;
               }
-              for (bool sp : sp_possible ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+              for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
                 for (int z : o.zero_stages) {
                   if (z > 0 && dp == 1) continue;  // nothing to shard: same as ZeRO-0
                   if (z >= 2 && pp > 1) continue;  // Megatron-LM: ZeRO-2/3 (FSDP) without PP
@@ -217,11 +202,26 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     for (auto& th : pool) th.join();
   };
 
+  // 0. The rules a configuration must satisfy to run at all (InfeasibilityReasons, the same check
+  //    Simulate makes): set aside before any bound is computed.
+  std::vector<char> runnable(cands.size());
+  std::map<std::string, std::string> example;  // rejection key -> the first candidate's reason, with values
+  for (std::size_t i = 0; i < cands.size(); ++i) {
+    const auto broken = InfeasibilityRules(m, cands[i], o.gpus, cl.gpus_per_node);
+    runnable[i] = broken.empty();
+    if (broken.empty()) continue;
+    const std::string key = "cannot run: " + broken.front().rule;
+    ++res.rejected[key];
+    example.emplace(key, broken.front().text);
+  }
   // 1. Exact lower bounds; prune what cannot fit in memory.
   std::vector<Bounds> bounds(cands.size());
-  parallel_for(cands.size(), [&](std::size_t i) { bounds[i] = LowerBounds(m, cands[i], cl, prof); });
+  parallel_for(cands.size(), [&](std::size_t i) {
+    if (runnable[i]) bounds[i] = LowerBounds(m, cands[i], cl, prof);
+  });
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < cands.size(); ++i) {
+    if (!runnable[i]) continue;
     if (bounds[i].peak_memory_lower_bytes > usable - o.min_headroom_bytes) {
       ++res.rejected[o.min_headroom_bytes > 0 ? "does not fit with the required headroom (memory lower bound, not simulated)"
                                               : "does not fit in memory (memory lower bound, not simulated)"];
@@ -270,8 +270,8 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     p.joules_per_token = static_cast<double>(o.gpus) * cl.gpu.tdp_W * o.energy_overhead * p.result.step_time_s / tokens;
     std::lock_guard<std::mutex> lock(mu);
     if (!p.result.feasible) {
-      // Rules the generator does not apply; the first reason names the rule.
-      ++rej_local["cannot run (simulated): " + (p.result.reasons.empty() ? std::string("?") : p.result.reasons.front())];
+      // Safeguard: step 0 set these aside already (Simulate checks the same rules).
+      ++rej_local["cannot run: " + (p.result.reasons.empty() ? std::string("?") : p.result.reasons.front())];
     } else if (!p.result.fits || p.result.peak_memory_bytes > usable - o.min_headroom_bytes) {
       ++rej_local[o.min_headroom_bytes > 0 ? "does not fit with the required headroom (simulated)"
                                            : "does not fit in memory (simulated)"];
@@ -305,8 +305,10 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
   if (res.plans.empty()) {
     // Nothing fits: simulate the candidates with the smallest memory bound and explain.
     if (res.closest.empty() && !cands.empty() && res.at_risk_excluded == 0) {
-      std::vector<std::size_t> idx(cands.size());
-      for (std::size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+      std::vector<std::size_t> idx;  // the candidates that can run, by memory bound
+      for (std::size_t i = 0; i < cands.size(); ++i) {
+        if (runnable[i]) idx.push_back(i);
+      }
       std::sort(idx.begin(), idx.end(), [&](auto a, auto b) {
         return bounds[a].peak_memory_lower_bytes < bounds[b].peak_memory_lower_bytes ||
                (bounds[a].peak_memory_lower_bytes == bounds[b].peak_memory_lower_bytes && a < b);
@@ -315,7 +317,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
         Plan p;
         p.config = cands[idx[j]];
         p.result = Simulate(m, p.config, cl, o.gpus, prof);
-        if (p.result.feasible) res.closest.push_back(std::move(p));
+        res.closest.push_back(std::move(p));
       }
     }
     std::sort(res.closest.begin(), res.closest.end(), [](const Plan& a, const Plan& b) {
@@ -338,7 +340,10 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
       // Advised above: the plans fit; only the risk flag left them out.
     } else if (res.closest.empty()) {
       std::string why;
-      for (const auto& [r, c] : res.rejected) why += fmt::format("; {} x {}", c, r);
+      for (const auto& [r, c] : res.rejected) {
+        const auto e = example.find(r);
+        why += fmt::format("; {} x {}{}", c, r, e == example.end() ? "" : " (e.g. " + e->second + ")");
+      }
       res.advice.push_back("no candidate configuration can run" + why);
     } else {
       const Plan& c = res.closest.front();

@@ -347,12 +347,14 @@ TEST(Cli, OutOfRangeSizesAreReasonsOrErrors) {
 TEST(CliPlan, SequenceBeyondThePositionTable) {
   auto r = RunShardcast("plan --model gpt3-175b --cluster dgx-a100 --gpus 1024 --gbs 1536 --seq 2049");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("seq_length 2049 exceeds the learned position table (max_position_embeddings 2048)"),
+  EXPECT_NE(r.out.find("seq_length = 2049 exceeds the learned position embeddings' max_position_embeddings = 2048"),
             std::string::npos)
       << r.out;
   auto sp = RunShardcast("plan --model llama2-7b --cluster dgx-a100 --gpus 8 --gbs 64 --seq 4098 --fix tp=8,sp=true");
   ASSERT_EQ(sp.exit_code, 0) << sp.err;
-  EXPECT_NE(sp.out.find("sequence parallelism needs seq_length divisible by tp"), std::string::npos) << sp.out;
+  EXPECT_NE(sp.out.find("sequence parallelism splits the sequence over tp: seq_length = 4098 is not a multiple of tp = 8"),
+            std::string::npos)
+      << sp.out;
 }
 
 TEST(CliCapacity, ThreeGpuTypes) {
