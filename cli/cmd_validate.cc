@@ -83,13 +83,13 @@ void RunValidate(const ValidateArgs& a) {
   const ValidationSummary& s = rep.summary;
   if (!a.csv.empty()) {
     std::string csv = "row_id,source_id,model,gpus,config,measured_step_time_s,predicted_step_time_s,step_time_error,"
-                      "measured_peak_memory_bytes,predicted_peak_memory_bytes,outcome,predicted_fits,skipped\n";
+                      "measured_peak_memory_bytes,predicted_peak_memory_bytes,outcome,predicted_fits,skipped,fitted_constant\n";
     for (const auto& r : rep.rows) {
-      csv += fmt::format("{},{},\"{}\",{},\"{}\",{},{},{},{},{},{},{},\"{}\"\n", r.row_id, r.source_id, r.model, r.gpus,
+      csv += fmt::format("{},{},\"{}\",{},\"{}\",{},{},{},{},{},{},{},\"{}\",\"{}\"\n", r.row_id, r.source_id, r.model, r.gpus,
                          r.skipped ? "" : r.config.Short(), Opt(r.measured_step_time_s, "{}"),
                          Opt(r.predicted_step_time_s, "{}"), Opt(r.step_time_error, "{}"),
                          Opt(r.measured_peak_memory_bytes, "{}"), Opt(r.predicted_peak_memory_bytes, "{}"), r.outcome,
-                         r.predicted_fits ? "true" : "false", r.skipped ? r.skip_reason : "");
+                         r.predicted_fits ? "true" : "false", r.skipped ? r.skip_reason : "", r.fitted_constant);
     }
     WriteFileAtomic(a.csv, csv);
   }
@@ -115,6 +115,7 @@ void RunValidate(const ValidateArgs& a) {
         x["predicted_memory_at_risk"] = r.predicted_at_risk;
         x["outcome"] = r.outcome;
         x["predicted_mfu"] = r.predicted_mfu;
+        x["fitted_constant"] = r.fitted_constant.empty() ? Json(nullptr) : Json(r.fitted_constant);
       }
       j["rows"].push_back(x);
     }
@@ -128,6 +129,11 @@ void RunValidate(const ValidateArgs& a) {
                     {"step_time_max_abs_error", s.step_time_max_abs_error},
                     {"within_5pct", s.within_5pct},
                     {"within_10pct", s.within_10pct},
+                    {"step_time_mape_held_out", s.held_out_mape},
+                    {"step_time_max_abs_error_held_out", s.held_out_max_abs_error},
+                    {"held_out_rows", s.held_out_timed},
+                    {"step_time_mape_fitted", s.fitted_mape},
+                    {"fitted_rows", s.fitted_timed},
                     {"kendall_tau", s.kendall_tau},
                     {"kendall_pairs", s.kendall_pairs},
                     {"memory_mape", s.memory_mape},
@@ -147,7 +153,8 @@ void RunValidate(const ValidateArgs& a) {
   }
   std::cout << "Published training runs: " << a.runs << "\n";
   std::cout << "error = predicted / measured - 1; memory is the peak over pipeline stages; * measured step time derived\n"
-               "from the source's reported throughput (TFLOP/s or tokens/s), not a reported iteration time\n\n";
+               "from the source's reported throughput (TFLOP/s or tokens/s), not a reported iteration time; [fit] a built-in\n"
+               "constant was fitted on the row (the summary gives the held-out rows apart)\n\n";
   std::cout << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<32} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n", "row", "src",
                            "model", "GPUs", "configuration", "measured", "predicted", "error", "mem GiB", "predicted",
                            "error", "outcome / predicted");
@@ -163,7 +170,9 @@ void RunValidate(const ValidateArgs& a) {
                              Opt(r.predicted_step_time_s, "{:.2f} s"),
                              Opt(r.step_time_error, "{:+.1f}%", 100), Opt(r.measured_peak_memory_bytes, "{:.1f}", 1 / 1073741824.0),
                              Opt(r.predicted_peak_memory_bytes, "{:.1f}", 1 / 1073741824.0),
-                             Opt(r.memory_error, "{:+.1f}%", 100), r.outcome, !r.predicted_fits ? "does not fit" : r.predicted_at_risk ? "fits, at risk" : "fits");
+                             Opt(r.memory_error, "{:+.1f}%", 100), r.outcome,
+                             (!r.predicted_fits ? "does not fit" : r.predicted_at_risk ? "fits, at risk" : "fits") +
+                                 std::string(r.fitted_constant.empty() ? "" : "  [fit]"));
   }
   if (!rep.memory_points.empty()) {
     std::cout << fmt::format("\nMemory points (first pipeline stage, Korthikanti et al. 2022 figures; GiB, fractions unitless)\n");
@@ -180,6 +189,15 @@ void RunValidate(const ValidateArgs& a) {
   std::cout << fmt::format("  step time: MAPE {:.1f}%, max |error| {:.1f}%, within 5% {:.0f}%, within 10% {:.0f}%\n",
                            100 * s.step_time_mape, 100 * s.step_time_max_abs_error, 100 * s.within_5pct,
                            100 * s.within_10pct);
+  if (s.fitted_timed > 0) {
+    std::cout << fmt::format("    held out ({} rows no built-in constant was fitted on): MAPE {:.1f}%, max |error| {:.1f}%\n",
+                             s.held_out_timed, 100 * s.held_out_mape, 100 * s.held_out_max_abs_error);
+    for (const ValidationFit& f : FitsOnValidationRows()) {
+      std::cout << fmt::format("    fitted on rows {} ({}, {}): {}\n", Join(f.row_ids, ", "), f.source_id, f.model,
+                               f.constant);
+    }
+    std::cout << fmt::format("    fitted rows: MAPE {:.1f}% over {} rows\n", 100 * s.fitted_mape, s.fitted_timed);
+  }
   for (const auto& [src, v] : s.mape_by_source) {
     std::cout << fmt::format("    source {:<4} MAPE {:.1f}% over {} rows\n", src, 100 * v.first, v.second);
   }

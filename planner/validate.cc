@@ -132,6 +132,12 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     const Cluster cl = RowCluster(t, r);
     row.gpus = IntField(t, r, "num_gpus", runs_csv);
     row.group = row.model + " @" + std::to_string(row.gpus);
+    for (const ValidationFit& f : FitsOnValidationRows()) {
+      if (f.source_id == row.source_id && f.model == row.model &&
+          std::find(f.row_ids.begin(), f.row_ids.end(), row.row_id) != f.row_ids.end()) {
+        row.fitted_constant = f.constant;
+      }
+    }
     ParallelConfig& c = row.config;
     c.tp = IntField(t, r, "tp", runs_csv);
     c.pp = IntField(t, r, "pp", runs_csv);
@@ -332,6 +338,14 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       if (e <= 0.10) s.within_10pct += 1;
       by_src[row.source_id].first += e;
       ++by_src[row.source_id].second;
+      if (row.fitted_constant.empty()) {
+        s.held_out_mape += e;
+        ++s.held_out_timed;
+        s.held_out_max_abs_error = std::max(s.held_out_max_abs_error, e);
+      } else {
+        s.fitted_mape += e;
+        ++s.fitted_timed;
+      }
       groups.push_back(row.group);
       pred_tp.push_back(1.0 / *row.predicted_step_time_s);
       meas_tp.push_back(1.0 / *row.measured_step_time_s);
@@ -350,6 +364,8 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     s.within_5pct /= static_cast<double>(s.timed);
     s.within_10pct /= static_cast<double>(s.timed);
   }
+  if (s.held_out_timed > 0) s.held_out_mape /= static_cast<double>(s.held_out_timed);
+  if (s.fitted_timed > 0) s.fitted_mape /= static_cast<double>(s.fitted_timed);
   for (auto& [src, v] : by_src) s.mape_by_source[src] = {v.first / static_cast<double>(v.second), v.second};
   s.kendall_tau = KendallTauWithinGroups(groups, pred_tp, meas_tp, &s.kendall_pairs);
   s.memory_points = mem_n;

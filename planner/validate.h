@@ -33,6 +33,8 @@ struct ValidationRow {
   bool predicted_at_risk = false;  ///< fits, but SimulationResult::memory_at_risk
   double predicted_mfu = 0;
   std::string group;  ///< model + GPU count (for rank correlation)
+  /// The constant this row was used to fit (FitsOnValidationRows), empty for a held-out row.
+  std::string fitted_constant;
 };
 
 struct MemoryPoint {
@@ -53,6 +55,10 @@ struct ValidationSummary {
   /// BLOOM ratio of nvidia-smi to predicted peak). That ratio comes from the same BLOOM sweeps as
   /// all four OOM rows, so these counts are not independent evidence.
   std::size_t oom_rows_at_risk = 0, ok_rows_at_risk = 0;
+  /// Step-time MAPE, max |error| and count over the held-out rows (no built-in constant was
+  /// fitted on them) and over the rows a constant was fitted on (FitsOnValidationRows).
+  double held_out_mape = 0, held_out_max_abs_error = 0, fitted_mape = 0;
+  std::size_t held_out_timed = 0, fitted_timed = 0;
   /// Per source (S1, S3, S12, S14): MAPE and count.
   std::map<std::string, std::pair<double, std::size_t>> mape_by_source;
 };

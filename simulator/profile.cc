@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "common/text.h"
 #include "models/loader.h"
@@ -57,6 +59,13 @@ double HardwareProfile::NicShareGBps() const {
 constexpr double kSustainedOverMamfAmpere = 0.83;
 constexpr double kSustainedOverMamfHopper = 0.735;
 constexpr double kUnfusedAttentionCoreEfficiency = 0.765;
+
+const std::vector<ValidationFit>& FitsOnValidationRows() {
+  static const std::vector<ValidationFit> fits = {
+      {fmt::format("Hopper sustained GEMM efficiency, {} of MAMF", kSustainedOverMamfHopper), "S14", "MPT-13b",
+       {"211", "212", "213"}}};
+  return fits;
+}
 
 HardwareProfile DefaultProfile(const Cluster& cl) {
   const Gpu& g = cl.gpu;

@@ -114,6 +114,19 @@ struct HardwareProfile {
 /// The built-in default profile for a cluster's GPU and fabric (sources in docs/profile.md).
 HardwareProfile DefaultProfile(const Cluster& cluster);
 
+/// A built-in default constant fitted on rows of validation/published_runs.csv; every other row
+/// is its held-out check (docs/accuracy.md, "Global constants fitted, and how").
+struct ValidationFit {
+  std::string constant;  ///< what was fitted, with its value
+  std::string source_id, model;  ///< the rows' source_id and model columns
+  std::vector<std::string> row_ids;
+};
+
+/// Every built-in constant fitted on validation rows. Today one: the Hopper sustained GEMM / MAMF
+/// ratio, fitted on the three MPT-13B H100 runs (rows 211-213). The A100 ratio and the attention
+/// core efficiency come from Korthikanti et al. 2022 Table 4 per-layer times, not from rows.
+const std::vector<ValidationFit>& FitsOnValidationRows();
+
 /// The profile with the attention efficiencies of a named kernel: "fa2" (FlashAttention-2) on
 /// Hopper runs at about 0.28 (forward, causal) and 0.27 (backward) of the bf16 peak at 2k tokens
 /// (FA3 paper figures for FA2, hd128), half of FA3; this replaces a measured profile's rates too
