@@ -73,6 +73,9 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
   std::cout << fmt::format("{} on {} x {} ({}), profile: {}\n", m.name, gpus, cl.gpu.display_name, cl.name,
                            prof.kind == "default" ? "built-in default" : prof.source);
   for (const auto& a : prof.adjustments) std::cout << "  profile adjusted: " << a << "\n";
+  if (prof.kind == "default") {
+    for (const auto& e : prof.estimates) std::cout << "  profile estimate: " << e << "\n";
+  }
   const std::int64_t mb = c.num_microbatches();
   std::cout << fmt::format("  {}  seq {}  micro-batches per step {}\n", c.Summary(),
                            c.seq_length > 0 ? c.seq_length : m.seq_length, mb > 0 ? std::to_string(mb) : "?");

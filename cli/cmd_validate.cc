@@ -46,8 +46,10 @@ void RunValidate(const ValidateArgs& a) {
       std::cout << fmt::format("  measured step {}{}  predicted {}  error {}\n", Opt(r.measured_step_time_s, "{:.4g} s"),
                                r.step_time_derived ? " (derived from the reported throughput)" : "",
                                Opt(r.predicted_step_time_s, "{:.4g} s"), Opt(r.step_time_error, "{:+.1f}%", 100));
-      std::cout << fmt::format("  measured peak memory {}  outcome {}\n\n",
+      std::cout << fmt::format("  measured peak memory {}  outcome {}\n",
                                Opt(r.measured_peak_memory_bytes, "{:.1f} GiB", 1 / 1073741824.0), r.outcome);
+      std::cout << (r.fitted_constant.empty() ? std::string("  held out: no built-in constant was fitted on this run\n\n")
+                                              : "  [fit] " + r.fitted_constant + "\n\n");
       // Every switch the row set, as simulate --json names them.
       const Json cfg = ResultToJson(e.result, e.model, r.config, e.cluster, r.gpus)["config"];
       std::string line = "  configuration:";
@@ -83,13 +85,15 @@ void RunValidate(const ValidateArgs& a) {
   const ValidationSummary& s = rep.summary;
   if (!a.csv.empty()) {
     std::string csv = "row_id,source_id,model,gpus,config,measured_step_time_s,predicted_step_time_s,step_time_error,"
-                      "measured_peak_memory_bytes,predicted_peak_memory_bytes,outcome,predicted_fits,skipped,fitted_constant\n";
+                      "measured_peak_memory_bytes,predicted_peak_memory_bytes,outcome,predicted_fits,skipped,skip_reason,"
+                      "fitted_constant\n";
     for (const auto& r : rep.rows) {
-      csv += fmt::format("{},{},\"{}\",{},\"{}\",{},{},{},{},{},{},{},\"{}\",\"{}\"\n", r.row_id, r.source_id, r.model, r.gpus,
+      csv += fmt::format("{},{},\"{}\",{},\"{}\",{},{},{},{},{},{},{},{},\"{}\",\"{}\"\n", r.row_id, r.source_id, r.model, r.gpus,
                          r.skipped ? "" : r.config.Short(), Opt(r.measured_step_time_s, "{}"),
                          Opt(r.predicted_step_time_s, "{}"), Opt(r.step_time_error, "{}"),
                          Opt(r.measured_peak_memory_bytes, "{}"), Opt(r.predicted_peak_memory_bytes, "{}"), r.outcome,
-                         r.predicted_fits ? "true" : "false", r.skipped ? r.skip_reason : "", r.fitted_constant);
+                         r.predicted_fits ? "true" : "false", r.skipped ? "true" : "false", r.skip_reason,
+                         r.fitted_constant);
     }
     WriteFileAtomic(a.csv, csv);
   }
@@ -115,8 +119,8 @@ void RunValidate(const ValidateArgs& a) {
         x["predicted_memory_at_risk"] = r.predicted_at_risk;
         x["outcome"] = r.outcome;
         x["predicted_mfu"] = r.predicted_mfu;
-        x["fitted_constant"] = r.fitted_constant.empty() ? Json(nullptr) : Json(r.fitted_constant);
       }
+      x["fitted_constant"] = r.fitted_constant.empty() ? Json(nullptr) : Json(r.fitted_constant);
       j["rows"].push_back(x);
     }
     j["memory_points"] = Json::array();
@@ -129,6 +133,7 @@ void RunValidate(const ValidateArgs& a) {
                     {"step_time_max_abs_error", s.step_time_max_abs_error},
                     {"within_5pct", s.within_5pct},
                     {"within_10pct", s.within_10pct},
+                    {"timed_rows", s.timed},
                     {"step_time_mape_held_out", s.held_out_mape},
                     {"step_time_max_abs_error_held_out", s.held_out_max_abs_error},
                     {"held_out_rows", s.held_out_timed},
@@ -190,13 +195,16 @@ void RunValidate(const ValidateArgs& a) {
                            100 * s.step_time_mape, 100 * s.step_time_max_abs_error, 100 * s.within_5pct,
                            100 * s.within_10pct);
   if (s.fitted_timed > 0) {
-    std::cout << fmt::format("    held out ({} rows no built-in constant was fitted on): MAPE {:.1f}%, max |error| {:.1f}%\n",
+    std::cout << fmt::format("    held out ({} rows, no built-in constant fitted on their runs): MAPE {:.1f}%, max |error| {:.1f}%\n",
                              s.held_out_timed, 100 * s.held_out_mape, 100 * s.held_out_max_abs_error);
+    std::cout << fmt::format("    fitted ({} rows, [fit]): MAPE {:.1f}%\n", s.fitted_timed, 100 * s.fitted_mape);
     for (const ValidationFit& f : FitsOnValidationRows()) {
-      std::cout << fmt::format("    fitted on rows {} ({}, {}): {}\n", Join(f.row_ids, ", "), f.source_id, f.model,
-                               f.constant);
+      std::vector<std::string> ids;
+      for (const auto& r : rep.rows) {
+        if (r.fitted_constant == f.constant) ids.push_back(r.row_id);
+      }
+      if (!ids.empty()) std::cout << fmt::format("      rows {}: {}\n", Join(ids, ", "), f.constant);
     }
-    std::cout << fmt::format("    fitted rows: MAPE {:.1f}% over {} rows\n", 100 * s.fitted_mape, s.fitted_timed);
   }
   for (const auto& [src, v] : s.mape_by_source) {
     std::cout << fmt::format("    source {:<4} MAPE {:.1f}% over {} rows\n", src, 100 * v.first, v.second);

@@ -134,7 +134,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     row.group = row.model + " @" + std::to_string(row.gpus);
     for (const ValidationFit& f : FitsOnValidationRows()) {
       if (f.source_id == row.source_id && f.model == row.model &&
-          std::find(f.row_ids.begin(), f.row_ids.end(), row.row_id) != f.row_ids.end()) {
+          std::find(f.gpus.begin(), f.gpus.end(), row.gpus) != f.gpus.end()) {
         row.fitted_constant = f.constant;
       }
     }

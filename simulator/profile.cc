@@ -62,8 +62,12 @@ constexpr double kUnfusedAttentionCoreEfficiency = 0.765;
 
 const std::vector<ValidationFit>& FitsOnValidationRows() {
   static const std::vector<ValidationFit> fits = {
-      {fmt::format("Hopper sustained GEMM efficiency, {} of MAMF", kSustainedOverMamfHopper), "S14", "MPT-13b",
-       {"211", "212", "213"}}};
+      {fmt::format("Hopper sustained GEMM efficiency {} of MAMF, fitted on these step times", kSustainedOverMamfHopper),
+       "S14", "MPT-13b", {512, 256, 128}},
+      {fmt::format("A100 sustained GEMM efficiency {} of MAMF and unfused attention core {} of roofline, fitted on "
+                   "the per-layer times of these runs (Table 4)",
+                   kSustainedOverMamfAmpere, kUnfusedAttentionCoreEfficiency),
+       "S3", "GPT-22B", {8}}};
   return fits;
 }
 
@@ -100,6 +104,20 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
     p.gemm_max_efficiency = 0.75;  // [est] (Ada and unknown architectures)
     p.attention_fwd_efficiency = 0.45;
     p.attention_bwd_efficiency = 0.40;
+    p.estimates.push_back("GEMM MAMF 0.75 of peak and attention 0.45 / 0.40 of peak (no published measurement for '" +
+                          g.arch + "')");
+  }
+  if (g.arch == "cdna3") p.estimates.push_back("attention 0.35 / 0.30 of peak (no published in-training measurement)");
+  if (g.arch != "ampere" && g.arch != "hopper") {
+    p.estimates.push_back(fmt::format(
+        "sustained GEMM efficiency {} of MAMF is Hopper's (fitted on the MPT-13B H100 runs); no training runs of {} to "
+        "fit it on",
+        kSustainedOverMamfHopper, g.name));
+  }
+  if (g.arch != "ampere") {
+    p.estimates.push_back(fmt::format("unfused attention core {} of roofline is the A100's (Korthikanti et al. 2022 "
+                                      "Table 4)",
+                                      kUnfusedAttentionCoreEfficiency));
   }
   // Sustained GEMM throughput inside training is below MAMF (best shape, short bursts): fitted on
   // Korthikanti et al. 2022 Table 4 (22B, TP8, mbs 4: per-layer forward and backward times of
@@ -130,8 +148,15 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
     else if (g.arch == "blackwell") intra_eff = 682.0 / 900.0;
   }
   p.intra_busbw_GBps = cl.intra_GBps_per_direction * intra_eff;
+  if (intra_eff == 0.8) {
+    p.estimates.push_back("intra-node collective busbw 0.8 of the " + cl.intra_fabric + " line rate (measured only "
+                          "for A100, H100/H200 and B200 on NVLink)");
+  }
   // p2p inside a node: measured pair write bandwidth A100 274/300, H100 376/450 (hardware.md 1.2).
   p.p2p_intra_GBps = cl.intra_GBps_per_direction * (g.arch == "ampere" ? 274.0 / 300.0 : 0.83);
+  if (g.arch != "ampere" && g.arch != "hopper") {
+    p.estimates.push_back("intra-node p2p 0.83 of the line rate is the H100's pair write bandwidth");
+  }
   // Per NIC: 0.92-0.96 of line rate in ring busbw (hardware.md 2.4: HDR ~24 of 25, NDR 46-48).
   p.nic_effective_GBps = 0.94 * cl.nic_Gbps / 8.0;
   if (cl.inter_fabric == "omni-path") {

@@ -60,6 +60,10 @@ struct HardwareProfile {
   /// In-memory changes made to the profile after it was built or loaded (e.g. WithAttentionKernel),
   /// one line each, for reports; not written to JSON.
   std::vector<std::string> adjustments;
+  /// Built-in defaults that have no public measurement for this GPU or fabric and were carried
+  /// over from another GPU or estimated ([est] in docs/profile.md), one line each, for reports;
+  /// empty for A100 and H100 on NVLink. In memory only, not written to JSON.
+  std::vector<std::string> estimates;
   /// The attention kernel WithAttentionKernel switched the rates to ("fa2" on Hopper), or
   /// "default" when the profile's own rates apply; in memory only, like `adjustments`.
   std::string attention_kernel = "default";
@@ -114,17 +118,20 @@ struct HardwareProfile {
 /// The built-in default profile for a cluster's GPU and fabric (sources in docs/profile.md).
 HardwareProfile DefaultProfile(const Cluster& cluster);
 
-/// A built-in default constant fitted on rows of validation/published_runs.csv; every other row
-/// is its held-out check (docs/accuracy.md, "Global constants fitted, and how").
+/// Built-in default constants fitted on measurements of runs that are also rows of
+/// validation/published_runs.csv; every other row is their held-out check (docs/accuracy.md,
+/// "Global constants fitted, and how"). The runs are named by content (source_id, model and GPU
+/// count columns), so renumbered rows still match.
 struct ValidationFit {
-  std::string constant;  ///< what was fitted, with its value
+  std::string constant;  ///< what was fitted, with its value and the data it was fitted on
   std::string source_id, model;  ///< the rows' source_id and model columns
-  std::vector<std::string> row_ids;
+  std::vector<std::int64_t> gpus;  ///< the rows' num_gpus values
 };
 
-/// Every built-in constant fitted on validation rows. Today one: the Hopper sustained GEMM / MAMF
-/// ratio, fitted on the three MPT-13B H100 runs (rows 211-213). The A100 ratio and the attention
-/// core efficiency come from Korthikanti et al. 2022 Table 4 per-layer times, not from rows.
+/// Every built-in constant fitted on validation runs: the Hopper sustained GEMM / MAMF ratio on
+/// the three MPT-13B H100 step times (rows 211-213), and the A100 ratio and the unfused attention
+/// core efficiency on Korthikanti et al. 2022 Table 4's per-layer times of the 22B runs whose
+/// iteration times are rows 32-33.
 const std::vector<ValidationFit>& FitsOnValidationRows();
 
 /// The profile with the attention efficiencies of a named kernel: "fa2" (FlashAttention-2) on
