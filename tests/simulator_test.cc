@@ -8,6 +8,7 @@
 #include "models/loader.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulate.h"
+#include "tests/test_util.h"
 
 namespace shardcast {
 namespace {
@@ -591,6 +592,22 @@ TEST(Profile, JsonRoundTrip) {
   Json j = ProfileToJson(p);
   j["attention"].erase("unfused_core_efficiency");
   EXPECT_EQ(ProfileFromJson(j, "old.json").unfused_attention_core_efficiency, 1.0);
+}
+
+// Defaults carried over from another GPU are listed, so reports can say which numbers are guesses.
+TEST(Profile, DefaultsWithoutMeasurementsForTheGpuAreListedAsEstimates) {
+  EXPECT_TRUE(DefaultProfile(LoadCluster("dgx-a100")).estimates.empty());
+  const auto h100 = DefaultProfile(LoadCluster("dgx-h100")).estimates;
+  ASSERT_EQ(h100.size(), 1u);  // the unfused attention core efficiency comes from A100 measurements
+  EXPECT_NE(h100[0].find("A100's"), std::string::npos);
+  const auto b200 = DefaultProfile(LoadCluster("dgx-b200")).estimates;
+  const bool hopper_ratio = std::any_of(b200.begin(), b200.end(), [](const std::string& e) {
+    return e.find("is Hopper's") != std::string::npos;
+  });
+  EXPECT_TRUE(hopper_ratio);
+  auto out = testing::RunShardcast("simulate --model gpt3-1.3b --cluster dgx-b200 --gpus 8 --mbs 1 --gbs 8");
+  EXPECT_NE(out.out.find("profile estimate: sustained GEMM efficiency 0.735 of MAMF is Hopper's"), std::string::npos)
+      << out.out;
 }
 
 TEST(Profile, OmniPathUsesTheMeasuredNcclRatePerPort) {
