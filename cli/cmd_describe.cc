@@ -149,7 +149,7 @@ void RunDescribe(const DescribeArgs& a) {
     cfg.pp = a.pp;
     cfg.dp = (gpus % (a.tp * a.pp) == 0) ? gpus / (a.tp * a.pp) : 1;
     cfg.global_batch_size = cfg.dp;
-    std::vector<std::string> reasons = InfeasibilityReasons(m, cfg, gpus, cluster->gpus_per_node);
+    std::vector<std::string> reasons = InfeasibilityReasons(m, cfg, gpus, *cluster);
     Json fit;
     fit["cluster"] = cluster->name;
     fit["gpu"] = g.name;

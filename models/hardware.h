@@ -50,6 +50,9 @@ struct Cluster {
 
   /// Network bandwidth out of one node, GB/s per direction (NICs x rate / 8).
   double NodeNetworkGBps() const { return static_cast<double>(nics_per_node) * nic_Gbps / 8.0; }
+  /// Whether nodes are connected at all: inter_node.fabric is not "none" and the NICs have a
+  /// rate. Without it a configuration can use one node only.
+  bool HasInterNodeNetwork() const { return inter_fabric != "none" && nics_per_node > 0 && nic_Gbps > 0; }
 };
 
 }  // namespace shardcast

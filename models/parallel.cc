@@ -63,7 +63,7 @@ std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t p
 }
 
 std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConfig& c,
-                                              std::int64_t gpus, std::int64_t gpus_per_node) {
+                                              std::int64_t gpus, const Cluster& cl) {
   std::vector<Infeasibility> r;
   auto add = [&r](const char* rule, std::string text) { r.push_back({rule, std::move(text)}); };
   const std::int64_t mp = c.tp * c.pp;
@@ -136,14 +136,20 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
   if (c.sequence_parallel && c.tp == 1) {
     add("sequence parallelism needs tp > 1", "sequence parallelism needs tp > 1");
   }
-  (void)gpus_per_node;
+  if (gpus > cl.gpus_per_node && !cl.HasInterNodeNetwork()) {
+    add("GPUs on more than one node without an inter-node network",
+        fmt::format("{} GPUs span {} nodes of {}, but cluster '{}' has no inter-node network (inter_node: fabric '{}', "
+                    "nics_per_node {}, nic_Gbps {})",
+                    gpus, (gpus + cl.gpus_per_node - 1) / cl.gpus_per_node, cl.gpus_per_node, cl.name,
+                    cl.inter_fabric.empty() ? "unset" : cl.inter_fabric, cl.nics_per_node, cl.nic_Gbps));
+  }
   return r;
 }
 
 std::vector<std::string> InfeasibilityReasons(const Model& m, const ParallelConfig& c, std::int64_t gpus,
-                                              std::int64_t gpus_per_node) {
+                                              const Cluster& cl) {
   std::vector<std::string> out;
-  for (auto& x : InfeasibilityRules(m, c, gpus, gpus_per_node)) out.push_back(std::move(x.text));
+  for (auto& x : InfeasibilityRules(m, c, gpus, cl)) out.push_back(std::move(x.text));
   return out;
 }
 

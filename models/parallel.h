@@ -96,13 +96,14 @@ struct Infeasibility {
 };
 /// The rules the configuration breaks (InfeasibilityReasons, with each rule's name).
 std::vector<Infeasibility> InfeasibilityRules(const Model& model, const ParallelConfig& cfg, std::int64_t gpus,
-                                              std::int64_t gpus_per_node);
+                                              const Cluster& cluster);
 
 /// Reasons the configuration cannot run on `gpus` GPUs with `model` (empty: it can). These are
 /// results, not errors: the planner counts them and `simulate` prints them. Each reason names the
-/// quantities and the rule, e.g. "tp*pp = 96 does not divide 1000 GPUs".
+/// quantities and the rule, e.g. "tp*pp = 96 does not divide 1000 GPUs". `cluster` matters for
+/// one rule: GPUs on more than one node need an inter-node network (Cluster::HasInterNodeNetwork).
 std::vector<std::string> InfeasibilityReasons(const Model& model, const ParallelConfig& cfg,
-                                              std::int64_t gpus, std::int64_t gpus_per_node);
+                                              std::int64_t gpus, const Cluster& cluster);
 
 /// Bytes of training state per parameter held by one GPU, for mixed-precision Adam
 /// (Rajbhandari et al. 2020, ZeRO, section 3.1 and Fig. 1):

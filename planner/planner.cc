@@ -207,7 +207,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
   std::vector<char> runnable(cands.size());
   std::map<std::string, std::string> example;  // rejection key -> the first candidate's reason, with values
   for (std::size_t i = 0; i < cands.size(); ++i) {
-    const auto broken = InfeasibilityRules(m, cands[i], o.gpus, cl.gpus_per_node);
+    const auto broken = InfeasibilityRules(m, cands[i], o.gpus, cl);
     runnable[i] = broken.empty();
     if (broken.empty()) continue;
     const std::string key = "cannot run: " + broken.front().rule;

@@ -459,7 +459,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   ParallelConfig c = cfg_in;
   if (c.seq_length <= 0) c.seq_length = m.seq_length;
   res.usable_memory_bytes = cl.gpu.memory_bytes;
-  res.reasons = InfeasibilityReasons(m, c, gpus, cl.gpus_per_node);
+  res.reasons = InfeasibilityReasons(m, c, gpus, cl);
   if (!res.reasons.empty()) {
     res.feasible = false;
     res.fits = false;

@@ -258,13 +258,13 @@ TEST(Parallel, SizesThatDoNotDivideAreReasons) {
   c.pp = 12;
   c.dp = 1;
   c.global_batch_size = 1;
-  auto r = InfeasibilityReasons(m, c, 1000, 8);
+  auto r = InfeasibilityReasons(m, c, 1000, LoadCluster("dgx-a100"));
   ASSERT_EQ(r.size(), 1u) << ::testing::PrintToString(r);
   EXPECT_EQ(r[0], "tp*pp = 8*12 = 96 does not divide 1000 GPUs");
   c.tp = 7;
   c.pp = 1;
   c.dp = 1;
-  r = InfeasibilityReasons(m, c, 7, 8);
+  r = InfeasibilityReasons(m, c, 7, LoadCluster("dgx-a100"));
   ASSERT_EQ(r.size(), 1u) << ::testing::PrintToString(r);
   EXPECT_EQ(r[0], "tp = 7 does not divide num_attention_heads = 96");
 }
@@ -279,21 +279,47 @@ TEST(Parallel, MegatronArgumentRulesAreReasons) {
   c.dp = 1;
   c.global_batch_size = 64;
   c.schedule = Schedule::kInterleaved;
-  auto r = InfeasibilityReasons(m, c, 64, 8);
+  auto r = InfeasibilityReasons(m, c, 64, LoadCluster("dgx-a100"));
   ASSERT_EQ(r.size(), 1u) << ::testing::PrintToString(r);
   EXPECT_EQ(r[0], "the interleaved schedule needs vp >= 2 virtual stages (got vp = 1; with one it is 1F1B)");
   c.schedule = Schedule::k1F1B;
   c.sequence_parallel = true;
   c.seq_length = 2044;
-  r = InfeasibilityReasons(m, c, 64, 8);
+  r = InfeasibilityReasons(m, c, 64, LoadCluster("dgx-a100"));
   ASSERT_EQ(r.size(), 1u) << ::testing::PrintToString(r);
   EXPECT_EQ(r[0], "sequence parallelism splits the sequence over tp: seq_length = 2044 is not a multiple of tp = 8");
   c.seq_length = 4096;
-  r = InfeasibilityReasons(m, c, 64, 8);
+  r = InfeasibilityReasons(m, c, 64, LoadCluster("dgx-a100"));
   ASSERT_EQ(r.size(), 1u) << ::testing::PrintToString(r);
   EXPECT_EQ(r[0], "seq_length = 4096 exceeds the learned position embeddings' max_position_embeddings = 2048");
   // Rotary positions have no table: a longer sequence is the user's choice.
-  EXPECT_TRUE(InfeasibilityReasons(LoadModel("llama2-70b"), c, 64, 8).empty());
+  EXPECT_TRUE(InfeasibilityReasons(LoadModel("llama2-70b"), c, 64, LoadCluster("dgx-a100")).empty());
+}
+
+// A cluster without an inter-node network (fabric "none", or NICs with no rate) runs on one node:
+// more GPUs is a reason, not a simulation with zero bandwidth (which never finished).
+TEST(Parallel, GpusOnSeveralNodesNeedAnInterNodeNetwork) {
+  const Model m = LoadModel("llama3-8b");
+  Cluster cl = LoadCluster("dgx-h100");
+  ParallelConfig c;
+  c.dp = 16;
+  c.global_batch_size = 16;
+  EXPECT_TRUE(InfeasibilityReasons(m, c, 16, cl).empty());
+  for (int variant = 0; variant < 3; ++variant) {
+    Cluster off = cl;
+    if (variant == 0) off.inter_fabric = "none";
+    if (variant == 1) off.nic_Gbps = 0;
+    if (variant == 2) off.nics_per_node = 0;
+    const auto r = InfeasibilityReasons(m, c, 16, off);
+    ASSERT_EQ(r.size(), 1u) << variant;
+    EXPECT_NE(r[0].find("16 GPUs span 2 nodes of 8, but cluster 'dgx-h100' has no inter-node network"),
+              std::string::npos)
+        << r[0];
+    ParallelConfig one = c;
+    one.dp = 8;
+    one.global_batch_size = 8;
+    EXPECT_TRUE(InfeasibilityReasons(m, one, 8, off).empty()) << variant;  // one node needs no network
+  }
 }
 
 TEST(Parallel, ZeroBytesPerParamMatchRajbhandari) {

@@ -82,7 +82,7 @@ TEST(Space, OnlyValidConfigurationsAreGenerated) {
   const auto cands = GenerateCandidates(m, cl, o, &rej);
   ASSERT_FALSE(cands.empty());
   for (const auto& c : cands) {
-    EXPECT_TRUE(InfeasibilityReasons(m, c, 256, 8).empty()) << c.Summary();
+    EXPECT_TRUE(InfeasibilityReasons(m, c, 256, cl).empty()) << c.Summary();
     EXPECT_EQ(m.num_query_groups % c.tp, 0);  // 8 KV heads: tp in 1, 2, 4, 8
     EXPECT_LE(c.tp, 8);
   }
