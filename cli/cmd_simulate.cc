@@ -107,6 +107,9 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
   std::cout << fmt::format("  MFU / HFU        {} / {}   (model FLOPs 6*N_gemm + 12*L*s*a*d per token,\n"
                            "                   full attention matrix; HFU adds recompute; dense {} peak {:.4g} TFLOP/s per GPU)\n",
                            Pct(r.mfu), Pct(r.hfu), ToString(c.precision), cl.gpu.PeakFlops(c.precision) / 1e12);
+  std::cout << fmt::format("  executed FLOPs   {} of peak   (what the kernels run: causal flash attention at half the\n"
+                           "                   matrix, its backward recompute, recomputed layers; cannot exceed the ops' rates)\n",
+                           Pct(r.executed_flops_utilization));
   std::cout << fmt::format("  bubble fraction  {}   (compute stream waiting on other stages, mean over stages)\n",
                            Pct(r.bubble_fraction));
   const std::int64_t nmb = c.num_microbatches();

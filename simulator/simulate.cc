@@ -519,6 +519,17 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   const double peak = cl.gpu.PeakFlops(c.precision) * static_cast<double>(gpus);
   res.mfu = res.model_flops_per_step / (step * peak);
   res.hfu = res.hardware_flops_per_step / (step * peak);
+  // What the kernels execute: every op's FLOPs (per GPU, already divided by tp) for every
+  // micro-batch on every model-parallel rank and replica; pipeline stages split the layers.
+  auto sum_flops = [](const std::vector<Op>& ops) {
+    double f = 0;
+    for (const Op& o : ops) f += o.flops;
+    return f;
+  };
+  res.executed_flops_per_step =
+      static_cast<double>(c.dp) * static_cast<double>(c.tp) * static_cast<double>(c.num_microbatches()) *
+      (static_cast<double>(m.num_layers) * sum_flops(cm.layer_ops) + sum_flops(cm.embedding_ops) + sum_flops(cm.output_ops));
+  res.executed_flops_utilization = res.executed_flops_per_step / (step * peak);
 
   // Per-stage accounting on replica 0.
   const auto& tasks = g.tasks();
@@ -737,6 +748,8 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                          "HFU adds recomputed forward FLOPs; peak = dense bf16/fp16 peak x GPUs";
   j["model_flops_per_step"] = r.model_flops_per_step;
   j["hardware_flops_per_step"] = r.hardware_flops_per_step;
+  j["executed_flops_per_step"] = r.executed_flops_per_step;
+  j["executed_flops_utilization"] = r.executed_flops_utilization;
   j["bubble_fraction"] = r.bubble_fraction;
   j["num_microbatches"] = r.num_microbatches;
   j["peak_memory_bytes"] = r.peak_memory_bytes;

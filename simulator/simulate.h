@@ -82,6 +82,12 @@ struct SimulationResult {
   double tokens_per_s = 0, samples_per_s = 0;
   double mfu = 0, hfu = 0;
   double model_flops_per_step = 0, hardware_flops_per_step = 0;
+  /// FLOPs the kernels execute per step, summed over all GPUs from the cost model's ops: causal
+  /// attention at half the full matrix where the kernel skips the masked half (flash attention),
+  /// FlashAttention's backward recompute of the scores, every recomputed forward. Unlike MFU/HFU
+  /// (the field's formula) its utilization cannot exceed the kernels' achieved rates.
+  double executed_flops_per_step = 0;
+  double executed_flops_utilization = 0;  ///< executed_flops_per_step / (step time * peak * GPUs)
   double bubble_fraction = 0;  ///< mean over stages
   StageBreakdown breakdown;    ///< mean over stages
   double peak_memory_bytes = 0;

@@ -539,6 +539,29 @@ TEST(Golden, SingleGpuStepIsTheSumOfItsOps) {
   EXPECT_NEAR(r.mfu, flops / (r.step_time_s * 312e12), 1e-12);
 }
 
+// Executed FLOPs from closed forms: GEMMs 6 x weights x tokens (recompute adds a forward, 2x),
+// causal flash attention 2*b*s^2*(a*d) forward (half of 4*b*s^2*(a*d)) and 2.5x that backward
+// (FlashAttention recomputes the scores), the output layer 6*V*h per token; memory-bound ops none.
+TEST(Golden, ExecutedFlopsAreWhatTheKernelsRun) {
+  const Model m = SmallGpt();
+  const Cluster cl = LoadCluster("dgx-a100");
+  for (const bool full_recompute : {false, true}) {
+    ParallelConfig c = Config(2, 2, 2, 2, 16);
+    c.recompute = full_recompute ? Recompute::kFull : Recompute::kNone;
+    const SimulationResult r = Simulate(m, c, cl, 8, DefaultProfile(cl));
+    ASSERT_TRUE(r.feasible);
+    const double b = 2, s = 1024, h = 1024, L = 24, V = 51200, tokens = b * s;
+    const double w = static_cast<double>(m.Parameters().per_layer.gemm_weights);
+    const double attn_fwd = 2 * b * s * s * h;
+    const double layer = (full_recompute ? 8 : 6) * w * tokens + attn_fwd * (full_recompute ? 2 : 1) + 2.5 * attn_fwd;
+    const double microbatches = 16 / (b * 2);  // per replica, dp 2
+    const double expected = 2 * microbatches * (L * layer + 6 * V * h * tokens);
+    EXPECT_NEAR(r.executed_flops_per_step / expected, 1.0, 1e-9) << full_recompute;
+    const double peak = cl.gpu.PeakFlops(c.precision) * 8;
+    EXPECT_NEAR(r.executed_flops_utilization, expected / (r.step_time_s * peak), 1e-12);
+  }
+}
+
 TEST(Golden, InfeasibleAndTooLargeAreResults) {
   Model m = LoadModel("gpt3-175b");
   Cluster cl = LoadCluster("dgx-a100");
