@@ -154,16 +154,17 @@ void RunPlanCommand(const PlanArgs& a) {
                            "MFU", "bubble", "peak mem", "headroom");
   for (std::size_t i = 0; i < r.plans.size(); ++i) std::cout << PlanRow(i + 1, r.plans[i], cl.gpu.memory_bytes) << "\n";
   const Plan& best = r.plans.front();
-  std::vector<std::string> not_searched;
+  std::vector<std::string> not_searched, widen;
   if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end()) {
     not_searched.push_back("ZeRO-2/3 (FSDP), which Megatron runs only without pipeline parallelism");
+    widen.push_back("--zero-stages 0,1,2,3");
   }
   if (std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kFull) == o.recomputes.end()) {
     not_searched.push_back("full recompute");
+    widen.push_back("--recompute none,selective,full");
   }
   if (!not_searched.empty()) {
-    std::cout << "\nNot searched: " << Join(not_searched, "; ")
-              << " (widen with --zero-stages 0,1,2,3 / --recompute none,selective,full).\n";
+    std::cout << "\nNot searched: " << Join(not_searched, "; ") << " (widen with " << Join(widen, " and ") << ").\n";
   }
   std::cout << "Plans a few percent apart are within the model's error on published runs (docs/accuracy.md).\n";
   std::cout << fmt::format(

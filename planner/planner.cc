@@ -375,9 +375,16 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
       if (std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kFull) == o.recomputes.end()) {
         res.advice.push_back("full activation recompute keeps only each layer's input (allow --recompute full)");
       }
-      if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end()) {
-        res.advice.push_back("a higher ZeRO stage shards gradients (2) and weights (3) across data parallelism "
-                             "(allow --zero-stages 0,1,2,3)");
+      // ZeRO-3 over all the GPUs is the least state per GPU any sharding gives; advise it only when
+      // that state plus this candidate's activations would fit.
+      const double zero3_state = static_cast<double>(m.Parameters().total) *
+                                 BytesPerParam(3, o.gpus, c.config.fp32_main_grads).total();
+      if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end() &&
+          zero3_state + mem.activations_bytes < usable) {
+        res.advice.push_back(fmt::format("a higher ZeRO stage shards gradients (2) and weights (3) across data "
+                                         "parallelism: ZeRO-3 over the {} GPUs holds {} of state per GPU (allow "
+                                         "--zero-stages 0,1,2,3)",
+                                         o.gpus, FormatGiB(zero3_state)));
       }
       const double state = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes;
       if (state > usable) {
@@ -415,7 +422,10 @@ std::string MegatronArguments(const ParallelConfig& c, const Model& m) {
   if (c.flash_attention) a += " --use-flash-attn";
   if (c.precision == Precision::kBf16) a += " --bf16";
   if (c.precision == Precision::kFp16) a += " --fp16";
-  if (c.embedding_slots) a += " --pp-partition-method 'type:transformer|embedding'  # Megatron-DeepSpeed";
+  // The embedding and the output layer each take a layer's slot in the pipeline split, (L + 2) / pp
+  // per stage: Megatron-LM's --account-for-embedding/loss-in-pipeline-split (BLOOM's Megatron-DeepSpeed
+  // called it --pp-partition-method 'type:transformer|embedding').
+  if (c.embedding_slots) a += " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split";
   if (c.schedule == Schedule::kZbH1) a += "   # ZB-H1 schedule: not in upstream Megatron-LM (zero-bubble fork)";
   return a;
 }

@@ -249,6 +249,9 @@ TEST(CliPlan, TextAndBadInput) {
   auto r = RunShardcast("plan --model gpt3-13b --cluster dgx-a100 --gpus 64 --gbs 256 --top 3");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("Best plan as Megatron-LM arguments"), std::string::npos);
+  // "Not searched" names only what was left out: full recompute is searched by default.
+  EXPECT_NE(r.out.find("pipeline parallelism (widen with --zero-stages 0,1,2,3).\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("--recompute none,selective,full"), std::string::npos) << r.out;
   EXPECT_EQ(RunShardcast("plan --model gpt3-13b --cluster dgx-a100 --gpus 64").exit_code, 2);  // no --gbs
   auto bad = RunShardcast("plan --model gpt3-13b --cluster dgx-a100 --gpus 64 --gbs 256 --fix tq=8");
   EXPECT_EQ(bad.exit_code, 2);

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "models/loader.h"
 #include "planner/capacity.h"
+#include "common/text.h"
 #include "planner/planner.h"
 
 namespace shardcast {
@@ -207,6 +208,42 @@ TEST(Plan, MegatronArguments) {
   c.zero_stage = 3;
   EXPECT_NE(MegatronArguments(c, m).find("--use-torch-fsdp2"), std::string::npos);
   EXPECT_EQ(MegatronArguments(c, m).find("optim_grads"), std::string::npos);
+  // Embedding and output layer as pipeline slots, (L + 2) / pp per stage: upstream Megatron-LM's flags.
+  c.zero_stage = 1;
+  c.pp = 7;  // 96 + 2 = 98 = 7 x 14
+  c.embedding_slots = true;
+  const std::string a = MegatronArguments(c, m);
+  EXPECT_NE(a.find(" --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split"), std::string::npos)
+      << a;
+  EXPECT_EQ(a.find("pp-partition-method"), std::string::npos) << a;  // Megatron-DeepSpeed's, not Megatron-LM's
+}
+
+// The no-fit advice names ZeRO only when ZeRO-3 over every GPU would hold the state beside the
+// closest candidate's activations, and with the state it would hold: 18 B/param over the GPUs.
+TEST(Plan, ZeroAdviceOnlyWhenFullShardingWouldFit) {
+  const Model m = LoadModel("llama3-8b");
+  PlanOptions o;
+  o.gpus = 8;
+  o.global_batch_size = 8;
+  o.max_tp = 1;
+  o.fixed = {{"pp", "1"}};
+  const Cluster small = LoadCluster("dgx-a100-40gb");
+  const PlanResult r = RunPlan(m, small, DefaultProfile(small), o);
+  ASSERT_TRUE(r.plans.empty());
+  const std::string zero3 = FormatGiB(static_cast<double>(m.Parameters().total) * 18.0 / 8.0);
+  const auto has = [](const PlanResult& p, const std::string& s) {
+    return std::any_of(p.advice.begin(), p.advice.end(), [&](const std::string& a) { return a.find(s) != std::string::npos; });
+  };
+  EXPECT_TRUE(has(r, "ZeRO-3 over the 8 GPUs holds " + zero3 + " of state per GPU")) << ::testing::PrintToString(r.advice);
+  // Llama-3-70B on 8 H100s: even fully sharded the state is 70.6B x 18 / 8 bytes, more than 80 GB.
+  const Model big = LoadModel("llama3-70b");
+  const Cluster h100 = LoadCluster("dgx-h100");
+  PlanOptions o2;
+  o2.gpus = 8;
+  o2.global_batch_size = 64;
+  const PlanResult r2 = RunPlan(big, h100, DefaultProfile(h100), o2);
+  ASSERT_TRUE(r2.plans.empty());
+  EXPECT_FALSE(has(r2, "higher ZeRO stage")) << ::testing::PrintToString(r2.advice);
 }
 
 // Capacity picks the best plan not at risk of running out of memory: for GPT-3 on 1024 A100s the
