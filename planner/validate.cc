@@ -26,15 +26,30 @@ std::optional<double> Num(const std::string& s) {
   }
 }
 
+/// Where data row `r` of a CSV is, for messages: "row_id 128 (line 27)", or "line 27" when the
+/// table has no row_id column (line 1 is the header; quoted fields hold no line breaks here).
+std::string RowLabel(const CsvTable& t, std::size_t r) {
+  const std::string line = "line " + std::to_string(r + 2);
+  if (t.Column("row_id") < 0) return line;
+  return "row_id " + t.Get(r, "row_id") + " (" + line + ")";
+}
+
 /// A field that must be a positive integer; InputError naming file, row and column otherwise.
 std::int64_t IntField(const CsvTable& t, std::size_t r, const std::string& col, const std::string& file) {
   const std::string v = t.Get(r, col);
   auto d = Num(v);
   if (!d || *d < 1 || *d != std::floor(*d) || *d > 1e12) {
-    throw InputError(file + ": row " + t.Get(r, "row_id") + ", column " + col + ": got \"" + v +
+    throw InputError(file + ": " + RowLabel(t, r) + ", column " + col + ": got \"" + v +
                      "\", expected a positive integer");
   }
   return static_cast<std::int64_t>(*d);
+}
+
+/// InputError unless the table has every column.
+void RequireColumns(const CsvTable& t, const std::string& file, std::initializer_list<const char*> cols) {
+  for (const char* col : cols) {
+    if (t.Column(col) < 0) throw InputError(file + ": header: missing column '" + std::string(col) + "'");
+  }
 }
 
 /// The architecture of a row, from its arch_family and shape columns (validation/README.md).
@@ -100,13 +115,9 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
                                const std::string& explain_row) {
   ValidationReport rep;
   const CsvTable t = ReadCsvFile(runs_csv);
-  for (const char* col : {"row_id", "source_id", "model", "num_layers", "hidden_size", "num_heads", "vocab_size",
-                          "seq_len", "gpu_type", "num_gpus", "tp", "pp", "dp", "micro_batch_size",
-                          "global_batch_size", "outcome"}) {
-    if (t.Column(col) < 0) {
-      throw InputError(runs_csv + ": header: missing column '" + std::string(col) + "'");
-    }
-  }
+  RequireColumns(t, runs_csv, {"row_id", "source_id", "model", "num_layers", "hidden_size", "num_heads", "vocab_size",
+                               "seq_len", "gpu_type", "num_gpus", "tp", "pp", "dp", "micro_batch_size",
+                               "global_batch_size", "outcome"});
   for (std::size_t r = 0; r < t.rows.size(); ++r) {
     ValidationRow row;
     row.row_id = t.Get(r, "row_id");
@@ -232,6 +243,8 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
 
   if (!memory_csv.empty()) {
     const CsvTable mt = ReadCsvFile(memory_csv);
+    RequireColumns(mt, memory_csv, {"model", "num_layers", "hidden_size", "num_heads", "seq_len", "micro_batch_size",
+                                    "tp", "pp", "quantity", "setting", "value_gib"});
     for (std::size_t r = 0; r < mt.rows.size(); ++r) {
       MemoryPoint pt;
       pt.model = mt.Get(r, "model");
@@ -239,30 +252,30 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       pt.setting = mt.Get(r, "setting");
       pt.source = mt.Get(r, "source");
       auto v = Num(mt.Get(r, "value_gib"));
-      if (!v) throw InputError(memory_csv + ": row " + std::to_string(r + 2) + ", column value_gib: got \"" +
+      if (!v) throw InputError(memory_csv + ": " + RowLabel(mt, r) + ", column value_gib: got \"" +
                                mt.Get(r, "value_gib") + "\", expected a number");
       pt.published_GiB = *v;
       // The configuration of the matching Korthikanti run (same layers, hidden, tp, pp).
-      Json j = {{"name", pt.model}, {"num_layers", std::stoll(mt.Get(r, "num_layers"))},
-                {"hidden_size", std::stoll(mt.Get(r, "hidden_size"))},
-                {"ffn_hidden_size", 4 * std::stoll(mt.Get(r, "hidden_size"))},
-                {"num_attention_heads", std::stoll(mt.Get(r, "num_heads"))}, {"vocab_size", 51200},
-                {"seq_length", std::stoll(mt.Get(r, "seq_len"))}, {"normalization", "layernorm"},
+      Json j = {{"name", pt.model}, {"num_layers", IntField(mt, r, "num_layers", memory_csv)},
+                {"hidden_size", IntField(mt, r, "hidden_size", memory_csv)},
+                {"ffn_hidden_size", 4 * IntField(mt, r, "hidden_size", memory_csv)},
+                {"num_attention_heads", IntField(mt, r, "num_heads", memory_csv)}, {"vocab_size", 51200},
+                {"seq_length", IntField(mt, r, "seq_len", memory_csv)}, {"normalization", "layernorm"},
                 {"activation", "gelu"}, {"position_embedding", "learned"}, {"tie_embeddings", true}};
       const Model m = ModelFromJson(j, memory_csv);
       ParallelConfig c;
-      c.tp = std::stoll(mt.Get(r, "tp"));
-      c.pp = std::stoll(mt.Get(r, "pp"));
+      c.tp = IntField(mt, r, "tp", memory_csv);
+      c.pp = IntField(mt, r, "pp", memory_csv);
       c.dp = 1;
-      c.micro_batch_size = std::stoll(mt.Get(r, "micro_batch_size"));
+      c.micro_batch_size = IntField(mt, r, "micro_batch_size", memory_csv);
       c.global_batch_size = c.micro_batch_size * c.pp * 8;
       c.seq_length = m.seq_length;
       c.flash_attention = false;
       for (std::size_t q = 0; q < t.rows.size(); ++q) {
         if (t.Get(q, "source_id") == "S3" && t.Get(q, "num_layers") == mt.Get(r, "num_layers") &&
             t.Get(q, "tp") == mt.Get(r, "tp") && t.Get(q, "pp") == mt.Get(r, "pp")) {
-          c.vp = t.Get(q, "vp").empty() ? 1 : std::stoll(t.Get(q, "vp"));
-          c.global_batch_size = std::stoll(t.Get(q, "global_batch_size"));
+          c.vp = t.Get(q, "vp").empty() ? 1 : IntField(t, q, "vp", runs_csv);
+          c.global_batch_size = IntField(t, q, "global_batch_size", runs_csv);
         }
       }
       c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;

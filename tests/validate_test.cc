@@ -58,6 +58,51 @@ TEST(Validate, SmallFixture) {
   EXPECT_NEAR(rep.summary.step_time_mape, std::fabs(*rep.rows[0].step_time_error), 1e-15);
 }
 
+// Bad CSVs name the file, the missing column or the row and column with the value; a memory
+// file has no row_id, so its rows are named by line (the header is line 1).
+TEST(Validate, BadCsvsNameFileRowAndColumn) {
+  const std::string runs = std::string(SHARDCAST_FIXTURES) + "/validation/runs_small.csv";
+  const std::string wrong = testing::WriteTemp("memory_wrong_header.csv", "foo,bar\n1,2\n");
+  try {
+    RunValidation(runs, wrong);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), wrong + ": header: missing column 'model'");
+  }
+  const std::string bad = testing::WriteTemp(
+      "memory_bad_value.csv",
+      "model,num_layers,hidden_size,num_heads,seq_len,micro_batch_size,tp,pp,quantity,setting,value_gib\n"
+      "Megatron-22B,4x8,6144,64,2048,4,8,1,params_and_optimizer_per_gpu,any,45.56\n");
+  try {
+    RunValidation(runs, bad);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), bad + ": line 2, column num_layers: got \"4x8\", expected a positive integer");
+  }
+  std::ifstream in(runs);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto eol = text.find('\n');
+  const std::string second = text.substr(eol + 1, text.find('\n', eol + 1) - eol - 1);
+  const std::string row_id = second.substr(0, second.find(','));
+  const std::string bad_runs = testing::WriteTemp("runs_bad_tp.csv", text.substr(0, eol + 1) + second + "\n");
+  CsvTable t = ReadCsvFile(bad_runs);
+  const int tp_col = t.Column("tp");
+  ASSERT_GE(tp_col, 0);
+  t.rows[0][static_cast<std::size_t>(tp_col)] = "eight";
+  std::string rebuilt = text.substr(0, eol + 1);
+  for (std::size_t i = 0; i < t.rows[0].size(); ++i) {
+    rebuilt += (i ? "," : "") + ("\"" + t.rows[0][i] + "\"");
+  }
+  const std::string bad_runs2 = testing::WriteTemp("runs_bad_tp2.csv", rebuilt + "\n");
+  try {
+    RunValidation(bad_runs2, "");
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              bad_runs2 + ": row_id " + row_id + " (line 2), column tp: got \"eight\", expected a positive integer");
+  }
+}
+
 TEST(Validate, ExplainKeepsWhatARowWasSimulatedWith) {
   const std::string dir = std::string(SHARDCAST_FIXTURES) + "/validation/";
   ValidationReport rep = RunValidation(dir + "runs_small.csv", "", "1");
