@@ -186,9 +186,16 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
   }
   const std::string type = ToLower(r.String("model_type"));
   if (type == "mixtral" || type == "qwen2_moe" || type == "deepseek_v2" || type == "deepseek_v3" ||
-      type == "dbrx" || r.Has("num_local_experts") || r.Has("num_experts")) {
+      type == "dbrx") {
     throw InputError(file + ": /model_type: got \"" + type +
                      "\", expected a dense model: mixture-of-experts models are not modelled yet");
+  }
+  // An expert count above 1 under a dense model_type (null, 0 or 1 experts is a dense model).
+  for (const char* key : {"num_local_experts", "num_experts"}) {
+    if (j.contains(key) && j[key].is_number() && j[key].get<double>() > 1) {
+      throw InputError(file + ": /" + key + ": got " + j[key].dump() +
+                       ", expected a dense model (no experts): mixture-of-experts models are not modelled yet");
+    }
   }
   Model m;
   // Name: the checkpoint's _name_or_path, else the file name (the folder's for config.json).

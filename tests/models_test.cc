@@ -398,6 +398,21 @@ TEST(HuggingFace, MixtureOfExpertsIsRefusedAndFoldersWork) {
     EXPECT_EQ(std::string(e.what()), path + ": /model_type: got \"mixtral\", expected a dense model: "
                                             "mixture-of-experts models are not modelled yet");
   }
+  // Experts under a dense model_type: the pointer names the expert count; one expert is dense.
+  path = testing::WriteTemp("mistral_moe.json", R"({"model_type": "mistral", "num_hidden_layers": 32,
+    "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "vocab_size": 32000, "max_position_embeddings": 32768, "num_local_experts": 8})");
+  try {
+    LoadModel(path);
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": /num_local_experts: got 8, expected a dense model (no experts): "
+                                            "mixture-of-experts models are not modelled yet");
+  }
+  path = testing::WriteTemp("mistral_one_expert.json", R"({"model_type": "mistral", "num_hidden_layers": 32,
+    "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "vocab_size": 32000, "max_position_embeddings": 32768, "num_local_experts": 1})");
+  EXPECT_EQ(LoadModel(path).num_layers, 32);
   // A folder holding config.json is a model; its name is the folder's.
   auto dir = std::filesystem::temp_directory_path() / "shardcast_tests" / "My-Llama-3-8B";
   std::filesystem::create_directories(dir);
