@@ -71,7 +71,7 @@ void RegisterCalibrate(CLI::App& app) {
       "Example: mpirun -np 2 shardcast calibrate --backend cpu --quick --out cpu.json\n"
       "         shardcast calibrate import all_reduce_perf.log --cluster dgx-h100 --out h100.json");
   cmd->add_option("--backend", a->o.backend, "cpu (Eigen + MPI) or cuda (cuBLASLt + NCCL)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+      ->transform(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case));
   cmd->add_flag("--quick", a->o.quick, "reduced sweep, under a minute");
   cmd->add_flag("--resume", a->o.resume, "continue an interrupted sweep from OUT.partial.json");
   cmd->add_option("--out", a->o.out, "profile to write (atomically)");

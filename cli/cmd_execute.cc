@@ -121,7 +121,7 @@ void RegisterExecute(CLI::App& app) {
   cmd->add_option("--cluster", a->cfg.cluster, "cluster (default: the machine the profile measured)");
   AddConfigOptions(cmd, &a->cfg);
   cmd->add_option("--backend", a->o.backend, "cpu (MPI + Eigen); cuda is not implemented yet")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+      ->transform(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case));
   cmd->add_option("--steps", a->o.steps, "measured steps (median reported)")->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup", a->o.warmup, "warm-up steps")->check(CLI::Range(0, 1000));
   cmd->add_option("--timeout", a->o.timeout_s, "seconds a step may take before all ranks abort")

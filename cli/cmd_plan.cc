@@ -221,7 +221,7 @@ void RegisterPlan(CLI::App& app) {
   AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)");
   cmd->add_option("--top", a->top, "plans to show")->check(CLI::Range(1, 1000));
   cmd->add_option("--objective", a->objective, "rank by throughput|cost|energy")
-      ->check(CLI::IsMember({"throughput", "cost", "energy"}));
+      ->transform(CLI::IsMember({"throughput", "cost", "energy"}, CLI::ignore_case));
   AddPositive(cmd, "--max-tp", a->max_tp, "largest tensor-parallel size (default: GPUs per node)");
   AddPositive(cmd, "--max-mbs", a->max_mbs, "largest micro-batch size (default 16)");
   cmd->add_option("--min-headroom", a->min_headroom_gib,

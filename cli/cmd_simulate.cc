@@ -333,16 +333,16 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (default dp*mbs)");
   AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)");
   cmd->add_option("--recompute", a->recompute, "activation recompute: none|selective|full")
-      ->check(CLI::IsMember({"none", "selective", "full"}));
+      ->transform(CLI::IsMember({"none", "selective", "full"}, CLI::ignore_case));
   cmd->add_option("--recompute-granularity", a->recompute_granularity, "Megatron-LM alias of --recompute")
-      ->check(CLI::IsMember({"selective", "full"}));
+      ->transform(CLI::IsMember({"selective", "full"}, CLI::ignore_case));
   cmd->add_flag("--sequence-parallel", a->sp, "sequence parallelism (needs tp > 1)");
   cmd->add_option("--zero", a->zero, "ZeRO stage 0-3 (1 = Megatron's distributed optimizer)")
       ->check(CLI::Range(0, 3));
   cmd->add_flag("--use-distributed-optimizer", a->dist_opt, "Megatron-LM alias of --zero 1");
   cmd->add_option("--schedule", a->schedule, "pipeline schedule: gpipe|1f1b|interleaved|zb-h1")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}));
-  cmd->add_option("--precision", a->precision, "bf16|fp16")->check(CLI::IsMember({"bf16", "fp16"}));
+      ->transform(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}, CLI::ignore_case));
+  cmd->add_option("--precision", a->precision, "bf16|fp16")->transform(CLI::IsMember({"bf16", "fp16"}, CLI::ignore_case));
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention that saves s*s scores (Megatron 2021)");
   cmd->add_flag("--no-overlap-grad-reduce", a->no_overlap_grad, "reduce gradients after the backward pass");
   cmd->add_flag("--no-overlap-param-gather", a->no_overlap_param, "gather parameters after the optimizer");
@@ -353,7 +353,7 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_option("--optimizer", a->optimizer,
                   "whose optimizer keeps the state: megatron (default) | deepspeed-zero (with --zero 1 or 2; 16-bit "
                   "grads) | deepspeed-bf16 (with --zero 1; BF16_Optimizer: fp32 grad buffer, fp32 all-reduce)")
-      ->check(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16"}));
+      ->transform(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16"}, CLI::ignore_case));
   cmd->add_flag("--p2p-blocking", a->p2p_blocking,
                 "pipeline sends/receives run in order on the compute stream (DeepSpeed's pipeline engine; Megatron-LM "
                 "of 2021-22, which synchronizes after each batch_isend_irecv)");
@@ -376,7 +376,7 @@ void RegisterSimulate(CLI::App& app) {
                   "attention kernel of a built-in profile: fa2 on Hopper uses FlashAttention-2's rates (0.28/0.27 of "
                   "peak) instead of FA3's (also over a measured --profile's); fa2 on Ampere and fa3 on Hopper are the "
                   "built-in defaults; exit 2 on other GPUs")
-      ->check(CLI::IsMember({"default", "fa2", "fa3"}));
+      ->transform(CLI::IsMember({"default", "fa2", "fa3"}, CLI::ignore_case));
   cmd->add_option("--trace", a->trace, "write a Chrome trace JSON (opens in Perfetto)");
   cmd->add_flag("--full-rank", a->full_rank, "simulate every data-parallel replica (slow; for checks)");
   cmd->add_flag("--json", a->json, "print JSON");

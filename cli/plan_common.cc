@@ -27,13 +27,13 @@ namespace {
 // One name each, as ToString writes them; nullopt for anything else.
 std::optional<Schedule> ScheduleNamed(const std::string& s) {
   for (Schedule x : {Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kGpipe}) {
-    if (s == ToString(x)) return x;
+    if (ToLower(s) == ToString(x)) return x;
   }
   return std::nullopt;
 }
 std::optional<Recompute> RecomputeNamed(const std::string& s) {
   for (Recompute x : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-    if (s == ToString(x)) return x;
+    if (ToLower(s) == ToString(x)) return x;
   }
   return std::nullopt;
 }

@@ -212,6 +212,16 @@ TEST(CliSimulate, AttentionKernel) {
   EXPECT_EQ(RunShardcast(base + "dgx-b200 --attention-kernel fa2").exit_code, 2);
 }
 
+// Named choices ignore case, as model and cluster names do.
+TEST(CliSimulate, ChoicesIgnoreCase) {
+  auto r = RunShardcast("simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --pp 2 --mbs 1 --gbs 8 --schedule 1F1B "
+                        "--recompute FULL --precision BF16 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["config"]["schedule"], "1f1b");
+  EXPECT_EQ(j["config"]["recompute"], "full");
+}
+
 TEST(CliSimulate, BadInputExitsTwo) {
   EXPECT_EQ(RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --tp 0").exit_code, 2);
   EXPECT_EQ(RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --schedule zigzag").exit_code, 2);
