@@ -89,6 +89,8 @@ void RunDescribe(const DescribeArgs& a) {
                   {"per_token_attention", fl.per_token_attention},
                   {"per_sequence", per_seq}};
   if (a.gbs > 0) out["flops"]["per_step"] = per_seq * static_cast<double>(a.gbs);
+  out["flops"]["exceeds_position_table"] = m.position_embedding == PositionEmbedding::kLearned &&
+                                           m.max_position_embeddings > 0 && seq > m.max_position_embeddings;
   Json zero = Json::array();
   for (int z = 0; z <= 3; ++z) {
     StateBytesPerParam b = BytesPerParam(z, 1, true);
@@ -126,6 +128,12 @@ void RunDescribe(const DescribeArgs& a) {
   text += fmt::format("  final norm          {:>12}\n", FormatCount(double(pc.final_norm)));
 
   text += fmt::format("\nModel FLOPs at seq {} (forward + backward, no recompute)\n", seq);
+  if (m.position_embedding == PositionEmbedding::kLearned && m.max_position_embeddings > 0 &&
+      seq > m.max_position_embeddings) {
+    text += fmt::format("  note: seq {} exceeds the learned position table (max_position_embeddings {}); simulate and "
+                        "plan refuse it\n",
+                        seq, m.max_position_embeddings);
+  }
   text += "  per token = 6*N_gemm + 12*L*s*a*d  (PaLM appendix B; SC21 eq. 3 without recompute;\n"
           "              N_gemm = GEMM weights incl. output projection; full s x s attention)\n";
   text += fmt::format("            = 6*{} + 12*{}*{}*{}*{}\n", Grouped(pc.gemm_weights),

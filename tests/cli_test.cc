@@ -212,6 +212,16 @@ TEST(CliSimulate, AttentionKernel) {
   EXPECT_EQ(RunShardcast(base + "dgx-b200 --attention-kernel fa2").exit_code, 2);
 }
 
+// describe says when --seq exceeds a learned position table, which simulate and plan refuse.
+TEST(CliDescribe, SequenceBeyondThePositionTableIsNoted) {
+  auto r = RunShardcast("describe --model gpt3-1.3b --seq 4096");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("note: seq 4096 exceeds the learned position table (max_position_embeddings 2048)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(RunShardcast("describe --model gpt3-1.3b --seq 2048").out.find("exceeds the learned"), std::string::npos);
+}
+
 // Named choices ignore case, as model and cluster names do.
 TEST(CliSimulate, ChoicesIgnoreCase) {
   auto r = RunShardcast("simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --pp 2 --mbs 1 --gbs 8 --schedule 1F1B "
