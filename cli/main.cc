@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "common/error.h"
+#include "common/text.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -46,8 +47,22 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
       if (extra.count(argv[i])) in_order += std::string(in_order.empty() ? "" : " ") + argv[i];
     }
+    // A mistyped flag: the command's closest option names.
+    std::vector<std::string> longs;
+    for (const CLI::App* sub : app.get_subcommands()) {
+      for (const CLI::Option* opt : sub->get_options()) {
+        for (const std::string& n : opt->get_lnames()) longs.push_back("--" + n);
+      }
+    }
+    std::string hint;
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      if (!extra.count(arg) || arg.rfind("--", 0) != 0) continue;
+      const auto close = shardcast::ClosestMatches(arg.substr(0, arg.find('=')), longs, 3);
+      if (!close.empty()) hint += "; for " + arg + " did you mean " + shardcast::Join(close, ", ") + "?";
+    }
     std::cerr << "shardcast: error: command line: got unexpected arguments \"" << (in_order.empty() ? what : in_order)
-              << "\", expected only the options of the command (--help lists them)\n";
+              << "\", expected only the options of the command (--help lists them)" << hint << "\n";
     return 2;
   } catch (const CLI::ParseError& e) {
     std::cerr << "shardcast: error: command line: " << e.what() << "\n"

@@ -48,6 +48,9 @@ TEST(Cli, ExitCodes) {
   auto extra = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --bogus 3");
   EXPECT_EQ(extra.exit_code, 2);
   EXPECT_NE(extra.err.find("got unexpected arguments \"--bogus 3\""), std::string::npos) << extra.err;
+  auto typo = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --recompue full");
+  EXPECT_EQ(typo.exit_code, 2);
+  EXPECT_NE(typo.err.find("; for --recompue did you mean --recompute?"), std::string::npos) << typo.err;
   EXPECT_EQ(RunShardcast("describe --help").exit_code, 0);
   EXPECT_EQ(RunShardcast("--help").exit_code, 0);
   auto r = RunShardcast("describe --model gpt3-17b");
