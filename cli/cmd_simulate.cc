@@ -74,7 +74,7 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
                            prof.kind == "default" ? "built-in default" : prof.source);
   for (const auto& a : prof.adjustments) std::cout << "  profile adjusted: " << a << "\n";
   if (prof.kind == "default") {
-    for (const auto& e : prof.estimates) std::cout << "  profile estimate: " << e << "\n";
+    for (const auto& e : prof.Estimates(c.flash_attention)) std::cout << "  profile estimate: " << e << "\n";
   }
   const std::int64_t mb = c.num_microbatches();
   std::cout << fmt::format("  {}  seq {}  micro-batches per step {}\n", c.Summary(),
@@ -107,9 +107,11 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
   std::cout << fmt::format("  MFU / HFU        {} / {}   (model FLOPs 6*N_gemm + 12*L*s*a*d per token,\n"
                            "                   full attention matrix; HFU adds recompute; dense {} peak {:.4g} TFLOP/s per GPU)\n",
                            Pct(r.mfu), Pct(r.hfu), ToString(c.precision), cl.gpu.PeakFlops(c.precision) / 1e12);
-  std::cout << fmt::format("  executed FLOPs   {} of peak   (what the kernels run: causal flash attention at half the\n"
-                           "                   matrix, its backward recompute, recomputed layers; cannot exceed the ops' rates)\n",
-                           Pct(r.executed_flops_utilization));
+  std::cout << fmt::format("  executed FLOPs   {} of peak   (what the kernels run: {},\n"
+                           "                   recomputed layers; cannot exceed the ops' rates)\n",
+                           Pct(r.executed_flops_utilization),
+                           c.flash_attention ? "causal flash attention at half the matrix and its backward recompute"
+                                             : "unfused attention over the full matrix");
   std::cout << fmt::format("  bubble fraction  {}   (compute stream waiting on other stages, mean over stages)\n",
                            Pct(r.bubble_fraction));
   const std::int64_t nmb = c.num_microbatches();
@@ -311,7 +313,9 @@ void RunSimulate(const SimulateArgs& a) {
   if (!a.trace.empty() && r.feasible) WriteFileAtomic(a.trace, ChromeTrace(r));
   if (!a.trace.empty() && !r.feasible) std::cerr << "shardcast: no trace written: the configuration cannot run\n";
   if (a.json) {
-    std::cout << ResultToJson(r, m, c, cl, gpus).dump(2) << "\n";
+    Json j = ResultToJson(r, m, c, cl, gpus);
+    j["profile_estimates"] = prof.kind == "default" ? Json(prof.Estimates(c.flash_attention)) : Json::array();
+    std::cout << j.dump(2) << "\n";
   } else {
     PrintSimulation(r, m, c, cl, gpus, prof);
     if (a.ops && r.feasible) PrintOps(m, c, cl, prof);

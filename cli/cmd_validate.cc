@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_args.h"
+#include "common/csv.h"
 #include "common/error.h"
 #include "common/json_reader.h"
 #include "common/file_util.h"
@@ -84,16 +85,18 @@ void RunValidate(const ValidateArgs& a) {
   }
   const ValidationSummary& s = rep.summary;
   if (!a.csv.empty()) {
+    // A missing value is an empty cell.
+    auto Cell = [](const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string(); };
     std::string csv = "row_id,source_id,model,gpus,config,measured_step_time_s,predicted_step_time_s,step_time_error,"
                       "measured_peak_memory_bytes,predicted_peak_memory_bytes,outcome,predicted_fits,skipped,skip_reason,"
                       "fitted_constant\n";
     for (const auto& r : rep.rows) {
-      csv += fmt::format("{},{},\"{}\",{},\"{}\",{},{},{},{},{},{},{},{},\"{}\",\"{}\"\n", r.row_id, r.source_id, r.model, r.gpus,
-                         r.skipped ? "" : r.config.Short(), Opt(r.measured_step_time_s, "{}"),
-                         Opt(r.predicted_step_time_s, "{}"), Opt(r.step_time_error, "{}"),
-                         Opt(r.measured_peak_memory_bytes, "{}"), Opt(r.predicted_peak_memory_bytes, "{}"), r.outcome,
-                         r.predicted_fits ? "true" : "false", r.skipped ? "true" : "false", r.skip_reason,
-                         r.fitted_constant);
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", CsvQuote(r.row_id), CsvQuote(r.source_id),
+                         CsvQuote(r.model), r.gpus, CsvQuote(r.skipped ? "" : r.config.Short()),
+                         Cell(r.measured_step_time_s), Cell(r.predicted_step_time_s), Cell(r.step_time_error),
+                         Cell(r.measured_peak_memory_bytes), Cell(r.predicted_peak_memory_bytes), CsvQuote(r.outcome),
+                         r.predicted_fits ? "true" : "false", r.skipped ? "true" : "false", CsvQuote(r.skip_reason),
+                         CsvQuote(r.fitted_constant));
     }
     WriteFileAtomic(a.csv, csv);
   }

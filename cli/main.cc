@@ -48,17 +48,27 @@ int main(int argc, char** argv) {
       if (extra.count(argv[i])) in_order += std::string(in_order.empty() ? "" : " ") + argv[i];
     }
     // A mistyped flag: the command's closest option names.
+    // The options of the innermost command given (e.g. calibrate import).
     std::vector<std::string> longs;
-    for (const CLI::App* sub : app.get_subcommands()) {
-      for (const CLI::Option* opt : sub->get_options()) {
-        for (const std::string& n : opt->get_lnames()) longs.push_back("--" + n);
-      }
+    const CLI::App* cmd = &app;
+    while (!cmd->get_subcommands().empty()) cmd = cmd->get_subcommands().front();
+    for (const CLI::Option* opt : cmd->get_options()) {
+      for (const std::string& n : opt->get_lnames()) longs.push_back("--" + n);
     }
     std::string hint;
     for (int i = 1; i < argc; ++i) {
       const std::string arg = argv[i];
       if (!extra.count(arg) || arg.rfind("--", 0) != 0) continue;
-      const auto close = shardcast::ClosestMatches(arg.substr(0, arg.find('=')), longs, 3);
+      const std::string name = arg.substr(0, arg.find('='));
+      auto close = shardcast::ClosestMatches(name, longs, 3);
+      if (close.empty()) {
+        // An option of another command that extends one of this command's (--zero-stages, --zero).
+        std::string prefix;
+        for (const auto& l : longs) {
+          if (name.rfind(l, 0) == 0 && l.size() > prefix.size()) prefix = l;
+        }
+        if (!prefix.empty()) close.push_back(prefix);
+      }
       if (!close.empty()) hint += "; for " + arg + " did you mean " + shardcast::Join(close, ", ") + "?";
     }
     std::cerr << "shardcast: error: command line: got unexpected arguments \"" << (in_order.empty() ? what : in_order)

@@ -23,7 +23,7 @@ CsvTable ParseCsv(const std::string& text, const std::string& file) {
   std::vector<std::string> row;
   std::string field;
   bool quoted = false, any = false;
-  std::size_t line = 1, quote_line = 0;
+  std::size_t line = 1, quote_line = 0, row_line = 1;
   auto end_field = [&] {
     row.push_back(field);
     field.clear();
@@ -34,6 +34,7 @@ CsvTable ParseCsv(const std::string& text, const std::string& file) {
       t.header = row;
     } else if (!(row.size() == 1 && row[0].empty())) {
       t.rows.push_back(row);
+      t.lines.push_back(row_line);
     }
     row.clear();
     any = false;
@@ -64,6 +65,7 @@ CsvTable ParseCsv(const std::string& text, const std::string& file) {
     } else if (c == '\n') {
       end_row();
       ++line;
+      row_line = line;
     } else if (c != '\r') {
       field += c;
       any = true;
@@ -77,5 +79,14 @@ CsvTable ParseCsv(const std::string& text, const std::string& file) {
 }
 
 CsvTable ReadCsvFile(const std::string& path) { return ParseCsv(ReadTextFile(path), path); }
+
+std::string CsvQuote(const std::string& field) {
+  std::string out = "\"";
+  for (char c : field) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
 
 }  // namespace shardcast

@@ -11,6 +11,7 @@ namespace shardcast {
 struct CsvTable {
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
+  std::vector<std::size_t> lines;  ///< the file line each row starts on (the header is line 1)
   /// Column index by name, or -1.
   int Column(const std::string& name) const;
   /// Cell of row `r` in column `name` ("" when the column is absent or the row is short).
@@ -21,5 +22,7 @@ struct CsvTable {
 /// file and line.
 CsvTable ParseCsv(const std::string& text, const std::string& file);
 CsvTable ReadCsvFile(const std::string& path);
+/// A CSV field in double quotes, inner quotes doubled (RFC 4180), as ParseCsv reads it back.
+std::string CsvQuote(const std::string& field);
 
 }  // namespace shardcast

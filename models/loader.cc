@@ -191,8 +191,13 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
                      "\", expected a dense model: mixture-of-experts models are not modelled yet");
   }
   // An expert count above 1 under a dense model_type (null, 0 or 1 experts is a dense model).
-  for (const char* key : {"num_local_experts", "num_experts"}) {
-    if (j.contains(key) && j[key].is_number() && j[key].get<double>() > 1) {
+  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"}) {
+    if (!j.contains(key) || j[key].is_null()) continue;
+    if (!j[key].is_number()) {
+      throw InputError(file + ": /" + key + ": got " + j[key].dump() + ", expected a number of experts (null, 0 or 1 "
+                       "for a dense model)");
+    }
+    if (j[key].get<double>() > 1) {
       throw InputError(file + ": /" + key + ": got " + j[key].dump() +
                        ", expected a dense model (no experts): mixture-of-experts models are not modelled yet");
     }

@@ -376,11 +376,12 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
         res.advice.push_back("full activation recompute keeps only each layer's input (allow --recompute full)");
       }
       // ZeRO-3 over all the GPUs is the least state per GPU any sharding gives; advise it only when
-      // that state plus this candidate's activations would fit.
+      // this candidate's peak with that state instead of its own would leave the headroom.
       const double zero3_state = static_cast<double>(m.Parameters().total) *
                                  BytesPerParam(3, o.gpus, c.config.fp32_main_grads).total();
+      const double own_state = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes;
       if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end() &&
-          zero3_state + mem.activations_bytes < usable) {
+          need - own_state + zero3_state <= usable - o.min_headroom_bytes) {
         res.advice.push_back(fmt::format("a higher ZeRO stage shards gradients (2) and weights (3) across data "
                                          "parallelism: ZeRO-3 over the {} GPUs holds {} of state per GPU (allow "
                                          "--zero-stages 0,1,2,3)",

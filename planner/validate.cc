@@ -27,9 +27,9 @@ std::optional<double> Num(const std::string& s) {
 }
 
 /// Where data row `r` of a CSV is, for messages: "row_id 128 (line 27)", or "line 27" when the
-/// table has no row_id column (line 1 is the header; quoted fields hold no line breaks here).
+/// table has no row_id column (the file line the row starts on; the header is line 1).
 std::string RowLabel(const CsvTable& t, std::size_t r) {
-  const std::string line = "line " + std::to_string(r + 2);
+  const std::string line = "line " + std::to_string(r < t.lines.size() ? t.lines[r] : r + 2);
   if (t.Column("row_id") < 0) return line;
   return "row_id " + t.Get(r, "row_id") + " (" + line + ")";
 }

@@ -104,20 +104,21 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
     p.gemm_max_efficiency = 0.75;  // [est] (Ada and unknown architectures)
     p.attention_fwd_efficiency = 0.45;
     p.attention_bwd_efficiency = 0.40;
-    p.estimates.push_back("GEMM MAMF 0.75 of peak and attention 0.45 / 0.40 of peak (no published measurement for '" +
-                          g.arch + "')");
+    p.estimates.push_back({"GEMM MAMF 0.75 of peak and attention 0.45 / 0.40 of peak (no published measurement for '" +
+                           g.arch + "')"});
   }
-  if (g.arch == "cdna3") p.estimates.push_back("attention 0.35 / 0.30 of peak (no published in-training measurement)");
+  if (g.arch == "cdna3") p.estimates.push_back({"attention 0.35 / 0.30 of peak (no published in-training measurement)"});
   if (g.arch != "ampere" && g.arch != "hopper") {
-    p.estimates.push_back(fmt::format(
+    p.estimates.push_back({fmt::format(
         "sustained GEMM efficiency {} of MAMF is Hopper's (fitted on the MPT-13B H100 runs); no training runs of {} to "
         "fit it on",
-        kSustainedOverMamfHopper, g.name));
+        kSustainedOverMamfHopper, g.name)});
   }
   if (g.arch != "ampere") {
-    p.estimates.push_back(fmt::format("unfused attention core {} of roofline is the A100's (Korthikanti et al. 2022 "
-                                      "Table 4)",
-                                      kUnfusedAttentionCoreEfficiency));
+    p.estimates.push_back({fmt::format("unfused attention core {} of roofline is the A100's (Korthikanti et al. 2022 "
+                                       "Table 4)",
+                                       kUnfusedAttentionCoreEfficiency),
+                           true});
   }
   // Sustained GEMM throughput inside training is below MAMF (best shape, short bursts): fitted on
   // Korthikanti et al. 2022 Table 4 (22B, TP8, mbs 4: per-layer forward and backward times of
@@ -149,13 +150,16 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
   }
   p.intra_busbw_GBps = cl.intra_GBps_per_direction * intra_eff;
   if (intra_eff == 0.8) {
-    p.estimates.push_back("intra-node collective busbw 0.8 of the " + cl.intra_fabric + " line rate (measured only "
-                          "for A100, H100/H200 and B200 on NVLink)");
+    p.estimates.push_back({"intra-node collective busbw 0.8 of the " + cl.intra_fabric + " line rate (measured only "
+                           "for A100, H100/H200 and B200 on NVLink)"});
   }
   // p2p inside a node: measured pair write bandwidth A100 274/300, H100 376/450 (hardware.md 1.2).
   p.p2p_intra_GBps = cl.intra_GBps_per_direction * (g.arch == "ampere" ? 274.0 / 300.0 : 0.83);
-  if (g.arch != "ampere" && g.arch != "hopper") {
-    p.estimates.push_back("intra-node p2p 0.83 of the line rate is the H100's pair write bandwidth");
+  const bool nvlink = cl.intra_fabric == "nvswitch" || cl.intra_fabric == "nvlink";
+  if (!nvlink || (g.arch != "ampere" && g.arch != "hopper")) {
+    p.estimates.push_back({fmt::format("intra-node p2p {:.2f} of the {} line rate is the {}'s NVLink pair write bandwidth",
+                                       g.arch == "ampere" ? 274.0 / 300.0 : 0.83, cl.intra_fabric,
+                                       g.arch == "ampere" ? "A100" : "H100")});
   }
   // Per NIC: 0.92-0.96 of line rate in ring busbw (hardware.md 2.4: HDR ~24 of 25, NDR 46-48).
   p.nic_effective_GBps = 0.94 * cl.nic_Gbps / 8.0;
@@ -180,6 +184,14 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
   // [est] CUDA context (~0.5 GiB) + NCCL communicator buffers + allocator fragmentation.
   p.framework_overhead_bytes = 1.0 * 1073741824.0;
   return p;
+}
+
+std::vector<std::string> HardwareProfile::Estimates(bool flash_attention) const {
+  std::vector<std::string> out;
+  for (const Estimate& e : estimates) {
+    if (!(e.unfused_attention_only && flash_attention)) out.push_back(e.text);
+  }
+  return out;
 }
 
 HardwareProfile WithAttentionKernel(HardwareProfile p, const std::string& arch, const std::string& kernel) {

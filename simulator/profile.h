@@ -61,9 +61,15 @@ struct HardwareProfile {
   /// one line each, for reports; not written to JSON.
   std::vector<std::string> adjustments;
   /// Built-in defaults that have no public measurement for this GPU or fabric and were carried
-  /// over from another GPU or estimated ([est] in docs/profile.md), one line each, for reports;
-  /// empty for A100 and H100 on NVLink. In memory only, not written to JSON.
-  std::vector<std::string> estimates;
+  /// over from another GPU or estimated, one line each, for reports (Estimates() picks those a
+  /// configuration uses); empty for A100 on NVLink. In memory only, not written to profile JSON.
+  struct Estimate {
+    std::string text;
+    bool unfused_attention_only = false;  ///< matters only without flash attention
+  };
+  std::vector<Estimate> estimates;
+  /// The estimate lines that matter for a run with or without flash attention.
+  std::vector<std::string> Estimates(bool flash_attention) const;
   /// The attention kernel WithAttentionKernel switched the rates to ("fa2" on Hopper), or
   /// "default" when the profile's own rates apply; in memory only, like `adjustments`.
   std::string attention_kernel = "default";

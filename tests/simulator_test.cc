@@ -620,10 +620,16 @@ TEST(Profile, JsonRoundTrip) {
 // Defaults carried over from another GPU are listed, so reports can say which numbers are guesses.
 TEST(Profile, DefaultsWithoutMeasurementsForTheGpuAreListedAsEstimates) {
   EXPECT_TRUE(DefaultProfile(LoadCluster("dgx-a100")).estimates.empty());
-  const auto h100 = DefaultProfile(LoadCluster("dgx-h100")).estimates;
-  ASSERT_EQ(h100.size(), 1u);  // the unfused attention core efficiency comes from A100 measurements
-  EXPECT_NE(h100[0].find("A100's"), std::string::npos);
-  const auto b200 = DefaultProfile(LoadCluster("dgx-b200")).estimates;
+  const HardwareProfile h100 = DefaultProfile(LoadCluster("dgx-h100"));
+  EXPECT_TRUE(h100.Estimates(true).empty());
+  const auto unfused = h100.Estimates(false);  // the unfused attention core efficiency is the A100's
+  ASSERT_EQ(unfused.size(), 1u);
+  EXPECT_NE(unfused[0].find("A100's"), std::string::npos);
+  const auto pcie = DefaultProfile(LoadCluster("pcie-h100-8gpu")).Estimates(true);
+  EXPECT_TRUE(std::any_of(pcie.begin(), pcie.end(), [](const std::string& e) {
+    return e.find("intra-node p2p 0.83 of the pcie line rate") != std::string::npos;
+  })) << ::testing::PrintToString(pcie);
+  const auto b200 = DefaultProfile(LoadCluster("dgx-b200")).Estimates(true);
   const bool hopper_ratio = std::any_of(b200.begin(), b200.end(), [](const std::string& e) {
     return e.find("is Hopper's") != std::string::npos;
   });

@@ -29,6 +29,14 @@ TEST(Csv, QuotedFieldsAndEmptyCells) {
   EXPECT_EQ(t.Get(1, "a"), "he said \"hi\"");
   EXPECT_EQ(t.Get(1, "c"), "3");
   EXPECT_EQ(t.Get(1, "nope"), "");
+  EXPECT_EQ(t.lines, (std::vector<std::size_t>{2, 3}));
+  // CsvQuote writes what ParseCsv reads back.
+  const std::string odd = "GPU type 'x' \"quoted\", with a comma";
+  EXPECT_EQ(ParseCsv("a\n" + CsvQuote(odd) + "\n", "q.csv").Get(0, "a"), odd);
+  // Each row's starting line, past blank lines and line breaks inside quoted fields.
+  const CsvTable u = ParseCsv("a,b\n\n1,\"two\nlines\"\n\n3,4\n", "u.csv");
+  ASSERT_EQ(u.rows.size(), 2u);
+  EXPECT_EQ(u.lines, (std::vector<std::size_t>{3, 6}));
   try {
     ParseCsv("a,b\n1,\"open\n", "bad.csv");
     FAIL();
