@@ -35,6 +35,9 @@ Json ParseJsonText(const std::string& text, const std::string& file) {
     }
     throw InputError(file + ":" + std::to_string(line) + ":" + std::to_string(col) +
                      ": malformed JSON (expected a valid JSON document)");
+  } catch (const Json::out_of_range& e) {
+    // A number too large for a double (e.g. 1e400): nlohmann's message quotes it.
+    throw InputError(file + ": " + e.what() + " (expected numbers within the range of a double)");
   }
 }
 
