@@ -103,7 +103,13 @@ void RunCapacityCommand(const CapacityArgs& a) {
     if (eq == std::string::npos || !(v > 0)) {
       throw InputError("command line: --price-per-gpu-hour: got \"" + p + "\", expected GPU=USD such as h100-sxm=2.5");
     }
-    const std::string gpu = LoadGpu(p.substr(0, eq)).name;
+    // A preset or GPU file names its GPU; another name may be a custom GPU of an option's cluster
+    // file (checked against the options below).
+    std::string gpu = p.substr(0, eq);
+    try {
+      gpu = LoadGpu(gpu).name;
+    } catch (const InputError&) {
+    }
     o.price_per_gpu_hour[gpu] = v;
   }
   if (a.mtbf_hours > 0) o.mtbf_hours = a.mtbf_hours;
@@ -159,9 +165,8 @@ void RunCapacityCommand(const CapacityArgs& a) {
         x["cost_usd"] = r.cost_usd;
         x["energy_kwh"] = r.energy_kwh;
         if (o.days) x["meets_deadline"] = r.meets_deadline;
-        const Gpu gpu = LoadGpu(r.gpu);
-        x["price_date"] = o.price_per_gpu_hour.count(r.gpu) ? "command line" : gpu.price_date;
-        x["price_source"] = o.price_per_gpu_hour.count(r.gpu) ? "--price-per-gpu-hour" : gpu.price_source;
+        x["price_date"] = o.price_per_gpu_hour.count(r.gpu) ? "command line" : r.price_date;
+        x["price_source"] = o.price_per_gpu_hour.count(r.gpu) ? "--price-per-gpu-hour" : r.price_source;
       }
       j["options"].push_back(x);
     }
@@ -212,12 +217,12 @@ void RunCapacityCommand(const CapacityArgs& a) {
   std::set<std::string> seen;
   for (const auto& r : rows) {
     if (!seen.insert(r.gpu).second) continue;
-    const Gpu gpu = LoadGpu(r.gpu);
     if (o.price_per_gpu_hour.count(r.gpu)) {
       std::cout << fmt::format("  {:<16} {:>6.2f}  (command line)\n", r.gpu, r.price_usd_per_gpu_hour);
     } else {
-      std::cout << fmt::format("  {:<16} {:>6.2f}  ({}, {})\n", r.gpu, r.price_usd_per_gpu_hour, gpu.price_date,
-                               gpu.price_source);
+      std::cout << fmt::format("  {:<16} {:>6.2f}  ({}, {})\n", r.gpu, r.price_usd_per_gpu_hour,
+                               r.price_date.empty() ? "no date" : r.price_date,
+                               r.price_source.empty() ? "no source given" : r.price_source);
     }
   }
 }

@@ -26,6 +26,8 @@ std::vector<CapacityRow> RunCapacity(const Model& m, const std::vector<CapacityO
     row.option = opt;
     const Cluster cl = LoadCluster(opt.cluster);
     row.gpu = cl.gpu.name;
+    row.price_date = cl.gpu.price_date;
+    row.price_source = cl.gpu.price_source;
     auto price = o.price_per_gpu_hour.find(cl.gpu.name);
     row.price_usd_per_gpu_hour = price != o.price_per_gpu_hour.end() ? price->second : cl.gpu.price_usd_per_gpu_hour;
     PlanOptions po = o.plan;

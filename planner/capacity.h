@@ -33,6 +33,7 @@ struct CapacityOptions {
 struct CapacityRow {
   CapacityOption option;
   std::string gpu;
+  std::string price_date, price_source;  ///< of the GPU's built-in price (its preset or file)
   bool feasible = false;
   std::string reason;
   Plan best;

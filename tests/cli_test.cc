@@ -383,6 +383,25 @@ TEST(CliPlan, SequenceBeyondThePositionTable) {
       << sp.out;
 }
 
+// A cluster whose GPU is a user file: capacity prices it from that file (it used to look the GPU
+// up among the presets and fail after printing the table), and a price override may name it.
+TEST(CliCapacity, CustomGpuFile) {
+  const std::string gpu = WriteTemp("cap_gpu.json", R"({"name": "my-h100", "display_name": "My H100", "arch": "hopper",
+    "peak_tflops": {"bf16": 835, "fp16": 835}, "memory_GiB": 93.0, "hbm_bandwidth_GBps": 3900, "sm_count": 132,
+    "nvlink_GBps_per_direction": 300, "pcie_GBps_per_direction": 64, "tdp_W": 400, "price_usd_per_gpu_hour": 2.5,
+    "price_date": "2026-11", "price_source": "test quote", "source": "test"})");
+  const std::string cluster = WriteTemp("cap_cluster.json", R"({"name": "mine", "gpu": ")" + gpu + R"(",
+    "gpus_per_node": 8, "intra_node": {"fabric": "nvswitch", "bandwidth_GBps_per_direction": 300},
+    "inter_node": {"nics_per_node": 8, "nic_Gbps": 400, "fabric": "infiniband-ndr"}, "source": "test"})");
+  auto r = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options " + cluster + ":16");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("my-h100            2.50  (2026-11, test quote)"), std::string::npos) << r.out;
+  auto j = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options " + cluster +
+                        ":16 --price-per-gpu-hour my-h100=2 --json");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  EXPECT_EQ(Json::parse(j.out)["options"][0]["price_usd_per_gpu_hour"].get<double>(), 2.0);
+}
+
 TEST(CliCapacity, ThreeGpuTypes) {
   auto r = RunShardcast(
       "capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:64 dgx-h100:32,64 "
