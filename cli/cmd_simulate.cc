@@ -361,8 +361,12 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--p2p-blocking", a->p2p_blocking,
                 "pipeline sends/receives run in order on the compute stream (DeepSpeed's pipeline engine; Megatron-LM "
                 "of 2021-22, which synchronizes after each batch_isend_irecv)");
-  cmd->add_flag("--embedding-pipeline-slots", a->emb_slots,
-                "embedding and output layer take one layer slot each in the pipeline split (BLOOM)");
+  cmd->add_flag("--embedding-pipeline-slots,--account-for-embedding-in-pipeline-split,"
+                "--account-for-loss-in-pipeline-split",
+                a->emb_slots,
+                "embedding and output layer take one layer slot each in the pipeline split, (L + 2) / pp per stage "
+                "(Megatron-LM's two --account-for-* flags, which plan exports together; BLOOM's partition)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
 }
 
 void RegisterSimulate(CLI::App& app) {

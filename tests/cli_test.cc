@@ -171,6 +171,13 @@ TEST(CliSimulate, MegatronAliases) {
       "--global-batch-size 64 --recompute-granularity selective --sequence-parallel --json");
   ASSERT_EQ(b.exit_code, 0) << b.err;
   EXPECT_EQ(Json::parse(a.out)["step_time_s"], Json::parse(b.out)["step_time_s"]);
+  // The embedding-slot flags plan exports: 96 + 2 = 98 layer slots over pp 7.
+  const std::string slots = "simulate --model gpt3-175b --cluster dgx-a100 --gpus 56 --tp 8 --pp 7 --mbs 1 --gbs 14 --json ";
+  auto c = RunShardcast(slots + "--embedding-pipeline-slots");
+  auto d = RunShardcast(slots + "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_TRUE(Json::parse(d.out)["config"]["embedding_slots"].get<bool>());
+  EXPECT_EQ(Json::parse(c.out)["step_time_s"], Json::parse(d.out)["step_time_s"]);
 }
 
 TEST(CliSimulate, InfeasibleIsAResultWithAReason) {
