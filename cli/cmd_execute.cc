@@ -66,6 +66,14 @@ void RunExecute(const ExecuteArgs& a) {
       throw InputError("command line: --profile: missing, expected the profile of this machine (shardcast calibrate)");
     }
     const HardwareProfile prof = LoadProfile(a.cfg.profile);
+    // The prediction must describe the processors that run the program.
+    if ((a.o.backend == "cpu") != (prof.gpu == "cpu")) {
+      throw InputError(a.cfg.profile + ": /gpu: got \"" + prof.gpu + "\", expected " +
+                       (a.o.backend == "cpu" ? std::string("\"cpu\": the cpu backend runs on this machine's CPUs "
+                                                           "(shardcast calibrate --backend cpu writes its profile)")
+                                             : std::string("a GPU: the cuda backend runs on this machine's GPU "
+                                                           "(shardcast calibrate --backend cuda writes its profile)")));
+    }
     const Cluster cl = a.cfg.cluster.empty() ? ClusterFromProfile(prof, a.cfg.profile) : LoadCluster(a.cfg.cluster);
     const ParallelConfig c = BuildConfig(a.cfg, m, size);
     if (c.p2p_blocking) {
@@ -120,7 +128,7 @@ void RegisterExecute(CLI::App& app) {
   cmd->add_option("--profile", a->cfg.profile, "hardware profile of this machine (shardcast calibrate)");
   cmd->add_option("--cluster", a->cfg.cluster, "cluster (default: the machine the profile measured)");
   AddConfigOptions(cmd, &a->cfg);
-  cmd->add_option("--backend", a->o.backend, "cpu (MPI + Eigen); cuda is not implemented yet")
+  cmd->add_option("--backend", a->o.backend, "cpu (MPI + Eigen, any TP/PP/DP) or cuda (one GPU, one rank; docs/executor.md)")
       ->transform(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case));
   cmd->add_option("--steps", a->o.steps, "measured steps (median reported)")->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup", a->o.warmup, "warm-up steps")->check(CLI::Range(0, 1000));
