@@ -91,6 +91,10 @@ PlanResult RunPlan(const Model& model, const Cluster& cluster, const HardwarePro
 double ObjectiveValue(const Plan& p, Objective o);
 
 /// Megatron-LM launch arguments for a configuration.
+/// The known bias of predictions for a configuration like `c`, from the published runs
+/// (docs/accuracy.md), or "" when none is known: the MPT-3B runs without activation recompute took
+/// 20-28% longer than predicted (validate rows 217-219).
+std::string KnownBias(const ParallelConfig& c);
 std::string MegatronArguments(const ParallelConfig& c, const Model& m);
 
 }  // namespace shardcast
