@@ -118,6 +118,14 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
   RequireColumns(t, runs_csv, {"row_id", "source_id", "model", "num_layers", "hidden_size", "num_heads", "vocab_size",
                                "seq_len", "gpu_type", "num_gpus", "tp", "pp", "dp", "micro_batch_size",
                                "global_batch_size", "outcome"});
+  std::map<std::string, std::size_t> first_line;  // row_id -> the line it first appears on
+  for (std::size_t r = 0; r < t.rows.size(); ++r) {
+    const auto [it, fresh] = first_line.emplace(t.Get(r, "row_id"), r < t.lines.size() ? t.lines[r] : r + 2);
+    if (!fresh) {
+      throw InputError(runs_csv + ": " + RowLabel(t, r) + ", column row_id: got \"" + it->first +
+                       "\" again (first on line " + std::to_string(it->second) + "), expected a unique row_id");
+    }
+  }
   for (std::size_t r = 0; r < t.rows.size(); ++r) {
     ValidationRow row;
     row.row_id = t.Get(r, "row_id");
@@ -225,15 +233,26 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     row.predicted_fits = res.fits;
     row.predicted_at_risk = res.memory_at_risk;
     row.predicted_mfu = res.mfu;
-    row.measured_step_time_s = Num(t.Get(r, "iter_time_s"));
+    // Measured values, when given, must be positive numbers.
+    auto measured = [&](const char* col) -> std::optional<double> {
+      const std::string v = t.Get(r, col);
+      if (v.empty()) return std::nullopt;
+      const auto d = Num(v);
+      if (!d || !(*d > 0)) {
+        throw InputError(runs_csv + ": " + RowLabel(t, r) + ", column " + col + ": got \"" + v +
+                         "\", expected a positive number or an empty cell");
+      }
+      return d;
+    };
+    row.measured_step_time_s = measured("iter_time_s");
     if (!row.measured_step_time_s) {
-      row.measured_step_time_s = Num(t.Get(r, "step_time_s_derived"));
+      row.measured_step_time_s = measured("step_time_s_derived");
       row.step_time_derived = row.measured_step_time_s.has_value();
     }
     if (row.measured_step_time_s) {
       row.step_time_error = *row.predicted_step_time_s / *row.measured_step_time_s - 1.0;
     }
-    if (auto mem = Num(t.Get(r, "peak_mem_gb"))) {
+    if (auto mem = measured("peak_mem_gb")) {
       // nvidia-smi reports MiB; the source's "GB" are GiB.
       row.measured_peak_memory_bytes = *mem * 1073741824.0;
       row.memory_error = *row.predicted_peak_memory_bytes / *row.measured_peak_memory_bytes - 1.0;

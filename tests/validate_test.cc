@@ -110,6 +110,28 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
     EXPECT_EQ(std::string(e.what()),
               bad_runs2 + ": row_id " + row_id + " (line 2), column tp: got \"eight\", expected a positive integer");
   }
+  // A measured time must be positive; a row_id must be unique.
+  t.rows[0][static_cast<std::size_t>(tp_col)] = ReadCsvFile(runs).Get(0, "tp");
+  t.rows[0][static_cast<std::size_t>(t.Column("iter_time_s"))] = "-1";
+  std::string negative = text.substr(0, eol + 1);
+  for (std::size_t i = 0; i < t.rows[0].size(); ++i) negative += (i ? "," : "") + CsvQuote(t.rows[0][i]);
+  const std::string bad_runs3 = testing::WriteTemp("runs_negative_time.csv", negative + "\n");
+  try {
+    RunValidation(bad_runs3, "");
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), bad_runs3 + ": row_id " + row_id +
+                                         " (line 2), column iter_time_s: got \"-1\", expected a positive number or an "
+                                         "empty cell");
+  }
+  const std::string dup = testing::WriteTemp("runs_duplicate.csv", text.substr(0, eol + 1) + second + "\n" + second + "\n");
+  try {
+    RunValidation(dup, "");
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), dup + ": row_id " + row_id + " (line 3), column row_id: got \"" + row_id +
+                                         "\" again (first on line 2), expected a unique row_id");
+  }
 }
 
 TEST(Validate, ExplainKeepsWhatARowWasSimulatedWith) {
