@@ -171,7 +171,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
       }
       j["options"].push_back(x);
     }
-    std::cout << j.dump(2) << "\n";
+    std::cout << WithIntegerBytes(j).dump(2) << "\n";
     return;
   }
   std::cout << fmt::format("Training {} on {} tokens (global batch {} x seq {} = {} tokens per step)\n", m.name,

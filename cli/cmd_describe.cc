@@ -218,7 +218,7 @@ void RunDescribe(const DescribeArgs& a) {
     out["fit"] = fit;
   }
   if (a.json) {
-    std::cout << out.dump(2) << "\n";
+    std::cout << WithIntegerBytes(out).dump(2) << "\n";
   } else {
     std::cout << text;
   }

@@ -98,7 +98,7 @@ void RunExecute(const ExecuteArgs& a) {
                               {"measured_s", o.measured_s}});
         }
         j["executed_rank0"] = r.executed;
-        std::cout << j.dump(2) << "\n";
+        std::cout << WithIntegerBytes(j).dump(2) << "\n";
       } else {
         Print(r, m, c, size);
         if (!a.o.trace.empty()) std::cout << "\nTrace of the last step written to " << a.o.trace << "\n";

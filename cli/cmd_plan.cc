@@ -132,7 +132,7 @@ void RunPlanCommand(const PlanArgs& a) {
       j["recommended_rank"] = nullptr;
     }
     if (r.plans.empty()) j["advice"] = r.advice;
-    std::cout << j.dump(2) << "\n";
+    std::cout << WithIntegerBytes(j).dump(2) << "\n";
     return;
   }
   std::cout << fmt::format("Plan for {} on {} x {} ({}), global batch {}, seq {}, objective {}\n", m.name, o.gpus,

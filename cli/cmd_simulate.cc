@@ -315,7 +315,7 @@ void RunSimulate(const SimulateArgs& a) {
   if (a.json) {
     Json j = ResultToJson(r, m, c, cl, gpus);
     j["profile_estimates"] = prof.kind == "default" ? Json(prof.Estimates(c.flash_attention)) : Json::array();
-    std::cout << j.dump(2) << "\n";
+    std::cout << WithIntegerBytes(j).dump(2) << "\n";
   } else {
     PrintSimulation(r, m, c, cl, gpus, prof);
     if (a.ops && r.feasible) PrintOps(m, c, cl, prof);

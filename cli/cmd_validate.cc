@@ -85,18 +85,22 @@ void RunValidate(const ValidateArgs& a) {
   }
   const ValidationSummary& s = rep.summary;
   if (!a.csv.empty()) {
-    // A missing value is an empty cell.
+    // The JSON row's fields, one column each; a missing value (a skipped row's predictions) is an
+    // empty cell; bytes are whole numbers.
     auto Cell = [](const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string(); };
-    std::string csv = "row_id,source_id,model,gpus,config,measured_step_time_s,predicted_step_time_s,step_time_error,"
-                      "measured_peak_memory_bytes,predicted_peak_memory_bytes,outcome,predicted_fits,skipped,skip_reason,"
-                      "fitted_constant\n";
+    auto Bytes = [](const std::optional<double>& v) { return v ? fmt::format("{}", std::llround(*v)) : std::string(); };
+    auto Bool = [](bool skipped, bool v) { return skipped ? std::string() : std::string(v ? "true" : "false"); };
+    std::string csv = "row_id,source_id,model,gpus,config,measured_step_time_s,measured_step_time_derived,"
+                      "predicted_step_time_s,step_time_error,measured_peak_memory_bytes,predicted_peak_memory_bytes,"
+                      "outcome,predicted_fits,predicted_memory_at_risk,predicted_mfu,skipped,skip_reason,fitted_constant\n";
     for (const auto& r : rep.rows) {
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", CsvQuote(r.row_id), CsvQuote(r.source_id),
-                         CsvQuote(r.model), r.gpus, CsvQuote(r.skipped ? "" : r.config.Short()),
-                         Cell(r.measured_step_time_s), Cell(r.predicted_step_time_s), Cell(r.step_time_error),
-                         Cell(r.measured_peak_memory_bytes), Cell(r.predicted_peak_memory_bytes), CsvQuote(r.outcome),
-                         r.predicted_fits ? "true" : "false", r.skipped ? "true" : "false", CsvQuote(r.skip_reason),
-                         CsvQuote(r.fitted_constant));
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", CsvQuote(r.row_id),
+                         CsvQuote(r.source_id), CsvQuote(r.model), r.gpus, CsvQuote(r.skipped ? "" : r.config.Summary()),
+                         Cell(r.measured_step_time_s), Bool(r.skipped || !r.measured_step_time_s, r.step_time_derived),
+                         Cell(r.predicted_step_time_s), Cell(r.step_time_error), Bytes(r.measured_peak_memory_bytes),
+                         Bytes(r.predicted_peak_memory_bytes), CsvQuote(r.outcome), Bool(r.skipped, r.predicted_fits),
+                         Bool(r.skipped, r.predicted_at_risk), r.skipped ? "" : fmt::format("{}", r.predicted_mfu),
+                         r.skipped ? "true" : "false", CsvQuote(r.skip_reason), CsvQuote(r.fitted_constant));
     }
     WriteFileAtomic(a.csv, csv);
   }
@@ -156,7 +160,7 @@ void RunValidate(const ValidateArgs& a) {
                     {"simulated", s.simulated},
                     {"skipped", s.skipped}};
     for (const auto& [src, v] : s.mape_by_source) j["summary"]["mape_by_source"][src] = {{"mape", v.first}, {"rows", v.second}};
-    std::cout << j.dump(2) << "\n";
+    std::cout << WithIntegerBytes(j).dump(2) << "\n";
     return;
   }
   std::cout << "Published training runs: " << a.runs << "\n";

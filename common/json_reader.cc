@@ -43,6 +43,30 @@ Json ParseJsonText(const std::string& text, const std::string& file) {
 
 Json ReadJsonFile(const std::string& path) { return ParseJsonText(ReadTextFile(path), path); }
 
+namespace {
+// Every finite floating-point number in `j` rounded to an integer (all of it counts bytes).
+Json RoundAll(Json j) {
+  if (j.is_number_float() && std::isfinite(j.get<double>())) return static_cast<std::int64_t>(std::llround(j.get<double>()));
+  if (j.is_array() || j.is_object()) {
+    for (auto& x : j) x = RoundAll(std::move(x));
+  }
+  return j;
+}
+}  // namespace
+
+Json WithIntegerBytes(Json j) {
+  if (j.is_array()) {
+    for (auto& x : j) x = WithIntegerBytes(std::move(x));
+  } else if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string& k = it.key();
+      const bool bytes = k.size() >= 6 && k.compare(k.size() - 6, 6, "_bytes") == 0;
+      *it = bytes ? RoundAll(std::move(*it)) : WithIntegerBytes(std::move(*it));
+    }
+  }
+  return j;
+}
+
 std::string JsonPointerEscape(const std::string& key) {
   std::string out;
   for (char c : key) {

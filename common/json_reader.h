@@ -19,6 +19,10 @@ using Json = nlohmann::json;
 Json ParseJsonText(const std::string& text, const std::string& file);
 /// Reads and parses a file; a missing or unreadable file is an InputError.
 Json ReadJsonFile(const std::string& path);
+
+/// Output JSON with every number under a key ending in "_bytes" rounded to a whole integer (byte
+/// counts computed in floating point, e.g. 74167252992.00006), recursively; for printing.
+Json WithIntegerBytes(Json j);
 /// Reads a whole file into a string; InputError when it cannot be read.
 std::string ReadTextFile(const std::string& path);
 

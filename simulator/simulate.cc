@@ -725,6 +725,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
     // per-parameter state or gradient-reduction bytes either.
     j["config"]["dp"] = nullptr;
     if (c.global_batch_size < 1) j["config"]["global_batch_size"] = nullptr;
+    j["num_microbatches"] = nullptr;
   } else {
     const StateBytesPerParam b = BytesPerParam(c);
     j["config"]["state_bytes_per_param"] = {{"weights", b.weights}, {"grads", b.grads}, {"optimizer", b.optimizer}};
@@ -732,6 +733,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
     j["config"]["grad_reduce"] = GradReduceIsAllReduce(c) ? "all_reduce" : "reduce_scatter";
   }
   j["feasible"] = r.feasible;
+  if (c.dp >= 1) j["num_microbatches"] = c.num_microbatches();
   j["fits"] = r.fits;
   j["memory_at_risk"] = r.memory_at_risk;
   if (!r.reasons.empty()) {
@@ -751,7 +753,6 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   j["executed_flops_per_step"] = r.executed_flops_per_step;
   j["executed_flops_utilization"] = r.executed_flops_utilization;
   j["bubble_fraction"] = r.bubble_fraction;
-  j["num_microbatches"] = r.num_microbatches;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
   j["usable_memory_bytes"] = r.usable_memory_bytes;
   auto bd = [](const StageBreakdown& b) {

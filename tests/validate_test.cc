@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <iostream>
@@ -132,6 +133,26 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
     EXPECT_EQ(std::string(e.what()), dup + ": row_id " + row_id + " (line 3), column row_id: got \"" + row_id +
                                          "\" again (first on line 2), expected a unique row_id");
   }
+}
+
+// --csv has the JSON rows' fields; a skipped row leaves its predictions empty.
+TEST(Validate, CsvHasTheJsonFieldsAndEmptyCellsForSkippedRows) {
+  const std::string runs = std::string(SHARDCAST_FIXTURES) + "/validation/runs_small.csv";
+  const std::string out = (std::filesystem::temp_directory_path() / "shardcast_tests" / "validate_rows.csv").string();
+  auto r = RunShardcast("validate --runs " + runs + " --no-memory --csv " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const CsvTable t = ReadCsvFile(out);
+  ASSERT_EQ(t.rows.size(), 3u);
+  for (const char* col : {"predicted_fits", "predicted_memory_at_risk", "predicted_mfu", "measured_step_time_derived",
+                          "skip_reason", "fitted_constant"}) {
+    EXPECT_GE(t.Column(col), 0) << col;
+  }
+  EXPECT_EQ(t.Get(1, "skipped"), "true");
+  EXPECT_EQ(t.Get(1, "predicted_fits"), "");
+  EXPECT_EQ(t.Get(1, "config"), "");
+  EXPECT_EQ(t.Get(0, "skipped"), "false");
+  EXPECT_EQ(t.Get(0, "predicted_fits"), "true");
+  EXPECT_EQ(t.Get(0, "config"), RunValidation(runs, "").rows[0].config.Summary());
 }
 
 TEST(Validate, ExplainKeepsWhatARowWasSimulatedWith) {
