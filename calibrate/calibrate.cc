@@ -604,7 +604,8 @@ HardwareProfile RunCalibration(const CalibrateOptions& o) {
   return p;
 }
 
-HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwareProfile p) {
+HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwareProfile p,
+                                const std::string& expected_device, std::vector<std::string>* warnings) {
   p.kind = "measured";
   p.source = "nccl-tests logs: " + Join(logs, ", ") + " (other tables: " + p.source + ")";
   p.collective_tables.clear();
@@ -612,6 +613,10 @@ HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwarePr
   for (const auto& path : logs) {
     for (const auto& run : ReadNcclTestsLog(path)) {
       if (run.ranks < 2) throw InputError(path + ": cannot tell the rank count (no 'Rank' lines and no busbw/algbw ratio)");
+      if (warnings && !expected_device.empty() && !run.device.empty() && ToLower(run.device) != ToLower(expected_device)) {
+        warnings->push_back(path + ": measured on '" + run.device + "', but the cluster's GPU is '" + expected_device +
+                            "': the profile pairs that GPU's defaults with these collectives");
+      }
       CollectiveTable t = ToCollectiveTable(run);
       if (t.op == CollectiveOp::kAllReduce && t.nodes == 1 && t.bytes_to_seconds.size() >= 2 && run.ranks >= best_n) {
         const AlphaBeta ab = FitAlphaBeta(t.bytes_to_seconds);

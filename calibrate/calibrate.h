@@ -40,7 +40,11 @@ HardwareProfile RunCalibration(const CalibrateOptions& opts);
 /// Builds a profile from nccl-tests logs: their collective tables replace the collective
 /// defaults of `base` (intra-node busbw and latency refit from the largest single-node
 /// all-reduce table).
-HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwareProfile base);
+/// `expected_device` (the cluster GPU's display name, as nvidia-smi and nccl-tests print it), when
+/// given, is compared with the device of each text log's "Rank" lines; a log measured on another
+/// GPU adds a line to `warnings`.
+HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwareProfile base,
+                                const std::string& expected_device = "", std::vector<std::string>* warnings = nullptr);
 
 /// Human-readable summary of a profile (`shardcast profile show`).
 std::string DescribeProfile(const HardwareProfile& p);

@@ -160,6 +160,13 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
         for (std::size_t i = 0; i + 1 < f.size(); ++i) {
           if (f[i] == "on") hosts.insert(f[i + 1]);
         }
+        // "... device  0 [0x07] NVIDIA A100-SXM4-80GB": the name follows the bus id.
+        const auto bus = body.find("] ");
+        if (cur.device.empty() && bus != std::string::npos && body.find("device") != std::string::npos) {
+          std::string name = body.substr(bus + 2);
+          while (!name.empty() && (name.back() == ' ' || name.back() == '\r')) name.pop_back();
+          cur.device = name;
+        }
         continue;
       }
       // Column header: the first "time" after the key columns is the out-of-place time.

@@ -85,10 +85,15 @@ void RegisterCalibrate(CLI::App& app) {
   auto* imp = cmd->add_subcommand("import", "Build a profile from nccl-tests logs (text or -J JSON).\n"
                                             "Example: shardcast calibrate import ar.log ag.log --cluster dgx-h100 --out h100.json");
   imp->add_option("logs", a->logs, "nccl-tests log files")->required()->expected(1, -1);
-  imp->add_option("--cluster", a->cluster, "cluster whose default profile supplies everything but the collectives");
-  imp->add_option("--out", a->import_out, "profile to write (atomically)");
+  imp->add_option("--cluster", a->cluster,
+                  "cluster the logs were measured on; its default profile supplies everything but the collectives")
+      ->required();
+  imp->add_option("--out", a->import_out, "profile to write (atomically)")->required();
   imp->callback([a] {
-    HardwareProfile p = ImportNcclTests(a->logs, DefaultProfile(LoadCluster(a->cluster)));
+    const Cluster cl = LoadCluster(a->cluster);
+    std::vector<std::string> warnings;
+    HardwareProfile p = ImportNcclTests(a->logs, DefaultProfile(cl), cl.gpu.display_name, &warnings);
+    for (const auto& w : warnings) std::cerr << "shardcast: warning: " << w << "\n";
     WriteFileAtomic(a->import_out, ProfileToJson(p).dump(2) + "\n");
     std::cout << fmt::format("Wrote {} with {} collective table(s) from {} log(s)\n", a->import_out,
                              p.collective_tables.size(), a->logs.size());

@@ -11,6 +11,7 @@
 #include "calibrate/nccl_tests.h"
 #include "common/error.h"
 #include "kernels/cpu_kernels.h"
+#include "models/loader.h"
 #include "tests/test_util.h"
 
 namespace shardcast {
@@ -35,6 +36,25 @@ TEST(NcclTests, CurrentFormatWithPrefixesAndInfoLines) {
   CollectiveTable t = ToCollectiveTable(r);
   EXPECT_EQ(t.bytes_to_seconds.size(), 6u);
   EXPECT_DOUBLE_EQ(t.bytes_to_seconds.back().y, 5100.7e-6);
+}
+
+// The device of the Rank lines is kept; importing onto a cluster with another GPU warns, and the
+// import needs the cluster and the output named.
+TEST(NcclTests, ImportWarnsWhenTheLogsGpuIsNotTheClusters) {
+  EXPECT_EQ(ReadNcclTestsLog(kNccl + "all_reduce_h200_8.log")[0].device, "NVIDIA H200");
+  const std::string log = kNccl + "all_reduce_h200_8.log";
+  std::vector<std::string> warnings;
+  const Cluster h200 = LoadCluster("dgx-h200");
+  ImportNcclTests({log}, DefaultProfile(h200), h200.gpu.display_name, &warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings[0];
+  const Cluster a100 = LoadCluster("dgx-a100");
+  ImportNcclTests({log}, DefaultProfile(a100), a100.gpu.display_name, &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], log + ": measured on 'NVIDIA H200', but the cluster's GPU is 'NVIDIA A100-SXM4-80GB': the "
+                               "profile pairs that GPU's defaults with these collectives");
+  auto r = testing::RunShardcast("calibrate import " + log + " --out /tmp/shardcast_tests/imported.json");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--cluster is required"), std::string::npos) << r.err;
 }
 
 TEST(NcclTests, OldFormatTwoNodesFromFileName) {
