@@ -63,7 +63,9 @@ std::vector<CapacityOption> ParseOptions(const std::vector<std::string>& specs) 
         for (const auto& cn : PresetNames(PresetKind::kCluster)) {
           if (LoadCluster(cn).gpu.name == name) with.push_back(cn);
         }
-        hint = "; '" + cluster + "' is a GPU: clusters with it: " + Join(with, ", ");
+        hint = "; '" + cluster + "' is a GPU: " +
+               (with.empty() ? "no cluster preset has it, so write a cluster file for it (docs/inputs.md)"
+                             : "clusters with it: " + Join(with, ", "));
       }
       throw InputError("command line: --gpus-options: " + std::string(e.what()) + hint);
     }

@@ -97,6 +97,12 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
                              LayersOfStage(m.num_layers, c.pp, 0, c.embedding_slots), c.pp - 1,
                              LayersOfStage(m.num_layers, c.pp, c.pp - 1, c.embedding_slots));
   }
+  if (c.tp > cl.gpus_per_node) {
+    std::cout << fmt::format("\nNote: tensor parallelism spans nodes (tp = {} > {} GPUs per node): its collectives, on "
+                             "the critical path of every layer, cross the inter-node network; `plan` keeps tp within a "
+                             "node (--max-tp).\n",
+                             c.tp, cl.gpus_per_node);
+  }
   if (c.recompute == Recompute::kSelective && c.flash_attention) {
     std::cout << "\nNote: with flash attention, selective recompute recomputes nothing (flash attention already\n"
                  "      saves no s x s scores); use --no-flash-attention for the unfused attention of Megatron 2022.\n";

@@ -346,7 +346,16 @@ Cluster ClusterFromJson(const Json& j, const std::string& file) {
                        "source"});
   Cluster c;
   c.name = r.OptString("name").value_or(std::filesystem::path(file).stem().string());
-  const std::string gpu_spec = r.String("gpu");
+  std::string gpu_spec = r.String("gpu");
+  // A relative GPU file path is relative to the cluster file's folder when it is not found from
+  // the working directory.
+  {
+    const std::filesystem::path gp(gpu_spec), beside = std::filesystem::path(file).parent_path() / gpu_spec;
+    if (gp.is_relative() && gp.extension() == ".json" && !std::filesystem::exists(gp) &&
+        std::filesystem::exists(beside)) {
+      gpu_spec = beside.string();
+    }
+  }
   try {
     c.gpu = LoadGpu(gpu_spec);
   } catch (const InputError& e) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "models/loader.h"
 
@@ -17,8 +19,11 @@ double Goodput(double c, double r, double m, double tau) {
 
 std::vector<CapacityRow> RunCapacity(const Model& m, const std::vector<CapacityOption>& options,
                                      const CapacityOptions& o) {
-  if (!(o.tokens > 0)) {
-    throw InputError("command line: --tokens: got " + std::to_string(o.tokens) + ", expected a positive token count");
+  // The largest published runs train on about 1e14 tokens; 1e16 leaves room and catches typos.
+  if (!(o.tokens > 0) || o.tokens > 1e16) {
+    throw InputError(fmt::format("command line: --tokens: got {:g}, expected a positive token count of at most 1e16 "
+                                 "(10000T)",
+                                 o.tokens));
   }
   std::vector<CapacityRow> rows;
   for (const auto& opt : options) {

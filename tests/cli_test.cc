@@ -1,3 +1,5 @@
+#include <filesystem>
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -232,6 +234,16 @@ TEST(CliDescribe, SequenceBeyondThePositionTableIsNoted) {
   EXPECT_EQ(RunShardcast("describe --model gpt3-1.3b --seq 2048").out.find("exceeds the learned"), std::string::npos);
 }
 
+// Tensor parallelism wider than a node is simulated, with a note that its collectives cross nodes.
+TEST(CliSimulate, TensorParallelismAcrossNodesIsNoted) {
+  auto r = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 16 --tp 16 --mbs 1 --gbs 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Note: tensor parallelism spans nodes (tp = 16 > 8 GPUs per node)"), std::string::npos) << r.out;
+  EXPECT_EQ(RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 8 --tp 8 --mbs 1 --gbs 1")
+                .out.find("spans nodes"),
+            std::string::npos);
+}
+
 // Named choices ignore case, as model and cluster names do.
 TEST(CliSimulate, ChoicesIgnoreCase) {
   auto r = RunShardcast("simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --pp 2 --mbs 1 --gbs 8 --schedule 1F1B "
@@ -397,7 +409,9 @@ TEST(CliCapacity, CustomGpuFile) {
     "peak_tflops": {"bf16": 835, "fp16": 835}, "memory_GiB": 93.0, "hbm_bandwidth_GBps": 3900, "sm_count": 132,
     "nvlink_GBps_per_direction": 300, "pcie_GBps_per_direction": 64, "tdp_W": 400, "price_usd_per_gpu_hour": 2.5,
     "price_date": "2026-11", "price_source": "test quote", "source": "test"})");
-  const std::string cluster = WriteTemp("cap_cluster.json", R"({"name": "mine", "gpu": ")" + gpu + R"(",
+  // The GPU named by a path relative to the cluster file's folder.
+  const std::string gpu_name = std::filesystem::path(gpu).filename().string();
+  const std::string cluster = WriteTemp("cap_cluster.json", R"({"name": "mine", "gpu": ")" + gpu_name + R"(",
     "gpus_per_node": 8, "intra_node": {"fabric": "nvswitch", "bandwidth_GBps_per_direction": 300},
     "inter_node": {"nics_per_node": 8, "nic_Gbps": 400, "fabric": "infiniband-ndr"}, "source": "test"})");
   auto r = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options " + cluster + ":16");
@@ -440,6 +454,10 @@ TEST(CliCapacity, BadInput) {
   EXPECT_EQ(price.exit_code, 2);
   EXPECT_NE(price.err.find("expected a GPU that a --gpus-options cluster has"), std::string::npos) << price.err;
   EXPECT_EQ(RunShardcast(base + "--mtbf-hours 1000 --checkpoint-minutes 5").exit_code, 0);
+  auto huge = RunShardcast("capacity --model gpt3-1.3b --tokens 1e30 --gbs 512 --gpus-options dgx-a100:64");
+  EXPECT_EQ(huge.exit_code, 2);
+  EXPECT_NE(huge.err.find("--tokens: got 1e+30, expected a positive token count of at most 1e16"), std::string::npos)
+      << huge.err;
 }
 
 }  // namespace
