@@ -403,8 +403,8 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
 
 std::string KnownBias(const ParallelConfig& c) {
   if (c.recompute != Recompute::kNone) return "";
-  return "without activation recompute: published runs like it (MPT-3B, validate rows 217-219) took 20-28% longer "
-         "than predicted, so time and cost may be that much higher";
+  return "without activation recompute: the published runs without it (MPT-3B, PyTorch FSDP on H100, validate rows "
+         "217-219) took 20-28% longer than predicted, so time and cost may be that much higher";
 }
 
 std::string MegatronArguments(const ParallelConfig& c, const Model& m) {
