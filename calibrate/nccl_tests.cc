@@ -142,6 +142,10 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
       const std::string body = line.substr(1);
       if (auto p = body.find("Collective test starting:"); p != std::string::npos) {
         finish();
+        // A new test (logs concatenated): its own Rank lines follow.
+        rank_lines = 0;
+        hosts.clear();
+        cur.device.clear();
         const auto f = Fields(body.substr(p + 25));
         if (!f.empty()) {
           cur.binary = f[0];

@@ -231,7 +231,17 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.async_tp_grad_reduce = !a.no_async_tp;
   c.overlap_param_gather = !a.no_overlap_param;
   c.fp32_main_grads = !a.bf16_grads;
-  c.embedding_slots = a.emb_slots;
+  // Megatron-LM's two flags each add one slot; the model has both (the embedding and the output
+  // layer as slots), so one alone would be a split it cannot represent.
+  if (a.mcore_account_embedding != a.mcore_account_loss) {
+    throw InputError(std::string("command line: ") +
+                     (a.mcore_account_embedding ? "--account-for-embedding-in-pipeline-split"
+                                                : "--account-for-loss-in-pipeline-split") +
+                     ": given alone, expected both --account-for-embedding-in-pipeline-split and "
+                     "--account-for-loss-in-pipeline-split (the embedding and the output layer as pipeline slots; one "
+                     "slot alone is not modelled)");
+  }
+  c.embedding_slots = a.emb_slots || a.mcore_account_embedding;
   c.p2p_blocking = a.p2p_blocking;
   c.optimizer_impl = a.optimizer == "deepspeed-zero"   ? OptimizerImpl::kDeepSpeedZero
                      : a.optimizer == "deepspeed-bf16" ? OptimizerImpl::kDeepSpeedBf16
@@ -367,12 +377,13 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--p2p-blocking", a->p2p_blocking,
                 "pipeline sends/receives run in order on the compute stream (DeepSpeed's pipeline engine; Megatron-LM "
                 "of 2021-22, which synchronizes after each batch_isend_irecv)");
-  cmd->add_flag("--embedding-pipeline-slots,--account-for-embedding-in-pipeline-split,"
-                "--account-for-loss-in-pipeline-split",
-                a->emb_slots,
+  cmd->add_flag("--embedding-pipeline-slots", a->emb_slots,
                 "embedding and output layer take one layer slot each in the pipeline split, (L + 2) / pp per stage "
-                "(Megatron-LM's two --account-for-* flags, which plan exports together; BLOOM's partition)")
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+                "(BLOOM's partition; Megatron-LM's two flags below together)");
+  cmd->add_flag("--account-for-embedding-in-pipeline-split", a->mcore_account_embedding,
+                "Megatron-LM: the embedding as a pipeline slot (with --account-for-loss-in-pipeline-split)");
+  cmd->add_flag("--account-for-loss-in-pipeline-split", a->mcore_account_loss,
+                "Megatron-LM: the output layer and loss as a pipeline slot (with the flag above)");
 }
 
 void RegisterSimulate(CLI::App& app) {

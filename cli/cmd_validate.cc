@@ -96,7 +96,7 @@ void RunValidate(const ValidateArgs& a) {
     for (const auto& r : rep.rows) {
       csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", CsvQuote(r.row_id),
                          CsvQuote(r.source_id), CsvQuote(r.model), r.gpus, CsvQuote(r.skipped ? "" : r.config.Summary()),
-                         Cell(r.measured_step_time_s), Bool(r.skipped || !r.measured_step_time_s, r.step_time_derived),
+                         Cell(r.measured_step_time_s), Bool(r.skipped, r.step_time_derived),
                          Cell(r.predicted_step_time_s), Cell(r.step_time_error), Bytes(r.measured_peak_memory_bytes),
                          Bytes(r.predicted_peak_memory_bytes), CsvQuote(r.outcome), Bool(r.skipped, r.predicted_fits),
                          Bool(r.skipped, r.predicted_at_risk), r.skipped ? "" : fmt::format("{}", r.predicted_mfu),

@@ -22,7 +22,7 @@ struct SimulateArgs {
   std::int64_t gpus = 0, tp = 1, pp = 1, dp = 0, vp = 0, layers_per_vp = 0, mbs = 1, gbs = 0, seq = 0;
   std::string recompute = "none", schedule, precision = "bf16", recompute_granularity, optimizer = "megatron";
   bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
-       no_overlap_param = false, bf16_grads = false, json = false, full_rank = false, emb_slots = false,
+       no_overlap_param = false, bf16_grads = false, json = false, full_rank = false, emb_slots = false, mcore_account_embedding = false, mcore_account_loss = false,
        p2p_blocking = false, ops = false, no_async_tp = false;
   int zero = -1;
 };

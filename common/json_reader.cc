@@ -37,7 +37,11 @@ Json ParseJsonText(const std::string& text, const std::string& file) {
                      ": malformed JSON (expected a valid JSON document)");
   } catch (const Json::out_of_range& e) {
     // A number too large for a double (e.g. 1e400): nlohmann's message quotes it.
-    throw InputError(file + ": " + e.what() + " (expected numbers within the range of a double)");
+    // nlohmann's text is "[json.exception.out_of_range.406] number overflow parsing '1e400'".
+    std::string what = e.what();
+    const auto tag = what.find("] ");
+    if (tag != std::string::npos) what = what.substr(tag + 2);
+    throw InputError(file + ": " + what + " (expected numbers within the range of a double)");
   }
 }
 
@@ -46,7 +50,12 @@ Json ReadJsonFile(const std::string& path) { return ParseJsonText(ReadTextFile(p
 namespace {
 // Every finite floating-point number in `j` rounded to an integer (all of it counts bytes).
 Json RoundAll(Json j) {
-  if (j.is_number_float() && std::isfinite(j.get<double>())) return static_cast<std::int64_t>(std::llround(j.get<double>()));
+  // Whole numbers; beyond what an int64 holds (9.2e18), a rounded double.
+  if (j.is_number_float() && std::isfinite(j.get<double>())) {
+    const double v = std::round(j.get<double>());
+    if (std::fabs(v) < 9e18) return static_cast<std::int64_t>(v);
+    return v;
+  }
   if (j.is_array() || j.is_object()) {
     for (auto& x : j) x = RoundAll(std::move(x));
   }

@@ -351,8 +351,9 @@ Cluster ClusterFromJson(const Json& j, const std::string& file) {
   // the working directory.
   {
     const std::filesystem::path gp(gpu_spec), beside = std::filesystem::path(file).parent_path() / gpu_spec;
-    if (gp.is_relative() && gp.extension() == ".json" && !std::filesystem::exists(gp) &&
-        std::filesystem::exists(beside)) {
+    std::error_code ec1, ec2;
+    if (gp.is_relative() && gp.extension() == ".json" && !std::filesystem::exists(gp, ec1) &&
+        std::filesystem::exists(beside, ec2)) {
       gpu_spec = beside.string();
     }
   }

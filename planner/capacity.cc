@@ -35,6 +35,11 @@ std::vector<CapacityRow> RunCapacity(const Model& m, const std::vector<CapacityO
     row.price_source = cl.gpu.price_source;
     auto price = o.price_per_gpu_hour.find(cl.gpu.name);
     row.price_usd_per_gpu_hour = price != o.price_per_gpu_hour.end() ? price->second : cl.gpu.price_usd_per_gpu_hour;
+    if (!(row.price_usd_per_gpu_hour > 0)) {
+      throw InputError(fmt::format("{}: /gpu: GPU '{}' has no price_usd_per_gpu_hour, expected a price in its file or "
+                                   "--price-per-gpu-hour {}=USD (cost would read as zero)",
+                                   opt.cluster, cl.gpu.name, cl.gpu.name));
+    }
     PlanOptions po = o.plan;
     po.gpus = opt.gpus;
     po.global_batch_size = o.global_batch_size;

@@ -238,9 +238,9 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       const std::string v = t.Get(r, col);
       if (v.empty()) return std::nullopt;
       const auto d = Num(v);
-      if (!d || !(*d > 0)) {
+      if (!d || !(*d > 0) || !std::isfinite(*d)) {
         throw InputError(runs_csv + ": " + RowLabel(t, r) + ", column " + col + ": got \"" + v +
-                         "\", expected a positive number or an empty cell");
+                         "\", expected a positive finite number or an empty cell");
       }
       return d;
     };

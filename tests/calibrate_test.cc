@@ -10,6 +10,7 @@
 #include "calibrate/fit.h"
 #include "calibrate/nccl_tests.h"
 #include "common/error.h"
+#include "common/json_reader.h"
 #include "kernels/cpu_kernels.h"
 #include "models/loader.h"
 #include "tests/test_util.h"
@@ -52,6 +53,26 @@ TEST(NcclTests, ImportWarnsWhenTheLogsGpuIsNotTheClusters) {
   ASSERT_EQ(warnings.size(), 1u);
   EXPECT_EQ(warnings[0], log + ": measured on 'NVIDIA H200', but the cluster's GPU is 'NVIDIA A100-SXM4-80GB': the "
                                "profile pairs that GPU's defaults with these collectives");
+  // Concatenated logs: each test has its own GPU and ranks.
+  const std::string text = ReadTextFile(log);
+  std::string second = text;
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"all_reduce_perf", "all_gather_perf"},
+                                 {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}}) {
+    for (auto at = second.find(from); at != std::string::npos; at = second.find(from, at + to.size())) {
+      second.replace(at, from.size(), to);
+    }
+  }
+  const auto both = ParseNcclTestsLog(text + second, "both.log");
+  ASSERT_EQ(both.size(), 2u);
+  EXPECT_EQ(both[1].device, "NVIDIA H100 80GB HBM3");
+  EXPECT_EQ(both[1].ranks, 8);
+  // An older driver's name without "NVIDIA " is the same GPU.
+  std::string bare = text;
+  bare.replace(bare.find("NVIDIA H200"), 11, "H200");
+  const std::string bare_log = testing::WriteTemp("all_reduce_bare_name.log", bare);
+  warnings.clear();
+  ImportNcclTests({bare_log}, DefaultProfile(h200), h200.gpu.display_name, &warnings);
+  EXPECT_TRUE(warnings.empty()) << warnings[0];
   auto r = testing::RunShardcast("calibrate import " + log + " --out /tmp/shardcast_tests/imported.json");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--cluster is required"), std::string::npos) << r.err;

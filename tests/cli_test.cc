@@ -180,6 +180,10 @@ TEST(CliSimulate, MegatronAliases) {
   ASSERT_EQ(d.exit_code, 0) << d.err;
   EXPECT_TRUE(Json::parse(d.out)["config"]["embedding_slots"].get<bool>());
   EXPECT_EQ(Json::parse(c.out)["step_time_s"], Json::parse(d.out)["step_time_s"]);
+  // One of Megatron's two flags alone is a split the model does not represent.
+  auto e = RunShardcast(slots + "--account-for-loss-in-pipeline-split");
+  EXPECT_EQ(e.exit_code, 2);
+  EXPECT_NE(e.err.find("--account-for-loss-in-pipeline-split: given alone, expected both"), std::string::npos) << e.err;
 }
 
 TEST(CliSimulate, InfeasibleIsAResultWithAReason) {
