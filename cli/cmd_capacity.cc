@@ -157,7 +157,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
         x["step_time_s"] = r.step_time_s;
         x["mfu"] = r.best.result.mfu;
         x["memory_at_risk"] = r.memory_at_risk;
-        x["known_bias"] = KnownBias(r.best.config).empty() ? Json(nullptr) : Json(KnownBias(r.best.config));
+        x["known_bias"] = KnownBiasJson(r.best.config);
         x["steps"] = r.steps;
         x["train_time_s"] = r.train_time_s;
         if (o.mtbf_hours) x["goodput"] = r.goodput;
@@ -212,7 +212,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
       std::cout << fmt::format("{:<24}  (every plan that fits is at risk of running out of memory: its peak x {} "
                                "exceeds usable memory)\n", "", kMeasuredOverPredictedPeakMin);
     }
-    if (!KnownBias(r.best.config).empty()) std::cout << fmt::format("{:<24}  ({})\n", "", KnownBias(r.best.config));
+    if (const std::string bias = KnownBias(r.best.config); !bias.empty()) std::cout << fmt::format("{:<24}  ({})\n", "", bias);
   }
   std::cout << fmt::format("\nBest configuration: the fastest plan whose peak memory times {} (the smallest measured "
                            "nvidia-smi /\npredicted ratio of the published BLOOM runs) fits, if one does (docs/planner.md)."

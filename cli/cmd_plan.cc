@@ -116,7 +116,7 @@ void RunPlanCommand(const PlanArgs& a) {
       pj["megatron_arguments"] = MegatronArguments(p.config, m);
       pj["usd_per_million_tokens"] = p.usd_per_million_tokens;
       pj["joules_per_token"] = p.joules_per_token;
-      pj["known_bias"] = KnownBias(p.config).empty() ? Json(nullptr) : Json(KnownBias(p.config));
+      pj["known_bias"] = KnownBiasJson(p.config);
       j["plans"].push_back(pj);
     }
     if (recommended) {
@@ -124,8 +124,7 @@ void RunPlanCommand(const PlanArgs& a) {
       j["recommended"]["megatron_arguments"] = MegatronArguments(recommended->config, m);
       j["recommended"]["usd_per_million_tokens"] = recommended->usd_per_million_tokens;
       j["recommended"]["joules_per_token"] = recommended->joules_per_token;
-      j["recommended"]["known_bias"] =
-          KnownBias(recommended->config).empty() ? Json(nullptr) : Json(KnownBias(recommended->config));
+      j["recommended"]["known_bias"] = KnownBiasJson(recommended->config);
       j["recommended_rank"] = recommended_rank > 0 ? Json(recommended_rank) : Json(nullptr);
     } else {
       j["recommended"] = nullptr;  // nothing fits (docs/planner.md)
@@ -206,7 +205,7 @@ void RunPlanCommand(const PlanArgs& a) {
                              o.objective == Objective::kCost ? "USD per million tokens" : "J per token");
   }
   std::cout << "\n" << label << " as Megatron-LM arguments:\n  " << MegatronArguments(chosen.config, m) << "\n";
-  if (!KnownBias(chosen.config).empty()) std::cout << "  (" << KnownBias(chosen.config) << ")\n";
+  if (const std::string bias = KnownBias(chosen.config); !bias.empty()) std::cout << "  (" << bias << ")\n";
   std::vector<std::string> unexpressed;  // plans set nothing simulate has no flag for
   std::cout << "\nDetails: shardcast simulate --model " << a.model << " --cluster " << a.cluster << " "
             << SimulateFlags(chosen.config, m, o.gpus, &unexpressed) << "\n";

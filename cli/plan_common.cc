@@ -113,4 +113,9 @@ void ApplyFixedToSearch(PlanOptions* o) {
   }
 }
 
+Json KnownBiasJson(const ParallelConfig& c) {
+  const std::string bias = KnownBias(c);
+  return bias.empty() ? Json(nullptr) : Json(bias);
+}
+
 }  // namespace shardcast::cli

@@ -24,4 +24,7 @@ std::map<std::string, std::string> ParseFix(const std::string& list);
 /// --max-mbs), since fixing a value means asking for it.
 void ApplyFixedToSearch(PlanOptions* o);
 
+/// KnownBias(c) for JSON: the caveat, or null when none is known.
+Json KnownBiasJson(const ParallelConfig& c);
+
 }  // namespace shardcast::cli

@@ -151,30 +151,22 @@ TEST(ExecuteCpu, WrongRankCountFailsFastWithAMessage) {
   const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
   const std::string prof = (dir / "exec_profile.json").string();
   if (!std::filesystem::exists(prof)) GTEST_SKIP() << "needs the profile of the previous test";
-  const std::string cmd = "timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " + std::string(SHARDCAST_BINARY) +
-                          " execute --model gpt3-125m --profile " + prof + " --tp 4 --mbs 1 --gbs 4 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int st = ::pclose(p);
-  EXPECT_NE(WEXITSTATUS(st), 0);
-  EXPECT_NE(WEXITSTATUS(st), 124) << "timed out: hung";
-  EXPECT_NE(out.find("mpirun -np: got 2 ranks, expected a multiple of tp*pp = 4*1 = 4"), std::string::npos) << out;
+  const auto r = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " +
+                                     std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " + prof +
+                                     " --tp 4 --mbs 1 --gbs 4");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.exit_code, 124) << "timed out: hung";
+  EXPECT_NE(r.out.find("mpirun -np: got 2 ranks, expected a multiple of tp*pp = 4*1 = 4"), std::string::npos) << r.out;
 }
 
 // A GPU's profile cannot predict a run on CPU ranks: refused before anything runs.
 TEST(ExecuteCpu, GpuProfileOnCpuRanksIsRefused) {
   const std::string gpu_prof = testing::WriteTemp("h100_profile.json", ProfileToJson(DefaultProfile(LoadCluster("dgx-h100"))).dump());
-  const std::string cmd = "timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 " + std::string(SHARDCAST_BINARY) +
-                          " execute --model gpt3-125m --profile " + gpu_prof + " --mbs 1 --gbs 1 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[512];
-  while (std::fgets(buf, sizeof buf, p)) out += buf;
-  const int st = ::pclose(p);
-  EXPECT_EQ(WEXITSTATUS(st), 2) << out;
-  EXPECT_NE(out.find(gpu_prof + ": /gpu: got \"h100-sxm\", expected \"cpu\""), std::string::npos) << out;
+  const auto r = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 " +
+                                     std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " + gpu_prof +
+                                     " --mbs 1 --gbs 1");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find(gpu_prof + ": /gpu: got \"h100-sxm\", expected \"cpu\""), std::string::npos) << r.out;
 }
 
 }  // namespace

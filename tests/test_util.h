@@ -8,6 +8,8 @@
 
 #include <sys/wait.h>
 
+#include "common/error.h"
+
 namespace shardcast::testing {
 
 /// Writes `text` to a fresh file in the test temp dir and returns its path.
@@ -46,6 +48,30 @@ inline RunResult RunShardcast(const std::string& args) {
   r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
   std::filesystem::remove(err_path);
   return r;
+}
+
+/// Runs a shell command line (e.g. an mpirun) with stderr merged into `out`; `err` stays empty.
+inline RunResult RunCommand(const std::string& cmd) {
+  RunResult r;
+  FILE* pipe = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  std::size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), pipe)) > 0) r.out.append(buf.data(), n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+/// The message of the InputError `f` throws, or "(no error)" when it returns.
+template <typename F>
+std::string InputErrorOf(F&& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 }  // namespace shardcast::testing

@@ -71,68 +71,43 @@ TEST(Validate, SmallFixture) {
 // Bad CSVs name the file, the missing column or the row and column with the value; a memory
 // file has no row_id, so its rows are named by line (the header is line 1).
 TEST(Validate, BadCsvsNameFileRowAndColumn) {
+  using testing::InputErrorOf;
   const std::string runs = std::string(SHARDCAST_FIXTURES) + "/validation/runs_small.csv";
   const std::string wrong = testing::WriteTemp("memory_wrong_header.csv", "foo,bar\n1,2\n");
-  try {
-    RunValidation(runs, wrong);
-    ADD_FAILURE() << "expected an InputError";
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), wrong + ": header: missing column 'model'");
-  }
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(runs, wrong); }), wrong + ": header: missing column 'model'");
   const std::string bad = testing::WriteTemp(
       "memory_bad_value.csv",
       "model,num_layers,hidden_size,num_heads,seq_len,micro_batch_size,tp,pp,quantity,setting,value_gib\n"
       "Megatron-22B,4x8,6144,64,2048,4,8,1,params_and_optimizer_per_gpu,any,45.56\n");
-  try {
-    RunValidation(runs, bad);
-    ADD_FAILURE() << "expected an InputError";
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), bad + ": line 2, column num_layers: got \"4x8\", expected a positive integer");
-  }
-  std::ifstream in(runs);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto eol = text.find('\n');
-  const std::string second = text.substr(eol + 1, text.find('\n', eol + 1) - eol - 1);
-  const std::string row_id = second.substr(0, second.find(','));
-  const std::string bad_runs = testing::WriteTemp("runs_bad_tp.csv", text.substr(0, eol + 1) + second + "\n");
-  CsvTable t = ReadCsvFile(bad_runs);
-  const int tp_col = t.Column("tp");
-  ASSERT_GE(tp_col, 0);
-  t.rows[0][static_cast<std::size_t>(tp_col)] = "eight";
-  std::string rebuilt = text.substr(0, eol + 1);
-  for (std::size_t i = 0; i < t.rows[0].size(); ++i) {
-    rebuilt += (i ? "," : "") + ("\"" + t.rows[0][i] + "\"");
-  }
-  const std::string bad_runs2 = testing::WriteTemp("runs_bad_tp2.csv", rebuilt + "\n");
-  try {
-    RunValidation(bad_runs2, "");
-    ADD_FAILURE() << "expected an InputError";
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()),
-              bad_runs2 + ": row_id " + row_id + " (line 2), column tp: got \"eight\", expected a positive integer");
-  }
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(runs, bad); }),
+            bad + ": line 2, column num_layers: got \"4x8\", expected a positive integer");
+  // The fixture's first run with one cell changed, written under `name`.
+  const CsvTable t = ReadCsvFile(runs);
+  auto header = [&] {
+    std::string h;
+    for (std::size_t i = 0; i < t.header.size(); ++i) h += (i ? "," : "") + t.header[i];
+    return h + "\n";
+  };
+  auto row = [&](const std::string& col, const std::string& value) {
+    std::vector<std::string> cells = t.rows[0];
+    if (!col.empty()) cells[static_cast<std::size_t>(t.Column(col))] = value;
+    std::string line;
+    for (std::size_t i = 0; i < cells.size(); ++i) line += (i ? "," : "") + CsvQuote(cells[i]);
+    return line + "\n";
+  };
+  const std::string row_id = t.Get(0, "row_id");
+  const std::string bad_tp = testing::WriteTemp("runs_bad_tp.csv", header() + row("tp", "eight"));
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(bad_tp, ""); }),
+            bad_tp + ": row_id " + row_id + " (line 2), column tp: got \"eight\", expected a positive integer");
   // A measured time must be positive; a row_id must be unique.
-  t.rows[0][static_cast<std::size_t>(tp_col)] = ReadCsvFile(runs).Get(0, "tp");
-  t.rows[0][static_cast<std::size_t>(t.Column("iter_time_s"))] = "-1";
-  std::string negative = text.substr(0, eol + 1);
-  for (std::size_t i = 0; i < t.rows[0].size(); ++i) negative += (i ? "," : "") + CsvQuote(t.rows[0][i]);
-  const std::string bad_runs3 = testing::WriteTemp("runs_negative_time.csv", negative + "\n");
-  try {
-    RunValidation(bad_runs3, "");
-    ADD_FAILURE() << "expected an InputError";
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), bad_runs3 + ": row_id " + row_id +
-                                         " (line 2), column iter_time_s: got \"-1\", expected a positive finite number or "
-                                         "an empty cell");
-  }
-  const std::string dup = testing::WriteTemp("runs_duplicate.csv", text.substr(0, eol + 1) + second + "\n" + second + "\n");
-  try {
-    RunValidation(dup, "");
-    ADD_FAILURE() << "expected an InputError";
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), dup + ": row_id " + row_id + " (line 3), column row_id: got \"" + row_id +
-                                         "\" again (first on line 2), expected a unique row_id");
-  }
+  const std::string negative = testing::WriteTemp("runs_negative_time.csv", header() + row("iter_time_s", "-1"));
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(negative, ""); }),
+            negative + ": row_id " + row_id +
+                " (line 2), column iter_time_s: got \"-1\", expected a positive finite number or an empty cell");
+  const std::string dup = testing::WriteTemp("runs_duplicate.csv", header() + row("", "") + row("", ""));
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(dup, ""); }),
+            dup + ": row_id " + row_id + " (line 3), column row_id: got \"" + row_id +
+                "\" again (first on line 2), expected a unique row_id");
 }
 
 // --csv has the JSON rows' fields; a skipped row leaves its predictions empty.
