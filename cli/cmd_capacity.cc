@@ -11,13 +11,14 @@
 #include "common/text.h"
 #include "models/loader.h"
 #include "planner/capacity.h"
+#include "simulator/profile.h"
 
 namespace shardcast::cli {
 namespace {
 
 struct CapacityArgs {
   std::string model, tokens, seq_str;
-  std::vector<std::string> options, prices;
+  std::vector<std::string> options, prices, profiles;
   std::int64_t gbs = 0, seq = 0;
   double days = 0, mtbf_hours = 0, checkpoint_minutes = 0, restart_minutes = 0, energy_overhead = 1.3;
   double min_headroom_gib = 2.0;  // the same default as plan
@@ -139,6 +140,20 @@ void RunCapacityCommand(const CapacityArgs& a) {
                                    "--gpus-options cluster has (its price would not be used)", gpu, usd));
     }
   }
+  for (const auto& path : a.profiles) {
+    HardwareProfile prof = LoadProfile(path);
+    if (!offered.count(prof.gpu)) {
+      throw InputError(fmt::format("{}: /gpu: got \"{}\", expected a GPU that a --gpus-options cluster has ({}); "
+                                   "the profile would not be used",
+                                   path, prof.gpu, Join(std::vector<std::string>(offered.begin(), offered.end()), ", ")));
+    }
+    if (o.profiles.count(prof.gpu)) {
+      throw InputError(fmt::format("command line: --profile: {} and {} both measured {}, expected one profile per GPU",
+                                   o.profiles.at(prof.gpu).first, path, prof.gpu));
+    }
+    const std::string gpu = prof.gpu;
+    o.profiles.emplace(gpu, std::make_pair(path, std::move(prof)));
+  }
   const auto rows = RunCapacity(m, options, o);
   if (a.json) {
     Json j;
@@ -148,7 +163,8 @@ void RunCapacityCommand(const CapacityArgs& a) {
     j["energy_overhead"] = o.energy_overhead;
     j["options"] = Json::array();
     for (const auto& r : rows) {
-      Json x = {{"cluster", r.option.cluster}, {"gpus", r.option.gpus}, {"gpu", r.gpu}, {"feasible", r.feasible}};
+      Json x = {{"cluster", r.option.cluster}, {"gpus", r.option.gpus}, {"gpu", r.gpu}, {"profile", r.profile},
+                {"feasible", r.feasible}};
       if (!r.feasible) {
         x["reason"] = r.reason;
       } else {
@@ -229,6 +245,11 @@ void RunCapacityCommand(const CapacityArgs& a) {
                                r.price_source.empty() ? "no source given" : r.price_source);
     }
   }
+  std::cout << "\nHardware profiles (--profile FILE per GPU for measured ones):\n";
+  seen.clear();
+  for (const auto& r : rows) {
+    if (seen.insert(r.gpu).second) std::cout << fmt::format("  {:<16} {}\n", r.gpu, r.profile);
+  }
 }
 
 }  // namespace
@@ -255,6 +276,10 @@ void RegisterCapacity(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--energy-overhead", a->energy_overhead, "facility and host power over GPU power (default 1.3)")
       ->check(CLI::Range(1.0, 10.0));
+  cmd->add_option("--profile", a->profiles,
+                  "measured hardware profile JSON (shardcast calibrate), used for the options with its GPU; several "
+                  "allowed, one per GPU (default: built-in)")
+      ->expected(1, -1);
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->callback([a] { RunCapacityCommand(*a); });
 }

@@ -41,6 +41,7 @@ std::string PlanRow(std::size_t rank, const Plan& p, double usable) {
 }
 
 void RunPlanCommand(const PlanArgs& a) {
+  CheckCsvOption(a.csv, a.json);
   const Model m = LoadModel(a.model);
   const Cluster cl = LoadCluster(a.cluster);
   PlanOptions o;
@@ -96,7 +97,7 @@ void RunPlanCommand(const PlanArgs& a) {
                          static_cast<std::int64_t>(std::llround(p.result.peak_memory_bytes)),
                          p.result.memory_at_risk ? "true" : "false");
     }
-    WriteFileAtomic(a.csv, csv);
+    if (WriteCsvOption(a.csv, csv)) return;
   }
   if (a.json) {
     Json j;
@@ -242,7 +243,7 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_flag("--exclude-at-risk", a->exclude_at_risk,
                 "leave out plans at risk of running out of memory (peak x 1.17 over usable memory)");
   cmd->add_option("--profile", a->profile, "hardware profile JSON (default: built-in for the GPU)");
-  cmd->add_option("--csv", a->csv, "also write the ranked table as CSV");
+  cmd->add_option("--csv", a->csv, "also write the ranked table as CSV (- for standard output, instead of the text)");
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->callback([a] { RunPlanCommand(*a); });
 }

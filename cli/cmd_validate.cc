@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/config_args.h"
+#include "cli/plan_common.h"
 #include "common/csv.h"
 #include "common/error.h"
 #include "common/json_reader.h"
@@ -29,6 +30,7 @@ std::string Opt(const std::optional<double>& v, const char* fmtstr, double scale
 }
 
 void RunValidate(const ValidateArgs& a) {
+  CheckCsvOption(a.csv, a.json);
   if (!a.explain.empty() && (a.json || !a.csv.empty())) {
     throw InputError(std::string("command line: --explain: prints one row as text; not combined with ") +
                      (a.json ? "--json" : "--csv") + " (run them separately)");
@@ -102,7 +104,7 @@ void RunValidate(const ValidateArgs& a) {
                          Bool(r.skipped, r.predicted_at_risk), r.skipped ? "" : fmt::format("{}", r.predicted_mfu),
                          r.skipped ? "true" : "false", CsvQuote(r.skip_reason), CsvQuote(r.fitted_constant));
     }
-    WriteFileAtomic(a.csv, csv);
+    if (WriteCsvOption(a.csv, csv)) return;
   }
   if (a.json) {
     Json j;
@@ -237,7 +239,7 @@ void RegisterValidate(CLI::App& app) {
   cmd->add_option("--runs", a->runs, "published runs CSV (default: the project's copy)");
   cmd->add_option("--memory", a->memory, "published memory points CSV (default: the project's copy)");
   cmd->add_flag("--no-memory", a->no_memory, "skip the memory points");
-  cmd->add_option("--csv", a->csv, "also write the per-row table as CSV");
+  cmd->add_option("--csv", a->csv, "also write the per-row table as CSV (- for standard output, instead of the text)");
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->add_option("--explain", a->explain,
                   "print one row in full (by row_id): what it was mapped to and simulate's report of it");

@@ -1,12 +1,14 @@
 #include "cli/plan_common.h"
 
 #include <algorithm>
+#include <iostream>
 #include <optional>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "common/error.h"
+#include "common/file_util.h"
 #include "common/text.h"
 
 namespace shardcast::cli {
@@ -116,6 +118,22 @@ void ApplyFixedToSearch(PlanOptions* o) {
 Json KnownBiasJson(const ParallelConfig& c) {
   const std::string bias = KnownBias(c);
   return bias.empty() ? Json(nullptr) : Json(bias);
+}
+
+void CheckCsvOption(const std::string& path, bool json) {
+  if (path == "-" && json) {
+    throw InputError("command line: --csv -: writes the CSV to standard output, where --json also writes; "
+                     "give --csv a file name or drop --json");
+  }
+}
+
+bool WriteCsvOption(const std::string& path, const std::string& csv) {
+  if (path == "-") {
+    std::cout << csv << std::flush;
+    return true;
+  }
+  WriteFileAtomic(path, csv);
+  return false;
 }
 
 }  // namespace shardcast::cli

@@ -27,4 +27,11 @@ void ApplyFixedToSearch(PlanOptions* o);
 /// KnownBias(c) for JSON: the caveat, or null when none is known.
 Json KnownBiasJson(const ParallelConfig& c);
 
+/// The --csv option of `plan` and `validate`: "-" means standard output, where the CSV is then
+/// the whole output. InputError (exit 2) when "-" is combined with --json, which also writes there.
+void CheckCsvOption(const std::string& path, bool json);
+/// Writes `csv` to standard output when `path` is "-" and returns true (the caller prints nothing
+/// else); otherwise writes the file atomically and returns false.
+bool WriteCsvOption(const std::string& path, const std::string& csv);
+
 }  // namespace shardcast::cli

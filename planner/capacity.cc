@@ -46,7 +46,9 @@ std::vector<CapacityRow> RunCapacity(const Model& m, const std::vector<CapacityO
     po.seq_length = o.seq_length;
     po.top_k = 1;
     po.price_usd_per_gpu_hour = row.price_usd_per_gpu_hour;
-    PlanResult pr = RunPlan(m, cl, DefaultProfile(cl), po);
+    const auto measured = o.profiles.find(cl.gpu.name);
+    if (measured != o.profiles.end()) row.profile = measured->second.first;
+    PlanResult pr = RunPlan(m, cl, measured != o.profiles.end() ? measured->second.second : DefaultProfile(cl), po);
     if (pr.plans.empty()) {
       row.feasible = false;
       row.reason = pr.advice.empty() ? "no configuration fits" : pr.advice.front();

@@ -28,12 +28,16 @@ struct CapacityOptions {
   double restart_minutes = 0;        ///< time to restart after a failure (default: checkpoint time)
   double energy_overhead = 1.3;      ///< facility + host power over GPU board power (PUE-like)
   PlanOptions plan;                  ///< search options (gbs, top_k ignored)
+  /// Measured hardware profiles by the GPU preset name they measured (HardwareProfile::gpu), with
+  /// the file each came from; an option whose cluster has another GPU uses the built-in default.
+  std::map<std::string, std::pair<std::string, HardwareProfile>> profiles;
 };
 
 struct CapacityRow {
   CapacityOption option;
   std::string gpu;
   std::string price_date, price_source;  ///< of the GPU's built-in price (its preset or file)
+  std::string profile = "built-in default";  ///< the profile simulated with: a file path or the default
   bool feasible = false;
   std::string reason;
   Plan best;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/json_reader.h"
+#include "common/text.h"
 #include "models/parallel.h"
 #include "simulator/simulate.h"
 #include "tests/test_util.h"
@@ -438,6 +439,72 @@ TEST(CliCapacity, ThreeGpuTypes) {
     ASSERT_TRUE(o["feasible"].get<bool>());
     EXPECT_NEAR(o["train_time_s"].get<double>(), o["steps"].get<double>() * o["step_time_s"].get<double>(), 1e-6);
   }
+}
+
+// A measured profile replaces the built-in one for the options with its GPU, and only those:
+// capacity's step time is plan's recommended step time under the same profile.
+TEST(CliCapacity, MeasuredProfilePerGpu) {
+  const std::string imported = (std::filesystem::temp_directory_path() / "shardcast_tests" / "cap_h200.json").string();
+  ASSERT_EQ(RunShardcast("calibrate import " + std::string(SHARDCAST_FIXTURES) +
+                         "/nccl/all_reduce_h200_8.log --cluster dgx-h200 --out " + imported)
+                .exit_code,
+            0);
+  // Halve the GEMM efficiency so the measured profile is visibly slower than the default.
+  Json prof = ReadJsonFile(imported);
+  prof["gemm"]["max_efficiency"] = prof["gemm"]["max_efficiency"].get<double>() / 2;
+  const std::string slow = WriteTemp("cap_h200_slow.json", prof.dump());
+  const std::string base = "capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-h200:16 dgx-h100:16 ";
+  auto with = RunShardcast(base + "--profile " + slow + " --json");
+  auto without = RunShardcast(base + "--json");
+  ASSERT_EQ(with.exit_code, 0) << with.err;
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  auto row = [](const Json& j, const std::string& gpu) {
+    for (const auto& o : j["options"]) {
+      if (o["gpu"] == gpu) return o;
+    }
+    return Json();
+  };
+  const Json jw = Json::parse(with.out), jo = Json::parse(without.out);
+  EXPECT_EQ(row(jw, "h200-sxm")["profile"], slow);
+  EXPECT_EQ(row(jw, "h100-sxm")["profile"], "built-in default");
+  EXPECT_EQ(row(jw, "h100-sxm")["step_time_s"], row(jo, "h100-sxm")["step_time_s"]);
+  EXPECT_GT(row(jw, "h200-sxm")["step_time_s"].get<double>(), row(jo, "h200-sxm")["step_time_s"].get<double>());
+  auto plan = RunShardcast("plan --model gpt3-1.3b --cluster dgx-h200 --gpus 16 --gbs 512 --top 1 --json --profile " + slow);
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_DOUBLE_EQ(row(jw, "h200-sxm")["step_time_s"].get<double>(),
+                   Json::parse(plan.out)["recommended"]["step_time_s"].get<double>());
+  auto text = RunShardcast(base + "--profile " + slow);
+  EXPECT_NE(text.out.find("  h200-sxm         " + slow + "\n"), std::string::npos) << text.out;
+  // A profile of a GPU no option has, or two profiles of one GPU, would be silently unused.
+  auto other = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:16 --profile " + slow);
+  EXPECT_EQ(other.exit_code, 2);
+  EXPECT_NE(other.err.find(slow + ": /gpu: got \"h200-sxm\", expected a GPU that a --gpus-options cluster has "
+                                  "(a100-sxm4-80gb)"),
+            std::string::npos)
+      << other.err;
+  auto twice = RunShardcast(base + "--profile " + slow + " " + imported);
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_NE(twice.err.find("both measured h200-sxm, expected one profile per GPU"), std::string::npos) << twice.err;
+}
+
+// --csv - writes the CSV to standard output in place of the text, and refuses --json beside it.
+TEST(CliPlan, CsvToStandardOutput) {
+  const std::string base = "plan --model gpt3-1.3b --cluster dgx-a100 --gpus 16 --gbs 512 --top 3 ";
+  auto r = RunShardcast(base + "--csv -");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto lines = Split(r.out, '\n');
+  ASSERT_GE(lines.size(), 4u) << r.out;
+  EXPECT_EQ(lines[0].rfind("rank,tp,pp,dp,", 0), 0u) << r.out;
+  EXPECT_EQ(lines[1].rfind("1,", 0), 0u) << r.out;
+  EXPECT_FALSE(std::filesystem::exists("-"));
+  auto both = RunShardcast(base + "--csv - --json");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("command line: --csv -: writes the CSV to standard output, where --json also writes"),
+            std::string::npos)
+      << both.err;
+  auto v = RunShardcast("validate --runs " + std::string(SHARDCAST_FIXTURES) + "/validation/runs_small.csv --csv -");
+  ASSERT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_EQ(v.out.rfind("row_id,source_id,model,", 0), 0u) << v.out;
 }
 
 TEST(CliCapacity, BadInput) {
