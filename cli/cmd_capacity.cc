@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <set>
@@ -140,19 +141,52 @@ void RunCapacityCommand(const CapacityArgs& a) {
                                    "--gpus-options cluster has (its price would not be used)", gpu, usd));
     }
   }
-  for (const auto& path : a.profiles) {
+  // --profile [CLUSTER=]FILE: a profile describes one machine (its GPU and its network), so it
+  // applies to one cluster of the options: the one named, or the only one with its GPU.
+  std::vector<std::string> clusters;  // of the options, in order, once each
+  for (const auto& opt : options) {
+    if (std::find(clusters.begin(), clusters.end(), opt.cluster) == clusters.end()) clusters.push_back(opt.cluster);
+  }
+  for (const auto& spec : a.profiles) {
+    std::string cluster, path = spec;
+    const auto eq = spec.find('=');
+    if (eq != std::string::npos) {
+      for (const auto& c : clusters) {
+        if (ToLower(c) == ToLower(spec.substr(0, eq))) cluster = c;
+      }
+      if (cluster.empty()) {
+        throw InputError(fmt::format("command line: --profile: got \"{}\", expected FILE or CLUSTER=FILE with CLUSTER "
+                                     "one of the --gpus-options clusters ({})",
+                                     spec, Join(clusters, ", ")));
+      }
+      path = spec.substr(eq + 1);
+    }
     HardwareProfile prof = LoadProfile(path);
-    if (!offered.count(prof.gpu)) {
-      throw InputError(fmt::format("{}: /gpu: got \"{}\", expected a GPU that a --gpus-options cluster has ({}); "
-                                   "the profile would not be used",
-                                   path, prof.gpu, Join(std::vector<std::string>(offered.begin(), offered.end()), ", ")));
+    std::vector<std::string> with_gpu;
+    for (const auto& c : clusters) {
+      if (ProfileDescribesGpu(prof, LoadCluster(c).gpu)) with_gpu.push_back(c);
     }
-    if (o.profiles.count(prof.gpu)) {
-      throw InputError(fmt::format("command line: --profile: {} and {} both measured {}, expected one profile per GPU",
-                                   o.profiles.at(prof.gpu).first, path, prof.gpu));
+    if (cluster.empty()) {
+      if (with_gpu.empty()) {
+        throw InputError(fmt::format("{}: /gpu: got \"{}\", expected the GPU of a --gpus-options cluster ({}); the "
+                                     "profile would not be used",
+                                     path, prof.gpu, Join(clusters, ", ")));
+      }
+      if (with_gpu.size() > 1) {
+        throw InputError(fmt::format("command line: --profile: {} measured {}, which clusters {} all have; a profile "
+                                     "describes one machine's GPU and network, expected CLUSTER={} naming which",
+                                     path, prof.gpu, Join(with_gpu, ", "), path));
+      }
+      cluster = with_gpu.front();
+    } else if (std::find(with_gpu.begin(), with_gpu.end(), cluster) == with_gpu.end()) {
+      throw InputError(fmt::format("{}: /gpu: got \"{}\", expected {}'s GPU {}", path, prof.gpu, cluster,
+                                   LoadCluster(cluster).gpu.name));
     }
-    const std::string gpu = prof.gpu;
-    o.profiles.emplace(gpu, std::make_pair(path, std::move(prof)));
+    if (o.profiles.count(cluster)) {
+      throw InputError(fmt::format("command line: --profile: {} and {} both for cluster {}, expected one profile each",
+                                   o.profiles.at(cluster).first, path, cluster));
+    }
+    o.profiles.emplace(cluster, std::make_pair(path, std::move(prof)));
   }
   const auto rows = RunCapacity(m, options, o);
   if (a.json) {
@@ -245,10 +279,10 @@ void RunCapacityCommand(const CapacityArgs& a) {
                                r.price_source.empty() ? "no source given" : r.price_source);
     }
   }
-  std::cout << "\nHardware profiles (--profile FILE per GPU for measured ones):\n";
+  std::cout << "\nHardware profiles (--profile [CLUSTER=]FILE for a measured one):\n";
   seen.clear();
   for (const auto& r : rows) {
-    if (seen.insert(r.gpu).second) std::cout << fmt::format("  {:<16} {}\n", r.gpu, r.profile);
+    if (seen.insert(r.option.cluster).second) std::cout << fmt::format("  {:<16} {}\n", r.option.cluster, r.profile);
   }
 }
 
@@ -277,8 +311,8 @@ void RegisterCapacity(CLI::App& app) {
   cmd->add_option("--energy-overhead", a->energy_overhead, "facility and host power over GPU power (default 1.3)")
       ->check(CLI::Range(1.0, 10.0));
   cmd->add_option("--profile", a->profiles,
-                  "measured hardware profile JSON (shardcast calibrate), used for the options with its GPU; several "
-                  "allowed, one per GPU (default: built-in)")
+                  "[CLUSTER=]FILE: measured hardware profile (shardcast calibrate) for the options of CLUSTER, or of "
+                  "the one cluster with its GPU; several allowed, one per cluster (default: built-in)")
       ->expected(1, -1);
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->callback([a] { RunCapacityCommand(*a); });

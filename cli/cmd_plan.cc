@@ -62,6 +62,10 @@ void RunPlanCommand(const PlanArgs& a) {
   o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   o.exclude_memory_at_risk = a.exclude_at_risk;
   const HardwareProfile prof = a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile);
+  if (!a.profile.empty() && !ProfileDescribesGpu(prof, cl.gpu)) {
+    std::cerr << "shardcast: warning: profile " << a.profile << " measured '" << prof.gpu << "' but cluster " << cl.name
+              << " has " << cl.gpu.name << "\n";
+  }
   const bool tty = ::isatty(2) != 0 && !a.json;
   const auto t0 = std::chrono::steady_clock::now();
   o.progress = [&](std::size_t done, std::size_t total) {
@@ -85,19 +89,33 @@ void RunPlanCommand(const PlanArgs& a) {
   }
 
   if (!a.csv.empty()) {
+    // `recommended` marks the plan the text recommends (the best not at risk of running out of
+    // memory); no row has it when that plan ranks below --top.
     std::string csv = "rank,tp,pp,dp,vp,micro_batch_size,global_batch_size,schedule,recompute,sequence_parallel,zero_stage,"
-                      "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes,memory_at_risk\n";
+                      "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes,memory_at_risk,recommended\n";
     for (std::size_t i = 0; i < r.plans.size(); ++i) {
       const auto& p = r.plans[i];
       const auto& c = p.config;
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
                          c.micro_batch_size, c.global_batch_size, ToString(c.schedule), ToString(c.recompute),
                          c.sequence_parallel ? "true" : "false", c.zero_stage, p.result.step_time_s,
                          p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction,
                          static_cast<std::int64_t>(std::llround(p.result.peak_memory_bytes)),
-                         p.result.memory_at_risk ? "true" : "false");
+                         p.result.memory_at_risk ? "true" : "false", i + 1 == recommended_rank ? "true" : "false");
     }
-    if (WriteCsvOption(a.csv, csv)) return;
+    if (WriteCsvOption(a.csv, csv)) {
+      // The CSV is all of standard output: say on standard error when it has no rows, and why.
+      if (r.plans.empty()) {
+        std::cerr << (r.at_risk_excluded > 0 ? "shardcast: no candidate fits without being at risk of running out of "
+                                               "memory\n"
+                                             : "shardcast: no candidate fits\n");
+        for (const auto& s : r.advice) std::cerr << "  - " << s << "\n";
+      } else if (recommended_rank == 0 && recommended) {
+        std::cerr << "shardcast: the recommended plan (" << recommended->config.Summary()
+                  << ") ranks below --top; every listed plan is at risk of running out of memory\n";
+      }
+      return;
+    }
   }
   if (a.json) {
     Json j;

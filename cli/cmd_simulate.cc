@@ -312,7 +312,7 @@ void RunSimulate(const SimulateArgs& a) {
   if (!a.profile.empty()) loaded = LoadProfile(a.profile);
   // A measured profile says which machine it measured; an explicit --cluster overrides.
   const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster);
-  if (loaded && !a.cluster.empty() && loaded->gpu != cl.gpu.name) {
+  if (loaded && !a.cluster.empty() && !ProfileDescribesGpu(*loaded, cl.gpu)) {
     std::cerr << "shardcast: warning: profile " << a.profile << " measured '" << loaded->gpu << "' but cluster "
               << cl.name << " has " << cl.gpu.name << "\n";
   }

@@ -130,6 +130,7 @@ void CheckCsvOption(const std::string& path, bool json) {
 bool WriteCsvOption(const std::string& path, const std::string& csv) {
   if (path == "-") {
     std::cout << csv << std::flush;
+    if (!std::cout) throw InputError("standard output: write failed (closed pipe or disk full?)");
     return true;
   }
   WriteFileAtomic(path, csv);

@@ -10,6 +10,10 @@
 namespace shardcast {
 
 void WriteFileAtomic(const std::string& path, const std::string& contents) {
+  if (path == "-") {
+    throw InputError("-: expected a file name to write; standard output ('-') is taken only by --csv, where the "
+                     "CSV replaces the text");
+  }
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);

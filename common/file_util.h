@@ -8,7 +8,7 @@
 namespace shardcast {
 
 /// Writes `contents` to `path` atomically. InputError (exit 2) when the directory is not
-/// writable, naming the path.
+/// writable, naming the path, or when `path` is "-" (standard output is not a file here).
 void WriteFileAtomic(const std::string& path, const std::string& contents);
 
 }  // namespace shardcast

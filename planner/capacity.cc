@@ -46,7 +46,7 @@ std::vector<CapacityRow> RunCapacity(const Model& m, const std::vector<CapacityO
     po.seq_length = o.seq_length;
     po.top_k = 1;
     po.price_usd_per_gpu_hour = row.price_usd_per_gpu_hour;
-    const auto measured = o.profiles.find(cl.gpu.name);
+    const auto measured = o.profiles.find(opt.cluster);
     if (measured != o.profiles.end()) row.profile = measured->second.first;
     PlanResult pr = RunPlan(m, cl, measured != o.profiles.end() ? measured->second.second : DefaultProfile(cl), po);
     if (pr.plans.empty()) {

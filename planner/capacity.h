@@ -28,8 +28,9 @@ struct CapacityOptions {
   double restart_minutes = 0;        ///< time to restart after a failure (default: checkpoint time)
   double energy_overhead = 1.3;      ///< facility + host power over GPU board power (PUE-like)
   PlanOptions plan;                  ///< search options (gbs, top_k ignored)
-  /// Measured hardware profiles by the GPU preset name they measured (HardwareProfile::gpu), with
-  /// the file each came from; an option whose cluster has another GPU uses the built-in default.
+  /// Measured hardware profiles by the option's cluster (CapacityOption::cluster, as given), with
+  /// the file each came from; a profile describes one machine, its GPU and its network. Options of
+  /// other clusters use the built-in default (DefaultProfile).
   std::map<std::string, std::pair<std::string, HardwareProfile>> profiles;
 };
 

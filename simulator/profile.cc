@@ -444,4 +444,13 @@ Json ProfileToJson(const HardwareProfile& p) {
   return j;
 }
 
+bool ProfileDescribesGpu(const HardwareProfile& p, const Gpu& gpu) {
+  auto bare = [](std::string n) {
+    n = ToLower(n);
+    return n.rfind("nvidia ", 0) == 0 ? n.substr(7) : n;
+  };
+  const std::string measured = bare(p.gpu);
+  return !measured.empty() && (measured == bare(gpu.name) || measured == bare(gpu.display_name));
+}
+
 }  // namespace shardcast

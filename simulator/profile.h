@@ -153,6 +153,11 @@ HardwareProfile WithAttentionKernel(HardwareProfile profile, const std::string& 
 /// InputError when the profile has neither a GPU preset nor a machine section.
 Cluster ClusterFromProfile(const HardwareProfile& p, const std::string& file);
 
+/// Whether a profile's `gpu` (a preset name, or a raw CUDA device name such as "NVIDIA L4" for a
+/// GPU without a preset) names `gpu`: equal to its name or display name, ignoring case and an
+/// "NVIDIA " prefix.
+bool ProfileDescribesGpu(const HardwareProfile& p, const Gpu& gpu);
+
 /// Reads a profile JSON; errors name file, pointer, value.
 HardwareProfile LoadProfile(const std::string& path);
 HardwareProfile ProfileFromJson(const Json& j, const std::string& file);

@@ -1,4 +1,5 @@
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -441,70 +442,128 @@ TEST(CliCapacity, ThreeGpuTypes) {
   }
 }
 
-// A measured profile replaces the built-in one for the options with its GPU, and only those:
+// A measured profile replaces the built-in one for the options of its cluster, and only those:
 // capacity's step time is plan's recommended step time under the same profile.
-TEST(CliCapacity, MeasuredProfilePerGpu) {
-  const std::string imported = (std::filesystem::temp_directory_path() / "shardcast_tests" / "cap_h200.json").string();
-  ASSERT_EQ(RunShardcast("calibrate import " + std::string(SHARDCAST_FIXTURES) +
-                         "/nccl/all_reduce_h200_8.log --cluster dgx-h200 --out " + imported)
-                .exit_code,
-            0);
-  // Halve the GEMM efficiency so the measured profile is visibly slower than the default.
+TEST(CliCapacity, MeasuredProfilePerCluster) {
+  const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  const std::string log = std::string(SHARDCAST_FIXTURES) + "/nccl/all_reduce_h200_8.log";
+  const std::string imported = (dir / "cap_h200.json").string(), a100 = (dir / "cap_a100.json").string();
+  ASSERT_EQ(RunShardcast("calibrate import " + log + " --cluster dgx-h200 --out " + imported).exit_code, 0);
+  // Halve the GEMM efficiency so the measured profile is visibly slower than the default; the
+  // GPU as a CUDA device name ("NVIDIA H200", its display name) matches the preset.
   Json prof = ReadJsonFile(imported);
   prof["gemm"]["max_efficiency"] = prof["gemm"]["max_efficiency"].get<double>() / 2;
+  prof["gpu"] = "NVIDIA H200";
   const std::string slow = WriteTemp("cap_h200_slow.json", prof.dump());
   const std::string base = "capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-h200:16 dgx-h100:16 ";
   auto with = RunShardcast(base + "--profile " + slow + " --json");
   auto without = RunShardcast(base + "--json");
   ASSERT_EQ(with.exit_code, 0) << with.err;
   ASSERT_EQ(without.exit_code, 0) << without.err;
-  auto row = [](const Json& j, const std::string& gpu) {
+  auto row = [](const Json& j, const std::string& cluster) {
     for (const auto& o : j["options"]) {
-      if (o["gpu"] == gpu) return o;
+      if (o["cluster"] == cluster) return o;
     }
     return Json();
   };
   const Json jw = Json::parse(with.out), jo = Json::parse(without.out);
-  EXPECT_EQ(row(jw, "h200-sxm")["profile"], slow);
-  EXPECT_EQ(row(jw, "h100-sxm")["profile"], "built-in default");
-  EXPECT_EQ(row(jw, "h100-sxm")["step_time_s"], row(jo, "h100-sxm")["step_time_s"]);
-  EXPECT_GT(row(jw, "h200-sxm")["step_time_s"].get<double>(), row(jo, "h200-sxm")["step_time_s"].get<double>());
+  EXPECT_EQ(row(jw, "dgx-h200")["profile"], slow);
+  EXPECT_EQ(row(jw, "dgx-h100")["profile"], "built-in default");
+  EXPECT_EQ(row(jw, "dgx-h100")["step_time_s"], row(jo, "dgx-h100")["step_time_s"]);
+  EXPECT_GT(row(jw, "dgx-h200")["step_time_s"].get<double>(), row(jo, "dgx-h200")["step_time_s"].get<double>());
   auto plan = RunShardcast("plan --model gpt3-1.3b --cluster dgx-h200 --gpus 16 --gbs 512 --top 1 --json --profile " + slow);
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
-  EXPECT_DOUBLE_EQ(row(jw, "h200-sxm")["step_time_s"].get<double>(),
+  EXPECT_EQ(plan.err, "");  // the device name is the cluster's GPU: no mismatch warning
+  EXPECT_DOUBLE_EQ(row(jw, "dgx-h200")["step_time_s"].get<double>(),
                    Json::parse(plan.out)["recommended"]["step_time_s"].get<double>());
-  auto text = RunShardcast(base + "--profile " + slow);
-  EXPECT_NE(text.out.find("  h200-sxm         " + slow + "\n"), std::string::npos) << text.out;
-  // A profile of a GPU no option has, or two profiles of one GPU, would be silently unused.
+  auto text = RunShardcast(base + "--profile dgx-h200=" + slow);
+  EXPECT_NE(text.out.find("  dgx-h200         " + slow + "\n"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("  dgx-h100         built-in default\n"), std::string::npos) << text.out;
+  // A profile describes one machine, network included: with two clusters of its GPU it must say
+  // which (dgx-a100 and jean-zay-a100 share the A100 but not the fabric).
+  ASSERT_EQ(RunShardcast("calibrate import " + log + " --cluster dgx-a100 --out " + a100).exit_code, 0);
+  const std::string two = "capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:16 jean-zay-a100:16 ";
+  auto ambiguous = RunShardcast(two + "--profile " + a100);
+  EXPECT_EQ(ambiguous.exit_code, 2);
+  EXPECT_NE(ambiguous.err.find("measured a100-sxm4-80gb, which clusters dgx-a100, jean-zay-a100 all have; a profile "
+                               "describes one machine's GPU and network, expected CLUSTER=" + a100),
+            std::string::npos)
+      << ambiguous.err;
+  auto named = RunShardcast(two + "--profile DGX-A100=" + a100 + " --json");
+  ASSERT_EQ(named.exit_code, 0) << named.err;
+  EXPECT_EQ(row(Json::parse(named.out), "dgx-a100")["profile"], a100);
+  EXPECT_EQ(row(Json::parse(named.out), "jean-zay-a100")["profile"], "built-in default");
+  // A profile of a GPU no option has, of another GPU than the named cluster's, or a second one
+  // for a cluster, would be silently unused or wrong.
   auto other = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:16 --profile " + slow);
   EXPECT_EQ(other.exit_code, 2);
-  EXPECT_NE(other.err.find(slow + ": /gpu: got \"h200-sxm\", expected a GPU that a --gpus-options cluster has "
-                                  "(a100-sxm4-80gb)"),
+  EXPECT_NE(other.err.find(slow + ": /gpu: got \"NVIDIA H200\", expected the GPU of a --gpus-options cluster (dgx-a100)"),
             std::string::npos)
       << other.err;
+  auto wrong = RunShardcast(base + "--profile dgx-h100=" + slow);
+  EXPECT_EQ(wrong.exit_code, 2);
+  EXPECT_NE(wrong.err.find(slow + ": /gpu: got \"NVIDIA H200\", expected dgx-h100's GPU h100-sxm"), std::string::npos)
+      << wrong.err;
+  auto unknown = RunShardcast(base + "--profile dgx-b200=" + slow);
+  EXPECT_EQ(unknown.exit_code, 2);
+  EXPECT_NE(unknown.err.find("expected FILE or CLUSTER=FILE with CLUSTER one of the --gpus-options clusters "
+                             "(dgx-h200, dgx-h100)"),
+            std::string::npos)
+      << unknown.err;
   auto twice = RunShardcast(base + "--profile " + slow + " " + imported);
   EXPECT_EQ(twice.exit_code, 2);
-  EXPECT_NE(twice.err.find("both measured h200-sxm, expected one profile per GPU"), std::string::npos) << twice.err;
+  EXPECT_NE(twice.err.find("both for cluster dgx-h200, expected one profile each"), std::string::npos) << twice.err;
 }
 
-// --csv - writes the CSV to standard output in place of the text, and refuses --json beside it.
+// --csv - writes on standard output exactly what --csv FILE writes, in place of the text; it is
+// refused beside --json (and validate's --explain), which print there too.
 TEST(CliPlan, CsvToStandardOutput) {
+  const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  auto read = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
   const std::string base = "plan --model gpt3-1.3b --cluster dgx-a100 --gpus 16 --gbs 512 --top 3 ";
+  const std::string plan_csv = (dir / "plan_table.csv").string();
+  ASSERT_EQ(RunShardcast(base + "--csv " + plan_csv).exit_code, 0);
   auto r = RunShardcast(base + "--csv -");
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, read(plan_csv));
   const auto lines = Split(r.out, '\n');
-  ASSERT_GE(lines.size(), 4u) << r.out;
-  EXPECT_EQ(lines[0].rfind("rank,tp,pp,dp,", 0), 0u) << r.out;
-  EXPECT_EQ(lines[1].rfind("1,", 0), 0u) << r.out;
+  ASSERT_EQ(lines.size(), 1u + 3u + 1u) << r.out;  // header, 3 plans, the empty piece after the last newline
+  // The last two columns, memory_at_risk and recommended: the recommended plan is the first one
+  // not at risk (here rank 1 is at risk, so it is not rank 1).
+  bool seen_safe = false;
+  for (std::size_t i = 1; i <= 3; ++i) {
+    const auto cells = Split(lines[i], ',');
+    const bool at_risk = cells[cells.size() - 2] == "true", recommended = cells.back() == "true";
+    EXPECT_EQ(recommended, !at_risk && !seen_safe) << lines[i];
+    seen_safe = seen_safe || !at_risk;
+  }
+  EXPECT_TRUE(seen_safe) << r.out;
   EXPECT_FALSE(std::filesystem::exists("-"));
   auto both = RunShardcast(base + "--csv - --json");
   EXPECT_EQ(both.exit_code, 2);
   EXPECT_NE(both.err.find("command line: --csv -: writes the CSV to standard output, where --json also writes"),
             std::string::npos)
       << both.err;
-  auto v = RunShardcast("validate --runs " + std::string(SHARDCAST_FIXTURES) + "/validation/runs_small.csv --csv -");
+  // Nothing fits: the CSV is a header alone, and standard error says why.
+  auto none = RunShardcast("plan --model gpt3-175b --cluster dgx-a100 --gpus 8 --gbs 64 --csv -");
+  EXPECT_EQ(none.exit_code, 0);
+  EXPECT_EQ(Split(none.out, '\n').size(), 2u) << none.out;
+  EXPECT_NE(none.err.find("shardcast: no candidate fits\n  - the closest candidate"), std::string::npos) << none.err;
+  // Other output paths are files: "-" there is refused rather than written as a file named "-".
+  auto trace = RunShardcast("simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --trace -");
+  EXPECT_EQ(trace.exit_code, 2);
+  EXPECT_NE(trace.err.find("-: expected a file name to write"), std::string::npos) << trace.err;
+  EXPECT_FALSE(std::filesystem::exists("-"));
+  const std::string runs = std::string(SHARDCAST_FIXTURES) + "/validation/runs_small.csv";
+  const std::string validate_csv = (dir / "validate_table.csv").string();
+  ASSERT_EQ(RunShardcast("validate --runs " + runs + " --csv " + validate_csv).exit_code, 0);
+  auto v = RunShardcast("validate --runs " + runs + " --csv -");
   ASSERT_EQ(v.exit_code, 0) << v.err;
-  EXPECT_EQ(v.out.rfind("row_id,source_id,model,", 0), 0u) << v.out;
+  EXPECT_EQ(v.out, read(validate_csv));
+  EXPECT_EQ(RunShardcast("validate --runs " + runs + " --csv - --json").exit_code, 2);
 }
 
 TEST(CliCapacity, BadInput) {
