@@ -186,6 +186,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
       throw InputError(fmt::format("command line: --profile: {} and {} both for cluster {}, expected one profile each",
                                    o.profiles.at(cluster).first, path, cluster));
     }
+    WarnIfProfileIsAnotherMachine(prof, path, LoadCluster(cluster));
     o.profiles.emplace(cluster, std::make_pair(path, std::move(prof)));
   }
   const auto rows = RunCapacity(m, options, o);

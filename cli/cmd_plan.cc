@@ -62,10 +62,7 @@ void RunPlanCommand(const PlanArgs& a) {
   o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   o.exclude_memory_at_risk = a.exclude_at_risk;
   const HardwareProfile prof = a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile);
-  if (!a.profile.empty() && !ProfileDescribesGpu(prof, cl.gpu)) {
-    std::cerr << "shardcast: warning: profile " << a.profile << " measured '" << prof.gpu << "' but cluster " << cl.name
-              << " has " << cl.gpu.name << "\n";
-  }
+  if (!a.profile.empty()) WarnIfProfileIsAnotherMachine(prof, a.profile, cl);
   const bool tty = ::isatty(2) != 0 && !a.json;
   const auto t0 = std::chrono::steady_clock::now();
   o.progress = [&](std::size_t done, std::size_t total) {
@@ -121,6 +118,7 @@ void RunPlanCommand(const PlanArgs& a) {
     Json j;
     j["model"] = m.name;
     j["cluster"] = cl.name;
+    j["profile"] = a.profile.empty() ? "built-in default" : a.profile;
     j["gpus"] = o.gpus;
     j["global_batch_size"] = o.global_batch_size;
     j["objective"] = ToString(o.objective);
@@ -227,6 +225,7 @@ void RunPlanCommand(const PlanArgs& a) {
   if (const std::string bias = KnownBias(chosen.config); !bias.empty()) std::cout << "  (" << bias << ")\n";
   std::vector<std::string> unexpressed;  // plans set nothing simulate has no flag for
   std::cout << "\nDetails: shardcast simulate --model " << a.model << " --cluster " << a.cluster << " "
+            << (a.profile.empty() ? "" : "--profile " + a.profile + " ")
             << SimulateFlags(chosen.config, m, o.gpus, &unexpressed) << "\n";
   for (const auto& u : unexpressed) std::cout << "  (not reproduced: " << u << ")\n";
 }

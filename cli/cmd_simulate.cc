@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/config_args.h"
+#include "cli/plan_common.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/text.h"
@@ -312,10 +313,7 @@ void RunSimulate(const SimulateArgs& a) {
   if (!a.profile.empty()) loaded = LoadProfile(a.profile);
   // A measured profile says which machine it measured; an explicit --cluster overrides.
   const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster);
-  if (loaded && !a.cluster.empty() && !ProfileDescribesGpu(*loaded, cl.gpu)) {
-    std::cerr << "shardcast: warning: profile " << a.profile << " measured '" << loaded->gpu << "' but cluster "
-              << cl.name << " has " << cl.gpu.name << "\n";
-  }
+  if (loaded && !a.cluster.empty()) WarnIfProfileIsAnotherMachine(*loaded, a.profile, cl);
   const std::int64_t gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
   const ParallelConfig c = BuildConfig(a, m, gpus);
   if (a.ops && a.json) {
@@ -330,6 +328,7 @@ void RunSimulate(const SimulateArgs& a) {
   if (!a.trace.empty() && !r.feasible) std::cerr << "shardcast: no trace written: the configuration cannot run\n";
   if (a.json) {
     Json j = ResultToJson(r, m, c, cl, gpus);
+    j["profile"] = a.profile.empty() ? "built-in default" : a.profile;
     j["profile_estimates"] = prof.kind == "default" ? Json(prof.Estimates(c.flash_attention)) : Json::array();
     std::cout << WithIntegerBytes(j).dump(2) << "\n";
   } else {

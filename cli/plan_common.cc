@@ -120,6 +120,17 @@ Json KnownBiasJson(const ParallelConfig& c) {
   return bias.empty() ? Json(nullptr) : Json(bias);
 }
 
+void WarnIfProfileIsAnotherMachine(const HardwareProfile& p, const std::string& path, const Cluster& cl) {
+  if (!ProfileDescribesGpu(p, cl.gpu)) {
+    std::cerr << "shardcast: warning: profile " << path << " measured '" << p.gpu << "' but cluster " << cl.name
+              << " has " << cl.gpu.name << "\n";
+  }
+  if (const std::string d = ProfileNetworkDiffers(p, cl); !d.empty()) {
+    std::cerr << "shardcast: warning: profile " << path << " measured another network than cluster " << cl.name << "'s ("
+              << d << "); the simulation uses the profile's network\n";
+  }
+}
+
 void CheckCsvOption(const std::string& path, bool json) {
   if (path == "-" && json) {
     throw InputError("command line: --csv -: writes the CSV to standard output, where --json also writes; "

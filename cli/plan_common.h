@@ -8,6 +8,7 @@
 
 #include "models/parallel.h"
 #include "planner/planner.h"
+#include "simulator/profile.h"
 
 namespace shardcast::cli {
 
@@ -26,6 +27,11 @@ void ApplyFixedToSearch(PlanOptions* o);
 
 /// KnownBias(c) for JSON: the caveat, or null when none is known.
 Json KnownBiasJson(const ParallelConfig& c);
+
+/// Warns on standard error when the profile read from `path` measured another GPU than `cl`'s or
+/// another network (ProfileDescribesGpu, ProfileNetworkDiffers): the simulator then models the
+/// profile's machine with the cluster's memory, which is rarely what was meant.
+void WarnIfProfileIsAnotherMachine(const HardwareProfile& p, const std::string& path, const Cluster& cl);
 
 /// The --csv option of `plan` and `validate`: "-" means standard output, where the CSV is then
 /// the whole output. InputError (exit 2) when "-" is combined with --json, which also writes there.

@@ -453,4 +453,22 @@ bool ProfileDescribesGpu(const HardwareProfile& p, const Gpu& gpu) {
   return !measured.empty() && (measured == bare(gpu.name) || measured == bare(gpu.display_name));
 }
 
+std::string ProfileNetworkDiffers(const HardwareProfile& p, const Cluster& cl) {
+  std::vector<std::string> d;
+  if (p.gpus_per_node != cl.gpus_per_node) {
+    d.push_back(fmt::format("{} GPUs per node, the cluster {}", p.gpus_per_node, cl.gpus_per_node));
+  }
+  if (p.nics_per_node != cl.nics_per_node) {
+    d.push_back(fmt::format("{} NICs per node, the cluster {}", p.nics_per_node, cl.nics_per_node));
+  } else if (cl.nics_per_node > 0 && p.nic_effective_GBps > 1.05 * cl.nic_Gbps / 8.0) {
+    d.push_back(fmt::format("{:.1f} GB/s per NIC, above the cluster's {:g} Gb/s line rate", p.nic_effective_GBps,
+                            cl.nic_Gbps));
+  }
+  if (cl.intra_GBps_per_direction > 0 && p.intra_busbw_GBps > 1.3 * cl.intra_GBps_per_direction) {
+    d.push_back(fmt::format("intra-node busbw {:.0f} GB/s, above the cluster's {} at {:g} GB/s per direction",
+                            p.intra_busbw_GBps, cl.intra_fabric, cl.intra_GBps_per_direction));
+  }
+  return Join(d, "; ");
+}
+
 }  // namespace shardcast

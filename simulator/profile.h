@@ -158,6 +158,13 @@ Cluster ClusterFromProfile(const HardwareProfile& p, const std::string& file);
 /// "NVIDIA " prefix.
 bool ProfileDescribesGpu(const HardwareProfile& p, const Gpu& gpu);
 
+/// How the machine a profile measured differs from `cl`'s network, or "" when it does not: GPUs
+/// or NICs per node differ, or the profile's measured NIC or intra-node bandwidth exceeds what the
+/// cluster's links can carry (NIC line rate; intra-node 1.3 x the per-direction rate, room for
+/// NVLink SHARP busbw). The simulator takes the network from the profile, so such a pairing models
+/// the profile's machine, not the cluster.
+std::string ProfileNetworkDiffers(const HardwareProfile& p, const Cluster& cl);
+
 /// Reads a profile JSON; errors name file, pointer, value.
 HardwareProfile LoadProfile(const std::string& path);
 HardwareProfile ProfileFromJson(const Json& j, const std::string& file);

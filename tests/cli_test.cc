@@ -474,6 +474,11 @@ TEST(CliCapacity, MeasuredProfilePerCluster) {
   auto plan = RunShardcast("plan --model gpt3-1.3b --cluster dgx-h200 --gpus 16 --gbs 512 --top 1 --json --profile " + slow);
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_EQ(plan.err, "");  // the device name is the cluster's GPU: no mismatch warning
+  EXPECT_EQ(Json::parse(plan.out)["profile"], slow);
+  auto plan_text = RunShardcast("plan --model gpt3-1.3b --cluster dgx-h200 --gpus 16 --gbs 512 --top 1 --profile " + slow);
+  EXPECT_NE(plan_text.out.find("Details: shardcast simulate --model gpt3-1.3b --cluster dgx-h200 --profile " + slow + " "),
+            std::string::npos)
+      << plan_text.out;
   EXPECT_DOUBLE_EQ(row(jw, "dgx-h200")["step_time_s"].get<double>(),
                    Json::parse(plan.out)["recommended"]["step_time_s"].get<double>());
   auto text = RunShardcast(base + "--profile dgx-h200=" + slow);
@@ -489,6 +494,13 @@ TEST(CliCapacity, MeasuredProfilePerCluster) {
                                "describes one machine's GPU and network, expected CLUSTER=" + a100),
             std::string::npos)
       << ambiguous.err;
+  // With one cluster of its GPU the profile applies, and a different network is warned about.
+  auto jz = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options jean-zay-a100:16 --profile " + a100);
+  EXPECT_EQ(jz.exit_code, 0) << jz.err;
+  EXPECT_NE(jz.err.find("warning: profile " + a100 + " measured another network than cluster jean-zay-a100's (8 NICs "
+                        "per node, the cluster 4)"),
+            std::string::npos)
+      << jz.err;
   auto named = RunShardcast(two + "--profile DGX-A100=" + a100 + " --json");
   ASSERT_EQ(named.exit_code, 0) << named.err;
   EXPECT_EQ(row(Json::parse(named.out), "dgx-a100")["profile"], a100);

@@ -675,5 +675,32 @@ TEST(Profile, CollectiveCostIsNcclAlphaBeta) {
   EXPECT_NEAR(c.time_s(), (8.4 + 0 * 3.4 + 30 * 14.0) * 1e-6 + 2.0 * 15 / 16 * size / 23.5e9, 1e-12);
 }
 
+// Each preset cluster's built-in profile describes that cluster; a profile of another machine is
+// named with what differs (the simulator takes the network from the profile).
+TEST(Profile, NetworkMismatchIsNamed) {
+  for (const auto& name : PresetNames(PresetKind::kCluster)) {
+    const Cluster cl = LoadCluster(name);
+    const HardwareProfile p = DefaultProfile(cl);
+    EXPECT_EQ(ProfileNetworkDiffers(p, cl), "") << name;
+    EXPECT_TRUE(ProfileDescribesGpu(p, cl.gpu)) << name;
+  }
+  const Cluster dgx = LoadCluster("dgx-a100"), jz = LoadCluster("jean-zay-a100"), pcie = LoadCluster("pcie-h100-8gpu");
+  EXPECT_EQ(ProfileNetworkDiffers(DefaultProfile(dgx), jz), "8 NICs per node, the cluster 4");
+  HardwareProfile fast = DefaultProfile(dgx);
+  fast.nic_effective_GBps = 1.06 * dgx.nic_Gbps / 8.0;  // above the line rate
+  EXPECT_NE(ProfileNetworkDiffers(fast, dgx).find("GB/s per NIC, above the cluster's 200 Gb/s line rate"),
+            std::string::npos);
+  EXPECT_NE(ProfileNetworkDiffers(DefaultProfile(LoadCluster("dgx-h100")), pcie).find("above the cluster's pcie"),
+            std::string::npos);
+  // GPU names: preset name, display name (a CUDA device name), case and the "NVIDIA " prefix aside.
+  HardwareProfile named = DefaultProfile(LoadCluster("dgx-h200"));
+  for (const std::string n : {"h200-sxm", "H200-SXM", "NVIDIA H200", "nvidia h200-sxm"}) {
+    named.gpu = n;
+    EXPECT_TRUE(ProfileDescribesGpu(named, LoadCluster("dgx-h200").gpu)) << n;
+  }
+  named.gpu = "NVIDIA H100 80GB HBM3";
+  EXPECT_FALSE(ProfileDescribesGpu(named, LoadCluster("dgx-h200").gpu));
+}
+
 }  // namespace
 }  // namespace shardcast
