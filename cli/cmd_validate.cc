@@ -1,4 +1,5 @@
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -37,6 +38,15 @@ void RunValidate(const ValidateArgs& a) {
   }
   if (!a.write_model.empty() && a.explain.empty()) {
     throw InputError("command line: --write-model: writes the model of the row named by --explain; got no --explain");
+  }
+  // The defaults are the source tree's validation/ as built: name the way out if it moved.
+  for (const auto* path : {&a.runs, &a.memory}) {
+    const bool is_default = *path == std::string(SHARDCAST_DATA_DIR) + (path == &a.runs ? "/published_runs.csv"
+                                                                                          : "/published_memory.csv");
+    if (is_default && !(path == &a.memory && a.no_memory) && !std::filesystem::exists(*path)) {
+      throw InputError(*path + ": not found; it is the default path of the source tree this binary was built from, "
+                       "expected " + (path == &a.runs ? "--runs" : "--memory") + " FILE (or a rebuild)");
+    }
   }
   const ValidationReport rep = RunValidation(a.runs, a.no_memory ? "" : a.memory, a.explain);
   if (rep.explained) {

@@ -1,5 +1,7 @@
 #include "common/csv.h"
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "common/json_reader.h"
 
@@ -33,6 +35,11 @@ CsvTable ParseCsv(const std::string& text, const std::string& file) {
     if (t.header.empty()) {
       t.header = row;
     } else if (!(row.size() == 1 && row[0].empty())) {
+      // A missing or extra comma shifts every later cell into the wrong column.
+      if (row.size() != t.header.size()) {
+        throw InputError(fmt::format("{}:{}: got {} fields, expected {} as in the header (a missing or extra comma?)",
+                                     file, row_line, row.size(), t.header.size()));
+      }
       t.rows.push_back(row);
       t.lines.push_back(row_line);
     }

@@ -45,6 +45,20 @@ std::int64_t IntField(const CsvTable& t, std::size_t r, const std::string& col, 
   return static_cast<std::int64_t>(*d);
 }
 
+/// A field whose value must start with one of `prefixes` (the empty string allows an empty cell);
+/// returns the index of the prefix it starts with. InputError naming file, row and column otherwise.
+std::size_t ChoiceField(const CsvTable& t, std::size_t r, const std::string& col, const std::string& file,
+                        const std::vector<std::string>& prefixes) {
+  const std::string v = t.Get(r, col);
+  for (std::size_t i = 0; i < prefixes.size(); ++i) {
+    if (prefixes[i].empty() ? v.empty() : v.rfind(prefixes[i], 0) == 0) return i;
+  }
+  std::vector<std::string> shown;
+  for (const auto& p : prefixes) shown.push_back(p.empty() ? "empty" : "\"" + p + "...\"");
+  throw InputError(file + ": " + RowLabel(t, r) + ", column " + col + ": got \"" + v + "\", expected " +
+                   Join(shown, ", "));
+}
+
 /// InputError unless the table has every column.
 void RequireColumns(const CsvTable& t, const std::string& file, std::initializer_list<const char*> cols) {
   for (const char* col : cols) {
@@ -166,18 +180,14 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     c.micro_batch_size = IntField(t, r, "micro_batch_size", runs_csv);
     c.global_batch_size = IntField(t, r, "global_batch_size", runs_csv);
     c.seq_length = m.seq_length;
-    const std::string rc = t.Get(r, "recompute");
     // SC21 Table 2 rows leave recompute unstated; the paper's Table 1 runs, whose FLOP count
     // (eq. 3) they share, used full recompute.
-    c.recompute = rc.empty() || rc.rfind("full", 0) == 0 ? Recompute::kFull
-                  : rc.rfind("selective", 0) == 0        ? Recompute::kSelective
-                                                          : Recompute::kNone;
-    c.sequence_parallel = t.Get(r, "sequence_parallel") == "yes";
-    const std::string sh = t.Get(r, "dp_sharding");
-    c.zero_stage = sh.rfind("PyTorch FSDP FULL_SHARD", 0) == 0      ? 3
-                   : sh.rfind("PyTorch FSDP SHARD_GRAD_OP", 0) == 0 ? 2
-                   : sh.rfind("ZeRO-1", 0) == 0                     ? 1
-                                                                    : 0;
+    const std::size_t rc = ChoiceField(t, r, "recompute", runs_csv, {"", "full", "selective", "none"});
+    c.recompute = rc <= 1 ? Recompute::kFull : rc == 2 ? Recompute::kSelective : Recompute::kNone;
+    c.sequence_parallel = ChoiceField(t, r, "sequence_parallel", runs_csv, {"", "no", "yes"}) == 2;
+    const std::size_t sh = ChoiceField(t, r, "dp_sharding", runs_csv,
+                                       {"", "none", "ZeRO-1", "PyTorch FSDP SHARD_GRAD_OP", "PyTorch FSDP FULL_SHARD"});
+    c.zero_stage = sh == 4 ? 3 : sh == 3 ? 2 : sh == 2 ? 1 : 0;
     c.flash_attention = Contains(t.Get(r, "framework"), "FlashAttention");
     c.precision = Contains(t.Get(r, "precision"), "bf16") ? Precision::kBf16 : Precision::kFp16;
     c.embedding_slots = Contains(t.Get(r, "notes"), "PP slots");
@@ -206,7 +216,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       c.overlap_param_gather = false;
       // fp16 runs used DeepSpeed's ZeRO-1 (16-bit gradients reduced to their owners); from
       // 2022-02-28 BLOOM ran the BF16_Optimizer (ZeRO stage 0 + its own optimizer sharding).
-      c.optimizer_impl = Contains(sh, "BF16_Optimizer") ? OptimizerImpl::kDeepSpeedBf16 : OptimizerImpl::kDeepSpeedZero;
+      c.optimizer_impl = Contains(t.Get(r, "dp_sharding"), "BF16_Optimizer") ? OptimizerImpl::kDeepSpeedBf16 : OptimizerImpl::kDeepSpeedZero;
     }
     if (Contains(t.Get(r, "notes"), "MP Mode DEFAULT")) {
       // Composer's FSDP mixed precision 'DEFAULT' since composer PR 2047 (2023-03): parameters

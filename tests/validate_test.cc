@@ -45,6 +45,11 @@ TEST(Csv, QuotedFieldsAndEmptyCells) {
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), "bad.csv:2: unterminated quoted field (expected a closing \")");
   }
+  // A row with a field missing or extra would shift its cells into the wrong columns.
+  EXPECT_EQ(testing::InputErrorOf([] { ParseCsv("a,b,c\n1,2,3\n\n4,5\n", "short.csv"); }),
+            "short.csv:4: got 2 fields, expected 3 as in the header (a missing or extra comma?)");
+  EXPECT_EQ(testing::InputErrorOf([] { ParseCsv("a,b\n1,\"x,y\",3\n", "long.csv"); }),
+            "long.csv:2: got 3 fields, expected 2 as in the header (a missing or extra comma?)");
 }
 
 TEST(Validate, SmallFixture) {
@@ -111,6 +116,16 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
   EXPECT_EQ(InputErrorOf([&] { RunValidation(negative, ""); }),
             negative + ": row_id " + row_id +
                 " (line 2), column iter_time_s: got \"-1\", expected a positive finite number or an empty cell");
+  // Recompute, sequence parallelism and sharding take the values the README documents, not
+  // anything (an unknown recompute used to be read as none).
+  const std::string partial = testing::WriteTemp("runs_partial.csv", header() + row("recompute", "partial"));
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(partial, ""); }),
+            partial + ": row_id " + row_id +
+                " (line 2), column recompute: got \"partial\", expected empty, \"full...\", \"selective...\", \"none...\"");
+  const std::string sp = testing::WriteTemp("runs_sp.csv", header() + row("sequence_parallel", "true"));
+  EXPECT_NE(InputErrorOf([&] { RunValidation(sp, ""); }).find("column sequence_parallel: got \"true\", expected empty, "
+                                                               "\"no...\", \"yes...\""),
+            std::string::npos);
   const std::string dup = testing::WriteTemp("runs_duplicate.csv", header() + row("", "") + row("", ""));
   EXPECT_EQ(InputErrorOf([&] { RunValidation(dup, ""); }),
             dup + ": row_id " + row_id + " (line 3), column row_id: got \"" + row_id +
