@@ -1,5 +1,6 @@
 #include "common/json_reader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -19,8 +20,37 @@ std::string ReadTextFile(const std::string& path) {
 }
 
 Json ParseJsonText(const std::string& text, const std::string& file) {
+  // A key given twice in one object: nlohmann keeps the last silently (other parsers the first),
+  // so a pasted-over field would change a result unseen. Track the keys of each open object.
+  struct Open {
+    std::string name;  // the key the object is the value of ("" at the top or in an array)
+    std::vector<std::string> keys;
+  };
+  std::vector<Open> open;
+  std::string last_key;
+  auto check = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::object_start) {
+      open.push_back({last_key, {}});
+      last_key.clear();
+    } else if (event == Json::parse_event_t::object_end) {
+      if (!open.empty()) open.pop_back();
+    } else if (event == Json::parse_event_t::array_start) {
+      last_key.clear();
+    } else if (event == Json::parse_event_t::key && !open.empty()) {
+      const std::string key = parsed.get<std::string>();
+      auto& keys = open.back().keys;
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
+        throw InputError(file + ": key \"" + key + "\" appears twice in " +
+                         (open.back().name.empty() ? std::string("one object") : "object \"" + open.back().name + "\"") +
+                         ", expected each key once (which copy counts is not defined)");
+      }
+      keys.push_back(key);
+      last_key = key;
+    }
+    return true;
+  };
   try {
-    return Json::parse(text);
+    return Json::parse(text, check);
   } catch (const Json::parse_error& e) {
     // Translate the byte offset to line:column for the message.
     std::size_t offset = e.byte == 0 ? 0 : e.byte - 1;

@@ -35,6 +35,27 @@ TEST(JsonReader, IntegerChecksNameFilePointerValue) {
   EXPECT_EQ(r.Int("e", 1, 5000), 4096);
 }
 
+// A key twice in one object is refused (nlohmann keeps the last copy silently); the same key in
+// sibling objects, or in objects of an array, is fine.
+TEST(JsonReader, DuplicateKeyIsRefused) {
+  auto error = [](const std::string& text) {
+    try {
+      ParseJsonText(text, "d.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error(R"({"num_layers": 16, "hidden_size": 8, "num_layers": 99})"),
+            "d.json: key \"num_layers\" appears twice in one object, expected each key once (which copy counts is "
+            "not defined)");
+  EXPECT_EQ(error(R"({"a": {"b": 1, "c": [{"b": 2}, {"b": 3}], "b": 4}})"),
+            "d.json: key \"b\" appears twice in object \"a\", expected each key once (which copy counts is not "
+            "defined)");
+  EXPECT_EQ(error(R"({"a": {"x": 1}, "b": {"x": 2}, "c": [{"x": 3}, {"x": 4}], "x": 5})"), "");
+  EXPECT_EQ(ParseJsonText(R"({"a": {"x": 1}, "x": 5})", "ok.json")["a"]["x"], 1);
+}
+
 TEST(JsonReader, MalformedJsonNamesLineAndColumn) {
   try {
     ParseJsonText("{\n  \"a\": 1,\n  \"b\" 2\n}", "x.json");
