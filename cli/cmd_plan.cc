@@ -29,12 +29,16 @@ struct PlanArgs {
   bool json = false, no_flash = false, exclude_at_risk = false;
 };
 
-std::string PlanRow(std::size_t rank, const Plan& p, double usable) {
+/// One table row; with the cost or energy objective, the ranked quantity is a column too.
+std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective objective) {
   const auto& c = p.config;
   const auto& r = p.result;
-  return fmt::format("{:>4}  {:>2} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<2} {:>4}  {:>10} {:>11.0f} {:>6} {:>6}  {:>10} {:>10}{}",
+  const std::string ranked = objective == Objective::kCost     ? fmt::format(" {:>10.4g}", p.usd_per_million_tokens)
+                             : objective == Objective::kEnergy ? fmt::format(" {:>10.4g}", p.joules_per_token)
+                                                               : "";
+  return fmt::format("{:>4}  {:>2} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<2} {:>4}  {:>10} {:>11.0f}{} {:>6} {:>6}  {:>10} {:>10}{}",
                      rank, c.tp, c.pp, c.dp, c.vp, c.micro_batch_size, ToString(c.schedule), ToString(c.recompute),
-                     c.sequence_parallel ? "y" : "n", c.zero_stage, FormatSeconds(r.step_time_s), r.tokens_per_s,
+                     c.sequence_parallel ? "y" : "n", c.zero_stage, FormatSeconds(r.step_time_s), r.tokens_per_s, ranked,
                      fmt::format("{:.1f}%", 100 * r.mfu), fmt::format("{:.1f}%", 100 * r.bubble_fraction),
                      FormatGiB(r.peak_memory_bytes), FormatGiB(usable - r.peak_memory_bytes),
                      r.memory_at_risk ? "  at risk" : "");
@@ -89,16 +93,18 @@ void RunPlanCommand(const PlanArgs& a) {
     // `recommended` marks the plan the text recommends (the best not at risk of running out of
     // memory); no row has it when that plan ranks below --top.
     std::string csv = "rank,tp,pp,dp,vp,micro_batch_size,global_batch_size,schedule,recompute,sequence_parallel,zero_stage,"
-                      "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes,memory_at_risk,recommended\n";
+                      "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes,memory_at_risk,recommended,"
+                      "usd_per_million_tokens,joules_per_token\n";
     for (std::size_t i = 0; i < r.plans.size(); ++i) {
       const auto& p = r.plans[i];
       const auto& c = p.config;
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
                          c.micro_batch_size, c.global_batch_size, ToString(c.schedule), ToString(c.recompute),
                          c.sequence_parallel ? "true" : "false", c.zero_stage, p.result.step_time_s,
                          p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction,
                          static_cast<std::int64_t>(std::llround(p.result.peak_memory_bytes)),
-                         p.result.memory_at_risk ? "true" : "false", i + 1 == recommended_rank ? "true" : "false");
+                         p.result.memory_at_risk ? "true" : "false", i + 1 == recommended_rank ? "true" : "false",
+                         p.usd_per_million_tokens, p.joules_per_token);
     }
     if (WriteCsvOption(a.csv, csv)) {
       // The CSV is all of standard output: say on standard error when it has no rows, and why.
@@ -171,10 +177,13 @@ void RunPlanCommand(const PlanArgs& a) {
     for (const auto& s : r.advice) std::cout << "  - " << s << "\n";
     return;
   }
-  std::cout << fmt::format("\n{:>4}  {:>2} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<2} {:>4}  {:>10} {:>11} {:>6} {:>6}  {:>10} {:>10}\n",
+  const std::string ranked_header = o.objective == Objective::kCost     ? fmt::format(" {:>10}", "$/M tok")
+                                    : o.objective == Objective::kEnergy ? fmt::format(" {:>10}", "J/token")
+                                                                        : "";
+  std::cout << fmt::format("\n{:>4}  {:>2} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<2} {:>4}  {:>10} {:>11}{} {:>6} {:>6}  {:>10} {:>10}\n",
                            "rank", "TP", "PP", "DP", "VP", "mbs", "schedule", "recompute", "SP", "ZeRO", "step", "tokens/s",
-                           "MFU", "bubble", "peak mem", "headroom");
-  for (std::size_t i = 0; i < r.plans.size(); ++i) std::cout << PlanRow(i + 1, r.plans[i], cl.gpu.memory_bytes) << "\n";
+                           ranked_header, "MFU", "bubble", "peak mem", "headroom");
+  for (std::size_t i = 0; i < r.plans.size(); ++i) std::cout << PlanRow(i + 1, r.plans[i], cl.gpu.memory_bytes, o.objective) << "\n";
   const Plan& best = r.plans.front();
   std::vector<std::string> not_searched, widen;
   if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end()) {
