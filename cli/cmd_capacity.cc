@@ -83,6 +83,12 @@ std::vector<CapacityOption> ParseOptions(const std::vector<std::string>& specs) 
         throw InputError("command line: --gpus-options: got \"" + n + "\" in \"" + spec +
                          "\", expected a positive GPU count up to " + std::to_string(kMaxGpus));
       }
+      for (const auto& prev : out) {
+        if (prev.cluster == cluster && prev.gpus == v) {
+          throw InputError(fmt::format("command line: --gpus-options: got {}:{} twice, expected each option once",
+                                       cluster, v));
+        }
+      }
       out.push_back({cluster, v});
     }
   }
@@ -199,7 +205,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
     j["options"] = Json::array();
     for (const auto& r : rows) {
       Json x = {{"cluster", r.option.cluster}, {"gpus", r.option.gpus}, {"gpu", r.gpu}, {"profile", r.profile},
-                {"feasible", r.feasible}};
+                {"profile_estimates", r.profile_estimates}, {"feasible", r.feasible}};
       if (!r.feasible) {
         x["reason"] = r.reason;
       } else {
@@ -211,8 +217,8 @@ void RunCapacityCommand(const CapacityArgs& a) {
         x["known_bias"] = KnownBiasJson(r.best.config);
         x["steps"] = r.steps;
         x["train_time_s"] = r.train_time_s;
-        if (o.mtbf_hours) x["goodput"] = r.goodput;
-        x["checkpoint_interval_s"] = r.checkpoint_interval_s;
+        x["goodput"] = o.mtbf_hours ? Json(r.goodput) : Json(nullptr);  // null: no failure model
+        x["checkpoint_interval_s"] = o.mtbf_hours ? Json(r.checkpoint_interval_s) : Json(nullptr);
         x["wall_time_s"] = r.wall_time_s;
         x["gpu_hours"] = r.gpu_hours;
         x["price_usd_per_gpu_hour"] = r.price_usd_per_gpu_hour;
@@ -239,20 +245,27 @@ void RunCapacityCommand(const CapacityArgs& a) {
                              *o.mtbf_hours, o.checkpoint_minutes,
                              o.restart_minutes > 0 ? o.restart_minutes : o.checkpoint_minutes);
   }
-  std::cout << fmt::format("\n{:<16} {:>6}  {:<30} {:>9} {:>6} {:>9} {:>8} {:>12} {:>8} {:>13} {:>10}  {}\n", "cluster", "GPUs",
-                           "best configuration", "step", "MFU", "days", "goodput", "GPU-hours", "$/h", "cost", "MWh",
-                           o.days ? "deadline" : "");
+  // Columns as wide as their longest entry; small days and MWh keep two significant digits.
+  std::size_t cw = 16, fw = std::string("best configuration").size();
+  for (const auto& r : rows) {
+    cw = std::max(cw, r.option.cluster.size());
+    if (r.feasible) fw = std::max(fw, r.best.config.Short().size());
+  }
+  auto small = [](double v) { return v >= 1 || v == 0 ? fmt::format("{:.1f}", v) : fmt::format("{:.2g}", v); };
+  std::cout << fmt::format("\n{:<{}} {:>6}  {:<{}} {:>9} {:>6} {:>9} {:>8} {:>12} {:>8} {:>13} {:>10}  {}\n", "cluster", cw,
+                           "GPUs", "best configuration", fw, "step", "MFU", "days", "goodput", "GPU-hours", "$/h", "cost",
+                           "MWh", o.days ? "deadline" : "");
   for (const auto& r : rows) {
     if (!r.feasible) {
-      std::cout << fmt::format("{:<16} {:>6}  infeasible: {}\n", r.option.cluster, r.option.gpus, r.reason);
+      std::cout << fmt::format("{:<{}} {:>6}  infeasible: {}\n", r.option.cluster, cw, r.option.gpus, r.reason);
       continue;
     }
-    std::cout << fmt::format("{:<16} {:>6}  {:<30} {:>9} {:>6} {:>9.1f} {:>8} {:>12.0f} {:>8.2f} {:>13} {:>10.1f}  {}\n",
-                             r.option.cluster, r.option.gpus, r.best.config.Short(),
+    std::cout << fmt::format("{:<{}} {:>6}  {:<{}} {:>9} {:>6} {:>9} {:>8} {:>12.0f} {:>8.2f} {:>13} {:>10}  {}\n",
+                             r.option.cluster, cw, r.option.gpus, r.best.config.Short(), fw,
                              FormatSeconds(r.step_time_s), fmt::format("{:.1f}%", 100 * r.best.result.mfu),
-                             r.wall_time_s / 86400.0, o.mtbf_hours ? fmt::format("{:.1f}%", 100 * r.goodput) : "-",
+                             small(r.wall_time_s / 86400.0), o.mtbf_hours ? fmt::format("{:.1f}%", 100 * r.goodput) : "-",
                              r.gpu_hours,
-                             r.price_usd_per_gpu_hour, fmt::format("${:.0f}", r.cost_usd), r.energy_kwh / 1000.0,
+                             r.price_usd_per_gpu_hour, fmt::format("${:.0f}", r.cost_usd), small(r.energy_kwh / 1000.0),
                              o.days ? (r.meets_deadline ? "meets" : "misses") : "");
     if (!(r.goodput > 0)) {
       std::cout << fmt::format("{:<24}  (never finishes: with one failure every {:.2g} h across {} GPUs, checkpoints "
@@ -283,7 +296,11 @@ void RunCapacityCommand(const CapacityArgs& a) {
   std::cout << "\nHardware profiles (--profile [CLUSTER=]FILE for a measured one):\n";
   seen.clear();
   for (const auto& r : rows) {
-    if (seen.insert(r.option.cluster).second) std::cout << fmt::format("  {:<16} {}\n", r.option.cluster, r.profile);
+    if (!seen.insert(r.option.cluster).second) continue;
+    std::cout << fmt::format("  {:<16} {}\n", r.option.cluster, r.profile);
+    // What the built-in default carries over from another GPU: the comparison across GPU types
+    // is only as good as these (docs/profile.md).
+    for (const auto& e : r.profile_estimates) std::cout << fmt::format("  {:<16}   estimate: {}\n", "", e);
   }
 }
 

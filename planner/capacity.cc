@@ -48,7 +48,9 @@ std::vector<CapacityRow> RunCapacity(const Model& m, const std::vector<CapacityO
     po.price_usd_per_gpu_hour = row.price_usd_per_gpu_hour;
     const auto measured = o.profiles.find(opt.cluster);
     if (measured != o.profiles.end()) row.profile = measured->second.first;
-    PlanResult pr = RunPlan(m, cl, measured != o.profiles.end() ? measured->second.second : DefaultProfile(cl), po);
+    const HardwareProfile prof = measured != o.profiles.end() ? measured->second.second : DefaultProfile(cl);
+    if (measured == o.profiles.end()) row.profile_estimates = prof.Estimates(po.flash_attention);
+    PlanResult pr = RunPlan(m, cl, prof, po);
     if (pr.plans.empty()) {
       row.feasible = false;
       row.reason = pr.advice.empty() ? "no configuration fits" : pr.advice.front();

@@ -39,6 +39,9 @@ struct CapacityRow {
   std::string gpu;
   std::string price_date, price_source;  ///< of the GPU's built-in price (its preset or file)
   std::string profile = "built-in default";  ///< the profile simulated with: a file path or the default
+  /// The built-in default's values carried over from another GPU or estimated, that this option's
+  /// plans use (HardwareProfile::Estimates); empty with a measured profile.
+  std::vector<std::string> profile_estimates;
   bool feasible = false;
   std::string reason;
   Plan best;

@@ -436,10 +436,27 @@ TEST(CliCapacity, ThreeGpuTypes) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   Json j = Json::parse(r.out);
   ASSERT_EQ(j["options"].size(), 4u);
+  // The built-in defaults carried over to a GPU without measurements are listed, as simulate lists them.
+  auto sim = RunShardcast("simulate --model gpt3-1.3b --cluster dgx-b200 --gpus 32 --tp 1 --pp 1 --mbs 1 --gbs 512 --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  const Json b200_estimates = Json::parse(sim.out)["profile_estimates"];
+  ASSERT_FALSE(b200_estimates.empty());
   for (const auto& o : j["options"]) {
     ASSERT_TRUE(o["feasible"].get<bool>());
     EXPECT_NEAR(o["train_time_s"].get<double>(), o["steps"].get<double>() * o["step_time_s"].get<double>(), 1e-6);
+    EXPECT_TRUE(o["goodput"].is_null());  // no failure model given
+    EXPECT_TRUE(o["checkpoint_interval_s"].is_null());
+    if (o["gpu"] == "b200") {
+      EXPECT_EQ(o["profile_estimates"], b200_estimates);
+    }
+    if (o["gpu"] == "a100-sxm4-80gb") {
+      EXPECT_TRUE(o["profile_estimates"].empty());  // A100 on NVLink is measured
+    }
   }
+  auto twice = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:64 dgx-a100:32,64");
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_NE(twice.err.find("--gpus-options: got dgx-a100:64 twice, expected each option once"), std::string::npos)
+      << twice.err;
 }
 
 // A measured profile replaces the built-in one for the options of its cluster, and only those:
