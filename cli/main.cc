@@ -1,3 +1,4 @@
+#include <algorithm>
 // The shardcast binary: argument parsing and output only; the work is in the libraries.
 // Exit codes: 0 success, 2 bad input, 1 internal error.
 #include <cstdio>
@@ -75,6 +76,18 @@ int main(int argc, char** argv) {
               << "\", expected only the options of the command (--help lists them)" << hint << "\n";
     return 2;
   } catch (const CLI::ParseError& e) {
+    // A mistyped command ("plann") reaches here as "A subcommand is required": name it instead.
+    if (argc > 1 && argv[1][0] != '-') {
+      std::vector<std::string> names;
+      for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+      if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
+        const auto close = shardcast::ClosestMatches(argv[1], names, 3);
+        std::cerr << "shardcast: error: command line: got unknown command \"" << argv[1] << "\", expected one of "
+                  << shardcast::Join(names, ", ")
+                  << (close.empty() ? std::string() : "; did you mean " + shardcast::Join(close, ", ") + "?") << "\n";
+        return 2;
+      }
+    }
     std::cerr << "shardcast: error: command line: " << e.what() << "\n"
               << "Run with --help for the options and an example.\n";
     return 2;

@@ -1,5 +1,7 @@
 #include "common/file_util.h"
 
+#include <filesystem>
+
 #include <cstdio>
 #include <fstream>
 
@@ -13,6 +15,10 @@ void WriteFileAtomic(const std::string& path, const std::string& contents) {
   if (path == "-") {
     throw InputError("-: expected a file name to write; standard output ('-') is taken only by --csv, where the "
                      "CSV replaces the text");
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError(path + ": is a folder, expected the path of a file to write");
   }
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {

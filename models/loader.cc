@@ -66,6 +66,12 @@ Json ReadSpec(PresetKind kind, const std::string& spec, std::string* file_label)
     *file_label = spec;
     return ReadJsonFile(spec);
   }
+  if (std::filesystem::is_directory(spec, ec)) {
+    throw InputError(spec + ": is a folder" +
+                     (kind == PresetKind::kModel ? std::string(" without a config.json") : std::string()) +
+                     ", expected a JSON file" +
+                     (kind == PresetKind::kModel ? std::string(" or a Hugging Face model folder") : std::string()));
+  }
   if (!LooksLikePath(spec)) {
     if (const auto* p = FindPreset(kind, spec)) {
       *file_label = std::string("models/") + p->kind + "/" + p->name + ".json";

@@ -211,8 +211,9 @@ HardwareProfile WithAttentionKernel(HardwareProfile p, const std::string& arch, 
                             (p.kind == "measured" ? ", replacing the profile's attention rates" : ""));
     return p;
   }
-  throw InputError("attention kernel: got \"" + kernel + "\" for a GPU of architecture " + arch +
-                   ", expected default: rates are known for FA2 on Ampere and Hopper and FA3 on Hopper");
+  const std::string allowed = arch == "ampere" ? "default or fa2 (the same here)" : "default";
+  throw InputError("command line: --attention-kernel: got \"" + kernel + "\" for a GPU of architecture " + arch +
+                   ", expected " + allowed + ": rates are known for FA2 on Ampere and Hopper and FA3 on Hopper");
 }
 
 namespace {

@@ -49,6 +49,20 @@ TEST(Cli, ExitCodes) {
   EXPECT_EQ(RunShardcast("describe").exit_code, 2);
   EXPECT_EQ(RunShardcast("describe --model llama2-70b --tp 8").exit_code, 2);  // --tp needs --cluster
   EXPECT_EQ(RunShardcast("no-such-command").exit_code, 2);
+  auto cmd_typo = RunShardcast("plann --model gpt3-1.3b");
+  EXPECT_EQ(cmd_typo.exit_code, 2);
+  EXPECT_NE(cmd_typo.err.find("got unknown command \"plann\", expected one of models, describe, simulate, plan,"),
+            std::string::npos)
+      << cmd_typo.err;
+  EXPECT_NE(cmd_typo.err.find("; did you mean plan?"), std::string::npos) << cmd_typo.err;
+  // A folder where a file is expected: said so, not "cannot open" or "cannot rename".
+  const auto folder = std::filesystem::temp_directory_path() / "shardcast_tests" / "a_folder";
+  std::filesystem::create_directories(folder);
+  EXPECT_EQ(RunShardcast("describe --model " + folder.string()).err,
+            "shardcast: error: " + folder.string() +
+                ": is a folder without a config.json, expected a JSON file or a Hugging Face model folder\n");
+  EXPECT_EQ(RunShardcast("simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --trace " + folder.string()).err,
+            "shardcast: error: " + folder.string() + ": is a folder, expected the path of a file to write\n");
   auto extra = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --bogus 3");
   EXPECT_EQ(extra.exit_code, 2);
   EXPECT_NE(extra.err.find("got unexpected arguments \"--bogus 3\""), std::string::npos) << extra.err;
@@ -226,7 +240,9 @@ TEST(CliSimulate, AttentionKernel) {
   EXPECT_EQ(step(RunShardcast(base + "dgx-a100 --attention-kernel fa2").out), step(RunShardcast(base + "dgx-a100").out));
   auto bad = RunShardcast(base + "dgx-a100 --attention-kernel fa3");
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.err.find("got \"fa3\" for a GPU of architecture ampere"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("--attention-kernel: got \"fa3\" for a GPU of architecture ampere, expected default or fa2"),
+            std::string::npos)
+      << bad.err;
   EXPECT_EQ(RunShardcast(base + "dgx-b200 --attention-kernel fa2").exit_code, 2);
 }
 
