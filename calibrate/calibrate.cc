@@ -609,6 +609,7 @@ HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwarePr
   p.kind = "measured";
   p.source = "nccl-tests logs: " + Join(logs, ", ") + " (other tables: " + p.source + ")";
   p.collective_tables.clear();
+  std::vector<std::string> table_files;  // the log each table came from
   double best_n = 0;
   for (const auto& path : logs) {
     for (const auto& run : ReadNcclTestsLog(path)) {
@@ -629,6 +630,17 @@ HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwarePr
                             "': the profile pairs that GPU's defaults with these collectives");
       }
       CollectiveTable t = ToCollectiveTable(run);
+      // One table per collective, rank and node count: a second one (the same log given twice,
+      // or two runs of one test) would be a duplicate the simulator cannot choose between.
+      for (std::size_t k = 0; k < p.collective_tables.size(); ++k) {
+        const CollectiveTable& prev = p.collective_tables[k];
+        if (prev.op == t.op && prev.ranks == t.ranks && prev.nodes == t.nodes) {
+          throw InputError(fmt::format("{}: {} over {} ranks on {} node(s) was already read from {}, expected one "
+                                       "measurement of each collective, rank and node count",
+                                       path, ToString(t.op), t.ranks, t.nodes, table_files[k]));
+        }
+      }
+      table_files.push_back(path);
       if (t.op == CollectiveOp::kAllReduce && t.nodes == 1 && t.bytes_to_seconds.size() >= 2 && run.ranks >= best_n) {
         const AlphaBeta ab = FitAlphaBeta(t.bytes_to_seconds);
         if (ab.beta_Bps > 0) {

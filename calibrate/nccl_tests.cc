@@ -76,6 +76,10 @@ std::vector<NcclTestsRun> ParseJson(const Json& j, const std::string& file) {
   if (j.contains("devices") && j["devices"].is_array()) {
     for (const auto& d : j["devices"]) {
       if (d.contains("hostname") && d["hostname"].is_string()) hosts.insert(d["hostname"].get<std::string>());
+      // The GPU, as the text log's "device ... [NVIDIA H200]" lines give it (checked on import).
+      if (run.device.empty() && d.contains("device_info") && d["device_info"].is_string()) {
+        run.device = d["device_info"].get<std::string>();
+      }
     }
     run.ranks = static_cast<int>(j["devices"].size());
   }

@@ -24,7 +24,7 @@ struct NcclTestsRun {
   std::string binary;  ///< e.g. all_reduce_perf
   int ranks = 0;       ///< from the "Rank" lines, else from busbw/algbw
   int nodes = 1;       ///< distinct hosts in the "Rank" lines
-  std::string device;  ///< the GPU name of the first "Rank" line (text logs), e.g. "NVIDIA H100 80GB HBM3"
+  std::string device;  ///< the GPU: the first "Rank" line's (text logs) or device_info (JSON), e.g. "NVIDIA H100 80GB HBM3"
   std::vector<NcclTestsRow> rows;
 };
 

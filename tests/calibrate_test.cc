@@ -98,6 +98,22 @@ TEST(NcclTests, JsonOutput) {
   EXPECT_EQ(runs[0].ranks, 8);
   EXPECT_EQ(runs[0].rows.size(), 2u);
   EXPECT_DOUBLE_EQ(runs[0].rows[1].time_us, 3500.0);
+  EXPECT_EQ(runs[0].device, "NVIDIA H200");  // device_info, checked against the cluster like a text log's
+  std::vector<std::string> warnings;
+  const Cluster h100 = LoadCluster("dgx-h100");
+  ImportNcclTests({kNccl + "all_reduce.json"}, DefaultProfile(h100), h100.gpu.display_name, &warnings);
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_NE(warnings[0].find("measured on 'NVIDIA H200', but the cluster's GPU is 'NVIDIA H100 80GB HBM3'"),
+            std::string::npos);
+}
+
+// The same collective, rank and node count twice (a log given twice) is refused, not kept twice.
+TEST(NcclTests, ImportRefusesTheSameTableTwice) {
+  const std::string log = kNccl + "all_reduce_h200_8.log";
+  const Cluster h200 = LoadCluster("dgx-h200");
+  EXPECT_EQ(testing::InputErrorOf([&] { ImportNcclTests({log, log}, DefaultProfile(h200), "", nullptr); }),
+            log + ": all_reduce over 8 ranks on 1 node(s) was already read from " + log +
+                ", expected one measurement of each collective, rank and node count");
 }
 
 TEST(NcclTests, RanksFromBusbwRatioWithoutRankLines) {
