@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "common/csv.h"
 #include "common/json_reader.h"
 #include "common/text.h"
 #include "models/parallel.h"
@@ -576,13 +577,13 @@ TEST(CliPlan, CsvToStandardOutput) {
   EXPECT_EQ(r.out, read(plan_csv));
   const auto lines = Split(r.out, '\n');
   ASSERT_EQ(lines.size(), 1u + 3u + 1u) << r.out;  // header, 3 plans, the empty piece after the last newline
-  // The last two columns, memory_at_risk and recommended: the recommended plan is the first one
-  // not at risk (here rank 1 is at risk, so it is not rank 1).
+  // The recommended plan is the first one not at risk (here rank 1 is at risk, so it is not rank 1).
+  const CsvTable table = ParseCsv(r.out, "stdout");
   bool seen_safe = false;
-  for (std::size_t i = 1; i <= 3; ++i) {
-    const auto cells = Split(lines[i], ',');
-    const bool at_risk = cells[cells.size() - 2] == "true", recommended = cells.back() == "true";
-    EXPECT_EQ(recommended, !at_risk && !seen_safe) << lines[i];
+  for (std::size_t i = 0; i < 3; ++i) {
+    const bool at_risk = table.Get(i, "memory_at_risk") == "true", recommended = table.Get(i, "recommended") == "true";
+    const auto& line = lines[i + 1];
+    EXPECT_EQ(recommended, !at_risk && !seen_safe) << line;
     seen_safe = seen_safe || !at_risk;
   }
   EXPECT_TRUE(seen_safe) << r.out;
