@@ -192,7 +192,11 @@ void RunCapacityCommand(const CapacityArgs& a) {
       throw InputError(fmt::format("command line: --profile: {} and {} both for cluster {}, expected one profile each",
                                    o.profiles.at(cluster).first, path, cluster));
     }
-    WarnIfProfileIsAnotherMachine(prof, path, LoadCluster(cluster));
+    std::int64_t most = 0;  // the largest GPU count of the cluster's options
+    for (const auto& opt : options) {
+      if (opt.cluster == cluster) most = std::max(most, opt.gpus);
+    }
+    WarnIfProfileIsAnotherMachine(prof, path, LoadCluster(cluster), most);
     o.profiles.emplace(cluster, std::make_pair(path, std::move(prof)));
   }
   const auto rows = RunCapacity(m, options, o);

@@ -1,5 +1,8 @@
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <mpi.h>
@@ -60,6 +63,10 @@ void RunExecute(const ExecuteArgs& a) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // Used only to agree that every rank failed (below), so it cannot match the program's own
+  // collectives on MPI_COMM_WORLD.
+  MPI_Comm agree = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &agree);
   try {
     const Model m = LoadModel(a.cfg.model);
     if (a.cfg.profile.empty()) {
@@ -106,13 +113,29 @@ void RunExecute(const ExecuteArgs& a) {
     }
   } catch (const std::exception& e) {
     if (size > 1) {
-      // Fail all ranks together with the message, never a hang.
-      if (rank == 0) std::cerr << "shardcast: error: " << e.what() << "\n";
-      MPI_Abort(MPI_COMM_WORLD, dynamic_cast<const InputError*>(&e) ? 2 : 1);
+      // Fail all ranks together with the message, never a hang. Bad input fails every rank at the
+      // same check: they meet at a barrier of their own and exit cleanly, rank 0 printing the
+      // message once. A rank failing alone (mid-run) leaves the others in the program's
+      // collectives: after 10 s without the barrier, MPI_Abort ends them all.
+      const int code = dynamic_cast<const InputError*>(&e) ? 2 : 1;
+      if (rank == 0) std::cerr << "shardcast: error: " << e.what() << "\n" << std::flush;
+      MPI_Request req = MPI_REQUEST_NULL;
+      MPI_Ibarrier(agree, &req);
+      int done = 0;
+      for (int ms = 0; ms < 10000 && !done; ++ms) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (!done) MPI_Abort(MPI_COMM_WORLD, code);
+      MPI_Comm_free(&agree);
+      MPI_Finalize();
+      std::exit(code);
     }
+    MPI_Comm_free(&agree);
     MPI_Finalize();
     throw;
   }
+  MPI_Comm_free(&agree);
   MPI_Finalize();
 }
 

@@ -66,7 +66,7 @@ void RunPlanCommand(const PlanArgs& a) {
   o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   o.exclude_memory_at_risk = a.exclude_at_risk;
   const HardwareProfile prof = a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile);
-  if (!a.profile.empty()) WarnIfProfileIsAnotherMachine(prof, a.profile, cl);
+  if (!a.profile.empty()) WarnIfProfileIsAnotherMachine(prof, a.profile, cl, o.gpus);
   const bool tty = ::isatty(2) != 0 && !a.json;
   const auto t0 = std::chrono::steady_clock::now();
   o.progress = [&](std::size_t done, std::size_t total) {

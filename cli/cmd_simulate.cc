@@ -313,8 +313,8 @@ void RunSimulate(const SimulateArgs& a) {
   if (!a.profile.empty()) loaded = LoadProfile(a.profile);
   // A measured profile says which machine it measured; an explicit --cluster overrides.
   const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster);
-  if (loaded && !a.cluster.empty()) WarnIfProfileIsAnotherMachine(*loaded, a.profile, cl);
   const std::int64_t gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
+  if (loaded && !a.cluster.empty()) WarnIfProfileIsAnotherMachine(*loaded, a.profile, cl, gpus);
   const ParallelConfig c = BuildConfig(a, m, gpus);
   if (a.ops && a.json) {
     throw InputError("command line: --ops: the op table is text; not combined with --json (run them separately)");

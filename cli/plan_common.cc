@@ -120,14 +120,15 @@ Json KnownBiasJson(const ParallelConfig& c) {
   return bias.empty() ? Json(nullptr) : Json(bias);
 }
 
-void WarnIfProfileIsAnotherMachine(const HardwareProfile& p, const std::string& path, const Cluster& cl) {
+void WarnIfProfileIsAnotherMachine(const HardwareProfile& p, const std::string& path, const Cluster& cl,
+                                   std::int64_t gpus) {
   if (!ProfileDescribesGpu(p, cl.gpu)) {
     std::cerr << "shardcast: warning: profile " << path << " measured '" << p.gpu << "' but cluster " << cl.name
               << " has " << cl.gpu.name << "\n";
   }
-  if (const std::string d = ProfileNetworkDiffers(p, cl); !d.empty()) {
-    std::cerr << "shardcast: warning: profile " << path << " measured another network than cluster " << cl.name << "'s ("
-              << d << "); the simulation uses the profile's network\n";
+  if (const std::string d = ProfileNetworkDiffers(p, cl, gpus); !d.empty()) {
+    std::cerr << "shardcast: warning: profile " << path << " has network rates cluster " << cl.name
+              << "'s links cannot carry (" << d << "); the simulation takes them from the profile\n";
   }
 }
 

@@ -28,10 +28,12 @@ void ApplyFixedToSearch(PlanOptions* o);
 /// KnownBias(c) for JSON: the caveat, or null when none is known.
 Json KnownBiasJson(const ParallelConfig& c);
 
-/// Warns on standard error when the profile read from `path` measured another GPU than `cl`'s or
-/// another network (ProfileDescribesGpu, ProfileNetworkDiffers): the simulator then models the
-/// profile's machine with the cluster's memory, which is rarely what was meant.
-void WarnIfProfileIsAnotherMachine(const HardwareProfile& p, const std::string& path, const Cluster& cl);
+/// Warns on standard error when the profile read from `path` describes another GPU than `cl`'s
+/// (ProfileDescribesGpu) or network rates `cl`'s links cannot carry for `gpus` GPUs
+/// (ProfileNetworkDiffers): the simulation would pair the profile's rates with the cluster's
+/// memory and node layout, which is rarely what was meant.
+void WarnIfProfileIsAnotherMachine(const HardwareProfile& p, const std::string& path, const Cluster& cl,
+                                   std::int64_t gpus);
 
 /// The --csv option of `plan` and `validate`: "-" means standard output, where the CSV is then
 /// the whole output. InputError (exit 2) when "-" is combined with --json, which also writes there.

@@ -66,6 +66,13 @@ Json ReadSpec(PresetKind kind, const std::string& spec, std::string* file_label)
     *file_label = spec;
     return ReadJsonFile(spec);
   }
+  if (!LooksLikePath(spec)) {
+    if (const auto* p = FindPreset(kind, spec)) {
+      *file_label = std::string("models/") + p->kind + "/" + p->name + ".json";
+      return ParseJsonText(p->json, *file_label);
+    }
+  }
+  // A folder that is not a preset's name (a preset wins over a folder of the same name).
   if (std::filesystem::is_directory(spec, ec)) {
     throw InputError(spec + ": is a folder" +
                      (kind == PresetKind::kModel ? std::string(" without a config.json") : std::string()) +
@@ -73,10 +80,6 @@ Json ReadSpec(PresetKind kind, const std::string& spec, std::string* file_label)
                      (kind == PresetKind::kModel ? std::string(" or a Hugging Face model folder") : std::string()));
   }
   if (!LooksLikePath(spec)) {
-    if (const auto* p = FindPreset(kind, spec)) {
-      *file_label = std::string("models/") + p->kind + "/" + p->name + ".json";
-      return ParseJsonText(p->json, *file_label);
-    }
     auto close = ClosestMatches(spec, PresetNames(kind), 5);
     std::string msg = std::string("unknown ") + KindNoun(kind) + " preset '" + spec + "'";
     if (!close.empty()) msg += "; close matches: " + Join(close, ", ");

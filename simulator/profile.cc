@@ -454,16 +454,18 @@ bool ProfileDescribesGpu(const HardwareProfile& p, const Gpu& gpu) {
   return !measured.empty() && (measured == bare(gpu.name) || measured == bare(gpu.display_name));
 }
 
-std::string ProfileNetworkDiffers(const HardwareProfile& p, const Cluster& cl) {
+std::string ProfileNetworkDiffers(const HardwareProfile& p, const Cluster& cl, std::int64_t gpus) {
   std::vector<std::string> d;
-  if (p.gpus_per_node != cl.gpus_per_node) {
-    d.push_back(fmt::format("{} GPUs per node, the cluster {}", p.gpus_per_node, cl.gpus_per_node));
-  }
-  if (p.nics_per_node != cl.nics_per_node) {
-    d.push_back(fmt::format("{} NICs per node, the cluster {}", p.nics_per_node, cl.nics_per_node));
-  } else if (cl.nics_per_node > 0 && p.nic_effective_GBps > 1.05 * cl.nic_Gbps / 8.0) {
-    d.push_back(fmt::format("{:.1f} GB/s per NIC, above the cluster's {:g} Gb/s line rate", p.nic_effective_GBps,
-                            cl.nic_Gbps));
+  // The simulator takes the NIC share per GPU and the intra-node busbw from the profile, and the
+  // node layout from the cluster; so only rates above what the cluster's links carry tell of
+  // another machine (a measured rate below line rate is what measuring is for).
+  if (cl.HasInterNodeNetwork() && gpus > cl.gpus_per_node && cl.gpus_per_node > 0) {
+    const double line_share = cl.NodeNetworkGBps() / static_cast<double>(cl.gpus_per_node);
+    if (p.NicShareGBps() > 1.05 * line_share) {
+      d.push_back(fmt::format("network {:.1f} GB/s per GPU, above the {:.1f} GB/s per GPU of the cluster's NICs at line "
+                              "rate ({} x {:g} Gb/s for {} GPUs)",
+                              p.NicShareGBps(), line_share, cl.nics_per_node, cl.nic_Gbps, cl.gpus_per_node));
+    }
   }
   if (cl.intra_GBps_per_direction > 0 && p.intra_busbw_GBps > 1.3 * cl.intra_GBps_per_direction) {
     d.push_back(fmt::format("intra-node busbw {:.0f} GB/s, above the cluster's {} at {:g} GB/s per direction",

@@ -158,12 +158,13 @@ Cluster ClusterFromProfile(const HardwareProfile& p, const std::string& file);
 /// "NVIDIA " prefix.
 bool ProfileDescribesGpu(const HardwareProfile& p, const Gpu& gpu);
 
-/// How the machine a profile measured differs from `cl`'s network, or "" when it does not: GPUs
-/// or NICs per node differ, or the profile's measured NIC or intra-node bandwidth exceeds what the
-/// cluster's links can carry (NIC line rate; intra-node 1.3 x the per-direction rate, room for
-/// NVLink SHARP busbw). The simulator takes the network from the profile, so such a pairing models
-/// the profile's machine, not the cluster.
-std::string ProfileNetworkDiffers(const HardwareProfile& p, const Cluster& cl);
+/// Where a profile's network rates exceed what `cl`'s links can carry for a run on `gpus` GPUs,
+/// or "" when they do not: the per-GPU NIC share (NicShareGBps) above 1.05 x the cluster's line
+/// rate per GPU (checked only when the run spans nodes), or the intra-node busbw above 1.3 x the
+/// cluster's per-direction rate (room for NVLink SHARP busbw). The simulator takes these rates
+/// from the profile and the node layout from the cluster, so such a pairing runs the cluster
+/// at another machine's speed. Rates below the links' are not flagged (measurements are).
+std::string ProfileNetworkDiffers(const HardwareProfile& p, const Cluster& cl, std::int64_t gpus);
 
 /// Reads a profile JSON; errors name file, pointer, value.
 HardwareProfile LoadProfile(const std::string& path);
