@@ -5,6 +5,7 @@
 
 #include "calibrate/calibrate.h"
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/text.h"
@@ -74,7 +75,7 @@ void RegisterCalibrate(CLI::App& app) {
       ->transform(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case));
   cmd->add_flag("--quick", a->o.quick, "reduced sweep, under a minute");
   cmd->add_flag("--resume", a->o.resume, "continue an interrupted sweep from OUT.partial.json");
-  cmd->add_option("--out", a->o.out, "profile to write (atomically)");
+  cmd->add_option("--out", a->o.out, "profile to write (atomically)")->check(OutputFile());
   cmd->add_option("--model", a->model, "also time this model's GEMM shapes (preset name or JSON path)");
   cmd->add_option("--tp-values", a->tps, "tensor-parallel sizes for --model's shapes (default 1,2,4,8)");
   cmd->add_flag("--fake-timer", a->o.fake_timer, "deterministic timings from formulas (for tests)")->group("");
@@ -88,7 +89,7 @@ void RegisterCalibrate(CLI::App& app) {
   imp->add_option("--cluster", a->cluster,
                   "cluster the logs were measured on; its default profile supplies everything but the collectives")
       ->required();
-  imp->add_option("--out", a->import_out, "profile to write (atomically)")->required();
+  imp->add_option("--out", a->import_out, "profile to write (atomically)")->required()->check(OutputFile());
   imp->callback([a] {
     const Cluster cl = LoadCluster(a->cluster);
     std::vector<std::string> warnings;

@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/config_args.h"
 #include "common/error.h"
 #include "common/text.h"
@@ -157,7 +158,7 @@ void RegisterExecute(CLI::App& app) {
   cmd->add_option("--warmup", a->o.warmup, "warm-up steps")->check(CLI::Range(0, 1000));
   cmd->add_option("--timeout", a->o.timeout_s, "seconds a step may take before all ranks abort")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--trace", a->o.trace, "Chrome trace of the last measured step (all ranks)");
+  cmd->add_option("--trace", a->o.trace, "Chrome trace of the last measured step (all ranks)")->check(OutputFile());
   cmd->add_flag("--json", a->cfg.json, "print JSON");
   cmd->callback([a] { RunExecute(*a); });
 }

@@ -269,7 +269,8 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_flag("--exclude-at-risk", a->exclude_at_risk,
                 "leave out plans at risk of running out of memory (peak x 1.17 over usable memory)");
   cmd->add_option("--profile", a->profile, "hardware profile JSON (default: built-in for the GPU)");
-  cmd->add_option("--csv", a->csv, "also write the ranked table as CSV (- for standard output, instead of the text)");
+  cmd->add_option("--csv", a->csv, "write the ranked table as CSV to FILE (the text is printed too), or with - print only the CSV")
+      ->check(OutputFile(true));
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->callback([a] { RunPlanCommand(*a); });
 }

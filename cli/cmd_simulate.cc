@@ -401,7 +401,7 @@ void RegisterSimulate(CLI::App& app) {
                   "peak) instead of FA3's (also over a measured --profile's); fa2 on Ampere and fa3 on Hopper are the "
                   "built-in defaults; exit 2 on other GPUs")
       ->transform(CLI::IsMember({"default", "fa2", "fa3"}, CLI::ignore_case));
-  cmd->add_option("--trace", a->trace, "write a Chrome trace JSON (opens in Perfetto)");
+  cmd->add_option("--trace", a->trace, "write a Chrome trace JSON (opens in Perfetto)")->check(OutputFile());
   cmd->add_flag("--full-rank", a->full_rank, "simulate every data-parallel replica (slow; for checks)");
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->add_flag("--ops", a->ops, "also print the per-op cost table: shapes, FLOPs, bytes, time, achieved rate");

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/options.h"
 #include "cli/config_args.h"
 #include "cli/plan_common.h"
 #include "common/csv.h"
@@ -249,12 +250,14 @@ void RegisterValidate(CLI::App& app) {
   cmd->add_option("--runs", a->runs, "published runs CSV (default: the project's copy)");
   cmd->add_option("--memory", a->memory, "published memory points CSV (default: the project's copy)");
   cmd->add_flag("--no-memory", a->no_memory, "skip the memory points");
-  cmd->add_option("--csv", a->csv, "also write the per-row table as CSV (- for standard output, instead of the text)");
+  cmd->add_option("--csv", a->csv, "write the per-row table as CSV to FILE (the text is printed too), or with - print only the CSV")
+      ->check(OutputFile(true));
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->add_option("--explain", a->explain,
                   "print one row in full (by row_id): what it was mapped to and simulate's report of it");
   cmd->add_option("--write-model", a->write_model,
-                  "with --explain: write the row's model as JSON (atomically) for the printed simulate command");
+                  "with --explain: write the row's model as JSON (atomically) for the printed simulate command")
+      ->check(OutputFile());
   cmd->callback([a] { RunValidate(*a); });
 }
 

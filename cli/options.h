@@ -3,6 +3,7 @@
 /// Option helpers shared by the subcommands.
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -29,6 +30,30 @@ inline CLI::Option* AddPositive(CLI::App* cmd, const std::string& names, std::in
             return "got \"" + s + "\", expected a positive integer up to " + std::to_string(max);
           },
           "POSITIVE"));
+}
+
+/// A validator for an output file option, checked when the command line is read so a long run
+/// (a calibration sweep, a plan search) does not end in an unwritable path: the value must not
+/// be "-" (unless `allow_stdout`: --csv), nor a folder, and its folder must exist. The error
+/// reads `--trace: got "out/", a folder; expected the path of a file to write`.
+inline CLI::Validator OutputFile(bool allow_stdout = false) {
+  return CLI::Validator(
+      [allow_stdout](std::string& s) -> std::string {
+        if (s == "-") {
+          return allow_stdout ? "" : "got \"-\", expected a file name (only --csv takes - for standard output)";
+        }
+        std::error_code ec;
+        const std::filesystem::path p(s);
+        if (s.empty()) return "got an empty path, expected the path of a file to write";
+        if (std::filesystem::is_directory(p, ec)) return "got \"" + s + "\", a folder; expected the path of a file to write";
+        const auto parent = p.parent_path();
+        if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
+          return "got \"" + s + "\", whose folder " + parent.string() + " does not exist; expected a file in an existing "
+                 "folder";
+        }
+        return "";
+      },
+      "FILE");
 }
 
 }  // namespace shardcast::cli

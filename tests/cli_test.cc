@@ -62,8 +62,9 @@ TEST(Cli, ExitCodes) {
   EXPECT_EQ(RunShardcast("describe --model " + folder.string()).err,
             "shardcast: error: " + folder.string() +
                 ": is a folder without a config.json, expected a JSON file or a Hugging Face model folder\n");
-  EXPECT_EQ(RunShardcast("simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --trace " + folder.string()).err,
-            "shardcast: error: " + folder.string() + ": is a folder, expected the path of a file to write\n");
+  EXPECT_NE(RunShardcast("simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --trace " + folder.string())
+                .err.find("--trace: got \"" + folder.string() + "\", a folder; expected the path of a file to write"),
+            std::string::npos);
   // A folder named like a preset in the working directory does not hide the preset.
   std::filesystem::create_directories(folder / "gpt3-125m");
   std::filesystem::create_directories(folder / "dgx-a100");
@@ -608,7 +609,17 @@ TEST(CliPlan, CsvToStandardOutput) {
   // Other output paths are files: "-" there is refused rather than written as a file named "-".
   auto trace = RunShardcast("simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --trace -");
   EXPECT_EQ(trace.exit_code, 2);
-  EXPECT_NE(trace.err.find("-: expected a file name to write"), std::string::npos) << trace.err;
+  EXPECT_NE(trace.err.find("command line: --trace: got \"-\", expected a file name (only --csv takes - for standard "
+                           "output)"),
+            std::string::npos)
+      << trace.err;
+  // Output paths are checked when the command line is read, before any work.
+  auto no_folder = RunShardcast(base + "--csv /nonexistent-folder/plan.csv");
+  EXPECT_EQ(no_folder.exit_code, 2);
+  EXPECT_NE(no_folder.err.find("--csv: got \"/nonexistent-folder/plan.csv\", whose folder /nonexistent-folder does not "
+                               "exist"),
+            std::string::npos)
+      << no_folder.err;
   EXPECT_FALSE(std::filesystem::exists("-"));
   const std::string runs = std::string(SHARDCAST_FIXTURES) + "/validation/runs_small.csv";
   const std::string validate_csv = (dir / "validate_table.csv").string();
