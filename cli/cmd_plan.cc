@@ -29,6 +29,9 @@ struct PlanArgs {
   bool json = false, no_flash = false, exclude_at_risk = false;
 };
 
+/// A cost or energy figure, or an empty CSV cell when the GPU file has no price or power (0).
+std::string Positive(double v) { return v > 0 ? fmt::format("{}", v) : std::string(); }
+
 /// One table row; with the cost or energy objective, the ranked quantity is a column too.
 std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective objective) {
   const auto& c = p.config;
@@ -104,7 +107,7 @@ void RunPlanCommand(const PlanArgs& a) {
                          p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction,
                          static_cast<std::int64_t>(std::llround(p.result.peak_memory_bytes)),
                          p.result.memory_at_risk ? "true" : "false", i + 1 == recommended_rank ? "true" : "false",
-                         p.usd_per_million_tokens, p.joules_per_token);
+                         Positive(p.usd_per_million_tokens), Positive(p.joules_per_token));
     }
     if (WriteCsvOption(a.csv, csv)) {
       // The CSV is all of standard output: say on standard error when it has no rows, and why.
@@ -137,16 +140,16 @@ void RunPlanCommand(const PlanArgs& a) {
     for (const auto& p : r.plans) {
       Json pj = ResultToJson(p.result, m, p.config, cl, o.gpus);
       pj["megatron_arguments"] = MegatronArguments(p.config, m);
-      pj["usd_per_million_tokens"] = p.usd_per_million_tokens;
-      pj["joules_per_token"] = p.joules_per_token;
+      pj["usd_per_million_tokens"] = p.usd_per_million_tokens > 0 ? Json(p.usd_per_million_tokens) : Json(nullptr);
+      pj["joules_per_token"] = p.joules_per_token > 0 ? Json(p.joules_per_token) : Json(nullptr);
       pj["known_bias"] = KnownBiasJson(p.config);
       j["plans"].push_back(pj);
     }
     if (recommended) {
       j["recommended"] = ResultToJson(recommended->result, m, recommended->config, cl, o.gpus);
       j["recommended"]["megatron_arguments"] = MegatronArguments(recommended->config, m);
-      j["recommended"]["usd_per_million_tokens"] = recommended->usd_per_million_tokens;
-      j["recommended"]["joules_per_token"] = recommended->joules_per_token;
+      j["recommended"]["usd_per_million_tokens"] = recommended->usd_per_million_tokens > 0 ? Json(recommended->usd_per_million_tokens) : Json(nullptr);
+      j["recommended"]["joules_per_token"] = recommended->joules_per_token > 0 ? Json(recommended->joules_per_token) : Json(nullptr);
       j["recommended"]["known_bias"] = KnownBiasJson(recommended->config);
       j["recommended_rank"] = recommended_rank > 0 ? Json(recommended_rank) : Json(nullptr);
     } else {

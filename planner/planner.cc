@@ -183,10 +183,19 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     throw InputError("command line: --gbs: got " + std::to_string(o.global_batch_size) +
                      ", expected a positive global batch size");
   }
+  const double price = o.price_usd_per_gpu_hour > 0 ? o.price_usd_per_gpu_hour : cl.gpu.price_usd_per_gpu_hour;
+  // Ranking by a cost or energy that reads as zero would tie every plan.
+  if (o.objective == Objective::kCost && !(price > 0)) {
+    throw InputError("command line: --objective cost: GPU '" + cl.gpu.name +
+                     "' has no price_usd_per_gpu_hour, expected a price in its GPU file (docs/inputs.md)");
+  }
+  if (o.objective == Objective::kEnergy && !(cl.gpu.tdp_W > 0)) {
+    throw InputError("command line: --objective energy: GPU '" + cl.gpu.name +
+                     "' has no tdp_W, expected its board power in its GPU file (docs/inputs.md)");
+  }
   PlanResult res;
   std::vector<ParallelConfig> cands = GenerateCandidates(m, cl, o, &res.not_generated);
   res.candidates_generated = cands.size();
-  const double price = o.price_usd_per_gpu_hour > 0 ? o.price_usd_per_gpu_hour : cl.gpu.price_usd_per_gpu_hour;
   const double usable = cl.gpu.memory_bytes;
   const unsigned threads = o.threads > 0 ? static_cast<unsigned>(o.threads)
                                          : std::max(1u, std::thread::hardware_concurrency());

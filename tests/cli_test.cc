@@ -630,6 +630,34 @@ TEST(CliPlan, CsvToStandardOutput) {
   EXPECT_EQ(RunShardcast("validate --runs " + runs + " --csv - --json").exit_code, 2);
 }
 
+// Without a price or a board power the cost and energy objectives would rank every plan as 0.
+TEST(CliPlan, CostObjectiveNeedsAPrice) {
+  const std::string gpu = WriteTemp("noprice_gpu.json", R"({"name": "no-price", "display_name": "No Price", "arch": "hopper",
+    "peak_tflops": {"bf16": 989, "fp16": 989}, "memory_GiB": 79.65, "hbm_bandwidth_GBps": 3350, "sm_count": 132,
+    "nvlink_GBps_per_direction": 450, "pcie_GBps_per_direction": 64, "source": "test"})");
+  const std::string cluster = WriteTemp("noprice_cluster.json", R"({"name": "np", "gpu": ")" +
+                                        std::filesystem::path(gpu).filename().string() + R"(", "gpus_per_node": 8,
+    "intra_node": {"fabric": "nvswitch", "bandwidth_GBps_per_direction": 450},
+    "inter_node": {"nics_per_node": 8, "nic_Gbps": 400, "fabric": "infiniband-ndr"}, "source": "test"})");
+  const std::string base = "plan --model gpt3-1.3b --cluster " + cluster + " --gpus 8 --gbs 64 --top 2 ";
+  auto cost = RunShardcast(base + "--objective cost");
+  EXPECT_EQ(cost.exit_code, 2);
+  EXPECT_NE(cost.err.find("--objective cost: GPU 'no-price' has no price_usd_per_gpu_hour"), std::string::npos) << cost.err;
+  auto energy = RunShardcast(base + "--objective energy");
+  EXPECT_EQ(energy.exit_code, 2);
+  EXPECT_NE(energy.err.find("--objective energy: GPU 'no-price' has no tdp_W"), std::string::npos) << energy.err;
+  // Ranked by throughput, the missing figures are empty cells and nulls, not zeros.
+  auto csv = RunShardcast(base + "--csv -");
+  ASSERT_EQ(csv.exit_code, 0) << csv.err;
+  const CsvTable t = ParseCsv(csv.out, "stdout");
+  ASSERT_FALSE(t.rows.empty());
+  EXPECT_EQ(t.Get(0, "usd_per_million_tokens"), "");
+  EXPECT_EQ(t.Get(0, "joules_per_token"), "");
+  auto json = RunShardcast(base + "--json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_TRUE(Json::parse(json.out)["recommended"]["usd_per_million_tokens"].is_null());
+}
+
 TEST(CliCapacity, BadInput) {
   EXPECT_EQ(RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a1000:64").exit_code, 2);
   auto r = RunShardcast("capacity --model gpt3-1.3b --tokens lots --gbs 512 --gpus-options dgx-a100:64");
