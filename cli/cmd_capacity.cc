@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <set>
 
@@ -54,7 +55,10 @@ std::vector<CapacityOption> ParseOptions(const std::vector<std::string>& specs) 
       throw InputError("command line: --gpus-options: got \"" + spec +
                        "\", expected CLUSTER:N[,N...] such as dgx-a100:512,1024");
     }
-    const std::string cluster = spec.substr(0, colon);
+    std::string cluster = spec.substr(0, colon);
+    // A preset named in any case is one cluster (DGX-H100 and dgx-h100).
+    const auto presets = PresetNames(PresetKind::kCluster);
+    if (std::find(presets.begin(), presets.end(), ToLower(cluster)) != presets.end()) cluster = ToLower(cluster);
     try {
       LoadCluster(cluster);
     } catch (const InputError& e) {
@@ -154,18 +158,22 @@ void RunCapacityCommand(const CapacityArgs& a) {
     if (std::find(clusters.begin(), clusters.end(), opt.cluster) == clusters.end()) clusters.push_back(opt.cluster);
   }
   for (const auto& spec : a.profiles) {
+    // CLUSTER=FILE when the spec starts with an option's cluster and "=" (the longest such, so
+    // a cluster path may hold "="); else FILE, which may hold "=" too.
     std::string cluster, path = spec;
-    const auto eq = spec.find('=');
-    if (eq != std::string::npos) {
-      for (const auto& c : clusters) {
-        if (ToLower(c) == ToLower(spec.substr(0, eq))) cluster = c;
+    for (const auto& c : clusters) {
+      const bool prefix = spec.size() > c.size() && spec[c.size()] == '=' && ToLower(spec.substr(0, c.size())) == ToLower(c);
+      if (prefix && c.size() > cluster.size()) cluster = c;
+    }
+    if (!cluster.empty()) {
+      path = spec.substr(cluster.size() + 1);
+      if (path.empty()) {
+        throw InputError("command line: --profile: got \"" + spec + "\", expected a profile file after " + cluster + "=");
       }
-      if (cluster.empty()) {
-        throw InputError(fmt::format("command line: --profile: got \"{}\", expected FILE or CLUSTER=FILE with CLUSTER "
-                                     "one of the --gpus-options clusters ({})",
-                                     spec, Join(clusters, ", ")));
-      }
-      path = spec.substr(eq + 1);
+    } else if (spec.find('=') != std::string::npos && !std::filesystem::exists(spec)) {
+      throw InputError(fmt::format("command line: --profile: got \"{}\", expected FILE or CLUSTER=FILE with CLUSTER "
+                                   "one of the --gpus-options clusters ({})",
+                                   spec, Join(clusters, ", ")));
     }
     HardwareProfile prof = LoadProfile(path);
     std::vector<std::string> with_gpu;

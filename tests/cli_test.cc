@@ -564,6 +564,10 @@ TEST(CliCapacity, MeasuredProfilePerCluster) {
                              "(dgx-h200, dgx-h100)"),
             std::string::npos)
       << unknown.err;
+  auto empty = RunShardcast(base + "--profile DGX-H200=");
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_NE(empty.err.find("--profile: got \"DGX-H200=\", expected a profile file after dgx-h200="), std::string::npos)
+      << empty.err;
   auto twice = RunShardcast(base + "--profile " + slow + " " + imported);
   EXPECT_EQ(twice.exit_code, 2);
   EXPECT_NE(twice.err.find("both for cluster dgx-h200, expected one profile each"), std::string::npos) << twice.err;
