@@ -41,8 +41,9 @@ HardwareProfile RunCalibration(const CalibrateOptions& opts);
 /// defaults of `base` (intra-node busbw and latency refit from the largest single-node
 /// all-reduce table).
 /// `expected_device` (the cluster GPU's display name, as nvidia-smi and nccl-tests print it), when
-/// given, is compared with the device of each text log's "Rank" lines; a log measured on another
-/// GPU adds a line to `warnings`.
+/// given, is compared with each log's device (a text log's "Rank" lines, a JSON log's
+/// device_info); a log measured on another GPU adds a line to `warnings`. InputError when two
+/// tables have the same op, rank count and node count (a log given twice), naming both files.
 HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwareProfile base,
                                 const std::string& expected_device = "", std::vector<std::string>* warnings = nullptr);
 

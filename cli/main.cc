@@ -1,6 +1,6 @@
-#include <algorithm>
 // The shardcast binary: argument parsing and output only; the work is in the libraries.
 // Exit codes: 0 success, 2 bad input, 1 internal error.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -29,6 +29,31 @@ int main(int argc, char** argv) {
   shardcast::cli::RegisterCalibrate(app);
   shardcast::cli::RegisterProfile(app);
   shardcast::cli::RegisterExecute(app);
+  // A mistyped command word ("plann", "profile shw", "calibrate imprt"): the word right after a
+  // command that has subcommands, when it is none of them. Returns the message, or "".
+  auto unknown_command = [&]() -> std::string {
+    const CLI::App* cur = &app;
+    for (int i = 1; i < argc; ++i) {
+      const std::string word = argv[i];
+      if (word.empty() || word[0] == '-') return "";
+      std::vector<std::string> names;
+      const CLI::App* next = nullptr;
+      for (const CLI::App* sub : cur->get_subcommands([](const CLI::App*) { return true; })) {
+        names.push_back(sub->get_name());
+        if (sub->check_name(word)) next = sub;
+      }
+      if (names.empty()) return "";
+      if (!next) {
+        const auto close = shardcast::ClosestMatches(word, names, 3);
+        const std::string where = cur == &app ? "command" : "subcommand of " + cur->get_name();
+        return "got unknown " + where + " \"" + word + "\", expected one of " + shardcast::Join(names, ", ") +
+               (close.empty() ? std::string() : "; did you mean " + shardcast::Join(close, ", ") + "?") +
+               " (shardcast " + (cur == &app ? std::string() : cur->get_name() + " ") + "--help describes them)";
+      }
+      cur = next;
+    }
+    return "";
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -38,6 +63,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ExtrasError& e) {
+    if (const std::string msg = unknown_command(); !msg.empty()) {
+      std::cerr << "shardcast: error: command line: " << msg << "\n";
+      return 2;
+    }
     // CLI11 lists the extra arguments last to first; name them in the order they were typed.
     const std::string what = e.what();
     const auto colon = what.find(':');
@@ -77,16 +106,9 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const CLI::ParseError& e) {
     // A mistyped command ("plann") reaches here as "A subcommand is required": name it instead.
-    if (argc > 1 && argv[1][0] != '-') {
-      std::vector<std::string> names;
-      for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
-      if (std::find(names.begin(), names.end(), argv[1]) == names.end()) {
-        const auto close = shardcast::ClosestMatches(argv[1], names, 3);
-        std::cerr << "shardcast: error: command line: got unknown command \"" << argv[1] << "\", expected one of "
-                  << shardcast::Join(names, ", ")
-                  << (close.empty() ? std::string() : "; did you mean " + shardcast::Join(close, ", ") + "?") << "\n";
-        return 2;
-      }
+    if (const std::string msg = unknown_command(); !msg.empty()) {
+      std::cerr << "shardcast: error: command line: " << msg << "\n";
+      return 2;
     }
     std::cerr << "shardcast: error: command line: " << e.what() << "\n"
               << "Run with --help for the options and an example.\n";
@@ -99,6 +121,13 @@ int main(int argc, char** argv) {
     std::cout.flush();
     std::cerr << "shardcast: internal error: " << e.what() << "\n";
     return 1;
+  }
+  // Output that could not be written (a full disk, a closed pipe with SIGPIPE ignored) is a
+  // failure, not a success with nothing in the file.
+  std::cout.flush();
+  if (!std::cout) {
+    std::cerr << "shardcast: error: standard output: write failed (disk full or pipe closed?)\n";
+    return 2;
   }
   return 0;
 }

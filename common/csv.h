@@ -14,12 +14,12 @@ struct CsvTable {
   std::vector<std::size_t> lines;  ///< the file line each row starts on (the header is line 1)
   /// Column index by name, or -1.
   int Column(const std::string& name) const;
-  /// Cell of row `r` in column `name` ("" when the column is absent or the row is short).
+  /// Cell of row `r` in column `name` ("" when the column is absent or `r` is past the last row).
   std::string Get(std::size_t r, const std::string& name) const;
 };
 
-/// Parses CSV text from `file` (for messages). InputError on an unterminated quote, naming the
-/// file and line.
+/// Parses CSV text (RFC 4180 quoting) from `file` (for messages). InputError naming the file and
+/// line on an unterminated quote or a row with more or fewer fields than the header.
 CsvTable ParseCsv(const std::string& text, const std::string& file);
 CsvTable ReadCsvFile(const std::string& path);
 /// A CSV field in double quotes, inner quotes doubled (RFC 4180), as ParseCsv reads it back.

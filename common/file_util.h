@@ -7,8 +7,9 @@
 
 namespace shardcast {
 
-/// Writes `contents` to `path` atomically. InputError (exit 2) when the directory is not
-/// writable, naming the path, or when `path` is "-" (standard output is not a file here).
+/// Writes `contents` to `path` atomically. InputError (exit 2) naming the path when the directory
+/// is not writable, when `path` is a folder, or when it is "-" (standard output is not a file
+/// here). The command line checks output paths first (cli/options.h OutputFile).
 void WriteFileAtomic(const std::string& path, const std::string& contents);
 
 }  // namespace shardcast

@@ -21,31 +21,50 @@ std::string ReadTextFile(const std::string& path) {
 
 Json ParseJsonText(const std::string& text, const std::string& file) {
   // A key given twice in one object: nlohmann keeps the last silently (other parsers the first),
-  // so a pasted-over field would change a result unseen. Track the keys of each open object.
-  struct Open {
-    std::string name;  // the key the object is the value of ("" at the top or in an array)
-    std::vector<std::string> keys;
+  // so a pasted-over field would change a result unseen. Track each open object's keys and the
+  // JSON pointer to where the parser is, for the message.
+  struct Frame {
+    bool array = false;
+    std::size_t index = 0;            // arrays: the element being read
+    std::string key;                  // objects: the member being read
+    std::vector<std::string> keys;    // objects: the keys seen
   };
-  std::vector<Open> open;
-  std::string last_key;
+  std::vector<Frame> frames;
+  auto pointer = [&](std::size_t depth) {
+    std::string ptr;
+    for (std::size_t k = 0; k < depth; ++k) ptr += "/" + (frames[k].array ? std::to_string(frames[k].index) : frames[k].key);
+    return ptr;
+  };
+  auto value_done = [&] {  // a member or element was read: arrays move to their next element
+    if (!frames.empty() && frames.back().array) ++frames.back().index;
+  };
   auto check = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::object_start) {
-      open.push_back({last_key, {}});
-      last_key.clear();
-    } else if (event == Json::parse_event_t::object_end) {
-      if (!open.empty()) open.pop_back();
-    } else if (event == Json::parse_event_t::array_start) {
-      last_key.clear();
-    } else if (event == Json::parse_event_t::key && !open.empty()) {
-      const std::string key = parsed.get<std::string>();
-      auto& keys = open.back().keys;
-      if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
-        throw InputError(file + ": key \"" + key + "\" appears twice in " +
-                         (open.back().name.empty() ? std::string("one object") : "object \"" + open.back().name + "\"") +
-                         ", expected each key once (which copy counts is not defined)");
+    switch (event) {
+      case Json::parse_event_t::object_start:
+        frames.push_back({false, 0, {}, {}});
+        break;
+      case Json::parse_event_t::array_start:
+        frames.push_back({true, 0, {}, {}});
+        break;
+      case Json::parse_event_t::object_end:
+      case Json::parse_event_t::array_end:
+        if (!frames.empty()) frames.pop_back();
+        value_done();
+        break;
+      case Json::parse_event_t::key: {
+        Frame& f = frames.back();
+        f.key = parsed.get<std::string>();
+        if (std::find(f.keys.begin(), f.keys.end(), f.key) != f.keys.end()) {
+          const std::string where = frames.size() > 1 ? "the object at " + pointer(frames.size() - 1) : "the top object";
+          throw InputError(file + ": " + pointer(frames.size()) + ": key \"" + f.key + "\" appears twice in " + where +
+                           ", expected each key once (which copy counts is not defined)");
+        }
+        f.keys.push_back(f.key);
+        break;
       }
-      keys.push_back(key);
-      last_key = key;
+      case Json::parse_event_t::value:
+        value_done();
+        break;
     }
     return true;
   };

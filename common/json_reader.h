@@ -15,7 +15,8 @@ namespace shardcast {
 
 using Json = nlohmann::json;
 
-/// Parses `text` read from `file`; a syntax error becomes an InputError with line and column.
+/// Parses `text` read from `file`. InputError (exit 2) for a syntax error (with line and column),
+/// a number beyond a double, or a key given twice in one object (with its JSON pointer).
 Json ParseJsonText(const std::string& text, const std::string& file);
 /// Reads and parses a file; a missing or unreadable file is an InputError.
 Json ReadJsonFile(const std::string& path);

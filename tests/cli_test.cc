@@ -56,6 +56,15 @@ TEST(Cli, ExitCodes) {
             std::string::npos)
       << cmd_typo.err;
   EXPECT_NE(cmd_typo.err.find("; did you mean plan?"), std::string::npos) << cmd_typo.err;
+  auto sub_typo = RunShardcast("calibrate imprt x.log --out x.json");
+  EXPECT_EQ(sub_typo.exit_code, 2);
+  EXPECT_NE(sub_typo.err.find("got unknown subcommand of calibrate \"imprt\", expected one of import; did you mean "
+                              "import?"),
+            std::string::npos)
+      << sub_typo.err;
+  EXPECT_EQ(RunShardcast("--version").exit_code, 0);
+  // Output that cannot be written is a failure.
+  EXPECT_EQ(testing::RunCommand(std::string(SHARDCAST_BINARY) + " models > /dev/full").exit_code, 2);
   // A folder where a file is expected: said so, not "cannot open" or "cannot rename".
   const auto folder = std::filesystem::temp_directory_path() / "shardcast_tests" / "a_folder";
   std::filesystem::create_directories(folder);

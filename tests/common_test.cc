@@ -47,11 +47,15 @@ TEST(JsonReader, DuplicateKeyIsRefused) {
     return std::string();
   };
   EXPECT_EQ(error(R"({"num_layers": 16, "hidden_size": 8, "num_layers": 99})"),
-            "d.json: key \"num_layers\" appears twice in one object, expected each key once (which copy counts is "
-            "not defined)");
+            "d.json: /num_layers: key \"num_layers\" appears twice in the top object, expected each key once (which "
+            "copy counts is not defined)");
   EXPECT_EQ(error(R"({"a": {"b": 1, "c": [{"b": 2}, {"b": 3}], "b": 4}})"),
-            "d.json: key \"b\" appears twice in object \"a\", expected each key once (which copy counts is not "
-            "defined)");
+            "d.json: /a/b: key \"b\" appears twice in the object at /a, expected each key once (which copy counts is "
+            "not defined)");
+  // The object's place: the second element of an array, after an object whose key was "k".
+  EXPECT_EQ(error(R"({"x": [{"k": 1}, {"k": 1, "k": 2}]})"),
+            "d.json: /x/1/k: key \"k\" appears twice in the object at /x/1, expected each key once (which copy counts "
+            "is not defined)");
   EXPECT_EQ(error(R"({"a": {"x": 1}, "b": {"x": 2}, "c": [{"x": 3}, {"x": 4}], "x": 5})"), "");
   EXPECT_EQ(ParseJsonText(R"({"a": {"x": 1}, "x": 5})", "ok.json")["a"]["x"], 1);
 }
