@@ -98,6 +98,14 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
                              LayersOfStage(m.num_layers, c.pp, 0, c.embedding_slots), c.pp - 1,
                              LayersOfStage(m.num_layers, c.pp, c.pp - 1, c.embedding_slots));
   }
+  if (c.tp > 1 && m.vocab_size % c.tp != 0) {
+    const std::int64_t unit = 128 * c.tp, padded = (m.vocab_size + unit - 1) / unit * unit;
+    std::cout << fmt::format("\nNote: vocab_size {} is not a multiple of tp = {}: the simulation shards it as it is ({:.2f} "
+                             "rows per rank); Megatron-LM pads it to {} (a multiple of 128 x tp, "
+                             "--make-vocab-size-divisible-by 128), {:.1f}% more embedding and output-layer rows.\n",
+                             m.vocab_size, c.tp, static_cast<double>(m.vocab_size) / static_cast<double>(c.tp), padded,
+                             100.0 * static_cast<double>(padded - m.vocab_size) / static_cast<double>(m.vocab_size));
+  }
   if (c.tp > cl.gpus_per_node) {
     std::cout << fmt::format("\nNote: tensor parallelism spans nodes (tp = {} > {} GPUs per node): its collectives, on "
                              "the critical path of every layer, cross the inter-node network; `plan` keeps tp within a "

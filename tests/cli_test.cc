@@ -275,6 +275,21 @@ TEST(CliDescribe, SequenceBeyondThePositionTableIsNoted) {
 }
 
 // Tensor parallelism wider than a node is simulated, with a note that its collectives cross nodes.
+// GPT-2's 50257 rows over tp = 4: Megatron pads to the next multiple of 128 * 4 = 512.
+TEST(CliSimulate, UnpaddedVocabularyIsNoted) {
+  const std::string gpt2 = std::string(SHARDCAST_FIXTURES) + "/hf/gpt2.json";
+  auto r = RunShardcast("simulate --model " + gpt2 + " --cluster dgx-a100 --gpus 8 --tp 4 --mbs 4 --gbs 64");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::int64_t padded = (50257 + 511) / 512 * 512;
+  EXPECT_NE(r.out.find(fmt::format("Note: vocab_size 50257 is not a multiple of tp = 4: the simulation shards it as it is "
+                                   "(12564.25 rows per rank); Megatron-LM pads it to {}",
+                                   padded)),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(RunShardcast("simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --tp 4 --mbs 4 --gbs 64").out.find("vocab_size"),
+            std::string::npos);  // 51200 is padded already
+}
+
 TEST(CliSimulate, TensorParallelismAcrossNodesIsNoted) {
   auto r = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 16 --tp 16 --mbs 1 --gbs 1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
