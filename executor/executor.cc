@@ -10,6 +10,7 @@
 #include <mutex>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <Eigen/Dense>
@@ -432,17 +433,20 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
   }
   std::vector<double> sorted = rep.step_times_s;
   std::sort(sorted.begin(), sorted.end());
-  rep.measured_step_time_s = sorted[sorted.size() / 2];
+  const std::size_t mid = sorted.size() / 2;
+  rep.measured_step_time_s = sorted.size() % 2 ? sorted[mid] : 0.5 * (sorted[mid - 1] + sorted[mid]);
 
   // Per stage (one representative rank per stage): peak memory, pipeline waiting, per-op totals.
   const bool rep_rank = tp_rank == 0 && dp_rank == 0;
   std::map<std::string, std::pair<double, double>> per_name;  // name -> (predicted, measured)
   std::map<std::string, int> counts;
+  std::set<std::string> waits;  // names of receives and data-parallel waits
   if (rep_rank) {
     for (std::size_t i = 0; i < prog.ops.size(); ++i) {
       const ProgOp& x = prog.ops[i];
       if (x.kind == ProgKind::kAlloc || x.kind == ProgKind::kFree) continue;
       const std::string name = x.kind == ProgKind::kSend || x.kind == ProgKind::kRecv ? ToString(x.kind) : x.op.name;
+      if (x.kind == ProgKind::kRecv || x.kind == ProgKind::kDpWait) waits.insert(name);
       per_name[name].first += x.op.duration_s;
       per_name[name].second += sum_secs[i];
       ++counts[name];
@@ -454,7 +458,7 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
                {"wait", wait_sum},
                {"ops", Json::array()},
                {"events", Json::array()}};
-  for (const auto& [name, v] : per_name) mine["ops"].push_back({name, counts[name], v.first, v.second});
+  for (const auto& [name, v] : per_name) mine["ops"].push_back({name, counts[name], v.first, v.second, waits.count(name) > 0});
   for (const auto& e : events) mine["events"].push_back({e.name, e.start_s, e.dur_s, stage, rank});
   const std::string text = mine.dump();
   int len = static_cast<int>(text.size());
@@ -492,6 +496,7 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
         m.count += o[1].get<int>();
         m.predicted_s += o[2].get<double>();
         m.measured_s += o[3].get<double>();
+        m.wait = o[4].get<bool>();
       }
     }
     rep.measured_bubble_fraction = bubble;
@@ -499,6 +504,15 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
     std::sort(rep.ops.begin(), rep.ops.end(), [](const OpError& a, const OpError& b) {
       return std::fabs(a.measured_s - a.predicted_s) > std::fabs(b.measured_s - b.predicted_s);
     });
+    // Names for Perfetto: one process per pipeline stage, one thread per rank.
+    std::set<int> stages_named;
+    for (int r = 0; r < size; ++r) {
+      const int stg = r / (tp * dp);  // as `stage` above
+      if (stages_named.insert(stg).second) {
+        trace.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", stg}, {"args", {{"name", fmt::format("stage {}", stg)}}}});
+      }
+      trace.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", stg}, {"tid", r}, {"args", {{"name", fmt::format("rank {}", r)}}}});
+    }
     if (!opts.trace.empty()) {
       Json doc = {{"traceEvents", trace}, {"displayTimeUnit", "ms"}};
       WriteFileAtomic(opts.trace, doc.dump());

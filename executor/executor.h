@@ -31,11 +31,14 @@ struct OpError {
   std::string name;
   int count = 0;
   double predicted_s = 0, measured_s = 0;  ///< totals over the step, on rank 0's stage... per op name
+  /// A pipeline receive or a wait on the data-parallel reduction: its measured time is mostly
+  /// blocking on other ranks (the bubble), which the simulator charges to the bubble, not the op.
+  bool wait = false;
 };
 
 struct ExecuteReport {
   SimulationResult predicted;               ///< the simulator's prediction (no graph)
-  double measured_step_time_s = 0;          ///< median over steps, max over ranks
+  double measured_step_time_s = 0;          ///< median over steps (mean of the middle two for an even count), max over ranks
   std::vector<double> step_times_s;
   double measured_bubble_fraction = 0;      ///< time waiting in pipeline receives / step, mean over stages
   std::vector<double> measured_peak_memory_bytes;  ///< per stage: allocator high-water mark
