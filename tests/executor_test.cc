@@ -144,6 +144,15 @@ TEST(ExecuteCpu, CalibrateThenExecuteTpPpDpOnTwoRanks) {
     EXPECT_LT(pred / meas, 3.0);
     EXPECT_GT(j["executed_rank0"].size(), 100u);
     EXPECT_FALSE(j["ops"].empty());
+    // --steps 2: the median of two is their mean.
+    const auto& steps = j["measured"]["step_times_s"];
+    ASSERT_EQ(steps.size(), 2u);
+    EXPECT_DOUBLE_EQ(meas, 0.5 * (steps[0].get<double>() + steps[1].get<double>()));
+    // Pipeline receives are waits (listed apart); the GEMMs are not.
+    for (const auto& o : j["ops"]) {
+      const std::string name = o["name"];
+      EXPECT_EQ(o["wait"].get<bool>(), name == "pp_recv" || name == "dp_wait") << name;
+    }
   }
 }
 
