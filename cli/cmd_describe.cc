@@ -71,7 +71,9 @@ void RunDescribe(const DescribeArgs& a) {
                   {"activation", ToString(m.activation)},
                   {"position_embedding", ToString(m.position_embedding)},
                   {"tie_embeddings", m.tie_embeddings},
-                  {"add_bias_linear", m.add_bias_linear}};
+                  {"add_bias_linear", m.add_bias_linear},
+                  {"add_qkv_bias", m.add_qkv_bias},
+                  {"dropout", m.dropout}};
   out["parameters"] = pc.total;
   out["parameter_breakdown"] = {{"per_layer", pc.per_layer.total()},
                                 {"layers", pc.layers},
@@ -109,10 +111,11 @@ void RunDescribe(const DescribeArgs& a) {
       "  layers {}, hidden {}, ffn {}, heads {} (query groups {}, head dim {}), vocab {}, seq {}\n",
       m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.num_query_groups,
       m.kv_channels, m.vocab_size, m.seq_length);
-  text += fmt::format("  {}, {}, {} positions, {} embeddings, {}\n", ToString(m.normalization),
+  text += fmt::format("  {}, {}, {} positions, {} embeddings, {}, {}\n", ToString(m.normalization),
                       ToString(m.activation), ToString(m.position_embedding),
                       m.tie_embeddings ? "tied" : "untied",
-                      m.add_bias_linear ? "linear biases" : (m.add_qkv_bias ? "QKV bias only" : "no biases"));
+                      m.add_bias_linear ? "linear biases" : (m.add_qkv_bias ? "QKV bias only" : "no biases"),
+                      m.dropout ? "dropout (its masks count in activation memory)" : "no dropout");
   text += "\nParameters\n";
   text += fmt::format("  total               {:>12}  ({})\n", FormatCount(double(pc.total)),
                       Grouped(pc.total));

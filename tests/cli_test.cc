@@ -25,6 +25,9 @@ TEST(Cli, DescribeJsonParsesAndHasParameters) {
   EXPECT_EQ(j["fit"]["dp"], 16);
   // ZeRO-0 at TP8 PP8: the first stage's 12 layers + embedding, 18 bytes each, fits in 80 GiB.
   EXPECT_TRUE(j["fit"]["zero"][0]["fits"].get<bool>());
+  // The architecture flags the memory model uses: GPT-3 (Megatron) trains with dropout, Llama without.
+  EXPECT_TRUE(j["model"]["dropout"].get<bool>());
+  EXPECT_FALSE(Json::parse(RunShardcast("describe --model llama2-7b --json").out)["model"]["dropout"].get<bool>());
 }
 
 TEST(Cli, DescribeTextNamesTheFormula) {
