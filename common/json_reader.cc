@@ -32,7 +32,10 @@ Json ParseJsonText(const std::string& text, const std::string& file) {
   std::vector<Frame> frames;
   auto pointer = [&](std::size_t depth) {
     std::string ptr;
-    for (std::size_t k = 0; k < depth; ++k) ptr += "/" + (frames[k].array ? std::to_string(frames[k].index) : frames[k].key);
+    for (std::size_t k = 0; k < depth; ++k) {
+      ptr += '/';
+      ptr += frames[k].array ? std::to_string(frames[k].index) : frames[k].key;
+    }
     return ptr;
   };
   auto value_done = [&] {  // a member or element was read: arrays move to their next element
