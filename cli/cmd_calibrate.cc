@@ -29,6 +29,12 @@ void RunCalibrate(const CalibrateArgs& a) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   try {
     CalibrateOptions o = a.o;
+    // The default --out is not checked with the command line (CLI11 checks given values only):
+    // check it on rank 0, the writer, before the sweep.
+    if (rank == 0) {
+      std::string out = o.out;
+      if (const std::string why = OutputFile()(out); !why.empty()) throw InputError("command line: --out: " + why);
+    }
     if (!a.model.empty()) {
       std::vector<int> tps;
       for (const auto& t : Split(a.tps, ',')) {

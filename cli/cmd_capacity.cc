@@ -170,7 +170,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
       if (path.empty()) {
         throw InputError("command line: --profile: got \"" + spec + "\", expected a profile file after " + cluster + "=");
       }
-    } else if (spec.find('=') != std::string::npos && !std::filesystem::exists(spec)) {
+    } else if (std::error_code ec; spec.find('=') != std::string::npos && !std::filesystem::exists(spec, ec)) {
       throw InputError(fmt::format("command line: --profile: got \"{}\", expected FILE or CLUSTER=FILE with CLUSTER "
                                    "one of the --gpus-options clusters ({})",
                                    spec, Join(clusters, ", ")));

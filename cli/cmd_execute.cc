@@ -60,8 +60,8 @@ void Print(const ExecuteReport& r, const Model& m, const ParallelConfig& c, int 
   };
   table(false, "\nOps with the largest absolute error (one rank per stage, summed over the step):\n");
   if (std::any_of(r.ops.begin(), r.ops.end(), [](const OpError& o) { return o.wait; })) {
-    table(true, "\nWaits (pipeline receives, data-parallel reduction; measured time is mostly blocking on other\n"
-                "ranks, which the prediction counts in the bubble):\n");
+    table(true, "\nWaits (measured time is mostly blocking on other ranks: the prediction counts a receive's\n"
+                "in the bubble and pipeline comm, a data-parallel wait's in exposed data-parallel comm):\n");
   }
 }
 
@@ -138,7 +138,11 @@ void RunExecute(const ExecuteArgs& a) {
         MPI_Test(&req, &done, MPI_STATUS_IGNORE);
         if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
-      if (!done) MPI_Abort(MPI_COMM_WORLD, code);
+      if (!done) {
+        // This rank failed alone: say so from here (rank 0 may not be the one that knows).
+        if (rank != 0) std::cerr << "shardcast: error: rank " << rank << ": " << e.what() << "\n" << std::flush;
+        MPI_Abort(MPI_COMM_WORLD, code);
+      }
       MPI_Comm_free(&agree);
       MPI_Finalize();
       std::exit(code);

@@ -45,6 +45,9 @@ int main(int argc, char** argv) {
       if (names.empty()) return "";
       if (!next) {
         const auto close = shardcast::ClosestMatches(word, names, 3);
+        // A command that runs without a subcommand (calibrate): a word far from its subcommands
+        // is an unexpected argument, which the caller reports as such.
+        if (cur->get_require_subcommand_min() == 0 && close.empty()) return "";
         const std::string where = cur == &app ? "command" : "subcommand of " + cur->get_name();
         return "got unknown " + where + " \"" + word + "\", expected one of " + shardcast::Join(names, ", ") +
                (close.empty() ? std::string() : "; did you mean " + shardcast::Join(close, ", ") + "?") +

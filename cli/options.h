@@ -3,6 +3,7 @@
 /// Option helpers shared by the subcommands.
 
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -39,6 +40,12 @@ inline CLI::Option* AddPositive(CLI::App* cmd, const std::string& names, std::in
 inline CLI::Validator OutputFile(bool allow_stdout = false) {
   return CLI::Validator(
       [allow_stdout](std::string& s) -> std::string {
+        // Under mpirun or srun only rank 0 writes (execute --trace, calibrate --out): other ranks,
+        // perhaps on nodes without that folder, do not check it.
+        for (const char* var : {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+          const char* v = std::getenv(var);
+          if (v && std::string(v) != "0") return "";
+        }
         if (s == "-") {
           return allow_stdout ? "" : "got \"-\", expected a file name (only --csv takes - for standard output)";
         }

@@ -34,7 +34,7 @@ Json ParseJsonText(const std::string& text, const std::string& file) {
     std::string ptr;
     for (std::size_t k = 0; k < depth; ++k) {
       ptr += '/';
-      ptr += frames[k].array ? std::to_string(frames[k].index) : frames[k].key;
+      ptr += frames[k].array ? std::to_string(frames[k].index) : JsonPointerEscape(frames[k].key);
     }
     return ptr;
   };

@@ -86,81 +86,90 @@ class Runner {
       dp_cv.notify_one();
       dp_worker.join();
     };
-    for (std::size_t i = 0; i < prog_.ops.size(); ++i) {
-      current = static_cast<int>(i);
-      const ProgOp& x = prog_.ops[i];
-      const auto a = Clock::now();
-      switch (x.kind) {
-        case ProgKind::kCompute: Compute(x.op); break;
-        case ProgKind::kTpCollective: Collective(x.op.collective, x.bytes, tp_, cs_, cr_); break;
-        case ProgKind::kDpCollective:
-          if (x.async && threads_ok_) {
-            if (!dp_worker.joinable()) {
-              dp_worker = std::thread([&] {
-                std::size_t next = 0;
-                for (;;) {
-                  std::unique_lock<std::mutex> l(dp_mu);
-                  dp_cv.wait(l, [&] { return next < dp_queue.size() || dp_closing; });
-                  if (next >= dp_queue.size()) break;
-                  const ProgOp* op = dp_queue[next++];
-                  l.unlock();
-                  Collective(op->op.collective, op->bytes, dp_, ds_, dr_);
-                }
-              });
-            }
-            {
-              std::lock_guard<std::mutex> l(dp_mu);
-              dp_queue.push_back(&x);
-            }
-            dp_cv.notify_one();
-          } else {
-            Collective(x.op.collective, x.bytes, dp_, ds_, dr_);
-          }
-          break;
-        case ProgKind::kDpWait: dp_wait(); break;
-        case ProgKind::kOptimizer: Axpy(x.bytes); break;
-        case ProgKind::kSend: {
-          send_bufs.emplace_back(Floats(x.bytes), 1.0f);
-          reqs.emplace_back();
-          MPI_Isend(send_bufs.back().data(), static_cast<int>(send_bufs.back().size()), MPI_FLOAT, Peer(x.peer_stage),
-                    x.tag, MPI_COMM_WORLD, &reqs.back());
-          break;
-        }
-        case ProgKind::kRecv: {
-          std::vector<float> buf(Floats(x.bytes));
-          MPI_Recv(buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, Peer(x.peer_stage), x.tag, MPI_COMM_WORLD,
-                   MPI_STATUS_IGNORE);
-          *recv_wait_s += Secs(a, Clock::now());
-          break;
-        }
-        case ProgKind::kAlloc: {
-          const std::size_t n = static_cast<std::size_t>(x.bytes);
-          saved_[{x.microbatch, x.chunk}] = Touched(n);
-          std::lock_guard<std::mutex> l(mem_mu_);
-          mem_.Add(static_cast<double>(n));
-          break;
-        }
-        case ProgKind::kFree: {
-          auto it = saved_.find({x.microbatch, x.chunk});
-          if (it != saved_.end()) {
-            const std::size_t n = static_cast<std::size_t>(x.bytes);
-            const std::size_t have = it->second.size();
-            std::lock_guard<std::mutex> l(mem_mu_);
-            if (n >= have) {
-              mem_.Sub(static_cast<double>(have));
-              saved_.erase(it);
+    // An op failing on this rank alone (memory, MPI) leaves the others in collectives: end all
+    // ranks here, naming this one, before unwinding meets the joinable worker thread.
+    try {
+      for (std::size_t i = 0; i < prog_.ops.size(); ++i) {
+        current = static_cast<int>(i);
+        const ProgOp& x = prog_.ops[i];
+        const auto a = Clock::now();
+        switch (x.kind) {
+          case ProgKind::kCompute: Compute(x.op); break;
+          case ProgKind::kTpCollective: Collective(x.op.collective, x.bytes, tp_, cs_, cr_); break;
+          case ProgKind::kDpCollective:
+            if (x.async && threads_ok_) {
+              if (!dp_worker.joinable()) {
+                dp_worker = std::thread([&] {
+                  std::size_t next = 0;
+                  for (;;) {
+                    std::unique_lock<std::mutex> l(dp_mu);
+                    dp_cv.wait(l, [&] { return next < dp_queue.size() || dp_closing; });
+                    if (next >= dp_queue.size()) break;
+                    const ProgOp* op = dp_queue[next++];
+                    l.unlock();
+                    Collective(op->op.collective, op->bytes, dp_, ds_, dr_);
+                  }
+                });
+              }
+              {
+                std::lock_guard<std::mutex> l(dp_mu);
+                dp_queue.push_back(&x);
+              }
+              dp_cv.notify_one();
             } else {
-              mem_.Sub(static_cast<double>(n));
-              it->second.resize(have - n);
-              it->second.shrink_to_fit();
+              Collective(x.op.collective, x.bytes, dp_, ds_, dr_);
             }
+            break;
+          case ProgKind::kDpWait: dp_wait(); break;
+          case ProgKind::kOptimizer: Axpy(x.bytes); break;
+          case ProgKind::kSend: {
+            send_bufs.emplace_back(Floats(x.bytes), 1.0f);
+            reqs.emplace_back();
+            MPI_Isend(send_bufs.back().data(), static_cast<int>(send_bufs.back().size()), MPI_FLOAT, Peer(x.peer_stage),
+                      x.tag, MPI_COMM_WORLD, &reqs.back());
+            break;
           }
-          break;
+          case ProgKind::kRecv: {
+            std::vector<float> buf(Floats(x.bytes));
+            MPI_Recv(buf.data(), static_cast<int>(buf.size()), MPI_FLOAT, Peer(x.peer_stage), x.tag, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE);
+            *recv_wait_s += Secs(a, Clock::now());
+            break;
+          }
+          case ProgKind::kAlloc: {
+            const std::size_t n = static_cast<std::size_t>(x.bytes);
+            saved_[{x.microbatch, x.chunk}] = Touched(n);
+            std::lock_guard<std::mutex> l(mem_mu_);
+            mem_.Add(static_cast<double>(n));
+            break;
+          }
+          case ProgKind::kFree: {
+            auto it = saved_.find({x.microbatch, x.chunk});
+            if (it != saved_.end()) {
+              const std::size_t n = static_cast<std::size_t>(x.bytes);
+              const std::size_t have = it->second.size();
+              std::lock_guard<std::mutex> l(mem_mu_);
+              if (n >= have) {
+                mem_.Sub(static_cast<double>(have));
+                saved_.erase(it);
+              } else {
+                mem_.Sub(static_cast<double>(n));
+                it->second.resize(have - n);
+                it->second.shrink_to_fit();
+              }
+            }
+            break;
+          }
         }
+        const auto b = Clock::now();
+        (*op_secs)[i] = Secs(a, b);
+        if (events) events->push_back({OpLabel(x), Secs(t0, a), Secs(a, b)});
       }
-      const auto b = Clock::now();
-      (*op_secs)[i] = Secs(a, b);
-      if (events) events->push_back({OpLabel(x), Secs(t0, a), Secs(a, b)});
+    } catch (const std::exception& e) {
+      const int op = current.load();
+      std::fprintf(stderr, "shardcast: error: rank %d failed in op %d (%s): %s\n", rank_, op,
+                   op >= 0 ? OpLabel(prog_.ops[static_cast<std::size_t>(op)]).c_str() : "?", e.what());
+      MPI_Abort(MPI_COMM_WORLD, 1);
     }
     dp_wait();
     if (!reqs.empty()) MPI_Waitall(static_cast<int>(reqs.size()), reqs.data(), MPI_STATUSES_IGNORE);

@@ -57,6 +57,10 @@ TEST(JsonReader, DuplicateKeyIsRefused) {
             "d.json: /x/1/k: key \"k\" appears twice in the object at /x/1, expected each key once (which copy counts "
             "is not defined)");
   EXPECT_EQ(error(R"({"a": {"x": 1}, "b": {"x": 2}, "c": [{"x": 3}, {"x": 4}], "x": 5})"), "");
+  // Keys in the pointer are escaped as RFC 6901 says ("/" as ~1, "~" as ~0).
+  EXPECT_EQ(error(R"({"a/b": {"c~d": {"e": 1, "e": 2}}})"),
+            "d.json: /a~1b/c~0d/e: key \"e\" appears twice in the object at /a~1b/c~0d, expected each key once "
+            "(which copy counts is not defined)");
   EXPECT_EQ(ParseJsonText(R"({"a": {"x": 1}, "x": 5})", "ok.json")["a"]["x"], 1);
 }
 
