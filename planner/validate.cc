@@ -104,6 +104,8 @@ Cluster RowCluster(const CsvTable& t, std::size_t r) {
   if (gpu.rfind("H100", 0) == 0) return LoadCluster("dgx-h100");
   // Jean Zay (BLOOM): 8 A100 80GB per node on NVLink, 4 Omni-Path 100 Gb/s links per node.
   if (Contains(t.Get(r, "interconnect"), "Omni-Path")) return LoadCluster("jean-zay-a100");
+  // The 40 GB A100 has its own preset (memory decides the OOM rows).
+  if (Contains(gpu, "40GB") || Contains(gpu, "40 GB")) return LoadCluster("dgx-a100-40gb");
   return LoadCluster("dgx-a100");
 }
 

@@ -13,6 +13,7 @@
 #include "cli/config_args.h"
 #include "common/csv.h"
 #include "common/error.h"
+#include "common/json_reader.h"
 #include "models/loader.h"
 #include "planner/planner.h"
 #include "planner/validate.h"
@@ -65,12 +66,25 @@ TEST(Validate, SmallFixture) {
   // Row 2: an unknown GPU type is skipped with the reason, never dropped.
   EXPECT_TRUE(rep.rows[1].skipped);
   EXPECT_EQ(rep.rows[1].skip_reason, "GPU type 'TPU-v4' has no preset mapping (A100 and H100 rows are modelled)");
-  // Row 3: a measured OOM without a time (22B on 8 GPUs, no recompute, no SP fits in our model:
-  // it counts as an OOM row predicted to fit).
+  // Row 3: a measured OOM without a time (22B on 8 GPUs, no recompute, no SP: predicted not to
+  // fit either).
   EXPECT_EQ(rep.summary.oom_rows, 1u);
   EXPECT_EQ(rep.summary.timed, 1u);
   EXPECT_EQ(rep.summary.skipped, 1u);
   EXPECT_NEAR(rep.summary.step_time_mape, std::fabs(*rep.rows[0].step_time_error), 1e-15);
+  // Row 1 on a 40 GB A100 is simulated with the 40 GB preset: its predicted peak fits 80 GB but
+  // not the 40 GB part's memory.
+  std::string text = ReadTextFile(dir + "runs_small.csv");
+  const auto gpu_at = text.find("A100-SXM4-80GB", text.find("\n1,"));
+  ASSERT_NE(gpu_at, std::string::npos);
+  text.replace(gpu_at, 14, "A100-SXM4-40GB");
+  const ValidationReport small = RunValidation(testing::WriteTemp("runs_40gb.csv", text), "");
+  ASSERT_FALSE(small.rows[0].skipped) << small.rows[0].skip_reason;
+  const double peak = *rep.rows[0].predicted_peak_memory_bytes;
+  ASSERT_TRUE(rep.rows[0].predicted_fits);
+  ASSERT_GT(peak, LoadCluster("dgx-a100-40gb").gpu.memory_bytes);
+  EXPECT_FALSE(small.rows[0].predicted_fits);
+  EXPECT_DOUBLE_EQ(*small.rows[0].predicted_peak_memory_bytes, peak);  // same run, another GPU's memory
 }
 
 // Bad CSVs name the file, the missing column or the row and column with the value; a memory
