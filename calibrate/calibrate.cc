@@ -610,21 +610,18 @@ HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwarePr
   p.source = "nccl-tests logs: " + Join(logs, ", ") + " (other tables: " + p.source + ")";
   p.collective_tables.clear();
   std::vector<std::string> table_files;  // the log each table came from
+  const auto presets = PresetNames(PresetKind::kGpu);
+  const bool base_is_preset = std::find(presets.begin(), presets.end(), p.gpu) != presets.end();
   double best_n = 0;
   for (const auto& path : logs) {
     for (const auto& run : ReadNcclTestsLog(path)) {
       if (run.ranks < 2) throw InputError(path + ": cannot tell the rank count (no 'Rank' lines and no busbw/algbw ratio)");
       // The log's GPU against the cluster's: by preset where both are presets, else by name
       // (case and an "NVIDIA " prefix aside; older drivers print none).
-      auto bare = [](std::string n) {
-        n = ToLower(n);
-        return n.rfind("nvidia ", 0) == 0 ? n.substr(7) : n;
-      };
       const std::string log_preset = PresetForDevice(run.device);
-      const auto presets = PresetNames(PresetKind::kGpu);
-      const bool base_is_preset = std::find(presets.begin(), presets.end(), p.gpu) != presets.end();
-      const bool other_gpu = !log_preset.empty() && base_is_preset ? log_preset != p.gpu
-                                                                   : bare(run.device) != bare(expected_device);
+      const bool other_gpu = !log_preset.empty() && base_is_preset
+                                 ? log_preset != p.gpu
+                                 : BareGpuName(run.device) != BareGpuName(expected_device);
       if (warnings && !expected_device.empty() && !run.device.empty() && other_gpu) {
         warnings->push_back(path + ": measured on '" + run.device + "', but the cluster's GPU is '" + expected_device +
                             "': the profile pairs that GPU's defaults with these collectives");

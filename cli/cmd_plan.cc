@@ -137,20 +137,20 @@ void RunPlanCommand(const PlanArgs& a) {
     j["not_generated"] = r.not_generated;
     j["min_headroom_bytes"] = o.min_headroom_bytes;
     j["plans"] = Json::array();
-    for (const auto& p : r.plans) {
+    // A plan: simulate's keys, its Megatron-LM arguments, cost and energy (null without a price
+    // or power) and the known bias.
+    auto plan_json = [&](const Plan& p) {
+      auto positive = [](double v) { return v > 0 ? Json(v) : Json(nullptr); };
       Json pj = ResultToJson(p.result, m, p.config, cl, o.gpus);
       pj["megatron_arguments"] = MegatronArguments(p.config, m);
-      pj["usd_per_million_tokens"] = p.usd_per_million_tokens > 0 ? Json(p.usd_per_million_tokens) : Json(nullptr);
-      pj["joules_per_token"] = p.joules_per_token > 0 ? Json(p.joules_per_token) : Json(nullptr);
+      pj["usd_per_million_tokens"] = positive(p.usd_per_million_tokens);
+      pj["joules_per_token"] = positive(p.joules_per_token);
       pj["known_bias"] = KnownBiasJson(p.config);
-      j["plans"].push_back(pj);
-    }
+      return pj;
+    };
+    for (const auto& p : r.plans) j["plans"].push_back(plan_json(p));
     if (recommended) {
-      j["recommended"] = ResultToJson(recommended->result, m, recommended->config, cl, o.gpus);
-      j["recommended"]["megatron_arguments"] = MegatronArguments(recommended->config, m);
-      j["recommended"]["usd_per_million_tokens"] = recommended->usd_per_million_tokens > 0 ? Json(recommended->usd_per_million_tokens) : Json(nullptr);
-      j["recommended"]["joules_per_token"] = recommended->joules_per_token > 0 ? Json(recommended->joules_per_token) : Json(nullptr);
-      j["recommended"]["known_bias"] = KnownBiasJson(recommended->config);
+      j["recommended"] = plan_json(*recommended);
       j["recommended_rank"] = recommended_rank > 0 ? Json(recommended_rank) : Json(nullptr);
     } else {
       j["recommended"] = nullptr;  // nothing fits (docs/planner.md)

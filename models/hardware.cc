@@ -1,5 +1,8 @@
 #include "models/hardware.h"
 
+#include <algorithm>
+#include <cctype>
+
 namespace shardcast {
 
 const char* ToString(Precision p) {
@@ -20,6 +23,12 @@ double Gpu::PeakFlops(Precision p) const {
     case Precision::kFp32: return peak_fp32_tflops * 1e12;
   }
   return 0;
+}
+
+std::string BareGpuName(const std::string& name) {
+  std::string n = name;
+  std::transform(n.begin(), n.end(), n.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+  return n.rfind("nvidia ", 0) == 0 ? n.substr(7) : n;
 }
 
 }  // namespace shardcast

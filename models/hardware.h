@@ -55,4 +55,8 @@ struct Cluster {
   bool HasInterNodeNetwork() const { return inter_fabric != "none" && nics_per_node > 0 && nic_Gbps > 0; }
 };
 
+/// A GPU name as tools print it, compared loosely: lower case, without a leading "nvidia "
+/// (nvidia-smi and CUDA print "NVIDIA H200"; older drivers and presets leave the prefix out).
+std::string BareGpuName(const std::string& name);
+
 }  // namespace shardcast

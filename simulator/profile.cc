@@ -446,12 +446,8 @@ Json ProfileToJson(const HardwareProfile& p) {
 }
 
 bool ProfileDescribesGpu(const HardwareProfile& p, const Gpu& gpu) {
-  auto bare = [](std::string n) {
-    n = ToLower(n);
-    return n.rfind("nvidia ", 0) == 0 ? n.substr(7) : n;
-  };
-  const std::string measured = bare(p.gpu);
-  return !measured.empty() && (measured == bare(gpu.name) || measured == bare(gpu.display_name));
+  const std::string measured = BareGpuName(p.gpu);
+  return !measured.empty() && (measured == BareGpuName(gpu.name) || measured == BareGpuName(gpu.display_name));
 }
 
 std::string ProfileNetworkDiffers(const HardwareProfile& p, const Cluster& cl, std::int64_t gpus) {

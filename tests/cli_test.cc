@@ -90,9 +90,8 @@ TEST(Cli, ExitCodes) {
                                 " simulate --model gpt3-125m --cluster dgx-a100 --gpus 8 --gbs 64 > /dev/null")
                 .exit_code,
             0);
-  auto extra = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --bogus 3");
-  EXPECT_EQ(extra.exit_code, 2);
-  EXPECT_NE(extra.err.find("got unexpected arguments \"--bogus 3\""), std::string::npos) << extra.err;
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-175b --cluster dgx-a100 --bogus 3",
+                                    "got unexpected arguments \"--bogus 3\""));
   auto typo = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --recompue full");
   EXPECT_EQ(typo.exit_code, 2);
   EXPECT_NE(typo.err.find("; for --recompue did you mean --recompute?"), std::string::npos) << typo.err;
@@ -126,13 +125,10 @@ TEST(CliSimulate, DeepSpeedOptimizerFlags) {
   EXPECT_TRUE(c["p2p_blocking"].get<bool>());
   EXPECT_FALSE(c.contains("fp32_main_grads"));
   // Combinations the optimizers do not have are input errors (exit 2) naming the flag.
-  auto z0 = RunShardcast(base + "--zero 0 --optimizer deepspeed-bf16");
-  EXPECT_EQ(z0.exit_code, 2);
-  EXPECT_NE(z0.err.find("--zero: got 0, expected 1 with --optimizer deepspeed-bf16"), std::string::npos) << z0.err;
-  auto z3 = RunShardcast(base + "--zero 3 --optimizer deepspeed-zero");
-  EXPECT_EQ(z3.exit_code, 2);
-  EXPECT_NE(z3.err.find("--zero: got 3, expected 1 or 2 with --optimizer deepspeed-zero"), std::string::npos)
-      << z3.err;
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--zero 0 --optimizer deepspeed-bf16",
+                                    "--zero: got 0, expected 1 with --optimizer deepspeed-bf16"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--zero 3 --optimizer deepspeed-zero",
+                                    "--zero: got 3, expected 1 or 2 with --optimizer deepspeed-zero"));
   EXPECT_EQ(RunShardcast(base + "--zero 1 --optimizer deepspeed-zero --bf16-main-grads").exit_code, 2);
   EXPECT_EQ(RunShardcast(base + "--optimizer apex").exit_code, 2);
 }
@@ -224,9 +220,8 @@ TEST(CliSimulate, MegatronAliases) {
   EXPECT_TRUE(Json::parse(d.out)["config"]["embedding_slots"].get<bool>());
   EXPECT_EQ(Json::parse(c.out)["step_time_s"], Json::parse(d.out)["step_time_s"]);
   // One of Megatron's two flags alone is a split the model does not represent.
-  auto e = RunShardcast(slots + "--account-for-loss-in-pipeline-split");
-  EXPECT_EQ(e.exit_code, 2);
-  EXPECT_NE(e.err.find("--account-for-loss-in-pipeline-split: given alone, expected both"), std::string::npos) << e.err;
+  EXPECT_TRUE(testing::ExitsTwoWith(slots + "--account-for-loss-in-pipeline-split",
+                                    "--account-for-loss-in-pipeline-split: given alone, expected both"));
 }
 
 TEST(CliSimulate, InfeasibleIsAResultWithAReason) {
@@ -265,11 +260,8 @@ TEST(CliSimulate, AttentionKernel) {
   EXPECT_NE(step(h100_fa2.out), step(h100.out));
   EXPECT_NE(h100_fa2.out.find("profile adjusted: attention: FlashAttention-2 on Hopper"), std::string::npos);
   EXPECT_EQ(step(RunShardcast(base + "dgx-a100 --attention-kernel fa2").out), step(RunShardcast(base + "dgx-a100").out));
-  auto bad = RunShardcast(base + "dgx-a100 --attention-kernel fa3");
-  EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.err.find("--attention-kernel: got \"fa3\" for a GPU of architecture ampere, expected default or fa2"),
-            std::string::npos)
-      << bad.err;
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "dgx-a100 --attention-kernel fa3",
+                                    "--attention-kernel: got \"fa3\" for a GPU of architecture ampere, expected default or fa2"));
   EXPECT_EQ(RunShardcast(base + "dgx-b200 --attention-kernel fa2").exit_code, 2);
 }
 
@@ -322,10 +314,8 @@ TEST(CliSimulate, BadInputExitsTwo) {
   EXPECT_EQ(RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --tp 0").exit_code, 2);
   EXPECT_EQ(RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --schedule zigzag").exit_code, 2);
   const std::string bad = WriteTemp("bad_profile.json", R"({"format": "other"})");
-  auto r = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --profile " + bad);
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("bad_profile.json: /format: got \"other\", expected \"shardcast-hardware-profile\""),
-            std::string::npos) << r.err;
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-175b --cluster dgx-a100 --profile " + bad,
+                                    "bad_profile.json: /format: got \"other\", expected \"shardcast-hardware-profile\""));
 }
 
 }  // namespace
@@ -359,9 +349,8 @@ TEST(CliPlan, TextAndBadInput) {
   EXPECT_NE(r.out.find("pipeline parallelism (widen with --zero-stages 0,1,2,3).\n"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("--recompute none,selective,full"), std::string::npos) << r.out;
   EXPECT_EQ(RunShardcast("plan --model gpt3-13b --cluster dgx-a100 --gpus 64").exit_code, 2);  // no --gbs
-  auto bad = RunShardcast("plan --model gpt3-13b --cluster dgx-a100 --gpus 64 --gbs 256 --fix tq=8");
-  EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.err.find("--fix: got \"tq=8\""), std::string::npos) << bad.err;
+  EXPECT_TRUE(testing::ExitsTwoWith("plan --model gpt3-13b --cluster dgx-a100 --gpus 64 --gbs 256 --fix tq=8",
+                                    "--fix: got \"tq=8\""));
   // Every --fix value is checked, not silently matched against nothing.
   const std::string base = "plan --model gpt3-13b --cluster dgx-a100 --gpus 64 --gbs 256 --top 1 --fix ";
   for (const char* v : {"sp=banana", "recompute=banana", "zero=9", "mbs=0", "tp=x", "schedule=pipedream"}) {
@@ -369,12 +358,9 @@ TEST(CliPlan, TextAndBadInput) {
     EXPECT_EQ(b.exit_code, 2) << v;
     EXPECT_NE(b.err.find(std::string("--fix: got \"") + v + "\", expected"), std::string::npos) << b.err;
   }
-  auto twice = RunShardcast(base + "tp=8,tp=4");
-  EXPECT_EQ(twice.exit_code, 2);
-  EXPECT_NE(twice.err.find("expected tp once (it is already fixed to 8)"), std::string::npos) << twice.err;
-  auto vp1 = RunShardcast(base + "schedule=interleaved,vp=1");
-  EXPECT_EQ(vp1.exit_code, 2);
-  EXPECT_NE(vp1.err.find("expected vp >= 2 with the interleaved schedule"), std::string::npos) << vp1.err;
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "tp=8,tp=4", "expected tp once (it is already fixed to 8)"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "schedule=interleaved,vp=1",
+                                    "expected vp >= 2 with the interleaved schedule"));
   // sp=y is sp=true; values outside the default search lists are searched when fixed, and the
   // "Details" line is a simulate command for the best plan.
   auto fixed = RunShardcast(base + "sp=y,zero=2,mbs=32 --json");
@@ -433,9 +419,8 @@ TEST(CliPlan, AtRiskPlansAreMarkedAndNotRecommended) {
 
 // Sizes that would overflow or run for minutes are refused or reported, not simulated.
 TEST(Cli, OutOfRangeSizesAreReasonsOrErrors) {
-  auto g = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 4294967296");
-  EXPECT_EQ(g.exit_code, 2);
-  EXPECT_NE(g.err.find("expected a positive integer up to 1048576"), std::string::npos) << g.err;
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-175b --cluster dgx-a100 --gpus 4294967296",
+                                    "expected a positive integer up to 1048576"));
   auto m = RunShardcast("simulate --model llama2-70b --cluster dgx-h100 --gpus 64 --tp 8 --pp 4 --gbs 10000000");
   ASSERT_EQ(m.exit_code, 0) << m.err;
   EXPECT_NE(m.out.find(fmt::format("= 5000000 micro-batches per step, more than the {}", kMaxMicrobatchesPerStep)),
@@ -511,10 +496,8 @@ TEST(CliCapacity, ThreeGpuTypes) {
       EXPECT_TRUE(o["profile_estimates"].empty());  // A100 on NVLink is measured
     }
   }
-  auto twice = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:64 dgx-a100:32,64");
-  EXPECT_EQ(twice.exit_code, 2);
-  EXPECT_NE(twice.err.find("--gpus-options: got dgx-a100:64 twice, expected each option once"), std::string::npos)
-      << twice.err;
+  EXPECT_TRUE(testing::ExitsTwoWith("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:64 dgx-a100:32,64",
+                                    "--gpus-options: got dgx-a100:64 twice, expected each option once"));
 }
 
 // A measured profile replaces the built-in one for the options of its cluster, and only those:
@@ -582,28 +565,17 @@ TEST(CliCapacity, MeasuredProfilePerCluster) {
   EXPECT_EQ(row(Json::parse(named.out), "jean-zay-a100")["profile"], "built-in default");
   // A profile of a GPU no option has, of another GPU than the named cluster's, or a second one
   // for a cluster, would be silently unused or wrong.
-  auto other = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:16 --profile " + slow);
-  EXPECT_EQ(other.exit_code, 2);
-  EXPECT_NE(other.err.find(slow + ": /gpu: got \"NVIDIA H200\", expected the GPU of a --gpus-options cluster (dgx-a100)"),
-            std::string::npos)
-      << other.err;
-  auto wrong = RunShardcast(base + "--profile dgx-h100=" + slow);
-  EXPECT_EQ(wrong.exit_code, 2);
-  EXPECT_NE(wrong.err.find(slow + ": /gpu: got \"NVIDIA H200\", expected dgx-h100's GPU h100-sxm"), std::string::npos)
-      << wrong.err;
-  auto unknown = RunShardcast(base + "--profile dgx-b200=" + slow);
-  EXPECT_EQ(unknown.exit_code, 2);
-  EXPECT_NE(unknown.err.find("expected FILE or CLUSTER=FILE with CLUSTER one of the --gpus-options clusters "
-                             "(dgx-h200, dgx-h100)"),
-            std::string::npos)
-      << unknown.err;
-  auto empty = RunShardcast(base + "--profile DGX-H200=");
-  EXPECT_EQ(empty.exit_code, 2);
-  EXPECT_NE(empty.err.find("--profile: got \"DGX-H200=\", expected a profile file after dgx-h200="), std::string::npos)
-      << empty.err;
-  auto twice = RunShardcast(base + "--profile " + slow + " " + imported);
-  EXPECT_EQ(twice.exit_code, 2);
-  EXPECT_NE(twice.err.find("both for cluster dgx-h200, expected one profile each"), std::string::npos) << twice.err;
+  EXPECT_TRUE(testing::ExitsTwoWith("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:16 --profile " + slow,
+                                    slow + ": /gpu: got \"NVIDIA H200\", expected the GPU of a --gpus-options cluster (dgx-a100)"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--profile dgx-h100=" + slow,
+                                    slow + ": /gpu: got \"NVIDIA H200\", expected dgx-h100's GPU h100-sxm"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--profile dgx-b200=" + slow,
+                                    "expected FILE or CLUSTER=FILE with CLUSTER one of the --gpus-options clusters "
+                                    "(dgx-h200, dgx-h100)"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--profile DGX-H200=",
+                                    "--profile: got \"DGX-H200=\", expected a profile file after dgx-h200="));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--profile " + slow + " " + imported,
+                                    "both for cluster dgx-h200, expected one profile each"));
 }
 
 // --csv - writes on standard output exactly what --csv FILE writes, in place of the text; it is
@@ -633,30 +605,21 @@ TEST(CliPlan, CsvToStandardOutput) {
   }
   EXPECT_TRUE(seen_safe) << r.out;
   EXPECT_FALSE(std::filesystem::exists("-"));
-  auto both = RunShardcast(base + "--csv - --json");
-  EXPECT_EQ(both.exit_code, 2);
-  EXPECT_NE(both.err.find("command line: --csv -: writes the CSV to standard output, where --json also writes"),
-            std::string::npos)
-      << both.err;
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--csv - --json",
+                                    "command line: --csv -: writes the CSV to standard output, where --json also writes"));
   // Nothing fits: the CSV is a header alone, and standard error says why.
   auto none = RunShardcast("plan --model gpt3-175b --cluster dgx-a100 --gpus 8 --gbs 64 --csv -");
   EXPECT_EQ(none.exit_code, 0);
   EXPECT_EQ(Split(none.out, '\n').size(), 2u) << none.out;
   EXPECT_NE(none.err.find("shardcast: no candidate fits\n  - the closest candidate"), std::string::npos) << none.err;
   // Other output paths are files: "-" there is refused rather than written as a file named "-".
-  auto trace = RunShardcast("simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --trace -");
-  EXPECT_EQ(trace.exit_code, 2);
-  EXPECT_NE(trace.err.find("command line: --trace: got \"-\", expected a file name (only --csv takes - for standard "
-                           "output)"),
-            std::string::npos)
-      << trace.err;
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --trace -",
+                                    "command line: --trace: got \"-\", expected a file name (only --csv takes - for standard "
+                                    "output)"));
   // Output paths are checked when the command line is read, before any work.
-  auto no_folder = RunShardcast(base + "--csv /nonexistent-folder/plan.csv");
-  EXPECT_EQ(no_folder.exit_code, 2);
-  EXPECT_NE(no_folder.err.find("--csv: got \"/nonexistent-folder/plan.csv\", whose folder /nonexistent-folder does not "
-                               "exist"),
-            std::string::npos)
-      << no_folder.err;
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--csv /nonexistent-folder/plan.csv",
+                                    "--csv: got \"/nonexistent-folder/plan.csv\", whose folder /nonexistent-folder does not "
+                                    "exist"));
   EXPECT_FALSE(std::filesystem::exists("-"));
   const std::string runs = std::string(SHARDCAST_FIXTURES) + "/validation/runs_small.csv";
   const std::string validate_csv = (dir / "validate_table.csv").string();
@@ -677,12 +640,9 @@ TEST(CliPlan, CostObjectiveNeedsAPrice) {
     "intra_node": {"fabric": "nvswitch", "bandwidth_GBps_per_direction": 450},
     "inter_node": {"nics_per_node": 8, "nic_Gbps": 400, "fabric": "infiniband-ndr"}, "source": "test"})");
   const std::string base = "plan --model gpt3-1.3b --cluster " + cluster + " --gpus 8 --gbs 64 --top 2 ";
-  auto cost = RunShardcast(base + "--objective cost");
-  EXPECT_EQ(cost.exit_code, 2);
-  EXPECT_NE(cost.err.find("--objective cost: GPU 'no-price' has no price_usd_per_gpu_hour"), std::string::npos) << cost.err;
-  auto energy = RunShardcast(base + "--objective energy");
-  EXPECT_EQ(energy.exit_code, 2);
-  EXPECT_NE(energy.err.find("--objective energy: GPU 'no-price' has no tdp_W"), std::string::npos) << energy.err;
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--objective cost",
+                                    "--objective cost: GPU 'no-price' has no price_usd_per_gpu_hour"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--objective energy", "--objective energy: GPU 'no-price' has no tdp_W"));
   // Ranked by throughput, the missing figures are empty cells and nulls, not zeros.
   auto csv = RunShardcast(base + "--csv -");
   ASSERT_EQ(csv.exit_code, 0) << csv.err;
@@ -697,26 +657,20 @@ TEST(CliPlan, CostObjectiveNeedsAPrice) {
 
 TEST(CliCapacity, BadInput) {
   EXPECT_EQ(RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a1000:64").exit_code, 2);
-  auto r = RunShardcast("capacity --model gpt3-1.3b --tokens lots --gbs 512 --gpus-options dgx-a100:64");
-  EXPECT_EQ(r.exit_code, 2);
-  EXPECT_NE(r.err.find("--tokens: got \"lots\""), std::string::npos) << r.err;
-  auto z = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:0");
-  EXPECT_EQ(z.exit_code, 2);
-  EXPECT_NE(z.err.find("expected a positive GPU count"), std::string::npos) << z.err;
+  EXPECT_TRUE(testing::ExitsTwoWith("capacity --model gpt3-1.3b --tokens lots --gbs 512 --gpus-options dgx-a100:64",
+                                    "--tokens: got \"lots\""));
+  EXPECT_TRUE(testing::ExitsTwoWith("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:0",
+                                    "expected a positive GPU count"));
   // Goodput inputs come together, and a price must be for a GPU that is offered.
   const std::string base = "capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:64 ";
-  auto no_ckpt = RunShardcast(base + "--mtbf-hours 1000");
-  EXPECT_EQ(no_ckpt.exit_code, 2);
-  EXPECT_NE(no_ckpt.err.find("--mtbf-hours: got 1000 with --checkpoint-minutes 0 (or none)"), std::string::npos) << no_ckpt.err;
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--mtbf-hours 1000",
+                                    "--mtbf-hours: got 1000 with --checkpoint-minutes 0 (or none)"));
   EXPECT_EQ(RunShardcast(base + "--checkpoint-minutes 5").exit_code, 2);
-  auto price = RunShardcast(base + "--price-per-gpu-hour h100-sxm=2");
-  EXPECT_EQ(price.exit_code, 2);
-  EXPECT_NE(price.err.find("expected a GPU that a --gpus-options cluster has"), std::string::npos) << price.err;
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--price-per-gpu-hour h100-sxm=2",
+                                    "expected a GPU that a --gpus-options cluster has"));
   EXPECT_EQ(RunShardcast(base + "--mtbf-hours 1000 --checkpoint-minutes 5").exit_code, 0);
-  auto huge = RunShardcast("capacity --model gpt3-1.3b --tokens 1e30 --gbs 512 --gpus-options dgx-a100:64");
-  EXPECT_EQ(huge.exit_code, 2);
-  EXPECT_NE(huge.err.find("--tokens: got 1e+30, expected a positive token count of at most 1e16"), std::string::npos)
-      << huge.err;
+  EXPECT_TRUE(testing::ExitsTwoWith("capacity --model gpt3-1.3b --tokens 1e30 --gbs 512 --gpus-options dgx-a100:64",
+                                    "--tokens: got 1e+30, expected a positive token count of at most 1e16"));
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 
 #include <sys/wait.h>
 
+#include <gtest/gtest.h>
+
 #include "common/error.h"
 
 namespace shardcast::testing {
@@ -48,6 +50,15 @@ inline RunResult RunShardcast(const std::string& args) {
   r.err.assign(std::istreambuf_iterator<char>(e), std::istreambuf_iterator<char>());
   std::filesystem::remove(err_path);
   return r;
+}
+
+/// Whether `shardcast args` exits with code 2 and its standard error holds `fragment`; on failure
+/// the message shows the exit code and standard error.
+inline ::testing::AssertionResult ExitsTwoWith(const std::string& args, const std::string& fragment) {
+  const RunResult r = RunShardcast(args);
+  if (r.exit_code == 2 && r.err.find(fragment) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "shardcast " << args << ": exit " << r.exit_code << ", expected 2 with \""
+                                       << fragment << "\"; stderr: " << r.err;
 }
 
 /// Runs a shell command line (e.g. an mpirun) with stderr merged into `out`; `err` stays empty.
