@@ -35,6 +35,33 @@ void BM_SimulateGpt3_175b(benchmark::State& state) {
 }
 BENCHMARK(BM_SimulateGpt3_175b)->Arg(64)->Arg(1024)->Arg(16384)->Unit(benchmark::kMicrosecond);
 
+// The same model at PP16 (v = 3, two layers per chunk), 96 micro-batches per replica on 1024 GPUs
+// (dp 8, gbs 768): the deepest pipeline of issue 14's speed targets.
+void BM_SimulateGpt3_175b_Pp16(benchmark::State& state) {
+  const Model m = LoadModel("gpt3-175b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 16;
+  c.dp = 8;
+  c.vp = 3;
+  c.schedule = Schedule::kInterleaved;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 96 * c.dp;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kSelective;
+  c.zero_stage = 1;
+  std::size_t tasks = 0;
+  for (auto _ : state) {
+    SimulationResult r = Simulate(m, c, cl, 1024, prof);
+    benchmark::DoNotOptimize(r.step_time_s);
+    tasks = r.num_tasks;
+  }
+  state.counters["tasks"] = static_cast<double>(tasks);
+}
+BENCHMARK(BM_SimulateGpt3_175b_Pp16)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace shardcast
 

@@ -627,6 +627,10 @@ HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwarePr
                             "': the profile pairs that GPU's defaults with these collectives");
       }
       CollectiveTable t = ToCollectiveTable(run);
+      if (t.bytes_to_seconds.empty()) {
+        throw InputError(path + ": " + ToString(t.op) + " has no row with a size > 0 and a time > 0, expected at least "
+                         "one measured size");
+      }
       // One table per collective, rank and node count: a second one (the same log given twice,
       // or two runs of one test) would be a duplicate the simulator cannot choose between.
       for (std::size_t k = 0; k < p.collective_tables.size(); ++k) {
@@ -651,6 +655,14 @@ HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwarePr
       }
       p.collective_tables.push_back(std::move(t));
     }
+  }
+  // What is written must load: a value out of the profile's ranges is the logs' fault, said here
+  // rather than by every later command that reads the profile.
+  try {
+    ProfileFromJson(ProfileToJson(p), "the imported profile");
+  } catch (const InputError& e) {
+    throw InputError(Join(logs, ", ") + ": the measurements give a profile outside the accepted ranges (" + e.what() +
+                     "), expected nccl-tests results of a real run");
   }
   return p;
 }

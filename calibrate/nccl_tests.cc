@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <regex>
+#include <cctype>
 #include <set>
 #include <sstream>
 
@@ -28,10 +28,47 @@ bool OpFromBinary(const std::string& name, CollectiveOp* op) {
   return false;
 }
 
-/// Strips "[1,0]<stdout>:" (Open MPI --tag-output) and "0: " / "[0] " (srun -l) prefixes.
+/// The longest line a log may have (nccl-tests prints lines of about 100 characters).
+constexpr std::size_t kMaxLogLineChars = 65536;
+
+/// Length of a run of decimal digits at `s[i]`.
+std::size_t Digits(const std::string& s, std::size_t i) {
+  std::size_t n = 0;
+  while (i + n < s.size() && s[i + n] >= '0' && s[i + n] <= '9') ++n;
+  return n;
+}
+
+/// Strips "[1,0]<stdout>:" / "[1,0]<stderr>:" (Open MPI --tag-output) and "0: " / "[0] " (srun -l)
+/// prefixes. A plain scan (no std::regex, whose recursion a long line can overflow).
 std::string StripPrefix(const std::string& line) {
-  static const std::regex prefix(R"(^(\[\d+,\d+\]<std(out|err)>:|\[\d+\]\s|\d+:\s))");
-  return std::regex_replace(line, prefix, "", std::regex_constants::format_first_only);
+  std::size_t i = 0;
+  if (!line.empty() && line[0] == '[') {
+    const std::size_t a = Digits(line, 1);
+    if (a > 0 && 1 + a < line.size()) {
+      if (line[1 + a] == ']' && 2 + a < line.size() && std::isspace(static_cast<unsigned char>(line[2 + a]))) {
+        i = 3 + a;  // "[0] "
+      } else if (line[1 + a] == ',') {
+        const std::size_t b = Digits(line, 2 + a);
+        const std::size_t close = 2 + a + b;
+        if (b > 0 && close < line.size() && line[close] == ']') {
+          for (const char* tag : {"<stdout>:", "<stderr>:"}) {
+            if (line.compare(close + 1, 9, tag) == 0) i = close + 10;
+          }
+        }
+      }
+    }
+  } else {
+    const std::size_t a = Digits(line, 0);
+    if (a > 0 && a + 1 < line.size() && line[a] == ':' && std::isspace(static_cast<unsigned char>(line[a + 1]))) {
+      i = a + 2;  // "0: "
+    }
+  }
+  return line.substr(i);
+}
+
+/// A line for a message: at most 120 characters.
+std::string Quoted(const std::string& line) {
+  return line.size() > 120 ? line.substr(0, 120) + "..." : line;
 }
 
 std::vector<std::string> Fields(const std::string& s) {
@@ -140,6 +177,11 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
   };
   while (std::getline(in, raw)) {
     ++lineno;
+    if (raw.size() > kMaxLogLineChars) {
+      throw InputError(file + ":" + std::to_string(lineno) + ": a line of " + std::to_string(raw.size()) +
+                       " characters, expected at most " + std::to_string(kMaxLogLineChars) +
+                       " (nccl-tests lines are short: is this an nccl-tests log?)");
+    }
     const std::string line = StripPrefix(raw);
     if (line.find("NCCL INFO") != std::string::npos || line.find("NCCL WARN") != std::string::npos) continue;
     if (line.rfind("#", 0) == 0) {
@@ -155,7 +197,7 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
           cur.binary = f[0];
           have_op = OpFromBinary(f[0], &cur.op);
           if (!have_op) {
-            throw InputError(file + ":" + std::to_string(lineno) + ": unknown collective '" + f[0] +
+            throw InputError(file + ":" + std::to_string(lineno) + ": unknown collective '" + Quoted(f[0]) +
                              "' (expected all_reduce, all_gather, reduce_scatter, alltoall or sendrecv)");
           }
         }
@@ -205,8 +247,14 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
     if (tc < 0 || tc + 2 >= static_cast<int>(f.size()) || !ParseDouble(f[static_cast<std::size_t>(tc)], &x.time_us) ||
         !ParseDouble(f[static_cast<std::size_t>(tc) + 1], &x.algbw_GBps) ||
         !ParseDouble(f[static_cast<std::size_t>(tc) + 2], &x.busbw_GBps) || x.time_us < 0) {
-      throw InputError(file + ":" + std::to_string(lineno) + ": malformed result row '" + line +
+      throw InputError(file + ":" + std::to_string(lineno) + ": malformed result row '" + Quoted(line) +
                        "' (expected: size count type redop [root] time algbw busbw ...)");
+    }
+    if (!std::isfinite(x.size_bytes) || !std::isfinite(x.time_us) || !std::isfinite(x.algbw_GBps) ||
+        !std::isfinite(x.busbw_GBps) || x.size_bytes < 0 || x.algbw_GBps < 0 || x.busbw_GBps < 0) {
+      throw InputError(file + ":" + std::to_string(lineno) + ": result row '" + Quoted(line) +
+                       "' has a size, time or bandwidth that is negative, infinite or not a number, expected "
+                       "finite values >= 0");
     }
     cur.rows.push_back(x);
   }

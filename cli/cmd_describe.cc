@@ -240,10 +240,10 @@ void RegisterDescribe(CLI::App& app) {
       ->required();
   cmd->add_option("--cluster", args->cluster, "cluster preset name or JSON path");
   AddPositive(cmd, "--gpus", args->gpus, "number of GPUs (default: the cluster's, else one node)", kMaxGpus);
-  AddPositive(cmd, "--tp,--tensor-model-parallel-size", args->tp, "tensor-parallel size");
-  AddPositive(cmd, "--pp,--pipeline-model-parallel-size", args->pp, "pipeline-parallel size");
-  AddPositive(cmd, "--seq,--seq-length", args->seq, "sequence length (default: the model's)");
-  AddPositive(cmd, "--gbs,--global-batch-size", args->gbs, "global batch, for FLOPs per step");
+  AddPositive(cmd, "--tp,--tensor-model-parallel-size", args->tp, "tensor-parallel size", kMaxParallelSize);
+  AddPositive(cmd, "--pp,--pipeline-model-parallel-size", args->pp, "pipeline-parallel size", kMaxParallelSize);
+  AddPositive(cmd, "--seq,--seq-length", args->seq, "sequence length (default: the model's)", kMaxSeq);
+  AddPositive(cmd, "--gbs,--global-batch-size", args->gbs, "global batch, for FLOPs per step", kMaxGlobalBatchSize);
   cmd->add_flag("--json", args->json, "print JSON instead of text");
   cmd->callback([args] { RunDescribe(*args); });
 }

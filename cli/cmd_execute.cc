@@ -95,6 +95,7 @@ void RunExecute(const ExecuteArgs& a) {
     }
     const Cluster cl = a.cfg.cluster.empty() ? ClusterFromProfile(prof, a.cfg.profile) : LoadCluster(a.cfg.cluster);
     const ParallelConfig c = BuildConfig(a.cfg, m, size);
+    CheckRanksAgree(ProgramSettings(m, c, a.o));
     if (c.p2p_blocking) {
       throw InputError("command line: --p2p-blocking: not supported by execute (its pipeline sends are MPI_Isend "
                        "on their own; simulate models the blocking transfers of DeepSpeed and of Megatron-LM 2021-22)");

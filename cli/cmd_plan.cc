@@ -253,13 +253,13 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_option("--model", a->model, "model preset name or JSON / HF config.json path")->required();
   cmd->add_option("--cluster", a->cluster, "cluster preset name or JSON path")->required();
   AddPositive(cmd, "--gpus", a->gpus, "number of GPUs", kMaxGpus);
-  AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (sequences)")->required();
-  AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)");
+  AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (sequences)", kMaxGlobalBatchSize)->required();
+  AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)", kMaxSeq);
   cmd->add_option("--top", a->top, "plans to show")->check(CLI::Range(1, 1000));
   cmd->add_option("--objective", a->objective, "rank by throughput|cost|energy")
       ->transform(CLI::IsMember({"throughput", "cost", "energy"}, CLI::ignore_case));
-  AddPositive(cmd, "--max-tp", a->max_tp, "largest tensor-parallel size (default: GPUs per node)");
-  AddPositive(cmd, "--max-mbs", a->max_mbs, "largest micro-batch size (default 16)");
+  AddPositive(cmd, "--max-tp", a->max_tp, "largest tensor-parallel size (default: GPUs per node)", kMaxParallelSize);
+  AddPositive(cmd, "--max-mbs", a->max_mbs, "largest micro-batch size (default 16)", kMaxMicroBatchSize);
   cmd->add_option("--min-headroom", a->min_headroom_gib,
                   "GiB a plan must leave free per GPU for fragmentation and spikes (default 2)")
       ->check(CLI::Range(0.0, 1e4));

@@ -351,14 +351,14 @@ void RunSimulate(const SimulateArgs& a) {
 
 void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   AddPositive(cmd, "--gpus", a->gpus, "number of GPUs", kMaxGpus);
-  AddPositive(cmd, "--tp,--tensor-model-parallel-size", a->tp, "tensor-parallel size");
-  AddPositive(cmd, "--pp,--pipeline-model-parallel-size", a->pp, "pipeline-parallel size");
-  AddPositive(cmd, "--dp,--data-parallel-size", a->dp, "data-parallel size (default gpus/(tp*pp); must agree)");
-  AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size", a->vp, "virtual stages per pipeline rank");
-  AddPositive(cmd, "--num-layers-per-virtual-pipeline-stage", a->layers_per_vp, "Megatron-LM's way to set vp");
-  AddPositive(cmd, "--mbs,--micro-batch-size", a->mbs, "micro-batch size");
-  AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (default dp*mbs)");
-  AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)");
+  AddPositive(cmd, "--tp,--tensor-model-parallel-size", a->tp, "tensor-parallel size", kMaxParallelSize);
+  AddPositive(cmd, "--pp,--pipeline-model-parallel-size", a->pp, "pipeline-parallel size", kMaxParallelSize);
+  AddPositive(cmd, "--dp,--data-parallel-size", a->dp, "data-parallel size (default gpus/(tp*pp); must agree)", kMaxParallelSize);
+  AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size", a->vp, "virtual stages per pipeline rank", kMaxVirtualStages);
+  AddPositive(cmd, "--num-layers-per-virtual-pipeline-stage", a->layers_per_vp, "Megatron-LM's way to set vp", kMaxLayers);
+  AddPositive(cmd, "--mbs,--micro-batch-size", a->mbs, "micro-batch size", kMaxMicroBatchSize);
+  AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (default dp*mbs)", kMaxGlobalBatchSize);
+  AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)", kMaxSeq);
   cmd->add_option("--recompute", a->recompute, "activation recompute: none|selective|full")
       ->transform(CLI::IsMember({"none", "selective", "full"}, CLI::ignore_case));
   cmd->add_option("--recompute-granularity", a->recompute_granularity, "Megatron-LM alias of --recompute")

@@ -9,16 +9,20 @@
 
 #include <CLI/CLI.hpp>
 
+#include "models/model.h"
+#include "models/parallel.h"
+
 namespace shardcast::cli {
 
 /// The largest GPU count the simulator accepts (2^20): group sizes and rank counts stay far from
 /// integer limits, and no cluster of today is larger.
-inline constexpr std::int64_t kMaxGpus = 1LL << 20;
+inline constexpr std::int64_t kMaxGpus = kMaxParallelSize;
 
-/// Adds an integer option that must be a positive integer at most `max` (2^40 by default);
-/// otherwise the error reads `--tp: got "abc", expected a positive integer up to N`.
+/// Adds an integer option that must be a positive integer at most `max` (the size limits of
+/// models/parallel.h and models/model.h, so that no product of sizes overflows); otherwise the
+/// error reads `--tp: got "abc", expected a positive integer up to N`.
 inline CLI::Option* AddPositive(CLI::App* cmd, const std::string& names, std::int64_t& value,
-                                const std::string& help, std::int64_t max = 1LL << 40) {
+                                const std::string& help, std::int64_t max) {
   return cmd->add_option(names, value, help)
       ->check(CLI::Validator(
           [max](std::string& s) -> std::string {

@@ -83,8 +83,11 @@ std::map<std::string, std::string> ParseFix(const std::string& list) {
     std::string v = ToLower(kv.substr(eq + 1));
     if (out.count(key)) Bad("--fix", kv, key + " once (it is already fixed to " + out[key] + ")");
     if (key == "tp" || key == "pp" || key == "vp" || key == "mbs") {
+      const std::int64_t max = key == "vp" ? kMaxVirtualStages : key == "mbs" ? kMaxMicroBatchSize : kMaxParallelSize;
       const bool digits = v.size() <= 9 && v.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits || std::stoll(v) < 1) Bad("--fix", kv, key + "=N with N a positive integer");
+      if (!digits || std::stoll(v) < 1 || std::stoll(v) > max) {
+        Bad("--fix", kv, key + "=N with N a positive integer up to " + std::to_string(max));
+      }
       v = std::to_string(std::stoll(v));
     } else if (key == "zero") {
       if (v.size() != 1 || v[0] < '0' || v[0] > '3') Bad("--fix", kv, "zero=0, 1, 2 or 3");

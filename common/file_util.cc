@@ -1,15 +1,59 @@
 #include "common/file_util.h"
 
-#include <filesystem>
-
+#include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <mutex>
 
 #include <unistd.h>
 
 #include "common/error.h"
 
 namespace shardcast {
+namespace {
+
+// The temporary file being written, for the signal handler (a fixed buffer: the handler may only
+// make async-signal-safe calls, so it reads no std::string).
+char g_tmp_path[4096];
+volatile std::sig_atomic_t g_tmp_active = 0;
+std::mutex g_write_mutex;  // one atomic write at a time owns g_tmp_path
+
+constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+extern "C" void RemoveTmpAndReraise(int sig) {
+  if (g_tmp_active) ::unlink(g_tmp_path);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+/// While alive: SIGINT, SIGTERM, SIGHUP and SIGQUIT remove the temporary file, then end the
+/// process as the signal would have; the handlers in place before are restored afterwards.
+class TmpFileGuard {
+ public:
+  explicit TmpFileGuard(const std::string& tmp) {
+    if (tmp.size() < sizeof(g_tmp_path)) {
+      std::memcpy(g_tmp_path, tmp.c_str(), tmp.size() + 1);
+      g_tmp_active = 1;
+    }
+    struct sigaction sa {};
+    sa.sa_handler = RemoveTmpAndReraise;
+    sigemptyset(&sa.sa_mask);
+    for (std::size_t i = 0; i < std::size(kCleanupSignals); ++i) sigaction(kCleanupSignals[i], &sa, &old_[i]);
+  }
+  ~TmpFileGuard() {
+    for (std::size_t i = 0; i < std::size(kCleanupSignals); ++i) sigaction(kCleanupSignals[i], &old_[i], nullptr);
+    g_tmp_active = 0;
+  }
+  TmpFileGuard(const TmpFileGuard&) = delete;
+  TmpFileGuard& operator=(const TmpFileGuard&) = delete;
+
+ private:
+  struct sigaction old_[std::size(kCleanupSignals)] {};
+};
+
+}  // namespace
 
 void WriteFileAtomic(const std::string& path, const std::string& contents) {
   if (path == "-") {
@@ -20,7 +64,9 @@ void WriteFileAtomic(const std::string& path, const std::string& contents) {
   if (std::filesystem::is_directory(path, ec)) {
     throw InputError(path + ": is a folder, expected the path of a file to write");
   }
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  std::lock_guard<std::mutex> lock(g_write_mutex);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  TmpFileGuard guard(tmp);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw InputError(path + ": cannot open for writing (is the directory writable?)");

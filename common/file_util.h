@@ -1,7 +1,9 @@
 #pragma once
 /// \file file_util.h
 /// Atomic output: every file shardcast writes goes to `path.tmp.PID` first and is renamed over
-/// `path`, so an interrupted run never leaves a half-written file behind.
+/// `path`, so an interrupted run never leaves a half-written file behind. While the temporary
+/// file is being written, SIGINT, SIGTERM, SIGHUP and SIGQUIT remove it before the process ends;
+/// only SIGKILL (or a power loss) can leave `path.tmp.PID` behind, never a partial `path`.
 
 #include <string>
 

@@ -41,7 +41,13 @@ Json ParseJsonText(const std::string& text, const std::string& file) {
   auto value_done = [&] {  // a member or element was read: arrays move to their next element
     if (!frames.empty() && frames.back().array) ++frames.back().index;
   };
-  auto check = [&](int /*depth*/, Json::parse_event_t event, Json& parsed) {
+  auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (depth >= kMaxJsonDepth) {
+      // Refused while reading: no later step (destruction, dumping, messages) recurses this deep.
+      throw InputError(file + ": " + pointer(frames.size()) + ": nested more than " + std::to_string(kMaxJsonDepth) +
+                       " levels deep, expected at most " + std::to_string(kMaxJsonDepth) +
+                       " (no shardcast input nests more than a few)");
+    }
     switch (event) {
       case Json::parse_event_t::object_start:
         frames.push_back({false, 0, {}, {}});
@@ -138,8 +144,36 @@ std::string JsonPointerEscape(const std::string& key) {
   return out;
 }
 
+namespace {
+// Appends compact JSON text of `v` to `out`, stopping once `out` holds more than `limit`
+// characters or below depth 8: a message needs the start of a value, and a huge or deeply nested
+// one must cost neither time nor stack.
+void AppendBounded(const Json& v, std::size_t limit, int depth, std::string* out) {
+  if (out->size() > limit) return;
+  if (!v.is_structured()) {
+    *out += v.dump();
+    return;
+  }
+  const bool array = v.is_array();
+  *out += array ? '[' : '{';
+  if (depth >= 8 && !v.empty()) {
+    *out += "...";
+  } else {
+    bool first = true;
+    for (auto it = v.begin(); it != v.end() && out->size() <= limit; ++it) {
+      if (!first) *out += ',';
+      first = false;
+      if (!array) *out += Json(it.key()).dump() + ':';
+      AppendBounded(*it, limit, depth + 1, out);
+    }
+  }
+  *out += array ? ']' : '}';
+}
+}  // namespace
+
 std::string JsonForMessage(const Json& value, std::size_t max_chars) {
-  std::string s = value.dump();
+  std::string s;
+  AppendBounded(value, max_chars, 0, &s);
   if (s.size() > max_chars) s = s.substr(0, max_chars) + "...";
   return s;
 }

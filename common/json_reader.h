@@ -15,8 +15,13 @@ namespace shardcast {
 
 using Json = nlohmann::json;
 
+/// The deepest nesting of arrays and objects an input may have (ParseJsonText refuses deeper
+/// ones, so that no recursive walk of a parsed value can exhaust the stack).
+inline constexpr int kMaxJsonDepth = 64;
+
 /// Parses `text` read from `file`. InputError (exit 2) for a syntax error (with line and column),
-/// a number beyond a double, or a key given twice in one object (with its JSON pointer).
+/// a number beyond a double, a key given twice in one object (with its JSON pointer), or nesting
+/// deeper than kMaxJsonDepth.
 Json ParseJsonText(const std::string& text, const std::string& file);
 /// Reads and parses a file; a missing or unreadable file is an InputError.
 Json ReadJsonFile(const std::string& path);
@@ -33,6 +38,8 @@ class JsonReader {
   JsonReader(const Json& object, std::string file, std::string pointer = "");
 
   bool Has(const std::string& key) const;
+  /// The value at `key` of any type; InputError "missing required field" naming its pointer.
+  const Json& Value(const std::string& key) const { return Get(key); }
   /// Integer in [min, max]. Rejects non-integers ("12.5", "\"12\"") and out-of-range values.
   std::int64_t Int(const std::string& key, std::int64_t min = 1,
                    std::int64_t max = std::int64_t{1} << 40) const;
@@ -69,7 +76,8 @@ class JsonReader {
 
 /// Escapes a key for use inside a JSON pointer (RFC 6901: ~ -> ~0, / -> ~1).
 std::string JsonPointerEscape(const std::string& key);
-/// Compact JSON text of a value, truncated to `max_chars` for messages.
+/// Compact JSON text of a value, truncated to `max_chars` for messages (bounded in time and stack
+/// for any value: nesting below 8 levels is shown as "...").
 std::string JsonForMessage(const Json& value, std::size_t max_chars = 60);
 
 }  // namespace shardcast

@@ -532,4 +532,72 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
   return rep;
 }
 
+std::vector<std::string> ProgramSettings(const Model& m, const ParallelConfig& c, const ExecuteOptions& o) {
+  std::vector<std::string> s = {
+      "model=" + m.name,
+      fmt::format("model shape=L{} h{} ffn{} heads{} groups{} kv{} vocab{} seq{}", m.num_layers, m.hidden_size,
+                  m.ffn_hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels, m.vocab_size,
+                  m.seq_length),
+      fmt::format("model kind={} {} {} tied={} bias={}/{} dropout={}", ToString(m.normalization),
+                  ToString(m.activation), ToString(m.position_embedding), m.tie_embeddings, m.add_bias_linear,
+                  m.add_qkv_bias, m.dropout),
+      fmt::format("tp={}", c.tp), fmt::format("pp={}", c.pp), fmt::format("dp={}", c.dp), fmt::format("vp={}", c.vp),
+      fmt::format("micro_batch_size={}", c.micro_batch_size), fmt::format("global_batch_size={}", c.global_batch_size),
+      fmt::format("seq_length={}", c.seq_length), fmt::format("sequence_parallel={}", c.sequence_parallel),
+      fmt::format("recompute={}", ToString(c.recompute)), fmt::format("zero_stage={}", c.zero_stage),
+      fmt::format("schedule={}", ToString(c.schedule)), fmt::format("precision={}", ToString(c.precision)),
+      fmt::format("optimizer={}", ToString(c.optimizer_impl)), fmt::format("fp32_main_grads={}", c.fp32_main_grads),
+      fmt::format("overlap_grad_reduce={}", c.overlap_grad_reduce),
+      fmt::format("overlap_param_gather={}", c.overlap_param_gather),
+      fmt::format("async_tp_grad_reduce={}", c.async_tp_grad_reduce),
+      fmt::format("flash_attention={}", c.flash_attention), fmt::format("scatter_gather={}", c.scatter_gather),
+      fmt::format("embedding_slots={}", c.embedding_slots), "backend=" + o.backend,
+      fmt::format("steps={}", o.steps), fmt::format("warmup={}", o.warmup)};
+  return s;
+}
+
+std::string DescribeSettingsDifference(const std::vector<std::string>& ref, const std::vector<std::string>& other,
+                                       int rank) {
+  std::vector<std::string> d;
+  const std::size_t n = std::max(ref.size(), other.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::string a = i < ref.size() ? ref[i] : "(none)";
+    const std::string b = i < other.size() ? other[i] : "(none)";
+    if (a != b) d.push_back(b + " (rank 0: " + a + ")");
+  }
+  if (d.empty()) return "";
+  return fmt::format("rank {} differs from rank 0: {}", rank, Join(d, "; "));
+}
+
+void CheckRanksAgree(const std::vector<std::string>& settings) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size < 2) return;
+  const std::string text = Join(settings, "\n");
+  std::uint64_t hash = 1469598103934665603ULL;  // FNV-1a, 64 bit
+  for (unsigned char ch : text) hash = (hash ^ ch) * 1099511628211ULL;
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(size));
+  MPI_Allgather(&hash, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  int other = -1;
+  for (int r = 1; r < size && other < 0; ++r) {
+    if (all[static_cast<std::size_t>(r)] != all[0]) other = r;
+  }
+  if (other < 0) return;
+  // Rank 0 and the first rank that differs broadcast their settings, so every rank can say how.
+  auto broadcast = [&](int root) {
+    std::string t = text;
+    int len = static_cast<int>(t.size());
+    MPI_Bcast(&len, 1, MPI_INT, root, MPI_COMM_WORLD);
+    t.resize(static_cast<std::size_t>(len));
+    MPI_Bcast(t.data(), len, MPI_CHAR, root, MPI_COMM_WORLD);
+    return Split(t, '\n');
+  };
+  const std::vector<std::string> ref = broadcast(0);
+  const std::vector<std::string> theirs = broadcast(other);
+  throw InputError("command line: ranks disagree on the configuration: " +
+                   DescribeSettingsDifference(ref, theirs, other) +
+                   "; expected every rank to be started with the same flags (one program, as mpirun -np N runs it)");
+}
+
 }  // namespace shardcast

@@ -46,6 +46,22 @@ struct ExecuteReport {
   std::vector<std::string> executed;         ///< rank 0's executed op sequence (names), one step
 };
 
+/// The settings that decide a rank's op program, one "key=value" each: the model's shape, every
+/// field of the parallel configuration, and the backend, steps and warm-up steps. Ranks started
+/// with different flags (an MPMD launch) would run programs whose collectives do not match.
+std::vector<std::string> ProgramSettings(const Model& model, const ParallelConfig& cfg, const ExecuteOptions& opts);
+
+/// How `other` (of rank `rank`) differs from `ref` (rank 0's): "rank 1 differs from rank 0: tp=2
+/// (rank 0: tp=1); pp=1 (rank 0: pp=2)"; empty when they are equal.
+std::string DescribeSettingsDifference(const std::vector<std::string>& ref, const std::vector<std::string>& other,
+                                       int rank);
+
+/// Collective over MPI_COMM_WORLD (every rank calls it with its own settings): compares a 64-bit
+/// FNV-1a hash of each rank's settings and, when one differs, gathers the settings of the first
+/// rank that differs. Throws the same InputError on every rank ("command line: ranks disagree on
+/// the configuration: rank 1 differs from rank 0: ..."), so that all exit 2 together.
+void CheckRanksAgree(const std::vector<std::string>& settings);
+
 /// Runs on every MPI rank (MPI initialized; world size must be tp*pp*dp). Throws InputError for a
 /// configuration that cannot run (the simulator's reasons) before any work. Rank 0's report is
 /// complete; others return partial data.

@@ -11,15 +11,6 @@
 namespace shardcast {
 namespace {
 
-// Upper bounds chosen so that no parameter or FLOP count can overflow int64 (docs/inputs.md):
-// with h <= 2^20, f <= 2^22, a*d <= 2^22 and L <= 2^16 the largest product stays below 2^62.
-constexpr std::int64_t kMaxLayers = std::int64_t{1} << 16;
-constexpr std::int64_t kMaxHidden = std::int64_t{1} << 20;
-constexpr std::int64_t kMaxFfn = std::int64_t{1} << 22;
-constexpr std::int64_t kMaxHeads = std::int64_t{1} << 16;
-constexpr std::int64_t kMaxHeadDim = std::int64_t{1} << 14;
-constexpr std::int64_t kMaxVocab = std::int64_t{1} << 24;
-constexpr std::int64_t kMaxSeq = std::int64_t{1} << 24;
 
 const char* KindDir(PresetKind k) {
   switch (k) {

@@ -12,6 +12,17 @@ enum class Normalization { kLayerNorm, kRMSNorm };
 enum class Activation { kGelu, kSwiglu };
 enum class PositionEmbedding { kLearned, kRope, kAlibi };
 
+// Upper bounds on a model's sizes, enforced wherever a model is read (JSON, Hugging Face config,
+// validation CSV), chosen so that no parameter or FLOP count can overflow int64 (docs/inputs.md):
+// with h <= 2^20, f <= 2^22, a*d <= 2^22 and L <= 2^16 the largest product stays below 2^62.
+inline constexpr std::int64_t kMaxLayers = std::int64_t{1} << 16;
+inline constexpr std::int64_t kMaxHidden = std::int64_t{1} << 20;
+inline constexpr std::int64_t kMaxFfn = std::int64_t{1} << 22;
+inline constexpr std::int64_t kMaxHeads = std::int64_t{1} << 16;
+inline constexpr std::int64_t kMaxHeadDim = std::int64_t{1} << 14;
+inline constexpr std::int64_t kMaxVocab = std::int64_t{1} << 24;
+inline constexpr std::int64_t kMaxSeq = std::int64_t{1} << 24;
+
 const char* ToString(Normalization n);
 const char* ToString(Activation a);
 const char* ToString(PositionEmbedding p);

@@ -80,6 +80,15 @@ struct ParallelConfig {
   std::string Short() const;
 };
 
+// Upper bounds on a configuration's sizes, enforced wherever one is read (command line, --fix,
+// validation CSV), so that every product the simulator forms (tp*pp*dp, mbs*dp, pp*vp, gbs*seq,
+// b*s*h) stays far inside int64: each size below 2^20, the product of all three parallel sizes
+// below 2^60.
+inline constexpr std::int64_t kMaxParallelSize = std::int64_t{1} << 20;   ///< tp, pp, dp, GPUs
+inline constexpr std::int64_t kMaxVirtualStages = std::int64_t{1} << 16;  ///< vp (<= layers)
+inline constexpr std::int64_t kMaxMicroBatchSize = std::int64_t{1} << 16;
+inline constexpr std::int64_t kMaxGlobalBatchSize = std::int64_t{1} << 24;
+
 /// The most micro-batches per step the simulator expands into tasks (each is a few tasks per
 /// stage): real steps use at most a few thousand; a mistyped --gbs would otherwise take minutes
 /// and gigabytes.

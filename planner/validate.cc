@@ -35,12 +35,28 @@ std::string RowLabel(const CsvTable& t, std::size_t r) {
 }
 
 /// A field that must be a positive integer; InputError naming file, row and column otherwise.
+/// The largest value each integer column takes: the limits of models/model.h and
+/// models/parallel.h, so that a row cannot overflow what the simulator multiplies.
+std::int64_t MaxOfColumn(const std::string& col) {
+  static const std::map<std::string, std::int64_t> max = {
+      {"num_layers", kMaxLayers},       {"hidden_size", kMaxHidden},
+      {"ffn_hidden_size", kMaxFfn},     {"num_heads", kMaxHeads},
+      {"num_kv_heads", kMaxHeads},      {"vocab_size", kMaxVocab},
+      {"seq_len", kMaxSeq},             {"tp", kMaxParallelSize},
+      {"pp", kMaxParallelSize},         {"dp", kMaxParallelSize},
+      {"vp", kMaxVirtualStages},        {"micro_batch_size", kMaxMicroBatchSize},
+      {"global_batch_size", kMaxGlobalBatchSize}, {"num_gpus", kMaxParallelSize}};
+  const auto it = max.find(col);
+  return it == max.end() ? kMaxParallelSize : it->second;
+}
+
 std::int64_t IntField(const CsvTable& t, std::size_t r, const std::string& col, const std::string& file) {
   const std::string v = t.Get(r, col);
   auto d = Num(v);
-  if (!d || *d < 1 || *d != std::floor(*d) || *d > 1e12) {
+  const std::int64_t max = MaxOfColumn(col);
+  if (!d || *d < 1 || *d != std::floor(*d) || *d > static_cast<double>(max)) {
     throw InputError(file + ": " + RowLabel(t, r) + ", column " + col + ": got \"" + v +
-                     "\", expected a positive integer");
+                     "\", expected a positive integer up to " + std::to_string(max));
   }
   return static_cast<std::int64_t>(*d);
 }
@@ -96,6 +112,11 @@ Model RowModel(const CsvTable& t, std::size_t r, const std::string& file) {
   } else {
     m.position_embedding = PositionEmbedding::kLearned;
   }
+  if (m.hidden_size % m.num_attention_heads != 0) {
+    throw InputError(file + ": " + RowLabel(t, r) + ", column num_heads: got " + std::to_string(m.num_attention_heads) +
+                     ", expected a divisor of hidden_size = " + std::to_string(m.hidden_size));
+  }
+  ValidateModel(m, file + ": " + RowLabel(t, r));
   return m;
 }
 

@@ -157,8 +157,16 @@ void TaskGraph::Run(EngineResult* out) const {
   };
   // After a rate change: an earlier finish needs a new event; a later one keeps the pending
   // event, which re-checks the remaining work when it fires (halves the heap traffic).
+  // The time at which `id` runs out of work at its current rate; SimTimeOverflow past
+  // kMaxSimTime (a rate near zero, or work beyond any real step), before any integer conversion.
+  auto finish_at = [&](std::size_t id) {
+    if (st[id].remaining <= 0) return now;
+    const double delta = std::ceil(st[id].remaining / st[id].rate - 1e-9);
+    if (!(delta <= static_cast<double>(kMaxSimTime - now))) throw SimTimeOverflow(TaskName(static_cast<std::int32_t>(id)));
+    return now + static_cast<SimTime>(delta);
+  };
   auto reschedule = [&](std::size_t id) {
-    const SimTime f = st[id].remaining <= 0 ? now : now + static_cast<SimTime>(std::ceil(st[id].remaining / st[id].rate - 1e-9));
+    const SimTime f = finish_at(id);
     if (f < st[id].sched_at) {
       schedule(static_cast<std::int32_t>(id), f);
     }
@@ -169,10 +177,6 @@ void TaskGraph::Run(EngineResult* out) const {
     if (dev_nv_flows[dev] > 0) slow = std::max(slow, d.overlap_slowdown_nvlink);
     if (dev_net_flows[dev] > 0) slow = std::max(slow, d.overlap_slowdown_network);
     return 1.0 / (1.0 + slow);
-  };
-  auto finish_at = [&](std::size_t id) {
-    if (st[id].remaining <= 0) return now;
-    return now + static_cast<SimTime>(std::ceil(st[id].remaining / st[id].rate - 1e-9));
   };
   auto advance = [&](std::size_t id) {
     st[id].remaining -= static_cast<double>(now - st[id].last_update) * st[id].rate;

@@ -9,12 +9,27 @@
 /// Streams (program order) are plain dependency edges between consecutive tasks of a stream.
 
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "common/units.h"
 
 namespace shardcast {
+
+/// The latest simulated time the engine represents: 10^18 ns (31.7 years), well inside int64 so
+/// that sums of two times cannot overflow. No real training step comes near it.
+inline constexpr SimTime kMaxSimTime = 1'000'000'000'000'000'000;
+
+/// Thrown by TaskGraph::Run when a task would end after kMaxSimTime: the inputs' rates are so
+/// small (or the work so large) that the step time is not a number worth printing. Simulate turns
+/// it into an infeasible result with a reason.
+class SimTimeOverflow : public std::runtime_error {
+ public:
+  explicit SimTimeOverflow(const std::string& task)
+      : std::runtime_error(task), task_name(task) {}
+  std::string task_name;  ///< the task whose end was out of range
+};
 
 enum class TaskType : std::uint8_t {
   kForward, kBackward, kWeight, kPpSend, kDpReduce, kParamGather, kEmbeddingSync, kOptimizer, kJoin
@@ -87,7 +102,8 @@ class TaskGraph {
   const std::vector<std::pair<std::int32_t, std::int32_t>>& edges() const { return edges_; }
 
   /// Runs the simulation. Throws InternalError naming the tasks of a dependency cycle (found
-  /// with Boost.Graph's depth-first search) if some tasks can never start.
+  /// with Boost.Graph's depth-first search) if some tasks can never start, and SimTimeOverflow
+  /// when a task would end after kMaxSimTime.
   EngineResult Run() const;
   /// The same, reusing `out`'s memory (for callers that simulate many configurations).
   void Run(EngineResult* out) const;

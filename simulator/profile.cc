@@ -218,8 +218,10 @@ HardwareProfile WithAttentionKernel(HardwareProfile p, const std::string& arch, 
 
 namespace {
 
-std::vector<CurvePoint> ReadCurve(const JsonReader& r, const std::string& key) {
-  const Json& arr = r.json().at(key);
+/// An array of [x, y] points with x > 0 increasing and y > min_y (or >= 0 when `y_may_be_zero`:
+/// a time may be zero, an efficiency that a duration is divided by may not).
+std::vector<CurvePoint> ReadCurve(const JsonReader& r, const std::string& key, bool y_may_be_zero = false) {
+  const Json& arr = r.Value(key);
   const std::string ptr = r.PointerTo(key);
   if (!arr.is_array() || arr.empty()) {
     throw InputError::Field(r.file(), ptr, JsonForMessage(arr), "a non-empty array of [x, y] pairs");
@@ -227,10 +229,14 @@ std::vector<CurvePoint> ReadCurve(const JsonReader& r, const std::string& key) {
   std::vector<CurvePoint> c;
   for (std::size_t i = 0; i < arr.size(); ++i) {
     const Json& pt = arr[i];
-    if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !pt[1].is_number() ||
-        !(pt[0].get<double>() > 0) || !(pt[1].get<double>() >= 0)) {
+    const bool y_ok = pt.is_array() && pt.size() == 2 && pt[1].is_number() &&
+                      (y_may_be_zero ? pt[1].get<double>() >= 0 : pt[1].get<double>() > 0) &&
+                      std::isfinite(pt[1].get<double>());
+    if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !std::isfinite(pt[0].get<double>()) ||
+        !(pt[0].get<double>() > 0) || !y_ok) {
       throw InputError::Field(r.file(), ptr + "/" + std::to_string(i), JsonForMessage(pt),
-                              "a pair [x > 0, y >= 0]");
+                              y_may_be_zero ? "a pair [x > 0, y >= 0]" : "a pair [x > 0, y > 0] (a zero rate "
+                                                                         "would make durations infinite)");
     }
     if (!c.empty() && pt[0].get<double>() <= c.back().x) {
       throw InputError::Field(r.file(), ptr + "/" + std::to_string(i), JsonForMessage(pt),
@@ -333,7 +339,7 @@ HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
       ct.op = ParseOp(t, "op");
       ct.ranks = static_cast<int>(t.Int("ranks", 1, 1 << 24));
       ct.nodes = static_cast<int>(t.Int("nodes", 1, 1 << 24));
-      ct.bytes_to_seconds = ReadCurve(t, "bytes_to_seconds");
+      ct.bytes_to_seconds = ReadCurve(t, "bytes_to_seconds", /*y_may_be_zero=*/true);
       p.collective_tables.push_back(std::move(ct));
     }
   }

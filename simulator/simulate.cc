@@ -460,6 +460,12 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   if (c.seq_length <= 0) c.seq_length = m.seq_length;
   res.usable_memory_bytes = cl.gpu.memory_bytes;
   res.reasons = InfeasibilityReasons(m, c, gpus, cl);
+  if (gpus > cl.gpus_per_node && !(prof.NicShareGBps() > 0)) {
+    // The inter-node link's rate comes from the profile: without one, transfers would never end.
+    res.reasons.push_back(fmt::format("{} GPUs span more than one node of {}, but the profile has no inter-node "
+                                      "network (nics_per_node {}, nic_effective_GBps {:g})",
+                                      gpus, cl.gpus_per_node, prof.nics_per_node, prof.nic_effective_GBps));
+  }
   if (!res.reasons.empty()) {
     res.feasible = false;
     res.fits = false;
@@ -496,7 +502,20 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   g.Clear();
   Builder b(m, c, cl, prof, cm, opts, res, g);
   b.Build();
-  g.Run(&er);
+  try {
+    g.Run(&er);
+  } catch (const SimTimeOverflow&) {
+    // Rates so small (a profile's peak or efficiency near zero) that the step would last longer
+    // than the engine's time range: a result with a reason, never a wrapped-around number.
+    res.feasible = false;
+    res.fits = false;
+    res.reasons.push_back(fmt::format(
+        "the simulated step would last more than {:.3g} years (past the engine's {:.0e} ns time range): the "
+        "profile's or GPU's rates (peak {:g} TFLOP/s, HBM {:g} GB/s) are too small for this work",
+        SimToSeconds(kMaxSimTime) / (365.25 * 86400), static_cast<double>(kMaxSimTime),
+        prof.gemm_peak_tflops, prof.hbm_GBps));
+    return res;
+  }
   const double step = SimToSeconds(er.makespan);
   res.step_time_s = step;
   res.num_tasks = g.tasks().size();

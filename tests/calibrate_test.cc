@@ -3,6 +3,8 @@
 #include <filesystem>
 #include <random>
 
+#include <sstream>
+
 #include <gtest/gtest.h>
 
 #include "calibrate/calibrate.h"
@@ -37,6 +39,49 @@ TEST(NcclTests, CurrentFormatWithPrefixesAndInfoLines) {
   CollectiveTable t = ToCollectiveTable(r);
   EXPECT_EQ(t.bytes_to_seconds.size(), 6u);
   EXPECT_DOUBLE_EQ(t.bytes_to_seconds.back().y, 5100.7e-6);
+}
+
+// Issue 14 (2, 6): a 200,000-digit line crashed std::regex; inf/nan rows were written as null.
+TEST(NcclTests, LongLinesAndNonFiniteRowsExitTwoNamingFileAndLine) {
+  const std::string text = ReadTextFile(kNccl + "all_reduce_h200_8.log");
+  const std::string digits(200000, '7');
+  const std::string long_line = text + digits + "\n";
+  const std::string e1 = testing::InputErrorOf([&] { ParseNcclTestsLog(long_line, "long.log"); });
+  EXPECT_NE(e1.find("long.log:29: a line of 200000 characters, expected at most 65536"), std::string::npos) << e1;
+  // Under the line limit, a long prefix of digits is plain text, not a crash.
+  const std::string e2 = testing::InputErrorOf([&] { ParseNcclTestsLog(text + std::string(60000, '[') + "\n", "b.log"); });
+  EXPECT_EQ(e2, "(no error)");
+  const std::string row = "[1,0]<stdout>:     1048576        524288  bfloat16     sum      -1     40.5   25.89   45.31      0";
+  for (const std::string& bad : {std::string("inf"), std::string("nan")}) {
+    std::string t = text;
+    const std::size_t at = t.find(row);
+    ASSERT_NE(at, std::string::npos);
+    t.replace(t.find("40.5", at), 4, bad);
+    const std::string e = testing::InputErrorOf([&] { ParseNcclTestsLog(t, "bad.log"); });
+    EXPECT_NE(e.find("bad.log:19: result row"), std::string::npos) << e;
+    EXPECT_NE(e.find("infinite or not a number"), std::string::npos) << e;
+  }
+  std::string t = text;
+  t.replace(t.find("1048576", t.find(row)), 7, "nan");
+  EXPECT_NE(testing::InputErrorOf([&] { ParseNcclTestsLog(t, "size.log"); }).find("size.log:19: result row"),
+            std::string::npos);
+}
+
+// The prefixes of mpirun --tag-output and srun -l are stripped (a plain scan, no regex).
+TEST(NcclTests, LauncherPrefixesAreStripped) {
+  const std::string body = "#  Rank  0 Group  0 Pid  1 on h1 device  0 [0000:0a:00] NVIDIA H200\n"
+                           "#       size  count type redop root time algbw busbw #wrong\n"
+                           "     1048576  524288  bfloat16  sum  -1  40.5  25.89  45.31  0\n";
+  for (const std::string prefix : {"", "[1,0]<stdout>:", "[12,3]<stderr>:", "[0] ", "7: "}) {
+    std::string log = "# Collective test starting: all_reduce_perf\n";
+    std::istringstream in(body);
+    for (std::string line; std::getline(in, line);) log += prefix + line + "\n";
+    const auto runs = ParseNcclTestsLog(log, "p.log");
+    ASSERT_EQ(runs.size(), 1u) << prefix;
+    EXPECT_EQ(runs[0].device, "NVIDIA H200") << prefix;
+    ASSERT_EQ(runs[0].rows.size(), 1u) << prefix;
+    EXPECT_DOUBLE_EQ(runs[0].rows[0].time_us, 40.5) << prefix;
+  }
 }
 
 // The device of the Rank lines is kept; importing onto a cluster with another GPU warns, and the

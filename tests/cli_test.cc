@@ -674,4 +674,34 @@ TEST(CliCapacity, BadInput) {
 }
 
 }  // namespace
+// Issue 14 (3): sizes whose products overflowed int64 (SIGFPE, or exit 0 with undefined
+// behaviour) are refused where they are read, naming the flag and the limit.
+TEST(Cli, SizesBeyondTheLimitsExitTwoNamingTheFlag) {
+  const std::string base = "simulate --model gpt3-175b --cluster dgx-a100 --gpus 64 ";
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--tp 4294967296 --pp 4294967296",
+                                    "--tp: got \"4294967296\", expected a positive integer up to 1048576"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--pp 1099511627776 --vp 1099511627776",
+                                    "--pp: got \"1099511627776\", expected a positive integer up to 1048576"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--vp 1099511627776", "--vp: got \"1099511627776\", expected a positive "
+                                                                  "integer up to 65536"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--dp 1099511627776 --mbs 1099511627776",
+                                    "--dp: got \"1099511627776\", expected a positive integer up to 1048576"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--mbs 1099511627776", "--mbs: got \"1099511627776\", expected a positive "
+                                                                   "integer up to 65536"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--gbs 16777217", "--gbs: got \"16777217\", expected a positive integer up "
+                                                             "to 16777216"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--seq 16777217", "--seq: got \"16777217\", expected a positive integer up "
+                                                             "to 16777216"));
+  EXPECT_TRUE(testing::ExitsTwoWith("plan --model gpt3-175b --cluster dgx-a100 --gpus 64 --gbs 64 --fix tp=2000000",
+                                    "tp=N with N a positive integer up to 1048576"));
+  // At every limit together the products stay in range: a result with reasons, exit 0.
+  const auto r = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 1048576 --tp 1048576 --pp 1048576 "
+                              "--dp 1048576 --vp 65536 --mbs 65536 --gbs 16777216 --seq 16777216 --json");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_FALSE(j["feasible"].get<bool>());
+  EXPECT_NE(j["reason"].get<std::string>().find("tp*pp = 1048576*1048576 = 1099511627776 does not divide"),
+            std::string::npos);
+}
+
 }  // namespace shardcast

@@ -1,6 +1,16 @@
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "common/file_util.h"
 #include "common/json_reader.h"
 #include "common/text.h"
 
@@ -71,6 +81,78 @@ TEST(JsonReader, MalformedJsonNamesLineAndColumn) {
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), "x.json:3:7: malformed JSON (expected a valid JSON document)");
   }
+}
+
+// Issue 14 (1): 100,000 nested brackets crashed while the message quoted the value.
+TEST(JsonReader, DeepNestingIsRefusedWhileReading) {
+  for (const std::string open : {"[", "{\"a\":"}) {
+    std::string text;
+    for (int i = 0; i < 100000; ++i) text += open;
+    try {
+      ParseJsonText(text, "deep.json");
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("deep.json: "), std::string::npos);
+      EXPECT_NE(std::string(e.what()).find("nested more than 64 levels deep"), std::string::npos) << e.what();
+    }
+  }
+  // kMaxJsonDepth levels are read; one more is refused.
+  const auto nest = [](int n) { return std::string(static_cast<std::size_t>(n), '[') + std::string(static_cast<std::size_t>(n), ']'); };
+  EXPECT_NO_THROW(ParseJsonText(nest(kMaxJsonDepth), "ok.json"));
+  EXPECT_THROW(ParseJsonText(nest(kMaxJsonDepth + 1), "deep.json"), InputError);
+}
+
+TEST(JsonReader, MessagesQuoteABoundedPrefixOfAnyValue) {
+  Json deep = Json::array();
+  Json* cur = &deep;
+  for (int i = 0; i < 10000; ++i) {  // built in code (no parser limit): the message must not recurse
+    cur->push_back(Json::array());
+    cur = &(*cur)[0];
+  }
+  const std::string m = JsonForMessage(deep);
+  EXPECT_LE(m.size(), 63u);
+  EXPECT_EQ(m.substr(0, 8), "[[[[[[[[");
+  Json big = Json::array();
+  for (int i = 0; i < 100000; ++i) big.push_back(i);
+  EXPECT_EQ(JsonForMessage(big, 10), "[0,1,2,3,4...");
+  EXPECT_EQ(JsonForMessage(Json::parse(R"({"a":[1,2],"b":"x"})")), R"({"a":[1,2],"b":"x"})");
+}
+
+// Issue 14 (8): SIGTERM while the temporary file is being written removes it. The child writes
+// into a FIFO at the temporary path, which blocks until the parent reads: the signal arrives
+// mid-write, with no timing involved.
+TEST(FileUtil, SignalDuringAtomicWriteRemovesTheTemporaryFile) {
+  const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "trace_signal.json").string();
+  std::filesystem::remove(path);
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    char c;
+    if (read(go[0], &c, 1) != 1) _exit(3);
+    WriteFileAtomic(path, std::string(1 << 20, 'x'));
+    _exit(0);
+  }
+  const std::string tmp = path + ".tmp." + std::to_string(child);
+  ASSERT_EQ(mkfifo(tmp.c_str(), 0600), 0);
+  ASSERT_EQ(write(go[1], "g", 1), 1);
+  const int fd = open(tmp.c_str(), O_RDONLY);  // blocks until the child opens it for writing
+  ASSERT_GE(fd, 0);
+  char buf[4096];
+  ASSERT_GT(read(fd, buf, sizeof buf), 0);  // the child is inside the write
+  kill(child, SIGTERM);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  close(fd);
+  close(go[0]);
+  close(go[1]);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << status;
+  EXPECT_FALSE(std::filesystem::exists(tmp)) << "left behind: " << tmp;
+  EXPECT_FALSE(std::filesystem::exists(path)) << "a partial file was renamed into place";
+  std::filesystem::remove(tmp);
 }
 
 }  // namespace

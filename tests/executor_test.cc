@@ -6,6 +6,7 @@
 #include <Eigen/Dense>
 #include <gtest/gtest.h>
 
+#include "executor/executor.h"
 #include "models/loader.h"
 #include "simulator/program.h"
 #include "simulator/simulate.h"
@@ -137,11 +138,15 @@ TEST(ExecuteCpu, CalibrateThenExecuteTpPpDpOnTwoRanks) {
     const Json j = ReadJsonFile(out);
     const double pred = j["predicted"]["step_time_s"].get<double>();
     const double meas = j["measured"]["step_time_s"].get<double>();
-    std::cout << "execute " << (cfg.empty() ? "--dp 2" : cfg) << ": predicted " << pred << " s, measured " << meas
-              << " s, error " << 100 * (pred / meas - 1) << "%\n";
-    // A generous fence (docs/accuracy.md reports the real figures): within a factor of 3.
-    EXPECT_GT(pred / meas, 1.0 / 3);
-    EXPECT_LT(pred / meas, 3.0);
+    // Structure only: how close the prediction comes depends on what else the machine runs, so
+    // the accuracy is measured by bench/execute_loop.sh and reported in docs/accuracy.md.
+    EXPECT_GT(pred, 0);
+    EXPECT_GT(meas, 0);
+    EXPECT_TRUE(std::isfinite(pred) && std::isfinite(meas));
+    EXPECT_EQ(j["predicted"]["config"]["tp"].get<int>() * j["predicted"]["config"]["pp"].get<int>() *
+                  j["predicted"]["config"]["dp"].get<int>(),
+              2)
+        << cfg;
     EXPECT_GT(j["executed_rank0"].size(), 100u);
     EXPECT_FALSE(j["ops"].empty());
     // --steps 2: the median of two is their mean.
@@ -166,6 +171,42 @@ TEST(ExecuteCpu, WrongRankCountFailsFastWithAMessage) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.exit_code, 124) << "timed out: hung";
   EXPECT_NE(r.out.find("mpirun -np: got 2 ranks, expected a multiple of tp*pp = 4*1 = 4"), std::string::npos) << r.out;
+}
+
+// Issue 14 (7): an MPMD launch with other flags per rank crashed in Open MPI's allreduce or hung
+// until the watchdog. The ranks compare their settings first and all exit 2 saying how they differ.
+TEST(ExecuteCpu, RanksWithDifferentFlagsExitTwoSayingHow) {
+  const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  const std::string prof = (dir / "exec_profile.json").string();
+  if (!std::filesystem::exists(prof)) GTEST_SKIP() << "needs the profile of CalibrateThenExecuteTpPpDpOnTwoRanks";
+  const std::string model = testing::WriteTemp("tiny.json", kTinyJson);
+  const std::string bin = std::string(SHARDCAST_BINARY) + " execute --model " + model + " --profile " + prof +
+                          " --mbs 1 --steps 1 --warmup 0 ";
+  const std::string mpmd = "timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 " + bin + "--tp 2 --gbs 4 : -np 1 " +
+                           bin + "--pp 2 --gbs 4";
+  const auto r = testing::RunCommand(mpmd);
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("ranks disagree on the configuration: rank 1 differs from rank 0: tp=1 (rank 0: tp=2); "
+                       "pp=2 (rank 0: pp=1)"),
+            std::string::npos)
+      << r.out;
+  const auto g = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 " + bin +
+                                     "--gbs 4 : -np 1 " + bin + "--gbs 8");
+  EXPECT_EQ(g.exit_code, 2) << g.out;
+  EXPECT_NE(g.out.find("global_batch_size=8 (rank 0: global_batch_size=4)"), std::string::npos) << g.out;
+}
+
+TEST(Execute, SettingsDifferenceNamesEachField) {
+  const Model m = Tiny();
+  ParallelConfig a;
+  a.dp = 2;
+  a.global_batch_size = 4;
+  ParallelConfig b = a;
+  ExecuteOptions o;
+  EXPECT_EQ(DescribeSettingsDifference(ProgramSettings(m, a, o), ProgramSettings(m, b, o), 1), "");
+  b.recompute = Recompute::kFull;
+  EXPECT_EQ(DescribeSettingsDifference(ProgramSettings(m, a, o), ProgramSettings(m, b, o), 3),
+            "rank 3 differs from rank 0: recompute=full (rank 0: recompute=none)");
 }
 
 // A GPU's profile cannot predict a run on CPU ranks: refused before anything runs.

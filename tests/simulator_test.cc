@@ -617,6 +617,59 @@ TEST(Profile, JsonRoundTrip) {
   EXPECT_EQ(ProfileFromJson(j, "old.json").unfused_attention_core_efficiency, 1.0);
 }
 
+// Issue 14 (5): a missing curve key exited 1 (out_of_range); (4): a zero in a curve hung the engine.
+TEST(Profile, MissingCurveOrZeroRateExitsTwoNamingTheField) {
+  const Json good = ProfileToJson(DefaultProfile(LoadCluster("dgx-a100")));
+  for (const auto& [section, key] : std::vector<std::pair<std::string, std::string>>{
+           {"gemm", "efficiency_vs_gflop"}, {"attention", "efficiency_vs_seq"}, {"memory", "efficiency_vs_bytes"}}) {
+    Json j = good;
+    j[section].erase(key);
+    EXPECT_EQ(testing::InputErrorOf([&] { ProfileFromJson(j, "p.json"); }),
+              "p.json: /" + section + "/" + key + ": missing required field");
+    j = good;
+    j[section][key][0][1] = 0.0;
+    const std::string e = testing::InputErrorOf([&] { ProfileFromJson(j, "p.json"); });
+    EXPECT_NE(e.find("p.json: /" + section + "/" + key + "/0: got "), std::string::npos) << e;
+    EXPECT_NE(e.find("y > 0"), std::string::npos) << e;
+  }
+  // A collective's time may be zero (it is not divided by).
+  Json j = good;
+  j["collectives"]["tables"] = Json::array({{{"op", "all_reduce"}, {"ranks", 8}, {"nodes", 1},
+                                             {"bytes_to_seconds", {{1.0, 0.0}, {1e9, 5e-3}}}}});
+  EXPECT_NO_THROW(ProfileFromJson(j, "p.json"));
+}
+
+// Issue 14 (4): a tiny accepted peak printed the int64 ceiling (9,223,002,458 s) as a step time.
+// A step past the engine's time range is an infeasible result with the reason.
+TEST(Engine, TimePastItsRangeIsAResultWithAReasonNotAWrappedNumber) {
+  TaskGraph g;
+  g.AddDevice({});
+  Task t;
+  t.work_ns = 2e18;  // beyond kMaxSimTime
+  g.AddTask(t);
+  EXPECT_THROW(g.Run(), SimTimeOverflow);
+  TaskGraph h;
+  h.AddDevice({});
+  t.work_ns = 0.6e18;  // each fits, the two in sequence do not
+  h.AddEdge(h.AddTask(t), h.AddTask(t));
+  EXPECT_THROW(h.Run(), SimTimeOverflow);
+
+  const Cluster cl = LoadCluster("dgx-a100");
+  HardwareProfile prof = DefaultProfile(cl);
+  prof.gemm_peak_tflops = 1e-6;  // the smallest peak and bandwidth a profile accepts
+  prof.hbm_GBps = 1e-3;
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;
+  c.dp = 16;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 1536;
+  const SimulationResult r = Simulate(LoadModel("gpt3-175b"), c, cl, 1024, prof);
+  EXPECT_FALSE(r.feasible);
+  ASSERT_EQ(r.reasons.size(), 1u);
+  EXPECT_NE(r.reasons[0].find("the simulated step would last more than 31.7 years"), std::string::npos) << r.reasons[0];
+}
+
 // Defaults carried over from another GPU are listed, so reports can say which numbers are guesses.
 TEST(Profile, DefaultsWithoutMeasurementsForTheGpuAreListedAsEstimates) {
   EXPECT_TRUE(DefaultProfile(LoadCluster("dgx-a100")).estimates.empty());

@@ -99,7 +99,8 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
       "model,num_layers,hidden_size,num_heads,seq_len,micro_batch_size,tp,pp,quantity,setting,value_gib\n"
       "Megatron-22B,4x8,6144,64,2048,4,8,1,params_and_optimizer_per_gpu,any,45.56\n");
   EXPECT_EQ(InputErrorOf([&] { RunValidation(runs, bad); }),
-            bad + ": line 2, column num_layers: got \"4x8\", expected a positive integer");
+            bad + ": line 2, column num_layers: got \"4x8\", expected a positive integer up to " +
+                std::to_string(kMaxLayers));
   // The fixture's first run with one cell changed, written under `name`.
   const CsvTable t = ReadCsvFile(runs);
   auto header = [&] {
@@ -124,7 +125,13 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
   const std::string row_id = t.Get(0, "row_id");
   const std::string bad_tp = testing::WriteTemp("runs_bad_tp.csv", header() + row("tp", "eight"));
   EXPECT_EQ(InputErrorOf([&] { RunValidation(bad_tp, ""); }),
-            bad_tp + ": row_id " + row_id + " (line 2), column tp: got \"eight\", expected a positive integer");
+            bad_tp + ": row_id " + row_id + " (line 2), column tp: got \"eight\", expected a positive integer up to " +
+                std::to_string(kMaxParallelSize));
+  // Issue 14 (3): a size past its limit (its products could overflow) is refused like a typo.
+  const std::string huge_tp = testing::WriteTemp("runs_huge_tp.csv", header() + row("tp", "4294967296"));
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(huge_tp, ""); }),
+            huge_tp + ": row_id " + row_id + " (line 2), column tp: got \"4294967296\", expected a positive integer up "
+                      "to " + std::to_string(kMaxParallelSize));
   // A measured time must be positive; a row_id must be unique.
   const std::string negative = testing::WriteTemp("runs_negative_time.csv", header() + row("iter_time_s", "-1"));
   EXPECT_EQ(InputErrorOf([&] { RunValidation(negative, ""); }),
