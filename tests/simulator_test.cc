@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "common/json_reader.h"
 #include "models/loader.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulate.h"
@@ -762,6 +763,36 @@ TEST(Profile, NetworkMismatchIsNamed) {
   }
   named.gpu = "NVIDIA H100 80GB HBM3";
   EXPECT_FALSE(ProfileDescribesGpu(named, LoadCluster("dgx-h200").gpu));
+}
+
+}  // namespace
+}  // namespace shardcast
+
+namespace shardcast {
+namespace {
+
+// Issue 14: the engine's speed work must not change a result. tests/fixtures/engine_reference.json
+// holds `simulate --json` outputs of 16 configurations (every schedule, ZeRO 0-3, DeepSpeed's
+// optimizers, blocking sends, full-rank, multi-node, unfused attention) written by the engine
+// before that work; each must come out the same to the last bit.
+TEST(EngineSpeedWork, ResultsEqualTheReferenceEngines) {
+  const Json ref = ReadJsonFile(std::string(SHARDCAST_FIXTURES) + "/engine_reference.json");
+  ASSERT_GE(ref["configurations"].size(), 16u);
+  for (const Json& c : ref["configurations"]) {
+    const std::string args = c["args"].get<std::string>();
+    const auto r = testing::RunShardcast("simulate " + args + " --json");
+    ASSERT_EQ(r.exit_code, 0) << args << r.err;
+    const Json j = Json::parse(r.out);
+    EXPECT_EQ(j["step_time_s"], c["step_time_s"]) << args;
+    EXPECT_EQ(j["bubble_fraction"], c["bubble_fraction"]) << args;
+    EXPECT_EQ(j["breakdown_s"], c["breakdown_s"]) << args;
+    EXPECT_EQ(j["simulated_tasks"], c["simulated_tasks"]) << args;
+    ASSERT_EQ(j["stages"].size(), c["stage_peak_memory_bytes"].size()) << args;
+    for (std::size_t i = 0; i < j["stages"].size(); ++i) {
+      EXPECT_EQ(j["stages"][i]["peak_memory_bytes"], c["stage_peak_memory_bytes"][i]) << args << " stage " << i;
+      EXPECT_EQ(j["stages"][i]["bubble_fraction"], c["stage_bubble_fraction"][i]) << args << " stage " << i;
+    }
+  }
 }
 
 }  // namespace
