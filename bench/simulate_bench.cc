@@ -62,6 +62,36 @@ void BM_SimulateGpt3_175b_Pp16(benchmark::State& state) {
 }
 BENCHMARK(BM_SimulateGpt3_175b_Pp16)->Unit(benchmark::kMicrosecond);
 
+// The 1024-GPU case with the graph built anew every time (SimulateOptions::reuse_graph off): what
+// the first configuration of a shape costs; the ones above reuse the graph as `plan` does for
+// candidates of one shape.
+void BM_SimulateGpt3_175b_NewGraph(benchmark::State& state) {
+  const Model m = LoadModel("gpt3-175b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = state.range(0);
+  c.dp = 1024 / (8 * c.pp);
+  c.vp = 3;
+  c.schedule = Schedule::kInterleaved;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 96 * c.dp;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kSelective;
+  c.zero_stage = 1;
+  SimulateOptions o;
+  o.reuse_graph = false;
+  std::size_t tasks = 0;
+  for (auto _ : state) {
+    SimulationResult r = Simulate(m, c, cl, 1024, prof, o);
+    benchmark::DoNotOptimize(r.step_time_s);
+    tasks = r.num_tasks;
+  }
+  state.counters["tasks"] = static_cast<double>(tasks);
+}
+BENCHMARK(BM_SimulateGpt3_175b_NewGraph)->Arg(8)->Arg(16)->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace shardcast
 

@@ -36,13 +36,10 @@ enum class TaskType : std::uint8_t {
 };
 const char* ToString(TaskType t);
 
-struct Task {
-  TaskType type = TaskType::kForward;
-  std::int32_t device = 0;     ///< GPU index in the simulated set (stage, replica)
-  std::int32_t stream = 0;     ///< stream id within the device (for traces)
-  std::int32_t microbatch = -1;
-  std::int32_t chunk = -1;
-  std::int32_t unit = 0;       ///< part of a split item (bucket or layer)
+/// The numbers of a task: what the engine needs to run it. Tasks doing the same work (every
+/// forward pass of one chunk on one device, say) share one TaskCost, so a graph of many tasks
+/// has few costs, and a graph whose shape is reused for another configuration only rewrites them.
+struct TaskCost {
   double work_ns = 0;          ///< compute: duration at full speed; comm: latency
   double bytes = 0;            ///< comm: bytes through the link
   std::int32_t link = -1;      ///< link index, or -1
@@ -54,6 +51,27 @@ struct Task {
   double alloc_bytes = 0;      ///< device memory allocated when the task ends (saved activations)
   double free_bytes = 0;       ///< device memory freed when the task ends
   double transient_bytes = 0;  ///< device memory held only while the task runs
+};
+
+/// Where a task sits (device, stream, micro-batch, chunk, part) and which TaskCost it runs.
+struct TaskNode {
+  TaskType type = TaskType::kForward;
+  std::int32_t device = 0;     ///< GPU index in the simulated set (stage, replica)
+  std::int32_t stream = 0;     ///< stream id within the device (for traces)
+  std::int32_t microbatch = -1;
+  std::int32_t chunk = -1;
+  std::int32_t unit = 0;       ///< part of a split item (bucket or layer)
+  std::int32_t cost = -1;      ///< index of the task's TaskCost
+};
+
+/// A task with its own numbers: a TaskNode and a TaskCost together (for small graphs and tests).
+struct Task : TaskCost {
+  TaskType type = TaskType::kForward;
+  std::int32_t device = 0;
+  std::int32_t stream = 0;
+  std::int32_t microbatch = -1;
+  std::int32_t chunk = -1;
+  std::int32_t unit = 0;
 };
 
 struct Link {
@@ -80,23 +98,54 @@ class TaskGraph {
  public:
   /// Pre-allocates room for `tasks` tasks and `edges` edges.
   void Reserve(std::size_t tasks, std::size_t edges) {
-    tasks_.reserve(tasks);
+    nodes_.reserve(tasks);
     edges_.reserve(edges);
   }
-  /// Removes all tasks, edges, links and devices, keeping the allocated memory.
+  /// Removes all tasks, costs, edges, links and devices, keeping the allocated memory.
   void Clear() {
-    tasks_.clear();
+    nodes_.clear();
+    costs_.clear();
     edges_.clear();
     links_.clear();
     devices_.clear();
+    csr_valid_ = false;
   }
+  /// Adds a task with its own cost.
   std::int32_t AddTask(const Task& t);
+  /// Adds a task running `node.cost`, an index returned by AddCost.
+  std::int32_t AddTask(const TaskNode& node) {
+    nodes_.push_back(node);
+    csr_valid_ = false;
+    return static_cast<std::int32_t>(nodes_.size() - 1);
+  }
+  std::int32_t AddCost(const TaskCost& c) {
+    costs_.push_back(c);
+    return static_cast<std::int32_t>(costs_.size() - 1);
+  }
   /// `before` must finish before `after` starts.
-  void AddEdge(std::int32_t before, std::int32_t after);
+  void AddEdge(std::int32_t before, std::int32_t after) {
+    if (before >= 0 && after >= 0 && before != after) {
+      edges_.emplace_back(before, after);
+      csr_valid_ = false;
+    }
+  }
   std::int32_t AddLink(double capacity_GBps);
   std::int32_t AddDevice(const Device& d);
 
-  const std::vector<Task>& tasks() const { return tasks_; }
+  /// New numbers for the same shape: costs, link capacities and devices may be rewritten
+  /// between runs; tasks and edges stay (the dependency structure is built once).
+  std::vector<TaskCost>& mutable_costs() { return costs_; }
+  std::vector<Link>& mutable_links() { return links_; }
+  std::vector<Device>& mutable_devices() { return devices_; }
+
+  std::size_t num_tasks() const { return nodes_.size(); }
+  const std::vector<TaskNode>& nodes() const { return nodes_; }
+  const std::vector<TaskCost>& costs() const { return costs_; }
+  const TaskCost& cost_of(std::int32_t id) const {
+    return costs_[static_cast<std::size_t>(nodes_[static_cast<std::size_t>(id)].cost)];
+  }
+  /// Task `id` with its numbers.
+  Task task(std::int32_t id) const;
   const std::vector<Device>& devices() const { return devices_; }
   std::size_t num_edges() const { return edges_.size(); }
   const std::vector<std::pair<std::int32_t, std::int32_t>>& edges() const { return edges_; }
@@ -107,14 +156,22 @@ class TaskGraph {
   EngineResult Run() const;
   /// The same, reusing `out`'s memory (for callers that simulate many configurations).
   void Run(EngineResult* out) const;
-  /// A readable name such as "stage 3 F mb 7 chunk 1".
+  /// A readable name such as "device 3 F mb 7 chunk 1".
   std::string TaskName(std::int32_t id) const;
 
  private:
-  std::vector<Task> tasks_;
+  /// Successor lists (CSR) and in-degrees, built on the first Run after the edges change.
+  void BuildCsr() const;
+
+  std::vector<TaskNode> nodes_;
+  std::vector<TaskCost> costs_;
   std::vector<std::pair<std::int32_t, std::int32_t>> edges_;
   std::vector<Link> links_;
   std::vector<Device> devices_;
+  mutable bool csr_valid_ = false;
+  mutable std::vector<std::int32_t> row_;      // CSR offsets (n + 1)
+  mutable std::vector<std::int32_t> targets_;  // CSR successors
+  mutable std::vector<std::int32_t> indeg_;    // predecessors per task
 };
 
 }  // namespace shardcast

@@ -87,7 +87,7 @@ PipelineSchedule MakeSchedule(Schedule kind, int p, int m, int v) {
   s.stages = p;
   s.microbatches = m;
   s.chunks = kind == Schedule::kInterleaved ? v : 1;
-  s.split_weight = kind == Schedule::kZbH1;
+  s.split_weight = SplitsWeightGradients(kind);
   s.order.resize(static_cast<std::size_t>(p));
   for (int i = 0; i < p; ++i) {
     auto& o = s.order[static_cast<std::size_t>(i)];

@@ -25,6 +25,9 @@ struct PipelineSchedule {
   std::vector<std::vector<ScheduleItem>> order;  ///< [stage] -> items in issue order
 };
 
+/// Whether `kind` runs weight-gradient passes as items of their own (zero-bubble schedules).
+inline bool SplitsWeightGradients(Schedule kind) { return kind == Schedule::kZbH1; }
+
 /// GPipe: all forwards, then all backwards (Huang et al. 2019).
 /// 1F1B (PipeDream-Flush): stage i warms up with min(p-i-1, m) forwards, then alternates one
 ///   forward and one backward, then drains (Narayanan et al. 2021 section 2.2.1).

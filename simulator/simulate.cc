@@ -4,6 +4,7 @@
 #include <cmath>
 #include <array>
 #include <map>
+#include <memory>
 
 #include <fmt/format.h>
 
@@ -32,46 +33,111 @@ struct ItemTasks {
   std::int32_t first = -1, last = -1;
 };
 
-/// Builds and runs the graph; fills `res`.
+/// What a task's numbers are computed from: the kind of work, on which device, for which chunk,
+/// split in how many units. Tasks with the same key share one TaskCost.
+enum class CostKind : std::uint8_t {
+  kItem,           ///< a forward, backward or weight-gradient pass of a chunk (or a unit of it)
+  kZero3Gather,    ///< ZeRO-3 per-layer parameter all-gather
+  kZero3Reduce,    ///< ZeRO-3 per-layer gradient reduce-scatter
+  kOverlapReduce,  ///< gradient bucket reduced as soon as the chunk's last gradient pass ends
+  kReduceAfter,    ///< gradient bucket reduced after the stage's last backward
+  kSendForward,    ///< pipeline send of activations
+  kSendBackward,   ///< pipeline send of gradients
+  kEmbeddingSync,  ///< tied-embedding gradient all-reduce (first and last stage)
+  kOptimizer,
+  kParamGather,    ///< ZeRO-1/2 parameter all-gather bucket
+};
+struct CostKey {
+  CostKind kind = CostKind::kItem;
+  ItemKind item = ItemKind::kForward;
+  std::int32_t device = 0, chunk = 0, units = 1;
+};
+
+/// The structure of one step's task graph, which depends only on the "shape" of a configuration
+/// (pipeline stages, virtual stages, micro-batches, schedule, replicas, the layers and gradient
+/// buckets of each chunk and the flags that add or remove tasks), and what is needed to give it
+/// another configuration's numbers: the key of every TaskCost.
+struct Skeleton {
+  std::vector<std::int64_t> shape;  ///< everything the structure depends on (ShapeOf)
+  TaskGraph graph;
+  std::vector<CostKey> cost_keys;   ///< [cost index]
+  PipelineSchedule sched;
+  std::vector<int> device_stage;
+  std::vector<std::vector<std::int32_t>> compute_tasks;  ///< [stage] replica 0's compute stream
+  std::vector<std::vector<std::int32_t>> dp_tasks;       ///< [stage] replica 0's dp streams
+};
+
+/// Builds a step's task graph from the schedule and the cost model, or gives a graph of the same
+/// shape this configuration's numbers.
 class Builder {
  public:
   Builder(const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof,
-          const CostModel& cm, const SimulateOptions& opts, SimulationResult& res, TaskGraph& g)
-      : m_(m), c_(c), cl_(cl), prof_(prof), cm_(cm), opts_(opts), res_(res), g_(g) {
+          const CostModel& cm, const SimulateOptions& opts)
+      : m_(m), c_(c), cl_(cl), prof_(prof), cm_(cm), opts_(opts) {
     p_ = static_cast<int>(c.pp);
     v_ = static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1);
     mb_ = static_cast<int>(c.num_microbatches());
     R_ = opts.full_rank ? static_cast<int>(c.dp) : 1;
-    sched_ = MakeSchedule(c.schedule, p_, mb_, v_);
+    zero3_ = c.zero_stage >= 3;
+    dp_comm_ = c.dp > 1 && !opts.ideal_pipeline;
+    grad_bytes_per_param_ = GradReduceBytesPerParam(c);
+    bucket_ = c.BucketParams();
+    all_one_node_ = c.tp * c.dp * c.pp <= cl.gpus_per_node;
   }
 
-  void Build();
-  int Device(int stage, int replica) const { return stage * R_ + replica; }
-  const PipelineSchedule& schedule() const { return sched_; }
+  /// Everything Build's structure depends on; equal shapes give equal graphs up to the numbers.
+  std::vector<std::int64_t> ShapeOf() const;
+  /// Builds the graph into `sk` (its shape must be set).
+  void Build(Skeleton& sk);
+  /// Rewrites the costs, link capacities and devices of `sk`'s graph for this configuration.
+  void Refill(Skeleton& sk) const;
 
  private:
-  std::int32_t Add(Task t, int stream) {
-    t.stream = stream;
-    std::int32_t id = g_.AddTask(t);
-    std::int32_t& last = LastOn(t.device, stream);
-    g_.AddEdge(last, id);  // program order (ignored when last < 0)
-    last = id;
-    return id;
+  int Device(int stage, int replica) const { return stage * R_ + replica; }
+  int NBuckets(int stage, int chunk) const {
+    const double params = cm_.chunks[static_cast<std::size_t>(stage)][static_cast<std::size_t>(chunk)].params_per_gpu;
+    return std::max(1, static_cast<int>(std::ceil(params / static_cast<double>(bucket_))));
   }
-  Task Comm(TaskType type, int device, const CollectiveCost& cc) {
-    Task t;
-    t.type = type;
-    t.device = device;
+  TaskCost CostOf(const CostKey& k) const;
+  TaskCost Comm(int device, const CollectiveCost& cc) const {
+    TaskCost t;
     t.work_ns = Ns(cc.latency_s);
     t.bytes = cc.bytes_on_link;
     t.rate_cap_GBps = cc.link_GBps;
     t.network = cc.link == LinkKind::kNetwork;
-    t.link = link_[static_cast<std::size_t>(device)][t.network ? 1 : 0];
+    t.link = 2 * device + (t.network ? 1 : 0);  // each device's links: intra-node, network
     return t;
+  }
+  Link IntraLink() const { return {std::max(prof_.intra_busbw_GBps, prof_.p2p_intra_GBps)}; }
+  Link NetworkLink() const { return {prof_.NicShareGBps()}; }
+  shardcast::Device DeviceOf() const {
+    shardcast::Device d;
+    d.overlap_slowdown_nvlink = prof_.overlap_slowdown_nvlink;
+    d.overlap_slowdown_network = prof_.overlap_slowdown_network;
+    return d;
+  }
+  /// The cost index of `k`, adding it on first use.
+  std::int32_t CostId(const CostKey& k);
+  std::int32_t Add(TaskType type, const CostKey& k, int stream, int microbatch = -1, int chunk = -1, int unit = 0) {
+    TaskNode t;
+    t.type = type;
+    t.device = k.device;
+    t.stream = stream;
+    t.microbatch = microbatch;
+    t.chunk = chunk;
+    t.unit = unit;
+    t.cost = CostId(k);
+    const std::int32_t id = g_->AddTask(t);
+    std::int32_t& last = LastOn(k.device, stream);
+    g_->AddEdge(last, id);  // program order (ignored when last < 0)
+    last = id;
+    return id;
   }
   int Index(ItemKind k, int mb, int chunk) const {
     return (static_cast<int>(k) * mb_ + mb) * v_ + chunk;
   }
+  void BuildStage(int stage, int replica);
+  void AddPipelineEdges();
 
   const Model& m_;
   const ParallelConfig& c_;
@@ -79,15 +145,19 @@ class Builder {
   const HardwareProfile& prof_;
   const CostModel& cm_;
   const SimulateOptions& opts_;
-  SimulationResult& res_;
   int p_ = 1, v_ = 1, mb_ = 1, R_ = 1;
-  PipelineSchedule sched_;
-  TaskGraph& g_;
+  bool zero3_ = false, dp_comm_ = false, all_one_node_ = false;
+  double grad_bytes_per_param_ = 0;
+  std::int64_t bucket_ = 1;
+  // Build state.
+  TaskGraph* g_ = nullptr;
+  Skeleton* sk_ = nullptr;
+  /// [device][kind][item][chunk] -> (units, cost id) pairs seen.
+  std::vector<std::vector<std::pair<int, std::int32_t>>> cost_ids_;
   std::int32_t& LastOn(int device, int stream) {
     return last_on_stream_[static_cast<std::size_t>(device * kNumStreams + stream)];
   }
   std::vector<std::int32_t> last_on_stream_;
-  std::vector<std::array<std::int32_t, 2>> link_;
   // [device][Index(kind, mb, chunk)]
   std::vector<std::vector<ItemTasks>> items_;
   std::vector<std::vector<std::int32_t>> fwd_send_, bwd_send_;  // [device][Index]
@@ -99,273 +169,328 @@ class Builder {
   }
 };
 
-void Builder::Build() {
+std::vector<std::int64_t> Builder::ShapeOf() const {
+  std::vector<std::int64_t> s = {p_, v_, mb_, R_, static_cast<std::int64_t>(c_.schedule), zero3_, dp_comm_,
+                                 c_.overlap_grad_reduce, c_.overlap_param_gather,
+                                 c_.zero_stage == 1 || c_.zero_stage == 2, c_.p2p_blocking,
+                                 m_.tie_embeddings && p_ > 1 && !opts_.ideal_pipeline, opts_.ideal_pipeline};
+  for (int i = 0; i < p_; ++i) {
+    for (int k = 0; k < v_; ++k) {
+      s.push_back(cm_.chunks[static_cast<std::size_t>(i)][static_cast<std::size_t>(k)].layers);
+      s.push_back(NBuckets(i, k));
+    }
+  }
+  return s;
+}
+
+TaskCost Builder::CostOf(const CostKey& k) const {
+  const int stage = k.device / R_;
+  const auto& chunks = cm_.chunks[static_cast<std::size_t>(stage)];
+  const ChunkCost& cc = chunks[static_cast<std::size_t>(std::max(0, k.chunk))];
+  const CollectiveOp reduce = GradReduceIsAllReduce(c_) ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter;
+  switch (k.kind) {
+    case CostKind::kItem: {
+      double work = 0, alloc = 0, freed = 0, transient = 0;
+      const bool split = SplitsWeightGradients(c_.schedule);
+      switch (k.item) {
+        case ItemKind::kForward:
+          work = cc.fwd_s;
+          alloc = cc.saved_bytes;
+          transient = cc.has_output ? cc.transient_bytes : 0;
+          break;
+        case ItemKind::kBackward:
+          work = cc.bwd_input_s + cc.recompute_s + (split ? 0 : cc.bwd_weight_s);
+          freed = split ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes;
+          transient = cc.transient_bytes;
+          break;
+        case ItemKind::kWeight:
+          work = cc.bwd_weight_s;
+          freed = cc.weight_saved_bytes;
+          break;
+      }
+      TaskCost t;
+      t.work_ns = Ns(work / k.units);
+      t.alloc_bytes = alloc / k.units;
+      t.free_bytes = freed / k.units;
+      t.transient_bytes = transient;
+      return t;
+    }
+    case CostKind::kZero3Gather:
+      // FSDP: gather this layer's parameters, prefetched while the previous unit runs.
+      return Comm(k.device, CollectiveCostOf(prof_, CollectiveOp::kAllGather,
+                                             cc.params_per_gpu / k.units * c_.param_gather_bytes, cm_.dp_group));
+    case CostKind::kZero3Reduce:
+      return Comm(k.device, CollectiveCostOf(prof_, CollectiveOp::kReduceScatter,
+                                             cc.params_per_gpu / k.units * grad_bytes_per_param_, cm_.dp_group));
+    case CostKind::kOverlapReduce:
+      return Comm(k.device,
+                  CollectiveCostOf(prof_, reduce, cc.params_per_gpu / k.units * grad_bytes_per_param_, cm_.dp_group));
+    case CostKind::kReduceAfter: {
+      const int nb = NBuckets(stage, k.chunk);
+      return Comm(k.device, CollectiveCostOf(prof_, reduce, cc.params_per_gpu / nb * grad_bytes_per_param_, cm_.dp_group));
+    }
+    case CostKind::kSendForward:
+    case CostKind::kSendBackward: {
+      const bool fwd = k.kind == CostKind::kSendForward;
+      const bool same = fwd ? (stage + 1 < p_ ? cm_.pp_next_same_node[static_cast<std::size_t>(stage)] : all_one_node_)
+                            : (stage > 0 ? cm_.pp_next_same_node[static_cast<std::size_t>(stage - 1)] : all_one_node_);
+      TaskCost t = Comm(k.device, same ? cm_.pp_send_intra : cm_.pp_send_inter);
+      t.slows_compute = false;
+      return t;
+    }
+    case CostKind::kEmbeddingSync: {
+      const double bytes = static_cast<double>(m_.vocab_size * m_.hidden_size) / c_.tp * grad_bytes_per_param_;
+      GroupPlacement pair;
+      pair.ranks = 2;
+      pair.ranks_per_node = all_one_node_ ? 2 : 1;
+      return Comm(k.device, CollectiveCostOf(prof_, CollectiveOp::kAllReduce, bytes, pair));
+    }
+    case CostKind::kOptimizer: {
+      double params = 0;
+      for (const auto& x : chunks) params += x.params_per_gpu;
+      TaskCost t;
+      t.work_ns = opts_.ideal_pipeline ? 0.0 : Ns(OptimizerTime(prof_, c_, params));
+      return t;
+    }
+    case CostKind::kParamGather: {
+      const int nb = NBuckets(stage, k.chunk);
+      const double bytes = cc.params_per_gpu * c_.param_gather_bytes / nb;
+      return Comm(k.device, CollectiveCostOf(prof_, CollectiveOp::kAllGather, bytes, cm_.dp_group));
+    }
+  }
+  return {};
+}
+
+std::int32_t Builder::CostId(const CostKey& k) {
+  const std::size_t slot =
+      ((static_cast<std::size_t>(k.device) * 10 + static_cast<std::size_t>(k.kind)) * 3 + static_cast<std::size_t>(k.item)) *
+          static_cast<std::size_t>(v_) +
+      static_cast<std::size_t>(std::max(0, k.chunk));
+  auto& seen = cost_ids_[slot];
+  for (const auto& [units, id] : seen) {
+    if (units == k.units) return id;
+  }
+  const std::int32_t id = g_->AddCost(CostOf(k));
+  sk_->cost_keys.push_back(k);
+  seen.emplace_back(k.units, id);
+  return id;
+}
+
+void Builder::Refill(Skeleton& sk) const {
+  auto& costs = sk.graph.mutable_costs();
+  for (std::size_t i = 0; i < costs.size(); ++i) costs[i] = CostOf(sk.cost_keys[i]);
+  auto& links = sk.graph.mutable_links();
+  for (std::size_t l = 0; l < links.size(); ++l) links[l] = l % 2 == 0 ? IntraLink() : NetworkLink();
+  for (auto& d : sk.graph.mutable_devices()) d = DeviceOf();
+}
+
+void Builder::Build(Skeleton& sk) {
+  sk_ = &sk;
+  g_ = &sk.graph;
+  sk.graph.Clear();
+  sk.cost_keys.clear();
+  sk.sched = MakeSchedule(c_.schedule, p_, mb_, v_);
   const int devices = p_ * R_;
-  const bool zero3 = c_.zero_stage >= 3;
-  const bool ideal = opts_.ideal_pipeline;
-  const bool dp_comm = c_.dp > 1 && !ideal;
-  const double grad_bytes_per_param = GradReduceBytesPerParam(c_);
-  res_.device_stage.assign(static_cast<std::size_t>(devices), 0);
+  sk.device_stage.assign(static_cast<std::size_t>(devices), 0);
   last_on_stream_.assign(static_cast<std::size_t>(devices * kNumStreams), -1);
-  link_.resize(static_cast<std::size_t>(devices));
+  cost_ids_.assign(static_cast<std::size_t>(devices * 10 * 3 * v_), {});
   for (int i = 0; i < p_; ++i) {
     for (int r = 0; r < R_; ++r) {
-      shardcast::Device d;
-      d.overlap_slowdown_nvlink = prof_.overlap_slowdown_nvlink;
-      d.overlap_slowdown_network = prof_.overlap_slowdown_network;
-      const int id = g_.AddDevice(d);
-      res_.device_stage[static_cast<std::size_t>(id)] = i;
-      link_[static_cast<std::size_t>(id)] = {
-          g_.AddLink(std::max(prof_.intra_busbw_GBps, prof_.p2p_intra_GBps)),
-          g_.AddLink(prof_.NicShareGBps())};
+      const int id = g_->AddDevice(DeviceOf());
+      sk.device_stage[static_cast<std::size_t>(id)] = i;
+      g_->AddLink(IntraLink().capacity_GBps);   // link 2 * id
+      g_->AddLink(NetworkLink().capacity_GBps);  // link 2 * id + 1
     }
   }
   const int nitems = 3 * mb_ * v_;
-  g_.Reserve(static_cast<std::size_t>(devices) * static_cast<std::size_t>(5 * mb_ * v_ + 64),
-             static_cast<std::size_t>(devices) * static_cast<std::size_t>(10 * mb_ * v_ + 128));
+  g_->Reserve(static_cast<std::size_t>(devices) * static_cast<std::size_t>(5 * mb_ * v_ + 64),
+              static_cast<std::size_t>(devices) * static_cast<std::size_t>(10 * mb_ * v_ + 128));
   items_.assign(static_cast<std::size_t>(devices), std::vector<ItemTasks>(static_cast<std::size_t>(nitems)));
   fwd_send_.assign(static_cast<std::size_t>(devices), std::vector<std::int32_t>(static_cast<std::size_t>(nitems), -1));
   bwd_send_ = fwd_send_;
-  const bool split = sched_.split_weight;
-  const ItemKind grad_kind = split ? ItemKind::kWeight : ItemKind::kBackward;
-  const std::int64_t bucket = c_.BucketParams();
-  const bool all_one_node = c_.tp * c_.dp * c_.pp <= cl_.gpus_per_node;
-
   for (int i = 0; i < p_; ++i) {
-    const auto& order = sched_.order[static_cast<std::size_t>(i)];
-    const auto& chunks = cm_.chunks[static_cast<std::size_t>(i)];
-    // Position of the last gradient-producing item of each chunk (buckets hang off it).
-    std::vector<int> last_grad_pos(static_cast<std::size_t>(v_), -1);
-    for (int pos = 0; pos < static_cast<int>(order.size()); ++pos) {
-      if (order[static_cast<std::size_t>(pos)].kind == grad_kind) {
-        last_grad_pos[static_cast<std::size_t>(order[static_cast<std::size_t>(pos)].chunk)] = pos;
-      }
-    }
-    auto n_buckets = [&](int chunk) {
-      const double params = chunks[static_cast<std::size_t>(chunk)].params_per_gpu;
-      return std::max(1, static_cast<int>(std::ceil(params / static_cast<double>(bucket))));
-    };
-    for (int r = 0; r < R_; ++r) {
-      const int dev = Device(i, r);
-      dp_key_ = 0;  // replicas create the same collectives in the same order
-      auto& its = items_[static_cast<std::size_t>(dev)];
-      std::vector<std::int32_t> compute_seq;  // compute-stream tasks in order (for ZeRO-3 prefetch)
-      // ZeRO-1/2 parameter all-gathers, per chunk and bucket, after task `after` (-1: none). With
-      // overlap_param_gather they belong to the previous optimizer step and overlap this step's
-      // first forward (steady state): the first two may start with the step, later ones are
-      // chained to the forward units below.
-      auto add_param_gathers = [&](std::int32_t after) {
-        std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(v_));
-        for (int k = 0; k < v_; ++k) {
-          const int nb = n_buckets(k);
-          const double bytes = chunks[static_cast<std::size_t>(k)].params_per_gpu * c_.param_gather_bytes / nb;
-          for (int b = 0; b < nb; ++b) {
-            Task t = Comm(TaskType::kParamGather, dev,
-                          CollectiveCostOf(prof_, CollectiveOp::kAllGather, bytes, cm_.dp_group));
-            t.chunk = k;
-            t.unit = b;
-            const std::int32_t id = Add(t, kDpStream);
-            g_.AddEdge(after, id);
-            ids[static_cast<std::size_t>(k)].push_back(id);
-            Sync(i, {after, id});
-          }
-        }
-        return ids;
-      };
-      const bool gathers_params = (c_.zero_stage == 1 || c_.zero_stage == 2) && dp_comm;
-      std::vector<std::vector<std::int32_t>> gathers(static_cast<std::size_t>(v_));
-      if (gathers_params && c_.overlap_param_gather) gathers = add_param_gathers(-1);
-      std::vector<std::pair<int, int>> reduce_after;  // (pos, chunk) for non-overlapped reduce
-      for (int pos = 0; pos < static_cast<int>(order.size()); ++pos) {
-        const ScheduleItem& it = order[static_cast<std::size_t>(pos)];
-        const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
-        const bool is_last_grad = pos == last_grad_pos[static_cast<std::size_t>(it.chunk)];
-        const auto& chunk_gathers = gathers[static_cast<std::size_t>(it.chunk)];
-        const bool gated_forward = it.kind == ItemKind::kForward && it.microbatch == 0 && !chunk_gathers.empty();
-        int units = 1;
-        if (zero3) units = std::max(1, cc.layers);
-        else if (is_last_grad && c_.overlap_grad_reduce && dp_comm) units = n_buckets(it.chunk);
-        // Megatron-LM's overlap_param_gather: the chunk's first forward runs bucket by bucket,
-        // each part waiting only for its own bucket's all-gather (forward pre-hooks).
-        else if (gated_forward) units = static_cast<int>(chunk_gathers.size());
-        double work = 0, alloc = 0, freed = 0, transient = 0;
-        TaskType type = TaskType::kForward;
-        switch (it.kind) {
-          case ItemKind::kForward:
-            work = cc.fwd_s;
-            alloc = cc.saved_bytes;
-            transient = cc.has_output ? cc.transient_bytes : 0;
-            break;
-          case ItemKind::kBackward:
-            type = TaskType::kBackward;
-            work = cc.bwd_input_s + cc.recompute_s + (split ? 0 : cc.bwd_weight_s);
-            freed = split ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes;
-            transient = cc.transient_bytes;
-            break;
-          case ItemKind::kWeight:
-            type = TaskType::kWeight;
-            work = cc.bwd_weight_s;
-            freed = cc.weight_saved_bytes;
-            break;
-        }
-        ItemTasks& itk = its[static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))];
-        for (int u = 0; u < units; ++u) {
-          Task t;
-          t.type = type;
-          t.device = dev;
-          t.microbatch = it.microbatch;
-          t.chunk = it.chunk;
-          t.unit = u;
-          t.work_ns = Ns(work / units);
-          t.alloc_bytes = alloc / units;
-          t.free_bytes = freed / units;
-          t.transient_bytes = transient;
-          std::int32_t gather = -1;
-          if (zero3 && dp_comm && it.kind != ItemKind::kWeight) {
-            // FSDP: gather this layer's parameters, prefetched while the previous unit runs.
-            const double bytes = cc.params_per_gpu / units * c_.param_gather_bytes;
-            Task ag = Comm(TaskType::kParamGather, dev,
-                           CollectiveCostOf(prof_, CollectiveOp::kAllGather, bytes, cm_.dp_group));
-            ag.microbatch = it.microbatch;
-            ag.chunk = it.chunk;
-            ag.unit = u;
-            gather = Add(ag, kDpGatherStream);
-            const std::int32_t prev2 = compute_seq.size() >= 2 ? compute_seq[compute_seq.size() - 2] : -1;
-            g_.AddEdge(prev2, gather);
-            Sync(i, {prev2, gather});
-          }
-          const std::int32_t id = Add(t, kComputeStream);
-          g_.AddEdge(gather, id);
-          compute_seq.push_back(id);
-          if (u == 0) itk.first = id;
-          itk.last = id;
-          if (gated_forward) {
-            g_.AddEdge(chunk_gathers[static_cast<std::size_t>(u)], id);
-            // Megatron chains the gathers: a bucket's forward pre-hook waits for its own gather
-            // and dispatches the next bucket's. So gather u+2 starts once unit u is done, i.e.
-            // when unit u+1 may start (gather u+1 done on the stream before it).
-            if (u + 2 < units) g_.AddEdge(id, chunk_gathers[static_cast<std::size_t>(u + 2)]);
-          }
-          // Gradient reduction of this unit.
-          const bool produces_grads = it.kind == grad_kind;
-          if (produces_grads && dp_comm && zero3) {
-            const double bytes = cc.params_per_gpu / units * grad_bytes_per_param;
-            Task rs = Comm(TaskType::kDpReduce, dev,
-                           CollectiveCostOf(prof_, CollectiveOp::kReduceScatter, bytes, cm_.dp_group));
-            rs.microbatch = it.microbatch;
-            rs.chunk = it.chunk;
-            rs.unit = u;
-            const std::int32_t rid = Add(rs, kDpStream);
-            g_.AddEdge(id, rid);
-            Sync(i, {id, rid});
-          } else if (produces_grads && is_last_grad && dp_comm && c_.overlap_grad_reduce) {
-            const double bytes = cc.params_per_gpu / units * grad_bytes_per_param;
-            const CollectiveOp op = GradReduceIsAllReduce(c_) ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter;
-            Task rd = Comm(TaskType::kDpReduce, dev, CollectiveCostOf(prof_, op, bytes, cm_.dp_group));
-            rd.chunk = it.chunk;
-            rd.unit = u;
-            const std::int32_t rid = Add(rd, kDpStream);
-            g_.AddEdge(id, rid);
-            Sync(i, {id, rid});
-          }
-        }
-        if (is_last_grad && dp_comm && !c_.overlap_grad_reduce && !zero3) {
-          reduce_after.emplace_back(pos, it.chunk);
-        }
-        // Pipeline sends (the receiver's dependency is added once all stages exist).
-        const int mc = it.chunk * p_ + i;
-        if (it.kind == ItemKind::kForward && mc < p_ * v_ - 1 && p_ > 1) {
-          const bool same = i + 1 < p_ ? cm_.pp_next_same_node[static_cast<std::size_t>(i)] : all_one_node;
-          Task s = Comm(TaskType::kPpSend, dev, same ? cm_.pp_send_intra : cm_.pp_send_inter);
-          s.microbatch = it.microbatch;
-          s.chunk = it.chunk;
-          s.slows_compute = false;
-          const std::int32_t sid = Add(s, c_.p2p_blocking ? kComputeStream : kSendFwdStream);
-          g_.AddEdge(itk.last, sid);
-          fwd_send_[static_cast<std::size_t>(dev)][static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))] = sid;
-        }
-        if (it.kind == ItemKind::kBackward && mc > 0 && p_ > 1) {
-          const bool same = i > 0 ? cm_.pp_next_same_node[static_cast<std::size_t>(i - 1)] : all_one_node;
-          Task s = Comm(TaskType::kPpSend, dev, same ? cm_.pp_send_intra : cm_.pp_send_inter);
-          s.microbatch = it.microbatch;
-          s.chunk = it.chunk;
-          s.slows_compute = false;
-          const std::int32_t sid = Add(s, c_.p2p_blocking ? kComputeStream : kSendBwdStream);
-          g_.AddEdge(itk.last, sid);
-          bwd_send_[static_cast<std::size_t>(dev)][static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))] = sid;
-        }
-      }
-      // Non-overlapped gradient reduction after the stage's last backward.
-      const std::int32_t last_compute = compute_seq.empty() ? -1 : compute_seq.back();
-      for (const auto& [pos, k] : reduce_after) {
-        (void)pos;
-        const int nb = n_buckets(k);
-        const double bytes = chunks[static_cast<std::size_t>(k)].params_per_gpu / nb * grad_bytes_per_param;
-        const CollectiveOp op = GradReduceIsAllReduce(c_) ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter;
-        for (int b = 0; b < nb; ++b) {
-          Task rd = Comm(TaskType::kDpReduce, dev, CollectiveCostOf(prof_, op, bytes, cm_.dp_group));
-          rd.chunk = k;
-          rd.unit = b;
-          const std::int32_t rid = Add(rd, kDpStream);
-          g_.AddEdge(last_compute, rid);
-          Sync(i, {last_compute, rid});
-        }
-      }
-      // Tied embedding: first and last stage all-reduce the embedding gradient (Megatron-LM).
-      std::int32_t before_opt = LastOn(dev, kDpStream);
-      if (m_.tie_embeddings && p_ > 1 && !ideal && (i == 0 || i == p_ - 1)) {
-        const double bytes = static_cast<double>(m_.vocab_size * m_.hidden_size) / c_.tp * grad_bytes_per_param;
-        GroupPlacement pair;
-        pair.ranks = 2;
-        pair.ranks_per_node = all_one_node ? 2 : 1;
-        Task es = Comm(TaskType::kEmbeddingSync, dev, CollectiveCostOf(prof_, CollectiveOp::kAllReduce, bytes, pair));
-        const std::int32_t eid = Add(es, kDpStream);
-        g_.AddEdge(last_compute, eid);
-        before_opt = eid;
-      }
-      double params = 0;
-      for (const auto& cc : chunks) params += cc.params_per_gpu;
-      Task opt;
-      opt.type = TaskType::kOptimizer;
-      opt.device = dev;
-      opt.work_ns = ideal ? 0.0 : Ns(OptimizerTime(prof_, c_, params));
-      const std::int32_t oid = Add(opt, kComputeStream);
-      g_.AddEdge(before_opt, oid);
-      // Without overlap_param_gather, ZeRO-1/2 gather the updated parameters after the step.
-      if (gathers_params && !c_.overlap_param_gather) add_param_gathers(oid);
+    for (int r = 0; r < R_; ++r) BuildStage(i, r);
+  }
+  AddPipelineEdges();
+  // Replica 0's compute and data-parallel streams per stage, for the step's accounting.
+  sk.compute_tasks.assign(static_cast<std::size_t>(p_), {});
+  sk.dp_tasks.assign(static_cast<std::size_t>(p_), {});
+  const auto& nodes = g_->nodes();
+  for (std::size_t id = 0; id < nodes.size(); ++id) {
+    const TaskNode& t = nodes[id];
+    const int stage = sk.device_stage[static_cast<std::size_t>(t.device)];
+    if (Device(stage, 0) != t.device) continue;
+    if (t.stream == kComputeStream) sk.compute_tasks[static_cast<std::size_t>(stage)].push_back(static_cast<std::int32_t>(id));
+    if (t.stream == kDpStream || t.stream == kDpGatherStream) {
+      sk.dp_tasks[static_cast<std::size_t>(stage)].push_back(static_cast<std::int32_t>(id));
     }
   }
+}
+
+void Builder::BuildStage(int i, int r) {
+  const auto& order = sk_->sched.order[static_cast<std::size_t>(i)];
+  const auto& chunks = cm_.chunks[static_cast<std::size_t>(i)];
+  const bool split = sk_->sched.split_weight;
+  const ItemKind grad_kind = split ? ItemKind::kWeight : ItemKind::kBackward;
+  // Position of the last gradient-producing item of each chunk (buckets hang off it).
+  std::vector<int> last_grad_pos(static_cast<std::size_t>(v_), -1);
+  for (int pos = 0; pos < static_cast<int>(order.size()); ++pos) {
+    if (order[static_cast<std::size_t>(pos)].kind == grad_kind) {
+      last_grad_pos[static_cast<std::size_t>(order[static_cast<std::size_t>(pos)].chunk)] = pos;
+    }
+  }
+  const int dev = Device(i, r);
+  dp_key_ = 0;  // replicas create the same collectives in the same order
+  auto& its = items_[static_cast<std::size_t>(dev)];
+  std::vector<std::int32_t> compute_seq;  // compute-stream tasks in order (for ZeRO-3 prefetch)
+  // ZeRO-1/2 parameter all-gathers, per chunk and bucket, after task `after` (-1: none). With
+  // overlap_param_gather they belong to the previous optimizer step and overlap this step's
+  // first forward (steady state): the first two may start with the step, later ones are
+  // chained to the forward units below.
+  auto add_param_gathers = [&](std::int32_t after) {
+    std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(v_));
+    for (int k = 0; k < v_; ++k) {
+      const int nb = NBuckets(i, k);
+      for (int b = 0; b < nb; ++b) {
+        const std::int32_t id = Add(TaskType::kParamGather, {CostKind::kParamGather, ItemKind::kForward, dev, k, nb},
+                                    kDpStream, -1, k, b);
+        g_->AddEdge(after, id);
+        ids[static_cast<std::size_t>(k)].push_back(id);
+        Sync(i, {after, id});
+      }
+    }
+    return ids;
+  };
+  const bool gathers_params = (c_.zero_stage == 1 || c_.zero_stage == 2) && dp_comm_;
+  std::vector<std::vector<std::int32_t>> gathers(static_cast<std::size_t>(v_));
+  if (gathers_params && c_.overlap_param_gather) gathers = add_param_gathers(-1);
+  std::vector<int> reduce_after;  // chunks of the non-overlapped reduce
+  for (int pos = 0; pos < static_cast<int>(order.size()); ++pos) {
+    const ScheduleItem& it = order[static_cast<std::size_t>(pos)];
+    const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
+    const bool is_last_grad = pos == last_grad_pos[static_cast<std::size_t>(it.chunk)];
+    const auto& chunk_gathers = gathers[static_cast<std::size_t>(it.chunk)];
+    const bool gated_forward = it.kind == ItemKind::kForward && it.microbatch == 0 && !chunk_gathers.empty();
+    int units = 1;
+    if (zero3_) units = std::max(1, cc.layers);
+    else if (is_last_grad && c_.overlap_grad_reduce && dp_comm_) units = NBuckets(i, it.chunk);
+    // Megatron-LM's overlap_param_gather: the chunk's first forward runs bucket by bucket,
+    // each part waiting only for its own bucket's all-gather (forward pre-hooks).
+    else if (gated_forward) units = static_cast<int>(chunk_gathers.size());
+    const TaskType type = it.kind == ItemKind::kForward    ? TaskType::kForward
+                          : it.kind == ItemKind::kBackward ? TaskType::kBackward
+                                                           : TaskType::kWeight;
+    ItemTasks& itk = its[static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))];
+    for (int u = 0; u < units; ++u) {
+      std::int32_t gather = -1;
+      if (zero3_ && dp_comm_ && it.kind != ItemKind::kWeight) {
+        // FSDP: gather this layer's parameters, prefetched while the previous unit runs.
+        gather = Add(TaskType::kParamGather, {CostKind::kZero3Gather, ItemKind::kForward, dev, it.chunk, units},
+                     kDpGatherStream, it.microbatch, it.chunk, u);
+        const std::int32_t prev2 = compute_seq.size() >= 2 ? compute_seq[compute_seq.size() - 2] : -1;
+        g_->AddEdge(prev2, gather);
+        Sync(i, {prev2, gather});
+      }
+      const std::int32_t id = Add(type, {CostKind::kItem, it.kind, dev, it.chunk, units}, kComputeStream,
+                                  it.microbatch, it.chunk, u);
+      g_->AddEdge(gather, id);
+      compute_seq.push_back(id);
+      if (u == 0) itk.first = id;
+      itk.last = id;
+      if (gated_forward) {
+        g_->AddEdge(chunk_gathers[static_cast<std::size_t>(u)], id);
+        // Megatron chains the gathers: a bucket's forward pre-hook waits for its own gather
+        // and dispatches the next bucket's. So gather u+2 starts once unit u is done, i.e.
+        // when unit u+1 may start (gather u+1 done on the stream before it).
+        if (u + 2 < units) g_->AddEdge(id, chunk_gathers[static_cast<std::size_t>(u + 2)]);
+      }
+      // Gradient reduction of this unit.
+      const bool produces_grads = it.kind == grad_kind;
+      if (produces_grads && dp_comm_ && zero3_) {
+        const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kZero3Reduce, ItemKind::kForward, dev, it.chunk, units},
+                                     kDpStream, it.microbatch, it.chunk, u);
+        g_->AddEdge(id, rid);
+        Sync(i, {id, rid});
+      } else if (produces_grads && is_last_grad && dp_comm_ && c_.overlap_grad_reduce) {
+        const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kOverlapReduce, ItemKind::kForward, dev, it.chunk, units},
+                                     kDpStream, -1, it.chunk, u);
+        g_->AddEdge(id, rid);
+        Sync(i, {id, rid});
+      }
+    }
+    if (is_last_grad && dp_comm_ && !c_.overlap_grad_reduce && !zero3_) reduce_after.push_back(it.chunk);
+    // Pipeline sends (the receiver's dependency is added once all stages exist).
+    const int mc = it.chunk * p_ + i;
+    const int idx = Index(it.kind, it.microbatch, it.chunk);
+    if (it.kind == ItemKind::kForward && mc < p_ * v_ - 1 && p_ > 1) {
+      const std::int32_t sid = Add(TaskType::kPpSend, {CostKind::kSendForward, ItemKind::kForward, dev, -1, 1},
+                                   c_.p2p_blocking ? kComputeStream : kSendFwdStream, it.microbatch, it.chunk);
+      g_->AddEdge(itk.last, sid);
+      fwd_send_[static_cast<std::size_t>(dev)][static_cast<std::size_t>(idx)] = sid;
+    }
+    if (it.kind == ItemKind::kBackward && mc > 0 && p_ > 1) {
+      const std::int32_t sid = Add(TaskType::kPpSend, {CostKind::kSendBackward, ItemKind::kForward, dev, -1, 1},
+                                   c_.p2p_blocking ? kComputeStream : kSendBwdStream, it.microbatch, it.chunk);
+      g_->AddEdge(itk.last, sid);
+      bwd_send_[static_cast<std::size_t>(dev)][static_cast<std::size_t>(idx)] = sid;
+    }
+  }
+  // Non-overlapped gradient reduction after the stage's last backward.
+  const std::int32_t last_compute = compute_seq.empty() ? -1 : compute_seq.back();
+  for (int k : reduce_after) {
+    const int nb = NBuckets(i, k);
+    for (int b = 0; b < nb; ++b) {
+      const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kReduceAfter, ItemKind::kForward, dev, k, nb},
+                                   kDpStream, -1, k, b);
+      g_->AddEdge(last_compute, rid);
+      Sync(i, {last_compute, rid});
+    }
+  }
+  // Tied embedding: first and last stage all-reduce the embedding gradient (Megatron-LM).
+  std::int32_t before_opt = LastOn(dev, kDpStream);
+  if (m_.tie_embeddings && p_ > 1 && !opts_.ideal_pipeline && (i == 0 || i == p_ - 1)) {
+    const std::int32_t eid = Add(TaskType::kEmbeddingSync, {CostKind::kEmbeddingSync, ItemKind::kForward, dev, -1, 1}, kDpStream);
+    g_->AddEdge(last_compute, eid);
+    before_opt = eid;
+  }
+  const std::int32_t oid = Add(TaskType::kOptimizer, {CostKind::kOptimizer, ItemKind::kForward, dev, -1, 1}, kComputeStream);
+  g_->AddEdge(before_opt, oid);
+  // Without overlap_param_gather, ZeRO-1/2 gather the updated parameters after the step.
+  if (gathers_params && !c_.overlap_param_gather) add_param_gathers(oid);
+}
+
+void Builder::AddPipelineEdges() {
   // Cross-stage edges: pipeline sends feed the receiver's first unit.
   for (int i = 0; i < p_; ++i) {
     for (int r = 0; r < R_; ++r) {
       const int dev = Device(i, r);
-      for (const ScheduleItem& it : sched_.order[static_cast<std::size_t>(i)]) {
+      for (const ScheduleItem& it : sk_->sched.order[static_cast<std::size_t>(i)]) {
         const int idx = Index(it.kind, it.microbatch, it.chunk);
         const ItemTasks& me = items_[static_cast<std::size_t>(dev)][static_cast<std::size_t>(idx)];
         const int mc = it.chunk * p_ + i;
         if (it.kind == ItemKind::kForward && mc > 0) {
           const int src = i == 0 ? p_ - 1 : i - 1;
           const int chunk = i == 0 ? it.chunk - 1 : it.chunk;
-          g_.AddEdge(fwd_send_[static_cast<std::size_t>(Device(src, r))]
-                              [static_cast<std::size_t>(Index(ItemKind::kForward, it.microbatch, chunk))],
-                     me.first);
+          g_->AddEdge(fwd_send_[static_cast<std::size_t>(Device(src, r))]
+                               [static_cast<std::size_t>(Index(ItemKind::kForward, it.microbatch, chunk))],
+                      me.first);
         }
         if (it.kind == ItemKind::kBackward) {
           const ItemTasks& f = items_[static_cast<std::size_t>(dev)]
                                      [static_cast<std::size_t>(Index(ItemKind::kForward, it.microbatch, it.chunk))];
-          g_.AddEdge(f.last, me.first);
+          g_->AddEdge(f.last, me.first);
           if (mc < p_ * v_ - 1) {
             const int src = i == p_ - 1 ? 0 : i + 1;
             const int chunk = i == p_ - 1 ? it.chunk + 1 : it.chunk;
-            g_.AddEdge(bwd_send_[static_cast<std::size_t>(Device(src, r))]
-                                [static_cast<std::size_t>(Index(ItemKind::kBackward, it.microbatch, chunk))],
-                       me.first);
+            g_->AddEdge(bwd_send_[static_cast<std::size_t>(Device(src, r))]
+                                 [static_cast<std::size_t>(Index(ItemKind::kBackward, it.microbatch, chunk))],
+                        me.first);
           }
         }
         if (it.kind == ItemKind::kWeight) {
           const ItemTasks& b = items_[static_cast<std::size_t>(dev)]
                                      [static_cast<std::size_t>(Index(ItemKind::kBackward, it.microbatch, it.chunk))];
-          g_.AddEdge(b.last, me.first);
+          g_->AddEdge(b.last, me.first);
         }
       }
     }
@@ -378,11 +503,43 @@ void Builder::Build() {
         (void)prod;
         for (const auto& [prod2, task2] : members) {
           (void)task2;
-          if (prod2 >= 0) g_.AddEdge(prod2, task);
+          if (prod2 >= 0) g_->AddEdge(prod2, task);
         }
       }
     }
   }
+}
+
+/// The skeletons of the last few shapes simulated on this thread, most recent first. The planner
+/// simulates many candidates of one shape (recompute, sequence parallelism, ZeRO-1 vs 2 and the
+/// precision change only numbers), so their graphs are built once.
+Skeleton& SkeletonFor(Builder& b, bool reuse, bool* reused) {
+  constexpr std::size_t kKept = 4;
+  constexpr std::size_t kMaxCachedTasks = std::size_t{1} << 22;  // ~100 MB of graph at most each
+  thread_local std::vector<std::unique_ptr<Skeleton>> cache;
+  std::vector<std::int64_t> shape = b.ShapeOf();
+  if (reuse) {
+    for (std::size_t i = 0; i < cache.size(); ++i) {
+      if (cache[i]->shape != shape) continue;
+      std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
+                  cache.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+      b.Refill(*cache.front());
+      *reused = true;
+      return *cache.front();
+    }
+  }
+  std::unique_ptr<Skeleton> sk;
+  if (cache.size() >= kKept) {
+    sk = std::move(cache.back());  // reuse the oldest one's memory
+    cache.pop_back();
+  } else {
+    sk = std::make_unique<Skeleton>();
+  }
+  sk->shape = std::move(shape);
+  b.Build(*sk);
+  if (!reuse || sk->graph.num_tasks() > kMaxCachedTasks) sk->shape.clear();  // never matched again
+  cache.insert(cache.begin(), std::move(sk));
+  return *cache.front();
 }
 
 }  // namespace
@@ -493,15 +650,15 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     cm.pp_send_intra = cm.pp_send_inter = CollectiveCost{};
   }
   res.num_microbatches = c.num_microbatches();
-  // Without keep_graph the graph and timeline live in thread-local scratch reused across calls
-  // (the planner simulates thousands of configurations; fresh pages cost more than the run).
-  thread_local TaskGraph scratch_graph;
+  // The graph's structure is reused from the last simulation of the same shape on this thread
+  // (SkeletonFor); the timeline lives in thread-local scratch unless the caller keeps it (the
+  // planner simulates thousands of configurations; fresh pages cost more than the run).
   thread_local EngineResult scratch_timeline;
-  TaskGraph& g = opts.keep_graph ? res.graph : scratch_graph;
   EngineResult& er = opts.keep_graph ? res.timeline : scratch_timeline;
-  g.Clear();
-  Builder b(m, c, cl, prof, cm, opts, res, g);
-  b.Build();
+  Builder b(m, c, cl, prof, cm, opts);
+  const Skeleton& sk = SkeletonFor(b, opts.reuse_graph, &res.graph_reused);
+  const TaskGraph& g = sk.graph;
+  res.device_stage = sk.device_stage;
   try {
     g.Run(&er);
   } catch (const SimTimeOverflow&) {
@@ -518,7 +675,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   }
   const double step = SimToSeconds(er.makespan);
   res.step_time_s = step;
-  res.num_tasks = g.tasks().size();
+  res.num_tasks = g.num_tasks();
   res.num_events = er.events;
   const double tokens = static_cast<double>(c.global_batch_size) * static_cast<double>(c.seq_length);
   res.tokens_per_s = tokens / step;
@@ -551,19 +708,14 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   res.executed_flops_utilization = res.executed_flops_per_step / (step * peak);
 
   // Per-stage accounting on replica 0.
-  const auto& tasks = g.tasks();
-  std::vector<std::vector<std::int32_t>> compute_tasks(static_cast<std::size_t>(c.pp));
+  const auto& tasks = g.nodes();
   std::vector<SimTime> dp_last_end(static_cast<std::size_t>(c.pp), 0);
-  for (std::size_t id = 0; id < tasks.size(); ++id) {
-    const Task& t = tasks[id];
-    const int stage = res.device_stage[static_cast<std::size_t>(t.device)];
-    if (b.Device(stage, 0) != t.device) continue;
-    if (t.stream == kComputeStream) compute_tasks[static_cast<std::size_t>(stage)].push_back(static_cast<std::int32_t>(id));
-    if (t.stream == kDpStream || t.stream == kDpGatherStream) {
-      dp_last_end[static_cast<std::size_t>(stage)] = std::max(dp_last_end[static_cast<std::size_t>(stage)], er.end[id]);
+  for (int i = 0; i < c.pp; ++i) {
+    for (std::int32_t id : sk.dp_tasks[static_cast<std::size_t>(i)]) {
+      dp_last_end[static_cast<std::size_t>(i)] = std::max(dp_last_end[static_cast<std::size_t>(i)], er.end[static_cast<std::size_t>(id)]);
     }
   }
-  const PipelineSchedule& sched = b.schedule();
+  const PipelineSchedule& sched = sk.sched;
   for (int i = 0; i < c.pp; ++i) {
     StageResult sr;
     sr.stage = i;
@@ -571,11 +723,11 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     for (const auto& cc : chunks) sr.layers += cc.layers;
     StageBreakdown& bd = sr.time;
     SimTime prev_end = 0;
-    auto& ids = compute_tasks[static_cast<std::size_t>(i)];
+    const auto& ids = sk.compute_tasks[static_cast<std::size_t>(i)];
     // Task ids of one stream are in program order, which is start order.
     for (std::int32_t id : ids) {
       const auto u = static_cast<std::size_t>(id);
-      const Task& t = tasks[u];
+      const TaskNode& t = tasks[u];
       const double gap = SimToSeconds(er.start[u] - prev_end);
       if (gap > 0) {
         const std::int32_t gp = er.gating_pred[u];
@@ -633,7 +785,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     // Memory.
     StageMemory& mem = sr.memory;
     mem = StaticStageMemory(cm, c, prof, i);
-    mem.activations_bytes = er.peak_dynamic_bytes[static_cast<std::size_t>(b.Device(i, 0))];
+    mem.activations_bytes = er.peak_dynamic_bytes[static_cast<std::size_t>(i * (opts.full_rank ? c.dp : 1))];
     mem.peak_bytes = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes +
                      mem.activations_bytes + mem.comm_buffer_bytes + mem.framework_bytes;
     // Micro-batches in flight (forward done, backward not yet) at the peak of the schedule, and
@@ -690,19 +842,24 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
         cur = static_cast<std::int32_t>(id);
       }
     }
-    std::map<std::pair<int, int>, std::pair<int, double>> agg;  // (stage, type) -> count, seconds
+    // (stage, type) -> tasks, seconds
+    constexpr int kTypes = static_cast<int>(TaskType::kJoin) + 1;
+    std::vector<std::pair<int, double>> agg(static_cast<std::size_t>(c.pp * kTypes), {0, 0.0});
     int hops = 0;
     while (cur >= 0) {
       const auto u = static_cast<std::size_t>(cur);
-      const Task& t = tasks[u];
-      auto& a = agg[{res.device_stage[static_cast<std::size_t>(t.device)], static_cast<int>(t.type)}];
+      const TaskNode& t = tasks[u];
+      auto& a = agg[static_cast<std::size_t>(res.device_stage[static_cast<std::size_t>(t.device)] * kTypes +
+                                             static_cast<int>(t.type))];
       a.first += 1;
       a.second += SimToSeconds(er.end[u] - er.start[u]);
       cur = er.gating_pred[u];
       ++hops;
     }
-    for (const auto& [k, v] : agg) {
-      res.critical_shares.push_back({k.first, ToString(static_cast<TaskType>(k.second)), v.first, v.second});
+    for (std::size_t k = 0; k < agg.size(); ++k) {
+      if (agg[k].first == 0) continue;
+      res.critical_shares.push_back({static_cast<int>(k) / kTypes, ToString(static_cast<TaskType>(static_cast<int>(k) % kTypes)),
+                                     agg[k].first, agg[k].second});
     }
     std::sort(res.critical_shares.begin(), res.critical_shares.end(),
               [](const auto& x, const auto& y) { return x.seconds > y.seconds; });
@@ -716,6 +873,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
                                               FormatSeconds(cs.seconds)));
     }
   }
+  if (opts.keep_graph) res.graph = g;
   return res;
 }
 
@@ -810,11 +968,11 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
 
 std::string ChromeTrace(const SimulationResult& r) {
   Json events = Json::array();
-  const auto& tasks = r.graph.tasks();
+  const auto& tasks = r.graph.nodes();
   std::map<int, bool> seen_dev;
   std::map<std::pair<int, int>, bool> seen_thread;
   for (std::size_t id = 0; id < tasks.size(); ++id) {
-    const Task& t = tasks[id];
+    const TaskNode& t = tasks[id];
     if (t.type == TaskType::kJoin) continue;
     const int pid = t.device;
     if (!seen_dev[pid]) {

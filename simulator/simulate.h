@@ -27,6 +27,9 @@ struct SimulateOptions {
   /// The schedule alone, as the closed forms assume it: every chunk costs the mean chunk cost
   /// (rounded to whole nanoseconds), communication, data parallelism and the optimizer are free.
   bool ideal_pipeline = false;
+  /// Reuse the task graph of the last simulation of the same shape on this thread, giving it
+  /// this configuration's numbers (identical results, a fraction of the time). Off: build anew.
+  bool reuse_graph = true;
 };
 
 /// Time of one stage, in seconds; the parts add up to the step time.
@@ -108,6 +111,9 @@ struct SimulationResult {
   std::int64_t num_microbatches = 0;
   std::size_t num_tasks = 0;
   std::uint64_t num_events = 0;
+  /// The task graph's structure came from an earlier simulation of the same shape on this
+  /// thread (SimulateOptions::reuse_graph); the numbers are this configuration's.
+  bool graph_reused = false;
   // Kept when SimulateOptions::keep_graph.
   TaskGraph graph;
   EngineResult timeline;

@@ -53,9 +53,9 @@ TEST(Program, FollowsTheSimulatorsScheduleOnEveryStage) {
       }
       // ... equal the compute-stream tasks the simulator scheduled on this stage.
       std::vector<std::tuple<int, int, int>> from_sim;
-      const auto& tasks = r.graph.tasks();
+      const auto& tasks = r.graph.nodes();
       for (std::size_t i = 0; i < tasks.size(); ++i) {
-        const Task& t = tasks[i];
+        const TaskNode& t = tasks[i];
         if (t.device != stage || t.stream != 0 || t.type == TaskType::kOptimizer) continue;
         const int kind = t.type == TaskType::kForward ? 0 : t.type == TaskType::kBackward ? 1 : 2;
         auto key = std::make_tuple(kind, t.microbatch, t.chunk);

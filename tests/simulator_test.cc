@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/json_reader.h"
+#include "common/text.h"
 #include "models/loader.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulate.h"
@@ -258,7 +259,7 @@ TEST(Engine, InvariantsOnARealStep) {
   o.keep_graph = true;
   SimulationResult r = Simulate(m, c, cl, 16, DefaultProfile(cl), o);
   ASSERT_TRUE(r.feasible);
-  const auto& tasks = r.graph.tasks();
+  const auto& tasks = r.graph.nodes();
   const auto& tl = r.timeline;
   std::map<std::pair<int, int>, std::vector<std::pair<SimTime, SimTime>>> streams;
   for (std::size_t i = 0; i < tasks.size(); ++i) {
@@ -793,6 +794,106 @@ TEST(EngineSpeedWork, ResultsEqualTheReferenceEngines) {
       EXPECT_EQ(j["stages"][i]["bubble_fraction"], c["stage_bubble_fraction"][i]) << args << " stage " << i;
     }
   }
+}
+
+// Issue 14 (engine speed): a graph reused from an earlier configuration of the same shape, with
+// this configuration's numbers written into it, gives exactly the result of a graph built anew,
+// whatever ran before it on the thread. Pairs below share a shape and differ in numbers
+// (recompute, sequence parallelism, ZeRO-1 vs 2, bytes of the parameter gather, the profile).
+TEST(EngineSpeedWork, ReusedGraphsGiveTheResultsOfNewOnes) {
+  const Model m = SmallGpt();
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  HardwareProfile slow_net = prof;
+  slow_net.nic_effective_GBps /= 4;
+  struct Case {
+    ParallelConfig c;
+    std::int64_t gpus;
+    const HardwareProfile* prof;
+    SimulateOptions o;
+  };
+  std::vector<Case> cases;
+  auto add = [&](ParallelConfig c, std::int64_t gpus, const HardwareProfile* p = nullptr, SimulateOptions o = {}) {
+    cases.push_back({c, gpus, p ? p : &prof, o});
+  };
+  ParallelConfig inter = Config(2, 4, 4, 1, 64, Schedule::kInterleaved, 3);
+  inter.zero_stage = 1;
+  add(inter, 32);
+  inter.recompute = Recompute::kFull;
+  inter.sequence_parallel = true;
+  add(inter, 32);                 // same shape, other numbers
+  add(inter, 32, &slow_net);      // same shape, another profile
+  inter.param_gather_bytes = 1;
+  add(inter, 32);
+  inter.overlap_param_gather = true;
+  add(inter, 32);                 // another shape (gathers gate the first forwards)
+  ParallelConfig dp_only = Config(2, 1, 8, 1, 32);
+  dp_only.zero_stage = 1;
+  add(dp_only, 16);
+  dp_only.zero_stage = 2;
+  add(dp_only, 16);
+  ParallelConfig onef = Config(1, 2, 8, 2, 64);
+  onef.overlap_grad_reduce = false;
+  add(onef, 16);
+  onef.recompute = Recompute::kSelective;
+  add(onef, 16);
+  ParallelConfig zb = Config(2, 4, 2, 1, 32, Schedule::kZbH1);
+  add(zb, 16);
+  zb.p2p_blocking = true;
+  add(zb, 16);
+  ParallelConfig gpipe = Config(4, 2, 2, 1, 16, Schedule::kGpipe);
+  add(gpipe, 16);
+  ParallelConfig fsdp = Config(1, 1, 8, 1, 32);
+  fsdp.zero_stage = 3;
+  add(fsdp, 8);
+  fsdp.param_gather_bytes = 1;
+  add(fsdp, 8);
+  SimulateOptions full;
+  full.full_rank = true;
+  add(Config(1, 2, 4, 1, 16), 8, nullptr, full);
+  SimulateOptions ideal;
+  ideal.ideal_pipeline = true;
+  add(Config(1, 4, 1, 1, 16, Schedule::kInterleaved, 2), 4, nullptr, ideal);
+  add(Config(1, 4, 1, 1, 16, Schedule::kInterleaved, 2), 4);
+
+  auto dump = [&](const Case& k, const SimulationResult& r) {
+    Json j = ResultToJson(r, m, k.c, cl, k.gpus);
+    j["critical_path_lines"] = r.critical_path;
+    return j.dump();
+  };
+  std::vector<std::string> fresh;
+  for (const Case& k : cases) {
+    SimulateOptions o = k.o;
+    o.reuse_graph = false;
+    const SimulationResult r = Simulate(m, k.c, cl, k.gpus, *k.prof, o);
+    ASSERT_TRUE(r.feasible) << Join(r.reasons, "; ");
+    EXPECT_FALSE(r.graph_reused);
+    fresh.push_back(dump(k, r));
+  }
+  // Forward, backward and interleaved orders: every case follows a different predecessor.
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < cases.size(); ++i) order.push_back(i);
+  std::vector<std::size_t> backward(order.rbegin(), order.rend());
+  std::vector<std::size_t> mixed;
+  for (std::size_t i = 0; i < cases.size(); ++i) mixed.push_back((i * 7) % cases.size());
+  int reused = 0;
+  for (const auto& seq : {order, backward, mixed, order}) {
+    for (std::size_t i : seq) {
+      const Case& k = cases[i];
+      const SimulationResult r = Simulate(m, k.c, cl, k.gpus, *k.prof, k.o);
+      reused += r.graph_reused ? 1 : 0;
+      EXPECT_EQ(dump(k, r), fresh[i]) << "case " << i;
+    }
+  }
+  EXPECT_GT(reused, static_cast<int>(cases.size()));  // the reuse path was exercised
+  // A kept graph is the reused graph, with its timeline.
+  SimulateOptions keep;
+  keep.keep_graph = true;
+  Simulate(m, cases[0].c, cl, cases[0].gpus, prof);
+  const SimulationResult kept = Simulate(m, cases[0].c, cl, cases[0].gpus, prof, keep);
+  EXPECT_TRUE(kept.graph_reused);
+  EXPECT_EQ(kept.graph.num_tasks(), kept.num_tasks);
+  EXPECT_EQ(kept.timeline.end.size(), kept.num_tasks);
 }
 
 }  // namespace
