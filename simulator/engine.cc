@@ -47,6 +47,11 @@ std::int32_t TaskGraph::AddTask(const Task& t) {
   return AddTask(n);
 }
 
+void TaskGraph::ThrowBadCost(std::int32_t cost) const {
+  throw InternalError(fmt::format("task {} names cost {}, but the graph has {} costs", nodes_.size(), cost,
+                                  costs_.size()));
+}
+
 Task TaskGraph::task(std::int32_t id) const {
   const TaskNode& n = nodes_[static_cast<std::size_t>(id)];
   Task t;

@@ -114,6 +114,7 @@ class TaskGraph {
   std::int32_t AddTask(const Task& t);
   /// Adds a task running `node.cost`, an index returned by AddCost.
   std::int32_t AddTask(const TaskNode& node) {
+    if (node.cost < 0 || static_cast<std::size_t>(node.cost) >= costs_.size()) ThrowBadCost(node.cost);
     nodes_.push_back(node);
     csr_valid_ = false;
     return static_cast<std::int32_t>(nodes_.size() - 1);
@@ -152,7 +153,9 @@ class TaskGraph {
 
   /// Runs the simulation. Throws InternalError naming the tasks of a dependency cycle (found
   /// with Boost.Graph's depth-first search) if some tasks can never start, and SimTimeOverflow
-  /// when a task would end after kMaxSimTime.
+  /// when a task would end after kMaxSimTime (the result's timeline is then partial). The first
+  /// run after the edges change builds the successor lists, so one graph must not be run from
+  /// two threads at once (copies and separate graphs may).
   EngineResult Run() const;
   /// The same, reusing `out`'s memory (for callers that simulate many configurations).
   void Run(EngineResult* out) const;
@@ -162,6 +165,7 @@ class TaskGraph {
  private:
   /// Successor lists (CSR) and in-degrees, built on the first Run after the edges change.
   void BuildCsr() const;
+  [[noreturn]] void ThrowBadCost(std::int32_t cost) const;
 
   std::vector<TaskNode> nodes_;
   std::vector<TaskCost> costs_;

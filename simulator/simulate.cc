@@ -510,13 +510,16 @@ void Builder::AddPipelineEdges() {
   }
 }
 
-/// The skeletons of the last few shapes simulated on this thread, most recent first. The planner
-/// simulates many candidates of one shape (recompute, sequence parallelism, ZeRO-1 vs 2 and the
-/// precision change only numbers), so their graphs are built once.
+/// The skeletons of the last four shapes simulated on this thread, most recent first. The planner
+/// simulates many candidates of one shape (recompute, sequence parallelism and ZeRO-1 vs 2 with
+/// the same buckets change only numbers), so their graphs are built once.
 Skeleton& SkeletonFor(Builder& b, bool reuse, bool* reused) {
   constexpr std::size_t kKept = 4;
-  constexpr std::size_t kMaxCachedTasks = std::size_t{1} << 22;  // ~100 MB of graph at most each
+  // A graph is kept only up to 2^20 tasks (some 60 MB with its edges); larger ones, and all
+  // graphs when reuse is off, are built in one scratch skeleton per thread.
+  constexpr std::size_t kMaxCachedTasks = std::size_t{1} << 20;
   thread_local std::vector<std::unique_ptr<Skeleton>> cache;
+  thread_local std::unique_ptr<Skeleton> scratch;
   std::vector<std::int64_t> shape = b.ShapeOf();
   if (reuse) {
     for (std::size_t i = 0; i < cache.size(); ++i) {
@@ -528,17 +531,21 @@ Skeleton& SkeletonFor(Builder& b, bool reuse, bool* reused) {
       return *cache.front();
     }
   }
-  std::unique_ptr<Skeleton> sk;
-  if (cache.size() >= kKept) {
-    sk = std::move(cache.back());  // reuse the oldest one's memory
-    cache.pop_back();
-  } else {
-    sk = std::make_unique<Skeleton>();
+  if (!scratch) scratch = std::make_unique<Skeleton>();
+  scratch->shape = std::move(shape);
+  b.Build(*scratch);
+  if (!reuse || scratch->graph.num_tasks() > kMaxCachedTasks) {
+    scratch->shape.clear();
+    return *scratch;
   }
-  sk->shape = std::move(shape);
-  b.Build(*sk);
-  if (!reuse || sk->graph.num_tasks() > kMaxCachedTasks) sk->shape.clear();  // never matched again
-  cache.insert(cache.begin(), std::move(sk));
+  // Keep it: the oldest kept skeleton's memory becomes the next scratch.
+  std::unique_ptr<Skeleton> next;
+  if (cache.size() >= kKept) {
+    next = std::move(cache.back());
+    cache.pop_back();
+  }
+  cache.insert(cache.begin(), std::move(scratch));
+  scratch = std::move(next);
   return *cache.front();
 }
 
@@ -671,6 +678,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
         "profile's or GPU's rates (peak {:g} TFLOP/s, HBM {:g} GB/s) are too small for this work",
         SimToSeconds(kMaxSimTime) / (365.25 * 86400), static_cast<double>(kMaxSimTime),
         prof.gemm_peak_tflops, prof.hbm_GBps));
+    if (opts.keep_graph) res.graph = g;  // the timeline is partial: tasks after the overflow never ran
     return res;
   }
   const double step = SimToSeconds(er.makespan);

@@ -229,6 +229,17 @@ TEST(Engine, ComputeSlowsWhileCommunicationOverlaps) {
   EXPECT_EQ(r.end[static_cast<std::size_t>(ic)], 108000000);
 }
 
+TEST(Engine, ATaskMustNameACostOfItsGraph) {
+  TaskGraph g;
+  g.AddDevice(Device{});
+  TaskNode t;  // cost -1
+  EXPECT_THROW(g.AddTask(t), InternalError);
+  t.cost = g.AddCost(TaskCost{});
+  EXPECT_EQ(g.AddTask(t), 0);
+  t.cost = 1;
+  EXPECT_THROW(g.AddTask(t), InternalError);
+}
+
 TEST(Engine, CycleIsNamed) {
   TaskGraph g;
   g.AddDevice(Device{});
