@@ -153,7 +153,7 @@ class TaskGraph {
 
   /// Runs the simulation. Throws InternalError naming the tasks of a dependency cycle (found
   /// with Boost.Graph's depth-first search) if some tasks can never start, and SimTimeOverflow
-  /// when a task would end after kMaxSimTime (the result's timeline is then partial). The first
+  /// when a task would end after kMaxSimTime (the result's timeline is then not filled). The first
   /// run after the edges change builds the successor lists, so one graph must not be run from
   /// two threads at once (copies and separate graphs may).
   EngineResult Run() const;
@@ -173,9 +173,16 @@ class TaskGraph {
   std::vector<Link> links_;
   std::vector<Device> devices_;
   mutable bool csr_valid_ = false;
-  mutable std::vector<std::int32_t> row_;      // CSR offsets (n + 1)
+  /// What the event loop reads of a task, in one place: its successors' range in `targets_`,
+  /// its cost and device, whether it is a join.
+  struct Hot {
+    std::int32_t succ_begin, succ_end, cost, device;
+    std::int32_t indeg;  // predecessors
+    std::int32_t join;
+  };
+  mutable std::vector<Hot> hot_;
   mutable std::vector<std::int32_t> targets_;  // CSR successors
-  mutable std::vector<std::int32_t> indeg_;    // predecessors per task
+  mutable std::vector<std::int32_t> sources_;  // tasks without predecessors, in id order
 };
 
 }  // namespace shardcast

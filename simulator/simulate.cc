@@ -678,7 +678,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
         "profile's or GPU's rates (peak {:g} TFLOP/s, HBM {:g} GB/s) are too small for this work",
         SimToSeconds(kMaxSimTime) / (365.25 * 86400), static_cast<double>(kMaxSimTime),
         prof.gemm_peak_tflops, prof.hbm_GBps));
-    if (opts.keep_graph) res.graph = g;  // the timeline is partial: tasks after the overflow never ran
+    if (opts.keep_graph) res.graph = g;  // without a timeline: the run did not finish
     return res;
   }
   const double step = SimToSeconds(er.makespan);
