@@ -1,6 +1,7 @@
 // Speed of shardcast itself (docs/performance.md). Run: ./build/bench/shardcast_bench
 #include <benchmark/benchmark.h>
 
+#include "bench/gpt3_config.h"
 #include "models/loader.h"
 #include "simulator/simulate.h"
 
@@ -14,17 +15,7 @@ void BM_SimulateGpt3_175b(benchmark::State& state) {
   const Model m = LoadModel("gpt3-175b");
   const Cluster cl = LoadCluster("dgx-a100");
   const HardwareProfile prof = DefaultProfile(cl);
-  ParallelConfig c;
-  c.tp = 8;
-  c.pp = 8;
-  c.dp = gpus / 64;
-  c.vp = 3;
-  c.schedule = Schedule::kInterleaved;
-  c.micro_batch_size = 1;
-  c.global_batch_size = 96 * c.dp;
-  c.sequence_parallel = true;
-  c.recompute = Recompute::kSelective;
-  c.zero_stage = 1;
+  const ParallelConfig c = Gpt3BenchConfig(8, gpus);
   std::size_t tasks = 0;
   for (auto _ : state) {
     SimulationResult r = Simulate(m, c, cl, gpus, prof);
@@ -41,17 +32,7 @@ void BM_SimulateGpt3_175b_Pp16(benchmark::State& state) {
   const Model m = LoadModel("gpt3-175b");
   const Cluster cl = LoadCluster("dgx-a100");
   const HardwareProfile prof = DefaultProfile(cl);
-  ParallelConfig c;
-  c.tp = 8;
-  c.pp = 16;
-  c.dp = 8;
-  c.vp = 3;
-  c.schedule = Schedule::kInterleaved;
-  c.micro_batch_size = 1;
-  c.global_batch_size = 96 * c.dp;
-  c.sequence_parallel = true;
-  c.recompute = Recompute::kSelective;
-  c.zero_stage = 1;
+  const ParallelConfig c = Gpt3BenchConfig(16, 1024);
   std::size_t tasks = 0;
   for (auto _ : state) {
     SimulationResult r = Simulate(m, c, cl, 1024, prof);
@@ -62,24 +43,15 @@ void BM_SimulateGpt3_175b_Pp16(benchmark::State& state) {
 }
 BENCHMARK(BM_SimulateGpt3_175b_Pp16)->Unit(benchmark::kMicrosecond);
 
-// The 1024-GPU case with the graph built anew every time (SimulateOptions::reuse_graph off): what
+// The 1024-GPU cases (argument: PP 8 or 16) with the graph built anew every time
+// (SimulateOptions::reuse_graph off): what
 // the first configuration of a shape costs; the ones above reuse the graph as `plan` does for
 // candidates of one shape.
 void BM_SimulateGpt3_175b_NewGraph(benchmark::State& state) {
   const Model m = LoadModel("gpt3-175b");
   const Cluster cl = LoadCluster("dgx-a100");
   const HardwareProfile prof = DefaultProfile(cl);
-  ParallelConfig c;
-  c.tp = 8;
-  c.pp = state.range(0);
-  c.dp = 1024 / (8 * c.pp);
-  c.vp = 3;
-  c.schedule = Schedule::kInterleaved;
-  c.micro_batch_size = 1;
-  c.global_batch_size = 96 * c.dp;
-  c.sequence_parallel = true;
-  c.recompute = Recompute::kSelective;
-  c.zero_stage = 1;
+  const ParallelConfig c = Gpt3BenchConfig(state.range(0), 1024);
   SimulateOptions o;
   o.reuse_graph = false;
   std::size_t tasks = 0;
