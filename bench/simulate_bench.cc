@@ -44,9 +44,8 @@ void BM_SimulateGpt3_175b_Pp16(benchmark::State& state) {
 BENCHMARK(BM_SimulateGpt3_175b_Pp16)->Unit(benchmark::kMicrosecond);
 
 // The 1024-GPU cases (argument: PP 8 or 16) with the graph built anew every time
-// (SimulateOptions::reuse_graph off): what
-// the first configuration of a shape costs; the ones above reuse the graph as `plan` does for
-// candidates of one shape.
+// (SimulateOptions::reuse_graph off): what the first configuration of a shape costs; the ones
+// above reuse the graph as `plan` does for candidates of one shape.
 void BM_SimulateGpt3_175b_NewGraph(benchmark::State& state) {
   const Model m = LoadModel("gpt3-175b");
   const Cluster cl = LoadCluster("dgx-a100");
