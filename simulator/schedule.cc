@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <memory>
 
 #include "common/error.h"
 
@@ -109,6 +110,28 @@ PipelineSchedule MakeSchedule(Schedule kind, int p, int m, int v) {
     }
   }
   return s;
+}
+
+const PipelineSchedule& SharedSchedule(Schedule kind, int p, int m, int v) {
+  // Most recent first; the planner bounds thousands of candidates with a handful of shapes.
+  constexpr std::size_t kKept = 8;
+  struct Entry {
+    Schedule kind;
+    int p, m, v;
+    std::shared_ptr<const PipelineSchedule> sched;
+  };
+  thread_local std::vector<Entry> cache;
+  for (std::size_t i = 0; i < cache.size(); ++i) {
+    const Entry& e = cache[i];
+    if (e.kind != kind || e.p != p || e.m != m || e.v != v) continue;
+    std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
+                cache.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    return *cache.front().sched;
+  }
+  auto made = std::make_shared<const PipelineSchedule>(MakeSchedule(kind, p, m, v));
+  if (cache.size() >= kKept) cache.pop_back();
+  cache.insert(cache.begin(), Entry{kind, p, m, v, std::move(made)});
+  return *cache.front().sched;
 }
 
 }  // namespace shardcast

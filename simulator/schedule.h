@@ -38,4 +38,9 @@ inline bool SplitsWeightGradients(Schedule kind) { return kind == Schedule::kZbH
 ///   where 1F1B waits for gradients.
 PipelineSchedule MakeSchedule(Schedule kind, int stages, int microbatches, int chunks);
 
+/// MakeSchedule's result, kept for the last few (kind, stages, micro-batches, chunks) asked for
+/// on this thread (the planner's bounds ask for the same few thousands of times). The reference
+/// stays valid until the ninth different schedule is asked for on the same thread.
+const PipelineSchedule& SharedSchedule(Schedule kind, int stages, int microbatches, int chunks);
+
 }  // namespace shardcast

@@ -152,8 +152,15 @@ class Builder {
   // Build state.
   TaskGraph* g_ = nullptr;
   Skeleton* sk_ = nullptr;
-  /// [device][kind][item][chunk] -> (units, cost id) pairs seen.
-  std::vector<std::vector<std::pair<int, std::int32_t>>> cost_ids_;
+  /// [device][kind][item][chunk] -> the (units, cost id) pairs seen: at most two per slot (an
+  /// item kind is split in one way besides whole), more in `cost_ids_more_`. Flat, as a graph
+  /// of a new shape is built for most of the planner's simulations.
+  struct CostSlot {
+    std::int32_t units[2] = {0, 0};  // 0: unused (units are >= 1)
+    std::int32_t id[2] = {-1, -1};
+  };
+  std::vector<CostSlot> cost_ids_;
+  std::vector<std::array<std::int32_t, 3>> cost_ids_more_;  // slot, units, id
   std::int32_t& LastOn(int device, int stream) {
     return last_on_stream_[static_cast<std::size_t>(device * kNumStreams + stream)];
   }
@@ -266,13 +273,24 @@ std::int32_t Builder::CostId(const CostKey& k) {
       ((static_cast<std::size_t>(k.device) * 10 + static_cast<std::size_t>(k.kind)) * 3 + static_cast<std::size_t>(k.item)) *
           static_cast<std::size_t>(v_) +
       static_cast<std::size_t>(std::max(0, k.chunk));
-  auto& seen = cost_ids_[slot];
-  for (const auto& [units, id] : seen) {
-    if (units == k.units) return id;
+  CostSlot& seen = cost_ids_[slot];
+  for (int j = 0; j < 2; ++j) {
+    if (seen.units[j] == k.units) return seen.id[j];
+  }
+  for (const auto& [sl, units, id] : cost_ids_more_) {
+    if (sl == static_cast<std::int32_t>(slot) && units == k.units) return id;
   }
   const std::int32_t id = g_->AddCost(CostOf(k));
   sk_->cost_keys.push_back(k);
-  seen.emplace_back(k.units, id);
+  if (seen.units[0] == 0) {
+    seen.units[0] = k.units;
+    seen.id[0] = id;
+  } else if (seen.units[1] == 0) {
+    seen.units[1] = k.units;
+    seen.id[1] = id;
+  } else {
+    cost_ids_more_.push_back({static_cast<std::int32_t>(slot), k.units, id});
+  }
   return id;
 }
 
@@ -289,11 +307,12 @@ void Builder::Build(Skeleton& sk) {
   g_ = &sk.graph;
   sk.graph.Clear();
   sk.cost_keys.clear();
-  sk.sched = MakeSchedule(c_.schedule, p_, mb_, v_);
+  sk.sched = SharedSchedule(c_.schedule, p_, mb_, v_);
   const int devices = p_ * R_;
   sk.device_stage.assign(static_cast<std::size_t>(devices), 0);
   last_on_stream_.assign(static_cast<std::size_t>(devices * kNumStreams), -1);
-  cost_ids_.assign(static_cast<std::size_t>(devices * 10 * 3 * v_), {});
+  cost_ids_.assign(static_cast<std::size_t>(devices * 10 * 3 * v_), CostSlot{});
+  cost_ids_more_.clear();
   for (int i = 0; i < p_; ++i) {
     for (int r = 0; r < R_; ++r) {
       const int id = g_->AddDevice(DeviceOf());
@@ -580,8 +599,8 @@ Bounds LowerBounds(const Model& m, const ParallelConfig& cfg, const Cluster& cl,
   Bounds bd;
   const CostModel cm = BuildCostModel(m, c, cl, prof);
   const int v = static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1);
-  const PipelineSchedule sched = MakeSchedule(c.schedule, static_cast<int>(c.pp),
-                                              static_cast<int>(c.num_microbatches()), v);
+  const PipelineSchedule& sched = SharedSchedule(c.schedule, static_cast<int>(c.pp),
+                                                static_cast<int>(c.num_microbatches()), v);
   const bool split = sched.split_weight;
   for (int i = 0; i < c.pp; ++i) {
     const auto& chunks = cm.chunks[static_cast<std::size_t>(i)];

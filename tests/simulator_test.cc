@@ -181,6 +181,32 @@ TEST(Memory, StaticStateFollowsZeroBytesPerParam) {
 
 // ---- engine ---------------------------------------------------------------------------------
 
+// The planner's bounds share schedules per (kind, stages, micro-batches, chunks); what they read
+// must be MakeSchedule's, also after the cache has turned over.
+TEST(Schedule, SharedScheduleIsMakeSchedule) {
+  auto same = [](const PipelineSchedule& a, const PipelineSchedule& b) {
+    if (a.stages != b.stages || a.microbatches != b.microbatches || a.chunks != b.chunks ||
+        a.split_weight != b.split_weight || a.order.size() != b.order.size()) {
+      return false;
+    }
+    for (std::size_t i = 0; i < a.order.size(); ++i) {
+      if (a.order[i].size() != b.order[i].size()) return false;
+      for (std::size_t j = 0; j < a.order[i].size(); ++j) {
+        const ScheduleItem& x = a.order[i][j];
+        const ScheduleItem& y = b.order[i][j];
+        if (x.kind != y.kind || x.microbatch != y.microbatch || x.chunk != y.chunk) return false;
+      }
+    }
+    return true;
+  };
+  for (Schedule s : {Schedule::kGpipe, Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1}) {
+    EXPECT_TRUE(same(SharedSchedule(s, 4, 8, 2), MakeSchedule(s, 4, 8, 2))) << ToString(s);
+  }
+  for (int m = 4; m <= 40; m += 4) SharedSchedule(Schedule::k1F1B, 4, m, 1);  // turn the cache over
+  EXPECT_TRUE(same(SharedSchedule(Schedule::kInterleaved, 4, 8, 2), MakeSchedule(Schedule::kInterleaved, 4, 8, 2)));
+  EXPECT_TRUE(same(SharedSchedule(Schedule::k1F1B, 4, 40, 1), MakeSchedule(Schedule::k1F1B, 4, 40, 1)));
+}
+
 TEST(Engine, SharedLinkSplitsBandwidth) {
   // Link of 10 GB/s. Flow A: 1e9 bytes from t=0. Flow B: 0.5e9 bytes from t=50 ms. A runs alone
   // at 10 GB/s for 50 ms (0.5e9 bytes), then both run at 5 GB/s: B needs 100 ms, A's remaining
