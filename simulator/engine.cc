@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <queue>
 
 #include <boost/graph/compressed_sparse_row_graph.hpp>
 #include <boost/graph/depth_first_search.hpp>
@@ -37,12 +36,7 @@ const char* ToString(TaskType t) {
 
 std::int32_t TaskGraph::AddTask(const Task& t) {
   TaskNode n;
-  n.type = t.type;
-  n.device = t.device;
-  n.stream = t.stream;
-  n.microbatch = t.microbatch;
-  n.chunk = t.chunk;
-  n.unit = t.unit;
+  static_cast<TaskPlace&>(n) = t;
   n.cost = AddCost(t);
   return AddTask(n);
 }
@@ -56,12 +50,7 @@ Task TaskGraph::task(std::int32_t id) const {
   const TaskNode& n = nodes_[static_cast<std::size_t>(id)];
   Task t;
   static_cast<TaskCost&>(t) = costs_[static_cast<std::size_t>(n.cost)];
-  t.type = n.type;
-  t.device = n.device;
-  t.stream = n.stream;
-  t.microbatch = n.microbatch;
-  t.chunk = n.chunk;
-  t.unit = n.unit;
+  static_cast<TaskPlace&>(t) = n;
   return t;
 }
 
@@ -87,7 +76,7 @@ namespace {
 
 using Csr = boost::compressed_sparse_row_graph<boost::directedS>;
 
-/// 16 bytes, as the heap moves these most. `seq` orders simultaneous events deterministically
+/// 16 bytes, as the event queue moves these most. `seq` orders simultaneous events deterministically
 /// and identifies the task's latest event (older ones are skipped when they surface).
 struct Event {
   SimTime time;
@@ -163,11 +152,9 @@ struct Workspace {
   std::vector<DeviceRun> dev;
   std::vector<Running> running;       // slot pool (its size is the pool's capacity)
   std::vector<std::int32_t> free_slots;
-  std::vector<Event> heap;            // pending events, latest (time, seq) first; size = capacity
+  std::vector<Event> pending;         // pending events, latest (time, seq) first; size = capacity
   std::vector<std::vector<std::int32_t>> link_flows;
 };
-
-std::vector<std::int32_t>& link_flows_of(Workspace& ws, std::size_t l) { return ws.link_flows[l]; }
 
 }  // namespace
 
@@ -194,9 +181,10 @@ void TaskGraph::Run(EngineResult* out) const {
   }
   if (ws.running.size() < 64) ws.running.resize(64);
   ws.free_slots.resize(ws.running.size());
-  if (ws.heap.size() < 64) ws.heap.resize(64);
+  if (ws.pending.size() < 64) ws.pending.resize(64);
   ws.link_flows.resize(links_.size());
   for (auto& f : ws.link_flows) f.clear();
+  auto& link_flows = ws.link_flows;
 
   EngineResult& r = *out;
   r.events = 0;
@@ -218,8 +206,8 @@ void TaskGraph::Run(EngineResult* out) const {
   Running* run = ws.running.data();
   std::int32_t* free_slots = ws.free_slots.data();
   std::size_t used_slots = 0, nfree = 0;
-  Event* heap = ws.heap.data();
-  std::size_t hn = 0;
+  Event* pending = ws.pending.data();
+  std::size_t npending = 0;
 
   std::uint32_t seq = 0;
   SimTime now = 0;
@@ -231,18 +219,18 @@ void TaskGraph::Run(EngineResult* out) const {
   // few per device pending (8 on average in the 1,024-GPU GPT-3 benchmark), where a sorted
   // insertion moves fewer bytes than a binary heap's sift-down on every pop.
   auto push = [&](const Event& ev) SHARDCAST_INLINE {
-    if (hn == ws.heap.size()) {
-      ws.heap.resize(2 * hn);
-      heap = ws.heap.data();
+    if (npending == ws.pending.size()) {
+      ws.pending.resize(2 * npending);
+      pending = ws.pending.data();
     }
-    std::size_t i = hn++;
-    while (i > 0 && ev > heap[i - 1]) {
-      heap[i] = heap[i - 1];
+    std::size_t i = npending++;
+    while (i > 0 && ev > pending[i - 1]) {
+      pending[i] = pending[i - 1];
       --i;
     }
-    heap[i] = ev;
+    pending[i] = ev;
   };
-  auto pop = [&]() SHARDCAST_INLINE { return heap[--hn]; };
+  auto pop = [&]() SHARDCAST_INLINE { return pending[--npending]; };
   auto schedule = [&](std::int32_t id, Running& s, SimTime at) SHARDCAST_INLINE {
     s.sched_at = at;
     ++pushes;
@@ -263,7 +251,7 @@ void TaskGraph::Run(EngineResult* out) const {
     return now + delta;
   };
   // After a rate change: an earlier finish needs a new event; a later one keeps the pending
-  // event, which re-checks the remaining work when it fires (halves the heap traffic).
+  // event, which re-checks the remaining work when it fires (halves the queue traffic).
   auto reschedule = [&](std::int32_t id, Running& s) SHARDCAST_INLINE {
     const SimTime f = finish_at(id, s);
     if (f < s.sched_at) schedule(id, s, f);
@@ -290,7 +278,7 @@ void TaskGraph::Run(EngineResult* out) const {
     reschedule(c, s);
   };
   auto refresh_link = [&](std::size_t l) SHARDCAST_INLINE {
-    const auto& flows = link_flows_of(ws, l);
+    const auto& flows = link_flows[l];
     if (flows.empty()) return;
     // x / 1.0 == x: a lone flow's share is the link's capacity, without the division.
     const double share = flows.size() == 1 ? links_[l].capacity_GBps
@@ -344,7 +332,7 @@ void TaskGraph::Run(EngineResult* out) const {
       s.in_flow = 1;
       s.remaining = c.bytes + c.work_ns * c.rate_cap_GBps;
       s.rate = 0;
-      link_flows_of(ws, static_cast<std::size_t>(c.link)).push_back(tid);
+      link_flows[static_cast<std::size_t>(c.link)].push_back(tid);
       flow_count(c, d, +1);
       refresh_link(static_cast<std::size_t>(c.link));
     } else if (c.link >= 0) {
@@ -369,7 +357,7 @@ void TaskGraph::Run(EngineResult* out) const {
     start_task(i);
   }
 
-  while (hn > 0) {
+  while (npending > 0) {
     const Event e = pop();
     const std::int32_t id = e.task;
     TaskRun& tr = task[id];
@@ -400,7 +388,7 @@ void TaskGraph::Run(EngineResult* out) const {
     d.dyn_bytes += c.alloc_bytes - c.free_bytes - c.transient_bytes;
     d.peak_bytes = std::max(d.peak_bytes, d.dyn_bytes);
     if (c.link >= 0 && was_flow) {
-      auto& flows = link_flows_of(ws, static_cast<std::size_t>(c.link));
+      auto& flows = link_flows[static_cast<std::size_t>(c.link)];
       flows.erase(std::find(flows.begin(), flows.end(), id));
       flow_count(c, d, -1);
       refresh_link(static_cast<std::size_t>(c.link));

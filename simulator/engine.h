@@ -53,26 +53,23 @@ struct TaskCost {
   double transient_bytes = 0;  ///< device memory held only while the task runs
 };
 
-/// Where a task sits (device, stream, micro-batch, chunk, part) and which TaskCost it runs.
-struct TaskNode {
+/// Where a task sits: what traces and reports name it by.
+struct TaskPlace {
   TaskType type = TaskType::kForward;
   std::int32_t device = 0;     ///< GPU index in the simulated set (stage, replica)
   std::int32_t stream = 0;     ///< stream id within the device (for traces)
   std::int32_t microbatch = -1;
   std::int32_t chunk = -1;
   std::int32_t unit = 0;       ///< part of a split item (bucket or layer)
+};
+
+/// A task of a graph: where it sits and which of the graph's TaskCosts it runs.
+struct TaskNode : TaskPlace {
   std::int32_t cost = -1;      ///< index of the task's TaskCost
 };
 
-/// A task with its own numbers: a TaskNode and a TaskCost together (for small graphs and tests).
-struct Task : TaskCost {
-  TaskType type = TaskType::kForward;
-  std::int32_t device = 0;
-  std::int32_t stream = 0;
-  std::int32_t microbatch = -1;
-  std::int32_t chunk = -1;
-  std::int32_t unit = 0;
-};
+/// A task with its own numbers (for small graphs and tests).
+struct Task : TaskCost, TaskPlace {};
 
 struct Link {
   double capacity_GBps = 0;

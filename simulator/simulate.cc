@@ -73,7 +73,7 @@ class Builder {
  public:
   Builder(const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof,
           const CostModel& cm, const SimulateOptions& opts)
-      : m_(m), c_(c), cl_(cl), prof_(prof), cm_(cm), opts_(opts) {
+      : m_(m), c_(c), prof_(prof), cm_(cm), opts_(opts) {
     p_ = static_cast<int>(c.pp);
     v_ = static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1);
     mb_ = static_cast<int>(c.num_microbatches());
@@ -141,7 +141,6 @@ class Builder {
 
   const Model& m_;
   const ParallelConfig& c_;
-  const Cluster& cl_;
   const HardwareProfile& prof_;
   const CostModel& cm_;
   const SimulateOptions& opts_;

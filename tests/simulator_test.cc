@@ -697,13 +697,7 @@ TEST(Engine, TimePastItsRangeIsAResultWithAReasonNotAWrappedNumber) {
   HardwareProfile prof = DefaultProfile(cl);
   prof.gemm_peak_tflops = 1e-6;  // the smallest peak and bandwidth a profile accepts
   prof.hbm_GBps = 1e-3;
-  ParallelConfig c;
-  c.tp = 8;
-  c.pp = 8;
-  c.dp = 16;
-  c.micro_batch_size = 1;
-  c.global_batch_size = 1536;
-  const SimulationResult r = Simulate(LoadModel("gpt3-175b"), c, cl, 1024, prof);
+  const SimulationResult r = Simulate(LoadModel("gpt3-175b"), Config(8, 8, 16, 1, 1536), cl, 1024, prof);
   EXPECT_FALSE(r.feasible);
   ASSERT_EQ(r.reasons.size(), 1u);
   EXPECT_NE(r.reasons[0].find("the simulated step would last more than 31.7 years"), std::string::npos) << r.reasons[0];
