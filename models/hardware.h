@@ -6,11 +6,35 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace shardcast {
 
-enum class Precision { kBf16, kFp16, kFp8, kFp32 };
+/// The training precision, as Megatron-LM's flags set it (docs/simulator.md, "Precisions"):
+///  - kBf16, kFp16: 16-bit mixed precision (--bf16 / --fp16), fp32 master weights;
+///  - kFp8: bf16 mixed precision with the linear layers' GEMMs in FP8 (Transformer Engine,
+///    --fp8-format hybrid|e4m3 with a per-tensor recipe, delayed or current scaling; or the
+///    1x128/128x128 block-scaled recipe, --fp8-recipe blockwise);
+///  - kMxfp8: the same with MXFP8 (OCP microscaling: E4M3 elements, one E8M0 scale per 32
+///    elements; --fp8-recipe mxfp8), Blackwell tensor cores;
+///  - kNvfp4: the linear layers in NVFP4 (E2M1 elements, one E4M3 scale per 16 elements and a
+///    per-tensor fp32 scale; --fp4-format e2m1 --fp4-recipe nvfp4), Blackwell tensor cores;
+///  - kTf32, kFp32: fp32 training (weights, gradients and activations in fp32), GEMMs on TF32
+///    tensor cores or fp32 CUDA cores.
+enum class Precision { kBf16, kFp16, kFp8, kMxfp8, kNvfp4, kTf32, kFp32 };
 const char* ToString(Precision p);
+/// The precision named `name` (ToString's names, case-insensitive), or none.
+std::optional<Precision> ParsePrecision(const std::string& name);
+/// Every precision, in ToString order of the enum.
+const std::vector<Precision>& AllPrecisions();
+/// Whether the linear layers' GEMMs run in a format below 16 bits (fp8, mxfp8, nvfp4); the rest
+/// of the model (attention core, embedding, output layer, norms) stays in the 16-bit dtype.
+bool IsLowPrecision(Precision p);
+/// The 16- or 32-bit dtype of weights and activations: bf16 under the low-precision formats,
+/// fp32 under tf32/fp32, else `p` itself.
+Precision ModelDtype(Precision p);
+/// Bytes of one element of the model dtype: 2 (bf16/fp16 and the low-precision formats), 4 (tf32/fp32).
+double ModelDtypeBytes(Precision p);
 
 struct Gpu {
   std::string name;
@@ -20,7 +44,9 @@ struct Gpu {
   double peak_tf32_tflops = 0;
   double peak_bf16_tflops = 0;
   double peak_fp16_tflops = 0;
-  std::optional<double> peak_fp8_tflops;  ///< none on A100
+  std::optional<double> peak_fp8_tflops;    ///< none on A100 and V100
+  std::optional<double> peak_mxfp8_tflops;  ///< block-scaled FP8 (Blackwell)
+  std::optional<double> peak_nvfp4_tflops;  ///< block-scaled FP4 (Blackwell)
   double memory_bytes = 0;                ///< device memory as the driver reports it
   double hbm_bandwidth_GBps = 0;
   std::int64_t sm_count = 0;
@@ -32,8 +58,14 @@ struct Gpu {
   std::string price_source;
   std::string source;
 
-  /// Dense peak FLOP/s for `p`; InputError-free: returns 0 when the GPU lacks the type.
+  /// Dense peak FLOP/s of the GEMMs that run in `p` (the linear layers' format for fp8, mxfp8
+  /// and nvfp4); 0 when the GPU lacks the type.
   double PeakFlops(Precision p) const;
+  /// Whether the GPU runs training in `p`: its peak is known and so is the model dtype's.
+  bool Runs(Precision p) const { return PeakFlops(p) > 0 && PeakFlops(ModelDtype(p)) > 0; }
+  /// The precisions the GPU runs, with their dense peaks: "bf16 989.4, fp16 989.4, fp8 1978.9,
+  /// tf32 494.7, fp32 66.9 TFLOP/s".
+  std::string PrecisionList() const;
 };
 
 struct Cluster {

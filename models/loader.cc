@@ -321,12 +321,19 @@ Gpu GpuFromJson(const Json& j, const std::string& file) {
   g.display_name = r.OptString("display_name").value_or(g.name);
   g.arch = r.OptString("arch").value_or("unknown");
   JsonReader p = r.Object("peak_tflops");
-  p.RejectUnknownKeys({"fp32", "tf32", "bf16", "fp16", "fp8"});
-  g.peak_bf16_tflops = p.Number("bf16", 1e-3, 1e6);
+  p.RejectUnknownKeys({"fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4"});
+  // bf16 may be absent (V100: fp16 tensor cores only); one 16-bit peak is required.
+  if (!p.Has("bf16") && !p.Has("fp16")) {
+    throw InputError::Field(file, "/peak_tflops", JsonForMessage(p.json()),
+                            "a \"bf16\" or \"fp16\" dense peak in TFLOP/s");
+  }
+  g.peak_bf16_tflops = p.OptNumber("bf16", 1e-3, 1e6).value_or(0);
   g.peak_fp16_tflops = p.OptNumber("fp16", 1e-3, 1e6).value_or(g.peak_bf16_tflops);
   g.peak_fp32_tflops = p.OptNumber("fp32", 1e-3, 1e6).value_or(0);
   g.peak_tf32_tflops = p.OptNumber("tf32", 1e-3, 1e6).value_or(0);
   if (p.Has("fp8")) g.peak_fp8_tflops = p.NullableNumber("fp8", 1e-3, 1e6);
+  if (p.Has("mxfp8")) g.peak_mxfp8_tflops = p.NullableNumber("mxfp8", 1e-3, 1e6);
+  if (p.Has("nvfp4")) g.peak_nvfp4_tflops = p.NullableNumber("nvfp4", 1e-3, 1e6);
   g.memory_bytes = r.Number("memory_GiB", 0.001, 1e6) * 1073741824.0;
   g.hbm_bandwidth_GBps = r.Number("hbm_bandwidth_GBps", 0.001, 1e6);
   g.sm_count = r.OptInt("sm_count", 1, 1 << 20).value_or(0);
