@@ -75,7 +75,7 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
                            prof.kind == "default" ? "built-in default" : prof.source);
   for (const auto& a : prof.adjustments) std::cout << "  profile adjusted: " << a << "\n";
   if (prof.kind == "default") {
-    for (const auto& e : prof.Estimates(c.flash_attention)) std::cout << "  profile estimate: " << e << "\n";
+    for (const auto& e : prof.Estimates(c.flash_attention, c.precision)) std::cout << "  profile estimate: " << e << "\n";
   }
   const std::int64_t mb = c.num_microbatches();
   std::cout << fmt::format("  {}  seq {}  micro-batches per step {}\n", c.Summary(),
@@ -121,7 +121,14 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
   std::cout << fmt::format("  throughput       {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s, r.samples_per_s);
   std::cout << fmt::format("  MFU / HFU        {} / {}   (model FLOPs 6*N_gemm + 12*L*s*a*d per token,\n"
                            "                   full attention matrix; HFU adds recompute; dense {} peak {:.4g} TFLOP/s per GPU)\n",
-                           Pct(r.mfu), Pct(r.hfu), ToString(c.precision), cl.gpu.PeakFlops(c.precision) / 1e12);
+                           Pct(r.mfu), Pct(r.hfu), ToString(MfuPeakPrecision(c.precision)),
+                           cl.gpu.PeakFlops(MfuPeakPrecision(c.precision)) / 1e12);
+  if (IsLowPrecision(c.precision)) {
+    std::cout << fmt::format("                   the linear layers' GEMMs run in {} (dense peak {:.4g} TFLOP/s), so MFU\n"
+                             "                   and executed FLOPs may pass 100% of the {} peak\n",
+                             ToString(c.precision), cl.gpu.PeakFlops(c.precision) / 1e12,
+                             ToString(MfuPeakPrecision(c.precision)));
+  }
   std::cout << fmt::format("  executed FLOPs   {} of peak   (what the kernels run: {},\n"
                            "                   recomputed layers; cannot exceed the ops' rates)\n",
                            Pct(r.executed_flops_utilization),
@@ -234,7 +241,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
                      ", expected 1 with --use-distributed-optimizer (ZeRO-1; give one of them)");
   }
   c.zero_stage = a.zero >= 0 ? a.zero : (a.dist_opt ? 1 : 0);
-  c.precision = a.precision == "fp16" ? Precision::kFp16 : Precision::kBf16;
+  ApplyPrecisionArgs(a.prec, &c);
   c.flash_attention = !a.no_flash;
   c.overlap_grad_reduce = !a.no_overlap_grad;
   c.async_tp_grad_reduce = !a.no_async_tp;
@@ -289,10 +296,7 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.zero_stage != 0) f += fmt::format(" --zero {}", c.zero_stage);
   const Schedule implied = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
   if (c.schedule != implied) f += fmt::format(" --schedule {}", ToString(c.schedule));
-  if (c.precision == Precision::kFp16) f += " --precision fp16";
-  if (c.precision != Precision::kFp16 && c.precision != Precision::kBf16) {
-    unexpressed->push_back(fmt::format("precision={} (--precision takes bf16 or fp16)", ToString(c.precision)));
-  }
+  f += PrecisionFlags(c);
   if (!c.flash_attention) f += " --no-flash-attention";
   if (!c.overlap_grad_reduce) f += " --no-overlap-grad-reduce";
   if (!c.overlap_param_gather) f += " --no-overlap-param-gather";
@@ -324,6 +328,7 @@ void RunSimulate(const SimulateArgs& a) {
   const std::int64_t gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
   if (loaded && !a.cluster.empty()) WarnIfProfileIsAnotherMachine(*loaded, a.profile, cl, gpus);
   const ParallelConfig c = BuildConfig(a, m, gpus);
+  RequirePrecision(cl.gpu, c, "command line");
   if (a.ops && a.json) {
     throw InputError("command line: --ops: the op table is text; not combined with --json (run them separately)");
   }
@@ -337,7 +342,7 @@ void RunSimulate(const SimulateArgs& a) {
   if (a.json) {
     Json j = ResultToJson(r, m, c, cl, gpus);
     j["profile"] = a.profile.empty() ? "built-in default" : a.profile;
-    j["profile_estimates"] = prof.kind == "default" ? Json(prof.Estimates(c.flash_attention)) : Json::array();
+    j["profile_estimates"] = prof.kind == "default" ? Json(prof.Estimates(c.flash_attention, c.precision)) : Json::array();
     std::cout << WithIntegerBytes(j).dump(2) << "\n";
   } else {
     PrintSimulation(r, m, c, cl, gpus, prof);
@@ -369,7 +374,7 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--use-distributed-optimizer", a->dist_opt, "Megatron-LM alias of --zero 1");
   cmd->add_option("--schedule", a->schedule, "pipeline schedule: gpipe|1f1b|interleaved|zb-h1")
       ->transform(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}, CLI::ignore_case));
-  cmd->add_option("--precision", a->precision, "bf16|fp16")->transform(CLI::IsMember({"bf16", "fp16"}, CLI::ignore_case));
+  AddPrecisionOptions(cmd, &a->prec);
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention that saves s*s scores (Megatron 2021)");
   cmd->add_flag("--no-overlap-grad-reduce", a->no_overlap_grad, "reduce gradients after the backward pass");
   cmd->add_flag("--no-overlap-param-gather", a->no_overlap_param, "gather parameters after the optimizer");

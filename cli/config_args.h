@@ -17,10 +17,28 @@
 
 namespace shardcast::cli {
 
+/// The precision flags shared by every command that takes a configuration: --precision and
+/// Megatron-LM's own (--bf16, --fp16, --fp8-format, --fp8-recipe, --fp4-format, --fp4-recipe,
+/// --fp8-param-gather, --fp8-amax-history-len, --first-last-layers-bf16 with
+/// --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16).
+struct PrecisionArgs {
+  std::string precision, fp8_format, fp8_recipe, fp4_format, fp4_recipe;
+  bool bf16 = false, fp16 = false, fp8_param_gather = false, first_last_bf16 = false;
+  std::int64_t amax_history_len = 0, layers_start_bf16 = 1, layers_end_bf16 = 1;
+};
+void AddPrecisionOptions(CLI::App* cmd, PrecisionArgs* a);
+/// Writes the precision the flags select into `c` (bf16 when none is given); InputError for
+/// flags that contradict each other (--fp16 with --fp8-recipe mxfp8, say).
+void ApplyPrecisionArgs(const PrecisionArgs& a, ParallelConfig* c);
+/// The flags of `c`'s precision settings for ApplyPrecisionArgs ("--precision fp8 --fp8-recipe
+/// tensorwise ..."), each with a leading space; empty for bf16.
+std::string PrecisionFlags(const ParallelConfig& c);
+
 struct SimulateArgs {
+  PrecisionArgs prec;
   std::string model, cluster, profile, trace, attention_kernel = "default";
   std::int64_t gpus = 0, tp = 1, pp = 1, dp = 0, vp = 0, layers_per_vp = 0, mbs = 1, gbs = 0, seq = 0;
-  std::string recompute = "none", schedule, precision = "bf16", recompute_granularity, optimizer = "megatron";
+  std::string recompute = "none", schedule, recompute_granularity, optimizer = "megatron";
   bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
        no_overlap_param = false, bf16_grads = false, json = false, full_rank = false, emb_slots = false, mcore_account_embedding = false, mcore_account_loss = false,
        p2p_blocking = false, ops = false, no_async_tp = false;

@@ -33,6 +33,10 @@ bool IsLowPrecision(Precision p);
 /// The 16- or 32-bit dtype of weights and activations: bf16 under the low-precision formats,
 /// fp32 under tf32/fp32, else `p` itself.
 Precision ModelDtype(Precision p);
+/// The precision whose dense peak MFU and HFU divide by: the 16-bit one under the low-precision
+/// formats (the convention of NVIDIA's and Meta's reports, so that an FP8 run's MFU compares
+/// with a bf16 run's), else `p`.
+inline Precision MfuPeakPrecision(Precision p) { return IsLowPrecision(p) ? Precision::kBf16 : p; }
 /// Bytes of one element of the model dtype: 2 (bf16/fp16 and the low-precision formats), 4 (tf32/fp32).
 double ModelDtypeBytes(Precision p);
 

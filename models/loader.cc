@@ -379,7 +379,7 @@ Cluster ClusterFromJson(const Json& j, const std::string& file) {
   c.nics_per_node = inter.Int("nics_per_node", 0, 1 << 16);
   c.nic_Gbps = inter.Number("nic_Gbps", 0, 1e6);
   // The fabric decides the NCCL efficiency the built-in profile assumes (simulator/profile.cc).
-  c.inter_fabric = inter.Has("fabric") ? inter.Enum("fabric", {"infiniband-hdr", "infiniband-ndr", "infiniband-xdr",
+  c.inter_fabric = inter.Has("fabric") ? inter.Enum("fabric", {"infiniband-edr", "infiniband-hdr", "infiniband-ndr", "infiniband-xdr",
                                                                "ethernet-roce", "omni-path", "none"})
                                        : "";
   c.num_gpus = r.OptInt("num_gpus", 1, std::int64_t{1} << 24);

@@ -1,5 +1,7 @@
 #include "models/parallel.h"
 
+#include "common/error.h"
+
 #include <fmt/format.h>
 
 namespace shardcast {
@@ -32,6 +34,15 @@ const char* ToString(OptimizerImpl o) {
   return "?";
 }
 
+const char* ToString(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::kDelayed: return "delayed";
+    case Fp8Recipe::kTensorwise: return "tensorwise";
+    case Fp8Recipe::kBlockwise: return "blockwise";
+  }
+  return "?";
+}
+
 std::string ParallelConfig::Summary() const {
   // "?" marks a size the GPU count does not determine (tp*pp does not divide it).
   const std::string dps = dp > 0 ? std::to_string(dp) : "?";
@@ -43,6 +54,12 @@ std::string ParallelConfig::Summary() const {
   s += fmt::format(" recompute={} ZeRO-{} {}", ToString(recompute), zero_stage, ToString(schedule));
   if (optimizer_impl != OptimizerImpl::kMegatron) s += fmt::format(" optimizer={}", ToString(optimizer_impl));
   if (p2p_blocking) s += " p2p-blocking";
+  if (precision != Precision::kBf16) {
+    s += fmt::format(" {}", ToString(precision));
+    if (precision == Precision::kFp8) s += fmt::format("({})", ToString(fp8_recipe));
+    if (fp8_param_gather) s += " fp8-param-gather";
+    if (bf16_layers_start + bf16_layers_end > 0) s += fmt::format(" bf16-layers={}+{}", bf16_layers_start, bf16_layers_end);
+  }
   return s;
 }
 
@@ -55,6 +72,27 @@ std::string ParallelConfig::Short() const {
   if (zero_stage > 0) s += fmt::format(" Z{}", zero_stage);
   if (schedule != Schedule::k1F1B && schedule != Schedule::kInterleaved) s += fmt::format(" {}", ToString(schedule));
   return s;
+}
+
+void RequirePrecision(const Gpu& g, const ParallelConfig& c, const std::string& where) {
+  if (!g.Runs(c.precision)) {
+    throw InputError(fmt::format("{}: precision {} is not supported by the {} ({}); it runs: {}", where,
+                                 ToString(c.precision), g.display_name, g.name, g.PrecisionList()));
+  }
+  if (c.fp8_param_gather) {
+    if (!IsLowPrecision(c.precision) || c.precision == Precision::kNvfp4) {
+      throw InputError(fmt::format("{}: --fp8-param-gather needs --precision fp8 or mxfp8 (got {})", where,
+                                   ToString(c.precision)));
+    }
+    if (c.zero_stage < 1) {
+      throw InputError(where + ": --fp8-param-gather needs the distributed optimizer (--zero 1 or more; got --zero 0)");
+    }
+  }
+  if (c.bf16_layers_start + c.bf16_layers_end > 0 && !IsLowPrecision(c.precision)) {
+    throw InputError(fmt::format("{}: layers kept in bf16 (--first-last-layers-bf16) need a low-precision format "
+                                 "(fp8, mxfp8, nvfp4; got {})",
+                                 where, ToString(c.precision)));
+  }
 }
 
 std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t pp) {

@@ -25,9 +25,17 @@ enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
 ///    plus an unsharded fp32 accumulation buffer (2 + 4 B/param), fp32 master and Adam states
 ///    sharded (12/dp); gradients all-reduced in fp32, bf16 parameters all-gathered after the step.
 enum class OptimizerImpl { kMegatron, kDeepSpeedZero, kDeepSpeedBf16 };
+/// How FP8 tensors are scaled (Megatron-LM's --fp8-recipe; Transformer Engine's recipes) when
+/// the precision is kFp8: one scale per tensor from an amax history (kDelayed, TE's
+/// DelayedScaling, with an amax history of --fp8-amax-history-len entries per tensor) or from
+/// the current tensor (kTensorwise, "current scaling"); or one fp32 scale per 1x128 block of
+/// activations and gradients and per 128x128 block of weights (kBlockwise, DeepSeek-V3's
+/// recipe). kMxfp8 and kNvfp4 are precisions of their own (--fp8-recipe mxfp8, --fp4-recipe).
+enum class Fp8Recipe { kDelayed, kTensorwise, kBlockwise };
 const char* ToString(Recompute r);
 const char* ToString(Schedule s);
 const char* ToString(OptimizerImpl o);
+const char* ToString(Fp8Recipe r);
 
 struct ParallelConfig {
   std::int64_t tp = 1;   ///< tensor-model-parallel size
@@ -42,6 +50,19 @@ struct ParallelConfig {
   int zero_stage = 0;  ///< 0..3; 1 = Megatron's distributed optimizer
   Schedule schedule = Schedule::k1F1B;
   Precision precision = Precision::kBf16;
+  Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< with precision kFp8
+  /// --fp8-format e4m3 (every tensor E4M3) instead of hybrid (E5M2 gradients): the same bytes
+  /// and rates; kept for the launch arguments.
+  bool fp8_e4m3 = false;
+  /// Megatron-LM's --fp8-amax-history-len (delayed scaling keeps this many amax values per tensor).
+  std::int64_t fp8_amax_history_len = 1024;
+  /// Megatron-LM's --fp8-param-gather: with the distributed optimizer the model weights are kept
+  /// in the low-precision format (no 16-bit copy), and their all-gather moves those bytes.
+  bool fp8_param_gather = false;
+  /// Megatron-LM's --first-last-layers-bf16 with --num-layers-at-start-in-bf16 /
+  /// --num-layers-at-end-in-bf16: these transformer layers keep bf16 GEMMs under a
+  /// low-precision format.
+  std::int64_t bf16_layers_start = 0, bf16_layers_end = 0;
   bool fp32_main_grads = true;  ///< Megatron keeps fp32 gradient buffers (4 B/param)
   OptimizerImpl optimizer_impl = OptimizerImpl::kMegatron;
   bool overlap_grad_reduce = true;
@@ -97,6 +118,13 @@ inline constexpr std::int64_t kMaxMicrobatchesPerStep = 16384;
 /// The data-parallel size `gpus` GPUs give at tensor- and pipeline-parallel sizes tp and pp:
 /// gpus / (tp*pp), or 0 when tp*pp does not divide gpus (InfeasibilityReasons says so).
 std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t pp);
+
+/// Throws InputError (exit 2) when the GPU cannot train in the configuration's precision
+/// ("precision fp8 is not supported by the NVIDIA A100-SXM4-80GB (a100-sxm4-80gb); it runs: bf16
+/// 312, ..."), or when the low-precision options do not go together: --fp8-param-gather needs fp8
+/// or mxfp8 and the distributed optimizer; bf16 layers need a low-precision format. `where`
+/// starts the message (e.g. "command line" or a file and row).
+void RequirePrecision(const Gpu& gpu, const ParallelConfig& cfg, const std::string& where);
 
 /// One broken rule: `rule` names it without the values (for counting), `text` with them.
 struct Infeasibility {

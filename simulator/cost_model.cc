@@ -5,6 +5,8 @@
 
 #include "common/error.h"
 
+#include <fmt/format.h>
+
 namespace shardcast {
 
 const char* ToString(OpKind k) {
@@ -27,34 +29,49 @@ const char* ToString(Pass p) {
   return "?";
 }
 
-double GemmTime(const HardwareProfile& p, double m_per_matrix, double n, double k, double batch) {
+namespace {
+
+/// The shape factor of the base-precision efficiency: the profile's measured samples near the
+/// shape (inverse-distance weighting in log(m, n, k) over the 4 nearest), else the curve g(F)
+/// times the maximum efficiency.
+double BaseGemmEfficiency(const HardwareProfile& p, double m, double n, double k, double flops) {
+  if (p.gemm_samples.empty()) return p.gemm_max_efficiency * InterpolateLogX(p.gemm_efficiency_vs_gflop, flops / 1e9);
+  std::vector<std::pair<double, double>> d;  // (distance^2, efficiency)
+  for (const auto& s : p.gemm_samples) {
+    const double dm = std::log(m / s.m), dn = std::log(n / s.n), dk = std::log(k / s.k);
+    d.emplace_back(dm * dm + dn * dn + dk * dk, s.tflops / p.gemm_peak_tflops);
+  }
+  const std::size_t kn = std::min<std::size_t>(4, d.size());
+  std::partial_sort(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(kn), d.end());
+  if (d[0].first < 1e-12) return d[0].second;
+  double wsum = 0, esum = 0;
+  for (std::size_t i = 0; i < kn; ++i) {
+    const double w = 1.0 / d[i].first;
+    wsum += w;
+    esum += w * d[i].second;
+  }
+  return esum / wsum;
+}
+
+}  // namespace
+
+double GemmTime(const HardwareProfile& p, double m_per_matrix, double n, double k, double batch,
+                Precision precision, double in_bytes, double out_bytes) {
   const double m = batch * m_per_matrix;  // rows of the whole call, for the efficiency lookup
   const double flops = 2.0 * m * n * k;
-  double eff = p.gemm_max_efficiency * InterpolateLogX(p.gemm_efficiency_vs_gflop, flops / 1e9);
-  if (!p.gemm_samples.empty()) {
-    // Measured shapes: inverse-distance weighting in log(m, n, k) over the 4 nearest samples.
-    std::vector<std::pair<double, double>> d;  // (distance^2, efficiency)
-    for (const auto& s : p.gemm_samples) {
-      const double dm = std::log(m / s.m), dn = std::log(n / s.n), dk = std::log(k / s.k);
-      d.emplace_back(dm * dm + dn * dn + dk * dk, s.tflops / p.gemm_peak_tflops);
+  double peak = p.gemm_peak_tflops, eff = BaseGemmEfficiency(p, m, n, k, flops);
+  if (precision != Precision::kBf16 && precision != Precision::kFp16) {
+    const auto rate = p.GemmRateOf(precision);
+    if (!rate) {
+      throw InputError(fmt::format("hardware profile ({}): no GEMM rate for {} (gemm.precisions.{} is missing)",
+                                   p.source.empty() ? p.gpu : p.source, ToString(precision), ToString(precision)));
     }
-    const std::size_t kn = std::min<std::size_t>(4, d.size());
-    std::partial_sort(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(kn), d.end());
-    if (d[0].first < 1e-12) {
-      eff = d[0].second;
-    } else {
-      double wsum = 0, esum = 0;
-      for (std::size_t i = 0; i < kn; ++i) {
-        const double w = 1.0 / d[i].first;
-        wsum += w;
-        esum += w * d[i].second;
-      }
-      eff = esum / wsum;
-    }
+    peak = rate->peak_tflops;
+    eff *= rate->max_efficiency / p.gemm_max_efficiency;
   }
-  const double t_compute = flops / (p.gemm_peak_tflops * 1e12 * eff);
+  const double t_compute = flops / (peak * 1e12 * eff);
   // Every matrix of the batch reads its own A and B and writes its own C.
-  const double bytes = 2.0 * batch * (m_per_matrix * k + k * n + m_per_matrix * n);
+  const double bytes = batch * (in_bytes * (m_per_matrix * k + k * n) + out_bytes * m_per_matrix * n);
   const double t_memory = bytes / (p.hbm_GBps * 1e9 * InterpolateLogX(p.memory_efficiency_vs_bytes, bytes));
   return std::max(t_compute, t_memory) + p.launch_overhead_s;
 }
@@ -87,6 +104,16 @@ double OptimizerBytes(const ParallelConfig& c, double local_params) {
 double OptimizerTime(const HardwareProfile& p, const ParallelConfig& c, double local_params) {
   return MemoryBoundTime(p, OptimizerShardBytesPerParam(c) * OptimizerShard(c, local_params)) +
          MemoryBoundTime(p, BytesPerParam(c).grads * local_params);
+}
+
+double WeightQuantizeTime(const HardwareProfile& p, const ParallelConfig& c, const LinearFormat& f,
+                          double quantized_params) {
+  if (!f.low_precision() || quantized_params <= 0) return 0;
+  const double eb = ModelDtypeBytes(c.precision);
+  // With --fp8-param-gather the optimizer writes the quantized copies in place of the 16-bit
+  // weights: only the bytes beyond those are extra.
+  const double bytes = c.fp8_param_gather ? std::max(0.0, f.CastWriteBytes() - eb) : eb + f.CastWriteBytes();
+  return MemoryBoundTime(p, quantized_params * bytes);
 }
 
 CollectiveCost CollectiveCostOf(const HardwareProfile& p, CollectiveOp op, double size,
@@ -171,20 +198,30 @@ namespace {
 /// Builds ops with durations. `T` tokens per micro-batch, sharded sizes already divided by t.
 class OpBuilder {
  public:
-  OpBuilder(const HardwareProfile& p, const GroupPlacement& tp) : p_(p), tp_(tp) {}
+  /// GEMMs outside the linear layers run in `dense` (bf16 under the low-precision formats)
+  /// with `dtype_bytes` per element; the linear layers' GEMMs in `linear`.
+  OpBuilder(const HardwareProfile& p, const GroupPlacement& tp, Precision dense, double dtype_bytes,
+            const LinearFormat& linear)
+      : p_(p), tp_(tp), dense_(dense), eb_(dtype_bytes), linear_(linear) {}
 
+  void set_linear_format(const LinearFormat& f) { linear_ = f; }
+  const LinearFormat& linear_format() const { return linear_; }
+
+  /// A GEMM outside the linear layers (the output layer, attention's batched GEMMs).
   void Gemm(std::vector<Op>& out, const std::string& name, Pass pass, double m, double n, double k) {
-    Op o;
-    o.name = name;
-    o.kind = OpKind::kGemm;
-    o.pass = pass;
-    o.m = m;
-    o.n = n;
-    o.k = k;
-    o.flops = 2 * m * n * k;
-    o.bytes = 2 * (m * k + k * n + m * n);
-    o.duration_s = GemmTime(p_, m, n, k);
-    out.push_back(o);
+    GemmIn(out, name, pass, m, n, k, dense_, eb_);
+  }
+  /// A GEMM of a transformer layer's linear layers (QKV, attention output, MLP up and down), in
+  /// the linear format: its operands are the quantized copies (with their block scales).
+  void Linear(std::vector<Op>& out, const std::string& name, Pass pass, double m, double n, double k) {
+    GemmIn(out, name, pass, m, n, k, linear_.gemm, linear_.CopyBytes());
+  }
+  /// The cast of `elements` 16-bit values into the linear format before a linear GEMM: reads
+  /// them and writes the quantized copies (cast_transpose); nothing without a low-precision
+  /// format.
+  void Quantize(std::vector<Op>& out, const std::string& name, Pass pass, double elements) {
+    if (!linear_.low_precision()) return;
+    Memory(out, name, pass, elements * (eb_ + linear_.CastWriteBytes()));
   }
   /// `batch` independent GEMMs of m x n x k (attention scores / context per head), run `times`
   /// over (the backward computes two gradients per GEMM): shape per matrix, FLOPs and bytes of
@@ -195,8 +232,8 @@ class OpBuilder {
     Op& o = out.back();
     o.batch = batch;
     o.flops = 2 * batch * m * n * k * times;
-    o.bytes = times * 2 * batch * (m * k + k * n + m * n);
-    o.duration_s = times * GemmTime(p_, m, n, k, batch);
+    o.bytes = times * eb_ * batch * (m * k + k * n + m * n);
+    o.duration_s = times * GemmTime(p_, m, n, k, batch, dense_, eb_, eb_);
     o.saved_bytes = saved;
   }
   void Memory(std::vector<Op>& out, const std::string& name, Pass pass, double bytes,
@@ -252,8 +289,26 @@ class OpBuilder {
   }
 
  private:
+  void GemmIn(std::vector<Op>& out, const std::string& name, Pass pass, double m, double n, double k, Precision prec,
+              double in_bytes) {
+    Op o;
+    o.name = name;
+    o.kind = OpKind::kGemm;
+    o.pass = pass;
+    o.m = m;
+    o.n = n;
+    o.k = k;
+    o.flops = 2 * m * n * k;
+    o.bytes = in_bytes * (m * k + k * n) + eb_ * m * n;
+    o.duration_s = GemmTime(p_, m, n, k, 1, prec, in_bytes, eb_);
+    out.push_back(o);
+  }
+
   const HardwareProfile& p_;
   GroupPlacement tp_;
+  Precision dense_;
+  double eb_;
+  LinearFormat linear_;
 };
 
 /// Sums op durations of one pass; TP collective part separately.
@@ -271,6 +326,197 @@ double SavedBytes(const std::vector<Op>& ops) {
     if (o.pass == Pass::kForward) s += o.saved_bytes;
   }
   return s;
+}
+
+/// Length of the overlap of [a0, a1) and [b0, b1).
+std::int64_t Overlap(std::int64_t a0, std::int64_t a1, std::int64_t b0, std::int64_t b1) {
+  return std::max<std::int64_t>(0, std::min(a1, b1) - std::max(a0, b0));
+}
+
+/// Shapes of one configuration that a layer's ops use: micro-batch b, sequence s, hidden h, FFN f,
+/// heads a, query groups g, head dim d, TP size t, tokens T = b*s, rep = t with sequence
+/// parallelism (else 1), element bytes eb of the model dtype, 1 if dropout.
+struct LayerShape {
+  double b, s, h, f, a, g, d, t, T, rep, eb;
+  bool sp, swiglu;
+  double drop;
+};
+
+/// One transformer layer, all passes, with its bytes kept for the backward pass.
+struct LayerOps {
+  std::vector<Op> ops;
+  double saved_bytes = 0;          ///< kept from forward to backward per micro-batch
+  double transient_bytes = 0;      ///< rebuilt during the backward (recompute)
+  double weight_inputs_bytes = 0;  ///< inputs the weight-gradient GEMMs read
+};
+
+}  // namespace
+
+namespace {
+
+/// One transformer layer's ops (all passes), what it keeps for the backward pass under the
+/// recompute policy, and the inputs its weight-gradient GEMMs need. The linear GEMMs run in
+/// `ob`'s linear format; under a low-precision format their inputs are cast before the forward
+/// GEMM and the output gradients before the data-gradient GEMM (docs/simulator.md, "Precisions").
+LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape& x, const HardwareProfile& prof,
+                       OpBuilder& ob) {
+  LayerOps out;
+  auto& L = out.ops;
+  const double b = x.b, s = x.s, h = x.h, f = x.f, a = x.a, g = x.g, d = x.d, t = x.t, T = x.T, rep = x.rep,
+               eb = x.eb, drop = x.drop;
+  const bool sp = x.sp, swiglu = x.swiglu;
+  const LinearFormat& lf = ob.linear_format();
+  const bool low = lf.low_precision();
+  // A linear GEMM's saved input: the quantized (column-wise) copy under a low-precision format.
+  const double q = low ? lf.CopyBytes() : eb;
+  // Unfused attention core ops appended since `begin` run at the profile's measured fraction of
+  // their cost-model time (HardwareProfile::unfused_attention_core_efficiency).
+  auto scale_attention_core = [&](std::size_t begin) {
+    for (std::size_t i = begin; i < L.size(); ++i) L[i].duration_s /= prof.unfused_attention_core_efficiency;
+  };
+  const Pass F = Pass::kForward, B = Pass::kBackwardInput, W = Pass::kBackwardWeight;
+  const double act = eb * T * h;  // one hidden-state tensor in the model dtype, unsharded
+  const double norm_bytes = 2 * act / rep;  // read + write
+  // Without a sequence-parallel gather between them, the norm writes the quantized copies of
+  // its output itself (Transformer Engine's LayerNormLinear), instead of a 16-bit output.
+  const double fused_norm_bytes = low && !sp ? act / rep + lf.CastWriteBytes() * T * h / rep : norm_bytes;
+  const CollectiveOp ag = CollectiveOp::kAllGather, rs = CollectiveOp::kReduceScatter,
+                     ar = CollectiveOp::kAllReduce;
+  const double qkv_n = (a + 2 * g) * d / t;
+  const double ad_t = a * d / t;
+  const double mlp_up_n = (swiglu ? 2 : 1) * f / t;
+  const double mask = drop * T * h / rep;  // 1-byte dropout mask of a hidden-state tensor
+
+  // ---- forward (saved bytes: Korthikanti et al. 2022 section 4.1, generalized to GQA/SwiGLU)
+  ob.Memory(L, "input_norm", F, fused_norm_bytes, act / rep);
+  if (sp) ob.Collective(L, "sp_all_gather_attn", F, ag, act);
+  if (sp) ob.Quantize(L, "qkv_proj_input_quantize", F, T * h);
+  ob.Linear(L, "qkv_proj", F, T, qkv_n, h);
+  L.back().saved_bytes = q * T * h / rep;  // QKV input (norm output)
+  const double qkv_saved = eb * T * qkv_n;  // Q, K, V
+  if (c.flash_attention) {
+    // Flash attention: causal kernels skip about half of the 4*b*s^2*a*d FLOPs (Dao 2023).
+    ob.Attention(L, "flash_attention", F, 0.5 * 4 * b * s * s * a * d / t, s,
+                 qkv_saved + 4 * T * a / t /* fp32 log-sum-exp */);
+    L.back().bytes = eb * T * d * (2 * a + 2 * g) / t;  // reads Q, K, V; writes O
+  } else {
+    // b*a/t batched GEMMs per head: scores Q K^T (s x s x d) and context P V (s x d x s).
+    const double heads_t = a / t;
+    const std::size_t core_begin = L.size();
+    ob.BatchedGemm(L, "attn_scores_qk", F, b * heads_t, s, s, d, 1, qkv_saved - eb * T * g * d / t);  // saves Q, K
+    const double scores = b * heads_t * s * s;
+    ob.Memory(L, "softmax", F, 2 * eb * scores, eb * scores);
+    if (m.dropout) ob.Memory(L, "attn_dropout", F, (2 * eb + 1) * scores, (eb + 1) * scores);  // mask + output
+    ob.BatchedGemm(L, "attn_context_v", F, b * heads_t, s, d, s, 1, eb * T * g * d / t);  // saves V
+    scale_attention_core(core_begin);
+  }
+  ob.Quantize(L, "attn_out_proj_input_quantize", F, T * ad_t);
+  ob.Linear(L, "attn_out_proj", F, T, h, ad_t);
+  // Projection input (= attention output): flash attention's backward keeps the 16-bit output
+  // too when the projection saves a quantized copy.
+  L.back().saved_bytes = q * T * ad_t + (low && c.flash_attention ? eb * T * ad_t : 0.0);
+  ob.Collective(L, sp ? "tp_reduce_scatter_attn" : "tp_all_reduce_attn", F, sp ? rs : ar, act);
+  ob.Memory(L, m.dropout ? "dropout_residual_attn" : "residual_attn", F, 3 * act / rep + mask, mask);
+  ob.Memory(L, "post_attn_norm", F, fused_norm_bytes, act / rep);
+  if (sp) ob.Collective(L, "sp_all_gather_mlp", F, ag, act);
+  if (sp) ob.Quantize(L, "mlp_up_input_quantize", F, T * h);
+  ob.Linear(L, "mlp_up", F, T, mlp_up_n, h);
+  L.back().saved_bytes = q * T * h / rep;  // MLP input
+  ob.Memory(L, swiglu ? "swiglu" : "gelu", F, eb * T * mlp_up_n + eb * T * f / t,
+            eb * T * mlp_up_n + q * T * f / t);  // activation input, and output (the down GEMM's input)
+  ob.Quantize(L, "mlp_down_input_quantize", F, T * f / t);
+  ob.Linear(L, "mlp_down", F, T, h, f / t);
+  ob.Collective(L, sp ? "tp_reduce_scatter_mlp" : "tp_all_reduce_mlp", F, sp ? rs : ar, act);
+  ob.Memory(L, m.dropout ? "dropout_residual_mlp" : "residual_mlp", F, 3 * act / rep + mask, mask);
+
+  // Megatron-LM's async input-gradient collective hides behind the weight-gradient GEMM that
+  // follows it; ZB-H1 defers that GEMM (W) to a later slot, so nothing is hidden there.
+  const bool hide_tp_grad = c.async_tp_grad_reduce && c.schedule != Schedule::kZbH1;
+
+  // ---- backward: input gradients (B) and weight gradients (W), reverse order
+  ob.Memory(L, m.dropout ? "dropout_residual_mlp_bwd" : "residual_mlp_bwd", B, 3 * act / rep);
+  if (sp) ob.Collective(L, "sp_all_gather_mlp_bwd", B, ag, act);  // grad of reduce-scatter
+  ob.Quantize(L, "mlp_down_grad_quantize", B, T * h);
+  ob.Linear(L, "mlp_down_dgrad", B, T, f / t, h);
+  ob.Linear(L, "mlp_down_wgrad", W, f / t, h, T);
+  ob.Memory(L, swiglu ? "swiglu_bwd" : "gelu_bwd", B, 2 * (eb * T * mlp_up_n + eb * T * f / t));
+  if (sp) {
+    // Re-gather the saved (sharded) MLP input for the weight gradient, asynchronously while the
+    // data-gradient GEMM runs (Korthikanti et al. 2022 section 4.2.2; Megatron-LM).
+    ob.Collective(L, "sp_all_gather_mlp_input_bwd", B, ag, act);
+    L.back().overlapped = true;
+  }
+  ob.Quantize(L, "mlp_up_grad_quantize", B, T * mlp_up_n);
+  ob.Linear(L, "mlp_up_dgrad", B, T, h, mlp_up_n);
+  ob.Linear(L, "mlp_up_wgrad", W, mlp_up_n, h, T);
+  ob.Collective(L, sp ? "sp_reduce_scatter_mlp_bwd" : "tp_all_reduce_mlp_bwd", B, sp ? rs : ar, act);
+  if (hide_tp_grad) ob.HideBehindGemm(L, "mlp_up_wgrad");
+  ob.Memory(L, "post_attn_norm_bwd", B, 2 * norm_bytes);
+  ob.Memory(L, m.dropout ? "dropout_residual_attn_bwd" : "residual_attn_bwd", B, 3 * act / rep);
+  if (sp) ob.Collective(L, "sp_all_gather_attn_bwd", B, ag, act);
+  ob.Quantize(L, "attn_out_proj_grad_quantize", B, T * h);
+  ob.Linear(L, "attn_out_proj_dgrad", B, T, ad_t, h);
+  ob.Linear(L, "attn_out_proj_wgrad", W, ad_t, h, T);
+  if (c.flash_attention) {
+    ob.Attention(L, "flash_attention_bwd", B, 2.5 * 0.5 * 4 * b * s * s * a * d / t, s);
+    L.back().bytes = eb * T * d * (4 * a + 4 * g) / t;  // reads Q, K, V, O, dO; writes dQ, dK, dV
+  } else {
+    const double heads_t = a / t, scores = b * heads_t * s * s;
+    const std::size_t core_begin = L.size();
+    ob.BatchedGemm(L, "attn_context_v_bwd", B, b * heads_t, s, s, d, 2);
+    if (m.dropout) ob.Memory(L, "attn_dropout_bwd", B, (2 * eb + 1) * scores);
+    ob.Memory(L, "softmax_bwd", B, 3 * eb * scores);
+    ob.BatchedGemm(L, "attn_scores_qk_bwd", B, b * heads_t, s, d, s, 2);
+    scale_attention_core(core_begin);
+  }
+  if (sp) {
+    ob.Collective(L, "sp_all_gather_attn_input_bwd", B, ag, act);
+    L.back().overlapped = true;
+  }
+  ob.Quantize(L, "qkv_proj_grad_quantize", B, T * qkv_n);
+  ob.Linear(L, "qkv_proj_dgrad", B, T, h, qkv_n);
+  ob.Linear(L, "qkv_proj_wgrad", W, qkv_n, h, T);
+  ob.Collective(L, sp ? "sp_reduce_scatter_attn_bwd" : "tp_all_reduce_attn_bwd", B, sp ? rs : ar, act);
+  if (hide_tp_grad) ob.HideBehindGemm(L, "qkv_proj_wgrad");
+  ob.Memory(L, "input_norm_bwd", B, 2 * norm_bytes);
+
+  // ---- recompute before backward
+  // Full: rerun the whole forward. Selective: only the attention core (Korthikanti et al. 2022
+  // section 5); with flash attention there is none.
+  auto recomputed = [&](const Op& o) {
+    if (c.recompute == Recompute::kFull) return true;
+    return c.recompute == Recompute::kSelective && !c.flash_attention &&
+           (o.name == "attn_scores_qk" || o.name == "softmax" || o.name == "attn_dropout" ||
+            o.name == "attn_context_v");
+  };
+  std::vector<Op> recompute;
+  for (const auto& o : L) {
+    if (o.pass != F || !recomputed(o)) continue;
+    Op r = o;
+    r.pass = Pass::kRecompute;
+    r.name = o.name + "_recompute";
+    r.saved_bytes = 0;
+    recompute.push_back(r);
+  }
+  L.insert(L.end(), recompute.begin(), recompute.end());
+
+  // Per-layer saved bytes after recompute policy.
+  const double layer_saved_all = SavedBytes(L);
+  out.saved_bytes = layer_saved_all;
+  if (c.recompute == Recompute::kFull) {
+    out.saved_bytes = act / rep;  // only the layer input is checkpointed
+    out.transient_bytes = layer_saved_all;  // one layer's activations rebuilt during its backward
+  } else if (c.recompute == Recompute::kSelective && !c.flash_attention) {
+    const double scores = b * (a / t) * s * s;
+    const double attn_core = eb * scores + (m.dropout ? (eb + 1) * scores : 0);
+    out.saved_bytes = layer_saved_all - attn_core;
+    out.transient_bytes = attn_core;
+  }
+  // Weight gradients need the inputs of the four linear GEMMs: QKV and MLP-up inputs, the
+  // attention output and the activation output (their quantized copies under a low-precision
+  // format).
+  out.weight_inputs_bytes = q * (2 * T * h / rep + T * ad_t + T * f / t);
+  return out;
 }
 
 }  // namespace
@@ -307,146 +553,35 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
     cm.pp_next_same_node[static_cast<std::size_t>(i)] = (i * stride) / gpn == ((i + 1) * stride) / gpn;
   }
 
-  OpBuilder ob(prof, cm.tp_group);
-  // Unfused attention core ops appended since `begin` run at the profile's measured fraction of
-  // their cost-model time (HardwareProfile::unfused_attention_core_efficiency).
-  auto scale_attention_core = [&](std::size_t begin) {
-    for (std::size_t i = begin; i < cm.layer_ops.size(); ++i) {
-      cm.layer_ops[i].duration_s /= prof.unfused_attention_core_efficiency;
-    }
-  };
-  auto& L = cm.layer_ops;
+  const LinearFormat lf = LinearFormatOf(c, cl.gpu.arch);
+  const double eb = ModelDtypeBytes(c.precision);
+  const Precision dense = IsLowPrecision(c.precision) ? Precision::kBf16 : c.precision;
+  OpBuilder ob(prof, cm.tp_group, dense, eb, lf);
   const Pass F = Pass::kForward, B = Pass::kBackwardInput, W = Pass::kBackwardWeight;
-  const double act = 2 * T * h;  // one bf16 hidden-state tensor, unsharded
+  const double act = eb * T * h;  // one hidden-state tensor in the model dtype, unsharded
   const double norm_bytes = 2 * act / rep;  // read + write
   const CollectiveOp ag = CollectiveOp::kAllGather, rs = CollectiveOp::kReduceScatter,
                      ar = CollectiveOp::kAllReduce;
-  const double qkv_n = (a + 2 * g) * d / t;
-  const double ad_t = a * d / t;
-  const double mlp_up_n = (swiglu ? 2 : 1) * f / t;
 
-  // ---- forward (saved bytes: Korthikanti et al. 2022 section 4.1, generalized to GQA/SwiGLU)
-  ob.Memory(L, "input_norm", F, norm_bytes, act / rep);
-  if (sp) ob.Collective(L, "sp_all_gather_attn", F, ag, act);
-  ob.Gemm(L, "qkv_proj", F, T, qkv_n, h);
-  L.back().saved_bytes = act / rep;  // QKV input (norm output)
-  const double qkv_saved = 2 * T * qkv_n;  // Q, K, V
-  if (c.flash_attention) {
-    // Flash attention: causal kernels skip about half of the 4*b*s^2*a*d FLOPs (Dao 2023).
-    ob.Attention(L, "flash_attention", F, 0.5 * 4 * b * s * s * a * d / t, s,
-                 qkv_saved + 4 * T * a / t /* fp32 log-sum-exp */);
-    L.back().bytes = 2 * T * d * (2 * a + 2 * g) / t;  // reads Q, K, V; writes O
-  } else {
-    // b*a/t batched GEMMs per head: scores Q K^T (s x s x d) and context P V (s x d x s).
-    const double heads_t = a / t;
-    const std::size_t core_begin = L.size();
-    ob.BatchedGemm(L, "attn_scores_qk", F, b * heads_t, s, s, d, 1, qkv_saved - 2 * T * g * d / t);  // saves Q, K
-    const double scores = b * heads_t * s * s;
-    ob.Memory(L, "softmax", F, 4 * scores, 2 * scores);
-    if (m.dropout) ob.Memory(L, "attn_dropout", F, 5 * scores, 3 * scores);  // mask + output
-    ob.BatchedGemm(L, "attn_context_v", F, b * heads_t, s, d, s, 1, 2 * T * g * d / t);  // saves V
-    scale_attention_core(core_begin);
-  }
-  ob.Gemm(L, "attn_out_proj", F, T, h, ad_t);
-  L.back().saved_bytes = 2 * T * ad_t;  // projection input (= attention output)
-  ob.Collective(L, sp ? "tp_reduce_scatter_attn" : "tp_all_reduce_attn", F, sp ? rs : ar, act);
-  ob.Memory(L, m.dropout ? "dropout_residual_attn" : "residual_attn", F, 3 * act / rep + drop * act / 2 / rep, drop * act / 2 / rep);
-  ob.Memory(L, "post_attn_norm", F, norm_bytes, act / rep);
-  if (sp) ob.Collective(L, "sp_all_gather_mlp", F, ag, act);
-  ob.Gemm(L, "mlp_up", F, T, mlp_up_n, h);
-  L.back().saved_bytes = act / rep;  // MLP input
-  ob.Memory(L, swiglu ? "swiglu" : "gelu", F, 2 * T * mlp_up_n + 2 * T * f / t,
-            2 * T * mlp_up_n + 2 * T * f / t);  // activation input and output
-  ob.Gemm(L, "mlp_down", F, T, h, f / t);
-  ob.Collective(L, sp ? "tp_reduce_scatter_mlp" : "tp_all_reduce_mlp", F, sp ? rs : ar, act);
-  ob.Memory(L, m.dropout ? "dropout_residual_mlp" : "residual_mlp", F, 3 * act / rep + drop * act / 2 / rep, drop * act / 2 / rep);
-
-  // Megatron-LM's async input-gradient collective hides behind the weight-gradient GEMM that
-  // follows it; ZB-H1 defers that GEMM (W) to a later slot, so nothing is hidden there.
-  const bool hide_tp_grad = c.async_tp_grad_reduce && c.schedule != Schedule::kZbH1;
-
-  // ---- backward: input gradients (B) and weight gradients (W), reverse order
-  ob.Memory(L, m.dropout ? "dropout_residual_mlp_bwd" : "residual_mlp_bwd", B, 3 * act / rep);
-  if (sp) ob.Collective(L, "sp_all_gather_mlp_bwd", B, ag, act);  // grad of reduce-scatter
-  ob.Gemm(L, "mlp_down_dgrad", B, T, f / t, h);
-  ob.Gemm(L, "mlp_down_wgrad", W, f / t, h, T);
-  ob.Memory(L, swiglu ? "swiglu_bwd" : "gelu_bwd", B, 2 * (2 * T * mlp_up_n + 2 * T * f / t));
-  if (sp) {
-    // Re-gather the saved (sharded) MLP input for the weight gradient, asynchronously while the
-    // data-gradient GEMM runs (Korthikanti et al. 2022 section 4.2.2; Megatron-LM).
-    ob.Collective(L, "sp_all_gather_mlp_input_bwd", B, ag, act);
-    L.back().overlapped = true;
-  }
-  ob.Gemm(L, "mlp_up_dgrad", B, T, h, mlp_up_n);
-  ob.Gemm(L, "mlp_up_wgrad", W, mlp_up_n, h, T);
-  ob.Collective(L, sp ? "sp_reduce_scatter_mlp_bwd" : "tp_all_reduce_mlp_bwd", B, sp ? rs : ar, act);
-  if (hide_tp_grad) ob.HideBehindGemm(L, "mlp_up_wgrad");
-  ob.Memory(L, "post_attn_norm_bwd", B, 2 * norm_bytes);
-  ob.Memory(L, m.dropout ? "dropout_residual_attn_bwd" : "residual_attn_bwd", B, 3 * act / rep);
-  if (sp) ob.Collective(L, "sp_all_gather_attn_bwd", B, ag, act);
-  ob.Gemm(L, "attn_out_proj_dgrad", B, T, ad_t, h);
-  ob.Gemm(L, "attn_out_proj_wgrad", W, ad_t, h, T);
-  if (c.flash_attention) {
-    ob.Attention(L, "flash_attention_bwd", B, 2.5 * 0.5 * 4 * b * s * s * a * d / t, s);
-    L.back().bytes = 2 * T * d * (4 * a + 4 * g) / t;  // reads Q, K, V, O, dO; writes dQ, dK, dV
-  } else {
-    const double heads_t = a / t, scores = b * heads_t * s * s;
-    const std::size_t core_begin = L.size();
-    ob.BatchedGemm(L, "attn_context_v_bwd", B, b * heads_t, s, s, d, 2);
-    if (m.dropout) ob.Memory(L, "attn_dropout_bwd", B, 5 * scores);
-    ob.Memory(L, "softmax_bwd", B, 6 * scores);
-    ob.BatchedGemm(L, "attn_scores_qk_bwd", B, b * heads_t, s, d, s, 2);
-    scale_attention_core(core_begin);
-  }
-  if (sp) {
-    ob.Collective(L, "sp_all_gather_attn_input_bwd", B, ag, act);
-    L.back().overlapped = true;
-  }
-  ob.Gemm(L, "qkv_proj_dgrad", B, T, h, qkv_n);
-  ob.Gemm(L, "qkv_proj_wgrad", W, qkv_n, h, T);
-  ob.Collective(L, sp ? "sp_reduce_scatter_attn_bwd" : "tp_all_reduce_attn_bwd", B, sp ? rs : ar, act);
-  if (hide_tp_grad) ob.HideBehindGemm(L, "qkv_proj_wgrad");
-  ob.Memory(L, "input_norm_bwd", B, 2 * norm_bytes);
-
-  // ---- recompute before backward
-  // Full: rerun the whole forward. Selective: only the attention core (Korthikanti et al. 2022
-  // section 5); with flash attention there is none.
-  auto recomputed = [&](const Op& o) {
-    if (c.recompute == Recompute::kFull) return true;
-    return c.recompute == Recompute::kSelective && !c.flash_attention &&
-           (o.name == "attn_scores_qk" || o.name == "softmax" || o.name == "attn_dropout" ||
-            o.name == "attn_context_v");
-  };
-  std::vector<Op> recompute;
-  for (const auto& o : L) {
-    if (o.pass != F || !recomputed(o)) continue;
-    Op r = o;
-    r.pass = Pass::kRecompute;
-    r.name = o.name + "_recompute";
-    r.saved_bytes = 0;
-    recompute.push_back(r);
-  }
-  L.insert(L.end(), recompute.begin(), recompute.end());
-
-  // Per-layer saved bytes after recompute policy.
-  double layer_saved_all = SavedBytes(L);
-  double layer_saved = layer_saved_all;
-  double layer_transient = 0;
-  if (c.recompute == Recompute::kFull) {
-    layer_saved = act / rep;  // only the layer input is checkpointed
-    layer_transient = layer_saved_all;  // one layer's activations rebuilt during its backward
-  } else if (c.recompute == Recompute::kSelective && !c.flash_attention) {
-    const double scores = b * (a / t) * s * s;
-    const double attn_core = 2 * scores + (m.dropout ? 3 * scores : 0);
-    layer_saved = layer_saved_all - attn_core;
-    layer_transient = attn_core;
+  const LayerShape shape{b, s, h, f, a, g, d, t, T, rep, eb, sp, swiglu, drop};
+  LayerOps layer = BuildLayerOps(m, c, shape, prof, ob);
+  cm.layer_ops = layer.ops;
+  const double layer_saved = layer.saved_bytes;
+  // Layers kept in bf16 under a low-precision format (--first-last-layers-bf16).
+  LayerOps layer16;
+  if (c.bf16_layers_start + c.bf16_layers_end > 0) {
+    ob.set_linear_format(LinearFormatOf(ParallelConfig{}, cl.gpu.arch));
+    layer16 = BuildLayerOps(m, c, shape, prof, ob);
+    ob.set_linear_format(lf);
+    cm.bf16_layer_ops = layer16.ops;
   }
   cm.layer_saved_bytes = layer_saved;
+  cm.quantized_weight_bytes_per_param = QuantizedWeightBytesPerParam(c, lf);
 
   // ---- embedding (first stage): lookup + position add + dropout; vocab-parallel all-reduce.
   auto& E = cm.embedding_ops;
   ob.Memory(E, "embedding_lookup", F, 2 * act + (m.position_embedding == PositionEmbedding::kLearned ? act : 0),
-            drop * act / 2 / rep);
+            drop * T * h / rep);
   ob.Collective(E, sp ? "embedding_reduce_scatter" : "embedding_all_reduce", F, sp ? rs : ar, act);
   ob.Memory(E, "embedding_grad", W, 2 * act / rep + 2 * act);
   // ---- output layer + cross-entropy (last stage), fp32 logits (Megatron's vocab-parallel CE).
@@ -456,15 +591,15 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   if (sp) ob.Collective(O, "sp_all_gather_output", F, ag, act);
   ob.Gemm(O, "output_proj", F, T, V / t, h);
   O.back().saved_bytes = act / rep;
-  ob.Memory(O, "cross_entropy", F, 2 * logits + 3 * 4 * logits, 4 * logits);
+  ob.Memory(O, "cross_entropy", F, eb * logits + 3 * 4 * logits, 4 * logits);
   ob.Collective(O, "cross_entropy_all_reduce", F, ar, 3 * 4 * T);
-  ob.Memory(O, "cross_entropy_bwd", B, 2 * 4 * logits + 2 * logits);
+  ob.Memory(O, "cross_entropy_bwd", B, 2 * 4 * logits + eb * logits);
   ob.Gemm(O, "output_proj_dgrad", B, T, h, V / t);
   ob.Gemm(O, "output_proj_wgrad", W, V / t, h, T);
   // The input gradient of the vocab-parallel output GEMM is summed over the TP ranks (Megatron's
   // parallel_lm_logits copies its input to the TP region), asynchronously like the layers'.
   ob.Collective(O, sp ? "sp_reduce_scatter_output_bwd" : "tp_all_reduce_output_bwd", B, sp ? rs : ar, act);
-  if (hide_tp_grad) ob.HideBehindGemm(O, "output_proj_wgrad");
+  if (c.async_tp_grad_reduce && c.schedule != Schedule::kZbH1) ob.HideBehindGemm(O, "output_proj_wgrad");
   ob.Memory(O, "final_norm_bwd", B, 2 * norm_bytes);
 
   // ---- pipeline receive (stages after the first / before the last): Megatron's scatter/gather
@@ -483,6 +618,11 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   const ParameterCounts pc = m.Parameters();
   const double layer_params_gpu = static_cast<double>(pc.per_layer.sharded) / t +
                                   static_cast<double>(pc.per_layer.replicated);
+  std::vector<std::int64_t> first_layer_of_stage(static_cast<std::size_t>(c.pp), 0);
+  for (std::int64_t i = 1; i < c.pp; ++i) {
+    first_layer_of_stage[static_cast<std::size_t>(i)] =
+        first_layer_of_stage[static_cast<std::size_t>(i - 1)] + LayersOfStage(m.num_layers, c.pp, i - 1, c.embedding_slots);
+  }
   for (std::int64_t i = 0; i < c.pp; ++i) {
     for (std::int64_t k = 0; k < v; ++k) {
       const std::int64_t model_chunk = k * c.pp + i;
@@ -494,25 +634,37 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
       cc.has_embedding = model_chunk == 0;
       cc.has_output = model_chunk == chunks_total - 1;
       const double nl = cc.layers;
-      double fw = 0, fwtp = 0, bi = 0, bitp = 0, bw = 0, bwtp = 0, rc = 0, rctp = 0;
-      SumPass(L, F, &fw, &fwtp);
-      SumPass(L, B, &bi, &bitp);
-      SumPass(L, W, &bw, &bwtp);
-      SumPass(L, Pass::kRecompute, &rc, &rctp);
-      cc.fwd_s = nl * fw;
-      cc.fwd_tp_s = nl * fwtp;
-      cc.bwd_input_s = nl * bi;
-      cc.bwd_weight_s = nl * bw;
-      cc.bwd_tp_s = nl * (bitp + bwtp);
-      cc.recompute_s = nl * rc;
-      cc.recompute_tp_s = nl * rctp;
-      cc.saved_bytes = nl * layer_saved;
-      // Weight gradients need the inputs of the four GEMMs: QKV and MLP-up inputs, the attention
-      // output and the activation output.
-      const double weight_inputs = 2 * act / rep + 2 * T * ad_t + 2 * T * f / t;
-      cc.weight_saved_bytes = nl * std::min(layer_saved, weight_inputs);
-      cc.transient_bytes = nl > 0 ? layer_transient : 0;
+      // Layers of this chunk kept in bf16 (the first and last layers of the model).
+      const std::int64_t first = v == 1 ? first_layer_of_stage[static_cast<std::size_t>(i)] : model_chunk * cc.layers;
+      const std::int64_t n16 = Overlap(first, first + cc.layers, 0, c.bf16_layers_start) +
+                               Overlap(first, first + cc.layers, m.num_layers - c.bf16_layers_end, m.num_layers);
+      cc.bf16_layers = static_cast<int>(n16);
+      auto add_layers = [&](const LayerOps& lo, double n) {
+        if (n <= 0) return;
+        double fw = 0, fwtp = 0, bi = 0, bitp = 0, bw = 0, bwtp = 0, rc = 0, rctp = 0;
+        SumPass(lo.ops, F, &fw, &fwtp);
+        SumPass(lo.ops, B, &bi, &bitp);
+        SumPass(lo.ops, W, &bw, &bwtp);
+        SumPass(lo.ops, Pass::kRecompute, &rc, &rctp);
+        cc.fwd_s += n * fw;
+        cc.fwd_tp_s += n * fwtp;
+        cc.bwd_input_s += n * bi;
+        cc.bwd_weight_s += n * bw;
+        cc.bwd_tp_s += n * (bitp + bwtp);
+        cc.recompute_s += n * rc;
+        cc.recompute_tp_s += n * rctp;
+        cc.saved_bytes += n * lo.saved_bytes;
+        cc.weight_saved_bytes += n * std::min(lo.saved_bytes, lo.weight_inputs_bytes);
+        cc.transient_bytes = std::max(cc.transient_bytes, lo.transient_bytes);
+      };
+      add_layers(layer, nl - static_cast<double>(n16));
+      add_layers(layer16, static_cast<double>(n16));
       cc.params_per_gpu = nl * layer_params_gpu;
+      // The linear layers' weights (sharded parameters) that the low-precision format copies.
+      if (lf.low_precision()) {
+        cc.quantized_params_per_gpu = (nl - static_cast<double>(n16)) * static_cast<double>(pc.per_layer.sharded) / t;
+        cc.scaling_state_bytes = (nl - static_cast<double>(n16)) * ScalingStateBytesPerLayer(c);
+      }
       auto add = [&](const std::vector<Op>& ops) {
         double x = 0, y = 0;
         SumPass(ops, F, &x, &y);
@@ -548,14 +700,14 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
       if (cc.has_output) {
         add(O);
         cc.weight_saved_bytes += act / rep;  // output-layer GEMM input
-        cc.transient_bytes = std::max(cc.transient_bytes, 2 * logits);  // bf16 logits before fp32
+        cc.transient_bytes = std::max(cc.transient_bytes, eb * logits);  // 16-bit logits before fp32
         const bool separate_copy = !m.tie_embeddings || c.pp > 1;
         cc.params_per_gpu += static_cast<double>(pc.final_norm) + (separate_copy ? V * h / t : 0.0);
       }
       cm.chunks[static_cast<std::size_t>(i)].push_back(cc);
     }
   }
-  // Pipeline messages: b*s*h bf16 activations, split across TP ranks by the scatter/gather
+  // Pipeline messages: b*s*h activations in the model dtype, split across TP ranks by the scatter/gather
   // optimization or by sequence parallelism.
   cm.pp_message_bytes = act / ((sp || c.scatter_gather) ? t : 1.0);
   cm.pp_send_intra = P2PCostOf(prof, cm.pp_message_bytes, true);

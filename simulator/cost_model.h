@@ -10,6 +10,7 @@
 #include "models/hardware.h"
 #include "models/model.h"
 #include "models/parallel.h"
+#include "simulator/precision.h"
 #include "simulator/profile.h"
 
 namespace shardcast {
@@ -68,10 +69,15 @@ struct Op {
 };
 
 /// Durations of one op kind from the profile.
-/// `batch` independent m x n x k GEMMs (a strided-batched GEMM; batch 1 is a plain GEMM):
-/// max(2*batch*m*n*k / (peak * efficiency), 2*batch*(m*k + k*n + m*n) bytes / HBM) + launch, with
-/// the efficiency looked up for the whole call (measured samples at batch*m rows).
-double GemmTime(const HardwareProfile& p, double m, double n, double k, double batch = 1);
+/// `batch` independent m x n x k GEMMs (a strided-batched GEMM; batch 1 is a plain GEMM) in
+/// `precision`: max(2*batch*m*n*k / (peak * efficiency), batch*(in_bytes*(m*k + k*n) +
+/// out_bytes*m*n) / HBM) + launch, with the peak and maximum efficiency of the precision
+/// (HardwareProfile::GemmRateOf) and the efficiency's shape factor looked up for the whole call
+/// (measured samples at batch*m rows). `in_bytes` per input element (1 for FP8 operands, 0.5
+/// for FP4, plus their block scales), `out_bytes` per output element (the 16-bit or fp32 dtype).
+/// Throws InputError when the profile has no rate for the precision.
+double GemmTime(const HardwareProfile& p, double m, double n, double k, double batch = 1,
+                Precision precision = Precision::kBf16, double in_bytes = 2, double out_bytes = 2);
 double MemoryBoundTime(const HardwareProfile& p, double bytes);
 double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward);
 /// Bytes the optimizer step moves on one GPU holding `local_params` parameters, as the passes of
@@ -87,6 +93,15 @@ double OptimizerBytes(const ParallelConfig& c, double local_params);
 /// OptimizerBytes as memory-bound passes: one over the shard, one zeroing the gradients.
 double OptimizerTime(const HardwareProfile& p, const ParallelConfig& c, double local_params);
 
+/// The per-step cast of the linear layers' weights into the low-precision format (Transformer
+/// Engine casts them in the first micro-batch's forward and keeps the copies for the others; the
+/// model charges it with the optimizer step, on the same compute stream): reads the 16-bit
+/// weights and writes the quantized copies. With --fp8-param-gather the optimizer writes the
+/// copies itself, so only their bytes beyond the 16-bit weight's count. 0 without a
+/// low-precision format.
+double WeightQuantizeTime(const HardwareProfile& p, const ParallelConfig& c, const LinearFormat& f,
+                          double quantized_params);
+
 /// What one micro-batch costs on one chunk (a contiguous group of layers, plus embedding or
 /// output layer where the chunk holds them) of one GPU.
 struct ChunkCost {
@@ -100,12 +115,20 @@ struct ChunkCost {
   double weight_saved_bytes = 0;
   double transient_bytes = 0;  ///< extra working memory while the chunk runs
   double params_per_gpu = 0;   ///< parameters of this chunk on one GPU
+  /// Of those, the linear layers' weights that a low-precision format keeps quantized copies of
+  /// (0 without one; bf16-kept layers excluded).
+  double quantized_params_per_gpu = 0;
+  double scaling_state_bytes = 0;  ///< FP8 delayed scaling's amax histories and scales
+  int bf16_layers = 0;             ///< layers kept in bf16 under a low-precision format
   double bwd_s() const { return bwd_input_s + bwd_weight_s; }
 };
 
 /// The whole cost model for one configuration.
 struct CostModel {
   std::vector<Op> layer_ops;      ///< one transformer layer, all passes
+  /// One transformer layer kept in bf16 under a low-precision format (--first-last-layers-bf16);
+  /// empty otherwise.
+  std::vector<Op> bf16_layer_ops;
   std::vector<Op> embedding_ops;  ///< first stage
   std::vector<Op> output_ops;     ///< last stage
   /// Receive-side TP all-gather of a scatter/gather pipeline message (forward: before every chunk
@@ -120,6 +143,8 @@ struct CostModel {
   /// Bytes one transformer layer keeps from forward to backward per micro-batch (no embedding or
   /// output layer): the per-layer quantity of Korthikanti et al. 2022 Table 2 and Fig. 7.
   double layer_saved_bytes = 0;
+  /// Extra bytes per quantized parameter (QuantizedWeightBytesPerParam) under the configuration.
+  double quantized_weight_bytes_per_param = 0;
 };
 
 /// Builds the op lists and per-chunk costs. The configuration must be feasible

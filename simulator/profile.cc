@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -71,6 +72,42 @@ const std::vector<ValidationFit>& FitsOnValidationRows() {
   return fits;
 }
 
+namespace {
+
+/// GEMM rates of the GPU's other precisions: its dense peak for each, at the best fraction of it
+/// measured for that precision (MAMF, stas00/ml-engineering's table: FP8 1402.6 of 1978.9 TFLOP/s
+/// on H100, 3432.5 of 4500 on B200) times the sustained-training ratio that bf16 uses. Where no
+/// measurement exists the bf16 (or FP8) fraction stands in, said in an estimate line shown only
+/// to runs in that precision.
+void AddLowPrecisionGemmRates(const Gpu& g, double mamf16, double sustained, HardwareProfile* p) {
+  double fp8 = mamf16;
+  std::string fp8_est = fmt::format("FP8 GEMMs at the bf16 MAMF fraction {:.3f} of peak (no FP8 measurement for '{}')",
+                                    mamf16, g.arch);
+  if (g.arch == "hopper") {
+    fp8 = 1402.6 / 1978.9;
+    fp8_est.clear();
+  } else if (g.arch == "blackwell") {
+    fp8 = 3432.5 / 4500.0;
+    fp8_est.clear();
+  }
+  auto add = [&](Precision prec, double mamf, const std::string& estimate) {
+    if (g.PeakFlops(prec) <= 0) return;
+    p->gemm_rates.push_back({prec, g.PeakFlops(prec) / 1e12, mamf * sustained});
+    if (!estimate.empty()) p->estimates.push_back({estimate, false, prec});
+  };
+  add(Precision::kFp8, fp8, fp8_est);
+  add(Precision::kMxfp8, fp8,
+      fmt::format("MXFP8 GEMMs at the FP8 MAMF fraction {:.3f} of peak (no public MXFP8 measurement)", fp8));
+  add(Precision::kNvfp4, fp8,
+      fmt::format("NVFP4 GEMMs at the FP8 MAMF fraction {:.3f} of the FP4 peak (no public NVFP4 measurement)", fp8));
+  add(Precision::kTf32, mamf16,
+      fmt::format("TF32 GEMMs at the bf16 MAMF fraction {:.3f} of the TF32 peak (no public TF32 measurement)", mamf16));
+  add(Precision::kFp32, mamf16,
+      fmt::format("FP32 GEMMs at the bf16 MAMF fraction {:.3f} of the FP32 peak (no public measurement)", mamf16));
+}
+
+}  // namespace
+
 HardwareProfile DefaultProfile(const Cluster& cl) {
   const Gpu& g = cl.gpu;
   HardwareProfile p;
@@ -81,7 +118,8 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
              " from spec sheets and public measurements (docs/profile.md)";
   // GEMM: MAMF / peak (stas00/ml-engineering MAMF table; hardware.md 4.1); g(F) saturation curve
   // [est] from hardware.md 4.2 (Calculon's size buckets and B200 cuBLAS shape sweeps).
-  p.gemm_peak_tflops = g.peak_bf16_tflops;
+  // The base GEMM rate is the 16-bit one: bf16, or fp16 on GPUs without bf16 (V100).
+  p.gemm_peak_tflops = g.peak_bf16_tflops > 0 ? g.peak_bf16_tflops : g.peak_fp16_tflops;
   // Attention efficiencies (fraction of bf16 peak): FA2 on A100 (FA2 paper, 50-73%), FA3 on
   // Hopper (FA3 paper figures: fwd causal ~0.58, bwd ~0.53), FA4 in-step on Blackwell ~0.42.
   if (g.arch == "ampere") {
@@ -125,7 +163,10 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
   // its five configurations, 7.7/11.9 baseline, 7.2/11.8 SP, 7.7/19.5 full recompute, 7.7/13.2
   // selective, 7.2/13.1 selective + SP) the A100 needs 0.72 of peak, 0.83 of its MAMF (mean
   // error 2.0%, max 2.6%); H100 0.735 of MAMF (MPT-13B runs). docs/accuracy.md has the procedure.
-  p.gemm_max_efficiency *= g.arch == "ampere" ? kSustainedOverMamfAmpere : kSustainedOverMamfHopper;
+  const double mamf16 = p.gemm_max_efficiency;
+  const double sustained = g.arch == "ampere" ? kSustainedOverMamfAmpere : kSustainedOverMamfHopper;
+  p.gemm_max_efficiency *= sustained;
+  AddLowPrecisionGemmRates(g, mamf16, sustained, &p);
   // Unfused attention core (Megatron's batched score/context GEMMs, fused softmax, dropout):
   // Korthikanti et al. 2022 Table 4 times the selective recompute of exactly these kernels at
   // 1.3 ms per layer (backward 13.2 vs 11.9 ms, and 13.1 vs 11.8 with SP) where their roofline
@@ -186,12 +227,22 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
   return p;
 }
 
-std::vector<std::string> HardwareProfile::Estimates(bool flash_attention) const {
+std::vector<std::string> HardwareProfile::Estimates(bool flash_attention, Precision precision) const {
   std::vector<std::string> out;
   for (const Estimate& e : estimates) {
-    if (!(e.unfused_attention_only && flash_attention)) out.push_back(e.text);
+    if (e.unfused_attention_only && flash_attention) continue;
+    if (e.gemm_precision && *e.gemm_precision != precision) continue;
+    out.push_back(e.text);
   }
   return out;
+}
+
+std::optional<HardwareProfile::GemmRate> HardwareProfile::GemmRateOf(Precision p) const {
+  if (p == Precision::kBf16 || p == Precision::kFp16) return GemmRate{p, gemm_peak_tflops, gemm_max_efficiency};
+  for (const GemmRate& r : gemm_rates) {
+    if (r.precision == p) return r;
+  }
+  return std::nullopt;
 }
 
 HardwareProfile WithAttentionKernel(HardwareProfile p, const std::string& arch, const std::string& kernel) {
@@ -283,10 +334,24 @@ HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
     p.date = c.OptString("date").value_or("");
   }
   JsonReader g = r.Object("gemm");
-  g.RejectUnknownKeys({"peak_tflops", "max_efficiency", "efficiency_vs_gflop", "samples"});
+  g.RejectUnknownKeys({"peak_tflops", "max_efficiency", "efficiency_vs_gflop", "samples", "precisions"});
   p.gemm_peak_tflops = g.Number("peak_tflops", 1e-6, 1e6);
   p.gemm_max_efficiency = g.Number("max_efficiency", 1e-4, 1.0);
   p.gemm_efficiency_vs_gflop = ReadCurve(g, "efficiency_vs_gflop");
+  if (g.Has("precisions")) {
+    JsonReader pr = g.Object("precisions");
+    for (Precision prec : AllPrecisions()) {
+      if (prec == Precision::kBf16 || prec == Precision::kFp16 || !pr.Has(ToString(prec))) continue;
+      JsonReader e = pr.Object(ToString(prec));
+      e.RejectUnknownKeys({"peak_tflops", "max_efficiency"});
+      p.gemm_rates.push_back({prec, e.Number("peak_tflops", 1e-6, 1e6), e.Number("max_efficiency", 1e-4, 1.0)});
+    }
+    std::set<std::string> names;
+    for (Precision prec : AllPrecisions()) {
+      if (prec != Precision::kBf16 && prec != Precision::kFp16) names.insert(ToString(prec));
+    }
+    pr.RejectUnknownKeys(names);
+  }
   if (g.Has("samples")) {
     const Json& arr = g.json().at("samples");
     if (!arr.is_array()) {
@@ -411,6 +476,13 @@ Json ProfileToJson(const HardwareProfile& p) {
   j["gemm"] = {{"peak_tflops", p.gemm_peak_tflops},
                {"max_efficiency", p.gemm_max_efficiency},
                {"efficiency_vs_gflop", CurveToJson(p.gemm_efficiency_vs_gflop)}};
+  if (!p.gemm_rates.empty()) {
+    Json rates = Json::object();
+    for (const auto& r : p.gemm_rates) {
+      rates[ToString(r.precision)] = {{"peak_tflops", r.peak_tflops}, {"max_efficiency", r.max_efficiency}};
+    }
+    j["gemm"]["precisions"] = rates;
+  }
   if (!p.gemm_samples.empty()) {
     Json s = Json::array();
     for (const auto& g : p.gemm_samples) s.push_back({{"m", g.m}, {"n", g.n}, {"k", g.k}, {"tflops", g.tflops}});

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/json_reader.h"
@@ -64,12 +65,16 @@ struct HardwareProfile {
   /// over from another GPU or estimated, one line each, for reports (Estimates() picks those a
   /// configuration uses); empty for A100 on NVLink. In memory only, not written to profile JSON.
   struct Estimate {
+    Estimate(std::string t, bool unfused_only = false, std::optional<Precision> gemm = std::nullopt)
+        : text(std::move(t)), unfused_attention_only(unfused_only), gemm_precision(gemm) {}
     std::string text;
     bool unfused_attention_only = false;  ///< matters only without flash attention
+    /// Matters only for runs whose linear-layer GEMMs use this precision (a GEMM rate).
+    std::optional<Precision> gemm_precision;
   };
   std::vector<Estimate> estimates;
-  /// The estimate lines that matter for a run with or without flash attention.
-  std::vector<std::string> Estimates(bool flash_attention) const;
+  /// The estimate lines that matter for a run with or without flash attention, in `precision`.
+  std::vector<std::string> Estimates(bool flash_attention, Precision precision = Precision::kBf16) const;
   /// The attention kernel WithAttentionKernel switched the rates to ("fa2" on Hopper), or
   /// "default" when the profile's own rates apply; in memory only, like `adjustments`.
   std::string attention_kernel = "default";
@@ -80,6 +85,19 @@ struct HardwareProfile {
   double gemm_max_efficiency = 0;
   std::vector<CurvePoint> gemm_efficiency_vs_gflop;  ///< g(F), relative to max_efficiency
   std::vector<GemmSample> gemm_samples;              ///< measured shapes (override the curve)
+  /// GEMMs in another precision than the base (bf16 = fp16) one: their dense peak and the best
+  /// fraction of it reached. The shape curve g(F) and the samples apply to every precision,
+  /// scaled by max_efficiency / gemm_max_efficiency (a shape that loses 20% in bf16 loses 20%
+  /// in fp8).
+  struct GemmRate {
+    Precision precision = Precision::kBf16;
+    double peak_tflops = 0;
+    double max_efficiency = 0;
+  };
+  std::vector<GemmRate> gemm_rates;
+  /// The rate of GEMMs in `p`: the base rate for bf16 and fp16, else the entry of gemm_rates;
+  /// none when the profile has no rate for `p`.
+  std::optional<GemmRate> GemmRateOf(Precision p) const;
 
   // Attention (flash): achieved fraction of the bf16 peak, forward and backward, at seq >= 2k;
   // scaled by attention_efficiency_vs_seq below that.

@@ -73,7 +73,7 @@ class Builder {
  public:
   Builder(const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof,
           const CostModel& cm, const SimulateOptions& opts)
-      : m_(m), c_(c), prof_(prof), cm_(cm), opts_(opts) {
+      : m_(m), c_(c), prof_(prof), cm_(cm), opts_(opts), lf_(LinearFormatOf(c, cl.gpu.arch)) {
     p_ = static_cast<int>(c.pp);
     v_ = static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1);
     mb_ = static_cast<int>(c.num_microbatches());
@@ -144,6 +144,7 @@ class Builder {
   const HardwareProfile& prof_;
   const CostModel& cm_;
   const SimulateOptions& opts_;
+  LinearFormat lf_;
   int p_ = 1, v_ = 1, mb_ = 1, R_ = 1;
   bool zero3_ = false, dp_comm_ = false, all_one_node_ = false;
   double grad_bytes_per_param_ = 0;
@@ -254,8 +255,12 @@ TaskCost Builder::CostOf(const CostKey& k) const {
     case CostKind::kOptimizer: {
       double params = 0;
       for (const auto& x : chunks) params += x.params_per_gpu;
+      double quantized = 0;
+      for (const auto& x : chunks) quantized += x.quantized_params_per_gpu;
       TaskCost t;
-      t.work_ns = opts_.ideal_pipeline ? 0.0 : Ns(OptimizerTime(prof_, c_, params));
+      t.work_ns = opts_.ideal_pipeline ? 0.0
+                                       : Ns(OptimizerTime(prof_, c_, params) +
+                                            WeightQuantizeTime(prof_, c_, lf_, quantized));
       return t;
     }
     case CostKind::kParamGather: {
@@ -579,6 +584,14 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
   }
   const StateBytesPerParam bpp = BytesPerParam(c);
   mem.weights_bytes = params * bpp.weights;
+  // Quantized copies of the linear layers' weights, and delayed scaling's amax histories.
+  double quantized = 0, scaling = 0;
+  for (const auto& cc : cm.chunks[static_cast<std::size_t>(stage)]) {
+    quantized += cc.quantized_params_per_gpu;
+    scaling += cc.scaling_state_bytes;
+  }
+  mem.quantized_weights_bytes = quantized * cm.quantized_weight_bytes_per_param + scaling;
+  mem.weights_bytes += mem.quantized_weights_bytes;
   mem.grads_bytes = params * bpp.grads;
   mem.optimizer_bytes = params * bpp.optimizer;
   // ZeRO-3 holds gathered parameters of the running and the prefetched layer; pipeline stages
@@ -640,6 +653,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   SimulationResult res;
   ParallelConfig c = cfg_in;
   if (c.seq_length <= 0) c.seq_length = m.seq_length;
+  c.param_gather_bytes = ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch));
   res.usable_memory_bytes = cl.gpu.memory_bytes;
   res.reasons = InfeasibilityReasons(m, c, gpus, cl);
   if (gpus > cl.gpus_per_node && !(prof.NicShareGBps() > 0)) {
@@ -718,7 +732,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     recompute_per_token = attn_fwd;
   }
   res.hardware_flops_per_step = res.model_flops_per_step + recompute_per_token * tokens;
-  const double peak = cl.gpu.PeakFlops(c.precision) * static_cast<double>(gpus);
+  const double peak = cl.gpu.PeakFlops(MfuPeakPrecision(c.precision)) * static_cast<double>(gpus);
   res.mfu = res.model_flops_per_step / (step * peak);
   res.hfu = res.hardware_flops_per_step / (step * peak);
   // What the kernels execute: every op's FLOPs (per GPU, already divided by tp) for every

@@ -45,6 +45,8 @@ struct StageBreakdown {
 
 struct StageMemory {
   double weights_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
+  /// Of weights_bytes: the low-precision format's quantized weight copies and scaling state.
+  double quantized_weights_bytes = 0;
   double activations_bytes = 0;  ///< peak of saved activations + working memory
   /// Peak of the activations kept from forward to backward alone (no working memory): the
   /// quantity Korthikanti et al. 2022 report.

@@ -1,0 +1,102 @@
+// The precision flags shared by simulate, execute, plan and capacity (cli/config_args.h).
+#include <fmt/format.h>
+
+#include "cli/config_args.h"
+#include "common/error.h"
+
+namespace shardcast::cli {
+
+void AddPrecisionOptions(CLI::App* cmd, PrecisionArgs* a) {
+  cmd->add_option("--precision", a->precision,
+                  "bf16|fp16|fp8|mxfp8|nvfp4|tf32|fp32: the linear layers' GEMMs in fp8/mxfp8/nvfp4 with bf16 "
+                  "elsewhere, or fp32 training with TF32 or FP32 GEMMs (default bf16)")
+      ->transform(CLI::IsMember({"bf16", "fp16", "fp8", "mxfp8", "nvfp4", "tf32", "fp32"}, CLI::ignore_case));
+  cmd->add_flag("--bf16", a->bf16, "Megatron-LM: bf16 mixed precision (the default; with --fp8-* the 16-bit dtype)");
+  cmd->add_flag("--fp16", a->fp16, "Megatron-LM: fp16 mixed precision (--precision fp16)");
+  cmd->add_option("--fp8-format", a->fp8_format,
+                  "Megatron-LM: hybrid (E4M3 forward, E5M2 gradients) | e4m3; implies --precision fp8")
+      ->transform(CLI::IsMember({"hybrid", "e4m3"}, CLI::ignore_case));
+  cmd->add_option("--fp8-recipe", a->fp8_recipe,
+                  "Megatron-LM: delayed (default) | tensorwise | blockwise | mxfp8 (= --precision mxfp8)")
+      ->transform(CLI::IsMember({"delayed", "tensorwise", "blockwise", "mxfp8"}, CLI::ignore_case));
+  cmd->add_option("--fp4-format", a->fp4_format, "Megatron-LM: e2m1; implies --precision nvfp4")
+      ->transform(CLI::IsMember({"e2m1"}, CLI::ignore_case));
+  cmd->add_option("--fp4-recipe", a->fp4_recipe, "Megatron-LM: nvfp4; implies --precision nvfp4")
+      ->transform(CLI::IsMember({"nvfp4"}, CLI::ignore_case));
+  cmd->add_flag("--fp8-param-gather", a->fp8_param_gather,
+                "Megatron-LM: keep the weights in fp8/mxfp8 (no 16-bit copy) and all-gather them in that format "
+                "(with the distributed optimizer)");
+  cmd->add_option("--fp8-amax-history-len", a->amax_history_len,
+                  "amax values kept per tensor by the delayed recipe (default 1024, Transformer Engine's)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_flag("--first-last-layers-bf16", a->first_last_bf16,
+                "Megatron-LM: keep the first and last transformer layers' GEMMs in bf16 under fp8/mxfp8/nvfp4");
+  cmd->add_option("--num-layers-at-start-in-bf16", a->layers_start_bf16,
+                  "with --first-last-layers-bf16: layers at the start kept in bf16 (default 1)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--num-layers-at-end-in-bf16", a->layers_end_bf16,
+                  "with --first-last-layers-bf16: layers at the end kept in bf16 (default 1)")
+      ->check(CLI::Range(0, 1 << 20));
+}
+
+namespace {
+
+/// Sets the precision `p` that `flag` implies, unless another flag chose a different one.
+void Choose(Precision p, const std::string& flag, Precision* chosen, std::string* by) {
+  if (!by->empty() && *chosen != p) {
+    throw InputError(fmt::format("command line: {}: selects precision {}, but {} selected {} (give one of them)", flag,
+                                 ToString(p), *by, ToString(*chosen)));
+  }
+  *chosen = p;
+  if (by->empty()) *by = flag;
+}
+
+}  // namespace
+
+void ApplyPrecisionArgs(const PrecisionArgs& a, ParallelConfig* c) {
+  Precision p = Precision::kBf16;
+  std::string by;
+  if (!a.precision.empty()) Choose(*ParsePrecision(a.precision), "--precision " + a.precision, &p, &by);
+  if (a.fp16) Choose(Precision::kFp16, "--fp16", &p, &by);
+  if (!a.fp8_format.empty()) {
+    Choose(a.fp8_recipe == "mxfp8" ? Precision::kMxfp8 : Precision::kFp8, "--fp8-format " + a.fp8_format, &p, &by);
+  }
+  if (!a.fp8_recipe.empty()) {
+    Choose(a.fp8_recipe == "mxfp8" ? Precision::kMxfp8 : Precision::kFp8, "--fp8-recipe " + a.fp8_recipe, &p, &by);
+  }
+  if (!a.fp4_format.empty()) Choose(Precision::kNvfp4, "--fp4-format " + a.fp4_format, &p, &by);
+  if (!a.fp4_recipe.empty()) Choose(Precision::kNvfp4, "--fp4-recipe " + a.fp4_recipe, &p, &by);
+  if (a.bf16 && (p == Precision::kFp16 || p == Precision::kTf32 || p == Precision::kFp32)) {
+    throw InputError(fmt::format("command line: --bf16: contradicts {} (precision {})", by, ToString(p)));
+  }
+  c->precision = p;
+  c->fp8_recipe = a.fp8_recipe == "tensorwise"  ? Fp8Recipe::kTensorwise
+                  : a.fp8_recipe == "blockwise" ? Fp8Recipe::kBlockwise
+                                                : Fp8Recipe::kDelayed;
+  c->fp8_e4m3 = a.fp8_format == "e4m3";
+  if (a.amax_history_len > 0) c->fp8_amax_history_len = a.amax_history_len;
+  c->fp8_param_gather = a.fp8_param_gather;
+  if (a.first_last_bf16) {
+    c->bf16_layers_start = a.layers_start_bf16;
+    c->bf16_layers_end = a.layers_end_bf16;
+  }
+}
+
+std::string PrecisionFlags(const ParallelConfig& c) {
+  const ParallelConfig d;
+  std::string f;
+  if (c.precision != Precision::kBf16) f += fmt::format(" --precision {}", ToString(c.precision));
+  if (c.precision == Precision::kFp8 && c.fp8_recipe != d.fp8_recipe) f += fmt::format(" --fp8-recipe {}", ToString(c.fp8_recipe));
+  if (c.precision == Precision::kFp8 && c.fp8_e4m3) f += " --fp8-format e4m3";
+  if (c.precision == Precision::kFp8 && c.fp8_amax_history_len != d.fp8_amax_history_len) {
+    f += fmt::format(" --fp8-amax-history-len {}", c.fp8_amax_history_len);
+  }
+  if (c.fp8_param_gather) f += " --fp8-param-gather";
+  if (c.bf16_layers_start + c.bf16_layers_end > 0) {
+    f += fmt::format(" --first-last-layers-bf16 --num-layers-at-start-in-bf16 {} --num-layers-at-end-in-bf16 {}",
+                     c.bf16_layers_start, c.bf16_layers_end);
+  }
+  return f;
+}
+
+}  // namespace shardcast::cli
