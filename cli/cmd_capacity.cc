@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/config_args.h"
 #include "cli/options.h"
 #include "cli/plan_common.h"
 #include "common/error.h"
@@ -25,6 +26,7 @@ struct CapacityArgs {
   double days = 0, mtbf_hours = 0, checkpoint_minutes = 0, restart_minutes = 0, energy_overhead = 1.3;
   double min_headroom_gib = 2.0;  // the same default as plan
   bool json = false;
+  PrecisionArgs prec;
 };
 
 /// "300e9", "300B", "1.5T", "2M" -> tokens.
@@ -131,6 +133,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
   o.restart_minutes = a.restart_minutes;
   o.energy_overhead = a.energy_overhead;
   o.plan.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
+  ApplyPrecisionArgs(a.prec, &o.plan.base);
   // Goodput needs all three: without a checkpoint cost a failure would lose nothing (goodput
   // 100% however often GPUs fail), and checkpoint times without an MTBF would be ignored.
   if (a.mtbf_hours > 0 && !(a.checkpoint_minutes > 0)) {
@@ -344,6 +347,7 @@ void RegisterCapacity(CLI::App& app) {
                   "[CLUSTER=]FILE: measured hardware profile (shardcast calibrate) for the options of CLUSTER, or of "
                   "the one cluster with its GPU; several allowed, one per cluster (default: built-in)")
       ->expected(1, -1);
+  AddPrecisionOptions(cmd, &a->prec);
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->callback([a] { RunCapacityCommand(*a); });
 }

@@ -27,6 +27,7 @@ struct PlanArgs {
   int top = 10, threads = 0;
   double min_headroom_gib = 2.0;
   bool json = false, no_flash = false, exclude_at_risk = false;
+  PrecisionArgs prec;
 };
 
 /// A cost or energy figure, or an empty CSV cell when the GPU file has no price or power (0).
@@ -39,9 +40,9 @@ std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective ob
   const std::string ranked = objective == Objective::kCost     ? fmt::format(" {:>10.4g}", p.usd_per_million_tokens)
                              : objective == Objective::kEnergy ? fmt::format(" {:>10.4g}", p.joules_per_token)
                                                                : "";
-  return fmt::format("{:>4}  {:>2} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<2} {:>4}  {:>10} {:>11.0f}{} {:>6} {:>6}  {:>10} {:>10}{}",
+  return fmt::format("{:>4}  {:>2} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11.0f}{} {:>6} {:>6}  {:>10} {:>10}{}",
                      rank, c.tp, c.pp, c.dp, c.vp, c.micro_batch_size, ToString(c.schedule), ToString(c.recompute),
-                     c.sequence_parallel ? "y" : "n", c.zero_stage, FormatSeconds(r.step_time_s), r.tokens_per_s, ranked,
+                     c.tp_comm_overlap ? "y+o" : c.sequence_parallel ? "y" : "n", c.zero_stage, FormatSeconds(r.step_time_s), r.tokens_per_s, ranked,
                      fmt::format("{:.1f}%", 100 * r.mfu), fmt::format("{:.1f}%", 100 * r.bubble_fraction),
                      FormatGiB(r.peak_memory_bytes), FormatGiB(usable - r.peak_memory_bytes),
                      r.memory_at_risk ? "  at risk" : "");
@@ -66,6 +67,8 @@ void RunPlanCommand(const PlanArgs& a) {
   ApplyFixedToSearch(&o);
   o.threads = a.threads;
   o.flash_attention = !a.no_flash;
+  ApplyPrecisionArgs(a.prec, &o.base);
+  RequirePrecision(cl.gpu, o.base, "command line");
   o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   o.exclude_memory_at_risk = a.exclude_at_risk;
   const HardwareProfile prof = a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile);
@@ -95,15 +98,16 @@ void RunPlanCommand(const PlanArgs& a) {
   if (!a.csv.empty()) {
     // `recommended` marks the plan the text recommends (the best not at risk of running out of
     // memory); no row has it when that plan ranks below --top.
-    std::string csv = "rank,tp,pp,dp,vp,micro_batch_size,global_batch_size,schedule,recompute,sequence_parallel,zero_stage,"
+    std::string csv = "rank,tp,pp,dp,vp,micro_batch_size,global_batch_size,schedule,recompute,sequence_parallel,tp_comm_overlap,"
+                      "zero_stage,"
                       "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes,memory_at_risk,recommended,"
                       "usd_per_million_tokens,joules_per_token\n";
     for (std::size_t i = 0; i < r.plans.size(); ++i) {
       const auto& p = r.plans[i];
       const auto& c = p.config;
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
                          c.micro_batch_size, c.global_batch_size, ToString(c.schedule), ToString(c.recompute),
-                         c.sequence_parallel ? "true" : "false", c.zero_stage, p.result.step_time_s,
+                         c.sequence_parallel ? "true" : "false", c.tp_comm_overlap ? "true" : "false", c.zero_stage, p.result.step_time_s,
                          p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction,
                          static_cast<std::int64_t>(std::llround(p.result.peak_memory_bytes)),
                          p.result.memory_at_risk ? "true" : "false", i + 1 == recommended_rank ? "true" : "false",
@@ -183,7 +187,7 @@ void RunPlanCommand(const PlanArgs& a) {
   const std::string ranked_header = o.objective == Objective::kCost     ? fmt::format(" {:>10}", "$/M tok")
                                     : o.objective == Objective::kEnergy ? fmt::format(" {:>10}", "J/token")
                                                                         : "";
-  std::cout << fmt::format("\n{:>4}  {:>2} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<2} {:>4}  {:>10} {:>11}{} {:>6} {:>6}  {:>10} {:>10}\n",
+  std::cout << fmt::format("\n{:>4}  {:>2} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11}{} {:>6} {:>6}  {:>10} {:>10}\n",
                            "rank", "TP", "PP", "DP", "VP", "mbs", "schedule", "recompute", "SP", "ZeRO", "step", "tokens/s",
                            ranked_header, "MFU", "bubble", "peak mem", "headroom");
   for (std::size_t i = 0; i < r.plans.size(); ++i) std::cout << PlanRow(i + 1, r.plans[i], cl.gpu.memory_bytes, o.objective) << "\n";
@@ -266,9 +270,12 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_option("--schedules", a->schedules, "comma list of 1f1b,interleaved,zb-h1,gpipe");
   cmd->add_option("--recompute", a->recompute, "comma list of none,selective,full");
   cmd->add_option("--zero-stages", a->zero, "comma list of ZeRO stages to consider (default 0,1)");
-  cmd->add_option("--fix", a->fix, "fix dimensions, e.g. tp=8,pp=8,sp=true,schedule=interleaved");
+  cmd->add_option("--fix", a->fix,
+                  "fix dimensions, e.g. tp=8,pp=8,sp=true,schedule=interleaved (keys tp, pp, vp, mbs, zero, sp, "
+                  "tp_comm_overlap, recompute, schedule)");
   cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention (saves s*s scores)");
+  AddPrecisionOptions(cmd, &a->prec);
   cmd->add_flag("--exclude-at-risk", a->exclude_at_risk,
                 "leave out plans at risk of running out of memory (peak x 1.17 over usable memory)");
   cmd->add_option("--profile", a->profile, "hardware profile JSON (default: built-in for the GPU)");

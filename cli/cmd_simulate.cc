@@ -245,6 +245,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.flash_attention = !a.no_flash;
   c.overlap_grad_reduce = !a.no_overlap_grad;
   c.async_tp_grad_reduce = !a.no_async_tp;
+  c.tp_comm_overlap = a.tp_comm_overlap;
   c.overlap_param_gather = !a.no_overlap_param;
   c.fp32_main_grads = !a.bf16_grads;
   // Megatron-LM's two flags each add one slot; the model has both (the embedding and the output
@@ -301,6 +302,7 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (!c.overlap_grad_reduce) f += " --no-overlap-grad-reduce";
   if (!c.overlap_param_gather) f += " --no-overlap-param-gather";
   if (!c.async_tp_grad_reduce) f += " --no-async-tensor-model-parallel-allreduce";
+  if (c.tp_comm_overlap) f += " --tp-comm-overlap";
   if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) f += " --bf16-main-grads";
   if (c.optimizer_impl != OptimizerImpl::kMegatron) f += fmt::format(" --optimizer {}", ToString(c.optimizer_impl));
   if (c.p2p_blocking) f += " --p2p-blocking";
@@ -381,6 +383,9 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--no-async-tensor-model-parallel-allreduce", a->no_async_tp,
                 "run the backward input-gradient TP all-reduce / reduce-scatter after the weight-gradient GEMM, not "
                 "beside it (Megatron-LM before late 2021, Megatron-DeepSpeed)");
+  cmd->add_flag("--tp-comm-overlap", a->tp_comm_overlap,
+                "Megatron-Core / Transformer Engine userbuffers: pipeline the sequence-parallel all-gathers and "
+                "reduce-scatters with their GEMMs in tp chunks (needs --sequence-parallel)");
   cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
   cmd->add_option("--optimizer", a->optimizer,
                   "whose optimizer keeps the state: megatron (default) | deepspeed-zero (with --zero 1 or 2; 16-bit "

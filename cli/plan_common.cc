@@ -73,11 +73,12 @@ std::vector<int> ParseZeroStages(const std::string& list) {
 std::map<std::string, std::string> ParseFix(const std::string& list) {
   std::map<std::string, std::string> out;
   if (list.empty()) return out;
-  static const std::set<std::string> keys = {"tp", "pp", "vp", "mbs", "zero", "sp", "recompute", "schedule"};
+  static const std::set<std::string> keys = {"tp", "pp", "vp", "mbs", "zero", "sp", "tp_comm_overlap", "recompute",
+                                             "schedule"};
   for (const auto& kv : Split(list, ',')) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || !keys.count(kv.substr(0, eq)) || eq + 1 >= kv.size()) {
-      Bad("--fix", kv, "key=value with key one of tp, pp, vp, mbs, zero, sp, recompute, schedule");
+      Bad("--fix", kv, "key=value with key one of tp, pp, vp, mbs, zero, sp, tp_comm_overlap, recompute, schedule");
     }
     const std::string key = kv.substr(0, eq);
     std::string v = ToLower(kv.substr(eq + 1));
@@ -91,10 +92,10 @@ std::map<std::string, std::string> ParseFix(const std::string& list) {
       v = std::to_string(std::stoll(v));
     } else if (key == "zero") {
       if (v.size() != 1 || v[0] < '0' || v[0] > '3') Bad("--fix", kv, "zero=0, 1, 2 or 3");
-    } else if (key == "sp") {
+    } else if (key == "sp" || key == "tp_comm_overlap") {
       if (v == "true" || v == "yes" || v == "y" || v == "1") v = "true";
       else if (v == "false" || v == "no" || v == "n" || v == "0") v = "false";
-      else Bad("--fix", kv, "sp=true or sp=false (also yes/no, y/n, 1/0)");
+      else Bad("--fix", kv, key + "=true or " + key + "=false (also yes/no, y/n, 1/0)");
     } else if (key == "recompute") {
       if (!RecomputeNamed(v)) Bad("--fix", kv, "recompute=none, selective or full");
     } else if (key == "schedule") {

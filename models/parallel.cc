@@ -54,6 +54,7 @@ std::string ParallelConfig::Summary() const {
   s += fmt::format(" recompute={} ZeRO-{} {}", ToString(recompute), zero_stage, ToString(schedule));
   if (optimizer_impl != OptimizerImpl::kMegatron) s += fmt::format(" optimizer={}", ToString(optimizer_impl));
   if (p2p_blocking) s += " p2p-blocking";
+  if (tp_comm_overlap) s += " tp-comm-overlap";
   if (precision != Precision::kBf16) {
     s += fmt::format(" {}", ToString(precision));
     if (precision == Precision::kFp8) s += fmt::format("({})", ToString(fp8_recipe));
@@ -72,6 +73,16 @@ std::string ParallelConfig::Short() const {
   if (zero_stage > 0) s += fmt::format(" Z{}", zero_stage);
   if (schedule != Schedule::k1F1B && schedule != Schedule::kInterleaved) s += fmt::format(" {}", ToString(schedule));
   return s;
+}
+
+void CopyPrecisionSettings(const ParallelConfig& from, ParallelConfig* to) {
+  to->precision = from.precision;
+  to->fp8_recipe = from.fp8_recipe;
+  to->fp8_e4m3 = from.fp8_e4m3;
+  to->fp8_amax_history_len = from.fp8_amax_history_len;
+  to->fp8_param_gather = from.fp8_param_gather;
+  to->bf16_layers_start = from.bf16_layers_start;
+  to->bf16_layers_end = from.bf16_layers_end;
 }
 
 void RequirePrecision(const Gpu& g, const ParallelConfig& c, const std::string& where) {
@@ -118,6 +129,16 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
   if (m.num_query_groups != m.num_attention_heads && m.num_query_groups % c.tp != 0) {
     add("tp does not divide the query groups", fmt::format("tp = {} does not divide num_query_groups = {}", c.tp,
                             m.num_query_groups));
+  }
+  if (c.tp_comm_overlap && !(c.sequence_parallel && c.tp > 1)) {
+    add("tp comm overlap without sequence parallelism",
+        fmt::format("--tp-comm-overlap needs sequence parallelism with tp > 1 (got tp = {}, sequence parallel {})", c.tp,
+                    c.sequence_parallel ? "on" : "off"));
+  }
+  if (c.bf16_layers_start + c.bf16_layers_end > m.num_layers) {
+    add("bf16 layers exceed the layer count",
+        fmt::format("{} + {} layers kept in bf16 exceed num_layers = {}", c.bf16_layers_start, c.bf16_layers_end,
+                    m.num_layers));
   }
   if (c.embedding_slots && c.vp > 1) {
     add("embedding slots with virtual stages", "embedding pipeline slots are not supported with virtual stages");

@@ -73,6 +73,11 @@ struct ParallelConfig {
   /// Megatron-DeepSpeed, whose ColumnParallelLinear reduces synchronously.
   bool async_tp_grad_reduce = true;
   bool flash_attention = true;  ///< fused attention (no s*s tensors saved)
+  /// Megatron-Core / Transformer Engine's --tp-comm-overlap (userbuffers): with sequence
+  /// parallelism, each all-gather before a column-parallel GEMM and each reduce-scatter after a
+  /// row-parallel GEMM is split into tp chunks and pipelined with the GEMM on the chunks
+  /// (CostModel: the exposed part is what the chunked pipeline cannot hide).
+  bool tp_comm_overlap = false;
   /// Megatron-LM's scatter/gather optimization (SC21 section 4.1): pipeline sends carry 1/tp of
   /// the activation per tensor-parallel rank, re-assembled with an NVLink all-gather.
   bool scatter_gather = true;
@@ -118,6 +123,10 @@ inline constexpr std::int64_t kMaxMicrobatchesPerStep = 16384;
 /// The data-parallel size `gpus` GPUs give at tensor- and pipeline-parallel sizes tp and pp:
 /// gpus / (tp*pp), or 0 when tp*pp does not divide gpus (InfeasibilityReasons says so).
 std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t pp);
+
+/// Copies the precision and its options (precision, FP8 recipe and format, amax history,
+/// --fp8-param-gather, bf16-kept layers) from `from` to `to`.
+void CopyPrecisionSettings(const ParallelConfig& from, ParallelConfig* to);
 
 /// Throws InputError (exit 2) when the GPU cannot train in the configuration's precision
 /// ("precision fp8 is not supported by the NVIDIA A100-SXM4-80GB (a100-sxm4-80gb); it runs: bf16

@@ -49,7 +49,15 @@ std::vector<CapacityRow> RunCapacity(const Model& m, const std::vector<CapacityO
     const auto measured = o.profiles.find(opt.cluster);
     if (measured != o.profiles.end()) row.profile = measured->second.first;
     const HardwareProfile prof = measured != o.profiles.end() ? measured->second.second : DefaultProfile(cl);
-    if (measured == o.profiles.end()) row.profile_estimates = prof.Estimates(po.flash_attention);
+    if (measured == o.profiles.end()) row.profile_estimates = prof.Estimates(po.flash_attention, po.base.precision);
+    if (!cl.gpu.Runs(po.base.precision)) {
+      // Another option's GPU may run it: this one is a row with the reason, not an error.
+      row.feasible = false;
+      row.reason = fmt::format("the {} does not run {}; it runs {}", cl.gpu.display_name, ToString(po.base.precision),
+                               cl.gpu.PrecisionList());
+      rows.push_back(row);
+      continue;
+    }
     PlanResult pr = RunPlan(m, cl, prof, po);
     if (pr.plans.empty()) {
       row.feasible = false;

@@ -37,7 +37,7 @@ std::vector<std::int64_t> Divisors(std::int64_t n) {
 auto Key(const ParallelConfig& c) {
   return std::make_tuple(c.tp, c.pp, c.embedding_slots, c.vp, c.micro_batch_size,
                          static_cast<int>(c.schedule), static_cast<int>(c.recompute),
-                         c.sequence_parallel, c.zero_stage);
+                         c.sequence_parallel, c.tp_comm_overlap, c.zero_stage);
 }
 
 bool FixedAllows(const std::map<std::string, std::string>& fixed, const ParallelConfig& c) {
@@ -49,6 +49,7 @@ bool FixedAllows(const std::map<std::string, std::string>& fixed, const Parallel
     else if (k == "mbs") have = std::to_string(c.micro_batch_size);
     else if (k == "zero") have = std::to_string(c.zero_stage);
     else if (k == "sp") have = c.sequence_parallel ? "true" : "false";
+    else if (k == "tp_comm_overlap") have = c.tp_comm_overlap ? "true" : "false";
     else if (k == "recompute") have = ToString(c.recompute);
     else if (k == "schedule") have = ToString(c.schedule);
     if (have != v) return false;
@@ -143,7 +144,11 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kNone) != o.recomputes.end()) {
                 continue;
               }
-              for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+              // (sp, tp comm overlap): the overlap needs sequence parallelism.
+              const std::vector<std::pair<bool, bool>> sp_choices =
+                  tp > 1 ? std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {true, true}}
+                         : std::vector<std::pair<bool, bool>>{{false, false}};
+              for (const auto& [sp, tpo] : sp_choices) {
                 for (int z : o.zero_stages) {
                   if (z > 0 && dp == 1) continue;  // nothing to shard: same as ZeRO-0
                   if (z >= 2 && pp > 1) continue;  // Megatron-LM: ZeRO-2/3 (FSDP) without PP
@@ -158,7 +163,9 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   c.schedule = s;
                   c.recompute = rc;
                   c.sequence_parallel = sp;
+                  c.tp_comm_overlap = tpo;
                   c.zero_stage = z;
+                  CopyPrecisionSettings(o.base, &c);
                   c.flash_attention = o.flash_attention;
                   c.embedding_slots = slots;
                   if (!FixedAllows(o.fixed, c)) continue;
@@ -416,6 +423,33 @@ std::string KnownBias(const ParallelConfig& c) {
          "217-219) took 20-28% longer than predicted, so time and cost may be that much higher";
 }
 
+std::string MegatronPrecisionArgs(const ParallelConfig& c) {
+  switch (c.precision) {
+    case Precision::kBf16: return " --bf16";
+    case Precision::kFp16: return " --fp16";
+    case Precision::kTf32:
+    case Precision::kFp32: return "";  // fp32 training is Megatron-LM's default; TF32 is PyTorch's matmul setting
+    default: break;
+  }
+  std::string a = " --bf16";
+  if (c.precision == Precision::kFp8) {
+    a += fmt::format(" --fp8-format {} --fp8-recipe {}", c.fp8_e4m3 ? "e4m3" : "hybrid", ToString(c.fp8_recipe));
+    if (c.fp8_recipe == Fp8Recipe::kDelayed) {
+      a += fmt::format(" --fp8-amax-history-len {} --fp8-amax-compute-algo max", c.fp8_amax_history_len);
+    }
+  } else if (c.precision == Precision::kMxfp8) {
+    a += " --fp8-format e4m3 --fp8-recipe mxfp8";
+  } else if (c.precision == Precision::kNvfp4) {
+    a += " --fp4-format e2m1 --fp4-recipe nvfp4";
+  }
+  if (c.fp8_param_gather) a += " --fp8-param-gather";
+  if (c.bf16_layers_start + c.bf16_layers_end > 0) {
+    a += fmt::format(" --first-last-layers-bf16 --num-layers-at-start-in-bf16 {} --num-layers-at-end-in-bf16 {}",
+                     c.bf16_layers_start, c.bf16_layers_end);
+  }
+  return a;
+}
+
 std::string MegatronArguments(const ParallelConfig& c, const Model& m) {
   std::string a = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", c.tp, c.pp);
   if (c.schedule == Schedule::kInterleaved && c.vp > 1) {
@@ -436,8 +470,8 @@ std::string MegatronArguments(const ParallelConfig& c, const Model& m) {
   if (c.overlap_grad_reduce && c.dp > 1) a += " --overlap-grad-reduce";
   if (c.overlap_param_gather && c.zero_stage == 1) a += " --overlap-param-gather";
   if (c.flash_attention) a += " --use-flash-attn";
-  if (c.precision == Precision::kBf16) a += " --bf16";
-  if (c.precision == Precision::kFp16) a += " --fp16";
+  if (c.tp_comm_overlap) a += " --tp-comm-overlap";
+  a += MegatronPrecisionArgs(c);
   // The embedding and the output layer each take a layer's slot in the pipeline split, (L + 2) / pp
   // per stage: Megatron-LM's --account-for-embedding/loss-in-pipeline-split (BLOOM's Megatron-DeepSpeed
   // called it --pp-partition-method 'type:transformer|embedding').

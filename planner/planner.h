@@ -33,10 +33,14 @@ struct PlanOptions {
   std::vector<Recompute> recomputes = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
   std::vector<int> zero_stages = {0, 1};  ///< 2 and 3 are added when listed here
   std::int64_t max_micro_batch_size = 16;
-  /// Fixed values (from `--fix tp=8,pp=...`): keys tp, pp, vp, mbs, zero, sp, recompute, schedule.
+  /// Fixed values (from `--fix tp=8,pp=...`): keys tp, pp, vp, mbs, zero, sp, tp_comm_overlap,
+  /// recompute, schedule.
   std::map<std::string, std::string> fixed;
   int threads = 0;  ///< 0: all cores
   bool flash_attention = true;
+  /// Settings every candidate takes as they are (the search does not vary them): the precision
+  /// and its options (CopyPrecisionSettings).
+  ParallelConfig base;
   double price_usd_per_gpu_hour = 0;  ///< 0: the GPU preset's
   double energy_overhead = 1.3;       ///< facility and host power over GPU board power
   /// Memory a plan must leave free per GPU (allocator fragmentation, NCCL growth, spikes).
@@ -89,6 +93,13 @@ PlanResult RunPlan(const Model& model, const Cluster& cluster, const HardwarePro
 /// The value the objective ranks by (smaller is better): step time, USD per million tokens, or
 /// joules per token.
 double ObjectiveValue(const Plan& p, Objective o);
+
+/// Megatron-LM's precision arguments for `c`, each with a leading space: " --bf16", " --fp16",
+/// " --bf16 --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 1024
+/// --fp8-amax-compute-algo max", " --bf16 --fp8-format e4m3 --fp8-recipe mxfp8", " --bf16
+/// --fp4-format e2m1 --fp4-recipe nvfp4", with --fp8-param-gather and the bf16 layers; empty for
+/// fp32/tf32 (Megatron-LM's default).
+std::string MegatronPrecisionArgs(const ParallelConfig& c);
 
 /// Megatron-LM launch arguments for a configuration.
 /// The known bias of predictions for a configuration like `c`, from the published runs

@@ -275,6 +275,34 @@ class OpBuilder {
       return;
     }
   }
+  /// Transformer Engine's userbuffers overlap (--tp-comm-overlap): the collective `coll_name`
+  /// (an all-gather feeding the linear GEMM `gemm_name`, or a reduce-scatter of its output) is split
+  /// into n = tp chunks that a ring exchanges while the GEMM runs on the chunk it has. The GEMM
+  /// takes n calls of 1/n of its rows, g = n * GemmTime(m/n); the n - 1 exchange steps take
+  /// c / (n - 1) each, so the pair takes (n - 1) * max(g/n, c/(n - 1)) + g/n: the GEMM alone
+  /// when it is longer than the exchange, else the exchange and one chunk of GEMM. What is left
+  /// beyond g is the collective's exposed time; the GEMM slows by the profile's overlap factor
+  /// for the hidden part, as for Megatron's asynchronous collectives.
+  void OverlapChunked(std::vector<Op>& out, const std::string& coll_name, const std::string& gemm_name) {
+    const double n = tp_.ranks;
+    if (n <= 1) return;
+    Op* coll = nullptr;
+    Op* gemm = nullptr;
+    for (Op& o : out) {
+      if (o.name == coll_name) coll = &o;
+      if (o.name == gemm_name) gemm = &o;
+    }
+    if (coll == nullptr || gemm == nullptr) return;
+    const double g = n * GemmTime(p_, gemm->m / n, gemm->n, gemm->k, 1, linear_.gemm, linear_.CopyBytes(), eb_);
+    const double c = coll->duration_s;
+    const double total = (n - 1) * std::max(g / n, c / (n - 1)) + g / n;
+    const double exposed = std::max(0.0, total - g);
+    const double hidden = c - exposed;
+    const double slow = tp_.nodes() > 1 ? p_.overlap_slowdown_network : p_.overlap_slowdown_nvlink;
+    gemm->duration_s = g + slow * hidden;
+    coll->duration_s = exposed;
+    coll->hidden_s = hidden;
+  }
   void Collective(std::vector<Op>& out, const std::string& name, Pass pass, CollectiveOp op,
                   double size) {
     if (tp_.ranks <= 1) return;
@@ -479,6 +507,19 @@ LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape
   ob.Collective(L, sp ? "sp_reduce_scatter_attn_bwd" : "tp_all_reduce_attn_bwd", B, sp ? rs : ar, act);
   if (hide_tp_grad) ob.HideBehindGemm(L, "qkv_proj_wgrad");
   ob.Memory(L, "input_norm_bwd", B, 2 * norm_bytes);
+
+  // Transformer Engine's userbuffers (--tp-comm-overlap) pipeline the sequence-parallel
+  // all-gathers with the GEMMs they feed and the reduce-scatters with the GEMMs they reduce
+  // (forward), and the output-gradient all-gathers with the data-gradient GEMMs (backward); the
+  // data-gradient reduce-scatters run beside the weight-gradient GEMMs as before (bulk overlap).
+  if (c.tp_comm_overlap && sp) {
+    ob.OverlapChunked(L, "sp_all_gather_attn", "qkv_proj");
+    ob.OverlapChunked(L, "tp_reduce_scatter_attn", "attn_out_proj");
+    ob.OverlapChunked(L, "sp_all_gather_mlp", "mlp_up");
+    ob.OverlapChunked(L, "tp_reduce_scatter_mlp", "mlp_down");
+    ob.OverlapChunked(L, "sp_all_gather_mlp_bwd", "mlp_down_dgrad");
+    ob.OverlapChunked(L, "sp_all_gather_attn_bwd", "attn_out_proj_dgrad");
+  }
 
   // ---- recompute before backward
   // Full: rerun the whole forward. Selective: only the attention core (Korthikanti et al. 2022

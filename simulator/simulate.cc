@@ -927,16 +927,34 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   j["config"] = {{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}, {"vp", c.vp},
                  {"micro_batch_size", c.micro_batch_size}, {"global_batch_size", c.global_batch_size},
                  {"seq_length", c.seq_length > 0 ? c.seq_length : m.seq_length},
-                 {"sequence_parallel", c.sequence_parallel}, {"recompute", ToString(c.recompute)},
+                 {"sequence_parallel", c.sequence_parallel}, {"tp_comm_overlap", c.tp_comm_overlap},
+                 {"recompute", ToString(c.recompute)},
                  {"zero_stage", c.zero_stage}, {"schedule", ToString(c.schedule)},
                  {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
-                 {"param_gather_bytes_per_param", c.param_gather_bytes},
+                 {"param_gather_bytes_per_param", ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch))},
                  {"async_tensor_model_parallel_allreduce", c.async_tp_grad_reduce},
                  {"overlap_param_gather", c.overlap_param_gather},
                  {"optimizer_impl", ToString(c.optimizer_impl)}, {"p2p_blocking", c.p2p_blocking},
                  {"scatter_gather", c.scatter_gather}, {"embedding_slots", c.embedding_slots}};
   if (c.optimizer_impl == OptimizerImpl::kMegatron) j["config"]["fp32_main_grads"] = c.fp32_main_grads;
+  j["config"]["mfu_peak_precision"] = ToString(MfuPeakPrecision(c.precision));
+  if (IsLowPrecision(c.precision)) {
+    const LinearFormat lf = LinearFormatOf(c, cl.gpu.arch);
+    Json lp = {{"gemm_precision", ToString(lf.gemm)},
+               {"element_bytes", lf.element_bytes},
+               {"scale_bytes_per_element", lf.scale_bytes_per_element},
+               {"second_copy", lf.second_copy},
+               {"fp8_param_gather", c.fp8_param_gather},
+               {"bf16_layers_start", c.bf16_layers_start},
+               {"bf16_layers_end", c.bf16_layers_end}};
+    if (c.precision == Precision::kFp8) {
+      lp["fp8_recipe"] = ToString(c.fp8_recipe);
+      lp["fp8_format"] = c.fp8_e4m3 ? "e4m3" : "hybrid";
+      if (c.fp8_recipe == Fp8Recipe::kDelayed) lp["fp8_amax_history_len"] = c.fp8_amax_history_len;
+    }
+    j["config"]["low_precision"] = lp;
+  }
   if (c.dp < 1) {
     // tp*pp does not divide the GPU count (a reason below): no data-parallel size, so no
     // per-parameter state or gradient-reduction bytes either.
@@ -994,6 +1012,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                                     {"activations", s.memory.activations_bytes},
                                     {"comm_buffers", s.memory.comm_buffer_bytes},
                                     {"framework", s.memory.framework_bytes}}},
+                  {"quantized_weights_bytes", s.memory.quantized_weights_bytes},
                   {"peak_inflight_microbatches", s.memory.peak_inflight_microbatches}});
   }
   j["stages"] = st;
