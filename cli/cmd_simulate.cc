@@ -246,6 +246,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.overlap_grad_reduce = !a.no_overlap_grad;
   c.async_tp_grad_reduce = !a.no_async_tp;
   c.tp_comm_overlap = a.tp_comm_overlap;
+  c.scatter_gather = !a.no_scatter_gather;
   c.overlap_param_gather = !a.no_overlap_param;
   c.fp32_main_grads = !a.bf16_grads;
   // Megatron-LM's two flags each add one slot; the model has both (the embedding and the output
@@ -307,7 +308,7 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.optimizer_impl != OptimizerImpl::kMegatron) f += fmt::format(" --optimizer {}", ToString(c.optimizer_impl));
   if (c.p2p_blocking) f += " --p2p-blocking";
   if (c.embedding_slots) f += " --embedding-pipeline-slots";
-  if (c.scatter_gather != d.scatter_gather) unexpressed->push_back("scatter_gather=false (no flag turns it off)");
+  if (!c.scatter_gather) f += " --no-scatter-gather";
   if (c.param_gather_bytes != d.param_gather_bytes) {
     unexpressed->push_back(fmt::format("param_gather_bytes_per_param={} (no flag; simulate uses {})",
                                        c.param_gather_bytes, d.param_gather_bytes));
@@ -383,6 +384,9 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--no-async-tensor-model-parallel-allreduce", a->no_async_tp,
                 "run the backward input-gradient TP all-reduce / reduce-scatter after the weight-gradient GEMM, not "
                 "beside it (Megatron-LM before late 2021, Megatron-DeepSpeed)");
+  cmd->add_flag("--no-scatter-gather", a->no_scatter_gather,
+                "pipeline messages carry the whole activation (Megatron-Core), not 1/tp of it re-gathered over the "
+                "TP group (Megatron-LM 2021-22's scatter/gather; the default)");
   cmd->add_flag("--tp-comm-overlap", a->tp_comm_overlap,
                 "Megatron-Core / Transformer Engine userbuffers: pipeline the sequence-parallel all-gathers and "
                 "reduce-scatters with their GEMMs in tp chunks (needs --sequence-parallel)");

@@ -41,7 +41,8 @@ struct SimulateArgs {
   std::string recompute = "none", schedule, recompute_granularity, optimizer = "megatron";
   bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
        no_overlap_param = false, bf16_grads = false, json = false, full_rank = false, emb_slots = false, mcore_account_embedding = false, mcore_account_loss = false,
-       p2p_blocking = false, ops = false, no_async_tp = false, tp_comm_overlap = false;
+       p2p_blocking = false, ops = false, no_async_tp = false, tp_comm_overlap = false,
+       no_scatter_gather = false;
   int zero = -1;
 };
 

@@ -109,9 +109,26 @@ Model RowModel(const CsvTable& t, std::size_t r, const std::string& file) {
     // BLOOM: ALiBi, biases, trained without dropout.
     m.position_embedding = PositionEmbedding::kAlibi;
     m.dropout = false;
+  } else if (Contains(arch, "LLAMA") || Contains(arch, "Llama")) {
+    // Llama 2/3: RMSNorm, SwiGLU, rotary positions, untied output layer, no biases or dropout.
+    m.position_embedding = PositionEmbedding::kRope;
+    m.normalization = Normalization::kRMSNorm;
+    m.activation = Activation::kSwiglu;
+    m.tie_embeddings = false;
+    m.add_bias_linear = m.add_qkv_bias = false;
+    m.dropout = false;
+  } else if (Contains(arch, "Nemotron")) {
+    // Nemotron (NeMo's Nemotron3/4 configs): rotary positions, untied output layer, no biases or
+    // dropout; its squared-ReLU MLP has the shapes and memory traffic of a GELU MLP (one up
+    // projection of ffn_hidden_size, one element-wise activation), which is how it is costed.
+    m.position_embedding = PositionEmbedding::kRope;
+    m.tie_embeddings = false;
+    m.add_bias_linear = m.add_qkv_bias = false;
+    m.dropout = false;
   } else {
     m.position_embedding = PositionEmbedding::kLearned;
   }
+  if (t.Get(r, "mlp_activation") == "swiglu") m.activation = Activation::kSwiglu;
   if (m.hidden_size % m.num_attention_heads != 0) {
     throw InputError(file + ": " + RowLabel(t, r) + ", column num_heads: got " + std::to_string(m.num_attention_heads) +
                      ", expected a divisor of hidden_size = " + std::to_string(m.hidden_size));
@@ -184,6 +201,18 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       rep.rows.push_back(row);
       continue;
     }
+    if (const std::string cp = t.Get(r, "cp"); !cp.empty() && cp != "1") {
+      row.skipped = true;
+      row.skip_reason = "context parallelism (cp = " + cp + ") is not modelled yet";
+      rep.rows.push_back(row);
+      continue;
+    }
+    if (t.Get(r, "micro_batch_size").empty()) {
+      row.skipped = true;
+      row.skip_reason = "the row does not give micro_batch_size";
+      rep.rows.push_back(row);
+      continue;
+    }
     const Model m = RowModel(t, r, runs_csv);
     const Cluster cl = RowCluster(t, r);
     row.gpus = IntField(t, r, "num_gpus", runs_csv);
@@ -212,12 +241,14 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
                                        {"", "none", "ZeRO-1", "PyTorch FSDP SHARD_GRAD_OP", "PyTorch FSDP FULL_SHARD"});
     c.zero_stage = sh == 4 ? 3 : sh == 3 ? 2 : sh == 2 ? 1 : 0;
     c.flash_attention = Contains(t.Get(r, "framework"), "FlashAttention");
-    c.precision = Contains(t.Get(r, "precision"), "bf16") ? Precision::kBf16 : Precision::kFp16;
+    const std::string prec = t.Get(r, "precision");
+    c.precision = Contains(prec, "fp8") ? Precision::kFp8 : Contains(prec, "bf16") ? Precision::kBf16 : Precision::kFp16;
     c.embedding_slots = Contains(t.Get(r, "notes"), "PP slots");
     // What the frameworks did: Megatron-LM of 2021-22 (S1, S3) and DeepSpeed's pipeline engine
     // (S12) reduce gradients after the backward pass.
     const std::string fw = t.Get(r, "framework");
-    if (Contains(fw, "Megatron")) {
+    const bool mcore = Contains(fw, "Megatron-Core");
+    if (Contains(fw, "Megatron") && !mcore) {
       c.overlap_grad_reduce = false;
       // Megatron-LM's p2p_communication of 2021-22 (and Megatron-DeepSpeed's) waits on every
       // batch_isend_irecv request and then calls torch.cuda.synchronize() "to protect against
@@ -241,6 +272,31 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       // 2022-02-28 BLOOM ran the BF16_Optimizer (ZeRO stage 0 + its own optimizer sharding).
       c.optimizer_impl = Contains(t.Get(r, "dp_sharding"), "BF16_Optimizer") ? OptimizerImpl::kDeepSpeedBf16 : OptimizerImpl::kDeepSpeedZero;
     }
+    if (mcore) {
+      // NeMo's performance recipes on Megatron-Core (NeMo 24.x, S6 and S7): sequence parallelism
+      // and Transformer Engine's TP communication overlap wherever tp > 1, the distributed
+      // optimizer with gradient reduction and parameter gathering overlapped, non-blocking
+      // pipeline transfers, Transformer Engine's fused (cuDNN) attention, no activation recompute
+      // where the row does not state one (their TFLOP/s match the formula without it), FP8 with
+      // delayed scaling over an amax history of 1024 (NeMo's fp8_amax_history_len, "max").
+      c.flash_attention = true;
+      c.sequence_parallel = c.tp > 1;
+      c.tp_comm_overlap = c.tp > 1;
+      if (rc == 0) c.recompute = Recompute::kNone;
+      if (sh == 0) c.zero_stage = c.dp > 1 ? 1 : 0;
+      c.fp8_recipe = Fp8Recipe::kDelayed;
+      c.fp8_amax_history_len = 1024;
+      // NeMo's FP8 precision recipe (bf16_with_fp8_mixed in nemo/collections/llm/recipes/
+      // precision/mixed_precision.py) keeps the parameters in FP8 (fp8_params): no 16-bit
+      // weight copy, the parameter all-gather in FP8.
+      c.fp8_param_gather = c.precision == Precision::kFp8 && c.zero_stage >= 1;
+      c.overlap_grad_reduce = true;
+      c.overlap_param_gather = true;
+      // Megatron-Core sends whole pipeline messages (no scatter/gather); its non-interleaved
+      // 1F1B waits on each send and receive (schedules.py), the interleaved one does not.
+      c.scatter_gather = false;
+      c.p2p_blocking = c.pp > 1 && c.vp == 1;
+    }
     if (Contains(t.Get(r, "notes"), "MP Mode DEFAULT")) {
       // Composer's FSDP mixed precision 'DEFAULT' since composer PR 2047 (2023-03): parameters
       // all-gathered in the autocast precision (bf16), gradients reduce-scattered in fp32 (made
@@ -249,10 +305,14 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       c.param_gather_bytes = 2.0;
       c.fp32_main_grads = true;
     }
-    // Every run here predates FlashAttention-3 (July 2024; the newest source is from 2024-04),
-    // so flash-attention rows ran FlashAttention-2; the default profile assumes FA3 on Hopper.
+    // The PyTorch-side runs here predate FlashAttention-3 (July 2024; the newest is from
+    // 2024-04), so their flash-attention rows ran FlashAttention-2; the default profile assumes
+    // FA3 on Hopper. Transformer Engine's fused attention on Megatron-Core (NeMo 24.x) runs
+    // cuDNN 9's flash attention, at FlashAttention-3-class rates on Hopper (the default's).
     HardwareProfile prof = DefaultProfile(cl);
-    if (c.flash_attention && cl.gpu.arch == "hopper") prof = WithAttentionKernel(prof, cl.gpu.arch, "fa2");
+    if (c.flash_attention && cl.gpu.arch == "hopper" && !mcore) {
+      prof = WithAttentionKernel(prof, cl.gpu.arch, "fa2");
+    }
     const SimulationResult res = Simulate(m, c, cl, row.gpus, prof);
     if (!res.feasible) {
       row.skipped = true;

@@ -34,9 +34,14 @@ Model RowModel(const CsvTable& t, std::size_t r) {
 TEST(Space, EveryPublishedConfigurationIsGenerated) {
   CsvTable t = ReadCsvFile(std::string(SHARDCAST_SOURCE_DIR) + "/validation/published_runs.csv");
   ASSERT_GT(t.rows.size(), 50u);
-  std::size_t checked = 0;
+  std::size_t checked = 0, unsearchable = 0;
   for (std::size_t r = 0; r < t.rows.size(); ++r) {
     if (t.Get(r, "num_heads").empty()) continue;  // row 152 does not give its head count
+    // Rows with context parallelism (not searched yet) or without a micro-batch size (S7).
+    if ((!t.Get(r, "cp").empty() && t.Get(r, "cp") != "1") || t.Get(r, "micro_batch_size").empty()) {
+      ++unsearchable;
+      continue;
+    }
     ++checked;
     const Model m = RowModel(t, r);
     const Cluster cl = LoadCluster(t.Get(r, "gpu_type").rfind("H100", 0) == 0 ? "dgx-h100" : "dgx-a100");
@@ -70,7 +75,8 @@ TEST(Space, EveryPublishedConfigurationIsGenerated) {
     }
     EXPECT_TRUE(found) << "row " << t.Get(r, "row_id") << " (" << t.Get(r, "model") << ") is not in the space";
   }
-  EXPECT_EQ(checked, t.rows.size() - 1);
+  EXPECT_EQ(checked + unsearchable, t.rows.size() - 1);
+  EXPECT_EQ(unsearchable, 11u);  // S6 rows 66-67, S7 rows 68-76
 }
 
 TEST(Space, OnlyValidConfigurationsAreGenerated) {

@@ -705,9 +705,17 @@ TEST(Engine, TimePastItsRangeIsAResultWithAReasonNotAWrappedNumber) {
 
 // Defaults carried over from another GPU are listed, so reports can say which numbers are guesses.
 TEST(Profile, DefaultsWithoutMeasurementsForTheGpuAreListedAsEstimates) {
-  EXPECT_TRUE(DefaultProfile(LoadCluster("dgx-a100")).estimates.empty());
+  const HardwareProfile a100 = DefaultProfile(LoadCluster("dgx-a100"));
+  for (Precision p : {Precision::kBf16, Precision::kFp16}) {
+    EXPECT_TRUE(a100.Estimates(true, p).empty()) << ToString(p);
+    EXPECT_TRUE(a100.Estimates(false, p).empty()) << ToString(p);
+  }
+  // TF32 and FP32 GEMM rates have no public measurement: an estimate, shown to runs in them only.
+  ASSERT_EQ(a100.Estimates(true, Precision::kTf32).size(), 1u);
+  EXPECT_NE(a100.Estimates(true, Precision::kTf32)[0].find("TF32 GEMMs at the bf16 MAMF fraction"), std::string::npos);
   const HardwareProfile h100 = DefaultProfile(LoadCluster("dgx-h100"));
   EXPECT_TRUE(h100.Estimates(true).empty());
+  EXPECT_TRUE(h100.Estimates(true, Precision::kFp8).empty());  // FP8 MAMF is measured on H100
   const auto unfused = h100.Estimates(false);  // the unfused attention core efficiency is the A100's
   ASSERT_EQ(unfused.size(), 1u);
   EXPECT_NE(unfused[0].find("A100's"), std::string::npos);

@@ -248,7 +248,7 @@ TEST(Validate, EveryRowsConfigurationRoundTripsThroughSimulateFlags) {
         << "row " << r.row_id << ": " << flags;
     ++checked;
   }
-  EXPECT_EQ(checked, 56);
+  EXPECT_EQ(checked, 66);
 }
 
 // The "at risk" ratio is the smallest measured / predicted peak among the rows with a measured
@@ -291,7 +291,9 @@ TEST(Validate, AtRiskRatioIsTheSmallestBloomRatio) {
     EXPECT_TRUE(found) << id;
   }
   EXPECT_EQ(rep.summary.oom_rows_at_risk, 2u);
-  EXPECT_EQ(rep.summary.ok_rows_at_risk, 0u);
+  // NeMo's FP8 GPT-3 20B and 175B (512 GPUs) runs, S6 rows 57 and 59, fit but are flagged at risk
+  // (peak x 1.17 above the 79.65 GiB usable); no other ok row is.
+  EXPECT_EQ(rep.summary.ok_rows_at_risk, 2u);
 }
 
 // A step time the CSV derives from a throughput is marked as such (SC21's TFLOP/s, MPT's
@@ -356,7 +358,7 @@ TEST(Validate, HeldOutRowsAreReportedApartFromFittedRows) {
   EXPECT_TRUE(renumbered_fit);
   auto out = RunShardcast("validate --no-memory");
   EXPECT_NE(out.out.find("ok / fits  [fit]"), std::string::npos) << out.out;
-  EXPECT_NE(out.out.find("held out (47 rows"), std::string::npos) << out.out;
+  EXPECT_NE(out.out.find("held out (57 rows"), std::string::npos) << out.out;
 }
 
 // The caveat plan and capacity print for plans without recompute quotes the MPT-3B rows: measured
@@ -366,8 +368,9 @@ TEST(Validate, NoRecomputeCaveatQuotesTheMpt3bRows) {
   const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
   double lo = 1e9, hi = 0;
   for (const auto& r : rep.rows) {
-    if (r.skipped || r.config.recompute != Recompute::kNone || !r.measured_step_time_s) continue;
-    EXPECT_EQ(r.model, "MPT-3b") << r.row_id;  // the caveat names them as the only such rows
+    // The caveat names the PyTorch FSDP runs (S14); NeMo's Megatron-Core runs (S6) are not in it.
+    if (r.skipped || r.config.recompute != Recompute::kNone || !r.measured_step_time_s || r.source_id == "S6") continue;
+    EXPECT_EQ(r.model, "MPT-3b") << r.row_id;
     const double longer = *r.measured_step_time_s / *r.predicted_step_time_s - 1;
     lo = std::min(lo, longer);
     hi = std::max(hi, longer);
@@ -445,6 +448,22 @@ TEST(Validate, RowsAreMappedToWhatTheirFrameworkDid) {
   EXPECT_EQ(row("217").param_gather_bytes, 2.0);
   EXPECT_TRUE(row("217").fp32_main_grads);
   EXPECT_TRUE(row("217").flash_attention);
+  // NeMo 24.07 on Megatron-Core (S6): FP8 delayed scaling with FP8 parameters, sequence
+  // parallelism and TP communication overlap where tp > 1, overlapped distributed optimizer,
+  // non-blocking interleaved transfers, whole pipeline messages.
+  for (const char* id : {"58", "62"}) {
+    const ParallelConfig& c = row(id);
+    EXPECT_EQ(c.precision, Precision::kFp8) << id;
+    EXPECT_EQ(c.fp8_recipe, Fp8Recipe::kDelayed) << id;
+    EXPECT_TRUE(c.fp8_param_gather) << id;
+    EXPECT_TRUE(c.sequence_parallel && c.tp_comm_overlap) << id;
+    EXPECT_TRUE(c.overlap_grad_reduce && c.overlap_param_gather) << id;
+    EXPECT_FALSE(c.p2p_blocking) << id;
+    EXPECT_FALSE(c.scatter_gather) << id;
+    EXPECT_EQ(c.recompute, Recompute::kNone) << id;
+    EXPECT_EQ(c.zero_stage, 1) << id;
+  }
+  EXPECT_FALSE(row("60").tp_comm_overlap);  // TP1: nothing to overlap
 }
 
 TEST(Validate, RegressionFenceOnPublishedRuns) {
@@ -456,8 +475,10 @@ TEST(Validate, RegressionFenceOnPublishedRuns) {
   std::cout << "step-time MAPE " << 100 * s.step_time_mape << "%, max " << 100 * s.step_time_max_abs_error
             << "%, memory MAPE " << 100 * s.memory_mape << "%, S1 " << 100 * s.mape_by_source.at("S1").first
             << "%, S3 " << 100 * s.mape_by_source.at("S3").first << "%\n";
-  EXPECT_EQ(s.skipped, 1u);
-  EXPECT_GE(s.timed, 52u);
+  // Row 152 gives no head count; S6 rows 66-67 and S7 rows 71-76 use context parallelism, and
+  // S7 rows 68-70 give no micro-batch size.
+  EXPECT_EQ(s.skipped, 12u);
+  EXPECT_GE(s.timed, 62u);
   EXPECT_LT(s.step_time_mape, 0.075);
   EXPECT_LT(s.held_out_mape, 0.075);  // 6.3% on the 47 rows no constant was fitted on
   EXPECT_LT(s.mape_by_source.at("S1").first, 0.04);
@@ -466,7 +487,12 @@ TEST(Validate, RegressionFenceOnPublishedRuns) {
   // MPT-3B rows carry it (docs/accuracy.md).
   EXPECT_LT(s.mape_by_source.at("S14").first, 0.08);
   EXPECT_LT(s.memory_mape, 0.13);
-  EXPECT_EQ(s.ok_rows_predicted_fit, s.ok_rows);
+  // One miss: Nemotron-340B (row 65, NeMo FP8 on 128 H100) is predicted not to fit (86.7 GiB);
+  // its source states neither recompute nor the optimizer sharding (docs/accuracy.md).
+  EXPECT_EQ(s.ok_rows_predicted_fit, s.ok_rows - 1);
+  // NeMo's FP8 runs on DGX H100 (issue 15's target: at most 8%).
+  EXPECT_LT(s.mape_by_source.at("S6").first, 0.08);
+  EXPECT_EQ(s.mape_by_source.at("S6").second, 10u);
   EXPECT_GE(s.oom_rows_predicted_oom, 1u);
   EXPECT_LT(s.mape_by_source.at("S12").first, 0.11);
   // Korthikanti's figure points (parameters, activations, fractions) each within 3%.
