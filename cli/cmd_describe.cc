@@ -170,6 +170,12 @@ void RunDescribe(const DescribeArgs& a) {
     fit["memory_bytes_per_gpu"] = g.memory_bytes;
     text += fmt::format("\nOn {} x {} ({}, {} usable per GPU), TP{} PP{}\n", gpus, g.display_name,
                         cluster->name, FormatGiB(g.memory_bytes), a.tp, a.pp);
+    text += fmt::format("  precisions (dense peak per GPU): {}\n", g.PrecisionList());
+    Json precisions = Json::object();
+    for (Precision p : AllPrecisions()) {
+      if (g.Runs(p)) precisions[ToString(p)] = g.PeakFlops(p) / 1e12;
+    }
+    fit["precisions_peak_tflops"] = precisions;
     if (!reasons.empty()) {
       fit["feasible"] = false;
       fit["reasons"] = reasons;

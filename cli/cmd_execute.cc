@@ -100,6 +100,15 @@ void RunExecute(const ExecuteArgs& a) {
       throw InputError("command line: --p2p-blocking: not supported by execute (its pipeline sends are MPI_Isend "
                        "on their own; simulate models the blocking transfers of DeepSpeed and of Megatron-LM 2021-22)");
     }
+    if (c.precision != Precision::kBf16 && c.precision != Precision::kFp16) {
+      throw InputError(fmt::format("command line: --precision {}: not executed (execute runs its GEMMs in 16 bits on "
+                                   "the cuda backend and fp32 on the cpu one); simulate and plan predict it",
+                                   ToString(c.precision)));
+    }
+    if (c.tp_comm_overlap) {
+      throw InputError("command line: --tp-comm-overlap: not supported by execute (its TP collectives are whole NCCL "
+                       "or MPI calls); simulate and plan model Transformer Engine's userbuffers overlap");
+    }
     ExecuteReport r = Execute(m, c, cl, prof, a.o);
     if (rank == 0) {
       if (a.cfg.json) {

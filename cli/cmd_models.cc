@@ -24,15 +24,22 @@ void RegisterModels(CLI::App& app) {
                                m.hidden_size, m.num_attention_heads, m.num_query_groups,
                                m.vocab_size, m.source);
     }
-    std::cout << "\nGPUs (models/gpu/)\n";
-    std::cout << fmt::format("  {:<16} {:>9} {:>9} {:>10} {:>9} {:>7}  {}\n", "name", "bf16 TF/s",
-                             "mem GiB", "HBM GB/s", "NVLink", "$/h", "display name");
+    std::cout << "\nGPUs (models/gpu/; dense peak TFLOP/s per precision, - where the GPU lacks it)\n";
+    std::cout << fmt::format("  {:<16} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>8} {:>9} {:>7} {:>6}  {}\n", "name",
+                             "bf16", "fp16", "fp8", "mxfp8", "nvfp4", "tf32", "fp32", "mem GiB", "HBM GB/s", "NVLink",
+                             "$/h", "display name");
     for (const auto& name : PresetNames(PresetKind::kGpu)) {
       Gpu g = LoadGpu(name);
-      std::cout << fmt::format("  {:<16} {:>9.1f} {:>9.1f} {:>10.0f} {:>9.0f} {:>7.2f}  {}\n", g.name,
-                               g.peak_bf16_tflops, g.memory_bytes / 1073741824.0,
-                               g.hbm_bandwidth_GBps, g.nvlink_GBps_per_direction,
-                               g.price_usd_per_gpu_hour, g.display_name);
+      auto peak = [&](Precision p) {
+        return g.Runs(p) ? fmt::format("{:.0f}", g.PeakFlops(p) / 1e12) : std::string("-");
+      };
+      std::cout << fmt::format("  {:<16} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>8.1f} {:>9.0f} {:>7.0f} {:>6}  {}\n",
+                               g.name, peak(Precision::kBf16), peak(Precision::kFp16), peak(Precision::kFp8),
+                               peak(Precision::kMxfp8), peak(Precision::kNvfp4), peak(Precision::kTf32),
+                               peak(Precision::kFp32), g.memory_bytes / 1073741824.0, g.hbm_bandwidth_GBps,
+                               g.nvlink_GBps_per_direction,
+                               g.price_usd_per_gpu_hour > 0 ? fmt::format("{:.2f}", g.price_usd_per_gpu_hour) : "-",
+                               g.display_name);
     }
     std::cout << "\nClusters (models/cluster/)\n";
     std::cout << fmt::format("  {:<16} {:<16} {:>9} {:<9} {:>10} {:>14}\n", "name", "gpu",

@@ -71,7 +71,8 @@ void RunPlanCommand(const PlanArgs& a) {
   RequirePrecision(cl.gpu, o.base, "command line");
   o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   o.exclude_memory_at_risk = a.exclude_at_risk;
-  const HardwareProfile prof = a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile);
+  const HardwareProfile prof =
+      WithGemmRateFor(a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile), cl, o.base.precision);
   if (!a.profile.empty()) WarnIfProfileIsAnotherMachine(prof, a.profile, cl, o.gpus);
   const bool tty = ::isatty(2) != 0 && !a.json;
   const auto t0 = std::chrono::steady_clock::now();

@@ -335,7 +335,8 @@ void RunSimulate(const SimulateArgs& a) {
   if (a.ops && a.json) {
     throw InputError("command line: --ops: the op table is text; not combined with --json (run them separately)");
   }
-  const HardwareProfile prof = WithAttentionKernel(loaded ? *loaded : DefaultProfile(cl), cl.gpu.arch, a.attention_kernel);
+  const HardwareProfile prof = WithGemmRateFor(
+      WithAttentionKernel(loaded ? *loaded : DefaultProfile(cl), cl.gpu.arch, a.attention_kernel), cl, c.precision);
   SimulateOptions opts;
   opts.full_rank = a.full_rank;
   opts.keep_graph = !a.trace.empty();

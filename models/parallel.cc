@@ -68,10 +68,11 @@ std::string ParallelConfig::Short() const {
   std::string s = fmt::format("TP{} PP{} DP{}", tp, pp, dp);
   if (vp > 1) s += fmt::format(" VP{}", vp);
   s += fmt::format(" mbs{}", micro_batch_size);
-  if (sequence_parallel) s += " SP";
+  if (sequence_parallel) s += tp_comm_overlap ? " SP+ov" : " SP";
   if (recompute != Recompute::kNone) s += recompute == Recompute::kFull ? " rc-full" : " rc-sel";
   if (zero_stage > 0) s += fmt::format(" Z{}", zero_stage);
   if (schedule != Schedule::k1F1B && schedule != Schedule::kInterleaved) s += fmt::format(" {}", ToString(schedule));
+  if (precision != Precision::kBf16) s += fmt::format(" {}", ToString(precision));
   return s;
 }
 

@@ -48,7 +48,8 @@ std::vector<CapacityRow> RunCapacity(const Model& m, const std::vector<CapacityO
     po.price_usd_per_gpu_hour = row.price_usd_per_gpu_hour;
     const auto measured = o.profiles.find(opt.cluster);
     if (measured != o.profiles.end()) row.profile = measured->second.first;
-    const HardwareProfile prof = measured != o.profiles.end() ? measured->second.second : DefaultProfile(cl);
+    const HardwareProfile prof = WithGemmRateFor(measured != o.profiles.end() ? measured->second.second : DefaultProfile(cl),
+                                                 cl, po.base.precision);
     if (measured == o.profiles.end()) row.profile_estimates = prof.Estimates(po.flash_attention, po.base.precision);
     if (!cl.gpu.Runs(po.base.precision)) {
       // Another option's GPU may run it: this one is a row with the reason, not an error.

@@ -245,6 +245,17 @@ std::optional<HardwareProfile::GemmRate> HardwareProfile::GemmRateOf(Precision p
   return std::nullopt;
 }
 
+HardwareProfile WithGemmRateFor(HardwareProfile p, const Cluster& cl, Precision precision) {
+  if (p.GemmRateOf(precision) || !cl.gpu.Runs(precision)) return p;
+  const auto def = DefaultProfile(cl).GemmRateOf(precision);
+  if (!def) return p;
+  p.gemm_rates.push_back(*def);
+  p.adjustments.push_back(fmt::format("{} GEMM rate from the built-in default for {} ({:g} TFLOP/s peak x {:.3f}): the "
+                                      "profile has none",
+                                      ToString(precision), cl.gpu.name, def->peak_tflops, def->max_efficiency));
+  return p;
+}
+
 HardwareProfile WithAttentionKernel(HardwareProfile p, const std::string& arch, const std::string& kernel) {
   if (kernel == "default") return p;
   if (kernel != "fa2" && kernel != "fa3") {

@@ -166,6 +166,11 @@ const std::vector<ValidationFit>& FitsOnValidationRows();
 /// kernel without known rates on `arch`.
 HardwareProfile WithAttentionKernel(HardwareProfile profile, const std::string& arch,
                                     const std::string& kernel);
+/// The profile with a GEMM rate for `precision`: unchanged when it has one; else, for a GPU that
+/// runs the precision, the built-in default's rate for `cl` (its dense peak and maximum
+/// efficiency), said in an adjustment line (a calibration that timed bf16 GEMMs only still
+/// predicts an FP8 run). Unchanged otherwise (GemmTime then names the missing rate).
+HardwareProfile WithGemmRateFor(HardwareProfile profile, const Cluster& cl, Precision precision);
 /// The cluster a measured profile describes: its GPU preset when `gpu` names one (memory from
 /// the machine section if given), else a device built from the profile (peak = GEMM peak).
 /// InputError when the profile has neither a GPU preset nor a machine section.
