@@ -27,6 +27,7 @@ struct CapacityArgs {
   double min_headroom_gib = 2.0;  // the same default as plan
   bool json = false;
   PrecisionArgs prec;
+  std::string framework = "megatron-core";
 };
 
 /// "300e9", "300B", "1.5T", "2M" -> tokens.
@@ -134,6 +135,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
   o.energy_overhead = a.energy_overhead;
   o.plan.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   ApplyPrecisionArgs(a.prec, &o.plan.base);
+  o.plan.megatron_core = a.framework == "megatron-core";
   // Goodput needs all three: without a checkpoint cost a failure would lose nothing (goodput
   // 100% however often GPUs fail), and checkpoint times without an MTBF would be ignored.
   if (a.mtbf_hours > 0 && !(a.checkpoint_minutes > 0)) {
@@ -348,6 +350,10 @@ void RegisterCapacity(CLI::App& app) {
                   "the one cluster with its GPU; several allowed, one per cluster (default: built-in)")
       ->expected(1, -1);
   AddPrecisionOptions(cmd, &a->prec);
+  cmd->add_option("--framework", a->framework,
+                  "megatron-core (default: whole pipeline messages, 1F1B waiting on each send and receive) | "
+                  "megatron-2022 (Megatron-LM 2021-22: scatter/gather messages, non-blocking transfers)")
+      ->transform(CLI::IsMember({"megatron-core", "megatron-2022"}, CLI::ignore_case));
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->callback([a] { RunCapacityCommand(*a); });
 }

@@ -94,7 +94,11 @@ void RunExecute(const ExecuteArgs& a) {
                                                            "(shardcast calibrate --backend cuda writes its profile)")));
     }
     const Cluster cl = a.cfg.cluster.empty() ? ClusterFromProfile(prof, a.cfg.profile) : LoadCluster(a.cfg.cluster);
-    const ParallelConfig c = BuildConfig(a.cfg, m, size);
+    // The executor's own program: non-blocking pipeline transfers, scatter/gather messages
+    // (Megatron-LM 2021-22's pipeline behaviour) unless --framework says otherwise.
+    SimulateArgs cfg = a.cfg;
+    if (cfg.framework.empty()) cfg.framework = "megatron-2022";
+    const ParallelConfig c = BuildConfig(cfg, m, size);
     CheckRanksAgree(ProgramSettings(m, c, a.o));
     if (c.p2p_blocking) {
       throw InputError("command line: --p2p-blocking: not supported by execute (its pipeline sends are MPI_Isend "

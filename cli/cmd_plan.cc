@@ -28,6 +28,7 @@ struct PlanArgs {
   double min_headroom_gib = 2.0;
   bool json = false, no_flash = false, exclude_at_risk = false;
   PrecisionArgs prec;
+  std::string framework = "megatron-core";
 };
 
 /// A cost or energy figure, or an empty CSV cell when the GPU file has no price or power (0).
@@ -68,6 +69,7 @@ void RunPlanCommand(const PlanArgs& a) {
   o.threads = a.threads;
   o.flash_attention = !a.no_flash;
   ApplyPrecisionArgs(a.prec, &o.base);
+  o.megatron_core = a.framework == "megatron-core";
   RequirePrecision(cl.gpu, o.base, "command line");
   o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   o.exclude_memory_at_risk = a.exclude_at_risk;
@@ -277,6 +279,10 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention (saves s*s scores)");
   AddPrecisionOptions(cmd, &a->prec);
+  cmd->add_option("--framework", a->framework,
+                  "megatron-core (default: whole pipeline messages, 1F1B waiting on each send and receive) | "
+                  "megatron-2022 (Megatron-LM 2021-22: scatter/gather messages, non-blocking transfers)")
+      ->transform(CLI::IsMember({"megatron-core", "megatron-2022"}, CLI::ignore_case));
   cmd->add_flag("--exclude-at-risk", a->exclude_at_risk,
                 "leave out plans at risk of running out of memory (peak x 1.17 over usable memory)");
   cmd->add_option("--profile", a->profile, "hardware profile JSON (default: built-in for the GPU)");

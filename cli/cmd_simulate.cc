@@ -246,7 +246,6 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.overlap_grad_reduce = !a.no_overlap_grad;
   c.async_tp_grad_reduce = !a.no_async_tp;
   c.tp_comm_overlap = a.tp_comm_overlap;
-  c.scatter_gather = !a.no_scatter_gather;
   c.overlap_param_gather = !a.no_overlap_param;
   c.fp32_main_grads = !a.bf16_grads;
   // Megatron-LM's two flags each add one slot; the model has both (the embedding and the output
@@ -261,6 +260,11 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   }
   c.embedding_slots = a.emb_slots || a.mcore_account_embedding;
   c.p2p_blocking = a.p2p_blocking;
+  c.scatter_gather = !a.no_scatter_gather;
+  if (a.framework.empty() || a.framework == "megatron-core") {
+    ApplyMegatronCoreDefaults(&c);
+    c.p2p_blocking = c.p2p_blocking || a.p2p_blocking;
+  }
   c.optimizer_impl = a.optimizer == "deepspeed-zero"   ? OptimizerImpl::kDeepSpeedZero
                      : a.optimizer == "deepspeed-bf16" ? OptimizerImpl::kDeepSpeedBf16
                                                        : OptimizerImpl::kMegatron;
@@ -306,9 +310,12 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.tp_comm_overlap) f += " --tp-comm-overlap";
   if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) f += " --bf16-main-grads";
   if (c.optimizer_impl != OptimizerImpl::kMegatron) f += fmt::format(" --optimizer {}", ToString(c.optimizer_impl));
-  if (c.p2p_blocking) f += " --p2p-blocking";
+  if (!HasMegatronCoreDefaults(c)) {
+    f += " --framework megatron-2022";
+    if (c.p2p_blocking) f += " --p2p-blocking";
+    if (!c.scatter_gather) f += " --no-scatter-gather";
+  }
   if (c.embedding_slots) f += " --embedding-pipeline-slots";
-  if (!c.scatter_gather) f += " --no-scatter-gather";
   if (c.param_gather_bytes != d.param_gather_bytes) {
     unexpressed->push_back(fmt::format("param_gather_bytes_per_param={} (no flag; simulate uses {})",
                                        c.param_gather_bytes, d.param_gather_bytes));
@@ -335,8 +342,12 @@ void RunSimulate(const SimulateArgs& a) {
   if (a.ops && a.json) {
     throw InputError("command line: --ops: the op table is text; not combined with --json (run them separately)");
   }
-  const HardwareProfile prof = WithGemmRateFor(
+  HardwareProfile prof = WithGemmRateFor(
       WithAttentionKernel(loaded ? *loaded : DefaultProfile(cl), cl.gpu.arch, a.attention_kernel), cl, c.precision);
+  if (a.no_nvls && prof.nvls_allreduce_busbw_GBps > 0) {
+    prof.nvls_allreduce_busbw_GBps = 0;
+    prof.adjustments.push_back("NVLink SHARP (NVLS) all-reduce off (--no-nvls): rings only");
+  }
   SimulateOptions opts;
   opts.full_rank = a.full_rank;
   opts.keep_graph = !a.trace.empty();
@@ -385,9 +396,17 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--no-async-tensor-model-parallel-allreduce", a->no_async_tp,
                 "run the backward input-gradient TP all-reduce / reduce-scatter after the weight-gradient GEMM, not "
                 "beside it (Megatron-LM before late 2021, Megatron-DeepSpeed)");
+  cmd->add_flag("--no-nvls", a->no_nvls,
+                "all-reduces inside a node as rings only (NCCL_NVLS_ENABLE=0, or an NVSwitch system without NVLink "
+                "SHARP); by default an H100/H200/B200 NVSwitch node's all-reduce runs at NVLS's rate where faster");
+  cmd->add_option("--framework", a->framework,
+                  "megatron-core (default for simulate and plan: whole pipeline messages, 1F1B waiting on each "
+                  "send and receive) | megatron-2022 (Megatron-LM 2021-22: scatter/gather pipeline messages, "
+                  "non-blocking transfers unless --p2p-blocking; execute's default)")
+      ->transform(CLI::IsMember({"megatron-core", "megatron-2022"}, CLI::ignore_case));
   cmd->add_flag("--no-scatter-gather", a->no_scatter_gather,
-                "pipeline messages carry the whole activation (Megatron-Core), not 1/tp of it re-gathered over the "
-                "TP group (Megatron-LM 2021-22's scatter/gather; the default)");
+                "with --framework megatron-2022: pipeline messages carry the whole activation, not 1/tp of it "
+                "re-gathered over the TP group");
   cmd->add_flag("--tp-comm-overlap", a->tp_comm_overlap,
                 "Megatron-Core / Transformer Engine userbuffers: pipeline the sequence-parallel all-gathers and "
                 "reduce-scatters with their GEMMs in tp chunks (needs --sequence-parallel)");

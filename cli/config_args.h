@@ -39,16 +39,21 @@ struct SimulateArgs {
   std::string model, cluster, profile, trace, attention_kernel = "default";
   std::int64_t gpus = 0, tp = 1, pp = 1, dp = 0, vp = 0, layers_per_vp = 0, mbs = 1, gbs = 0, seq = 0;
   std::string recompute = "none", schedule, recompute_granularity, optimizer = "megatron";
+  /// megatron-core (Megatron-Core's defaults: whole pipeline messages, blocking 1F1B transfers)
+  /// or megatron-2022 (Megatron-LM 2021-22: scatter/gather messages, non-blocking unless
+  /// --p2p-blocking); empty: the command's default (simulate, plan, capacity: megatron-core).
+  std::string framework;
   bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
        no_overlap_param = false, bf16_grads = false, json = false, full_rank = false, emb_slots = false, mcore_account_embedding = false, mcore_account_loss = false,
        p2p_blocking = false, ops = false, no_async_tp = false, tp_comm_overlap = false,
-       no_scatter_gather = false;
+       no_scatter_gather = false, no_nvls = false;
   int zero = -1;
 };
 
 /// Adds --gpus, --tp, --pp, --dp, --vp, --mbs, --gbs, --seq, --recompute, --sequence-parallel,
 /// --zero, --schedule, --precision and the related switches (with Megatron-LM aliases).
 void AddConfigOptions(CLI::App* cmd, SimulateArgs* a);
+
 /// The configuration the flags describe on `gpus` GPUs; InputError for conflicting flags.
 ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t gpus);
 /// The command-line flags for which BuildConfig(flags, m, gpus) returns `c` (its inverse; flags

@@ -76,6 +76,17 @@ std::string ParallelConfig::Short() const {
   return s;
 }
 
+void ApplyMegatronCoreDefaults(ParallelConfig* c) {
+  c->scatter_gather = false;
+  c->p2p_blocking = c->pp > 1 && c->schedule == Schedule::k1F1B;
+}
+
+bool HasMegatronCoreDefaults(const ParallelConfig& c) {
+  ParallelConfig d = c;
+  ApplyMegatronCoreDefaults(&d);
+  return d.scatter_gather == c.scatter_gather && d.p2p_blocking == c.p2p_blocking;
+}
+
 void CopyPrecisionSettings(const ParallelConfig& from, ParallelConfig* to) {
   to->precision = from.precision;
   to->fp8_recipe = from.fp8_recipe;

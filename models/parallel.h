@@ -124,6 +124,14 @@ inline constexpr std::int64_t kMaxMicrobatchesPerStep = 16384;
 /// gpus / (tp*pp), or 0 when tp*pp does not divide gpus (InfeasibilityReasons says so).
 std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t pp);
 
+/// Megatron-Core's pipeline behaviour on `c`: whole pipeline messages (no scatter/gather), and
+/// the non-interleaved 1F1B schedule waiting on each send and receive (its schedules.py calls
+/// the blocking send_forward_recv_backward / send_backward_recv_forward); the interleaved
+/// schedule's transfers stay non-blocking.
+void ApplyMegatronCoreDefaults(ParallelConfig* c);
+/// Whether `c`'s pipeline settings are Megatron-Core's (ApplyMegatronCoreDefaults gives them).
+bool HasMegatronCoreDefaults(const ParallelConfig& c);
+
 /// Copies the precision and its options (precision, FP8 recipe and format, amax history,
 /// --fp8-param-gather, bf16-kept layers) from `from` to `to`.
 void CopyPrecisionSettings(const ParallelConfig& from, ParallelConfig* to);

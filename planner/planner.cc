@@ -166,6 +166,7 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   c.tp_comm_overlap = tpo;
                   c.zero_stage = z;
                   CopyPrecisionSettings(o.base, &c);
+                  if (o.megatron_core) ApplyMegatronCoreDefaults(&c);
                   c.flash_attention = o.flash_attention;
                   c.embedding_slots = slots;
                   if (!FixedAllows(o.fixed, c)) continue;

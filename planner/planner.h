@@ -38,6 +38,9 @@ struct PlanOptions {
   std::map<std::string, std::string> fixed;
   int threads = 0;  ///< 0: all cores
   bool flash_attention = true;
+  /// Megatron-Core's pipeline behaviour for every candidate (ApplyMegatronCoreDefaults), else
+  /// Megatron-LM 2021-22's (scatter/gather messages, non-blocking transfers).
+  bool megatron_core = true;
   /// Settings every candidate takes as they are (the search does not vary them): the precision
   /// and its options (CopyPrecisionSettings).
   ParallelConfig base;

@@ -152,6 +152,8 @@ CollectiveCost CollectiveCostOf(const HardwareProfile& p, CollectiveOp op, doubl
     c.link = LinkKind::kIntraNode;
     c.bytes_on_link = bytes;
     c.link_GBps = p.intra_busbw_GBps;
+    // NCCL picks NVLink SHARP for an all-reduce inside an NVSwitch node where it is faster.
+    if (op == CollectiveOp::kAllReduce) c.link_GBps = std::max(c.link_GBps, p.nvls_allreduce_busbw_GBps);
   } else {
     // Each GPU of the group drives its share of the node's NICs; the ring's inter-node busbw is
     // ranks_per_node times that share, capped by the intra-node busbw.

@@ -190,6 +190,13 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
     else if (g.arch == "blackwell") intra_eff = 682.0 / 900.0;
   }
   p.intra_busbw_GBps = cl.intra_GBps_per_direction * intra_eff;
+  // NCCL's NVLink SHARP (NVLS) all-reduce on third-generation and later NVSwitch systems: about
+  // 480 GB/s busbw on 8 H100 (450 line; nccl-tests reports, the dgx-h100 preset's notes) and
+  // about 850 on GB200 NVL72 (900 line; GTC24 S62129), where rings reach 370 and 680.
+  if (cl.intra_fabric == "nvswitch") {
+    if (g.arch == "hopper") p.nvls_allreduce_busbw_GBps = cl.intra_GBps_per_direction * 480.0 / 450.0;
+    if (g.arch == "blackwell") p.nvls_allreduce_busbw_GBps = cl.intra_GBps_per_direction * 850.0 / 900.0;
+  }
   if (intra_eff == 0.8) {
     p.estimates.push_back({"intra-node collective busbw 0.8 of the " + cl.intra_fabric + " line rate (measured only "
                            "for A100, H100/H200 and B200 on NVLink)"});
@@ -393,8 +400,9 @@ HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
   JsonReader c = r.Object("collectives");
   c.RejectUnknownKeys({"intra_busbw_GBps", "p2p_intra_GBps", "nic_effective_GBps", "nics_per_node",
                        "gpus_per_node", "base_latency_us", "intra_hop_latency_us",
-                       "inter_hop_latency_us", "tables"});
+                       "inter_hop_latency_us", "tables", "nvls_allreduce_busbw_GBps"});
   p.intra_busbw_GBps = c.Number("intra_busbw_GBps", 1e-6, 1e7);
+  p.nvls_allreduce_busbw_GBps = c.OptNumber("nvls_allreduce_busbw_GBps", 0, 1e7).value_or(0);
   p.p2p_intra_GBps = c.Number("p2p_intra_GBps", 1e-6, 1e7);
   p.nic_effective_GBps = c.Number("nic_effective_GBps", 0, 1e7);
   p.nics_per_node = static_cast<int>(c.Int("nics_per_node", 0, 1 << 16));
@@ -513,6 +521,7 @@ Json ProfileToJson(const HardwareProfile& p) {
                       {"base_latency_us", p.coll_base_latency_s * 1e6},
                       {"intra_hop_latency_us", p.coll_intra_hop_latency_s * 1e6},
                       {"inter_hop_latency_us", p.coll_inter_hop_latency_s * 1e6}};
+  if (p.nvls_allreduce_busbw_GBps > 0) j["collectives"]["nvls_allreduce_busbw_GBps"] = p.nvls_allreduce_busbw_GBps;
   if (!p.collective_tables.empty()) {
     Json t = Json::array();
     for (const auto& ct : p.collective_tables) {

@@ -119,6 +119,9 @@ struct HardwareProfile {
 
   // Collectives (alpha-beta, NCCL ring/Simple form) unless a measured table matches.
   double intra_busbw_GBps = 0;         ///< ring busbw inside a node (all GPUs of the node)
+  /// NCCL's NVLink SHARP (NVLS) all-reduce busbw inside a node; 0 where the fabric has none.
+  /// An all-reduce on one node runs at the faster of it and the ring's.
+  double nvls_allreduce_busbw_GBps = 0;
   double nic_effective_GBps = 0;       ///< per NIC
   int nics_per_node = 0;
   int gpus_per_node = 0;
