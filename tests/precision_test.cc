@@ -217,3 +217,45 @@ TEST(Precision, PlanSearchesTpCommOverlapInFp8) {
 
 }  // namespace
 }  // namespace shardcast
+
+namespace shardcast {
+namespace {
+
+// NCCL's NVLS all-reduce inside an H100 NVSwitch node: 480 of 450 GB/s line where rings reach
+// 370; reduce-scatter, all-gather and A100 nodes keep the ring rate.
+TEST(Framework, NvlsAllReduceInsideNvSwitchNodes) {
+  const HardwareProfile h100 = DefaultProfile(LoadCluster("dgx-h100"));
+  EXPECT_DOUBLE_EQ(h100.nvls_allreduce_busbw_GBps, 480.0);
+  GroupPlacement g;
+  g.ranks = 8;
+  g.ranks_per_node = 8;
+  EXPECT_DOUBLE_EQ(CollectiveCostOf(h100, CollectiveOp::kAllReduce, 1 << 28, g).link_GBps, 480.0);
+  EXPECT_DOUBLE_EQ(CollectiveCostOf(h100, CollectiveOp::kReduceScatter, 1 << 28, g).link_GBps, h100.intra_busbw_GBps);
+  EXPECT_DOUBLE_EQ(DefaultProfile(LoadCluster("dgx-a100")).nvls_allreduce_busbw_GBps, 0.0);
+}
+
+// Megatron-Core's pipeline behaviour is the CLI's default; megatron-2022 keeps the older one.
+TEST(Framework, MegatronCoreDefaultsAndTheirFlags) {
+  ParallelConfig c;
+  c.pp = 4;
+  c.schedule = Schedule::k1F1B;
+  ApplyMegatronCoreDefaults(&c);
+  EXPECT_FALSE(c.scatter_gather);
+  EXPECT_TRUE(c.p2p_blocking);
+  c.schedule = Schedule::kInterleaved;
+  ApplyMegatronCoreDefaults(&c);
+  EXPECT_FALSE(c.p2p_blocking);
+  const std::string base = "simulate --model gpt3-13b --cluster dgx-h100 --gpus 32 --tp 4 --pp 2 --mbs 1 --gbs 64 --json";
+  const auto core = testing::RunShardcast(base);
+  const auto old = testing::RunShardcast(base + " --framework megatron-2022");
+  ASSERT_EQ(core.exit_code, 0) << core.err;
+  ASSERT_EQ(old.exit_code, 0) << old.err;
+  const Json jc = Json::parse(core.out), jo = Json::parse(old.out);
+  EXPECT_FALSE(jc["config"]["scatter_gather"].get<bool>());
+  EXPECT_TRUE(jc["config"]["p2p_blocking"].get<bool>());
+  EXPECT_TRUE(jo["config"]["scatter_gather"].get<bool>());
+  EXPECT_FALSE(jo["config"]["p2p_blocking"].get<bool>());
+}
+
+}  // namespace
+}  // namespace shardcast
