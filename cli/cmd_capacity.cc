@@ -350,10 +350,7 @@ void RegisterCapacity(CLI::App& app) {
                   "the one cluster with its GPU; several allowed, one per cluster (default: built-in)")
       ->expected(1, -1);
   AddPrecisionOptions(cmd, &a->prec);
-  cmd->add_option("--framework", a->framework,
-                  "megatron-core (default: whole pipeline messages, 1F1B waiting on each send and receive) | "
-                  "megatron-2022 (Megatron-LM 2021-22: scatter/gather messages, non-blocking transfers)")
-      ->transform(CLI::IsMember({"megatron-core", "megatron-2022"}, CLI::ignore_case));
+  AddFrameworkOption(cmd, &a->framework);
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->callback([a] { RunCapacityCommand(*a); });
 }

@@ -279,10 +279,7 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention (saves s*s scores)");
   AddPrecisionOptions(cmd, &a->prec);
-  cmd->add_option("--framework", a->framework,
-                  "megatron-core (default: whole pipeline messages, 1F1B waiting on each send and receive) | "
-                  "megatron-2022 (Megatron-LM 2021-22: scatter/gather messages, non-blocking transfers)")
-      ->transform(CLI::IsMember({"megatron-core", "megatron-2022"}, CLI::ignore_case));
+  AddFrameworkOption(cmd, &a->framework);
   cmd->add_flag("--exclude-at-risk", a->exclude_at_risk,
                 "leave out plans at risk of running out of memory (peak x 1.17 over usable memory)");
   cmd->add_option("--profile", a->profile, "hardware profile JSON (default: built-in for the GPU)");

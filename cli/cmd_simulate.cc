@@ -399,11 +399,7 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--no-nvls", a->no_nvls,
                 "all-reduces inside a node as rings only (NCCL_NVLS_ENABLE=0, or an NVSwitch system without NVLink "
                 "SHARP); by default an H100/H200/B200 NVSwitch node's all-reduce runs at NVLS's rate where faster");
-  cmd->add_option("--framework", a->framework,
-                  "megatron-core (default for simulate and plan: whole pipeline messages, 1F1B waiting on each "
-                  "send and receive) | megatron-2022 (Megatron-LM 2021-22: scatter/gather pipeline messages, "
-                  "non-blocking transfers unless --p2p-blocking; execute's default)")
-      ->transform(CLI::IsMember({"megatron-core", "megatron-2022"}, CLI::ignore_case));
+  AddFrameworkOption(cmd, &a->framework);
   cmd->add_flag("--no-scatter-gather", a->no_scatter_gather,
                 "with --framework megatron-2022: pipeline messages carry the whole activation, not 1/tp of it "
                 "re-gathered over the TP group");

@@ -27,6 +27,8 @@ struct PrecisionArgs {
   std::int64_t amax_history_len = 0, layers_start_bf16 = 1, layers_end_bf16 = 1;
 };
 void AddPrecisionOptions(CLI::App* cmd, PrecisionArgs* a);
+/// --framework megatron-core|megatron-2022 (whose pipeline behaviour: ApplyMegatronCoreDefaults).
+void AddFrameworkOption(CLI::App* cmd, std::string* framework);
 /// Writes the precision the flags select into `c` (bf16 when none is given); InputError for
 /// flags that contradict each other (--fp16 with --fp8-recipe mxfp8, say).
 void ApplyPrecisionArgs(const PrecisionArgs& a, ParallelConfig* c);

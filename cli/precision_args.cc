@@ -39,6 +39,14 @@ void AddPrecisionOptions(CLI::App* cmd, PrecisionArgs* a) {
       ->check(CLI::Range(0, 1 << 20));
 }
 
+void AddFrameworkOption(CLI::App* cmd, std::string* framework) {
+  cmd->add_option("--framework", *framework,
+                  "megatron-core (default, except for execute: whole pipeline messages, 1F1B waiting on each send "
+                  "and receive) | megatron-2022 (Megatron-LM 2021-22: scatter/gather pipeline messages, "
+                  "non-blocking transfers unless --p2p-blocking; execute's default)")
+      ->transform(CLI::IsMember({"megatron-core", "megatron-2022"}, CLI::ignore_case));
+}
+
 namespace {
 
 /// Sets the precision `p` that `flag` implies, unless another flag chose a different one.

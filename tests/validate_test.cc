@@ -377,9 +377,19 @@ TEST(Validate, NoRecomputeCaveatQuotesTheMpt3bRows) {
   }
   EXPECT_EQ(std::lround(100 * lo), 20);
   EXPECT_EQ(std::lround(100 * hi), 28);
+  // The caveat also quotes the range of NeMo's Megatron-Core rows without recompute (S6).
+  double s6_lo = 1e9, s6_hi = -1e9;
+  for (const auto& r : rep.rows) {
+    if (r.skipped || r.source_id != "S6" || !r.step_time_error) continue;
+    s6_lo = std::min(s6_lo, *r.step_time_error);
+    s6_hi = std::max(s6_hi, *r.step_time_error);
+  }
+  EXPECT_EQ(std::lround(100 * s6_lo), -16);
+  EXPECT_EQ(std::lround(100 * s6_hi), 8);
   ParallelConfig c;
   c.recompute = Recompute::kNone;
   EXPECT_NE(KnownBias(c).find("took 20-28% longer than predicted"), std::string::npos);
+  EXPECT_NE(KnownBias(c).find("rows 56-65, were within -16% to +8%"), std::string::npos);
   c.recompute = Recompute::kFull;
   EXPECT_EQ(KnownBias(c), "");
 }
