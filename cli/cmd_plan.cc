@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <set>
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -34,6 +35,12 @@ struct PlanArgs {
 /// A cost or energy figure, or an empty CSV cell when the GPU file has no price or power (0).
 std::string Positive(double v) { return v > 0 ? fmt::format("{}", v) : std::string(); }
 
+/// The PP cell: pp, with "e" for the embedding and loss in layer slots and "u" for first/last
+/// stage layer counts (the table's note lists them).
+std::string PpCell(const ParallelConfig& c) {
+  return std::to_string(c.pp) + (c.embedding_slots ? "e" : c.first_stage_layers >= 0 || c.last_stage_layers >= 0 ? "u" : "");
+}
+
 /// One table row; with the cost or energy objective, the ranked quantity is a column too.
 std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective objective) {
   const auto& c = p.config;
@@ -41,10 +48,10 @@ std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective ob
   const std::string ranked = objective == Objective::kCost     ? fmt::format(" {:>10.4g}", p.usd_per_million_tokens)
                              : objective == Objective::kEnergy ? fmt::format(" {:>10.4g}", p.joules_per_token)
                                                                : "";
-  return fmt::format("{:>4}  {:>2} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11.0f}{} {:>6} {:>6}  {:>10} {:>10}{}",
-                     rank, c.tp, c.pp, c.dp, c.vp, c.micro_batch_size, ToString(c.schedule), ToString(c.recompute),
+  return fmt::format("{:>4}  {:>2} {:>3} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11.0f}{} {:>6} {:>6}  {:>10} {:>10}{}",
+                     rank, c.tp, PpCell(c), c.cp, c.dp, c.vp, c.micro_batch_size, ToString(c.schedule), ToString(c.recompute),
                      c.tp_comm_overlap ? "y+o" : c.sequence_parallel ? "y" : "n", c.zero_stage, FormatSeconds(r.step_time_s), r.tokens_per_s, ranked,
-                     fmt::format("{:.1f}%", 100 * r.mfu), fmt::format("{:.1f}%", 100 * r.bubble_fraction),
+                     fmt::format("{:.1f}%", 100 * r.mfu_causal), fmt::format("{:.1f}%", 100 * r.bubble_fraction),
                      FormatGiB(r.peak_memory_bytes), FormatGiB(usable - r.peak_memory_bytes),
                      r.memory_at_risk ? "  at risk" : "");
 }
@@ -104,17 +111,21 @@ void RunPlanCommand(const PlanArgs& a) {
     std::string csv = "rank,tp,pp,dp,vp,micro_batch_size,global_batch_size,schedule,recompute,sequence_parallel,tp_comm_overlap,"
                       "zero_stage,"
                       "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes,memory_at_risk,recommended,"
-                      "usd_per_million_tokens,joules_per_token\n";
+                      "usd_per_million_tokens,joules_per_token,cp,cp_comm_type,embedding_slots,"
+                      "decoder_first_pipeline_num_layers,decoder_last_pipeline_num_layers,mfu_causal\n";
     for (std::size_t i = 0; i < r.plans.size(); ++i) {
       const auto& p = r.plans[i];
       const auto& c = p.config;
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
+      auto layers = [](std::int64_t n) { return n >= 0 ? std::to_string(n) : std::string(); };
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
                          c.micro_batch_size, c.global_batch_size, ToString(c.schedule), ToString(c.recompute),
                          c.sequence_parallel ? "true" : "false", c.tp_comm_overlap ? "true" : "false", c.zero_stage, p.result.step_time_s,
                          p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction,
                          static_cast<std::int64_t>(std::llround(p.result.peak_memory_bytes)),
                          p.result.memory_at_risk ? "true" : "false", i + 1 == recommended_rank ? "true" : "false",
-                         Positive(p.usd_per_million_tokens), Positive(p.joules_per_token));
+                         Positive(p.usd_per_million_tokens), Positive(p.joules_per_token), c.cp, ToString(c.cp_comm),
+                         c.embedding_slots ? "true" : "false", layers(c.first_stage_layers), layers(c.last_stage_layers),
+                         p.result.mfu_causal);
     }
     if (WriteCsvOption(a.csv, csv)) {
       // The CSV is all of standard output: say on standard error when it has no rows, and why.
@@ -190,10 +201,23 @@ void RunPlanCommand(const PlanArgs& a) {
   const std::string ranked_header = o.objective == Objective::kCost     ? fmt::format(" {:>10}", "$/M tok")
                                     : o.objective == Objective::kEnergy ? fmt::format(" {:>10}", "J/token")
                                                                         : "";
-  std::cout << fmt::format("\n{:>4}  {:>2} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11}{} {:>6} {:>6}  {:>10} {:>10}\n",
-                           "rank", "TP", "PP", "DP", "VP", "mbs", "schedule", "recompute", "SP", "ZeRO", "step", "tokens/s",
+  std::cout << fmt::format("\n{:>4}  {:>2} {:>3} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11}{} {:>6} {:>6}  {:>10} {:>10}\n",
+                           "rank", "TP", "PP", "CP", "DP", "VP", "mbs", "schedule", "recompute", "SP", "ZeRO", "step", "tokens/s",
                            ranked_header, "MFU", "bubble", "peak mem", "headroom");
   for (std::size_t i = 0; i < r.plans.size(); ++i) std::cout << PlanRow(i + 1, r.plans[i], cl.gpu.memory_bytes, o.objective) << "\n";
+  std::cout << "  MFU: model FLOPs with causal attention (half the s^2 matrix, as Megatron-LM and NeMo log it); "
+               "--json has both conventions\n";
+  std::set<std::string> splits;
+  for (const auto& p : r.plans) {
+    const std::string name = PipelineSplitName(p.config);
+    if (!name.empty()) splits.insert(fmt::format("PP {}: {}", PpCell(p.config), name));
+  }
+  for (const auto& sp : splits) {
+    std::cout << "  " << sp
+              << (sp.find("slots") != std::string::npos
+                      ? " (the embedding and the loss take a layer's place: (L + 2) / pp slots per stage)\n"
+                      : " (Megatron-LM's --decoder-first/last-pipeline-num-layers; the other stages share the rest)\n");
+  }
   const Plan& best = r.plans.front();
   std::vector<std::string> not_searched, widen;
   if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end()) {

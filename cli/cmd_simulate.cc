@@ -19,6 +19,18 @@ namespace {
 
 std::string Pct(double x) { return fmt::format("{:.1f}%", 100.0 * x); }
 
+/// "7, 8 x 14, 7": a list with runs of equal values shortened.
+std::string RunLengths(const std::vector<std::int64_t>& v) {
+  std::vector<std::string> parts;
+  for (std::size_t i = 0; i < v.size();) {
+    std::size_t j = i;
+    while (j < v.size() && v[j] == v[i]) ++j;
+    parts.push_back(j - i > 1 ? fmt::format("{} x {}", v[i], j - i) : std::to_string(v[i]));
+    i = j;
+  }
+  return Join(parts, ", ");
+}
+
 }  // namespace
 
 void PrintOps(const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof) {
@@ -49,14 +61,21 @@ void PrintOps(const Model& m, const ParallelConfig& c, const Cluster& cl, const 
         achieved = bw_bound ? fmt::format("{:.0f} GB/s", o.bytes / t / 1e9) : fmt::format("{:.0f} TFLOP/s", o.flops / t / 1e12);
       }
       if (t > 0 && o.kind == OpKind::kMemory) achieved = fmt::format("{:.0f} GB/s", o.bytes / t / 1e9);
-      if (t > 0 && o.kind == OpKind::kCollective && cm.tp_group.ranks > 1) {
+      if (t > 0 && o.kind == OpKind::kCollective && o.context_parallel) {
+        const bool a2a = o.collective == CollectiveOp::kAllToAll;
+        const int n = a2a ? cm.cp.a2a_group.ranks : cm.cp.group.ranks;
+        achieved = o.collective == CollectiveOp::kSendRecv
+                       ? fmt::format("{:.0f} GB/s a hop", o.bytes / t / 1e9)
+                       : fmt::format("busbw {:.0f} GB/s", BusBwFactor(o.collective, n) * o.bytes / t / 1e9);
+      } else if (t > 0 && o.kind == OpKind::kCollective && cm.tp_group.ranks > 1) {
         achieved = fmt::format("busbw {:.0f} GB/s", BusBwFactor(o.collective, cm.tp_group.ranks) * o.bytes / t / 1e9);
       }
       std::cout << fmt::format("    {:<32} {:<15} {:<10} {:>28} {:>9.3f} {:>9.2f} {:>10.1f} {:>16}{}\n", o.name,
                                ToString(o.pass), ToString(o.kind), shape, o.flops / 1e9, o.bytes / 1e6,
                                o.duration_s * 1e6, achieved,
                                o.overlapped      ? "  (overlapped: not in the sum)"
-                               : o.hidden_s > 0 ? fmt::format("  (+{:.1f} us hidden behind the wgrad GEMM)", o.hidden_s * 1e6)
+                               : o.hidden_s > 0 ? fmt::format("  (+{:.1f} us hidden behind {})", o.hidden_s * 1e6,
+                                                              o.context_parallel ? "attention" : "the wgrad GEMM")
                                                 : std::string());
       if (!o.overlapped) total += o.duration_s;
     }
@@ -90,13 +109,20 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
     for (const auto& s : r.reasons) std::cout << "  - " << s << "\n";
   }
   const std::int64_t slots = m.num_layers + (c.embedding_slots && c.pp > 1 ? 2 : 0);
-  if (c.pp > 1 && slots % c.pp != 0) {
-    std::cout << fmt::format("\nNote: {} {} over pp = {} is uneven (stage 0 has {} layers, stage {} has {}): DeepSpeed's "
-                             "uniform partition allows it; Megatron-LM needs num_layers divisible by pp, and `plan` "
-                             "only searches equal splits (of the layers, or of layers + 2 with embedding slots).\n",
-                             slots, c.embedding_slots ? "layer slots" : "layers", c.pp,
-                             LayersOfStage(m.num_layers, c.pp, 0, c.embedding_slots), c.pp - 1,
-                             LayersOfStage(m.num_layers, c.pp, c.pp - 1, c.embedding_slots));
+  const bool first_last = c.first_stage_layers >= 0 || c.last_stage_layers >= 0;
+  if (c.pp > 1 && (first_last || c.embedding_slots || slots % c.pp != 0)) {
+    std::vector<std::int64_t> layers;
+    for (const auto& st : r.stages) layers.push_back(st.layers);
+    std::cout << fmt::format("\nPipeline split: {} transformer layers per stage ({})", RunLengths(layers),
+                             first_last ? "Megatron-LM's --decoder-first/last-pipeline-num-layers"
+                             : c.embedding_slots ? "embedding and loss as layer slots, (L + 2) / pp"
+                                                 : "uneven");
+    if (!first_last && slots % c.pp != 0) {
+      std::cout << fmt::format(": {} {} over pp = {} do not divide; DeepSpeed's uniform partition gives the remainder to "
+                               "the first stages, Megatron-LM needs them to divide (or first/last stage layer counts)",
+                               slots, c.embedding_slots ? "layer slots" : "layers", c.pp);
+    }
+    std::cout << "\n";
   }
   if (c.tp > 1 && m.vocab_size % c.tp != 0) {
     const std::int64_t unit = 128 * c.tp, padded = (m.vocab_size + unit - 1) / unit * unit;
@@ -119,10 +145,13 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
   std::cout << "\nStep\n";
   std::cout << fmt::format("  step time        {}\n", FormatSeconds(r.step_time_s));
   std::cout << fmt::format("  throughput       {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s, r.samples_per_s);
-  std::cout << fmt::format("  MFU / HFU        {} / {}   (model FLOPs 6*N_gemm + 12*L*s*a*d per token,\n"
-                           "                   full attention matrix; HFU adds recompute; dense {} peak {:.4g} TFLOP/s per GPU)\n",
-                           Pct(r.mfu), Pct(r.hfu), ToString(MfuPeakPrecision(c.precision)),
+  std::cout << fmt::format("  MFU (causal)     {}   (model FLOPs 6*N_gemm + 6*L*s*a*d per token: causal attention, half the\n"
+                           "                   matrix, as Megatron-LM and NeMo log it; dense {} peak {:.4g} TFLOP/s per GPU)\n",
+                           Pct(r.mfu_causal), ToString(MfuPeakPrecision(c.precision)),
                            cl.gpu.PeakFlops(MfuPeakPrecision(c.precision)) / 1e12);
+  std::cout << fmt::format("  MFU / HFU        {} / {}   (PaLM / SC21: 6*N_gemm + 12*L*s*a*d per token, the full attention\n"
+                           "                   matrix; HFU adds recompute)\n",
+                           Pct(r.mfu), Pct(r.hfu));
   if (IsLowPrecision(c.precision)) {
     std::cout << fmt::format("                   the linear layers' GEMMs run in {} (dense peak {:.4g} TFLOP/s), so MFU\n"
                              "                   and executed FLOPs may pass 100% of the {} peak\n",
@@ -155,6 +184,7 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
   line("compute", b.compute_s, "GEMMs, attention, memory-bound ops (incl. overlap slowdown)");
   line("recompute", b.recompute_s, "activation recomputation (incl. its TP collectives)");
   line("tensor-parallel comm", b.tp_comm_s, "TP/SP collectives on the critical path");
+  if (c.cp > 1) line("context-parallel comm", b.cp_comm_s, "K/V exchange not hidden behind attention");
   line("pipeline comm", b.pp_comm_s, "waiting on a stage-to-stage transfer in flight");
   line("data-parallel comm", b.dp_comm_s, "waiting on own gradient/parameter collectives (and the tied-embedding all-reduce)");
   line("bubble", b.bubble_s, "waiting on other stages (fill, drain, imbalance)");
@@ -191,11 +221,13 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
                              kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMin,
                              kMeasuredOverPredictedPeakMax);
   }
-  std::cout << "\nPer stage: time (compute incl. recompute / tp / bubble / pp / dp / optimizer)\n";
+  std::cout << fmt::format("\nPer stage: time (compute incl. recompute / tp{} / bubble / pp / dp / optimizer)\n",
+                           c.cp > 1 ? " / cp" : "");
   for (const auto& s : r.stages) {
     const auto& t = s.time;
-    std::cout << fmt::format("  stage {:>3}: {} / {} / {} / {} / {} / {}   bubble {}\n", s.stage,
+    std::cout << fmt::format("  stage {:>3}: {} / {}{} / {} / {} / {} / {}   bubble {}\n", s.stage,
                              FormatSeconds(t.compute_s + t.recompute_s), FormatSeconds(t.tp_comm_s),
+                             c.cp > 1 ? " / " + FormatSeconds(t.cp_comm_s) : std::string(),
                              FormatSeconds(t.bubble_s), FormatSeconds(t.pp_comm_s), FormatSeconds(t.dp_comm_s),
                              FormatSeconds(t.optimizer_s), Pct(s.bubble_fraction));
   }
@@ -203,11 +235,51 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
   for (const auto& l : r.critical_path) std::cout << "  " << l << "\n";
 }
 
+namespace {
+
+/// --cp-comm-type and --hierarchical-context-parallel-sizes into `c`.
+void ApplyContextParallelArgs(const SimulateArgs& a, ParallelConfig* c) {
+  const std::string t = a.cp_comm;
+  c->cp_comm = ParseCpComm(t);
+  if (!a.cp_hierarchy.empty()) {
+    std::int64_t product = 1;
+    for (std::int64_t x : a.cp_hierarchy) product *= x;
+    if (a.cp_hierarchy.size() != 2 || product != a.cp) {
+      throw InputError(fmt::format("command line: --hierarchical-context-parallel-sizes: got {} value(s) with product "
+                                   "{}, expected two sizes (all-to-all, then ring) whose product is --cp {}",
+                                   a.cp_hierarchy.size(), product, a.cp));
+    }
+    if (c->cp_comm != CpComm::kA2AP2P) {
+      throw InputError("command line: --hierarchical-context-parallel-sizes: given with --cp-comm-type " + t +
+                       ", expected --cp-comm-type a2a+p2p (the sizes of its all-to-all and ring levels)");
+    }
+    c->cp_a2a = a.cp_hierarchy[0];
+  }
+}
+
+/// Exit 2 when the pipeline split flags given do not add up (PipelineLayoutOf), naming them.
+void CheckPipelineSplitArgs(const SimulateArgs& a, const Model& m, const ParallelConfig& c) {
+  const bool uneven = a.first_stage_layers >= 0 || a.last_stage_layers >= 0;
+  if (!uneven && !(c.embedding_slots && c.vp > 1)) return;
+  if (c.pp > m.num_layers) return;  // InfeasibilityReasons says so
+  const PipelineLayout layout = PipelineLayoutOf(m, c);
+  if (layout.error.empty()) return;
+  std::string flags;
+  if (a.first_stage_layers >= 0) flags += fmt::format("--decoder-first-pipeline-num-layers {} ", a.first_stage_layers);
+  if (a.last_stage_layers >= 0) flags += fmt::format("--decoder-last-pipeline-num-layers {} ", a.last_stage_layers);
+  if (!uneven) flags += "--account-for-embedding-in-pipeline-split ";
+  throw InputError(fmt::format("command line: {}with --pp {}{} and num_layers = {}: {}", flags, c.pp,
+                               c.vp > 1 ? fmt::format(" --vp {}", c.vp) : std::string(), m.num_layers, layout.error));
+}
+
+}  // namespace
+
 ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t gpus) {
   ParallelConfig c;
   c.tp = a.tp;
   c.pp = a.pp;
-  c.dp = DataParallelSize(gpus, a.tp, a.pp);  // 0, printed "DP?", when tp*pp does not divide the GPUs
+  c.cp = a.cp;
+  c.dp = DataParallelSize(gpus, a.tp, a.pp, a.cp);  // 0, printed "DP?", when tp*cp*pp does not divide the GPUs
   if (a.dp > 0) c.dp = a.dp;  // InfeasibilityReasons reports a disagreement
   c.micro_batch_size = a.mbs;
   c.global_batch_size = a.gbs > 0 ? a.gbs : c.dp * a.mbs;
@@ -224,6 +296,11 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
     throw InputError(fmt::format("command line: --num-layers-per-virtual-pipeline-stage: got {}, expected num_layers / "
                                  "(pp * vp) = {} / ({} * {}) to agree with --vp (give one of them)",
                                  a.layers_per_vp, m.num_layers, a.pp, a.vp));
+  }
+  if (a.layers_per_vp > 0 && (a.first_stage_layers >= 0 || a.last_stage_layers >= 0 || a.emb_slots ||
+                              a.mcore_account_embedding)) {
+    throw InputError("command line: --num-layers-per-virtual-pipeline-stage: given with an uneven pipeline split, "
+                     "expected --vp (--num-virtual-stages-per-pipeline-rank) instead, as Megatron-LM requires");
   }
   if (a.layers_per_vp > 0) {
     if (m.num_layers % (a.pp * a.layers_per_vp) != 0) {
@@ -259,6 +336,10 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
                      "slot alone is not modelled)");
   }
   c.embedding_slots = a.emb_slots || a.mcore_account_embedding;
+  c.first_stage_layers = a.first_stage_layers;
+  c.last_stage_layers = a.last_stage_layers;
+  ApplyContextParallelArgs(a, &c);
+  CheckPipelineSplitArgs(a, m, c);
   c.p2p_blocking = a.p2p_blocking;
   c.scatter_gather = !a.no_scatter_gather;
   if (a.framework.empty() || a.framework == "megatron-core") {
@@ -291,10 +372,19 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.dp < 1 || c.global_batch_size < 1 || c.micro_batch_size < 1) {
     unexpressed->push_back(fmt::format("dp={} global_batch_size={} micro_batch_size={} (the flags take positive sizes)",
                                        c.dp, c.global_batch_size, c.micro_batch_size));
-  } else if (c.dp != DataParallelSize(gpus, c.tp, c.pp)) {
+  } else if (c.dp != DataParallelSize(gpus, c.tp, c.pp, c.cp)) {
     f += fmt::format(" --dp {}", c.dp);
   }
+  if (c.cp > 1) {
+    f += fmt::format(" --cp {}", c.cp);
+    if (c.cp_comm != CpComm::kP2P) f += fmt::format(" --cp-comm-type {}", ToString(c.cp_comm));
+    if (c.cp_comm == CpComm::kA2AP2P && c.cp_a2a > 0) {
+      f += fmt::format(" --hierarchical-context-parallel-sizes {} {}", c.cp_a2a, c.cp / c.cp_a2a);
+    }
+  }
   if (c.vp > 1) f += fmt::format(" --vp {}", c.vp);
+  if (c.first_stage_layers >= 0) f += fmt::format(" --decoder-first-pipeline-num-layers {}", c.first_stage_layers);
+  if (c.last_stage_layers >= 0) f += fmt::format(" --decoder-last-pipeline-num-layers {}", c.last_stage_layers);
   f += fmt::format(" --mbs {} --gbs {}", c.micro_batch_size, c.global_batch_size);
   if (c.seq_length > 0 && c.seq_length != m.seq_length) f += fmt::format(" --seq {}", c.seq_length);
   if (c.recompute != Recompute::kNone) f += fmt::format(" --recompute {}", ToString(c.recompute));
@@ -339,6 +429,7 @@ void RunSimulate(const SimulateArgs& a) {
   if (loaded && !a.cluster.empty()) WarnIfProfileIsAnotherMachine(*loaded, a.profile, cl, gpus);
   const ParallelConfig c = BuildConfig(a, m, gpus);
   RequirePrecision(cl.gpu, c, "command line");
+  RequireContextParallel(m, c, cl.gpus_per_node, "command line");
   if (a.ops && a.json) {
     throw InputError("command line: --ops: the op table is text; not combined with --json (run them separately)");
   }
@@ -373,8 +464,25 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   AddPositive(cmd, "--gpus", a->gpus, "number of GPUs", kMaxGpus);
   AddPositive(cmd, "--tp,--tensor-model-parallel-size", a->tp, "tensor-parallel size", kMaxParallelSize);
   AddPositive(cmd, "--pp,--pipeline-model-parallel-size", a->pp, "pipeline-parallel size", kMaxParallelSize);
-  AddPositive(cmd, "--dp,--data-parallel-size", a->dp, "data-parallel size (default gpus/(tp*pp); must agree)", kMaxParallelSize);
-  AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size", a->vp, "virtual stages per pipeline rank", kMaxVirtualStages);
+  AddPositive(cmd, "--dp,--data-parallel-size", a->dp, "data-parallel size (default gpus/(tp*cp*pp); must agree)", kMaxParallelSize);
+  AddPositive(cmd, "--cp,--context-parallel-size", a->cp,
+              "context-parallel size: each sequence split over cp ranks (2*cp chunks, load-balanced for causal "
+              "attention)", kMaxParallelSize);
+  cmd->add_option("--cp-comm-type", a->cp_comm,
+                  "how context-parallel ranks exchange K/V: p2p (ring attention, default) | allgather | a2a "
+                  "(Ulysses-style all-to-all) | a2a+p2p (all-to-all inside, ring across) | ulysses (DeepSpeed-Ulysses)")
+      ->transform(CLI::IsMember({"p2p", "allgather", "a2a", "a2a+p2p", "ulysses", "deepspeed-ulysses"}, CLI::ignore_case));
+  cmd->add_option("--hierarchical-context-parallel-sizes", a->cp_hierarchy,
+                  "with --cp-comm-type a2a+p2p: the all-to-all and ring sizes (product = cp; default: the "
+                  "context-parallel ranks of one node, then the ring)")
+      ->expected(2)
+      ->check(CLI::Range(std::int64_t{1}, kMaxParallelSize));
+  AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size,--num-virtual-stages-per-pipeline-rank", a->vp,
+              "virtual stages per pipeline rank", kMaxVirtualStages);
+  AddNonNegative(cmd, "--decoder-first-pipeline-num-layers", a->first_stage_layers,
+                 "transformer layers of the first pipeline stage (the other stages share the rest equally)", kMaxLayers);
+  AddNonNegative(cmd, "--decoder-last-pipeline-num-layers", a->last_stage_layers,
+                 "transformer layers of the last pipeline stage", kMaxLayers);
   AddPositive(cmd, "--num-layers-per-virtual-pipeline-stage", a->layers_per_vp, "Megatron-LM's way to set vp", kMaxLayers);
   AddPositive(cmd, "--mbs,--micro-batch-size", a->mbs, "micro-batch size", kMaxMicroBatchSize);
   AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (default dp*mbs)", kMaxGlobalBatchSize);

@@ -40,6 +40,12 @@ struct SimulateArgs {
   PrecisionArgs prec;
   std::string model, cluster, profile, trace, attention_kernel = "default";
   std::int64_t gpus = 0, tp = 1, pp = 1, dp = 0, vp = 0, layers_per_vp = 0, mbs = 1, gbs = 0, seq = 0;
+  /// Context parallelism: --cp, --cp-comm-type, --hierarchical-context-parallel-sizes A P.
+  std::int64_t cp = 1;
+  std::string cp_comm = "p2p";
+  std::vector<std::int64_t> cp_hierarchy;
+  /// --decoder-first/last-pipeline-num-layers (-1: not given).
+  std::int64_t first_stage_layers = -1, last_stage_layers = -1;
   std::string recompute = "none", schedule, recompute_granularity, optimizer = "megatron";
   /// megatron-core (Megatron-Core's defaults: whole pipeline messages, blocking 1F1B transfers)
   /// or megatron-2022 (Megatron-LM 2021-22: scatter/gather messages, non-blocking unless

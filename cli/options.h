@@ -37,6 +37,25 @@ inline CLI::Option* AddPositive(CLI::App* cmd, const std::string& names, std::in
           "POSITIVE"));
 }
 
+/// Adds an integer option that must be a non-negative integer at most `max` (a layer count that
+/// may be zero); otherwise `--decoder-first-pipeline-num-layers: got "-1", expected a
+/// non-negative integer up to N`.
+inline CLI::Option* AddNonNegative(CLI::App* cmd, const std::string& names, std::int64_t& value,
+                                   const std::string& help, std::int64_t max) {
+  return cmd->add_option(names, value, help)
+      ->check(CLI::Validator(
+          [max](std::string& s) -> std::string {
+            try {
+              std::size_t pos = 0;
+              const long long v = std::stoll(s, &pos);
+              if (pos == s.size() && v >= 0 && v <= max) return "";
+            } catch (const std::exception&) {
+            }
+            return "got \"" + s + "\", expected a non-negative integer up to " + std::to_string(max);
+          },
+          "NON-NEGATIVE"));
+}
+
 /// A validator for an output file option, checked when the command line is read so a long run
 /// (a calibration sweep, a plan search) does not end in an unwritable path: the value must not
 /// be "-" (unless `allow_stdout`: --csv), nor a folder, and its folder must exist. The error

@@ -1,10 +1,32 @@
 #include "models/parallel.h"
 
+#include <numeric>
+
 #include "common/error.h"
 
 #include <fmt/format.h>
 
 namespace shardcast {
+
+const char* ToString(CpComm c) {
+  switch (c) {
+    case CpComm::kP2P: return "p2p";
+    case CpComm::kAllGather: return "allgather";
+    case CpComm::kA2A: return "a2a";
+    case CpComm::kA2AP2P: return "a2a+p2p";
+    case CpComm::kUlysses: return "ulysses";
+  }
+  return "?";
+}
+
+CpComm ParseCpComm(const std::string& s) {
+  if (s == "p2p") return CpComm::kP2P;
+  if (s == "allgather") return CpComm::kAllGather;
+  if (s == "a2a") return CpComm::kA2A;
+  if (s == "a2a+p2p") return CpComm::kA2AP2P;
+  if (s == "ulysses" || s == "deepspeed-ulysses") return CpComm::kUlysses;
+  throw InputError("cp-comm-type: got \"" + s + "\", expected p2p, allgather, a2a, a2a+p2p or ulysses");
+}
 
 const char* ToString(Recompute r) {
   switch (r) {
@@ -47,7 +69,9 @@ std::string ParallelConfig::Summary() const {
   // "?" marks a size the GPU count does not determine (tp*pp does not divide it).
   const std::string dps = dp > 0 ? std::to_string(dp) : "?";
   const std::string gbs = global_batch_size > 0 ? std::to_string(global_batch_size) : "?";
-  std::string s = fmt::format("TP{} PP{}{} DP{}", tp, pp, embedding_slots ? "(emb slots)" : "", dps);
+  const std::string split = PipelineSplitName(*this);
+  std::string s = fmt::format("TP{} PP{}{} DP{}", tp, pp, split.empty() ? "" : " (" + split + ")", dps);
+  if (cp > 1) s += fmt::format(" CP{} ({})", cp, ToString(cp_comm));
   if (vp > 1) s += fmt::format(" VP{}", vp);
   s += fmt::format(" mbs{} gbs{}", micro_batch_size, gbs);
   if (sequence_parallel) s += " SP";
@@ -66,6 +90,12 @@ std::string ParallelConfig::Summary() const {
 
 std::string ParallelConfig::Short() const {
   std::string s = fmt::format("TP{} PP{} DP{}", tp, pp, dp);
+  if (cp > 1) s += fmt::format(" CP{}{}", cp, cp_comm == CpComm::kP2P ? "" : std::string("-") + ToString(cp_comm));
+  if (embedding_slots) s += " E+L";
+  if (first_stage_layers >= 0 || last_stage_layers >= 0) {
+    s += fmt::format(" L{}/{}", first_stage_layers >= 0 ? std::to_string(first_stage_layers) : "-",
+                     last_stage_layers >= 0 ? std::to_string(last_stage_layers) : "-");
+  }
   if (vp > 1) s += fmt::format(" VP{}", vp);
   s += fmt::format(" mbs{}", micro_batch_size);
   if (sequence_parallel) s += tp_comm_overlap ? " SP+ov" : " SP";
@@ -118,20 +148,188 @@ void RequirePrecision(const Gpu& g, const ParallelConfig& c, const std::string& 
   }
 }
 
-std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t pp) {
-  const std::int64_t mp = tp * pp;
+std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t pp, std::int64_t cp) {
+  const std::int64_t mp = tp * cp * pp;
   return mp > 0 && gpus % mp == 0 ? gpus / mp : 0;
+}
+
+namespace {
+
+std::int64_t seq_of(const Model& m, const ParallelConfig& c) { return c.seq_length > 0 ? c.seq_length : m.seq_length; }
+
+}  // namespace
+
+std::int64_t CpA2aGroup(const ParallelConfig& c, std::int64_t gpn) {
+  switch (c.cp_comm) {
+    case CpComm::kP2P:
+    case CpComm::kAllGather: return 1;
+    case CpComm::kA2A:
+    case CpComm::kUlysses: return c.cp;
+    case CpComm::kA2AP2P:
+      if (c.cp_a2a > 0) return c.cp_a2a;
+      return std::gcd(c.cp, std::max<std::int64_t>(1, gpn / std::max<std::int64_t>(1, c.tp)));
+  }
+  return 1;
+}
+
+std::vector<Infeasibility> ContextParallelRules(const Model& m, const ParallelConfig& c, std::int64_t gpn) {
+  std::vector<Infeasibility> r;
+  const std::int64_t seq = seq_of(m, c);
+  if (c.cp <= 1) return r;
+  auto add = [&r](const char* rule, std::string text) { r.push_back({rule, std::move(text)}); };
+  if (c.cp_comm == CpComm::kUlysses) {
+    if (seq % c.cp != 0) {
+      add("cp does not divide the sequence",
+          fmt::format("DeepSpeed-Ulysses splits the sequence into cp = {} parts: seq_length = {} is not a multiple of {}",
+                      c.cp, seq, c.cp));
+    }
+  } else if (seq % (2 * c.cp) != 0) {
+    add("cp does not divide the sequence into 2*cp chunks",
+        fmt::format("context parallelism splits the sequence into 2*cp = {} chunks (rank i holds chunks i and "
+                    "2*cp-1-i): seq_length = {} is not a multiple of {}",
+                    2 * c.cp, seq, 2 * c.cp));
+  }
+  if (!c.flash_attention) {
+    add("context parallelism needs fused attention",
+        fmt::format("cp = {} needs fused (flash) attention: Megatron-Core runs context parallelism only with "
+                    "Transformer Engine's fused attention (got unfused attention, --no-flash-attention)",
+                    c.cp));
+  }
+  const std::int64_t group = CpA2aGroup(c, gpn);
+  if (c.cp_comm == CpComm::kA2AP2P && c.cp % group != 0) {
+    add("the a2a group does not divide cp",
+        fmt::format("cp-comm-type a2a+p2p: the all-to-all group of {} ranks does not divide cp = {}", group, c.cp));
+    return r;
+  }
+  if (group > 1) {
+    const std::int64_t heads = m.num_attention_heads / std::max<std::int64_t>(1, c.tp);
+    const std::int64_t groups = m.num_query_groups / std::max<std::int64_t>(1, c.tp);
+    if (heads % group != 0 || groups % group != 0) {
+      add("the all-to-all group does not divide the heads",
+          fmt::format("cp-comm-type {} splits the attention heads over its all-to-all group of {} ranks: "
+                      "num_attention_heads / tp = {} and num_query_groups / tp = {} must be multiples of {}",
+                      ToString(c.cp_comm), group, heads, groups, group));
+    }
+  }
+  return r;
+}
+
+void RequireContextParallel(const Model& m, const ParallelConfig& c, std::int64_t gpn, const std::string& where) {
+  const auto broken = ContextParallelRules(m, c, gpn);
+  if (broken.empty()) return;
+  const Infeasibility& b = broken.front();
+  std::string flag = fmt::format("--cp: got {}", c.cp);
+  if (b.rule == std::string("context parallelism needs fused attention")) flag = "--no-flash-attention: given with --cp " + std::to_string(c.cp);
+  if (b.rule == std::string("the all-to-all group does not divide the heads") ||
+      b.rule == std::string("the a2a group does not divide cp")) {
+    flag = fmt::format("--cp-comm-type: got {} with --cp {}", ToString(c.cp_comm), c.cp);
+  }
+  throw InputError(fmt::format("{}: {}; {}", where, flag, b.text));
+}
+
+PipelineLayout PipelineLayoutOf(const Model& m, const ParallelConfig& c) {
+  PipelineLayout out;
+  const std::int64_t L = m.num_layers, pp = std::max<std::int64_t>(1, c.pp);
+  const std::int64_t v = c.schedule == Schedule::kInterleaved ? std::max<std::int64_t>(1, c.vp) : 1;
+  const bool first_set = c.first_stage_layers >= 0, last_set = c.last_stage_layers >= 0;
+  std::vector<std::int64_t> stage(static_cast<std::size_t>(pp), 0);  // layers per pipeline stage
+  auto fail = [&](std::string why) {
+    out.error = std::move(why);
+    out.chunk_layers.clear();
+    out.first_layer.clear();
+    return out;
+  };
+  if (first_set || last_set) {
+    if (c.embedding_slots) {
+      return fail("first/last pipeline stage layer counts cannot be combined with embedding slots (Megatron-Core "
+                  "supports one or the other)");
+    }
+    if (pp < 2) return fail(fmt::format("first/last pipeline stage layer counts need pp >= 2 (got pp = {})", pp));
+    std::int64_t rest = L, stages_left = pp;
+    if (first_set) rest -= c.first_stage_layers, --stages_left;
+    if (last_set) rest -= c.last_stage_layers, --stages_left;
+    const std::string given =
+        (first_set ? fmt::format("first stage {}", c.first_stage_layers) : std::string()) +
+        (first_set && last_set ? ", " : "") + (last_set ? fmt::format("last stage {}", c.last_stage_layers) : std::string());
+    if (rest < 0 || (stages_left == 0 && rest != 0)) {
+      return fail(fmt::format("pipeline split: {} layers leave {} of num_layers = {} for the {} other stages", given,
+                              rest, L, stages_left));
+    }
+    if (stages_left > 0 && rest % stages_left != 0) {
+      return fail(fmt::format("pipeline split: {} layers leave {} of num_layers = {}, which the {} other stages cannot "
+                              "share equally ({} / {} is not an integer)",
+                              given, rest, L, stages_left, rest, stages_left));
+    }
+    for (std::int64_t i = 0; i < pp; ++i) stage[static_cast<std::size_t>(i)] = stages_left > 0 ? rest / stages_left : 0;
+    if (first_set) stage.front() = c.first_stage_layers;
+    if (last_set) stage.back() = c.last_stage_layers;
+  } else if (c.embedding_slots && pp > 1) {
+    if (v > 1 && (L + 2) % pp != 0) {
+      return fail(fmt::format("embedding slots with virtual stages: num_layers + 2 = {} slots are not a multiple of "
+                              "pp = {}", L + 2, pp));
+    }
+    for (std::int64_t i = 0; i < pp; ++i) stage[static_cast<std::size_t>(i)] = (L + 2) / pp + (i < (L + 2) % pp ? 1 : 0);
+  } else {
+    if (v > 1 && L % (pp * v) != 0) {
+      return fail(fmt::format("pp*vp = {}*{} does not divide num_layers = {}", pp, v, L));
+    }
+    for (std::int64_t i = 0; i < pp; ++i) stage[static_cast<std::size_t>(i)] = L / pp + (i < L % pp ? 1 : 0);
+  }
+  for (std::int64_t i = 0; i < pp; ++i) {
+    if (v > 1 && stage[static_cast<std::size_t>(i)] % v != 0) {
+      return fail(fmt::format("pipeline split: stage {} holds {} {}, not a multiple of vp = {} (each virtual stage "
+                              "holds 1/vp of them)",
+                              i, stage[static_cast<std::size_t>(i)], c.embedding_slots && pp > 1 ? "layer slots" : "layers",
+                              v));
+    }
+  }
+  out.chunk_layers.assign(static_cast<std::size_t>(pp * v), 0);
+  for (std::int64_t i = 0; i < pp; ++i) {
+    for (std::int64_t k = 0; k < v; ++k) out.chunk_layers[static_cast<std::size_t>(k * pp + i)] = stage[static_cast<std::size_t>(i)] / v;
+  }
+  if (c.embedding_slots && pp > 1) {
+    --out.chunk_layers.front();
+    --out.chunk_layers.back();
+    if (out.chunk_layers.front() < 0 || out.chunk_layers.back() < 0) {
+      return fail(fmt::format("embedding slots: the first or last model chunk holds {} slot, too few for the "
+                              "embedding (or the loss) and its layers",
+                              (L + 2) / (pp * v)));
+    }
+  }
+  std::int64_t first = 0;
+  for (std::int64_t n : out.chunk_layers) {
+    out.first_layer.push_back(first);
+    first += n;
+  }
+  if (first != L) return fail(fmt::format("pipeline split: the stages hold {} layers, expected num_layers = {}", first, L));
+  return out;
+}
+
+std::string PipelineSplitName(const ParallelConfig& c) {
+  if (c.pp <= 1) return "";
+  if (c.embedding_slots) return "emb+loss slots";
+  if (c.first_stage_layers < 0 && c.last_stage_layers < 0) return "";
+  std::string s;
+  if (c.first_stage_layers >= 0) s += fmt::format("first {}", c.first_stage_layers);
+  if (c.first_stage_layers >= 0 && c.last_stage_layers >= 0) s += " / ";
+  if (c.last_stage_layers >= 0) s += fmt::format("last {}", c.last_stage_layers);
+  return s + " layers";
 }
 
 std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConfig& c,
                                               std::int64_t gpus, const Cluster& cl) {
   std::vector<Infeasibility> r;
   auto add = [&r](const char* rule, std::string text) { r.push_back({rule, std::move(text)}); };
-  const std::int64_t mp = c.tp * c.pp;
+  const std::int64_t mp = c.tp * c.cp * c.pp;
+  const std::string mp_name = c.cp > 1 ? "tp*cp*pp" : "tp*pp";
+  const std::string mp_values =
+      c.cp > 1 ? fmt::format("{}*{}*{}", c.tp, c.cp, c.pp) : fmt::format("{}*{}", c.tp, c.pp);
   if (gpus % mp != 0) {
-    add("tp*pp does not divide the GPU count", fmt::format("tp*pp = {}*{} = {} does not divide {} GPUs", c.tp, c.pp, mp, gpus));
+    add("tp*cp*pp does not divide the GPU count",
+        fmt::format("{} = {} = {} does not divide {} GPUs", mp_name, mp_values, mp, gpus));
   } else if (c.dp != gpus / mp) {
-    add("dp disagrees with GPUs / (tp*pp)", fmt::format("dp = {} but {} GPUs / (tp*pp = {}) = {}", c.dp, gpus, mp, gpus / mp));
+    add("dp disagrees with GPUs / (tp*cp*pp)",
+        fmt::format("dp = {} but {} GPUs / ({} = {}) = {}", c.dp, gpus, mp_name, mp, gpus / mp));
   }
   if (m.num_attention_heads % c.tp != 0) {
     add("tp does not divide the attention heads", fmt::format("tp = {} does not divide num_attention_heads = {}", c.tp,
@@ -152,9 +350,6 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
         fmt::format("{} + {} layers kept in bf16 exceed num_layers = {}", c.bf16_layers_start, c.bf16_layers_end,
                     m.num_layers));
   }
-  if (c.embedding_slots && c.vp > 1) {
-    add("embedding slots with virtual stages", "embedding pipeline slots are not supported with virtual stages");
-  }
   if (c.pp > m.num_layers) {
     add("pp exceeds the layer count", fmt::format("pp = {} exceeds num_layers = {}", c.pp, m.num_layers));
   }
@@ -162,25 +357,31 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
     add("the interleaved schedule needs vp >= 2", fmt::format("the interleaved schedule needs vp >= 2 virtual stages (got vp = {}; with one it is 1F1B)",
                             c.vp));
   }
-  const std::int64_t seq = c.seq_length > 0 ? c.seq_length : m.seq_length;
-  if (c.sequence_parallel && c.tp > 1 && seq % c.tp != 0) {
-    add("sequence parallelism needs seq_length divisible by tp", fmt::format("sequence parallelism splits the sequence over tp: seq_length = {} is not a multiple of "
-                            "tp = {}", seq, c.tp));
+  const std::int64_t seq = seq_of(m, c);
+  if (c.sequence_parallel && c.tp > 1 && (seq / c.cp) % c.tp != 0) {
+    add("sequence parallelism needs seq_length divisible by tp",
+        c.cp > 1 ? fmt::format("sequence parallelism splits each context-parallel rank's {} tokens (seq_length {} / cp "
+                               "{}) over tp: not a multiple of tp = {}",
+                               seq / c.cp, seq, c.cp, c.tp)
+                 : fmt::format("sequence parallelism splits the sequence over tp: seq_length = {} is not a multiple of "
+                               "tp = {}", seq, c.tp));
   }
   if (m.position_embedding == PositionEmbedding::kLearned && m.max_position_embeddings > 0 &&
       seq > m.max_position_embeddings) {
     add("seq_length exceeds the learned position table", fmt::format("seq_length = {} exceeds the learned position embeddings' max_position_embeddings = {}",
                             seq, m.max_position_embeddings));
   }
-  if (c.vp > 1) {
-    if (c.schedule != Schedule::kInterleaved) {
-      add("vp > 1 needs the interleaved schedule", fmt::format("vp = {} needs the interleaved schedule", c.vp));
-    }
-    if (m.num_layers % (c.pp * c.vp) != 0) {
-      add("pp*vp does not divide the layer count", fmt::format("pp*vp = {}*{} does not divide num_layers = {}", c.pp, c.vp,
-                              m.num_layers));
+  if (c.vp > 1 && c.schedule != Schedule::kInterleaved) {
+    add("vp > 1 needs the interleaved schedule", fmt::format("vp = {} needs the interleaved schedule", c.vp));
+  }
+  if (c.pp <= m.num_layers) {
+    const PipelineLayout layout = PipelineLayoutOf(m, c);
+    if (!layout.error.empty()) {
+      add(!c.uneven_pipeline() ? "pp*vp does not divide the layer count" : "the pipeline split does not add up",
+          layout.error);
     }
   }
+  for (const Infeasibility& x : ContextParallelRules(m, c, cl.gpus_per_node)) r.push_back(x);
   const std::int64_t per_replica = c.micro_batch_size * c.dp;
   if (per_replica >= 1 && c.global_batch_size / per_replica > kMaxMicrobatchesPerStep) {
     add("more micro-batches per step than the simulator expands (16384)", fmt::format("global batch {} / (micro-batch {} * dp {}) = {} micro-batches per step, more than the {} "
@@ -189,7 +390,7 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
                             kMaxMicrobatchesPerStep));
   }
   if (per_replica < 1) {
-    // dp is unknown (tp*pp does not divide the GPUs, reported above): no batch to check.
+    // dp is unknown (tp*cp*pp does not divide the GPUs, reported above): no batch to check.
   } else if (c.global_batch_size % per_replica != 0) {
     add("global batch not a multiple of micro-batch * dp", fmt::format("global batch {} is not a multiple of micro-batch {} * dp {} = {}",
                             c.global_batch_size, c.micro_batch_size, c.dp, per_replica));
@@ -237,13 +438,13 @@ StateBytesPerParam BytesPerParam(int zero_stage, std::int64_t dp, bool fp32_main
 }
 
 StateBytesPerParam BytesPerParam(const ParallelConfig& c) {
-  const double d = static_cast<double>(c.dp);
+  const double d = static_cast<double>(c.dp_cp());
   StateBytesPerParam b;
   switch (c.optimizer_impl) {
     case OptimizerImpl::kMegatron:
-      return BytesPerParam(c.zero_stage, c.dp, c.fp32_main_grads);
+      return BytesPerParam(c.zero_stage, c.dp_cp(), c.fp32_main_grads);
     case OptimizerImpl::kDeepSpeedZero:
-      b = BytesPerParam(c.zero_stage, c.dp, false);
+      b = BytesPerParam(c.zero_stage, c.dp_cp(), false);
       if (c.zero_stage >= 1) b.optimizer += 4.0 / d;  // the owner's fp32 gradient partition
       return b;
     case OptimizerImpl::kDeepSpeedBf16:
@@ -281,12 +482,13 @@ std::int64_t LayersOfStage(std::int64_t num_layers, std::int64_t pp, std::int64_
   return base + (stage < rem ? 1 : 0);
 }
 
-StageParameters ParametersOfStage(const Model& m, std::int64_t tp, std::int64_t pp,
-                                  std::int64_t stage, bool embedding_slots) {
+namespace {
+StageParameters StageParams(const Model& m, std::int64_t tp, std::int64_t pp, std::int64_t stage,
+                            std::int64_t layers) {
   StageParameters s;
   const ParameterCounts pc = m.Parameters();
   const double t = static_cast<double>(tp);
-  s.layers = LayersOfStage(m.num_layers, pp, stage, embedding_slots);
+  s.layers = layers;
   s.layer_params = static_cast<double>(s.layers) *
                    (static_cast<double>(pc.per_layer.sharded) / t +
                     static_cast<double>(pc.per_layer.replicated));
@@ -300,6 +502,21 @@ StageParameters ParametersOfStage(const Model& m, std::int64_t tp, std::int64_t 
                       (separate_copy ? static_cast<double>(m.vocab_size * m.hidden_size) / t : 0.0);
   }
   return s;
+}
+}  // namespace
+
+StageParameters ParametersOfStage(const Model& m, std::int64_t tp, std::int64_t pp, std::int64_t stage,
+                                  bool embedding_slots) {
+  return StageParams(m, tp, pp, stage, LayersOfStage(m.num_layers, pp, stage, embedding_slots));
+}
+
+StageParameters ParametersOfStage(const Model& m, const ParallelConfig& c, std::int64_t stage) {
+  const PipelineLayout layout = PipelineLayoutOf(m, c);
+  if (!layout.error.empty()) throw InternalError("ParametersOfStage: " + layout.error);
+  std::int64_t layers = 0;
+  const std::int64_t chunks = static_cast<std::int64_t>(layout.chunk_layers.size()) / std::max<std::int64_t>(1, c.pp);
+  for (std::int64_t k = 0; k < chunks; ++k) layers += layout.Layers(c.pp, stage, k);
+  return StageParams(m, c.tp, c.pp, stage, layers);
 }
 
 }  // namespace shardcast

@@ -32,6 +32,23 @@ enum class OptimizerImpl { kMegatron, kDeepSpeedZero, kDeepSpeedBf16 };
 /// activations and gradients and per 128x128 block of weights (kBlockwise, DeepSeek-V3's
 /// recipe). kMxfp8 and kNvfp4 are precisions of their own (--fp8-recipe mxfp8, --fp4-recipe).
 enum class Fp8Recipe { kDelayed, kTensorwise, kBlockwise };
+/// How the ranks of a context-parallel group exchange keys and values for attention
+/// (Megatron-Core's --cp-comm-type, run by Transformer Engine's attention with context
+/// parallelism; docs/simulator.md, "Context parallelism"):
+///  - kP2P: ring attention: cp steps, each computing the local queries against one rank's K/V
+///    block while the next block moves point-to-point around the ring (AttnFuncWithCPAndKVP2P);
+///  - kAllGather: the K/V of the whole sequence all-gathered before attention, their gradients
+///    reduce-scattered after it (AttnFuncWithCPAndKVAllGather);
+///  - kA2A: all-to-all of Q, K, V (sequence-sharded to head-sharded) before attention and of the
+///    output after it, attention over the whole sequence on a1/cp of the heads (Ulysses-style);
+///  - kA2AP2P: a2a inside groups of cp_a2a ranks, the ring between those groups
+///    (--hierarchical-context-parallel-sizes);
+///  - kUlysses: DeepSpeed-Ulysses (DeepSpeed's DistributedAttention, --ds-sequence-parallel-size):
+///    the all-to-alls of kA2A, with the sequence split into cp contiguous chunks.
+enum class CpComm { kP2P, kAllGather, kA2A, kA2AP2P, kUlysses };
+const char* ToString(CpComm c);
+/// "p2p", "allgather", "a2a", "a2a+p2p", "ulysses" (or "deepspeed-ulysses"); InputError otherwise.
+CpComm ParseCpComm(const std::string& s);
 const char* ToString(Recompute r);
 const char* ToString(Schedule s);
 const char* ToString(OptimizerImpl o);
@@ -40,7 +57,15 @@ const char* ToString(Fp8Recipe r);
 struct ParallelConfig {
   std::int64_t tp = 1;   ///< tensor-model-parallel size
   std::int64_t pp = 1;   ///< pipeline-model-parallel size
-  std::int64_t dp = 1;   ///< data-parallel size (= gpus / (tp*pp)); 0 when tp*pp does not divide the GPUs
+  std::int64_t dp = 1;   ///< data-parallel size (= gpus / (tp*cp*pp)); 0 when tp*cp*pp does not divide the GPUs
+  /// Context-parallel size (Megatron-LM's --context-parallel-size): each sequence is split over
+  /// cp ranks (2*cp chunks, rank i holding chunks i and 2*cp-1-i, for causal load balance).
+  std::int64_t cp = 1;
+  CpComm cp_comm = CpComm::kP2P;  ///< --cp-comm-type
+  /// With kA2AP2P: ranks of each all-to-all group (the first of Megatron-LM's
+  /// --hierarchical-context-parallel-sizes; the ring runs over cp / cp_a2a such groups). 0: the
+  /// context-parallel ranks of one node (gpus_per_node / tp, at most cp).
+  std::int64_t cp_a2a = 0;
   std::int64_t vp = 1;   ///< virtual pipeline stages per pipeline rank (interleaved)
   std::int64_t micro_batch_size = 1;
   std::int64_t global_batch_size = 1;
@@ -85,16 +110,30 @@ struct ParallelConfig {
   /// engine executes its instructions one after another; Megatron-LM of 2021-22 waits on each
   /// batch_isend_irecv and synchronizes the device), instead of on their own streams.
   bool p2p_blocking = false;
-  /// The embedding and the output layer count as pipeline layer slots (see LayersOfStage).
+  /// The embedding and the output layer count as pipeline layer slots (see PipelineLayoutOf):
+  /// Megatron-LM's --account-for-embedding-in-pipeline-split with
+  /// --account-for-loss-in-pipeline-split, BLOOM's 'type:transformer|embedding' partition.
   bool embedding_slots = false;
+  /// Megatron-LM's --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers:
+  /// transformer layers of the first / last pipeline stage (-1: not set); the other stages share
+  /// the rest equally (PipelineLayoutOf).
+  std::int64_t first_stage_layers = -1, last_stage_layers = -1;
   /// Bytes per parameter moved by parameter all-gathers (ZeRO-1/2 after the step, ZeRO-3 before
   /// each use): 2 for bf16 parameters; 4 for FSDP keeping fp32 parameters (PyTorch FSDP
   /// without a reduced param dtype, e.g. Composer's DEFAULT mixed precision before March 2023).
   double param_gather_bytes = 2.0;
-  /// Megatron-LM's --ddp-bucket-size default: max(40M, 1M * dp) parameters per gradient bucket.
-  std::int64_t BucketParams() const { return std::max<std::int64_t>(40000000, 1000000 * dp); }
+  /// Megatron-LM's --ddp-bucket-size default: max(40M, 1M * dp) parameters per gradient bucket
+  /// (dp of the gradient reduction group, with context parallelism).
+  std::int64_t BucketParams() const { return std::max<std::int64_t>(40000000, 1000000 * dp * cp); }
 
-  std::int64_t gpus() const { return tp * pp * dp; }
+  std::int64_t gpus() const { return tp * cp * pp * dp; }
+  /// The data-parallel size with context parallelism, dp * cp: the ranks of a stage holding the
+  /// same weights, over which gradients are reduced and the distributed optimizer is sharded
+  /// (Megatron-LM's data-parallel group with context parallelism).
+  std::int64_t dp_cp() const { return dp * cp; }
+  /// Whether the pipeline split is not the default one (embedding slots or first/last stage
+  /// layer counts).
+  bool uneven_pipeline() const { return embedding_slots || first_stage_layers >= 0 || last_stage_layers >= 0; }
   /// Micro-batches per step per data-parallel replica: gbs / (mbs * dp); 0 when dp or the
   /// micro-batch is unset (< 1).
   std::int64_t num_microbatches() const {
@@ -120,9 +159,37 @@ inline constexpr std::int64_t kMaxGlobalBatchSize = std::int64_t{1} << 24;
 /// and gigabytes.
 inline constexpr std::int64_t kMaxMicrobatchesPerStep = 16384;
 
-/// The data-parallel size `gpus` GPUs give at tensor- and pipeline-parallel sizes tp and pp:
-/// gpus / (tp*pp), or 0 when tp*pp does not divide gpus (InfeasibilityReasons says so).
-std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t pp);
+/// The data-parallel size `gpus` GPUs give at tensor-, pipeline- and context-parallel sizes tp,
+/// pp and cp: gpus / (tp*cp*pp), or 0 when tp*cp*pp does not divide gpus (InfeasibilityReasons
+/// says so).
+std::int64_t DataParallelSize(std::int64_t gpus, std::int64_t tp, std::int64_t pp, std::int64_t cp = 1);
+
+/// The transformer layers of every model chunk under a configuration's pipeline split, by
+/// Megatron-Core's rules (megatron/core/transformer/transformer_block.py,
+/// get_num_layers_to_build). Model chunk k*pp + i is virtual stage k of pipeline rank i (vp
+/// chunks per rank; one without the interleaved schedule):
+///  - first/last stage layer counts set (--decoder-first/last-pipeline-num-layers): the other
+///    stages hold (L - first - last) / (pp - the stages set) each, which must divide;
+///  - embedding slots: L + 2 slots, (L + 2) / pp per stage, the first and the last stage holding
+///    one transformer layer fewer (the embedding's and the loss's slot);
+///  - otherwise L / pp per stage.
+/// With vp > 1 every stage's count must divide by vp (each virtual stage holds 1/vp of it; the
+/// embedding and the loss slot then fall in the first and the last model chunk). Without
+/// interleaving the count need not divide: the remainder goes to the first stages (DeepSpeed's
+/// uniform partition; Megatron-LM requires it to divide).
+struct PipelineLayout {
+  std::vector<std::int64_t> chunk_layers;  ///< [model chunk]: transformer layers
+  std::vector<std::int64_t> first_layer;   ///< [model chunk]: index of its first layer
+  std::string error;  ///< why the split is impossible (empty: it is possible), with the values
+  /// Layers of virtual stage `chunk` on pipeline rank `stage` of `pp`.
+  std::int64_t Layers(std::int64_t pp, std::int64_t stage, std::int64_t chunk) const {
+    return chunk_layers[static_cast<std::size_t>(chunk * pp + stage)];
+  }
+};
+PipelineLayout PipelineLayoutOf(const Model& model, const ParallelConfig& cfg);
+/// A short name of the configuration's pipeline split for tables: "" for the default one,
+/// "emb+loss slots", or "first 7 / last 7 layers".
+std::string PipelineSplitName(const ParallelConfig& c);
 
 /// Megatron-Core's pipeline behaviour on `c`: whole pipeline messages (no scatter/gather), and
 /// the non-interleaved 1F1B schedule waiting on each send and receive (its schedules.py calls
@@ -132,6 +199,10 @@ void ApplyMegatronCoreDefaults(ParallelConfig* c);
 /// Whether `c`'s pipeline settings are Megatron-Core's (ApplyMegatronCoreDefaults gives them).
 bool HasMegatronCoreDefaults(const ParallelConfig& c);
 
+/// Ranks of each all-to-all group of context parallelism: cp for kA2A and kUlysses; for kA2AP2P
+/// cp_a2a, or when it is 0 the context-parallel ranks of one node, gcd(cp, gpus_per_node / tp);
+/// 1 for kP2P and kAllGather (no all-to-all).
+std::int64_t CpA2aGroup(const ParallelConfig& c, std::int64_t gpus_per_node);
 /// Copies the precision and its options (precision, FP8 recipe and format, amax history,
 /// --fp8-param-gather, bf16-kept layers) from `from` to `to`.
 void CopyPrecisionSettings(const ParallelConfig& from, ParallelConfig* to);
@@ -151,6 +222,16 @@ struct Infeasibility {
 /// The rules the configuration breaks (InfeasibilityReasons, with each rule's name).
 std::vector<Infeasibility> InfeasibilityRules(const Model& model, const ParallelConfig& cfg, std::int64_t gpus,
                                               const Cluster& cluster);
+
+/// The rules of context parallelism that `cfg` breaks (InfeasibilityRules includes them): the
+/// sequence must split into 2*cp chunks (cp parts for DeepSpeed-Ulysses), attention must be
+/// fused, an all-to-all group must divide the heads and query groups per tensor-parallel rank.
+std::vector<Infeasibility> ContextParallelRules(const Model& model, const ParallelConfig& cfg,
+                                                      std::int64_t gpus_per_node);
+/// Throws InputError (exit 2) naming `where` and the flag when a context-parallel setting given on
+/// the command line breaks ContextParallelRules.
+void RequireContextParallel(const Model& model, const ParallelConfig& cfg, std::int64_t gpus_per_node,
+                            const std::string& where);
 
 /// Reasons the configuration cannot run on `gpus` GPUs with `model` (empty: it can). These are
 /// results, not errors: the planner counts them and `simulate` prints them. Each reason names the
@@ -194,6 +275,8 @@ struct StageParameters {
 };
 StageParameters ParametersOfStage(const Model& model, std::int64_t tp, std::int64_t pp,
                                   std::int64_t stage, bool embedding_slots = false);
+/// The same under `cfg`'s pipeline split (PipelineLayoutOf; `cfg` must give a possible split).
+StageParameters ParametersOfStage(const Model& model, const ParallelConfig& cfg, std::int64_t stage);
 /// Transformer layers held by pipeline stage `stage`: L/pp, the remainder to the first stages.
 /// With `embedding_slots` (BLOOM's Megatron-DeepSpeed `--pp-partition-method
 /// type:transformer|embedding`) the embedding and the output layer each take one layer slot:

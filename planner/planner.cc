@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <tuple>
 
@@ -35,9 +36,66 @@ std::vector<std::int64_t> Divisors(std::int64_t n) {
 
 /// A total order on configurations for deterministic tie-breaks.
 auto Key(const ParallelConfig& c) {
-  return std::make_tuple(c.tp, c.pp, c.embedding_slots, c.vp, c.micro_batch_size,
-                         static_cast<int>(c.schedule), static_cast<int>(c.recompute),
-                         c.sequence_parallel, c.tp_comm_overlap, c.zero_stage);
+  return std::make_tuple(c.tp, c.pp, c.embedding_slots, c.first_stage_layers, c.last_stage_layers, c.cp,
+                         static_cast<int>(c.cp_comm), c.vp, c.micro_batch_size, static_cast<int>(c.schedule),
+                         static_cast<int>(c.recompute), c.sequence_parallel, c.tp_comm_overlap, c.zero_stage);
+}
+
+/// A pipeline split the search tries: pp stages, how the layers are split, and the number every
+/// stage's layer count divides (the virtual stages it allows are its divisors >= 2).
+struct PipelineSplit {
+  std::int64_t pp = 1;
+  bool slots = false;
+  std::int64_t first = -1, last = -1;
+  std::int64_t vp_divisible = 1;
+};
+
+/// The splits for `m`: for every pp <= L, L / pp per stage where pp divides L; (L + 2) / pp
+/// slots with the embedding and the loss in slots (BLOOM's, Llama 3's partition) where pp > 2
+/// divides L + 2 but not L; and where neither divides, Megatron-LM's uneven split with
+/// ceil(L / pp) layers on every middle stage and the rest on the first and the last (at least one
+/// each, the first taking the odd one), for pp that divide `pp_divides` (the GPUs per
+/// tensor-parallel group: other pp cannot form a candidate).
+std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, std::int64_t pp_divides,
+                                          std::map<std::string, std::size_t>* rejected) {
+  const std::int64_t L = m.num_layers;
+  std::vector<PipelineSplit> out;
+  for (std::int64_t pp = 1; pp <= L; ++pp) {
+    if (L % pp == 0) {
+      out.push_back({pp, false, -1, -1, L / pp});
+    } else if (pp > 2 && (L + 2) % pp == 0) {
+      out.push_back({pp, true, -1, -1, (L + 2) / pp});
+    } else if (pp > 2 && pp_divides % pp == 0) {
+      const std::int64_t mid = (L + pp - 1) / pp, rest = L - (pp - 2) * mid;
+      if (rest >= 2 && rest <= 2 * mid) {
+        const std::int64_t first = (rest + 1) / 2, last = rest / 2;
+        out.push_back({pp, false, first, last, std::gcd(std::gcd(first, last), mid)});
+      }
+    }
+  }
+  auto it = o.fixed.find("pp");
+  if (it != o.fixed.end()) {
+    const std::int64_t fp = std::stoll(it->second);
+    std::erase_if(out, [&](const PipelineSplit& x) { return x.pp != fp; });
+    if (out.empty()) ++(*rejected)["(tp, pp) pairs: no pipeline split of num_layers over the fixed pp"];
+  }
+  return out;
+}
+
+/// Context-parallel sizes to try with `per_group` GPUs per (tp, pp) group: 1, and with fused
+/// attention each cp dividing it and splitting the sequence into 2*cp chunks of at least
+/// PlanOptions::min_cp_chunk_tokens tokens (up to max_cp when set); the fixed one with `--fix cp=`.
+std::vector<std::int64_t> ContextParallelSizes(const PlanOptions& o, std::int64_t seq, std::int64_t per_group) {
+  if (auto it = o.fixed.find("cp"); it != o.fixed.end()) return {std::stoll(it->second)};
+  std::vector<std::int64_t> out = {1};
+  if (!o.flash_attention) return out;  // Megatron-Core runs context parallelism with fused attention only
+  for (std::int64_t cp = 2; cp <= per_group; ++cp) {
+    if (o.max_cp > 0 && cp > o.max_cp) break;
+    if (per_group % cp != 0 || seq % (2 * cp) != 0) continue;
+    if (seq / (2 * cp) < o.min_cp_chunk_tokens) break;
+    out.push_back(cp);
+  }
+  return out;
 }
 
 bool FixedAllows(const std::map<std::string, std::string>& fixed, const ParallelConfig& c) {
@@ -45,6 +103,8 @@ bool FixedAllows(const std::map<std::string, std::string>& fixed, const Parallel
     std::string have;
     if (k == "tp") have = std::to_string(c.tp);
     else if (k == "pp") have = std::to_string(c.pp);
+    else if (k == "cp") have = std::to_string(c.cp);
+    else if (k == "cp_comm") have = ToString(c.cp_comm);
     else if (k == "vp") have = std::to_string(c.vp);
     else if (k == "mbs") have = std::to_string(c.micro_batch_size);
     else if (k == "zero") have = std::to_string(c.zero_stage);
@@ -93,25 +153,17 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
       ++(*rejected)["tp values: tp does not divide the attention heads or query groups"];
       continue;
     }
-    // Pipeline sizes: divisors of L, and divisors of L + 2 with the embedding and output layer
-    // as pipeline slots (BLOOM's partition); or the fixed one.
-    std::vector<std::pair<std::int64_t, bool>> pps;
-    for (std::int64_t pp : Divisors(m.num_layers)) pps.emplace_back(pp, false);
-    for (std::int64_t pp : Divisors(m.num_layers + 2)) {
-      if (pp > 2 && m.num_layers % pp != 0 && pp <= m.num_layers) pps.emplace_back(pp, true);
-    }
-    if (const std::int64_t fp = fixed_int("pp")) {
-      std::erase_if(pps, [&](const auto& x) { return x.first != fp; });
-      if (pps.empty()) ++(*rejected)["(tp, pp) pairs: the fixed pp divides neither num_layers nor num_layers + 2"];
-    }
-    for (const auto& [pp, slots] : pps) {
+    for (const PipelineSplit& split : PipelineSplits(m, o, n % tp == 0 ? n / tp : 1, rejected)) {
+      const std::int64_t pp = split.pp;
       if (n % (tp * pp) != 0) {
         ++(*rejected)["(tp, pp) pairs: tp*pp does not divide the GPU count"];
         continue;
       }
-      const std::int64_t dp = n / (tp * pp);
+      for (std::int64_t cp : ContextParallelSizes(o, seq, n / (tp * pp))) {
+      const std::int64_t dp = n / (tp * cp * pp);
       if (g % dp != 0) {
-        ++(*rejected)["(tp, pp) pairs: dp = GPUs/(tp*pp) does not divide the global batch"];
+        ++(*rejected)[cp > 1 ? "(tp, pp, cp) choices: dp = GPUs/(tp*cp*pp) does not divide the global batch"
+                             : "(tp, pp) pairs: dp = GPUs/(tp*pp) does not divide the global batch"];
         continue;
       }
       const std::int64_t per_replica = g / dp;
@@ -126,13 +178,12 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
           if (s != Schedule::k1F1B && pp == 1) continue;  // nothing to pipeline
           std::vector<std::int64_t> vps = {1};
           if (s == Schedule::kInterleaved) {
-            if (slots) continue;
             vps.clear();
             if (mb % pp != 0) {
               ++(*rejected)["(tp, pp, mbs) choices: interleaved schedule needs micro-batches divisible by pp"];
               continue;
             }
-            for (std::int64_t v : Divisors(m.num_layers / pp)) {
+            for (std::int64_t v : Divisors(split.vp_divisible)) {
               if (v >= 2) vps.push_back(v);
             }
           }
@@ -155,6 +206,7 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   ParallelConfig c;
                   c.tp = tp;
                   c.pp = pp;
+                  c.cp = cp;
                   c.dp = dp;
                   c.vp = vp;
                   c.micro_batch_size = mbs;
@@ -168,7 +220,10 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   CopyPrecisionSettings(o.base, &c);
                   if (o.megatron_core) ApplyMegatronCoreDefaults(&c);
                   c.flash_attention = o.flash_attention;
-                  c.embedding_slots = slots;
+                  c.embedding_slots = split.slots;
+                  c.first_stage_layers = split.first;
+                  c.last_stage_layers = split.last;
+                  if (const auto it = o.fixed.find("cp_comm"); it != o.fixed.end()) c.cp_comm = ParseCpComm(it->second);
                   if (!FixedAllows(o.fixed, c)) continue;
                   out.push_back(c);
                 }
@@ -176,6 +231,7 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
             }
           }
         }
+      }
       }
     }
   }
@@ -454,9 +510,25 @@ std::string MegatronPrecisionArgs(const ParallelConfig& c) {
 
 std::string MegatronArguments(const ParallelConfig& c, const Model& m) {
   std::string a = fmt::format("--tensor-model-parallel-size {} --pipeline-model-parallel-size {}", c.tp, c.pp);
-  if (c.schedule == Schedule::kInterleaved && c.vp > 1) {
-    a += fmt::format(" --num-layers-per-virtual-pipeline-stage {}", m.num_layers / (c.pp * c.vp));
+  if (c.cp > 1) {
+    a += fmt::format(" --context-parallel-size {}", c.cp);
+    // DeepSpeed-Ulysses runs the all-to-alls of Megatron-Core's a2a.
+    a += fmt::format(" --cp-comm-type {}", c.cp_comm == CpComm::kUlysses ? "a2a" : ToString(c.cp_comm));
+    if (c.cp_comm == CpComm::kA2AP2P && c.cp_a2a > 0) {
+      a += fmt::format(" --hierarchical-context-parallel-sizes {} {}", c.cp_a2a, c.cp / c.cp_a2a);
+    }
   }
+  if (c.schedule == Schedule::kInterleaved && c.vp > 1) {
+    // Megatron-LM's --num-layers-per-virtual-pipeline-stage needs an even split; with an uneven one
+    // the number of virtual stages is given instead.
+    if (c.uneven_pipeline()) {
+      a += fmt::format(" --num-virtual-stages-per-pipeline-rank {}", c.vp);
+    } else {
+      a += fmt::format(" --num-layers-per-virtual-pipeline-stage {}", m.num_layers / (c.pp * c.vp));
+    }
+  }
+  if (c.first_stage_layers >= 0) a += fmt::format(" --decoder-first-pipeline-num-layers {}", c.first_stage_layers);
+  if (c.last_stage_layers >= 0) a += fmt::format(" --decoder-last-pipeline-num-layers {}", c.last_stage_layers);
   a += fmt::format(" --micro-batch-size {} --global-batch-size {} --seq-length {}", c.micro_batch_size,
                    c.global_batch_size, c.seq_length > 0 ? c.seq_length : m.seq_length);
   if (c.sequence_parallel) a += " --sequence-parallel";
@@ -479,6 +551,10 @@ std::string MegatronArguments(const ParallelConfig& c, const Model& m) {
   // called it --pp-partition-method 'type:transformer|embedding').
   if (c.embedding_slots) a += " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split";
   if (c.schedule == Schedule::kZbH1) a += "   # ZB-H1 schedule: not in upstream Megatron-LM (zero-bubble fork)";
+  if (c.cp > 1 && c.cp_comm == CpComm::kUlysses) {
+    a += "   # DeepSpeed-Ulysses: Megatron-DeepSpeed's --ds-sequence-parallel-size; Megatron-Core's --cp-comm-type a2a "
+         "moves the same bytes";
+  }
   return a;
 }
 

@@ -33,8 +33,13 @@ struct PlanOptions {
   std::vector<Recompute> recomputes = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
   std::vector<int> zero_stages = {0, 1};  ///< 2 and 3 are added when listed here
   std::int64_t max_micro_batch_size = 16;
-  /// Fixed values (from `--fix tp=8,pp=...`): keys tp, pp, vp, mbs, zero, sp, tp_comm_overlap,
-  /// recompute, schedule.
+  /// Context-parallel sizes searched: each cp whose 2*cp sequence chunks hold at least
+  /// min_cp_chunk_tokens tokens (shorter chunks leave each attention block too small to hide its
+  /// K/V transfer; docs/planner.md), up to max_cp (0: no further limit).
+  std::int64_t max_cp = 0;
+  std::int64_t min_cp_chunk_tokens = 1024;
+  /// Fixed values (from `--fix tp=8,pp=...`): keys tp, pp, cp, cp_comm, vp, mbs, zero, sp,
+  /// tp_comm_overlap, recompute, schedule.
   std::map<std::string, std::string> fixed;
   int threads = 0;  ///< 0: all cores
   bool flash_attention = true;

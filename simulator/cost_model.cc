@@ -90,7 +90,7 @@ double AttentionTime(const HardwareProfile& p, double flops, double seq, bool ba
 
 namespace {
 double OptimizerShard(const ParallelConfig& c, double local_params) {
-  return c.zero_stage >= 1 ? local_params / static_cast<double>(c.dp) : local_params;
+  return c.zero_stage >= 1 ? local_params / static_cast<double>(c.dp_cp()) : local_params;
 }
 double OptimizerShardBytesPerParam(const ParallelConfig& c) {
   return (c.precision == Precision::kFp16 ? 8.0 : 0.0) + 4.0 + 28.0 + 6.0;
@@ -305,6 +305,21 @@ class OpBuilder {
     coll->duration_s = exposed;
     coll->hidden_s = hidden;
   }
+  /// A collective of the context-parallel group (`g`: its placement), reported as CP
+  /// communication.
+  void CpCollective(std::vector<Op>& out, const std::string& name, Pass pass, CollectiveOp op, double size,
+                    const GroupPlacement& g) {
+    if (g.ranks <= 1) return;
+    Op o;
+    o.name = name;
+    o.kind = OpKind::kCollective;
+    o.pass = pass;
+    o.collective = op;
+    o.bytes = size;
+    o.context_parallel = true;
+    o.duration_s = CollectiveCostOf(p_, op, size, g).time_s();
+    out.push_back(o);
+  }
   void Collective(std::vector<Op>& out, const std::string& name, Pass pass, CollectiveOp op,
                   double size) {
     if (tp_.ranks <= 1) return;
@@ -341,12 +356,17 @@ class OpBuilder {
   LinearFormat linear_;
 };
 
-/// Sums op durations of one pass; TP collective part separately.
-void SumPass(const std::vector<Op>& ops, Pass pass, double* total, double* tp) {
+/// Sums op durations of one pass; the TP and the context-parallel collective parts separately.
+void SumPass(const std::vector<Op>& ops, Pass pass, double* total, double* tp, double* cp = nullptr) {
   for (const auto& o : ops) {
     if (o.pass != pass || o.overlapped) continue;
     *total += o.duration_s;
-    if (o.kind == OpKind::kCollective) *tp += o.duration_s;
+    if (o.kind != OpKind::kCollective) continue;
+    if (o.context_parallel && cp != nullptr) {
+      *cp += o.duration_s;
+    } else if (!o.context_parallel) {
+      *tp += o.duration_s;
+    }
   }
 }
 
@@ -370,15 +390,129 @@ struct LayerShape {
   double b, s, h, f, a, g, d, t, T, rep, eb;
   bool sp, swiglu;
   double drop;
+  const ContextParallelPlan* cp = nullptr;  ///< how attention runs over the context-parallel group
 };
 
 /// One transformer layer, all passes, with its bytes kept for the backward pass.
 struct LayerOps {
   std::vector<Op> ops;
   double saved_bytes = 0;          ///< kept from forward to backward per micro-batch
-  double transient_bytes = 0;      ///< rebuilt during the backward (recompute)
+  double transient_bytes = 0;      ///< working memory of the backward (recompute, CP buffers)
+  double fwd_transient_bytes = 0;  ///< working memory of the forward (CP exchange buffers)
   double weight_inputs_bytes = 0;  ///< inputs the weight-gradient GEMMs read
 };
+
+/// Bytes of the keys and values one context-parallel rank holds for one micro-batch: its T tokens
+/// (b*s/cp) of K and V, g/t query groups of head dimension d each.
+double LocalKvBytes(const LayerShape& x) { return 2 * x.eb * x.T * x.g * x.d / x.t; }
+
+/// Ring steps of attention: cp steps (p2p) or cp / a2a ranks (a2a+p2p), 1 without a ring.
+int RingSteps(const ContextParallelPlan& cp) { return cp.ring; }
+
+/// Causal flash attention of one micro-batch on one rank under context parallelism
+/// (docs/simulator.md, "Context parallelism"). Load balancing gives every rank 1/cp of the causal
+/// FLOPs, 0.5 * 4 * b * s^2 * a * d / (t * cp) forward. The ring (p2p, and the ring level of
+/// a2a+p2p) computes them in `ring` steps of equal work (the local queries against one rank's
+/// K/V block; the diagonal step's two causal halves make up one block), each kernel at the
+/// efficiency of its block length s / ring; while step k runs, the block of step k + 1 moves one
+/// hop: a step waits for its block when the transfer is longer than the step's attention, so
+/// (ring - 1) * max(0, transfer - step) is exposed. allgather gathers all K/V first (exposed) and
+/// runs the local queries against them (two kernels, one per local chunk); a2a (and
+/// DeepSpeed-Ulysses) exchanges Q, K, V for a1/cp of the heads over the whole sequence, runs one
+/// kernel at the full sequence's efficiency and exchanges the output back.
+void CpAttentionForward(OpBuilder& ob, std::vector<Op>& L, const LayerShape& x, const HardwareProfile& prof,
+                        double saved, LayerOps* out) {
+  const ContextParallelPlan& cp = *x.cp;
+  const Pass F = Pass::kForward;
+  const double ncp = cp.cp, ring = RingSteps(cp);
+  const double flops = 0.5 * 4 * x.b * x.s * x.s * x.a * x.d / x.t / ncp;
+  const double kv = LocalKvBytes(x);
+  const double qkv_local = x.eb * x.T * (x.a + 2 * x.g) * x.d / x.t, o_local = x.eb * x.T * x.a * x.d / x.t;
+  if (cp.a2a_group.ranks > 1) ob.CpCollective(L, "cp_all_to_all_qkv", F, CollectiveOp::kAllToAll, qkv_local, cp.a2a_group);
+  if (cp.comm == CpComm::kAllGather) {
+    ob.CpCollective(L, "cp_all_gather_kv", F, CollectiveOp::kAllGather, kv * ncp, cp.group);
+  }
+  // Kernel calls and the sequence length their efficiency is read at.
+  const double calls = cp.comm == CpComm::kAllGather ? 2 : ring;
+  const double lookup = cp.a2a_group.ranks > 1 ? x.s / ring : x.s / ncp;
+  ob.Attention(L, "flash_attention", F, flops / calls, lookup, saved);
+  Op& attn = L.back();
+  const double step_s = attn.duration_s;
+  attn.flops = flops;
+  attn.duration_s = calls * step_s;
+  attn.bytes = x.eb * x.T * x.d * (2 * x.a + 2 * x.g * ring) / x.t;  // Q, O, and every K/V block read
+  if (ring > 1) {
+    const double xfer = P2PCostOf(prof, kv, cp.ring_same_node).time_s();
+    const double exposed = (ring - 1) * std::max(0.0, xfer - step_s);
+    Op o;
+    o.name = "cp_ring_kv_exchange";
+    o.kind = OpKind::kCollective;
+    o.collective = CollectiveOp::kSendRecv;
+    o.pass = F;
+    o.context_parallel = true;
+    o.bytes = (ring - 1) * kv;
+    o.duration_s = exposed;
+    o.hidden_s = (ring - 1) * xfer - exposed;
+    L.push_back(o);
+    out->fwd_transient_bytes = std::max(out->fwd_transient_bytes, 2 * kv);  // blocks in flight
+  }
+  if (cp.comm == CpComm::kAllGather) out->fwd_transient_bytes = std::max(out->fwd_transient_bytes, kv * ncp);
+  if (cp.a2a_group.ranks > 1) {
+    ob.CpCollective(L, "cp_all_to_all_out", F, CollectiveOp::kAllToAll, o_local, cp.a2a_group);
+    out->fwd_transient_bytes = std::max(out->fwd_transient_bytes, qkv_local);
+  }
+}
+
+/// The backward of CpAttentionForward: the kernels at 2.5x the forward FLOPs; the ring moves K/V
+/// and their gradients (2x the forward's bytes) while each step runs; allgather gathers K/V
+/// again and reduce-scatters their gradients; a2a exchanges the output gradient in and the Q, K,
+/// V gradients out.
+void CpAttentionBackward(OpBuilder& ob, std::vector<Op>& L, const LayerShape& x, const HardwareProfile& prof,
+                         LayerOps* out) {
+  const ContextParallelPlan& cp = *x.cp;
+  const Pass B = Pass::kBackwardInput;
+  const double ncp = cp.cp, ring = RingSteps(cp);
+  const double flops = 2.5 * 0.5 * 4 * x.b * x.s * x.s * x.a * x.d / x.t / ncp;
+  const double kv = LocalKvBytes(x);
+  const double qkv_local = x.eb * x.T * (x.a + 2 * x.g) * x.d / x.t, o_local = x.eb * x.T * x.a * x.d / x.t;
+  if (cp.a2a_group.ranks > 1) {
+    ob.CpCollective(L, "cp_all_to_all_out_grad", B, CollectiveOp::kAllToAll, o_local, cp.a2a_group);
+  }
+  if (cp.comm == CpComm::kAllGather) {
+    ob.CpCollective(L, "cp_all_gather_kv_bwd", B, CollectiveOp::kAllGather, kv * ncp, cp.group);
+  }
+  const double calls = cp.comm == CpComm::kAllGather ? 2 : ring;
+  const double lookup = cp.a2a_group.ranks > 1 ? x.s / ring : x.s / ncp;
+  ob.Attention(L, "flash_attention_bwd", B, flops / calls, lookup);
+  Op& attn = L.back();
+  const double step_s = attn.duration_s;
+  attn.flops = flops;
+  attn.duration_s = calls * step_s;
+  attn.bytes = x.eb * x.T * x.d * (4 * x.a + 4 * x.g * ring) / x.t;
+  if (ring > 1) {
+    const double xfer = P2PCostOf(prof, 2 * kv, cp.ring_same_node).time_s();
+    const double exposed = (ring - 1) * std::max(0.0, xfer - step_s);
+    Op o;
+    o.name = "cp_ring_kv_exchange_bwd";
+    o.kind = OpKind::kCollective;
+    o.collective = CollectiveOp::kSendRecv;
+    o.pass = B;
+    o.context_parallel = true;
+    o.bytes = (ring - 1) * 2 * kv;
+    o.duration_s = exposed;
+    o.hidden_s = (ring - 1) * xfer - exposed;
+    L.push_back(o);
+    out->transient_bytes = std::max(out->transient_bytes, 4 * kv);  // K/V and their gradients in flight
+  }
+  if (cp.comm == CpComm::kAllGather) {
+    ob.CpCollective(L, "cp_reduce_scatter_kv_grad", B, CollectiveOp::kReduceScatter, kv * ncp, cp.group);
+    out->transient_bytes = std::max(out->transient_bytes, 2 * kv * ncp);  // gathered K/V and their gradients
+  }
+  if (cp.a2a_group.ranks > 1) {
+    ob.CpCollective(L, "cp_all_to_all_qkv_grad", B, CollectiveOp::kAllToAll, qkv_local, cp.a2a_group);
+    out->transient_bytes = std::max(out->transient_bytes, qkv_local);
+  }
+}
 
 }  // namespace
 
@@ -424,7 +558,9 @@ LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape
   ob.Linear(L, "qkv_proj", F, T, qkv_n, h);
   L.back().saved_bytes = q * T * h / rep;  // QKV input (norm output)
   const double qkv_saved = eb * T * qkv_n;  // Q, K, V
-  if (c.flash_attention) {
+  if (c.flash_attention && x.cp != nullptr && x.cp->cp > 1) {
+    CpAttentionForward(ob, L, x, prof, qkv_saved + 4 * T * a / t /* fp32 log-sum-exp */, &out);
+  } else if (c.flash_attention) {
     // Flash attention: causal kernels skip about half of the 4*b*s^2*a*d FLOPs (Dao 2023).
     ob.Attention(L, "flash_attention", F, 0.5 * 4 * b * s * s * a * d / t, s,
                  qkv_saved + 4 * T * a / t /* fp32 log-sum-exp */);
@@ -487,7 +623,9 @@ LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape
   ob.Quantize(L, "attn_out_proj_grad_quantize", B, T * h);
   ob.Linear(L, "attn_out_proj_dgrad", B, T, ad_t, h);
   ob.Linear(L, "attn_out_proj_wgrad", W, ad_t, h, T);
-  if (c.flash_attention) {
+  if (c.flash_attention && x.cp != nullptr && x.cp->cp > 1) {
+    CpAttentionBackward(ob, L, x, prof, &out);
+  } else if (c.flash_attention) {
     ob.Attention(L, "flash_attention_bwd", B, 2.5 * 0.5 * 4 * b * s * s * a * d / t, s);
     L.back().bytes = eb * T * d * (4 * a + 4 * g) / t;  // reads Q, K, V, O, dO; writes dQ, dK, dV
   } else {
@@ -548,12 +686,13 @@ LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape
   out.saved_bytes = layer_saved_all;
   if (c.recompute == Recompute::kFull) {
     out.saved_bytes = act / rep;  // only the layer input is checkpointed
-    out.transient_bytes = layer_saved_all;  // one layer's activations rebuilt during its backward
+    // One layer's activations rebuilt during its backward.
+    out.transient_bytes = std::max(out.transient_bytes, layer_saved_all);
   } else if (c.recompute == Recompute::kSelective && !c.flash_attention) {
     const double scores = b * (a / t) * s * s;
     const double attn_core = eb * scores + (m.dropout ? (eb + 1) * scores : 0);
     out.saved_bytes = layer_saved_all - attn_core;
-    out.transient_bytes = attn_core;
+    out.transient_bytes = std::max(out.transient_bytes, attn_core);
   }
   // Weight gradients need the inputs of the four linear GEMMs: QKV and MLP-up inputs, the
   // attention output and the activation output (their quantized copies under a low-precision
@@ -576,7 +715,8 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   const double d = static_cast<double>(m.kv_channels);
   const double V = static_cast<double>(m.vocab_size);
   const double t = static_cast<double>(c.tp);
-  const double T = b * s;
+  // Tokens of one micro-batch on one GPU: context parallelism splits each sequence over cp ranks.
+  const double T = b * s / static_cast<double>(c.cp);
   const bool sp = c.sequence_parallel && c.tp > 1;
   const double rep = sp ? t : 1.0;  // divisor of the tensors that TP alone replicates
   const bool swiglu = m.activation == Activation::kSwiglu;
@@ -584,14 +724,28 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   const int gpn = static_cast<int>(cl.gpus_per_node);
   cm.tokens_per_microbatch = T;
 
-  // Placement under rank order tp (innermost), dp, pp.
+  // Placement under Megatron-LM's rank order tp (innermost), cp, dp, pp. Gradients are reduced
+  // (and the distributed optimizer sharded) over the dp x cp ranks of a stage, which hold the
+  // same weights (Megatron's data-parallel group with context parallelism).
   cm.tp_group.ranks = static_cast<int>(c.tp);
   cm.tp_group.ranks_per_node = static_cast<int>(std::min<std::int64_t>(c.tp, gpn));
-  cm.dp_group.ranks = static_cast<int>(c.dp);
+  cm.dp_group.ranks = static_cast<int>(c.dp_cp());
   cm.dp_group.ranks_per_node =
-      static_cast<int>(std::clamp<std::int64_t>(gpn / c.tp, 1, c.dp));
+      static_cast<int>(std::clamp<std::int64_t>(gpn / c.tp, 1, c.dp_cp()));
+  ContextParallelPlan& cpp = cm.cp;
+  cpp.cp = static_cast<int>(c.cp);
+  cpp.comm = c.cp_comm;
+  cpp.group.ranks = static_cast<int>(c.cp);
+  cpp.group.ranks_per_node = static_cast<int>(std::clamp<std::int64_t>(gpn / c.tp, 1, c.cp));
+  const std::int64_t a2a = c.cp > 1 ? CpA2aGroup(c, gpn) : 1;
+  cpp.a2a_group.ranks = static_cast<int>(a2a);
+  cpp.a2a_group.ranks_per_node = static_cast<int>(std::clamp<std::int64_t>(gpn / c.tp, 1, a2a));
+  cpp.ring = c.cp_comm == CpComm::kP2P ? static_cast<int>(c.cp)
+             : c.cp_comm == CpComm::kA2AP2P ? static_cast<int>(c.cp / std::max<std::int64_t>(1, a2a))
+                                            : 1;
+  cpp.ring_same_node = c.tp * c.cp <= gpn;
   cm.pp_next_same_node.assign(static_cast<std::size_t>(c.pp), false);
-  const std::int64_t stride = c.tp * c.dp;
+  const std::int64_t stride = c.tp * c.cp * c.dp;
   for (std::int64_t i = 0; i + 1 < c.pp; ++i) {
     cm.pp_next_same_node[static_cast<std::size_t>(i)] = (i * stride) / gpn == ((i + 1) * stride) / gpn;
   }
@@ -606,7 +760,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   const CollectiveOp ag = CollectiveOp::kAllGather, rs = CollectiveOp::kReduceScatter,
                      ar = CollectiveOp::kAllReduce;
 
-  const LayerShape shape{b, s, h, f, a, g, d, t, T, rep, eb, sp, swiglu, drop};
+  const LayerShape shape{b, s, h, f, a, g, d, t, T, rep, eb, sp, swiglu, drop, &cm.cp};
   LayerOps layer = BuildLayerOps(m, c, shape, prof, ob);
   cm.layer_ops = layer.ops;
   const double layer_saved = layer.saved_bytes;
@@ -655,50 +809,51 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   }
 
   // ---- chunks: stage i holds model chunks c*pp + i (Megatron-LM interleaving).
-  const std::int64_t v = c.vp;
+  const PipelineLayout layout = PipelineLayoutOf(m, c);
+  if (!layout.error.empty()) throw InternalError("BuildCostModel: " + layout.error);
+  const std::int64_t v = static_cast<std::int64_t>(layout.chunk_layers.size()) / c.pp;
   const std::int64_t chunks_total = c.pp * v;
   cm.chunks.assign(static_cast<std::size_t>(c.pp), {});
   const ParameterCounts pc = m.Parameters();
   const double layer_params_gpu = static_cast<double>(pc.per_layer.sharded) / t +
                                   static_cast<double>(pc.per_layer.replicated);
-  std::vector<std::int64_t> first_layer_of_stage(static_cast<std::size_t>(c.pp), 0);
-  for (std::int64_t i = 1; i < c.pp; ++i) {
-    first_layer_of_stage[static_cast<std::size_t>(i)] =
-        first_layer_of_stage[static_cast<std::size_t>(i - 1)] + LayersOfStage(m.num_layers, c.pp, i - 1, c.embedding_slots);
-  }
   for (std::int64_t i = 0; i < c.pp; ++i) {
     for (std::int64_t k = 0; k < v; ++k) {
       const std::int64_t model_chunk = k * c.pp + i;
       ChunkCost cc;
       cc.stage = static_cast<int>(i);
       cc.chunk = static_cast<int>(k);
-      cc.layers = static_cast<int>(v == 1 ? LayersOfStage(m.num_layers, c.pp, i, c.embedding_slots)
-                                          : m.num_layers / chunks_total);
+      cc.layers = static_cast<int>(layout.chunk_layers[static_cast<std::size_t>(model_chunk)]);
       cc.has_embedding = model_chunk == 0;
       cc.has_output = model_chunk == chunks_total - 1;
       const double nl = cc.layers;
       // Layers of this chunk kept in bf16 (the first and last layers of the model).
-      const std::int64_t first = v == 1 ? first_layer_of_stage[static_cast<std::size_t>(i)] : model_chunk * cc.layers;
+      const std::int64_t first = layout.first_layer[static_cast<std::size_t>(model_chunk)];
       const std::int64_t n16 = Overlap(first, first + cc.layers, 0, c.bf16_layers_start) +
                                Overlap(first, first + cc.layers, m.num_layers - c.bf16_layers_end, m.num_layers);
       cc.bf16_layers = static_cast<int>(n16);
       auto add_layers = [&](const LayerOps& lo, double n) {
         if (n <= 0) return;
         double fw = 0, fwtp = 0, bi = 0, bitp = 0, bw = 0, bwtp = 0, rc = 0, rctp = 0;
-        SumPass(lo.ops, F, &fw, &fwtp);
-        SumPass(lo.ops, B, &bi, &bitp);
-        SumPass(lo.ops, W, &bw, &bwtp);
-        SumPass(lo.ops, Pass::kRecompute, &rc, &rctp);
+        double fwcp = 0, bicp = 0, bwcp = 0, rccp = 0;
+        SumPass(lo.ops, F, &fw, &fwtp, &fwcp);
+        SumPass(lo.ops, B, &bi, &bitp, &bicp);
+        SumPass(lo.ops, W, &bw, &bwtp, &bwcp);
+        SumPass(lo.ops, Pass::kRecompute, &rc, &rctp, &rccp);
         cc.fwd_s += n * fw;
         cc.fwd_tp_s += n * fwtp;
+        cc.fwd_cp_s += n * fwcp;
         cc.bwd_input_s += n * bi;
         cc.bwd_weight_s += n * bw;
         cc.bwd_tp_s += n * (bitp + bwtp);
+        cc.bwd_cp_s += n * (bicp + bwcp);
         cc.recompute_s += n * rc;
         cc.recompute_tp_s += n * rctp;
+        cc.recompute_cp_s += n * rccp;
         cc.saved_bytes += n * lo.saved_bytes;
         cc.weight_saved_bytes += n * std::min(lo.saved_bytes, lo.weight_inputs_bytes);
         cc.transient_bytes = std::max(cc.transient_bytes, lo.transient_bytes);
+        cc.fwd_transient_bytes = std::max(cc.fwd_transient_bytes, lo.fwd_transient_bytes);
       };
       add_layers(layer, nl - static_cast<double>(n16));
       add_layers(layer16, static_cast<double>(n16));
@@ -744,6 +899,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
         add(O);
         cc.weight_saved_bytes += act / rep;  // output-layer GEMM input
         cc.transient_bytes = std::max(cc.transient_bytes, eb * logits);  // 16-bit logits before fp32
+        cc.fwd_transient_bytes = std::max(cc.fwd_transient_bytes, cc.transient_bytes);
         const bool separate_copy = !m.tie_embeddings || c.pp > 1;
         cc.params_per_gpu += static_cast<double>(pc.final_norm) + (separate_copy ? V * h / t : 0.0);
       }

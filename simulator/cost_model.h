@@ -51,6 +51,16 @@ CollectiveCost CollectiveCostOf(const HardwareProfile& prof, CollectiveOp op, do
 /// Point-to-point send of `bytes` between two GPUs, on one node or across nodes.
 CollectiveCost P2PCostOf(const HardwareProfile& prof, double bytes, bool same_node);
 
+/// How one layer's attention runs over the context-parallel group (CostModel::cp).
+struct ContextParallelPlan {
+  int cp = 1;
+  CpComm comm = CpComm::kP2P;
+  GroupPlacement group;      ///< the cp ranks of one sequence
+  GroupPlacement a2a_group;  ///< the all-to-all group (a2a, Ulysses: the cp group; a2a+p2p: its inner level)
+  int ring = 1;              ///< ring attention steps (p2p: cp; a2a+p2p: cp / a2a ranks; otherwise 1)
+  bool ring_same_node = true;  ///< every hop of the ring inside a node (tp * cp <= GPUs per node)
+};
+
 struct Op {
   std::string name;
   OpKind kind = OpKind::kMemory;
@@ -66,6 +76,8 @@ struct Op {
   /// Runs hidden behind the next op (not on the critical path): Megatron-LM's asynchronous
   /// all-gather of the saved sequence-parallel input during the data-gradient GEMM.
   bool overlapped = false;
+  /// A collective of the context-parallel group (counted as CP communication, not TP).
+  bool context_parallel = false;
 };
 
 /// Durations of one op kind from the profile.
@@ -109,11 +121,13 @@ struct ChunkCost {
   bool has_embedding = false, has_output = false;
   double fwd_s = 0, bwd_input_s = 0, bwd_weight_s = 0, recompute_s = 0;
   double fwd_tp_s = 0, bwd_tp_s = 0, recompute_tp_s = 0;  ///< TP collective time inside the above
+  double fwd_cp_s = 0, bwd_cp_s = 0, recompute_cp_s = 0;  ///< context-parallel exchange time inside them
   double saved_bytes = 0;      ///< kept from forward until backward, per micro-batch
   /// Part of saved_bytes that the weight-gradient pass still needs (GEMM inputs): with a split
   /// backward (ZB-H1) the rest is freed after B and this part after W (Qi et al. 2024).
   double weight_saved_bytes = 0;
-  double transient_bytes = 0;  ///< extra working memory while the chunk runs
+  double transient_bytes = 0;  ///< extra working memory while the chunk's backward runs
+  double fwd_transient_bytes = 0;  ///< extra working memory while its forward runs
   double params_per_gpu = 0;   ///< parameters of this chunk on one GPU
   /// Of those, the linear layers' weights that a low-precision format keeps quantized copies of
   /// (0 without one; bf16-kept layers excluded).
@@ -135,11 +149,14 @@ struct CostModel {
   /// but the first; backward: before every chunk but the last). Empty without it.
   std::vector<Op> pp_recv_ops;
   std::vector<std::vector<ChunkCost>> chunks;  ///< [stage][virtual chunk]
-  GroupPlacement tp_group, dp_group;
+  GroupPlacement tp_group;
+  /// The gradient reduction group: the dp x cp ranks holding the same weights.
+  GroupPlacement dp_group;
+  ContextParallelPlan cp;
   std::vector<bool> pp_next_same_node;  ///< stage i -> i+1 on the same node
   double pp_message_bytes = 0;          ///< activation (or its gradient) sent per micro-batch
   CollectiveCost pp_send_intra, pp_send_inter;
-  double tokens_per_microbatch = 0;
+  double tokens_per_microbatch = 0;  ///< on one GPU: b * s / cp
   /// Bytes one transformer layer keeps from forward to backward per micro-batch (no embedding or
   /// output layer): the per-layer quantity of Korthikanti et al. 2022 Table 2 and Fig. 7.
   double layer_saved_bytes = 0;

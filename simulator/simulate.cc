@@ -82,7 +82,7 @@ class Builder {
     dp_comm_ = c.dp > 1 && !opts.ideal_pipeline;
     grad_bytes_per_param_ = GradReduceBytesPerParam(c);
     bucket_ = c.BucketParams();
-    all_one_node_ = c.tp * c.dp * c.pp <= cl.gpus_per_node;
+    all_one_node_ = c.tp * c.cp * c.dp * c.pp <= cl.gpus_per_node;
   }
 
   /// Everything Build's structure depends on; equal shapes give equal graphs up to the numbers.
@@ -203,7 +203,7 @@ TaskCost Builder::CostOf(const CostKey& k) const {
         case ItemKind::kForward:
           work = cc.fwd_s;
           alloc = cc.saved_bytes;
-          transient = cc.has_output ? cc.transient_bytes : 0;
+          transient = cc.fwd_transient_bytes;
           break;
         case ItemKind::kBackward:
           work = cc.bwd_input_s + cc.recompute_s + (split ? 0 : cc.bwd_weight_s);
@@ -722,6 +722,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   res.samples_per_s = static_cast<double>(c.global_batch_size) / step;
   const FlopCounts fl = m.Flops(c.seq_length);
   res.model_flops_per_step = fl.per_token * tokens;
+  res.model_flops_causal_per_step = fl.per_token_causal() * tokens;
   // Recompute FLOPs in the same convention (full attention matrix).
   const double attn_fwd = 4.0 * static_cast<double>(m.num_layers) * static_cast<double>(c.seq_length) *
                           static_cast<double>(m.num_attention_heads * m.kv_channels);
@@ -734,6 +735,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   res.hardware_flops_per_step = res.model_flops_per_step + recompute_per_token * tokens;
   const double peak = cl.gpu.PeakFlops(MfuPeakPrecision(c.precision)) * static_cast<double>(gpus);
   res.mfu = res.model_flops_per_step / (step * peak);
+  res.mfu_causal = res.model_flops_causal_per_step / (step * peak);
   res.hfu = res.hardware_flops_per_step / (step * peak);
   // What the kernels execute: every op's FLOPs (per GPU, already divided by tp) for every
   // micro-batch on every model-parallel rank and replica; pipeline stages split the layers.
@@ -743,7 +745,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     return f;
   };
   res.executed_flops_per_step =
-      static_cast<double>(c.dp) * static_cast<double>(c.tp) * static_cast<double>(c.num_microbatches()) *
+      static_cast<double>(c.dp_cp()) * static_cast<double>(c.tp) * static_cast<double>(c.num_microbatches()) *
       (static_cast<double>(m.num_layers) * sum_flops(cm.layer_ops) + sum_flops(cm.embedding_ops) + sum_flops(cm.output_ops));
   res.executed_flops_utilization = res.executed_flops_per_step / (step * peak);
 
@@ -792,12 +794,14 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
         bd.pp_comm_s += busy;  // blocking sends (p2p_blocking) occupy the compute stream
       } else if (t.type == TaskType::kForward) {
         const double tp = cc.fwd_s > 0 ? busy * cc.fwd_tp_s / cc.fwd_s : 0;
+        const double cpc = cc.fwd_s > 0 ? busy * cc.fwd_cp_s / cc.fwd_s : 0;
         bd.tp_comm_s += tp;
-        bd.compute_s += busy - tp;
+        bd.cp_comm_s += cpc;
+        bd.compute_s += busy - tp - cpc;
       } else {
         const bool split = t.type == TaskType::kWeight || tasks.size() == 0;
         (void)split;
-        double work = 0, rc = 0, tp = 0;
+        double work = 0, rc = 0, tp = 0, cpc = 0;
         if (t.type == TaskType::kWeight) {
           work = cc.bwd_weight_s;
         } else {
@@ -805,11 +809,13 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
           work = cc.bwd_input_s + (fused ? cc.bwd_weight_s : 0) + cc.recompute_s;
           rc = cc.recompute_s;
           tp = cc.bwd_tp_s;
+          cpc = cc.bwd_cp_s;
         }
         const double scale = work > 0 ? busy / work : 0;
         bd.recompute_s += rc * scale;
         bd.tp_comm_s += tp * scale;
-        bd.compute_s += busy - (rc + tp) * scale;
+        bd.cp_comm_s += cpc * scale;
+        bd.compute_s += busy - (rc + tp + cpc) * scale;
       }
       prev_end = er.end[u];
     }
@@ -866,6 +872,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     res.breakdown.compute_s += s.time.compute_s / np;
     res.breakdown.recompute_s += s.time.recompute_s / np;
     res.breakdown.tp_comm_s += s.time.tp_comm_s / np;
+    res.breakdown.cp_comm_s += s.time.cp_comm_s / np;
     res.breakdown.pp_comm_s += s.time.pp_comm_s / np;
     res.breakdown.dp_comm_s += s.time.dp_comm_s / np;
     res.breakdown.bubble_s += s.time.bubble_s / np;
@@ -924,7 +931,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   j["cluster"] = cl.name;
   j["gpu"] = cl.gpu.name;
   j["gpus"] = gpus;
-  j["config"] = {{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}, {"vp", c.vp},
+  j["config"] = {{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}, {"cp", c.cp}, {"vp", c.vp},
                  {"micro_batch_size", c.micro_batch_size}, {"global_batch_size", c.global_batch_size},
                  {"seq_length", c.seq_length > 0 ? c.seq_length : m.seq_length},
                  {"sequence_parallel", c.sequence_parallel}, {"tp_comm_overlap", c.tp_comm_overlap},
@@ -937,6 +944,14 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"overlap_param_gather", c.overlap_param_gather},
                  {"optimizer_impl", ToString(c.optimizer_impl)}, {"p2p_blocking", c.p2p_blocking},
                  {"scatter_gather", c.scatter_gather}, {"embedding_slots", c.embedding_slots}};
+  if (c.cp > 1) {
+    j["config"]["cp_comm_type"] = ToString(c.cp_comm);
+    if (c.cp_comm == CpComm::kA2AP2P) j["config"]["cp_a2a_ranks"] = CpA2aGroup(c, cl.gpus_per_node);
+  }
+  j["config"]["decoder_first_pipeline_num_layers"] =
+      c.first_stage_layers >= 0 ? Json(c.first_stage_layers) : Json(nullptr);
+  j["config"]["decoder_last_pipeline_num_layers"] =
+      c.last_stage_layers >= 0 ? Json(c.last_stage_layers) : Json(nullptr);
   if (c.optimizer_impl == OptimizerImpl::kMegatron) j["config"]["fp32_main_grads"] = c.fp32_main_grads;
   j["config"]["mfu_peak_precision"] = ToString(MfuPeakPrecision(c.precision));
   if (IsLowPrecision(c.precision)) {
@@ -980,10 +995,13 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   j["tokens_per_s"] = r.tokens_per_s;
   j["samples_per_s"] = r.samples_per_s;
   j["mfu"] = r.mfu;
+  j["mfu_causal"] = r.mfu_causal;
   j["hfu"] = r.hfu;
-  j["flop_convention"] = "model FLOPs = (6*N_gemm + 12*L*s*a*d) per token (full attention matrix, no recompute); "
-                         "HFU adds recomputed forward FLOPs; peak = dense bf16/fp16 peak x GPUs";
+  j["flop_convention"] = "mfu: model FLOPs = (6*N_gemm + 12*L*s*a*d) per token (PaLM / SC21: full attention matrix, no "
+                         "recompute); mfu_causal: the attention term halved (6*N_gemm + 6*L*s*a*d, causal, as Megatron-LM "
+                         "and NeMo log it); HFU adds recomputed forward FLOPs to mfu's; peak = dense bf16/fp16 peak x GPUs";
   j["model_flops_per_step"] = r.model_flops_per_step;
+  j["model_flops_causal_per_step"] = r.model_flops_causal_per_step;
   j["hardware_flops_per_step"] = r.hardware_flops_per_step;
   j["executed_flops_per_step"] = r.executed_flops_per_step;
   j["executed_flops_utilization"] = r.executed_flops_utilization;
@@ -992,7 +1010,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   j["usable_memory_bytes"] = r.usable_memory_bytes;
   auto bd = [](const StageBreakdown& b) {
     return Json{{"compute", b.compute_s},     {"recompute", b.recompute_s},
-                {"tp_comm", b.tp_comm_s},     {"pp_comm", b.pp_comm_s},
+                {"tp_comm", b.tp_comm_s},     {"cp_comm", b.cp_comm_s},     {"pp_comm", b.pp_comm_s},
                 {"dp_comm", b.dp_comm_s},     {"bubble", b.bubble_s},
                 {"optimizer", b.optimizer_s}};
   };

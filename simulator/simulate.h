@@ -37,6 +37,7 @@ struct StageBreakdown {
   double compute_s = 0;       ///< forward + backward GEMMs, attention, memory-bound ops
   double recompute_s = 0;     ///< recomputed forward passes
   double tp_comm_s = 0;       ///< tensor-parallel collectives (on the critical path)
+  double cp_comm_s = 0;       ///< context-parallel K/V exchange not hidden behind attention
   double pp_comm_s = 0;       ///< compute stream waiting on a pipeline transfer in flight
   double dp_comm_s = 0;       ///< waiting on the stage's own data-parallel collectives
   double bubble_s = 0;        ///< waiting on other stages (fill, drain, imbalance)
@@ -85,8 +86,11 @@ struct SimulationResult {
   std::vector<std::string> reasons;  ///< why not feasible (does not divide, does not fit)
   double step_time_s = 0;
   double tokens_per_s = 0, samples_per_s = 0;
-  double mfu = 0, hfu = 0;
-  double model_flops_per_step = 0, hardware_flops_per_step = 0;
+  /// Model FLOPs utilization in the PaLM / SC21 convention (full s^2 attention matrix), and with
+  /// the attention term halved for causal masking (the convention Megatron-LM and NeMo log);
+  /// hardware FLOPs utilization adds recomputed FLOPs to `mfu`'s.
+  double mfu = 0, mfu_causal = 0, hfu = 0;
+  double model_flops_per_step = 0, model_flops_causal_per_step = 0, hardware_flops_per_step = 0;
   /// FLOPs the kernels execute per step, summed over all GPUs from the cost model's ops: causal
   /// attention at half the full matrix where the kernel skips the masked half (flash attention),
   /// FlashAttention's backward recompute of the scores, every recomputed forward. Unlike MFU/HFU
