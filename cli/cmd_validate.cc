@@ -139,6 +139,8 @@ void RunValidate(const ValidateArgs& a) {
         x["predicted_memory_at_risk"] = r.predicted_at_risk;
         x["outcome"] = r.outcome;
         x["predicted_mfu"] = r.predicted_mfu;
+        x["flops_convention"] = r.flops_convention_causal ? "causal" : "full";
+        x["assumptions"] = r.assumptions;
       }
       x["fitted_constant"] = r.fitted_constant.empty() ? Json(nullptr) : Json(r.fitted_constant);
       j["rows"].push_back(x);
@@ -173,6 +175,9 @@ void RunValidate(const ValidateArgs& a) {
                     {"simulated", s.simulated},
                     {"skipped", s.skipped}};
     for (const auto& [src, v] : s.mape_by_source) j["summary"]["mape_by_source"][src] = {{"mape", v.first}, {"rows", v.second}};
+    for (const auto& [src, v] : s.tflops_tau_by_source) {
+      j["summary"]["tflops_kendall_tau_by_source"][src] = {{"tau", v.first}, {"pairs", v.second}};
+    }
     std::cout << WithIntegerBytes(j).dump(2) << "\n";
     return;
   }
@@ -227,8 +232,18 @@ void RunValidate(const ValidateArgs& a) {
     }
   }
   for (const auto& [src, v] : s.mape_by_source) {
-    std::cout << fmt::format("    source {:<4} MAPE {:.1f}% over {} rows\n", src, 100 * v.first, v.second);
+    const auto tau = s.tflops_tau_by_source.find(src);
+    std::cout << fmt::format("    source {:<4} MAPE {:.1f}% over {} rows{}\n", src, 100 * v.first, v.second,
+                             tau == s.tflops_tau_by_source.end()
+                                 ? std::string()
+                                 : fmt::format("; TFLOP/s series Kendall tau {:.2f} ({} pairs)", tau->second.first,
+                                               tau->second.second));
   }
+  std::map<std::string, std::vector<std::string>> assumed;  // assumption -> rows
+  for (const auto& r : rep.rows) {
+    for (const auto& x : r.assumptions) assumed[x].push_back(r.row_id);
+  }
+  for (const auto& [x, ids] : assumed) std::cout << fmt::format("  assumed {} for rows {}\n", x, Join(ids, ", "));
   std::cout << fmt::format("  ranking: Kendall tau {:.2f} over {} pairs of runs with the same model and GPU count\n",
                            s.kendall_tau, s.kendall_pairs);
   std::cout << fmt::format("  memory: MAPE {:.1f}% over {} points\n", 100 * s.memory_mape, s.memory_points);

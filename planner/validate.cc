@@ -201,18 +201,19 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       rep.rows.push_back(row);
       continue;
     }
-    if (const std::string cp = t.Get(r, "cp"); !cp.empty() && cp != "1") {
-      row.skipped = true;
-      row.skip_reason = "context parallelism (cp = " + cp + ") is not modelled yet";
-      rep.rows.push_back(row);
-      continue;
-    }
-    if (t.Get(r, "micro_batch_size").empty()) {
+    // NeMo's long-sequence table (S7) gives no micro-batch size: at 4M tokens per batch its runs
+    // have 1 to 64 sequences per data-parallel replica, and NeMo's long-context recipes run one
+    // sequence per micro-batch, which validate assumes and says.
+    const bool assume_mbs1 =
+        t.Get(r, "micro_batch_size").empty() && Contains(t.Get(r, "missing_key_fields"), "micro_batch_size") &&
+        Contains(t.Get(r, "framework"), "Megatron-Core");
+    if (t.Get(r, "micro_batch_size").empty() && !assume_mbs1) {
       row.skipped = true;
       row.skip_reason = "the row does not give micro_batch_size";
       rep.rows.push_back(row);
       continue;
     }
+    if (assume_mbs1) row.assumptions.push_back("micro-batch size 1 (not stated)");
     const Model m = RowModel(t, r, runs_csv);
     const Cluster cl = RowCluster(t, r);
     row.gpus = IntField(t, r, "num_gpus", runs_csv);
@@ -229,7 +230,8 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     c.dp = IntField(t, r, "dp", runs_csv);
     c.vp = t.Get(r, "vp").empty() ? 1 : IntField(t, r, "vp", runs_csv);
     c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
-    c.micro_batch_size = IntField(t, r, "micro_batch_size", runs_csv);
+    c.cp = t.Get(r, "cp").empty() ? 1 : IntField(t, r, "cp", runs_csv);
+    c.micro_batch_size = assume_mbs1 ? 1 : IntField(t, r, "micro_batch_size", runs_csv);
     c.global_batch_size = IntField(t, r, "global_batch_size", runs_csv);
     c.seq_length = m.seq_length;
     // SC21 Table 2 rows leave recompute unstated; the paper's Table 1 runs, whose FLOP count
@@ -282,7 +284,10 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       c.flash_attention = true;
       c.sequence_parallel = c.tp > 1;
       c.tp_comm_overlap = c.tp > 1;
-      if (rc == 0) c.recompute = Recompute::kNone;
+      if (rc == 0) {
+        c.recompute = Recompute::kNone;
+        if (Contains(t.Get(r, "missing_key_fields"), "recompute")) row.assumptions.push_back("no activation recompute (not stated)");
+      }
       if (sh == 0) c.zero_stage = c.dp > 1 ? 1 : 0;
       c.fp8_recipe = Fp8Recipe::kDelayed;
       c.fp8_amax_history_len = 1024;
@@ -341,6 +346,17 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     if (!row.measured_step_time_s) {
       row.measured_step_time_s = measured("step_time_s_derived");
       row.step_time_derived = row.measured_step_time_s.has_value();
+    }
+    // The FLOPs per step in the row's convention (validation/README.md): its TFLOP/s compare with
+    // the prediction's in the same convention, and a row with only TFLOP/s (S7) derives its step time.
+    const bool causal = Contains(t.Get(r, "flops_convention"), "causal");
+    row.flops_convention_causal = causal;
+    row.model_flops_per_step = causal ? res.model_flops_causal_per_step : res.model_flops_per_step;
+    if (!row.measured_step_time_s) {
+      if (const auto tf = measured("tflops_per_gpu")) {
+        row.measured_step_time_s = row.model_flops_per_step / (*tf * 1e12 * static_cast<double>(row.gpus));
+        row.step_time_derived = true;
+      }
     }
     if (row.measured_step_time_s) {
       row.step_time_error = *row.predicted_step_time_s / *row.measured_step_time_s - 1.0;
@@ -434,8 +450,8 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
   // Summary.
   ValidationSummary& s = rep.summary;
   s.rows = rep.rows.size();
-  std::vector<std::string> groups;
-  std::vector<double> pred_tp, meas_tp;
+  std::vector<std::string> groups, src_groups;
+  std::vector<double> pred_tp, meas_tp, pred_tflops, meas_tflops;
   double abs_sum = 0, mem_sum = 0;
   std::size_t mem_n = 0;
   std::map<std::string, std::pair<double, std::size_t>> by_src;
@@ -474,6 +490,10 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       groups.push_back(row.group);
       pred_tp.push_back(1.0 / *row.predicted_step_time_s);
       meas_tp.push_back(1.0 / *row.measured_step_time_s);
+      src_groups.push_back(row.source_id);
+      const double per_gpu = row.model_flops_per_step / static_cast<double>(std::max<std::int64_t>(1, row.gpus));
+      pred_tflops.push_back(per_gpu / *row.predicted_step_time_s);
+      meas_tflops.push_back(per_gpu / *row.measured_step_time_s);
     }
     if (row.memory_error) {
       mem_sum += std::fabs(*row.memory_error);
@@ -493,6 +513,20 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
   if (s.fitted_timed > 0) s.fitted_mape /= static_cast<double>(s.fitted_timed);
   for (auto& [src, v] : by_src) s.mape_by_source[src] = {v.first / static_cast<double>(v.second), v.second};
   s.kendall_tau = KendallTauWithinGroups(groups, pred_tp, meas_tp, &s.kendall_pairs);
+  for (const auto& [src, v] : s.mape_by_source) {
+    (void)v;
+    std::vector<std::string> g;
+    std::vector<double> p, q;
+    for (std::size_t i = 0; i < src_groups.size(); ++i) {
+      if (src_groups[i] != src) continue;
+      g.push_back(src);
+      p.push_back(pred_tflops[i]);
+      q.push_back(meas_tflops[i]);
+    }
+    std::size_t pairs = 0;
+    const double tau = KendallTauWithinGroups(g, p, q, &pairs);
+    if (pairs > 0) s.tflops_tau_by_source[src] = {tau, pairs};
+  }
   s.memory_points = mem_n;
   s.memory_mape = mem_n > 0 ? mem_sum / static_cast<double>(mem_n) : 0.0;
   if (!explain_row.empty() && !rep.explained) {

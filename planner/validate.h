@@ -35,6 +35,12 @@ struct ValidationRow {
   std::string group;  ///< model + GPU count (for rank correlation)
   /// The constant this row was used to fit (FitsOnValidationRows), empty for a held-out row.
   std::string fitted_constant;
+  /// Settings the row does not state that validate assumed ("micro-batch size 1 (not stated)").
+  std::vector<std::string> assumptions;
+  /// Model FLOPs per step in the row's FLOP convention (its flops_convention column: the causal
+  /// one, attention halved, where it says "causal"; else the full s^2 matrix).
+  double model_flops_per_step = 0;
+  bool flops_convention_causal = false;
 };
 
 struct MemoryPoint {
@@ -61,6 +67,9 @@ struct ValidationSummary {
   std::size_t held_out_timed = 0, fitted_timed = 0;
   /// Per source (S1, S3, S12, S14): MAPE and count.
   std::map<std::string, std::pair<double, std::size_t>> mape_by_source;
+  /// Per source: Kendall tau of predicted vs measured TFLOP/s per GPU (the row's convention) over
+  /// all its rows as one series (S7: sequence length and cp growing together), and the pairs.
+  std::map<std::string, std::pair<double, std::size_t>> tflops_tau_by_source;
 };
 
 /// Everything one row's prediction came from, kept when RunValidation is asked to explain it.
