@@ -113,6 +113,11 @@ void RunExecute(const ExecuteArgs& a) {
       throw InputError("command line: --tp-comm-overlap: not supported by execute (its TP collectives are whole NCCL "
                        "or MPI calls); simulate and plan model Transformer Engine's userbuffers overlap");
     }
+    if (c.cp > 1) {
+      throw InputError(fmt::format("command line: --cp {}: context parallelism is not executed (execute's attention "
+                                   "kernel runs whole sequences on one rank); simulate and plan model it",
+                                   c.cp));
+    }
     ExecuteReport r = Execute(m, c, cl, prof, a.o);
     if (rank == 0) {
       if (a.cfg.json) {

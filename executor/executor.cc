@@ -551,7 +551,9 @@ std::vector<std::string> ProgramSettings(const Model& m, const ParallelConfig& c
       fmt::format("overlap_param_gather={}", c.overlap_param_gather),
       fmt::format("async_tp_grad_reduce={}", c.async_tp_grad_reduce),
       fmt::format("flash_attention={}", c.flash_attention), fmt::format("scatter_gather={}", c.scatter_gather),
-      fmt::format("embedding_slots={}", c.embedding_slots), "backend=" + o.backend,
+      fmt::format("embedding_slots={}", c.embedding_slots), fmt::format("cp={}", c.cp),
+      fmt::format("decoder_first_pipeline_num_layers={}", c.first_stage_layers),
+      fmt::format("decoder_last_pipeline_num_layers={}", c.last_stage_layers), "backend=" + o.backend,
       fmt::format("steps={}", o.steps), fmt::format("warmup={}", o.warmup)};
   return s;
 }

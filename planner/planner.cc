@@ -201,7 +201,7 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                          : std::vector<std::pair<bool, bool>>{{false, false}};
               for (const auto& [sp, tpo] : sp_choices) {
                 for (int z : o.zero_stages) {
-                  if (z > 0 && dp == 1) continue;  // nothing to shard: same as ZeRO-0
+                  if (z > 0 && dp * cp == 1) continue;  // nothing to shard: same as ZeRO-0
                   if (z >= 2 && pp > 1) continue;  // Megatron-LM: ZeRO-2/3 (FSDP) without PP
                   ParallelConfig c;
                   c.tp = tp;

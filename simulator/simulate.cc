@@ -79,7 +79,7 @@ class Builder {
     mb_ = static_cast<int>(c.num_microbatches());
     R_ = opts.full_rank ? static_cast<int>(c.dp) : 1;
     zero3_ = c.zero_stage >= 3;
-    dp_comm_ = c.dp > 1 && !opts.ideal_pipeline;
+    dp_comm_ = c.dp_cp() > 1 && !opts.ideal_pipeline && !opts.free_communication;
     grad_bytes_per_param_ = GradReduceBytesPerParam(c);
     bucket_ = c.BucketParams();
     all_one_node_ = c.tp * c.cp * c.dp * c.pp <= cl.gpus_per_node;
@@ -94,6 +94,8 @@ class Builder {
 
  private:
   int Device(int stage, int replica) const { return stage * R_ + replica; }
+  /// Communication, data parallelism and the optimizer cost nothing (SimulateOptions).
+  bool FreeComm() const { return opts_.ideal_pipeline || opts_.free_communication; }
   int NBuckets(int stage, int chunk) const {
     const double params = cm_.chunks[static_cast<std::size_t>(stage)][static_cast<std::size_t>(chunk)].params_per_gpu;
     return std::max(1, static_cast<int>(std::ceil(params / static_cast<double>(bucket_))));
@@ -180,7 +182,7 @@ std::vector<std::int64_t> Builder::ShapeOf() const {
   std::vector<std::int64_t> s = {p_, v_, mb_, R_, static_cast<std::int64_t>(c_.schedule), zero3_, dp_comm_,
                                  c_.overlap_grad_reduce, c_.overlap_param_gather,
                                  c_.zero_stage == 1 || c_.zero_stage == 2, c_.p2p_blocking,
-                                 m_.tie_embeddings && p_ > 1 && !opts_.ideal_pipeline, opts_.ideal_pipeline};
+                                 m_.tie_embeddings && p_ > 1 && !FreeComm(), FreeComm()};
   for (int i = 0; i < p_; ++i) {
     for (int k = 0; k < v_; ++k) {
       s.push_back(cm_.chunks[static_cast<std::size_t>(i)][static_cast<std::size_t>(k)].layers);
@@ -258,7 +260,7 @@ TaskCost Builder::CostOf(const CostKey& k) const {
       double quantized = 0;
       for (const auto& x : chunks) quantized += x.quantized_params_per_gpu;
       TaskCost t;
-      t.work_ns = opts_.ideal_pipeline ? 0.0
+      t.work_ns = FreeComm() ? 0.0
                                        : Ns(OptimizerTime(prof_, c_, params) +
                                             WeightQuantizeTime(prof_, c_, lf_, quantized));
       return t;
@@ -471,7 +473,7 @@ void Builder::BuildStage(int i, int r) {
   }
   // Tied embedding: first and last stage all-reduce the embedding gradient (Megatron-LM).
   std::int32_t before_opt = LastOn(dev, kDpStream);
-  if (m_.tie_embeddings && p_ > 1 && !opts_.ideal_pipeline && (i == 0 || i == p_ - 1)) {
+  if (m_.tie_embeddings && p_ > 1 && !FreeComm() && (i == 0 || i == p_ - 1)) {
     const std::int32_t eid = Add(TaskType::kEmbeddingSync, {CostKind::kEmbeddingSync, ItemKind::kForward, dev, -1, 1}, kDpStream);
     g_->AddEdge(last_compute, eid);
     before_opt = eid;
@@ -686,8 +688,17 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
         cc.recompute_s = cc.fwd_tp_s = cc.bwd_tp_s = cc.recompute_tp_s = 0;
       }
     }
-    cm.pp_send_intra = cm.pp_send_inter = CollectiveCost{};
+  } else if (opts.free_communication) {
+    for (auto& st : cm.chunks) {
+      for (auto& cc : st) {
+        cc.fwd_s = std::round(cc.fwd_s * 1e9) / 1e9;
+        cc.bwd_input_s = std::round((cc.bwd_input_s + cc.recompute_s) * 1e9) / 1e9;
+        cc.bwd_weight_s = std::round(cc.bwd_weight_s * 1e9) / 1e9;
+        cc.recompute_s = 0;
+      }
+    }
   }
+  if (opts.ideal_pipeline || opts.free_communication) cm.pp_send_intra = cm.pp_send_inter = CollectiveCost{};
   res.num_microbatches = c.num_microbatches();
   // The graph's structure is reused from the last simulation of the same shape on this thread
   // (SkeletonFor); the timeline lives in thread-local scratch unless the caller keeps it (the

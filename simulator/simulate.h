@@ -27,6 +27,11 @@ struct SimulateOptions {
   /// The schedule alone, as the closed forms assume it: every chunk costs the mean chunk cost
   /// (rounded to whole nanoseconds), communication, data parallelism and the optimizer are free.
   bool ideal_pipeline = false;
+  /// Pipeline transfers, data-parallel collectives and the optimizer are free (TP and CP
+  /// collectives stay inside the chunks' costs), every chunk keeps its own cost (rounded to whole
+  /// nanoseconds, recompute folded into its backward): the schedule over unequal stages, as the
+  /// closed forms of uneven pipelines assume it.
+  bool free_communication = false;
   /// Reuse the task graph of the last simulation of the same shape on this thread, giving it
   /// this configuration's numbers (identical results, a fraction of the time). Off: build anew.
   bool reuse_graph = true;
