@@ -96,5 +96,30 @@ void BM_PlanGpt3_175b_1024(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanGpt3_175b_1024)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Issue 16: the frontier case with context parallelism and the uneven splits in the search,
+// Llama-3.1-405B on 16,384 H100 at sequence 8192, global batch 2048 (target: under 2 s on two
+// cores), with the 2 GiB headroom the CLI keeps.
+void BM_PlanLlama405b_16384(benchmark::State& state) {
+  const Model m = LoadModel("llama3.1-405b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  PlanOptions o;
+  o.gpus = 16384;
+  o.global_batch_size = 2048;
+  o.seq_length = 8192;
+  o.min_headroom_bytes = 2.0 * 1073741824.0;
+  o.threads = static_cast<int>(state.range(0));
+  std::size_t generated = 0, simulated = 0;
+  for (auto _ : state) {
+    PlanResult r = RunPlan(m, cl, prof, o);
+    benchmark::DoNotOptimize(r.plans.data());
+    generated = r.candidates_generated;
+    simulated = r.candidates_simulated;
+  }
+  state.counters["candidates"] = static_cast<double>(generated);
+  state.counters["simulated"] = static_cast<double>(simulated);
+}
+BENCHMARK(BM_PlanLlama405b_16384)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 }  // namespace
 }  // namespace shardcast
