@@ -73,14 +73,11 @@ BENCHMARK_MAIN();
 namespace shardcast {
 namespace {
 
-// The full `plan` search of `make run`: GPT-3 175B on 1024 A100 80GB, global batch 1536.
-void BM_PlanGpt3_175b_1024(benchmark::State& state) {
-  const Model m = LoadModel("gpt3-175b");
-  const Cluster cl = LoadCluster("dgx-a100");
+/// Runs the plan search of `o` (threads from the benchmark's argument) and reports its counts.
+void RunPlanBenchmark(benchmark::State& state, const char* model, const char* cluster, PlanOptions o) {
+  const Model m = LoadModel(model);
+  const Cluster cl = LoadCluster(cluster);
   const HardwareProfile prof = DefaultProfile(cl);
-  PlanOptions o;
-  o.gpus = 1024;
-  o.global_batch_size = 1536;
   o.threads = static_cast<int>(state.range(0));
   std::size_t generated = 0, simulated = 0;
   for (auto _ : state) {
@@ -94,30 +91,26 @@ void BM_PlanGpt3_175b_1024(benchmark::State& state) {
   state.counters["candidates_per_s"] =
       benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kIsIterationInvariantRate);
 }
+
+// The full `plan` search of `make run`: GPT-3 175B on 1024 A100 80GB, global batch 1536.
+void BM_PlanGpt3_175b_1024(benchmark::State& state) {
+  PlanOptions o;
+  o.gpus = 1024;
+  o.global_batch_size = 1536;
+  RunPlanBenchmark(state, "gpt3-175b", "dgx-a100", o);
+}
 BENCHMARK(BM_PlanGpt3_175b_1024)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Issue 16: the frontier case with context parallelism and the uneven splits in the search,
 // Llama-3.1-405B on 16,384 H100 at sequence 8192, global batch 2048 (target: under 2 s on two
 // cores), with the 2 GiB headroom the CLI keeps.
 void BM_PlanLlama405b_16384(benchmark::State& state) {
-  const Model m = LoadModel("llama3.1-405b");
-  const Cluster cl = LoadCluster("dgx-h100");
-  const HardwareProfile prof = DefaultProfile(cl);
   PlanOptions o;
   o.gpus = 16384;
   o.global_batch_size = 2048;
   o.seq_length = 8192;
   o.min_headroom_bytes = 2.0 * 1073741824.0;
-  o.threads = static_cast<int>(state.range(0));
-  std::size_t generated = 0, simulated = 0;
-  for (auto _ : state) {
-    PlanResult r = RunPlan(m, cl, prof, o);
-    benchmark::DoNotOptimize(r.plans.data());
-    generated = r.candidates_generated;
-    simulated = r.candidates_simulated;
-  }
-  state.counters["candidates"] = static_cast<double>(generated);
-  state.counters["simulated"] = static_cast<double>(simulated);
+  RunPlanBenchmark(state, "llama3.1-405b", "dgx-h100", o);
 }
 BENCHMARK(BM_PlanLlama405b_16384)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -18,42 +18,38 @@ namespace shardcast::cli {
 /// integer limits, and no cluster of today is larger.
 inline constexpr std::int64_t kMaxGpus = kMaxParallelSize;
 
+/// Adds an integer option that must be an integer from `min` to `max`; otherwise the error reads
+/// `--tp: got "abc", expected a <what> integer up to N`.
+inline CLI::Option* AddBoundedInt(CLI::App* cmd, const std::string& names, std::int64_t& value,
+                                  const std::string& help, std::int64_t min, std::int64_t max, const std::string& what,
+                                  const std::string& type_name) {
+  return cmd->add_option(names, value, help)
+      ->check(CLI::Validator(
+          [min, max, what](std::string& s) -> std::string {
+            try {
+              std::size_t pos = 0;
+              const long long v = std::stoll(s, &pos);
+              if (pos == s.size() && v >= min && v <= max) return "";
+            } catch (const std::exception&) {
+            }
+            return "got \"" + s + "\", expected a " + what + " integer up to " + std::to_string(max);
+          },
+          type_name));
+}
+
 /// Adds an integer option that must be a positive integer at most `max` (the size limits of
 /// models/parallel.h and models/model.h, so that no product of sizes overflows); otherwise the
 /// error reads `--tp: got "abc", expected a positive integer up to N`.
 inline CLI::Option* AddPositive(CLI::App* cmd, const std::string& names, std::int64_t& value,
                                 const std::string& help, std::int64_t max) {
-  return cmd->add_option(names, value, help)
-      ->check(CLI::Validator(
-          [max](std::string& s) -> std::string {
-            try {
-              std::size_t pos = 0;
-              const long long v = std::stoll(s, &pos);
-              if (pos == s.size() && v >= 1 && v <= max) return "";
-            } catch (const std::exception&) {
-            }
-            return "got \"" + s + "\", expected a positive integer up to " + std::to_string(max);
-          },
-          "POSITIVE"));
+  return AddBoundedInt(cmd, names, value, help, 1, max, "positive", "POSITIVE");
 }
 
-/// Adds an integer option that must be a non-negative integer at most `max` (a layer count that
-/// may be zero); otherwise `--decoder-first-pipeline-num-layers: got "-1", expected a
-/// non-negative integer up to N`.
+/// The same for a count that may be zero (a stage's layers): `--decoder-first-pipeline-num-layers:
+/// got "-1", expected a non-negative integer up to N`.
 inline CLI::Option* AddNonNegative(CLI::App* cmd, const std::string& names, std::int64_t& value,
                                    const std::string& help, std::int64_t max) {
-  return cmd->add_option(names, value, help)
-      ->check(CLI::Validator(
-          [max](std::string& s) -> std::string {
-            try {
-              std::size_t pos = 0;
-              const long long v = std::stoll(s, &pos);
-              if (pos == s.size() && v >= 0 && v <= max) return "";
-            } catch (const std::exception&) {
-            }
-            return "got \"" + s + "\", expected a non-negative integer up to " + std::to_string(max);
-          },
-          "NON-NEGATIVE"));
+  return AddBoundedInt(cmd, names, value, help, 0, max, "non-negative", "NON-NEGATIVE");
 }
 
 /// A validator for an output file option, checked when the command line is read so a long run

@@ -309,28 +309,13 @@ class OpBuilder {
   /// communication.
   void CpCollective(std::vector<Op>& out, const std::string& name, Pass pass, CollectiveOp op, double size,
                     const GroupPlacement& g) {
-    if (g.ranks <= 1) return;
-    Op o;
-    o.name = name;
-    o.kind = OpKind::kCollective;
-    o.pass = pass;
-    o.collective = op;
-    o.bytes = size;
-    o.context_parallel = true;
-    o.duration_s = CollectiveCostOf(p_, op, size, g).time_s();
-    out.push_back(o);
+    CollectiveIn(out, name, pass, op, size, g);
+    if (g.ranks > 1) out.back().context_parallel = true;
   }
+  /// A collective of the tensor-parallel group.
   void Collective(std::vector<Op>& out, const std::string& name, Pass pass, CollectiveOp op,
                   double size) {
-    if (tp_.ranks <= 1) return;
-    Op o;
-    o.name = name;
-    o.kind = OpKind::kCollective;
-    o.pass = pass;
-    o.collective = op;
-    o.bytes = size;
-    o.duration_s = CollectiveCostOf(p_, op, size, tp_).time_s();
-    out.push_back(o);
+    CollectiveIn(out, name, pass, op, size, tp_);
   }
 
  private:
@@ -346,6 +331,20 @@ class OpBuilder {
     o.flops = 2 * m * n * k;
     o.bytes = in_bytes * (m * k + k * n) + eb_ * m * n;
     o.duration_s = GemmTime(p_, m, n, k, 1, prec, in_bytes, eb_);
+    out.push_back(o);
+  }
+
+  /// A collective over the group `g` (nothing for a group of one).
+  void CollectiveIn(std::vector<Op>& out, const std::string& name, Pass pass, CollectiveOp op, double size,
+                    const GroupPlacement& g) {
+    if (g.ranks <= 1) return;
+    Op o;
+    o.name = name;
+    o.kind = OpKind::kCollective;
+    o.pass = pass;
+    o.collective = op;
+    o.bytes = size;
+    o.duration_s = CollectiveCostOf(p_, op, size, g).time_s();
     out.push_back(o);
   }
 
@@ -409,6 +408,24 @@ double LocalKvBytes(const LayerShape& x) { return 2 * x.eb * x.T * x.g * x.d / x
 /// Ring steps of attention: cp steps (p2p) or cp / a2a ranks (a2a+p2p), 1 without a ring.
 int RingSteps(const ContextParallelPlan& cp) { return cp.ring; }
 
+/// The ring's transfers of one pass: `ring - 1` sends of `bytes` one hop each, step k+1's while
+/// step k's attention (`step_s`) runs; what a step waits for is exposed, the rest hidden.
+void AddRingExchange(std::vector<Op>& L, const std::string& name, Pass pass, double ring, double bytes,
+                     double step_s, const HardwareProfile& prof, bool same_node) {
+  const double xfer = P2PCostOf(prof, bytes, same_node).time_s();
+  const double exposed = (ring - 1) * std::max(0.0, xfer - step_s);
+  Op o;
+  o.name = name;
+  o.kind = OpKind::kCollective;
+  o.collective = CollectiveOp::kSendRecv;
+  o.pass = pass;
+  o.context_parallel = true;
+  o.bytes = (ring - 1) * bytes;
+  o.duration_s = exposed;
+  o.hidden_s = (ring - 1) * xfer - exposed;
+  L.push_back(o);
+}
+
 /// Causal flash attention of one micro-batch on one rank under context parallelism
 /// (docs/simulator.md, "Context parallelism"). Load balancing gives every rank 1/cp of the causal
 /// FLOPs, 0.5 * 4 * b * s^2 * a * d / (t * cp) forward. The ring (p2p, and the ring level of
@@ -442,18 +459,7 @@ void CpAttentionForward(OpBuilder& ob, std::vector<Op>& L, const LayerShape& x, 
   attn.duration_s = calls * step_s;
   attn.bytes = x.eb * x.T * x.d * (2 * x.a + 2 * x.g * ring) / x.t;  // Q, O, and every K/V block read
   if (ring > 1) {
-    const double xfer = P2PCostOf(prof, kv, cp.ring_same_node).time_s();
-    const double exposed = (ring - 1) * std::max(0.0, xfer - step_s);
-    Op o;
-    o.name = "cp_ring_kv_exchange";
-    o.kind = OpKind::kCollective;
-    o.collective = CollectiveOp::kSendRecv;
-    o.pass = F;
-    o.context_parallel = true;
-    o.bytes = (ring - 1) * kv;
-    o.duration_s = exposed;
-    o.hidden_s = (ring - 1) * xfer - exposed;
-    L.push_back(o);
+    AddRingExchange(L, "cp_ring_kv_exchange", F, ring, kv, step_s, prof, cp.ring_same_node);
     out->fwd_transient_bytes = std::max(out->fwd_transient_bytes, 2 * kv);  // blocks in flight
   }
   if (cp.comm == CpComm::kAllGather) out->fwd_transient_bytes = std::max(out->fwd_transient_bytes, kv * ncp);
@@ -490,18 +496,7 @@ void CpAttentionBackward(OpBuilder& ob, std::vector<Op>& L, const LayerShape& x,
   attn.duration_s = calls * step_s;
   attn.bytes = x.eb * x.T * x.d * (4 * x.a + 4 * x.g * ring) / x.t;
   if (ring > 1) {
-    const double xfer = P2PCostOf(prof, 2 * kv, cp.ring_same_node).time_s();
-    const double exposed = (ring - 1) * std::max(0.0, xfer - step_s);
-    Op o;
-    o.name = "cp_ring_kv_exchange_bwd";
-    o.kind = OpKind::kCollective;
-    o.collective = CollectiveOp::kSendRecv;
-    o.pass = B;
-    o.context_parallel = true;
-    o.bytes = (ring - 1) * 2 * kv;
-    o.duration_s = exposed;
-    o.hidden_s = (ring - 1) * xfer - exposed;
-    L.push_back(o);
+    AddRingExchange(L, "cp_ring_kv_exchange_bwd", B, ring, 2 * kv, step_s, prof, cp.ring_same_node);
     out->transient_bytes = std::max(out->transient_bytes, 4 * kv);  // K/V and their gradients in flight
   }
   if (cp.comm == CpComm::kAllGather) {

@@ -298,11 +298,8 @@ TEST(PipelineSplit, MegatronCoreRules) {
                                     "not a multiple of vp = 3"));
 }
 
-// Each stage's memory follows its own layers: weights, gradients and optimizer state are the
-// stage's parameters times the bytes per parameter.
-TEST(PipelineSplit, StageMemoryFollowsItsLayers) {
-  const Model m = LoadModel("llama3.1-405b");
-  const Cluster cl = LoadCluster("dgx-h100");
+/// TP8 PP16 of Llama-3.1-405B on 128 H100 with 7 layers on the first and the last stage.
+ParallelConfig Llama405bFirstLast7() {
   ParallelConfig c;
   c.tp = 8;
   c.pp = 16;
@@ -313,6 +310,15 @@ TEST(PipelineSplit, StageMemoryFollowsItsLayers) {
   c.recompute = Recompute::kFull;
   c.first_stage_layers = 7;
   c.last_stage_layers = 7;
+  return c;
+}
+
+// Each stage's memory follows its own layers: weights, gradients and optimizer state are the
+// stage's parameters times the bytes per parameter.
+TEST(PipelineSplit, StageMemoryFollowsItsLayers) {
+  const Model m = LoadModel("llama3.1-405b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const ParallelConfig c = Llama405bFirstLast7();
   const SimulationResult r = Simulate(m, c, cl, 128, DefaultProfile(cl));
   ASSERT_TRUE(r.feasible) << r.reasons.front();
   ASSERT_EQ(r.stages.size(), 16u);
@@ -403,9 +409,8 @@ TEST(PipelineSplit, PlannerSearchesFrontierLayoutsAndContextParallelism) {
   }
   EXPECT_TRUE(uneven);
   // Its Megatron-LM arguments name the split and context parallelism.
-  ParallelConfig c;
-  c.tp = 8;
-  c.pp = 16;
+  ParallelConfig c = Llama405bFirstLast7();
+  c.first_stage_layers = c.last_stage_layers = -1;
   c.cp = 2;
   c.vp = 4;
   c.schedule = Schedule::kInterleaved;
