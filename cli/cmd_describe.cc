@@ -20,6 +20,7 @@ struct DescribeArgs {
   std::int64_t gpus = 0;
   std::int64_t tp = 1;
   std::int64_t pp = 1;
+  std::int64_t cp = 1;  ///< context parallelism: ZeRO shards over dp * cp
   std::int64_t seq = 0;
   std::int64_t gbs = 0;
   bool json = false;
@@ -89,6 +90,7 @@ void RunDescribe(const DescribeArgs& a) {
                   {"per_token", fl.per_token},
                   {"per_token_dense", fl.per_token_dense},
                   {"per_token_attention", fl.per_token_attention},
+                  {"per_token_causal", fl.per_token_causal()},
                   {"per_sequence", per_seq}};
   if (a.gbs > 0) out["flops"]["per_step"] = per_seq * static_cast<double>(a.gbs);
   out["flops"]["exceeds_position_table"] = m.position_embedding == PositionEmbedding::kLearned &&
@@ -143,6 +145,9 @@ void RunDescribe(const DescribeArgs& a) {
                       m.num_layers, seq, m.num_attention_heads, m.kv_channels);
   text += fmt::format("            = {} + {} = {}\n", FormatFlops(fl.per_token_dense),
                       FormatFlops(fl.per_token_attention), FormatFlops(fl.per_token));
+  text += fmt::format("  causal    = 6*N_gemm + 6*L*s*a*d = {}  (attention halved by the causal mask, as\n"
+                      "              Megatron-LM and NeMo log TFLOP/s; simulate's headline MFU)\n",
+                      FormatFlops(fl.per_token_causal()));
   text += fmt::format("  per sequence ({} tokens): {}\n", seq, FormatFlops(per_seq));
   if (a.gbs > 0) {
     text += fmt::format("  per step (global batch {}): {}\n", a.gbs,
@@ -158,7 +163,10 @@ void RunDescribe(const DescribeArgs& a) {
     ParallelConfig cfg;
     cfg.tp = a.tp;
     cfg.pp = a.pp;
-    cfg.dp = (gpus % (a.tp * a.pp) == 0) ? gpus / (a.tp * a.pp) : 1;
+    cfg.cp = a.cp;
+    cfg.flash_attention = true;
+    cfg.seq_length = a.seq;
+    cfg.dp = (gpus % (a.tp * a.cp * a.pp) == 0) ? gpus / (a.tp * a.cp * a.pp) : 1;
     cfg.global_batch_size = cfg.dp;
     std::vector<std::string> reasons = InfeasibilityReasons(m, cfg, gpus, *cluster);
     Json fit;
@@ -167,9 +175,11 @@ void RunDescribe(const DescribeArgs& a) {
     fit["gpus"] = gpus;
     fit["tp"] = a.tp;
     fit["pp"] = a.pp;
+    fit["cp"] = a.cp;
     fit["memory_bytes_per_gpu"] = g.memory_bytes;
-    text += fmt::format("\nOn {} x {} ({}, {} usable per GPU), TP{} PP{}\n", gpus, g.display_name,
-                        cluster->name, FormatGiB(g.memory_bytes), a.tp, a.pp);
+    text += fmt::format("\nOn {} x {} ({}, {} usable per GPU), TP{} PP{}{}\n", gpus, g.display_name,
+                        cluster->name, FormatGiB(g.memory_bytes), a.tp, a.pp,
+                        a.cp > 1 ? fmt::format(" CP{} (ZeRO shards over dp x cp = {})", a.cp, cfg.dp_cp()) : "");
     text += fmt::format("  precisions (dense peak per GPU): {}\n", g.PrecisionList());
     Json precisions = Json::object();
     for (Precision p : AllPrecisions()) {
@@ -203,7 +213,8 @@ void RunDescribe(const DescribeArgs& a) {
               "  `shardcast simulate` gives the full memory picture):\n";
       Json stages = Json::array();
       for (int z = 0; z <= 3; ++z) {
-        StateBytesPerParam b = BytesPerParam(z, cfg.dp, true);
+        // The distributed optimizer and FSDP shard over the dp x cp ranks holding the same weights.
+        StateBytesPerParam b = BytesPerParam(z, cfg.dp_cp(), true);
         const double bytes = worst.total() * b.total();
         const bool fits = bytes <= g.memory_bytes;
         // Megatron-LM and DeepSpeed shard gradients (ZeRO-2) and weights (ZeRO-3) only without
@@ -248,6 +259,8 @@ void RegisterDescribe(CLI::App& app) {
   AddPositive(cmd, "--gpus", args->gpus, "number of GPUs (default: the cluster's, else one node)", kMaxGpus);
   AddPositive(cmd, "--tp,--tensor-model-parallel-size", args->tp, "tensor-parallel size", kMaxParallelSize);
   AddPositive(cmd, "--pp,--pipeline-model-parallel-size", args->pp, "pipeline-parallel size", kMaxParallelSize);
+  AddPositive(cmd, "--cp,--context-parallel-size", args->cp,
+              "context-parallel size (ZeRO shards over the dp x cp ranks)", kMaxParallelSize);
   AddPositive(cmd, "--seq,--seq-length", args->seq, "sequence length (default: the model's)", kMaxSeq);
   AddPositive(cmd, "--gbs,--global-batch-size", args->gbs, "global batch, for FLOPs per step", kMaxGlobalBatchSize);
   cmd->add_flag("--json", args->json, "print JSON instead of text");
