@@ -230,6 +230,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
         x["megatron_arguments"] = MegatronArguments(r.best.config, m);
         x["step_time_s"] = r.step_time_s;
         x["mfu"] = r.best.result.mfu;
+        x["mfu_causal"] = r.best.result.mfu_causal;
         x["memory_at_risk"] = r.memory_at_risk;
         x["known_bias"] = KnownBiasJson(r.best.config);
         x["steps"] = r.steps;
@@ -279,7 +280,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
     }
     std::cout << fmt::format("{:<{}} {:>6}  {:<{}} {:>9} {:>6} {:>9} {:>8} {:>12.0f} {:>8.2f} {:>13} {:>10}  {}\n",
                              r.option.cluster, cw, r.option.gpus, r.best.config.Short(), fw,
-                             FormatSeconds(r.step_time_s), fmt::format("{:.1f}%", 100 * r.best.result.mfu),
+                             FormatSeconds(r.step_time_s), fmt::format("{:.1f}%", 100 * r.best.result.mfu_causal),
                              small(r.wall_time_s / 86400.0), o.mtbf_hours ? fmt::format("{:.1f}%", 100 * r.goodput) : "-",
                              r.gpu_hours,
                              r.price_usd_per_gpu_hour, fmt::format("${:.0f}", r.cost_usd), small(r.energy_kwh / 1000.0),
@@ -295,6 +296,8 @@ void RunCapacityCommand(const CapacityArgs& a) {
     }
     if (const std::string bias = KnownBias(r.best.config); !bias.empty()) std::cout << fmt::format("{:<24}  ({})\n", "", bias);
   }
+  std::cout << "\nMFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "
+               "--json has both conventions.";
   std::cout << fmt::format("\nBest configuration: the fastest plan whose peak memory times {} (the smallest measured "
                            "nvidia-smi /\npredicted ratio of the published BLOOM runs) fits, if one does (docs/planner.md)."
                            "\n", kMeasuredOverPredictedPeakMin);

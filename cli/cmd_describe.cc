@@ -146,7 +146,7 @@ void RunDescribe(const DescribeArgs& a) {
   text += fmt::format("            = {} + {} = {}\n", FormatFlops(fl.per_token_dense),
                       FormatFlops(fl.per_token_attention), FormatFlops(fl.per_token));
   text += fmt::format("  causal    = 6*N_gemm + 6*L*s*a*d = {}  (attention halved by the causal mask, as\n"
-                      "              Megatron-LM and NeMo log TFLOP/s; simulate's headline MFU)\n",
+                      "              current Megatron-LM counts it; simulate's headline MFU)\n",
                       FormatFlops(fl.per_token_causal()));
   text += fmt::format("  per sequence ({} tokens): {}\n", seq, FormatFlops(per_seq));
   if (a.gbs > 0) {

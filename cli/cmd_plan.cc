@@ -205,7 +205,7 @@ void RunPlanCommand(const PlanArgs& a) {
                            "rank", "TP", "PP", "CP", "DP", "VP", "mbs", "schedule", "recompute", "SP", "ZeRO", "step", "tokens/s",
                            ranked_header, "MFU", "bubble", "peak mem", "headroom");
   for (std::size_t i = 0; i < r.plans.size(); ++i) std::cout << PlanRow(i + 1, r.plans[i], cl.gpu.memory_bytes, o.objective) << "\n";
-  std::cout << "  MFU: model FLOPs with causal attention (half the s^2 matrix, as Megatron-LM and NeMo log it); "
+  std::cout << "  MFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "
                "--json has both conventions\n";
   std::set<std::string> splits;
   for (const auto& p : r.plans) {

@@ -146,7 +146,7 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
   std::cout << fmt::format("  step time        {}\n", FormatSeconds(r.step_time_s));
   std::cout << fmt::format("  throughput       {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s, r.samples_per_s);
   std::cout << fmt::format("  MFU (causal)     {}   (model FLOPs 6*N_gemm + 6*L*s*a*d per token: causal attention, half the\n"
-                           "                   matrix, as Megatron-LM and NeMo log it; dense {} peak {:.4g} TFLOP/s per GPU)\n",
+                           "                   matrix, as current Megatron-LM counts it; dense {} peak {:.4g} TFLOP/s per GPU)\n",
                            Pct(r.mfu_causal), ToString(MfuPeakPrecision(c.precision)),
                            cl.gpu.PeakFlops(MfuPeakPrecision(c.precision)) / 1e12);
   std::cout << fmt::format("  MFU / HFU        {} / {}   (PaLM / SC21: 6*N_gemm + 12*L*s*a*d per token, the full attention\n"
@@ -427,7 +427,8 @@ void RunSimulate(const SimulateArgs& a) {
   const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster);
   const std::int64_t gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
   if (loaded && !a.cluster.empty()) WarnIfProfileIsAnotherMachine(*loaded, a.profile, cl, gpus);
-  const ParallelConfig c = BuildConfig(a, m, gpus);
+  ParallelConfig c = BuildConfig(a, m, gpus);
+  ResolveCpA2a(&c, cl.gpus_per_node);
   RequirePrecision(cl.gpu, c, "command line");
   RequireContextParallel(m, c, cl.gpus_per_node, "command line");
   if (a.ops && a.json) {
@@ -479,10 +480,10 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
       ->check(CLI::Range(std::int64_t{1}, kMaxParallelSize));
   AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size,--num-virtual-stages-per-pipeline-rank", a->vp,
               "virtual stages per pipeline rank", kMaxVirtualStages);
-  AddNonNegative(cmd, "--decoder-first-pipeline-num-layers", a->first_stage_layers,
-                 "transformer layers of the first pipeline stage (the other stages share the rest equally)", kMaxLayers);
-  AddNonNegative(cmd, "--decoder-last-pipeline-num-layers", a->last_stage_layers,
-                 "transformer layers of the last pipeline stage", kMaxLayers);
+  AddPositive(cmd, "--decoder-first-pipeline-num-layers", a->first_stage_layers,
+              "transformer layers of the first pipeline stage (the other stages share the rest equally)", kMaxLayers);
+  AddPositive(cmd, "--decoder-last-pipeline-num-layers", a->last_stage_layers,
+              "transformer layers of the last pipeline stage", kMaxLayers);
   AddPositive(cmd, "--num-layers-per-virtual-pipeline-stage", a->layers_per_vp, "Megatron-LM's way to set vp", kMaxLayers);
   AddPositive(cmd, "--mbs,--micro-batch-size", a->mbs, "micro-batch size", kMaxMicroBatchSize);
   AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (default dp*mbs)", kMaxGlobalBatchSize);

@@ -139,6 +139,7 @@ void RunValidate(const ValidateArgs& a) {
         x["predicted_memory_at_risk"] = r.predicted_at_risk;
         x["outcome"] = r.outcome;
         x["predicted_mfu"] = r.predicted_mfu;
+        x["predicted_mfu_causal"] = r.predicted_mfu_causal;
         x["flops_convention"] = r.flops_convention_causal ? "causal" : "full";
         x["assumptions"] = r.assumptions;
       }

@@ -45,13 +45,6 @@ inline CLI::Option* AddPositive(CLI::App* cmd, const std::string& names, std::in
   return AddBoundedInt(cmd, names, value, help, 1, max, "positive", "POSITIVE");
 }
 
-/// The same for a count that may be zero (a stage's layers): `--decoder-first-pipeline-num-layers:
-/// got "-1", expected a non-negative integer up to N`.
-inline CLI::Option* AddNonNegative(CLI::App* cmd, const std::string& names, std::int64_t& value,
-                                   const std::string& help, std::int64_t max) {
-  return AddBoundedInt(cmd, names, value, help, 0, max, "non-negative", "NON-NEGATIVE");
-}
-
 /// A validator for an output file option, checked when the command line is read so a long run
 /// (a calibration sweep, a plan search) does not end in an unwritable path: the value must not
 /// be "-" (unless `allow_stdout`: --csv), nor a folder, and its folder must exist. The error

@@ -172,6 +172,10 @@ std::int64_t CpA2aGroup(const ParallelConfig& c, std::int64_t gpn) {
   return 1;
 }
 
+void ResolveCpA2a(ParallelConfig* c, std::int64_t gpn) {
+  if (c->cp > 1 && c->cp_comm == CpComm::kA2AP2P && c->cp_a2a <= 0) c->cp_a2a = CpA2aGroup(*c, gpn);
+}
+
 std::vector<Infeasibility> ContextParallelRules(const Model& m, const ParallelConfig& c, std::int64_t gpn) {
   std::vector<Infeasibility> r;
   const std::int64_t seq = seq_of(m, c);
@@ -251,6 +255,14 @@ PipelineLayout PipelineLayoutOf(const Model& m, const ParallelConfig& c) {
     const std::string given =
         (first_set ? fmt::format("first stage {}", c.first_stage_layers) : std::string()) +
         (first_set && last_set ? ", " : "") + (last_set ? fmt::format("last stage {}", c.last_stage_layers) : std::string());
+    if ((first_set && c.first_stage_layers < 1) || (last_set && c.last_stage_layers < 1)) {
+      return fail(fmt::format("pipeline split: {} layers, expected at least 1 (Megatron-Core's TransformerConfig)", given));
+    }
+    if (stages_left > 0 && rest == 0) {
+      return fail(fmt::format("pipeline split: {} layers leave none of num_layers = {} for the {} other stages "
+                              "(Megatron-Core needs layers on every stage)",
+                              given, L, stages_left));
+    }
     if (rest < 0 || (stages_left == 0 && rest != 0)) {
       return fail(fmt::format("pipeline split: {} layers leave {} of num_layers = {} for the {} other stages", given,
                               rest, L, stages_left));

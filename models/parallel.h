@@ -203,6 +203,9 @@ bool HasMegatronCoreDefaults(const ParallelConfig& c);
 /// cp_a2a, or when it is 0 the context-parallel ranks of one node, gcd(cp, gpus_per_node / tp);
 /// 1 for kP2P and kAllGather (no all-to-all).
 std::int64_t CpA2aGroup(const ParallelConfig& c, std::int64_t gpus_per_node);
+/// With kA2AP2P and no all-to-all group size given, sets cp_a2a to CpA2aGroup's default, so that
+/// the configuration names both levels (Megatron-LM's --hierarchical-context-parallel-sizes).
+void ResolveCpA2a(ParallelConfig* c, std::int64_t gpus_per_node);
 /// Copies the precision and its options (precision, FP8 recipe and format, amax history,
 /// --fp8-param-gather, bf16-kept layers) from `from` to `to`.
 void CopyPrecisionSettings(const ParallelConfig& from, ParallelConfig* to);

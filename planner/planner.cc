@@ -54,7 +54,7 @@ struct PipelineSplit {
 /// slots with the embedding and the loss in slots (BLOOM's, Llama 3's partition) where pp > 2
 /// divides L + 2 but not L; and where neither divides, Megatron-LM's uneven split with
 /// ceil(L / pp) layers on every middle stage and the rest on the first and the last (at least one
-/// each, the first taking the odd one), for pp that divide `pp_divides` (the GPUs per
+/// each, the first taking the odd one; pp 2 splits L in two), for pp that divide `pp_divides` (the GPUs per
 /// tensor-parallel group: other pp cannot form a candidate).
 std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, std::int64_t pp_divides,
                                           std::map<std::string, std::size_t>* rejected) {
@@ -65,7 +65,7 @@ std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, 
       out.push_back({pp, false, -1, -1, L / pp});
     } else if (pp > 2 && (L + 2) % pp == 0) {
       out.push_back({pp, true, -1, -1, (L + 2) / pp});
-    } else if (pp > 2 && pp_divides % pp == 0) {
+    } else if (pp >= 2 && pp_divides % pp == 0) {
       const std::int64_t mid = (L + pp - 1) / pp, rest = L - (pp - 2) * mid;
       if (rest >= 2 && rest <= 2 * mid) {
         const std::int64_t first = (rest + 1) / 2, last = rest / 2;
@@ -85,8 +85,14 @@ std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, 
 /// Context-parallel sizes to try with `per_group` GPUs per (tp, pp) group: 1, and with fused
 /// attention each cp dividing it and splitting the sequence into 2*cp chunks of at least
 /// PlanOptions::min_cp_chunk_tokens tokens (up to max_cp when set); the fixed one with `--fix cp=`.
-std::vector<std::int64_t> ContextParallelSizes(const PlanOptions& o, std::int64_t seq, std::int64_t per_group) {
-  if (auto it = o.fixed.find("cp"); it != o.fixed.end()) return {std::stoll(it->second)};
+std::vector<std::int64_t> ContextParallelSizes(const PlanOptions& o, std::int64_t seq, std::int64_t per_group,
+                                               std::map<std::string, std::size_t>* rejected) {
+  if (auto it = o.fixed.find("cp"); it != o.fixed.end()) {
+    const std::int64_t cp = std::stoll(it->second);
+    if (per_group % cp == 0) return {cp};
+    ++(*rejected)["(tp, pp) pairs: the fixed cp does not divide GPUs / (tp*pp)"];
+    return {};
+  }
   std::vector<std::int64_t> out = {1};
   if (!o.flash_attention) return out;  // Megatron-Core runs context parallelism with fused attention only
   for (std::int64_t cp = 2; cp <= per_group; ++cp) {
@@ -159,7 +165,7 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
         ++(*rejected)["(tp, pp) pairs: tp*pp does not divide the GPU count"];
         continue;
       }
-      for (std::int64_t cp : ContextParallelSizes(o, seq, n / (tp * pp))) {
+      for (std::int64_t cp : ContextParallelSizes(o, seq, n / (tp * pp), rejected)) {
       const std::int64_t dp = n / (tp * cp * pp);
       if (g % dp != 0) {
         ++(*rejected)[cp > 1 ? "(tp, pp, cp) choices: dp = GPUs/(tp*cp*pp) does not divide the global batch"
@@ -224,6 +230,7 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   c.first_stage_layers = split.first;
                   c.last_stage_layers = split.last;
                   if (const auto it = o.fixed.find("cp_comm"); it != o.fixed.end()) c.cp_comm = ParseCpComm(it->second);
+                  ResolveCpA2a(&c, cl.gpus_per_node);
                   if (!FixedAllows(o.fixed, c)) continue;
                   out.push_back(c);
                 }
@@ -514,8 +521,10 @@ std::string MegatronArguments(const ParallelConfig& c, const Model& m) {
     a += fmt::format(" --context-parallel-size {}", c.cp);
     // DeepSpeed-Ulysses runs the all-to-alls of Megatron-Core's a2a.
     a += fmt::format(" --cp-comm-type {}", c.cp_comm == CpComm::kUlysses ? "a2a" : ToString(c.cp_comm));
-    if (c.cp_comm == CpComm::kA2AP2P && c.cp_a2a > 0) {
-      a += fmt::format(" --hierarchical-context-parallel-sizes {} {}", c.cp_a2a, c.cp / c.cp_a2a);
+    if (c.cp_comm == CpComm::kA2AP2P) {
+      // Megatron-LM requires the two levels with a2a+p2p (ResolveCpA2a sets the default one).
+      a += c.cp_a2a > 0 ? fmt::format(" --hierarchical-context-parallel-sizes {} {}", c.cp_a2a, c.cp / c.cp_a2a)
+                        : std::string(" --hierarchical-context-parallel-sizes A R   # A: ranks per all-to-all group, R = cp / A");
     }
   }
   if (c.schedule == Schedule::kInterleaved && c.vp > 1) {

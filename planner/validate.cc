@@ -321,6 +321,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     const SimulationResult res = Simulate(m, c, cl, row.gpus, prof);
     if (!res.feasible) {
       row.skipped = true;
+      row.assumptions.clear();
       row.skip_reason = "cannot be simulated: " + Join(res.reasons, "; ");
       rep.rows.push_back(row);
       continue;
@@ -331,6 +332,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     row.predicted_fits = res.fits;
     row.predicted_at_risk = res.memory_at_risk;
     row.predicted_mfu = res.mfu;
+    row.predicted_mfu_causal = res.mfu_causal;
     // Measured values, when given, must be positive numbers.
     auto measured = [&](const char* col) -> std::optional<double> {
       const std::string v = t.Get(r, col);

@@ -31,7 +31,8 @@ struct ValidationRow {
   std::optional<double> measured_peak_memory_bytes, predicted_peak_memory_bytes, memory_error;
   bool predicted_fits = true;
   bool predicted_at_risk = false;  ///< fits, but SimulationResult::memory_at_risk
-  double predicted_mfu = 0;
+  double predicted_mfu = 0;         ///< full s^2 attention matrix (SimulationResult::mfu)
+  double predicted_mfu_causal = 0;  ///< attention halved (SimulationResult::mfu_causal)
   std::string group;  ///< model + GPU count (for rank correlation)
   /// The constant this row was used to fit (FitsOnValidationRows), empty for a held-out row.
   std::string fitted_constant;

@@ -158,7 +158,8 @@ struct ValidationFit {
 /// Every built-in constant fitted on validation runs: the Hopper sustained GEMM / MAMF ratio on
 /// the three MPT-13B H100 step times (rows 211-213), and the A100 ratio and the unfused attention
 /// core efficiency on Korthikanti et al. 2022 Table 4's per-layer times of the 22B runs whose
-/// iteration times are rows 32-33.
+/// iteration times are rows 32-33; and, though no constant, the causal reading of NeMo's
+/// long-sequence TFLOP/s (S7 rows 68-76), chosen with those rows.
 const std::vector<ValidationFit>& FitsOnValidationRows();
 
 /// The profile with the attention efficiencies of a named kernel: "fa2" (FlashAttention-2) on

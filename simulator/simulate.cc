@@ -686,6 +686,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
         cc.bwd_input_s = std::round(bi / n * 1e9) / 1e9;
         cc.bwd_weight_s = std::round(bw / n * 1e9) / 1e9;
         cc.recompute_s = cc.fwd_tp_s = cc.bwd_tp_s = cc.recompute_tp_s = 0;
+        cc.fwd_cp_s = cc.bwd_cp_s = cc.recompute_cp_s = 0;
       }
     }
   } else if (opts.free_communication) {
@@ -694,7 +695,9 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
         cc.fwd_s = std::round(cc.fwd_s * 1e9) / 1e9;
         cc.bwd_input_s = std::round((cc.bwd_input_s + cc.recompute_s) * 1e9) / 1e9;
         cc.bwd_weight_s = std::round(cc.bwd_weight_s * 1e9) / 1e9;
-        cc.recompute_s = 0;
+        cc.bwd_tp_s += cc.recompute_tp_s;
+        cc.bwd_cp_s += cc.recompute_cp_s;
+        cc.recompute_s = cc.recompute_tp_s = cc.recompute_cp_s = 0;
       }
     }
   }
@@ -1010,7 +1013,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   j["hfu"] = r.hfu;
   j["flop_convention"] = "mfu: model FLOPs = (6*N_gemm + 12*L*s*a*d) per token (PaLM / SC21: full attention matrix, no "
                          "recompute); mfu_causal: the attention term halved (6*N_gemm + 6*L*s*a*d, causal, as Megatron-LM "
-                         "and NeMo log it); HFU adds recomputed forward FLOPs to mfu's; peak = dense bf16/fp16 peak x GPUs";
+                         "counts it); HFU adds recomputed forward FLOPs to mfu's; peak = dense bf16/fp16 peak x GPUs";
   j["model_flops_per_step"] = r.model_flops_per_step;
   j["model_flops_causal_per_step"] = r.model_flops_causal_per_step;
   j["hardware_flops_per_step"] = r.hardware_flops_per_step;

@@ -92,7 +92,7 @@ struct SimulationResult {
   double step_time_s = 0;
   double tokens_per_s = 0, samples_per_s = 0;
   /// Model FLOPs utilization in the PaLM / SC21 convention (full s^2 attention matrix), and with
-  /// the attention term halved for causal masking (the convention Megatron-LM and NeMo log);
+  /// the attention term halved for causal masking (current Megatron-LM's num_floating_point_operations);
   /// hardware FLOPs utilization adds recomputed FLOPs to `mfu`'s.
   double mfu = 0, mfu_causal = 0, hfu = 0;
   double model_flops_per_step = 0, model_flops_causal_per_step = 0, hardware_flops_per_step = 0;

@@ -228,6 +228,38 @@ TEST(ContextParallel, RulesAndBadInput) {
                                     "--hierarchical-context-parallel-sizes"));
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --cp 4 --cp-comm-type ring",
                                     "--cp-comm-type"));
+  // a2a+p2p names both levels: the all-to-all inside a node's cp ranks, the ring across.
+  const auto r = testing::RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 16 --tp 2 --cp 8 "
+                                       "--cp-comm-type a2a+p2p --seq 65536 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Json::parse(r.out)["config"]["cp_a2a_ranks"], 4);
+}
+
+// A fixed cp that does not divide the GPUs per (tp, pp) group is a generation rejection (it used
+// to divide by a zero data-parallel size).
+TEST(ContextParallel, PlannerFixedCpMustDivide) {
+  const Model m = Llama8Layers(131072);
+  const Cluster cl = LoadCluster("dgx-h100");
+  PlanOptions o;
+  o.gpus = 64;
+  o.global_batch_size = 64;
+  o.seq_length = 131072;
+  o.fixed["cp"] = "3";
+  std::map<std::string, std::size_t> rej;
+  EXPECT_TRUE(GenerateCandidates(m, cl, o, &rej).empty());
+  EXPECT_GT(rej["(tp, pp) pairs: the fixed cp does not divide GPUs / (tp*pp)"], 0u);
+  o.fixed["cp"] = "2";
+  o.fixed["cp_comm"] = "a2a+p2p";
+  const auto cands = GenerateCandidates(m, cl, o, &rej);
+  ASSERT_FALSE(cands.empty());
+  for (const auto& c : cands) {
+    EXPECT_EQ(c.cp, 2);
+    EXPECT_GT(c.cp_a2a, 0);
+    EXPECT_NE(MegatronArguments(c, m).find("--hierarchical-context-parallel-sizes"), std::string::npos);
+  }
+  EXPECT_EQ(testing::RunShardcast("plan --model llama3-8b --cluster dgx-h100 --gpus 64 --seq 131072 --gbs 64 --fix cp=3")
+                .exit_code,
+            0);
 }
 
 // ---- uneven pipeline splits -------------------------------------------------------------------
@@ -290,6 +322,14 @@ TEST(PipelineSplit, MegatronCoreRules) {
   c.first_stage_layers = 100;
   c.last_stage_layers = 100;
   EXPECT_NE(PipelineLayoutOf(m, c).error.find("leave -74"), std::string::npos);
+  // Megatron-Core's TransformerConfig: at least one layer on the first/last stage, and layers on
+  // every middle stage.
+  c.pp = 4;
+  c.first_stage_layers = 63;
+  c.last_stage_layers = 63;
+  EXPECT_NE(PipelineLayoutOf(m, c).error.find("leave none"), std::string::npos);
+  c.first_stage_layers = 0;
+  EXPECT_NE(PipelineLayoutOf(m, c).error.find("at least 1"), std::string::npos);
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3.1-405b --cluster dgx-h100 --gpus 40 --tp 8 --pp 5 "
                                     "--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 7",
                                     "--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 7"));
