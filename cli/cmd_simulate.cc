@@ -257,6 +257,29 @@ void ApplyContextParallelArgs(const SimulateArgs& a, ParallelConfig* c) {
   }
 }
 
+/// Virtual stages per pipeline rank from --vp or Megatron-LM's --num-layers-per-virtual-pipeline-stage
+/// (1 when neither is given); InputError when they disagree or do not divide.
+std::int64_t VirtualStages(const SimulateArgs& a, const Model& m) {
+  if (a.layers_per_vp > 0 && a.vp > 0 && a.vp * a.layers_per_vp * a.pp != m.num_layers) {
+    throw InputError(fmt::format("command line: --num-layers-per-virtual-pipeline-stage: got {}, expected num_layers / "
+                                 "(pp * vp) = {} / ({} * {}) to agree with --vp (give one of them)",
+                                 a.layers_per_vp, m.num_layers, a.pp, a.vp));
+  }
+  if (a.layers_per_vp > 0 && (a.first_stage_layers >= 0 || a.last_stage_layers >= 0 || a.emb_slots ||
+                              a.mcore_account_embedding)) {
+    throw InputError("command line: --num-layers-per-virtual-pipeline-stage: given with an uneven pipeline split, "
+                     "expected --vp (--num-virtual-stages-per-pipeline-rank) instead, as Megatron-LM requires");
+  }
+  if (a.layers_per_vp > 0) {
+    if (m.num_layers % (a.pp * a.layers_per_vp) != 0) {
+      throw InputError(fmt::format("command line: --num-layers-per-virtual-pipeline-stage: got {}, expected a divisor "
+                                   "of num_layers / pp = {} / {}", a.layers_per_vp, m.num_layers, a.pp));
+    }
+    return m.num_layers / (a.pp * a.layers_per_vp);
+  }
+  return a.vp > 0 ? a.vp : 1;
+}
+
 /// Exit 2 when the pipeline split flags given do not add up (PipelineLayoutOf), naming them.
 void CheckPipelineSplitArgs(const SimulateArgs& a, const Model& m, const ParallelConfig& c) {
   const bool uneven = a.first_stage_layers >= 0 || a.last_stage_layers >= 0;
@@ -291,24 +314,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   }
   std::string rc = a.recompute_granularity.empty() ? a.recompute : a.recompute_granularity;
   c.recompute = rc == "none" ? Recompute::kNone : rc == "selective" ? Recompute::kSelective : Recompute::kFull;
-  if (a.vp > 0) c.vp = a.vp;
-  if (a.layers_per_vp > 0 && a.vp > 0 && a.vp * a.layers_per_vp * a.pp != m.num_layers) {
-    throw InputError(fmt::format("command line: --num-layers-per-virtual-pipeline-stage: got {}, expected num_layers / "
-                                 "(pp * vp) = {} / ({} * {}) to agree with --vp (give one of them)",
-                                 a.layers_per_vp, m.num_layers, a.pp, a.vp));
-  }
-  if (a.layers_per_vp > 0 && (a.first_stage_layers >= 0 || a.last_stage_layers >= 0 || a.emb_slots ||
-                              a.mcore_account_embedding)) {
-    throw InputError("command line: --num-layers-per-virtual-pipeline-stage: given with an uneven pipeline split, "
-                     "expected --vp (--num-virtual-stages-per-pipeline-rank) instead, as Megatron-LM requires");
-  }
-  if (a.layers_per_vp > 0) {
-    if (m.num_layers % (a.pp * a.layers_per_vp) != 0) {
-      throw InputError(fmt::format("command line: --num-layers-per-virtual-pipeline-stage: got {}, expected a divisor "
-                                   "of num_layers / pp = {} / {}", a.layers_per_vp, m.num_layers, a.pp));
-    }
-    c.vp = m.num_layers / (a.pp * a.layers_per_vp);
-  }
+  c.vp = VirtualStages(a, m);
   std::string sched = a.schedule;
   if (sched.empty()) sched = c.vp > 1 ? "interleaved" : "1f1b";
   c.schedule = sched == "gpipe" ? Schedule::kGpipe : sched == "1f1b" ? Schedule::k1F1B
