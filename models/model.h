@@ -63,7 +63,7 @@ struct FlopCounts {
   double per_token_attention = 0;  ///< 12 * L * s * a * d
   double per_token = 0;            ///< the sum (PaLM / SC21: the full s^2 attention matrix)
   /// The same with the attention term halved for causal masking, 6 * N_gemm + 6 * L * s * a * d:
-  /// the convention of Megatron-LM's and NeMo's logged TFLOP/s.
+  /// the convention of current Megatron-LM's num_floating_point_operations.
   double per_token_causal() const { return per_token_dense + 0.5 * per_token_attention; }
 };
 
