@@ -14,6 +14,68 @@
 namespace shardcast::cli {
 namespace {
 
+std::string Grouped(std::int64_t v) {
+  std::string s = std::to_string(v), out;
+  int n = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it) {
+    if (n && n % 3 == 0) out.insert(out.begin(), ',');
+    out.insert(out.begin(), *it);
+    ++n;
+  }
+  return out;
+}
+
+/// The mixture-of-experts part of `describe`: total and active parameters, dense and MoE layers,
+/// the routed experts' bytes, and MLA / MTP when the model has them.
+void DescribeExperts(const Model& m, const ParameterCounts& pc, Json* out, std::string* text) {
+  const MoeSpec& e = m.moe;
+  const std::int64_t idle = pc.total - pc.active;
+  (*out)["moe"] = {{"num_experts", e.num_experts},
+                   {"top_k", e.top_k},
+                   {"expert_ffn_hidden_size", e.ffn_hidden_size},
+                   {"shared_expert_ffn_hidden_size", e.shared_ffn_hidden_size},
+                   {"dense_layers", pc.dense_layers},
+                   {"moe_layers", pc.moe_layers},
+                   {"dense_layer_parameters", pc.per_layer.total()},
+                   {"moe_layer_parameters", pc.moe_layer.total()},
+                   {"routed_expert_parameters", pc.moe_layers * pc.moe_layer.expert},
+                   {"routed_expert_bf16_bytes", 2.0 * static_cast<double>(pc.moe_layers * pc.moe_layer.expert)},
+                   {"mtp_parameters", pc.mtp}};
+  *text += fmt::format("  active per token    {:>12}  ({}: top-{} of {} routed experts{})\n",
+                       FormatCount(double(pc.active)), Grouped(pc.active), e.top_k, e.num_experts,
+                       e.shared_ffn_hidden_size > 0 ? fmt::format(" + shared experts of FFN {}", e.shared_ffn_hidden_size)
+                                                    : std::string());
+  *text += fmt::format("  idle per token      {:>12}  (the other routed experts)\n", FormatCount(double(idle)));
+  if (pc.dense_layers > 0) {
+    *text += fmt::format("  dense layer         {:>12}  (x{} = {})\n", FormatCount(double(pc.per_layer.total())),
+                         pc.dense_layers, FormatCount(double(pc.dense_layers * pc.per_layer.total())));
+  }
+  *text += fmt::format("  MoE layer           {:>12}  (x{} = {}; routed experts {} a layer, {} each)\n",
+                       FormatCount(double(pc.moe_layer.total())), pc.moe_layers,
+                       FormatCount(double(pc.moe_layers * pc.moe_layer.total())),
+                       FormatCount(double(pc.moe_layer.expert)),
+                       FormatCount(double(pc.moe_layer.expert / e.num_experts)));
+  *text += fmt::format("  routed experts      {:>12}  ({} in bf16, split over expert-parallel ranks)\n",
+                       FormatCount(double(pc.moe_layers * pc.moe_layer.expert)),
+                       FormatGiB(2.0 * static_cast<double>(pc.moe_layers * pc.moe_layer.expert)));
+  if (m.mla.enabled()) {
+    (*out)["mla"] = {{"q_lora_rank", m.mla.q_lora_rank},
+                     {"kv_lora_rank", m.mla.kv_lora_rank},
+                     {"qk_head_dim", m.mla.qk_head_dim},
+                     {"qk_pos_emb_head_dim", m.mla.qk_pos_emb_head_dim},
+                     {"v_head_dim", m.mla.v_head_dim}};
+    *text += fmt::format("  multi-latent attention: q rank {}, kv rank {}, head dims {} + {} (rope) / v {}; K/V cache "
+                         "{} values a token a layer\n",
+                         m.mla.q_lora_rank, m.mla.kv_lora_rank, m.mla.qk_head_dim, m.mla.qk_pos_emb_head_dim,
+                         m.mla.v_head_dim, m.mla.kv_lora_rank + m.mla.qk_pos_emb_head_dim);
+  }
+  if (pc.mtp > 0) {
+    *text += fmt::format("  MTP modules         {:>12}  ({} x (2h x h projection + norms + one layer); embedding and "
+                         "output layer shared)\n",
+                         FormatCount(double(pc.mtp)), m.mtp_num_layers);
+  }
+}
+
 struct DescribeArgs {
   std::string model;
   std::string cluster;
@@ -26,16 +88,6 @@ struct DescribeArgs {
   bool json = false;
 };
 
-std::string Grouped(std::int64_t v) {
-  std::string s = std::to_string(v), out;
-  int n = 0;
-  for (auto it = s.rbegin(); it != s.rend(); ++it) {
-    if (n && n % 3 == 0) out.insert(out.begin(), ',');
-    out.insert(out.begin(), *it);
-    ++n;
-  }
-  return out;
-}
 
 void RunDescribe(const DescribeArgs& a) {
   const Model m = LoadModel(a.model);
@@ -76,6 +128,7 @@ void RunDescribe(const DescribeArgs& a) {
                   {"add_qkv_bias", m.add_qkv_bias},
                   {"dropout", m.dropout}};
   out["parameters"] = pc.total;
+  out["parameters_active"] = pc.active;
   out["parameter_breakdown"] = {{"per_layer", pc.per_layer.total()},
                                 {"layers", pc.layers},
                                 {"word_embedding", pc.word_embedding},
@@ -121,9 +174,13 @@ void RunDescribe(const DescribeArgs& a) {
   text += "\nParameters\n";
   text += fmt::format("  total               {:>12}  ({})\n", FormatCount(double(pc.total)),
                       Grouped(pc.total));
-  text += fmt::format("  per layer           {:>12}  (x{} layers = {})\n",
-                      FormatCount(double(pc.per_layer.total())), m.num_layers,
-                      FormatCount(double(pc.layers)));
+  if (pc.moe_layers > 0) {
+    DescribeExperts(m, pc, &out, &text);
+  } else {
+    text += fmt::format("  per layer           {:>12}  (x{} layers = {})\n",
+                        FormatCount(double(pc.per_layer.total())), m.num_layers,
+                        FormatCount(double(pc.layers)));
+  }
   text += fmt::format("  word embedding      {:>12}  (V*h = {}*{})\n",
                       FormatCount(double(pc.word_embedding)), m.vocab_size, m.hidden_size);
   text += fmt::format("  position embedding  {:>12}\n",

@@ -1,5 +1,7 @@
 #include "common/text.h"
 
+#include <tuple>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -57,20 +59,24 @@ std::vector<std::string> ClosestMatches(const std::string& query,
                                         std::size_t max_results) {
   const std::string q = ToLower(query);
   const std::size_t limit = std::max<std::size_t>(2, q.size() / 3);
-  std::vector<std::pair<std::size_t, std::string>> scored;
+  // (score, tie-break, name): among names containing the query (score 0), the nearer whole name
+  // first ("num_layer" -> "num_layers" before "mtp_num_layers"); otherwise by name.
+  std::vector<std::tuple<std::size_t, std::size_t, std::string>> scored;
   for (const auto& n : names) {
     const std::string ln = ToLower(n);
     // Distance to the whole name, or to its prefix of the query's length (+1), so that
     // "a100-sxm9" finds "a100-sxm4-80gb"; names containing the query score 0.
-    std::size_t d = std::min(EditDistance(q, ln), EditDistance(q, ln.substr(0, q.size())) + 1);
+    const std::size_t whole = EditDistance(q, ln);
+    std::size_t d = std::min(whole, EditDistance(q, ln.substr(0, q.size())) + 1);
     if (!q.empty() && ln.find(q) != std::string::npos) d = 0;
-    if (d <= limit) scored.emplace_back(d, n);
+    if (d <= limit) scored.emplace_back(d, d == 0 ? whole : 0, n);
   }
   std::sort(scored.begin(), scored.end());
   std::vector<std::string> out;
-  for (const auto& [d, n] : scored) {
+  for (const auto& [d, whole, n] : scored) {
+    (void)whole;
     // Keep the nearest names, and any within distance 1.
-    if (out.size() >= max_results || (d > scored.front().first && d > 1)) break;
+    if (out.size() >= max_results || (d > std::get<0>(scored.front()) && d > 1)) break;
     out.push_back(n);
   }
   return out;

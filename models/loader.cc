@@ -104,7 +104,54 @@ void ValidateModel(const Model& m, const std::string& file) {
                             "a divisor of num_attention_heads = " +
                                 std::to_string(m.num_attention_heads));
   }
+  if (m.moe.enabled()) {
+    if (m.moe.top_k < 1 || m.moe.top_k > m.moe.num_experts) {
+      throw InputError::Field(file, "/moe_router_topk", std::to_string(m.moe.top_k),
+                              "1 to num_experts = " + std::to_string(m.moe.num_experts) + " experts per token");
+    }
+    if (m.moe.ffn_hidden_size < 1) {
+      throw InputError::Field(file, "/moe_ffn_hidden_size", std::to_string(m.moe.ffn_hidden_size),
+                              "each routed expert's FFN size, a positive integer");
+    }
+    if (m.moe.first_k_dense >= m.num_layers) {
+      throw InputError::Field(file, "/moe_first_k_dense_layers", std::to_string(m.moe.first_k_dense),
+                              "fewer than num_layers = " + std::to_string(m.num_layers) + " (some layer must be MoE)");
+    }
+    if (m.MoeLayersIn(0, m.num_layers) == 0) {
+      throw InputError::Field(file, "/moe_layer_step", std::to_string(m.moe.layer_step),
+                              "a step that makes some of the " + std::to_string(m.num_layers) + " layers MoE layers");
+    }
+  }
+  if (m.mla.enabled() && (m.mla.qk_head_dim < 1 || m.mla.v_head_dim < 1)) {
+    throw InputError::Field(file, m.mla.qk_head_dim < 1 ? "/qk_head_dim" : "/v_head_dim",
+                            std::to_string(m.mla.qk_head_dim < 1 ? m.mla.qk_head_dim : m.mla.v_head_dim),
+                            "a positive head dimension with multi-latent attention (kv_lora_rank > 0)");
+  }
 }
+
+namespace {
+
+/// The MoE and MLA fields of our JSON format (Megatron-Core's argument names).
+void ReadMoeAndMla(const JsonReader& r, Model* m) {
+  m->moe.num_experts = r.OptInt("num_experts", 0, kMaxHeads).value_or(0);
+  if (m->moe.num_experts > 1) {
+    m->moe.top_k = r.Int("moe_router_topk", 1, kMaxHeads);
+    m->moe.ffn_hidden_size = r.Int("moe_ffn_hidden_size", 1, kMaxFfn);
+  }
+  m->moe.shared_ffn_hidden_size = r.OptInt("moe_shared_expert_intermediate_size", 0, kMaxFfn).value_or(0);
+  m->moe.first_k_dense = r.OptInt("moe_first_k_dense_layers", 0, kMaxLayers).value_or(0);
+  m->moe.layer_step = r.OptInt("moe_layer_step", 1, kMaxLayers).value_or(1);
+  m->moe.expert_bias = r.OptBool("moe_expert_bias").value_or(false);
+  m->moe.router_bias = r.OptBool("moe_router_bias").value_or(false);
+  m->mla.kv_lora_rank = r.OptInt("kv_lora_rank", 0, kMaxHidden).value_or(0);
+  m->mla.q_lora_rank = r.OptInt("q_lora_rank", 0, kMaxHidden).value_or(0);
+  m->mla.qk_head_dim = r.OptInt("qk_head_dim", 0, kMaxHeadDim).value_or(0);
+  m->mla.qk_pos_emb_head_dim = r.OptInt("qk_pos_emb_head_dim", 0, kMaxHeadDim).value_or(0);
+  m->mla.v_head_dim = r.OptInt("v_head_dim", 0, kMaxHeadDim).value_or(0);
+  m->mtp_num_layers = r.OptInt("mtp_num_layers", 0, 64).value_or(0);
+}
+
+}  // namespace
 
 Model ModelFromJson(const Json& j, const std::string& file) {
   if (j.is_object() && !j.contains("num_layers") &&
@@ -116,7 +163,10 @@ Model ModelFromJson(const Json& j, const std::string& file) {
                        "num_attention_heads", "num_query_groups", "kv_channels", "vocab_size",
                        "seq_length", "max_position_embeddings", "normalization", "activation",
                        "position_embedding", "tie_embeddings", "add_bias_linear", "add_qkv_bias",
-                       "dropout", "source"});
+                       "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                       "moe_shared_expert_intermediate_size", "moe_first_k_dense_layers", "moe_layer_step",
+                       "moe_expert_bias", "moe_router_bias", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
+                       "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers"});
   Model m;
   m.name = r.OptString("name").value_or(std::filesystem::path(file).stem().string());
   m.num_layers = r.Int("num_layers", 1, kMaxLayers);
@@ -150,6 +200,8 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   m.add_bias_linear = r.OptBool("add_bias_linear").value_or(true);
   m.add_qkv_bias = r.OptBool("add_qkv_bias").value_or(m.add_bias_linear);
   m.dropout = r.OptBool("dropout").value_or(true);
+  ReadMoeAndMla(r, &m);
+  if (m.mla.enabled() && !r.Has("kv_channels")) m.kv_channels = m.mla.v_head_dim;
   m.source = r.OptString("source").value_or("user file " + file);
   m.origin = file;
   ValidateModel(m, file);
@@ -175,31 +227,131 @@ Json ModelToJson(const Model& m) {
   j["add_bias_linear"] = m.add_bias_linear;
   j["add_qkv_bias"] = m.add_qkv_bias;
   j["dropout"] = m.dropout;
+  if (m.moe.enabled()) {
+    j["num_experts"] = m.moe.num_experts;
+    j["moe_router_topk"] = m.moe.top_k;
+    j["moe_ffn_hidden_size"] = m.moe.ffn_hidden_size;
+    j["moe_shared_expert_intermediate_size"] = m.moe.shared_ffn_hidden_size;
+    j["moe_first_k_dense_layers"] = m.moe.first_k_dense;
+    j["moe_layer_step"] = m.moe.layer_step;
+    j["moe_expert_bias"] = m.moe.expert_bias;
+    j["moe_router_bias"] = m.moe.router_bias;
+  }
+  if (m.mla.enabled()) {
+    j["q_lora_rank"] = m.mla.q_lora_rank;
+    j["kv_lora_rank"] = m.mla.kv_lora_rank;
+    j["qk_head_dim"] = m.mla.qk_head_dim;
+    j["qk_pos_emb_head_dim"] = m.mla.qk_pos_emb_head_dim;
+    j["v_head_dim"] = m.mla.v_head_dim;
+  }
+  if (m.mtp_num_layers > 0) j["mtp_num_layers"] = m.mtp_num_layers;
   j["source"] = m.source;
   return j;
 }
+
+namespace {
+
+/// A non-negative integer that may be null or absent (Hugging Face writes null for "none").
+std::optional<std::int64_t> HfNullableInt(const JsonReader& r, const std::string& key, std::int64_t max) {
+  if (!r.Has(key) || r.json()[key].is_null()) return std::nullopt;
+  return r.Int(key, 0, max);
+}
+
+/// Llama 4's text_config as a config of its own (model_type llama4_text), keeping the outer
+/// checkpoint name.
+Json HfLlama4Text(const Json& j, const std::string& file) {
+  const Json& t = j["text_config"];
+  if (!t.is_object()) {
+    throw InputError::Field(file, "/text_config", JsonForMessage(t), "an object with the language model's keys");
+  }
+  Json out = t;
+  out["model_type"] = "llama4_text";
+  if (j.contains("_name_or_path")) out["_name_or_path"] = j["_name_or_path"];
+  return out;
+}
+
+/// The experts and MLA of the mixture-of-experts families, with the defaults of the transformers
+/// library's config classes where a key is absent.
+void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& file, Model* m) {
+  MoeSpec& e = m->moe;
+  if (type == "mixtral" || type == "gpt_oss") {
+    e.num_experts = r.Int("num_local_experts", 1, kMaxHeads);
+    e.top_k = r.Has("num_experts_per_tok") ? r.Int("num_experts_per_tok", 1, kMaxHeads)
+                                           : r.OptInt("experts_per_token", 1, kMaxHeads).value_or(2);
+    e.ffn_hidden_size = m->ffn_hidden_size;
+    e.expert_bias = e.router_bias = type == "gpt_oss";  // GPT-OSS's experts and router have biases
+  } else if (type == "qwen2_moe" || type == "qwen3_moe") {
+    e.num_experts = r.Int("num_experts", 1, kMaxHeads);
+    e.top_k = r.Int("num_experts_per_tok", 1, kMaxHeads);
+    e.ffn_hidden_size = r.Int("moe_intermediate_size", 1, kMaxFfn);
+    e.shared_ffn_hidden_size = r.OptInt("shared_expert_intermediate_size", 0, kMaxFfn).value_or(0);
+    e.layer_step = r.OptInt("decoder_sparse_step", 1, kMaxLayers).value_or(1);
+    if (r.Has("mlp_only_layers") && r.json()["mlp_only_layers"].is_array() && !r.json()["mlp_only_layers"].empty()) {
+      throw InputError::Field(file, "/mlp_only_layers", JsonForMessage(r.json()["mlp_only_layers"]),
+                              "an empty list (dense layers at arbitrary positions are not modelled)");
+    }
+  } else if (type == "llama4_text") {
+    e.num_experts = r.Int("num_local_experts", 1, kMaxHeads);
+    e.top_k = r.OptInt("num_experts_per_tok", 1, kMaxHeads).value_or(1);
+    e.ffn_hidden_size = m->ffn_hidden_size;       // intermediate_size: each expert's
+    e.shared_ffn_hidden_size = m->ffn_hidden_size;  // one shared expert of the same size per MoE layer
+    m->ffn_hidden_size = r.OptInt("intermediate_size_mlp", 1, kMaxFfn).value_or(m->ffn_hidden_size);  // dense layers
+    e.layer_step = r.OptInt("interleave_moe_layer_step", 1, kMaxLayers).value_or(1);
+  } else if (type == "deepseek_v2" || type == "deepseek_v3") {
+    e.num_experts = HfNullableInt(r, "n_routed_experts", kMaxHeads).value_or(0);
+    e.top_k = HfNullableInt(r, "num_experts_per_tok", kMaxHeads).value_or(0);
+    e.ffn_hidden_size = r.Int("moe_intermediate_size", 1, kMaxFfn);
+    e.shared_ffn_hidden_size = HfNullableInt(r, "n_shared_experts", kMaxHeads).value_or(0) * e.ffn_hidden_size;
+    e.first_k_dense = r.OptInt("first_k_dense_replace", 0, kMaxLayers).value_or(0);
+    e.layer_step = r.OptInt("moe_layer_freq", 1, kMaxLayers).value_or(1);
+    MlaSpec& a = m->mla;
+    a.q_lora_rank = HfNullableInt(r, "q_lora_rank", kMaxHidden).value_or(0);
+    a.kv_lora_rank = r.Int("kv_lora_rank", 1, kMaxHidden);
+    a.qk_head_dim = r.Int("qk_nope_head_dim", 1, kMaxHeadDim);
+    a.qk_pos_emb_head_dim = r.Int("qk_rope_head_dim", 0, kMaxHeadDim);
+    a.v_head_dim = r.Int("v_head_dim", 1, kMaxHeadDim);
+    m->kv_channels = a.v_head_dim;
+    m->mtp_num_layers = r.OptInt("num_nextn_predict_layers", 0, 64).value_or(0);
+  }
+  if (e.num_experts <= 1) e = MoeSpec{};
+}
+
+}  // namespace
 
 Model ModelFromHuggingFace(const Json& j, const std::string& file) {
   JsonReader r(j, file);
   if (!r.Has("model_type")) {
     throw InputError(file + ": /model_type: missing required field (a Hugging Face config.json names its model_type)");
   }
-  const std::string type = ToLower(r.String("model_type"));
-  if (type == "mixtral" || type == "qwen2_moe" || type == "deepseek_v2" || type == "deepseek_v3" ||
-      type == "dbrx") {
-    throw InputError(file + ": /model_type: got \"" + type +
-                     "\", expected a dense model: mixture-of-experts models are not modelled yet");
+  std::string type = ToLower(r.String("model_type"));
+  // Llama 4 checkpoints nest the language model's keys under text_config (its vision tower is
+  // not modelled).
+  if (type == "llama4") {
+    if (!r.Has("text_config")) {
+      throw InputError(file + ": /text_config: missing required field (a llama4 config.json keeps the language "
+                       "model's keys there)");
+    }
+    Model m = ModelFromHuggingFace(HfLlama4Text(j, file), file);
+    m.source = "Hugging Face config.json (llama4, text_config; the vision encoder is not modelled): " + file;
+    return m;
+  }
+  if (type == "dbrx") {
+    throw InputError(file + ": /model_type: got \"dbrx\", expected a supported model_type: DBRX's fused expert "
+                     "layout is not mapped (mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, llama4, gpt_oss are)");
   }
   // An expert count above 1 under a dense model_type (null, 0 or 1 experts is a dense model).
+  const bool moe_type = type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v2" ||
+                        type == "deepseek_v3" || type == "llama4_text" || type == "gpt_oss";
   for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"}) {
-    if (!j.contains(key) || j[key].is_null()) continue;
+    if (moe_type || !j.contains(key) || j[key].is_null()) continue;
     if (!j[key].is_number()) {
       throw InputError(file + ": /" + key + ": got " + j[key].dump() + ", expected a number of experts (null, 0 or 1 "
                        "for a dense model)");
     }
     if (j[key].get<double>() > 1) {
-      throw InputError(file + ": /" + key + ": got " + j[key].dump() +
-                       ", expected a dense model (no experts): mixture-of-experts models are not modelled yet");
+      throw InputError(file + ": /" + key + ": got " + j[key].dump() + ", expected a dense model for model_type \"" +
+                       type + "\" (its experts would be ignored; the mixture-of-experts types are mixtral, qwen2_moe, "
+                       "qwen3_moe, deepseek_v2, deepseek_v3, llama4, gpt_oss)");
     }
   }
   Model m;
@@ -213,8 +365,9 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
   m.origin = "huggingface:" + file;
   m.source = "Hugging Face config.json (" + (type.empty() ? std::string("?") : type) + "): " + file;
   // Each family's keys; defaults are those of the transformers library's config classes.
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" ||
-      type == "qwen3") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen3" ||
+      type == "qwen2_moe" || type == "qwen3_moe" || type == "llama4_text" || type == "gpt_oss" ||
+      type == "deepseek_v2" || type == "deepseek_v3") {
     m.num_layers = r.Int("num_hidden_layers", 1, kMaxLayers);
     m.hidden_size = r.Int("hidden_size", 1, kMaxHidden);
     m.ffn_hidden_size = r.Int("intermediate_size", 1, kMaxFfn);
@@ -227,9 +380,12 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     m.position_embedding = PositionEmbedding::kRope;
     m.tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
     m.add_bias_linear = r.OptBool("mlp_bias").value_or(false);
-    m.add_qkv_bias = type == "qwen2" ? true : r.OptBool("attention_bias").value_or(false);
-    if (auto hd = r.OptInt("head_dim", 1, kMaxHeadDim)) m.kv_channels = *hd;
+    m.add_qkv_bias = type == "qwen2" || type == "qwen2_moe" ? true
+                     : type == "gpt_oss"                     ? r.OptBool("attention_bias").value_or(true)
+                                                             : r.OptBool("attention_bias").value_or(false);
+    if (j.contains("head_dim") && !j["head_dim"].is_null()) m.kv_channels = r.Int("head_dim", 1, kMaxHeadDim);
     m.dropout = r.OptNumber("attention_dropout", 0, 1).value_or(0.0) > 0;
+    ReadHfMoe(r, type, file, &m);
   } else if (type == "gpt2") {
     m.num_layers = r.Int("n_layer", 1, kMaxLayers);
     m.hidden_size = r.Int("n_embd", 1, kMaxHidden);
@@ -284,7 +440,8 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
   } else {
     throw InputError::Field(file, "/model_type", "\"" + type + "\"",
                             "a supported Hugging Face model_type: llama, mistral, qwen2, qwen3, gpt2, "
-                            "gpt_neox, mpt, bloom");
+                            "gpt_neox, mpt, bloom, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, llama4, "
+                            "gpt_oss");
   }
   if (type != "gpt2" && type != "mpt" && type != "bloom" && type != "gpt_neox") {
     // llama-family already set biases above

@@ -35,29 +35,76 @@ struct LayerParameters {
   std::int64_t sharded = 0;     ///< divided by tp
   std::int64_t replicated = 0;  ///< present on every tp rank
   std::int64_t gemm_weights = 0;  ///< weights used in GEMMs (for the 6N FLOP count)
-  std::int64_t total() const { return sharded + replicated; }
+  /// Routed experts' weights and biases (an MoE layer): divided by the expert-parallel and
+  /// expert-tensor-parallel sizes, not by tp.
+  std::int64_t expert = 0;
+  /// GEMM weights one token multiplies: the layer's GEMM weights with only top-k of the routed
+  /// experts (the "active" weights of the 6N count; = gemm_weights without experts).
+  std::int64_t active_gemm_weights = 0;
+  std::int64_t total() const { return sharded + replicated + expert; }
 };
 
 /// Whole-model parameter counts (formula in docs/inputs.md).
 struct ParameterCounts {
-  LayerParameters per_layer;
-  std::int64_t layers = 0;             ///< num_layers * per_layer.total()
+  LayerParameters per_layer;           ///< a dense transformer layer
+  LayerParameters moe_layer;           ///< a mixture-of-experts layer (zero for a dense model)
+  std::int64_t dense_layers = 0, moe_layers = 0;
+  /// Multi-token prediction modules (DeepSeek-V3): each one transformer layer (MoE where the model
+  /// is) plus its 2h x h projection and two norms; they share the embedding and the output layer.
+  std::int64_t mtp = 0;
+  std::int64_t layers = 0;             ///< the transformer layers' parameters (MTP excluded)
   std::int64_t word_embedding = 0;     ///< V*h
   std::int64_t position_embedding = 0; ///< max_position_embeddings*h when learned, else 0
   std::int64_t output_layer = 0;       ///< V*h when untied, else 0 (shares the word embedding)
   std::int64_t final_norm = 0;
-  std::int64_t total = 0;
-  /// Weights multiplied in GEMMs per token: layers' GEMM weights plus the output projection V*h
-  /// (used even when tied). The "N" of the 6N rule.
+  std::int64_t total = 0;              ///< everything, MTP modules included
+  /// The parameters one token uses: the total less the routed experts it is not sent to (its
+  /// embedding row counted as the whole table; DeepSeek's and OpenAI's published "activated"
+  /// counts leave the input embedding out).
+  std::int64_t active = 0;
+  /// Weights multiplied in GEMMs per token: layers' GEMM weights (active ones for MoE layers) plus
+  /// the output projection V*h (used even when tied), and the MTP modules' with their own pass
+  /// through the output projection. The "N" of the 6N rule.
   std::int64_t gemm_weights = 0;
+};
+
+/// Mixture-of-Experts MLP (Megatron-Core's names; docs/inputs.md). num_experts 0: a dense model.
+struct MoeSpec {
+  std::int64_t num_experts = 0;                    ///< routed experts (--num-experts)
+  std::int64_t top_k = 0;                          ///< experts per token (--moe-router-topk)
+  std::int64_t ffn_hidden_size = 0;                ///< each routed expert's (--moe-ffn-hidden-size)
+  /// All shared experts together (--moe-shared-expert-intermediate-size; 0: none): an MLP every
+  /// token goes through beside its routed experts.
+  std::int64_t shared_ffn_hidden_size = 0;
+  std::int64_t first_k_dense = 0;  ///< leading dense layers (DeepSeek's first_k_dense_replace)
+  /// Of the other layers, layer i is MoE when (i + 1) % layer_step == 0 (Hugging Face's
+  /// decoder_sparse_step / interleave_moe_layer_step; 1: every layer).
+  std::int64_t layer_step = 1;
+  bool expert_bias = false;  ///< biases in the experts' linear layers (GPT-OSS)
+  bool router_bias = false;  ///< a bias in the router's linear layer (GPT-OSS)
+  bool enabled() const { return num_experts > 1; }
+};
+
+/// Multi-head Latent Attention (DeepSeek-V2/V3; Megatron-Core's --multi-latent-attention).
+/// kv_lora_rank 0: standard attention. Queries go through a low-rank down/up projection when
+/// q_lora_rank > 0 (V3), else one projection (V2-Lite).
+struct MlaSpec {
+  std::int64_t q_lora_rank = 0;
+  std::int64_t kv_lora_rank = 0;
+  std::int64_t qk_head_dim = 0;          ///< the part of a query/key head without rotary positions
+  std::int64_t qk_pos_emb_head_dim = 0;  ///< the rotary part (one key head shared by all heads)
+  std::int64_t v_head_dim = 0;
+  bool enabled() const { return kv_lora_rank > 0; }
 };
 
 /// FLOPs of one training step (forward + backward, no recompute) in the convention of
 /// PaLM (Chowdhery et al. 2022, appendix B) and Narayanan et al. 2021 eq. 3 without recompute:
 ///   per token = 6 * N_gemm + 12 * L * s * a * d
-/// where N_gemm counts GEMM weights (layers plus the V*h output projection) and the second term is
-/// the attention score and context matmuls over the full s x s matrix (causal masking not
-/// subtracted). Backward costs twice the forward.
+/// where N_gemm counts the GEMM weights a token multiplies (layers, with only its top-k routed
+/// experts in MoE layers, plus the V*h output projection) and the second term is the attention
+/// score and context matmuls over the full s x s matrix (causal masking not subtracted); with MLA
+/// a*d is a * (qk_head_dim + qk_pos_emb_head_dim + v_head_dim) / 2 (scores use the query/key head,
+/// context the value head). MTP modules add their layer's terms. Backward costs twice the forward.
 struct FlopCounts {
   double per_token_dense = 0;      ///< 6 * N_gemm
   double per_token_attention = 0;  ///< 12 * L * s * a * d
@@ -88,13 +135,26 @@ struct Model {
   /// are saved for backward (Korthikanti et al. 2022 section 4.1). Llama-style models train
   /// without dropout.
   bool dropout = true;
+  MoeSpec moe;
+  MlaSpec mla;
+  std::int64_t mtp_num_layers = 0;  ///< multi-token prediction depth (--mtp-num-layers)
   std::string source;
   std::string origin;  ///< "preset", a file path, or "huggingface:PATH"
 
   /// Parameters of one norm layer: 2h for LayerNorm (weight+bias), h for RMSNorm.
   std::int64_t NormParameters() const;
+  /// A dense transformer layer (attention and the dense MLP).
   LayerParameters Layer() const;
+  /// A mixture-of-experts layer (attention, router, shared and routed experts).
+  LayerParameters MoeLayer() const;
+  /// Whether transformer layer `i` (0-based) is a mixture-of-experts layer.
+  bool IsMoeLayer(std::int64_t i) const;
+  /// Transformer layers in [begin, end) that are MoE layers.
+  std::int64_t MoeLayersIn(std::int64_t begin, std::int64_t end) const;
   ParameterCounts Parameters() const;
+  /// The head dimension of the attention FLOP count: kv_channels, or with MLA the mean of the
+  /// query/key head (qk_head_dim + qk_pos_emb_head_dim) and the value head.
+  double AttentionHeadDim() const;
   /// FLOPs per token at sequence length `seq` (see FlopCounts).
   FlopCounts Flops(std::int64_t seq) const;
 };

@@ -343,6 +343,15 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
     add("dp disagrees with GPUs / (tp*cp*pp)",
         fmt::format("dp = {} but {} GPUs / ({} = {}) = {}", c.dp, gpus, mp_name, mp, gpus / mp));
   }
+  if (m.moe.enabled() || m.mla.enabled() || m.mtp_num_layers > 0) {
+    add("mixture-of-experts, MLA and MTP layers are not simulated yet",
+        fmt::format("{} has {}: the simulator does not model them yet (describe gives its parameters and FLOPs)",
+                    m.name,
+                    m.moe.enabled() ? fmt::format("mixture-of-experts layers ({} experts, top-{})", m.moe.num_experts,
+                                                  m.moe.top_k)
+                    : m.mla.enabled() ? std::string("multi-latent attention")
+                                      : std::string("multi-token prediction layers")));
+  }
   if (m.num_attention_heads % c.tp != 0) {
     add("tp does not divide the attention heads", fmt::format("tp = {} does not divide num_attention_heads = {}", c.tp,
                             m.num_attention_heads));

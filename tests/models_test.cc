@@ -214,10 +214,12 @@ TEST(BadInput, QueryGroupsMustDivideHeads) {
 TEST(BadInput, UnknownKeyIsAnError) {
   EXPECT_EQ(LoadError("bad9.json", ModelWith("num_layer", "4")),
             "bad9.json: /num_layer: unknown key 'num_layer', expected one of activation, "
-            "add_bias_linear, add_qkv_bias, dropout, ffn_hidden_size, hidden_size, kv_channels, "
-            "max_position_embeddings, name, normalization, num_attention_heads, num_layers, "
-            "num_query_groups, position_embedding, seq_length, source, tie_embeddings, "
-            "vocab_size (did you mean 'num_layers'?)");
+            "add_bias_linear, add_qkv_bias, dropout, ffn_hidden_size, hidden_size, kv_channels, kv_lora_rank, "
+            "max_position_embeddings, moe_expert_bias, moe_ffn_hidden_size, moe_first_k_dense_layers, "
+            "moe_layer_step, moe_router_bias, moe_router_topk, moe_shared_expert_intermediate_size, "
+            "mtp_num_layers, name, normalization, num_attention_heads, num_experts, num_layers, "
+            "num_query_groups, position_embedding, q_lora_rank, qk_head_dim, qk_pos_emb_head_dim, seq_length, "
+            "source, tie_embeddings, v_head_dim, vocab_size (did you mean 'num_layers'?)");
   // Keys starting with '_' are comments.
   EXPECT_EQ(LoadError("ok_comment.json", ModelWith("_comment", "\"a note\"")), "no error");
 }
@@ -236,7 +238,8 @@ TEST(BadInput, UnknownPresetListsCloseOnes) {
 TEST(BadInput, UnsupportedHuggingFaceType) {
   EXPECT_EQ(LoadError("hfbad.json", R"({"model_type": "t5", "d_model": 512})"),
             "hfbad.json: /model_type: got \"t5\", expected a supported Hugging Face model_type: "
-            "llama, mistral, qwen2, qwen3, gpt2, gpt_neox, mpt, bloom");
+            "llama, mistral, qwen2, qwen3, gpt2, gpt_neox, mpt, bloom, mixtral, qwen2_moe, qwen3_moe, "
+            "deepseek_v2, deepseek_v3, llama4, gpt_oss");
 }
 
 TEST(BadInput, ClusterWithUnknownGpu) {
@@ -387,17 +390,12 @@ TEST(Parallel, StageParametersSumToModelPlusOutputCopy) {
 namespace shardcast {
 namespace {
 
-TEST(HuggingFace, MixtureOfExpertsIsRefusedAndFoldersWork) {
+TEST(HuggingFace, ExpertsUnderDenseTypesAreRefusedAndFoldersWork) {
   std::string path = testing::WriteTemp("mixtral.json", R"({"model_type": "mixtral", "num_hidden_layers": 32,
     "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
     "vocab_size": 32000, "max_position_embeddings": 32768, "num_local_experts": 8})");
-  try {
-    LoadModel(path);
-    FAIL() << "expected an error";
-  } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), path + ": /model_type: got \"mixtral\", expected a dense model: "
-                                            "mixture-of-experts models are not modelled yet");
-  }
+  EXPECT_EQ(LoadModel(path).moe.num_experts, 8);
+  EXPECT_EQ(LoadModel(path).moe.top_k, 2);  // transformers' MixtralConfig default
   // Experts under a dense model_type: the pointer names the expert count; one expert is dense.
   // The same Mistral config with one extra key each time.
   auto mistral = [](const std::string& name, const std::string& extra) {
@@ -407,8 +405,9 @@ TEST(HuggingFace, MixtureOfExpertsIsRefusedAndFoldersWork) {
   };
   path = mistral("mistral_moe.json", R"("num_local_experts": 8)");
   EXPECT_EQ(testing::InputErrorOf([&] { LoadModel(path); }),
-            path + ": /num_local_experts: got 8, expected a dense model (no experts): "
-                   "mixture-of-experts models are not modelled yet");
+            path + ": /num_local_experts: got 8, expected a dense model for model_type \"mistral\" (its experts "
+                   "would be ignored; the mixture-of-experts types are mixtral, qwen2_moe, qwen3_moe, deepseek_v2, "
+                   "deepseek_v3, llama4, gpt_oss)");
   EXPECT_EQ(LoadModel(mistral("mistral_one_expert.json", R"("num_local_experts": 1)")).num_layers, 32);
   path = mistral("mistral_string_experts.json", R"("n_routed_experts": "8")");
   EXPECT_EQ(testing::InputErrorOf([&] { LoadModel(path); }),

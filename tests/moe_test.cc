@@ -1,0 +1,179 @@
+// Issue 17: mixture-of-experts models, multi-latent attention and multi-token prediction: the
+// model description, its parameter counts and the Hugging Face import. Expected counts are
+// derived here from the layers' shapes and checked against the published totals.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/error.h"
+#include "models/loader.h"
+#include "models/parallel.h"
+#include "tests/test_util.h"
+
+namespace shardcast {
+namespace {
+
+// Mixtral-8x7B: 32 layers of GQA attention (32 heads, 8 groups, d 128) and 8 SwiGLU experts of
+// FFN 14336, top-2; untied 32000-token embedding and output layer. Mistral AI: 46.7B, 12.9B active.
+TEST(Moe, MixtralParametersTotalAndActive) {
+  const Model m = LoadModel("mixtral-8x7b");
+  const std::int64_t h = 4096, f = 14336, L = 32, V = 32000;
+  const std::int64_t attn = h * (32 * 128 + 2 * 8 * 128) + 32 * 128 * h;
+  const std::int64_t expert = 3 * h * f, router = 8 * h, norms = 2 * h;
+  const ParameterCounts pc = m.Parameters();
+  EXPECT_EQ(pc.moe_layers, L);
+  EXPECT_EQ(pc.dense_layers, 0);
+  EXPECT_EQ(pc.moe_layer.expert, 8 * expert);
+  EXPECT_EQ(pc.total, L * (attn + router + 8 * expert + norms) + 2 * V * h + h);
+  EXPECT_EQ(pc.active, pc.total - L * 6 * expert);
+  EXPECT_NEAR(static_cast<double>(pc.total) / 1e9, 46.7, 0.05);
+  EXPECT_NEAR(static_cast<double>(pc.active) / 1e9, 12.9, 0.05);
+  // The 6N count multiplies the active GEMM weights: the top-2 experts, the router, attention and
+  // the output projection.
+  EXPECT_EQ(pc.gemm_weights, L * (attn + router + 2 * expert) + V * h);
+}
+
+// DeepSeek-V3 (arXiv:2412.19437): 61 layers, the first 3 dense (FFN 18432), 58 with 256 routed
+// experts of FFN 2048 (top-8) and one shared expert; MLA with q rank 1536, kv rank 512, head dims
+// 128 + 64 rope, v 128; one MTP module. Published: 671B in the main model, 37B activated.
+TEST(Moe, DeepSeekV3ParametersTotalAndActive) {
+  const Model m = LoadModel("deepseek-v3");
+  const std::int64_t h = 7168, a = 128, V = 129280;
+  const std::int64_t mla = h * 1536 + 1536 + 1536 * a * 192 + h * (512 + 64) + 512 + 512 * a * (128 + 128) +
+                           a * 128 * h;
+  const std::int64_t expert = 3 * h * 2048, norms = 2 * h;
+  const std::int64_t dense = mla + 3 * h * 18432 + norms;
+  const std::int64_t moe = mla + 256 * h + expert /* shared */ + 256 * expert + norms;
+  const ParameterCounts pc = m.Parameters();
+  EXPECT_EQ(pc.dense_layers, 3);
+  EXPECT_EQ(pc.moe_layers, 58);
+  EXPECT_EQ(pc.per_layer.total(), dense);
+  EXPECT_EQ(pc.moe_layer.total(), moe);
+  EXPECT_EQ(pc.mtp, 2 * h * h + 3 * h + moe);
+  const double main_model = static_cast<double>(pc.total - pc.mtp);
+  EXPECT_EQ(pc.total - pc.mtp, 3 * dense + 58 * moe + 2 * V * h + h);
+  EXPECT_NEAR(main_model / 1e9, 671, 1.0);
+  const double main_active = static_cast<double>(pc.active) - static_cast<double>(pc.mtp - 248 * expert);
+  EXPECT_NEAR(main_active / 1e9, 37.6, 0.1);  // published: "37B activated"
+  // MLA's attention FLOPs use the mean of the query/key head (192) and the value head (128).
+  EXPECT_DOUBLE_EQ(m.AttentionHeadDim(), 160.0);
+  EXPECT_NEAR(m.Flops(4096).per_token_attention, 12.0 * (61 + 1) * 4096 * 128 * 160, 1.0);
+}
+
+TEST(Moe, LayerPatterns) {
+  Model m = LoadModel("deepseek-v3");
+  EXPECT_FALSE(m.IsMoeLayer(2));
+  EXPECT_TRUE(m.IsMoeLayer(3));
+  EXPECT_EQ(m.MoeLayersIn(0, 61), 58);
+  // Llama 4 Maverick's interleaving: every second layer is MoE, (i + 1) % 2 == 0.
+  m.moe.first_k_dense = 0;
+  m.moe.layer_step = 2;
+  EXPECT_FALSE(m.IsMoeLayer(0));
+  EXPECT_TRUE(m.IsMoeLayer(1));
+  EXPECT_EQ(m.MoeLayersIn(0, 48), 24);
+}
+
+TEST(Moe, OurJsonFormatAndBadInput) {
+  const Json base = ModelToJson(LoadModel("mixtral-8x7b"));
+  EXPECT_EQ(ModelFromJson(base, "round-trip.json").Parameters().total, LoadModel("mixtral-8x7b").Parameters().total);
+  Json j = base;
+  j["moe_router_topk"] = 9;
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(j, "m.json"); })
+                .find("m.json: /moe_router_topk: got 9, expected 1 to num_experts = 8"),
+            std::string::npos);
+  j = base;
+  j.erase("moe_ffn_hidden_size");
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(j, "m.json"); }).find("/moe_ffn_hidden_size"), std::string::npos);
+  j = base;
+  j["moe_first_k_dense_layers"] = 32;
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(j, "m.json"); }).find("/moe_first_k_dense_layers"),
+            std::string::npos);
+  j = base;
+  j["num_expert"] = 8;  // a typo is an unknown key
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(j, "m.json"); }).find("num_expert"), std::string::npos);
+}
+
+// Until the cost model runs experts, simulate and plan give the reason instead of a number.
+TEST(Moe, SimulateSaysExpertsAreNotSimulatedYet) {
+  const Model m = LoadModel("mixtral-8x7b");
+  ParallelConfig c;
+  c.tp = 1;
+  c.pp = 1;
+  c.dp = 8;
+  c.global_batch_size = 8;
+  const auto reasons = InfeasibilityReasons(m, c, 8, LoadCluster("dgx-h100"));
+  ASSERT_FALSE(reasons.empty());
+  EXPECT_NE(reasons.front().find("mixture-of-experts layers (8 experts, top-2)"), std::string::npos);
+}
+
+// ---- Hugging Face config.json ------------------------------------------------------------------
+
+Model FromHf(const std::string& name, const std::string& json) {
+  return LoadModel(testing::WriteTemp(name, json));
+}
+
+TEST(MoeHuggingFace, EveryFamilyMapsItsKeys) {
+  // Qwen3-30B-A3B: 128 experts of 768, top-8, head_dim 128.
+  Model q = FromHf("qwen3moe.json", R"({"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
+    "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+    "max_position_embeddings": 40960, "decoder_sparse_step": 1, "mlp_only_layers": [], "tie_word_embeddings": false})");
+  EXPECT_EQ(q.Parameters().total, LoadModel("qwen3-30b-a3b").Parameters().total);
+  // Qwen1.5-MoE-A2.7B (qwen2_moe): 60 experts of 1408, top-4, a shared expert of 5632, QKV bias.
+  Model q2 = FromHf("qwen2moe.json", R"({"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632,
+    "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632, "num_experts": 60,
+    "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_attention_heads": 16, "num_key_value_heads": 16,
+    "vocab_size": 151936, "max_position_embeddings": 8192, "decoder_sparse_step": 1, "tie_word_embeddings": false})");
+  EXPECT_EQ(q2.moe.shared_ffn_hidden_size, 5632);
+  EXPECT_TRUE(q2.add_qkv_bias);
+  EXPECT_NEAR(static_cast<double>(q2.Parameters().total) / 1e9, 14.3, 0.1);   // Qwen: 14.3B total
+  EXPECT_NEAR(static_cast<double>(q2.Parameters().active) / 1e9, 2.7, 0.05);  // 2.7B activated
+  EXPECT_NE(testing::InputErrorOf([] {
+              FromHf("qwen2moe_mlp_only.json", R"({"model_type": "qwen2_moe", "hidden_size": 64,
+      "intermediate_size": 128, "moe_intermediate_size": 32, "num_experts": 4, "num_experts_per_tok": 2,
+      "num_hidden_layers": 4, "num_attention_heads": 4, "vocab_size": 100, "max_position_embeddings": 64,
+      "mlp_only_layers": [0]})");
+            }).find("/mlp_only_layers"),
+            std::string::npos);
+  // DeepSeek-V3 from its keys equals the preset.
+  Model d = FromHf("dsv3.json", R"({"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+    "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3, "moe_layer_freq": 1, "num_hidden_layers": 61, "num_attention_heads": 128,
+    "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280, "max_position_embeddings": 163840,
+    "num_nextn_predict_layers": 1, "tie_word_embeddings": false})");
+  EXPECT_EQ(d.Parameters().total, LoadModel("deepseek-v3").Parameters().total);
+  EXPECT_EQ(d.kv_channels, 128);
+  // DeepSeek-V2-Lite: no query compression (q_lora_rank null).
+  Model lite = FromHf("dsv2lite.json", R"({"model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944,
+    "moe_intermediate_size": 1408, "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+    "first_k_dense_replace": 1, "num_hidden_layers": 27, "num_attention_heads": 16, "num_key_value_heads": 16,
+    "q_lora_rank": null, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "vocab_size": 102400, "max_position_embeddings": 163840, "tie_word_embeddings": false})");
+  EXPECT_EQ(lite.mla.q_lora_rank, 0);
+  EXPECT_NEAR(static_cast<double>(lite.Parameters().total) / 1e9, 15.7, 0.1);   // DeepSeek: 15.7B total
+  // DeepSeek's and OpenAI's "activated" counts leave out the input embedding table (a lookup).
+  const ParameterCounts lp = lite.Parameters();
+  EXPECT_NEAR(static_cast<double>(lp.active - lp.word_embedding) / 1e9, 2.4, 0.06);  // 2.4B activated
+  // Llama 4 Scout: the language model under text_config, one shared expert per MoE layer.
+  Model scout = FromHf("llama4.json", R"({"model_type": "llama4", "text_config": {"hidden_size": 5120,
+    "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_local_experts": 16, "num_experts_per_tok": 1,
+    "interleave_moe_layer_step": 1, "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
+    "head_dim": 128, "vocab_size": 202048, "max_position_embeddings": 10485760, "tie_word_embeddings": false}})");
+  EXPECT_EQ(scout.moe.num_experts, 16);
+  EXPECT_EQ(scout.moe.shared_ffn_hidden_size, 8192);
+  EXPECT_NEAR(static_cast<double>(scout.Parameters().total) / 1e9, 107.8, 0.5);  // the text model of the 109B
+  EXPECT_NEAR(static_cast<double>(scout.Parameters().active) / 1e9, 17.2, 0.2);  // "17B active"
+  // GPT-OSS-120B: 128 experts of 2880, top-4, biases in attention, experts and router.
+  Model oss = FromHf("gptoss.json", R"({"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
+    "num_local_experts": 128, "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_attention_heads": 64,
+    "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 201088, "max_position_embeddings": 131072,
+    "tie_word_embeddings": false})");
+  EXPECT_TRUE(oss.moe.expert_bias && oss.moe.router_bias && oss.add_qkv_bias);
+  EXPECT_NEAR(static_cast<double>(oss.Parameters().total) / 1e9, 116.8, 0.3);  // OpenAI: 116.8B total
+  const ParameterCounts op = oss.Parameters();
+  EXPECT_NEAR(static_cast<double>(op.active - op.word_embedding) / 1e9, 5.13, 0.02);  // 5.13B active
+}
+
+}  // namespace
+}  // namespace shardcast
