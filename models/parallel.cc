@@ -19,6 +19,15 @@ const char* ToString(CpComm c) {
   return "?";
 }
 
+const char* ToString(MoeDispatcher d) {
+  switch (d) {
+    case MoeDispatcher::kAllToAll: return "alltoall";
+    case MoeDispatcher::kAllGather: return "allgather";
+    case MoeDispatcher::kFlex: return "flex";
+  }
+  return "?";
+}
+
 CpComm ParseCpComm(const std::string& s) {
   if (s == "p2p") return CpComm::kP2P;
   if (s == "allgather") return CpComm::kAllGather;
@@ -458,14 +467,17 @@ StateBytesPerParam BytesPerParam(int zero_stage, std::int64_t dp, bool fp32_main
   return b;
 }
 
-StateBytesPerParam BytesPerParam(const ParallelConfig& c) {
-  const double d = static_cast<double>(c.dp_cp());
+StateBytesPerParam BytesPerParam(const ParallelConfig& c) { return BytesPerParam(c, c.dp_cp()); }
+
+StateBytesPerParam BytesPerParam(const ParallelConfig& c, std::int64_t shards) {
+  shards = std::max<std::int64_t>(1, shards);
+  const double d = static_cast<double>(shards);
   StateBytesPerParam b;
   switch (c.optimizer_impl) {
     case OptimizerImpl::kMegatron:
-      return BytesPerParam(c.zero_stage, c.dp_cp(), c.fp32_main_grads);
+      return BytesPerParam(c.zero_stage, shards, c.fp32_main_grads);
     case OptimizerImpl::kDeepSpeedZero:
-      b = BytesPerParam(c.zero_stage, c.dp_cp(), false);
+      b = BytesPerParam(c.zero_stage, shards, false);
       if (c.zero_stage >= 1) b.optimizer += 4.0 / d;  // the owner's fp32 gradient partition
       return b;
     case OptimizerImpl::kDeepSpeedBf16:

@@ -46,6 +46,12 @@ enum class Fp8Recipe { kDelayed, kTensorwise, kBlockwise };
 ///  - kUlysses: DeepSpeed-Ulysses (DeepSpeed's DistributedAttention, --ds-sequence-parallel-size):
 ///    the all-to-alls of kA2A, with the sequence split into cp contiguous chunks.
 enum class CpComm { kP2P, kAllGather, kA2A, kA2AP2P, kUlysses };
+/// How an MoE layer moves tokens to their experts (Megatron-Core's --moe-token-dispatcher-type):
+/// all-to-all of the top-k copies over the expert-parallel group (kAllToAll), all-gather of the
+/// tokens and reduce-scatter of the outputs (kAllGather), or the fused DeepEP dispatch (kFlex),
+/// which sends a token once to each node holding one of its experts and fans out over NVLink.
+enum class MoeDispatcher { kAllToAll, kAllGather, kFlex };
+const char* ToString(MoeDispatcher d);
 const char* ToString(CpComm c);
 /// "p2p", "allgather", "a2a", "a2a+p2p", "ulysses" (or "deepspeed-ulysses"); InputError otherwise.
 CpComm ParseCpComm(const std::string& s);
@@ -66,6 +72,18 @@ struct ParallelConfig {
   /// --hierarchical-context-parallel-sizes; the ring runs over cp / cp_a2a such groups). 0: the
   /// context-parallel ranks of one node (gpus_per_node / tp, at most cp).
   std::int64_t cp_a2a = 0;
+  /// Expert parallelism (Megatron-Core's MoE parallel folding): the experts of a layer split over
+  /// ep ranks (--expert-model-parallel-size), each expert's FFN over etp ranks
+  /// (--expert-tensor-parallel-size; 0: = tp, Megatron's default); the expert layers' own grid
+  /// etp x ep x edp lives on the same tp x cp x dp GPUs of a stage (edp = tp*cp*dp / (etp*ep)).
+  std::int64_t ep = 1, etp = 0;
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  /// --moe-expert-capacity-factor (0: dropless): an expert takes at most this times its average
+  /// tokens, the rest are dropped (and padded up to it with --moe-pad-expert-input-to-capacity).
+  double moe_capacity_factor = 0;
+  /// Tokens of the busiest expert-parallel rank over the average (load imbalance of the routing);
+  /// 0: balanced routing's expected busiest rank (MoeImbalance).
+  double moe_load_imbalance = 0;
   std::int64_t vp = 1;   ///< virtual pipeline stages per pipeline rank (interleaved)
   std::int64_t micro_batch_size = 1;
   std::int64_t global_batch_size = 1;
@@ -131,6 +149,13 @@ struct ParallelConfig {
   /// same weights, over which gradients are reduced and the distributed optimizer is sharded
   /// (Megatron-LM's data-parallel group with context parallelism).
   std::int64_t dp_cp() const { return dp * cp; }
+  /// The expert-tensor-parallel size (etp, or tp when it is 0).
+  std::int64_t expert_tp() const { return etp > 0 ? etp : tp; }
+  /// The expert-data-parallel size: tp*cp*dp / (etp*ep) (0 when it does not divide).
+  std::int64_t expert_dp() const {
+    const std::int64_t grid = expert_tp() * ep;
+    return grid > 0 && (tp * cp * dp) % grid == 0 ? tp * cp * dp / grid : 0;
+  }
   /// Whether the pipeline split is not the default one (embedding slots or first/last stage
   /// layer counts).
   bool uneven_pipeline() const { return embedding_slots || first_stage_layers >= 0 || last_stage_layers >= 0; }
@@ -257,6 +282,9 @@ StateBytesPerParam BytesPerParam(int zero_stage, std::int64_t dp, bool fp32_main
 /// The same for the configuration's optimizer implementation (see OptimizerImpl):
 /// kDeepSpeedZero 2 / 2 (2/dp at ZeRO-2) / 16/dp; kDeepSpeedBf16 2 / 6 / 12/dp.
 StateBytesPerParam BytesPerParam(const ParallelConfig& c);
+/// The same sharded over `shards` ranks instead of dp x cp (routed experts: the expert-data-parallel
+/// size).
+StateBytesPerParam BytesPerParam(const ParallelConfig& c, std::int64_t shards);
 /// Bytes per parameter that the data-parallel gradient reduction moves: 4 with fp32 main grads
 /// (Megatron) or the BF16_Optimizer's fp32 all-reduce, else 2.
 double GradReduceBytesPerParam(const ParallelConfig& c);

@@ -101,9 +101,17 @@ double OptimizerBytes(const ParallelConfig& c, double local_params) {
   return OptimizerShardBytesPerParam(c) * OptimizerShard(c, local_params) + BytesPerParam(c).grads * local_params;
 }
 
-double OptimizerTime(const HardwareProfile& p, const ParallelConfig& c, double local_params) {
-  return MemoryBoundTime(p, OptimizerShardBytesPerParam(c) * OptimizerShard(c, local_params)) +
-         MemoryBoundTime(p, BytesPerParam(c).grads * local_params);
+double OptimizerTime(const HardwareProfile& p, const ParallelConfig& c, double local_params, double expert_params) {
+  if (expert_params <= 0) {
+    return MemoryBoundTime(p, OptimizerShardBytesPerParam(c) * OptimizerShard(c, local_params)) +
+           MemoryBoundTime(p, BytesPerParam(c).grads * local_params);
+  }
+  // Routed experts are sharded over the expert-data-parallel ranks instead of dp x cp.
+  const double dense = local_params - expert_params;
+  const double edp = static_cast<double>(std::max<std::int64_t>(1, c.expert_dp()));
+  const double shard = OptimizerShard(c, dense) + (c.zero_stage >= 1 ? expert_params / edp : expert_params);
+  const double grads = BytesPerParam(c).grads * dense + BytesPerParam(c, c.expert_dp()).grads * expert_params;
+  return MemoryBoundTime(p, OptimizerShardBytesPerParam(c) * shard) + MemoryBoundTime(p, grads);
 }
 
 double WeightQuantizeTime(const HardwareProfile& p, const ParallelConfig& c, const LinearFormat& f,
@@ -312,6 +320,24 @@ class OpBuilder {
     CollectiveIn(out, name, pass, op, size, g);
     if (g.ranks > 1) out.back().context_parallel = true;
   }
+  /// A collective of the expert-parallel (or expert-tensor-parallel) group `g`, reported as EP
+  /// communication.
+  void EpCollective(std::vector<Op>& out, const std::string& name, Pass pass, CollectiveOp op, double size,
+                    const GroupPlacement& g) {
+    CollectiveIn(out, name, pass, op, size, g);
+    if (g.ranks > 1) out.back().expert_parallel = true;
+  }
+  /// `groups` GEMMs of m x n x k each in the linear format, launched as one grouped GEMM (the MoE
+  /// experts on one GPU): each at the efficiency of its own shape, one launch for all.
+  void GroupedLinear(std::vector<Op>& out, const std::string& name, Pass pass, double groups, double m, double n,
+                     double k) {
+    Linear(out, name, pass, m, n, k);
+    Op& o = out.back();
+    o.batch = groups;
+    o.flops *= groups;
+    o.bytes *= groups;
+    o.duration_s = groups * (o.duration_s - p_.launch_overhead_s) + p_.launch_overhead_s;
+  }
   /// A collective of the tensor-parallel group.
   void Collective(std::vector<Op>& out, const std::string& name, Pass pass, CollectiveOp op,
                   double size) {
@@ -355,15 +381,19 @@ class OpBuilder {
   LinearFormat linear_;
 };
 
-/// Sums op durations of one pass; the TP and the context-parallel collective parts separately.
-void SumPass(const std::vector<Op>& ops, Pass pass, double* total, double* tp, double* cp = nullptr) {
+/// Sums op durations of one pass; the TP, context-parallel and expert-parallel collective parts
+/// separately (a part without its pointer stays in the total only).
+void SumPass(const std::vector<Op>& ops, Pass pass, double* total, double* tp, double* cp = nullptr,
+             double* ep = nullptr) {
   for (const auto& o : ops) {
     if (o.pass != pass || o.overlapped) continue;
     *total += o.duration_s;
     if (o.kind != OpKind::kCollective) continue;
-    if (o.context_parallel && cp != nullptr) {
-      *cp += o.duration_s;
-    } else if (!o.context_parallel) {
+    if (o.context_parallel) {
+      if (cp != nullptr) *cp += o.duration_s;
+    } else if (o.expert_parallel) {
+      if (ep != nullptr) *ep += o.duration_s;
+    } else {
       *tp += o.duration_s;
     }
   }
@@ -513,39 +543,45 @@ void CpAttentionBackward(OpBuilder& ob, std::vector<Op>& L, const LayerShape& x,
 
 namespace {
 
-/// One transformer layer's ops (all passes), what it keeps for the backward pass under the
-/// recompute policy, and the inputs its weight-gradient GEMMs need. The linear GEMMs run in
-/// `ob`'s linear format; under a low-precision format their inputs are cast before the forward
-/// GEMM and the output gradients before the data-gradient GEMM (docs/simulator.md, "Precisions").
-LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape& x, const HardwareProfile& prof,
-                       OpBuilder& ob) {
-  LayerOps out;
-  auto& L = out.ops;
-  const double b = x.b, s = x.s, h = x.h, f = x.f, a = x.a, g = x.g, d = x.d, t = x.t, T = x.T, rep = x.rep,
-               eb = x.eb, drop = x.drop;
-  const bool sp = x.sp, swiglu = x.swiglu;
-  const LinearFormat& lf = ob.linear_format();
-  const bool low = lf.low_precision();
-  // A linear GEMM's saved input: the quantized (column-wise) copy under a low-precision format.
-  const double q = low ? lf.CopyBytes() : eb;
-  // Unfused attention core ops appended since `begin` run at the profile's measured fraction of
-  // their cost-model time (HardwareProfile::unfused_attention_core_efficiency).
-  auto scale_attention_core = [&](std::size_t begin) {
-    for (std::size_t i = begin; i < L.size(); ++i) L[i].duration_s /= prof.unfused_attention_core_efficiency;
-  };
-  const Pass F = Pass::kForward, B = Pass::kBackwardInput, W = Pass::kBackwardWeight;
-  const double act = eb * T * h;  // one hidden-state tensor in the model dtype, unsharded
-  const double norm_bytes = 2 * act / rep;  // read + write
-  // Without a sequence-parallel gather between them, the norm writes the quantized copies of
-  // its output itself (Transformer Engine's LayerNormLinear), instead of a 16-bit output.
-  const double fused_norm_bytes = low && !sp ? act / rep + lf.CastWriteBytes() * T * h / rep : norm_bytes;
-  const CollectiveOp ag = CollectiveOp::kAllGather, rs = CollectiveOp::kReduceScatter,
-                     ar = CollectiveOp::kAllReduce;
-  const double qkv_n = (a + 2 * g) * d / t;
-  const double ad_t = a * d / t;
-  const double mlp_up_n = (swiglu ? 2 : 1) * f / t;
-  const double mask = drop * T * h / rep;  // 1-byte dropout mask of a hidden-state tensor
+/// Builds one transformer layer's ops (all passes), what it keeps for the backward pass under the
+/// recompute policy, and the inputs its weight-gradient GEMMs need, unit by unit: attention
+/// (MHA/GQA, with context parallelism), then the dense MLP or the MoE MLP, forward then backward
+/// in reverse. The linear GEMMs run in `ob`'s linear format; under a low-precision format their
+/// inputs are cast before the forward GEMM and the output gradients before the data-gradient GEMM
+/// (docs/simulator.md, "Precisions").
+class LayerBuilder {
+ public:
+  LayerBuilder(const Model& model, const ParallelConfig& cfg, const LayerShape& shape, const HardwareProfile& profile,
+               OpBuilder& op_builder, const MoePlan* moe_plan)
+      : m(model), c(cfg), x(shape), prof(profile), ob(op_builder), moe(moe_plan), L(out.ops) {}
 
+  LayerOps Build() {
+    AttentionForward();
+    if (moe != nullptr) {
+      MoeMlpForward();
+      MoeMlpBackward();
+    } else {
+      DenseMlpForward();
+      DenseMlpBackward();
+    }
+    AttentionBackward();
+    Finish();
+    // Weight gradients need the inputs of the linear GEMMs: QKV and MLP-up (or experts') inputs,
+    // the attention output and the activation output (their quantized copies under a
+    // low-precision format).
+    out.weight_inputs_bytes = moe != nullptr ? q * (T * h / rep + T * ad_t) + mlp_weight_inputs
+                                             : q * (2 * T * h / rep + T * ad_t + T * f / t);
+    return out;
+  }
+
+ private:
+  /// Unfused attention core ops appended since `begin` run at the profile's measured fraction of
+  /// their cost-model time (HardwareProfile::unfused_attention_core_efficiency).
+  void scale_attention_core(std::size_t begin) {
+    for (std::size_t i = begin; i < L.size(); ++i) L[i].duration_s /= prof.unfused_attention_core_efficiency;
+  }
+
+  void AttentionForward() {
   // ---- forward (saved bytes: Korthikanti et al. 2022 section 4.1, generalized to GQA/SwiGLU)
   ob.Memory(L, "input_norm", F, fused_norm_bytes, act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_attn", F, ag, act);
@@ -578,6 +614,9 @@ LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape
   L.back().saved_bytes = q * T * ad_t + (low && c.flash_attention ? eb * T * ad_t : 0.0);
   ob.Collective(L, sp ? "tp_reduce_scatter_attn" : "tp_all_reduce_attn", F, sp ? rs : ar, act);
   ob.Memory(L, m.dropout ? "dropout_residual_attn" : "residual_attn", F, 3 * act / rep + mask, mask);
+  }
+
+  void DenseMlpForward() {
   ob.Memory(L, "post_attn_norm", F, fused_norm_bytes, act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_mlp", F, ag, act);
   if (sp) ob.Quantize(L, "mlp_up_input_quantize", F, T * h);
@@ -589,12 +628,9 @@ LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape
   ob.Linear(L, "mlp_down", F, T, h, f / t);
   ob.Collective(L, sp ? "tp_reduce_scatter_mlp" : "tp_all_reduce_mlp", F, sp ? rs : ar, act);
   ob.Memory(L, m.dropout ? "dropout_residual_mlp" : "residual_mlp", F, 3 * act / rep + mask, mask);
+  }
 
-  // Megatron-LM's async input-gradient collective hides behind the weight-gradient GEMM that
-  // follows it; ZB-H1 defers that GEMM (W) to a later slot, so nothing is hidden there.
-  const bool hide_tp_grad = c.async_tp_grad_reduce && c.schedule != Schedule::kZbH1;
-
-  // ---- backward: input gradients (B) and weight gradients (W), reverse order
+  void DenseMlpBackward() {
   ob.Memory(L, m.dropout ? "dropout_residual_mlp_bwd" : "residual_mlp_bwd", B, 3 * act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_mlp_bwd", B, ag, act);  // grad of reduce-scatter
   ob.Quantize(L, "mlp_down_grad_quantize", B, T * h);
@@ -613,6 +649,9 @@ LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape
   ob.Collective(L, sp ? "sp_reduce_scatter_mlp_bwd" : "tp_all_reduce_mlp_bwd", B, sp ? rs : ar, act);
   if (hide_tp_grad) ob.HideBehindGemm(L, "mlp_up_wgrad");
   ob.Memory(L, "post_attn_norm_bwd", B, 2 * norm_bytes);
+  }
+
+  void AttentionBackward() {
   ob.Memory(L, m.dropout ? "dropout_residual_attn_bwd" : "residual_attn_bwd", B, 3 * act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_attn_bwd", B, ag, act);
   ob.Quantize(L, "attn_out_proj_grad_quantize", B, T * h);
@@ -642,7 +681,13 @@ LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape
   ob.Collective(L, sp ? "sp_reduce_scatter_attn_bwd" : "tp_all_reduce_attn_bwd", B, sp ? rs : ar, act);
   if (hide_tp_grad) ob.HideBehindGemm(L, "qkv_proj_wgrad");
   ob.Memory(L, "input_norm_bwd", B, 2 * norm_bytes);
+  }
 
+  void MoeMlpForward();
+  void MoeMlpBackward();
+
+  /// TP communication overlap, recompute and the layer's saved bytes.
+  void Finish() {
   // Transformer Engine's userbuffers (--tp-comm-overlap) pipeline the sequence-parallel
   // all-gathers with the GEMMs they feed and the reduce-scatters with the GEMMs they reduce
   // (forward), and the output-gradient all-gathers with the data-gradient GEMMs (backward); the
@@ -689,11 +734,176 @@ LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape
     out.saved_bytes = layer_saved_all - attn_core;
     out.transient_bytes = std::max(out.transient_bytes, attn_core);
   }
-  // Weight gradients need the inputs of the four linear GEMMs: QKV and MLP-up inputs, the
-  // attention output and the activation output (their quantized copies under a low-precision
-  // format).
-  out.weight_inputs_bytes = q * (2 * T * h / rep + T * ad_t + T * f / t);
-  return out;
+  }
+
+  const Model& m;
+  const ParallelConfig& c;
+  const LayerShape& x;
+  const HardwareProfile& prof;
+  OpBuilder& ob;
+  const MoePlan* moe;
+  LayerOps out;
+  std::vector<Op>& L;
+  const double b = x.b, s = x.s, h = x.h, f = x.f, a = x.a, g = x.g, d = x.d, t = x.t, T = x.T, rep = x.rep,
+               eb = x.eb, drop = x.drop;
+  const bool sp = x.sp, swiglu = x.swiglu;
+  const LinearFormat& lf = ob.linear_format();
+  const bool low = lf.low_precision();
+  /// A linear GEMM's saved input: the quantized (column-wise) copy under a low-precision format.
+  const double q = low ? lf.CopyBytes() : eb;
+  static constexpr Pass F = Pass::kForward, B = Pass::kBackwardInput, W = Pass::kBackwardWeight;
+  const double act = eb * T * h;  ///< one hidden-state tensor in the model dtype, unsharded
+  const double norm_bytes = 2 * act / rep;  ///< read + write
+  /// Without a sequence-parallel gather between them, the norm writes the quantized copies of
+  /// its output itself (Transformer Engine's LayerNormLinear), instead of a 16-bit output.
+  const double fused_norm_bytes = low && !sp ? act / rep + lf.CastWriteBytes() * T * h / rep : norm_bytes;
+  static constexpr CollectiveOp ag = CollectiveOp::kAllGather, rs = CollectiveOp::kReduceScatter,
+                                ar = CollectiveOp::kAllReduce;
+  const double qkv_n = (a + 2 * g) * d / t;
+  const double ad_t = a * d / t;
+  const double mlp_up_n = (swiglu ? 2 : 1) * f / t;
+  const double mask = drop * T * h / rep;  ///< 1-byte dropout mask of a hidden-state tensor
+  /// Megatron-LM's async input-gradient collective hides behind the weight-gradient GEMM that
+  /// follows it; ZB-H1 defers that GEMM (W) to a later slot, so nothing is hidden there.
+  const bool hide_tp_grad = c.async_tp_grad_reduce && c.schedule != Schedule::kZbH1;
+  double mlp_weight_inputs = 0;  ///< the MLP's weight-gradient GEMM inputs
+};
+
+/// The MoE MLP's forward on one GPU (docs/simulator.md, "Mixture of experts"): the router
+/// (h x E GEMM, bf16, and its top-k), the permutation of the routed tokens into k copies, their
+/// dispatch to the experts' ranks, the local experts as grouped GEMMs on the busiest rank's tokens
+/// (gathered over the expert-tensor-parallel group when etp > 1), the combine back and the
+/// weighted sum; shared experts run as a dense MLP of their size on the TP group.
+void LayerBuilder::MoeMlpForward() {
+  const MoePlan& e = *moe;
+  const MoeSpec& spec = m.moe;
+  const double E = static_cast<double>(spec.num_experts), k = static_cast<double>(spec.top_k);
+  const double Tr = e.tokens_routed, tok = e.local_experts * e.tokens_per_expert;  // tokens at the experts
+  const double fe = static_cast<double>(spec.ffn_hidden_size) / e.etp, up_n = (swiglu ? 2 : 1) * fe;
+  ob.Memory(L, "post_attn_norm", F, fused_norm_bytes, act / rep);
+  ob.Gemm(L, "moe_router", F, Tr, E, h);
+  L.back().saved_bytes = 4 * Tr * E;  // fp32 router logits for the softmax/top-k backward
+  ob.Memory(L, "moe_router_topk", F, 3 * 4 * Tr * E, 4 * Tr * k);
+  ob.Memory(L, "moe_permute", F, eb * Tr * h * (1 + k));  // read the tokens, write their k copies
+  const CollectiveOp dispatch = e.dispatcher == MoeDispatcher::kAllGather ? ag : CollectiveOp::kAllToAll;
+  ob.EpCollective(L, "moe_dispatch", F, dispatch, e.dispatch_bytes, e.ep_group);
+  ob.EpCollective(L, "moe_etp_all_gather", F, ag, eb * tok * h, e.etp_group);
+  ob.Quantize(L, "moe_expert_up_input_quantize", F, tok * h);
+  ob.GroupedLinear(L, "moe_expert_up", F, e.local_experts, e.tokens_per_expert, up_n, h);
+  L.back().saved_bytes = q * tok * h;
+  ob.Memory(L, swiglu ? "moe_swiglu" : "moe_gelu", F, eb * tok * (up_n + fe), eb * tok * up_n + q * tok * fe);
+  ob.Quantize(L, "moe_expert_down_input_quantize", F, tok * fe);
+  ob.GroupedLinear(L, "moe_expert_down", F, e.local_experts, e.tokens_per_expert, h, fe);
+  ob.EpCollective(L, "moe_etp_reduce_scatter", F, rs, eb * tok * h, e.etp_group);
+  ob.EpCollective(L, "moe_combine", F, dispatch == ag ? rs : dispatch, e.dispatch_bytes, e.ep_group);
+  ob.Memory(L, "moe_unpermute", F, eb * Tr * h * (1 + k));
+  mlp_weight_inputs = q * (tok * h + tok * fe);
+  if (spec.shared_ffn_hidden_size > 0) {
+    const double fs = static_cast<double>(spec.shared_ffn_hidden_size) / t, sup = (swiglu ? 2 : 1) * fs;
+    if (sp) ob.Collective(L, "moe_shared_all_gather", F, ag, act);
+    ob.Linear(L, "moe_shared_up", F, T, sup, h);
+    L.back().saved_bytes = q * T * h / rep;
+    ob.Memory(L, "moe_shared_activation", F, eb * T * (sup + fs), eb * T * sup + q * T * fs);
+    ob.Linear(L, "moe_shared_down", F, T, h, fs);
+    ob.Collective(L, sp ? "moe_shared_reduce_scatter" : "moe_shared_all_reduce", F, sp ? rs : ar, act);
+    mlp_weight_inputs += q * (T * h / rep + T * fs);
+  }
+  ob.Memory(L, m.dropout ? "dropout_residual_mlp" : "residual_mlp", F, 3 * act / rep + mask, mask);
+}
+
+/// The MoE MLP's backward: the mirror of the forward (the combine's gradient travels the
+/// dispatch's way and back), data- and weight-gradient grouped GEMMs, the router's gradients.
+void LayerBuilder::MoeMlpBackward() {
+  const MoePlan& e = *moe;
+  const MoeSpec& spec = m.moe;
+  const double E = static_cast<double>(spec.num_experts), k = static_cast<double>(spec.top_k);
+  const double Tr = e.tokens_routed, tok = e.local_experts * e.tokens_per_expert;
+  const double fe = static_cast<double>(spec.ffn_hidden_size) / e.etp, up_n = (swiglu ? 2 : 1) * fe;
+  const CollectiveOp dispatch = e.dispatcher == MoeDispatcher::kAllGather ? ag : CollectiveOp::kAllToAll;
+  ob.Memory(L, m.dropout ? "dropout_residual_mlp_bwd" : "residual_mlp_bwd", B, 3 * act / rep);
+  if (spec.shared_ffn_hidden_size > 0) {
+    const double fs = static_cast<double>(spec.shared_ffn_hidden_size) / t, sup = (swiglu ? 2 : 1) * fs;
+    if (sp) ob.Collective(L, "moe_shared_all_gather_bwd", B, ag, act);
+    ob.Linear(L, "moe_shared_down_dgrad", B, T, fs, h);
+    ob.Linear(L, "moe_shared_down_wgrad", W, fs, h, T);
+    ob.Memory(L, "moe_shared_activation_bwd", B, 2 * eb * T * (sup + fs));
+    ob.Linear(L, "moe_shared_up_dgrad", B, T, h, sup);
+    ob.Linear(L, "moe_shared_up_wgrad", W, sup, h, T);
+    ob.Collective(L, sp ? "moe_shared_reduce_scatter_bwd" : "moe_shared_all_reduce_bwd", B, sp ? rs : ar, act);
+    if (hide_tp_grad) ob.HideBehindGemm(L, "moe_shared_up_wgrad");
+  }
+  ob.Memory(L, "moe_unpermute_bwd", B, eb * Tr * h * (1 + k));
+  ob.EpCollective(L, "moe_combine_bwd", B, dispatch, e.dispatch_bytes, e.ep_group);
+  ob.EpCollective(L, "moe_etp_all_gather_bwd", B, ag, eb * tok * h, e.etp_group);
+  ob.Quantize(L, "moe_expert_down_grad_quantize", B, tok * h);
+  ob.GroupedLinear(L, "moe_expert_down_dgrad", B, e.local_experts, e.tokens_per_expert, fe, h);
+  ob.GroupedLinear(L, "moe_expert_down_wgrad", W, e.local_experts, fe, h, e.tokens_per_expert);
+  ob.Memory(L, swiglu ? "moe_swiglu_bwd" : "moe_gelu_bwd", B, 2 * eb * tok * (up_n + fe));
+  ob.Quantize(L, "moe_expert_up_grad_quantize", B, tok * up_n);
+  ob.GroupedLinear(L, "moe_expert_up_dgrad", B, e.local_experts, e.tokens_per_expert, h, up_n);
+  ob.GroupedLinear(L, "moe_expert_up_wgrad", W, e.local_experts, up_n, h, e.tokens_per_expert);
+  ob.EpCollective(L, "moe_etp_reduce_scatter_bwd", B, rs, eb * tok * h, e.etp_group);
+  ob.EpCollective(L, "moe_dispatch_bwd", B, dispatch == ag ? rs : dispatch, e.dispatch_bytes, e.ep_group);
+  ob.Memory(L, "moe_permute_bwd", B, eb * Tr * h * (1 + k));
+  ob.Memory(L, "moe_router_topk_bwd", B, 3 * 4 * Tr * E);
+  ob.Gemm(L, "moe_router_dgrad", B, Tr, h, E);
+  ob.Gemm(L, "moe_router_wgrad", W, E, h, Tr);
+  ob.Memory(L, "post_attn_norm_bwd", B, 2 * norm_bytes);
+}
+
+LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape& x, const HardwareProfile& prof,
+                       OpBuilder& ob, const MoePlan* moe = nullptr) {
+  return LayerBuilder(m, c, x, prof, ob, moe).Build();
+}
+
+}  // namespace
+
+double MoeImbalance(const ParallelConfig& c, double mean_tokens, std::int64_t ep) {
+  double imb = c.moe_load_imbalance;
+  if (!(imb > 0)) {
+    // Balanced routing: each of the ep ranks receives a binomial share of the routed copies
+    // (mean = variance ~ mean_tokens); the busiest of ep such ranks expects about
+    // sqrt(2 ln ep) standard deviations above the mean.
+    imb = ep > 1 && mean_tokens > 0 ? 1 + std::sqrt(2 * std::log(static_cast<double>(ep)) / mean_tokens) : 1.0;
+  }
+  if (c.moe_capacity_factor > 0) imb = std::min(imb, c.moe_capacity_factor);
+  return imb;
+}
+
+namespace {
+
+/// The MoePlan of `c` for `model` (tokens_routed tokens a GPU routes per micro-batch), and the
+/// expert-data-parallel group. Megatron-Core's parallel folding orders the expert grid
+/// etp (innermost), ep, edp over the tp*cp*dp GPUs of a stage.
+MoePlan PlanMoe(const Model& m, const ParallelConfig& c, std::int64_t gpn, double tokens_routed, double eb,
+                GroupPlacement* edp_group) {
+  MoePlan e;
+  e.ep = static_cast<int>(c.ep);
+  e.etp = static_cast<int>(c.expert_tp());
+  e.ep_group.ranks = e.ep;
+  e.ep_group.ranks_per_node = static_cast<int>(std::clamp<std::int64_t>(gpn / e.etp, 1, c.ep));
+  e.etp_group.ranks = e.etp;
+  e.etp_group.ranks_per_node = static_cast<int>(std::min<std::int64_t>(e.etp, gpn));
+  const double k = static_cast<double>(m.moe.top_k), h = static_cast<double>(m.hidden_size);
+  e.local_experts = static_cast<double>(m.moe.num_experts) / static_cast<double>(c.ep);
+  e.tokens_routed = tokens_routed;
+  e.dispatcher = c.moe_dispatcher;
+  e.imbalance = MoeImbalance(c, tokens_routed * k, c.ep);
+  e.tokens_per_expert = tokens_routed * k * e.etp / e.local_experts * e.imbalance;
+  const double ep = static_cast<double>(c.ep);
+  switch (c.moe_dispatcher) {
+    case MoeDispatcher::kAllToAll: e.dispatch_bytes = eb * tokens_routed * k * h * e.imbalance; break;
+    case MoeDispatcher::kAllGather: e.dispatch_bytes = eb * tokens_routed * h * ep; break;
+    case MoeDispatcher::kFlex:
+      // DeepEP sends a token once to each rank holding one of its experts: the expected number of
+      // distinct ranks among k experts spread over ep ranks.
+      e.dispatch_bytes = eb * tokens_routed * h * ep * (1 - std::pow(1 - 1 / ep, k)) * e.imbalance;
+      break;
+  }
+  const std::int64_t edp = std::max<std::int64_t>(1, c.expert_dp());
+  edp_group->ranks = static_cast<int>(edp);
+  edp_group->ranks_per_node = static_cast<int>(std::clamp<std::int64_t>(gpn / (e.etp * c.ep), 1, edp));
+  return e;
 }
 
 }  // namespace
@@ -747,6 +957,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
 
   const LinearFormat lf = LinearFormatOf(c, cl.gpu.arch);
   const double eb = ModelDtypeBytes(c.precision);
+  if (m.moe.enabled()) cm.moe = PlanMoe(m, c, gpn, T / rep, eb, &cm.edp_group);
   const Precision dense = IsLowPrecision(c.precision) ? Precision::kBf16 : c.precision;
   OpBuilder ob(prof, cm.tp_group, dense, eb, lf);
   const Pass F = Pass::kForward, B = Pass::kBackwardInput, W = Pass::kBackwardWeight;
@@ -766,6 +977,16 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
     layer16 = BuildLayerOps(m, c, shape, prof, ob);
     ob.set_linear_format(lf);
     cm.bf16_layer_ops = layer16.ops;
+  }
+  LayerOps moe_layer, moe_layer16;
+  if (m.moe.enabled()) {
+    moe_layer = BuildLayerOps(m, c, shape, prof, ob, &cm.moe);
+    cm.moe_layer_ops = moe_layer.ops;
+    if (c.bf16_layers_start + c.bf16_layers_end > 0) {
+      ob.set_linear_format(LinearFormatOf(ParallelConfig{}, cl.gpu.arch));
+      moe_layer16 = BuildLayerOps(m, c, shape, prof, ob, &cm.moe);
+      ob.set_linear_format(lf);
+    }
   }
   cm.layer_saved_bytes = layer_saved;
   cm.quantized_weight_bytes_per_param = QuantizedWeightBytesPerParam(c, lf);
@@ -827,14 +1048,27 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
       const std::int64_t n16 = Overlap(first, first + cc.layers, 0, c.bf16_layers_start) +
                                Overlap(first, first + cc.layers, m.num_layers - c.bf16_layers_end, m.num_layers);
       cc.bf16_layers = static_cast<int>(n16);
+      // Of them, MoE layers, and MoE layers kept in bf16.
+      std::int64_t nmoe = 0, nmoe16 = 0;
+      if (m.moe.enabled()) {
+        for (std::int64_t l = first; l < first + cc.layers; ++l) {
+          if (!m.IsMoeLayer(l)) continue;
+          ++nmoe;
+          if (l < c.bf16_layers_start || l >= m.num_layers - c.bf16_layers_end) ++nmoe16;
+        }
+      }
+      cc.moe_layers = static_cast<int>(nmoe);
       auto add_layers = [&](const LayerOps& lo, double n) {
         if (n <= 0) return;
         double fw = 0, fwtp = 0, bi = 0, bitp = 0, bw = 0, bwtp = 0, rc = 0, rctp = 0;
-        double fwcp = 0, bicp = 0, bwcp = 0, rccp = 0;
-        SumPass(lo.ops, F, &fw, &fwtp, &fwcp);
-        SumPass(lo.ops, B, &bi, &bitp, &bicp);
-        SumPass(lo.ops, W, &bw, &bwtp, &bwcp);
-        SumPass(lo.ops, Pass::kRecompute, &rc, &rctp, &rccp);
+        double fwcp = 0, bicp = 0, bwcp = 0, rccp = 0, fwep = 0, biep = 0, bwep = 0, rcep = 0;
+        SumPass(lo.ops, F, &fw, &fwtp, &fwcp, &fwep);
+        SumPass(lo.ops, B, &bi, &bitp, &bicp, &biep);
+        SumPass(lo.ops, W, &bw, &bwtp, &bwcp, &bwep);
+        SumPass(lo.ops, Pass::kRecompute, &rc, &rctp, &rccp, &rcep);
+        cc.fwd_ep_s += n * fwep;
+        cc.bwd_ep_s += n * (biep + bwep);
+        cc.recompute_ep_s += n * rcep;
         cc.fwd_s += n * fw;
         cc.fwd_tp_s += n * fwtp;
         cc.fwd_cp_s += n * fwcp;
@@ -850,12 +1084,24 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
         cc.transient_bytes = std::max(cc.transient_bytes, lo.transient_bytes);
         cc.fwd_transient_bytes = std::max(cc.fwd_transient_bytes, lo.fwd_transient_bytes);
       };
-      add_layers(layer, nl - static_cast<double>(n16));
-      add_layers(layer16, static_cast<double>(n16));
-      cc.params_per_gpu = nl * layer_params_gpu;
-      // The linear layers' weights (sharded parameters) that the low-precision format copies.
+      const double dense16 = static_cast<double>(n16 - nmoe16), moe_lp = static_cast<double>(nmoe - nmoe16);
+      add_layers(layer, nl - static_cast<double>(n16) - moe_lp);
+      add_layers(layer16, dense16);
+      add_layers(moe_layer, moe_lp);
+      add_layers(moe_layer16, static_cast<double>(nmoe16));
+      const double nd = nl - static_cast<double>(nmoe), nm = static_cast<double>(nmoe);
+      cc.params_per_gpu = nd * layer_params_gpu;
+      double moe_sharded_gpu = 0, expert_gpu = 0;
+      if (nmoe > 0) {
+        moe_sharded_gpu = static_cast<double>(pc.moe_layer.sharded) / t;
+        expert_gpu = static_cast<double>(pc.moe_layer.expert) / static_cast<double>(cm.moe.ep * cm.moe.etp);
+        cc.expert_params_per_gpu = nm * expert_gpu;
+        cc.params_per_gpu += nm * (moe_sharded_gpu + static_cast<double>(pc.moe_layer.replicated)) + cc.expert_params_per_gpu;
+      }
+      // The linear layers' weights (sharded parameters and experts) that the low-precision format copies.
       if (lf.low_precision()) {
-        cc.quantized_params_per_gpu = (nl - static_cast<double>(n16)) * static_cast<double>(pc.per_layer.sharded) / t;
+        cc.quantized_params_per_gpu = (nd - dense16) * static_cast<double>(pc.per_layer.sharded) / t +
+                                      moe_lp * (moe_sharded_gpu + expert_gpu);
         cc.scaling_state_bytes = (nl - static_cast<double>(n16)) * ScalingStateBytesPerLayer(c);
       }
       auto add = [&](const std::vector<Op>& ops) {

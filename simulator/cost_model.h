@@ -61,6 +61,23 @@ struct ContextParallelPlan {
   bool ring_same_node = true;  ///< every hop of the ring inside a node (tp * cp <= GPUs per node)
 };
 
+/// How one mixture-of-experts layer runs on one GPU (CostModel::moe; docs/simulator.md,
+/// "Mixture of experts"). Balanced over the expert-parallel ranks but for `imbalance`.
+struct MoePlan {
+  int ep = 1, etp = 1;
+  GroupPlacement ep_group, etp_group;
+  double local_experts = 1;      ///< E / ep
+  double tokens_routed = 0;      ///< tokens one GPU routes per micro-batch: b*s / (cp * tp) with SP
+  /// Tokens each local expert computes at the busiest rank: tokens_routed * k * etp (gathered over
+  /// the expert-tensor-parallel group) / local_experts * imbalance.
+  double tokens_per_expert = 0;
+  double imbalance = 1;          ///< the busiest rank's tokens over the mean (capacity-capped)
+  MoeDispatcher dispatcher = MoeDispatcher::kAllToAll;
+  /// The nccl-tests size of one dispatch (and one combine) on the busiest rank: the top-k copies
+  /// of the routed tokens (all-to-all; flex: once per destination rank), or the gathered tokens.
+  double dispatch_bytes = 0;
+};
+
 struct Op {
   std::string name;
   OpKind kind = OpKind::kMemory;
@@ -78,6 +95,9 @@ struct Op {
   bool overlapped = false;
   /// A collective of the context-parallel group (counted as CP communication, not TP).
   bool context_parallel = false;
+  /// A collective of the expert-parallel or expert-tensor-parallel group: token dispatch and
+  /// combine (counted as EP communication).
+  bool expert_parallel = false;
 };
 
 /// Durations of one op kind from the profile.
@@ -102,8 +122,10 @@ double AttentionTime(const HardwareProfile& p, double flops, double seq, bool ba
 /// plus zeroing the gradient buffers for the next step over all local parameters (their
 /// BytesPerParam grads). DeepSpeed's optimizers make the same passes.
 double OptimizerBytes(const ParallelConfig& c, double local_params);
-/// OptimizerBytes as memory-bound passes: one over the shard, one zeroing the gradients.
-double OptimizerTime(const HardwareProfile& p, const ParallelConfig& c, double local_params);
+/// OptimizerBytes as memory-bound passes: one over the shard, one zeroing the gradients. Of the
+/// local parameters, `expert_params` (routed experts) are sharded over the expert-data-parallel
+/// ranks instead of dp x cp.
+double OptimizerTime(const HardwareProfile& p, const ParallelConfig& c, double local_params, double expert_params = 0);
 
 /// The per-step cast of the linear layers' weights into the low-precision format (Transformer
 /// Engine casts them in the first micro-batch's forward and keeps the copies for the others; the
@@ -122,6 +144,7 @@ struct ChunkCost {
   double fwd_s = 0, bwd_input_s = 0, bwd_weight_s = 0, recompute_s = 0;
   double fwd_tp_s = 0, bwd_tp_s = 0, recompute_tp_s = 0;  ///< TP collective time inside the above
   double fwd_cp_s = 0, bwd_cp_s = 0, recompute_cp_s = 0;  ///< context-parallel exchange time inside them
+  double fwd_ep_s = 0, bwd_ep_s = 0, recompute_ep_s = 0;  ///< MoE token dispatch and combine inside them
   double saved_bytes = 0;      ///< kept from forward until backward, per micro-batch
   /// Part of saved_bytes that the weight-gradient pass still needs (GEMM inputs): with a split
   /// backward (ZB-H1) the rest is freed after B and this part after W (Qi et al. 2024).
@@ -129,6 +152,9 @@ struct ChunkCost {
   double transient_bytes = 0;  ///< extra working memory while the chunk's backward runs
   double fwd_transient_bytes = 0;  ///< extra working memory while its forward runs
   double params_per_gpu = 0;   ///< parameters of this chunk on one GPU
+  /// Of those, routed experts' (sharded by ep * etp; reduced and sharded over expert-data-parallel)
+  double expert_params_per_gpu = 0;
+  int moe_layers = 0;          ///< of `layers`, mixture-of-experts layers
   /// Of those, the linear layers' weights that a low-precision format keeps quantized copies of
   /// (0 without one; bf16-kept layers excluded).
   double quantized_params_per_gpu = 0;
@@ -139,7 +165,8 @@ struct ChunkCost {
 
 /// The whole cost model for one configuration.
 struct CostModel {
-  std::vector<Op> layer_ops;      ///< one transformer layer, all passes
+  std::vector<Op> layer_ops;      ///< one (dense) transformer layer, all passes
+  std::vector<Op> moe_layer_ops;  ///< one mixture-of-experts layer, all passes (empty without MoE)
   /// One transformer layer kept in bf16 under a low-precision format (--first-last-layers-bf16);
   /// empty otherwise.
   std::vector<Op> bf16_layer_ops;
@@ -153,6 +180,8 @@ struct CostModel {
   /// The gradient reduction group: the dp x cp ranks holding the same weights.
   GroupPlacement dp_group;
   ContextParallelPlan cp;
+  MoePlan moe;                 ///< with MoE layers (model.moe.enabled())
+  GroupPlacement edp_group;    ///< the expert-data-parallel group (experts' gradients)
   std::vector<bool> pp_next_same_node;  ///< stage i -> i+1 on the same node
   double pp_message_bytes = 0;          ///< activation (or its gradient) sent per micro-batch
   CollectiveCost pp_send_intra, pp_send_inter;
@@ -163,6 +192,12 @@ struct CostModel {
   /// Extra bytes per quantized parameter (QuantizedWeightBytesPerParam) under the configuration.
   double quantized_weight_bytes_per_param = 0;
 };
+
+/// Tokens of the busiest expert-parallel rank over the mean of `mean_tokens` per rank: the
+/// configuration's --moe-load-imbalance when given, else balanced routing's expected maximum over
+/// ep ranks, 1 + sqrt(2 ln(ep) / mean_tokens) (binomial shares, normal tail); capped by the
+/// capacity factor when there is one (tokens beyond it are dropped).
+double MoeImbalance(const ParallelConfig& c, double mean_tokens, std::int64_t ep);
 
 /// Builds the op lists and per-chunk costs. The configuration must be feasible
 /// (InfeasibilityReasons empty).

@@ -79,7 +79,9 @@ class Builder {
     mb_ = static_cast<int>(c.num_microbatches());
     R_ = opts.full_rank ? static_cast<int>(c.dp) : 1;
     zero3_ = c.zero_stage >= 3;
-    dp_comm_ = c.dp_cp() > 1 && !opts.ideal_pipeline && !opts.free_communication;
+    // Gradients cross dp x cp ranks, and routed experts' cross their expert-data-parallel ranks.
+    dp_comm_ = (c.dp_cp() > 1 || (m.moe.enabled() && c.expert_dp() > 1)) && !opts.ideal_pipeline &&
+               !opts.free_communication;
     grad_bytes_per_param_ = GradReduceBytesPerParam(c);
     bucket_ = c.BucketParams();
     all_one_node_ = c.tp * c.cp * c.dp * c.pp <= cl.gpus_per_node;
@@ -109,6 +111,20 @@ class Builder {
     t.network = cc.link == LinkKind::kNetwork;
     t.link = 2 * device + (t.network ? 1 : 0);  // each device's links: intra-node, network
     return t;
+  }
+  /// A data-parallel collective of `bytes` (nccl-tests size), of which `experts` are routed
+  /// experts': the dense part over the dp x cp group, the experts' over the expert-data-parallel
+  /// group, one after the other (one flow whose bytes take both times at the first's rate).
+  TaskCost DpComm(int device, CollectiveOp op, double bytes, double experts) const {
+    const CollectiveCost a = CollectiveCostOf(prof_, op, bytes - experts, cm_.dp_group);
+    if (experts <= 0) return Comm(device, a);
+    const CollectiveCost b = CollectiveCostOf(prof_, op, experts, cm_.edp_group);
+    if (!(a.link_GBps > 0)) return Comm(device, b);
+    if (!(b.link_GBps > 0)) return Comm(device, a);
+    CollectiveCost sum = a;
+    sum.latency_s += b.latency_s;
+    sum.bytes_on_link += b.bytes_on_link * a.link_GBps / b.link_GBps;
+    return Comm(device, sum);
   }
   Link IntraLink() const { return {std::max(prof_.intra_busbw_GBps, prof_.p2p_intra_GBps)}; }
   Link NetworkLink() const { return {prof_.NicShareGBps()}; }
@@ -226,17 +242,18 @@ TaskCost Builder::CostOf(const CostKey& k) const {
     }
     case CostKind::kZero3Gather:
       // FSDP: gather this layer's parameters, prefetched while the previous unit runs.
-      return Comm(k.device, CollectiveCostOf(prof_, CollectiveOp::kAllGather,
-                                             cc.params_per_gpu / k.units * c_.param_gather_bytes, cm_.dp_group));
+      return DpComm(k.device, CollectiveOp::kAllGather, cc.params_per_gpu / k.units * c_.param_gather_bytes,
+                    cc.expert_params_per_gpu / k.units * c_.param_gather_bytes);
     case CostKind::kZero3Reduce:
-      return Comm(k.device, CollectiveCostOf(prof_, CollectiveOp::kReduceScatter,
-                                             cc.params_per_gpu / k.units * grad_bytes_per_param_, cm_.dp_group));
+      return DpComm(k.device, CollectiveOp::kReduceScatter, cc.params_per_gpu / k.units * grad_bytes_per_param_,
+                    cc.expert_params_per_gpu / k.units * grad_bytes_per_param_);
     case CostKind::kOverlapReduce:
-      return Comm(k.device,
-                  CollectiveCostOf(prof_, reduce, cc.params_per_gpu / k.units * grad_bytes_per_param_, cm_.dp_group));
+      return DpComm(k.device, reduce, cc.params_per_gpu / k.units * grad_bytes_per_param_,
+                    cc.expert_params_per_gpu / k.units * grad_bytes_per_param_);
     case CostKind::kReduceAfter: {
       const int nb = NBuckets(stage, k.chunk);
-      return Comm(k.device, CollectiveCostOf(prof_, reduce, cc.params_per_gpu / nb * grad_bytes_per_param_, cm_.dp_group));
+      return DpComm(k.device, reduce, cc.params_per_gpu / nb * grad_bytes_per_param_,
+                    cc.expert_params_per_gpu / nb * grad_bytes_per_param_);
     }
     case CostKind::kSendForward:
     case CostKind::kSendBackward: {
@@ -255,20 +272,21 @@ TaskCost Builder::CostOf(const CostKey& k) const {
       return Comm(k.device, CollectiveCostOf(prof_, CollectiveOp::kAllReduce, bytes, pair));
     }
     case CostKind::kOptimizer: {
-      double params = 0;
+      double params = 0, experts = 0;
       for (const auto& x : chunks) params += x.params_per_gpu;
+      for (const auto& x : chunks) experts += x.expert_params_per_gpu;
       double quantized = 0;
       for (const auto& x : chunks) quantized += x.quantized_params_per_gpu;
       TaskCost t;
       t.work_ns = FreeComm() ? 0.0
-                                       : Ns(OptimizerTime(prof_, c_, params) +
+                                       : Ns(OptimizerTime(prof_, c_, params, experts) +
                                             WeightQuantizeTime(prof_, c_, lf_, quantized));
       return t;
     }
     case CostKind::kParamGather: {
       const int nb = NBuckets(stage, k.chunk);
-      const double bytes = cc.params_per_gpu * c_.param_gather_bytes / nb;
-      return Comm(k.device, CollectiveCostOf(prof_, CollectiveOp::kAllGather, bytes, cm_.dp_group));
+      return DpComm(k.device, CollectiveOp::kAllGather, cc.params_per_gpu * c_.param_gather_bytes / nb,
+                    cc.expert_params_per_gpu * c_.param_gather_bytes / nb);
     }
   }
   return {};
@@ -584,8 +602,10 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
     params += cc.params_per_gpu;
     if (cc.layers > 0) layer_params_max = std::max(layer_params_max, cc.params_per_gpu / cc.layers);
   }
-  const StateBytesPerParam bpp = BytesPerParam(c);
-  mem.weights_bytes = params * bpp.weights;
+  double experts = 0;
+  for (const auto& cc : cm.chunks[static_cast<std::size_t>(stage)]) experts += cc.expert_params_per_gpu;
+  const StateBytesPerParam bpp = BytesPerParam(c), bpe = BytesPerParam(c, c.expert_dp());
+  mem.weights_bytes = (params - experts) * bpp.weights + experts * bpe.weights;
   // Quantized copies of the linear layers' weights, and delayed scaling's amax histories.
   double quantized = 0, scaling = 0;
   for (const auto& cc : cm.chunks[static_cast<std::size_t>(stage)]) {
@@ -594,8 +614,8 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
   }
   mem.quantized_weights_bytes = quantized * cm.quantized_weight_bytes_per_param + scaling;
   mem.weights_bytes += mem.quantized_weights_bytes;
-  mem.grads_bytes = params * bpp.grads;
-  mem.optimizer_bytes = params * bpp.optimizer;
+  mem.grads_bytes = (params - experts) * bpp.grads + experts * bpe.grads;
+  mem.optimizer_bytes = (params - experts) * bpp.optimizer + experts * bpe.optimizer;
   // ZeRO-3 holds gathered parameters of the running and the prefetched layer; pipeline stages
   // hold send and receive buffers for both directions.
   mem.comm_buffer_bytes = c.zero_stage >= 3 ? 2.0 * 2.0 * layer_params_max : 0.0;
@@ -687,6 +707,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
         cc.bwd_weight_s = std::round(bw / n * 1e9) / 1e9;
         cc.recompute_s = cc.fwd_tp_s = cc.bwd_tp_s = cc.recompute_tp_s = 0;
         cc.fwd_cp_s = cc.bwd_cp_s = cc.recompute_cp_s = 0;
+        cc.fwd_ep_s = cc.bwd_ep_s = cc.recompute_ep_s = 0;
       }
     }
   } else if (opts.free_communication) {
@@ -697,7 +718,8 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
         cc.bwd_weight_s = std::round(cc.bwd_weight_s * 1e9) / 1e9;
         cc.bwd_tp_s += cc.recompute_tp_s;
         cc.bwd_cp_s += cc.recompute_cp_s;
-        cc.recompute_s = cc.recompute_tp_s = cc.recompute_cp_s = 0;
+        cc.bwd_ep_s += cc.recompute_ep_s;
+        cc.recompute_s = cc.recompute_tp_s = cc.recompute_cp_s = cc.recompute_ep_s = 0;
       }
     }
   }
@@ -809,13 +831,15 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
       } else if (t.type == TaskType::kForward) {
         const double tp = cc.fwd_s > 0 ? busy * cc.fwd_tp_s / cc.fwd_s : 0;
         const double cpc = cc.fwd_s > 0 ? busy * cc.fwd_cp_s / cc.fwd_s : 0;
+        const double epc = cc.fwd_s > 0 ? busy * cc.fwd_ep_s / cc.fwd_s : 0;
         bd.tp_comm_s += tp;
         bd.cp_comm_s += cpc;
-        bd.compute_s += busy - tp - cpc;
+        bd.ep_comm_s += epc;
+        bd.compute_s += busy - tp - cpc - epc;
       } else {
         const bool split = t.type == TaskType::kWeight || tasks.size() == 0;
         (void)split;
-        double work = 0, rc = 0, tp = 0, cpc = 0;
+        double work = 0, rc = 0, tp = 0, cpc = 0, epc = 0;
         if (t.type == TaskType::kWeight) {
           work = cc.bwd_weight_s;
         } else {
@@ -824,12 +848,14 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
           rc = cc.recompute_s;
           tp = cc.bwd_tp_s;
           cpc = cc.bwd_cp_s;
+          epc = cc.bwd_ep_s;
         }
         const double scale = work > 0 ? busy / work : 0;
         bd.recompute_s += rc * scale;
         bd.tp_comm_s += tp * scale;
         bd.cp_comm_s += cpc * scale;
-        bd.compute_s += busy - (rc + tp + cpc) * scale;
+        bd.ep_comm_s += epc * scale;
+        bd.compute_s += busy - (rc + tp + cpc + epc) * scale;
       }
       prev_end = er.end[u];
     }
@@ -887,6 +913,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     res.breakdown.recompute_s += s.time.recompute_s / np;
     res.breakdown.tp_comm_s += s.time.tp_comm_s / np;
     res.breakdown.cp_comm_s += s.time.cp_comm_s / np;
+    res.breakdown.ep_comm_s += s.time.ep_comm_s / np;
     res.breakdown.pp_comm_s += s.time.pp_comm_s / np;
     res.breakdown.dp_comm_s += s.time.dp_comm_s / np;
     res.breakdown.bubble_s += s.time.bubble_s / np;
@@ -1024,7 +1051,8 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   j["usable_memory_bytes"] = r.usable_memory_bytes;
   auto bd = [](const StageBreakdown& b) {
     return Json{{"compute", b.compute_s},     {"recompute", b.recompute_s},
-                {"tp_comm", b.tp_comm_s},     {"cp_comm", b.cp_comm_s},     {"pp_comm", b.pp_comm_s},
+                {"tp_comm", b.tp_comm_s},     {"cp_comm", b.cp_comm_s},     {"ep_comm", b.ep_comm_s},
+                {"pp_comm", b.pp_comm_s},
                 {"dp_comm", b.dp_comm_s},     {"bubble", b.bubble_s},
                 {"optimizer", b.optimizer_s}};
   };

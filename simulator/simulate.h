@@ -43,6 +43,7 @@ struct StageBreakdown {
   double recompute_s = 0;     ///< recomputed forward passes
   double tp_comm_s = 0;       ///< tensor-parallel collectives (on the critical path)
   double cp_comm_s = 0;       ///< context-parallel K/V exchange not hidden behind attention
+  double ep_comm_s = 0;       ///< MoE token dispatch and combine (expert-parallel collectives)
   double pp_comm_s = 0;       ///< compute stream waiting on a pipeline transfer in flight
   double dp_comm_s = 0;       ///< waiting on the stage's own data-parallel collectives
   double bubble_s = 0;        ///< waiting on other stages (fill, drain, imbalance)

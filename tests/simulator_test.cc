@@ -827,10 +827,12 @@ TEST(EngineSpeedWork, ResultsEqualTheReferenceEngines) {
     const Json j = Json::parse(r.out);
     EXPECT_EQ(j["step_time_s"], c["step_time_s"]) << args;
     EXPECT_EQ(j["bubble_fraction"], c["bubble_fraction"]) << args;
-    // Every part the reference has, to the bit; the context-parallel part came later and is 0.
+    // Every part the reference has, to the bit; the context- and expert-parallel parts came later
+    // and are 0.
     for (const auto& [key, value] : c["breakdown_s"].items()) EXPECT_EQ(j["breakdown_s"][key], value) << args << " " << key;
-    EXPECT_EQ(j["breakdown_s"].size(), c["breakdown_s"].size() + 1) << args;
+    EXPECT_EQ(j["breakdown_s"].size(), c["breakdown_s"].size() + 2) << args;
     EXPECT_EQ(j["breakdown_s"]["cp_comm"], 0.0) << args;
+    EXPECT_EQ(j["breakdown_s"]["ep_comm"], 0.0) << args;
     EXPECT_EQ(j["simulated_tasks"], c["simulated_tasks"]) << args;
     ASSERT_EQ(j["stages"].size(), c["stage_peak_memory_bytes"].size()) << args;
     for (std::size_t i = 0; i < j["stages"].size(); ++i) {
