@@ -184,6 +184,7 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
   line("compute", b.compute_s, "GEMMs, attention, memory-bound ops (incl. overlap slowdown)");
   line("recompute", b.recompute_s, "activation recomputation (incl. its TP collectives)");
   line("tensor-parallel comm", b.tp_comm_s, "TP/SP collectives on the critical path");
+  if (m.moe.enabled()) line("expert-parallel comm", b.ep_comm_s, "MoE token dispatch and combine (and expert-TP gathers)");
   if (c.cp > 1) line("context-parallel comm", b.cp_comm_s, "K/V exchange not hidden behind attention");
   line("pipeline comm", b.pp_comm_s, "waiting on a stage-to-stage transfer in flight");
   line("data-parallel comm", b.dp_comm_s, "waiting on own gradient/parameter collectives (and the tied-embedding all-reduce)");
@@ -344,6 +345,13 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.embedding_slots = a.emb_slots || a.mcore_account_embedding;
   c.first_stage_layers = a.first_stage_layers;
   c.last_stage_layers = a.last_stage_layers;
+  c.ep = a.ep;
+  c.etp = a.etp;
+  c.moe_dispatcher = a.moe_dispatcher == "allgather" ? MoeDispatcher::kAllGather
+                     : a.moe_dispatcher == "flex"    ? MoeDispatcher::kFlex
+                                                     : MoeDispatcher::kAllToAll;
+  c.moe_capacity_factor = a.moe_capacity_factor;
+  c.moe_load_imbalance = a.moe_load_imbalance;
   ApplyContextParallelArgs(a, &c);
   CheckPipelineSplitArgs(a, m, c);
   c.p2p_blocking = a.p2p_blocking;
@@ -388,6 +396,11 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
       f += fmt::format(" --hierarchical-context-parallel-sizes {} {}", c.cp_a2a, c.cp / c.cp_a2a);
     }
   }
+  if (c.ep > 1) f += fmt::format(" --ep {}", c.ep);
+  if (c.etp > 0) f += fmt::format(" --etp {}", c.etp);
+  if (c.moe_dispatcher != MoeDispatcher::kAllToAll) f += fmt::format(" --moe-token-dispatcher-type {}", ToString(c.moe_dispatcher));
+  if (c.moe_capacity_factor > 0) f += fmt::format(" --moe-expert-capacity-factor {}", c.moe_capacity_factor);
+  if (c.moe_load_imbalance > 0) f += fmt::format(" --moe-load-imbalance {}", c.moe_load_imbalance);
   if (c.vp > 1) f += fmt::format(" --vp {}", c.vp);
   if (c.first_stage_layers >= 0) f += fmt::format(" --decoder-first-pipeline-num-layers {}", c.first_stage_layers);
   if (c.last_stage_layers >= 0) f += fmt::format(" --decoder-last-pipeline-num-layers {}", c.last_stage_layers);
@@ -437,6 +450,7 @@ void RunSimulate(const SimulateArgs& a) {
   ResolveCpA2a(&c, cl.gpus_per_node);
   RequirePrecision(cl.gpu, c, "command line");
   RequireContextParallel(m, c, cl.gpus_per_node, "command line");
+  RequireExpertParallel(m, c, "command line");
   if (a.ops && a.json) {
     throw InputError("command line: --ops: the op table is text; not combined with --json (run them separately)");
   }
@@ -484,6 +498,21 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                   "context-parallel ranks of one node, then the ring)")
       ->expected(2)
       ->check(CLI::Range(std::int64_t{1}, kMaxParallelSize));
+  AddPositive(cmd, "--ep,--expert-model-parallel-size", a->ep, "expert-parallel size: a layer's routed experts split over ep ranks",
+              kMaxParallelSize);
+  AddPositive(cmd, "--etp,--expert-tensor-parallel-size", a->etp,
+              "expert-tensor-parallel size: each expert's FFN split over etp ranks (default: tp, as Megatron-Core)",
+              kMaxParallelSize);
+  cmd->add_option("--moe-token-dispatcher-type", a->moe_dispatcher,
+                  "how tokens reach their experts: alltoall (default) | allgather | flex (DeepEP: once per destination rank)")
+      ->transform(CLI::IsMember({"alltoall", "allgather", "flex"}, CLI::ignore_case));
+  cmd->add_option("--moe-expert-capacity-factor", a->moe_capacity_factor,
+                  "an expert takes at most this times its average tokens (the rest are dropped); default dropless")
+      ->check(CLI::Range(1.0, 64.0));
+  cmd->add_option("--moe-load-imbalance", a->moe_load_imbalance,
+                  "tokens of the busiest expert-parallel rank over the average (default: balanced routing's expected "
+                  "maximum, a few percent)")
+      ->check(CLI::Range(1.0, 64.0));
   AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size,--num-virtual-stages-per-pipeline-rank", a->vp,
               "virtual stages per pipeline rank", kMaxVirtualStages);
   AddPositive(cmd, "--decoder-first-pipeline-num-layers", a->first_stage_layers,

@@ -44,6 +44,11 @@ struct SimulateArgs {
   std::int64_t cp = 1;
   std::string cp_comm = "p2p";
   std::vector<std::int64_t> cp_hierarchy;
+  /// Expert parallelism: --ep, --etp (0: = tp), --moe-token-dispatcher-type,
+  /// --moe-expert-capacity-factor, --moe-load-imbalance.
+  std::int64_t ep = 1, etp = 0;
+  std::string moe_dispatcher = "alltoall";
+  double moe_capacity_factor = 0, moe_load_imbalance = 0;
   /// --decoder-first/last-pipeline-num-layers (-1: not given).
   std::int64_t first_stage_layers = -1, last_stage_layers = -1;
   std::string recompute = "none", schedule, recompute_granularity, optimizer = "megatron";

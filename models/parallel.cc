@@ -181,6 +181,49 @@ std::int64_t CpA2aGroup(const ParallelConfig& c, std::int64_t gpn) {
   return 1;
 }
 
+std::vector<Infeasibility> ExpertParallelRules(const Model& m, const ParallelConfig& c) {
+  std::vector<Infeasibility> r;
+  auto add = [&r](const char* rule, std::string text) { r.push_back({rule, std::move(text)}); };
+  if (!m.moe.enabled()) {
+    if (c.ep > 1 || c.etp > 1) {
+      add("expert parallelism without experts",
+          fmt::format("ep = {}, etp = {}: {} has no mixture-of-experts layers", c.ep, c.expert_tp(), m.name));
+    }
+    return r;
+  }
+  if (m.moe.num_experts % c.ep != 0) {
+    add("ep does not divide the experts",
+        fmt::format("ep = {} does not divide num_experts = {}", c.ep, m.moe.num_experts));
+  }
+  const std::int64_t grid = c.tp * c.cp * c.dp, egrid = c.expert_tp() * c.ep;
+  if (c.dp > 0 && grid % egrid != 0) {
+    add("etp*ep does not divide tp*cp*dp",
+        fmt::format("the expert grid etp*ep = {}*{} = {} does not divide the tp*cp*dp = {} GPUs of a stage (Megatron-Core's "
+                    "parallel folding)",
+                    c.expert_tp(), c.ep, egrid, grid));
+  }
+  if (m.moe.ffn_hidden_size % c.expert_tp() != 0) {
+    add("etp does not divide the expert FFN",
+        fmt::format("etp = {} does not divide moe_ffn_hidden_size = {}", c.expert_tp(), m.moe.ffn_hidden_size));
+  }
+  if (c.tp > 1 && !c.sequence_parallel) {
+    add("MoE with tp > 1 needs sequence parallelism",
+        fmt::format("Megatron-Core runs MoE layers with tp = {} only with sequence parallelism", c.tp));
+  }
+  return r;
+}
+
+void RequireExpertParallel(const Model& m, const ParallelConfig& c, const std::string& where) {
+  const auto broken = ExpertParallelRules(m, c);
+  if (broken.empty()) return;
+  const Infeasibility& b = broken.front();
+  std::string flag = fmt::format("--ep: got {}", c.ep);
+  if (b.rule == std::string("etp does not divide the expert FFN")) flag = fmt::format("--etp: got {}", c.expert_tp());
+  if (b.rule == std::string("MoE with tp > 1 needs sequence parallelism")) flag = fmt::format("--tp: got {}", c.tp);
+  if (b.rule == std::string("etp*ep does not divide tp*cp*dp")) flag = fmt::format("--ep {} --etp {}", c.ep, c.expert_tp());
+  throw InputError(fmt::format("{}: {}; {}", where, flag, b.text));
+}
+
 void ResolveCpA2a(ParallelConfig* c, std::int64_t gpn) {
   if (c->cp > 1 && c->cp_comm == CpComm::kA2AP2P && c->cp_a2a <= 0) c->cp_a2a = CpA2aGroup(*c, gpn);
 }
@@ -352,15 +395,12 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
     add("dp disagrees with GPUs / (tp*cp*pp)",
         fmt::format("dp = {} but {} GPUs / ({} = {}) = {}", c.dp, gpus, mp_name, mp, gpus / mp));
   }
-  if (m.moe.enabled() || m.mla.enabled() || m.mtp_num_layers > 0) {
-    add("mixture-of-experts, MLA and MTP layers are not simulated yet",
-        fmt::format("{} has {}: the simulator does not model them yet (describe gives its parameters and FLOPs)",
-                    m.name,
-                    m.moe.enabled() ? fmt::format("mixture-of-experts layers ({} experts, top-{})", m.moe.num_experts,
-                                                  m.moe.top_k)
-                    : m.mla.enabled() ? std::string("multi-latent attention")
-                                      : std::string("multi-token prediction layers")));
+  if (m.mla.enabled() || m.mtp_num_layers > 0) {
+    add("MLA and MTP layers are not simulated yet",
+        fmt::format("{} has {}: the simulator does not model it yet (describe gives its parameters and FLOPs)",
+                    m.name, m.mla.enabled() ? "multi-latent attention" : "multi-token prediction layers"));
   }
+  for (const Infeasibility& x : ExpertParallelRules(m, c)) r.push_back(x);
   if (m.num_attention_heads % c.tp != 0) {
     add("tp does not divide the attention heads", fmt::format("tp = {} does not divide num_attention_heads = {}", c.tp,
                             m.num_attention_heads));

@@ -256,6 +256,14 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& model, const Parallel
 /// fused, an all-to-all group must divide the heads and query groups per tensor-parallel rank.
 std::vector<Infeasibility> ContextParallelRules(const Model& model, const ParallelConfig& cfg,
                                                       std::int64_t gpus_per_node);
+/// The rules of expert parallelism that `cfg` breaks (InfeasibilityRules includes them): ep
+/// divides the routed experts, the expert grid etp*ep divides the tp*cp*dp GPUs of a stage, etp
+/// divides the expert FFN, MoE with tp > 1 uses sequence parallelism; ep or etp above 1 needs
+/// experts.
+std::vector<Infeasibility> ExpertParallelRules(const Model& model, const ParallelConfig& cfg);
+/// Throws InputError (exit 2) naming `where` and the flag when an expert-parallel setting given on
+/// the command line breaks ExpertParallelRules.
+void RequireExpertParallel(const Model& model, const ParallelConfig& cfg, const std::string& where);
 /// Throws InputError (exit 2) naming `where` and the flag when a context-parallel setting given on
 /// the command line breaks ContextParallelRules.
 void RequireContextParallel(const Model& model, const ParallelConfig& cfg, std::int64_t gpus_per_node,

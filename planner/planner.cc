@@ -527,6 +527,12 @@ std::string MegatronArguments(const ParallelConfig& c, const Model& m) {
                         : std::string(" --hierarchical-context-parallel-sizes A R   # A: ranks per all-to-all group, R = cp / A");
     }
   }
+  if (m.moe.enabled()) {
+    a += fmt::format(" --num-experts {} --moe-router-topk {} --expert-model-parallel-size {} "
+                     "--expert-tensor-parallel-size {} --moe-token-dispatcher-type {} --moe-grouped-gemm",
+                     m.moe.num_experts, m.moe.top_k, c.ep, c.expert_tp(), ToString(c.moe_dispatcher));
+    if (c.moe_capacity_factor > 0) a += fmt::format(" --moe-expert-capacity-factor {}", c.moe_capacity_factor);
+  }
   if (c.schedule == Schedule::kInterleaved && c.vp > 1) {
     // Megatron-LM's --num-layers-per-virtual-pipeline-stage needs an even split; with an uneven one
     // the number of virtual stages is given instead.

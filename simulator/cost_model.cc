@@ -162,6 +162,12 @@ CollectiveCost CollectiveCostOf(const HardwareProfile& p, CollectiveOp op, doubl
     c.link_GBps = p.intra_busbw_GBps;
     // NCCL picks NVLink SHARP for an all-reduce inside an NVSwitch node where it is faster.
     if (op == CollectiveOp::kAllReduce) c.link_GBps = std::max(c.link_GBps, p.nvls_allreduce_busbw_GBps);
+  } else if (op == CollectiveOp::kAllToAll) {
+    // All-to-all across nodes: every GPU sends the part of its data bound for other nodes,
+    // (n - ranks_per_node) / n of it, through its own NIC share (no ring carries it for others).
+    c.link = LinkKind::kNetwork;
+    c.bytes_on_link = size * static_cast<double>(n - g.ranks_per_node) / static_cast<double>(n);
+    c.link_GBps = p.NicShareGBps();
   } else {
     // Each GPU of the group drives its share of the node's NICs; the ring's inter-node busbw is
     // ranks_per_node times that share, capped by the intra-node busbw.

@@ -780,9 +780,12 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     for (const Op& o : ops) f += o.flops;
     return f;
   };
+  const std::int64_t pc_moe_layers = m.MoeLayersIn(0, m.num_layers);
   res.executed_flops_per_step =
       static_cast<double>(c.dp_cp()) * static_cast<double>(c.tp) * static_cast<double>(c.num_microbatches()) *
-      (static_cast<double>(m.num_layers) * sum_flops(cm.layer_ops) + sum_flops(cm.embedding_ops) + sum_flops(cm.output_ops));
+      (static_cast<double>(m.num_layers - pc_moe_layers) * sum_flops(cm.layer_ops) +
+       static_cast<double>(pc_moe_layers) * sum_flops(cm.moe_layer_ops) + sum_flops(cm.embedding_ops) +
+       sum_flops(cm.output_ops));
   res.executed_flops_utilization = res.executed_flops_per_step / (step * peak);
 
   // Per-stage accounting on replica 0.
@@ -985,6 +988,14 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"overlap_param_gather", c.overlap_param_gather},
                  {"optimizer_impl", ToString(c.optimizer_impl)}, {"p2p_blocking", c.p2p_blocking},
                  {"scatter_gather", c.scatter_gather}, {"embedding_slots", c.embedding_slots}};
+  if (m.moe.enabled()) {
+    j["config"]["ep"] = c.ep;
+    j["config"]["etp"] = c.expert_tp();
+    j["config"]["expert_dp"] = c.expert_dp();
+    j["config"]["moe_token_dispatcher_type"] = ToString(c.moe_dispatcher);
+    j["config"]["moe_expert_capacity_factor"] = c.moe_capacity_factor > 0 ? Json(c.moe_capacity_factor) : Json(nullptr);
+    j["config"]["moe_load_imbalance"] = MoeImbalance(c, 0, 1) > 1 || c.moe_load_imbalance > 0 ? Json(c.moe_load_imbalance) : Json(nullptr);
+  }
   if (c.cp > 1) {
     j["config"]["cp_comm_type"] = ToString(c.cp_comm);
     if (c.cp_comm == CpComm::kA2AP2P) j["config"]["cp_a2a_ranks"] = CpA2aGroup(c, cl.gpus_per_node);
