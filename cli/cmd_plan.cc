@@ -41,6 +41,12 @@ std::string PpCell(const ParallelConfig& c) {
   return std::to_string(c.pp) + (c.embedding_slots ? "e" : c.first_stage_layers >= 0 || c.last_stage_layers >= 0 ? "u" : "");
 }
 
+/// The EP cell: ep, and "/etp" when the experts are also tensor-parallel; "-" for a dense model.
+std::string EpCell(const ParallelConfig& c) {
+  if (c.etp <= 0 && c.ep == 1) return "-";
+  return c.expert_tp() > 1 ? fmt::format("{}/{}", c.ep, c.expert_tp()) : std::to_string(c.ep);
+}
+
 /// One table row; with the cost or energy objective, the ranked quantity is a column too.
 std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective objective) {
   const auto& c = p.config;
@@ -48,8 +54,8 @@ std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective ob
   const std::string ranked = objective == Objective::kCost     ? fmt::format(" {:>10.4g}", p.usd_per_million_tokens)
                              : objective == Objective::kEnergy ? fmt::format(" {:>10.4g}", p.joules_per_token)
                                                                : "";
-  return fmt::format("{:>4}  {:>2} {:>3} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11.0f}{} {:>6} {:>6}  {:>10} {:>10}{}",
-                     rank, c.tp, PpCell(c), c.cp, c.dp, c.vp, c.micro_batch_size, ToString(c.schedule), ToString(c.recompute),
+  return fmt::format("{:>4}  {:>2} {:>3} {:>2} {:>5} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11.0f}{} {:>6} {:>6}  {:>10} {:>10}{}",
+                     rank, c.tp, PpCell(c), c.cp, EpCell(c), c.dp, c.vp, c.micro_batch_size, ToString(c.schedule), ToString(c.recompute),
                      c.tp_comm_overlap ? "y+o" : c.sequence_parallel ? "y" : "n", c.zero_stage, FormatSeconds(r.step_time_s), r.tokens_per_s, ranked,
                      fmt::format("{:.1f}%", 100 * r.mfu_causal), fmt::format("{:.1f}%", 100 * r.bubble_fraction),
                      FormatGiB(r.peak_memory_bytes), FormatGiB(usable - r.peak_memory_bytes),
@@ -112,12 +118,12 @@ void RunPlanCommand(const PlanArgs& a) {
                       "zero_stage,"
                       "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes,memory_at_risk,recommended,"
                       "usd_per_million_tokens,joules_per_token,cp,cp_comm_type,embedding_slots,"
-                      "decoder_first_pipeline_num_layers,decoder_last_pipeline_num_layers,mfu_causal\n";
+                      "decoder_first_pipeline_num_layers,decoder_last_pipeline_num_layers,mfu_causal,ep,etp\n";
     for (std::size_t i = 0; i < r.plans.size(); ++i) {
       const auto& p = r.plans[i];
       const auto& c = p.config;
       auto layers = [](std::int64_t n) { return n >= 0 ? std::to_string(n) : std::string(); };
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
+      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
                          c.micro_batch_size, c.global_batch_size, ToString(c.schedule), ToString(c.recompute),
                          c.sequence_parallel ? "true" : "false", c.tp_comm_overlap ? "true" : "false", c.zero_stage, p.result.step_time_s,
                          p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction,
@@ -125,7 +131,7 @@ void RunPlanCommand(const PlanArgs& a) {
                          p.result.memory_at_risk ? "true" : "false", i + 1 == recommended_rank ? "true" : "false",
                          Positive(p.usd_per_million_tokens), Positive(p.joules_per_token), c.cp, ToString(c.cp_comm),
                          c.embedding_slots ? "true" : "false", layers(c.first_stage_layers), layers(c.last_stage_layers),
-                         p.result.mfu_causal);
+                         p.result.mfu_causal, c.ep, c.expert_tp());
     }
     if (WriteCsvOption(a.csv, csv)) {
       // The CSV is all of standard output: say on standard error when it has no rows, and why.
@@ -201,8 +207,8 @@ void RunPlanCommand(const PlanArgs& a) {
   const std::string ranked_header = o.objective == Objective::kCost     ? fmt::format(" {:>10}", "$/M tok")
                                     : o.objective == Objective::kEnergy ? fmt::format(" {:>10}", "J/token")
                                                                         : "";
-  std::cout << fmt::format("\n{:>4}  {:>2} {:>3} {:>2} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11}{} {:>6} {:>6}  {:>10} {:>10}\n",
-                           "rank", "TP", "PP", "CP", "DP", "VP", "mbs", "schedule", "recompute", "SP", "ZeRO", "step", "tokens/s",
+  std::cout << fmt::format("\n{:>4}  {:>2} {:>3} {:>2} {:>5} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11}{} {:>6} {:>6}  {:>10} {:>10}\n",
+                           "rank", "TP", "PP", "CP", "EP", "DP", "VP", "mbs", "schedule", "recompute", "SP", "ZeRO", "step", "tokens/s",
                            ranked_header, "MFU", "bubble", "peak mem", "headroom");
   for (std::size_t i = 0; i < r.plans.size(); ++i) std::cout << PlanRow(i + 1, r.plans[i], cl.gpu.memory_bytes, o.objective) << "\n";
   std::cout << "  MFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "

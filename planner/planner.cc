@@ -36,7 +36,8 @@ std::vector<std::int64_t> Divisors(std::int64_t n) {
 
 /// A total order on configurations for deterministic tie-breaks.
 auto Key(const ParallelConfig& c) {
-  return std::make_tuple(c.tp, c.pp, c.embedding_slots, c.first_stage_layers, c.last_stage_layers, c.cp,
+  return std::make_tuple(c.tp, c.pp, c.embedding_slots, c.first_stage_layers, c.last_stage_layers, c.cp, c.ep,
+                         c.etp,
                          static_cast<int>(c.cp_comm), c.vp, c.micro_batch_size, static_cast<int>(c.schedule),
                          static_cast<int>(c.recompute), c.sequence_parallel, c.tp_comm_overlap, c.zero_stage);
 }
@@ -104,12 +105,41 @@ std::vector<std::int64_t> ContextParallelSizes(const PlanOptions& o, std::int64_
   return out;
 }
 
+/// The expert grids (ep, etp) to try on a stage of `stage_gpus` = tp*cp*dp GPUs: for a dense model
+/// (1, 0); for an MoE model every ep dividing the routed experts, with etp 1 or tp (Megatron-Core's
+/// default and its parallel folding's usual choice), whose etp*ep divides the stage's GPUs and
+/// keeps the EP group within PlanOptions::max_ep; the fixed ones with `--fix ep=,etp=`.
+std::vector<std::pair<std::int64_t, std::int64_t>> ExpertGrids(const Model& m, const PlanOptions& o, std::int64_t tp,
+                                                                std::int64_t stage_gpus) {
+  if (!m.moe.enabled()) return {{1, 0}};
+  std::vector<std::pair<std::int64_t, std::int64_t>> out;
+  const auto fixed = [&](const char* key) -> std::int64_t {
+    auto it = o.fixed.find(key);
+    return it == o.fixed.end() ? 0 : std::stoll(it->second);
+  };
+  std::vector<std::int64_t> etps = {1};
+  if (tp > 1) etps.push_back(tp);
+  if (const std::int64_t fe = fixed("etp")) etps = {fe};
+  for (std::int64_t ep = 1; ep <= m.moe.num_experts; ++ep) {
+    if (m.moe.num_experts % ep != 0) continue;
+    if (const std::int64_t fe = fixed("ep"); fe > 0 && ep != fe) continue;
+    if (o.max_ep > 0 && ep > o.max_ep) break;
+    for (std::int64_t etp : etps) {
+      if (stage_gpus % (ep * etp) != 0 || m.moe.ffn_hidden_size % etp != 0) continue;
+      out.emplace_back(ep, etp);
+    }
+  }
+  return out;
+}
+
 bool FixedAllows(const std::map<std::string, std::string>& fixed, const ParallelConfig& c) {
   for (const auto& [k, v] : fixed) {
     std::string have;
     if (k == "tp") have = std::to_string(c.tp);
     else if (k == "pp") have = std::to_string(c.pp);
     else if (k == "cp") have = std::to_string(c.cp);
+    else if (k == "ep") have = std::to_string(c.ep);
+    else if (k == "etp") have = std::to_string(c.expert_tp());
     else if (k == "cp_comm") have = ToString(c.cp_comm);
     else if (k == "vp") have = std::to_string(c.vp);
     else if (k == "mbs") have = std::to_string(c.micro_batch_size);
@@ -206,8 +236,11 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   tp > 1 ? std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {true, true}}
                          : std::vector<std::pair<bool, bool>>{{false, false}};
               for (const auto& [sp, tpo] : sp_choices) {
+                // Megatron-Core runs MoE layers with tp > 1 only with sequence parallelism.
+                if (m.moe.enabled() && tp > 1 && !sp) continue;
+                for (const auto& [ep, etp] : ExpertGrids(m, o, tp, tp * cp * dp)) {
                 for (int z : o.zero_stages) {
-                  if (z > 0 && dp * cp == 1) continue;  // nothing to shard: same as ZeRO-0
+                  if (z > 0 && dp * cp == 1 && !(m.moe.enabled() && tp * cp * dp / (ep * etp) > 1)) continue;
                   if (z >= 2 && pp > 1) continue;  // Megatron-LM: ZeRO-2/3 (FSDP) without PP
                   ParallelConfig c;
                   c.tp = tp;
@@ -223,6 +256,8 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   c.sequence_parallel = sp;
                   c.tp_comm_overlap = tpo;
                   c.zero_stage = z;
+                  c.ep = ep;
+                  c.etp = m.moe.enabled() ? etp : 0;
                   CopyPrecisionSettings(o.base, &c);
                   if (o.megatron_core) ApplyMegatronCoreDefaults(&c);
                   c.flash_attention = o.flash_attention;
@@ -233,6 +268,7 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   ResolveCpA2a(&c, cl.gpus_per_node);
                   if (!FixedAllows(o.fixed, c)) continue;
                   out.push_back(c);
+                }
                 }
               }
             }

@@ -38,8 +38,10 @@ struct PlanOptions {
   /// K/V transfer; docs/planner.md), up to max_cp (0: no further limit).
   std::int64_t max_cp = 0;
   std::int64_t min_cp_chunk_tokens = 1024;
-  /// Fixed values (from `--fix tp=8,pp=...`): keys tp, pp, cp, cp_comm, vp, mbs, zero, sp,
-  /// tp_comm_overlap, recompute, schedule.
+  /// The largest expert-parallel size searched for MoE models (0: up to the routed experts).
+  std::int64_t max_ep = 0;
+  /// Fixed values (from `--fix tp=8,pp=...`): keys tp, pp, cp, cp_comm, ep, etp, vp, mbs, zero,
+  /// sp, tp_comm_overlap, recompute, schedule.
   std::map<std::string, std::string> fixed;
   int threads = 0;  ///< 0: all cores
   bool flash_attention = true;
