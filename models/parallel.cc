@@ -395,11 +395,6 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
     add("dp disagrees with GPUs / (tp*cp*pp)",
         fmt::format("dp = {} but {} GPUs / ({} = {}) = {}", c.dp, gpus, mp_name, mp, gpus / mp));
   }
-  if (m.mla.enabled() || m.mtp_num_layers > 0) {
-    add("MLA and MTP layers are not simulated yet",
-        fmt::format("{} has {}: the simulator does not model it yet (describe gives its parameters and FLOPs)",
-                    m.name, m.mla.enabled() ? "multi-latent attention" : "multi-token prediction layers"));
-  }
   for (const Infeasibility& x : ExpertParallelRules(m, c)) r.push_back(x);
   if (m.num_attention_heads % c.tp != 0) {
     add("tp does not divide the attention heads", fmt::format("tp = {} does not divide num_attention_heads = {}", c.tp,

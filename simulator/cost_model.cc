@@ -588,6 +588,10 @@ class LayerBuilder {
   }
 
   void AttentionForward() {
+    if (m.mla.enabled()) {
+      MlaForward();
+      return;
+    }
   // ---- forward (saved bytes: Korthikanti et al. 2022 section 4.1, generalized to GQA/SwiGLU)
   ob.Memory(L, "input_norm", F, fused_norm_bytes, act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_attn", F, ag, act);
@@ -658,6 +662,10 @@ class LayerBuilder {
   }
 
   void AttentionBackward() {
+    if (m.mla.enabled()) {
+      MlaBackward();
+      return;
+    }
   ob.Memory(L, m.dropout ? "dropout_residual_attn_bwd" : "residual_attn_bwd", B, 3 * act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_attn_bwd", B, ag, act);
   ob.Quantize(L, "attn_out_proj_grad_quantize", B, T * h);
@@ -691,6 +699,8 @@ class LayerBuilder {
 
   void MoeMlpForward();
   void MoeMlpBackward();
+  void MlaForward();
+  void MlaBackward();
 
   /// TP communication overlap, recompute and the layer's saved bytes.
   void Finish() {
@@ -774,6 +784,88 @@ class LayerBuilder {
   const bool hide_tp_grad = c.async_tp_grad_reduce && c.schedule != Schedule::kZbH1;
   double mlp_weight_inputs = 0;  ///< the MLP's weight-gradient GEMM inputs
 };
+
+/// Multi-head latent attention's forward (DeepSeek-V2/V3; Megatron-Core's MLASelfAttention): the
+/// query and key/value down projections (replicated on the TP ranks, over the gathered sequence)
+/// with their norms, the up projections to a/t heads, causal flash attention over query/key heads
+/// of qk + rope dims and value heads of v dims, the output projection.
+void LayerBuilder::MlaForward() {
+  const MlaSpec& x2 = m.mla;
+  const double dqk = static_cast<double>(x2.qk_head_dim + x2.qk_pos_emb_head_dim), dv = static_cast<double>(x2.v_head_dim);
+  const double ql = static_cast<double>(x2.q_lora_rank), kvl = static_cast<double>(x2.kv_lora_rank),
+               rope = static_cast<double>(x2.qk_pos_emb_head_dim);
+  const double q_heads = a * dqk / t, kv_up_n = a * (static_cast<double>(x2.qk_head_dim) + dv) / t;
+  ob.Memory(L, "input_norm", F, fused_norm_bytes, act / rep);
+  if (sp) ob.Collective(L, "sp_all_gather_attn", F, ag, act);
+  if (ql > 0) {
+    ob.Linear(L, "mla_q_down", F, T, ql, h);
+    L.back().saved_bytes = q * T * h / rep;
+    ob.Memory(L, "mla_q_norm", F, 2 * eb * T * ql, q * T * ql);
+    ob.Linear(L, "mla_q_up", F, T, q_heads, ql);
+  } else {
+    ob.Linear(L, "mla_q_proj", F, T, q_heads, h);
+    L.back().saved_bytes = q * T * h / rep;
+  }
+  ob.Linear(L, "mla_kv_down", F, T, kvl + rope, h);
+  ob.Memory(L, "mla_kv_norm", F, 2 * eb * T * kvl, q * T * kvl);
+  ob.Linear(L, "mla_kv_up", F, T, kv_up_n, kvl);
+  // Q, K (qk + rope dims a head), V, and the fp32 log-sum-exp, kept for the attention backward.
+  const double saved = eb * T * a * (2 * dqk + dv) / t + 4 * T * a / t;
+  if (x.cp != nullptr && x.cp->cp > 1) {
+    LayerShape y = x;
+    y.d = 0.5 * (dqk + dv);
+    y.g = a;
+    CpAttentionForward(ob, L, y, prof, saved, &out);
+  } else {
+    ob.Attention(L, "flash_attention", F, 0.5 * 2 * b * s * s * a * (dqk + dv) / t, s, saved);
+    L.back().bytes = eb * T * a * (2 * dqk + 2 * dv) / t;
+  }
+  ob.Quantize(L, "attn_out_proj_input_quantize", F, T * a * dv / t);
+  ob.Linear(L, "attn_out_proj", F, T, h, a * dv / t);
+  L.back().saved_bytes = q * T * a * dv / t + (low ? eb * T * a * dv / t : 0.0);
+  ob.Collective(L, sp ? "tp_reduce_scatter_attn" : "tp_all_reduce_attn", F, sp ? rs : ar, act);
+  ob.Memory(L, m.dropout ? "dropout_residual_attn" : "residual_attn", F, 3 * act / rep + mask, mask);
+}
+
+/// MLA's backward: the mirror of its forward, flash attention at 2.5x the forward FLOPs.
+void LayerBuilder::MlaBackward() {
+  const MlaSpec& x2 = m.mla;
+  const double dqk = static_cast<double>(x2.qk_head_dim + x2.qk_pos_emb_head_dim), dv = static_cast<double>(x2.v_head_dim);
+  const double ql = static_cast<double>(x2.q_lora_rank), kvl = static_cast<double>(x2.kv_lora_rank),
+               rope = static_cast<double>(x2.qk_pos_emb_head_dim);
+  const double q_heads = a * dqk / t, kv_up_n = a * (static_cast<double>(x2.qk_head_dim) + dv) / t;
+  ob.Memory(L, m.dropout ? "dropout_residual_attn_bwd" : "residual_attn_bwd", B, 3 * act / rep);
+  if (sp) ob.Collective(L, "sp_all_gather_attn_bwd", B, ag, act);
+  ob.Linear(L, "attn_out_proj_dgrad", B, T, a * dv / t, h);
+  ob.Linear(L, "attn_out_proj_wgrad", W, a * dv / t, h, T);
+  if (x.cp != nullptr && x.cp->cp > 1) {
+    LayerShape y = x;
+    y.d = 0.5 * (dqk + dv);
+    y.g = a;
+    CpAttentionBackward(ob, L, y, prof, &out);
+  } else {
+    ob.Attention(L, "flash_attention_bwd", B, 2.5 * 0.5 * 2 * b * s * s * a * (dqk + dv) / t, s);
+    L.back().bytes = eb * T * a * (4 * dqk + 4 * dv) / t;
+  }
+  ob.Linear(L, "mla_kv_up_dgrad", B, T, kvl, kv_up_n);
+  ob.Linear(L, "mla_kv_up_wgrad", W, kv_up_n, kvl, T);
+  ob.Memory(L, "mla_kv_norm_bwd", B, 3 * eb * T * kvl);
+  ob.Linear(L, "mla_kv_down_dgrad", B, T, h, kvl + rope);
+  ob.Linear(L, "mla_kv_down_wgrad", W, kvl + rope, h, T);
+  if (ql > 0) {
+    ob.Linear(L, "mla_q_up_dgrad", B, T, ql, q_heads);
+    ob.Linear(L, "mla_q_up_wgrad", W, q_heads, ql, T);
+    ob.Memory(L, "mla_q_norm_bwd", B, 3 * eb * T * ql);
+    ob.Linear(L, "mla_q_down_dgrad", B, T, h, ql);
+    ob.Linear(L, "mla_q_down_wgrad", W, ql, h, T);
+  } else {
+    ob.Linear(L, "mla_q_proj_dgrad", B, T, h, q_heads);
+    ob.Linear(L, "mla_q_proj_wgrad", W, q_heads, h, T);
+  }
+  ob.Collective(L, sp ? "sp_reduce_scatter_attn_bwd" : "tp_all_reduce_attn_bwd", B, sp ? rs : ar, act);
+  if (hide_tp_grad) ob.HideBehindGemm(L, "mla_kv_down_wgrad");
+  ob.Memory(L, "input_norm_bwd", B, 2 * norm_bytes);
+}
 
 /// The MoE MLP's forward on one GPU (docs/simulator.md, "Mixture of experts"): the router
 /// (h x E GEMM, bf16, and its top-k), the permutation of the routed tokens into k copies, their
@@ -914,6 +1006,11 @@ MoePlan PlanMoe(const Model& m, const ParallelConfig& c, std::int64_t gpn, doubl
 
 }  // namespace
 
+namespace {
+/// Bytes per element of a linear GEMM's saved input (the quantized copy under a low-precision format).
+double q_bytes_of(const LinearFormat& lf, double eb) { return lf.low_precision() ? lf.CopyBytes() : eb; }
+}  // namespace
+
 CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster& cl,
                          const HardwareProfile& prof) {
   CostModel cm;
@@ -1020,6 +1117,25 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   ob.Collective(O, sp ? "sp_reduce_scatter_output_bwd" : "tp_all_reduce_output_bwd", B, sp ? rs : ar, act);
   if (c.async_tp_grad_reduce && c.schedule != Schedule::kZbH1) ob.HideBehindGemm(O, "output_proj_wgrad");
   ob.Memory(O, "final_norm_bwd", B, 2 * norm_bytes);
+  // ---- multi-token prediction (DeepSeek-V3; Megatron-Core's MTP): per module, the two input norms,
+  // the 2h -> h projection of [next token's embedding; hidden state], one transformer layer (its
+  // ops added with the chunk's layers below) and another pass through the shared output head.
+  std::vector<Op> mtp_ops;
+  if (m.mtp_num_layers > 0) {
+    ob.Memory(mtp_ops, "mtp_input_norms", F, 2 * norm_bytes, 2 * act / rep);
+    if (sp) ob.Collective(mtp_ops, "mtp_all_gather", F, ag, 2 * act);
+    ob.Linear(mtp_ops, "mtp_eh_proj", F, T, h / t, 2 * h);
+    mtp_ops.back().saved_bytes = 2 * q_bytes_of(lf, eb) * T * h / rep;
+    ob.Collective(mtp_ops, sp ? "mtp_reduce_scatter" : "mtp_all_reduce", F, sp ? rs : ar, act);
+    ob.Linear(mtp_ops, "mtp_eh_proj_dgrad", B, T, 2 * h, h / t);
+    ob.Linear(mtp_ops, "mtp_eh_proj_wgrad", W, h / t, 2 * h, T);
+    ob.Memory(mtp_ops, "mtp_input_norms_bwd", B, 4 * norm_bytes);
+    for (const Op& o : O) {
+      Op x = o;
+      x.name = "mtp_" + o.name;
+      mtp_ops.push_back(x);
+    }
+  }
 
   // ---- pipeline receive (stages after the first / before the last): Megatron's scatter/gather
   // optimization (SC21 section 4.1, gather_split_1d_tensor) and DeepSpeed's pipe_partitioned
@@ -1149,6 +1265,17 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
         cc.fwd_transient_bytes = std::max(cc.fwd_transient_bytes, cc.transient_bytes);
         const bool separate_copy = !m.tie_embeddings || c.pp > 1;
         cc.params_per_gpu += static_cast<double>(pc.final_norm) + (separate_copy ? V * h / t : 0.0);
+        if (m.mtp_num_layers > 0) {
+          const double n = static_cast<double>(m.mtp_num_layers);
+          for (std::int64_t k2 = 0; k2 < m.mtp_num_layers; ++k2) add(mtp_ops);
+          const bool moe_mtp = m.moe.enabled();
+          add_layers(moe_mtp ? moe_layer : layer, n);
+          const LayerParameters& lp = moe_mtp ? pc.moe_layer : pc.per_layer;
+          const double experts = moe_mtp ? static_cast<double>(lp.expert) / static_cast<double>(cm.moe.ep * cm.moe.etp) : 0;
+          cc.expert_params_per_gpu += n * experts;
+          cc.params_per_gpu += n * (2 * h * h / t + 3 * static_cast<double>(m.NormParameters()) +
+                                    static_cast<double>(lp.sharded) / t + static_cast<double>(lp.replicated) + experts);
+        }
       }
       cm.chunks[static_cast<std::size_t>(i)].push_back(cc);
     }

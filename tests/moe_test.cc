@@ -223,10 +223,47 @@ TEST(Moe, ExpertParallelRulesAndBadInput) {
                                     "does not divide the tp*cp*dp = 4 GPUs"));
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 8 --tp 2", "--tp: got 2"));
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --ep 2", "no mixture-of-experts"));
-  // MLA and MTP are not simulated yet: a result with that reason.
-  const auto r = testing::RunShardcast("simulate --model deepseek-v3 --cluster dgx-h100 --gpus 8 --ep 8");
-  EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("multi-latent attention"), std::string::npos) << r.out;
+}
+
+// MLA's attention: the down projections run over every token on each TP rank (replicated
+// weights), the up projections and flash attention on a/t heads with query/key heads of
+// qk + rope dims and value heads of v dims; DeepSeek-V3's MTP module adds a layer and another
+// pass through the output head on the last stage.
+TEST(Moe, MlaOpsAndMtp) {
+  const Model m = LoadModel("deepseek-v3");
+  const Cluster cl = LoadCluster("dgx-h100");
+  ParallelConfig c;
+  c.tp = 2;
+  c.pp = 1;
+  c.dp = 4;
+  c.ep = 8;
+  c.etp = 1;  // etp*ep = 8 on the tp*dp = 8 GPUs
+  c.sequence_parallel = true;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 4;
+  c.seq_length = 4096;
+  const CostModel cm = BuildCostModel(m, c, cl, DefaultProfile(cl));
+  auto find = [&](const std::string& name) -> const Op* {
+    for (const Op& o : cm.layer_ops) {
+      if (o.name == name) return &o;
+    }
+    return nullptr;
+  };
+  const double T = 4096;
+  ASSERT_TRUE(find("mla_q_down") && find("mla_kv_up") && find("flash_attention"));
+  EXPECT_DOUBLE_EQ(find("mla_q_down")->flops, 2 * T * 1536 * 7168);             // not divided by tp
+  EXPECT_DOUBLE_EQ(find("mla_kv_up")->flops, 2 * T * (128.0 * 256 / 2) * 512);  // a(qk + v)/t heads
+  EXPECT_DOUBLE_EQ(find("flash_attention")->flops, 0.5 * 2 * T * T * 128 * (192 + 128) / 2);
+  EXPECT_DOUBLE_EQ(find("attn_out_proj")->flops, 2 * T * 7168 * (128.0 * 128 / 2));
+  // The last chunk holds the MTP module: its layer and the output head a second time.
+  const ChunkCost& last = cm.chunks[0][0];
+  EXPECT_TRUE(last.has_output);
+  const ParameterCounts pc = m.Parameters();
+  const double expert = static_cast<double>(pc.moe_layer.expert) / 8;
+  EXPECT_NEAR(last.expert_params_per_gpu, (58 + 1) * expert, 1.0);
+  const SimulationResult r = Simulate(m, c, cl, 8, DefaultProfile(cl));
+  ASSERT_TRUE(r.feasible) << r.reasons.front();
+  EXPECT_GT(r.step_time_s, 0.0);
 }
 
 // ---- Hugging Face config.json ------------------------------------------------------------------
