@@ -114,5 +114,17 @@ void BM_PlanLlama405b_16384(benchmark::State& state) {
 }
 BENCHMARK(BM_PlanLlama405b_16384)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
 
+// Issue 17: DeepSeek-V3 on 1,024 H100 at sequence 4096, global batch 8192, searching tp, pp, vp,
+// cp, ep and etp (target: under 5 s on two cores).
+void BM_PlanDeepSeekV3_1024(benchmark::State& state) {
+  PlanOptions o;
+  o.gpus = 1024;
+  o.global_batch_size = 8192;
+  o.seq_length = 4096;
+  o.min_headroom_bytes = 2.0 * 1073741824.0;
+  RunPlanBenchmark(state, "deepseek-v3", "dgx-h100", o);
+}
+BENCHMARK(BM_PlanDeepSeekV3_1024)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
 }  // namespace
 }  // namespace shardcast
