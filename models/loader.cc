@@ -105,6 +105,17 @@ void ValidateModel(const Model& m, const std::string& file) {
                                 std::to_string(m.num_attention_heads));
   }
   if (m.moe.enabled()) {
+    // Bounds that keep every parameter count inside int64 (docs/inputs.md): all experts together
+    // no wider than one FFN may be.
+    if (m.moe.num_experts * m.moe.ffn_hidden_size > kMaxFfn) {
+      throw InputError::Field(file, "/moe_ffn_hidden_size", std::to_string(m.moe.ffn_hidden_size),
+                              "num_experts * moe_ffn_hidden_size <= " + std::to_string(kMaxFfn) + " (got " +
+                                  std::to_string(m.moe.num_experts) + " experts)");
+    }
+    if (m.moe.shared_ffn_hidden_size > kMaxFfn) {
+      throw InputError::Field(file, "/moe_shared_expert_intermediate_size", std::to_string(m.moe.shared_ffn_hidden_size),
+                              "at most " + std::to_string(kMaxFfn));
+    }
     if (m.moe.top_k < 1 || m.moe.top_k > m.moe.num_experts) {
       throw InputError::Field(file, "/moe_router_topk", std::to_string(m.moe.top_k),
                               "1 to num_experts = " + std::to_string(m.moe.num_experts) + " experts per token");
@@ -120,6 +131,18 @@ void ValidateModel(const Model& m, const std::string& file) {
     if (m.MoeLayersIn(0, m.num_layers) == 0) {
       throw InputError::Field(file, "/moe_layer_step", std::to_string(m.moe.layer_step),
                               "a step that makes some of the " + std::to_string(m.num_layers) + " layers MoE layers");
+    }
+  }
+  if (m.mla.enabled()) {
+    const std::int64_t dims = m.mla.qk_head_dim + m.mla.qk_pos_emb_head_dim + m.mla.v_head_dim;
+    if (m.num_attention_heads * dims > kMaxFfn) {
+      throw InputError::Field(file, "/qk_head_dim", std::to_string(m.mla.qk_head_dim),
+                              "num_attention_heads * (qk_head_dim + qk_pos_emb_head_dim + v_head_dim) <= " +
+                                  std::to_string(kMaxFfn));
+    }
+    if (m.mla.q_lora_rank + m.mla.kv_lora_rank > kMaxHidden) {
+      throw InputError::Field(file, "/kv_lora_rank", std::to_string(m.mla.kv_lora_rank),
+                              "q_lora_rank + kv_lora_rank <= " + std::to_string(kMaxHidden));
     }
   }
   if (m.mla.enabled() && (m.mla.qk_head_dim < 1 || m.mla.v_head_dim < 1)) {
