@@ -345,6 +345,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.embedding_slots = a.emb_slots || a.mcore_account_embedding;
   c.first_stage_layers = a.first_stage_layers;
   c.last_stage_layers = a.last_stage_layers;
+  c.even_chunks = a.even_chunks;
   c.ep = a.ep;
   c.etp = a.etp;
   c.moe_dispatcher = a.moe_dispatcher == "allgather" ? MoeDispatcher::kAllGather
@@ -404,6 +405,7 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.vp > 1) f += fmt::format(" --vp {}", c.vp);
   if (c.first_stage_layers >= 0) f += fmt::format(" --decoder-first-pipeline-num-layers {}", c.first_stage_layers);
   if (c.last_stage_layers >= 0) f += fmt::format(" --decoder-last-pipeline-num-layers {}", c.last_stage_layers);
+  if (c.even_chunks) f += " --pipeline-layout-even";
   f += fmt::format(" --mbs {} --gbs {}", c.micro_batch_size, c.global_batch_size);
   if (c.seq_length > 0 && c.seq_length != m.seq_length) f += fmt::format(" --seq {}", c.seq_length);
   if (c.recompute != Recompute::kNone) f += fmt::format(" --recompute {}", ToString(c.recompute));
@@ -515,6 +517,9 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
       ->check(CLI::Range(1.0, 64.0));
   AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size,--num-virtual-stages-per-pipeline-rank", a->vp,
               "virtual stages per pipeline rank", kMaxVirtualStages);
+  cmd->add_flag("--pipeline-layout-even", a->even_chunks,
+                "with --vp: spread the layers over the pp*vp model chunks as evenly as possible, the remainder to the "
+                "first chunks (a --pipeline-model-parallel-layout of even chunks), when pp*vp does not divide them");
   AddPositive(cmd, "--decoder-first-pipeline-num-layers", a->first_stage_layers,
               "transformer layers of the first pipeline stage (the other stages share the rest equally)", kMaxLayers);
   AddPositive(cmd, "--decoder-last-pipeline-num-layers", a->last_stage_layers,

@@ -59,7 +59,7 @@ struct SimulateArgs {
   bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
        no_overlap_param = false, bf16_grads = false, json = false, full_rank = false, emb_slots = false, mcore_account_embedding = false, mcore_account_loss = false,
        p2p_blocking = false, ops = false, no_async_tp = false, tp_comm_overlap = false,
-       no_scatter_gather = false, no_nvls = false;
+       no_scatter_gather = false, no_nvls = false, even_chunks = false;
   int zero = -1;
 };
 

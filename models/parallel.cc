@@ -333,6 +333,18 @@ PipelineLayout PipelineLayoutOf(const Model& m, const ParallelConfig& c) {
                               "pp = {}", L + 2, pp));
     }
     for (std::int64_t i = 0; i < pp; ++i) stage[static_cast<std::size_t>(i)] = (L + 2) / pp + (i < (L + 2) % pp ? 1 : 0);
+  } else if (c.even_chunks && v > 1) {
+    // Each model chunk k*pp + i gets L / (pp*vp) layers, the first L % (pp*vp) chunks one more.
+    const std::int64_t chunks = pp * v;
+    if (L < chunks) return fail(fmt::format("pipeline layout: {} layers for pp*vp = {} chunks", L, chunks));
+    out.chunk_layers.assign(static_cast<std::size_t>(chunks), 0);
+    for (std::int64_t k = 0; k < chunks; ++k) out.chunk_layers[static_cast<std::size_t>(k)] = L / chunks + (k < L % chunks ? 1 : 0);
+    std::int64_t first = 0;
+    for (std::int64_t n : out.chunk_layers) {
+      out.first_layer.push_back(first);
+      first += n;
+    }
+    return out;
   } else {
     if (v > 1 && L % (pp * v) != 0) {
       return fail(fmt::format("pp*vp = {}*{} does not divide num_layers = {}", pp, v, L));
@@ -372,6 +384,7 @@ PipelineLayout PipelineLayoutOf(const Model& m, const ParallelConfig& c) {
 std::string PipelineSplitName(const ParallelConfig& c) {
   if (c.pp <= 1) return "";
   if (c.embedding_slots) return "emb+loss slots";
+  if (c.even_chunks) return "even chunks";
   if (c.first_stage_layers < 0 && c.last_stage_layers < 0) return "";
   std::string s;
   if (c.first_stage_layers >= 0) s += fmt::format("first {}", c.first_stage_layers);

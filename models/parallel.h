@@ -136,6 +136,11 @@ struct ParallelConfig {
   /// transformer layers of the first / last pipeline stage (-1: not set); the other stages share
   /// the rest equally (PipelineLayoutOf).
   std::int64_t first_stage_layers = -1, last_stage_layers = -1;
+  /// With virtual stages: L layers spread over the pp*vp model chunks as evenly as possible, the
+  /// remainder to the first chunks in model order (what a Megatron-Core
+  /// --pipeline-model-parallel-layout string spreading the layers evenly gives; torchtitan's
+  /// split), instead of requiring pp*vp to divide L.
+  bool even_chunks = false;
   /// Bytes per parameter moved by parameter all-gathers (ZeRO-1/2 after the step, ZeRO-3 before
   /// each use): 2 for bf16 parameters; 4 for FSDP keeping fp32 parameters (PyTorch FSDP
   /// without a reduced param dtype, e.g. Composer's DEFAULT mixed precision before March 2023).
@@ -158,7 +163,9 @@ struct ParallelConfig {
   }
   /// Whether the pipeline split is not the default one (embedding slots or first/last stage
   /// layer counts).
-  bool uneven_pipeline() const { return embedding_slots || first_stage_layers >= 0 || last_stage_layers >= 0; }
+  bool uneven_pipeline() const {
+    return embedding_slots || first_stage_layers >= 0 || last_stage_layers >= 0 || even_chunks;
+  }
   /// Micro-batches per step per data-parallel replica: gbs / (mbs * dp); 0 when dp or the
   /// micro-batch is unset (< 1).
   std::int64_t num_microbatches() const {

@@ -602,6 +602,10 @@ std::string MegatronArguments(const ParallelConfig& c, const Model& m) {
   // called it --pp-partition-method 'type:transformer|embedding').
   if (c.embedding_slots) a += " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split";
   if (c.schedule == Schedule::kZbH1) a += "   # ZB-H1 schedule: not in upstream Megatron-LM (zero-bubble fork)";
+  if (c.even_chunks) {
+    a += "   # and a --pipeline-model-parallel-layout spreading the layers evenly over the pp*vp chunks, the remainder "
+         "to the first (shardcast's --pipeline-layout-even)";
+  }
   if (c.cp > 1 && c.cp_comm == CpComm::kUlysses) {
     a += "   # DeepSpeed-Ulysses: Megatron-DeepSpeed's --ds-sequence-parallel-size; Megatron-Core's --cp-comm-type a2a "
          "moves the same bytes";

@@ -82,6 +82,60 @@ void RequireColumns(const CsvTable& t, const std::string& file, std::initializer
   }
 }
 
+/// The `key=value` words of a row's notes (the MoE rows' architecture; validation/README.md):
+/// "num_experts=256; top_k=8; attention=MLA q_lora_rank=1536" gives num_experts, top_k,
+/// attention and q_lora_rank. A value ends at a space, ';', ',' or '('.
+std::map<std::string, std::string> NoteValues(const std::string& notes) {
+  std::map<std::string, std::string> out;
+  std::string word;
+  auto flush = [&]() {
+    const auto eq = word.find('=');
+    if (eq != std::string::npos && eq > 0 && eq + 1 < word.size()) out.emplace(word.substr(0, eq), word.substr(eq + 1));
+    word.clear();
+  };
+  for (char ch : notes) {
+    if (ch == ' ' || ch == ';' || ch == ',' || ch == '(' || ch == ')') {
+      flush();
+    } else {
+      word += ch;
+    }
+  }
+  flush();
+  return out;
+}
+
+/// A positive integer note value, or `fallback` when absent; InputError naming the row otherwise.
+std::int64_t NoteInt(const std::map<std::string, std::string>& kv, const std::string& key, std::int64_t fallback,
+                     const std::string& where) {
+  const auto it = kv.find(key);
+  if (it == kv.end()) return fallback;
+  const auto d = Num(it->second);
+  if (!d || *d < 0 || *d != std::floor(*d) || *d > static_cast<double>(kMaxFfn)) {
+    throw InputError(where + ", column notes: " + key + "=" + it->second + ", expected a non-negative integer");
+  }
+  return static_cast<std::int64_t>(*d);
+}
+
+/// The mixture-of-experts architecture of a row from its notes: experts, top-k, expert FFN,
+/// shared experts, leading dense layers, GQA head dim or MLA ranks (Llama-style layers).
+void RowExperts(const std::map<std::string, std::string>& kv, const std::string& where, Model* m) {
+  m->moe.num_experts = NoteInt(kv, "num_experts", 0, where);
+  m->moe.top_k = NoteInt(kv, "top_k", 1, where);
+  m->moe.ffn_hidden_size = NoteInt(kv, "moe_ffn_hidden_size", m->ffn_hidden_size, where);
+  m->moe.shared_ffn_hidden_size =
+      NoteInt(kv, "shared_expert_ffn", NoteInt(kv, "shared_experts", 0, where) * m->moe.ffn_hidden_size, where);
+  m->moe.first_k_dense = NoteInt(kv, "first_k_dense_layers", 0, where);
+  if (const auto hd = NoteInt(kv, "head_dim", 0, where); hd > 0) m->kv_channels = hd;
+  if (NoteInt(kv, "kv_lora_rank", 0, where) > 0) {
+    m->mla.q_lora_rank = NoteInt(kv, "q_lora_rank", 0, where);
+    m->mla.kv_lora_rank = NoteInt(kv, "kv_lora_rank", 0, where);
+    m->mla.qk_head_dim = NoteInt(kv, "qk_nope_head_dim", 0, where);
+    m->mla.qk_pos_emb_head_dim = NoteInt(kv, "qk_rope_head_dim", 0, where);
+    m->mla.v_head_dim = NoteInt(kv, "v_head_dim", 0, where);
+    m->kv_channels = m->mla.v_head_dim;
+  }
+}
+
 /// The architecture of a row, from its arch_family and shape columns (validation/README.md).
 Model RowModel(const CsvTable& t, std::size_t r, const std::string& file) {
   const std::string arch = t.Get(r, "arch_family");
@@ -109,7 +163,8 @@ Model RowModel(const CsvTable& t, std::size_t r, const std::string& file) {
     // BLOOM: ALiBi, biases, trained without dropout.
     m.position_embedding = PositionEmbedding::kAlibi;
     m.dropout = false;
-  } else if (Contains(arch, "LLAMA") || Contains(arch, "Llama")) {
+  } else if (Contains(arch, "LLAMA") || Contains(arch, "Llama") || Contains(arch, "MoE")) {
+    // Llama-style layers, as the MoE families (Mixtral, Qwen3, DeepSeek, GPT-OSS) build them.
     // Llama 2/3: RMSNorm, SwiGLU, rotary positions, untied output layer, no biases or dropout.
     m.position_embedding = PositionEmbedding::kRope;
     m.normalization = Normalization::kRMSNorm;
@@ -129,6 +184,15 @@ Model RowModel(const CsvTable& t, std::size_t r, const std::string& file) {
     m.position_embedding = PositionEmbedding::kLearned;
   }
   if (t.Get(r, "mlp_activation") == "swiglu") m.activation = Activation::kSwiglu;
+  const auto notes = NoteValues(t.Get(r, "notes"));
+  if (notes.count("num_experts")) {
+    RowExperts(notes, file + ": " + RowLabel(t, r), &m);
+    m.kv_channels = m.kv_channels > 0 && notes.count("head_dim") + notes.count("kv_lora_rank") > 0
+                        ? m.kv_channels
+                        : m.hidden_size / m.num_attention_heads;
+    ValidateModel(m, file + ": " + RowLabel(t, r));
+    return m;
+  }
   if (m.hidden_size % m.num_attention_heads != 0) {
     throw InputError(file + ": " + RowLabel(t, r) + ", column num_heads: got " + std::to_string(m.num_attention_heads) +
                      ", expected a divisor of hidden_size = " + std::to_string(m.hidden_size));
@@ -137,9 +201,32 @@ Model RowModel(const CsvTable& t, std::size_t r, const std::string& file) {
   return m;
 }
 
+/// The expert settings a MoE row's notes and precision give: etp, the dispatcher (DeepEP and
+/// HybridEP are the fused "flex" one), forced load balancing (exactly balanced), a capacity
+/// factor, the FP8 recipe.
+void MapExpertSettings(const CsvTable& t, std::size_t r, const std::string& file, ParallelConfig* c) {
+  const std::string notes = t.Get(r, "notes"), prec = t.Get(r, "precision");
+  const auto kv = NoteValues(notes);
+  if (kv.count("etp") && Num(kv.at("etp"))) c->etp = NoteInt(kv, "etp", 0, file + ": " + RowLabel(t, r));
+  c->moe_dispatcher = Contains(notes, "DeepEP") || Contains(notes, "HybridEP") || Contains(notes, "flex")
+                          ? MoeDispatcher::kFlex
+                          : MoeDispatcher::kAllToAll;
+  if (Contains(notes, "forced balance") || Contains(notes, "force balance") || Contains(notes, "force load balancing") ||
+      Contains(notes, "fake balanced") || Contains(notes, "force-load-balancing")) {
+    c->moe_load_imbalance = 1.0;
+  }
+  if (Contains(notes, "capacity-factor 1.0")) c->moe_capacity_factor = 1.0;
+  if (c->precision == Precision::kFp8 && (Contains(prec, "blockwise") || Contains(prec, "fine-grained"))) {
+    c->fp8_recipe = Fp8Recipe::kBlockwise;
+  }
+  if (c->tp > 1) c->sequence_parallel = true;  // Megatron-Core runs MoE with TP only with SP
+}
+
 Cluster RowCluster(const CsvTable& t, std::size_t r) {
   const std::string gpu = t.Get(r, "gpu_type");
   if (gpu.rfind("H100", 0) == 0) return LoadCluster("dgx-h100");
+  if (gpu.rfind("H800", 0) == 0) return LoadCluster("hgx-h800");
+  if (gpu.rfind("GB200", 0) == 0) return LoadCluster("gb200-nvl72");
   // Jean Zay (BLOOM): 8 A100 80GB per node on NVLink, 4 Omni-Path 100 Gb/s links per node.
   if (Contains(t.Get(r, "interconnect"), "Omni-Path")) return LoadCluster("jean-zay-a100");
   // The 40 GB A100 has its own preset (memory decides the OOM rows).
@@ -189,9 +276,10 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     row.outcome = t.Get(r, "outcome");
     if (auto g = Num(t.Get(r, "num_gpus"))) row.gpus = static_cast<std::int64_t>(*g);  // also for skipped rows
     const std::string gpu = row.gpu_type;
-    if (gpu.rfind("A100", 0) != 0 && gpu.rfind("H100", 0) != 0) {
+    if (gpu.rfind("A100", 0) != 0 && gpu.rfind("H100", 0) != 0 && gpu.rfind("H800", 0) != 0 &&
+        gpu.rfind("GB200", 0) != 0) {
       row.skipped = true;
-      row.skip_reason = "GPU type '" + gpu + "' has no preset mapping (A100 and H100 rows are modelled)";
+      row.skip_reason = "GPU type '" + gpu + "' has no preset mapping (A100, H100, H800 and GB200 rows are modelled)";
       rep.rows.push_back(row);
       continue;
     }
@@ -231,20 +319,29 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     c.vp = t.Get(r, "vp").empty() ? 1 : IntField(t, r, "vp", runs_csv);
     c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
     c.cp = t.Get(r, "cp").empty() ? 1 : IntField(t, r, "cp", runs_csv);
+    if (t.Column("ep") >= 0 && !t.Get(r, "ep").empty()) c.ep = IntField(t, r, "ep", runs_csv);
     c.micro_batch_size = assume_mbs1 ? 1 : IntField(t, r, "micro_batch_size", runs_csv);
     c.global_batch_size = IntField(t, r, "global_batch_size", runs_csv);
     c.seq_length = m.seq_length;
     // SC21 Table 2 rows leave recompute unstated; the paper's Table 1 runs, whose FLOP count
     // (eq. 3) they share, used full recompute.
-    const std::size_t rc = ChoiceField(t, r, "recompute", runs_csv, {"", "full", "selective", "none"});
+    const std::size_t rc =
+        ChoiceField(t, r, "recompute", runs_csv, {"", "full", "selective", "none", "not stated"}) % 4;  // not stated: as empty
     c.recompute = rc <= 1 ? Recompute::kFull : rc == 2 ? Recompute::kSelective : Recompute::kNone;
-    c.sequence_parallel = ChoiceField(t, r, "sequence_parallel", runs_csv, {"", "no", "yes"}) == 2;
+    c.sequence_parallel = ChoiceField(t, r, "sequence_parallel", runs_csv, {"", "no", "yes", "n/a"}) == 2;
     const std::size_t sh = ChoiceField(t, r, "dp_sharding", runs_csv,
-                                       {"", "none", "ZeRO-1", "PyTorch FSDP SHARD_GRAD_OP", "PyTorch FSDP FULL_SHARD"});
-    c.zero_stage = sh == 4 ? 3 : sh == 3 ? 2 : sh == 2 ? 1 : 0;
-    c.flash_attention = Contains(t.Get(r, "framework"), "FlashAttention");
+                                       {"", "none", "ZeRO-1", "PyTorch FSDP SHARD_GRAD_OP", "PyTorch FSDP FULL_SHARD",
+                                        "distributed optimizer", "PyTorch FSDP2", "Megatron-FSDP"});
+    c.zero_stage = sh >= 6 || sh == 4 ? 3 : sh == 3 ? 2 : sh == 2 || sh == 5 ? 1 : 0;
+    // Fused attention: FlashAttention, or Transformer Engine's fused (cuDNN) attention ("TE",
+    // FlexAttention) of the newer PyTorch-side rows.
+    c.flash_attention = Contains(t.Get(r, "framework"), "FlashAttention") || Contains(t.Get(r, "framework"), "TE ") ||
+                        Contains(t.Get(r, "framework"), "FlexA");
     const std::string prec = t.Get(r, "precision");
-    c.precision = Contains(prec, "fp8") ? Precision::kFp8 : Contains(prec, "bf16") ? Precision::kBf16 : Precision::kFp16;
+    c.precision = Contains(prec, "MXFP8")                           ? Precision::kMxfp8
+                  : Contains(prec, "fp8") || Contains(prec, "FP8") ? Precision::kFp8
+                  : Contains(prec, "bf16")                         ? Precision::kBf16
+                                                                   : Precision::kFp16;
     c.embedding_slots = Contains(t.Get(r, "notes"), "PP slots");
     // What the frameworks did: Megatron-LM of 2021-22 (S1, S3) and DeepSpeed's pipeline engine
     // (S12) reduce gradients after the backward pass.
@@ -309,6 +406,11 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       // tables of late 2023).
       c.param_gather_bytes = 2.0;
       c.fp32_main_grads = true;
+    }
+    if (m.moe.enabled()) MapExpertSettings(t, r, runs_csv, &c);
+    if (c.vp > 1 && m.num_layers % (c.pp * c.vp) != 0 && !c.uneven_pipeline()) {
+      c.even_chunks = true;
+      row.assumptions.push_back("layers spread evenly over the pp*vp chunks (the run's pipeline layout is not given)");
     }
     // The PyTorch-side runs here predate FlashAttention-3 (July 2024; the newest is from
     // 2024-04), so their flash-attention rows ran FlashAttention-2; the default profile assumes

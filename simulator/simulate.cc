@@ -1000,6 +1000,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
     j["config"]["cp_comm_type"] = ToString(c.cp_comm);
     if (c.cp_comm == CpComm::kA2AP2P) j["config"]["cp_a2a_ranks"] = CpA2aGroup(c, cl.gpus_per_node);
   }
+  j["config"]["pipeline_layout_even"] = c.even_chunks;
   j["config"]["decoder_first_pipeline_num_layers"] =
       c.first_stage_layers >= 0 ? Json(c.first_stage_layers) : Json(nullptr);
   j["config"]["decoder_last_pipeline_num_layers"] =

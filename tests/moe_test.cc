@@ -9,6 +9,7 @@
 #include "models/loader.h"
 #include "models/parallel.h"
 #include "simulator/cost_model.h"
+#include "planner/validate.h"
 #include "simulator/simulate.h"
 #include "tests/test_util.h"
 
@@ -333,6 +334,29 @@ TEST(MoeHuggingFace, EveryFamilyMapsItsKeys) {
   EXPECT_NEAR(static_cast<double>(oss.Parameters().total) / 1e9, 116.8, 0.3);  // OpenAI: 116.8B total
   const ParameterCounts op = oss.Parameters();
   EXPECT_NEAR(static_cast<double>(op.active - op.word_embedding) / 1e9, 5.13, 0.02);  // 5.13B active
+}
+
+}  // namespace
+}  // namespace shardcast
+
+namespace shardcast {
+namespace {
+
+// The MoE runs of validation/published_runs_moe.csv: every row simulated or skipped with a
+// reason, and a fence on today's figures (docs/accuracy.md, "MoE runs"; issue 17's target of 12%
+// is not reached yet).
+TEST(MoeValidation, RowsAreModelledOrSkippedAndFenced) {
+  const std::string dir = std::string(SHARDCAST_SOURCE_DIR) + "/validation/";
+  const ValidationReport rep = RunValidation(dir + "published_runs_moe.csv", "");
+  const auto& s = rep.summary;
+  EXPECT_EQ(s.rows, 31u);
+  for (const auto& r : rep.rows) {
+    if (r.skipped) EXPECT_FALSE(r.skip_reason.empty()) << r.row_id;
+  }
+  EXPECT_GE(s.simulated, 23u);
+  EXPECT_LT(s.mape_by_source.at("M3").first, 0.17);
+  EXPECT_LT(s.mape_by_source.at("M4").first, 0.07);
+  EXPECT_LT(s.step_time_mape, 0.21);
 }
 
 }  // namespace

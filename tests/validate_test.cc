@@ -66,7 +66,7 @@ TEST(Validate, SmallFixture) {
   EXPECT_TRUE(rep.rows[0].config.sequence_parallel);
   // Row 2: an unknown GPU type is skipped with the reason, never dropped.
   EXPECT_TRUE(rep.rows[1].skipped);
-  EXPECT_EQ(rep.rows[1].skip_reason, "GPU type 'TPU-v4' has no preset mapping (A100 and H100 rows are modelled)");
+  EXPECT_EQ(rep.rows[1].skip_reason, "GPU type 'TPU-v4' has no preset mapping (A100, H100, H800 and GB200 rows are modelled)");
   // Row 3: a measured OOM without a time (22B on 8 GPUs, no recompute, no SP: predicted not to
   // fit either).
   EXPECT_EQ(rep.summary.oom_rows, 1u);
@@ -143,7 +143,8 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
   const std::string partial = testing::WriteTemp("runs_partial.csv", header() + row("recompute", "partial"));
   EXPECT_EQ(InputErrorOf([&] { RunValidation(partial, ""); }),
             partial + ": row_id " + row_id +
-                " (line 2), column recompute: got \"partial\", expected empty, \"full...\", \"selective...\", \"none...\"");
+                " (line 2), column recompute: got \"partial\", expected empty, \"full...\", \"selective...\", \"none...\", "
+                       "\"not stated...\"");
   const std::string sp = testing::WriteTemp("runs_sp.csv", header() + row("sequence_parallel", "true"));
   EXPECT_NE(InputErrorOf([&] { RunValidation(sp, ""); }).find("column sequence_parallel: got \"true\", expected empty, "
                                                                "\"no...\", \"yes...\""),
