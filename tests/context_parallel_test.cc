@@ -431,7 +431,9 @@ TEST(PipelineSplit, PlannerSearchesFrontierLayoutsAndContextParallelism) {
       llama3 = true;
     }
     if (c.cp == 2) cp2 = true;
-    if (c.cp > 1) EXPECT_GE(8192 / (2 * c.cp), o.min_cp_chunk_tokens);
+    if (c.cp > 1) {
+      EXPECT_GE(8192 / (2 * c.cp), o.min_cp_chunk_tokens);
+    }
   }
   EXPECT_TRUE(llama3);
   EXPECT_TRUE(cp2);

@@ -351,7 +351,9 @@ TEST(MoeValidation, RowsAreModelledOrSkippedAndFenced) {
   const auto& s = rep.summary;
   EXPECT_EQ(s.rows, 31u);
   for (const auto& r : rep.rows) {
-    if (r.skipped) EXPECT_FALSE(r.skip_reason.empty()) << r.row_id;
+    if (r.skipped) {
+      EXPECT_FALSE(r.skip_reason.empty()) << r.row_id;
+    }
   }
   EXPECT_GE(s.simulated, 23u);
   EXPECT_LT(s.mape_by_source.at("M3").first, 0.17);

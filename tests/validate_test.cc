@@ -543,7 +543,9 @@ TEST(Validate, LongSequenceConventionNoteQuotesTheFullMatrixReading) {
   EXPECT_NE(note.find(fmt::format("tau of {:.2f}", s.tflops_tau_by_source.at("S7").first)), std::string::npos) << note;
   const ValidationReport causal_rep = RunValidation(dir + "published_runs.csv", "");
   for (const auto& r : causal_rep.rows) {
-    if (r.source_id == "S7") EXPECT_FALSE(r.fitted_constant.empty()) << r.row_id;
+    if (r.source_id == "S7") {
+      EXPECT_FALSE(r.fitted_constant.empty()) << r.row_id;
+    }
   }
 }
 
