@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <iostream>
 #include <optional>
 
@@ -42,7 +43,7 @@ void PrintOps(const Model& m, const ParallelConfig& c, const Cluster& cl, const 
                "   nccl-tests busbw for collectives)\n";
   std::cout << fmt::format("  {:<34} {:<15} {:<10} {:>28} {:>9} {:>9} {:>10} {:>16}\n", "op", "pass", "kind",
                            "shape", "GFLOP", "MB", "time us", "achieved");
-  auto table = [&](const char* title, const std::vector<Op>& ops) {
+  auto table = [&](const std::string& title, const std::vector<Op>& ops) {
     if (ops.empty()) return;
     std::cout << "  " << title << "\n";
     double total = 0;
@@ -81,7 +82,15 @@ void PrintOps(const Model& m, const ParallelConfig& c, const Cluster& cl, const 
     }
     std::cout << fmt::format("    {:<32} {:>84.1f}\n", "sum (not overlapped)", total * 1e6);
   };
-  table("one transformer layer", cm.layer_ops);
+  const std::int64_t moe_layers = cm.moe_layer_ops.empty() ? 0 : m.MoeLayersIn(0, m.num_layers);
+  if (moe_layers < m.num_layers) {
+    table(moe_layers > 0 ? fmt::format("one dense transformer layer ({} of {})", m.num_layers - moe_layers, m.num_layers)
+                         : std::string("one transformer layer"),
+          cm.layer_ops);
+  }
+  if (moe_layers > 0) {
+    table(fmt::format("one mixture-of-experts layer ({} of {})", moe_layers, m.num_layers), cm.moe_layer_ops);
+  }
   table("embedding (first stage)", cm.embedding_ops);
   table("output layer and loss (last stage)", cm.output_ops);
   table("pipeline receive (scatter/gather all-gather; forward after the first chunk, backward before the last)",
@@ -138,9 +147,11 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
                              "node (--max-tp).\n",
                              c.tp, cl.gpus_per_node);
   }
-  if (c.recompute == Recompute::kSelective && c.flash_attention) {
-    std::cout << "\nNote: with flash attention, selective recompute recomputes nothing (flash attention already\n"
-                 "      saves no s x s scores); use --no-flash-attention for the unfused attention of Megatron 2022.\n";
+  if (c.recompute == Recompute::kSelective && c.flash_attention && (c.recompute_modules & kRecomputeCoreAttn)) {
+    std::cout << "\nNote: selective recompute of core_attn with flash attention reruns the flash forward before its\n"
+                 "      backward (Megatron-Core checkpoints the core attention) but saves almost nothing: flash\n"
+                 "      attention keeps no s x s scores. --recompute-modules picks other modules (moe, moe_act,\n"
+                 "      layernorm, mlp, ...); --no-flash-attention gives the unfused attention of Megatron 2022.\n";
   }
   std::cout << "\nStep\n";
   std::cout << fmt::format("  step time        {}\n", FormatSeconds(r.step_time_s));
@@ -315,6 +326,20 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   }
   std::string rc = a.recompute_granularity.empty() ? a.recompute : a.recompute_granularity;
   c.recompute = rc == "none" ? Recompute::kNone : rc == "selective" ? Recompute::kSelective : Recompute::kFull;
+  if (!a.recompute_modules.empty()) {
+    if (c.recompute == Recompute::kFull) {
+      throw InputError("command line: --recompute-modules: given with --recompute full, expected --recompute selective "
+                       "(Megatron-Core's recompute modules are a selective granularity)");
+    }
+    c.recompute = Recompute::kSelective;
+    c.recompute_modules = ParseRecomputeModules(a.recompute_modules, "command line: --recompute-modules");
+    RequireRecomputeModules(m, c.recompute_modules, "command line: --recompute-modules");
+  }
+  if (a.delay_wgrad && !a.moe_a2a_overlap) {
+    throw InputError("command line: --delay-wgrad-compute: given alone, expected it with "
+                     "--overlap-moe-expert-parallel-comm (the only use the simulator models)");
+  }
+  c.moe_a2a_overlap = a.moe_a2a_overlap;
   c.vp = VirtualStages(a, m);
   std::string sched = a.schedule;
   if (sched.empty()) sched = c.vp > 1 ? "interleaved" : "1f1b";
@@ -409,6 +434,12 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   f += fmt::format(" --mbs {} --gbs {}", c.micro_batch_size, c.global_batch_size);
   if (c.seq_length > 0 && c.seq_length != m.seq_length) f += fmt::format(" --seq {}", c.seq_length);
   if (c.recompute != Recompute::kNone) f += fmt::format(" --recompute {}", ToString(c.recompute));
+  if (c.recompute == Recompute::kSelective && c.recompute_modules != kRecomputeCoreAttn) {
+    std::string mods = RecomputeModulesName(c.recompute_modules);
+    std::replace(mods.begin(), mods.end(), ',', ' ');
+    f += " --recompute-modules " + mods;
+  }
+  if (c.moe_a2a_overlap) f += " --overlap-moe-expert-parallel-comm";
   if (c.sequence_parallel) f += " --sequence-parallel";
   if (c.zero_stage != 0) f += fmt::format(" --zero {}", c.zero_stage);
   const Schedule implied = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
@@ -532,6 +563,14 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
       ->transform(CLI::IsMember({"none", "selective", "full"}, CLI::ignore_case));
   cmd->add_option("--recompute-granularity", a->recompute_granularity, "Megatron-LM alias of --recompute")
       ->transform(CLI::IsMember({"selective", "full"}, CLI::ignore_case));
+  cmd->add_option("--recompute-modules", a->recompute_modules,
+                  "selective recompute of these modules (Megatron-Core's names, space-separated): core_attn (the "
+                  "default), moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; implies --recompute selective")
+      ->expected(1, 7);
+  cmd->add_flag("--overlap-moe-expert-parallel-comm", a->moe_a2a_overlap,
+                "MoE: run one micro-batch's token dispatch/combine beside another's compute in the 1F1B steady state "
+                "(Megatron-Core's EP A2A overlap)");
+  cmd->add_flag("--delay-wgrad-compute", a->delay_wgrad, "accepted with --overlap-moe-expert-parallel-comm, as Megatron-Core needs it");
   cmd->add_flag("--sequence-parallel", a->sp, "sequence parallelism (needs tp > 1)");
   cmd->add_option("--zero", a->zero, "ZeRO stage 0-3 (1 = Megatron's distributed optimizer)")
       ->check(CLI::Range(0, 3));

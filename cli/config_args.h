@@ -52,6 +52,10 @@ struct SimulateArgs {
   /// --decoder-first/last-pipeline-num-layers (-1: not given).
   std::int64_t first_stage_layers = -1, last_stage_layers = -1;
   std::string recompute = "none", schedule, recompute_granularity, optimizer = "megatron";
+  /// --recompute-modules (Megatron-Core's names; implies --recompute selective).
+  std::vector<std::string> recompute_modules;
+  /// --overlap-moe-expert-parallel-comm (--delay-wgrad-compute is accepted with it).
+  bool moe_a2a_overlap = false, delay_wgrad = false;
   /// megatron-core (Megatron-Core's defaults: whole pipeline messages, blocking 1F1B transfers)
   /// or megatron-2022 (Megatron-LM 2021-22: scatter/gather messages, non-blocking unless
   /// --p2p-blocking); empty: the command's default (simulate, plan, capacity: megatron-core).

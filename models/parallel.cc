@@ -1,6 +1,7 @@
 #include "models/parallel.h"
 
 #include <numeric>
+#include <utility>
 
 #include "common/error.h"
 
@@ -46,6 +47,53 @@ const char* ToString(Recompute r) {
   return "?";
 }
 
+namespace {
+constexpr std::pair<unsigned, const char*> kRecomputeModuleNames[] = {
+    {kRecomputeCoreAttn, "core_attn"}, {kRecomputeMoeAct, "moe_act"}, {kRecomputeLayernorm, "layernorm"},
+    {kRecomputeMlaUpProj, "mla_up_proj"}, {kRecomputeMlp, "mlp"}, {kRecomputeMoe, "moe"},
+    {kRecomputeSharedExperts, "shared_experts"}};
+}  // namespace
+
+std::string RecomputeModulesName(unsigned modules) {
+  std::string s;
+  for (const auto& [bit, name] : kRecomputeModuleNames) {
+    if ((modules & bit) == 0) continue;
+    if (!s.empty()) s += ",";
+    s += name;
+  }
+  return s;
+}
+
+unsigned ParseRecomputeModules(const std::vector<std::string>& names, const std::string& where) {
+  unsigned out = 0;
+  for (const std::string& n : names) {
+    bool found = false;
+    for (const auto& [bit, name] : kRecomputeModuleNames) {
+      if (n == name) out |= bit, found = true;
+    }
+    if (!found) {
+      throw InputError(where + ": got \"" + n +
+                       "\", expected Megatron-Core's recompute modules: core_attn, moe_act, layernorm, mla_up_proj, mlp, "
+                       "moe, shared_experts");
+    }
+  }
+  if (out == 0) throw InputError(where + ": got no module, expected at least one of core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts");
+  return out;
+}
+
+void RequireRecomputeModules(const Model& m, unsigned modules, const std::string& where) {
+  auto need = [&](unsigned bit, bool has, const char* what) {
+    if ((modules & bit) != 0 && !has) {
+      throw InputError(fmt::format("{}: got {}, but {} has no {}", where, RecomputeModulesName(bit), m.name, what));
+    }
+  };
+  need(kRecomputeMoe, m.moe.enabled(), "mixture-of-experts layers");
+  need(kRecomputeMoeAct, m.moe.enabled(), "mixture-of-experts layers");
+  need(kRecomputeSharedExperts, m.moe.enabled() && m.moe.shared_ffn_hidden_size > 0, "shared experts");
+  need(kRecomputeMlaUpProj, m.mla.enabled(), "multi-head latent attention");
+  need(kRecomputeMlp, m.MoeLayersIn(0, m.num_layers) < m.num_layers, "dense MLP layers");
+}
+
 const char* ToString(Schedule s) {
   switch (s) {
     case Schedule::kGpipe: return "gpipe";
@@ -84,7 +132,12 @@ std::string ParallelConfig::Summary() const {
   if (vp > 1) s += fmt::format(" VP{}", vp);
   s += fmt::format(" mbs{} gbs{}", micro_batch_size, gbs);
   if (sequence_parallel) s += " SP";
-  s += fmt::format(" recompute={} ZeRO-{} {}", ToString(recompute), zero_stage, ToString(schedule));
+  s += fmt::format(" recompute={}{} ZeRO-{} {}", ToString(recompute),
+                   recompute == Recompute::kSelective && recompute_modules != kRecomputeCoreAttn
+                       ? "(" + RecomputeModulesName(recompute_modules) + ")"
+                       : std::string(),
+                   zero_stage, ToString(schedule));
+  if (moe_a2a_overlap) s += " ep-a2a-overlap";
   if (optimizer_impl != OptimizerImpl::kMegatron) s += fmt::format(" optimizer={}", ToString(optimizer_impl));
   if (p2p_blocking) s += " p2p-blocking";
   if (tp_comm_overlap) s += " tp-comm-overlap";
@@ -184,6 +237,17 @@ std::int64_t CpA2aGroup(const ParallelConfig& c, std::int64_t gpn) {
 std::vector<Infeasibility> ExpertParallelRules(const Model& m, const ParallelConfig& c) {
   std::vector<Infeasibility> r;
   auto add = [&r](const char* rule, std::string text) { r.push_back({rule, std::move(text)}); };
+  if (c.moe_a2a_overlap && (!m.moe.enabled() || c.ep < 2)) {
+    add("EP A2A overlap without expert parallelism",
+        fmt::format("--overlap-moe-expert-parallel-comm overlaps the expert-parallel token exchange, but {}",
+                    m.moe.enabled() ? fmt::format("ep = {}", c.ep) : m.name + " has no mixture-of-experts layers"));
+  }
+  if (c.moe_a2a_overlap && c.schedule != Schedule::k1F1B && c.schedule != Schedule::kInterleaved) {
+    add("EP A2A overlap needs a 1F1B schedule",
+        fmt::format("--overlap-moe-expert-parallel-comm pairs a forward with a backward in the 1F1B steady state; "
+                    "schedule {} has none",
+                    ToString(c.schedule)));
+  }
   if (!m.moe.enabled()) {
     if (c.ep > 1 || c.etp > 1) {
       add("expert parallelism without experts",
@@ -221,6 +285,10 @@ void RequireExpertParallel(const Model& m, const ParallelConfig& c, const std::s
   if (b.rule == std::string("etp does not divide the expert FFN")) flag = fmt::format("--etp: got {}", c.expert_tp());
   if (b.rule == std::string("MoE with tp > 1 needs sequence parallelism")) flag = fmt::format("--tp: got {}", c.tp);
   if (b.rule == std::string("etp*ep does not divide tp*cp*dp")) flag = fmt::format("--ep {} --etp {}", c.ep, c.expert_tp());
+  if (b.rule == std::string("EP A2A overlap without expert parallelism") ||
+      b.rule == std::string("EP A2A overlap needs a 1F1B schedule")) {
+    flag = "--overlap-moe-expert-parallel-comm: given";
+  }
   throw InputError(fmt::format("{}: {}; {}", where, flag, b.text));
 }
 

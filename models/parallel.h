@@ -56,6 +56,33 @@ const char* ToString(CpComm c);
 /// "p2p", "allgather", "a2a", "a2a+p2p", "ulysses" (or "deepspeed-ulysses"); InputError otherwise.
 CpComm ParseCpComm(const std::string& s);
 const char* ToString(Recompute r);
+/// The modules of Megatron-Core's selective recompute (--recompute-modules, TransformerConfig.
+/// recompute_modules; a bit set). core_attn, mlp, moe and shared_experts checkpoint the module
+/// (keep its input, rerun its forward before the backward); layernorm, moe_act and mla_up_proj
+/// discard their output after use and rerun just that op (CheckpointWithoutOutput).
+///  - core_attn: the attention core (the flash kernel, or the unfused scores/softmax/context);
+///  - layernorm: the norms that are modules of their own (the pre-MLP norm of MoE layers, MLA's
+///    input norm; Transformer Engine fuses the others into the next GEMM);
+///  - mlp: the dense MLP (its norm fused in, its TP collectives); moe: the whole MoE layer
+///    (router, dispatch, experts, combine, shared experts); moe_act: the experts' activation;
+///    shared_experts: the shared experts; mla_up_proj: MLA's query/key-value up projections.
+enum RecomputeModule : unsigned {
+  kRecomputeCoreAttn = 1u << 0,
+  kRecomputeLayernorm = 1u << 1,
+  kRecomputeMlp = 1u << 2,
+  kRecomputeMoe = 1u << 3,
+  kRecomputeMoeAct = 1u << 4,
+  kRecomputeSharedExperts = 1u << 5,
+  kRecomputeMlaUpProj = 1u << 6,
+};
+/// "core_attn,moe" for a bit set, in Megatron's order of the names above.
+std::string RecomputeModulesName(unsigned modules);
+/// The bit set of a list of Megatron's module names; InputError naming `where` for an unknown one.
+unsigned ParseRecomputeModules(const std::vector<std::string>& names, const std::string& where);
+/// InputError naming `where` for modules the model does not have: moe, moe_act without
+/// mixture-of-experts layers, shared_experts without shared experts, mla_up_proj without MLA,
+/// mlp without dense layers.
+void RequireRecomputeModules(const Model& m, unsigned modules, const std::string& where);
 const char* ToString(Schedule s);
 const char* ToString(OptimizerImpl o);
 const char* ToString(Fp8Recipe r);
@@ -90,6 +117,14 @@ struct ParallelConfig {
   std::int64_t seq_length = 0;  ///< 0: the model's seq_length
   bool sequence_parallel = false;
   Recompute recompute = Recompute::kNone;
+  /// With recompute == kSelective: which modules (RecomputeModule bits; Megatron's default
+  /// --recompute-modules is core_attn).
+  unsigned recompute_modules = kRecomputeCoreAttn;
+  /// Megatron-Core's --overlap-moe-expert-parallel-comm (with --delay-wgrad-compute): the 1F1B
+  /// steady state runs one micro-batch's forward and another's backward together, layer by
+  /// layer, each one's token dispatch and combine beside the other's compute (docs/simulator.md,
+  /// "Mixture of experts").
+  bool moe_a2a_overlap = false;
   int zero_stage = 0;  ///< 0..3; 1 = Megatron's distributed optimizer
   Schedule schedule = Schedule::k1F1B;
   Precision precision = Precision::kBf16;
@@ -150,6 +185,8 @@ struct ParallelConfig {
   std::int64_t BucketParams() const { return std::max<std::int64_t>(40000000, 1000000 * dp * cp); }
 
   std::int64_t gpus() const { return tp * cp * pp * dp; }
+  /// Whether selective recompute reruns `module` (a RecomputeModule bit).
+  bool Recomputes(unsigned module) const { return recompute == Recompute::kSelective && (recompute_modules & module) != 0; }
   /// The data-parallel size with context parallelism, dp * cp: the ranks of a stage holding the
   /// same weights, over which gradients are reduced and the distributed optimizer is sharded
   /// (Megatron-LM's data-parallel group with context parallelism).

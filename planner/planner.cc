@@ -583,7 +583,15 @@ std::string MegatronArguments(const ParallelConfig& c, const Model& m) {
   a += fmt::format(" --micro-batch-size {} --global-batch-size {} --seq-length {}", c.micro_batch_size,
                    c.global_batch_size, c.seq_length > 0 ? c.seq_length : m.seq_length);
   if (c.sequence_parallel) a += " --sequence-parallel";
-  if (c.recompute == Recompute::kSelective) a += " --recompute-granularity selective";
+  if (c.recompute == Recompute::kSelective) {
+    a += " --recompute-granularity selective";
+    if (c.recompute_modules != kRecomputeCoreAttn) {
+      std::string mods = RecomputeModulesName(c.recompute_modules);
+      std::replace(mods.begin(), mods.end(), ',', ' ');
+      a += " --recompute-modules " + mods;
+    }
+  }
+  if (c.moe_a2a_overlap) a += " --delay-wgrad-compute --overlap-moe-expert-parallel-comm";
   if (c.recompute == Recompute::kFull) {
     a += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   }

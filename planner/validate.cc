@@ -1,6 +1,7 @@
 #include "planner/validate.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <map>
 
@@ -201,6 +202,34 @@ Model RowModel(const CsvTable& t, std::size_t r, const std::string& file) {
   return m;
 }
 
+/// The modules of a row's selective recompute (column recompute): Megatron-Core's names, or the
+/// ModelZoo tables' short ones ("norm, act" = layernorm, moe_act); core_attn when none is named.
+/// Modules the model does not have are left out.
+unsigned RowRecomputeModules(const std::string& text, const Model& m) {
+  unsigned mods = 0;
+  std::string word;
+  auto flush = [&]() {
+    const bool moe = m.moe.enabled(), shared = moe && m.moe.shared_ffn_hidden_size > 0;
+    if (word == "core_attn") mods |= kRecomputeCoreAttn;
+    if (word == "norm" || word == "layernorm") mods |= kRecomputeLayernorm;
+    if ((word == "act" || word == "moe_act") && moe) mods |= kRecomputeMoeAct;
+    if (word == "moe" && moe) mods |= kRecomputeMoe;
+    if ((word == "shared_expert" || word == "shared_experts") && shared) mods |= kRecomputeSharedExperts;
+    if (word == "mla_up_proj" && m.mla.enabled()) mods |= kRecomputeMlaUpProj;
+    if (word == "mlp" && m.MoeLayersIn(0, m.num_layers) < m.num_layers) mods |= kRecomputeMlp;
+    word.clear();
+  };
+  for (char ch : text) {
+    if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') {
+      word += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    } else {
+      flush();
+    }
+  }
+  flush();
+  return mods != 0 ? mods : static_cast<unsigned>(kRecomputeCoreAttn);
+}
+
 /// The expert settings a MoE row's notes and precision give: etp, the dispatcher (DeepEP and
 /// HybridEP are the fused "flex" one), forced load balancing (exactly balanced), a capacity
 /// factor, the FP8 recipe.
@@ -216,6 +245,10 @@ void MapExpertSettings(const CsvTable& t, std::size_t r, const std::string& file
     c->moe_load_imbalance = 1.0;
   }
   if (Contains(notes, "capacity-factor 1.0")) c->moe_capacity_factor = 1.0;
+  // Megatron-Core's 1F1B EP A2A overlap (the ModelZoo's A2A_OVERLAP=1: --delay-wgrad-compute
+  // --overlap-moe-expert-parallel-comm).
+  c->moe_a2a_overlap = c->ep > 1 && (Contains(notes, "A2A_OVERLAP=1") ||
+                                     (Contains(notes, "A2A overlap") && !Contains(notes, "A2A_OVERLAP=0")));
   if (c->precision == Precision::kFp8 && (Contains(prec, "blockwise") || Contains(prec, "fine-grained"))) {
     c->fp8_recipe = Fp8Recipe::kBlockwise;
   }
@@ -328,6 +361,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     const std::size_t rc =
         ChoiceField(t, r, "recompute", runs_csv, {"", "full", "selective", "none", "not stated"}) % 4;  // not stated: as empty
     c.recompute = rc <= 1 ? Recompute::kFull : rc == 2 ? Recompute::kSelective : Recompute::kNone;
+    if (c.recompute == Recompute::kSelective) c.recompute_modules = RowRecomputeModules(t.Get(r, "recompute"), m);
     c.sequence_parallel = ChoiceField(t, r, "sequence_parallel", runs_csv, {"", "no", "yes", "n/a"}) == 2;
     const std::size_t sh = ChoiceField(t, r, "dp_sharding", runs_csv,
                                        {"", "none", "ZeRO-1", "PyTorch FSDP SHARD_GRAD_OP", "PyTorch FSDP FULL_SHARD",
@@ -408,7 +442,24 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       c.fp32_main_grads = true;
     }
     if (m.moe.enabled()) MapExpertSettings(t, r, runs_csv, &c);
-    if (c.vp > 1 && m.num_layers % (c.pp * c.vp) != 0 && !c.uneven_pipeline()) {
+    if (m.moe.enabled() && Contains(t.Get(r, "source_locator"), "Megatron-MoE-ModelZoo") &&
+        !NoteValues(t.Get(r, "notes")).count("etp")) {
+      // Every model config of the Megatron-MoE-ModelZoo (model_configs/benchmarking/*.yaml @
+      // e8650517: DeepSeek-V3, Qwen3-235B-A22B, Qwen3-30B-A3B, Mixtral-8x22B) sets
+      // --expert-tensor-parallel-size 1; Megatron-Core's own default would be etp = tp.
+      c.etp = 1;
+    }
+    const std::int64_t chunks = c.pp * std::max<std::int64_t>(1, c.vp);
+    if (mcore && c.pp > 1 && m.num_layers % chunks != 0 && (m.num_layers + 2) % chunks == 0 && !c.uneven_pipeline() &&
+        !c.embedding_slots) {
+      // Megatron-Core needs the chunks to divide the layers; the layout it offers that makes
+      // them divide here counts the embedding and the loss as one layer each
+      // (--account-for-embedding-in-pipeline-split / -loss-), as the ModelZoo's Qwen3-235B-A22B
+      // does (runtime.conf: 96 = 94 layers + embedding + loss).
+      c.embedding_slots = true;
+      row.assumptions.push_back("embedding and loss counted as one pipeline layer each (num_layers + 2 divides the "
+                                "pp*vp chunks; the run's layout is not given)");
+    } else if (c.vp > 1 && m.num_layers % (c.pp * c.vp) != 0 && !c.uneven_pipeline()) {
       c.even_chunks = true;
       row.assumptions.push_back("layers spread evenly over the pp*vp chunks (the run's pipeline layout is not given)");
     }

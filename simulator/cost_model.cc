@@ -333,6 +333,12 @@ class OpBuilder {
     CollectiveIn(out, name, pass, op, size, g);
     if (g.ranks > 1) out.back().expert_parallel = true;
   }
+  /// The token dispatch or combine of an MoE layer: the plan's DeepEP time (MoePlan::dispatch_s)
+  /// for the flex dispatcher, else the collective's.
+  void EpExchange(std::vector<Op>& out, const std::string& name, Pass pass, CollectiveOp op, const MoePlan& e) {
+    EpCollective(out, name, pass, op, e.dispatch_bytes, e.ep_group);
+    if (e.ep_group.ranks > 1 && e.dispatcher == MoeDispatcher::kFlex) out.back().duration_s = e.dispatch_s;
+  }
   /// `groups` GEMMs of m x n x k each in the linear format, launched as one grouped GEMM (the MoE
   /// experts on one GPU): each at the efficiency of its own shape, one launch for all.
   void GroupedLinear(std::vector<Op>& out, const std::string& name, Pass pass, double groups, double m, double n,
@@ -718,17 +724,11 @@ class LayerBuilder {
   }
 
   // ---- recompute before backward
-  // Full: rerun the whole forward. Selective: only the attention core (Korthikanti et al. 2022
-  // section 5); with flash attention there is none.
-  auto recomputed = [&](const Op& o) {
-    if (c.recompute == Recompute::kFull) return true;
-    return c.recompute == Recompute::kSelective && !c.flash_attention &&
-           (o.name == "attn_scores_qk" || o.name == "softmax" || o.name == "attn_dropout" ||
-            o.name == "attn_context_v");
-  };
+  // Full: rerun the whole forward. Selective: the modules of --recompute-modules (Megatron-Core;
+  // default core_attn, Korthikanti et al. 2022 section 5's attention core).
   std::vector<Op> recompute;
   for (const auto& o : L) {
-    if (o.pass != F || !recomputed(o)) continue;
+    if (o.pass != F || !(c.recompute == Recompute::kFull || (RecomputeModuleOf(o.name) & SelectiveModules()) != 0)) continue;
     Op r = o;
     r.pass = Pass::kRecompute;
     r.name = o.name + "_recompute";
@@ -737,19 +737,87 @@ class LayerBuilder {
   }
   L.insert(L.end(), recompute.begin(), recompute.end());
 
-  // Per-layer saved bytes after recompute policy.
+  // Per-layer saved bytes after the recompute policy.
   const double layer_saved_all = SavedBytes(L);
   out.saved_bytes = layer_saved_all;
   if (c.recompute == Recompute::kFull) {
     out.saved_bytes = act / rep;  // only the layer input is checkpointed
     // One layer's activations rebuilt during its backward.
     out.transient_bytes = std::max(out.transient_bytes, layer_saved_all);
-  } else if (c.recompute == Recompute::kSelective && !c.flash_attention) {
-    const double scores = b * (a / t) * s * s;
-    const double attn_core = eb * scores + (m.dropout ? (eb + 1) * scores : 0);
-    out.saved_bytes = layer_saved_all - attn_core;
-    out.transient_bytes = std::max(out.transient_bytes, attn_core);
+  } else if (c.recompute == Recompute::kSelective) {
+    const double dropped = SelectiveDroppedBytes();
+    out.saved_bytes = layer_saved_all - dropped;
+    out.transient_bytes = std::max(out.transient_bytes, dropped);  // rebuilt during the layer's backward
   }
+  }
+
+  /// The selective-recompute modules that apply to this layer (RecomputeModule bits; 0 unless
+  /// --recompute selective): layernorm only where the norm is a module of its own (the MoE
+  /// layer's pre-MLP norm, MLA's input norm), mlp only in dense layers, the MoE ones only in MoE
+  /// layers, mla_up_proj only with MLA.
+  unsigned SelectiveModules() const {
+    if (c.recompute != Recompute::kSelective) return 0;
+    unsigned mods = c.recompute_modules;
+    if (moe != nullptr) mods &= ~static_cast<unsigned>(kRecomputeMlp);
+    else mods &= ~static_cast<unsigned>(kRecomputeMoe | kRecomputeMoeAct | kRecomputeSharedExperts);
+    if (!m.mla.enabled()) mods &= ~static_cast<unsigned>(kRecomputeMlaUpProj);
+    return mods;
+  }
+
+  /// The module an op of this layer belongs to (RecomputeModule bits, 0 for none). A checkpointed
+  /// module (moe) contains the output-discarding ones inside it (moe_act, shared_experts).
+  unsigned RecomputeModuleOf(const std::string& n) const {
+    auto starts = [&](const char* p) { return n.rfind(p, 0) == 0; };
+    if (n == "flash_attention" || n == "attn_scores_qk" || n == "softmax" || n == "attn_dropout" ||
+        n == "attn_context_v" || n == "cp_all_to_all_qkv" || n == "cp_all_gather_kv" || n == "cp_ring_kv_exchange" ||
+        n == "cp_all_to_all_out") {
+      return kRecomputeCoreAttn;
+    }
+    if (n == "post_attn_norm") return moe != nullptr ? kRecomputeLayernorm : kRecomputeMlp;
+    if (n == "input_norm") return m.mla.enabled() ? static_cast<unsigned>(kRecomputeLayernorm) : 0u;
+    if (n == "mla_q_up" || n == "mla_kv_up") return kRecomputeMlaUpProj;
+    if (n == "moe_swiglu" || n == "moe_gelu") return kRecomputeMoeAct | kRecomputeMoe;
+    if (starts("moe_shared_")) return kRecomputeSharedExperts | kRecomputeMoe;
+    if (starts("moe_")) return kRecomputeMoe;
+    if (starts("mlp_") || n == "swiglu" || n == "gelu" || n == "sp_all_gather_mlp" || n == "tp_reduce_scatter_mlp" ||
+        n == "tp_all_reduce_mlp") {
+      return kRecomputeMlp;
+    }
+    return 0;
+  }
+
+  /// Bytes selective recompute does not keep from forward to backward: a checkpointed module's
+  /// saved tensors but its input (mlp: the MLP's GEMM inputs and activation; moe: everything the
+  /// router, experts and shared experts save, keeping the norm output unless layernorm discards
+  /// it too; core_attn: the unfused core's s x s tensors, flash attention keeps Q, K, V as the
+  /// checkpoint's inputs), and an output-discarding op's output (layernorm: the norm output
+  /// the next GEMMs would save; moe_act: the experts' activation output; mla_up_proj: the Q, K,
+  /// V heads).
+  double SelectiveDroppedBytes() const {
+    const unsigned mods = SelectiveModules();
+    double dropped = 0;
+    auto saved_of = [&](unsigned module) {
+      double bytes = 0;
+      for (const Op& o : L) {
+        if (o.pass == F && (RecomputeModuleOf(o.name) & module) != 0) bytes += o.saved_bytes;
+      }
+      return bytes;
+    };
+    if ((mods & kRecomputeCoreAttn) && !c.flash_attention) {
+      const double scores = b * (a / t) * s * s;
+      dropped += eb * scores + (m.dropout ? (eb + 1) * scores : 0);
+    }
+    if (mods & kRecomputeMlp) dropped += saved_of(kRecomputeMlp) - act / rep;  // keeps the norm's input
+    if (mods & kRecomputeMoe) {
+      dropped += saved_of(kRecomputeMoe) - ((mods & kRecomputeLayernorm) ? 0.0 : norm_out_saved);
+    } else {
+      if (mods & kRecomputeSharedExperts) dropped += shared_saved;
+      if (mods & kRecomputeMoeAct) dropped += moe_act_out_saved;
+    }
+    if ((mods & kRecomputeLayernorm) && !(mods & kRecomputeMoe)) dropped += norm_out_saved;
+    if (mods & kRecomputeLayernorm) dropped += attn_norm_out_saved;
+    if (mods & kRecomputeMlaUpProj) dropped += mla_heads_saved;
+    return std::max(0.0, dropped);
   }
 
   const Model& m;
@@ -783,6 +851,10 @@ class LayerBuilder {
   /// follows it; ZB-H1 defers that GEMM (W) to a later slot, so nothing is hidden there.
   const bool hide_tp_grad = c.async_tp_grad_reduce && c.schedule != Schedule::kZbH1;
   double mlp_weight_inputs = 0;  ///< the MLP's weight-gradient GEMM inputs
+  /// What selective recompute can discard (SelectiveDroppedBytes): the output of the norm that is
+  /// a module of its own, as the next GEMMs save it; the experts' activation output; the shared
+  /// experts' saved tensors; MLA's Q, K, V heads.
+  double norm_out_saved = 0, attn_norm_out_saved = 0, moe_act_out_saved = 0, shared_saved = 0, mla_heads_saved = 0;
 };
 
 /// Multi-head latent attention's forward (DeepSeek-V2/V3; Megatron-Core's MLASelfAttention): the
@@ -797,6 +869,7 @@ void LayerBuilder::MlaForward() {
   const double q_heads = a * dqk / t, kv_up_n = a * (static_cast<double>(x2.qk_head_dim) + dv) / t;
   ob.Memory(L, "input_norm", F, fused_norm_bytes, act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_attn", F, ag, act);
+  attn_norm_out_saved = q * T * h / rep;  // the down projections' input
   if (ql > 0) {
     ob.Linear(L, "mla_q_down", F, T, ql, h);
     L.back().saved_bytes = q * T * h / rep;
@@ -811,6 +884,7 @@ void LayerBuilder::MlaForward() {
   ob.Linear(L, "mla_kv_up", F, T, kv_up_n, kvl);
   // Q, K (qk + rope dims a head), V, and the fp32 log-sum-exp, kept for the attention backward.
   const double saved = eb * T * a * (2 * dqk + dv) / t + 4 * T * a / t;
+  mla_heads_saved = eb * T * a * (2 * dqk + dv) / t;
   if (x.cp != nullptr && x.cp->cp > 1) {
     LayerShape y = x;
     y.d = 0.5 * (dqk + dv);
@@ -880,28 +954,33 @@ void LayerBuilder::MoeMlpForward() {
   const double fe = static_cast<double>(spec.ffn_hidden_size) / e.etp, up_n = (swiglu ? 2 : 1) * fe;
   ob.Memory(L, "post_attn_norm", F, fused_norm_bytes, act / rep);
   ob.Gemm(L, "moe_router", F, Tr, E, h);
-  L.back().saved_bytes = 4 * Tr * E;  // fp32 router logits for the softmax/top-k backward
+  // The router's input (the norm output; the shared experts save the same tensor) for its
+  // weight gradient, and the fp32 logits for the softmax/top-k backward.
+  norm_out_saved = eb * Tr * h;
+  L.back().saved_bytes = norm_out_saved + 4 * Tr * E;
   ob.Memory(L, "moe_router_topk", F, 3 * 4 * Tr * E, 4 * Tr * k);
   ob.Memory(L, "moe_permute", F, eb * Tr * h * (1 + k));  // read the tokens, write their k copies
   const CollectiveOp dispatch = e.dispatcher == MoeDispatcher::kAllGather ? ag : CollectiveOp::kAllToAll;
-  ob.EpCollective(L, "moe_dispatch", F, dispatch, e.dispatch_bytes, e.ep_group);
+  ob.EpExchange(L, "moe_dispatch", F, dispatch, e);
   ob.EpCollective(L, "moe_etp_all_gather", F, ag, eb * tok * h, e.etp_group);
   ob.Quantize(L, "moe_expert_up_input_quantize", F, tok * h);
   ob.GroupedLinear(L, "moe_expert_up", F, e.local_experts, e.tokens_per_expert, up_n, h);
   L.back().saved_bytes = q * tok * h;
   ob.Memory(L, swiglu ? "moe_swiglu" : "moe_gelu", F, eb * tok * (up_n + fe), eb * tok * up_n + q * tok * fe);
+  moe_act_out_saved = q * tok * fe;
   ob.Quantize(L, "moe_expert_down_input_quantize", F, tok * fe);
   ob.GroupedLinear(L, "moe_expert_down", F, e.local_experts, e.tokens_per_expert, h, fe);
   ob.EpCollective(L, "moe_etp_reduce_scatter", F, rs, eb * tok * h, e.etp_group);
-  ob.EpCollective(L, "moe_combine", F, dispatch == ag ? rs : dispatch, e.dispatch_bytes, e.ep_group);
+  ob.EpExchange(L, "moe_combine", F, dispatch == ag ? rs : dispatch, e);
   ob.Memory(L, "moe_unpermute", F, eb * Tr * h * (1 + k));
   mlp_weight_inputs = q * (tok * h + tok * fe);
   if (spec.shared_ffn_hidden_size > 0) {
     const double fs = static_cast<double>(spec.shared_ffn_hidden_size) / t, sup = (swiglu ? 2 : 1) * fs;
     if (sp) ob.Collective(L, "moe_shared_all_gather", F, ag, act);
     ob.Linear(L, "moe_shared_up", F, T, sup, h);
-    L.back().saved_bytes = q * T * h / rep;
+    L.back().saved_bytes = low ? q * T * h / rep : 0.0;  // bf16: the router's saved input
     ob.Memory(L, "moe_shared_activation", F, eb * T * (sup + fs), eb * T * sup + q * T * fs);
+    shared_saved = L.back().saved_bytes + L[L.size() - 2].saved_bytes;
     ob.Linear(L, "moe_shared_down", F, T, h, fs);
     ob.Collective(L, sp ? "moe_shared_reduce_scatter" : "moe_shared_all_reduce", F, sp ? rs : ar, act);
     mlp_weight_inputs += q * (T * h / rep + T * fs);
@@ -931,7 +1010,7 @@ void LayerBuilder::MoeMlpBackward() {
     if (hide_tp_grad) ob.HideBehindGemm(L, "moe_shared_up_wgrad");
   }
   ob.Memory(L, "moe_unpermute_bwd", B, eb * Tr * h * (1 + k));
-  ob.EpCollective(L, "moe_combine_bwd", B, dispatch, e.dispatch_bytes, e.ep_group);
+  ob.EpExchange(L, "moe_combine_bwd", B, dispatch, e);
   ob.EpCollective(L, "moe_etp_all_gather_bwd", B, ag, eb * tok * h, e.etp_group);
   ob.Quantize(L, "moe_expert_down_grad_quantize", B, tok * h);
   ob.GroupedLinear(L, "moe_expert_down_dgrad", B, e.local_experts, e.tokens_per_expert, fe, h);
@@ -941,7 +1020,7 @@ void LayerBuilder::MoeMlpBackward() {
   ob.GroupedLinear(L, "moe_expert_up_dgrad", B, e.local_experts, e.tokens_per_expert, h, up_n);
   ob.GroupedLinear(L, "moe_expert_up_wgrad", W, e.local_experts, up_n, h, e.tokens_per_expert);
   ob.EpCollective(L, "moe_etp_reduce_scatter_bwd", B, rs, eb * tok * h, e.etp_group);
-  ob.EpCollective(L, "moe_dispatch_bwd", B, dispatch == ag ? rs : dispatch, e.dispatch_bytes, e.ep_group);
+  ob.EpExchange(L, "moe_dispatch_bwd", B, dispatch == ag ? rs : dispatch, e);
   ob.Memory(L, "moe_permute_bwd", B, eb * Tr * h * (1 + k));
   ob.Memory(L, "moe_router_topk_bwd", B, 3 * 4 * Tr * E);
   ob.Gemm(L, "moe_router_dgrad", B, Tr, h, E);
@@ -974,7 +1053,7 @@ namespace {
 /// expert-data-parallel group. Megatron-Core's parallel folding orders the expert grid
 /// etp (innermost), ep, edp over the tp*cp*dp GPUs of a stage.
 MoePlan PlanMoe(const Model& m, const ParallelConfig& c, std::int64_t gpn, double tokens_routed, double eb,
-                GroupPlacement* edp_group) {
+                const HardwareProfile& prof, GroupPlacement* edp_group) {
   MoePlan e;
   e.ep = static_cast<int>(c.ep);
   e.etp = static_cast<int>(c.expert_tp());
@@ -992,11 +1071,24 @@ MoePlan PlanMoe(const Model& m, const ParallelConfig& c, std::int64_t gpn, doubl
   switch (c.moe_dispatcher) {
     case MoeDispatcher::kAllToAll: e.dispatch_bytes = eb * tokens_routed * k * h * e.imbalance; break;
     case MoeDispatcher::kAllGather: e.dispatch_bytes = eb * tokens_routed * h * ep; break;
-    case MoeDispatcher::kFlex:
-      // DeepEP sends a token once to each rank holding one of its experts: the expected number of
-      // distinct ranks among k experts spread over ep ranks.
-      e.dispatch_bytes = eb * tokens_routed * h * ep * (1 - std::pow(1 - 1 / ep, k)) * e.imbalance;
+    case MoeDispatcher::kFlex: {
+      // DeepEP (Megatron-Core's flex dispatcher) sends a token once to each rank holding one of
+      // its experts (the size shown: the expected distinct ranks among k experts spread over ep),
+      // and across nodes once to each node holding one: over RDMA to the same-index GPU of that
+      // node, which forwards it over NVLink (DeepEP's internode kernels). A dispatch takes the
+      // longer of the NIC part, (nodes - 1) * (1 - (1 - 1/nodes)^k) node copies of each routed
+      // token through the GPU's NIC share, and the NVLink part, the received copies but the
+      // landing GPU's own, at the intra-node busbw.
+      const double tok_bytes = eb * tokens_routed * h * e.imbalance;
+      e.dispatch_bytes = tok_bytes * ep * (1 - std::pow(1 - 1 / ep, k));
+      const double nodes = e.ep_group.nodes(), rpn = e.ep_group.ranks_per_node;
+      const double nvl_s = e.dispatch_bytes * (rpn - 1) / rpn / (prof.intra_busbw_GBps * 1e9);
+      double net_s = 0;
+      if (nodes > 1) net_s = tok_bytes * (nodes - 1) * (1 - std::pow(1 - 1 / nodes, k)) / (prof.NicShareGBps() * 1e9);
+      e.dispatch_s = prof.coll_base_latency_s + (nodes > 1 ? prof.coll_inter_hop_latency_s : prof.coll_intra_hop_latency_s) +
+                     std::max(nvl_s, net_s);
       break;
+    }
   }
   const std::int64_t edp = std::max<std::int64_t>(1, c.expert_dp());
   edp_group->ranks = static_cast<int>(edp);
@@ -1060,7 +1152,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
 
   const LinearFormat lf = LinearFormatOf(c, cl.gpu.arch);
   const double eb = ModelDtypeBytes(c.precision);
-  if (m.moe.enabled()) cm.moe = PlanMoe(m, c, gpn, T / rep, eb, &cm.edp_group);
+  if (m.moe.enabled()) cm.moe = PlanMoe(m, c, gpn, T / rep, eb, prof, &cm.edp_group);
   const Precision dense = IsLowPrecision(c.precision) ? Precision::kBf16 : c.precision;
   OpBuilder ob(prof, cm.tp_group, dense, eb, lf);
   const Pass F = Pass::kForward, B = Pass::kBackwardInput, W = Pass::kBackwardWeight;

@@ -76,6 +76,9 @@ struct MoePlan {
   /// The nccl-tests size of one dispatch (and one combine) on the busiest rank: the top-k copies
   /// of the routed tokens (all-to-all; flex: once per destination rank), or the gathered tokens.
   double dispatch_bytes = 0;
+  /// With the flex (DeepEP) dispatcher: the time of one dispatch (and one combine), NIC and
+  /// NVLink parts (PlanMoe); 0 otherwise (the collective's time).
+  double dispatch_s = 0;
 };
 
 struct Op {

@@ -765,8 +765,22 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   double recompute_per_token = 0;
   if (c.recompute == Recompute::kFull) {
     recompute_per_token = 2.0 * static_cast<double>(m.num_layers * m.Parameters().per_layer.gemm_weights) + attn_fwd;
-  } else if (c.recompute == Recompute::kSelective && !c.flash_attention) {
-    recompute_per_token = attn_fwd;
+  } else if (c.recompute == Recompute::kSelective) {
+    // The attention core (full matrix, as model FLOPs count it) and the recomputed modules' GEMMs:
+    // an op's FLOPs on one GPU times the tp ranks sharing its T = b*s/cp tokens, per token (the
+    // experts' at the mean rank's load).
+    if (c.recompute_modules & kRecomputeCoreAttn) recompute_per_token = attn_fwd;
+    auto gemm_recompute = [&](const std::vector<Op>& ops) {
+      double f = 0;
+      for (const Op& o : ops) {
+        if (o.pass != Pass::kRecompute || o.kind != OpKind::kGemm) continue;
+        f += o.flops / (o.name.rfind("moe_expert", 0) == 0 ? cm.moe.imbalance : 1.0);
+      }
+      return f * static_cast<double>(c.tp) / cm.tokens_per_microbatch;
+    };
+    const std::int64_t moe_layers = m.MoeLayersIn(0, m.num_layers);
+    recompute_per_token += static_cast<double>(m.num_layers - moe_layers) * gemm_recompute(cm.layer_ops) +
+                           static_cast<double>(moe_layers) * gemm_recompute(cm.moe_layer_ops);
   }
   res.hardware_flops_per_step = res.model_flops_per_step + recompute_per_token * tokens;
   const double peak = cl.gpu.PeakFlops(MfuPeakPrecision(c.precision)) * static_cast<double>(gpus);
@@ -980,6 +994,8 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"seq_length", c.seq_length > 0 ? c.seq_length : m.seq_length},
                  {"sequence_parallel", c.sequence_parallel}, {"tp_comm_overlap", c.tp_comm_overlap},
                  {"recompute", ToString(c.recompute)},
+                 {"recompute_modules", c.recompute == Recompute::kSelective ? Json(RecomputeModulesName(c.recompute_modules)) : Json()},
+                 {"moe_a2a_overlap", c.moe_a2a_overlap},
                  {"zero_stage", c.zero_stage}, {"schedule", ToString(c.schedule)},
                  {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
