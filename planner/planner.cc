@@ -225,12 +225,19 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
           }
           for (std::int64_t vp : vps) {
             for (Recompute rc : o.recomputes) {
-              // With flash attention there is no attention core to recompute: selective
-              // recompute is the same configuration as none.
-              if (rc == Recompute::kSelective && o.flash_attention &&
+              // With flash attention, recomputing the attention core (core_attn) frees almost
+              // nothing for a flash forward more: it loses to no recompute. For MoE models the
+              // selective candidate is the experts' activation and the norms (moe_act,
+              // layernorm; with MLA its up projections too), Megatron-Core's cheap MoE choice.
+              if (rc == Recompute::kSelective && o.flash_attention && !m.moe.enabled() &&
                   std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kNone) != o.recomputes.end()) {
                 continue;
               }
+              const unsigned modules =
+                  rc == Recompute::kSelective && o.flash_attention && m.moe.enabled()
+                      ? static_cast<unsigned>(kRecomputeMoeAct | kRecomputeLayernorm) |
+                            (m.mla.enabled() ? static_cast<unsigned>(kRecomputeMlaUpProj) : 0u)
+                      : static_cast<unsigned>(kRecomputeCoreAttn);
               // (sp, tp comm overlap): the overlap needs sequence parallelism.
               const std::vector<std::pair<bool, bool>> sp_choices =
                   tp > 1 ? std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {true, true}}
@@ -253,6 +260,7 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   c.seq_length = seq;
                   c.schedule = s;
                   c.recompute = rc;
+                  c.recompute_modules = modules;
                   c.sequence_parallel = sp;
                   c.tp_comm_overlap = tpo;
                   c.zero_stage = z;

@@ -335,6 +335,17 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       continue;
     }
     if (assume_mbs1) row.assumptions.push_back("micro-batch size 1 (not stated)");
+    // A MoE row on DeepEP (or HybridEP) that leaves ep blank: those dispatchers exchange tokens
+    // over an expert-parallel group, so ep > 1, but which ep is not known (NeMo Automodel's
+    // table prints "-"); the experts' sharding and its traffic decide the step.
+    const std::string notes = t.Get(r, "notes");
+    if (t.Column("ep") >= 0 && t.Get(r, "ep").empty() && NoteValues(notes).count("num_experts") &&
+        (Contains(notes, "DeepEP") || Contains(notes, "HybridEP"))) {
+      row.skipped = true;
+      row.skip_reason = "the row does not give ep (its DeepEP dispatcher needs expert parallelism, ep > 1)";
+      rep.rows.push_back(row);
+      continue;
+    }
     const Model m = RowModel(t, r, runs_csv);
     const Cluster cl = RowCluster(t, r);
     row.gpus = IntField(t, r, "num_gpus", runs_csv);

@@ -441,6 +441,10 @@ struct LayerOps {
   double transient_bytes = 0;      ///< working memory of the backward (recompute, CP buffers)
   double fwd_transient_bytes = 0;  ///< working memory of the forward (CP exchange buffers)
   double weight_inputs_bytes = 0;  ///< inputs the weight-gradient GEMMs read
+  /// With --overlap-moe-expert-parallel-comm: the token-exchange time a forward (a backward) of
+  /// this layer hides when it runs paired with another micro-batch's backward (forward), less
+  /// the compute slowdown the overlap costs (A2aOverlapSavings).
+  double a2a_overlap_fwd_s = 0, a2a_overlap_bwd_s = 0;
 };
 
 /// Bytes of the keys and values one context-parallel rank holds for one micro-batch: its T tokens
@@ -578,6 +582,7 @@ class LayerBuilder {
     }
     AttentionBackward();
     Finish();
+    if (moe != nullptr && c.moe_a2a_overlap) A2aOverlapSavings();
     // Weight gradients need the inputs of the linear GEMMs: QKV and MLP-up (or experts') inputs,
     // the attention output and the activation output (their quantized copies under a
     // low-precision format).
@@ -749,6 +754,43 @@ class LayerBuilder {
     out.saved_bytes = layer_saved_all - dropped;
     out.transient_bytes = std::max(out.transient_bytes, dropped);  // rebuilt during the layer's backward
   }
+  }
+
+  /// Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm, combined 1F1B): a
+  /// forward and another micro-batch's backward of the layer run as one, in four steps, each
+  /// one's token exchange beside the other's compute: the backward's combine beside the
+  /// forward's attention, the forward's dispatch beside the backward's experts, the backward's
+  /// dispatch beside the forward's experts, the forward's combine beside the backward's
+  /// attention. What a step's compute covers is hidden; the compute slows by the profile's
+  /// overlap factor for it (the exchange kernels take SMs).
+  void A2aOverlapSavings() {
+    auto dur = [&](const char* n) {
+      for (const Op& o : L) {
+        if (o.name == n) return o.duration_s;
+      }
+      return 0.0;
+    };
+    // Compute (not the exchanges themselves) of a pass between two named ops, or from/to the ends.
+    auto span = [&](Pass p, const char* from, const char* to) {
+      double sum = 0;
+      bool in = from == nullptr;
+      for (const Op& o : L) {
+        if (from != nullptr && o.name == from) { in = true; continue; }
+        if (to != nullptr && o.name == to) break;
+        const bool pass_ok = p == F ? o.pass == F : (o.pass == B || o.pass == W);
+        if (in && pass_ok && !o.overlapped && o.name.find("moe_dispatch") == std::string::npos &&
+            o.name.find("moe_combine") == std::string::npos) {
+          sum += o.duration_s;
+        }
+      }
+      return sum;
+    };
+    const double attn_f = span(F, nullptr, "post_attn_norm"), mlp_f = span(F, "moe_dispatch", "moe_combine");
+    const double mlp_b = span(B, "moe_combine_bwd", "moe_dispatch_bwd"), attn_b = span(B, "post_attn_norm_bwd", nullptr);
+    const double slow = moe->overlap_slowdown;
+    auto hidden = [&](double comm, double compute) { return std::min(comm, compute) * (1 - slow); };
+    out.a2a_overlap_fwd_s = hidden(dur("moe_dispatch"), mlp_b) + hidden(dur("moe_combine"), attn_b);
+    out.a2a_overlap_bwd_s = hidden(dur("moe_combine_bwd"), attn_f) + hidden(dur("moe_dispatch_bwd"), mlp_f);
   }
 
   /// The selective-recompute modules that apply to this layer (RecomputeModule bits; 0 unless
@@ -1053,7 +1095,7 @@ namespace {
 /// expert-data-parallel group. Megatron-Core's parallel folding orders the expert grid
 /// etp (innermost), ep, edp over the tp*cp*dp GPUs of a stage.
 MoePlan PlanMoe(const Model& m, const ParallelConfig& c, std::int64_t gpn, double tokens_routed, double eb,
-                const HardwareProfile& prof, GroupPlacement* edp_group) {
+                const HardwareProfile& prof, std::int64_t sm_count, GroupPlacement* edp_group) {
   MoePlan e;
   e.ep = static_cast<int>(c.ep);
   e.etp = static_cast<int>(c.expert_tp());
@@ -1090,6 +1132,15 @@ MoePlan PlanMoe(const Model& m, const ParallelConfig& c, std::int64_t gpn, doubl
       break;
     }
   }
+  // Compute beside an exchange: DeepEP's kernels hold kDeepEpSms of the GPU's SMs (Megatron-Core's
+  // --moe-deepep-num-sms default), so the compute runs on the rest; NCCL's all-to-all as the
+  // profile's collectives.
+  constexpr double kDeepEpSms = 20;
+  if (c.moe_dispatcher == MoeDispatcher::kFlex && sm_count > kDeepEpSms) {
+    e.overlap_slowdown = kDeepEpSms / (static_cast<double>(sm_count) - kDeepEpSms);
+  } else {
+    e.overlap_slowdown = e.ep_group.nodes() > 1 ? prof.overlap_slowdown_network : prof.overlap_slowdown_nvlink;
+  }
   const std::int64_t edp = std::max<std::int64_t>(1, c.expert_dp());
   edp_group->ranks = static_cast<int>(edp);
   edp_group->ranks_per_node = static_cast<int>(std::clamp<std::int64_t>(gpn / (e.etp * c.ep), 1, edp));
@@ -1102,6 +1153,21 @@ namespace {
 /// Bytes per element of a linear GEMM's saved input (the quantized copy under a low-precision format).
 double q_bytes_of(const LinearFormat& lf, double eb) { return lf.low_precision() ? lf.CopyBytes() : eb; }
 }  // namespace
+
+/// Of stage i's forward (and backward) chunk passes, the share that 1F1B runs paired with a
+/// backward (forward) in its steady state: all but the warmup forwards (Megatron-LM's
+/// get_pp_rank_microbatches: (pp - i - 1) * 2 + (vp - 1) * pp interleaved, pp - i - 1 for 1F1B,
+/// one without a pipeline) of the m * vp passes. 0 without --overlap-moe-expert-parallel-comm.
+static double PairedPassFraction(const ParallelConfig& c, std::int64_t i, std::int64_t v) {
+  if (!c.moe_a2a_overlap) return 0;
+  const double total = static_cast<double>(c.num_microbatches() * v);
+  if (total <= 0) return 0;
+  double warmup = c.pp <= 1 ? 1.0
+                  : v > 1   ? static_cast<double>((c.pp - i - 1) * 2 + (v - 1) * c.pp)
+                            : static_cast<double>(c.pp - i - 1);
+  warmup = std::min(std::max(warmup, 1.0), total);
+  return (total - warmup) / total;
+}
 
 CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster& cl,
                          const HardwareProfile& prof) {
@@ -1152,7 +1218,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
 
   const LinearFormat lf = LinearFormatOf(c, cl.gpu.arch);
   const double eb = ModelDtypeBytes(c.precision);
-  if (m.moe.enabled()) cm.moe = PlanMoe(m, c, gpn, T / rep, eb, prof, &cm.edp_group);
+  if (m.moe.enabled()) cm.moe = PlanMoe(m, c, gpn, T / rep, eb, prof, cl.gpu.sm_count, &cm.edp_group);
   const Precision dense = IsLowPrecision(c.precision) ? Precision::kBf16 : c.precision;
   OpBuilder ob(prof, cm.tp_group, dense, eb, lf);
   const Pass F = Pass::kForward, B = Pass::kBackwardInput, W = Pass::kBackwardWeight;
@@ -1272,6 +1338,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
         }
       }
       cc.moe_layers = static_cast<int>(nmoe);
+      const double paired = PairedPassFraction(c, i, v);
       auto add_layers = [&](const LayerOps& lo, double n) {
         if (n <= 0) return;
         double fw = 0, fwtp = 0, bi = 0, bitp = 0, bw = 0, bwtp = 0, rc = 0, rctp = 0;
@@ -1280,6 +1347,11 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
         SumPass(lo.ops, B, &bi, &bitp, &bicp, &biep);
         SumPass(lo.ops, W, &bw, &bwtp, &bwcp, &bwep);
         SumPass(lo.ops, Pass::kRecompute, &rc, &rctp, &rccp, &rcep);
+        // EP A2A overlap: the paired share of this stage's passes hides the layer's exchanges.
+        fw -= paired * lo.a2a_overlap_fwd_s;
+        fwep -= paired * lo.a2a_overlap_fwd_s;
+        bi -= paired * lo.a2a_overlap_bwd_s;
+        biep -= paired * lo.a2a_overlap_bwd_s;
         cc.fwd_ep_s += n * fwep;
         cc.bwd_ep_s += n * (biep + bwep);
         cc.recompute_ep_s += n * rcep;

@@ -79,6 +79,9 @@ struct MoePlan {
   /// With the flex (DeepEP) dispatcher: the time of one dispatch (and one combine), NIC and
   /// NVLink parts (PlanMoe); 0 otherwise (the collective's time).
   double dispatch_s = 0;
+  /// Compute slowdown while an exchange runs beside it (--overlap-moe-expert-parallel-comm): the
+  /// extra compute time per second hidden.
+  double overlap_slowdown = 0;
 };
 
 struct Op {
