@@ -129,6 +129,10 @@ std::string ParallelConfig::Summary() const {
   const std::string split = PipelineSplitName(*this);
   std::string s = fmt::format("TP{} PP{}{} DP{}", tp, pp, split.empty() ? "" : " (" + split + ")", dps);
   if (cp > 1) s += fmt::format(" CP{} ({})", cp, ToString(cp_comm));
+  if (ep > 1 || (etp > 0 && etp != tp)) {
+    s += fmt::format(" EP{} ETP{}{}", ep, expert_tp(),
+                     moe_dispatcher == MoeDispatcher::kAllToAll ? "" : fmt::format(" ({})", ToString(moe_dispatcher)));
+  }
   if (vp > 1) s += fmt::format(" VP{}", vp);
   s += fmt::format(" mbs{} gbs{}", micro_batch_size, gbs);
   if (sequence_parallel) s += " SP";
@@ -153,6 +157,8 @@ std::string ParallelConfig::Summary() const {
 std::string ParallelConfig::Short() const {
   std::string s = fmt::format("TP{} PP{} DP{}", tp, pp, dp);
   if (cp > 1) s += fmt::format(" CP{}{}", cp, cp_comm == CpComm::kP2P ? "" : std::string("-") + ToString(cp_comm));
+  if (ep > 1) s += fmt::format(" EP{}", ep);
+  if (etp > 0 && etp != tp) s += fmt::format(" ETP{}", etp);
   if (embedding_slots) s += " E+L";
   if (first_stage_layers >= 0 || last_stage_layers >= 0) {
     s += fmt::format(" L{}/{}", first_stage_layers >= 0 ? std::to_string(first_stage_layers) : "-",
