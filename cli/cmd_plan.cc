@@ -224,6 +224,18 @@ void RunPlanCommand(const PlanArgs& a) {
                       ? " (the embedding and the loss take a layer's place: (L + 2) / pp slots per stage)\n"
                       : " (Megatron-LM's --decoder-first/last-pipeline-num-layers; the other stages share the rest)\n");
   }
+  std::set<std::string> modules;
+  for (const auto& p : r.plans) {
+    if (p.config.recompute == Recompute::kSelective && p.config.recompute_modules != kRecomputeCoreAttn) {
+      std::string mods = RecomputeModulesName(p.config.recompute_modules);
+      std::replace(mods.begin(), mods.end(), ',', ' ');
+      modules.insert(mods);
+    }
+  }
+  for (const auto& mods : modules) {
+    std::cout << "  recompute selective: --recompute-modules " << mods
+              << " (Megatron-Core's MoE choice: the experts' activation and the norms rerun, their outputs freed)\n";
+  }
   const Plan& best = r.plans.front();
   std::vector<std::string> not_searched, widen;
   if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end()) {
