@@ -83,6 +83,7 @@ struct DescribeArgs {
   std::int64_t tp = 1;
   std::int64_t pp = 1;
   std::int64_t cp = 1;  ///< context parallelism: ZeRO shards over dp * cp
+  std::int64_t ep = 1, etp = 0;  ///< expert grid (etp 0: = tp): experts over ep * etp, state over edp
   std::int64_t seq = 0;
   std::int64_t gbs = 0;
   bool json = false;
@@ -225,6 +226,9 @@ void RunDescribe(const DescribeArgs& a) {
     cfg.seq_length = a.seq;
     cfg.dp = (gpus % (a.tp * a.cp * a.pp) == 0) ? gpus / (a.tp * a.cp * a.pp) : 1;
     cfg.global_batch_size = cfg.dp;
+    cfg.ep = a.ep;
+    cfg.etp = a.etp;
+    cfg.sequence_parallel = cfg.tp > 1 && m.moe.enabled();  // Megatron-Core's MoE with tp > 1
     std::vector<std::string> reasons = InfeasibilityReasons(m, cfg, gpus, *cluster);
     Json fit;
     fit["cluster"] = cluster->name;
@@ -254,7 +258,7 @@ void RunDescribe(const DescribeArgs& a) {
       StageParameters worst;
       std::int64_t worst_stage = 0;
       for (std::int64_t s = 0; s < a.pp; ++s) {
-        StageParameters sp = ParametersOfStage(m, a.tp, a.pp, s);
+        StageParameters sp = ParametersOfStage(m, a.tp, a.pp, s, false, cfg.ep * cfg.expert_tp());
         if (sp.total() > worst.total()) {
           worst = sp;
           worst_stage = s;
@@ -266,12 +270,26 @@ void RunDescribe(const DescribeArgs& a) {
                           cfg.dp, worst_stage, FormatCount(worst.total()), worst.layers,
                           worst.embedding_params > 0 ? " + embedding" : "",
                           worst.output_params > static_cast<double>(pc.final_norm) ? " + output layer" : "");
+      if (worst.expert_params > 0) {
+        text += fmt::format("  of them routed experts {} (split over ep x etp = {} x {}; their state shards over "
+                            "edp = {} expert-data-parallel ranks)\n",
+                            FormatCount(worst.expert_params), cfg.ep, cfg.expert_tp(), cfg.expert_dp());
+        fit["expert_params_per_gpu"] = worst.expert_params;
+      }
       text += "  weights + gradients + optimizer state per GPU (activations not included;\n"
               "  `shardcast simulate` gives the full memory picture):\n";
       Json stages = Json::array();
+      const double dense_params = worst.total() - worst.expert_params;
       for (int z = 0; z <= 3; ++z) {
-        // The distributed optimizer and FSDP shard over the dp x cp ranks holding the same weights.
-        StateBytesPerParam b = BytesPerParam(z, cfg.dp_cp(), true);
+        // The distributed optimizer and FSDP shard over the dp x cp ranks holding the same weights,
+        // the routed experts over the expert-data-parallel ranks.
+        const StateBytesPerParam bd = BytesPerParam(z, cfg.dp_cp(), true);
+        const StateBytesPerParam be = BytesPerParam(z, std::max<std::int64_t>(1, cfg.expert_dp()), true);
+        StateBytesPerParam b;
+        const double n = std::max(1.0, worst.total());
+        b.weights = (dense_params * bd.weights + worst.expert_params * be.weights) / n;
+        b.grads = (dense_params * bd.grads + worst.expert_params * be.grads) / n;
+        b.optimizer = (dense_params * bd.optimizer + worst.expert_params * be.optimizer) / n;
         const double bytes = worst.total() * b.total();
         const bool fits = bytes <= g.memory_bytes;
         // Megatron-LM and DeepSpeed shard gradients (ZeRO-2) and weights (ZeRO-3) only without
@@ -318,6 +336,10 @@ void RegisterDescribe(CLI::App& app) {
   AddPositive(cmd, "--pp,--pipeline-model-parallel-size", args->pp, "pipeline-parallel size", kMaxParallelSize);
   AddPositive(cmd, "--cp,--context-parallel-size", args->cp,
               "context-parallel size (ZeRO shards over the dp x cp ranks)", kMaxParallelSize);
+  AddPositive(cmd, "--ep,--expert-model-parallel-size", args->ep,
+              "MoE: expert-parallel size (the routed experts split over ep ranks)", kMaxParallelSize);
+  AddPositive(cmd, "--etp,--expert-tensor-parallel-size", args->etp,
+              "MoE: expert-tensor-parallel size (default: tp, as Megatron-Core)", kMaxParallelSize);
   AddPositive(cmd, "--seq,--seq-length", args->seq, "sequence length (default: the model's)", kMaxSeq);
   AddPositive(cmd, "--gbs,--global-batch-size", args->gbs, "global batch, for FLOPs per step", kMaxGlobalBatchSize);
   cmd->add_flag("--json", args->json, "print JSON instead of text");

@@ -639,14 +639,19 @@ std::int64_t LayersOfStage(std::int64_t num_layers, std::int64_t pp, std::int64_
 
 namespace {
 StageParameters StageParams(const Model& m, std::int64_t tp, std::int64_t pp, std::int64_t stage,
-                            std::int64_t layers) {
+                            std::int64_t first, std::int64_t layers, std::int64_t expert_shards) {
   StageParameters s;
   const ParameterCounts pc = m.Parameters();
   const double t = static_cast<double>(tp);
   s.layers = layers;
-  s.layer_params = static_cast<double>(s.layers) *
-                   (static_cast<double>(pc.per_layer.sharded) / t +
-                    static_cast<double>(pc.per_layer.replicated));
+  const std::int64_t moe = m.moe.enabled() ? m.MoeLayersIn(first, first + layers) : 0;
+  s.layer_params = static_cast<double>(layers - moe) *
+                       (static_cast<double>(pc.per_layer.sharded) / t + static_cast<double>(pc.per_layer.replicated)) +
+                   static_cast<double>(moe) *
+                       (static_cast<double>(pc.moe_layer.sharded) / t + static_cast<double>(pc.moe_layer.replicated));
+  s.expert_params = static_cast<double>(moe) * static_cast<double>(pc.moe_layer.expert) /
+                    static_cast<double>(std::max<std::int64_t>(1, expert_shards));
+  s.layer_params += s.expert_params;
   if (stage == 0) {
     s.embedding_params = static_cast<double>(pc.word_embedding) / t +
                          static_cast<double>(pc.position_embedding);
@@ -661,17 +666,30 @@ StageParameters StageParams(const Model& m, std::int64_t tp, std::int64_t pp, st
 }  // namespace
 
 StageParameters ParametersOfStage(const Model& m, std::int64_t tp, std::int64_t pp, std::int64_t stage,
-                                  bool embedding_slots) {
-  return StageParams(m, tp, pp, stage, LayersOfStage(m.num_layers, pp, stage, embedding_slots));
+                                  bool embedding_slots, std::int64_t expert_shards) {
+  std::int64_t first = 0;
+  for (std::int64_t i = 0; i < stage; ++i) first += LayersOfStage(m.num_layers, pp, i, embedding_slots);
+  return StageParams(m, tp, pp, stage, first, LayersOfStage(m.num_layers, pp, stage, embedding_slots), expert_shards);
 }
 
 StageParameters ParametersOfStage(const Model& m, const ParallelConfig& c, std::int64_t stage) {
   const PipelineLayout layout = PipelineLayoutOf(m, c);
   if (!layout.error.empty()) throw InternalError("ParametersOfStage: " + layout.error);
-  std::int64_t layers = 0;
   const std::int64_t chunks = static_cast<std::int64_t>(layout.chunk_layers.size()) / std::max<std::int64_t>(1, c.pp);
-  for (std::int64_t k = 0; k < chunks; ++k) layers += layout.Layers(c.pp, stage, k);
-  return StageParams(m, c.tp, c.pp, stage, layers);
+  const std::int64_t shards = c.ep * c.expert_tp();
+  StageParameters sum;
+  for (std::int64_t k = 0; k < chunks; ++k) {
+    const std::size_t chunk = static_cast<std::size_t>(k * c.pp + stage);
+    const StageParameters part = StageParams(m, c.tp, c.pp, -1, layout.first_layer[chunk],
+                                             layout.Layers(c.pp, stage, k), shards);
+    sum.layers += part.layers;
+    sum.layer_params += part.layer_params;
+    sum.expert_params += part.expert_params;
+  }
+  const StageParameters ends = StageParams(m, c.tp, c.pp, stage, 0, 0, shards);
+  sum.embedding_params = ends.embedding_params;
+  sum.output_params = ends.output_params;
+  return sum;
 }
 
 }  // namespace shardcast

@@ -354,10 +354,15 @@ struct StageParameters {
   double layer_params = 0;        ///< per GPU
   double embedding_params = 0;    ///< per GPU
   double output_params = 0;       ///< per GPU (incl. final norm)
+  /// Of layer_params, the routed experts' (divided by ep * etp instead of tp; their optimizer
+  /// state shards over the expert-data-parallel ranks).
+  double expert_params = 0;
   double total() const { return layer_params + embedding_params + output_params; }
 };
+/// `expert_shards`: the ranks a layer's routed experts are split over (ep * etp); dense models
+/// ignore it.
 StageParameters ParametersOfStage(const Model& model, std::int64_t tp, std::int64_t pp,
-                                  std::int64_t stage, bool embedding_slots = false);
+                                  std::int64_t stage, bool embedding_slots = false, std::int64_t expert_shards = 1);
 /// The same under `cfg`'s pipeline split (PipelineLayoutOf; `cfg` must give a possible split).
 StageParameters ParametersOfStage(const Model& model, const ParallelConfig& cfg, std::int64_t stage);
 /// Transformer layers held by pipeline stage `stage`: L/pp, the remainder to the first stages.

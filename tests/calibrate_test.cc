@@ -246,7 +246,7 @@ int RunShell(const std::string& cmd) {
 }
 
 TEST(CalibrateCpu, TwoRanksWriteAProfileThatSimulateAccepts) {
-  const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  const auto dir = shardcast::testing::TestTempDir();
   std::filesystem::create_directories(dir);
   const std::string out = (dir / "cpu_profile.json").string();
   std::filesystem::remove(out);
@@ -265,7 +265,7 @@ TEST(CalibrateCpu, TwoRanksWriteAProfileThatSimulateAccepts) {
 }
 
 TEST(CalibrateCpu, ResumedSweepEqualsUninterrupted) {
-  const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  const auto dir = shardcast::testing::TestTempDir();
   std::filesystem::create_directories(dir);
   const std::string a = (dir / "fake_a.json").string(), b = (dir / "fake_b.json").string();
   std::filesystem::remove(a);

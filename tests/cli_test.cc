@@ -69,7 +69,7 @@ TEST(Cli, ExitCodes) {
   // Output that cannot be written is a failure.
   EXPECT_EQ(testing::RunCommand(std::string(SHARDCAST_BINARY) + " models > /dev/full").exit_code, 2);
   // A folder where a file is expected: said so, not "cannot open" or "cannot rename".
-  const auto folder = std::filesystem::temp_directory_path() / "shardcast_tests" / "a_folder";
+  const auto folder = shardcast::testing::TestTempDir() / "a_folder";
   std::filesystem::create_directories(folder);
   EXPECT_EQ(RunShardcast("describe --model " + folder.string()).err,
             "shardcast: error: " + folder.string() +
@@ -503,7 +503,7 @@ TEST(CliCapacity, ThreeGpuTypes) {
 // A measured profile replaces the built-in one for the options of its cluster, and only those:
 // capacity's step time is plan's recommended step time under the same profile.
 TEST(CliCapacity, MeasuredProfilePerCluster) {
-  const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  const auto dir = shardcast::testing::TestTempDir();
   const std::string log = std::string(SHARDCAST_FIXTURES) + "/nccl/all_reduce_h200_8.log";
   const std::string imported = (dir / "cap_h200.json").string(), a100 = (dir / "cap_a100.json").string();
   ASSERT_EQ(RunShardcast("calibrate import " + log + " --cluster dgx-h200 --out " + imported).exit_code, 0);
@@ -581,7 +581,7 @@ TEST(CliCapacity, MeasuredProfilePerCluster) {
 // --csv - writes on standard output exactly what --csv FILE writes, in place of the text; it is
 // refused beside --json (and validate's --explain), which print there too.
 TEST(CliPlan, CsvToStandardOutput) {
-  const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  const auto dir = shardcast::testing::TestTempDir();
   auto read = [](const std::string& path) {
     std::ifstream in(path);
     return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());

@@ -13,6 +13,7 @@
 #include "common/file_util.h"
 #include "common/json_reader.h"
 #include "common/text.h"
+#include "tests/test_util.h"
 
 namespace shardcast {
 namespace {
@@ -122,7 +123,7 @@ TEST(JsonReader, MessagesQuoteABoundedPrefixOfAnyValue) {
 // into a FIFO at the temporary path, which blocks until the parent reads: the signal arrives
 // mid-write, with no timing involved.
 TEST(FileUtil, SignalDuringAtomicWriteRemovesTheTemporaryFile) {
-  const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  const auto dir = shardcast::testing::TestTempDir();
   std::filesystem::create_directories(dir);
   const std::string path = (dir / "trace_signal.json").string();
   std::filesystem::remove(path);

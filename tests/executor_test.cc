@@ -123,7 +123,7 @@ int Shell(const std::string& cmd, const std::string& out = "/dev/null") {
 }
 
 TEST(ExecuteCpu, CalibrateThenExecuteTpPpDpOnTwoRanks) {
-  const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  const auto dir = shardcast::testing::TestTempDir();
   std::filesystem::create_directories(dir);
   const std::string prof = (dir / "exec_profile.json").string(), model = (dir / "tiny.json").string();
   const std::string mpirun = "timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 " + std::string(SHARDCAST_BINARY);
@@ -162,7 +162,7 @@ TEST(ExecuteCpu, CalibrateThenExecuteTpPpDpOnTwoRanks) {
 }
 
 TEST(ExecuteCpu, WrongRankCountFailsFastWithAMessage) {
-  const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  const auto dir = shardcast::testing::TestTempDir();
   const std::string prof = (dir / "exec_profile.json").string();
   if (!std::filesystem::exists(prof)) GTEST_SKIP() << "needs the profile of the previous test";
   const auto r = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " +
@@ -176,7 +176,7 @@ TEST(ExecuteCpu, WrongRankCountFailsFastWithAMessage) {
 // Issue 14 (7): an MPMD launch with other flags per rank crashed in Open MPI's allreduce or hung
 // until the watchdog. The ranks compare their settings first and all exit 2 saying how they differ.
 TEST(ExecuteCpu, RanksWithDifferentFlagsExitTwoSayingHow) {
-  const auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
+  const auto dir = shardcast::testing::TestTempDir();
   const std::string prof = (dir / "exec_profile.json").string();
   if (!std::filesystem::exists(prof)) GTEST_SKIP() << "needs the profile of CalibrateThenExecuteTpPpDpOnTwoRanks";
   const std::string model = testing::WriteTemp("tiny.json", kTinyJson);

@@ -413,7 +413,7 @@ TEST(HuggingFace, ExpertsUnderDenseTypesAreRefusedAndFoldersWork) {
   EXPECT_EQ(testing::InputErrorOf([&] { LoadModel(path); }),
             path + ": /n_routed_experts: got \"8\", expected a number of experts (null, 0 or 1 for a dense model)");
   // A folder holding config.json is a model; its name is the folder's.
-  auto dir = std::filesystem::temp_directory_path() / "shardcast_tests" / "My-Llama-3-8B";
+  auto dir = shardcast::testing::TestTempDir() / "My-Llama-3-8B";
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(std::string(SHARDCAST_FIXTURES) + "/hf/llama3-8b.json", dir / "config.json",
                              std::filesystem::copy_options::overwrite_existing);

@@ -535,3 +535,30 @@ TEST(MoeExchange, A2aOverlapHidesTheExchangeBehindThePairedPass) {
 
 }  // namespace
 }  // namespace shardcast
+
+namespace shardcast {
+namespace {
+
+// describe counts an MoE stage's routed experts over ep * etp and shards their optimizer state over
+// the expert-data-parallel ranks (Qwen3-30B-A3B on 8 GPUs, ep 8: 48 layers x 128/8 experts of
+// 3 x 2048 x 768, edp 1; the rest over dp 8 at ZeRO-1).
+TEST(MoeDescribe, ExpertMemoryPerGpu) {
+  const Model m = LoadModel("qwen3-30b-a3b");
+  const ParameterCounts pc = m.Parameters();
+  const double experts = 48.0 * static_cast<double>(pc.moe_layer.expert) / 8;
+  EXPECT_DOUBLE_EQ(experts, 48.0 * 16 * 3 * 2048 * 768);
+  const StageParameters sp = ParametersOfStage(m, 1, 1, 0, false, 8);
+  EXPECT_DOUBLE_EQ(sp.expert_params, experts);
+  EXPECT_NEAR(sp.total(), static_cast<double>(pc.total) - 48.0 * static_cast<double>(pc.moe_layer.expert) * 7 / 8, 1.0);
+  const auto r = testing::RunShardcast("describe --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --ep 8 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_DOUBLE_EQ(j["fit"]["expert_params_per_gpu"].get<double>(), experts);
+  const double dense = sp.total() - experts;
+  const Json& z1 = j["fit"]["zero"][1];
+  EXPECT_NEAR(z1["optimizer_bytes"].get<double>(), 12 * experts / 1 + 12 * dense / 8, 16.0);
+  EXPECT_NEAR(z1["weights_bytes"].get<double>(), 2 * sp.total(), 16.0);
+}
+
+}  // namespace
+}  // namespace shardcast

@@ -7,6 +7,7 @@
 #include <string>
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -14,10 +15,18 @@
 
 namespace shardcast::testing {
 
+/// This test process's scratch folder, $TMPDIR/shardcast_tests/PID (created): every process its
+/// own, so that test processes running at once (ctest -j, two builds' suites on one machine)
+/// never write each other's files.
+inline std::filesystem::path TestTempDir() {
+  auto dir = std::filesystem::temp_directory_path() / "shardcast_tests" / std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
 /// Writes `text` to a fresh file in the test temp dir and returns its path.
 inline std::string WriteTemp(const std::string& name, const std::string& text) {
-  auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
-  std::filesystem::create_directories(dir);
+  const auto dir = TestTempDir();
   auto path = (dir / name).string();
   std::ofstream(path) << text;
   return path;
@@ -31,8 +40,7 @@ struct RunResult {
 
 /// Runs the shardcast binary with `args` (shell words), capturing stdout and stderr.
 inline RunResult RunShardcast(const std::string& args) {
-  auto dir = std::filesystem::temp_directory_path() / "shardcast_tests";
-  std::filesystem::create_directories(dir);
+  const auto dir = TestTempDir();
   static int counter = 0;
   std::string err_path = (dir / ("stderr_" + std::to_string(::getpid()) + "_" +
                                  std::to_string(counter++)))

@@ -158,7 +158,7 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
 // --csv has the JSON rows' fields; a skipped row leaves its predictions empty.
 TEST(Validate, CsvHasTheJsonFieldsAndEmptyCellsForSkippedRows) {
   const std::string runs = std::string(SHARDCAST_FIXTURES) + "/validation/runs_small.csv";
-  const std::string out = (std::filesystem::temp_directory_path() / "shardcast_tests" / "validate_rows.csv").string();
+  const std::string out = (shardcast::testing::TestTempDir() / "validate_rows.csv").string();
   auto r = RunShardcast("validate --runs " + runs + " --no-memory --csv " + out);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const CsvTable t = ReadCsvFile(out);
