@@ -238,9 +238,10 @@ void RunDescribe(const DescribeArgs& a) {
     fit["pp"] = a.pp;
     fit["cp"] = a.cp;
     fit["memory_bytes_per_gpu"] = g.memory_bytes;
-    text += fmt::format("\nOn {} x {} ({}, {} usable per GPU), TP{} PP{}{}\n", gpus, g.display_name,
+    text += fmt::format("\nOn {} x {} ({}, {} usable per GPU), TP{} PP{}{}{}\n", gpus, g.display_name,
                         cluster->name, FormatGiB(g.memory_bytes), a.tp, a.pp,
-                        a.cp > 1 ? fmt::format(" CP{} (ZeRO shards over dp x cp = {})", a.cp, cfg.dp_cp()) : "");
+                        a.cp > 1 ? fmt::format(" CP{} (ZeRO shards over dp x cp = {})", a.cp, cfg.dp_cp()) : "",
+                        m.moe.enabled() ? fmt::format(" EP{} ETP{}", cfg.ep, cfg.expert_tp()) : "");
     text += fmt::format("  precisions (dense peak per GPU): {}\n", g.PrecisionList());
     Json precisions = Json::object();
     for (Precision p : AllPrecisions()) {

@@ -89,7 +89,13 @@ void PrintOps(const Model& m, const ParallelConfig& c, const Cluster& cl, const 
           cm.layer_ops);
   }
   if (moe_layers > 0) {
-    table(fmt::format("one mixture-of-experts layer ({} of {})", moe_layers, m.num_layers), cm.moe_layer_ops);
+    table(fmt::format("one mixture-of-experts layer ({} of {}; the busiest expert rank's {:.0f} tokens an expert: {:.0f} "
+                      "routed x top-{} x etp {} / {:.0f} local experts x load imbalance {:.3f}, {})",
+                      moe_layers, m.num_layers, cm.moe.tokens_per_expert, cm.moe.tokens_routed, m.moe.top_k, cm.moe.etp,
+                      cm.moe.local_experts, cm.moe.imbalance,
+                      c.moe_load_imbalance > 0 ? "--moe-load-imbalance"
+                                               : "balanced routing's expected busiest rank; --moe-load-imbalance sets it"),
+          cm.moe_layer_ops);
   }
   table("embedding (first stage)", cm.embedding_ops);
   table("output layer and loss (last stage)", cm.output_ops);
@@ -152,6 +158,11 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
                  "      backward (Megatron-Core checkpoints the core attention) but saves almost nothing: flash\n"
                  "      attention keeps no s x s scores. --recompute-modules picks other modules (moe, moe_act,\n"
                  "      layernorm, mlp, ...); --no-flash-attention gives the unfused attention of Megatron 2022.\n";
+  }
+  if (c.moe_a2a_overlap) {
+    std::cout << "\nNote: the EP A2A overlap hides each exchange up to the paired pass's compute; the one published run\n"
+                 "      with it (Qwen3-235B, Megatron-MoE-ModelZoo) gained 11% where this model predicts 25%\n"
+                 "      (docs/accuracy.md, \"MoE runs\"): read its saving as an upper bound.\n";
   }
   std::cout << "\nStep\n";
   std::cout << fmt::format("  step time        {}\n", FormatSeconds(r.step_time_s));
@@ -233,13 +244,15 @@ void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelCo
                              kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMin,
                              kMeasuredOverPredictedPeakMax);
   }
-  std::cout << fmt::format("\nPer stage: time (compute incl. recompute / tp{} / bubble / pp / dp / optimizer)\n",
-                           c.cp > 1 ? " / cp" : "");
+  const bool moe = m.moe.enabled();
+  std::cout << fmt::format("\nPer stage: time (compute incl. recompute / tp{}{} / bubble / pp / dp / optimizer)\n",
+                           c.cp > 1 ? " / cp" : "", moe ? " / ep" : "");
   for (const auto& s : r.stages) {
     const auto& t = s.time;
-    std::cout << fmt::format("  stage {:>3}: {} / {}{} / {} / {} / {} / {}   bubble {}\n", s.stage,
+    std::cout << fmt::format("  stage {:>3}: {} / {}{}{} / {} / {} / {} / {}   bubble {}\n", s.stage,
                              FormatSeconds(t.compute_s + t.recompute_s), FormatSeconds(t.tp_comm_s),
                              c.cp > 1 ? " / " + FormatSeconds(t.cp_comm_s) : std::string(),
+                             moe ? " / " + FormatSeconds(t.ep_comm_s) : std::string(),
                              FormatSeconds(t.bubble_s), FormatSeconds(t.pp_comm_s), FormatSeconds(t.dp_comm_s),
                              FormatSeconds(t.optimizer_s), Pct(s.bubble_fraction));
   }
