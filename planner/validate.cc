@@ -236,7 +236,14 @@ unsigned RowRecomputeModules(const std::string& text, const Model& m) {
 void MapExpertSettings(const CsvTable& t, std::size_t r, const std::string& file, ParallelConfig* c) {
   const std::string notes = t.Get(r, "notes"), prec = t.Get(r, "precision");
   const auto kv = NoteValues(notes);
-  if (kv.count("etp") && Num(kv.at("etp"))) c->etp = NoteInt(kv, "etp", 0, file + ": " + RowLabel(t, r));
+  if (kv.count("etp") && Num(kv.at("etp"))) {
+    c->etp = NoteInt(kv, "etp", 0, file + ": " + RowLabel(t, r));
+  } else if (!kv.count("etp") && Contains(t.Get(r, "source_locator"), "Megatron-MoE-ModelZoo")) {
+    // Every model config of the Megatron-MoE-ModelZoo (model_configs/benchmarking/*.yaml @
+    // e8650517: DeepSeek-V3, Qwen3-235B-A22B, Qwen3-30B-A3B, Mixtral-8x22B) sets
+    // --expert-tensor-parallel-size 1; Megatron-Core's own default would be etp = tp.
+    c->etp = 1;
+  }
   c->moe_dispatcher = Contains(notes, "DeepEP") || Contains(notes, "HybridEP") || Contains(notes, "flex")
                           ? MoeDispatcher::kFlex
                           : MoeDispatcher::kAllToAll;
@@ -453,13 +460,6 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       c.fp32_main_grads = true;
     }
     if (m.moe.enabled()) MapExpertSettings(t, r, runs_csv, &c);
-    if (m.moe.enabled() && Contains(t.Get(r, "source_locator"), "Megatron-MoE-ModelZoo") &&
-        !NoteValues(t.Get(r, "notes")).count("etp")) {
-      // Every model config of the Megatron-MoE-ModelZoo (model_configs/benchmarking/*.yaml @
-      // e8650517: DeepSeek-V3, Qwen3-235B-A22B, Qwen3-30B-A3B, Mixtral-8x22B) sets
-      // --expert-tensor-parallel-size 1; Megatron-Core's own default would be etp = tp.
-      c.etp = 1;
-    }
     const std::int64_t chunks = c.pp * std::max<std::int64_t>(1, c.vp);
     if (mcore && c.pp > 1 && m.num_layers % chunks != 0 && (m.num_layers + 2) % chunks == 0 && !c.uneven_pipeline() &&
         !c.embedding_slots) {

@@ -713,6 +713,24 @@ class LayerBuilder {
   void MlaForward();
   void MlaBackward();
 
+  /// MLA's sizes on one GPU: query/key head dim dqk (qk + rope), value head dim dv, the q and kv
+  /// ranks, the rope dim, the query up projection's n (a/t heads of dqk) and the kv up
+  /// projection's (a/t heads of qk + v).
+  struct Mla {
+    double dqk, dv, ql, kvl, rope, q_heads, kv_up_n;
+  };
+  Mla MlaDims() const {
+    const MlaSpec& x2 = m.mla;
+    const double dqk = static_cast<double>(x2.qk_head_dim + x2.qk_pos_emb_head_dim), dv = static_cast<double>(x2.v_head_dim);
+    return {dqk,
+            dv,
+            static_cast<double>(x2.q_lora_rank),
+            static_cast<double>(x2.kv_lora_rank),
+            static_cast<double>(x2.qk_pos_emb_head_dim),
+            a * dqk / t,
+            a * (static_cast<double>(x2.qk_head_dim) + dv) / t};
+  }
+
   /// TP communication overlap, recompute and the layer's saved bytes.
   void Finish() {
   // Transformer Engine's userbuffers (--tp-comm-overlap) pipeline the sequence-parallel
@@ -904,11 +922,7 @@ class LayerBuilder {
 /// with their norms, the up projections to a/t heads, causal flash attention over query/key heads
 /// of qk + rope dims and value heads of v dims, the output projection.
 void LayerBuilder::MlaForward() {
-  const MlaSpec& x2 = m.mla;
-  const double dqk = static_cast<double>(x2.qk_head_dim + x2.qk_pos_emb_head_dim), dv = static_cast<double>(x2.v_head_dim);
-  const double ql = static_cast<double>(x2.q_lora_rank), kvl = static_cast<double>(x2.kv_lora_rank),
-               rope = static_cast<double>(x2.qk_pos_emb_head_dim);
-  const double q_heads = a * dqk / t, kv_up_n = a * (static_cast<double>(x2.qk_head_dim) + dv) / t;
+  const auto [dqk, dv, ql, kvl, rope, q_heads, kv_up_n] = MlaDims();
   ob.Memory(L, "input_norm", F, fused_norm_bytes, act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_attn", F, ag, act);
   attn_norm_out_saved = q * T * h / rep;  // the down projections' input
@@ -945,11 +959,7 @@ void LayerBuilder::MlaForward() {
 
 /// MLA's backward: the mirror of its forward, flash attention at 2.5x the forward FLOPs.
 void LayerBuilder::MlaBackward() {
-  const MlaSpec& x2 = m.mla;
-  const double dqk = static_cast<double>(x2.qk_head_dim + x2.qk_pos_emb_head_dim), dv = static_cast<double>(x2.v_head_dim);
-  const double ql = static_cast<double>(x2.q_lora_rank), kvl = static_cast<double>(x2.kv_lora_rank),
-               rope = static_cast<double>(x2.qk_pos_emb_head_dim);
-  const double q_heads = a * dqk / t, kv_up_n = a * (static_cast<double>(x2.qk_head_dim) + dv) / t;
+  const auto [dqk, dv, ql, kvl, rope, q_heads, kv_up_n] = MlaDims();
   ob.Memory(L, m.dropout ? "dropout_residual_attn_bwd" : "residual_attn_bwd", B, 3 * act / rep);
   if (sp) ob.Collective(L, "sp_all_gather_attn_bwd", B, ag, act);
   ob.Linear(L, "attn_out_proj_dgrad", B, T, a * dv / t, h);

@@ -368,13 +368,7 @@ namespace shardcast {
 namespace {
 
 ParallelConfig MixtralEp8Selective(unsigned modules) {
-  ParallelConfig c;
-  c.dp = 8;
-  c.ep = 8;
-  c.global_batch_size = 8;
-  c.seq_length = 4096;
-  c.zero_stage = 1;
-  c.moe_load_imbalance = 1.0;
+  ParallelConfig c = MixtralEp8();
   c.recompute = Recompute::kSelective;
   c.recompute_modules = modules;
   return c;
