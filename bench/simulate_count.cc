@@ -37,7 +37,7 @@ int main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < iterations; ++i) r = Simulate(m, c, cl, 1024, prof, o);
   const auto t1 = std::chrono::steady_clock::now();
-  fmt::print("step {:.9f} s, {} tasks, {:.1f} us per call\n", r.step_time_s, r.num_tasks,
+  fmt::print("step {:.9f} s, {} tasks ({} copied), {:.1f} us per call\n", r.step_time_s, r.num_tasks, r.copied_tasks,
              iterations > 0 ? std::chrono::duration<double, std::micro>(t1 - t0).count() / iterations : 0.0);
   return 0;
 }

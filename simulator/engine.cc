@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include <boost/graph/compressed_sparse_row_graph.hpp>
 #include <boost/graph/depth_first_search.hpp>
@@ -115,7 +116,45 @@ void TaskGraph::BuildCsr() const {
   for (std::size_t i = 0; i < n; ++i) {
     if (hot_[i].indeg == 0) sources_.push_back(static_cast<std::int32_t>(i));
   }
+  // Runs of tasks matching the same task one period on, from the last task back; the period
+  // checks start at the first such task.
+  period_run_.assign(n, 0);
+  task_period_.assign(n, 0);
+  anchor_ = -1;
+  if (!periods_.empty()) {
+    for (std::size_t u = n; u-- > 0;) {
+      const auto d = static_cast<std::size_t>(nodes_[u].device);
+      task_period_[u] = d < periods_.size() ? std::max(0, periods_[d]) : 0;
+      if (!MatchesNextPeriod(u)) continue;
+      period_run_[u] = 1 + period_run_[static_cast<std::size_t>(NextPeriod(static_cast<std::int32_t>(u)))];
+    }
+    const auto first = std::find_if(period_run_.begin(), period_run_.end(), [](std::int32_t x) { return x > 0; });
+    if (first != period_run_.end()) anchor_ = static_cast<std::int32_t>(first - period_run_.begin());
+  }
   csr_valid_ = true;
+}
+
+std::int64_t TaskGraph::NextPeriod(std::int32_t v) const {
+  const auto d = static_cast<std::size_t>(nodes_[static_cast<std::size_t>(v)].device);
+  if (d >= periods_.size() || periods_[d] <= 0) return -1;
+  return static_cast<std::int64_t>(v) + periods_[d];
+}
+
+bool TaskGraph::MatchesNextPeriod(std::size_t u) const {
+  const std::int64_t w64 = NextPeriod(static_cast<std::int32_t>(u));
+  if (w64 < 0 || w64 >= static_cast<std::int64_t>(nodes_.size())) return false;
+  const auto w = static_cast<std::size_t>(w64);
+  const TaskNode &a = nodes_[u], &b = nodes_[w];
+  const Hot &ha = hot_[u], &hb = hot_[w];
+  if (a.device != b.device || a.cost != b.cost || a.type != b.type || ha.indeg != hb.indeg ||
+      ha.succ_end - ha.succ_begin != hb.succ_end - hb.succ_begin) {
+    return false;
+  }
+  for (std::int32_t k = 0; k < ha.succ_end - ha.succ_begin; ++k) {
+    const std::int32_t sa = targets_[static_cast<std::size_t>(ha.succ_begin + k)];
+    if (NextPeriod(sa) != targets_[static_cast<std::size_t>(hb.succ_begin + k)]) return false;
+  }
+  return true;
 }
 
 namespace {
@@ -145,6 +184,79 @@ struct DeviceRun {
   int nv_flows = 0, net_flows = 0;
 };
 
+/// The event loop's scalars, copied into and out of the period checks (so that the loop keeps
+/// them in registers: a local whose address escapes lives in memory).
+struct LoopScalars {
+  SimTime now;
+  std::size_t npending, finished, nend, nstart, npartial;
+  std::uint64_t pushes;
+  SimTime max_push;  // latest event time ever queued
+};
+
+/// What the period checks see of the loop's arrays and of the graph.
+struct LoopArrays {
+  Event* pending;
+  Running* run;
+  TaskRun* task;
+  DeviceRun* dev;
+  std::size_t ndev;
+  std::vector<std::vector<std::int32_t>>* link_flows;
+  SimTime* start;
+  SimTime* end;
+  std::int32_t* gating;
+  const std::int32_t* end_log;    // tasks in the order they ended
+  const std::int32_t* start_log;  // tasks in the order they started
+  std::int32_t* partial;          // tasks some but not all of whose predecessors ended
+  const std::int32_t* period;     // [task] its device's period in tasks, 0: none
+  const std::int32_t* period_run; // [task] TaskGraph::period_run_
+};
+
+/// The period check of TaskGraph::Run: the engine's state once per period of the anchor device,
+/// compared with the state one period earlier shifted by the period; when they are equal, the
+/// periods that follow are copied instead of simulated (see engine.h).
+class PeriodSkipper {
+ public:
+  /// Forgets the last snapshot (a new run).
+  void Reset() { prev_.valid = false; }
+  /// At the loop's top, after the anchor task started: snapshot, compare, and copy as many
+  /// periods as the symmetry allows. Returns the anchor task to check at next (-1: none).
+  std::int32_t Checkpoint(std::int32_t anchor, LoopScalars& s, const LoopArrays& a);
+  std::uint64_t copied_tasks() const { return copied_; }
+  void clear_copied() { copied_ = 0; }
+
+ private:
+  struct Ev {
+    std::int32_t task;
+    SimTime dt, dlast, dstart;  // event time, last rate change and start, relative to now
+    double remaining, rate;
+    std::uint8_t in_flow;
+  };
+  struct Snap {
+    bool valid = false;
+    SimTime now = 0;
+    std::uint64_t pushes = 0;
+    std::size_t nend = 0, nstart = 0;
+    std::vector<Ev> ev;                                          // live events, queue order
+    std::vector<std::pair<std::int32_t, std::int32_t>> partial;  // (task, predecessors left)
+    std::vector<double> dyn;
+    std::vector<std::int32_t> compute, flows;  // running compute per device; per link: count, tasks
+    std::vector<int> nv, net;
+  };
+  static std::int64_t Shift(const LoopArrays& a, std::int32_t u, std::int64_t periods) {
+    return u < 0 ? u : u + periods * a.period[u];
+  }
+  void Take(Snap& sn, LoopScalars& s, const LoopArrays& a) const;
+  /// Also lists the waiting tasks that stay as they are (`fixed_`).
+  bool OnePeriodOn(const Snap& prev, const Snap& cur, const LoopArrays& a);
+  std::int64_t PeriodsToCopy(const Snap& prev, const Snap& cur, const LoopScalars& s, const LoopArrays& a) const;
+  void Copy(std::int64_t periods, const Snap& prev, const Snap& cur, LoopScalars& s, const LoopArrays& a);
+
+  Snap prev_, cur_;
+  std::uint64_t copied_ = 0;
+  std::vector<std::pair<std::int32_t, std::int32_t>> scratch_;
+  std::vector<std::int32_t> fixed_;  // waiting tasks the periods leave alone, by id
+};
+
 /// Memory reused across runs (the planner and benchmarks run many graphs per thread).
 struct Workspace {
   std::vector<TaskRun> task;
@@ -153,20 +265,212 @@ struct Workspace {
   std::vector<std::int32_t> free_slots;
   std::vector<Event> pending;         // pending events, latest (time, seq) first; size = capacity
   std::vector<std::vector<std::int32_t>> link_flows;
+  std::vector<std::int32_t> end_log, start_log, partial;  // [n] each (LoopArrays)
+  PeriodSkipper periods;
 };
+
+void PeriodSkipper::Take(Snap& sn, LoopScalars& s, const LoopArrays& a) const {
+  sn.valid = true;
+  sn.now = s.now;
+  sn.pushes = s.pushes;
+  sn.nend = s.nend;
+  sn.nstart = s.nstart;
+  sn.ev.clear();
+  for (std::size_t i = 0; i < s.npending; ++i) {
+    const Event& e = a.pending[i];
+    const std::int32_t slot = a.task[e.task].slot;
+    if (slot < 0 || a.run[slot].last_seq != e.seq) continue;  // superseded
+    const Running& r = a.run[slot];
+    sn.ev.push_back({e.task, e.time - s.now, r.last_update - s.now, a.start[e.task] - s.now, r.remaining, r.rate,
+                     r.in_flow});
+  }
+  // The waiting tasks still waiting (the others started since they were listed).
+  std::size_t kept = 0;
+  sn.partial.clear();
+  for (std::size_t i = 0; i < s.npartial; ++i) {
+    const std::int32_t u = a.partial[i];
+    if (a.task[u].indeg <= 0) continue;
+    a.partial[kept++] = u;
+    sn.partial.emplace_back(u, a.task[u].indeg);
+  }
+  s.npartial = kept;
+  std::sort(sn.partial.begin(), sn.partial.end());
+  sn.dyn.resize(a.ndev);
+  sn.compute.resize(a.ndev);
+  sn.nv.resize(a.ndev);
+  sn.net.resize(a.ndev);
+  for (std::size_t d = 0; d < a.ndev; ++d) {
+    sn.dyn[d] = a.dev[d].dyn_bytes;
+    sn.compute[d] = a.dev[d].running_compute;
+    sn.nv[d] = a.dev[d].nv_flows;
+    sn.net[d] = a.dev[d].net_flows;
+  }
+  sn.flows.clear();
+  for (const auto& f : *a.link_flows) {
+    sn.flows.push_back(static_cast<std::int32_t>(f.size()));
+    sn.flows.insert(sn.flows.end(), f.begin(), f.end());
+  }
+}
+
+// Whether `cur` is `prev` one period on: every task one period later, every relative time and
+// every amount the same.
+bool PeriodSkipper::OnePeriodOn(const Snap& prev, const Snap& cur, const LoopArrays& a) {
+  if (prev.ev.size() != cur.ev.size() || prev.partial.size() != cur.partial.size() || prev.flows.size() != cur.flows.size()) {
+    return false;
+  }
+  for (std::size_t i = 0; i < prev.ev.size(); ++i) {
+    const Ev &p = prev.ev[i], &c = cur.ev[i];
+    if (a.period[p.task] <= 0 || Shift(a, p.task, 1) != c.task || p.dt != c.dt || p.dlast != c.dlast ||
+        p.dstart != c.dstart || p.remaining != c.remaining || p.rate != c.rate || p.in_flow != c.in_flow) {
+      return false;
+    }
+  }
+  for (std::size_t d = 0; d < a.ndev; ++d) {
+    if (prev.dyn[d] != cur.dyn[d] || prev.nv[d] != cur.nv[d] || prev.net[d] != cur.net[d] ||
+        Shift(a, prev.compute[d], 1) != cur.compute[d]) {
+      return false;
+    }
+  }
+  for (std::size_t i = 0; i < prev.flows.size();) {
+    const std::int32_t count = prev.flows[i];
+    if (cur.flows[i] != count) return false;
+    for (std::int32_t k = 1; k <= count; ++k) {
+      if (Shift(a, prev.flows[i + static_cast<std::size_t>(k)], 1) != cur.flows[i + static_cast<std::size_t>(k)]) return false;
+    }
+    i += static_cast<std::size_t>(count) + 1;
+  }
+  // Waiting tasks: one period on, or the same task still waiting as it was (a task outside the
+  // periodic runs, say one whose other predecessor comes after the steady state) where no task
+  // of the runs becomes it a period on (so that no copied period would have touched it).
+  scratch_.clear();
+  fixed_.clear();
+  for (const auto& pw : prev.partial) {
+    const std::int32_t u = pw.first;
+    const std::int32_t p = a.period[u];
+    const bool no_image = p <= 0 || u < p || a.period_run[u - p] == 0;
+    if (no_image && std::binary_search(cur.partial.begin(), cur.partial.end(), pw)) {
+      fixed_.push_back(u);
+      scratch_.push_back(pw);
+    } else if (p > 0) {
+      scratch_.emplace_back(static_cast<std::int32_t>(Shift(a, u, 1)), pw.second);
+    } else {
+      return false;
+    }
+  }
+  std::sort(scratch_.begin(), scratch_.end());
+  return scratch_ == cur.partial;
+}
+
+// How many periods after `cur` repeat the one from `prev` to `cur`: as many as the symmetry
+// holds for every task of that period (ended, started, waiting or running at either end), and
+// no event would pass the engine's time range. Tasks running across the whole period: none.
+std::int64_t PeriodSkipper::PeriodsToCopy(const Snap& prev, const Snap& cur, const LoopScalars& s,
+                                          const LoopArrays& a) const {
+  std::int64_t m = std::numeric_limits<std::int64_t>::max();
+  for (std::size_t i = prev.nend; i < cur.nend; ++i) m = std::min<std::int64_t>(m, a.period_run[a.end_log[i]]);
+  for (std::size_t i = prev.nstart; i < cur.nstart; ++i) m = std::min<std::int64_t>(m, a.period_run[a.start_log[i]]);
+  for (const Ev& e : prev.ev) {
+    if (a.task[e.task].slot >= 0) return 0;  // still running a period later
+    m = std::min<std::int64_t>(m, a.period_run[e.task] - 1);
+  }
+  for (const auto& pw : prev.partial) {
+    if (!std::binary_search(fixed_.begin(), fixed_.end(), pw.first)) m = std::min<std::int64_t>(m, a.period_run[pw.first] - 1);
+  }
+  const SimTime delta = cur.now - prev.now;
+  if (delta > 0) m = std::min<std::int64_t>(m, (kMaxSimTime - s.max_push) / delta);
+  return std::max<std::int64_t>(m, 0);
+}
+
+// Fills the timeline of `periods` periods after `cur` from the period before it, and moves the
+// state that many periods on.
+void PeriodSkipper::Copy(std::int64_t periods, const Snap& prev, const Snap& cur, LoopScalars& s,
+                         const LoopArrays& a) {
+  const SimTime delta = cur.now - prev.now;
+  for (std::int64_t j = 1; j <= periods; ++j) {
+    const SimTime dt = j * delta;
+    for (std::size_t i = prev.nend; i < cur.nend; ++i) {
+      const std::int32_t u = a.end_log[i];
+      a.end[Shift(a, u, j)] = a.end[u] + dt;
+    }
+    for (std::size_t i = prev.nstart; i < cur.nstart; ++i) {
+      const std::int32_t u = a.start_log[i];
+      const std::int64_t w = Shift(a, u, j);
+      a.start[w] = a.start[u] + dt;
+      a.gating[w] = static_cast<std::int32_t>(Shift(a, a.gating[u], j));
+    }
+  }
+  const SimTime dt = periods * delta;
+  const std::uint64_t tasks = static_cast<std::uint64_t>(periods) * (cur.nend - prev.nend);
+  copied_ += tasks;
+  s.finished += tasks;
+  s.pushes += static_cast<std::uint64_t>(periods) * (cur.pushes - prev.pushes);
+  s.max_push += dt;
+  s.now += dt;
+  // Live events and their tasks' running state, `periods` periods on; superseded events go.
+  std::size_t kept = 0;
+  scratch_.clear();
+  for (std::size_t i = 0; i < s.npending; ++i) {
+    const Event e = a.pending[i];
+    const std::int32_t slot = a.task[e.task].slot;
+    if (slot < 0 || a.run[slot].last_seq != e.seq) continue;
+    const auto w = static_cast<std::int32_t>(Shift(a, e.task, periods));
+    a.pending[kept++] = {e.time + dt, e.seq, w};
+    a.run[slot].last_update += dt;
+    a.run[slot].sched_at += dt;
+    scratch_.emplace_back(e.task, slot);
+  }
+  s.npending = kept;
+  for (const auto& [u, slot] : scratch_) a.task[u].slot = -1;
+  for (const auto& [u, slot] : scratch_) {
+    TaskRun& t = a.task[Shift(a, u, periods)];
+    t.slot = slot;
+    t.indeg = 0;
+  }
+  // Waiting tasks: their counts, `periods` periods on.
+  scratch_.clear();
+  for (const auto& [u, left] : cur.partial) {
+    const bool fixed = std::binary_search(fixed_.begin(), fixed_.end(), u);
+    scratch_.emplace_back(fixed ? u : static_cast<std::int32_t>(Shift(a, u, periods)), left);
+  }
+  s.npartial = 0;
+  for (const auto& [w, left] : scratch_) {
+    a.task[w].indeg = left;
+    a.partial[s.npartial++] = w;
+  }
+  for (std::size_t d = 0; d < a.ndev; ++d) {
+    a.dev[d].running_compute = static_cast<std::int32_t>(Shift(a, a.dev[d].running_compute, periods));
+  }
+  for (auto& f : *a.link_flows) {
+    for (auto& u : f) u = static_cast<std::int32_t>(Shift(a, u, periods));
+  }
+}
+
+std::int32_t PeriodSkipper::Checkpoint(std::int32_t anchor, LoopScalars& s, const LoopArrays& a) {
+  Take(cur_, s, a);
+  std::int64_t periods = 0;
+  if (prev_.valid && OnePeriodOn(prev_, cur_, a)) periods = PeriodsToCopy(prev_, cur_, s, a);
+  if (periods > 0) {
+    Copy(periods, prev_, cur_, s, a);
+    Take(cur_, s, a);  // the state `periods` periods on: the reference for the next check
+  }
+  std::swap(prev_, cur_);
+  // The next check: the anchor one period after the state reached.
+  if (a.period_run[anchor] < periods + 1) return -1;
+  return static_cast<std::int32_t>(Shift(a, anchor, periods + 1));
+}
 
 }  // namespace
 
-EngineResult TaskGraph::Run() const {
+EngineResult TaskGraph::Run(bool skip_periods) const {
   EngineResult r;
-  Run(&r);
+  Run(&r, skip_periods);
   return r;
 }
 
 // The loop works on a few raw pointers hoisted out of the vectors, with per-task and per-device
 // state grouped in one record each: the per-event work is a few dozen instructions, and every
 // extra live pointer is a register spilled to the stack.
-void TaskGraph::Run(EngineResult* out) const {
+void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
   const std::size_t n = nodes_.size();
   const std::size_t nd = devices_.size();
   BuildCsr();
@@ -184,6 +488,11 @@ void TaskGraph::Run(EngineResult* out) const {
   ws.link_flows.resize(links_.size());
   for (auto& f : ws.link_flows) f.clear();
   auto& link_flows = ws.link_flows;
+  ws.end_log.resize(n);
+  ws.start_log.resize(n);
+  ws.partial.resize(n);
+  ws.periods.Reset();
+  ws.periods.clear_copied();
 
   EngineResult& r = *out;
   r.events = 0;
@@ -213,6 +522,14 @@ void TaskGraph::Run(EngineResult* out) const {
   double time_left = static_cast<double>(kMaxSimTime);  // kMaxSimTime - now
   std::size_t finished = 0;
   std::uint64_t pushes = 0;
+  std::int32_t* const end_log = ws.end_log.data();
+  std::int32_t* const start_log = ws.start_log.data();
+  std::int32_t* const partial = ws.partial.data();
+  std::size_t nend = 0, nstart = 0, npartial = 0;
+  SimTime max_push = 0;
+  // The period check's next anchor task (PeriodSkipper), and whether it has just started.
+  std::int32_t anchor = skip_periods ? anchor_ : -1;
+  bool check_due = false;
 
   // The pending events, sorted latest first, so the next one is at the back. A step keeps a
   // few per device pending (7 on average in the 1,024-GPU GPT-3 benchmark), where a sorted
@@ -235,6 +552,7 @@ void TaskGraph::Run(EngineResult* out) const {
   auto schedule = [&](std::int32_t id, Running& s, SimTime at) SHARDCAST_INLINE {
     s.sched_at = at;
     ++pushes;
+    max_push = std::max(max_push, at);
     s.last_seq = seq;
     push({at, seq++, id});
   };
@@ -321,6 +639,8 @@ void TaskGraph::Run(EngineResult* out) const {
     TaskRun& tr = task[tid];
     tr.slot = slot;
     start[tid] = now;
+    start_log[nstart++] = tid;
+    check_due |= tid == anchor;
     Running& s = run[slot];
     s = Running{};
     s.last_update = now;
@@ -359,6 +679,24 @@ void TaskGraph::Run(EngineResult* out) const {
   }
 
   while (npending > 0) {
+    if (check_due) {
+      check_due = false;
+      LoopScalars ls{now, npending, finished, nend, nstart, npartial, pushes, max_push};
+      const LoopArrays la{pending, run, task, dev, nd, &link_flows, start, end, gating,
+                          end_log, start_log, partial, task_period_.data(), period_run_.data()};
+      anchor = ws.periods.Checkpoint(anchor, ls, la);
+      if (ls.now != now) {
+        now = ls.now;
+        time_left = static_cast<double>(kMaxSimTime - now);
+        r.makespan = now;
+      }
+      npending = ls.npending;
+      finished = ls.finished;
+      npartial = ls.npartial;
+      pushes = ls.pushes;
+      max_push = ls.max_push;
+      continue;
+    }
     const Event e = pop();
     const std::int32_t id = e.task;
     TaskRun& tr = task[id];
@@ -381,6 +719,7 @@ void TaskGraph::Run(EngineResult* out) const {
     }
     // Task finished.
     end[id] = now;
+    end_log[nend++] = id;
     tr.slot = -1;
     ++finished;
     const bool was_flow = s.in_flow != 0;
@@ -398,9 +737,12 @@ void TaskGraph::Run(EngineResult* out) const {
     }
     for (std::int32_t k = h.succ_begin; k < h.succ_end; ++k) {
       const std::int32_t v = targets[k];
-      if (--task[v].indeg == 0) {
+      const std::int32_t left = --task[v].indeg;
+      if (left == 0) {
         gating[v] = id;
         start_task(v);
+      } else if (left == hot[v].indeg - 1) {
+        partial[npartial++] = v;  // the first of its predecessors to end
       }
     }
     // Events come in time order: the last task to end ends the step.
@@ -408,6 +750,7 @@ void TaskGraph::Run(EngineResult* out) const {
   }
   r.events = finished;
   r.heap_pushes = pushes;
+  r.copied_tasks = ws.periods.copied_tasks();
   r.peak_dynamic_bytes.resize(nd);
   for (std::size_t i = 0; i < nd; ++i) r.peak_dynamic_bytes[i] = dev[i].peak_bytes;
 

@@ -89,6 +89,9 @@ struct EngineResult {
   SimTime makespan = 0;
   std::uint64_t events = 0;       ///< events that changed state
   std::uint64_t heap_pushes = 0;  ///< events queued (incl. superseded ones)
+  /// Tasks whose times were not simulated event by event but copied from the same task one or
+  /// more schedule periods earlier, shifted by whole periods (TaskGraph::Run); included in `events`.
+  std::uint64_t copied_tasks = 0;
 };
 
 class TaskGraph {
@@ -105,6 +108,7 @@ class TaskGraph {
     edges_.clear();
     links_.clear();
     devices_.clear();
+    periods_.clear();
     csr_valid_ = false;
   }
   /// Adds a task with its own cost.
@@ -129,6 +133,15 @@ class TaskGraph {
   }
   std::int32_t AddLink(double capacity_GBps);
   std::int32_t AddDevice(const Device& d);
+  /// A translation symmetry of the structure: task u of device d and task u + periods[d] are
+  /// expected to do the same work with the same dependencies, shifted the same way (a pipeline
+  /// schedule's steady state one schedule period later). 0 or a missing entry: none. A hint:
+  /// Run checks it task by task (same cost, kind, device and in-degree, successors shifted in the
+  /// same order) and uses only the runs of tasks where it holds.
+  void SetDevicePeriods(std::vector<std::int32_t> periods) {
+    periods_ = std::move(periods);
+    csr_valid_ = false;
+  }
 
   /// New numbers for the same shape: costs, link capacities and devices may be rewritten
   /// between runs; tasks and edges stay (the dependency structure is built once).
@@ -153,15 +166,30 @@ class TaskGraph {
   /// when a task would end after kMaxSimTime (the result's timeline is then not filled). The first
   /// run after the edges change builds the successor lists, so one graph must not be run from
   /// two threads at once (copies and separate graphs may).
-  EngineResult Run() const;
+  ///
+  /// Periods (SetDevicePeriods): once per period of one device, the engine's whole state (pending
+  /// events, running tasks with their remaining work and rates, tasks waiting on some of their
+  /// predecessors, flows on each link, each device's memory and flow counts) is compared with the
+  /// state one period earlier, shifted by the period in tasks and in time. If they are equal, the
+  /// run is deterministic and the graph is the same one period on, so every later period repeats
+  /// the last one exactly for as long as the symmetry holds for the tasks involved: their times
+  /// are copied, shifted by whole periods, and the run goes on from the state that many periods
+  /// later. The timeline, memory peaks and counters are the ones an event-by-event run gives, to
+  /// the bit (`skip_periods` = false runs event by event; tests compare the two).
+  EngineResult Run(bool skip_periods = true) const;
   /// The same, reusing `out`'s memory (for callers that simulate many configurations).
-  void Run(EngineResult* out) const;
+  void Run(EngineResult* out, bool skip_periods = true) const;
   /// A readable name such as "device 3 F mb 7 chunk 1".
   std::string TaskName(std::int32_t id) const;
 
  private:
-  /// Successor lists (CSR) and in-degrees, built on the first Run after the edges change.
+  /// Successor lists (CSR) and in-degrees, built on the first Run after the edges change, and
+  /// the periodic runs of tasks (`period_run_`).
   void BuildCsr() const;
+  /// Whether task `u` and task `u` + its device's period match (see SetDevicePeriods).
+  bool MatchesNextPeriod(std::size_t u) const;
+  /// `v` one period on (its device's period), or -1 without one.
+  std::int64_t NextPeriod(std::int32_t v) const;
   [[noreturn]] void ThrowBadCost(std::int32_t cost) const;
 
   std::vector<TaskNode> nodes_;
@@ -180,6 +208,12 @@ class TaskGraph {
   mutable std::vector<Hot> hot_;
   mutable std::vector<std::int32_t> targets_;  // CSR successors
   mutable std::vector<std::int32_t> sources_;  // tasks without predecessors, in id order
+  std::vector<std::int32_t> periods_;  // [device] period in tasks (SetDevicePeriods)
+  /// [task] how many times in a row the task matches the same task one period on: task u is the
+  /// same as u + j * period for j <= period_run_[u].
+  mutable std::vector<std::int32_t> period_run_;
+  mutable std::vector<std::int32_t> task_period_;  // [task] its device's period, 0: none
+  mutable std::int32_t anchor_ = -1;  // the first task of the period checks (-1: none)
 };
 
 }  // namespace shardcast

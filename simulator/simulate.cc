@@ -67,6 +67,38 @@ struct Skeleton {
   std::vector<std::vector<std::int32_t>> dp_tasks;       ///< [stage] replica 0's dp streams
 };
 
+/// The tasks a stage's program builds per period of its schedule's steady state, the engine's
+/// hint for copying periods (TaskGraph::SetDevicePeriods). The period Q (in items) is the one
+/// under which the order's items (kind and chunk) repeat over the longest stretch through the
+/// middle of the order (2 for 1F1B, 3 for ZB-H1, 2pv for interleaved 1F1B, whose chunks change
+/// every p items: Q = 2 repeats only within such a group), or a quarter of the way in for GPipe,
+/// whose middle is the turn from forwards to backwards; the stretch must span two periods. The
+/// hint is the tasks built for Q items in the middle of that stretch (`item_first`: each item's first task), 0
+/// when there is none. The engine checks it task by task.
+std::int32_t TasksPerPeriod(const std::vector<ScheduleItem>& order, const std::vector<std::int32_t>& item_first) {
+  const std::size_t size = order.size();
+  auto same = [&](std::size_t a, std::size_t b) {
+    return order[a].kind == order[b].kind && order[a].chunk == order[b].chunk;
+  };
+  for (const std::size_t mid : {size / 2, size / 4}) {
+    std::size_t best_q = 0, best_len = 0, best_lo = 0;
+    for (std::size_t q = 1; mid + q < size; ++q) {
+      std::size_t lo = mid, hi = mid;  // [lo, hi): positions that repeat q items later
+      while (hi + q < size && same(hi, hi + q)) ++hi;
+      while (lo > 0 && same(lo - 1, lo - 1 + q)) --lo;
+      if (hi - lo > best_len) {
+        best_q = q;
+        best_len = hi - lo;
+        best_lo = lo;
+      }
+    }
+    // Counted in the middle of the stretch, away from the warm-up's and drain's odd items.
+    const std::size_t at = best_lo + (best_len - best_q) / 2;
+    if (best_q > 0 && best_len >= 2 * best_q) return item_first[at + best_q] - item_first[at];
+  }
+  return 0;
+}
+
 /// Builds a step's task graph from the schedule and the cost model, or gives a graph of the same
 /// shape this configuration's numbers.
 class Builder {
@@ -183,6 +215,7 @@ class Builder {
     return last_on_stream_[static_cast<std::size_t>(device * kNumStreams + stream)];
   }
   std::vector<std::int32_t> last_on_stream_;
+  std::vector<std::int32_t> periods_;  // [device] tasks per schedule period (TasksPerPeriod)
   // [device][Index(kind, mb, chunk)]
   std::vector<std::vector<ItemTasks>> items_;
   std::vector<std::vector<std::int32_t>> fwd_send_, bwd_send_;  // [device][Index]
@@ -335,6 +368,7 @@ void Builder::Build(Skeleton& sk) {
   const int devices = p_ * R_;
   sk.device_stage.assign(static_cast<std::size_t>(devices), 0);
   last_on_stream_.assign(static_cast<std::size_t>(devices * kNumStreams), -1);
+  periods_.assign(static_cast<std::size_t>(devices), 0);
   cost_ids_.assign(static_cast<std::size_t>(devices * 10 * 3 * v_), CostSlot{});
   cost_ids_more_.clear();
   for (int i = 0; i < p_; ++i) {
@@ -355,6 +389,7 @@ void Builder::Build(Skeleton& sk) {
     for (int r = 0; r < R_; ++r) BuildStage(i, r);
   }
   AddPipelineEdges();
+  g_->SetDevicePeriods(periods_);
   // Replica 0's compute and data-parallel streams per stage, for the step's accounting.
   sk.compute_tasks.assign(static_cast<std::size_t>(p_), {});
   sk.dp_tasks.assign(static_cast<std::size_t>(p_), {});
@@ -408,8 +443,10 @@ void Builder::BuildStage(int i, int r) {
   std::vector<std::vector<std::int32_t>> gathers(static_cast<std::size_t>(v_));
   if (gathers_params && c_.overlap_param_gather) gathers = add_param_gathers(-1);
   std::vector<int> reduce_after;  // chunks of the non-overlapped reduce
+  std::vector<std::int32_t> item_first(order.size());  // the first task of each item
   for (int pos = 0; pos < static_cast<int>(order.size()); ++pos) {
     const ScheduleItem& it = order[static_cast<std::size_t>(pos)];
+    item_first[static_cast<std::size_t>(pos)] = static_cast<std::int32_t>(g_->num_tasks());
     const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
     const bool is_last_grad = pos == last_grad_pos[static_cast<std::size_t>(it.chunk)];
     const auto& chunk_gathers = gathers[static_cast<std::size_t>(it.chunk)];
@@ -500,6 +537,7 @@ void Builder::BuildStage(int i, int r) {
   g_->AddEdge(before_opt, oid);
   // Without overlap_param_gather, ZeRO-1/2 gather the updated parameters after the step.
   if (gathers_params && !c_.overlap_param_gather) add_param_gathers(oid);
+  periods_[static_cast<std::size_t>(dev)] = TasksPerPeriod(order, item_first);
 }
 
 void Builder::AddPipelineEdges() {
@@ -735,7 +773,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   const TaskGraph& g = sk.graph;
   res.device_stage = sk.device_stage;
   try {
-    g.Run(&er);
+    g.Run(&er, opts.skip_periods);
   } catch (const SimTimeOverflow&) {
     // Rates so small (a profile's peak or efficiency near zero) that the step would last longer
     // than the engine's time range: a result with a reason, never a wrapped-around number.
@@ -753,6 +791,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   res.step_time_s = step;
   res.num_tasks = g.num_tasks();
   res.num_events = er.events;
+  res.copied_tasks = er.copied_tasks;
   const double tokens = static_cast<double>(c.global_batch_size) * static_cast<double>(c.seq_length);
   res.tokens_per_s = tokens / step;
   res.samples_per_s = static_cast<double>(c.global_batch_size) / step;

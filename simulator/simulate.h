@@ -35,6 +35,9 @@ struct SimulateOptions {
   /// Reuse the task graph of the last simulation of the same shape on this thread, giving it
   /// this configuration's numbers (identical results, a fraction of the time). Off: build anew.
   bool reuse_graph = true;
+  /// Copy the steady state's repeated schedule periods instead of simulating them event by
+  /// event (TaskGraph::Run; identical results). Off: every event is simulated.
+  bool skip_periods = true;
 };
 
 /// Time of one stage, in seconds; the parts add up to the step time.
@@ -126,6 +129,9 @@ struct SimulationResult {
   /// The task graph's structure came from an earlier simulation of the same shape on this
   /// thread (SimulateOptions::reuse_graph); the numbers are this configuration's.
   bool graph_reused = false;
+  /// Tasks whose times were copied from the same task one or more schedule periods earlier
+  /// (SimulateOptions::skip_periods), of num_tasks.
+  std::uint64_t copied_tasks = 0;
   // Kept when SimulateOptions::keep_graph.
   TaskGraph graph;
   EngineResult timeline;

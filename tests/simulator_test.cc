@@ -10,6 +10,7 @@
 #include "models/loader.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulate.h"
+#include "bench/gpt3_config.h"
 #include "tests/test_util.h"
 
 namespace shardcast {
@@ -253,6 +254,92 @@ TEST(Engine, ComputeSlowsWhileCommunicationOverlaps) {
   g.AddTask(f);
   EngineResult r = g.Run();
   EXPECT_EQ(r.end[static_cast<std::size_t>(ic)], 108000000);
+}
+
+// A two-device pipeline of `steps` periods: device 0 runs A_k and sends s_k (to B_k) and t_k
+// (needed by A_{k+2}) over one shared link, so flows split it and slow A's compute; device 1
+// runs B_k. A final join waits on A_0 and the last B all the run long (a task outside the
+// periods). Tasks of one kind share one cost, as Simulate's graphs do.
+TaskGraph PeriodicPipeline(int steps) {
+  TaskGraph g;
+  Device d;
+  d.overlap_slowdown_nvlink = 0.2;
+  g.AddDevice(d);
+  g.AddDevice(d);
+  const auto link = g.AddLink(1.0);
+  TaskCost a, b, s, t, join;
+  a.work_ns = 1e6;
+  a.alloc_bytes = 100.5;
+  a.transient_bytes = 7;
+  b.work_ns = 0.8e6;  // faster than A: device 1 waits for each send (no backlog grows)
+  b.transient_bytes = 3;
+  t.free_bytes = 100.5;  // t_k frees what A_k saved
+  s.link = t.link = link;
+  s.bytes = 5e5;
+  t.bytes = 2e5;
+  s.rate_cap_GBps = t.rate_cap_GBps = 1.0;
+  s.work_ns = 3000;
+  t.slows_compute = false;
+  const std::int32_t ca = g.AddCost(a), cb = g.AddCost(b), cs = g.AddCost(s), ct = g.AddCost(t), cj = g.AddCost(join);
+  auto node = [&](TaskType type, int device, std::int32_t cost, int mb) {
+    TaskNode n;
+    n.type = type;
+    n.device = device;
+    n.cost = cost;
+    n.microbatch = mb;
+    return g.AddTask(n);
+  };
+  std::vector<std::int32_t> A, S, T, B;
+  for (int k = 0; k < steps; ++k) {
+    A.push_back(node(TaskType::kForward, 0, ca, k));
+    S.push_back(node(TaskType::kPpSend, 0, cs, k));
+    T.push_back(node(TaskType::kPpSend, 0, ct, k));
+  }
+  for (int k = 0; k < steps; ++k) B.push_back(node(TaskType::kBackward, 1, cb, k));
+  const std::int32_t j = node(TaskType::kJoin, 1, cj, -1);
+  for (int k = 0; k < steps; ++k) {
+    if (k + 1 < steps) g.AddEdge(A[k], A[k + 1]);
+    g.AddEdge(A[k], S[k]);
+    g.AddEdge(A[k], T[k]);
+    g.AddEdge(S[k], B[k]);
+    if (k + 2 < steps) g.AddEdge(T[k], A[k + 2]);
+    if (k + 1 < steps) g.AddEdge(B[k], B[k + 1]);
+  }
+  g.AddEdge(A[0], j);
+  g.AddEdge(B.back(), j);
+  return g;
+}
+
+// Issue 14 (engine speed): copying the repeated periods of a run gives the event-by-event run's
+// timeline, gating predecessors, memory peaks and counters exactly, with the right hint, with
+// wrong hints, and with none.
+TEST(EnginePeriods, CopiedPeriodsEqualTheEventByEventRun) {
+  TaskGraph g = PeriodicPipeline(60);
+  const EngineResult plain = g.Run(false);
+  EXPECT_EQ(plain.copied_tasks, 0u);
+  auto same = [&](const EngineResult& r) {
+    EXPECT_EQ(r.start, plain.start);
+    EXPECT_EQ(r.end, plain.end);
+    EXPECT_EQ(r.gating_pred, plain.gating_pred);
+    EXPECT_EQ(r.peak_dynamic_bytes, plain.peak_dynamic_bytes);
+    EXPECT_EQ(r.makespan, plain.makespan);
+    EXPECT_EQ(r.events, plain.events);
+    EXPECT_EQ(r.heap_pushes, plain.heap_pushes);
+  };
+  same(g.Run(true));  // no hint: nothing to copy
+  g.SetDevicePeriods({3, 1});  // 3 tasks per step on device 0, 1 on device 1
+  const EngineResult copied = g.Run(true);
+  same(copied);
+  // Most of the 241 tasks: all but a few warm-up periods and the last ones.
+  EXPECT_GT(copied.copied_tasks, 150u);
+  for (const std::vector<std::int32_t>& hint :
+       std::vector<std::vector<std::int32_t>>{{6, 2}, {2, 1}, {3, 0}, {0, 1}, {1, 1}, {3}, {300, 1}}) {
+    g.SetDevicePeriods(hint);
+    SCOPED_TRACE(hint[0]);
+    same(g.Run(true));
+  }
+  g.SetDevicePeriods({6, 2});  // two steps per period: fewer periods, still copied
+  EXPECT_GT(g.Run(true).copied_tasks, 100u);
 }
 
 TEST(Engine, ATaskMustNameACostOfItsGraph) {
@@ -946,6 +1033,95 @@ TEST(EngineSpeedWork, ReusedGraphsGiveTheResultsOfNewOnes) {
   EXPECT_TRUE(kept.graph_reused);
   EXPECT_EQ(kept.graph.num_tasks(), kept.num_tasks);
   EXPECT_EQ(kept.timeline.end.size(), kept.num_tasks);
+}
+
+// Issue 14 (engine speed): Simulate with the steady state's periods copied gives the result
+// and timeline of simulating every event, over every schedule, ZeRO 0-3, overlapped and
+// non-overlapped gradient reduction and parameter gathers, full-rank replicas, slow networks
+// (flows sharing links), MoE and context parallelism; and copies most of the GPT-3 benchmark's
+// steady state.
+TEST(EnginePeriods, SimulateGivesTheSameResultsWithPeriodsCopied) {
+  const Model m = SmallGpt();
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  HardwareProfile slow_net = prof;
+  slow_net.nic_effective_GBps /= 8;
+  struct Case {
+    Model m;
+    ParallelConfig c;
+    std::int64_t gpus;
+    const HardwareProfile* prof;
+    SimulateOptions o;
+  };
+  std::vector<Case> cases;
+  auto add = [&](ParallelConfig c, std::int64_t gpus, const HardwareProfile* p = nullptr, SimulateOptions o = {},
+                 const Model* model = nullptr) {
+    cases.push_back({model ? *model : m, c, gpus, p ? p : &prof, o});
+  };
+  ParallelConfig inter = Config(2, 4, 4, 1, 256, Schedule::kInterleaved, 3);
+  inter.zero_stage = 1;
+  add(inter, 32);
+  add(inter, 32, &slow_net);
+  inter.overlap_param_gather = true;
+  inter.recompute = Recompute::kFull;
+  add(inter, 32);
+  ParallelConfig onef = Config(1, 4, 2, 1, 256);
+  add(onef, 8);
+  add(onef, 8, &slow_net);
+  onef.overlap_grad_reduce = false;
+  onef.zero_stage = 1;
+  add(onef, 8);
+  ParallelConfig zb = Config(2, 4, 2, 1, 128, Schedule::kZbH1);
+  add(zb, 16);
+  zb.p2p_blocking = true;
+  add(zb, 16);
+  add(Config(4, 2, 2, 1, 64, Schedule::kGpipe), 16);
+  ParallelConfig fsdp = Config(1, 1, 8, 1, 128);
+  fsdp.zero_stage = 3;
+  add(fsdp, 8);
+  SimulateOptions full;
+  full.full_rank = true;
+  add(Config(1, 4, 2, 1, 128), 8, nullptr, full);
+  SimulateOptions ideal;
+  ideal.ideal_pipeline = true;
+  add(Config(1, 4, 1, 1, 64, Schedule::kInterleaved, 2), 4, nullptr, ideal);
+  ParallelConfig cp = Config(2, 4, 2, 1, 128);
+  cp.cp = 2;
+  add(cp, 32);
+  const Model mixtral = LoadModel("mixtral-8x7b");
+  ParallelConfig moe = Config(1, 4, 16, 1, 256);
+  moe.ep = 8;
+  moe.zero_stage = 1;
+  add(moe, 64, nullptr, {}, &mixtral);
+  const Model gpt3 = LoadModel("gpt3-175b");
+  const std::size_t bench = cases.size();
+  add(Gpt3BenchConfig(8, 1024), 1024, nullptr, {}, &gpt3);
+
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& k = cases[i];
+    SimulateOptions on = k.o, off = k.o;
+    on.keep_graph = off.keep_graph = true;
+    off.skip_periods = false;
+    const SimulationResult a = Simulate(k.m, k.c, cl, k.gpus, *k.prof, off);
+    const SimulationResult b = Simulate(k.m, k.c, cl, k.gpus, *k.prof, on);
+    ASSERT_TRUE(a.feasible) << "case " << i << ": " << Join(a.reasons, "; ");
+    EXPECT_EQ(a.copied_tasks, 0u);
+    Json ja = ResultToJson(a, k.m, k.c, cl, k.gpus), jb = ResultToJson(b, k.m, k.c, cl, k.gpus);
+    ja["critical_path_lines"] = a.critical_path;
+    jb["critical_path_lines"] = b.critical_path;
+    EXPECT_EQ(ja.dump(), jb.dump()) << "case " << i;
+    EXPECT_EQ(a.timeline.start, b.timeline.start) << "case " << i;
+    EXPECT_EQ(a.timeline.end, b.timeline.end) << "case " << i;
+    EXPECT_EQ(a.timeline.gating_pred, b.timeline.gating_pred) << "case " << i;
+    EXPECT_EQ(a.timeline.peak_dynamic_bytes, b.timeline.peak_dynamic_bytes) << "case " << i;
+    EXPECT_EQ(a.timeline.heap_pushes, b.timeline.heap_pushes) << "case " << i;
+    if (i == 0 || i == 3) {
+      EXPECT_GT(b.copied_tasks, b.num_tasks / 3) << "case " << i;  // long steady states
+    }
+    if (i == bench) {
+      EXPECT_GT(b.copied_tasks, b.num_tasks * 2 / 5);
+    }
+  }
 }
 
 }  // namespace
