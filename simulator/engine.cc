@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <tuple>
 
 #include <boost/graph/compressed_sparse_row_graph.hpp>
 #include <boost/graph/depth_first_search.hpp>
@@ -116,45 +118,69 @@ void TaskGraph::BuildCsr() const {
   for (std::size_t i = 0; i < n; ++i) {
     if (hot_[i].indeg == 0) sources_.push_back(static_cast<std::int32_t>(i));
   }
-  // Runs of tasks matching the same task one period on, from the last task back; the period
-  // checks start at the first such task.
-  period_run_.assign(n, 0);
-  task_period_.assign(n, 0);
-  anchor_ = -1;
-  if (!periods_.empty()) {
-    for (std::size_t u = n; u-- > 0;) {
-      const auto d = static_cast<std::size_t>(nodes_[u].device);
-      task_period_[u] = d < periods_.size() ? std::max(0, periods_[d]) : 0;
-      if (!MatchesNextPeriod(u)) continue;
-      period_run_[u] = 1 + period_run_[static_cast<std::size_t>(NextPeriod(static_cast<std::int32_t>(u)))];
-    }
-    const auto first = std::find_if(period_run_.begin(), period_run_.end(), [](std::int32_t x) { return x > 0; });
-    if (first != period_run_.end()) anchor_ = static_cast<std::int32_t>(first - period_run_.begin());
+  // Each device's period (SetDevicePeriods), 0 for devices without one; the runs of matching
+  // tasks are found when the period checks ask (PeriodRun).
+  std::int32_t devices = static_cast<std::int32_t>(devices_.size());
+  for (const TaskNode& t : nodes_) devices = std::max(devices, t.device + 1);
+  device_period_.assign(static_cast<std::size_t>(devices), 0);
+  bool any = false;
+  for (std::size_t d = 0; d < periods_.size() && d < device_period_.size(); ++d) {
+    device_period_[d] = std::max(0, periods_[d]);
+    any = any || periods_[d] > 0;
   }
+  period_run_.assign(any ? n : 0, -1);
+  anchor_ = any ? -2 : -1;
   csr_valid_ = true;
 }
 
-std::int64_t TaskGraph::NextPeriod(std::int32_t v) const {
-  const auto d = static_cast<std::size_t>(nodes_[static_cast<std::size_t>(v)].device);
-  if (d >= periods_.size() || periods_[d] <= 0) return -1;
-  return static_cast<std::int64_t>(v) + periods_[d];
-}
-
 bool TaskGraph::MatchesNextPeriod(std::size_t u) const {
-  const std::int64_t w64 = NextPeriod(static_cast<std::int32_t>(u));
-  if (w64 < 0 || w64 >= static_cast<std::int64_t>(nodes_.size())) return false;
-  const auto w = static_cast<std::size_t>(w64);
+  const std::int32_t period = PeriodOf(static_cast<std::int32_t>(u));
+  const std::size_t w = u + static_cast<std::size_t>(period);
+  if (period <= 0 || w >= nodes_.size()) return false;
   const TaskNode &a = nodes_[u], &b = nodes_[w];
   const Hot &ha = hot_[u], &hb = hot_[w];
+  const std::int32_t succ = ha.succ_end - ha.succ_begin;
   if (a.device != b.device || a.cost != b.cost || a.type != b.type || ha.indeg != hb.indeg ||
-      ha.succ_end - ha.succ_begin != hb.succ_end - hb.succ_begin) {
+      succ != hb.succ_end - hb.succ_begin) {
     return false;
   }
-  for (std::int32_t k = 0; k < ha.succ_end - ha.succ_begin; ++k) {
-    const std::int32_t sa = targets_[static_cast<std::size_t>(ha.succ_begin + k)];
-    if (NextPeriod(sa) != targets_[static_cast<std::size_t>(hb.succ_begin + k)]) return false;
+  const std::int32_t* const ta = targets_.data() + ha.succ_begin;
+  const std::int32_t* const tb = targets_.data() + hb.succ_begin;
+  for (std::int32_t k = 0; k < succ; ++k) {
+    // Successor k of u, one period on (its own device's period), is successor k of w.
+    const std::int32_t pk = PeriodOf(ta[k]);
+    if (pk <= 0 || ta[k] + pk != tb[k]) return false;
   }
   return true;
+}
+
+std::int32_t TaskGraph::PeriodRun(std::int32_t u) const {
+  std::int32_t* const run = period_run_.data();
+  if (run[u] >= 0) return run[u];
+  // Follow u's chain of periods until a task that does not match its next, or a known one.
+  period_chain_.clear();
+  std::int32_t v = u;
+  while (run[v] < 0 && MatchesNextPeriod(static_cast<std::size_t>(v))) {
+    period_chain_.push_back(v);
+    v += PeriodOf(v);
+  }
+  if (run[v] < 0) run[v] = 0;
+  std::int32_t r = run[v];
+  for (auto it = period_chain_.rbegin(); it != period_chain_.rend(); ++it) run[*it] = ++r;
+  return run[u];
+}
+
+std::int32_t TaskGraph::PeriodAnchor() const {
+  if (anchor_ == -2) {
+    anchor_ = -1;
+    for (std::size_t u = 0; u < nodes_.size(); ++u) {
+      if (MatchesNextPeriod(u)) {
+        anchor_ = static_cast<std::int32_t>(u);
+        break;
+      }
+    }
+  }
+  return anchor_;
 }
 
 namespace {
@@ -188,9 +214,8 @@ struct DeviceRun {
 /// them in registers: a local whose address escapes lives in memory).
 struct LoopScalars {
   SimTime now;
-  std::size_t npending, finished, nend, nstart, npartial;
+  std::size_t head, tail, finished, nend;  // pending events: [head, tail)
   std::uint64_t pushes;
-  SimTime max_push;  // latest event time ever queued
 };
 
 /// What the period checks see of the loop's arrays and of the graph.
@@ -204,27 +229,30 @@ struct LoopArrays {
   SimTime* start;
   SimTime* end;
   std::int32_t* gating;
-  const std::int32_t* end_log;    // tasks in the order they ended
-  const std::int32_t* start_log;  // tasks in the order they started
-  std::int32_t* partial;          // tasks some but not all of whose predecessors ended
-  const std::int32_t* period;     // [task] its device's period in tasks, 0: none
-  const std::int32_t* period_run; // [task] TaskGraph::period_run_
+  const std::int32_t* end_log;     // tasks in the order they ended
+  const TaskGraph::Hot* hot;
+  const std::int32_t* targets;     // successors (Hot::succ_begin..succ_end)
+  const TaskGraph* graph;          // periods: PeriodOf, PeriodRun
+  std::int32_t* mark;              // [task] scratch, all 0 between checks
 };
 
-/// The period check of TaskGraph::Run: the engine's state once per period of the anchor device,
-/// compared with the state one period earlier shifted by the period; when they are equal, the
-/// periods that follow are copied instead of simulated (see engine.h).
+/// The period check of TaskGraph::Run: the engine's state once per period of the anchor task's
+/// device, compared with the state one period earlier shifted by the period; when they are
+/// equal, the periods that follow are copied instead of simulated (see engine.h).
 class PeriodSkipper {
  public:
   /// Forgets the last snapshot (a new run).
-  void Reset() { prev_.valid = false; }
+  void Reset() {
+    prev_.valid = false;
+    copied_ = 0;
+  }
   /// At the loop's top, after the anchor task started: snapshot, compare, and copy as many
   /// periods as the symmetry allows. Returns the anchor task to check at next (-1: none).
   std::int32_t Checkpoint(std::int32_t anchor, LoopScalars& s, const LoopArrays& a);
   std::uint64_t copied_tasks() const { return copied_; }
-  void clear_copied() { copied_ = 0; }
 
  private:
+  using Waiting = std::pair<std::int32_t, std::int32_t>;  // task, predecessors not yet ended
   struct Ev {
     std::int32_t task;
     SimTime dt, dlast, dstart;  // event time, last rate change and start, relative to now
@@ -234,67 +262,77 @@ class PeriodSkipper {
   struct Snap {
     bool valid = false;
     SimTime now = 0;
+    SimTime latest = 0;  // now, or the latest event queued (superseded ones too), if later
     std::uint64_t pushes = 0;
-    std::size_t nend = 0, nstart = 0;
-    std::vector<Ev> ev;                                          // live events, queue order
-    std::vector<std::pair<std::int32_t, std::int32_t>> partial;  // (task, predecessors left)
+    std::size_t nend = 0;
+    std::vector<Ev> ev;  // live events, in queue order
+    std::vector<Waiting> waiting;
     std::vector<double> dyn;
     std::vector<std::int32_t> compute, flows;  // running compute per device; per link: count, tasks
     std::vector<int> nv, net;
   };
   static std::int64_t Shift(const LoopArrays& a, std::int32_t u, std::int64_t periods) {
-    return u < 0 ? u : u + periods * a.period[u];
+    return u < 0 ? u : u + periods * a.graph->PeriodOf(u);
   }
-  void Take(Snap& sn, LoopScalars& s, const LoopArrays& a) const;
-  /// Also lists the waiting tasks that stay as they are (`fixed_`).
+  /// The state at the loop's top; its waiting tasks from the tasks that ended since `prev` (or
+  /// since the start), unless the caller knows them.
+  void Take(Snap& sn, const LoopScalars& s, const LoopArrays& a, const Snap& prev, const std::vector<Waiting>* known);
+  void TakeWaiting(Snap& sn, const LoopArrays& a, const Snap& prev) const;
+  /// Also marks the waiting tasks that stay as they are (`fixed_`, mark 1).
   bool OnePeriodOn(const Snap& prev, const Snap& cur, const LoopArrays& a);
-  std::int64_t PeriodsToCopy(const Snap& prev, const Snap& cur, const LoopScalars& s, const LoopArrays& a) const;
+  std::int64_t PeriodsToCopy(const Snap& prev, const Snap& cur, const LoopArrays& a) const;
   void Copy(std::int64_t periods, const Snap& prev, const Snap& cur, LoopScalars& s, const LoopArrays& a);
 
   Snap prev_, cur_;
   std::uint64_t copied_ = 0;
-  std::vector<std::pair<std::int32_t, std::int32_t>> scratch_;
-  std::vector<std::int32_t> fixed_;  // waiting tasks the periods leave alone, by id
+  std::vector<std::int32_t> fixed_;    // waiting tasks the periods leave alone
+  std::vector<std::int32_t> started_;  // the tasks started in the copied period
+  std::vector<Waiting> waiting_;       // the waiting tasks after a copy
+  std::vector<std::pair<std::int32_t, std::int32_t>> moved_;  // (task, slot)
 };
 
-/// Memory reused across runs (the planner and benchmarks run many graphs per thread).
-struct Workspace {
-  std::vector<TaskRun> task;
-  std::vector<DeviceRun> dev;
-  std::vector<Running> running;       // slot pool (its size is the pool's capacity)
-  std::vector<std::int32_t> free_slots;
-  std::vector<Event> pending;         // pending events, latest (time, seq) first; size = capacity
-  std::vector<std::vector<std::int32_t>> link_flows;
-  std::vector<std::int32_t> end_log, start_log, partial;  // [n] each (LoopArrays)
-  PeriodSkipper periods;
-};
+void PeriodSkipper::TakeWaiting(Snap& sn, const LoopArrays& a, const Snap& prev) const {
+  // A task waits when some but not all of its predecessors ended: it waited at `prev` or has a
+  // predecessor that ended since (mark 1 for the tasks seen).
+  sn.waiting.clear();
+  auto consider = [&](std::int32_t v) {
+    const std::int32_t left = a.task[v].indeg;
+    if (a.mark[v] != 0 || left <= 0 || left == a.hot[v].indeg) return;
+    a.mark[v] = 1;
+    sn.waiting.emplace_back(v, left);
+  };
+  if (prev.valid) {
+    for (const Waiting& w : prev.waiting) consider(w.first);
+  }
+  for (std::size_t i = prev.valid ? prev.nend : 0; i < sn.nend; ++i) {
+    const TaskGraph::Hot& h = a.hot[a.end_log[i]];
+    for (std::int32_t k = h.succ_begin; k < h.succ_end; ++k) consider(a.targets[k]);
+  }
+  for (const Waiting& w : sn.waiting) a.mark[w.first] = 0;
+}
 
-void PeriodSkipper::Take(Snap& sn, LoopScalars& s, const LoopArrays& a) const {
+void PeriodSkipper::Take(Snap& sn, const LoopScalars& s, const LoopArrays& a, const Snap& prev,
+                         const std::vector<Waiting>* known) {
   sn.valid = true;
   sn.now = s.now;
+  sn.latest = s.now;
   sn.pushes = s.pushes;
   sn.nend = s.nend;
-  sn.nstart = s.nstart;
   sn.ev.clear();
-  for (std::size_t i = 0; i < s.npending; ++i) {
+  for (std::size_t i = s.head; i < s.tail; ++i) {
     const Event& e = a.pending[i];
+    sn.latest = std::max(sn.latest, e.time);
     const std::int32_t slot = a.task[e.task].slot;
     if (slot < 0 || a.run[slot].last_seq != e.seq) continue;  // superseded
     const Running& r = a.run[slot];
     sn.ev.push_back({e.task, e.time - s.now, r.last_update - s.now, a.start[e.task] - s.now, r.remaining, r.rate,
                      r.in_flow});
   }
-  // The waiting tasks still waiting (the others started since they were listed).
-  std::size_t kept = 0;
-  sn.partial.clear();
-  for (std::size_t i = 0; i < s.npartial; ++i) {
-    const std::int32_t u = a.partial[i];
-    if (a.task[u].indeg <= 0) continue;
-    a.partial[kept++] = u;
-    sn.partial.emplace_back(u, a.task[u].indeg);
+  if (known != nullptr) {
+    sn.waiting = *known;
+  } else {
+    TakeWaiting(sn, a, prev);
   }
-  s.npartial = kept;
-  std::sort(sn.partial.begin(), sn.partial.end());
   sn.dyn.resize(a.ndev);
   sn.compute.resize(a.ndev);
   sn.nv.resize(a.ndev);
@@ -315,12 +353,13 @@ void PeriodSkipper::Take(Snap& sn, LoopScalars& s, const LoopArrays& a) const {
 // Whether `cur` is `prev` one period on: every task one period later, every relative time and
 // every amount the same.
 bool PeriodSkipper::OnePeriodOn(const Snap& prev, const Snap& cur, const LoopArrays& a) {
-  if (prev.ev.size() != cur.ev.size() || prev.partial.size() != cur.partial.size() || prev.flows.size() != cur.flows.size()) {
+  if (prev.ev.size() != cur.ev.size() || prev.waiting.size() != cur.waiting.size() ||
+      prev.flows.size() != cur.flows.size()) {
     return false;
   }
   for (std::size_t i = 0; i < prev.ev.size(); ++i) {
     const Ev &p = prev.ev[i], &c = cur.ev[i];
-    if (a.period[p.task] <= 0 || Shift(a, p.task, 1) != c.task || p.dt != c.dt || p.dlast != c.dlast ||
+    if (a.graph->PeriodOf(p.task) <= 0 || Shift(a, p.task, 1) != c.task || p.dt != c.dt || p.dlast != c.dlast ||
         p.dstart != c.dstart || p.remaining != c.remaining || p.rate != c.rate || p.in_flow != c.in_flow) {
       return false;
     }
@@ -339,45 +378,51 @@ bool PeriodSkipper::OnePeriodOn(const Snap& prev, const Snap& cur, const LoopArr
     }
     i += static_cast<std::size_t>(count) + 1;
   }
-  // Waiting tasks: one period on, or the same task still waiting as it was (a task outside the
-  // periodic runs, say one whose other predecessor comes after the steady state) where no task
-  // of the runs becomes it a period on (so that no copied period would have touched it).
-  scratch_.clear();
+  // Waiting tasks, matched one to one: one period on, or the same task waiting as it was (a task
+  // outside the periodic runs, say one whose other predecessor comes after the steady state)
+  // where no task of the runs becomes it a period on (so that no copied period would touch it).
+  // mark = predecessors left + 1 for `cur`'s, -1 once matched.
+  for (const Waiting& w : cur.waiting) a.mark[w.first] = w.second + 1;
   fixed_.clear();
-  for (const auto& pw : prev.partial) {
-    const std::int32_t u = pw.first;
-    const std::int32_t p = a.period[u];
-    const bool no_image = p <= 0 || u < p || a.period_run[u - p] == 0;
-    if (no_image && std::binary_search(cur.partial.begin(), cur.partial.end(), pw)) {
+  bool ok = true;
+  for (const Waiting& w : prev.waiting) {
+    const std::int32_t u = w.first, p = a.graph->PeriodOf(u);
+    const bool no_image = p <= 0 || u < p || a.graph->PeriodRun(u - p) == 0;
+    if (no_image && a.mark[u] == w.second + 1) {
       fixed_.push_back(u);
-      scratch_.push_back(pw);
-    } else if (p > 0) {
-      scratch_.emplace_back(static_cast<std::int32_t>(Shift(a, u, 1)), pw.second);
+      a.mark[u] = -1;
+    } else if (p > 0 && a.mark[u + p] == w.second + 1) {
+      a.mark[u + p] = -1;
     } else {
-      return false;
+      ok = false;
+      break;
     }
   }
-  std::sort(scratch_.begin(), scratch_.end());
-  return scratch_ == cur.partial;
+  for (const Waiting& w : cur.waiting) a.mark[w.first] = 0;
+  if (!ok) return false;
+  for (std::int32_t u : fixed_) a.mark[u] = 1;  // until the check ends
+  return true;
 }
 
 // How many periods after `cur` repeat the one from `prev` to `cur`: as many as the symmetry
 // holds for every task of that period (ended, started, waiting or running at either end), and
 // no event would pass the engine's time range. Tasks running across the whole period: none.
-std::int64_t PeriodSkipper::PeriodsToCopy(const Snap& prev, const Snap& cur, const LoopScalars& s,
-                                          const LoopArrays& a) const {
+// The tasks started in the period are those that ended in it, but for those running at `prev`,
+// and those running at `cur`.
+std::int64_t PeriodSkipper::PeriodsToCopy(const Snap& prev, const Snap& cur, const LoopArrays& a) const {
   std::int64_t m = std::numeric_limits<std::int64_t>::max();
-  for (std::size_t i = prev.nend; i < cur.nend; ++i) m = std::min<std::int64_t>(m, a.period_run[a.end_log[i]]);
-  for (std::size_t i = prev.nstart; i < cur.nstart; ++i) m = std::min<std::int64_t>(m, a.period_run[a.start_log[i]]);
+  for (std::size_t i = prev.nend; i < cur.nend; ++i) m = std::min<std::int64_t>(m, a.graph->PeriodRun(a.end_log[i]));
+  for (const Ev& e : cur.ev) m = std::min<std::int64_t>(m, a.graph->PeriodRun(e.task));
   for (const Ev& e : prev.ev) {
     if (a.task[e.task].slot >= 0) return 0;  // still running a period later
-    m = std::min<std::int64_t>(m, a.period_run[e.task] - 1);
+    m = std::min<std::int64_t>(m, a.graph->PeriodRun(e.task) - 1);
   }
-  for (const auto& pw : prev.partial) {
-    if (!std::binary_search(fixed_.begin(), fixed_.end(), pw.first)) m = std::min<std::int64_t>(m, a.period_run[pw.first] - 1);
+  for (const Waiting& w : prev.waiting) {
+    if (a.mark[w.first] == 0) m = std::min<std::int64_t>(m, a.graph->PeriodRun(w.first) - 1);  // not fixed
   }
+  // Every event queued in the period was taken by `cur` or is still queued.
   const SimTime delta = cur.now - prev.now;
-  if (delta > 0) m = std::min<std::int64_t>(m, (kMaxSimTime - s.max_push) / delta);
+  if (delta > 0) m = std::min<std::int64_t>(m, (kMaxSimTime - cur.latest) / delta);
   return std::max<std::int64_t>(m, 0);
 }
 
@@ -386,17 +431,25 @@ std::int64_t PeriodSkipper::PeriodsToCopy(const Snap& prev, const Snap& cur, con
 void PeriodSkipper::Copy(std::int64_t periods, const Snap& prev, const Snap& cur, LoopScalars& s,
                          const LoopArrays& a) {
   const SimTime delta = cur.now - prev.now;
-  for (std::int64_t j = 1; j <= periods; ++j) {
-    const SimTime dt = j * delta;
-    for (std::size_t i = prev.nend; i < cur.nend; ++i) {
-      const std::int32_t u = a.end_log[i];
-      a.end[Shift(a, u, j)] = a.end[u] + dt;
-    }
-    for (std::size_t i = prev.nstart; i < cur.nstart; ++i) {
-      const std::int32_t u = a.start_log[i];
-      const std::int64_t w = Shift(a, u, j);
-      a.start[w] = a.start[u] + dt;
-      a.gating[w] = static_cast<std::int32_t>(Shift(a, a.gating[u], j));
+  started_.clear();
+  for (const Ev& e : prev.ev) a.mark[e.task] = 2;
+  for (std::size_t i = prev.nend; i < cur.nend; ++i) {
+    if (a.mark[a.end_log[i]] != 2) started_.push_back(a.end_log[i]);
+  }
+  for (const Ev& e : prev.ev) a.mark[e.task] = 0;
+  for (const Ev& e : cur.ev) started_.push_back(e.task);
+  for (std::size_t i = prev.nend; i < cur.nend; ++i) {
+    const std::int32_t u = a.end_log[i];
+    const std::int64_t p = a.graph->PeriodOf(u);
+    for (std::int64_t j = 1; j <= periods; ++j) a.end[u + j * p] = a.end[u] + j * delta;
+  }
+  for (const std::int32_t u : started_) {
+    const std::int64_t p = a.graph->PeriodOf(u);
+    const std::int32_t g = a.gating[u];
+    const std::int64_t gp = g < 0 ? 0 : a.graph->PeriodOf(g);
+    for (std::int64_t j = 1; j <= periods; ++j) {
+      a.start[u + j * p] = a.start[u] + j * delta;
+      a.gating[u + j * p] = static_cast<std::int32_t>(g + j * gp);
     }
   }
   const SimTime dt = periods * delta;
@@ -404,39 +457,32 @@ void PeriodSkipper::Copy(std::int64_t periods, const Snap& prev, const Snap& cur
   copied_ += tasks;
   s.finished += tasks;
   s.pushes += static_cast<std::uint64_t>(periods) * (cur.pushes - prev.pushes);
-  s.max_push += dt;
   s.now += dt;
   // Live events and their tasks' running state, `periods` periods on; superseded events go.
-  std::size_t kept = 0;
-  scratch_.clear();
-  for (std::size_t i = 0; i < s.npending; ++i) {
+  std::size_t kept = s.head;
+  moved_.clear();
+  for (std::size_t i = s.head; i < s.tail; ++i) {
     const Event e = a.pending[i];
     const std::int32_t slot = a.task[e.task].slot;
     if (slot < 0 || a.run[slot].last_seq != e.seq) continue;
-    const auto w = static_cast<std::int32_t>(Shift(a, e.task, periods));
-    a.pending[kept++] = {e.time + dt, e.seq, w};
+    a.pending[kept++] = {e.time + dt, e.seq, static_cast<std::int32_t>(Shift(a, e.task, periods))};
     a.run[slot].last_update += dt;
     a.run[slot].sched_at += dt;
-    scratch_.emplace_back(e.task, slot);
+    moved_.emplace_back(e.task, slot);
   }
-  s.npending = kept;
-  for (const auto& [u, slot] : scratch_) a.task[u].slot = -1;
-  for (const auto& [u, slot] : scratch_) {
+  s.tail = kept;
+  for (const auto& [u, slot] : moved_) a.task[u].slot = -1;
+  for (const auto& [u, slot] : moved_) {
     TaskRun& t = a.task[Shift(a, u, periods)];
     t.slot = slot;
     t.indeg = 0;
   }
-  // Waiting tasks: their counts, `periods` periods on.
-  scratch_.clear();
-  for (const auto& [u, left] : cur.partial) {
-    const bool fixed = std::binary_search(fixed_.begin(), fixed_.end(), u);
-    scratch_.emplace_back(fixed ? u : static_cast<std::int32_t>(Shift(a, u, periods)), left);
+  // Waiting tasks `periods` periods on (the fixed ones, mark 1, stay).
+  waiting_.clear();
+  for (const Waiting& w : cur.waiting) {
+    waiting_.emplace_back(a.mark[w.first] == 1 ? w.first : static_cast<std::int32_t>(Shift(a, w.first, periods)), w.second);
   }
-  s.npartial = 0;
-  for (const auto& [w, left] : scratch_) {
-    a.task[w].indeg = left;
-    a.partial[s.npartial++] = w;
-  }
+  for (const Waiting& w : waiting_) a.task[w.first].indeg = w.second;
   for (std::size_t d = 0; d < a.ndev; ++d) {
     a.dev[d].running_compute = static_cast<std::int32_t>(Shift(a, a.dev[d].running_compute, periods));
   }
@@ -446,18 +492,56 @@ void PeriodSkipper::Copy(std::int64_t periods, const Snap& prev, const Snap& cur
 }
 
 std::int32_t PeriodSkipper::Checkpoint(std::int32_t anchor, LoopScalars& s, const LoopArrays& a) {
-  Take(cur_, s, a);
+  // A check costs about as much as simulating the tasks of a period and can copy at most
+  // period_run[anchor] periods here (and one fewer at the next check): checks start where they
+  // could copy two periods or more, and stop where they no longer can.
+  const std::int32_t run = a.graph->PeriodRun(anchor);
+  if (run < (prev_.valid ? 2 : 3)) return -1;
+  Take(cur_, s, a, prev_, nullptr);
   std::int64_t periods = 0;
-  if (prev_.valid && OnePeriodOn(prev_, cur_, a)) periods = PeriodsToCopy(prev_, cur_, s, a);
-  if (periods > 0) {
-    Copy(periods, prev_, cur_, s, a);
-    Take(cur_, s, a);  // the state `periods` periods on: the reference for the next check
+  if (prev_.valid && OnePeriodOn(prev_, cur_, a)) {
+    periods = PeriodsToCopy(prev_, cur_, a);
+    if (periods > 0) {
+      Copy(periods, prev_, cur_, s, a);
+      // The state `periods` periods on: the reference for the next check.
+      Take(cur_, s, a, prev_, &waiting_);
+    }
+    for (std::int32_t u : fixed_) a.mark[u] = 0;
   }
   std::swap(prev_, cur_);
   // The next check: the anchor one period after the state reached.
-  if (a.period_run[anchor] < periods + 1) return -1;
+  if (a.graph->PeriodRun(anchor) < periods + 1) return -1;
   return static_cast<std::int32_t>(Shift(a, anchor, periods + 1));
 }
+
+/// Moves the pending events [head, tail) of `events` to its middle, doubling its size first when
+/// they fill more than a quarter of it; returns their new range.
+[[gnu::noinline]] std::pair<std::size_t, std::size_t> Recentre(std::vector<Event>& events, std::size_t head,
+                                                              std::size_t tail) {
+  const std::size_t len = tail - head;
+  if (4 * len >= events.size()) {
+    std::vector<Event> bigger(2 * events.size());
+    std::copy(events.begin() + static_cast<std::ptrdiff_t>(head), events.begin() + static_cast<std::ptrdiff_t>(tail),
+              bigger.begin() + static_cast<std::ptrdiff_t>((bigger.size() - len) / 2));
+    events.swap(bigger);
+  } else {
+    std::memmove(events.data() + (events.size() - len) / 2, events.data() + head, len * sizeof(Event));
+  }
+  const std::size_t h = (events.size() - len) / 2;
+  return {h, h + len};
+}
+
+/// Memory reused across runs (the planner and benchmarks run many graphs per thread).
+struct Workspace {
+  std::vector<TaskRun> task;
+  std::vector<DeviceRun> dev;
+  std::vector<Running> running;       // slot pool (its size is the pool's capacity)
+  std::vector<std::int32_t> free_slots;
+  std::vector<Event> pending;         // pending events in (time, seq) order, amid free room
+  std::vector<std::vector<std::int32_t>> link_flows;
+  std::vector<std::int32_t> end_log, mark;  // [n] each (LoopArrays)
+  PeriodSkipper periods;
+};
 
 }  // namespace
 
@@ -484,15 +568,13 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
   }
   if (ws.running.size() < 64) ws.running.resize(64);
   ws.free_slots.resize(ws.running.size());
-  if (ws.pending.size() < 64) ws.pending.resize(64);
+  if (ws.pending.size() < 256) ws.pending.resize(256);
   ws.link_flows.resize(links_.size());
   for (auto& f : ws.link_flows) f.clear();
   auto& link_flows = ws.link_flows;
   ws.end_log.resize(n);
-  ws.start_log.resize(n);
-  ws.partial.resize(n);
+  ws.mark.resize(n);  // all 0: every check clears what it marks
   ws.periods.Reset();
-  ws.periods.clear_copied();
 
   EngineResult& r = *out;
   r.events = 0;
@@ -515,7 +597,7 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
   std::int32_t* free_slots = ws.free_slots.data();
   std::size_t used_slots = 0, nfree = 0;
   Event* pending = ws.pending.data();
-  std::size_t npending = 0;
+  std::size_t head = ws.pending.size() / 2, tail = head;
 
   std::uint32_t seq = 0;
   SimTime now = 0;
@@ -523,36 +605,47 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
   std::size_t finished = 0;
   std::uint64_t pushes = 0;
   std::int32_t* const end_log = ws.end_log.data();
-  std::int32_t* const start_log = ws.start_log.data();
-  std::int32_t* const partial = ws.partial.data();
-  std::size_t nend = 0, nstart = 0, npartial = 0;
-  SimTime max_push = 0;
+  std::size_t nend = 0;
   // The period check's next anchor task (PeriodSkipper), and whether it has just started.
-  std::int32_t anchor = skip_periods ? anchor_ : -1;
+  std::int32_t anchor = skip_periods ? PeriodAnchor() : -1;
   bool check_due = false;
 
-  // The pending events, sorted latest first, so the next one is at the back. A step keeps a
-  // few per device pending (7 on average in the 1,024-GPU GPT-3 benchmark), where a sorted
-  // insertion moves fewer bytes than a binary heap's sift-down on every pop. Events are ordered
-  // by (time, seq), and a new event has the largest seq yet: it goes after every pending event
-  // of its time, so the insertion compares times only.
+  // The pending events, sorted, in [head, tail) of an array with room on both sides: the next
+  // one is at the head. A step keeps a few per device pending (7 on average in the 1,024-GPU
+  // GPT-3 benchmark, 14 at PP16), where a sorted insertion moves fewer bytes than a binary heap's
+  // sift-down on every pop. Events are ordered by (time, seq), and a new event has the largest
+  // seq yet: it goes after every pending event of its time, so the insertion compares times
+  // only. It moves the events between its place and the nearer end: a send's end is usually
+  // among the first, a compute pass's among the last.
   auto push = [&](const Event& ev) SHARDCAST_INLINE {
-    if (npending == ws.pending.size()) {
-      ws.pending.resize(2 * npending);
-      pending = ws.pending.data();
+    if (head == tail || ev.time >= pending[(head + tail) / 2].time) {
+      if (tail == ws.pending.size()) {
+        std::tie(head, tail) = Recentre(ws.pending, head, tail);
+        pending = ws.pending.data();
+      }
+      std::size_t j = tail++;
+      while (j > head && pending[j - 1].time > ev.time) {
+        pending[j] = pending[j - 1];
+        --j;
+      }
+      pending[j] = ev;
+    } else {
+      if (head == 0) {
+        std::tie(head, tail) = Recentre(ws.pending, head, tail);
+        pending = ws.pending.data();
+      }
+      std::size_t j = --head;
+      while (pending[j + 1].time <= ev.time) {  // stops before the middle event, later than ev
+        pending[j] = pending[j + 1];
+        ++j;
+      }
+      pending[j] = ev;
     }
-    std::size_t i = npending++;
-    while (i > 0 && ev.time >= pending[i - 1].time) {
-      pending[i] = pending[i - 1];
-      --i;
-    }
-    pending[i] = ev;
   };
-  auto pop = [&]() SHARDCAST_INLINE { return pending[--npending]; };
+  auto pop = [&]() SHARDCAST_INLINE { return pending[head++]; };
   auto schedule = [&](std::int32_t id, Running& s, SimTime at) SHARDCAST_INLINE {
     s.sched_at = at;
     ++pushes;
-    max_push = std::max(max_push, at);
     s.last_seq = seq;
     push({at, seq++, id});
   };
@@ -639,7 +732,6 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
     TaskRun& tr = task[tid];
     tr.slot = slot;
     start[tid] = now;
-    start_log[nstart++] = tid;
     check_due |= tid == anchor;
     Running& s = run[slot];
     s = Running{};
@@ -678,23 +770,22 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
     start_task(i);
   }
 
-  while (npending > 0) {
+  while (head != tail) {
     if (check_due) {
       check_due = false;
-      LoopScalars ls{now, npending, finished, nend, nstart, npartial, pushes, max_push};
-      const LoopArrays la{pending, run, task, dev, nd, &link_flows, start, end, gating,
-                          end_log, start_log, partial, task_period_.data(), period_run_.data()};
+      LoopScalars ls{now, head, tail, finished, nend, pushes};
+      const LoopArrays la{pending, run, task, dev, nd, &link_flows, start, end, gating, end_log, hot, targets,
+                          this, ws.mark.data()};
       anchor = ws.periods.Checkpoint(anchor, ls, la);
       if (ls.now != now) {
         now = ls.now;
         time_left = static_cast<double>(kMaxSimTime - now);
         r.makespan = now;
       }
-      npending = ls.npending;
+      head = ls.head;
+      tail = ls.tail;
       finished = ls.finished;
-      npartial = ls.npartial;
       pushes = ls.pushes;
-      max_push = ls.max_push;
       continue;
     }
     const Event e = pop();
@@ -737,12 +828,9 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
     }
     for (std::int32_t k = h.succ_begin; k < h.succ_end; ++k) {
       const std::int32_t v = targets[k];
-      const std::int32_t left = --task[v].indeg;
-      if (left == 0) {
+      if (--task[v].indeg == 0) {
         gating[v] = id;
         start_task(v);
-      } else if (left == hot[v].indeg - 1) {
-        partial[npartial++] = v;  // the first of its predecessors to end
       }
     }
     // Events come in time order: the last task to end ends the step.

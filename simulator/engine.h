@@ -161,6 +161,15 @@ class TaskGraph {
   std::size_t num_edges() const { return edges_.size(); }
   const std::vector<std::pair<std::int32_t, std::int32_t>>& edges() const { return edges_; }
 
+  /// The period of task `u`'s device (SetDevicePeriods), 0: none. Valid after the first Run.
+  std::int32_t PeriodOf(std::int32_t u) const {
+    return device_period_[static_cast<std::size_t>(hot_[static_cast<std::size_t>(u)].device)];
+  }
+  /// How many periods in a row task `u` matches the same task one period on: `u` is the same as
+  /// u + j * PeriodOf(u) for every j <= PeriodRun(u). Found when first asked, then kept, so one
+  /// graph must not be run from two threads at once. Valid after the first Run.
+  std::int32_t PeriodRun(std::int32_t u) const;
+
   /// Runs the simulation. Throws InternalError naming the tasks of a dependency cycle (found
   /// with Boost.Graph's depth-first search) if some tasks can never start, and SimTimeOverflow
   /// when a task would end after kMaxSimTime (the result's timeline is then not filled). The first
@@ -188,8 +197,8 @@ class TaskGraph {
   void BuildCsr() const;
   /// Whether task `u` and task `u` + its device's period match (see SetDevicePeriods).
   bool MatchesNextPeriod(std::size_t u) const;
-  /// `v` one period on (its device's period), or -1 without one.
-  std::int64_t NextPeriod(std::int32_t v) const;
+  /// The first task that matches its next period (the period checks' first anchor), -1: none.
+  std::int32_t PeriodAnchor() const;
   [[noreturn]] void ThrowBadCost(std::int32_t cost) const;
 
   std::vector<TaskNode> nodes_;
@@ -198,22 +207,26 @@ class TaskGraph {
   std::vector<Link> links_;
   std::vector<Device> devices_;
   mutable bool csr_valid_ = false;
+
+ public:
   /// What the event loop reads of a task, in one place: its successors' range in `targets_`,
-  /// its cost and device, whether it is a join.
+  /// its cost and device, whether it is a join (engine.cc's helpers read it).
   struct Hot {
     std::int32_t succ_begin, succ_end, cost, device;
     std::int32_t indeg;  // predecessors
     std::int32_t join;
   };
+
+ private:
   mutable std::vector<Hot> hot_;
   mutable std::vector<std::int32_t> targets_;  // CSR successors
   mutable std::vector<std::int32_t> sources_;  // tasks without predecessors, in id order
   std::vector<std::int32_t> periods_;  // [device] period in tasks (SetDevicePeriods)
-  /// [task] how many times in a row the task matches the same task one period on: task u is the
-  /// same as u + j * period for j <= period_run_[u].
+  /// [task] PeriodRun's answers, -1 where not asked yet.
   mutable std::vector<std::int32_t> period_run_;
-  mutable std::vector<std::int32_t> task_period_;  // [task] its device's period, 0: none
-  mutable std::int32_t anchor_ = -1;  // the first task of the period checks (-1: none)
+  mutable std::vector<std::int32_t> period_chain_;   // PeriodRun's scratch
+  mutable std::vector<std::int32_t> device_period_;  // [device] period in tasks, 0: none
+  mutable std::int32_t anchor_ = -1;  // PeriodAnchor's answer; -2: not asked yet
 };
 
 }  // namespace shardcast

@@ -109,7 +109,33 @@ PipelineSchedule MakeSchedule(Schedule kind, int p, int m, int v) {
         break;
     }
   }
+  for (const auto& o : s.order) s.steady.push_back(SteadyPeriodOf(o));
   return s;
+}
+
+SteadyPeriod SteadyPeriodOf(const std::vector<ScheduleItem>& order) {
+  const std::size_t size = order.size();
+  auto same = [&](std::size_t a, std::size_t b) {
+    return order[a].kind == order[b].kind && order[a].chunk == order[b].chunk;
+  };
+  for (const std::size_t mid : {size / 2, size / 4}) {
+    std::size_t best_q = 0, best_len = 0, best_lo = 0;
+    for (std::size_t q = 1; mid + q < size; ++q) {
+      std::size_t lo = mid, hi = mid;  // [lo, hi): positions that repeat q items later
+      while (hi + q < size && same(hi, hi + q)) ++hi;
+      while (lo > 0 && same(lo - 1, lo - 1 + q)) --lo;
+      if (hi - lo > best_len) {
+        best_q = q;
+        best_len = hi - lo;
+        best_lo = lo;
+      }
+    }
+    // Counted in the middle of the stretch, away from the warm-up's and drain's odd items.
+    if (best_q > 0 && best_len >= 2 * best_q) {
+      return {static_cast<int>(best_q), static_cast<int>(best_lo + (best_len - best_q) / 2)};
+    }
+  }
+  return {};
 }
 
 const PipelineSchedule& SharedSchedule(Schedule kind, int p, int m, int v) {

@@ -19,11 +19,27 @@ struct ScheduleItem {
   int chunk = 0;  ///< virtual chunk on this stage, 0..vp-1
 };
 
+/// Where a stage's order repeats in its steady state: its items (kind and chunk) equal those
+/// `items` positions later from position `at` on for at least two periods. items = 0: nowhere.
+struct SteadyPeriod {
+  int items = 0;
+  int at = 0;  ///< a position in the middle of the repeating stretch
+};
+
 struct PipelineSchedule {
   int stages = 1, microbatches = 1, chunks = 1;
   bool split_weight = false;  ///< W items are separate (zero-bubble schedules)
   std::vector<std::vector<ScheduleItem>> order;  ///< [stage] -> items in issue order
+  std::vector<SteadyPeriod> steady;              ///< [stage] (SteadyPeriodOf)
 };
+
+/// The period of `order`'s steady state: the Q under which its items (kind and chunk) repeat
+/// over the longest stretch through the middle of the order (2 for 1F1B, 3 for ZB-H1, 2pv for
+/// interleaved 1F1B, whose chunks change every p items so that Q = 2 repeats only within such a
+/// group), or a quarter of the way in for GPipe, whose middle is the turn from forwards to
+/// backwards; the stretch must span two periods. The engine copies repeated periods of a
+/// simulated step (TaskGraph::SetDevicePeriods); it checks this hint task by task.
+SteadyPeriod SteadyPeriodOf(const std::vector<ScheduleItem>& order);
 
 /// Whether `kind` runs weight-gradient passes as items of their own (zero-bubble schedules).
 inline bool SplitsWeightGradients(Schedule kind) { return kind == Schedule::kZbH1; }

@@ -67,38 +67,6 @@ struct Skeleton {
   std::vector<std::vector<std::int32_t>> dp_tasks;       ///< [stage] replica 0's dp streams
 };
 
-/// The tasks a stage's program builds per period of its schedule's steady state, the engine's
-/// hint for copying periods (TaskGraph::SetDevicePeriods). The period Q (in items) is the one
-/// under which the order's items (kind and chunk) repeat over the longest stretch through the
-/// middle of the order (2 for 1F1B, 3 for ZB-H1, 2pv for interleaved 1F1B, whose chunks change
-/// every p items: Q = 2 repeats only within such a group), or a quarter of the way in for GPipe,
-/// whose middle is the turn from forwards to backwards; the stretch must span two periods. The
-/// hint is the tasks built for Q items in the middle of that stretch (`item_first`: each item's first task), 0
-/// when there is none. The engine checks it task by task.
-std::int32_t TasksPerPeriod(const std::vector<ScheduleItem>& order, const std::vector<std::int32_t>& item_first) {
-  const std::size_t size = order.size();
-  auto same = [&](std::size_t a, std::size_t b) {
-    return order[a].kind == order[b].kind && order[a].chunk == order[b].chunk;
-  };
-  for (const std::size_t mid : {size / 2, size / 4}) {
-    std::size_t best_q = 0, best_len = 0, best_lo = 0;
-    for (std::size_t q = 1; mid + q < size; ++q) {
-      std::size_t lo = mid, hi = mid;  // [lo, hi): positions that repeat q items later
-      while (hi + q < size && same(hi, hi + q)) ++hi;
-      while (lo > 0 && same(lo - 1, lo - 1 + q)) --lo;
-      if (hi - lo > best_len) {
-        best_q = q;
-        best_len = hi - lo;
-        best_lo = lo;
-      }
-    }
-    // Counted in the middle of the stretch, away from the warm-up's and drain's odd items.
-    const std::size_t at = best_lo + (best_len - best_q) / 2;
-    if (best_q > 0 && best_len >= 2 * best_q) return item_first[at + best_q] - item_first[at];
-  }
-  return 0;
-}
-
 /// Builds a step's task graph from the schedule and the cost model, or gives a graph of the same
 /// shape this configuration's numbers.
 class Builder {
@@ -215,7 +183,7 @@ class Builder {
     return last_on_stream_[static_cast<std::size_t>(device * kNumStreams + stream)];
   }
   std::vector<std::int32_t> last_on_stream_;
-  std::vector<std::int32_t> periods_;  // [device] tasks per schedule period (TasksPerPeriod)
+  std::vector<std::int32_t> periods_;  // [device] tasks per period of the schedule's steady state
   // [device][Index(kind, mb, chunk)]
   std::vector<std::vector<ItemTasks>> items_;
   std::vector<std::vector<std::int32_t>> fwd_send_, bwd_send_;  // [device][Index]
@@ -537,7 +505,12 @@ void Builder::BuildStage(int i, int r) {
   g_->AddEdge(before_opt, oid);
   // Without overlap_param_gather, ZeRO-1/2 gather the updated parameters after the step.
   if (gathers_params && !c_.overlap_param_gather) add_param_gathers(oid);
-  periods_[static_cast<std::size_t>(dev)] = TasksPerPeriod(order, item_first);
+  // The tasks built per period of the schedule's steady state (the engine's hint, which it checks).
+  const SteadyPeriod& sp = sk_->sched.steady[static_cast<std::size_t>(i)];
+  if (sp.items > 0) {
+    periods_[static_cast<std::size_t>(dev)] = item_first[static_cast<std::size_t>(sp.at + sp.items)] -
+                                              item_first[static_cast<std::size_t>(sp.at)];
+  }
 }
 
 void Builder::AddPipelineEdges() {
@@ -978,14 +951,9 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   }
   // Critical path: from the last task back along the dependencies that released each task.
   {
-    std::int32_t cur = -1;
-    SimTime best = -1;
-    for (std::size_t id = 0; id < tasks.size(); ++id) {
-      if (er.end[id] > best) {
-        best = er.end[id];
-        cur = static_cast<std::int32_t>(id);
-      }
-    }
+    // The first task ending at the step's end (the makespan is the latest end).
+    const auto last = std::find(er.end.begin(), er.end.end(), er.makespan);
+    std::int32_t cur = last == er.end.end() ? -1 : static_cast<std::int32_t>(last - er.end.begin());
     // (stage, type) -> tasks, seconds
     constexpr int kTypes = static_cast<int>(TaskType::kJoin) + 1;
     std::vector<std::pair<int, double>> agg(static_cast<std::size_t>(c.pp * kTypes), {0, 0.0});
