@@ -109,7 +109,6 @@ PipelineSchedule MakeSchedule(Schedule kind, int p, int m, int v) {
         break;
     }
   }
-  for (const auto& o : s.order) s.steady.push_back(SteadyPeriodOf(o));
   return s;
 }
 
@@ -119,20 +118,17 @@ SteadyPeriod SteadyPeriodOf(const std::vector<ScheduleItem>& order) {
     return order[a].kind == order[b].kind && order[a].chunk == order[b].chunk;
   };
   for (const std::size_t mid : {size / 2, size / 4}) {
-    std::size_t best_q = 0, best_len = 0, best_lo = 0;
     for (std::size_t q = 1; mid + q < size; ++q) {
       std::size_t lo = mid, hi = mid;  // [lo, hi): positions that repeat q items later
       while (hi + q < size && same(hi, hi + q)) ++hi;
       while (lo > 0 && same(lo - 1, lo - 1 + q)) --lo;
-      if (hi - lo > best_len) {
-        best_q = q;
-        best_len = hi - lo;
-        best_lo = lo;
+      // The first q repeating over two periods and a quarter of the order: a shorter
+      // repetition (interleaved 1F1B's q = 2 within a group of p micro-batches) spans less,
+      // and multiples of the period would be tried after it. Counted in the middle of the
+      // stretch, away from the warm-up's and drain's odd items.
+      if (hi - lo >= 2 * q && 4 * (hi - lo) >= size) {
+        return {static_cast<int>(q), static_cast<int>(lo + (hi - lo - q) / 2)};
       }
-    }
-    // Counted in the middle of the stretch, away from the warm-up's and drain's odd items.
-    if (best_q > 0 && best_len >= 2 * best_q) {
-      return {static_cast<int>(best_q), static_cast<int>(best_lo + (best_len - best_q) / 2)};
     }
   }
   return {};

@@ -30,14 +30,13 @@ struct PipelineSchedule {
   int stages = 1, microbatches = 1, chunks = 1;
   bool split_weight = false;  ///< W items are separate (zero-bubble schedules)
   std::vector<std::vector<ScheduleItem>> order;  ///< [stage] -> items in issue order
-  std::vector<SteadyPeriod> steady;              ///< [stage] (SteadyPeriodOf)
 };
 
-/// The period of `order`'s steady state: the Q under which its items (kind and chunk) repeat
-/// over the longest stretch through the middle of the order (2 for 1F1B, 3 for ZB-H1, 2pv for
-/// interleaved 1F1B, whose chunks change every p items so that Q = 2 repeats only within such a
-/// group), or a quarter of the way in for GPipe, whose middle is the turn from forwards to
-/// backwards; the stretch must span two periods. The engine copies repeated periods of a
+/// The period of `order`'s steady state: the smallest Q under which its items (kind and chunk)
+/// repeat over a stretch through the middle of the order at least two periods and a quarter of
+/// the order long (2 for 1F1B, 3 for ZB-H1, 2pv for interleaved 1F1B, whose chunks change every
+/// p items so that Q = 2 repeats only within such a group), or a quarter of the way in for
+/// GPipe, whose middle is the turn from forwards to backwards. O(order) for the schedules here; Simulate asks when it builds a step's graph. The engine copies repeated periods of a
 /// simulated step (TaskGraph::SetDevicePeriods); it checks this hint task by task.
 SteadyPeriod SteadyPeriodOf(const std::vector<ScheduleItem>& order);
 

@@ -184,6 +184,7 @@ class Builder {
   }
   std::vector<std::int32_t> last_on_stream_;
   std::vector<std::int32_t> periods_;  // [device] tasks per period of the schedule's steady state
+  SteadyPeriod steady_;                // of the stage being built
   // [device][Index(kind, mb, chunk)]
   std::vector<std::vector<ItemTasks>> items_;
   std::vector<std::vector<std::int32_t>> fwd_send_, bwd_send_;  // [device][Index]
@@ -506,7 +507,8 @@ void Builder::BuildStage(int i, int r) {
   // Without overlap_param_gather, ZeRO-1/2 gather the updated parameters after the step.
   if (gathers_params && !c_.overlap_param_gather) add_param_gathers(oid);
   // The tasks built per period of the schedule's steady state (the engine's hint, which it checks).
-  const SteadyPeriod& sp = sk_->sched.steady[static_cast<std::size_t>(i)];
+  if (r == 0) steady_ = SteadyPeriodOf(order);  // replicas run the same order
+  const SteadyPeriod& sp = steady_;
   if (sp.items > 0) {
     periods_[static_cast<std::size_t>(dev)] = item_first[static_cast<std::size_t>(sp.at + sp.items)] -
                                               item_first[static_cast<std::size_t>(sp.at)];
