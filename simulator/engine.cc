@@ -149,12 +149,13 @@ bool TaskGraph::MatchesNextPeriod(std::size_t u) const {
   for (std::int32_t k = 0; k < succ; ++k) {
     // Successor k of u, one period on (its own device's period), is successor k of w.
     const std::int32_t pk = PeriodOf(ta[k]);
-    if (pk <= 0 || ta[k] + pk != tb[k]) return false;
+    if (pk <= 0 || static_cast<std::int64_t>(ta[k]) + pk != tb[k]) return false;
   }
   return true;
 }
 
 std::int32_t TaskGraph::PeriodRun(std::int32_t u) const {
+  if (period_run_.empty()) return 0;  // no periods
   std::int32_t* const run = period_run_.data();
   if (run[u] >= 0) return run[u];
   // Follow u's chain of periods until a task that does not match its next, or a known one.
@@ -391,7 +392,7 @@ bool PeriodSkipper::OnePeriodOn(const Snap& prev, const Snap& cur, const LoopArr
     if (no_image && a.mark[u] == w.second + 1) {
       fixed_.push_back(u);
       a.mark[u] = -1;
-    } else if (p > 0 && a.mark[u + p] == w.second + 1) {
+    } else if (p > 0 && a.graph->PeriodRun(u) >= 1 && a.mark[u + p] == w.second + 1) {  // u + p < n
       a.mark[u + p] = -1;
     } else {
       ok = false;
@@ -663,8 +664,12 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
     return now + delta;
   };
   // After a rate change: an earlier finish needs a new event; a later one keeps the pending
-  // event, which re-checks the remaining work when it fires (halves the queue traffic).
+  // event, which re-checks the remaining work when it fires (halves the queue traffic). A
+  // finish past the engine's range is later than the pending event (which is in range), so it
+  // is not an error here: only an event to be queued past the range is, and an estimate that
+  // never comes to pass (a task slowed for a moment) cannot end the run.
   auto reschedule = [&](std::int32_t id, Running& s) SHARDCAST_INLINE {
+    if (s.remaining > 0 && !((s.rate == 1.0 ? s.remaining : s.remaining / s.rate) - 1e-9 <= time_left)) return;
     const SimTime f = finish_at(id, s);
     if (f < s.sched_at) schedule(id, s, f);
   };

@@ -163,16 +163,20 @@ class TaskGraph {
 
   /// The period of task `u`'s device (SetDevicePeriods), 0: none. Valid after the first Run.
   std::int32_t PeriodOf(std::int32_t u) const {
-    return device_period_[static_cast<std::size_t>(hot_[static_cast<std::size_t>(u)].device)];
+    const auto d = static_cast<std::size_t>(hot_[static_cast<std::size_t>(u)].device);
+    return d < device_period_.size() ? device_period_[d] : 0;
   }
   /// How many periods in a row task `u` matches the same task one period on: `u` is the same as
-  /// u + j * PeriodOf(u) for every j <= PeriodRun(u). Found when first asked, then kept, so one
-  /// graph must not be run from two threads at once. Valid after the first Run.
+  /// u + j * PeriodOf(u) for every j <= PeriodRun(u); 0 without periods. Found when first asked
+  /// (by a Run), then kept: so a graph, even one that has run before, must not be run from two
+  /// threads at once (copies may). Valid after the first Run.
   std::int32_t PeriodRun(std::int32_t u) const;
 
   /// Runs the simulation. Throws InternalError naming the tasks of a dependency cycle (found
   /// with Boost.Graph's depth-first search) if some tasks can never start, and SimTimeOverflow
-  /// when a task would end after kMaxSimTime (the result's timeline is then not filled). The first
+  /// when an event would be queued after kMaxSimTime, i.e. a task would end past it at its rate
+  /// then (a slowed task's later finish that its pending event supersedes is not queued, so not
+  /// an error; the result's timeline is then not filled). The first
   /// run after the edges change builds the successor lists, so one graph must not be run from
   /// two threads at once (copies and separate graphs may).
   ///
