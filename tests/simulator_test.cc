@@ -235,25 +235,30 @@ TEST(Engine, SharedLinkSplitsBandwidth) {
   EXPECT_EQ(r.end[static_cast<std::size_t>(ib)], 150000000);
 }
 
-TEST(Engine, ComputeSlowsWhileCommunicationOverlaps) {
-  // Compute of 100 ms with slowdown 0.25 while a 40 ms flow runs beside it: the first 40 ms
-  // do 32 ms of work, the remaining 68 ms run at full speed: end at 108 ms.
+// The end of a compute task of `work_ns` on a GPU whose compute slows by `slowdown` beside an
+// NVLink flow, started with a flow of `flow_bytes` at 1 GB/s on a link of 1 GB/s.
+SimTime ComputeEndBesideAFlow(double slowdown, double work_ns, double flow_bytes) {
   TaskGraph g;
   Device d;
-  d.overlap_slowdown_nvlink = 0.25;
+  d.overlap_slowdown_nvlink = slowdown;
   g.AddDevice(d);
   const auto link = g.AddLink(1.0);
   Task comp;
-  comp.work_ns = 100e6;
+  comp.work_ns = work_ns;
   const auto ic = g.AddTask(comp);
   Task f;
   f.type = TaskType::kDpReduce;
   f.link = link;
-  f.bytes = 40e6;  // 40e6 bytes at 1 GB/s = 40 ms
+  f.bytes = flow_bytes;
   f.rate_cap_GBps = 1.0;
   g.AddTask(f);
-  EngineResult r = g.Run();
-  EXPECT_EQ(r.end[static_cast<std::size_t>(ic)], 108000000);
+  return g.Run().end[static_cast<std::size_t>(ic)];
+}
+
+TEST(Engine, ComputeSlowsWhileCommunicationOverlaps) {
+  // Compute of 100 ms with slowdown 0.25 while a 40 ms flow (40e6 bytes at 1 GB/s) runs beside
+  // it: the first 40 ms do 32 ms of work, the remaining 68 ms run at full speed: end at 108 ms.
+  EXPECT_EQ(ComputeEndBesideAFlow(0.25, 100e6, 40e6), 108000000);
 }
 
 // A two-device pipeline of `steps` periods: device 0 runs A_k and sends s_k (to B_k) and t_k
@@ -390,22 +395,7 @@ TEST(EnginePeriods, TheSymmetryBrokenAnywhereGivesTheEventByEventRun) {
 // at 1 GB/s lasts 1 us, during which the task does ~1e-9 ns of work at 1/(1 + 1e12): it ends at
 // 1 ms + 1 us.
 TEST(Engine, AFinishEstimateThatNeverComesToPassIsNotAnOverflow) {
-  TaskGraph g;
-  Device d;
-  d.overlap_slowdown_nvlink = 1e12;
-  g.AddDevice(d);
-  const auto link = g.AddLink(1.0);
-  Task comp;
-  comp.work_ns = 1e6;
-  const auto ic = g.AddTask(comp);
-  Task f;
-  f.type = TaskType::kDpReduce;
-  f.link = link;
-  f.bytes = 1000;
-  f.rate_cap_GBps = 1.0;
-  g.AddTask(f);
-  const EngineResult r = g.Run();
-  EXPECT_EQ(r.end[static_cast<std::size_t>(ic)], 1'001'000);
+  EXPECT_EQ(ComputeEndBesideAFlow(1e12, 1e6, 1000), 1'001'000);
 }
 
 TEST(Engine, ATaskMustNameACostOfItsGraph) {
