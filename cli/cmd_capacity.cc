@@ -12,6 +12,7 @@
 #include "cli/plan_common.h"
 #include "common/error.h"
 #include "common/text.h"
+#include "report/megatron_args.h"
 #include "models/loader.h"
 #include "planner/capacity.h"
 #include "simulator/profile.h"

@@ -17,6 +17,7 @@
 #include "common/text.h"
 #include "models/loader.h"
 #include "planner/planner.h"
+#include "report/megatron_args.h"
 
 namespace shardcast::cli {
 namespace {
@@ -30,6 +31,7 @@ struct PlanArgs {
   bool json = false, no_flash = false, exclude_at_risk = false;
   PrecisionArgs prec;
   std::string framework = "megatron-core";
+  EmitArgs emit;
 };
 
 /// A cost or energy figure, or an empty CSV cell when the GPU file has no price or power (0).
@@ -106,6 +108,8 @@ void RunPlanCommand(const PlanArgs& a) {
   // The recommendation: the best plan not at risk of running out of memory (found even below
   // the top K), else the best plan; and its rank in the table, 0 when it is not shown.
   const Plan* recommended = r.best_not_at_risk ? &*r.best_not_at_risk : r.plans.empty() ? nullptr : &r.plans.front();
+  const std::optional<LaunchConfig> launch =
+      recommended ? EmitIfAsked(a.emit, m, recommended->config, cl, o.gpus) : std::nullopt;
   std::size_t recommended_rank = 0;
   for (std::size_t i = 0; recommended && i < r.plans.size(); ++i) {
     if (r.plans[i].config.Summary() == recommended->config.Summary()) recommended_rank = i + 1;
@@ -181,6 +185,7 @@ void RunPlanCommand(const PlanArgs& a) {
       j["recommended_rank"] = nullptr;
     }
     if (r.plans.empty()) j["advice"] = r.advice;
+    if (!a.emit.format.empty()) j["launch"] = launch ? LaunchJson(*launch, a.emit) : Json(nullptr);
     std::cout << WithIntegerBytes(j).dump(2) << "\n";
     return;
   }
@@ -289,6 +294,7 @@ void RunPlanCommand(const PlanArgs& a) {
             << (a.profile.empty() ? "" : "--profile " + a.profile + " ")
             << SimulateFlags(chosen.config, m, o.gpus, &unexpressed) << "\n";
   for (const auto& u : unexpressed) std::cout << "  (not reproduced: " << u << ")\n";
+  if (launch) PrintLaunch(*launch, a.emit, label);
 }
 
 }  // namespace
@@ -328,6 +334,7 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_option("--csv", a->csv, "write the ranked table as CSV to FILE (the text is printed too), or with - print only the CSV")
       ->check(OutputFile(true));
   cmd->add_flag("--json", a->json, "print JSON");
+  AddEmitOptions(cmd, &a->emit);
   cmd->callback([a] { RunPlanCommand(*a); });
 }
 

@@ -480,7 +480,7 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
 
 namespace {
 
-void RunSimulate(const SimulateArgs& a) {
+void RunSimulate(const SimulateArgs& a, const EmitArgs& emit) {
   const Model m = LoadModel(a.model);
   if (a.cluster.empty() && a.profile.empty()) {
     throw InputError("command line: --cluster: missing, expected a cluster preset name or JSON path (or --profile FILE "
@@ -510,18 +510,21 @@ void RunSimulate(const SimulateArgs& a) {
   opts.full_rank = a.full_rank;
   opts.keep_graph = !a.trace.empty();
   SimulationResult r = Simulate(m, c, cl, gpus, prof, opts);
+  const std::optional<LaunchConfig> launch = EmitIfAsked(emit, m, c, cl, gpus);
   if (!a.trace.empty() && r.feasible) WriteFileAtomic(a.trace, ChromeTrace(r));
   if (!a.trace.empty() && !r.feasible) std::cerr << "shardcast: no trace written: the configuration cannot run\n";
   if (a.json) {
     Json j = ResultToJson(r, m, c, cl, gpus);
     j["profile"] = a.profile.empty() ? "built-in default" : a.profile;
     j["profile_estimates"] = prof.kind == "default" ? Json(prof.Estimates(c.flash_attention, c.precision)) : Json::array();
+    if (launch) j["launch"] = LaunchJson(*launch, emit);
     std::cout << WithIntegerBytes(j).dump(2) << "\n";
   } else {
     PrintSimulation(r, m, c, cl, gpus, prof);
     if (a.ops && r.feasible) PrintOps(m, c, cl, prof);
     if (a.ops && !r.feasible) std::cout << "\nNo op table: the configuration cannot run.\n";
     if (!a.trace.empty() && r.feasible) std::cout << "\nTrace written to " << a.trace << " (open in ui.perfetto.dev)\n";
+    if (launch) PrintLaunch(*launch, emit, "This configuration");
   }
 }
 
@@ -644,7 +647,9 @@ void RegisterSimulate(CLI::App& app) {
   cmd->add_flag("--full-rank", a->full_rank, "simulate every data-parallel replica (slow; for checks)");
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->add_flag("--ops", a->ops, "also print the per-op cost table: shapes, FLOPs, bytes, time, achieved rate");
-  cmd->callback([a] { RunSimulate(*a); });
+  auto emit = std::make_shared<EmitArgs>();
+  AddEmitOptions(cmd, emit.get());
+  cmd->callback([a, emit] { RunSimulate(*a, *emit); });
 }
 
 }  // namespace shardcast::cli

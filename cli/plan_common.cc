@@ -5,8 +5,10 @@
 #include <optional>
 #include <set>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "cli/options.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/text.h"
@@ -156,6 +158,45 @@ bool WriteCsvOption(const std::string& path, const std::string& csv) {
   }
   WriteFileAtomic(path, csv);
   return false;
+}
+
+void AddEmitOptions(CLI::App* cmd, EmitArgs* a) {
+  cmd->add_option("--emit", a->format,
+                  "also write a launch configuration: megatron (a Megatron-LM command line), nemo (a NeMo 2 recipe "
+                  "override) or torchtitan (a TOML file)")
+      ->check(CLI::IsMember({"megatron", "nemo", "torchtitan"}));
+  cmd->add_option("--emit-file", a->file, "write the --emit output to FILE instead of printing it")
+      ->check(OutputFile());
+}
+
+std::optional<LaunchConfig> EmitIfAsked(const EmitArgs& a, const Model& m, const ParallelConfig& c, const Cluster& cl,
+                                        std::int64_t gpus) {
+  if (a.format.empty()) {
+    if (!a.file.empty()) throw InputError("command line: --emit-file: given without --emit FORMAT");
+    return std::nullopt;
+  }
+  LaunchConfig l = EmitLaunch(ParseLaunchFormat(a.format, "--emit"), m, c, cl, gpus);
+  if (!a.file.empty()) WriteFileAtomic(a.file, l.text);
+  return l;
+}
+
+Json LaunchJson(const LaunchConfig& l, const EmitArgs& a) {
+  Json j;
+  j["format"] = ToString(l.format);
+  j["framework"] = l.framework;
+  j["text"] = l.text;
+  j["unexpressed"] = l.unexpressed;
+  j["file"] = a.file.empty() ? Json(nullptr) : Json(a.file);
+  return j;
+}
+
+void PrintLaunch(const LaunchConfig& l, const EmitArgs& a, const std::string& label) {
+  if (!a.file.empty()) {
+    std::cout << fmt::format("\n{}, launched with {}: written to {}\n", label, l.framework, a.file);
+    for (const auto& u : l.unexpressed) std::cout << "  not expressed: " << u << "\n";
+    return;
+  }
+  std::cout << fmt::format("\n{}, launched with {}:\n\n{}", label, l.framework, l.text);
 }
 
 }  // namespace shardcast::cli

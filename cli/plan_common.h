@@ -3,12 +3,18 @@
 /// Parsing of the planner's list options, shared by `plan` and `capacity`.
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "models/parallel.h"
 #include "planner/planner.h"
+#include "report/launch.h"
 #include "simulator/profile.h"
+
+namespace CLI {
+class App;
+}
 
 namespace shardcast::cli {
 
@@ -41,5 +47,22 @@ void CheckCsvOption(const std::string& path, bool json);
 /// Writes `csv` to standard output when `path` is "-" and returns true (the caller prints nothing
 /// else); otherwise writes the file atomically and returns false.
 bool WriteCsvOption(const std::string& path, const std::string& csv);
+
+/// The --emit FORMAT and --emit-file FILE options of `simulate` and `plan`: a launch configuration
+/// (report/launch.h) of the configuration simulated or recommended.
+struct EmitArgs {
+  std::string format;  ///< empty: none
+  std::string file;    ///< empty: printed with the report
+};
+void AddEmitOptions(CLI::App* cmd, EmitArgs* a);
+/// The launch configuration --emit asks for (nullopt without --emit); with --emit-file it is
+/// written there atomically.
+std::optional<LaunchConfig> EmitIfAsked(const EmitArgs& a, const Model& m, const ParallelConfig& c, const Cluster& cl,
+                                        std::int64_t gpus);
+/// {format, framework, text, unexpressed, file} for JSON output.
+Json LaunchJson(const LaunchConfig& l, const EmitArgs& a);
+/// Prints the launch configuration under a heading naming `label` (or, with --emit-file, where it
+/// was written and what it could not express).
+void PrintLaunch(const LaunchConfig& l, const EmitArgs& a, const std::string& label);
 
 }  // namespace shardcast::cli

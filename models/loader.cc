@@ -185,8 +185,8 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   r.RejectUnknownKeys({"name", "num_layers", "hidden_size", "ffn_hidden_size",
                        "num_attention_heads", "num_query_groups", "kv_channels", "vocab_size",
                        "seq_length", "max_position_embeddings", "normalization", "activation",
-                       "position_embedding", "tie_embeddings", "add_bias_linear", "add_qkv_bias",
-                       "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                       "position_embedding", "rotary_base", "tie_embeddings", "add_bias_linear",
+                       "add_qkv_bias", "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                        "moe_shared_expert_intermediate_size", "moe_first_k_dense_layers", "moe_layer_step",
                        "moe_expert_bias", "moe_router_bias", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
                        "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers"});
@@ -219,6 +219,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   m.position_embedding = pe == "learned" ? PositionEmbedding::kLearned
                          : pe == "rope"  ? PositionEmbedding::kRope
                                          : PositionEmbedding::kAlibi;
+  m.rotary_base = r.OptNumber("rotary_base", 1, 1e12).value_or(10000.0);
   m.tie_embeddings = r.Bool("tie_embeddings");
   m.add_bias_linear = r.OptBool("add_bias_linear").value_or(true);
   m.add_qkv_bias = r.OptBool("add_qkv_bias").value_or(m.add_bias_linear);
@@ -246,6 +247,7 @@ Json ModelToJson(const Model& m) {
   j["normalization"] = ToString(m.normalization);
   j["activation"] = ToString(m.activation);
   j["position_embedding"] = ToString(m.position_embedding);
+  if (m.position_embedding == PositionEmbedding::kRope) j["rotary_base"] = m.rotary_base;
   j["tie_embeddings"] = m.tie_embeddings;
   j["add_bias_linear"] = m.add_bias_linear;
   j["add_qkv_bias"] = m.add_qkv_bias;
@@ -339,6 +341,13 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
   if (e.num_experts <= 1) e = MoeSpec{};
 }
 
+/// RoPE's base from `key` (rope_theta; GPT-NeoX's rotary_emb_base), 10000 when absent or null
+/// (the transformers library's default for these families).
+double HfRopeTheta(const JsonReader& r, const char* key) {
+  if (!r.Has(key)) return 10000.0;
+  return r.NullableNumber(key, 1, 1e12).value_or(10000.0);
+}
+
 }  // namespace
 
 Model ModelFromHuggingFace(const Json& j, const std::string& file) {
@@ -401,6 +410,7 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     m.normalization = Normalization::kRMSNorm;
     m.activation = Activation::kSwiglu;
     m.position_embedding = PositionEmbedding::kRope;
+    m.rotary_base = HfRopeTheta(r, "rope_theta");
     m.tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
     m.add_bias_linear = r.OptBool("mlp_bias").value_or(false);
     m.add_qkv_bias = type == "qwen2" || type == "qwen2_moe" ? true
@@ -430,6 +440,7 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     m.normalization = Normalization::kLayerNorm;
     m.activation = Activation::kGelu;
     m.position_embedding = PositionEmbedding::kRope;
+    m.rotary_base = HfRopeTheta(r, "rotary_emb_base");
     m.tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
   } else if (type == "mpt") {
     m.num_layers = r.Int("n_layers", 1, kMaxLayers);

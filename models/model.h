@@ -128,6 +128,9 @@ struct Model {
   Normalization normalization = Normalization::kLayerNorm;
   Activation activation = Activation::kGelu;
   PositionEmbedding position_embedding = PositionEmbedding::kLearned;
+  /// RoPE's base period theta (Hugging Face's rope_theta, Megatron-LM's --rotary-base; Su et al.
+  /// 2021 eq. 15 use 10000). It changes no count or time; kept for the launch configurations.
+  double rotary_base = 10000;
   bool tie_embeddings = true;
   bool add_bias_linear = true;
   bool add_qkv_bias = true;

@@ -104,18 +104,9 @@ PlanResult RunPlan(const Model& model, const Cluster& cluster, const HardwarePro
 /// joules per token.
 double ObjectiveValue(const Plan& p, Objective o);
 
-/// Megatron-LM's precision arguments for `c`, each with a leading space: " --bf16", " --fp16",
-/// " --bf16 --fp8-format hybrid --fp8-recipe delayed --fp8-amax-history-len 1024
-/// --fp8-amax-compute-algo max", " --bf16 --fp8-format e4m3 --fp8-recipe mxfp8", " --bf16
-/// --fp4-format e2m1 --fp4-recipe nvfp4", with --fp8-param-gather and the bf16 layers; empty for
-/// fp32/tf32 (Megatron-LM's default).
-std::string MegatronPrecisionArgs(const ParallelConfig& c);
-
-/// Megatron-LM launch arguments for a configuration.
 /// The known bias of predictions for a configuration like `c`, from the published runs
 /// (docs/accuracy.md), or "" when none is known: the MPT-3B runs without activation recompute took
 /// 20-28% longer than predicted (validate rows 217-219).
 std::string KnownBias(const ParallelConfig& c);
-std::string MegatronArguments(const ParallelConfig& c, const Model& m);
 
 }  // namespace shardcast

@@ -3,7 +3,8 @@
 set -euo pipefail
 pkgs=(cmake ninja-build g++ make pkg-config
       nlohmann-json3-dev libcli11-dev libfmt-dev libeigen3-dev libboost-graph-dev
-      libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin)
+      libgtest-dev libgmock-dev libbenchmark-dev libopenmpi-dev openmpi-bin
+      libtomlplusplus-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

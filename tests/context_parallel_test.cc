@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "models/loader.h"
 #include "planner/planner.h"
+#include "report/megatron_args.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulate.h"
 #include "tests/test_util.h"

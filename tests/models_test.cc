@@ -118,6 +118,11 @@ TEST(Model, HuggingFaceLlama3_8bMatchesPreset) {
   EXPECT_EQ(hf.activation, Activation::kSwiglu);
   EXPECT_EQ(hf.normalization, Normalization::kRMSNorm);
   EXPECT_FALSE(hf.tie_embeddings);
+  // RoPE's base: rope_theta of the config, as the preset has it; 10000 where a family has none.
+  EXPECT_EQ(hf.rotary_base, 500000.0);
+  EXPECT_EQ(preset.rotary_base, 500000.0);
+  EXPECT_EQ(LoadModel(std::string(SHARDCAST_FIXTURES) + "/hf/qwen2-7b.json").rotary_base, 1e6);
+  EXPECT_EQ(LoadModel("gpt3-175b").rotary_base, 10000.0);
 }
 
 TEST(Model, HuggingFaceFamiliesMap) {
@@ -218,7 +223,7 @@ TEST(BadInput, UnknownKeyIsAnError) {
             "max_position_embeddings, moe_expert_bias, moe_ffn_hidden_size, moe_first_k_dense_layers, "
             "moe_layer_step, moe_router_bias, moe_router_topk, moe_shared_expert_intermediate_size, "
             "mtp_num_layers, name, normalization, num_attention_heads, num_experts, num_layers, "
-            "num_query_groups, position_embedding, q_lora_rank, qk_head_dim, qk_pos_emb_head_dim, seq_length, "
+            "num_query_groups, position_embedding, q_lora_rank, qk_head_dim, qk_pos_emb_head_dim, rotary_base, seq_length, "
             "source, tie_embeddings, v_head_dim, vocab_size (did you mean 'num_layers'?)");
   // Keys starting with '_' are comments.
   EXPECT_EQ(LoadError("ok_comment.json", ModelWith("_comment", "\"a note\"")), "no error");

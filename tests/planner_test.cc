@@ -9,6 +9,7 @@
 #include "planner/capacity.h"
 #include "common/text.h"
 #include "planner/planner.h"
+#include "report/megatron_args.h"
 
 namespace shardcast {
 namespace {
@@ -201,6 +202,7 @@ TEST(Plan, MegatronArguments) {
   c.sequence_parallel = true;
   c.recompute = Recompute::kSelective;
   c.zero_stage = 1;
+  ApplyMegatronCoreDefaults(&c);
   EXPECT_EQ(MegatronArguments(c, m),
             "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 "
             "--num-layers-per-virtual-pipeline-stage 4 --micro-batch-size 1 --global-batch-size 1536 "
@@ -224,6 +226,9 @@ TEST(Plan, MegatronArguments) {
   EXPECT_NE(a.find(" --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split"), std::string::npos)
       << a;
   EXPECT_EQ(a.find("pp-partition-method"), std::string::npos) << a;  // Megatron-DeepSpeed's, not Megatron-LM's
+  // Megatron-LM 2021-22's scatter/gather transfers are not Megatron-Core's: said, not dropped.
+  c.scatter_gather = true;
+  EXPECT_NE(MegatronArguments(c, m).find("   # Megatron-LM 2021-22's pipeline transfers"), std::string::npos);
 }
 
 // The no-fit advice names ZeRO only when ZeRO-3 over every GPU would hold the state beside the

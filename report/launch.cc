@@ -1,0 +1,539 @@
+#include "report/launch.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "report/megatron_args.h"
+
+namespace shardcast {
+
+const char* ToString(LaunchFormat f) {
+  switch (f) {
+    case LaunchFormat::kMegatron: return "megatron";
+    case LaunchFormat::kNemo: return "nemo";
+    case LaunchFormat::kTorchtitan: return "torchtitan";
+  }
+  return "?";
+}
+
+LaunchFormat ParseLaunchFormat(const std::string& s, const std::string& where) {
+  for (LaunchFormat f : {LaunchFormat::kMegatron, LaunchFormat::kNemo, LaunchFormat::kTorchtitan}) {
+    if (s == ToString(f)) return f;
+  }
+  throw InputError(where + ": got \"" + s + "\", expected megatron, nemo or torchtitan");
+}
+
+std::string MegatronPipelineLayout(const Model& m, const ParallelConfig& c) {
+  const PipelineLayout layout = PipelineLayoutOf(m, c);
+  if (!layout.error.empty()) return "";
+  std::string s;
+  const std::size_t n = layout.chunk_layers.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    if (k > 0) s += "|";
+    if (k == 0) s += "E";
+    s += std::string(static_cast<std::size_t>(layout.chunk_layers[k]), 't');
+    if (k + 1 == n) s += std::string(static_cast<std::size_t>(m.mtp_num_layers), 'm') + "L";
+  }
+  return s;
+}
+
+std::string MegatronMoeLayerFreq(const Model& m) {
+  if (!m.moe.enabled() || m.MoeLayersIn(0, m.num_layers) == m.num_layers) return "1";
+  std::string s = "(";
+  std::int64_t i = 0;
+  while (i < m.num_layers) {
+    const bool moe = m.IsMoeLayer(i);
+    std::int64_t j = i;
+    while (j < m.num_layers && m.IsMoeLayer(j) == moe) ++j;
+    if (i > 0) s += "+";
+    s += fmt::format("[{}]*{}", moe ? 1 : 0, j - i);
+    i = j;
+  }
+  return s + ")";
+}
+
+namespace {
+
+/// Nodes and GPUs per node of a launch: whole nodes of cl.gpus_per_node, one partial node when
+/// fewer GPUs are asked for.
+struct Nodes {
+  std::int64_t nodes = 1, per_node = 1;
+};
+Nodes NodesOf(const Cluster& cl, std::int64_t gpus) {
+  const std::int64_t g = std::max<std::int64_t>(1, cl.gpus_per_node);
+  Nodes n;
+  n.per_node = std::min(gpus, g);
+  n.nodes = (gpus + n.per_node - 1) / n.per_node;
+  return n;
+}
+
+std::int64_t SeqOf(const Model& m, const ParallelConfig& c) { return c.seq_length > 0 ? c.seq_length : m.seq_length; }
+
+std::string Number(double v) {
+  return v == std::floor(v) && std::fabs(v) < 1e15 ? fmt::format("{}", static_cast<std::int64_t>(v))
+                                                    : fmt::format("{}", v);
+}
+
+std::string Header(const char* comment, const Model& m, const ParallelConfig& c, const Cluster& cl,
+                   std::int64_t gpus, const char* version, const std::vector<std::string>& unexpressed) {
+  const Nodes n = NodesOf(cl, gpus);
+  std::string h = fmt::format("{} {}: {} on {} x {} ({} node{} of {}), written by shardcast\n", comment, m.name,
+                              c.Summary(), gpus, cl.gpu.name, n.nodes, n.nodes == 1 ? "" : "s", n.per_node);
+  h += fmt::format("{} Names follow {}.\n", comment, version);
+  for (const auto& u : unexpressed) h += fmt::format("{} Not expressed: {}\n", comment, u);
+  return h;
+}
+
+// ---- Megatron-LM --------------------------------------------------------------------------
+
+/// The model's shape as Megatron-LM flags (mock data and a NullTokenizer of the model's
+/// vocabulary: Megatron adds one EOD token to --vocab-size and pads to a multiple of
+/// --make-vocab-size-divisible-by x tp).
+std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, std::vector<std::string>* unexpressed) {
+  std::vector<std::string> f;
+  f.push_back(fmt::format("--num-layers {} --hidden-size {} --ffn-hidden-size {} --num-attention-heads {} --kv-channels {}",
+                          m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.kv_channels));
+  if (m.num_query_groups != m.num_attention_heads) {
+    f.push_back(fmt::format("--group-query-attention --num-query-groups {}", m.num_query_groups));
+  }
+  f.push_back(fmt::format("--max-position-embeddings {}", std::max(seq, m.max_position_embeddings)));
+  std::string arch = fmt::format("--normalization {}", m.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm");
+  if (m.activation == Activation::kSwiglu) arch += " --swiglu";
+  switch (m.position_embedding) {
+    case PositionEmbedding::kRope: arch += " --position-embedding-type rope --rotary-base " + Number(m.rotary_base); break;
+    case PositionEmbedding::kLearned: arch += " --position-embedding-type learned_absolute"; break;
+    case PositionEmbedding::kAlibi:
+      arch += " --position-embedding-type none";
+      unexpressed->push_back("ALiBi positions (Megatron-LM has none; Megatron-DeepSpeed's --position-embedding-type "
+                             "alibi): written as none, which has the same parameters and cost");
+      break;
+  }
+  if (!m.tie_embeddings) arch += " --untie-embeddings-and-output-weights";
+  if (!m.add_bias_linear) arch += " --disable-bias-linear";
+  if (m.add_qkv_bias && !m.add_bias_linear) arch += " --add-qkv-bias";
+  if (!m.dropout) arch += " --attention-dropout 0 --hidden-dropout 0";
+  f.push_back(arch);
+  if (m.moe.enabled()) {
+    std::string moe = fmt::format("--num-experts {} --moe-router-topk {} --moe-ffn-hidden-size {}", m.moe.num_experts,
+                                  m.moe.top_k, m.moe.ffn_hidden_size);
+    if (m.moe.shared_ffn_hidden_size > 0) {
+      moe += fmt::format(" --moe-shared-expert-intermediate-size {}", m.moe.shared_ffn_hidden_size);
+    }
+    const std::string freq = MegatronMoeLayerFreq(m);
+    if (freq != "1") moe += " --moe-layer-freq '" + freq + "'";
+    f.push_back(moe);
+    if (m.moe.expert_bias && !m.add_bias_linear) {
+      unexpressed->push_back("biases in the experts' linear layers without biases elsewhere (Megatron's "
+                             "--add-bias-linear sets both)");
+    }
+    if (m.moe.router_bias) unexpressed->push_back("a bias in the router's linear layer");
+  }
+  if (m.mla.enabled()) {
+    std::string mla = "--multi-latent-attention";
+    if (m.mla.q_lora_rank > 0) mla += fmt::format(" --q-lora-rank {}", m.mla.q_lora_rank);
+    mla += fmt::format(" --kv-lora-rank {} --qk-head-dim {} --qk-pos-emb-head-dim {} --v-head-dim {}", m.mla.kv_lora_rank,
+                       m.mla.qk_head_dim, m.mla.qk_pos_emb_head_dim, m.mla.v_head_dim);
+    f.push_back(mla);
+  }
+  if (m.mtp_num_layers > 0) f.push_back(fmt::format("--mtp-num-layers {}", m.mtp_num_layers));
+  f.push_back(fmt::format("--mock-data --tokenizer-type NullTokenizer --vocab-size {} --make-vocab-size-divisible-by 1",
+                          m.vocab_size - 1));
+  return f;
+}
+
+LaunchConfig EmitMegatron(const Model& m, const ParallelConfig& c, const Cluster& cl, std::int64_t gpus) {
+  LaunchConfig l{LaunchFormat::kMegatron, kMegatronVersion, "", {}};
+  const std::int64_t seq = SeqOf(m, c);
+  std::vector<std::string> lines = MegatronModelFlags(m, seq, &l.unexpressed);
+  const std::vector<std::string> par = MegatronParallelFlags(c, m, &l.unexpressed);
+  lines.insert(lines.end(), par.begin(), par.end());
+  lines.push_back("--train-iters 100 --lr 1.0e-4 --min-lr 1.0e-5 --lr-decay-style cosine --log-interval 1 "
+                  "--eval-iters 0");
+  const Nodes n = NodesOf(cl, gpus);
+  std::string t = Header("#", m, c, cl, gpus, kMegatronVersion, l.unexpressed);
+  t += "# Mock data and 100 steps: give your --data-path, tokenizer, schedule and checkpoints for a real run.\n";
+  t += fmt::format("torchrun --nnodes {} --nproc-per-node {} --node-rank ${{NODE_RANK:-0}} "
+                   "--master-addr ${{MASTER_ADDR:-localhost}} --master-port ${{MASTER_PORT:-6000}} \\\n"
+                   "  pretrain_gpt.py --use-mcore-models --transformer-impl transformer_engine",
+                   n.nodes, n.per_node);
+  for (const auto& line : lines) t += " \\\n  " + line;
+  l.text = t + "\n";
+  return l;
+}
+
+// ---- NeMo 2 -------------------------------------------------------------------------------
+
+std::string Py(bool b) { return b ? "True" : "False"; }
+std::string Py(std::int64_t v) { return std::to_string(v); }
+std::string PyStr(const std::string& s) { return "\"" + s + "\""; }
+
+struct PyLines {
+  std::string text;
+  void Set(const std::string& path, const std::string& value) { text += "recipe." + path + " = " + value + "\n"; }
+  void Comment(const std::string& s) { text += "# " + s + "\n"; }
+};
+
+void NemoModel(const Model& m, std::int64_t seq, PyLines* p, std::vector<std::string>* unexpressed) {
+  p->Comment("Model shape (GPTConfig / TransformerConfig fields)");
+  p->Set("model.config.num_layers", Py(m.num_layers));
+  p->Set("model.config.hidden_size", Py(m.hidden_size));
+  p->Set("model.config.ffn_hidden_size", Py(m.ffn_hidden_size));
+  p->Set("model.config.num_attention_heads", Py(m.num_attention_heads));
+  p->Set("model.config.num_query_groups", Py(m.num_query_groups));
+  p->Set("model.config.kv_channels", Py(m.kv_channels));
+  p->Set("model.config.seq_length", Py(seq));
+  p->Set("model.config.vocab_size", Py(m.vocab_size));
+  p->Set("model.config.normalization", PyStr(m.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm"));
+  p->Set("model.config.gated_linear_unit", Py(m.activation == Activation::kSwiglu));
+  p->Set("model.config.activation_func", m.activation == Activation::kSwiglu ? "F.silu" : "F.gelu");
+  const char* pe = m.position_embedding == PositionEmbedding::kRope      ? "rope"
+                   : m.position_embedding == PositionEmbedding::kLearned ? "learned_absolute"
+                                                                         : "none";
+  if (m.position_embedding == PositionEmbedding::kAlibi) unexpressed->push_back("ALiBi positions: written as none");
+  p->Set("model.config.position_embedding_type", PyStr(pe));
+  if (m.position_embedding == PositionEmbedding::kRope) p->Set("model.config.rotary_base", Number(m.rotary_base));
+  p->Set("model.config.share_embeddings_and_output_weights", Py(m.tie_embeddings));
+  p->Set("model.config.add_bias_linear", Py(m.add_bias_linear));
+  p->Set("model.config.add_qkv_bias", Py(m.add_qkv_bias));
+  p->Set("model.config.hidden_dropout", m.dropout ? "0.1" : "0.0");
+  p->Set("model.config.attention_dropout", m.dropout ? "0.1" : "0.0");
+  if (m.moe.enabled()) {
+    p->Set("model.config.num_moe_experts", Py(m.moe.num_experts));
+    p->Set("model.config.moe_router_topk", Py(m.moe.top_k));
+    p->Set("model.config.moe_ffn_hidden_size", Py(m.moe.ffn_hidden_size));
+    if (m.moe.shared_ffn_hidden_size > 0) {
+      p->Set("model.config.moe_shared_expert_intermediate_size", Py(m.moe.shared_ffn_hidden_size));
+    }
+    const std::string freq = MegatronMoeLayerFreq(m);
+    p->Set("model.config.moe_layer_freq", freq == "1" ? "1" : freq.substr(1, freq.size() - 2));
+    p->Set("model.config.moe_grouped_gemm", "True");
+    if (m.moe.router_bias) unexpressed->push_back("a bias in the router's linear layer");
+  }
+  if (m.mla.enabled()) {
+    p->Comment("Multi-latent attention needs an MLATransformerConfig (start from llm.deepseek_v3's recipe)");
+    p->Set("model.config.q_lora_rank", m.mla.q_lora_rank > 0 ? Py(m.mla.q_lora_rank) : "None");
+    p->Set("model.config.kv_lora_rank", Py(m.mla.kv_lora_rank));
+    p->Set("model.config.qk_head_dim", Py(m.mla.qk_head_dim));
+    p->Set("model.config.qk_pos_emb_head_dim", Py(m.mla.qk_pos_emb_head_dim));
+    p->Set("model.config.v_head_dim", Py(m.mla.v_head_dim));
+  }
+  if (m.mtp_num_layers > 0) p->Set("model.config.mtp_num_layers", Py(m.mtp_num_layers));
+}
+
+void NemoPrecision(const ParallelConfig& c, PyLines* p, std::vector<std::string>* unexpressed) {
+  p->Comment("Precision (MegatronMixedPrecision)");
+  switch (c.precision) {
+    case Precision::kFp16: p->Set("trainer.plugins", "fp16_mixed()"); break;
+    case Precision::kFp32:
+    case Precision::kTf32:
+      p->Set("trainer.plugins", "None");
+      p->Comment("fp32 parameters and compute: no mixed-precision plugin");
+      break;
+    default: p->Set("trainer.plugins", "bf16_mixed()"); break;
+  }
+  if (c.precision == Precision::kFp8) {
+    p->Set("trainer.plugins.fp8", PyStr(c.fp8_e4m3 ? "e4m3" : "hybrid"));
+    p->Set("trainer.plugins.fp8_recipe", PyStr(ToString(c.fp8_recipe)));
+    if (c.fp8_recipe == Fp8Recipe::kDelayed) {
+      p->Set("trainer.plugins.fp8_amax_history_len", Py(c.fp8_amax_history_len));
+      p->Set("trainer.plugins.fp8_amax_compute_algo", PyStr("max"));
+    }
+  } else if (c.precision == Precision::kMxfp8) {
+    p->Set("trainer.plugins.fp8", PyStr("e4m3"));
+    p->Set("trainer.plugins.fp8_recipe", PyStr("mxfp8"));
+  } else if (c.precision == Precision::kNvfp4) {
+    p->Set("trainer.plugins.fp4", PyStr("e2m1"));
+    p->Set("trainer.plugins.fp4_recipe", PyStr("nvfp4"));
+  }
+  if (IsLowPrecision(c.precision)) {
+    p->Set("trainer.plugins.fp8_param_gather", Py(c.fp8_param_gather));
+    const bool bf16_layers = c.bf16_layers_start + c.bf16_layers_end > 0;
+    p->Set("trainer.plugins.first_last_layers_bf16", Py(bf16_layers));
+    if (bf16_layers) {
+      p->Set("trainer.plugins.num_layers_at_start_in_bf16", Py(c.bf16_layers_start));
+      p->Set("trainer.plugins.num_layers_at_end_in_bf16", Py(c.bf16_layers_end));
+    }
+  }
+  (void)unexpressed;
+}
+
+void NemoParallel(const Model& m, const ParallelConfig& c, PyLines* p, std::vector<std::string>* unexpressed) {
+  p->Comment("Parallelism (MegatronStrategy)");
+  p->Set("trainer.strategy.tensor_model_parallel_size", Py(c.tp));
+  p->Set("trainer.strategy.pipeline_model_parallel_size", Py(c.pp));
+  p->Set("trainer.strategy.pipeline_dtype", c.pp > 1 ? "torch.bfloat16" : "None");
+  const bool layout = c.even_chunks && c.vp > 1;
+  p->Set("trainer.strategy.virtual_pipeline_model_parallel_size", c.vp > 1 && !layout ? Py(c.vp) : "None");
+  if (layout) p->Set("trainer.strategy.pipeline_model_parallel_layout", PyStr(MegatronPipelineLayout(m, c)));
+  if (c.first_stage_layers >= 0) p->Set("trainer.strategy.num_layers_in_first_pipeline_stage", Py(c.first_stage_layers));
+  if (c.last_stage_layers >= 0) p->Set("trainer.strategy.num_layers_in_last_pipeline_stage", Py(c.last_stage_layers));
+  p->Set("trainer.strategy.account_for_embedding_in_pipeline_split", Py(c.embedding_slots));
+  p->Set("trainer.strategy.account_for_loss_in_pipeline_split", Py(c.embedding_slots));
+  p->Set("trainer.strategy.context_parallel_size", Py(c.cp));
+  if (c.cp > 1) {
+    p->Set("model.config.cp_comm_type", PyStr(c.cp_comm == CpComm::kUlysses ? "a2a" : ToString(c.cp_comm)));
+    if (c.cp_comm == CpComm::kA2AP2P && c.cp_a2a > 0) {
+      p->Set("model.config.hierarchical_context_parallel_sizes", fmt::format("[{}, {}]", c.cp_a2a, c.cp / c.cp_a2a));
+    }
+  }
+  p->Set("trainer.strategy.sequence_parallel", Py(c.sequence_parallel));
+  if (m.moe.enabled()) {
+    p->Set("trainer.strategy.expert_model_parallel_size", Py(c.ep));
+    p->Set("trainer.strategy.expert_tensor_parallel_size", Py(c.expert_tp()));
+    p->Set("model.config.moe_token_dispatcher_type", PyStr(ToString(c.moe_dispatcher)));
+    p->Set("model.config.moe_expert_capacity_factor",
+           c.moe_capacity_factor > 0 ? Number(c.moe_capacity_factor) : std::string("None"));
+    p->Set("model.config.overlap_moe_expert_parallel_comm", Py(c.moe_a2a_overlap));
+    p->Set("model.config.delay_wgrad_compute", Py(c.moe_a2a_overlap));
+  }
+  // Megatron-FSDP shards what ZeRO-2/3 shard; ZeRO-1 is the distributed optimizer.
+  const std::string sharding = c.zero_stage == 3 ? "optim_grads_params" : c.zero_stage == 2 ? "optim_grads" : "";
+  p->Set("trainer.strategy.fsdp", sharding.empty() ? "None" : PyStr("megatron"));
+  p->Set("trainer.strategy.ddp",
+         fmt::format("run.Config(DistributedDataParallelConfig, check_for_nan_in_grad=True, grad_reduce_in_fp32={}, "
+                     "overlap_grad_reduce={}, overlap_param_gather={}, average_in_collective=True, "
+                     "use_distributed_optimizer={}{})",
+                     Py(c.fp32_main_grads), Py(c.overlap_grad_reduce && c.dp_cp() > 1),
+                     Py(c.overlap_param_gather && c.zero_stage >= 1), Py(c.zero_stage >= 1),
+                     sharding.empty() ? "" : ", data_parallel_sharding_strategy=" + PyStr(sharding)));
+  p->Set("optim.config.use_distributed_optimizer", Py(c.zero_stage >= 1));
+  if (c.tp_comm_overlap) {
+    p->text += "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, tp_comm_overlap=True))\n";
+  }
+  if (c.schedule == Schedule::kZbH1) unexpressed->push_back("the ZB-H1 schedule (not in Megatron-Core)");
+  if (c.schedule == Schedule::kGpipe) unexpressed->push_back("the GPipe schedule (Megatron-Core runs 1F1B)");
+  if (c.optimizer_impl != OptimizerImpl::kMegatron) {
+    unexpressed->push_back(fmt::format("the {} optimizer (NeMo runs Megatron-Core's)", ToString(c.optimizer_impl)));
+  }
+  if (!HasMegatronCoreDefaults(c)) {
+    unexpressed->push_back("Megatron-LM 2021-22's pipeline transfers (the plan's --framework megatron-2022)");
+  }
+}
+
+void NemoRecompute(const ParallelConfig& c, PyLines* p) {
+  p->Comment("Activation recompute");
+  if (c.recompute == Recompute::kNone) {
+    p->Set("model.config.recompute_granularity", "None");
+  } else if (c.recompute == Recompute::kFull) {
+    p->Set("model.config.recompute_granularity", PyStr("full"));
+    p->Set("model.config.recompute_method", PyStr("uniform"));
+    p->Set("model.config.recompute_num_layers", "1");
+  } else {
+    p->Set("model.config.recompute_granularity", PyStr("selective"));
+    std::string mods = RecomputeModulesName(c.recompute_modules), list;
+    std::size_t start = 0;
+    while (start <= mods.size()) {
+      const std::size_t end = std::min(mods.find(',', start), mods.size());
+      list += (list.empty() ? "" : ", ") + PyStr(mods.substr(start, end - start));
+      start = end + 1;
+    }
+    p->Set("model.config.recompute_modules", "[" + list + "]");
+  }
+}
+
+LaunchConfig EmitNemo(const Model& m, const ParallelConfig& c, const Cluster& cl, std::int64_t gpus) {
+  LaunchConfig l{LaunchFormat::kNemo, kNemoVersion, "", {}};
+  const std::int64_t seq = SeqOf(m, c);
+  const Nodes n = NodesOf(cl, gpus);
+  PyLines p;
+  p.text += "import nemo_run as run\nimport torch\nimport torch.nn.functional as F\n"
+            "from megatron.core.distributed import DistributedDataParallelConfig\n"
+            "from nemo.collections.llm.recipes.precision.mixed_precision import bf16_mixed, fp16_mixed\n";
+  if (c.tp_comm_overlap) {
+    p.text += "from nemo.lightning.pytorch.callbacks.megatron_comm_overlap import MegatronCommOverlapCallback\n";
+  }
+  p.text += "\n";
+  p.Comment(fmt::format("Apply to your model's recipe, e.g. recipe = llm.<model>.pretrain_recipe(num_nodes={}, "
+                        "num_gpus_per_node={})",
+                        n.nodes, n.per_node));
+  p.Set("trainer.num_nodes", Py(n.nodes));
+  p.Set("trainer.devices", Py(n.per_node));
+  NemoModel(m, seq, &p, &l.unexpressed);
+  NemoParallel(m, c, &p, &l.unexpressed);
+  NemoRecompute(c, &p);
+  NemoPrecision(c, &p, &l.unexpressed);
+  p.Comment("Batch");
+  p.Set("data.micro_batch_size", Py(c.micro_batch_size));
+  p.Set("data.global_batch_size", Py(c.global_batch_size));
+  p.Set("data.seq_length", Py(seq));
+  l.text = Header("#", m, c, cl, gpus, kNemoVersion, l.unexpressed) + p.text;
+  return l;
+}
+
+// ---- torchtitan ---------------------------------------------------------------------------
+
+/// torchtitan's model family for `m` (the names under torchtitan/models), or "" when it has none.
+std::string TorchtitanModelName(const Model& m) {
+  if (m.mla.enabled()) return "deepseek_v3";
+  if (m.moe.enabled() && m.moe.expert_bias) return "gpt_oss";
+  if (m.moe.enabled() && m.moe.layer_step > 1) return "llama4";
+  const bool llama_like = m.normalization == Normalization::kRMSNorm && m.activation == Activation::kSwiglu &&
+                          m.position_embedding == PositionEmbedding::kRope;
+  if (!llama_like) return "";
+  return m.moe.enabled() || m.kv_channels * m.num_attention_heads != m.hidden_size ? "qwen3" : "llama3";
+}
+
+const char* TorchtitanSchedule(const ParallelConfig& c, std::vector<std::string>* unexpressed) {
+  switch (c.schedule) {
+    case Schedule::kGpipe: return c.vp > 1 ? "LoopedBFS" : "GPipe";
+    case Schedule::kInterleaved: return c.vp > 1 ? "Interleaved1F1B" : "1F1B";
+    case Schedule::kZbH1:
+      if (c.vp > 1) return "InterleavedZeroBubble";
+      unexpressed->push_back("ZB-H1 on one stage per rank (torchtitan's zero-bubble schedules are looped): "
+                             "written as 1F1B");
+      return "1F1B";
+    case Schedule::k1F1B: break;
+  }
+  return "1F1B";
+}
+
+void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, std::vector<std::string>* unexpressed) {
+  const std::string name = TorchtitanModelName(m);
+  *t += "[model]\n";
+  if (name.empty()) {
+    unexpressed->push_back(fmt::format("the model family ({}, {}, {} positions): torchtitan has no such model",
+                                       ToString(m.normalization), ToString(m.activation), ToString(m.position_embedding)));
+    *t += "name = \"llama3\"  # torchtitan has no model of this family\n";
+  } else {
+    *t += fmt::format("name = \"{}\"\n", name);
+  }
+  unexpressed->push_back("the model's shape: torchtitan defines it as a flavor in Python "
+                         "(torchtitan/models/<name>/__init__.py); add one with the shape in the comments");
+  *t += fmt::format("flavor = \"{}\"\n", m.name);
+  *t += fmt::format("# shape: n_layers = {}, dim = {}, n_heads = {}, n_kv_heads = {}, head_dim = {}, ffn hidden = {}, "
+                    "vocab_size = {}, rope_theta = {}, tied embeddings = {}\n",
+                    m.num_layers, m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels,
+                    m.ffn_hidden_size, m.vocab_size, Number(m.rotary_base), m.tie_embeddings ? "yes" : "no");
+  if (m.moe.enabled()) {
+    *t += fmt::format("# experts: num_experts = {}, top_k = {}, expert ffn hidden = {}, shared ffn hidden = {}\n",
+                      m.moe.num_experts, m.moe.top_k, m.moe.ffn_hidden_size, m.moe.shared_ffn_hidden_size);
+  }
+  if (c.precision == Precision::kFp8) *t += "converters = [\"quantize.linear.float8\"]\n";
+  if (c.precision == Precision::kMxfp8) *t += "converters = [\"quantize.linear.mx\"]\n";
+}
+
+void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string* t, std::vector<std::string>* unexpressed) {
+  // FSDP2 shards over data_parallel_shard_degree; plain DDP replicates.
+  const bool shard = c.zero_stage >= 2;
+  *t += "\n[parallelism]\n";
+  *t += fmt::format("data_parallel_replicate_degree = {}\n", shard ? 1 : c.dp);
+  *t += fmt::format("data_parallel_shard_degree = {}\n", shard ? c.dp : 1);
+  if (shard) *t += fmt::format("fsdp_reshard_after_forward = \"{}\"\n", c.zero_stage == 3 ? "always" : "never");
+  if (c.zero_stage == 1) {
+    unexpressed->push_back("ZeRO-1 (the distributed optimizer): torchtitan shards with FSDP2 (ZeRO-2/3) or "
+                           "replicates; written as replication");
+  }
+  *t += fmt::format("tensor_parallel_degree = {}\n", c.tp);
+  if (c.tp > 1 && !c.sequence_parallel) {
+    unexpressed->push_back("tensor parallelism without sequence parallelism (torchtitan's always shards the "
+                           "sequence)");
+  }
+  *t += fmt::format("enable_async_tensor_parallel = {}\n", c.tp_comm_overlap ? "true" : "false");
+  *t += fmt::format("pipeline_parallel_degree = {}\n", c.pp);
+  *t += fmt::format("pipeline_parallel_schedule = \"{}\"\n", TorchtitanSchedule(c, unexpressed));
+  *t += fmt::format("pipeline_parallel_microbatch_size = {}\n", c.micro_batch_size);
+  const PipelineLayout layout = PipelineLayoutOf(m, c);
+  const bool even = layout.error.empty() &&
+                    std::all_of(layout.chunk_layers.begin(), layout.chunk_layers.end(),
+                                [&](std::int64_t n) { return n == layout.chunk_layers.front(); });
+  if (c.pp > 1 && even) {
+    *t += fmt::format("pipeline_parallel_layers_per_stage = {}\n", layout.chunk_layers.front());
+    // torchtitan counts the embedding and the output as layers only when asked (default 1 each).
+    *t += fmt::format("pipeline_parallel_first_stage_less_layers = {}\n", c.embedding_slots ? 1 : 0);
+    *t += fmt::format("pipeline_parallel_last_stage_less_layers = {}\n", c.embedding_slots ? 1 : 0);
+  } else if (c.pp > 1) {
+    unexpressed->push_back("an uneven pipeline split: give module_fqns_per_model_part with the layers of each chunk "
+                           "(" + MegatronPipelineLayout(m, c) + ")");
+  }
+  *t += fmt::format("context_parallel_degree = {}\n", c.cp);
+  if (c.cp > 1) {
+    const bool a2a = c.cp_comm == CpComm::kA2A || c.cp_comm == CpComm::kUlysses || c.cp_comm == CpComm::kA2AP2P;
+    *t += fmt::format("context_parallel_rotate_method = \"{}\"\n", c.cp_comm == CpComm::kAllGather ? "allgather" : "alltoall");
+    if (a2a) unexpressed->push_back("all-to-all (Ulysses) context parallelism: torchtitan rotates key/value shards");
+  }
+  if (m.moe.enabled()) {
+    *t += fmt::format("expert_parallel_degree = {}\n", c.ep);
+    *t += fmt::format("expert_tensor_parallel_degree = {}\n", c.expert_tp());
+    *t += fmt::format("expert_parallel_comm_backend = \"{}\"\n", c.moe_dispatcher == MoeDispatcher::kFlex ? "deepep" : "standard");
+    if (c.moe_dispatcher == MoeDispatcher::kAllGather) unexpressed->push_back("the all-gather token dispatcher");
+    if (c.moe_a2a_overlap) unexpressed->push_back("Megatron-Core's 1F1B all-to-all overlap");
+    if (c.moe_capacity_factor > 0) unexpressed->push_back("an expert capacity factor (torchtitan is dropless)");
+  }
+}
+
+void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, std::vector<std::string>* unexpressed) {
+  *t += "\n[training]\n";
+  // local_batch_size is one data-parallel rank's batch per step; the pipeline splits it into
+  // micro-batches, and without a pipeline the global batch makes gradient accumulation.
+  *t += fmt::format("local_batch_size = {}\n", c.pp > 1 ? c.global_batch_size / std::max<std::int64_t>(1, c.dp) : c.micro_batch_size);
+  *t += fmt::format("global_batch_size = {}\n", c.global_batch_size);
+  *t += fmt::format("seq_len = {}\n", seq);
+  const bool fp32 = c.precision == Precision::kFp32 || c.precision == Precision::kTf32;
+  *t += fmt::format("mixed_precision_param = \"{}\"\n", fp32 ? "float32" : "bfloat16");
+  *t += "mixed_precision_reduce = \"float32\"\n";
+  if (c.precision == Precision::kFp16) unexpressed->push_back("fp16 training: written as bf16");
+  if (!c.fp32_main_grads) unexpressed->push_back("16-bit gradient reduction (torchtitan reduces in float32)");
+  *t += "\n[activation_checkpoint]\n";
+  switch (c.recompute) {
+    case Recompute::kNone: *t += "mode = \"none\"\n"; break;
+    case Recompute::kFull: *t += "mode = \"full\"\n"; break;
+    case Recompute::kSelective:
+      *t += "mode = \"selective\"\nselective_ac_option = \"op\"\n";
+      unexpressed->push_back(fmt::format("selective recompute of {}: torchtitan's op-level policy saves matmul outputs "
+                                         "and recomputes the rest",
+                                         RecomputeModulesName(c.recompute_modules)));
+      break;
+  }
+  if (c.precision == Precision::kFp8) {
+    *t += "\n[quantize.linear.float8]\n";
+    const char* recipe = c.fp8_recipe == Fp8Recipe::kTensorwise ? "tensorwise" : "rowwise";
+    *t += fmt::format("recipe_name = \"{}\"\n", recipe);
+    *t += fmt::format("enable_fsdp_float8_all_gather = {}\n", c.fp8_param_gather ? "true" : "false");
+    *t += "filter_fqns = [\"output\"]\n";
+    if (c.fp8_recipe != Fp8Recipe::kTensorwise) {
+      unexpressed->push_back(fmt::format("FP8 {} scaling: written as torchtitan's rowwise recipe", ToString(c.fp8_recipe)));
+    }
+  } else if (c.precision == Precision::kMxfp8) {
+    *t += "\n[quantize.linear.mx]\nrecipe_name = \"mxfp8_cublas\"\nfilter_fqns = [\"output\"]\n";
+  } else if (c.precision == Precision::kNvfp4) {
+    unexpressed->push_back("NVFP4 training (not in torchtitan v0.2.2): written as bf16");
+  }
+  if (c.bf16_layers_start + c.bf16_layers_end > 0) {
+    unexpressed->push_back("the first/last layers in bf16: add their modules to filter_fqns");
+  }
+  if (c.optimizer_impl != OptimizerImpl::kMegatron) {
+    unexpressed->push_back(fmt::format("the {} optimizer", ToString(c.optimizer_impl)));
+  }
+}
+
+LaunchConfig EmitTorchtitan(const Model& m, const ParallelConfig& c, const Cluster& cl, std::int64_t gpus) {
+  LaunchConfig l{LaunchFormat::kTorchtitan, kTorchtitanVersion, "", {}};
+  const std::int64_t seq = SeqOf(m, c);
+  const Nodes n = NodesOf(cl, gpus);
+  std::string t;
+  t += fmt::format("\n[job]\ndescription = \"{} {} on {} GPUs\"\n\n", m.name, c.Short(), gpus);
+  TorchtitanModel(m, c, &t, &l.unexpressed);
+  TorchtitanParallelism(m, c, &t, &l.unexpressed);
+  TorchtitanRest(c, seq, &t, &l.unexpressed);
+  std::string head = Header("#", m, c, cl, gpus, kTorchtitanVersion, l.unexpressed);
+  head += fmt::format("# Run with: torchrun --nnodes {} --nproc-per-node {} -m torchtitan.train --job.config_file THIS.toml\n",
+                      n.nodes, n.per_node);
+  l.text = head + t;
+  return l;
+}
+
+}  // namespace
+
+LaunchConfig EmitLaunch(LaunchFormat f, const Model& m, const ParallelConfig& c, const Cluster& cl, std::int64_t gpus) {
+  switch (f) {
+    case LaunchFormat::kNemo: return EmitNemo(m, c, cl, gpus);
+    case LaunchFormat::kTorchtitan: return EmitTorchtitan(m, c, cl, gpus);
+    case LaunchFormat::kMegatron: break;
+  }
+  return EmitMegatron(m, c, cl, gpus);
+}
+
+}  // namespace shardcast

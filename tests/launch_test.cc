@@ -1,0 +1,468 @@
+// Launch configurations (report/launch.h) read back with each framework's own semantics: the
+// Megatron-LM command line token by token, the NeMo override line by line, the torchtitan file
+// with a TOML parser (toml++). What is read back must be the configuration planned.
+
+#include <map>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <toml++/toml.h>
+
+#include "cli/config_args.h"
+#include "models/loader.h"
+#include "report/launch.h"
+#include "report/megatron_args.h"
+#include "tests/test_util.h"
+
+namespace shardcast {
+namespace {
+
+struct Case {
+  const char* model;
+  const char* cluster;
+  std::int64_t gpus;
+  const char* flags;  // simulate's flags
+};
+
+// Configurations covering each kind of flag: interleaving, uneven and even-chunk splits, CP of
+// each kind, experts with their dispatchers and overlap, MLA with MTP, ZeRO 1-3, the precisions.
+const Case kCases[] = {
+    {"gpt3-175b", "dgx-a100", 1024, "--tp 8 --pp 8 --vp 3 --mbs 1 --gbs 1536 --recompute selective --sequence-parallel --zero 1"},
+    {"llama3-70b", "dgx-h100", 64, "--tp 8 --pp 2 --cp 2 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 1 "
+                                   "--mbs 1 --gbs 32 --seq 16384 --sequence-parallel --decoder-first-pipeline-num-layers 39 "
+                                   "--decoder-last-pipeline-num-layers 41 --tp-comm-overlap"},
+    {"mixtral-8x7b", "dgx-h100", 64, "--tp 2 --pp 4 --ep 8 --mbs 1 --gbs 256 --sequence-parallel --recompute full "
+                                     "--zero 1 --precision fp8 --fp8-recipe tensorwise --overlap-moe-expert-parallel-comm"},
+    {"deepseek-v3", "dgx-h100", 1024, "--tp 2 --pp 8 --vp 4 --pipeline-layout-even --ep 64 --etp 1 --mbs 1 --gbs 8192 "
+                                      "--recompute selective --recompute-modules mla_up_proj moe_act --zero 1 "
+                                      "--moe-token-dispatcher-type flex --precision fp8 --fp8-recipe blockwise"},
+    {"qwen3-30b-a3b", "dgx-b200", 16, "--tp 1 --ep 8 --mbs 2 --gbs 64 --zero 3 --precision mxfp8"},
+    {"llama3-8b", "dgx-b200", 8, "--tp 2 --mbs 1 --gbs 32 --zero 2 --precision nvfp4 --no-flash-attention"},
+    {"gpt3-13b", "dgx-a100", 64, "--tp 2 --pp 4 --mbs 2 --gbs 256 --fp16 --embedding-pipeline-slots --bf16-main-grads "
+                                 "--no-overlap-grad-reduce --cp 2 --cp-comm-type allgather"},
+    {"llama2-7b", "dgx-h100", 16, "--tp 1 --pp 4 --vp 2 --mbs 1 --gbs 64 --precision fp8 --fp8-format e4m3 "
+                                  "--fp8-amax-history-len 16 --first-last-layers-bf16 --num-layers-at-start-in-bf16 2 "
+                                  "--num-layers-at-end-in-bf16 1 --zero 1 --fp8-param-gather"},
+};
+
+struct Built {
+  Model m;
+  Cluster cl;
+  ParallelConfig c;
+};
+
+Built Build(const Case& k) {
+  Built b{LoadModel(k.model), LoadCluster(k.cluster), {}};
+  CLI::App app;
+  cli::SimulateArgs a;
+  cli::AddConfigOptions(&app, &a);
+  app.parse(fmt::format("--gpus {} {}", k.gpus, k.flags), false);
+  b.c = cli::BuildConfig(a, b.m, k.gpus);
+  return b;
+}
+
+/// The launch's shell words: comment lines dropped, continuation lines joined, '...' unquoted.
+std::vector<std::string> ShellWords(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, joined;
+  while (std::getline(in, line)) {
+    if (line.rfind("#", 0) == 0) continue;
+    if (!line.empty() && line.back() == '\\') line.pop_back();
+    joined += line + " ";
+  }
+  std::vector<std::string> words;
+  std::string w;
+  bool quoted = false;
+  for (char ch : joined) {
+    if (ch == '\'') {
+      quoted = !quoted;
+    } else if (ch == ' ' && !quoted) {
+      if (!w.empty()) words.push_back(w);
+      w.clear();
+    } else {
+      w += ch;
+    }
+  }
+  return words;
+}
+
+/// What a Megatron-LM command line sets, by Megatron-LM's semantics (flags absent: its defaults,
+/// as megatron/training/arguments.py has them; the pipeline transfers are Megatron-Core's).
+struct MegatronRead {
+  Model m;
+  ParallelConfig c;
+  std::int64_t gpus = 0;
+  std::vector<std::int64_t> layout_chunks;  // from --pipeline-model-parallel-layout
+  std::string moe_layer_freq = "1";
+  std::int64_t divisible_by = 128;
+};
+
+std::vector<std::int64_t> LayoutChunks(const std::string& s) {
+  std::vector<std::int64_t> chunks(1, 0);
+  for (char ch : s) {
+    if (ch == '|') chunks.push_back(0);
+    if (ch == 't') ++chunks.back();
+  }
+  return chunks;
+}
+
+MegatronRead ReadMegatron(const std::string& text) {
+  MegatronRead r;
+  r.m.normalization = Normalization::kLayerNorm;
+  r.m.activation = Activation::kGelu;
+  r.m.position_embedding = PositionEmbedding::kLearned;
+  r.m.tie_embeddings = true;
+  r.m.add_bias_linear = r.m.add_qkv_bias = r.m.dropout = true;
+  r.c.overlap_grad_reduce = r.c.overlap_param_gather = r.c.flash_attention = false;
+  r.c.precision = Precision::kFp32;
+  const std::vector<std::string> w = ShellWords(text);
+  std::size_t i = 0;
+  std::int64_t nnodes = 0, nproc = 0, per_vstage = 0, vstages = 0;
+  auto next = [&]() -> std::string {
+    EXPECT_LT(i + 1, w.size()) << w[i] << " has no value";
+    return i + 1 < w.size() ? w[++i] : "";
+  };
+  auto num = [&]() { return std::stoll(next()); };
+  for (; i < w.size() && w[i] != "pretrain_gpt.py"; ++i) {
+    if (w[i] == "--nnodes") nnodes = num();
+    if (w[i] == "--nproc-per-node") nproc = num();
+  }
+  r.gpus = nnodes * nproc;
+  std::vector<std::string> modules;
+  for (++i; i < w.size(); ++i) {
+    const std::string f = w[i];
+    if (f == "--num-layers") r.m.num_layers = num();
+    else if (f == "--hidden-size") r.m.hidden_size = num();
+    else if (f == "--ffn-hidden-size") r.m.ffn_hidden_size = num();
+    else if (f == "--num-attention-heads") r.m.num_attention_heads = num();
+    else if (f == "--kv-channels") r.m.kv_channels = num();
+    else if (f == "--num-query-groups") r.m.num_query_groups = num();
+    else if (f == "--max-position-embeddings") r.m.max_position_embeddings = num();
+    else if (f == "--normalization") r.m.normalization = next() == "RMSNorm" ? Normalization::kRMSNorm : Normalization::kLayerNorm;
+    else if (f == "--swiglu") r.m.activation = Activation::kSwiglu;
+    else if (f == "--position-embedding-type") {
+      const std::string v = next();
+      r.m.position_embedding = v == "rope" ? PositionEmbedding::kRope : v == "none" ? PositionEmbedding::kAlibi : PositionEmbedding::kLearned;
+    } else if (f == "--rotary-base") r.m.rotary_base = std::stod(next());
+    else if (f == "--untie-embeddings-and-output-weights") r.m.tie_embeddings = false;
+    else if (f == "--disable-bias-linear") r.m.add_bias_linear = r.m.add_qkv_bias = false;
+    else if (f == "--add-qkv-bias") r.m.add_qkv_bias = true;
+    else if (f == "--attention-dropout" || f == "--hidden-dropout") r.m.dropout = std::stod(next()) > 0;
+    else if (f == "--num-experts") r.m.moe.num_experts = num();
+    else if (f == "--moe-router-topk") r.m.moe.top_k = num();
+    else if (f == "--moe-ffn-hidden-size") r.m.moe.ffn_hidden_size = num();
+    else if (f == "--moe-shared-expert-intermediate-size") r.m.moe.shared_ffn_hidden_size = num();
+    else if (f == "--moe-layer-freq") r.moe_layer_freq = next();
+    else if (f == "--q-lora-rank") r.m.mla.q_lora_rank = num();
+    else if (f == "--kv-lora-rank") r.m.mla.kv_lora_rank = num();
+    else if (f == "--qk-head-dim") r.m.mla.qk_head_dim = num();
+    else if (f == "--qk-pos-emb-head-dim") r.m.mla.qk_pos_emb_head_dim = num();
+    else if (f == "--v-head-dim") r.m.mla.v_head_dim = num();
+    else if (f == "--mtp-num-layers") r.m.mtp_num_layers = num();
+    else if (f == "--vocab-size") r.m.vocab_size = num() + 1;  // NullTokenizer adds its EOD token
+    else if (f == "--make-vocab-size-divisible-by") r.divisible_by = num();
+    else if (f == "--tensor-model-parallel-size") r.c.tp = num();
+    else if (f == "--pipeline-model-parallel-size") r.c.pp = num();
+    else if (f == "--context-parallel-size") r.c.cp = num();
+    else if (f == "--cp-comm-type") r.c.cp_comm = ParseCpComm(next());
+    else if (f == "--hierarchical-context-parallel-sizes") { r.c.cp_a2a = num(); next(); }
+    else if (f == "--expert-model-parallel-size") r.c.ep = num();
+    else if (f == "--expert-tensor-parallel-size") r.c.etp = num();
+    else if (f == "--moe-token-dispatcher-type") {
+      const std::string v = next();
+      r.c.moe_dispatcher = v == "flex" ? MoeDispatcher::kFlex : v == "allgather" ? MoeDispatcher::kAllGather : MoeDispatcher::kAllToAll;
+    } else if (f == "--moe-expert-capacity-factor") r.c.moe_capacity_factor = std::stod(next());
+    else if (f == "--num-layers-per-virtual-pipeline-stage") per_vstage = num();
+    else if (f == "--num-virtual-stages-per-pipeline-rank") vstages = num();
+    else if (f == "--pipeline-model-parallel-layout") r.layout_chunks = LayoutChunks(next());
+    else if (f == "--decoder-first-pipeline-num-layers") r.c.first_stage_layers = num();
+    else if (f == "--decoder-last-pipeline-num-layers") r.c.last_stage_layers = num();
+    else if (f == "--account-for-embedding-in-pipeline-split" || f == "--account-for-loss-in-pipeline-split") r.c.embedding_slots = true;
+    else if (f == "--micro-batch-size") r.c.micro_batch_size = num();
+    else if (f == "--global-batch-size") r.c.global_batch_size = num();
+    else if (f == "--seq-length") r.c.seq_length = num();
+    else if (f == "--sequence-parallel") r.c.sequence_parallel = true;
+    else if (f == "--recompute-granularity") r.c.recompute = next() == "full" ? Recompute::kFull : Recompute::kSelective;
+    else if (f == "--recompute-modules") {
+      while (i + 1 < w.size() && w[i + 1].rfind("--", 0) != 0) modules.push_back(w[++i]);
+    } else if (f == "--overlap-moe-expert-parallel-comm") r.c.moe_a2a_overlap = true;
+    else if (f == "--use-distributed-optimizer") r.c.zero_stage = 1;
+    else if (f == "--use-megatron-fsdp") r.c.zero_stage = 2;
+    else if (f == "--data-parallel-sharding-strategy") EXPECT_EQ(next(), "optim_grads");
+    else if (f == "--use-torch-fsdp2") r.c.zero_stage = 3;
+    else if (f == "--overlap-grad-reduce") r.c.overlap_grad_reduce = true;
+    else if (f == "--overlap-param-gather") r.c.overlap_param_gather = true;
+    else if (f == "--grad-reduce-in-bf16") r.c.fp32_main_grads = false;
+    else if (f == "--use-flash-attn") r.c.flash_attention = true;
+    else if (f == "--attention-backend") EXPECT_EQ(next(), "unfused");
+    else if (f == "--tp-comm-overlap") r.c.tp_comm_overlap = true;
+    else if (f == "--bf16") r.c.precision = Precision::kBf16;
+    else if (f == "--fp16") r.c.precision = Precision::kFp16;
+    else if (f == "--fp8-format") { r.c.fp8_e4m3 = next() == "e4m3"; r.c.precision = Precision::kFp8; }
+    else if (f == "--fp8-recipe") {
+      const std::string v = next();
+      if (v == "mxfp8") r.c.precision = Precision::kMxfp8, r.c.fp8_e4m3 = false;
+      r.c.fp8_recipe = v == "tensorwise" ? Fp8Recipe::kTensorwise : v == "blockwise" ? Fp8Recipe::kBlockwise : Fp8Recipe::kDelayed;
+    } else if (f == "--fp8-amax-history-len") r.c.fp8_amax_history_len = num();
+    else if (f == "--fp4-format") { EXPECT_EQ(next(), "e2m1"); r.c.precision = Precision::kNvfp4; }
+    else if (f == "--fp4-recipe") EXPECT_EQ(next(), "nvfp4");
+    else if (f == "--fp8-param-gather") r.c.fp8_param_gather = true;
+    else if (f == "--num-layers-at-start-in-bf16") r.c.bf16_layers_start = num();
+    else if (f == "--num-layers-at-end-in-bf16") r.c.bf16_layers_end = num();
+    else if (f == "--train-iters" || f == "--lr" || f == "--min-lr" || f == "--lr-decay-style" || f == "--log-interval" ||
+             f == "--eval-iters" || f == "--tokenizer-type" || f == "--fp8-amax-compute-algo" || f == "--transformer-impl" ||
+             f == "--recompute-method" || f == "--recompute-num-layers") next();
+    else if (f == "--use-mcore-models" || f == "--mock-data" || f == "--group-query-attention" || f == "--moe-grouped-gemm" ||
+             f == "--multi-latent-attention" || f == "--delay-wgrad-compute" || f == "--first-last-layers-bf16") {}
+    else ADD_FAILURE() << "a flag the reader does not know: " << f;
+  }
+  if (!modules.empty()) r.c.recompute_modules = ParseRecomputeModules(modules, "--recompute-modules");
+  if (r.m.num_query_groups == 0) r.m.num_query_groups = r.m.num_attention_heads;
+  r.c.dp = r.gpus / (r.c.tp * r.c.pp * r.c.cp);
+  if (per_vstage > 0) r.c.vp = r.m.num_layers / (r.c.pp * per_vstage);
+  if (vstages > 0) r.c.vp = vstages;
+  if (!r.layout_chunks.empty()) r.c.vp = static_cast<std::int64_t>(r.layout_chunks.size()) / r.c.pp;
+  if (r.c.vp > 1) r.c.schedule = Schedule::kInterleaved;
+  ApplyMegatronCoreDefaults(&r.c);  // by the schedule
+  return r;
+}
+
+/// The fields every format expresses, compared one by one (the name says which).
+void ExpectSameParallelism(const ParallelConfig& got, const ParallelConfig& want, const std::string& where) {
+  EXPECT_EQ(got.tp, want.tp) << where;
+  EXPECT_EQ(got.pp, want.pp) << where;
+  EXPECT_EQ(got.dp, want.dp) << where;
+  EXPECT_EQ(got.cp, want.cp) << where;
+  EXPECT_EQ(got.ep, want.ep) << where;
+  EXPECT_EQ(got.expert_tp(), want.expert_tp()) << where;
+  EXPECT_EQ(got.vp, want.vp) << where;
+  EXPECT_EQ(got.micro_batch_size, want.micro_batch_size) << where;
+  EXPECT_EQ(got.global_batch_size, want.global_batch_size) << where;
+  EXPECT_EQ(got.seq_length, want.seq_length) << where;
+  EXPECT_EQ(got.recompute, want.recompute) << where;
+}
+
+TEST(Launch, MegatronCommandReadsBackAsThePlannedConfiguration) {
+  for (const Case& k : kCases) {
+    const Built b = Build(k);
+    const std::string where = std::string(k.model) + " " + k.flags;
+    const LaunchConfig l = EmitLaunch(LaunchFormat::kMegatron, b.m, b.c, b.cl, k.gpus);
+    EXPECT_NE(l.text.find("core_v0.15"), std::string::npos);
+    MegatronRead r = ReadMegatron(l.text);
+    EXPECT_EQ(r.gpus, k.gpus) << where;
+    // The model: every field of the shape, and the vocabulary Megatron pads to.
+    const std::int64_t multiple = r.divisible_by * r.c.tp;
+    EXPECT_EQ((r.m.vocab_size + multiple - 1) / multiple * multiple, b.m.vocab_size) << where;
+    r.m.name = b.m.name;
+    r.m.seq_length = b.m.seq_length;
+    r.m.source = b.m.source;
+    r.m.origin = b.m.origin;
+    r.m.moe.first_k_dense = b.m.moe.first_k_dense;
+    r.m.moe.layer_step = b.m.moe.layer_step;
+    r.m.moe.expert_bias = b.m.moe.expert_bias;
+    r.m.moe.router_bias = b.m.moe.router_bias;
+    // A longer training sequence than the model's context gets a position table that long.
+    const std::int64_t seq = b.c.seq_length > 0 ? b.c.seq_length : b.m.seq_length;
+    EXPECT_EQ(r.m.max_position_embeddings, std::max(seq, b.m.max_position_embeddings)) << where;
+    r.m.max_position_embeddings = b.m.max_position_embeddings;
+    EXPECT_EQ(ModelToJson(r.m), ModelToJson(b.m)) << where;
+    EXPECT_EQ(r.moe_layer_freq, MegatronMoeLayerFreq(b.m)) << where;
+    // The configuration: the whole of it where the split is given by flags.
+    ExpectSameParallelism(r.c, b.c, where);
+    if (!r.layout_chunks.empty()) {
+      EXPECT_EQ(r.layout_chunks, PipelineLayoutOf(b.m, b.c).chunk_layers) << where;
+      r.c.even_chunks = b.c.even_chunks;
+    }
+    if (b.c.dp_cp() == 1) r.c.overlap_grad_reduce = b.c.overlap_grad_reduce;  // nothing to reduce
+    if (b.c.zero_stage != 1) r.c.overlap_param_gather = b.c.overlap_param_gather;  // needs the distributed optimizer
+    r.c.moe_load_imbalance = b.c.moe_load_imbalance;  // the routing's, not a setting
+    EXPECT_EQ(ResultToJson(SimulationResult{}, b.m, r.c, b.cl, k.gpus)["config"],
+              ResultToJson(SimulationResult{}, b.m, b.c, b.cl, k.gpus)["config"])
+        << where << "\n" << l.text;
+    EXPECT_TRUE(l.unexpressed.empty()) << where << ": " << l.unexpressed.front();
+  }
+}
+
+/// `recipe.PATH = VALUE` lines, run.Config(...) keyword arguments as PATH.KEY.
+std::map<std::string, std::string> ReadNemo(const std::string& text) {
+  std::map<std::string, std::string> v;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("recipe.", 0) != 0 || line.find(" = ") == std::string::npos) continue;
+    const std::string key = line.substr(7, line.find(" = ") - 7), value = line.substr(line.find(" = ") + 3);
+    v[key] = value;
+    if (value.rfind("run.Config(", 0) == 0) {
+      std::istringstream args(value.substr(11, value.size() - 12));
+      std::string arg;
+      while (std::getline(args, arg, ',')) {
+        const auto eq = arg.find('=');
+        if (eq == std::string::npos) continue;
+        v[key + "." + arg.substr(arg.find_first_not_of(' '), eq - arg.find_first_not_of(' '))] = arg.substr(eq + 1);
+      }
+    }
+  }
+  return v;
+}
+
+TEST(Launch, NemoOverrideReadsBackAsThePlannedConfiguration) {
+  for (const Case& k : kCases) {
+    const Built b = Build(k);
+    const std::string where = std::string(k.model) + " " + k.flags;
+    const LaunchConfig l = EmitLaunch(LaunchFormat::kNemo, b.m, b.c, b.cl, k.gpus);
+    auto v = ReadNemo(l.text);
+    auto num = [&](const std::string& key) {
+      EXPECT_TRUE(v.count(key)) << where << ": " << key;
+      return v.count(key) && v[key] != "None" ? std::stoll(v[key]) : 1;
+    };
+    auto flag = [&](const std::string& key) {
+      EXPECT_TRUE(v.count(key)) << where << ": " << key;
+      return v[key] == "True";
+    };
+    const std::int64_t seq = b.c.seq_length > 0 ? b.c.seq_length : b.m.seq_length;
+    EXPECT_EQ(num("trainer.num_nodes") * num("trainer.devices"), k.gpus) << where;
+    EXPECT_EQ(num("model.config.num_layers"), b.m.num_layers) << where;
+    EXPECT_EQ(num("model.config.hidden_size"), b.m.hidden_size) << where;
+    EXPECT_EQ(num("model.config.ffn_hidden_size"), b.m.ffn_hidden_size) << where;
+    EXPECT_EQ(num("model.config.num_query_groups"), b.m.num_query_groups) << where;
+    EXPECT_EQ(num("model.config.kv_channels"), b.m.kv_channels) << where;
+    EXPECT_EQ(num("model.config.vocab_size"), b.m.vocab_size) << where;
+    EXPECT_EQ(flag("model.config.gated_linear_unit"), b.m.activation == Activation::kSwiglu) << where;
+    EXPECT_EQ(flag("model.config.share_embeddings_and_output_weights"), b.m.tie_embeddings) << where;
+    ParallelConfig got;
+    got.tp = num("trainer.strategy.tensor_model_parallel_size");
+    got.pp = num("trainer.strategy.pipeline_model_parallel_size");
+    got.vp = num("trainer.strategy.virtual_pipeline_model_parallel_size");
+    if (v.count("trainer.strategy.pipeline_model_parallel_layout")) {
+      const std::string layout = v["trainer.strategy.pipeline_model_parallel_layout"];
+      const auto chunks = LayoutChunks(layout.substr(1, layout.size() - 2));
+      EXPECT_EQ(chunks, PipelineLayoutOf(b.m, b.c).chunk_layers) << where;
+      got.vp = static_cast<std::int64_t>(chunks.size()) / got.pp;
+    }
+    got.cp = num("trainer.strategy.context_parallel_size");
+    got.dp = k.gpus / (got.tp * got.pp * got.cp);
+    got.ep = b.m.moe.enabled() ? num("trainer.strategy.expert_model_parallel_size") : 1;
+    got.etp = b.m.moe.enabled() ? num("trainer.strategy.expert_tensor_parallel_size") : 0;
+    got.micro_batch_size = num("data.micro_batch_size");
+    got.global_batch_size = num("data.global_batch_size");
+    got.seq_length = num("data.seq_length");
+    EXPECT_EQ(num("model.config.seq_length"), seq) << where;
+    const std::string rc = v["model.config.recompute_granularity"];
+    got.recompute = rc == "\"full\"" ? Recompute::kFull : rc == "\"selective\"" ? Recompute::kSelective : Recompute::kNone;
+    ExpectSameParallelism(got, b.c, where);
+    EXPECT_EQ(flag("trainer.strategy.sequence_parallel"), b.c.sequence_parallel) << where;
+    EXPECT_EQ(flag("optim.config.use_distributed_optimizer"), b.c.zero_stage >= 1) << where;
+    EXPECT_EQ(flag("trainer.strategy.ddp.grad_reduce_in_fp32"), b.c.fp32_main_grads) << where;
+    EXPECT_EQ(flag("trainer.strategy.ddp.overlap_grad_reduce"), b.c.overlap_grad_reduce && b.c.dp_cp() > 1) << where;
+    const std::string shard = v["trainer.strategy.ddp.data_parallel_sharding_strategy"];
+    EXPECT_EQ(shard, b.c.zero_stage == 3 ? "\"optim_grads_params\"" : b.c.zero_stage == 2 ? "\"optim_grads\"" : "") << where;
+    EXPECT_EQ(v["trainer.plugins"], b.c.precision == Precision::kFp16 ? "fp16_mixed()" : "bf16_mixed()") << where;
+    if (b.c.precision == Precision::kFp8) {
+      EXPECT_EQ(v["trainer.plugins.fp8_recipe"], "\"" + std::string(ToString(b.c.fp8_recipe)) + "\"") << where;
+      EXPECT_EQ(flag("trainer.plugins.fp8_param_gather"), b.c.fp8_param_gather) << where;
+    }
+    if (b.c.precision == Precision::kMxfp8) {
+      EXPECT_EQ(v["trainer.plugins.fp8_recipe"], "\"mxfp8\"") << where;
+    }
+    if (b.c.precision == Precision::kNvfp4) {
+      EXPECT_EQ(v["trainer.plugins.fp4_recipe"], "\"nvfp4\"") << where;
+    }
+    if (b.c.bf16_layers_start > 0) {
+      EXPECT_EQ(num("trainer.plugins.num_layers_at_start_in_bf16"), b.c.bf16_layers_start) << where;
+    }
+    if (b.m.moe.enabled()) {
+      EXPECT_EQ(num("model.config.num_moe_experts"), b.m.moe.num_experts) << where;
+      EXPECT_EQ(flag("model.config.overlap_moe_expert_parallel_comm"), b.c.moe_a2a_overlap) << where;
+    }
+    EXPECT_EQ(v.count("trainer.strategy.num_layers_in_first_pipeline_stage") > 0, b.c.first_stage_layers >= 0) << where;
+    EXPECT_EQ(flag("trainer.strategy.account_for_embedding_in_pipeline_split"), b.c.embedding_slots) << where;
+  }
+}
+
+TEST(Launch, TorchtitanTomlParsesAndReadsBackAsThePlannedConfiguration) {
+  for (const Case& k : kCases) {
+    const Built b = Build(k);
+    const std::string where = std::string(k.model) + " " + k.flags;
+    const LaunchConfig l = EmitLaunch(LaunchFormat::kTorchtitan, b.m, b.c, b.cl, k.gpus);
+    toml::table t;
+    try {
+      t = toml::parse(l.text);
+    } catch (const toml::parse_error& e) {
+      ADD_FAILURE() << where << ": not TOML: " << e.description() << "\n" << l.text;
+      continue;
+    }
+    auto num = [&](const char* table, const char* key) {
+      const auto v = t[table][key].value<std::int64_t>();
+      EXPECT_TRUE(v.has_value()) << where << ": [" << table << "] " << key;
+      return v.value_or(0);
+    };
+    ParallelConfig got;
+    got.tp = num("parallelism", "tensor_parallel_degree");
+    got.pp = num("parallelism", "pipeline_parallel_degree");
+    got.cp = num("parallelism", "context_parallel_degree");
+    const std::int64_t replicate = num("parallelism", "data_parallel_replicate_degree");
+    const std::int64_t shard = num("parallelism", "data_parallel_shard_degree");
+    got.dp = replicate * shard;
+    EXPECT_EQ(shard > 1 || (b.c.zero_stage >= 2 && b.c.dp == 1), b.c.zero_stage >= 2) << where;
+    got.ep = b.m.moe.enabled() ? num("parallelism", "expert_parallel_degree") : 1;
+    got.etp = b.m.moe.enabled() ? num("parallelism", "expert_tensor_parallel_degree") : 0;
+    got.micro_batch_size = num("parallelism", "pipeline_parallel_microbatch_size");
+    got.global_batch_size = num("training", "global_batch_size");
+    got.seq_length = num("training", "seq_len");
+    const std::string schedule = t["parallelism"]["pipeline_parallel_schedule"].value_or("");
+    if (got.pp > 1 && (schedule == "Interleaved1F1B" || schedule == "InterleavedZeroBubble")) {
+      if (auto per = t["parallelism"]["pipeline_parallel_layers_per_stage"].value<std::int64_t>()) {
+        got.vp = b.m.num_layers / (got.pp * *per);
+      } else {
+        got.vp = b.c.vp;  // an uneven split: said in `unexpressed`
+        EXPECT_FALSE(l.unexpressed.empty()) << where;
+      }
+    }
+    const std::string mode = t["activation_checkpoint"]["mode"].value_or("");
+    got.recompute = mode == "full" ? Recompute::kFull : mode == "selective" ? Recompute::kSelective : Recompute::kNone;
+    // local_batch_size: a data-parallel rank's batch per step (all its micro-batches with a pipeline).
+    const std::int64_t local = num("training", "local_batch_size");
+    EXPECT_EQ(local, got.pp > 1 ? b.c.global_batch_size / b.c.dp : b.c.micro_batch_size) << where;
+    ExpectSameParallelism(got, b.c, where);
+    const bool fp8 = b.c.precision == Precision::kFp8, mx = b.c.precision == Precision::kMxfp8;
+    EXPECT_EQ(t["quantize"]["linear"]["float8"].is_table(), fp8) << where;
+    EXPECT_EQ(t["quantize"]["linear"]["mx"].is_table(), mx) << where;
+    // What torchtitan cannot run the way the plan does is said, in the list and as a comment.
+    for (const auto& u : l.unexpressed) EXPECT_NE(l.text.find("# Not expressed: " + u), std::string::npos) << u;
+    const bool zero1 = b.c.zero_stage == 1;
+    EXPECT_EQ(l.text.find("ZeRO-1") != std::string::npos, zero1) << where;
+  }
+}
+
+TEST(Launch, LayoutAndMoeLayerPatterns) {
+  const Model ds = LoadModel("deepseek-v3");  // 3 dense layers, then 58 MoE layers, one MTP layer
+  EXPECT_EQ(MegatronMoeLayerFreq(ds), "([0]*3+[1]*58)");
+  EXPECT_EQ(MegatronMoeLayerFreq(LoadModel("mixtral-8x7b")), "1");
+  ParallelConfig c;
+  c.pp = 4;
+  c.vp = 2;
+  c.schedule = Schedule::kInterleaved;
+  c.even_chunks = true;
+  // 61 layers over 8 chunks: 7 each, the remainder 5 to the first five chunks.
+  EXPECT_EQ(MegatronPipelineLayout(ds, c), "Etttttttt|tttttttt|tttttttt|tttttttt|tttttttt|ttttttt|ttttttt|tttttttmL");
+}
+
+TEST(Launch, EmitOnTheCommandLine) {
+  const auto r = testing::RunShardcast(
+      "plan --model llama3-8b --cluster dgx-h100 --gpus 16 --gbs 64 --emit megatron --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["launch"]["format"], "megatron");
+  const std::string text = j["launch"]["text"].get<std::string>();
+  EXPECT_NE(text.find(fmt::format("--tensor-model-parallel-size {}", j["recommended"]["config"]["tp"].get<int>())),
+            std::string::npos);
+  const auto bad = testing::RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --gbs 8 --emit deepspeed");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--emit"), std::string::npos) << bad.err;
+  EXPECT_EQ(testing::RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --gbs 8 --emit-file x.toml").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace shardcast
