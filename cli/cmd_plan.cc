@@ -32,6 +32,7 @@ struct PlanArgs {
   PrecisionArgs prec;
   std::string framework = "megatron-core";
   EmitArgs emit;
+  std::vector<std::string> what_if;
 };
 
 /// A cost or energy figure, or an empty CSV cell when the GPU file has no price or power (0).
@@ -62,6 +63,27 @@ std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective ob
                      fmt::format("{:.1f}%", 100 * r.mfu_causal), fmt::format("{:.1f}%", 100 * r.bubble_fraction),
                      FormatGiB(r.peak_memory_bytes), FormatGiB(usable - r.peak_memory_bytes),
                      r.memory_at_risk ? "  at risk" : "");
+}
+
+/// The plan a result recommends: the best not at risk, else the best (null when nothing fits).
+const Plan* BestOf(const PlanResult& r) {
+  return r.best_not_at_risk ? &*r.best_not_at_risk : r.plans.empty() ? nullptr : &r.plans.front();
+}
+
+/// The recommendation on the --what-if hardware beside the baseline's.
+void PrintPlanWhatIf(const std::vector<std::string>& changes, const HardwareProfile& prof, const WhatIfHardware& hw,
+                     const Plan& base, const Plan* best) {
+  std::cout << "\nWhat if " << Join(changes, ", ") << ":\n";
+  for (std::size_t i = prof.adjustments.size(); i < hw.prof.adjustments.size(); ++i) {
+    std::cout << "  " << hw.prof.adjustments[i] << "\n";
+  }
+  if (!best) {
+    std::cout << "  no candidate fits on the what-if hardware\n";
+    return;
+  }
+  std::cout << "  baseline: " << base.config.Summary() << "\n  what-if:  " << best->config.Summary()
+            << (best->config.Summary() == base.config.Summary() ? " (the same configuration)\n" : "\n");
+  PrintBeside(base.result, best->result, "baseline best", "what-if best");
 }
 
 void RunPlanCommand(const PlanArgs& a) {
@@ -103,11 +125,19 @@ void RunPlanCommand(const PlanArgs& a) {
                  std::string(static_cast<std::size_t>(w - filled), ' ').c_str(), done, total, el);
     if (done == total) std::fprintf(stderr, "\n");
   };
+  const std::vector<WhatIf> what_if = ParseWhatIfs(a.what_if);
   PlanResult r = RunPlan(m, cl, prof, o);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // With --what-if, the same search on the changed hardware.
+  std::optional<WhatIfHardware> hw;
+  std::optional<PlanResult> r_changed;
+  if (!what_if.empty()) {
+    hw = ApplyWhatIfs(what_if, cl, prof);
+    r_changed = RunPlan(m, hw->cl, hw->prof, o);
+  }
   // The recommendation: the best plan not at risk of running out of memory (found even below
   // the top K), else the best plan; and its rank in the table, 0 when it is not shown.
-  const Plan* recommended = r.best_not_at_risk ? &*r.best_not_at_risk : r.plans.empty() ? nullptr : &r.plans.front();
+  const Plan* recommended = BestOf(r);
   const std::optional<LaunchConfig> launch =
       recommended ? EmitIfAsked(a.emit, m, recommended->config, cl, o.gpus) : std::nullopt;
   std::size_t recommended_rank = 0;
@@ -186,6 +216,15 @@ void RunPlanCommand(const PlanArgs& a) {
     }
     if (r.plans.empty()) j["advice"] = r.advice;
     if (!a.emit.format.empty()) j["launch"] = launch ? LaunchJson(*launch, a.emit) : Json(nullptr);
+    if (r_changed) {
+      const Plan* best = BestOf(*r_changed);
+      SimulationResult none;  // nothing fits
+      none.feasible = false;
+      j["what_if"] = BesideJson(recommended ? recommended->result : none, best ? best->result : none);
+      j["what_if"]["changes"] = a.what_if;
+      j["what_if"]["adjustments"] = hw->prof.adjustments;
+      j["what_if"]["recommended"] = best ? plan_json(*best) : Json(nullptr);
+    }
     std::cout << WithIntegerBytes(j).dump(2) << "\n";
     return;
   }
@@ -295,6 +334,7 @@ void RunPlanCommand(const PlanArgs& a) {
             << SimulateFlags(chosen.config, m, o.gpus, &unexpressed) << "\n";
   for (const auto& u : unexpressed) std::cout << "  (not reproduced: " << u << ")\n";
   if (launch) PrintLaunch(*launch, a.emit, label);
+  if (r_changed) PrintPlanWhatIf(a.what_if, prof, *hw, chosen, BestOf(*r_changed));
 }
 
 }  // namespace
@@ -335,6 +375,7 @@ void RegisterPlan(CLI::App& app) {
       ->check(OutputFile(true));
   cmd->add_flag("--json", a->json, "print JSON");
   AddEmitOptions(cmd, &a->emit);
+  AddWhatIfOption(cmd, &a->what_if);
   cmd->callback([a] { RunPlanCommand(*a); });
 }
 

@@ -480,7 +480,8 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
 
 namespace {
 
-void RunSimulate(const SimulateArgs& a, const EmitArgs& emit) {
+void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<std::string>& what_if_flags) {
+  const std::vector<WhatIf> what_if = ParseWhatIfs(what_if_flags);
   const Model m = LoadModel(a.model);
   if (a.cluster.empty() && a.profile.empty()) {
     throw InputError("command line: --cluster: missing, expected a cluster preset name or JSON path (or --profile FILE "
@@ -511,6 +512,12 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit) {
   opts.keep_graph = !a.trace.empty();
   SimulationResult r = Simulate(m, c, cl, gpus, prof, opts);
   const std::optional<LaunchConfig> launch = EmitIfAsked(emit, m, c, cl, gpus);
+  std::optional<SimulationResult> changed;
+  std::optional<WhatIfHardware> hw;
+  if (!what_if.empty()) {
+    hw = ApplyWhatIfs(what_if, cl, prof);
+    changed = Simulate(m, c, hw->cl, gpus, hw->prof, opts);
+  }
   if (!a.trace.empty() && r.feasible) WriteFileAtomic(a.trace, ChromeTrace(r));
   if (!a.trace.empty() && !r.feasible) std::cerr << "shardcast: no trace written: the configuration cannot run\n";
   if (a.json) {
@@ -518,12 +525,25 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit) {
     j["profile"] = a.profile.empty() ? "built-in default" : a.profile;
     j["profile_estimates"] = prof.kind == "default" ? Json(prof.Estimates(c.flash_attention, c.precision)) : Json::array();
     if (launch) j["launch"] = LaunchJson(*launch, emit);
+    if (changed) {
+      j["what_if"] = BesideJson(r, *changed);
+      j["what_if"]["changes"] = what_if_flags;
+      j["what_if"]["adjustments"] = hw->prof.adjustments;
+      j["what_if"]["result"] = ResultToJson(*changed, m, c, hw->cl, gpus);
+    }
     std::cout << WithIntegerBytes(j).dump(2) << "\n";
   } else {
     PrintSimulation(r, m, c, cl, gpus, prof);
     if (a.ops && r.feasible) PrintOps(m, c, cl, prof);
     if (a.ops && !r.feasible) std::cout << "\nNo op table: the configuration cannot run.\n";
     if (!a.trace.empty() && r.feasible) std::cout << "\nTrace written to " << a.trace << " (open in ui.perfetto.dev)\n";
+    if (changed) {
+      std::cout << "\nWhat if " << Join(what_if_flags, ", ") << ":\n";
+      for (std::size_t i = prof.adjustments.size(); i < hw->prof.adjustments.size(); ++i) {
+        std::cout << "  " << hw->prof.adjustments[i] << "\n";
+      }
+      PrintBeside(r, *changed, "baseline", "what-if");
+    }
     if (launch) PrintLaunch(*launch, emit, "This configuration");
   }
 }
@@ -649,7 +669,9 @@ void RegisterSimulate(CLI::App& app) {
   cmd->add_flag("--ops", a->ops, "also print the per-op cost table: shapes, FLOPs, bytes, time, achieved rate");
   auto emit = std::make_shared<EmitArgs>();
   AddEmitOptions(cmd, emit.get());
-  cmd->callback([a, emit] { RunSimulate(*a, *emit); });
+  auto what_if = std::make_shared<std::vector<std::string>>();
+  AddWhatIfOption(cmd, what_if.get());
+  cmd->callback([a, emit, what_if] { RunSimulate(*a, *emit, *what_if); });
 }
 
 }  // namespace shardcast::cli

@@ -199,4 +199,69 @@ void PrintLaunch(const LaunchConfig& l, const EmitArgs& a, const std::string& la
   std::cout << fmt::format("\n{}, launched with {}:\n\n{}", label, l.framework, l.text);
 }
 
+void AddWhatIfOption(CLI::App* cmd, std::vector<std::string>* changes) {
+  cmd->add_option("--what-if", *changes,
+                  "also run on changed hardware and print the result beside the baseline: KEY=VALUE replaces a "
+                  "figure, KEY=xFACTOR scales it; keys " + Join(WhatIfKeys(), ", ") +
+                      " (repeatable; e.g. --what-if nic_Gbps=800 --what-if hbm_GBps=x1.5)");
+}
+
+std::vector<WhatIf> ParseWhatIfs(const std::vector<std::string>& changes) {
+  std::vector<WhatIf> w;
+  for (const auto& s : changes) w.push_back(ParseWhatIf(s));
+  return w;
+}
+
+WhatIfHardware ApplyWhatIfs(const std::vector<WhatIf>& w, const Cluster& cl, const HardwareProfile& prof) {
+  WhatIfHardware h{cl, prof};
+  ApplyWhatIf(w, &h.cl, &h.prof);
+  return h;
+}
+
+namespace {
+
+std::string Change(double base, double now) {
+  return base > 0 && now > 0 ? fmt::format("{:+.1f}%", 100.0 * (now / base - 1.0)) : std::string("-");
+}
+
+}  // namespace
+
+void PrintBeside(const SimulationResult& base, const SimulationResult& what_if, const std::string& base_label,
+                 const std::string& what_if_label) {
+  auto cell = [](const SimulationResult& r, const std::string& text) { return r.feasible ? text : std::string("cannot run"); };
+  std::cout << fmt::format("  {:<16} {:>22} {:>22} {:>8}\n", "", base_label, what_if_label, "change");
+  auto row = [&](const char* name, double b, double w, const std::string& bt, const std::string& wt) {
+    std::cout << fmt::format("  {:<16} {:>22} {:>22} {:>8}\n", name, cell(base, bt), cell(what_if, wt),
+                             base.feasible && what_if.feasible ? Change(b, w) : "-");
+  };
+  row("step time", base.step_time_s, what_if.step_time_s, FormatSeconds(base.step_time_s),
+      FormatSeconds(what_if.step_time_s));
+  row("tokens/s", base.tokens_per_s, what_if.tokens_per_s, fmt::format("{:.4g}", base.tokens_per_s),
+      fmt::format("{:.4g}", what_if.tokens_per_s));
+  row("MFU", base.mfu, what_if.mfu, fmt::format("{:.1f}%", 100 * base.mfu), fmt::format("{:.1f}%", 100 * what_if.mfu));
+  row("bubble", base.bubble_fraction, what_if.bubble_fraction, fmt::format("{:.1f}%", 100 * base.bubble_fraction),
+      fmt::format("{:.1f}%", 100 * what_if.bubble_fraction));
+  row("peak memory", base.peak_memory_bytes, what_if.peak_memory_bytes, FormatGiB(base.peak_memory_bytes),
+      FormatGiB(what_if.peak_memory_bytes));
+  std::cout << fmt::format("  {:<16} {:>22} {:>22}\n", "fits", base.fits ? "yes" : "no", what_if.fits ? "yes" : "no");
+  for (const auto& why : what_if.reasons) std::cout << "  what-if cannot run: " << why << "\n";
+}
+
+Json BesideJson(const SimulationResult& base, const SimulationResult& what_if) {
+  auto headline = [](const SimulationResult& r) {
+    return Json{{"feasible", r.feasible},
+                {"step_time_s", r.step_time_s},
+                {"tokens_per_s", r.tokens_per_s},
+                {"mfu", r.mfu},
+                {"bubble_fraction", r.bubble_fraction},
+                {"peak_memory_bytes", r.peak_memory_bytes},
+                {"fits", r.fits}};
+  };
+  const bool both = base.feasible && what_if.feasible && base.step_time_s > 0;
+  return Json{{"baseline", headline(base)},
+              {"what_if", headline(what_if)},
+              {"step_time_change", both ? Json(what_if.step_time_s / base.step_time_s - 1) : Json(nullptr)},
+              {"tokens_per_s_change", both ? Json(what_if.tokens_per_s / base.tokens_per_s - 1) : Json(nullptr)}};
+}
+
 }  // namespace shardcast::cli

@@ -11,6 +11,8 @@
 #include "planner/planner.h"
 #include "report/launch.h"
 #include "simulator/profile.h"
+#include "simulator/simulate.h"
+#include "simulator/what_if.h"
 
 namespace CLI {
 class App;
@@ -64,5 +66,22 @@ Json LaunchJson(const LaunchConfig& l, const EmitArgs& a);
 /// Prints the launch configuration under a heading naming `label` (or, with --emit-file, where it
 /// was written and what it could not express).
 void PrintLaunch(const LaunchConfig& l, const EmitArgs& a, const std::string& label);
+
+/// --what-if KEY=VALUE|KEY=xFACTOR (repeatable) of `simulate` and `plan` (simulator/what_if.h).
+void AddWhatIfOption(CLI::App* cmd, std::vector<std::string>* changes);
+std::vector<WhatIf> ParseWhatIfs(const std::vector<std::string>& changes);
+/// The what-if cluster and profile: copies of the baseline's with `w` applied.
+struct WhatIfHardware {
+  Cluster cl;
+  HardwareProfile prof;
+};
+WhatIfHardware ApplyWhatIfs(const std::vector<WhatIf>& w, const Cluster& cl, const HardwareProfile& prof);
+/// One result beside another, for --what-if: step time, tokens/s, MFU, bubble, peak memory and
+/// whether it fits, with the change in percent.
+void PrintBeside(const SimulationResult& base, const SimulationResult& what_if, const std::string& base_label,
+                 const std::string& what_if_label);
+/// {"baseline": ..., "what_if": ..., "step_time_change": what_if / baseline - 1 (null when either
+/// cannot run), "tokens_per_s_change": ...} of two results' headline figures.
+Json BesideJson(const SimulationResult& base, const SimulationResult& what_if);
 
 }  // namespace shardcast::cli
