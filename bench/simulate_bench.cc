@@ -74,6 +74,7 @@ BENCHMARK(BM_SimulateGpt3_175b_NewGraph)->Arg(8)->Arg(16)->Unit(benchmark::kMicr
 
 BENCHMARK_MAIN();
 
+#include "planner/capacity.h"
 #include "planner/planner.h"
 
 namespace shardcast {
@@ -131,6 +132,30 @@ void BM_PlanDeepSeekV3_1024(benchmark::State& state) {
   RunPlanBenchmark(state, "deepseek-v3", "dgx-h100", o);
 }
 BENCHMARK(BM_PlanDeepSeekV3_1024)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// Issue 20: `capacity --solve` over four GPU types up to 16,384 GPUs (target: under 10 s on
+// this machine): GPT-3 175B, 300B tokens, global batch 1536, a deadline of `state.range(0)` days
+// (2 days puts the answers in the thousands of GPUs; A100 misses it up to 16,384).
+void BM_CapacitySolveGpt3_175b(benchmark::State& state) {
+  const Model m = LoadModel("gpt3-175b");
+  CapacityOptions o;
+  o.tokens = 300e9;
+  o.global_batch_size = 1536;
+  o.seq_length = 2048;
+  o.days = static_cast<double>(state.range(0));
+  o.plan.min_headroom_bytes = 2.0 * 1073741824.0;
+  std::size_t tried = 0;
+  for (auto _ : state) {
+    tried = 0;
+    for (const char* cluster : {"dgx-a100", "dgx-h100", "dgx-b200", "dgx-h200"}) {
+      const SolveResult s = SolveForDeadline(m, cluster, o, 16384);
+      benchmark::DoNotOptimize(s.row.cost_usd);
+      tried += s.tried.size();
+    }
+  }
+  state.counters["counts_simulated"] = static_cast<double>(tried);
+}
+BENCHMARK(BM_CapacitySolveGpt3_175b)->Arg(2)->Arg(30)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 
 }  // namespace
 }  // namespace shardcast

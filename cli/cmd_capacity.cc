@@ -26,7 +26,8 @@ struct CapacityArgs {
   std::int64_t gbs = 0, seq = 0;
   double days = 0, mtbf_hours = 0, checkpoint_minutes = 0, restart_minutes = 0, energy_overhead = 1.3;
   double min_headroom_gib = 2.0;  // the same default as plan
-  bool json = false;
+  bool json = false, solve = false;
+  std::int64_t max_gpus = 16384;
   PrecisionArgs prec;
   std::string framework = "megatron-core";
 };
@@ -51,15 +52,20 @@ double ParseTokens(const std::string& s) {
   }
 }
 
-std::vector<CapacityOption> ParseOptions(const std::vector<std::string>& specs) {
+/// --gpus-options: CLUSTER:N[,N...] each; with --solve, CLUSTER alone (gpus 0: to be solved for).
+std::vector<CapacityOption> ParseOptions(const std::vector<std::string>& specs, bool solve) {
   std::vector<CapacityOption> out;
   for (const auto& spec : specs) {
-    const auto colon = spec.rfind(':');
-    if (colon == std::string::npos || colon == 0 || colon + 1 >= spec.size()) {
+    const auto colon = solve ? std::string::npos : spec.rfind(':');
+    if (solve && spec.find(':') != std::string::npos) {
+      throw InputError("command line: --gpus-options: got \"" + spec + "\" with --solve, expected a cluster without "
+                       "counts (--solve finds the count; --max-gpus bounds it)");
+    }
+    if (!solve && (colon == std::string::npos || colon == 0 || colon + 1 >= spec.size())) {
       throw InputError("command line: --gpus-options: got \"" + spec +
                        "\", expected CLUSTER:N[,N...] such as dgx-a100:512,1024");
     }
-    std::string cluster = spec.substr(0, colon);
+    std::string cluster = solve ? spec : spec.substr(0, colon);
     // A preset named in any case is one cluster (DGX-H100 and dgx-h100).
     const auto presets = PresetNames(PresetKind::kCluster);
     if (std::find(presets.begin(), presets.end(), ToLower(cluster)) != presets.end()) cluster = ToLower(cluster);
@@ -78,6 +84,13 @@ std::vector<CapacityOption> ParseOptions(const std::vector<std::string>& specs) 
                              : "clusters with it: " + Join(with, ", "));
       }
       throw InputError("command line: --gpus-options: " + std::string(e.what()) + hint);
+    }
+    if (solve) {
+      for (const auto& prev : out) {
+        if (prev.cluster == cluster) throw InputError("command line: --gpus-options: got " + cluster + " twice, expected each once");
+      }
+      out.push_back({cluster, 0});
+      continue;
     }
     for (const auto& n : Split(spec.substr(colon + 1), ',')) {
       std::size_t pos = 0;
@@ -103,155 +116,57 @@ std::vector<CapacityOption> ParseOptions(const std::vector<std::string>& specs) 
   return out;
 }
 
-void RunCapacityCommand(const CapacityArgs& a) {
-  const Model m = LoadModel(a.model);
-  CapacityOptions o;
-  o.tokens = ParseTokens(a.tokens);
-  o.global_batch_size = a.gbs;
-  o.seq_length = a.seq > 0 ? a.seq : m.seq_length;
-  if (a.days > 0) o.days = a.days;
-  for (const auto& p : a.prices) {
-    const auto eq = p.find('=');
-    double v = 0;
-    try {
-      v = eq == std::string::npos ? 0 : std::stod(p.substr(eq + 1));
-    } catch (const std::exception&) {
-      v = 0;
+/// The rows as JSON (and, with --solve, each cluster's search).
+Json CapacityJson(const Model& m, const CapacityOptions& o, const std::vector<CapacityRow>& rows,
+                  const std::vector<SolveResult>& solved) {
+  Json j;
+  j["model"] = m.name;
+  j["tokens"] = o.tokens;
+  j["global_batch_size"] = o.global_batch_size;
+  j["energy_overhead"] = o.energy_overhead;
+  j["options"] = Json::array();
+  for (const auto& r : rows) {
+    Json x = {{"cluster", r.option.cluster}, {"gpus", r.option.gpus}, {"gpu", r.gpu}, {"profile", r.profile},
+              {"profile_estimates", r.profile_estimates}, {"feasible", r.feasible}};
+    if (!r.feasible) {
+      x["reason"] = r.reason;
+    } else {
+      x["config"] = r.best.config.Summary();
+      x["megatron_arguments"] = MegatronArguments(r.best.config, m);
+      x["step_time_s"] = r.step_time_s;
+      x["mfu"] = r.best.result.mfu;
+      x["mfu_causal"] = r.best.result.mfu_causal;
+      x["memory_at_risk"] = r.memory_at_risk;
+      x["known_bias"] = KnownBiasJson(r.best.config);
+      x["steps"] = r.steps;
+      x["train_time_s"] = r.train_time_s;
+      x["goodput"] = o.mtbf_hours ? Json(r.goodput) : Json(nullptr);  // null: no failure model
+      x["checkpoint_interval_s"] = o.mtbf_hours ? Json(r.checkpoint_interval_s) : Json(nullptr);
+      x["wall_time_s"] = r.wall_time_s;
+      x["gpu_hours"] = r.gpu_hours;
+      x["price_usd_per_gpu_hour"] = r.price_usd_per_gpu_hour;
+      x["cost_usd"] = r.cost_usd;
+      x["energy_kwh"] = r.energy_kwh;
+      if (o.days) x["meets_deadline"] = r.meets_deadline;
+      x["price_date"] = o.price_per_gpu_hour.count(r.gpu) ? "command line" : r.price_date;
+      x["price_source"] = o.price_per_gpu_hour.count(r.gpu) ? "--price-per-gpu-hour" : r.price_source;
     }
-    if (eq == std::string::npos || !(v > 0)) {
-      throw InputError("command line: --price-per-gpu-hour: got \"" + p + "\", expected GPU=USD such as h100-sxm=2.5");
-    }
-    // A preset or GPU file names its GPU; another name may be a custom GPU of an option's cluster
-    // file (checked against the options below).
-    std::string gpu = p.substr(0, eq);
-    try {
-      gpu = LoadGpu(gpu).name;
-    } catch (const InputError&) {
-    }
-    o.price_per_gpu_hour[gpu] = v;
+    j["options"].push_back(x);
   }
-  if (a.mtbf_hours > 0) o.mtbf_hours = a.mtbf_hours;
-  o.checkpoint_minutes = a.checkpoint_minutes;
-  o.restart_minutes = a.restart_minutes;
-  o.energy_overhead = a.energy_overhead;
-  o.plan.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
-  ApplyPrecisionArgs(a.prec, &o.plan.base);
-  o.plan.megatron_core = a.framework == "megatron-core";
-  // Goodput needs all three: without a checkpoint cost a failure would lose nothing (goodput
-  // 100% however often GPUs fail), and checkpoint times without an MTBF would be ignored.
-  if (a.mtbf_hours > 0 && !(a.checkpoint_minutes > 0)) {
-    throw InputError(fmt::format("command line: --mtbf-hours: got {} with --checkpoint-minutes {:g} (or none), expected "
-                                 "a positive time to write one checkpoint as well (goodput depends on it)",
-                                 a.mtbf_hours, a.checkpoint_minutes));
-  }
-  if (!(a.mtbf_hours > 0) && (a.checkpoint_minutes > 0 || a.restart_minutes > 0)) {
-    throw InputError("command line: --checkpoint-minutes/--restart-minutes: given without --mtbf-hours, expected "
-                     "--mtbf-hours as well (the failure rate the checkpoints protect against)");
-  }
-  const auto options = ParseOptions(a.options);
-  std::set<std::string> offered;  // GPU presets of the options
-  for (const auto& opt : options) offered.insert(LoadCluster(opt.cluster).gpu.name);
-  for (const auto& [gpu, usd] : o.price_per_gpu_hour) {
-    if (!offered.count(gpu)) {
-      throw InputError(fmt::format("command line: --price-per-gpu-hour: got {}={}, expected a GPU that a "
-                                   "--gpus-options cluster has (its price would not be used)", gpu, usd));
+  if (!solved.empty()) {
+    j["solve"] = Json::array();
+    for (const auto& sr : solved) {
+      Json t = Json::array();
+      for (const auto& [gpus, met] : sr.tried) t.push_back({{"gpus", gpus}, {"meets_deadline", met}});
+      j["solve"].push_back({{"cluster", sr.cluster}, {"found", sr.found}, {"gpus", sr.found ? Json(sr.row.option.gpus) : Json(nullptr)},
+                            {"max_gpus", sr.max_gpus}, {"lower_bound_gpus", sr.lower_bound_gpus}, {"tried", t}});
     }
   }
-  // --profile [CLUSTER=]FILE: a profile describes one machine (its GPU and its network), so it
-  // applies to one cluster of the options: the one named, or the only one with its GPU.
-  std::vector<std::string> clusters;  // of the options, in order, once each
-  for (const auto& opt : options) {
-    if (std::find(clusters.begin(), clusters.end(), opt.cluster) == clusters.end()) clusters.push_back(opt.cluster);
-  }
-  for (const auto& spec : a.profiles) {
-    // CLUSTER=FILE when the spec starts with an option's cluster and "=" (the longest such, so
-    // a cluster path may hold "="); else FILE, which may hold "=" too.
-    std::string cluster, path = spec;
-    for (const auto& c : clusters) {
-      const bool prefix = spec.size() > c.size() && spec[c.size()] == '=' && ToLower(spec.substr(0, c.size())) == ToLower(c);
-      if (prefix && c.size() > cluster.size()) cluster = c;
-    }
-    if (!cluster.empty()) {
-      path = spec.substr(cluster.size() + 1);
-      if (path.empty()) {
-        throw InputError("command line: --profile: got \"" + spec + "\", expected a profile file after " + cluster + "=");
-      }
-    } else if (std::error_code ec; spec.find('=') != std::string::npos && !std::filesystem::exists(spec, ec)) {
-      throw InputError(fmt::format("command line: --profile: got \"{}\", expected FILE or CLUSTER=FILE with CLUSTER "
-                                   "one of the --gpus-options clusters ({})",
-                                   spec, Join(clusters, ", ")));
-    }
-    HardwareProfile prof = LoadProfile(path);
-    std::vector<std::string> with_gpu;
-    for (const auto& c : clusters) {
-      if (ProfileDescribesGpu(prof, LoadCluster(c).gpu)) with_gpu.push_back(c);
-    }
-    if (cluster.empty()) {
-      if (with_gpu.empty()) {
-        throw InputError(fmt::format("{}: /gpu: got \"{}\", expected the GPU of a --gpus-options cluster ({}); the "
-                                     "profile would not be used",
-                                     path, prof.gpu, Join(clusters, ", ")));
-      }
-      if (with_gpu.size() > 1) {
-        throw InputError(fmt::format("command line: --profile: {} measured {}, which clusters {} all have; a profile "
-                                     "describes one machine's GPU and network, expected CLUSTER={} naming which",
-                                     path, prof.gpu, Join(with_gpu, ", "), path));
-      }
-      cluster = with_gpu.front();
-    } else if (std::find(with_gpu.begin(), with_gpu.end(), cluster) == with_gpu.end()) {
-      throw InputError(fmt::format("{}: /gpu: got \"{}\", expected {}'s GPU {}", path, prof.gpu, cluster,
-                                   LoadCluster(cluster).gpu.name));
-    }
-    if (o.profiles.count(cluster)) {
-      throw InputError(fmt::format("command line: --profile: {} and {} both for cluster {}, expected one profile each",
-                                   o.profiles.at(cluster).first, path, cluster));
-    }
-    std::int64_t most = 0;  // the largest GPU count of the cluster's options
-    for (const auto& opt : options) {
-      if (opt.cluster == cluster) most = std::max(most, opt.gpus);
-    }
-    WarnIfProfileIsAnotherMachine(prof, path, LoadCluster(cluster), most);
-    o.profiles.emplace(cluster, std::make_pair(path, std::move(prof)));
-  }
-  const auto rows = RunCapacity(m, options, o);
-  if (a.json) {
-    Json j;
-    j["model"] = m.name;
-    j["tokens"] = o.tokens;
-    j["global_batch_size"] = o.global_batch_size;
-    j["energy_overhead"] = o.energy_overhead;
-    j["options"] = Json::array();
-    for (const auto& r : rows) {
-      Json x = {{"cluster", r.option.cluster}, {"gpus", r.option.gpus}, {"gpu", r.gpu}, {"profile", r.profile},
-                {"profile_estimates", r.profile_estimates}, {"feasible", r.feasible}};
-      if (!r.feasible) {
-        x["reason"] = r.reason;
-      } else {
-        x["config"] = r.best.config.Summary();
-        x["megatron_arguments"] = MegatronArguments(r.best.config, m);
-        x["step_time_s"] = r.step_time_s;
-        x["mfu"] = r.best.result.mfu;
-        x["mfu_causal"] = r.best.result.mfu_causal;
-        x["memory_at_risk"] = r.memory_at_risk;
-        x["known_bias"] = KnownBiasJson(r.best.config);
-        x["steps"] = r.steps;
-        x["train_time_s"] = r.train_time_s;
-        x["goodput"] = o.mtbf_hours ? Json(r.goodput) : Json(nullptr);  // null: no failure model
-        x["checkpoint_interval_s"] = o.mtbf_hours ? Json(r.checkpoint_interval_s) : Json(nullptr);
-        x["wall_time_s"] = r.wall_time_s;
-        x["gpu_hours"] = r.gpu_hours;
-        x["price_usd_per_gpu_hour"] = r.price_usd_per_gpu_hour;
-        x["cost_usd"] = r.cost_usd;
-        x["energy_kwh"] = r.energy_kwh;
-        if (o.days) x["meets_deadline"] = r.meets_deadline;
-        x["price_date"] = o.price_per_gpu_hour.count(r.gpu) ? "command line" : r.price_date;
-        x["price_source"] = o.price_per_gpu_hour.count(r.gpu) ? "--price-per-gpu-hour" : r.price_source;
-      }
-      j["options"].push_back(x);
-    }
-    std::cout << WithIntegerBytes(j).dump(2) << "\n";
-    return;
-  }
+  return j;
+}
+
+/// The rows as the text table, prices and profiles.
+void PrintCapacityText(const Model& m, const CapacityOptions& o, const std::vector<CapacityRow>& rows) {
   std::cout << fmt::format("Training {} on {} tokens (global batch {} x seq {} = {} tokens per step)\n", m.name,
                            FormatCount(o.tokens), o.global_batch_size, o.seq_length,
                            FormatCount(static_cast<double>(o.global_batch_size * o.seq_length)));
@@ -325,6 +240,153 @@ void RunCapacityCommand(const CapacityArgs& a) {
   }
 }
 
+/// Each cluster's smallest count meeting the deadline, and the counts the search simulated.
+void PrintSolve(const CapacityOptions& o, const std::vector<SolveResult>& solved) {
+  std::cout << fmt::format("Smallest GPU count meeting {:g} days (whole nodes up to --max-gpus; the search starts where "
+                           "even 100% of the dense peak would miss it):\n",
+                           *o.days);
+  for (const auto& sr : solved) {
+    std::vector<std::string> tried;
+    for (const auto& [gpus, met] : sr.tried) tried.push_back(fmt::format("{}{}", gpus, met ? " meets" : " misses"));
+    std::cout << fmt::format("  {:<16} {}  (lower bound {} GPUs; tried {})\n", sr.cluster,
+                             sr.found ? fmt::format("{} GPUs", sr.row.option.gpus)
+                                      : fmt::format("not met up to {} GPUs", sr.max_gpus),
+                             sr.lower_bound_gpus, Join(tried, ", "));
+  }
+  std::cout << "\n";
+}
+
+void RunCapacityCommand(const CapacityArgs& a) {
+  const Model m = LoadModel(a.model);
+  CapacityOptions o;
+  o.tokens = ParseTokens(a.tokens);
+  o.global_batch_size = a.gbs;
+  o.seq_length = a.seq > 0 ? a.seq : m.seq_length;
+  if (a.days > 0) o.days = a.days;
+  for (const auto& p : a.prices) {
+    const auto eq = p.find('=');
+    double v = 0;
+    try {
+      v = eq == std::string::npos ? 0 : std::stod(p.substr(eq + 1));
+    } catch (const std::exception&) {
+      v = 0;
+    }
+    if (eq == std::string::npos || !(v > 0)) {
+      throw InputError("command line: --price-per-gpu-hour: got \"" + p + "\", expected GPU=USD such as h100-sxm=2.5");
+    }
+    // A preset or GPU file names its GPU; another name may be a custom GPU of an option's cluster
+    // file (checked against the options below).
+    std::string gpu = p.substr(0, eq);
+    try {
+      gpu = LoadGpu(gpu).name;
+    } catch (const InputError&) {
+    }
+    o.price_per_gpu_hour[gpu] = v;
+  }
+  if (a.mtbf_hours > 0) o.mtbf_hours = a.mtbf_hours;
+  o.checkpoint_minutes = a.checkpoint_minutes;
+  o.restart_minutes = a.restart_minutes;
+  o.energy_overhead = a.energy_overhead;
+  o.plan.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
+  ApplyPrecisionArgs(a.prec, &o.plan.base);
+  o.plan.megatron_core = a.framework == "megatron-core";
+  // Goodput needs all three: without a checkpoint cost a failure would lose nothing (goodput
+  // 100% however often GPUs fail), and checkpoint times without an MTBF would be ignored.
+  if (a.mtbf_hours > 0 && !(a.checkpoint_minutes > 0)) {
+    throw InputError(fmt::format("command line: --mtbf-hours: got {} with --checkpoint-minutes {:g} (or none), expected "
+                                 "a positive time to write one checkpoint as well (goodput depends on it)",
+                                 a.mtbf_hours, a.checkpoint_minutes));
+  }
+  if (!(a.mtbf_hours > 0) && (a.checkpoint_minutes > 0 || a.restart_minutes > 0)) {
+    throw InputError("command line: --checkpoint-minutes/--restart-minutes: given without --mtbf-hours, expected "
+                     "--mtbf-hours as well (the failure rate the checkpoints protect against)");
+  }
+  if (a.solve && !(a.days > 0)) {
+    throw InputError("command line: --solve: given without --days, expected the deadline in days to solve for");
+  }
+  const auto options = ParseOptions(a.options, a.solve);
+  std::set<std::string> offered;  // GPU presets of the options
+  for (const auto& opt : options) offered.insert(LoadCluster(opt.cluster).gpu.name);
+  for (const auto& [gpu, usd] : o.price_per_gpu_hour) {
+    if (!offered.count(gpu)) {
+      throw InputError(fmt::format("command line: --price-per-gpu-hour: got {}={}, expected a GPU that a "
+                                   "--gpus-options cluster has (its price would not be used)", gpu, usd));
+    }
+  }
+  // --profile [CLUSTER=]FILE: a profile describes one machine (its GPU and its network), so it
+  // applies to one cluster of the options: the one named, or the only one with its GPU.
+  std::vector<std::string> clusters;  // of the options, in order, once each
+  for (const auto& opt : options) {
+    if (std::find(clusters.begin(), clusters.end(), opt.cluster) == clusters.end()) clusters.push_back(opt.cluster);
+  }
+  for (const auto& spec : a.profiles) {
+    // CLUSTER=FILE when the spec starts with an option's cluster and "=" (the longest such, so
+    // a cluster path may hold "="); else FILE, which may hold "=" too.
+    std::string cluster, path = spec;
+    for (const auto& c : clusters) {
+      const bool prefix = spec.size() > c.size() && spec[c.size()] == '=' && ToLower(spec.substr(0, c.size())) == ToLower(c);
+      if (prefix && c.size() > cluster.size()) cluster = c;
+    }
+    if (!cluster.empty()) {
+      path = spec.substr(cluster.size() + 1);
+      if (path.empty()) {
+        throw InputError("command line: --profile: got \"" + spec + "\", expected a profile file after " + cluster + "=");
+      }
+    } else if (std::error_code ec; spec.find('=') != std::string::npos && !std::filesystem::exists(spec, ec)) {
+      throw InputError(fmt::format("command line: --profile: got \"{}\", expected FILE or CLUSTER=FILE with CLUSTER "
+                                   "one of the --gpus-options clusters ({})",
+                                   spec, Join(clusters, ", ")));
+    }
+    HardwareProfile prof = LoadProfile(path);
+    std::vector<std::string> with_gpu;
+    for (const auto& c : clusters) {
+      if (ProfileDescribesGpu(prof, LoadCluster(c).gpu)) with_gpu.push_back(c);
+    }
+    if (cluster.empty()) {
+      if (with_gpu.empty()) {
+        throw InputError(fmt::format("{}: /gpu: got \"{}\", expected the GPU of a --gpus-options cluster ({}); the "
+                                     "profile would not be used",
+                                     path, prof.gpu, Join(clusters, ", ")));
+      }
+      if (with_gpu.size() > 1) {
+        throw InputError(fmt::format("command line: --profile: {} measured {}, which clusters {} all have; a profile "
+                                     "describes one machine's GPU and network, expected CLUSTER={} naming which",
+                                     path, prof.gpu, Join(with_gpu, ", "), path));
+      }
+      cluster = with_gpu.front();
+    } else if (std::find(with_gpu.begin(), with_gpu.end(), cluster) == with_gpu.end()) {
+      throw InputError(fmt::format("{}: /gpu: got \"{}\", expected {}'s GPU {}", path, prof.gpu, cluster,
+                                   LoadCluster(cluster).gpu.name));
+    }
+    if (o.profiles.count(cluster)) {
+      throw InputError(fmt::format("command line: --profile: {} and {} both for cluster {}, expected one profile each",
+                                   o.profiles.at(cluster).first, path, cluster));
+    }
+    std::int64_t most = 0;  // the largest GPU count of the cluster's options
+    for (const auto& opt : options) {
+      if (opt.cluster == cluster) most = std::max(most, a.solve ? a.max_gpus : opt.gpus);
+    }
+    WarnIfProfileIsAnotherMachine(prof, path, LoadCluster(cluster), most);
+    o.profiles.emplace(cluster, std::make_pair(path, std::move(prof)));
+  }
+  std::vector<SolveResult> solved;
+  std::vector<CapacityRow> rows;
+  if (a.solve) {
+    for (const auto& c : clusters) {
+      solved.push_back(SolveForDeadline(m, c, o, a.max_gpus));
+      rows.push_back(solved.back().row);
+    }
+  } else {
+    rows = RunCapacity(m, options, o);
+  }
+  if (a.json) {
+    std::cout << WithIntegerBytes(CapacityJson(m, o, rows, solved)).dump(2) << "\n";
+    return;
+  }
+  if (!solved.empty()) PrintSolve(o, solved);
+  PrintCapacityText(m, o, rows);
+}
+
 }  // namespace
 
 void RegisterCapacity(CLI::App& app) {
@@ -355,6 +417,10 @@ void RegisterCapacity(CLI::App& app) {
       ->expected(1, -1);
   AddPrecisionOptions(cmd, &a->prec);
   AddFrameworkOption(cmd, &a->framework);
+  cmd->add_flag("--solve", a->solve,
+                "with --days: for each --gpus-options cluster (given without counts), the smallest GPU count (whole "
+                "nodes) whose best plan meets the deadline, with its cost");
+  AddPositive(cmd, "--max-gpus", a->max_gpus, "with --solve: the largest GPU count to search (default 16384)", kMaxGpus);
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->callback([a] { RunCapacityCommand(*a); });
 }

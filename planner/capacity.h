@@ -70,4 +70,33 @@ double Goodput(double checkpoint_s, double restart_s, double mtbf_s, double inte
 std::vector<CapacityRow> RunCapacity(const Model& model, const std::vector<CapacityOption>& options,
                                      const CapacityOptions& opts);
 
+/// The smallest GPU count of `cluster` whose best plan meets the deadline o.days
+/// (`capacity --solve`).
+struct SolveResult {
+  std::string cluster;
+  bool found = false;
+  std::int64_t max_gpus = 0;  ///< the largest count searched (whole nodes)
+  /// The count below which even 100% of the GPU's dense peak on the model FLOPs (causal
+  /// attention) misses the deadline (DeadlineLowerBoundNodes), where the search starts.
+  std::int64_t lower_bound_gpus = 0;
+  /// At the smallest count found to meet the deadline; when none does, at the largest count
+  /// tried (max_gpus unless no count up to it has a configuration).
+  CapacityRow row;
+  std::vector<std::pair<std::int64_t, bool>> tried;  ///< counts simulated, in order, and whether each met it
+};
+
+/// Nodes of `cl` below which the deadline cannot be met even at 100% of the dense peak of the
+/// precision: ceil(tokens x model FLOPs per token (causal) / (days x 86400 x peak) / gpus per
+/// node), at least 1 (1 without a deadline).
+std::int64_t DeadlineLowerBoundNodes(const Model& m, const Cluster& cl, const CapacityOptions& o);
+
+/// Searches whole-node counts of `cluster` from DeadlineLowerBoundNodes up to `max_gpus`: upward
+/// by the estimate that time falls in proportion to GPUs (at least 25% more per step) until a
+/// count meets the deadline, then bisection between the last count that missed and it. Counts
+/// for which no configuration divides (GenerateCandidates is empty) are stepped over. The answer
+/// is the smallest count meeting the deadline provided that, among counts with a configuration,
+/// more GPUs never make the best plan slower (docs/planner.md). InputError without o.days or with
+/// max_gpus below one node.
+SolveResult SolveForDeadline(const Model& m, const std::string& cluster, const CapacityOptions& o, std::int64_t max_gpus);
+
 }  // namespace shardcast

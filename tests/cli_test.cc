@@ -705,3 +705,42 @@ TEST(Cli, SizesBeyondTheLimitsExitTwoNamingTheFlag) {
 }
 
 }  // namespace shardcast
+
+namespace shardcast {
+namespace {
+
+TEST(CliCapacity, SolveGivesEachClustersSmallestCount) {
+  const std::string base = "capacity --model gpt3-1.3b --tokens 20B --gbs 256 --gpus-options dgx-a100 dgx-h100 "
+                           "--max-gpus 64 --solve --days 3 --json";
+  const auto r = testing::RunShardcast(base);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  ASSERT_EQ(j["solve"].size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const Json& s = j["solve"][i];
+    const Json& row = j["options"][i];
+    EXPECT_EQ(s["cluster"], row["cluster"]);
+    if (s["found"].get<bool>()) {
+      EXPECT_EQ(s["gpus"], row["gpus"]);
+      EXPECT_TRUE(row["meets_deadline"].get<bool>());
+      EXPECT_LE(row["wall_time_s"].get<double>(), 3 * 86400.0);
+    }
+    EXPECT_EQ(s["max_gpus"], 64);
+  }
+  const auto text = testing::RunShardcast(base.substr(0, base.size() - 7));
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("Smallest GPU count meeting 3 days"), std::string::npos) << text.out;
+  // Bad input: no deadline, counts with --solve, a maximum below one node.
+  EXPECT_EQ(testing::RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 256 --gpus-options dgx-a100 --solve")
+                .exit_code, 2);
+  const auto counts = testing::RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 256 --gpus-options "
+                                            "dgx-a100:64 --solve --days 3");
+  EXPECT_EQ(counts.exit_code, 2);
+  EXPECT_NE(counts.err.find("with --solve, expected a cluster without counts"), std::string::npos) << counts.err;
+  EXPECT_EQ(testing::RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 256 --gpus-options dgx-a100 --solve "
+                                  "--days 3 --max-gpus 4")
+                .exit_code, 2);
+}
+
+}  // namespace
+}  // namespace shardcast

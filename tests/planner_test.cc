@@ -319,6 +319,62 @@ TEST(Capacity, ArithmeticFromTheBestPlan) {
   EXPECT_LE(rows[0].cost_usd, rows[1].cost_usd);
 }
 
+// --solve against a brute force over every node count: the answer meets the deadline, no count
+// below it that the search simulated meets it, and where the brute force is monotone (more GPUs
+// never slower, among counts with a configuration) the answer is the smallest count meeting it. The deadline comes from the
+// brute force itself (the time at 40 GPUs), so the answer lies inside the range.
+TEST(Capacity, SolveFindsTheSmallestCountMeetingTheDeadline) {
+  const Model m = LoadModel("gpt3-1.3b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  CapacityOptions o;
+  o.tokens = 20e9;
+  o.global_batch_size = 256;
+  o.seq_length = 2048;
+  std::vector<CapacityOption> all;
+  for (std::int64_t n = 8; n <= 96; n += 8) all.push_back({"dgx-a100", n});
+  std::map<std::int64_t, CapacityRow> by_count;
+  for (const auto& opt : all) by_count[opt.gpus] = RunCapacity(m, {opt}, o).front();
+  ASSERT_TRUE(by_count.at(40).feasible);
+  o.days = by_count.at(40).wall_time_s * 1.000001 / 86400.0;
+  const SolveResult s = SolveForDeadline(m, "dgx-a100", o, 96);
+  ASSERT_TRUE(s.found);
+  const std::int64_t n = s.row.option.gpus;
+  EXPECT_TRUE(s.row.meets_deadline);
+  EXPECT_LE(n, 40);
+  EXPECT_EQ(n % 8, 0);
+  for (const auto& [gpus, met] : s.tried) {
+    EXPECT_TRUE(gpus >= n || !met) << gpus;
+    EXPECT_TRUE(gpus != n || met) << gpus;
+  }
+  auto meets = [&](std::int64_t g) {
+    const CapacityRow& r = by_count.at(g);
+    return r.feasible && r.wall_time_s <= *o.days * 86400.0;
+  };
+  std::int64_t smallest = 0;
+  bool monotone = true;
+  for (const auto& [g, r] : by_count) {
+    if (meets(g) && smallest == 0) smallest = g;
+    if (smallest > 0 && r.feasible && !meets(g)) monotone = false;  // 88 GPUs: no configuration divides
+  }
+  EXPECT_LE(smallest, n);
+  EXPECT_TRUE(monotone);  // so the search's assumption holds here, and its answer is exact
+  EXPECT_EQ(n, smallest);
+  EXPECT_TRUE(meets(n));
+  // The starting point: tokens x causal model FLOPs / (days x peak), in whole nodes.
+  const double lb = 20e9 * m.Flops(2048).per_token_causal() / (*o.days * 86400.0 * cl.gpu.PeakFlops(Precision::kBf16));
+  EXPECT_EQ(s.lower_bound_gpus, 8 * static_cast<std::int64_t>(std::ceil(lb / 8)));
+  EXPECT_GE(n, s.lower_bound_gpus);
+  // Out of reach: the row is the largest count, marked not found.
+  o.days = by_count.at(8).wall_time_s / 1000 / 86400.0;
+  const SolveResult none = SolveForDeadline(m, "dgx-a100", o, 96);
+  EXPECT_FALSE(none.found);
+  EXPECT_EQ(none.tried.back().first, 96);
+  CapacityOptions no_days = o;
+  no_days.days.reset();
+  EXPECT_THROW(SolveForDeadline(m, "dgx-a100", no_days, 96), InputError);
+  EXPECT_THROW(SolveForDeadline(m, "dgx-a100", o, 4), InputError);
+}
+
 TEST(Capacity, YoungDaly) {
   EXPECT_DOUBLE_EQ(YoungDalyInterval(60, 3600 * 24), std::sqrt(2.0 * 60 * 86400));
   EXPECT_DOUBLE_EQ(Goodput(60, 60, 86400, 3600), 1 - 60.0 / 3600 - (1800.0 + 60) / 86400);
