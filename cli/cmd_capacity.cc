@@ -27,6 +27,7 @@ struct CapacityArgs {
   double days = 0, mtbf_hours = 0, checkpoint_minutes = 0, restart_minutes = 0, energy_overhead = 1.3;
   double min_headroom_gib = 2.0;  // the same default as plan
   bool json = false, solve = false;
+  std::string html;
   std::int64_t max_gpus = 16384;
   PrecisionArgs prec;
   std::string framework = "megatron-core";
@@ -379,6 +380,15 @@ void RunCapacityCommand(const CapacityArgs& a) {
   } else {
     rows = RunCapacity(m, options, o);
   }
+  if (!a.html.empty()) {
+    Json data = CapacityJson(m, o, rows, solved);
+    data["kind"] = "capacity";
+    data["days"] = o.days ? Json(*o.days) : Json(nullptr);
+    WriteHtmlReport(a.html, fmt::format("shardcast capacity: {} on {} tokens", m.name, FormatCount(o.tokens)),
+                    fmt::format("global batch {} x sequence {}{}", o.global_batch_size, o.seq_length,
+                                o.days ? fmt::format(", deadline {:g} days", *o.days) : std::string()),
+                    data);
+  }
   if (a.json) {
     std::cout << WithIntegerBytes(CapacityJson(m, o, rows, solved)).dump(2) << "\n";
     return;
@@ -422,6 +432,7 @@ void RegisterCapacity(CLI::App& app) {
                 "nodes) whose best plan meets the deadline, with its cost");
   AddPositive(cmd, "--max-gpus", a->max_gpus, "with --solve: the largest GPU count to search (default 16384)", kMaxGpus);
   cmd->add_flag("--json", a->json, "print JSON");
+  AddHtmlOption(cmd, &a->html);
   cmd->callback([a] { RunCapacityCommand(*a); });
 }
 

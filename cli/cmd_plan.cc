@@ -33,6 +33,7 @@ struct PlanArgs {
   std::string framework = "megatron-core";
   EmitArgs emit;
   std::vector<std::string> what_if;
+  std::string html;
 };
 
 /// A cost or energy figure, or an empty CSV cell when the GPU file has no price or power (0).
@@ -181,7 +182,7 @@ void RunPlanCommand(const PlanArgs& a) {
       return;
     }
   }
-  if (a.json) {
+  if (a.json || !a.html.empty()) {
     Json j;
     j["model"] = m.name;
     j["cluster"] = cl.name;
@@ -200,6 +201,7 @@ void RunPlanCommand(const PlanArgs& a) {
     auto plan_json = [&](const Plan& p) {
       auto positive = [](double v) { return v > 0 ? Json(v) : Json(nullptr); };
       Json pj = ResultToJson(p.result, m, p.config, cl, o.gpus);
+      pj["config_summary"] = p.config.Summary();
       pj["megatron_arguments"] = MegatronArguments(p.config, m);
       pj["usd_per_million_tokens"] = positive(p.usd_per_million_tokens);
       pj["joules_per_token"] = positive(p.joules_per_token);
@@ -225,8 +227,25 @@ void RunPlanCommand(const PlanArgs& a) {
       j["what_if"]["adjustments"] = hw->prof.adjustments;
       j["what_if"]["recommended"] = best ? plan_json(*best) : Json(nullptr);
     }
-    std::cout << WithIntegerBytes(j).dump(2) << "\n";
-    return;
+    if (!a.html.empty()) {
+      Json data = j;
+      data["kind"] = "plan";
+      data["usable_memory_bytes"] = cl.gpu.memory_bytes - o.min_headroom_bytes;
+      data["points"] = Json::array();
+      for (const auto& pt : r.points) {
+        data["points"].push_back({{"config", pt.config}, {"step_time_s", pt.step_time_s},
+                                  {"peak_memory_bytes", pt.peak_memory_bytes}, {"fits", pt.fits}, {"at_risk", pt.at_risk}});
+      }
+      WriteHtmlReport(a.html, fmt::format("shardcast plan: {} on {} x {}", m.name, o.gpus, cl.gpu.display_name),
+                      fmt::format("global batch {}, sequence {}, objective {}; {} candidates generated, {} simulated",
+                                  o.global_batch_size, o.seq_length, ToString(o.objective), r.candidates_generated,
+                                  r.candidates_simulated),
+                      data);
+    }
+    if (a.json) {
+      std::cout << WithIntegerBytes(j).dump(2) << "\n";
+      return;
+    }
   }
   std::cout << fmt::format("Plan for {} on {} x {} ({}), global batch {}, seq {}, objective {}\n", m.name, o.gpus,
                            cl.gpu.display_name, cl.name, o.global_batch_size, o.seq_length, ToString(o.objective));
@@ -376,6 +395,7 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_flag("--json", a->json, "print JSON");
   AddEmitOptions(cmd, &a->emit);
   AddWhatIfOption(cmd, &a->what_if);
+  AddHtmlOption(cmd, &a->html);
   cmd->callback([a] { RunPlanCommand(*a); });
 }
 

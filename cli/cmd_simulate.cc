@@ -12,6 +12,7 @@
 #include "common/file_util.h"
 #include "common/text.h"
 #include "models/loader.h"
+#include "report/html.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulate.h"
 
@@ -480,7 +481,8 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
 
 namespace {
 
-void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<std::string>& what_if_flags) {
+void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<std::string>& what_if_flags,
+                 const std::string& html) {
   const std::vector<WhatIf> what_if = ParseWhatIfs(what_if_flags);
   const Model m = LoadModel(a.model);
   if (a.cluster.empty() && a.profile.empty()) {
@@ -509,7 +511,7 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
   }
   SimulateOptions opts;
   opts.full_rank = a.full_rank;
-  opts.keep_graph = !a.trace.empty();
+  opts.keep_graph = !a.trace.empty() || !html.empty();
   SimulationResult r = Simulate(m, c, cl, gpus, prof, opts);
   const std::optional<LaunchConfig> launch = EmitIfAsked(emit, m, c, cl, gpus);
   std::optional<SimulationResult> changed;
@@ -519,6 +521,11 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
     changed = Simulate(m, c, hw->cl, gpus, hw->prof, opts);
   }
   if (!a.trace.empty() && r.feasible) WriteFileAtomic(a.trace, ChromeTrace(r));
+  if (!html.empty()) {
+    Json data = {{"kind", "simulate"}, {"result", ResultToJson(r, m, c, cl, gpus)}, {"timeline", TimelineJson(r)}};
+    WriteHtmlReport(html, fmt::format("shardcast simulate: {} on {} x {}", m.name, gpus, cl.gpu.display_name),
+                    c.Summary(), data);
+  }
   if (!a.trace.empty() && !r.feasible) std::cerr << "shardcast: no trace written: the configuration cannot run\n";
   if (a.json) {
     Json j = ResultToJson(r, m, c, cl, gpus);
@@ -671,7 +678,9 @@ void RegisterSimulate(CLI::App& app) {
   AddEmitOptions(cmd, emit.get());
   auto what_if = std::make_shared<std::vector<std::string>>();
   AddWhatIfOption(cmd, what_if.get());
-  cmd->callback([a, emit, what_if] { RunSimulate(*a, *emit, *what_if); });
+  auto html = std::make_shared<std::string>();
+  AddHtmlOption(cmd, html.get());
+  cmd->callback([a, emit, what_if, html] { RunSimulate(*a, *emit, *what_if, *html); });
 }
 
 }  // namespace shardcast::cli

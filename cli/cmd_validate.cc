@@ -23,7 +23,7 @@ namespace {
 struct ValidateArgs {
   std::string runs = std::string(SHARDCAST_DATA_DIR) + "/published_runs.csv";
   std::string memory = std::string(SHARDCAST_DATA_DIR) + "/published_memory.csv";
-  std::string csv, explain, write_model;
+  std::string csv, explain, write_model, html;
   bool json = false, no_memory = false;
 };
 
@@ -117,7 +117,7 @@ void RunValidate(const ValidateArgs& a) {
     }
     if (WriteCsvOption(a.csv, csv)) return;
   }
-  if (a.json) {
+  if (a.json || !a.html.empty()) {
     Json j;
     j["runs"] = a.runs;
     j["rows"] = Json::array();
@@ -179,8 +179,18 @@ void RunValidate(const ValidateArgs& a) {
     for (const auto& [src, v] : s.tflops_tau_by_source) {
       j["summary"]["tflops_kendall_tau_by_source"][src] = {{"tau", v.first}, {"pairs", v.second}};
     }
-    std::cout << WithIntegerBytes(j).dump(2) << "\n";
-    return;
+    if (!a.html.empty()) {
+      Json data = j;
+      data["kind"] = "validate";
+      WriteHtmlReport(a.html, "shardcast validate: predicted vs published training runs",
+                      fmt::format("{}: {} rows simulated, step-time MAPE {:.1f}%", a.runs, s.simulated,
+                                  100 * s.step_time_mape),
+                      data);
+    }
+    if (a.json) {
+      std::cout << WithIntegerBytes(j).dump(2) << "\n";
+      return;
+    }
   }
   std::cout << "Published training runs: " << a.runs << "\n";
   std::cout << "error = predicted / measured - 1; memory is the peak over pipeline stages; * measured step time derived\n"
@@ -269,6 +279,7 @@ void RegisterValidate(CLI::App& app) {
   cmd->add_option("--csv", a->csv, "write the per-row table as CSV to FILE (the text is printed too), or with - print only the CSV")
       ->check(OutputFile(true));
   cmd->add_flag("--json", a->json, "print JSON");
+  AddHtmlOption(cmd, &a->html);
   cmd->add_option("--explain", a->explain,
                   "print one row in full (by row_id): what it was mapped to and simulate's report of it");
   cmd->add_option("--write-model", a->write_model,

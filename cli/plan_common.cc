@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/text.h"
+#include "report/html.h"
 
 namespace shardcast::cli {
 
@@ -262,6 +263,17 @@ Json BesideJson(const SimulationResult& base, const SimulationResult& what_if) {
               {"what_if", headline(what_if)},
               {"step_time_change", both ? Json(what_if.step_time_s / base.step_time_s - 1) : Json(nullptr)},
               {"tokens_per_s_change", both ? Json(what_if.tokens_per_s / base.tokens_per_s - 1) : Json(nullptr)}};
+}
+
+void AddHtmlOption(CLI::App* cmd, std::string* path) {
+  cmd->add_option("--html", *path,
+                  "also write a self-contained HTML report (charts in SVG, no network access) to FILE")
+      ->check(OutputFile());
+}
+
+void WriteHtmlReport(const std::string& path, const std::string& title, const std::string& subtitle, const Json& data) {
+  WriteFileAtomic(path, HtmlReport(title, subtitle, data));
+  std::cerr << "shardcast: HTML report written to " << path << "\n";
 }
 
 }  // namespace shardcast::cli

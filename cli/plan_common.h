@@ -84,4 +84,9 @@ void PrintBeside(const SimulationResult& base, const SimulationResult& what_if, 
 /// cannot run), "tokens_per_s_change": ...} of two results' headline figures.
 Json BesideJson(const SimulationResult& base, const SimulationResult& what_if);
 
+/// --html FILE: a self-contained HTML report (report/html.h) of the command's result.
+void AddHtmlOption(CLI::App* cmd, std::string* path);
+/// Writes HtmlReport(title, subtitle, data) to `path` atomically and says so on standard error.
+void WriteHtmlReport(const std::string& path, const std::string& title, const std::string& subtitle, const Json& data);
+
 }  // namespace shardcast::cli

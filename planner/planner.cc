@@ -393,6 +393,11 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     p.usd_per_million_tokens = static_cast<double>(o.gpus) * price / 3600.0 * p.result.step_time_s / tokens * 1e6;
     p.joules_per_token = static_cast<double>(o.gpus) * cl.gpu.tdp_W * o.energy_overhead * p.result.step_time_s / tokens;
     std::lock_guard<std::mutex> lock(mu);
+    if (p.result.feasible) {
+      res.points.push_back({p.config.Summary(), p.result.step_time_s, p.result.peak_memory_bytes,
+                            p.result.fits && p.result.peak_memory_bytes <= usable - o.min_headroom_bytes,
+                            p.result.memory_at_risk});
+    }
     if (!p.result.feasible) {
       // Safeguard: step 0 set these aside already (Simulate checks the same rules).
       ++rej_local["cannot run: " + (p.result.reasons.empty() ? std::string("?") : p.result.reasons.front())];
@@ -419,6 +424,9 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
   });
   for (const auto& [r, c] : rej_local) res.rejected[r] += c;
   res.candidates_simulated = simulated;
+  std::sort(res.points.begin(), res.points.end(), [](const PlanPoint& a, const PlanPoint& b) {
+    return a.step_time_s != b.step_time_s ? a.step_time_s < b.step_time_s : a.config < b.config;
+  });
   std::sort(top.begin(), top.end(), [&](const Plan& a, const Plan& b) {
     const double va = ObjectiveValue(a, o.objective), vb = ObjectiveValue(b, o.objective);
     if (va != vb) return va < vb;

@@ -69,6 +69,14 @@ struct Plan {
   double joules_per_token = 0;
 };
 
+/// A simulated candidate that can run, for the plan report's scatter of step time vs memory.
+struct PlanPoint {
+  std::string config;  ///< ParallelConfig::Summary()
+  double step_time_s = 0, peak_memory_bytes = 0;
+  bool fits = false;     ///< fits with the required headroom
+  bool at_risk = false;  ///< SimulationResult::memory_at_risk
+};
+
 struct PlanResult {
   std::size_t candidates_generated = 0;
   std::size_t candidates_simulated = 0;
@@ -87,6 +95,8 @@ struct PlanResult {
   /// When nothing fits: the candidates that came closest (lowest peak memory), and advice.
   std::vector<Plan> closest;
   std::vector<std::string> advice;
+  /// Every simulated candidate that can run (fitting or not), by step time then configuration.
+  std::vector<PlanPoint> points;
 };
 
 /// Every candidate configuration of the space for `model` on `gpus` GPUs of `cluster`, and the

@@ -16,6 +16,11 @@ namespace {
 
 constexpr int kComputeStream = 0, kSendFwdStream = 1, kSendBwdStream = 2, kDpStream = 3,
               kDpGatherStream = 4, kNumStreams = 5;
+
+}  // namespace
+
+int NumSimulationStreams() { return kNumStreams; }
+
 const char* StreamName(int s) {
   switch (s) {
     case kComputeStream: return "compute";
@@ -26,6 +31,8 @@ const char* StreamName(int s) {
   }
   return "stream";
 }
+
+namespace {
 
 double Ns(double seconds) { return seconds * 1e9; }
 

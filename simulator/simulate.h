@@ -166,5 +166,9 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                   const Cluster& cl, std::int64_t gpus);
 /// Chrome trace JSON (one process per stage, one thread per stream); opens in Perfetto.
 std::string ChromeTrace(const SimulationResult& r);
+/// The streams of a simulated device, 0 .. NumSimulationStreams() - 1 (TaskNode::stream): compute,
+/// pp send (forward), pp send (backward), dp reduce, dp param gather.
+int NumSimulationStreams();
+const char* StreamName(int stream);
 
 }  // namespace shardcast
