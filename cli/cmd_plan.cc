@@ -84,7 +84,7 @@ void PrintPlanWhatIf(const std::vector<std::string>& changes, const HardwareProf
   }
   std::cout << "  baseline: " << base.config.Summary() << "\n  what-if:  " << best->config.Summary()
             << (best->config.Summary() == base.config.Summary() ? " (the same configuration)\n" : "\n");
-  PrintBeside(base.result, best->result, "baseline best", "what-if best");
+  WriteBeside(std::cout, base.result, best->result, "baseline best", "what-if best");
 }
 
 void RunPlanCommand(const PlanArgs& a) {
@@ -140,7 +140,7 @@ void RunPlanCommand(const PlanArgs& a) {
   // the top K), else the best plan; and its rank in the table, 0 when it is not shown.
   const Plan* recommended = BestOf(r);
   const std::optional<LaunchConfig> launch =
-      recommended ? EmitIfAsked(a.emit, m, recommended->config, cl, o.gpus) : std::nullopt;
+      recommended ? EmitIfAsked(a.emit, m, recommended->config, cl, o.gpus, recommended->result) : std::nullopt;
   std::size_t recommended_rank = 0;
   for (std::size_t i = 0; recommended && i < r.plans.size(); ++i) {
     if (r.plans[i].config.Summary() == recommended->config.Summary()) recommended_rank = i + 1;
@@ -217,7 +217,7 @@ void RunPlanCommand(const PlanArgs& a) {
       j["recommended_rank"] = nullptr;
     }
     if (r.plans.empty()) j["advice"] = r.advice;
-    if (!a.emit.format.empty()) j["launch"] = launch ? LaunchJson(*launch, a.emit) : Json(nullptr);
+    if (!a.emit.format.empty()) j["launch"] = launch ? LaunchJson(*launch, a.emit.file) : Json(nullptr);
     if (r_changed) {
       const Plan* best = BestOf(*r_changed);
       SimulationResult none;  // nothing fits
@@ -230,7 +230,7 @@ void RunPlanCommand(const PlanArgs& a) {
     if (!a.html.empty()) {
       Json data = j;
       data["kind"] = "plan";
-      data["usable_memory_bytes"] = cl.gpu.memory_bytes - o.min_headroom_bytes;
+      data["memory_limit_bytes"] = cl.gpu.memory_bytes - o.min_headroom_bytes;  // usable less the headroom
       data["points"] = Json::array();
       for (const auto& pt : r.points) {
         data["points"].push_back({{"config", pt.config}, {"step_time_s", pt.step_time_s},
@@ -352,7 +352,7 @@ void RunPlanCommand(const PlanArgs& a) {
             << (a.profile.empty() ? "" : "--profile " + a.profile + " ")
             << SimulateFlags(chosen.config, m, o.gpus, &unexpressed) << "\n";
   for (const auto& u : unexpressed) std::cout << "  (not reproduced: " << u << ")\n";
-  if (launch) PrintLaunch(*launch, a.emit, label);
+  if (launch) WriteLaunch(std::cout, *launch, a.emit.file, label);
   if (r_changed) PrintPlanWhatIf(a.what_if, prof, *hw, chosen, BestOf(*r_changed));
 }
 

@@ -8,6 +8,7 @@
 #include "cli/options.h"
 #include "cli/config_args.h"
 #include "cli/plan_common.h"
+#include "report/text.h"
 #include "common/csv.h"
 #include "common/error.h"
 #include "common/json_reader.h"
@@ -91,8 +92,8 @@ void RunValidate(const ValidateArgs& a) {
                                             : ""));
       for (const auto& u : unexpressed) std::cout << "    (not reproduced: " << u << ")\n";
       std::cout << "\n";
-      PrintSimulation(e.result, e.model, r.config, e.cluster, r.gpus, e.profile);
-      PrintOps(e.model, r.config, e.cluster, e.profile);
+      WriteSimulation(std::cout, e.result, e.model, r.config, e.cluster, r.gpus, e.profile);
+      WriteOps(std::cout, e.model, r.config, e.cluster, e.profile);
     }
     return;
   }

@@ -79,12 +79,5 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
 /// are described in `*unexpressed` (not null).
 std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t gpus,
                           std::vector<std::string>* unexpressed);
-/// Prints `simulate`'s human-readable report of one result to stdout: step time, MFU/HFU, the
-/// time breakdown, memory by stage and the critical path (or the reasons it cannot run).
-void PrintSimulation(const SimulationResult& r, const Model& m, const ParallelConfig& c, const Cluster& cl,
-                     std::int64_t gpus, const HardwareProfile& prof);
-/// Prints the cost model's ops of one micro-batch on one GPU (one transformer layer, the
-/// embedding, the output layer): shape, FLOPs, bytes, duration and the achieved rate.
-void PrintOps(const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof);
 
 }  // namespace shardcast::cli

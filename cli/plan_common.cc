@@ -127,11 +127,6 @@ void ApplyFixedToSearch(PlanOptions* o) {
   }
 }
 
-Json KnownBiasJson(const ParallelConfig& c) {
-  const std::string bias = KnownBias(c);
-  return bias.empty() ? Json(nullptr) : Json(bias);
-}
-
 void WarnIfProfileIsAnotherMachine(const HardwareProfile& p, const std::string& path, const Cluster& cl,
                                    std::int64_t gpus) {
   if (!ProfileDescribesGpu(p, cl.gpu)) {
@@ -171,33 +166,24 @@ void AddEmitOptions(CLI::App* cmd, EmitArgs* a) {
 }
 
 std::optional<LaunchConfig> EmitIfAsked(const EmitArgs& a, const Model& m, const ParallelConfig& c, const Cluster& cl,
-                                        std::int64_t gpus) {
+                                        std::int64_t gpus, const SimulationResult& r) {
   if (a.format.empty()) {
     if (!a.file.empty()) throw InputError("command line: --emit-file: given without --emit FORMAT");
     return std::nullopt;
   }
+  if (!r.feasible) {
+    throw InputError("command line: --emit: got a configuration that cannot run (" + Join(r.reasons, "; ") +
+                     "), expected one that runs; no launch configuration written");
+  }
   LaunchConfig l = EmitLaunch(ParseLaunchFormat(a.format, "--emit"), m, c, cl, gpus);
+  if (!r.fits) {
+    // Said in the file itself (every format comments with #): a launch predicted to run out of memory.
+    l.text = "# WARNING: shardcast predicts this configuration does not fit in GPU memory: " + Join(r.reasons, "; ") +
+             "\n" + l.text;
+    l.warnings.push_back("does not fit in GPU memory: " + Join(r.reasons, "; "));
+  }
   if (!a.file.empty()) WriteFileAtomic(a.file, l.text);
   return l;
-}
-
-Json LaunchJson(const LaunchConfig& l, const EmitArgs& a) {
-  Json j;
-  j["format"] = ToString(l.format);
-  j["framework"] = l.framework;
-  j["text"] = l.text;
-  j["unexpressed"] = l.unexpressed;
-  j["file"] = a.file.empty() ? Json(nullptr) : Json(a.file);
-  return j;
-}
-
-void PrintLaunch(const LaunchConfig& l, const EmitArgs& a, const std::string& label) {
-  if (!a.file.empty()) {
-    std::cout << fmt::format("\n{}, launched with {}: written to {}\n", label, l.framework, a.file);
-    for (const auto& u : l.unexpressed) std::cout << "  not expressed: " << u << "\n";
-    return;
-  }
-  std::cout << fmt::format("\n{}, launched with {}:\n\n{}", label, l.framework, l.text);
 }
 
 void AddWhatIfOption(CLI::App* cmd, std::vector<std::string>* changes) {
@@ -217,52 +203,6 @@ WhatIfHardware ApplyWhatIfs(const std::vector<WhatIf>& w, const Cluster& cl, con
   WhatIfHardware h{cl, prof};
   ApplyWhatIf(w, &h.cl, &h.prof);
   return h;
-}
-
-namespace {
-
-std::string Change(double base, double now) {
-  return base > 0 && now > 0 ? fmt::format("{:+.1f}%", 100.0 * (now / base - 1.0)) : std::string("-");
-}
-
-}  // namespace
-
-void PrintBeside(const SimulationResult& base, const SimulationResult& what_if, const std::string& base_label,
-                 const std::string& what_if_label) {
-  auto cell = [](const SimulationResult& r, const std::string& text) { return r.feasible ? text : std::string("cannot run"); };
-  std::cout << fmt::format("  {:<16} {:>22} {:>22} {:>8}\n", "", base_label, what_if_label, "change");
-  auto row = [&](const char* name, double b, double w, const std::string& bt, const std::string& wt) {
-    std::cout << fmt::format("  {:<16} {:>22} {:>22} {:>8}\n", name, cell(base, bt), cell(what_if, wt),
-                             base.feasible && what_if.feasible ? Change(b, w) : "-");
-  };
-  row("step time", base.step_time_s, what_if.step_time_s, FormatSeconds(base.step_time_s),
-      FormatSeconds(what_if.step_time_s));
-  row("tokens/s", base.tokens_per_s, what_if.tokens_per_s, fmt::format("{:.4g}", base.tokens_per_s),
-      fmt::format("{:.4g}", what_if.tokens_per_s));
-  row("MFU", base.mfu, what_if.mfu, fmt::format("{:.1f}%", 100 * base.mfu), fmt::format("{:.1f}%", 100 * what_if.mfu));
-  row("bubble", base.bubble_fraction, what_if.bubble_fraction, fmt::format("{:.1f}%", 100 * base.bubble_fraction),
-      fmt::format("{:.1f}%", 100 * what_if.bubble_fraction));
-  row("peak memory", base.peak_memory_bytes, what_if.peak_memory_bytes, FormatGiB(base.peak_memory_bytes),
-      FormatGiB(what_if.peak_memory_bytes));
-  std::cout << fmt::format("  {:<16} {:>22} {:>22}\n", "fits", base.fits ? "yes" : "no", what_if.fits ? "yes" : "no");
-  for (const auto& why : what_if.reasons) std::cout << "  what-if cannot run: " << why << "\n";
-}
-
-Json BesideJson(const SimulationResult& base, const SimulationResult& what_if) {
-  auto headline = [](const SimulationResult& r) {
-    return Json{{"feasible", r.feasible},
-                {"step_time_s", r.step_time_s},
-                {"tokens_per_s", r.tokens_per_s},
-                {"mfu", r.mfu},
-                {"bubble_fraction", r.bubble_fraction},
-                {"peak_memory_bytes", r.peak_memory_bytes},
-                {"fits", r.fits}};
-  };
-  const bool both = base.feasible && what_if.feasible && base.step_time_s > 0;
-  return Json{{"baseline", headline(base)},
-              {"what_if", headline(what_if)},
-              {"step_time_change", both ? Json(what_if.step_time_s / base.step_time_s - 1) : Json(nullptr)},
-              {"tokens_per_s_change", both ? Json(what_if.tokens_per_s / base.tokens_per_s - 1) : Json(nullptr)}};
 }
 
 void AddHtmlOption(CLI::App* cmd, std::string* path) {

@@ -9,7 +9,9 @@
 
 #include "models/parallel.h"
 #include "planner/planner.h"
+#include "report/capacity_report.h"
 #include "report/launch.h"
+#include "report/text.h"
 #include "simulator/profile.h"
 #include "simulator/simulate.h"
 #include "simulator/what_if.h"
@@ -33,8 +35,6 @@ std::map<std::string, std::string> ParseFix(const std::string& list);
 /// --max-mbs), since fixing a value means asking for it.
 void ApplyFixedToSearch(PlanOptions* o);
 
-/// KnownBias(c) for JSON: the caveat, or null when none is known.
-Json KnownBiasJson(const ParallelConfig& c);
 
 /// Warns on standard error when the profile read from `path` describes another GPU than `cl`'s
 /// (ProfileDescribesGpu) or network rates `cl`'s links cannot carry for `gpus` GPUs
@@ -57,15 +57,11 @@ struct EmitArgs {
   std::string file;    ///< empty: printed with the report
 };
 void AddEmitOptions(CLI::App* cmd, EmitArgs* a);
-/// The launch configuration --emit asks for (nullopt without --emit); with --emit-file it is
-/// written there atomically.
+/// The launch configuration --emit asks for (nullopt without --emit) of `c`, whose simulation is
+/// `r`; with --emit-file it is written there atomically. InputError (nothing written) when `c`
+/// cannot run; a warning in the file and in LaunchConfig::warnings when it does not fit.
 std::optional<LaunchConfig> EmitIfAsked(const EmitArgs& a, const Model& m, const ParallelConfig& c, const Cluster& cl,
-                                        std::int64_t gpus);
-/// {format, framework, text, unexpressed, file} for JSON output.
-Json LaunchJson(const LaunchConfig& l, const EmitArgs& a);
-/// Prints the launch configuration under a heading naming `label` (or, with --emit-file, where it
-/// was written and what it could not express).
-void PrintLaunch(const LaunchConfig& l, const EmitArgs& a, const std::string& label);
+                                        std::int64_t gpus, const SimulationResult& r);
 
 /// --what-if KEY=VALUE|KEY=xFACTOR (repeatable) of `simulate` and `plan` (simulator/what_if.h).
 void AddWhatIfOption(CLI::App* cmd, std::vector<std::string>* changes);
@@ -76,13 +72,6 @@ struct WhatIfHardware {
   HardwareProfile prof;
 };
 WhatIfHardware ApplyWhatIfs(const std::vector<WhatIf>& w, const Cluster& cl, const HardwareProfile& prof);
-/// One result beside another, for --what-if: step time, tokens/s, MFU, bubble, peak memory and
-/// whether it fits, with the change in percent.
-void PrintBeside(const SimulationResult& base, const SimulationResult& what_if, const std::string& base_label,
-                 const std::string& what_if_label);
-/// {"baseline": ..., "what_if": ..., "step_time_change": what_if / baseline - 1 (null when either
-/// cannot run), "tokens_per_s_change": ...} of two results' headline figures.
-Json BesideJson(const SimulationResult& base, const SimulationResult& what_if);
 
 /// --html FILE: a self-contained HTML report (report/html.h) of the command's result.
 void AddHtmlOption(CLI::App* cmd, std::string* path);

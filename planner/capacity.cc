@@ -120,8 +120,8 @@ std::int64_t DeadlineLowerBoundNodes(const Model& m, const Cluster& cl, const Ca
   const double peak = cl.gpu.PeakFlops(o.plan.base.precision);
   const double flops = o.tokens * m.Flops(o.seq_length).per_token_causal();
   if (!(peak > 0) || !o.days) return 1;
-  const double gpus = flops / (*o.days * 86400.0 * peak);
-  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(gpus / static_cast<double>(cl.gpus_per_node))));
+  const double nodes = std::ceil(flops / (*o.days * 86400.0 * peak) / static_cast<double>(cl.gpus_per_node));
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::min(nodes, 1e15)));
 }
 
 namespace {
@@ -177,8 +177,9 @@ SolveResult SolveForDeadline(const Model& m, const std::string& cluster, const C
   s.cluster = cluster;
   s.max_gpus = max_gpus / g * g;
   const std::int64_t max_nodes = max_gpus / g;
-  const std::int64_t lb = std::min(DeadlineLowerBoundNodes(m, cl, o), max_nodes);
-  s.lower_bound_gpus = lb * g;
+  const std::int64_t bound = DeadlineLowerBoundNodes(m, cl, o);
+  s.lower_bound_gpus = bound * g;  // as computed, even above the maximum searched
+  const std::int64_t lb = std::min(bound, max_nodes);
   std::int64_t lo = lb - 1, k = lb;
   // Bracket: from the count that would need 100% of peak, upward by the estimate that the
   // time falls in proportion to the GPUs (at least 25% more each step), until one meets it.

@@ -87,7 +87,7 @@ struct SolveResult {
 
 /// Nodes of `cl` below which the deadline cannot be met even at 100% of the dense peak of the
 /// precision: ceil(tokens x model FLOPs per token (causal) / (days x 86400 x peak) / gpus per
-/// node), at least 1 (1 without a deadline).
+/// node), at least 1 (1 without a deadline), at most 1e15.
 std::int64_t DeadlineLowerBoundNodes(const Model& m, const Cluster& cl, const CapacityOptions& o);
 
 /// Searches whole-node counts of `cluster` from DeadlineLowerBoundNodes up to `max_gpus`: upward

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <ostream>
 
 #include <fmt/format.h>
 
@@ -145,7 +146,7 @@ std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, st
 }
 
 LaunchConfig EmitMegatron(const Model& m, const ParallelConfig& c, const Cluster& cl, std::int64_t gpus) {
-  LaunchConfig l{LaunchFormat::kMegatron, kMegatronVersion, "", {}};
+  LaunchConfig l{LaunchFormat::kMegatron, kMegatronVersion, "", {}, {}};
   const std::int64_t seq = SeqOf(m, c);
   std::vector<std::string> lines = MegatronModelFlags(m, seq, &l.unexpressed);
   const std::vector<std::string> par = MegatronParallelFlags(c, m, &l.unexpressed);
@@ -335,7 +336,7 @@ void NemoRecompute(const ParallelConfig& c, PyLines* p) {
 }
 
 LaunchConfig EmitNemo(const Model& m, const ParallelConfig& c, const Cluster& cl, std::int64_t gpus) {
-  LaunchConfig l{LaunchFormat::kNemo, kNemoVersion, "", {}};
+  LaunchConfig l{LaunchFormat::kNemo, kNemoVersion, "", {}, {}};
   const std::int64_t seq = SeqOf(m, c);
   const Nodes n = NodesOf(cl, gpus);
   PyLines p;
@@ -397,6 +398,8 @@ void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, st
     unexpressed->push_back(fmt::format("the model family ({}, {}, {} positions): torchtitan has no such model",
                                        ToString(m.normalization), ToString(m.activation), ToString(m.position_embedding)));
     *t += "name = \"llama3\"  # torchtitan has no model of this family\n";
+  } else if (name == "qwen3" && m.moe.enabled()) {
+    *t += "name = \"qwen3\"  # the nearest torchtitan family with routed experts\n";
   } else {
     *t += fmt::format("name = \"{}\"\n", name);
   }
@@ -404,14 +407,21 @@ void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, st
                          "(torchtitan/models/<name>/__init__.py); add one with the shape in the comments");
   *t += fmt::format("flavor = \"{}\"\n", m.name);
   *t += fmt::format("# shape: n_layers = {}, dim = {}, n_heads = {}, n_kv_heads = {}, head_dim = {}, ffn hidden = {}, "
-                    "vocab_size = {}, rope_theta = {}, tied embeddings = {}\n",
+                    "vocab_size = {}, {}, tied embeddings = {}\n",
                     m.num_layers, m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels,
-                    m.ffn_hidden_size, m.vocab_size, Number(m.rotary_base), m.tie_embeddings ? "yes" : "no");
+                    m.ffn_hidden_size, m.vocab_size,
+                    m.position_embedding == PositionEmbedding::kRope ? "rope_theta = " + Number(m.rotary_base)
+                                                                      : std::string(ToString(m.position_embedding)) + " positions",
+                    m.tie_embeddings ? "yes" : "no");
   if (m.moe.enabled()) {
     *t += fmt::format("# experts: num_experts = {}, top_k = {}, expert ffn hidden = {}, shared ffn hidden = {}\n",
                       m.moe.num_experts, m.moe.top_k, m.moe.ffn_hidden_size, m.moe.shared_ffn_hidden_size);
   }
   if (c.precision == Precision::kFp8) *t += "converters = [\"quantize.linear.float8\"]\n";
+  if (IsLowPrecision(c.precision) && m.moe.enabled()) {
+    unexpressed->push_back("low-precision expert GEMMs: add the quantize.grouped_mm converter with the experts' "
+                           "module names (fqns)");
+  }
   if (c.precision == Precision::kMxfp8) *t += "converters = [\"quantize.linear.mx\"]\n";
 }
 
@@ -510,7 +520,7 @@ void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, s
 }
 
 LaunchConfig EmitTorchtitan(const Model& m, const ParallelConfig& c, const Cluster& cl, std::int64_t gpus) {
-  LaunchConfig l{LaunchFormat::kTorchtitan, kTorchtitanVersion, "", {}};
+  LaunchConfig l{LaunchFormat::kTorchtitan, kTorchtitanVersion, "", {}, {}};
   const std::int64_t seq = SeqOf(m, c);
   const Nodes n = NodesOf(cl, gpus);
   std::string t;
@@ -526,6 +536,26 @@ LaunchConfig EmitTorchtitan(const Model& m, const ParallelConfig& c, const Clust
 }
 
 }  // namespace
+
+Json LaunchJson(const LaunchConfig& l, const std::string& file) {
+  Json j;
+  j["format"] = ToString(l.format);
+  j["framework"] = l.framework;
+  j["text"] = l.text;
+  j["unexpressed"] = l.unexpressed;
+  j["warnings"] = l.warnings;
+  j["file"] = file.empty() ? Json(nullptr) : Json(file);
+  return j;
+}
+
+void WriteLaunch(std::ostream& out, const LaunchConfig& l, const std::string& file, const std::string& label) {
+  if (!file.empty()) {
+    out << fmt::format("\n{}, launched with {}: written to {}\n", label, l.framework, file);
+    for (const auto& u : l.unexpressed) out << "  not expressed: " << u << "\n";
+    return;
+  }
+  out << fmt::format("\n{}, launched with {}:\n\n{}", label, l.framework, l.text);
+}
 
 LaunchConfig EmitLaunch(LaunchFormat f, const Model& m, const ParallelConfig& c, const Cluster& cl, std::int64_t gpus) {
   switch (f) {

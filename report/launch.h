@@ -9,9 +9,11 @@
 /// LaunchConfig::unexpressed; nothing is silently dropped.
 
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
+#include "common/json_reader.h"
 #include "models/hardware.h"
 #include "models/model.h"
 #include "models/parallel.h"
@@ -39,6 +41,9 @@ struct LaunchConfig {
   /// Settings of the configuration the format has no field for, each a sentence (also comments
   /// in `text`).
   std::vector<std::string> unexpressed;
+  /// What the caller knows against the launch (a configuration predicted not to fit), each a
+  /// sentence, also a comment at the top of `text`.
+  std::vector<std::string> warnings;
 };
 
 /// The launch configuration of `c` (a configuration BuildConfig or the planner produced, with
@@ -47,6 +52,12 @@ struct LaunchConfig {
 /// setting, batch sizes and sequence length are written.
 LaunchConfig EmitLaunch(LaunchFormat f, const Model& m, const ParallelConfig& c, const Cluster& cl,
                         std::int64_t gpus);
+
+/// {format, framework, text, unexpressed, warnings, file (null when not written to one)} for JSON.
+Json LaunchJson(const LaunchConfig& l, const std::string& file);
+/// The launch configuration under a heading naming `label`, or, when it was written to `file`,
+/// where and what it could not express.
+void WriteLaunch(std::ostream& out, const LaunchConfig& l, const std::string& file, const std::string& label);
 
 /// Megatron-LM's --pipeline-model-parallel-layout of a pipeline split (PipelineLayoutOf's model
 /// chunks in order, each "|"-separated: E for the embedding, t per transformer layer, m per MTP

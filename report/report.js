@@ -198,8 +198,9 @@
       el("p", {}, root, "This configuration cannot run: " + (r.reasons || []).join("; "));
       return;
     }
-    table(["step time", "tokens/s", "MFU", "bubble", "peak memory", "fits"],
-          [{ cells: [fmtS(r.step_time_s), r.tokens_per_s.toPrecision(4), pct(r.mfu), pct(r.bubble_fraction), fmtGiB(r.peak_memory_bytes), r.fits ? "yes" : "no"] }]);
+    table(["step time", "tokens/s", "MFU (causal)", "MFU (full s\u00b2)", "bubble", "peak memory", "fits"],
+          [{ cells: [fmtS(r.step_time_s), r.tokens_per_s.toPrecision(4), pct(r.mfu_causal), pct(r.mfu), pct(r.bubble_fraction), fmtGiB(r.peak_memory_bytes), r.fits ? "yes" : "no"] }]);
+    if (!r.fits) el("p", { class: "warn" }, root, "Does not fit in GPU memory: " + (r.reasons || []).join("; "));
     section("Timeline of one step, per stage and stream");
     legend(Object.keys(KIND_CLASS).map((k) => ["k-" + k, k]).concat([["lane-bg", "idle (bubble)"]]));
     timeline(d.timeline, r.step_time_s);
@@ -217,14 +218,14 @@
   function renderPlan(d) {
     const rec = d.recommended;
     section("Ranked plans");
-    table(["rank", "configuration", "step", "tokens/s", "MFU", "bubble", "peak memory", "at risk"],
+    table(["rank", "configuration", "step", "tokens/s", "MFU (causal)", "bubble", "peak memory", "at risk"],
           d.plans.map((p, i) => ({ cls: rec && p.config_summary === rec.config_summary ? "recommended" : "",
-                                   cells: [String(i + 1), p.config_summary, fmtS(p.step_time_s), p.tokens_per_s.toPrecision(4), pct(p.mfu),
+                                   cells: [String(i + 1), p.config_summary, fmtS(p.step_time_s), p.tokens_per_s.toPrecision(4), pct(p.mfu_causal),
                                            pct(p.bubble_fraction), fmtGiB(p.peak_memory_bytes), p.memory_at_risk ? "yes" : ""] })), { left: [1] });
     section(`Step time vs peak memory of the ${d.points.length} simulated candidates that run`);
     if (d.points.length > 0) {
       const xs = d.points.map((p) => p.step_time_s), ys = d.points.map((p) => p.peak_memory_bytes / GiB);
-      const cap = d.usable_memory_bytes / GiB;
+      const cap = d.memory_limit_bytes / GiB;
       const c = chart(900, 420, padRange(Math.min(...xs), Math.max(...xs), 0.05, true),
                       [0, Math.max(cap, ...ys) * 1.08], "step time (s, log)", "peak memory per GPU (GiB)", { logx: true, fx: (v) => v.toPrecision(2) });
       d.points.forEach((p) => {
@@ -236,7 +237,7 @@
         el("circle", { class: "recommended-mark", r: 9, cx: c.x(rec.step_time_s), cy: c.y(rec.peak_memory_bytes / GiB) }, c.plot);
       }
       el("line", { class: "capacity", x1: c.m.l, x2: c.w - c.m.r, y1: c.y(cap), y2: c.y(cap) }, c.svg);
-      legend([["cand", "candidate"], ["cand at-risk", "at risk or over the headroom"], ["recommended-mark", "recommended"], ["capacity", "usable memory"]]);
+      legend([["cand", "candidate"], ["cand at-risk", "at risk or over the headroom"], ["recommended-mark", "recommended"], ["capacity", "usable memory less the required headroom"]]);
     }
     section("Candidates set aside, by reason");
     const rj = d.rejected || {};
@@ -253,7 +254,7 @@
       const xr = padRange(Math.min(...days, dl || Infinity), Math.max(...days, dl || 0), 0.08, true);
       const c = chart(900, 420, xr, padRange(Math.min(...cost), Math.max(...cost), 0.1, true), "days to train (log)", "cost (USD, log)",
                       { logx: true, logy: true, fx: (v) => v.toPrecision(2), fy: (v) => "$" + (v >= 1e6 ? (v / 1e6).toPrecision(2) + "M" : v.toPrecision(2)) });
-      const types = [...new Set(ok.map((o) => o.cluster))];
+      const types = [...new Set(ok.map((o) => o.cluster))].sort();
       const palette = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#9d755d", "#ff9da6"];
       types.forEach((t, i) => {
         const pts = ok.filter((o) => o.cluster === t).sort((a, b) => a.gpus - b.gpus);
@@ -265,9 +266,17 @@
       });
       if (dl) {
         el("line", { class: "deadline", x1: c.x(dl), x2: c.x(dl), y1: c.m.t, y2: c.h - c.m.b }, c.svg);
-        el("text", { x: c.x(dl) - 4, y: c.m.t + 12, "text-anchor": "end" }, c.svg, `deadline ${dl} days`);
+        const leftHalf = c.x(dl) < (c.m.l + c.w - c.m.r) / 2;
+        el("text", { x: c.x(dl) + (leftHalf ? 4 : -4), y: c.m.t + 12, "text-anchor": leftHalf ? "start" : "end" }, c.svg, `deadline ${dl} days`);
       }
       legend(types.map((t, i) => ["", t, palette[i % 8]]));
+    }
+    if (d.solve) {
+      section("Smallest GPU count meeting the deadline (--solve)");
+      table(["cluster", "answer", "lower bound", "counts simulated"],
+            d.solve.map((sv) => ({ cells: [sv.cluster, sv.found ? sv.gpus + " GPUs" : "not met up to " + sv.max_gpus + " GPUs",
+                                           sv.lower_bound_gpus + " GPUs", sv.tried.map((t) => t.gpus + (t.meets_deadline ? " meets" : " misses")).join(", ")] })),
+            { left: [3] });
     }
     section("Options");
     table(["cluster", "GPUs", "configuration", "days", "cost", "MWh", "deadline"],
@@ -299,10 +308,11 @@
       el("p", { class: "hint" }, root, "dashed: predicted = measured; band: within 10%");
     }
     section("Rows");
-    table(["row", "source", "model", "GPUs", "measured", "predicted", "error"],
+    table(["row", "source", "model", "GPUs", "measured", "predicted", "error", "note"],
           d.rows.map((r) => ({ cells: [r.row_id, r.source_id, r.model, String(r.gpus),
-                                       r.skipped ? "skipped" : fmtS(r.measured_step_time_s), r.skipped ? r.skip_reason || "" : fmtS(r.predicted_step_time_s),
-                                       r.step_time_error === null || r.step_time_error === undefined ? "" : pct(r.step_time_error)] })), { left: [1, 2] });
+                                       r.skipped ? "" : fmtS(r.measured_step_time_s), r.skipped ? "" : fmtS(r.predicted_step_time_s),
+                                       r.step_time_error === null || r.step_time_error === undefined ? "" : pct(r.step_time_error),
+                                       r.skipped ? "skipped: " + (r.skip_reason || "") : ""] })), { left: [1, 2, 7] });
   }
 
   ({ simulate: renderSimulate, plan: renderPlan, capacity: renderCapacity, validate: renderValidate })[data.kind](data);

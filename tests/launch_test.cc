@@ -462,6 +462,18 @@ TEST(Launch, EmitOnTheCommandLine) {
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--emit"), std::string::npos) << bad.err;
   EXPECT_EQ(testing::RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --gbs 8 --emit-file x.toml").exit_code, 2);
+  // A configuration that cannot run gets no launch file; one predicted not to fit says so in it.
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-175b --cluster dgx-a100 --gpus 8 --tp 3 --gbs 8 --emit megatron",
+                                    "--emit: got a configuration that cannot run (tp*pp = 3*1 = 3 does not divide 8 GPUs)"));
+  const auto oom = testing::RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 8 --tp 8 --gbs 8 "
+                                         "--emit torchtitan --json");
+  ASSERT_EQ(oom.exit_code, 0) << oom.err;
+  const Json o = Json::parse(oom.out);
+  ASSERT_FALSE(o["fits"].get<bool>());
+  EXPECT_EQ(o["launch"]["text"].get<std::string>().rfind(
+                "# WARNING: shardcast predicts this configuration does not fit in GPU memory: ", 0),
+            0u);
+  EXPECT_EQ(o["launch"]["warnings"].size(), 1u);
 }
 
 }  // namespace

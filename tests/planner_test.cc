@@ -331,12 +331,12 @@ TEST(Capacity, SolveFindsTheSmallestCountMeetingTheDeadline) {
   o.global_batch_size = 256;
   o.seq_length = 2048;
   std::vector<CapacityOption> all;
-  for (std::int64_t n = 8; n <= 96; n += 8) all.push_back({"dgx-a100", n});
+  for (std::int64_t n = 8; n <= 64; n += 8) all.push_back({"dgx-a100", n});
   std::map<std::int64_t, CapacityRow> by_count;
   for (const auto& opt : all) by_count[opt.gpus] = RunCapacity(m, {opt}, o).front();
   ASSERT_TRUE(by_count.at(40).feasible);
   o.days = by_count.at(40).wall_time_s * 1.000001 / 86400.0;
-  const SolveResult s = SolveForDeadline(m, "dgx-a100", o, 96);
+  const SolveResult s = SolveForDeadline(m, "dgx-a100", o, 64);
   ASSERT_TRUE(s.found);
   const std::int64_t n = s.row.option.gpus;
   EXPECT_TRUE(s.row.meets_deadline);
@@ -354,7 +354,7 @@ TEST(Capacity, SolveFindsTheSmallestCountMeetingTheDeadline) {
   bool monotone = true;
   for (const auto& [g, r] : by_count) {
     if (meets(g) && smallest == 0) smallest = g;
-    if (smallest > 0 && r.feasible && !meets(g)) monotone = false;  // 88 GPUs: no configuration divides
+    if (smallest > 0 && r.feasible && !meets(g)) monotone = false;  // (88 GPUs: no configuration divides)
   }
   EXPECT_LE(smallest, n);
   EXPECT_TRUE(monotone);  // so the search's assumption holds here, and its answer is exact
@@ -366,12 +366,12 @@ TEST(Capacity, SolveFindsTheSmallestCountMeetingTheDeadline) {
   EXPECT_GE(n, s.lower_bound_gpus);
   // Out of reach: the row is the largest count, marked not found.
   o.days = by_count.at(8).wall_time_s / 1000 / 86400.0;
-  const SolveResult none = SolveForDeadline(m, "dgx-a100", o, 96);
+  const SolveResult none = SolveForDeadline(m, "dgx-a100", o, 64);
   EXPECT_FALSE(none.found);
-  EXPECT_EQ(none.tried.back().first, 96);
+  EXPECT_EQ(none.tried.back().first, 64);
   CapacityOptions no_days = o;
   no_days.days.reset();
-  EXPECT_THROW(SolveForDeadline(m, "dgx-a100", no_days, 96), InputError);
+  EXPECT_THROW(SolveForDeadline(m, "dgx-a100", no_days, 64), InputError);
   EXPECT_THROW(SolveForDeadline(m, "dgx-a100", o, 4), InputError);
 }
 

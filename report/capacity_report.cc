@@ -1,0 +1,156 @@
+#include "report/capacity_report.h"
+
+#include <algorithm>
+#include <ostream>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "common/text.h"
+#include "report/megatron_args.h"
+
+namespace shardcast {
+
+Json KnownBiasJson(const ParallelConfig& c) {
+  const std::string bias = KnownBias(c);
+  return bias.empty() ? Json(nullptr) : Json(bias);
+}
+
+Json CapacityJson(const Model& m, const CapacityOptions& o, const std::vector<CapacityRow>& rows,
+                  const std::vector<SolveResult>& solved) {
+  Json j;
+  j["model"] = m.name;
+  j["tokens"] = o.tokens;
+  j["global_batch_size"] = o.global_batch_size;
+  j["energy_overhead"] = o.energy_overhead;
+  j["options"] = Json::array();
+  for (const auto& r : rows) {
+    Json x = {{"cluster", r.option.cluster}, {"gpus", r.option.gpus}, {"gpu", r.gpu}, {"profile", r.profile},
+              {"profile_estimates", r.profile_estimates}, {"feasible", r.feasible}};
+    if (!r.feasible) {
+      x["reason"] = r.reason;
+    } else {
+      x["config"] = r.best.config.Summary();
+      x["megatron_arguments"] = MegatronArguments(r.best.config, m);
+      x["step_time_s"] = r.step_time_s;
+      x["mfu"] = r.best.result.mfu;
+      x["mfu_causal"] = r.best.result.mfu_causal;
+      x["memory_at_risk"] = r.memory_at_risk;
+      x["known_bias"] = KnownBiasJson(r.best.config);
+      x["steps"] = r.steps;
+      x["train_time_s"] = r.train_time_s;
+      x["goodput"] = o.mtbf_hours ? Json(r.goodput) : Json(nullptr);  // null: no failure model
+      x["checkpoint_interval_s"] = o.mtbf_hours ? Json(r.checkpoint_interval_s) : Json(nullptr);
+      x["wall_time_s"] = r.wall_time_s;
+      x["gpu_hours"] = r.gpu_hours;
+      x["price_usd_per_gpu_hour"] = r.price_usd_per_gpu_hour;
+      x["cost_usd"] = r.cost_usd;
+      x["energy_kwh"] = r.energy_kwh;
+      if (o.days) x["meets_deadline"] = r.meets_deadline;
+      x["price_date"] = o.price_per_gpu_hour.count(r.gpu) ? "command line" : r.price_date;
+      x["price_source"] = o.price_per_gpu_hour.count(r.gpu) ? "--price-per-gpu-hour" : r.price_source;
+    }
+    j["options"].push_back(x);
+  }
+  if (!solved.empty()) {
+    j["solve"] = Json::array();
+    for (const auto& sr : solved) {
+      Json t = Json::array();
+      for (const auto& [gpus, met] : sr.tried) t.push_back({{"gpus", gpus}, {"meets_deadline", met}});
+      j["solve"].push_back({{"cluster", sr.cluster}, {"found", sr.found}, {"gpus", sr.found ? Json(sr.row.option.gpus) : Json(nullptr)},
+                            {"max_gpus", sr.max_gpus}, {"lower_bound_gpus", sr.lower_bound_gpus}, {"tried", t}});
+    }
+  }
+  return j;
+}
+
+void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions& o, const std::vector<CapacityRow>& rows) {
+  out << fmt::format("Training {} on {} tokens (global batch {} x seq {} = {} tokens per step)\n", m.name,
+                           FormatCount(o.tokens), o.global_batch_size, o.seq_length,
+                           FormatCount(static_cast<double>(o.global_batch_size * o.seq_length)));
+  out << "Time = steps x simulated step time; GPU-hours and cost over the wall time; energy = GPUs x board power x "
+            << fmt::format("{:g}", o.energy_overhead) << " (host, network, cooling; assumed) x wall time.\n";
+  if (!o.mtbf_hours) out << "No failure model (give --mtbf-hours and --checkpoint-minutes for goodput).\n";
+  if (o.mtbf_hours) {
+    out << fmt::format("Failures: per-GPU MTBF {:g} h, checkpoint {:g} min, restart {:g} min; checkpoint every "
+                             "sqrt(2 x checkpoint x job MTBF) (Young 1974, Daly 2006).\n",
+                             *o.mtbf_hours, o.checkpoint_minutes,
+                             o.restart_minutes > 0 ? o.restart_minutes : o.checkpoint_minutes);
+  }
+  // Columns as wide as their longest entry; small days and MWh keep two significant digits.
+  std::size_t cw = 16, fw = std::string("best configuration").size();
+  for (const auto& r : rows) {
+    cw = std::max(cw, r.option.cluster.size());
+    if (r.feasible) fw = std::max(fw, r.best.config.Short().size());
+  }
+  auto small = [](double v) { return v >= 1 || v == 0 ? fmt::format("{:.1f}", v) : fmt::format("{:.2g}", v); };
+  out << fmt::format("\n{:<{}} {:>6}  {:<{}} {:>9} {:>6} {:>9} {:>8} {:>12} {:>8} {:>13} {:>10}  {}\n", "cluster", cw,
+                           "GPUs", "best configuration", fw, "step", "MFU", "days", "goodput", "GPU-hours", "$/h", "cost",
+                           "MWh", o.days ? "deadline" : "");
+  for (const auto& r : rows) {
+    if (!r.feasible) {
+      out << fmt::format("{:<{}} {:>6}  infeasible: {}\n", r.option.cluster, cw, r.option.gpus, r.reason);
+      continue;
+    }
+    out << fmt::format("{:<{}} {:>6}  {:<{}} {:>9} {:>6} {:>9} {:>8} {:>12.0f} {:>8.2f} {:>13} {:>10}  {}\n",
+                             r.option.cluster, cw, r.option.gpus, r.best.config.Short(), fw,
+                             FormatSeconds(r.step_time_s), fmt::format("{:.1f}%", 100 * r.best.result.mfu_causal),
+                             small(r.wall_time_s / 86400.0), o.mtbf_hours ? fmt::format("{:.1f}%", 100 * r.goodput) : "-",
+                             r.gpu_hours,
+                             r.price_usd_per_gpu_hour, fmt::format("${:.0f}", r.cost_usd), small(r.energy_kwh / 1000.0),
+                             o.days ? (r.meets_deadline ? "meets" : "misses") : "");
+    if (!(r.goodput > 0)) {
+      out << fmt::format("{:<24}  (never finishes: with one failure every {:.2g} h across {} GPUs, checkpoints "
+                               "and restarts take all the time; goodput 0)\n",
+                               "", *o.mtbf_hours / static_cast<double>(r.option.gpus), r.option.gpus);
+    }
+    if (r.memory_at_risk) {
+      out << fmt::format("{:<24}  (every plan that fits is at risk of running out of memory: its peak x {} "
+                               "exceeds usable memory)\n", "", kMeasuredOverPredictedPeakMin);
+    }
+    if (const std::string bias = KnownBias(r.best.config); !bias.empty()) out << fmt::format("{:<24}  ({})\n", "", bias);
+  }
+  out << "\nMFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "
+               "--json has both conventions.";
+  out << fmt::format("\nBest configuration: the fastest plan whose peak memory times {} (the smallest measured "
+                           "nvidia-smi /\npredicted ratio of the published BLOOM runs) fits, if one does (docs/planner.md)."
+                           "\n", kMeasuredOverPredictedPeakMin);
+  out << "\nPrices (USD per GPU-hour; volatile, override with --price-per-gpu-hour GPU=USD):\n";
+  std::set<std::string> seen;
+  for (const auto& r : rows) {
+    if (!seen.insert(r.gpu).second) continue;
+    if (o.price_per_gpu_hour.count(r.gpu)) {
+      out << fmt::format("  {:<16} {:>6.2f}  (command line)\n", r.gpu, r.price_usd_per_gpu_hour);
+    } else {
+      out << fmt::format("  {:<16} {:>6.2f}  ({}, {})\n", r.gpu, r.price_usd_per_gpu_hour,
+                               r.price_date.empty() ? "no date" : r.price_date,
+                               r.price_source.empty() ? "no source given" : r.price_source);
+    }
+  }
+  out << "\nHardware profiles (--profile [CLUSTER=]FILE for a measured one):\n";
+  seen.clear();
+  for (const auto& r : rows) {
+    if (!seen.insert(r.option.cluster).second) continue;
+    out << fmt::format("  {:<16} {}\n", r.option.cluster, r.profile);
+    // What the built-in default carries over from another GPU: the comparison across GPU types
+    // is only as good as these (docs/profile.md).
+    for (const auto& e : r.profile_estimates) out << fmt::format("  {:<16}   estimate: {}\n", "", e);
+  }
+}
+
+void WriteSolve(std::ostream& out, const CapacityOptions& o, const std::vector<SolveResult>& solved) {
+  out << fmt::format("Smallest GPU count meeting {:g} days (whole nodes up to --max-gpus; the search starts where "
+                           "even 100% of the dense peak would miss it):\n",
+                           *o.days);
+  for (const auto& sr : solved) {
+    std::vector<std::string> tried;
+    for (const auto& [gpus, met] : sr.tried) tried.push_back(fmt::format("{}{}", gpus, met ? " meets" : " misses"));
+    out << fmt::format("  {:<16} {}  (lower bound {} GPUs; tried {})\n", sr.cluster,
+                             sr.found ? fmt::format("{} GPUs", sr.row.option.gpus)
+                                      : fmt::format("not met up to {} GPUs", sr.max_gpus),
+                             sr.lower_bound_gpus, Join(tried, ", "));
+  }
+  out << "\n";
+}
+
+}  // namespace shardcast

@@ -1,0 +1,309 @@
+#include "report/text.h"
+
+#include <algorithm>
+#include <ostream>
+
+#include <fmt/format.h>
+
+#include "common/text.h"
+#include "simulator/cost_model.h"
+
+namespace shardcast {
+
+namespace {
+
+std::string Pct(double x) { return fmt::format("{:.1f}%", 100.0 * x); }
+
+/// "7, 8 x 14, 7": a list with runs of equal values shortened.
+std::string RunLengths(const std::vector<std::int64_t>& v) {
+  std::vector<std::string> parts;
+  for (std::size_t i = 0; i < v.size();) {
+    std::size_t j = i;
+    while (j < v.size() && v[j] == v[i]) ++j;
+    parts.push_back(j - i > 1 ? fmt::format("{} x {}", v[i], j - i) : std::to_string(v[i]));
+    i = j;
+  }
+  return Join(parts, ", ");
+}
+
+}  // namespace
+
+void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof) {
+  const CostModel cm = BuildCostModel(m, c, cl, prof);
+  out << fmt::format("\nOps per micro-batch on one GPU (mbs {}, {} tokens; time from the profile)\n",
+                           c.micro_batch_size, cm.tokens_per_microbatch);
+  out << "  (MB: bytes read and written, or a collective's nccl-tests size; GEMM shapes are per GPU,\n"
+               "   batch x (m x n x k) for batched GEMMs; achieved: FLOP rate, HBM rate when bandwidth-bound,\n"
+               "   nccl-tests busbw for collectives)\n";
+  out << fmt::format("  {:<34} {:<15} {:<10} {:>28} {:>9} {:>9} {:>10} {:>16}\n", "op", "pass", "kind",
+                           "shape", "GFLOP", "MB", "time us", "achieved");
+  auto table = [&](const std::string& title, const std::vector<Op>& ops) {
+    if (ops.empty()) return;
+    out << "  " << title << "\n";
+    double total = 0;
+    for (const auto& o : ops) {
+      std::string shape;
+      if (o.kind == OpKind::kGemm) {
+        shape = o.batch > 1 ? fmt::format("{:.0f} x ({:.0f} x {:.0f} x {:.0f})", o.batch, o.m, o.n, o.k)
+                            : fmt::format("{:.0f} x {:.0f} x {:.0f}", o.m, o.n, o.k);
+      }
+      if (o.kind == OpKind::kCollective) shape = ToString(o.collective);
+      std::string achieved;
+      const double t = o.duration_s + o.hidden_s;
+      if (t > 0 && (o.kind == OpKind::kGemm || o.kind == OpKind::kAttention)) {
+        const bool bw_bound = o.kind == OpKind::kGemm &&
+                              o.bytes / (prof.hbm_GBps * 1e9) > o.flops / (prof.gemm_peak_tflops * 1e12 * prof.gemm_max_efficiency);
+        achieved = bw_bound ? fmt::format("{:.0f} GB/s", o.bytes / t / 1e9) : fmt::format("{:.0f} TFLOP/s", o.flops / t / 1e12);
+      }
+      if (t > 0 && o.kind == OpKind::kMemory) achieved = fmt::format("{:.0f} GB/s", o.bytes / t / 1e9);
+      if (t > 0 && o.kind == OpKind::kCollective && o.context_parallel) {
+        const bool a2a = o.collective == CollectiveOp::kAllToAll;
+        const int n = a2a ? cm.cp.a2a_group.ranks : cm.cp.group.ranks;
+        achieved = o.collective == CollectiveOp::kSendRecv
+                       ? fmt::format("{:.0f} GB/s a hop", o.bytes / t / 1e9)
+                       : fmt::format("busbw {:.0f} GB/s", BusBwFactor(o.collective, n) * o.bytes / t / 1e9);
+      } else if (t > 0 && o.kind == OpKind::kCollective && cm.tp_group.ranks > 1) {
+        achieved = fmt::format("busbw {:.0f} GB/s", BusBwFactor(o.collective, cm.tp_group.ranks) * o.bytes / t / 1e9);
+      }
+      out << fmt::format("    {:<32} {:<15} {:<10} {:>28} {:>9.3f} {:>9.2f} {:>10.1f} {:>16}{}\n", o.name,
+                               ToString(o.pass), ToString(o.kind), shape, o.flops / 1e9, o.bytes / 1e6,
+                               o.duration_s * 1e6, achieved,
+                               o.overlapped      ? "  (overlapped: not in the sum)"
+                               : o.hidden_s > 0 ? fmt::format("  (+{:.1f} us hidden behind {})", o.hidden_s * 1e6,
+                                                              o.context_parallel ? "attention" : "the wgrad GEMM")
+                                                : std::string());
+      if (!o.overlapped) total += o.duration_s;
+    }
+    out << fmt::format("    {:<32} {:>84.1f}\n", "sum (not overlapped)", total * 1e6);
+  };
+  const std::int64_t moe_layers = cm.moe_layer_ops.empty() ? 0 : m.MoeLayersIn(0, m.num_layers);
+  if (moe_layers < m.num_layers) {
+    table(moe_layers > 0 ? fmt::format("one dense transformer layer ({} of {})", m.num_layers - moe_layers, m.num_layers)
+                         : std::string("one transformer layer"),
+          cm.layer_ops);
+  }
+  if (moe_layers > 0) {
+    table(fmt::format("one mixture-of-experts layer ({} of {}; the busiest expert rank's {:.0f} tokens an expert: {:.0f} "
+                      "routed x top-{} x etp {} / {:.0f} local experts x load imbalance {:.3f}, {})",
+                      moe_layers, m.num_layers, cm.moe.tokens_per_expert, cm.moe.tokens_routed, m.moe.top_k, cm.moe.etp,
+                      cm.moe.local_experts, cm.moe.imbalance,
+                      c.moe_load_imbalance > 0 ? "--moe-load-imbalance"
+                                               : "balanced routing's expected busiest rank; --moe-load-imbalance sets it"),
+          cm.moe_layer_ops);
+  }
+  table("embedding (first stage)", cm.embedding_ops);
+  table("output layer and loss (last stage)", cm.output_ops);
+  table("pipeline receive (scatter/gather all-gather; forward after the first chunk, backward before the last)",
+        cm.pp_recv_ops);
+}
+
+void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,
+                     const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {
+  out << fmt::format("{} on {} x {} ({}), profile: {}\n", m.name, gpus, cl.gpu.display_name, cl.name,
+                           prof.kind == "default" ? "built-in default" : prof.source);
+  for (const auto& a : prof.adjustments) out << "  profile adjusted: " << a << "\n";
+  if (prof.kind == "default") {
+    for (const auto& e : prof.Estimates(c.flash_attention, c.precision)) out << "  profile estimate: " << e << "\n";
+  }
+  const std::int64_t mb = c.num_microbatches();
+  out << fmt::format("  {}  seq {}  micro-batches per step {}\n", c.Summary(),
+                           c.seq_length > 0 ? c.seq_length : m.seq_length, mb > 0 ? std::to_string(mb) : "?");
+  if (!r.feasible) {
+    out << "\nThis configuration cannot run:\n";
+    for (const auto& s : r.reasons) out << "  - " << s << "\n";
+    return;
+  }
+  if (!r.fits) {
+    out << "\nDOES NOT FIT in GPU memory (the time below is what it would take with enough memory):\n";
+    for (const auto& s : r.reasons) out << "  - " << s << "\n";
+  }
+  const std::int64_t slots = m.num_layers + (c.embedding_slots && c.pp > 1 ? 2 : 0);
+  const bool first_last = c.first_stage_layers >= 0 || c.last_stage_layers >= 0;
+  if (c.pp > 1 && (first_last || c.embedding_slots || slots % c.pp != 0)) {
+    std::vector<std::int64_t> layers;
+    for (const auto& st : r.stages) layers.push_back(st.layers);
+    out << fmt::format("\nPipeline split: {} transformer layers per stage ({})", RunLengths(layers),
+                             first_last ? "Megatron-LM's --decoder-first/last-pipeline-num-layers"
+                             : c.embedding_slots ? "embedding and loss as layer slots, (L + 2) / pp"
+                                                 : "uneven");
+    if (!first_last && slots % c.pp != 0) {
+      out << fmt::format(": {} {} over pp = {} do not divide; DeepSpeed's uniform partition gives the remainder to "
+                               "the first stages, Megatron-LM needs them to divide (or first/last stage layer counts)",
+                               slots, c.embedding_slots ? "layer slots" : "layers", c.pp);
+    }
+    out << "\n";
+  }
+  if (c.tp > 1 && m.vocab_size % c.tp != 0) {
+    const std::int64_t unit = 128 * c.tp, padded = (m.vocab_size + unit - 1) / unit * unit;
+    out << fmt::format("\nNote: vocab_size {} is not a multiple of tp = {}: the simulation shards it as it is ({:.2f} "
+                             "rows per rank); Megatron-LM pads it to {} (a multiple of 128 x tp, "
+                             "--make-vocab-size-divisible-by 128), {:.1f}% more embedding and output-layer rows.\n",
+                             m.vocab_size, c.tp, static_cast<double>(m.vocab_size) / static_cast<double>(c.tp), padded,
+                             100.0 * static_cast<double>(padded - m.vocab_size) / static_cast<double>(m.vocab_size));
+  }
+  if (c.tp > cl.gpus_per_node) {
+    out << fmt::format("\nNote: tensor parallelism spans nodes (tp = {} > {} GPUs per node): its collectives, on "
+                             "the critical path of every layer, cross the inter-node network; `plan` keeps tp within a "
+                             "node (--max-tp).\n",
+                             c.tp, cl.gpus_per_node);
+  }
+  if (c.recompute == Recompute::kSelective && c.flash_attention && (c.recompute_modules & kRecomputeCoreAttn)) {
+    out << "\nNote: selective recompute of core_attn with flash attention reruns the flash forward before its\n"
+                 "      backward (Megatron-Core checkpoints the core attention) but saves almost nothing: flash\n"
+                 "      attention keeps no s x s scores. --recompute-modules picks other modules (moe, moe_act,\n"
+                 "      layernorm, mlp, ...); --no-flash-attention gives the unfused attention of Megatron 2022.\n";
+  }
+  if (c.moe_a2a_overlap) {
+    out << "\nNote: the EP A2A overlap hides each exchange up to the paired pass's compute; the one published run\n"
+                 "      with it (Qwen3-235B, Megatron-MoE-ModelZoo) gained 11% where this model predicts 25%\n"
+                 "      (docs/accuracy.md, \"MoE runs\"): read its saving as an upper bound.\n";
+  }
+  out << "\nStep\n";
+  out << fmt::format("  step time        {}\n", FormatSeconds(r.step_time_s));
+  out << fmt::format("  throughput       {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s, r.samples_per_s);
+  out << fmt::format("  MFU (causal)     {}   (model FLOPs 6*N_gemm + 6*L*s*a*d per token: causal attention, half the\n"
+                           "                   matrix, as current Megatron-LM counts it; dense {} peak {:.4g} TFLOP/s per GPU)\n",
+                           Pct(r.mfu_causal), ToString(MfuPeakPrecision(c.precision)),
+                           cl.gpu.PeakFlops(MfuPeakPrecision(c.precision)) / 1e12);
+  out << fmt::format("  MFU / HFU        {} / {}   (PaLM / SC21: 6*N_gemm + 12*L*s*a*d per token, the full attention\n"
+                           "                   matrix; HFU adds recompute)\n",
+                           Pct(r.mfu), Pct(r.hfu));
+  if (IsLowPrecision(c.precision)) {
+    out << fmt::format("                   the linear layers' GEMMs run in {} (dense peak {:.4g} TFLOP/s), so MFU\n"
+                             "                   and executed FLOPs may pass 100% of the {} peak\n",
+                             ToString(c.precision), cl.gpu.PeakFlops(c.precision) / 1e12,
+                             ToString(MfuPeakPrecision(c.precision)));
+  }
+  out << fmt::format("  executed FLOPs   {} of peak   (what the kernels run: {},\n"
+                           "                   recomputed layers; cannot exceed the ops' rates)\n",
+                           Pct(r.executed_flops_utilization),
+                           c.flash_attention ? "causal flash attention at half the matrix and its backward recompute"
+                                             : "unfused attention over the full matrix");
+  out << fmt::format("  bubble fraction  {}   (compute stream waiting on other stages, mean over stages)\n",
+                           Pct(r.bubble_fraction));
+  const std::int64_t nmb = c.num_microbatches();
+  if (c.pp > 1 && nmb > 0 && c.schedule != Schedule::kZbH1) {
+    // Narayanan et al. 2021 eq. 1 and section 2.2: (p-1)/(v*m) of the ideal time, so
+    // (p-1)/(v*m + p-1) of the step, with equal stages and free transfers.
+    const double v = c.schedule == Schedule::kInterleaved ? static_cast<double>(c.vp) : 1.0;
+    const double p1 = static_cast<double>(c.pp - 1);
+    out << fmt::format("                   equal stages and free transfers would give {} = (p-1)/(v*m+p-1) (p {}, v {:g}, "
+                             "m {});\n                   the difference is stages taking unequal time (work and communication) and waits on "
+                             "transfers\n",
+                             Pct(p1 / (v * static_cast<double>(nmb) + p1)), c.pp, v, nmb);
+  }
+  out << "\nTime breakdown (mean over stages; parts add up to the step time)\n";
+  const auto& b = r.breakdown;
+  auto line = [&](const char* name, double s, const char* note) {
+    out << fmt::format("  {:<22} {:>12}  {:>6}  {}\n", name, FormatSeconds(s), Pct(s / r.step_time_s), note);
+  };
+  line("compute", b.compute_s, "GEMMs, attention, memory-bound ops (incl. overlap slowdown)");
+  line("recompute", b.recompute_s, "activation recomputation (incl. its TP collectives)");
+  line("tensor-parallel comm", b.tp_comm_s, "TP/SP collectives on the critical path");
+  if (m.moe.enabled()) line("expert-parallel comm", b.ep_comm_s, "MoE token dispatch and combine (and expert-TP gathers)");
+  if (c.cp > 1) line("context-parallel comm", b.cp_comm_s, "K/V exchange not hidden behind attention");
+  line("pipeline comm", b.pp_comm_s, "waiting on a stage-to-stage transfer in flight");
+  line("data-parallel comm", b.dp_comm_s, "waiting on own gradient/parameter collectives (and the tied-embedding all-reduce)");
+  line("bubble", b.bubble_s, "waiting on other stages (fill, drain, imbalance)");
+  line("optimizer", b.optimizer_s, "Adam step and gradient norm");
+  out << "\nMemory per GPU by pipeline stage (usable " << FormatGiB(r.usable_memory_bytes) << ")\n";
+  const bool chunks = c.vp > 1 && c.schedule == Schedule::kInterleaved;
+  out << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}  {}\n", "stage", "layers",
+                           "weights", "grads", "optimizer", "activ.", "(in flight)", "other",
+                           "peak", "");
+  for (const auto& s : r.stages) {
+    const auto& mm = s.memory;
+    out << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}  {}\n", s.stage, s.layers,
+                             FormatGiB(mm.weights_bytes), FormatGiB(mm.grads_bytes), FormatGiB(mm.optimizer_bytes),
+                             FormatGiB(mm.activations_bytes),
+                             fmt::format("{} {}", mm.peak_inflight_microbatches, chunks ? "chunks" : "mb"),
+                             FormatGiB(mm.comm_buffer_bytes + mm.framework_bytes), FormatGiB(mm.peak_bytes),
+                             !s.fits ? "DOES NOT FIT" : s.at_risk ? "fits, at risk" : "fits");
+  }
+  out << fmt::format(
+      "  in flight: {} whose activations are held at the peak\n"
+      "  other: communication buffers plus the profile's framework overhead (CUDA context, NCCL)\n"
+      "  The peak counts allocated tensors. In the published BLOOM runs nvidia-smi showed {:.2f}-{:.2f} times\n"
+      "  this model's peak (allocator reserve, CUDA context, NCCL; docs/accuracy.md): {} to {} for the\n"
+      "  {} peak here.\n",
+      chunks ? "forward chunk passes (each 1/vp of the stage's layers)" : "micro-batches",
+      kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMax,
+      FormatGiB(r.peak_memory_bytes * kMeasuredOverPredictedPeakMin),
+      FormatGiB(r.peak_memory_bytes * kMeasuredOverPredictedPeakMax), FormatGiB(r.peak_memory_bytes));
+  bool any_at_risk = false;
+  for (const auto& s : r.stages) any_at_risk = any_at_risk || s.at_risk;
+  if (any_at_risk) {
+    out << fmt::format("  at risk: the peak times {} exceeds usable memory; the measured nvidia-smi peaks of the\n"
+                             "  published BLOOM runs were {:.2f}-{:.2f} times this model's peaks.\n",
+                             kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMin,
+                             kMeasuredOverPredictedPeakMax);
+  }
+  const bool moe = m.moe.enabled();
+  out << fmt::format("\nPer stage: time (compute incl. recompute / tp{}{} / bubble / pp / dp / optimizer)\n",
+                           c.cp > 1 ? " / cp" : "", moe ? " / ep" : "");
+  for (const auto& s : r.stages) {
+    const auto& t = s.time;
+    out << fmt::format("  stage {:>3}: {} / {}{}{} / {} / {} / {} / {}   bubble {}\n", s.stage,
+                             FormatSeconds(t.compute_s + t.recompute_s), FormatSeconds(t.tp_comm_s),
+                             c.cp > 1 ? " / " + FormatSeconds(t.cp_comm_s) : std::string(),
+                             moe ? " / " + FormatSeconds(t.ep_comm_s) : std::string(),
+                             FormatSeconds(t.bubble_s), FormatSeconds(t.pp_comm_s), FormatSeconds(t.dp_comm_s),
+                             FormatSeconds(t.optimizer_s), Pct(s.bubble_fraction));
+  }
+  out << "\nCritical path\n";
+  for (const auto& l : r.critical_path) out << "  " << l << "\n";
+}
+
+namespace {
+
+std::string Change(double base, double now) {
+  return base > 0 && now > 0 ? fmt::format("{:+.1f}%", 100.0 * (now / base - 1.0)) : std::string("-");
+}
+
+}  // namespace
+
+void WriteBeside(std::ostream& out, const SimulationResult& base, const SimulationResult& what_if, const std::string& base_label,
+                 const std::string& what_if_label) {
+  auto cell = [](const SimulationResult& r, const std::string& text) { return r.feasible ? text : std::string("cannot run"); };
+  out << fmt::format("  {:<16} {:>22} {:>22} {:>8}\n", "", base_label, what_if_label, "change");
+  auto row = [&](const char* name, double b, double w, const std::string& bt, const std::string& wt) {
+    out << fmt::format("  {:<16} {:>22} {:>22} {:>8}\n", name, cell(base, bt), cell(what_if, wt),
+                             base.feasible && what_if.feasible ? Change(b, w) : "-");
+  };
+  row("step time", base.step_time_s, what_if.step_time_s, FormatSeconds(base.step_time_s),
+      FormatSeconds(what_if.step_time_s));
+  row("tokens/s", base.tokens_per_s, what_if.tokens_per_s, fmt::format("{:.4g}", base.tokens_per_s),
+      fmt::format("{:.4g}", what_if.tokens_per_s));
+  // Fractions change in percentage points.
+  auto fraction = [&](const char* name, double b, double w) {
+    out << fmt::format("  {:<16} {:>22} {:>22} {:>8}\n", name, cell(base, fmt::format("{:.1f}%", 100 * b)),
+                       cell(what_if, fmt::format("{:.1f}%", 100 * w)),
+                       base.feasible && what_if.feasible ? fmt::format("{:+.1f} pp", 100 * (w - b)) : "-");
+  };
+  fraction("MFU (causal)", base.mfu_causal, what_if.mfu_causal);
+  fraction("bubble", base.bubble_fraction, what_if.bubble_fraction);
+  row("peak memory", base.peak_memory_bytes, what_if.peak_memory_bytes, FormatGiB(base.peak_memory_bytes),
+      FormatGiB(what_if.peak_memory_bytes));
+  out << fmt::format("  {:<16} {:>22} {:>22}\n", "fits", base.fits ? "yes" : "no", what_if.fits ? "yes" : "no");
+  for (const auto& why : what_if.reasons) out << "  what-if cannot run: " << why << "\n";
+}
+
+Json BesideJson(const SimulationResult& base, const SimulationResult& what_if) {
+  auto headline = [](const SimulationResult& r) {
+    return Json{{"feasible", r.feasible},
+                {"step_time_s", r.step_time_s},
+                {"tokens_per_s", r.tokens_per_s},
+                {"mfu", r.mfu},
+                {"mfu_causal", r.mfu_causal},
+                {"bubble_fraction", r.bubble_fraction},
+                {"peak_memory_bytes", r.peak_memory_bytes},
+                {"fits", r.fits}};
+  };
+  const bool both = base.feasible && what_if.feasible && base.step_time_s > 0;
+  return Json{{"baseline", headline(base)},
+              {"what_if", headline(what_if)},
+              {"step_time_change", both ? Json(what_if.step_time_s / base.step_time_s - 1) : Json(nullptr)},
+              {"tokens_per_s_change", both ? Json(what_if.tokens_per_s / base.tokens_per_s - 1) : Json(nullptr)}};
+}
+
+}  // namespace shardcast

@@ -1,0 +1,34 @@
+#pragma once
+/// \file text.h
+/// The human-readable reports: one simulation (`simulate`, `validate --explain`) and the cost
+/// model's op table (`--ops`). The CLI only chooses the stream.
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+
+#include "models/hardware.h"
+#include "models/model.h"
+#include "models/parallel.h"
+#include "simulator/profile.h"
+#include "simulator/simulate.h"
+
+namespace shardcast {
+
+/// `simulate`'s report of one result: step time, MFU/HFU, the time breakdown, memory by stage and
+/// the critical path (or the reasons it cannot run), on `out`.
+void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,
+                     const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof);
+/// The cost model's ops of one micro-batch on one GPU (one transformer layer, the embedding, the
+/// output layer): shape, FLOPs, bytes, duration and the achieved rate, on `out`.
+void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof);
+
+/// One result beside another, for --what-if: step time, tokens/s, MFU, bubble, peak memory and
+/// whether it fits, with the change in percent.
+void WriteBeside(std::ostream& out, const SimulationResult& base, const SimulationResult& what_if,
+                 const std::string& base_label, const std::string& what_if_label);
+/// {"baseline": ..., "what_if": ..., "step_time_change": what_if / baseline - 1 (null when either
+/// cannot run), "tokens_per_s_change": ...} of two results' headline figures.
+Json BesideJson(const SimulationResult& base, const SimulationResult& what_if);
+
+}  // namespace shardcast
