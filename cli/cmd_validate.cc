@@ -9,6 +9,7 @@
 #include "cli/config_args.h"
 #include "cli/plan_common.h"
 #include "report/text.h"
+#include "report/validate_report.h"
 #include "common/csv.h"
 #include "common/error.h"
 #include "common/json_reader.h"
@@ -27,10 +28,6 @@ struct ValidateArgs {
   std::string csv, explain, write_model, html;
   bool json = false, no_memory = false;
 };
-
-std::string Opt(const std::optional<double>& v, const char* fmtstr, double scale = 1.0) {
-  return v ? fmt::format(fmt::runtime(fmtstr), *v * scale) : std::string("-");
-}
 
 void RunValidate(const ValidateArgs& a) {
   CheckCsvOption(a.csv, a.json);
@@ -58,11 +55,11 @@ void RunValidate(const ValidateArgs& a) {
       if (r.row_id != e.row_id) continue;
       std::cout << fmt::format("Row {} ({}) of {}: {} on {} GPUs, {}\n", r.row_id, r.source_id, a.runs, r.model, r.gpus,
                                r.gpu_type);
-      std::cout << fmt::format("  measured step {}{}  predicted {}  error {}\n", Opt(r.measured_step_time_s, "{:.4g} s"),
+      std::cout << fmt::format("  measured step {}{}  predicted {}  error {}\n", FormatOptional(r.measured_step_time_s, "{:.4g} s"),
                                r.step_time_derived ? " (derived from the reported throughput)" : "",
-                               Opt(r.predicted_step_time_s, "{:.4g} s"), Opt(r.step_time_error, "{:+.1f}%", 100));
+                               FormatOptional(r.predicted_step_time_s, "{:.4g} s"), FormatOptional(r.step_time_error, "{:+.1f}%", 100));
       std::cout << fmt::format("  measured peak memory {}  outcome {}\n",
-                               Opt(r.measured_peak_memory_bytes, "{:.1f} GiB", 1 / 1073741824.0), r.outcome);
+                               FormatOptional(r.measured_peak_memory_bytes, "{:.1f} GiB", 1 / 1073741824.0), r.outcome);
       std::cout << (r.fitted_constant.empty() ? std::string("  held out: no built-in constant was fitted on this run\n\n")
                                               : "  [fit] " + r.fitted_constant + "\n\n");
       // Every switch the row set, as simulate --json names them.
@@ -99,87 +96,11 @@ void RunValidate(const ValidateArgs& a) {
   }
   const ValidationSummary& s = rep.summary;
   if (!a.csv.empty()) {
-    // The JSON row's fields, one column each; a missing value (a skipped row's predictions) is an
-    // empty cell; bytes are whole numbers.
-    auto Cell = [](const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string(); };
-    auto Bytes = [](const std::optional<double>& v) { return v ? fmt::format("{}", std::llround(*v)) : std::string(); };
-    auto Bool = [](bool skipped, bool v) { return skipped ? std::string() : std::string(v ? "true" : "false"); };
-    std::string csv = "row_id,source_id,model,gpus,config,measured_step_time_s,measured_step_time_derived,"
-                      "predicted_step_time_s,step_time_error,measured_peak_memory_bytes,predicted_peak_memory_bytes,"
-                      "outcome,predicted_fits,predicted_memory_at_risk,predicted_mfu,skipped,skip_reason,fitted_constant\n";
-    for (const auto& r : rep.rows) {
-      csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", CsvQuote(r.row_id),
-                         CsvQuote(r.source_id), CsvQuote(r.model), r.gpus, CsvQuote(r.skipped ? "" : r.config.Summary()),
-                         Cell(r.measured_step_time_s), Bool(r.skipped, r.step_time_derived),
-                         Cell(r.predicted_step_time_s), Cell(r.step_time_error), Bytes(r.measured_peak_memory_bytes),
-                         Bytes(r.predicted_peak_memory_bytes), CsvQuote(r.outcome), Bool(r.skipped, r.predicted_fits),
-                         Bool(r.skipped, r.predicted_at_risk), r.skipped ? "" : fmt::format("{}", r.predicted_mfu),
-                         r.skipped ? "true" : "false", CsvQuote(r.skip_reason), CsvQuote(r.fitted_constant));
-    }
+    const std::string csv = ValidationCsv(rep);
     if (WriteCsvOption(a.csv, csv)) return;
   }
   if (a.json || !a.html.empty()) {
-    Json j;
-    j["runs"] = a.runs;
-    j["rows"] = Json::array();
-    auto opt = [](const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); };
-    for (const auto& r : rep.rows) {
-      Json x = {{"row_id", r.row_id}, {"source_id", r.source_id}, {"model", r.model}, {"gpus", r.gpus},
-                {"skipped", r.skipped}};
-      if (r.skipped) {
-        x["skip_reason"] = r.skip_reason;
-      } else {
-        x["config"] = r.config.Summary();
-        x["predicted_step_time_s"] = opt(r.predicted_step_time_s);
-        x["measured_step_time_s"] = opt(r.measured_step_time_s);
-        x["measured_step_time_derived"] = r.step_time_derived;
-        x["step_time_error"] = opt(r.step_time_error);
-        x["predicted_peak_memory_bytes"] = opt(r.predicted_peak_memory_bytes);
-        x["measured_peak_memory_bytes"] = opt(r.measured_peak_memory_bytes);
-        x["predicted_fits"] = r.predicted_fits;
-        x["predicted_memory_at_risk"] = r.predicted_at_risk;
-        x["outcome"] = r.outcome;
-        x["predicted_mfu"] = r.predicted_mfu;
-        x["predicted_mfu_causal"] = r.predicted_mfu_causal;
-        x["flops_convention"] = r.flops_convention_causal ? "causal" : "full";
-        x["assumptions"] = r.assumptions;
-      }
-      x["fitted_constant"] = r.fitted_constant.empty() ? Json(nullptr) : Json(r.fitted_constant);
-      j["rows"].push_back(x);
-    }
-    j["memory_points"] = Json::array();
-    for (const auto& p : rep.memory_points) {
-      j["memory_points"].push_back({{"model", p.model}, {"quantity", p.quantity}, {"setting", p.setting},
-                                    {"published_GiB", p.published_GiB}, {"predicted_GiB", p.predicted_GiB},
-                                    {"error", p.error}});
-    }
-    j["summary"] = {{"step_time_mape", s.step_time_mape},
-                    {"step_time_max_abs_error", s.step_time_max_abs_error},
-                    {"within_5pct", s.within_5pct},
-                    {"within_10pct", s.within_10pct},
-                    {"timed_rows", s.timed},
-                    {"step_time_mape_held_out", s.held_out_mape},
-                    {"step_time_max_abs_error_held_out", s.held_out_max_abs_error},
-                    {"held_out_rows", s.held_out_timed},
-                    {"step_time_mape_fitted", s.fitted_mape},
-                    {"fitted_rows", s.fitted_timed},
-                    {"kendall_tau", s.kendall_tau},
-                    {"kendall_pairs", s.kendall_pairs},
-                    {"memory_mape", s.memory_mape},
-                    {"memory_points", s.memory_points},
-                    {"oom_rows", s.oom_rows},
-                    {"oom_rows_predicted_oom", s.oom_rows ? double(s.oom_rows_predicted_oom) / double(s.oom_rows) : 1.0},
-                    {"ok_rows", s.ok_rows},
-                    {"ok_rows_predicted_fit", s.ok_rows ? double(s.ok_rows_predicted_fit) / double(s.ok_rows) : 1.0},
-                    {"oom_rows_at_risk", s.oom_rows ? double(s.oom_rows_at_risk) / double(s.oom_rows) : 0.0},
-                    {"ok_rows_at_risk", s.ok_rows ? double(s.ok_rows_at_risk) / double(s.ok_rows) : 0.0},
-                    {"rows", s.rows},
-                    {"simulated", s.simulated},
-                    {"skipped", s.skipped}};
-    for (const auto& [src, v] : s.mape_by_source) j["summary"]["mape_by_source"][src] = {{"mape", v.first}, {"rows", v.second}};
-    for (const auto& [src, v] : s.tflops_tau_by_source) {
-      j["summary"]["tflops_kendall_tau_by_source"][src] = {{"tau", v.first}, {"pairs", v.second}};
-    }
+    const Json j = ValidationJson(rep, a.runs);
     if (!a.html.empty()) {
       Json data = j;
       data["kind"] = "validate";
@@ -193,77 +114,7 @@ void RunValidate(const ValidateArgs& a) {
       return;
     }
   }
-  std::cout << "Published training runs: " << a.runs << "\n";
-  std::cout << "error = predicted / measured - 1; memory is the peak over pipeline stages; * measured step time derived\n"
-               "from the source's reported throughput (TFLOP/s or tokens/s), not a reported iteration time; [fit] a built-in\n"
-               "constant was fitted on the row (the summary gives the held-out rows apart)\n\n";
-  std::cout << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<32} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n", "row", "src",
-                           "model", "GPUs", "configuration", "measured", "predicted", "error", "mem GiB", "predicted",
-                           "error", "outcome / predicted");
-  for (const auto& r : rep.rows) {
-    if (r.skipped) {
-      std::cout << fmt::format("{:>4} {:<4} {:<22} {:>5}  skipped: {}\n", r.row_id, r.source_id, r.model.substr(0, 22),
-                               r.gpus, r.skip_reason);
-      continue;
-    }
-    std::cout << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<32} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {} / {}\n", r.row_id,
-                             r.source_id, r.model.substr(0, 22), r.gpus, r.config.Short(),
-                             Opt(r.measured_step_time_s, r.step_time_derived ? "{:.2f} s*" : "{:.2f} s"),
-                             Opt(r.predicted_step_time_s, "{:.2f} s"),
-                             Opt(r.step_time_error, "{:+.1f}%", 100), Opt(r.measured_peak_memory_bytes, "{:.1f}", 1 / 1073741824.0),
-                             Opt(r.predicted_peak_memory_bytes, "{:.1f}", 1 / 1073741824.0),
-                             Opt(r.memory_error, "{:+.1f}%", 100), r.outcome,
-                             (!r.predicted_fits ? "does not fit" : r.predicted_at_risk ? "fits, at risk" : "fits") +
-                                 std::string(r.fitted_constant.empty() ? "" : "  [fit]"));
-  }
-  if (!rep.memory_points.empty()) {
-    std::cout << fmt::format("\nMemory points (first pipeline stage, Korthikanti et al. 2022 figures; GiB, fractions unitless)\n");
-    std::cout << fmt::format("  {:<14} {:<30} {:<26} {:>10} {:>10} {:>7}\n", "model", "quantity", "setting", "published",
-                             "predicted", "error");
-    for (const auto& p : rep.memory_points) {
-      std::cout << fmt::format("  {:<14} {:<30} {:<26} {:>10.4g} {:>10.4g} {:>+6.1f}%\n", p.model, p.quantity, p.setting,
-                               p.published_GiB, p.predicted_GiB, 100 * p.error);
-    }
-  }
-  std::cout << "\nSummary\n";
-  std::cout << fmt::format("  rows {} (simulated {}, skipped {}), with a measured step time {}\n", s.rows, s.simulated,
-                           s.skipped, s.timed);
-  std::cout << fmt::format("  step time: MAPE {:.1f}%, max |error| {:.1f}%, within 5% {:.0f}%, within 10% {:.0f}%\n",
-                           100 * s.step_time_mape, 100 * s.step_time_max_abs_error, 100 * s.within_5pct,
-                           100 * s.within_10pct);
-  if (s.fitted_timed > 0) {
-    std::cout << fmt::format("    held out ({} rows, no built-in constant fitted on their runs): MAPE {:.1f}%, max |error| {:.1f}%\n",
-                             s.held_out_timed, 100 * s.held_out_mape, 100 * s.held_out_max_abs_error);
-    std::cout << fmt::format("    fitted ({} rows, [fit]): MAPE {:.1f}%\n", s.fitted_timed, 100 * s.fitted_mape);
-    for (const ValidationFit& f : FitsOnValidationRows()) {
-      std::vector<std::string> ids;
-      for (const auto& r : rep.rows) {
-        if (r.fitted_constant == f.constant) ids.push_back(r.row_id);
-      }
-      if (!ids.empty()) std::cout << fmt::format("      rows {}: {}\n", Join(ids, ", "), f.constant);
-    }
-  }
-  for (const auto& [src, v] : s.mape_by_source) {
-    const auto tau = s.tflops_tau_by_source.find(src);
-    std::cout << fmt::format("    source {:<4} MAPE {:.1f}% over {} rows{}\n", src, 100 * v.first, v.second,
-                             tau == s.tflops_tau_by_source.end()
-                                 ? std::string()
-                                 : fmt::format("; TFLOP/s series Kendall tau {:.2f} ({} pairs)", tau->second.first,
-                                               tau->second.second));
-  }
-  std::map<std::string, std::vector<std::string>> assumed;  // assumption -> rows
-  for (const auto& r : rep.rows) {
-    for (const auto& x : r.assumptions) assumed[x].push_back(r.row_id);
-  }
-  for (const auto& [x, ids] : assumed) std::cout << fmt::format("  assumed {} for rows {}\n", x, Join(ids, ", "));
-  std::cout << fmt::format("  ranking: Kendall tau {:.2f} over {} pairs of runs with the same model and GPU count\n",
-                           s.kendall_tau, s.kendall_pairs);
-  std::cout << fmt::format("  memory: MAPE {:.1f}% over {} points\n", 100 * s.memory_mape, s.memory_points);
-  std::cout << fmt::format("  out of memory: {} of {} measured OOM rows predicted not to fit; {} of {} ok rows predicted to fit\n",
-                           s.oom_rows_predicted_oom, s.oom_rows, s.ok_rows_predicted_fit, s.ok_rows);
-  std::cout << fmt::format("  at risk (fit, but not with the peak x {}, BLOOM's smallest nvidia-smi / predicted ratio,\n"
-                           "    from the same sweeps as the OOM rows): {} of {} OOM rows, {} of {} ok rows\n",
-                           kMeasuredOverPredictedPeakMin, s.oom_rows_at_risk, s.oom_rows, s.ok_rows_at_risk, s.ok_rows);
+  WriteValidationText(std::cout, rep, a.runs);
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <regex>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -119,9 +118,15 @@ TEST(HtmlBrowser, SimulateTimelineHasALanePerStageAndMemoryBarsAddUpToThePeak) {
   EXPECT_EQ(Count(r.dom, "<g class=\"lane\""), 4u);  // pp = 4, one simulated replica
   // Each stage's bars, read back from the DOM, add up to its peak; the tallest is the step's.
   std::map<int, double> sum;
-  const std::regex part("<rect class=\"mem-part[^>]*data-stage=\"(\\d+)\"[^>]*data-bytes=\"([^\"]+)\"");
-  for (auto it = std::sregex_iterator(r.dom.begin(), r.dom.end(), part); it != std::sregex_iterator(); ++it) {
-    sum[std::stoi((*it)[1])] += std::stod((*it)[2]);
+  auto attr = [](const std::string& tag, const std::string& name) {
+    const auto at = tag.find(" " + name + "=\"");
+    if (at == std::string::npos) return std::string();
+    const auto from = at + name.size() + 3;
+    return tag.substr(from, tag.find('"', from) - from);
+  };
+  for (std::size_t at = 0; (at = r.dom.find("<rect class=\"mem-part", at)) != std::string::npos; ++at) {
+    const std::string tag = r.dom.substr(at, r.dom.find('>', at) - at);
+    sum[std::stoi(attr(tag, "data-stage"))] += std::stod(attr(tag, "data-bytes"));
   }
   ASSERT_EQ(sum.size(), 4u);
   double tallest = 0;

@@ -1,0 +1,266 @@
+#include "report/plan_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ostream>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "common/text.h"
+#include "report/capacity_report.h"
+#include "report/megatron_args.h"
+#include "report/text.h"
+
+namespace shardcast {
+namespace {
+
+/// A cost or energy figure, or an empty CSV cell when the GPU file has no price or power (0).
+std::string Positive(double v) { return v > 0 ? fmt::format("{}", v) : std::string(); }
+
+/// The PP cell: pp, with "e" for the embedding and loss in layer slots and "u" for first/last
+/// stage layer counts (the table's note lists them).
+std::string PpCell(const ParallelConfig& c) {
+  return std::to_string(c.pp) + (c.embedding_slots ? "e" : c.first_stage_layers >= 0 || c.last_stage_layers >= 0 ? "u" : "");
+}
+
+/// The EP cell: ep, and "/etp" when the experts are also tensor-parallel; "-" for a dense model.
+std::string EpCell(const ParallelConfig& c) {
+  if (c.etp <= 0 && c.ep == 1) return "-";
+  return c.expert_tp() > 1 ? fmt::format("{}/{}", c.ep, c.expert_tp()) : std::to_string(c.ep);
+}
+
+/// One table row; with the cost or energy objective, the ranked quantity is a column too.
+std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective objective) {
+  const auto& c = p.config;
+  const auto& r = p.result;
+  const std::string ranked = objective == Objective::kCost     ? fmt::format(" {:>10.4g}", p.usd_per_million_tokens)
+                             : objective == Objective::kEnergy ? fmt::format(" {:>10.4g}", p.joules_per_token)
+                                                               : "";
+  return fmt::format("{:>4}  {:>2} {:>3} {:>2} {:>5} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11.0f}{} {:>6} {:>6}  {:>10} {:>10}{}",
+                     rank, c.tp, PpCell(c), c.cp, EpCell(c), c.dp, c.vp, c.micro_batch_size, ToString(c.schedule), ToString(c.recompute),
+                     c.tp_comm_overlap ? "y+o" : c.sequence_parallel ? "y" : "n", c.zero_stage, FormatSeconds(r.step_time_s), r.tokens_per_s, ranked,
+                     fmt::format("{:.1f}%", 100 * r.mfu_causal), fmt::format("{:.1f}%", 100 * r.bubble_fraction),
+                     FormatGiB(r.peak_memory_bytes), FormatGiB(usable - r.peak_memory_bytes),
+                     r.memory_at_risk ? "  at risk" : "");
+}
+
+}  // namespace
+
+const Plan* RecommendedPlan(const PlanResult& r) {
+  return r.best_not_at_risk ? &*r.best_not_at_risk : r.plans.empty() ? nullptr : &r.plans.front();
+}
+
+std::size_t RankOf(const PlanResult& r, const Plan* p) {
+  for (std::size_t i = 0; p && i < r.plans.size(); ++i) {
+    if (r.plans[i].config.Summary() == p->config.Summary()) return i + 1;
+  }
+  return 0;
+}
+
+std::string PlanCsv(const PlanView& v) {
+  const auto& r = v.r;
+  const std::size_t recommended_rank = v.recommended_rank;
+  std::string csv = "rank,tp,pp,dp,vp,micro_batch_size,global_batch_size,schedule,recompute,sequence_parallel,tp_comm_overlap,"
+                    "zero_stage,"
+                    "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes,memory_at_risk,recommended,"
+                    "usd_per_million_tokens,joules_per_token,cp,cp_comm_type,embedding_slots,"
+                    "decoder_first_pipeline_num_layers,decoder_last_pipeline_num_layers,mfu_causal,ep,etp\n";
+  for (std::size_t i = 0; i < r.plans.size(); ++i) {
+    const auto& p = r.plans[i];
+    const auto& c = p.config;
+    auto layers = [](std::int64_t n) { return n >= 0 ? std::to_string(n) : std::string(); };
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
+                       c.micro_batch_size, c.global_batch_size, ToString(c.schedule), ToString(c.recompute),
+                       c.sequence_parallel ? "true" : "false", c.tp_comm_overlap ? "true" : "false", c.zero_stage, p.result.step_time_s,
+                       p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction,
+                       static_cast<std::int64_t>(std::llround(p.result.peak_memory_bytes)),
+                       p.result.memory_at_risk ? "true" : "false", i + 1 == recommended_rank ? "true" : "false",
+                       Positive(p.usd_per_million_tokens), Positive(p.joules_per_token), c.cp, ToString(c.cp_comm),
+                       c.embedding_slots ? "true" : "false", layers(c.first_stage_layers), layers(c.last_stage_layers),
+                       p.result.mfu_causal, c.ep, c.expert_tp());
+  }
+  return csv;
+}
+
+Json PlanToJson(const PlanView& v, const Plan& p) {
+  auto positive = [](double x) { return x > 0 ? Json(x) : Json(nullptr); };
+  Json pj = ResultToJson(p.result, v.m, p.config, v.cl, v.o.gpus);
+  pj["config_summary"] = p.config.Summary();
+  pj["megatron_arguments"] = MegatronArguments(p.config, v.m);
+  pj["usd_per_million_tokens"] = positive(p.usd_per_million_tokens);
+  pj["joules_per_token"] = positive(p.joules_per_token);
+  pj["known_bias"] = KnownBiasJson(p.config);
+  return pj;
+}
+
+Json PlanJson(const PlanView& v) {
+  const Model& m = v.m;
+  const Cluster& cl = v.cl;
+  const PlanOptions& o = v.o;
+  const PlanResult& r = v.r;
+  const Plan* recommended = v.recommended;
+  const std::size_t recommended_rank = v.recommended_rank;
+  Json j;
+  j["model"] = m.name;
+  j["cluster"] = cl.name;
+  j["profile"] = v.profile;
+  j["gpus"] = o.gpus;
+  j["global_batch_size"] = o.global_batch_size;
+  j["objective"] = ToString(o.objective);
+  j["candidates_generated"] = r.candidates_generated;
+  j["candidates_simulated"] = r.candidates_simulated;
+  j["rejected"] = r.rejected;
+  j["not_generated"] = r.not_generated;
+  j["min_headroom_bytes"] = o.min_headroom_bytes;
+  j["plans"] = Json::array();
+  for (const auto& p : r.plans) j["plans"].push_back(PlanToJson(v, p));
+  if (recommended) {
+    j["recommended"] = PlanToJson(v, *recommended);
+    j["recommended_rank"] = recommended_rank > 0 ? Json(recommended_rank) : Json(nullptr);
+  } else {
+    j["recommended"] = nullptr;  // nothing fits (docs/planner.md)
+    j["recommended_rank"] = nullptr;
+  }
+  if (r.plans.empty()) j["advice"] = r.advice;
+  return j;
+}
+
+Json PlanHtmlData(const PlanView& v, const Json& plan_json) {
+  Json data = plan_json;
+  data["kind"] = "plan";
+  data["memory_limit_bytes"] = v.cl.gpu.memory_bytes - v.o.min_headroom_bytes;  // usable less the headroom
+  data["points"] = Json::array();
+  for (const auto& pt : v.r.points) {
+    data["points"].push_back({{"config", pt.config}, {"step_time_s", pt.step_time_s},
+                              {"peak_memory_bytes", pt.peak_memory_bytes}, {"fits", pt.fits}, {"at_risk", pt.at_risk}});
+  }
+  return data;
+}
+
+std::string WritePlanText(std::ostream& out, const PlanView& v, double elapsed) {
+  const Model& m = v.m;
+  const Cluster& cl = v.cl;
+  const PlanOptions& o = v.o;
+  const PlanResult& r = v.r;
+  const Plan* recommended = v.recommended;
+  const std::size_t recommended_rank = v.recommended_rank;
+  out << fmt::format("Plan for {} on {} x {} ({}), global batch {}, seq {}, objective {}\n", m.name, o.gpus,
+                           cl.gpu.display_name, cl.name, o.global_batch_size, o.seq_length, ToString(o.objective));
+  std::size_t set_aside = 0;
+  for (const auto& [reason, count] : r.rejected) set_aside += count;
+  out << fmt::format("Candidates: {} generated in {:.2f} s = {} set aside + {} simulated that fit "
+                           "(plans need {} free per GPU):\n",
+                           r.candidates_generated, elapsed, set_aside, r.candidates_generated - set_aside,
+                           FormatGiB(o.min_headroom_bytes));
+  for (const auto& [reason, count] : r.rejected) out << fmt::format("  {:>7}  {}\n", count, reason);
+  out << fmt::format("  ({} simulated in all)\n", r.candidates_simulated);
+  if (!r.not_generated.empty()) {
+    out << "Not generated:\n";
+    for (const auto& [reason, count] : r.not_generated) out << fmt::format("  {:>7}  {}\n", count, reason);
+  }
+  if (r.plans.empty()) {
+    out << (r.at_risk_excluded > 0 ? "\nNo candidate fits without being at risk of running out of memory.\n"
+                                         : "\nNo candidate fits.\n");
+    for (const auto& s : r.advice) out << "  - " << s << "\n";
+    return "";
+  }
+  const std::string ranked_header = o.objective == Objective::kCost     ? fmt::format(" {:>10}", "$/M tok")
+                                    : o.objective == Objective::kEnergy ? fmt::format(" {:>10}", "J/token")
+                                                                        : "";
+  out << fmt::format("\n{:>4}  {:>2} {:>3} {:>2} {:>5} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11}{} {:>6} {:>6}  {:>10} {:>10}\n",
+                           "rank", "TP", "PP", "CP", "EP", "DP", "VP", "mbs", "schedule", "recompute", "SP", "ZeRO", "step", "tokens/s",
+                           ranked_header, "MFU", "bubble", "peak mem", "headroom");
+  for (std::size_t i = 0; i < r.plans.size(); ++i) out << PlanRow(i + 1, r.plans[i], cl.gpu.memory_bytes, o.objective) << "\n";
+  out << "  MFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "
+               "--json has both conventions\n";
+  std::set<std::string> splits;
+  for (const auto& p : r.plans) {
+    const std::string name = PipelineSplitName(p.config);
+    if (!name.empty()) splits.insert(fmt::format("PP {}: {}", PpCell(p.config), name));
+  }
+  for (const auto& sp : splits) {
+    out << "  " << sp
+              << (sp.find("slots") != std::string::npos
+                      ? " (the embedding and the loss take a layer's place: (L + 2) / pp slots per stage)\n"
+                      : " (Megatron-LM's --decoder-first/last-pipeline-num-layers; the other stages share the rest)\n");
+  }
+  std::set<std::string> modules;
+  for (const auto& p : r.plans) {
+    if (p.config.recompute == Recompute::kSelective && p.config.recompute_modules != kRecomputeCoreAttn) {
+      std::string mods = RecomputeModulesName(p.config.recompute_modules);
+      std::replace(mods.begin(), mods.end(), ',', ' ');
+      modules.insert(mods);
+    }
+  }
+  for (const auto& mods : modules) {
+    out << "  recompute selective: --recompute-modules " << mods
+              << " (Megatron-Core's MoE choice: the experts' activation and the norms rerun, their outputs freed)\n";
+  }
+  const Plan& best = r.plans.front();
+  std::vector<std::string> not_searched, widen;
+  if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end()) {
+    not_searched.push_back("ZeRO-2/3 (FSDP), which Megatron runs only without pipeline parallelism");
+    widen.push_back("--zero-stages 0,1,2,3");
+  }
+  if (std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kFull) == o.recomputes.end()) {
+    not_searched.push_back("full recompute");
+    widen.push_back("--recompute none,selective,full");
+  }
+  if (!not_searched.empty()) {
+    out << "\nNot searched: " << Join(not_searched, "; ") << " (widen with " << Join(widen, " and ") << ").\n";
+  }
+  out << "Plans a few percent apart are within the model's error on published runs (docs/accuracy.md).\n";
+  out << fmt::format(
+      "\nPeak memory counts allocated tensors plus a framework overhead; PyTorch's caching allocator reserves\n"
+      "more (--min-headroom keeps a margin). \"at risk\": the peak times {} (the smallest measured nvidia-smi /\n"
+      "predicted ratio of the published BLOOM runs, which span {:.2f}-{:.2f}) exceeds usable memory. How far\n"
+      "predictions are from published runs, and where they are least reliable (runs without recompute, memory\n"
+      "near the limit): shardcast validate, docs/accuracy.md.\n",
+      kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMax);
+  const Plan& chosen = *recommended;
+  const char* what = o.objective == Objective::kCost     ? "cost per token"
+                     : o.objective == Objective::kEnergy ? "energy per token"
+                                                         : "step time";
+  const double worse = 100 * (ObjectiveValue(chosen, o.objective) / ObjectiveValue(best, o.objective) - 1);
+  std::string label = "Best plan";
+  if (!r.best_not_at_risk) {
+    out << "\nEvery plan that fits is at risk of running out of memory; the best of them follows (more GPUs,\n"
+                 "recompute or a higher ZeRO stage lower the peak).\n";
+  } else if (recommended_rank == 1) {
+    // The best plan is not at risk.
+  } else if (recommended_rank > 1) {
+    out << fmt::format("\nRank 1 is at risk of running out of memory; rank {} is the best plan that is not ({} "
+                             "{:+.1f}%).\n", recommended_rank, what, worse);
+    label = fmt::format("Best plan not at risk (rank {})", recommended_rank);
+  } else {
+    out << fmt::format("\nEvery plan shown is at risk of running out of memory; the best plan that is not ranks "
+                             "below them ({} {:+.1f}%): {}\n", what, worse, chosen.config.Summary());
+    label = "Best plan not at risk (not in the table)";
+  }
+  if (o.objective != Objective::kThroughput) {
+    out << fmt::format("\n{} by {}: {:.4g} {}\n", label, ToString(o.objective),
+                             ObjectiveValue(chosen, o.objective),
+                             o.objective == Objective::kCost ? "USD per million tokens" : "J per token");
+  }
+  out << "\n" << label << " as Megatron-LM arguments:\n  " << MegatronArguments(chosen.config, m) << "\n";
+  if (const std::string bias = KnownBias(chosen.config); !bias.empty()) out << "  (" << bias << ")\n";
+  return label;
+}
+
+void WritePlanWhatIf(std::ostream& out, const std::vector<std::string>& changes, const HardwareProfile& prof,
+                     const HardwareProfile& changed, const Plan& base, const Plan* best) {
+  out << "\nWhat if " << Join(changes, ", ") << ":\n";
+  for (std::size_t i = prof.adjustments.size(); i < changed.adjustments.size(); ++i) {
+    out << "  " << changed.adjustments[i] << "\n";
+  }
+  if (!best) {
+    out << "  no candidate fits on the what-if hardware\n";
+    return;
+  }
+  out << "  baseline: " << base.config.Summary() << "\n  what-if:  " << best->config.Summary()
+            << (best->config.Summary() == base.config.Summary() ? " (the same configuration)\n" : "\n");
+  WriteBeside(out, base.result, best->result, "baseline best", "what-if best");
+}
+
+}  // namespace shardcast
