@@ -15,6 +15,7 @@
 #include "common/text.h"
 #include "executor/executor.h"
 #include "models/loader.h"
+#include "report/execute_report.h"
 
 namespace shardcast::cli {
 namespace {
@@ -23,47 +24,6 @@ struct ExecuteArgs {
   SimulateArgs cfg;
   ExecuteOptions o;
 };
-
-void Print(const ExecuteReport& r, const Model& m, const ParallelConfig& c, int ranks) {
-  const auto& p = r.predicted;
-  std::cout << fmt::format("{} on {} rank(s): {}\n", m.name, ranks, c.Summary());
-  std::cout << (c.overlap_grad_reduce ? "(gradient buckets reduced on a worker thread, overlapping the backward pass)\n\n"
-                                      : "(gradient reduction after the backward pass)\n\n");
-  std::cout << fmt::format("{:<24} {:>12} {:>12} {:>8}\n", "", "predicted", "measured", "error");
-  std::cout << fmt::format("{:<24} {:>12} {:>12} {:>+7.1f}%\n", "step time", FormatSeconds(p.step_time_s),
-                           FormatSeconds(r.measured_step_time_s), 100 * (p.step_time_s / r.measured_step_time_s - 1));
-  std::cout << fmt::format("{:<24} {:>11.1f}% {:>11.1f}%\n", "bubble fraction", 100 * p.bubble_fraction,
-                           100 * r.measured_bubble_fraction);
-  for (std::size_t s = 0; s < p.stages.size(); ++s) {
-    const double meas = s < r.measured_peak_memory_bytes.size() ? r.measured_peak_memory_bytes[s] : 0;
-    const double pred = p.stages[s].memory.peak_bytes - p.stages[s].memory.framework_bytes -
-                        p.stages[s].memory.comm_buffer_bytes;
-    std::cout << fmt::format("{:<24} {:>12} {:>12} {:>+7.1f}%\n", fmt::format("stage {} peak memory", s),
-                             FormatGiB(pred), FormatGiB(meas), 100 * (pred / meas - 1));
-  }
-  std::cout << fmt::format("\nmeasured step times: {}\n", [&] {
-    std::string t;
-    for (double x : r.step_times_s) t += FormatSeconds(x) + " ";
-    return t;
-  }());
-  // Receives and data-parallel waits measure mostly blocking on other ranks (the bubble row
-  // above), so they are listed apart from the ops whose cost the model predicts.
-  auto table = [&](bool waits, const char* title) {
-    std::cout << title;
-    std::cout << fmt::format("  {:<34} {:>6} {:>12} {:>12} {:>12}\n", "op", "count", "predicted", "measured", "error");
-    std::size_t shown = 0;
-    for (const auto& o : r.ops) {
-      if (o.wait != waits || shown++ >= 10) continue;
-      std::cout << fmt::format("  {:<34} {:>6} {:>12} {:>12} {:>12}\n", o.name, o.count, FormatSeconds(o.predicted_s),
-                               FormatSeconds(o.measured_s), FormatSeconds(o.predicted_s - o.measured_s));
-    }
-  };
-  table(false, "\nOps with the largest absolute error (one rank per stage, summed over the step):\n");
-  if (std::any_of(r.ops.begin(), r.ops.end(), [](const OpError& o) { return o.wait; })) {
-    table(true, "\nWaits (measured time is mostly blocking on other ranks: the prediction counts a receive's\n"
-                "in the bubble and pipeline comm, a data-parallel wait's in exposed data-parallel comm):\n");
-  }
-}
 
 void RunExecute(const ExecuteArgs& a) {
   int inited = 0;
@@ -121,24 +81,9 @@ void RunExecute(const ExecuteArgs& a) {
     ExecuteReport r = Execute(m, c, cl, prof, a.o);
     if (rank == 0) {
       if (a.cfg.json) {
-        Json j;
-        ParallelConfig pc = c;
-        pc.overlap_param_gather = false;
-        pc.async_tp_grad_reduce = false;
-        j["predicted"] = ResultToJson(r.predicted, m, pc, cl, size);
-        j["measured"] = {{"step_time_s", r.measured_step_time_s},
-                         {"step_times_s", r.step_times_s},
-                         {"bubble_fraction", r.measured_bubble_fraction},
-                         {"peak_memory_bytes", r.measured_peak_memory_bytes}};
-        j["ops"] = Json::array();
-        for (const auto& o : r.ops) {
-          j["ops"].push_back({{"name", o.name}, {"count", o.count}, {"predicted_s", o.predicted_s},
-                              {"measured_s", o.measured_s}, {"wait", o.wait}});
-        }
-        j["executed_rank0"] = r.executed;
-        std::cout << WithIntegerBytes(j).dump(2) << "\n";
+        std::cout << WithIntegerBytes(ExecuteJson(r, m, c, cl, size)).dump(2) << "\n";
       } else {
-        Print(r, m, c, size);
+        WriteExecuteReport(std::cout, r, m, c, size);
         if (!a.o.trace.empty()) std::cout << "\nTrace of the last step written to " << a.o.trace << "\n";
       }
     }

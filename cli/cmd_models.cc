@@ -1,10 +1,7 @@
 #include <iostream>
 
-#include <fmt/format.h>
-
 #include "cli/commands.h"
-#include "common/text.h"
-#include "models/loader.h"
+#include "report/catalog.h"
 
 namespace shardcast::cli {
 
@@ -14,42 +11,7 @@ void RegisterModels(CLI::App& app) {
       "List the built-in presets: models, GPUs and clusters, one line each.\n"
       "Example: shardcast models");
   cmd->callback([] {
-    std::cout << "Models (models/llm/; use with --model NAME, case-insensitive)\n";
-    std::cout << fmt::format("  {:<18} {:>10} {:>6} {:>7} {:>6} {:>5} {:>7}  {}\n", "name", "params",
-                             "layers", "hidden", "heads", "kv", "vocab", "source");
-    for (const auto& name : PresetNames(PresetKind::kModel)) {
-      Model m = LoadModel(name);
-      std::cout << fmt::format("  {:<18} {:>10} {:>6} {:>7} {:>6} {:>5} {:>7}  {}\n", m.name,
-                               FormatCount(static_cast<double>(m.Parameters().total)), m.num_layers,
-                               m.hidden_size, m.num_attention_heads, m.num_query_groups,
-                               m.vocab_size, m.source);
-    }
-    std::cout << "\nGPUs (models/gpu/; dense peak TFLOP/s per precision, - where the GPU lacks it)\n";
-    std::cout << fmt::format("  {:<16} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>8} {:>9} {:>7} {:>6}  {}\n", "name",
-                             "bf16", "fp16", "fp8", "mxfp8", "nvfp4", "tf32", "fp32", "mem GiB", "HBM GB/s", "NVLink",
-                             "$/h", "display name");
-    for (const auto& name : PresetNames(PresetKind::kGpu)) {
-      Gpu g = LoadGpu(name);
-      auto peak = [&](Precision p) {
-        return g.Runs(p) ? fmt::format("{:.0f}", g.PeakFlops(p) / 1e12) : std::string("-");
-      };
-      std::cout << fmt::format("  {:<16} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>8.1f} {:>9.0f} {:>7.0f} {:>6}  {}\n",
-                               g.name, peak(Precision::kBf16), peak(Precision::kFp16), peak(Precision::kFp8),
-                               peak(Precision::kMxfp8), peak(Precision::kNvfp4), peak(Precision::kTf32),
-                               peak(Precision::kFp32), g.memory_bytes / 1073741824.0, g.hbm_bandwidth_GBps,
-                               g.nvlink_GBps_per_direction,
-                               g.price_usd_per_gpu_hour > 0 ? fmt::format("{:.2f}", g.price_usd_per_gpu_hour) : "-",
-                               g.display_name);
-    }
-    std::cout << "\nClusters (models/cluster/)\n";
-    std::cout << fmt::format("  {:<16} {:<16} {:>9} {:<9} {:>10} {:>14}\n", "name", "gpu",
-                             "gpus/node", "fabric", "intra GB/s", "NICs x Gb/s");
-    for (const auto& name : PresetNames(PresetKind::kCluster)) {
-      Cluster c = LoadCluster(name);
-      std::cout << fmt::format("  {:<16} {:<16} {:>9} {:<9} {:>10.0f} {:>14}\n", c.name, c.gpu.name,
-                               c.gpus_per_node, c.intra_fabric, c.intra_GBps_per_direction,
-                               fmt::format("{} x {:g}", c.nics_per_node, c.nic_Gbps));
-    }
+    WriteCatalog(std::cout);
   });
 }
 

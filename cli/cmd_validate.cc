@@ -53,44 +53,13 @@ void RunValidate(const ValidateArgs& a) {
     const ExplainedRow& e = *rep.explained;
     for (const auto& r : rep.rows) {
       if (r.row_id != e.row_id) continue;
-      std::cout << fmt::format("Row {} ({}) of {}: {} on {} GPUs, {}\n", r.row_id, r.source_id, a.runs, r.model, r.gpus,
-                               r.gpu_type);
-      std::cout << fmt::format("  measured step {}{}  predicted {}  error {}\n", FormatOptional(r.measured_step_time_s, "{:.4g} s"),
-                               r.step_time_derived ? " (derived from the reported throughput)" : "",
-                               FormatOptional(r.predicted_step_time_s, "{:.4g} s"), FormatOptional(r.step_time_error, "{:+.1f}%", 100));
-      std::cout << fmt::format("  measured peak memory {}  outcome {}\n",
-                               FormatOptional(r.measured_peak_memory_bytes, "{:.1f} GiB", 1 / 1073741824.0), r.outcome);
-      std::cout << (r.fitted_constant.empty() ? std::string("  held out: no built-in constant was fitted on this run\n\n")
-                                              : "  [fit] " + r.fitted_constant + "\n\n");
-      // Every switch the row set, as simulate --json names them.
-      const Json cfg = ResultToJson(e.result, e.model, r.config, e.cluster, r.gpus)["config"];
-      std::string line = "  configuration:";
-      for (auto it = cfg.begin(); it != cfg.end(); ++it) {
-        const std::string kv = " " + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
-        if (line.size() + kv.size() > 100) {
-          std::cout << line << "\n";
-          line = "   ";
-        }
-        line += kv;
-      }
-      std::cout << line << "\n";
       // The same simulation from the command line: the row's model as a JSON file and the flags.
-      std::vector<std::string> unexpressed;
-      const std::string flags = SimulateFlags(r.config, e.model, r.gpus, &unexpressed);
+      ExplainCommand cmd;
+      cmd.model_file = a.write_model.empty() ? "MODEL.json" : a.write_model;
+      cmd.model_written = !a.write_model.empty();
+      cmd.flags = SimulateFlags(r.config, e.model, r.gpus, &cmd.unexpressed);
       if (!a.write_model.empty()) WriteFileAtomic(a.write_model, ModelToJson(e.model).dump(2) + "\n");
-      const std::string model_file = a.write_model.empty() ? "MODEL.json" : a.write_model;
-      std::cout << fmt::format("\n  the same from simulate{}:\n    shardcast simulate --model {} --cluster {} {}\n",
-                               a.write_model.empty() ? " (MODEL.json: add --write-model MODEL.json to write the row's "
-                                                       "model)"
-                                                     : "",
-                               model_file, e.cluster.name,
-                               flags + (e.profile.attention_kernel != "default"
-                                            ? " --attention-kernel " + e.profile.attention_kernel
-                                            : ""));
-      for (const auto& u : unexpressed) std::cout << "    (not reproduced: " << u << ")\n";
-      std::cout << "\n";
-      WriteSimulation(std::cout, e.result, e.model, r.config, e.cluster, r.gpus, e.profile);
-      WriteOps(std::cout, e.model, r.config, e.cluster, e.profile);
+      WriteExplainedRow(std::cout, r, e, a.runs, cmd);
     }
     return;
   }

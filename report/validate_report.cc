@@ -8,7 +8,9 @@
 
 #include "common/csv.h"
 #include "common/text.h"
+#include "report/text.h"
 #include "simulator/profile.h"
+#include "simulator/simulate.h"
 
 namespace shardcast {
 
@@ -109,6 +111,49 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
     j["summary"]["tflops_kendall_tau_by_source"][src] = {{"tau", v.first}, {"pairs", v.second}};
   }
   return j;
+}
+
+namespace {
+
+/// Every switch the row set, as simulate --json names them, wrapped at 100 columns.
+void WriteConfigurationLine(std::ostream& out, const Json& cfg) {
+  std::string line = "  configuration:";
+  for (auto it = cfg.begin(); it != cfg.end(); ++it) {
+    const std::string kv = " " + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
+    if (line.size() + kv.size() > 100) {
+      out << line << "\n";
+      line = "   ";
+    }
+    line += kv;
+  }
+  out << line << "\n";
+}
+
+}  // namespace
+
+void WriteExplainedRow(std::ostream& out, const ValidationRow& r, const ExplainedRow& e, const std::string& runs,
+                       const ExplainCommand& cmd) {
+  out << fmt::format("Row {} ({}) of {}: {} on {} GPUs, {}\n", r.row_id, r.source_id, runs, r.model, r.gpus,
+                     r.gpu_type);
+  out << fmt::format("  measured step {}{}  predicted {}  error {}\n", FormatOptional(r.measured_step_time_s, "{:.4g} s"),
+                     r.step_time_derived ? " (derived from the reported throughput)" : "",
+                     FormatOptional(r.predicted_step_time_s, "{:.4g} s"),
+                     FormatOptional(r.step_time_error, "{:+.1f}%", 100));
+  out << fmt::format("  measured peak memory {}  outcome {}\n",
+                     FormatOptional(r.measured_peak_memory_bytes, "{:.1f} GiB", 1 / 1073741824.0), r.outcome);
+  out << (r.fitted_constant.empty() ? std::string("  held out: no built-in constant was fitted on this run\n\n")
+                                    : "  [fit] " + r.fitted_constant + "\n\n");
+  WriteConfigurationLine(out, ResultToJson(e.result, e.model, r.config, e.cluster, r.gpus)["config"]);
+  out << fmt::format("\n  the same from simulate{}:\n    shardcast simulate --model {} --cluster {} {}\n",
+                     cmd.model_written ? "" : " (MODEL.json: add --write-model MODEL.json to write the row's model)",
+                     cmd.model_file, e.cluster.name,
+                     cmd.flags + (e.profile.attention_kernel != "default"
+                                      ? " --attention-kernel " + e.profile.attention_kernel
+                                      : ""));
+  for (const auto& u : cmd.unexpressed) out << "    (not reproduced: " << u << ")\n";
+  out << "\n";
+  WriteSimulation(out, e.result, e.model, r.config, e.cluster, r.gpus, e.profile);
+  WriteOps(out, e.model, r.config, e.cluster, e.profile);
 }
 
 void WriteValidationText(std::ostream& out, const ValidationReport& rep, const std::string& runs) {

@@ -1,12 +1,17 @@
+#include <algorithm>
 #include <cmath>
+#include <sstream>
 #include <string>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "common/csv.h"
 #include "common/error.h"
 #include "models/loader.h"
 #include "planner/capacity.h"
+#include "planner/describe.h"
+#include "report/describe_report.h"
 #include "common/text.h"
 #include "planner/planner.h"
 #include "report/megatron_args.h"
@@ -378,6 +383,44 @@ TEST(Capacity, SolveFindsTheSmallestCountMeetingTheDeadline) {
 TEST(Capacity, YoungDaly) {
   EXPECT_DOUBLE_EQ(YoungDalyInterval(60, 3600 * 24), std::sqrt(2.0 * 60 * 86400));
   EXPECT_DOUBLE_EQ(Goodput(60, 60, 86400, 3600), 1 - 60.0 / 3600 - (1800.0 + 60) / 86400);
+}
+
+// describe's per-GPU state follows Rajbhandari et al.'s bytes per parameter on the largest stage,
+// and the text and JSON print the same figures.
+TEST(Describe, ZeroStateOfTheLargestStageInTextAndJson) {
+  const Model m = LoadModel("gpt3-175b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  DescribeRequest r;
+  r.gpus = 1024;
+  r.tp = 8;
+  r.pp = 8;
+  const ModelDescription d = DescribeModel(m, r, &cl);
+  ASSERT_TRUE(d.fit && d.fit->feasible());
+  const FitDescription& f = *d.fit;
+  EXPECT_EQ(f.cfg.dp, 1024 / 64);
+  double largest = 0;
+  for (std::int64_t s = 0; s < 8; ++s) largest = std::max(largest, ParametersOfStage(m, 8, 8, s).total());
+  EXPECT_DOUBLE_EQ(f.largest.total(), largest);
+  const double n = largest, dp = 16;
+  const double expected[4] = {n * 18, n * (6 + 12 / dp), n * (2 + 16 / dp), n * 18 / dp};
+  std::ostringstream text;
+  WriteDescription(text, d);
+  const Json j = DescribeJson(d);
+  for (int z = 0; z <= 3; ++z) {
+    EXPECT_NEAR(f.zero[z].total_bytes(), expected[z], 1e-9 * expected[z]) << "ZeRO-" << z;
+    EXPECT_EQ(f.zero[z].supported, z < 2);
+    EXPECT_DOUBLE_EQ(j["fit"]["zero"][z]["total_bytes"].get<double>(), f.zero[z].total_bytes());
+    EXPECT_NE(text.str().find(fmt::format("ZeRO-{}: {:>10} = weights", z, FormatGiB(f.zero[z].total_bytes()))),
+              std::string::npos)
+        << text.str();
+  }
+  EXPECT_DOUBLE_EQ(j["flops"]["per_token"].get<double>(), m.Flops(m.seq_length).per_token);
+  EXPECT_NE(text.str().find(FormatFlops(m.Flops(m.seq_length).per_token)), std::string::npos);
+  // Without a cluster there is no fit, and --tp alone is refused.
+  EXPECT_FALSE(DescribeModel(m, DescribeRequest{}, nullptr).fit);
+  DescribeRequest tp_only;
+  tp_only.tp = 8;
+  EXPECT_THROW(DescribeModel(m, tp_only, nullptr), InputError);
 }
 
 }  // namespace

@@ -1,0 +1,274 @@
+#include "report/describe_report.h"
+
+#include <ostream>
+
+#include <fmt/format.h>
+
+#include "common/text.h"
+
+namespace shardcast {
+namespace {
+
+std::string Grouped(std::int64_t v) {
+  std::string s = std::to_string(v), out;
+  int n = 0;
+  for (auto it = s.rbegin(); it != s.rend(); ++it) {
+    if (n && n % 3 == 0) out.insert(out.begin(), ',');
+    out.insert(out.begin(), *it);
+    ++n;
+  }
+  return out;
+}
+
+const char* ZeroFormula(int z) {
+  return z == 0 ? "2 + 4 + 12" : z == 1 ? "2 + 4 + 12/d" : z == 2 ? "2 + (4 + 12)/d" : "(2 + 4 + 12)/d";
+}
+
+Json ModelJson(const Model& m) {
+  return {{"name", m.name},
+          {"source", m.source},
+          {"num_layers", m.num_layers},
+          {"hidden_size", m.hidden_size},
+          {"ffn_hidden_size", m.ffn_hidden_size},
+          {"num_attention_heads", m.num_attention_heads},
+          {"num_query_groups", m.num_query_groups},
+          {"kv_channels", m.kv_channels},
+          {"vocab_size", m.vocab_size},
+          {"seq_length", m.seq_length},
+          {"normalization", ToString(m.normalization)},
+          {"activation", ToString(m.activation)},
+          {"position_embedding", ToString(m.position_embedding)},
+          {"tie_embeddings", m.tie_embeddings},
+          {"add_bias_linear", m.add_bias_linear},
+          {"add_qkv_bias", m.add_qkv_bias},
+          {"dropout", m.dropout}};
+}
+
+Json ExpertsJson(const Model& m, const ParameterCounts& pc) {
+  const MoeSpec& e = m.moe;
+  const std::int64_t routed = pc.moe_layers * pc.moe_layer.expert;
+  return {{"num_experts", e.num_experts},
+          {"top_k", e.top_k},
+          {"expert_ffn_hidden_size", e.ffn_hidden_size},
+          {"shared_expert_ffn_hidden_size", e.shared_ffn_hidden_size},
+          {"dense_layers", pc.dense_layers},
+          {"moe_layers", pc.moe_layers},
+          {"dense_layer_parameters", pc.per_layer.total()},
+          {"moe_layer_parameters", pc.moe_layer.total()},
+          {"routed_expert_parameters", routed},
+          {"routed_expert_bf16_bytes", 2.0 * static_cast<double>(routed)},
+          {"mtp_parameters", pc.mtp}};
+}
+
+Json FlopsJson(const ModelDescription& d) {
+  Json f = {{"seq_length", d.seq},
+            {"convention", "6*N_gemm + 12*L*s*a*d per token, fwd+bwd, no recompute, full "
+                           "attention matrix (PaLM appendix B; SC21 eq. 3 without recompute)"},
+            {"per_token", d.flops.per_token},
+            {"per_token_dense", d.flops.per_token_dense},
+            {"per_token_attention", d.flops.per_token_attention},
+            {"per_token_causal", d.flops.per_token_causal()},
+            {"per_sequence", d.flops_per_sequence}};
+  if (d.gbs > 0) f["per_step"] = d.flops_per_sequence * static_cast<double>(d.gbs);
+  f["exceeds_position_table"] = d.exceeds_position_table;
+  return f;
+}
+
+Json FitJson(const FitDescription& f) {
+  Json fit;
+  fit["cluster"] = f.cluster;
+  fit["gpu"] = f.gpu;
+  fit["gpus"] = f.gpus;
+  fit["tp"] = f.cfg.tp;
+  fit["pp"] = f.cfg.pp;
+  fit["cp"] = f.cfg.cp;
+  fit["memory_bytes_per_gpu"] = f.memory_bytes;
+  Json precisions = Json::object();
+  for (const auto& [p, flops] : f.peaks_flops) precisions[ToString(p)] = flops / 1e12;
+  fit["precisions_peak_tflops"] = precisions;
+  fit["feasible"] = f.feasible();
+  if (!f.feasible()) {
+    fit["reasons"] = f.reasons;
+    return fit;
+  }
+  fit["dp"] = f.cfg.dp;
+  fit["largest_stage"] = f.largest_stage;
+  fit["params_per_gpu"] = f.largest.total();
+  if (f.largest.expert_params > 0) fit["expert_params_per_gpu"] = f.largest.expert_params;
+  Json stages = Json::array();
+  for (const ZeroStateRow& z : f.zero) {
+    stages.push_back({{"zero_stage", z.zero_stage},
+                      {"supported", z.supported},
+                      {"weights_bytes", z.weights_bytes},
+                      {"grads_bytes", z.grads_bytes},
+                      {"optimizer_bytes", z.optimizer_bytes},
+                      {"total_bytes", z.total_bytes()},
+                      {"fits", z.fits}});
+  }
+  fit["zero"] = stages;
+  return fit;
+}
+
+void WriteShape(std::ostream& out, const Model& m) {
+  out << fmt::format("Model {}  ({})\n", m.name, m.source);
+  out << fmt::format("  layers {}, hidden {}, ffn {}, heads {} (query groups {}, head dim {}), vocab {}, seq {}\n",
+                     m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.num_query_groups,
+                     m.kv_channels, m.vocab_size, m.seq_length);
+  out << fmt::format("  {}, {}, {} positions, {} embeddings, {}, {}\n", ToString(m.normalization),
+                     ToString(m.activation), ToString(m.position_embedding), m.tie_embeddings ? "tied" : "untied",
+                     m.add_bias_linear ? "linear biases" : (m.add_qkv_bias ? "QKV bias only" : "no biases"),
+                     m.dropout ? "dropout (its masks count in activation memory)" : "no dropout");
+}
+
+/// The mixture-of-experts part: active and idle parameters, dense and MoE layers, the routed
+/// experts' bytes, and the MTP modules when the model has them.
+void WriteExperts(std::ostream& out, const Model& m, const ParameterCounts& pc) {
+  const MoeSpec& e = m.moe;
+  const std::int64_t routed = pc.moe_layers * pc.moe_layer.expert;
+  out << fmt::format("  active per token    {:>12}  ({}: top-{} of {} routed experts{})\n",
+                     FormatCount(double(pc.active)), Grouped(pc.active), e.top_k, e.num_experts,
+                     e.shared_ffn_hidden_size > 0 ? fmt::format(" + shared experts of FFN {}", e.shared_ffn_hidden_size)
+                                                  : std::string());
+  out << fmt::format("  idle per token      {:>12}  (the other routed experts)\n",
+                     FormatCount(double(pc.total - pc.active)));
+  if (pc.dense_layers > 0) {
+    out << fmt::format("  dense layer         {:>12}  (x{} = {})\n", FormatCount(double(pc.per_layer.total())),
+                       pc.dense_layers, FormatCount(double(pc.dense_layers * pc.per_layer.total())));
+  }
+  out << fmt::format("  MoE layer           {:>12}  (x{} = {}; routed experts {} a layer, {} each)\n",
+                     FormatCount(double(pc.moe_layer.total())), pc.moe_layers,
+                     FormatCount(double(pc.moe_layers * pc.moe_layer.total())), FormatCount(double(pc.moe_layer.expert)),
+                     FormatCount(double(pc.moe_layer.expert / e.num_experts)));
+  out << fmt::format("  routed experts      {:>12}  ({} in bf16, split over expert-parallel ranks)\n",
+                     FormatCount(double(routed)), FormatGiB(2.0 * static_cast<double>(routed)));
+  if (pc.mtp > 0) {
+    out << fmt::format("  MTP modules         {:>12}  ({} x (2h x h projection + norms + one layer); embedding and "
+                       "output layer shared)\n",
+                       FormatCount(double(pc.mtp)), m.mtp_num_layers);
+  }
+}
+
+void WriteParameters(std::ostream& out, const Model& m, const ParameterCounts& pc) {
+  out << "\nParameters\n";
+  out << fmt::format("  total               {:>12}  ({})\n", FormatCount(double(pc.total)), Grouped(pc.total));
+  if (pc.moe_layers > 0) {
+    WriteExperts(out, m, pc);
+  } else {
+    out << fmt::format("  per layer           {:>12}  (x{} layers = {})\n", FormatCount(double(pc.per_layer.total())),
+                       m.num_layers, FormatCount(double(pc.layers)));
+  }
+  if (m.mla.enabled()) {
+    out << fmt::format("  multi-latent attention: q rank {}, kv rank {}, head dims {} + {} (rope) / v {}; K/V cache "
+                       "{} values a token a layer\n",
+                       m.mla.q_lora_rank, m.mla.kv_lora_rank, m.mla.qk_head_dim, m.mla.qk_pos_emb_head_dim,
+                       m.mla.v_head_dim, m.mla.kv_lora_rank + m.mla.qk_pos_emb_head_dim);
+  }
+  out << fmt::format("  word embedding      {:>12}  (V*h = {}*{})\n", FormatCount(double(pc.word_embedding)),
+                     m.vocab_size, m.hidden_size);
+  out << fmt::format("  position embedding  {:>12}\n",
+                     pc.position_embedding ? FormatCount(double(pc.position_embedding)) : "none");
+  out << fmt::format("  output layer        {:>12}\n", pc.output_layer ? FormatCount(double(pc.output_layer)) : "tied");
+  out << fmt::format("  final norm          {:>12}\n", FormatCount(double(pc.final_norm)));
+}
+
+void WriteFlops(std::ostream& out, const ModelDescription& d) {
+  const Model& m = d.model;
+  out << fmt::format("\nModel FLOPs at seq {} (forward + backward, no recompute)\n", d.seq);
+  if (d.exceeds_position_table) {
+    out << fmt::format("  note: seq {} exceeds the learned position table (max_position_embeddings {}); simulate and "
+                       "plan refuse it\n",
+                       d.seq, m.max_position_embeddings);
+  }
+  out << "  per token = 6*N_gemm + 12*L*s*a*d  (PaLM appendix B; SC21 eq. 3 without recompute;\n"
+         "              N_gemm = GEMM weights incl. output projection; full s x s attention)\n";
+  out << fmt::format("            = 6*{} + 12*{}*{}*{}*{}\n", Grouped(d.params.gemm_weights), m.num_layers, d.seq,
+                     m.num_attention_heads, m.kv_channels);
+  out << fmt::format("            = {} + {} = {}\n", FormatFlops(d.flops.per_token_dense),
+                     FormatFlops(d.flops.per_token_attention), FormatFlops(d.flops.per_token));
+  out << fmt::format("  causal    = 6*N_gemm + 6*L*s*a*d = {}  (attention halved by the causal mask, as\n"
+                     "              current Megatron-LM counts it; simulate's headline MFU)\n",
+                     FormatFlops(d.flops.per_token_causal()));
+  out << fmt::format("  per sequence ({} tokens): {}\n", d.seq, FormatFlops(d.flops_per_sequence));
+  if (d.gbs > 0) {
+    out << fmt::format("  per step (global batch {}): {}\n", d.gbs,
+                       FormatFlops(d.flops_per_sequence * static_cast<double>(d.gbs)));
+  }
+  out << "\nTraining state per parameter (mixed-precision Adam, fp32 main grads as Megatron-LM;\n"
+         "Rajbhandari et al. 2020): bf16 weights 2 + grads 4 + fp32 master/m/v 12 bytes\n";
+  out << "  ZeRO-0 18   ZeRO-1 6 + 12/d   ZeRO-2 2 + 16/d   ZeRO-3 18/d   (d = data-parallel size)\n";
+}
+
+void WriteFit(std::ostream& out, const FitDescription& f, const ModelDescription& d) {
+  const ParallelConfig& cfg = f.cfg;
+  out << fmt::format("\nOn {} x {} ({}, {} usable per GPU), TP{} PP{}{}{}\n", f.gpus, f.gpu_display_name, f.cluster,
+                     FormatGiB(f.memory_bytes), cfg.tp, cfg.pp,
+                     cfg.cp > 1 ? fmt::format(" CP{} (ZeRO shards over dp x cp = {})", cfg.cp, cfg.dp_cp()) : "",
+                     d.model.moe.enabled() ? fmt::format(" EP{} ETP{}", cfg.ep, cfg.expert_tp()) : "");
+  out << fmt::format("  precisions (dense peak per GPU): {}\n", f.precision_list);
+  if (!f.feasible()) {
+    for (const auto& r : f.reasons) out << "  cannot run: " << r << "\n";
+    return;
+  }
+  const StageParameters& w = f.largest;
+  out << fmt::format("  DP{}; largest stage {} holds {} parameters per GPU ({} layers{}{})\n", cfg.dp, f.largest_stage,
+                     FormatCount(w.total()), w.layers, w.embedding_params > 0 ? " + embedding" : "",
+                     w.output_params > static_cast<double>(d.params.final_norm) ? " + output layer" : "");
+  if (w.expert_params > 0) {
+    out << fmt::format("  of them routed experts {} (split over ep x etp = {} x {}; their state shards over "
+                       "edp = {} expert-data-parallel ranks)\n",
+                       FormatCount(w.expert_params), cfg.ep, cfg.expert_tp(), cfg.expert_dp());
+  }
+  out << "  weights + gradients + optimizer state per GPU (activations not included;\n"
+         "  `shardcast simulate` gives the full memory picture):\n";
+  for (const ZeroStateRow& z : f.zero) {
+    out << fmt::format("    ZeRO-{}: {:>10} = weights {} + grads {} + optimizer {}   {}\n", z.zero_stage,
+                       FormatGiB(z.total_bytes()), FormatGiB(z.weights_bytes), FormatGiB(z.grads_bytes),
+                       FormatGiB(z.optimizer_bytes),
+                       !z.supported ? "not with pp > 1" : z.fits ? "fits" : "does NOT fit");
+  }
+}
+
+}  // namespace
+
+Json DescribeJson(const ModelDescription& d) {
+  const ParameterCounts& pc = d.params;
+  Json out;
+  out["model"] = ModelJson(d.model);
+  out["parameters"] = pc.total;
+  out["parameters_active"] = pc.active;
+  out["parameter_breakdown"] = {{"per_layer", pc.per_layer.total()},
+                                {"layers", pc.layers},
+                                {"word_embedding", pc.word_embedding},
+                                {"position_embedding", pc.position_embedding},
+                                {"output_layer", pc.output_layer},
+                                {"final_norm", pc.final_norm},
+                                {"embedding", pc.word_embedding + pc.position_embedding},
+                                {"gemm_weights", pc.gemm_weights}};
+  if (pc.moe_layers > 0) out["moe"] = ExpertsJson(d.model, pc);
+  if (d.model.mla.enabled()) {
+    const MlaSpec& a = d.model.mla;
+    out["mla"] = {{"q_lora_rank", a.q_lora_rank},
+                  {"kv_lora_rank", a.kv_lora_rank},
+                  {"qk_head_dim", a.qk_head_dim},
+                  {"qk_pos_emb_head_dim", a.qk_pos_emb_head_dim},
+                  {"v_head_dim", a.v_head_dim}};
+  }
+  out["flops"] = FlopsJson(d);
+  Json zero = Json::array();
+  for (int z = 0; z <= 3; ++z) {
+    zero.push_back({{"zero_stage", z}, {"formula", ZeroFormula(z)},
+                    {"bytes_per_param_dp1", BytesPerParam(z, 1, true).total()}});
+  }
+  out["state_bytes_per_param"] = zero;
+  if (d.fit) out["fit"] = FitJson(*d.fit);
+  return out;
+}
+
+void WriteDescription(std::ostream& out, const ModelDescription& d) {
+  WriteShape(out, d.model);
+  WriteParameters(out, d.model, d.params);
+  WriteFlops(out, d);
+  if (d.fit) WriteFit(out, *d.fit, d);
+}
+
+}  // namespace shardcast
