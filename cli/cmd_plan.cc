@@ -2,6 +2,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 #include <set>
 
@@ -37,10 +38,8 @@ struct PlanArgs {
   std::string html;
 };
 
-void RunPlanCommand(const PlanArgs& a) {
-  CheckCsvOption(a.csv, a.json);
-  const Model m = LoadModel(a.model);
-  const Cluster cl = LoadCluster(a.cluster);
+/// The search the flags ask for (InputError naming the flag for a bad value).
+PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl) {
   PlanOptions o;
   o.gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
   o.global_batch_size = a.gbs;
@@ -61,13 +60,14 @@ void RunPlanCommand(const PlanArgs& a) {
   RequirePrecision(cl.gpu, o.base, "command line");
   o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   o.exclude_memory_at_risk = a.exclude_at_risk;
-  const HardwareProfile prof =
-      WithGemmRateFor(a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile), cl, o.base.precision);
-  if (!a.profile.empty()) WarnIfProfileIsAnotherMachine(prof, a.profile, cl, o.gpus);
-  const bool tty = ::isatty(2) != 0 && !a.json;
-  const auto t0 = std::chrono::steady_clock::now();
-  o.progress = [&](std::size_t done, std::size_t total) {
-    if (!tty) return;
+  return o;
+}
+
+/// A progress bar on standard error when it is a terminal (and --json is not given), shown after
+/// the first second.
+std::function<void(std::size_t, std::size_t)> ProgressBar(bool show, std::chrono::steady_clock::time_point t0) {
+  return [show, t0](std::size_t done, std::size_t total) {
+    if (!show) return;
     const double el = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (el < 1.0 && done < total) return;
     const int w = 30;
@@ -76,6 +76,32 @@ void RunPlanCommand(const PlanArgs& a) {
                  std::string(static_cast<std::size_t>(w - filled), ' ').c_str(), done, total, el);
     if (done == total) std::fprintf(stderr, "\n");
   };
+}
+
+/// When the CSV is all of standard output, says on standard error when it has no rows (and why)
+/// or when the recommended plan ranks below --top.
+void ExplainCsvOnStderr(const PlanView& v) {
+  if (v.r.plans.empty()) {
+    std::cerr << (v.r.at_risk_excluded > 0 ? "shardcast: no candidate fits without being at risk of running out of "
+                                             "memory\n"
+                                           : "shardcast: no candidate fits\n");
+    for (const auto& s : v.r.advice) std::cerr << "  - " << s << "\n";
+  } else if (v.recommended_rank == 0 && v.recommended) {
+    std::cerr << "shardcast: the recommended plan (" << v.recommended->config.Summary()
+              << ") ranks below --top; every listed plan is at risk of running out of memory\n";
+  }
+}
+
+void RunPlanCommand(const PlanArgs& a) {
+  CheckCsvOption(a.csv, a.json);
+  const Model m = LoadModel(a.model);
+  const Cluster cl = LoadCluster(a.cluster);
+  PlanOptions o = PlanOptionsFrom(a, m, cl);
+  const HardwareProfile prof =
+      WithGemmRateFor(a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile), cl, o.base.precision);
+  if (!a.profile.empty()) WarnIfProfileIsAnotherMachine(prof, a.profile, cl, o.gpus);
+  const auto t0 = std::chrono::steady_clock::now();
+  o.progress = ProgressBar(::isatty(2) != 0 && !a.json, t0);
   const std::vector<WhatIf> what_if = ParseWhatIfs(a.what_if);
   PlanResult r = RunPlan(m, cl, prof, o);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -91,46 +117,25 @@ void RunPlanCommand(const PlanArgs& a) {
   const Plan* recommended = RecommendedPlan(r);
   const std::optional<LaunchConfig> launch =
       recommended ? EmitIfAsked(a.emit, m, recommended->config, cl, o.gpus, recommended->result) : std::nullopt;
-  const std::size_t recommended_rank = RankOf(r, recommended);
-  const PlanView view{m, cl, o, r, recommended, recommended_rank, a.profile.empty() ? "built-in default" : a.profile};
+  const PlanView view{m, cl, o, r, recommended, RankOf(r, recommended),
+                      a.profile.empty() ? "built-in default" : a.profile};
 
-  if (!a.csv.empty()) {
-    // `recommended` marks the plan the text recommends (the best not at risk of running out of
-    // memory); no row has it when that plan ranks below --top.
-    const std::string csv = PlanCsv(view);
-    if (WriteCsvOption(a.csv, csv)) {
-      // The CSV is all of standard output: say on standard error when it has no rows, and why.
-      if (r.plans.empty()) {
-        std::cerr << (r.at_risk_excluded > 0 ? "shardcast: no candidate fits without being at risk of running out of "
-                                               "memory\n"
-                                             : "shardcast: no candidate fits\n");
-        for (const auto& s : r.advice) std::cerr << "  - " << s << "\n";
-      } else if (recommended_rank == 0 && recommended) {
-        std::cerr << "shardcast: the recommended plan (" << recommended->config.Summary()
-                  << ") ranks below --top; every listed plan is at risk of running out of memory\n";
-      }
-      return;
-    }
+  // `recommended` marks the plan the text recommends (the best not at risk of running out of
+  // memory); no row has it when that plan ranks below --top.
+  if (!a.csv.empty() && WriteCsvOption(a.csv, PlanCsv(view))) {
+    ExplainCsvOnStderr(view);  // the CSV was all of standard output
+    return;
   }
   if (a.json || !a.html.empty()) {
     Json j = PlanJson(view);
     if (!a.emit.format.empty()) j["launch"] = launch ? LaunchJson(*launch, a.emit.file) : Json(nullptr);
-    if (r_changed) {
-      const Plan* best = RecommendedPlan(*r_changed);
-      SimulationResult none;  // nothing fits
-      none.feasible = false;
-      j["what_if"] = BesideJson(recommended ? recommended->result : none, best ? best->result : none);
-      j["what_if"]["changes"] = a.what_if;
-      j["what_if"]["adjustments"] = hw->prof.adjustments;
-      j["what_if"]["recommended"] = best ? PlanToJson(view, *best) : Json(nullptr);
-    }
+    if (r_changed) j["what_if"] = PlanWhatIfJson(view, a.what_if, hw->prof, RecommendedPlan(*r_changed));
     if (!a.html.empty()) {
-      const Json data = PlanHtmlData(view, j);
       WriteHtmlReport(a.html, fmt::format("shardcast plan: {} on {} x {}", m.name, o.gpus, cl.gpu.display_name),
                       fmt::format("global batch {}, sequence {}, objective {}; {} candidates generated, {} simulated",
                                   o.global_batch_size, o.seq_length, ToString(o.objective), r.candidates_generated,
                                   r.candidates_simulated),
-                      data);
+                      PlanHtmlData(view, j));
     }
     if (a.json) {
       std::cout << WithIntegerBytes(j).dump(2) << "\n";

@@ -95,15 +95,11 @@ Json PlanToJson(const PlanView& v, const Plan& p) {
 }
 
 Json PlanJson(const PlanView& v) {
-  const Model& m = v.m;
-  const Cluster& cl = v.cl;
   const PlanOptions& o = v.o;
   const PlanResult& r = v.r;
-  const Plan* recommended = v.recommended;
-  const std::size_t recommended_rank = v.recommended_rank;
   Json j;
-  j["model"] = m.name;
-  j["cluster"] = cl.name;
+  j["model"] = v.m.name;
+  j["cluster"] = v.cl.name;
   j["profile"] = v.profile;
   j["gpus"] = o.gpus;
   j["global_batch_size"] = o.global_batch_size;
@@ -115,9 +111,9 @@ Json PlanJson(const PlanView& v) {
   j["min_headroom_bytes"] = o.min_headroom_bytes;
   j["plans"] = Json::array();
   for (const auto& p : r.plans) j["plans"].push_back(PlanToJson(v, p));
-  if (recommended) {
-    j["recommended"] = PlanToJson(v, *recommended);
-    j["recommended_rank"] = recommended_rank > 0 ? Json(recommended_rank) : Json(nullptr);
+  if (v.recommended) {
+    j["recommended"] = PlanToJson(v, *v.recommended);
+    j["recommended_rank"] = v.recommended_rank > 0 ? Json(v.recommended_rank) : Json(nullptr);
   } else {
     j["recommended"] = nullptr;  // nothing fits (docs/planner.md)
     j["recommended_rank"] = nullptr;
@@ -138,66 +134,68 @@ Json PlanHtmlData(const PlanView& v, const Json& plan_json) {
   return data;
 }
 
-std::string WritePlanText(std::ostream& out, const PlanView& v, double elapsed) {
-  const Model& m = v.m;
-  const Cluster& cl = v.cl;
+namespace {
+
+/// The title and where the candidates went: set aside (by reason), simulated, not generated.
+void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) {
   const PlanOptions& o = v.o;
   const PlanResult& r = v.r;
-  const Plan* recommended = v.recommended;
-  const std::size_t recommended_rank = v.recommended_rank;
-  out << fmt::format("Plan for {} on {} x {} ({}), global batch {}, seq {}, objective {}\n", m.name, o.gpus,
-                           cl.gpu.display_name, cl.name, o.global_batch_size, o.seq_length, ToString(o.objective));
+  out << fmt::format("Plan for {} on {} x {} ({}), global batch {}, seq {}, objective {}\n", v.m.name, o.gpus,
+                     v.cl.gpu.display_name, v.cl.name, o.global_batch_size, o.seq_length, ToString(o.objective));
   std::size_t set_aside = 0;
   for (const auto& [reason, count] : r.rejected) set_aside += count;
   out << fmt::format("Candidates: {} generated in {:.2f} s = {} set aside + {} simulated that fit "
-                           "(plans need {} free per GPU):\n",
-                           r.candidates_generated, elapsed, set_aside, r.candidates_generated - set_aside,
-                           FormatGiB(o.min_headroom_bytes));
+                     "(plans need {} free per GPU):\n",
+                     r.candidates_generated, elapsed, set_aside, r.candidates_generated - set_aside,
+                     FormatGiB(o.min_headroom_bytes));
   for (const auto& [reason, count] : r.rejected) out << fmt::format("  {:>7}  {}\n", count, reason);
   out << fmt::format("  ({} simulated in all)\n", r.candidates_simulated);
   if (!r.not_generated.empty()) {
     out << "Not generated:\n";
     for (const auto& [reason, count] : r.not_generated) out << fmt::format("  {:>7}  {}\n", count, reason);
   }
-  if (r.plans.empty()) {
-    out << (r.at_risk_excluded > 0 ? "\nNo candidate fits without being at risk of running out of memory.\n"
-                                         : "\nNo candidate fits.\n");
-    for (const auto& s : r.advice) out << "  - " << s << "\n";
-    return "";
-  }
+}
+
+/// The ranked table with a note for each uneven pipeline split and recompute-module set shown.
+void WritePlanTable(std::ostream& out, const PlanView& v) {
+  const PlanOptions& o = v.o;
+  const PlanResult& r = v.r;
   const std::string ranked_header = o.objective == Objective::kCost     ? fmt::format(" {:>10}", "$/M tok")
                                     : o.objective == Objective::kEnergy ? fmt::format(" {:>10}", "J/token")
                                                                         : "";
-  out << fmt::format("\n{:>4}  {:>2} {:>3} {:>2} {:>5} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11}{} {:>6} {:>6}  {:>10} {:>10}\n",
-                           "rank", "TP", "PP", "CP", "EP", "DP", "VP", "mbs", "schedule", "recompute", "SP", "ZeRO", "step", "tokens/s",
-                           ranked_header, "MFU", "bubble", "peak mem", "headroom");
-  for (std::size_t i = 0; i < r.plans.size(); ++i) out << PlanRow(i + 1, r.plans[i], cl.gpu.memory_bytes, o.objective) << "\n";
+  out << fmt::format("\n{:>4}  {:>2} {:>3} {:>2} {:>5} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11}{} {:>6} "
+                     "{:>6}  {:>10} {:>10}\n",
+                     "rank", "TP", "PP", "CP", "EP", "DP", "VP", "mbs", "schedule", "recompute", "SP", "ZeRO", "step",
+                     "tokens/s", ranked_header, "MFU", "bubble", "peak mem", "headroom");
+  for (std::size_t i = 0; i < r.plans.size(); ++i) {
+    out << PlanRow(i + 1, r.plans[i], v.cl.gpu.memory_bytes, o.objective) << "\n";
+  }
   out << "  MFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "
-               "--json has both conventions\n";
-  std::set<std::string> splits;
+         "--json has both conventions\n";
+  std::set<std::string> splits, modules;
   for (const auto& p : r.plans) {
     const std::string name = PipelineSplitName(p.config);
     if (!name.empty()) splits.insert(fmt::format("PP {}: {}", PpCell(p.config), name));
-  }
-  for (const auto& sp : splits) {
-    out << "  " << sp
-              << (sp.find("slots") != std::string::npos
-                      ? " (the embedding and the loss take a layer's place: (L + 2) / pp slots per stage)\n"
-                      : " (Megatron-LM's --decoder-first/last-pipeline-num-layers; the other stages share the rest)\n");
-  }
-  std::set<std::string> modules;
-  for (const auto& p : r.plans) {
     if (p.config.recompute == Recompute::kSelective && p.config.recompute_modules != kRecomputeCoreAttn) {
       std::string mods = RecomputeModulesName(p.config.recompute_modules);
       std::replace(mods.begin(), mods.end(), ',', ' ');
       modules.insert(mods);
     }
   }
+  for (const auto& sp : splits) {
+    out << "  " << sp
+        << (sp.find("slots") != std::string::npos
+                ? " (the embedding and the loss take a layer's place: (L + 2) / pp slots per stage)\n"
+                : " (Megatron-LM's --decoder-first/last-pipeline-num-layers; the other stages share the rest)\n");
+  }
   for (const auto& mods : modules) {
     out << "  recompute selective: --recompute-modules " << mods
-              << " (Megatron-Core's MoE choice: the experts' activation and the norms rerun, their outputs freed)\n";
+        << " (Megatron-Core's MoE choice: the experts' activation and the norms rerun, their outputs freed)\n";
   }
-  const Plan& best = r.plans.front();
+}
+
+/// What the search left out by default, and how far to trust the figures.
+void WritePlanCaveats(std::ostream& out, const PlanOptions& o) {
   std::vector<std::string> not_searched, widen;
   if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end()) {
     not_searched.push_back("ZeRO-2/3 (FSDP), which Megatron runs only without pipeline parallelism");
@@ -218,34 +216,66 @@ std::string WritePlanText(std::ostream& out, const PlanView& v, double elapsed) 
       "predictions are from published runs, and where they are least reliable (runs without recompute, memory\n"
       "near the limit): shardcast validate, docs/accuracy.md.\n",
       kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMax);
-  const Plan& chosen = *recommended;
+}
+
+/// Why the recommended plan is the one recommended (rank 1, or the best not at risk), its
+/// objective and its Megatron-LM arguments. Returns the label it was printed under.
+std::string WriteRecommendation(std::ostream& out, const PlanView& v) {
+  const PlanOptions& o = v.o;
+  const Plan& best = v.r.plans.front();
+  const Plan& chosen = *v.recommended;
   const char* what = o.objective == Objective::kCost     ? "cost per token"
                      : o.objective == Objective::kEnergy ? "energy per token"
                                                          : "step time";
   const double worse = 100 * (ObjectiveValue(chosen, o.objective) / ObjectiveValue(best, o.objective) - 1);
   std::string label = "Best plan";
-  if (!r.best_not_at_risk) {
+  if (!v.r.best_not_at_risk) {
     out << "\nEvery plan that fits is at risk of running out of memory; the best of them follows (more GPUs,\n"
-                 "recompute or a higher ZeRO stage lower the peak).\n";
-  } else if (recommended_rank == 1) {
-    // The best plan is not at risk.
-  } else if (recommended_rank > 1) {
+           "recompute or a higher ZeRO stage lower the peak).\n";
+  } else if (v.recommended_rank > 1) {
     out << fmt::format("\nRank 1 is at risk of running out of memory; rank {} is the best plan that is not ({} "
-                             "{:+.1f}%).\n", recommended_rank, what, worse);
-    label = fmt::format("Best plan not at risk (rank {})", recommended_rank);
-  } else {
+                       "{:+.1f}%).\n",
+                       v.recommended_rank, what, worse);
+    label = fmt::format("Best plan not at risk (rank {})", v.recommended_rank);
+  } else if (v.recommended_rank == 0) {
     out << fmt::format("\nEvery plan shown is at risk of running out of memory; the best plan that is not ranks "
-                             "below them ({} {:+.1f}%): {}\n", what, worse, chosen.config.Summary());
+                       "below them ({} {:+.1f}%): {}\n",
+                       what, worse, chosen.config.Summary());
     label = "Best plan not at risk (not in the table)";
   }
   if (o.objective != Objective::kThroughput) {
-    out << fmt::format("\n{} by {}: {:.4g} {}\n", label, ToString(o.objective),
-                             ObjectiveValue(chosen, o.objective),
-                             o.objective == Objective::kCost ? "USD per million tokens" : "J per token");
+    out << fmt::format("\n{} by {}: {:.4g} {}\n", label, ToString(o.objective), ObjectiveValue(chosen, o.objective),
+                       o.objective == Objective::kCost ? "USD per million tokens" : "J per token");
   }
-  out << "\n" << label << " as Megatron-LM arguments:\n  " << MegatronArguments(chosen.config, m) << "\n";
+  out << "\n" << label << " as Megatron-LM arguments:\n  " << MegatronArguments(chosen.config, v.m) << "\n";
   if (const std::string bias = KnownBias(chosen.config); !bias.empty()) out << "  (" << bias << ")\n";
   return label;
+}
+
+}  // namespace
+
+std::string WritePlanText(std::ostream& out, const PlanView& v, double elapsed) {
+  WriteCandidateCounts(out, v, elapsed);
+  if (v.r.plans.empty()) {
+    out << (v.r.at_risk_excluded > 0 ? "\nNo candidate fits without being at risk of running out of memory.\n"
+                                     : "\nNo candidate fits.\n");
+    for (const auto& s : v.r.advice) out << "  - " << s << "\n";
+    return "";
+  }
+  WritePlanTable(out, v);
+  WritePlanCaveats(out, v.o);
+  return WriteRecommendation(out, v);
+}
+
+Json PlanWhatIfJson(const PlanView& v, const std::vector<std::string>& changes, const HardwareProfile& changed,
+                    const Plan* best) {
+  SimulationResult none;  // nothing fits
+  none.feasible = false;
+  Json j = BesideJson(v.recommended ? v.recommended->result : none, best ? best->result : none);
+  j["changes"] = changes;
+  j["adjustments"] = changed.adjustments;
+  j["recommended"] = best ? PlanToJson(v, *best) : Json(nullptr);
+  return j;
 }
 
 void WritePlanWhatIf(std::ostream& out, const std::vector<std::string>& changes, const HardwareProfile& prof,

@@ -46,6 +46,11 @@ Json PlanHtmlData(const PlanView& v, const Json& plan_json);
 /// plan", "Best plan not at risk (rank 3)", ...), or "" when nothing fits (the text says why).
 /// `elapsed` is the search's wall time in seconds.
 std::string WritePlanText(std::ostream& out, const PlanView& v, double elapsed);
+/// The --json what_if object: BesideJson of the baseline's and the what-if's recommended plans,
+/// the changes as given, the changed profile's adjustment lines, and the what-if recommendation
+/// (null when nothing fits there, `best` null).
+Json PlanWhatIfJson(const PlanView& v, const std::vector<std::string>& changes, const HardwareProfile& changed,
+                    const Plan* best);
 /// The recommendation on the --what-if hardware (`changed`, with its adjustment lines after those
 /// of `prof`) beside the baseline's `base`; `best` null when nothing fits there.
 void WritePlanWhatIf(std::ostream& out, const std::vector<std::string>& changes, const HardwareProfile& prof,

@@ -82,7 +82,8 @@ void ApplyNetwork(const WhatIf& w, Cluster* cl, HardwareProfile* p) {
     p->adjustments.push_back(fmt::format("what if {}: NICs per node {} -> {:g}", w.text, cl->nics_per_node, now));
     cl->nics_per_node = static_cast<std::int64_t>(now);
     p->nics_per_node = static_cast<int>(now);
-    if (p->nic_effective_GBps <= 0 && cl->nic_Gbps > 0) p->nic_effective_GBps = 0.94 * cl->nic_Gbps / 8.0;
+    // A single-node profile has no NIC rate: the built-in one for the cluster's NICs.
+    if (p->nic_effective_GBps <= 0 && cl->nic_Gbps > 0) p->nic_effective_GBps = DefaultProfile(*cl).nic_effective_GBps;
   } else {  // nvlink_GBps
     const double old = cl->intra_GBps_per_direction;
     const double now = Changed(w, old);

@@ -284,6 +284,13 @@ TEST(CalibrateCpu, BadInput) {
   auto r = testing::RunShardcast("calibrate --backend cuda --out /tmp/shardcast_tests/x.json");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--backend cuda"), std::string::npos) << r.err;
+  // The default --out (profile.json) is checked before the sweep too.
+  const auto folder = shardcast::testing::TestTempDir() / "calibrate_out_folder";
+  std::filesystem::create_directories(folder / "profile.json");
+  const auto cal = testing::RunCommand("cd " + folder.string() + " && " + SHARDCAST_BINARY +
+                                       " calibrate --backend cpu --quick");
+  EXPECT_EQ(cal.exit_code, 2);
+  EXPECT_NE(cal.out.find("--out: got \"profile.json\", a folder"), std::string::npos) << cal.out;
   auto bad = testing::RunShardcast("profile show " + kNccl + "all_reduce.json");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("/format"), std::string::npos) << bad.err;

@@ -22,6 +22,13 @@ const char* kTinyJson = R"({"name": "tiny-gpt", "num_layers": 4, "hidden_size": 
 
 Model Tiny() { return ModelFromJson(Json::parse(kTinyJson), "tiny.json"); }
 
+// A quarter of tiny's width and half its sequence, for the runs under mpirun whose output is
+// checked for structure only (the sanitizer build runs Eigen's GEMMs about ten times slower).
+const char* kMiniJson = R"({"name": "mini-gpt", "num_layers": 4, "hidden_size": 128,
+    "ffn_hidden_size": 512, "num_attention_heads": 4, "vocab_size": 1024, "seq_length": 64,
+    "normalization": "layernorm", "activation": "gelu", "position_embedding": "learned",
+    "tie_embeddings": true, "source": "test"})";
+
 TEST(Program, FollowsTheSimulatorsScheduleOnEveryStage) {
   const Model m = Tiny();
   const Cluster cl = LoadCluster("dgx-a100");
@@ -128,10 +135,11 @@ TEST(ExecuteCpu, CalibrateThenExecuteTpPpDpOnTwoRanks) {
   const std::string prof = (dir / "exec_profile.json").string(), model = (dir / "tiny.json").string();
   const std::string mpirun = "timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 " + std::string(SHARDCAST_BINARY);
   testing::WriteTemp("tiny.json", kTinyJson);
+  const std::string mini = testing::WriteTemp("mini.json", kMiniJson);
   ASSERT_EQ(Shell(mpirun + " calibrate --backend cpu --quick --model " + model + " --tp-values 1,2 --out " + prof), 0);
   for (const std::string cfg : {"--tp 2", "--pp 2", ""}) {
     const std::string out = (dir / "exec.json").string();
-    const int rc = Shell(mpirun + " execute --model " + model + " --profile " + prof + " " + cfg +
+    const int rc = Shell(mpirun + " execute --model " + mini + " --profile " + prof + " " + cfg +
                              " --mbs 1 --gbs 8 --steps 2 --warmup 1 --json",
                          out);
     ASSERT_EQ(rc, 0) << cfg;
@@ -161,10 +169,21 @@ TEST(ExecuteCpu, CalibrateThenExecuteTpPpDpOnTwoRanks) {
   }
 }
 
+// A CPU profile for the tests that exit before any op runs: the quick sweep with the fake timer
+// (deterministic, no timing), written once per test process (ctest runs each test in its own).
+std::string FakeTimerCpuProfile() {
+  const std::string prof = (shardcast::testing::TestTempDir() / "fake_timer_cpu_profile.json").string();
+  if (!std::filesystem::exists(prof)) {
+    const int rc = Shell("timeout 300 mpirun --allow-run-as-root --oversubscribe -np 1 " + std::string(SHARDCAST_BINARY) +
+                             " calibrate --backend cpu --quick --fake-timer --out " + prof,
+                         (shardcast::testing::TestTempDir() / "fake_timer_calibrate.txt").string());
+    EXPECT_EQ(rc, 0) << "calibrate --backend cpu --quick --fake-timer";
+  }
+  return prof;
+}
+
 TEST(ExecuteCpu, WrongRankCountFailsFastWithAMessage) {
-  const auto dir = shardcast::testing::TestTempDir();
-  const std::string prof = (dir / "exec_profile.json").string();
-  if (!std::filesystem::exists(prof)) GTEST_SKIP() << "needs the profile of the previous test";
+  const std::string prof = FakeTimerCpuProfile();
   const auto r = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " +
                                      std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " + prof +
                                      " --tp 4 --mbs 1 --gbs 4");
@@ -176,9 +195,7 @@ TEST(ExecuteCpu, WrongRankCountFailsFastWithAMessage) {
 // Issue 14 (7): an MPMD launch with other flags per rank crashed in Open MPI's allreduce or hung
 // until the watchdog. The ranks compare their settings first and all exit 2 saying how they differ.
 TEST(ExecuteCpu, RanksWithDifferentFlagsExitTwoSayingHow) {
-  const auto dir = shardcast::testing::TestTempDir();
-  const std::string prof = (dir / "exec_profile.json").string();
-  if (!std::filesystem::exists(prof)) GTEST_SKIP() << "needs the profile of CalibrateThenExecuteTpPpDpOnTwoRanks";
+  const std::string prof = FakeTimerCpuProfile();
   const std::string model = testing::WriteTemp("tiny.json", kTinyJson);
   const std::string bin = std::string(SHARDCAST_BINARY) + " execute --model " + model + " --profile " + prof +
                           " --mbs 1 --steps 1 --warmup 0 ";

@@ -15,6 +15,7 @@
 #include "common/text.h"
 #include "planner/planner.h"
 #include "report/megatron_args.h"
+#include "tests/test_util.h"
 
 namespace shardcast {
 namespace {
@@ -195,19 +196,8 @@ TEST(Plan, BadInputIsAnError) {
 
 TEST(Plan, MegatronArguments) {
   const Model m = LoadModel("gpt3-175b");
-  ParallelConfig c;
-  c.tp = 8;
-  c.pp = 8;
-  c.dp = 16;
-  c.vp = 3;
-  c.schedule = Schedule::kInterleaved;
-  c.micro_batch_size = 1;
-  c.global_batch_size = 1536;
+  ParallelConfig c = testing::Gpt3_175bConfig();
   c.seq_length = 2048;
-  c.sequence_parallel = true;
-  c.recompute = Recompute::kSelective;
-  c.zero_stage = 1;
-  ApplyMegatronCoreDefaults(&c);
   EXPECT_EQ(MegatronArguments(c, m),
             "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 "
             "--num-layers-per-virtual-pipeline-stage 4 --micro-batch-size 1 --global-batch-size 1536 "

@@ -12,8 +12,28 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "models/parallel.h"
 
 namespace shardcast::testing {
+
+/// GPT-3 175B as Megatron-LM runs it on 1,024 A100 (Narayanan et al. 2021's 3-D parallel
+/// layout): TP8 PP8 DP16, interleaved with 3 virtual stages, micro-batch 1, global batch 1,536,
+/// sequence parallel, selective recompute, distributed optimizer, Megatron-Core's defaults.
+inline ParallelConfig Gpt3_175bConfig() {
+  ParallelConfig c;
+  c.tp = 8;
+  c.pp = 8;
+  c.dp = 16;
+  c.vp = 3;
+  c.schedule = Schedule::kInterleaved;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 1536;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kSelective;
+  c.zero_stage = 1;
+  ApplyMegatronCoreDefaults(&c);
+  return c;
+}
 
 /// This test process's scratch folder, $TMPDIR/shardcast_tests/PID (created): every process its
 /// own, so that test processes running at once (ctest -j, two builds' suites on one machine)

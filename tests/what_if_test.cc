@@ -14,27 +14,11 @@
 namespace shardcast {
 namespace {
 
-ParallelConfig Gpt3Config() {
-  ParallelConfig c;
-  c.tp = 8;
-  c.pp = 8;
-  c.dp = 16;
-  c.vp = 3;
-  c.schedule = Schedule::kInterleaved;
-  c.micro_batch_size = 1;
-  c.global_batch_size = 1536;
-  c.sequence_parallel = true;
-  c.recompute = Recompute::kSelective;
-  c.zero_stage = 1;
-  ApplyMegatronCoreDefaults(&c);
-  return c;
-}
-
 // The built-in profile's network rates are proportional to the cluster's line rates, so a
 // what-if of a line rate must give the profile of the edited cluster, and the same step.
 TEST(WhatIf, ALineRateGivesWhatEditingTheClusterGives) {
   const Model m = LoadModel("gpt3-175b");
-  const ParallelConfig c = Gpt3Config();
+  const ParallelConfig c = testing::Gpt3_175bConfig();
   for (const char* name : {"dgx-a100", "dgx-h100", "dgx-b200"}) {
     const Cluster base = LoadCluster(name);
     for (const std::string change : {"nic_Gbps=x2", "nvlink_GBps=x0.5", "nics_per_node=x0.5"}) {
