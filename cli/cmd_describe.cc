@@ -14,31 +14,15 @@ namespace {
 struct DescribeArgs {
   std::string model;
   std::string cluster;
-  std::int64_t gpus = 0;
-  std::int64_t tp = 1;
-  std::int64_t pp = 1;
-  std::int64_t cp = 1;  ///< context parallelism: ZeRO shards over dp * cp
-  std::int64_t ep = 1, etp = 0;  ///< expert grid (etp 0: = tp): experts over ep * etp, state over edp
-  std::int64_t seq = 0;
-  std::int64_t gbs = 0;
+  DescribeRequest r;  ///< the sizes, as DescribeModel takes them
   bool json = false;
 };
-
 
 void RunDescribe(const DescribeArgs& a) {
   const Model m = LoadModel(a.model);
   std::optional<Cluster> cluster;
   if (!a.cluster.empty()) cluster = LoadCluster(a.cluster);
-  DescribeRequest r;
-  r.seq = a.seq;
-  r.gbs = a.gbs;
-  r.gpus = a.gpus;
-  r.tp = a.tp;
-  r.pp = a.pp;
-  r.cp = a.cp;
-  r.ep = a.ep;
-  r.etp = a.etp;
-  const ModelDescription d = DescribeModel(m, r, cluster ? &*cluster : nullptr);
+  const ModelDescription d = DescribeModel(m, a.r, cluster ? &*cluster : nullptr);
   if (a.json) {
     std::cout << WithIntegerBytes(DescribeJson(d)).dump(2) << "\n";
   } else {
@@ -58,17 +42,17 @@ void RegisterDescribe(CLI::App& app) {
   cmd->add_option("--model", args->model, "model preset name or JSON / HF config.json path")
       ->required();
   cmd->add_option("--cluster", args->cluster, "cluster preset name or JSON path");
-  AddPositive(cmd, "--gpus", args->gpus, "number of GPUs (default: the cluster's, else one node)", kMaxGpus);
-  AddPositive(cmd, "--tp,--tensor-model-parallel-size", args->tp, "tensor-parallel size", kMaxParallelSize);
-  AddPositive(cmd, "--pp,--pipeline-model-parallel-size", args->pp, "pipeline-parallel size", kMaxParallelSize);
-  AddPositive(cmd, "--cp,--context-parallel-size", args->cp,
+  AddPositive(cmd, "--gpus", args->r.gpus, "number of GPUs (default: the cluster's, else one node)", kMaxGpus);
+  AddPositive(cmd, "--tp,--tensor-model-parallel-size", args->r.tp, "tensor-parallel size", kMaxParallelSize);
+  AddPositive(cmd, "--pp,--pipeline-model-parallel-size", args->r.pp, "pipeline-parallel size", kMaxParallelSize);
+  AddPositive(cmd, "--cp,--context-parallel-size", args->r.cp,
               "context-parallel size (ZeRO shards over the dp x cp ranks)", kMaxParallelSize);
-  AddPositive(cmd, "--ep,--expert-model-parallel-size", args->ep,
+  AddPositive(cmd, "--ep,--expert-model-parallel-size", args->r.ep,
               "MoE: expert-parallel size (the routed experts split over ep ranks)", kMaxParallelSize);
-  AddPositive(cmd, "--etp,--expert-tensor-parallel-size", args->etp,
+  AddPositive(cmd, "--etp,--expert-tensor-parallel-size", args->r.etp,
               "MoE: expert-tensor-parallel size (default: tp, as Megatron-Core)", kMaxParallelSize);
-  AddPositive(cmd, "--seq,--seq-length", args->seq, "sequence length (default: the model's)", kMaxSeq);
-  AddPositive(cmd, "--gbs,--global-batch-size", args->gbs, "global batch, for FLOPs per step", kMaxGlobalBatchSize);
+  AddPositive(cmd, "--seq,--seq-length", args->r.seq, "sequence length (default: the model's)", kMaxSeq);
+  AddPositive(cmd, "--gbs,--global-batch-size", args->r.gbs, "global batch, for FLOPs per step", kMaxGlobalBatchSize);
   cmd->add_flag("--json", args->json, "print JSON instead of text");
   cmd->callback([args] { RunDescribe(*args); });
 }

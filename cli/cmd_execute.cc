@@ -81,9 +81,9 @@ void RunExecute(const ExecuteArgs& a) {
     ExecuteReport r = Execute(m, c, cl, prof, a.o);
     if (rank == 0) {
       if (a.cfg.json) {
-        std::cout << WithIntegerBytes(ExecuteJson(r, m, c, cl, size)).dump(2) << "\n";
+        std::cout << WithIntegerBytes(ExecuteJson(r, m, cl, size)).dump(2) << "\n";
       } else {
-        WriteExecuteReport(std::cout, r, m, c, size);
+        WriteExecuteReport(std::cout, r, m, size);
         if (!a.o.trace.empty()) std::cout << "\nTrace of the last step written to " << a.o.trace << "\n";
       }
     }

@@ -328,6 +328,7 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
                                  c.gpus()));
   }
   ExecuteReport rep;
+  rep.config = c;
   rep.predicted = Simulate(model, c, cluster, size, profile);
   if (!rep.predicted.feasible || !rep.predicted.fits) {
     throw InputError("the configuration cannot run: " + Join(rep.predicted.reasons, "; "));

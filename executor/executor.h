@@ -37,6 +37,10 @@ struct OpError {
 };
 
 struct ExecuteReport {
+  /// The configuration predicted and run: the one asked for, with what the program does not
+  /// overlap turned off (parameter gathers after the optimizer, TP collectives in program order,
+  /// gradient reduction on a worker thread only where MPI allows threads).
+  ParallelConfig config;
   SimulationResult predicted;               ///< the simulator's prediction (no graph)
   double measured_step_time_s = 0;          ///< median over steps (mean of the middle two for an even count), max over ranks
   std::vector<double> step_times_s;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/text.h"
+#include "models/loader.h"
 
 namespace shardcast {
 namespace {
@@ -22,26 +23,6 @@ std::string Grouped(std::int64_t v) {
 
 const char* ZeroFormula(int z) {
   return z == 0 ? "2 + 4 + 12" : z == 1 ? "2 + 4 + 12/d" : z == 2 ? "2 + (4 + 12)/d" : "(2 + 4 + 12)/d";
-}
-
-Json ModelJson(const Model& m) {
-  return {{"name", m.name},
-          {"source", m.source},
-          {"num_layers", m.num_layers},
-          {"hidden_size", m.hidden_size},
-          {"ffn_hidden_size", m.ffn_hidden_size},
-          {"num_attention_heads", m.num_attention_heads},
-          {"num_query_groups", m.num_query_groups},
-          {"kv_channels", m.kv_channels},
-          {"vocab_size", m.vocab_size},
-          {"seq_length", m.seq_length},
-          {"normalization", ToString(m.normalization)},
-          {"activation", ToString(m.activation)},
-          {"position_embedding", ToString(m.position_embedding)},
-          {"tie_embeddings", m.tie_embeddings},
-          {"add_bias_linear", m.add_bias_linear},
-          {"add_qkv_bias", m.add_qkv_bias},
-          {"dropout", m.dropout}};
 }
 
 Json ExpertsJson(const Model& m, const ParameterCounts& pc) {
@@ -233,7 +214,7 @@ void WriteFit(std::ostream& out, const FitDescription& f, const ModelDescription
 Json DescribeJson(const ModelDescription& d) {
   const ParameterCounts& pc = d.params;
   Json out;
-  out["model"] = ModelJson(d.model);
+  out["model"] = ModelToJson(d.model);  // the fields a model file has, and its source
   out["parameters"] = pc.total;
   out["parameters_active"] = pc.active;
   out["parameter_breakdown"] = {{"per_layer", pc.per_layer.total()},

@@ -26,14 +26,9 @@ void WriteOpTable(std::ostream& out, const ExecuteReport& r, bool waits, const c
 
 }  // namespace
 
-Json ExecuteJson(const ExecuteReport& r, const Model& m, const ParallelConfig& c, const Cluster& cl, int ranks) {
+Json ExecuteJson(const ExecuteReport& r, const Model& m, const Cluster& cl, int ranks) {
   Json j;
-  // The configuration the prediction was made for: the executor gathers parameters after the
-  // optimizer and runs TP collectives in program order (Execute turns both overlaps off).
-  ParallelConfig pc = c;
-  pc.overlap_param_gather = false;
-  pc.async_tp_grad_reduce = false;
-  j["predicted"] = ResultToJson(r.predicted, m, pc, cl, ranks);
+  j["predicted"] = ResultToJson(r.predicted, m, r.config, cl, ranks);
   j["measured"] = {{"step_time_s", r.measured_step_time_s},
                    {"step_times_s", r.step_times_s},
                    {"bubble_fraction", r.measured_bubble_fraction},
@@ -47,8 +42,9 @@ Json ExecuteJson(const ExecuteReport& r, const Model& m, const ParallelConfig& c
   return j;
 }
 
-void WriteExecuteReport(std::ostream& out, const ExecuteReport& r, const Model& m, const ParallelConfig& c, int ranks) {
+void WriteExecuteReport(std::ostream& out, const ExecuteReport& r, const Model& m, int ranks) {
   const auto& p = r.predicted;
+  const ParallelConfig& c = r.config;
   out << fmt::format("{} on {} rank(s): {}\n", m.name, ranks, c.Summary());
   out << (c.overlap_grad_reduce ? "(gradient buckets reduced on a worker thread, overlapping the backward pass)\n\n"
                                 : "(gradient reduction after the backward pass)\n\n");

@@ -10,12 +10,12 @@
 
 namespace shardcast {
 
-/// The --json document: predicted (simulate's JSON of the executor's own configuration),
+/// The --json document: predicted (simulate's JSON of the configuration run, r.config),
 /// measured (step_time_s, step_times_s, bubble_fraction, peak_memory_bytes per stage), ops
 /// (name, count, predicted_s, measured_s, wait) and executed_rank0 (rank 0's op sequence).
-Json ExecuteJson(const ExecuteReport& r, const Model& m, const ParallelConfig& c, const Cluster& cl, int ranks);
+Json ExecuteJson(const ExecuteReport& r, const Model& m, const Cluster& cl, int ranks);
 /// The text report: predicted vs measured with the error in percent, the measured step times,
 /// the ten ops with the largest absolute error, and the waits listed apart.
-void WriteExecuteReport(std::ostream& out, const ExecuteReport& r, const Model& m, const ParallelConfig& c, int ranks);
+void WriteExecuteReport(std::ostream& out, const ExecuteReport& r, const Model& m, int ranks);
 
 }  // namespace shardcast
