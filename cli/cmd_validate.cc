@@ -27,7 +27,34 @@ struct ValidateArgs {
   std::string memory = std::string(SHARDCAST_DATA_DIR) + "/published_memory.csv";
   std::string csv, explain, write_model, html;
   bool json = false, no_memory = false;
+  // Users' own runs (--log).
+  std::vector<std::string> logs;
+  std::string cluster, model, profile;
+  std::int64_t gpus = 0;
+  bool runs_given = false, memory_given = false;
 };
+
+/// The logs' runs validated on the cluster and profile the flags name.
+ValidationReport ValidateLogs(const ValidateArgs& a) {
+  if (a.runs_given || a.memory_given) {
+    throw InputError(std::string("command line: ") + (a.runs_given ? "--runs" : "--memory") +
+                     ": not combined with --log (validate either published runs or your own logs)");
+  }
+  if (a.cluster.empty() && a.profile.empty()) {
+    throw InputError("command line: --cluster: missing, expected the cluster the logged runs ran on (a preset name or "
+                     "JSON path; or a measured --profile FILE, which names its machine)");
+  }
+  std::optional<HardwareProfile> loaded;
+  if (!a.profile.empty()) loaded = LoadProfile(a.profile);
+  const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster);
+  const HardwareProfile prof = loaded ? *loaded : DefaultProfile(cl);
+  LogDefaults d;
+  if (!a.model.empty()) d.model = LoadModel(a.model);
+  if (a.gpus > 0) d.gpus = a.gpus;
+  std::vector<LoggedRun> runs;
+  for (const auto& f : a.logs) runs.push_back(ReadTrainingLog(f, d));
+  return ValidateLoggedRuns(runs, cl, prof, a.explain);
+}
 
 void RunValidate(const ValidateArgs& a) {
   CheckCsvOption(a.csv, a.json);
@@ -39,7 +66,11 @@ void RunValidate(const ValidateArgs& a) {
     throw InputError("command line: --write-model: writes the model of the row named by --explain; got no --explain");
   }
   // The defaults are the source tree's validation/ as built: name the way out if it moved.
+  if (a.logs.empty() && (!a.cluster.empty() || !a.model.empty() || !a.profile.empty() || a.gpus > 0)) {
+    throw InputError("command line: --cluster, --profile, --model and --gpus go with --log FILE...; got no --log");
+  }
   for (const auto* path : {&a.runs, &a.memory}) {
+    if (!a.logs.empty()) break;
     const bool is_default = *path == std::string(SHARDCAST_DATA_DIR) + (path == &a.runs ? "/published_runs.csv"
                                                                                           : "/published_memory.csv");
     if (is_default && !(path == &a.memory && a.no_memory) && !std::filesystem::exists(*path)) {
@@ -47,7 +78,8 @@ void RunValidate(const ValidateArgs& a) {
                        "expected " + (path == &a.runs ? "--runs" : "--memory") + " FILE (or a rebuild)");
     }
   }
-  const ValidationReport rep = RunValidation(a.runs, a.no_memory ? "" : a.memory, a.explain);
+  const ValidationReport rep = a.logs.empty() ? RunValidation(a.runs, a.no_memory ? "" : a.memory, a.explain) : ValidateLogs(a);
+  const std::string source = a.logs.empty() ? a.runs : Join(a.logs, ", ");
   if (rep.explained) {
     // One row in full: what it was mapped to and simulate's report of it.
     const ExplainedRow& e = *rep.explained;
@@ -59,7 +91,7 @@ void RunValidate(const ValidateArgs& a) {
       cmd.model_written = !a.write_model.empty();
       cmd.flags = SimulateFlags(r.config, e.model, r.gpus, &cmd.unexpressed);
       if (!a.write_model.empty()) WriteFileAtomic(a.write_model, ModelToJson(e.model).dump(2) + "\n");
-      WriteExplainedRow(std::cout, r, e, a.runs, cmd);
+      WriteExplainedRow(std::cout, r, e, a.logs.empty() ? a.runs : rep.logs.at(std::stoul(r.row_id) - 1), cmd);
     }
     return;
   }
@@ -69,12 +101,12 @@ void RunValidate(const ValidateArgs& a) {
     if (WriteCsvOption(a.csv, csv)) return;
   }
   if (a.json || !a.html.empty()) {
-    const Json j = ValidationJson(rep, a.runs);
+    const Json j = ValidationJson(rep, source);
     if (!a.html.empty()) {
       Json data = j;
       data["kind"] = "validate";
       WriteHtmlReport(a.html, "shardcast validate: predicted vs published training runs",
-                      fmt::format("{}: {} rows simulated, step-time MAPE {:.1f}%", a.runs, s.simulated,
+                      fmt::format("{}: {} rows simulated, step-time MAPE {:.1f}%", source, s.simulated,
                                   100 * s.step_time_mape),
                       data);
     }
@@ -83,7 +115,7 @@ void RunValidate(const ValidateArgs& a) {
       return;
     }
   }
-  WriteValidationText(std::cout, rep, a.runs);
+  WriteValidationText(std::cout, rep, source);
 }
 
 }  // namespace
@@ -94,8 +126,19 @@ void RegisterValidate(CLI::App& app) {
       "validate",
       "Compare predictions with published training runs: step time, peak memory, out-of-memory.\n"
       "Example: shardcast validate   (uses the project's validation/published_runs.csv)");
-  cmd->add_option("--runs", a->runs, "published runs CSV (default: the project's copy)");
-  cmd->add_option("--memory", a->memory, "published memory points CSV (default: the project's copy)");
+  cmd->add_option("--runs", a->runs, "published runs CSV (default: the project's copy; your own runs in its columns, "
+                                     "validation/README.md)")
+      ->each([a](const std::string&) { a->runs_given = true; });
+  cmd->add_option("--memory", a->memory, "published memory points CSV (default: the project's copy)")
+      ->each([a](const std::string&) { a->memory_given = true; });
+  cmd->add_option("--log", a->logs,
+                  "your own runs: Megatron-LM or torchtitan training logs (FILE...; with --cluster; docs/validate.md)")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--cluster", a->cluster, "with --log: the cluster the runs ran on (preset name or JSON path)");
+  cmd->add_option("--profile", a->profile, "with --log: hardware profile JSON (default: built-in for the cluster's GPU)");
+  cmd->add_option("--model", a->model, "with --log: the model (preset or JSON), instead of the one the log describes");
+  cmd->add_option("--gpus", a->gpus, "with --log: GPUs of a torchtitan run whose data_parallel_shard_degree is -1")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--no-memory", a->no_memory, "skip the memory points");
   cmd->add_option("--csv", a->csv, "write the per-row table as CSV to FILE (the text is printed too), or with - print only the CSV")
       ->check(OutputFile(true));

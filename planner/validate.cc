@@ -5,6 +5,8 @@
 #include <cmath>
 #include <map>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "common/text.h"
 #include "models/loader.h"
@@ -290,6 +292,91 @@ double KendallTauWithinGroups(const std::vector<std::string>& groups, const std:
   }
   if (pairs) *pairs = static_cast<std::size_t>(n);
   return n > 0 ? static_cast<double>(concordant - discordant) / static_cast<double>(n) : 0.0;
+}
+
+// The summary over the rows and memory points (ValidationSummary).
+void Summarize(ValidationReport* rep) {
+  ValidationSummary& s = rep->summary;
+  s.rows = rep->rows.size();
+  std::vector<std::string> groups, src_groups;
+  std::vector<double> pred_tp, meas_tp, pred_tflops, meas_tflops;
+  double abs_sum = 0, mem_sum = 0;
+  std::size_t mem_n = 0;
+  std::map<std::string, std::pair<double, std::size_t>> by_src;
+  for (const auto& row : rep->rows) {
+    if (row.skipped) {
+      ++s.skipped;
+      continue;
+    }
+    ++s.simulated;
+    if (row.outcome == "OOM") {
+      ++s.oom_rows;
+      if (!row.predicted_fits) ++s.oom_rows_predicted_oom;
+      if (row.predicted_at_risk) ++s.oom_rows_at_risk;
+    } else {
+      ++s.ok_rows;
+      if (row.predicted_fits) ++s.ok_rows_predicted_fit;
+      if (row.predicted_at_risk) ++s.ok_rows_at_risk;
+    }
+    if (row.step_time_error) {
+      const double e = std::fabs(*row.step_time_error);
+      ++s.timed;
+      abs_sum += e;
+      s.step_time_max_abs_error = std::max(s.step_time_max_abs_error, e);
+      if (e <= 0.05) s.within_5pct += 1;
+      if (e <= 0.10) s.within_10pct += 1;
+      by_src[row.source_id].first += e;
+      ++by_src[row.source_id].second;
+      if (row.fitted_constant.empty()) {
+        s.held_out_mape += e;
+        ++s.held_out_timed;
+        s.held_out_max_abs_error = std::max(s.held_out_max_abs_error, e);
+      } else {
+        s.fitted_mape += e;
+        ++s.fitted_timed;
+      }
+      groups.push_back(row.group);
+      pred_tp.push_back(1.0 / *row.predicted_step_time_s);
+      meas_tp.push_back(1.0 / *row.measured_step_time_s);
+      src_groups.push_back(row.source_id);
+      const double per_gpu = row.model_flops_per_step / static_cast<double>(std::max<std::int64_t>(1, row.gpus));
+      pred_tflops.push_back(per_gpu / *row.predicted_step_time_s);
+      meas_tflops.push_back(per_gpu / *row.measured_step_time_s);
+    }
+    if (row.memory_error) {
+      mem_sum += std::fabs(*row.memory_error);
+      ++mem_n;
+    }
+  }
+  for (const auto& p : rep->memory_points) {
+    mem_sum += std::fabs(p.error);
+    ++mem_n;
+  }
+  if (s.timed > 0) {
+    s.step_time_mape = abs_sum / static_cast<double>(s.timed);
+    s.within_5pct /= static_cast<double>(s.timed);
+    s.within_10pct /= static_cast<double>(s.timed);
+  }
+  if (s.held_out_timed > 0) s.held_out_mape /= static_cast<double>(s.held_out_timed);
+  if (s.fitted_timed > 0) s.fitted_mape /= static_cast<double>(s.fitted_timed);
+  for (auto& [src, v] : by_src) s.mape_by_source[src] = {v.first / static_cast<double>(v.second), v.second};
+  s.kendall_tau = KendallTauWithinGroups(groups, pred_tp, meas_tp, &s.kendall_pairs);
+  for (const auto& [src, v] : s.mape_by_source) {
+    (void)v;
+    std::vector<std::string> g;
+    std::vector<double> p, q;
+    for (std::size_t i = 0; i < src_groups.size(); ++i) {
+      if (src_groups[i] != src) continue;
+      g.push_back(src);
+      p.push_back(pred_tflops[i]);
+      q.push_back(meas_tflops[i]);
+    }
+    std::size_t pairs = 0;
+    const double tau = KendallTauWithinGroups(g, p, q, &pairs);
+    if (pairs > 0) s.tflops_tau_by_source[src] = {tau, pairs};
+  }
+  s.memory_points = mem_n;
+  s.memory_mape = mem_n > 0 ? mem_sum / static_cast<double>(mem_n) : 0.0;
 }
 
 ValidationReport RunValidation(const std::string& runs_csv, const std::string& memory_csv,
@@ -613,88 +700,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     }
   }
 
-  // Summary.
-  ValidationSummary& s = rep.summary;
-  s.rows = rep.rows.size();
-  std::vector<std::string> groups, src_groups;
-  std::vector<double> pred_tp, meas_tp, pred_tflops, meas_tflops;
-  double abs_sum = 0, mem_sum = 0;
-  std::size_t mem_n = 0;
-  std::map<std::string, std::pair<double, std::size_t>> by_src;
-  for (const auto& row : rep.rows) {
-    if (row.skipped) {
-      ++s.skipped;
-      continue;
-    }
-    ++s.simulated;
-    if (row.outcome == "OOM") {
-      ++s.oom_rows;
-      if (!row.predicted_fits) ++s.oom_rows_predicted_oom;
-      if (row.predicted_at_risk) ++s.oom_rows_at_risk;
-    } else {
-      ++s.ok_rows;
-      if (row.predicted_fits) ++s.ok_rows_predicted_fit;
-      if (row.predicted_at_risk) ++s.ok_rows_at_risk;
-    }
-    if (row.step_time_error) {
-      const double e = std::fabs(*row.step_time_error);
-      ++s.timed;
-      abs_sum += e;
-      s.step_time_max_abs_error = std::max(s.step_time_max_abs_error, e);
-      if (e <= 0.05) s.within_5pct += 1;
-      if (e <= 0.10) s.within_10pct += 1;
-      by_src[row.source_id].first += e;
-      ++by_src[row.source_id].second;
-      if (row.fitted_constant.empty()) {
-        s.held_out_mape += e;
-        ++s.held_out_timed;
-        s.held_out_max_abs_error = std::max(s.held_out_max_abs_error, e);
-      } else {
-        s.fitted_mape += e;
-        ++s.fitted_timed;
-      }
-      groups.push_back(row.group);
-      pred_tp.push_back(1.0 / *row.predicted_step_time_s);
-      meas_tp.push_back(1.0 / *row.measured_step_time_s);
-      src_groups.push_back(row.source_id);
-      const double per_gpu = row.model_flops_per_step / static_cast<double>(std::max<std::int64_t>(1, row.gpus));
-      pred_tflops.push_back(per_gpu / *row.predicted_step_time_s);
-      meas_tflops.push_back(per_gpu / *row.measured_step_time_s);
-    }
-    if (row.memory_error) {
-      mem_sum += std::fabs(*row.memory_error);
-      ++mem_n;
-    }
-  }
-  for (const auto& p : rep.memory_points) {
-    mem_sum += std::fabs(p.error);
-    ++mem_n;
-  }
-  if (s.timed > 0) {
-    s.step_time_mape = abs_sum / static_cast<double>(s.timed);
-    s.within_5pct /= static_cast<double>(s.timed);
-    s.within_10pct /= static_cast<double>(s.timed);
-  }
-  if (s.held_out_timed > 0) s.held_out_mape /= static_cast<double>(s.held_out_timed);
-  if (s.fitted_timed > 0) s.fitted_mape /= static_cast<double>(s.fitted_timed);
-  for (auto& [src, v] : by_src) s.mape_by_source[src] = {v.first / static_cast<double>(v.second), v.second};
-  s.kendall_tau = KendallTauWithinGroups(groups, pred_tp, meas_tp, &s.kendall_pairs);
-  for (const auto& [src, v] : s.mape_by_source) {
-    (void)v;
-    std::vector<std::string> g;
-    std::vector<double> p, q;
-    for (std::size_t i = 0; i < src_groups.size(); ++i) {
-      if (src_groups[i] != src) continue;
-      g.push_back(src);
-      p.push_back(pred_tflops[i]);
-      q.push_back(meas_tflops[i]);
-    }
-    std::size_t pairs = 0;
-    const double tau = KendallTauWithinGroups(g, p, q, &pairs);
-    if (pairs > 0) s.tflops_tau_by_source[src] = {tau, pairs};
-  }
-  s.memory_points = mem_n;
-  s.memory_mape = mem_n > 0 ? mem_sum / static_cast<double>(mem_n) : 0.0;
+  Summarize(&rep);
   if (!explain_row.empty() && !rep.explained) {
     std::string why = "no row has that row_id";
     std::vector<std::string> ids;
@@ -704,6 +710,57 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     }
     throw InputError(runs_csv + ": row_id '" + explain_row + "' (--explain): " + why +
                      "; expected the row_id of a simulated row: " + Join(ids, ", "));
+  }
+  return rep;
+}
+
+ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cluster& cluster,
+                                    const HardwareProfile& profile, const std::string& explain_row) {
+  ValidationReport rep;
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const LoggedRun& run = runs[i];
+    rep.logs.push_back(run.file);
+    ValidationRow row;
+    row.row_id = std::to_string(i + 1);
+    row.source_id = run.format == "megatron" ? "MLM" : "TT";
+    row.model = run.model.name;
+    row.gpu_type = cluster.gpu.display_name;
+    row.gpus = run.gpus;
+    row.outcome = "ok";
+    row.group = row.model + " @" + std::to_string(row.gpus);
+    row.config = run.config;
+    row.assumptions = run.notes;
+    const SimulationResult res = Simulate(run.model, run.config, cluster, run.gpus, profile);
+    if (!res.feasible) {
+      row.skipped = true;
+      row.skip_reason = "cannot be simulated: " + Join(res.reasons, "; ");
+      rep.rows.push_back(row);
+      continue;
+    }
+    if (!explain_row.empty() && row.row_id == explain_row) rep.explained = ExplainedRow{row.row_id, run.model, cluster, profile, res};
+    row.predicted_step_time_s = res.step_time_s;
+    row.predicted_peak_memory_bytes = res.peak_memory_bytes;
+    row.predicted_fits = res.fits;
+    row.predicted_at_risk = res.memory_at_risk;
+    row.predicted_mfu = res.mfu;
+    row.predicted_mfu_causal = res.mfu_causal;
+    row.model_flops_per_step = res.model_flops_per_step;
+    row.measured_step_time_s = run.measured_step_time_s;
+    row.step_time_derived = run.format == "torchtitan";  // from tokens per second
+    row.step_time_error = res.step_time_s / run.measured_step_time_s - 1.0;
+    if (run.max_allocated_bytes) {
+      row.measured_peak_memory_bytes = *run.max_allocated_bytes;
+      row.memory_error = res.peak_memory_bytes / *run.max_allocated_bytes - 1.0;
+    } else if (run.max_reserved_bytes) {
+      row.assumptions.push_back(fmt::format("measured peak reserved {:.1f} GiB (allocator cache included), predicted "
+                                            "allocated peak {:.1f} GiB: not compared",
+                                            *run.max_reserved_bytes / 1073741824.0, res.peak_memory_bytes / 1073741824.0));
+    }
+    rep.rows.push_back(row);
+  }
+  Summarize(&rep);
+  if (!explain_row.empty() && !rep.explained) {
+    throw InputError(fmt::format("--explain {}: expected the number of a simulated run (1 to {})", explain_row, runs.size()));
   }
   return rep;
 }

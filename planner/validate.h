@@ -12,6 +12,7 @@
 #include "models/hardware.h"
 #include "models/model.h"
 #include "models/parallel.h"
+#include "planner/run_log.h"
 #include "simulator/profile.h"
 #include "simulator/simulate.h"
 
@@ -83,6 +84,9 @@ struct ExplainedRow {
 };
 
 struct ValidationReport {
+  /// Rows from training logs (ValidateLoggedRuns; row k is logs[k - 1]) rather than a CSV of
+  /// published runs.
+  std::vector<std::string> logs;
   std::vector<ValidationRow> rows;
   std::optional<ExplainedRow> explained;  ///< the row named by `explain_row`, if simulated
   std::vector<MemoryPoint> memory_points;
@@ -95,6 +99,15 @@ struct ValidationReport {
 /// result are kept in ValidationReport::explained (InputError if no simulated row has that id).
 ValidationReport RunValidation(const std::string& runs_csv, const std::string& memory_csv,
                                const std::string& explain_row = "");
+
+/// Validates users' own runs (planner/run_log.h) on `cluster` with `profile`: each is simulated
+/// and compared as a published row is (row_id: its position in `runs`, source_id: MLM for
+/// Megatron-LM, TT for torchtitan). Step time against the measured mean; memory where the log
+/// gives PyTorch's max allocated (a torchtitan log's max reserved, which includes the caching
+/// allocator's cache, is given in the row's notes beside the predicted peak). A run the
+/// simulator cannot take is listed as skipped with the reason. `explain_row` as RunValidation's.
+ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cluster& cluster,
+                                    const HardwareProfile& profile, const std::string& explain_row = "");
 
 /// Kendall's tau-a over pairs within groups: (concordant - discordant) / pairs, comparing
 /// predicted and measured values; pairs with a tie in either count as neither.

@@ -51,6 +51,7 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
   const ValidationSummary& s = rep.summary;
   Json j;
   j["runs"] = runs;
+  if (!rep.logs.empty()) j["logs"] = rep.logs;
   j["rows"] = Json::array();
   auto opt = [](const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); };
   for (const auto& r : rep.rows) {
@@ -158,10 +159,17 @@ void WriteExplainedRow(std::ostream& out, const ValidationRow& r, const Explaine
 
 void WriteValidationText(std::ostream& out, const ValidationReport& rep, const std::string& runs) {
   const ValidationSummary& s = rep.summary;
-  out << "Published training runs: " << runs << "\n";
-  out << "error = predicted / measured - 1; memory is the peak over pipeline stages; * measured step time derived\n"
-               "from the source's reported throughput (TFLOP/s or tokens/s), not a reported iteration time; [fit] a built-in\n"
-               "constant was fitted on the row (the summary gives the held-out rows apart)\n\n";
+  if (rep.logs.empty()) {
+    out << "Published training runs: " << runs << "\n";
+    out << "error = predicted / measured - 1; memory is the peak over pipeline stages; * measured step time derived\n"
+           "from the source's reported throughput (TFLOP/s or tokens/s), not a reported iteration time; [fit] a built-in\n"
+           "constant was fitted on the row (the summary gives the held-out rows apart)\n\n";
+  } else {
+    out << "Training logs (MLM: Megatron-LM, TT: torchtitan):\n";
+    for (std::size_t i = 0; i < rep.logs.size(); ++i) out << fmt::format("  {:>3}  {}\n", i + 1, rep.logs[i]);
+    out << "error = predicted / measured - 1; measured step: the mean of the logged steps after the first; * derived\n"
+           "from the log's tokens per second; memory: PyTorch's max allocated against the predicted peak over stages\n\n";
+  }
   out << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<32} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n", "row", "src",
                            "model", "GPUs", "configuration", "measured", "predicted", "error", "mem GiB", "predicted",
                            "error", "outcome / predicted");
@@ -220,7 +228,14 @@ void WriteValidationText(std::ostream& out, const ValidationReport& rep, const s
   for (const auto& r : rep.rows) {
     for (const auto& x : r.assumptions) assumed[x].push_back(r.row_id);
   }
-  for (const auto& [x, ids] : assumed) out << fmt::format("  assumed {} for rows {}\n", x, Join(ids, ", "));
+  if (rep.logs.empty()) {
+    for (const auto& [x, ids] : assumed) out << fmt::format("  assumed {} for rows {}\n", x, Join(ids, ", "));
+  } else {
+    // How each log was read, row by row.
+    for (const auto& r : rep.rows) {
+      for (const auto& x : r.assumptions) out << fmt::format("  row {}: {}\n", r.row_id, x);
+    }
+  }
   out << fmt::format("  ranking: Kendall tau {:.2f} over {} pairs of runs with the same model and GPU count\n",
                            s.kendall_tau, s.kendall_pairs);
   out << fmt::format("  memory: MAPE {:.1f}% over {} points\n", 100 * s.memory_mape, s.memory_points);

@@ -1,0 +1,582 @@
+#include "planner/run_log.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/json_reader.h"
+#include "common/text.h"
+#include "models/loader.h"
+
+namespace shardcast {
+namespace {
+
+constexpr double kMiB = 1048576.0;
+constexpr double kGiB = 1073741824.0;
+
+std::string Trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r") + 1 - b);
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines = Split(text, '\n');
+  for (auto& l : lines) {
+    if (!l.empty() && l.back() == '\r') l.pop_back();
+  }
+  return lines;
+}
+
+[[noreturn]] void FailAt(const std::string& path, std::size_t line, const std::string& what) {
+  throw InputError(fmt::format("{}:{}: {}", path, line, what));
+}
+
+/// The field after `key` on `line`, up to the next '|' or two spaces (torchtitan separates its
+/// fields so), trimmed; none if `key` is not on the line.
+std::optional<std::string> FieldAfter(const std::string& line, const std::string& key) {
+  const auto at = line.find(key);
+  if (at == std::string::npos) return std::nullopt;
+  const std::string rest = line.substr(at + key.size());
+  const auto start = std::min(rest.size(), rest.find_first_not_of(' '));
+  const auto end = std::min(rest.find('|', start), rest.find("  ", start));
+  return Trim(rest.substr(start, end == std::string::npos ? std::string::npos : end - start));
+}
+
+/// A positive finite number ("1,234.5" with thousands separators too), or InputError naming the
+/// file, line and field.
+double PositiveNumber(const std::string& text, const std::string& path, std::size_t line, const std::string& field) {
+  std::string s;
+  for (char ch : text) {
+    if (ch != ',') s += ch;
+  }
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || !std::isfinite(v) || !(v > 0)) {
+    FailAt(path, line, fmt::format("{}: got \"{}\", expected a positive number", field, text));
+  }
+  return v;
+}
+
+double MeanAfterFirst(const std::vector<double>& v) {
+  if (v.size() == 1) return v[0];
+  return std::accumulate(v.begin() + 1, v.end(), 0.0) / static_cast<double>(v.size() - 1);
+}
+
+// ----- Megatron-LM -----
+
+/// Megatron-LM's argument dump: name -> (value as printed, line).
+class MegatronArgs {
+ public:
+  MegatronArgs(const std::vector<std::string>& lines, const std::string& path);
+  bool empty() const { return v_.empty(); }
+  /// The value as printed; none for a missing argument or one printed as None.
+  std::optional<std::string> Get(const std::string& name) const {
+    const auto it = v_.find(name);
+    if (it == v_.end() || it->second.first == "None") return std::nullopt;
+    return it->second.first;
+  }
+  bool Flag(const std::string& name) const { return Get(name).value_or("False") == "True"; }
+  std::optional<std::int64_t> Int(const std::string& name) const;
+  std::optional<double> Number(const std::string& name) const;
+  std::int64_t RequiredInt(const std::string& name) const;
+  /// A printed Python list ("['core_attn', 'mlp']", "[0, 1, 1]") as its items.
+  std::vector<std::string> List(const std::string& name) const;
+  [[noreturn]] void Fail(const std::string& name, const std::string& expected) const;
+
+ private:
+  std::map<std::string, std::pair<std::string, std::size_t>> v_;
+  std::string path_;
+};
+
+MegatronArgs::MegatronArgs(const std::vector<std::string>& lines, const std::string& path) : path_(path) {
+  bool inside = false;
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    if (l.find("end of arguments ---") != std::string::npos) {
+      inside = false;
+      continue;
+    }
+    if (l.find("---- arguments ----") != std::string::npos) {
+      inside = true;
+      continue;
+    }
+    if (!inside) continue;
+    // "  name ........ value" (a launcher may prefix the line, e.g. "0: ").
+    const auto dots = l.find(" ..");
+    const auto end = dots == std::string::npos ? std::string::npos : l.find_first_not_of('.', dots + 1);
+    if (dots == std::string::npos || end == std::string::npos || l[end] != ' ') {
+      FailAt(path, i + 1, fmt::format("in the argument dump: got \"{}\", expected \"  name ..... value\"", Trim(l)));
+    }
+    const std::string head = Trim(l.substr(0, dots));
+    const std::string name = head.substr(head.find_last_of(' ') == std::string::npos ? 0 : head.find_last_of(' ') + 1);
+    v_[name] = {Trim(l.substr(end + 1)), i + 1};
+  }
+}
+
+void MegatronArgs::Fail(const std::string& name, const std::string& expected) const {
+  const auto it = v_.find(name);
+  if (it == v_.end()) throw InputError(fmt::format("{}: argument {}: not in the argument dump, expected {}", path_, name, expected));
+  FailAt(path_, it->second.second, fmt::format("argument {}: got \"{}\", expected {}", name, it->second.first, expected));
+}
+
+std::optional<std::int64_t> MegatronArgs::Int(const std::string& name) const {
+  const auto s = Get(name);
+  if (!s) return std::nullopt;
+  std::size_t used = 0;
+  std::int64_t v = 0;
+  try {
+    v = std::stoll(*s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != s->size()) Fail(name, "an integer or None");
+  return v;
+}
+
+std::optional<double> MegatronArgs::Number(const std::string& name) const {
+  const auto s = Get(name);
+  if (!s) return std::nullopt;
+  std::size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(*s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != s->size() || !std::isfinite(v)) Fail(name, "a number or None");
+  return v;
+}
+
+std::int64_t MegatronArgs::RequiredInt(const std::string& name) const {
+  const auto v = Int(name);
+  if (!v) Fail(name, "an integer");
+  return *v;
+}
+
+std::vector<std::string> MegatronArgs::List(const std::string& name) const {
+  std::string s = Get(name).value_or("");
+  if (s.empty()) return {};
+  if (s.front() != '[' || s.back() != ']') Fail(name, "a list such as ['core_attn']");
+  std::vector<std::string> items;
+  for (std::string x : Split(s.substr(1, s.size() - 2), ',')) {
+    x = Trim(x);
+    if (x.size() >= 2 && (x.front() == '\'' || x.front() == '"')) x = x.substr(1, x.size() - 2);
+    if (!x.empty()) items.push_back(x);
+  }
+  return items;
+}
+
+/// The model's shape from the argument dump, in our model JSON (whose keys are Megatron-LM's
+/// names where Megatron-LM has them).
+Json MegatronModelJson(const MegatronArgs& a, const std::string& name) {
+  Json j;
+  j["name"] = name;
+  j["num_layers"] = a.RequiredInt("num_layers");
+  j["hidden_size"] = a.RequiredInt("hidden_size");
+  j["ffn_hidden_size"] = a.Int("ffn_hidden_size").value_or(4 * a.RequiredInt("hidden_size"));
+  j["num_attention_heads"] = a.RequiredInt("num_attention_heads");
+  if (a.Flag("group_query_attention")) j["num_query_groups"] = a.RequiredInt("num_query_groups");
+  if (const auto kv = a.Int("kv_channels")) j["kv_channels"] = *kv;
+  // The tokenizer pads the vocabulary (padded_vocab_size); a dump printed before it has only vocab_size.
+  const auto vocab = a.Int("padded_vocab_size") ? a.Int("padded_vocab_size") : a.Int("vocab_size");
+  if (!vocab) a.Fail("padded_vocab_size", "the vocabulary size (or pass --model with the model)");
+  j["vocab_size"] = *vocab;
+  j["seq_length"] = a.RequiredInt("seq_length");
+  if (const auto mp = a.Int("max_position_embeddings")) j["max_position_embeddings"] = *mp;
+  const std::string norm = a.Get("normalization").value_or("LayerNorm");
+  if (norm != "LayerNorm" && norm != "RMSNorm") a.Fail("normalization", "LayerNorm or RMSNorm");
+  j["normalization"] = norm == "RMSNorm" ? "rmsnorm" : "layernorm";
+  j["activation"] = a.Flag("swiglu") ? "swiglu" : "gelu";
+  const std::string pe = a.Get("position_embedding_type").value_or("learned_absolute");
+  if (pe != "learned_absolute" && pe != "rope") a.Fail("position_embedding_type", "learned_absolute or rope");
+  j["position_embedding"] = pe == "rope" ? "rope" : "learned";
+  if (pe == "rope") {
+    if (const auto base = a.Number("rotary_base")) j["rotary_base"] = *base;
+  }
+  j["tie_embeddings"] = !a.Flag("untie_embeddings_and_output_weights");
+  j["add_bias_linear"] = a.Get("add_bias_linear").value_or("True") == "True";
+  if (a.Get("add_qkv_bias")) j["add_qkv_bias"] = a.Flag("add_qkv_bias") || a.Get("add_bias_linear").value_or("True") == "True";
+  j["dropout"] = a.Number("hidden_dropout").value_or(0.1) > 0 || a.Number("attention_dropout").value_or(0.1) > 0;
+  if (const auto e = a.Int("num_experts"); e && *e > 1) {
+    j["num_experts"] = *e;
+    j["moe_router_topk"] = a.Int("moe_router_topk").value_or(2);
+    j["moe_ffn_hidden_size"] = a.Int("moe_ffn_hidden_size").value_or(j["ffn_hidden_size"].get<std::int64_t>());
+    if (const auto s = a.Int("moe_shared_expert_intermediate_size")) j["moe_shared_expert_intermediate_size"] = *s;
+    // moe_layer_freq: an int N (every N-th layer) or a per-layer list of 0/1.
+    const std::string freq = a.Get("moe_layer_freq").value_or("1");
+    if (!freq.empty() && freq.front() == '[') {
+      const auto items = a.List("moe_layer_freq");
+      const auto first_moe = std::find(items.begin(), items.end(), "1");
+      if (std::any_of(first_moe, items.end(), [](const std::string& x) { return x != "1"; })) {
+        a.Fail("moe_layer_freq", "leading dense layers (0) then every layer MoE (1)");
+      }
+      j["moe_first_k_dense_layers"] = static_cast<std::int64_t>(first_moe - items.begin());
+    } else {
+      j["moe_layer_step"] = a.RequiredInt("moe_layer_freq");
+    }
+  }
+  if (a.Flag("multi_latent_attention")) {
+    for (const char* k : {"q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"}) {
+      if (const auto v = a.Int(k)) j[k] = *v;
+    }
+  }
+  if (const auto mtp = a.Int("mtp_num_layers")) j["mtp_num_layers"] = *mtp;
+  return j;
+}
+
+void MegatronPrecision(const MegatronArgs& a, ParallelConfig* c) {
+  c->precision = a.Flag("fp16") ? Precision::kFp16 : a.Flag("bf16") ? Precision::kBf16 : Precision::kFp32;
+  if (!a.Get("fp8")) return;
+  const std::string recipe = a.Get("fp8_recipe").value_or("delayed");
+  if (recipe == "mxfp8") {
+    c->precision = Precision::kMxfp8;
+  } else {
+    c->precision = Precision::kFp8;
+    if (recipe == "delayed") c->fp8_recipe = Fp8Recipe::kDelayed;
+    else if (recipe == "tensorwise") c->fp8_recipe = Fp8Recipe::kTensorwise;
+    else if (recipe == "blockwise") c->fp8_recipe = Fp8Recipe::kBlockwise;
+    else a.Fail("fp8_recipe", "delayed, tensorwise, blockwise or mxfp8");
+  }
+  c->fp8_e4m3 = a.Get("fp8").value_or("") == "e4m3";
+  if (const auto h = a.Int("fp8_amax_history_len")) c->fp8_amax_history_len = *h;
+  c->fp8_param_gather = a.Flag("fp8_param_gather");
+}
+
+void MegatronRecompute(const MegatronArgs& a, const Model& m, ParallelConfig* c) {
+  const auto g = a.Get("recompute_granularity");
+  if (!g) {
+    c->recompute = Recompute::kNone;
+  } else if (*g == "full") {
+    c->recompute = Recompute::kFull;
+  } else if (*g == "selective") {
+    c->recompute = Recompute::kSelective;
+    const auto names = a.List("recompute_modules");
+    if (!names.empty()) c->recompute_modules = ParseRecomputeModules(names, "argument recompute_modules");
+  } else {
+    a.Fail("recompute_granularity", "None, full or selective");
+  }
+  (void)m;
+}
+
+/// Data-parallel sharding: Megatron's distributed optimizer (ZeRO-1), Megatron-FSDP, FSDP2.
+int MegatronZeroStage(const MegatronArgs& a) {
+  if (a.Flag("use_torch_fsdp2")) return 3;
+  if (a.Flag("use_megatron_fsdp") || a.Flag("use_custom_fsdp")) {
+    const std::string s = a.Get("data_parallel_sharding_strategy").value_or("optim_grads_params");
+    return s == "optim_grads_params" ? 3 : s == "optim_grads" ? 2 : s == "optim" ? 1 : 0;
+  }
+  return a.Flag("use_distributed_optimizer") ? 1 : 0;
+}
+
+ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_t* gpus) {
+  ParallelConfig c;
+  c.tp = a.Int("tensor_model_parallel_size").value_or(1);
+  c.pp = a.Int("pipeline_model_parallel_size").value_or(1);
+  c.cp = a.Int("context_parallel_size").value_or(1);
+  if (m.moe.enabled()) {  // Megatron-LM prints an expert TP size (its default: tp) for dense models too
+    c.ep = a.Int("expert_model_parallel_size").value_or(1);
+    c.etp = a.Int("expert_tensor_parallel_size").value_or(0);
+  }
+  *gpus = a.RequiredInt("world_size");
+  if (c.tp < 1 || c.pp < 1 || c.cp < 1 || *gpus % (c.tp * c.pp * c.cp) != 0) {
+    a.Fail("world_size", fmt::format("a multiple of tensor x pipeline x context parallel sizes ({} x {} x {})", c.tp, c.pp, c.cp));
+  }
+  c.dp = *gpus / (c.tp * c.pp * c.cp);
+  if (const auto vp = a.Int("virtual_pipeline_model_parallel_size")) {
+    c.vp = *vp;
+  } else if (const auto per = a.Int("num_layers_per_virtual_pipeline_stage")) {
+    if (*per < 1 || m.num_layers % (*per * c.pp) != 0) a.Fail("num_layers_per_virtual_pipeline_stage", "a divisor of num_layers / pp");
+    c.vp = m.num_layers / (*per * c.pp);
+  }
+  c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+  c.micro_batch_size = a.RequiredInt("micro_batch_size");
+  c.global_batch_size = a.RequiredInt("global_batch_size");
+  c.seq_length = a.RequiredInt("seq_length");
+  c.sequence_parallel = a.Flag("sequence_parallel");
+  MegatronRecompute(a, m, &c);
+  c.zero_stage = MegatronZeroStage(a);
+  c.overlap_grad_reduce = a.Flag("overlap_grad_reduce");
+  c.overlap_param_gather = a.Flag("overlap_param_gather");
+  c.fp32_main_grads = !a.Flag("grad_reduce_in_bf16");  // Megatron-Core's gradient buffers are fp32 unless so
+  MegatronPrecision(a, &c);
+  c.tp_comm_overlap = a.Flag("tp_comm_overlap");
+  // Fused attention unless Megatron's own (local) or the unfused backend was chosen.
+  const std::string backend = a.Get("attention_backend").value_or("");
+  c.flash_attention = backend.find("unfused") == std::string::npos && backend.find("local") == std::string::npos &&
+                      (a.Get("transformer_impl").value_or("transformer_engine") != "local" || a.Flag("use_flash_attn"));
+  if (const auto cp = a.Get("cp_comm_type")) c.cp_comm = ParseCpComm(*cp == "a2a" ? "ulysses" : *cp);
+  if (m.moe.enabled()) {
+    const std::string d = a.Get("moe_token_dispatcher_type").value_or("allgather");
+    c.moe_dispatcher = d == "flex" ? MoeDispatcher::kFlex : d == "alltoall" ? MoeDispatcher::kAllToAll : MoeDispatcher::kAllGather;
+    c.moe_capacity_factor = a.Number("moe_expert_capacity_factor").value_or(0);
+    c.moe_a2a_overlap = a.Flag("overlap_moe_expert_parallel_comm");
+  }
+  c.first_stage_layers = a.Int("decoder_first_pipeline_num_layers").value_or(-1);
+  c.last_stage_layers = a.Int("decoder_last_pipeline_num_layers").value_or(-1);
+  c.embedding_slots = a.Flag("account_for_embedding_in_pipeline_split") || a.Flag("account_for_loss_in_pipeline_split");
+  if (a.Get("pipeline_model_parallel_layout")) a.Fail("pipeline_model_parallel_layout", "None (a layout string is not read yet)");
+  // Megatron-Core: whole pipeline messages; its non-interleaved 1F1B waits on each transfer.
+  c.scatter_gather = false;
+  c.p2p_blocking = c.pp > 1 && c.vp == 1;
+  return c;
+}
+
+void ReadMegatronMeasurements(const std::vector<std::string>& lines, const std::string& path, LoggedRun* run) {
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    if (const auto t = FieldAfter(l, "elapsed time per iteration (ms):")) {
+      run->step_times_s.push_back(PositiveNumber(*t, path, i + 1, "elapsed time per iteration (ms)") / 1000.0);
+    }
+    if (l.find("memory (MB)") == std::string::npos) continue;
+    if (const auto a = FieldAfter(l, "max allocated:")) {
+      const double b = PositiveNumber(*a, path, i + 1, "max allocated (MB)") * kMiB;
+      run->max_allocated_bytes = std::max(run->max_allocated_bytes.value_or(0.0), b);
+    }
+    if (const auto r = FieldAfter(l, "max reserved:")) {
+      const double b = PositiveNumber(*r, path, i + 1, "max reserved (MB)") * kMiB;
+      run->max_reserved_bytes = std::max(run->max_reserved_bytes.value_or(0.0), b);
+    }
+  }
+}
+
+LoggedRun ParseMegatron(const std::vector<std::string>& lines, const std::string& path, const LogDefaults& d) {
+  LoggedRun run;
+  run.file = path;
+  run.format = "megatron";
+  const MegatronArgs a(lines, path);
+  run.model = d.model ? *d.model : ModelFromJson(MegatronModelJson(a, std::filesystem::path(path).stem().string()), path);
+  run.config = MegatronConfig(a, run.model, &run.gpus);
+  if (d.gpus && *d.gpus != run.gpus) {
+    throw InputError(fmt::format("{}: argument world_size: {} GPUs, but --gpus {} (leave --gpus out for a Megatron-LM log)",
+                                 path, run.gpus, *d.gpus));
+  }
+  run.notes.push_back("Megatron-Core's pipeline transfers (whole messages; the non-interleaved schedule waits on each)");
+  ReadMegatronMeasurements(lines, path, &run);
+  return run;
+}
+
+// ----- torchtitan -----
+
+/// The job configuration torchtitan prints with --debug.print_config: the JSON object after
+/// "Running with configs:", which may span lines (each possibly prefixed "[rank0]:").
+Json TitanConfig(const std::vector<std::string>& lines, const std::string& path, std::size_t* at_line) {
+  const std::string key = "Running with configs:";
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const auto at = lines[i].find(key);
+    if (at == std::string::npos) continue;
+    *at_line = i + 1;
+    std::string text = lines[i].substr(at + key.size());
+    int depth = 0;
+    bool started = false;
+    for (std::size_t k = i;; ++k) {
+      const std::string part = k == i ? text : lines[k].substr(lines[k].rfind("[rank", 0) == 0 && lines[k].find("]:") != std::string::npos
+                                                                  ? lines[k].find("]:") + 2
+                                                                  : 0);
+      if (k > i) text += "\n" + part;
+      for (char ch : part) {
+        if (ch == '{') ++depth, started = true;
+        if (ch == '}') --depth;
+      }
+      if (started && depth <= 0) break;
+      if (k + 1 >= lines.size()) FailAt(path, i + 1, "the job configuration after \"Running with configs:\" does not end");
+    }
+    return ParseJsonText(text, fmt::format("{}:{} (the job configuration)", path, i + 1));
+  }
+  throw InputError(path + ": a torchtitan log without its job configuration: expected the \"Running with configs: {...}\" "
+                   "that torchtitan prints with --debug.print_config (the parallelism and batch are read from it)");
+}
+
+/// A preset for torchtitan's model name and flavor.
+std::optional<std::string> TitanPreset(const std::string& name, const std::string& flavor) {
+  static const std::map<std::pair<std::string, std::string>, std::string> presets = {
+      {{"llama3", "8B"}, "llama3-8b"},        {{"llama3", "70B"}, "llama3-70b"},
+      {{"llama3", "405B"}, "llama3.1-405b"},  {{"qwen3", "30B-A3B"}, "qwen3-30b-a3b"},
+      {{"qwen3", "235B-A22B"}, "qwen3-235b-a22b"}, {{"deepseek_v3", "671B"}, "deepseek-v3"}};
+  const auto it = presets.find({name, flavor});
+  if (it == presets.end()) return std::nullopt;
+  return it->second;
+}
+
+std::int64_t TitanInt(const Json& cfg, const std::string& section, const std::string& key, std::int64_t fallback,
+                      const std::string& where) {
+  if (!cfg.contains(section) || !cfg[section].is_object() || !cfg[section].contains(key)) return fallback;
+  const Json& v = cfg[section][key];
+  if (!v.is_number_integer()) {
+    throw InputError(fmt::format("{}: {}.{}: got {}, expected an integer", where, section, key, JsonForMessage(v)));
+  }
+  return v.get<std::int64_t>();
+}
+
+std::string TitanString(const Json& cfg, const std::string& section, const std::string& key, const std::string& fallback) {
+  if (!cfg.contains(section) || !cfg[section].is_object() || !cfg[section].contains(key) || !cfg[section][key].is_string()) {
+    return fallback;
+  }
+  return cfg[section][key].get<std::string>();
+}
+
+void TitanParallelism(const Json& cfg, const std::string& where, const LogDefaults& d, LoggedRun* run) {
+  ParallelConfig& c = run->config;
+  const std::int64_t replicate = TitanInt(cfg, "parallelism", "data_parallel_replicate_degree", 1, where);
+  std::int64_t shard = TitanInt(cfg, "parallelism", "data_parallel_shard_degree", -1, where);
+  c.tp = TitanInt(cfg, "parallelism", "tensor_parallel_degree", 1, where);
+  c.pp = TitanInt(cfg, "parallelism", "pipeline_parallel_degree", 1, where);
+  c.cp = TitanInt(cfg, "parallelism", "context_parallel_degree", 1, where);
+  c.ep = TitanInt(cfg, "parallelism", "expert_parallel_degree", 1, where);
+  c.etp = TitanInt(cfg, "parallelism", "expert_tensor_parallel_degree", 0, where);
+  if (replicate < 1 || c.tp < 1 || c.pp < 1 || c.cp < 1 || (shard < 1 && shard != -1)) {
+    throw InputError(where + ": parallelism: expected degrees >= 1 (data_parallel_shard_degree -1: the rest)");
+  }
+  const std::int64_t others = replicate * c.tp * c.pp * c.cp;
+  if (shard == -1) {
+    if (!d.gpus) throw InputError(where + ": parallelism.data_parallel_shard_degree is -1 (the rest of the GPUs): pass --gpus N");
+    if (*d.gpus % others != 0) throw InputError(fmt::format("{}: --gpus {} is not a multiple of the other degrees' product {}", where, *d.gpus, others));
+    shard = *d.gpus / others;
+  }
+  run->gpus = others * shard;
+  if (d.gpus && *d.gpus != run->gpus) {
+    throw InputError(fmt::format("{}: the parallelism degrees make {} GPUs, but --gpus {}", where, run->gpus, *d.gpus));
+  }
+  c.dp = replicate * shard;
+  // FSDP2: data_parallel_shard_degree ranks hold the parameters sharded (HSDP replicates them
+  // over data_parallel_replicate_degree); the simulator shards them over all dp ranks.
+  c.zero_stage = shard > 1 ? 3 : 0;
+  if (shard > 1 && replicate > 1) run->notes.push_back("HSDP simulated as FSDP over all data-parallel ranks");
+  const std::string schedule = TitanString(cfg, "parallelism", "pipeline_parallel_schedule", "1F1B");
+  if (c.pp > 1) {
+    if (schedule == "1F1B") c.schedule = Schedule::k1F1B;
+    else if (schedule == "GPipe") c.schedule = Schedule::kGpipe;
+    else if (schedule == "Interleaved1F1B") c.schedule = Schedule::kInterleaved;
+    else throw InputError(where + ": parallelism.pipeline_parallel_schedule: got \"" + schedule + "\", expected 1F1B, GPipe or Interleaved1F1B");
+    const std::int64_t per_stage = TitanInt(cfg, "parallelism", "pipeline_parallel_layers_per_stage", 0, where);
+    if (c.schedule == Schedule::kInterleaved) {
+      if (per_stage < 1 || run->model.num_layers % (per_stage * c.pp) != 0) {
+        throw InputError(where + ": parallelism.pipeline_parallel_layers_per_stage: Interleaved1F1B needs a divisor of num_layers / pp");
+      }
+      c.vp = run->model.num_layers / (per_stage * c.pp);
+    }
+  }
+  c.tp_comm_overlap = cfg.contains("parallelism") && cfg["parallelism"].value("enable_async_tensor_parallel", false);
+}
+
+void TitanBatchAndPrecision(const Json& cfg, const std::string& where, LoggedRun* run) {
+  ParallelConfig& c = run->config;
+  const std::int64_t local = TitanInt(cfg, "training", "local_batch_size", TitanInt(cfg, "training", "batch_size", 8, where), where);
+  const std::int64_t global = TitanInt(cfg, "training", "global_batch_size", -1, where);
+  c.global_batch_size = global > 0 ? global : local * c.dp;
+  c.micro_batch_size = c.pp > 1 ? TitanInt(cfg, "parallelism", "pipeline_parallel_microbatch_size", 1, where) : local;
+  c.seq_length = TitanInt(cfg, "training", "seq_len", run->model.seq_length, where);
+  const std::string ac = TitanString(cfg, "activation_checkpoint", "mode", "selective");
+  c.recompute = ac == "full" ? Recompute::kFull : ac == "none" ? Recompute::kNone : Recompute::kSelective;
+  if (c.recompute == Recompute::kSelective) {
+    run->notes.push_back("torchtitan's selective activation checkpointing simulated as Megatron's (the attention core recomputed)");
+  }
+  const std::string param = TitanString(cfg, "training", "mixed_precision_param", TitanString(cfg, "parallelism", "mixed_precision_param", "bfloat16"));
+  c.precision = param == "float32" ? Precision::kFp32 : Precision::kBf16;
+  bool float8 = false, mx = false;
+  if (cfg.contains("model") && cfg["model"].is_object() && cfg["model"].contains("converters") && cfg["model"]["converters"].is_array()) {
+    for (const Json& x : cfg["model"]["converters"]) {
+      if (!x.is_string()) continue;
+      float8 = float8 || x.get<std::string>().find("float8") != std::string::npos;
+      mx = mx || x.get<std::string>() == "mx";
+    }
+  }
+  if (mx) c.precision = Precision::kMxfp8;
+  if (float8) {
+    c.precision = Precision::kFp8;
+    c.fp8_recipe = Fp8Recipe::kTensorwise;  // torchao's float8 training default
+  }
+  c.flash_attention = true;  // PyTorch's scaled_dot_product_attention (flash or cuDNN)
+  c.overlap_grad_reduce = true;
+  c.overlap_param_gather = true;
+}
+
+void ReadTitanSteps(const std::vector<std::string>& lines, const std::string& path, LoggedRun* run) {
+  // Tokens per train step as torchtitan states them, else the batch and sequence.
+  double tokens = static_cast<double>(run->config.global_batch_size) * static_cast<double>(run->config.seq_length);
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    if (const auto t = FieldAfter(l, "tokens per DP rank,")) {
+      tokens = PositiveNumber(t->substr(0, t->find(' ')), path, i + 1, "tokens per train step");
+      run->notes.push_back(fmt::format("tokens per step {:.0f} (the log's)", tokens));
+    }
+    if (l.find("step:") == std::string::npos || (l.find("tps:") == std::string::npos && l.find("wps:") == std::string::npos)) {
+      continue;
+    }
+    const auto tps = FieldAfter(l, l.find("tps:") != std::string::npos ? "tps:" : "wps:");
+    const double per_gpu = PositiveNumber(tps->substr(0, tps->find(' ')), path, i + 1, "tps (tokens per second per GPU)");
+    run->step_times_s.push_back(tokens / (per_gpu * static_cast<double>(run->gpus)));
+    if (const auto mem = FieldAfter(l, "memory:")) {
+      const auto gib = mem->find("GiB");
+      if (gib == std::string::npos) FailAt(path, i + 1, "memory: got \"" + *mem + "\", expected a size in GiB");
+      const double b = PositiveNumber(mem->substr(0, gib), path, i + 1, "memory (GiB)") * kGiB;
+      run->max_reserved_bytes = std::max(run->max_reserved_bytes.value_or(0.0), b);
+    }
+  }
+}
+
+LoggedRun ParseTorchtitan(const std::vector<std::string>& lines, const std::string& path, const LogDefaults& d) {
+  LoggedRun run;
+  run.file = path;
+  run.format = "torchtitan";
+  std::size_t cfg_line = 0;
+  const Json cfg = TitanConfig(lines, path, &cfg_line);
+  const std::string where = fmt::format("{}:{} (the job configuration)", path, cfg_line);
+  if (d.model) {
+    run.model = *d.model;
+  } else {
+    const std::string name = TitanString(cfg, "model", "name", "");
+    const std::string flavor = TitanString(cfg, "model", "flavor", "");
+    const auto preset = TitanPreset(name, flavor);
+    if (!preset) {
+      throw InputError(fmt::format("{}: model.name \"{}\", flavor \"{}\": no preset is known for it; pass --model NAME or FILE",
+                                   where, name, flavor));
+    }
+    run.model = LoadModel(*preset);
+    run.notes.push_back(fmt::format("model {} {} read as the preset {}", name, flavor, *preset));
+  }
+  TitanParallelism(cfg, where, d, &run);
+  TitanBatchAndPrecision(cfg, where, &run);
+  ReadTitanSteps(lines, path, &run);
+  run.notes.push_back("step time = tokens per step / (GPUs x tps); measured memory is torchtitan's max reserved");
+  return run;
+}
+
+}  // namespace
+
+LoggedRun ParseTrainingLog(const std::string& text, const std::string& path, const LogDefaults& defaults) {
+  const std::vector<std::string> lines = Lines(text);
+  const bool megatron = text.find("---- arguments ----") != std::string::npos;
+  const bool titan = text.find("Running with configs:") != std::string::npos ||
+                     (text.find("step:") != std::string::npos && text.find("tps:") != std::string::npos);
+  if (!megatron && !titan) {
+    throw InputError(path + ": neither a Megatron-LM log (its \"---- arguments ----\" dump) nor a torchtitan log "
+                     "(\"Running with configs:\" and \"step: ... tps:\" lines)");
+  }
+  LoggedRun run = megatron ? ParseMegatron(lines, path, defaults) : ParseTorchtitan(lines, path, defaults);
+  if (run.step_times_s.empty()) {
+    throw InputError(path + (megatron ? ": no \"elapsed time per iteration (ms):\" line" : ": no \"step: ... tps:\" line") +
+                     ", expected at least one measured step");
+  }
+  run.measured_step_time_s = MeanAfterFirst(run.step_times_s);
+  if (run.step_times_s.size() > 1) {
+    run.notes.push_back(fmt::format("measured step: the mean of {} logged steps after the first", run.step_times_s.size() - 1));
+  }
+  return run;
+}
+
+LoggedRun ReadTrainingLog(const std::string& path, const LogDefaults& defaults) {
+  return ParseTrainingLog(ReadTextFile(path), path, defaults);
+}
+
+}  // namespace shardcast

@@ -1,0 +1,195 @@
+// `validate --log`: users' own Megatron-LM and torchtitan logs (planner/run_log.h). The fixtures
+// in tests/fixtures/logs are written by us in the two frameworks' formats; every expected figure
+// is derived here from the numbers in them.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "common/error.h"
+#include "common/json_reader.h"
+#include "models/loader.h"
+#include "planner/run_log.h"
+#include "planner/validate.h"
+#include "simulator/profile.h"
+#include "simulator/simulate.h"
+#include "tests/test_util.h"
+
+namespace shardcast {
+namespace {
+
+const std::string kLogs = std::string(SHARDCAST_FIXTURES) + "/logs/";
+const std::string kMegatron = kLogs + "megatron_llama3_8b_tp2_pp2.log";
+const std::string kTitan = kLogs + "torchtitan_llama3_8b_fsdp8.log";
+
+double Mean(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size()); }
+
+/// The configuration the Megatron-LM fixture's argument dump describes.
+ParallelConfig MegatronFixtureConfig() {
+  ParallelConfig c;
+  c.tp = 2;
+  c.pp = 2;
+  c.dp = 2;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 32;
+  c.seq_length = 8192;
+  c.sequence_parallel = true;
+  c.recompute = Recompute::kNone;
+  c.zero_stage = 1;
+  c.precision = Precision::kBf16;
+  c.scatter_gather = false;
+  c.p2p_blocking = true;
+  return c;
+}
+
+TEST(RunLog, MegatronLogGivesTheModelConfigurationAndMeasuredStep) {
+  const LoggedRun r = ReadTrainingLog(kMegatron, {});
+  EXPECT_EQ(r.format, "megatron");
+  EXPECT_EQ(r.gpus, 8);
+  // The argument dump is Llama-3-8B's shape: the same parameters as the preset.
+  const Model preset = LoadModel("llama3-8b");
+  EXPECT_EQ(r.model.num_layers, 32);
+  EXPECT_EQ(r.model.num_query_groups, 8);
+  EXPECT_EQ(r.model.vocab_size, 128256);
+  EXPECT_EQ(r.model.Parameters().total, preset.Parameters().total);
+  EXPECT_FALSE(r.model.tie_embeddings);
+  const ParallelConfig want = MegatronFixtureConfig();
+  EXPECT_EQ(r.config.tp, want.tp);
+  EXPECT_EQ(r.config.pp, want.pp);
+  EXPECT_EQ(r.config.dp, want.dp);
+  EXPECT_EQ(r.config.vp, 1);
+  EXPECT_EQ(r.config.micro_batch_size, want.micro_batch_size);
+  EXPECT_EQ(r.config.global_batch_size, want.global_batch_size);
+  EXPECT_EQ(r.config.seq_length, want.seq_length);
+  EXPECT_TRUE(r.config.sequence_parallel);
+  EXPECT_EQ(r.config.recompute, Recompute::kNone);
+  EXPECT_EQ(r.config.zero_stage, 1);
+  EXPECT_TRUE(r.config.overlap_grad_reduce);
+  EXPECT_TRUE(r.config.overlap_param_gather);
+  EXPECT_EQ(r.config.precision, Precision::kBf16);
+  EXPECT_TRUE(r.config.flash_attention);
+  // Five iteration lines: the first (warm-up) is left out of the mean.
+  ASSERT_EQ(r.step_times_s.size(), 5u);
+  EXPECT_DOUBLE_EQ(r.measured_step_time_s, Mean({4.1027, 4.0981, 4.1104, 4.1019}));
+  // The larger of the two ranks' max allocated, in MiB.
+  ASSERT_TRUE(r.max_allocated_bytes.has_value());
+  EXPECT_DOUBLE_EQ(*r.max_allocated_bytes, 52110.20 * 1048576.0);
+  EXPECT_DOUBLE_EQ(*r.max_reserved_bytes, 58000.0 * 1048576.0);
+}
+
+TEST(RunLog, TorchtitanLogReadsItsJobConfigurationAndTokensPerSecond) {
+  LogDefaults d;
+  d.gpus = 8;  // data_parallel_shard_degree -1
+  const LoggedRun r = ReadTrainingLog(kTitan, d);
+  EXPECT_EQ(r.format, "torchtitan");
+  EXPECT_EQ(r.model.name, LoadModel("llama3-8b").name);
+  EXPECT_EQ(r.gpus, 8);
+  EXPECT_EQ(r.config.dp, 8);
+  EXPECT_EQ(r.config.zero_stage, 3);  // FSDP2 over the 8 shards
+  EXPECT_EQ(r.config.micro_batch_size, 2);
+  EXPECT_EQ(r.config.global_batch_size, 16);  // local 2 x dp 8
+  EXPECT_EQ(r.config.seq_length, 8192);
+  EXPECT_EQ(r.config.recompute, Recompute::kFull);
+  // Step time = tokens per step (the log's 131072) / (GPUs x tokens per second per GPU).
+  ASSERT_EQ(r.step_times_s.size(), 4u);
+  const auto step = [](double tps) { return 131072.0 / (8.0 * tps); };
+  EXPECT_DOUBLE_EQ(r.step_times_s[0], step(512));
+  EXPECT_DOUBLE_EQ(r.measured_step_time_s, Mean({step(6234), step(6251), step(6240)}));
+  EXPECT_FALSE(r.max_allocated_bytes.has_value());
+  EXPECT_DOUBLE_EQ(*r.max_reserved_bytes, 61.60 * 1073741824.0);
+}
+
+TEST(RunLog, ValidatePredictsWhatSimulateDoesForTheLoggedConfiguration) {
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  LogDefaults d;
+  d.gpus = 8;
+  const std::vector<LoggedRun> runs = {ReadTrainingLog(kMegatron, d), ReadTrainingLog(kTitan, d)};
+  const ValidationReport rep = ValidateLoggedRuns(runs, cl, prof);
+  ASSERT_EQ(rep.rows.size(), 2u);
+  ASSERT_EQ(rep.logs.size(), 2u);
+  const ValidationRow& m = rep.rows[0];
+  ASSERT_FALSE(m.skipped) << m.skip_reason;
+  EXPECT_EQ(m.source_id, "MLM");
+  const SimulationResult want = Simulate(LoadModel("llama3-8b"), MegatronFixtureConfig(), cl, 8, prof);
+  EXPECT_DOUBLE_EQ(*m.predicted_step_time_s, want.step_time_s);
+  EXPECT_DOUBLE_EQ(*m.step_time_error, want.step_time_s / runs[0].measured_step_time_s - 1.0);
+  EXPECT_DOUBLE_EQ(*m.memory_error, want.peak_memory_bytes / *runs[0].max_allocated_bytes - 1.0);
+  const ValidationRow& t = rep.rows[1];
+  ASSERT_FALSE(t.skipped) << t.skip_reason;
+  EXPECT_TRUE(t.step_time_derived);
+  EXPECT_FALSE(t.memory_error.has_value());  // reserved only: not compared with allocated
+  const SimulationResult tw = Simulate(runs[1].model, runs[1].config, cl, 8, prof);
+  EXPECT_DOUBLE_EQ(*t.step_time_error, tw.step_time_s / runs[1].measured_step_time_s - 1.0);
+  EXPECT_EQ(rep.summary.timed, 2u);
+  EXPECT_DOUBLE_EQ(rep.summary.step_time_mape, (std::fabs(*m.step_time_error) + std::fabs(*t.step_time_error)) / 2);
+}
+
+/// An argument line as Megatron-LM's _print_args writes it.
+std::string ArgLine(const std::string& name, const std::string& value) {
+  return "  " + name + " " + std::string(48 - name.size(), '.') + " " + value;
+}
+
+TEST(RunLog, MalformedLinesNameTheFileAndLine) {
+  const std::string text = ReadTextFile(kMegatron);
+  auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string s = text;
+    const auto at = s.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) s.replace(at, from.size(), to);
+    return s;
+  };
+  auto error = [](const std::string& s, const LogDefaults& d = {}) {
+    return testing::InputErrorOf([&] { ParseTrainingLog(s, "run.log", d); });
+  };
+  // The line of the third iteration, counted in the fixture.
+  const auto third = text.find("(ms): 4098.1");
+  const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(third), '\n');
+  const std::string bad_time = error(replaced("(ms): 4098.1", "(ms): fast"));
+  EXPECT_NE(bad_time.find("run.log:" + std::to_string(line) + ": elapsed time per iteration (ms): got \"fast\""),
+            std::string::npos) << bad_time;
+  EXPECT_NE(error(replaced("(ms): 4098.1", "(ms): -3")).find("expected a positive number"), std::string::npos);
+  const std::string no_dots = error(replaced(ArgLine("hidden_size", "4096"), "  hidden_size 4096"));
+  EXPECT_NE(no_dots.find("in the argument dump: got \"hidden_size 4096\""), std::string::npos) << no_dots;
+  const std::string not_int = error(replaced(ArgLine("hidden_size", "4096"), ArgLine("hidden_size", "big")));
+  EXPECT_NE(not_int.find("argument hidden_size: got \"big\", expected an integer"), std::string::npos) << not_int;
+  const std::string world = error(replaced(ArgLine("world_size", "8"), ArgLine("world_size", "6")));
+  EXPECT_NE(world.find("argument world_size: got \"6\""), std::string::npos) << world;
+  EXPECT_NE(error("just some text\n").find("neither a Megatron-LM log"), std::string::npos);
+  std::string no_steps = text.substr(0, text.find("end of arguments"));
+  no_steps += "end of arguments ---------------------\n";
+  EXPECT_NE(error(no_steps).find("expected at least one measured step"), std::string::npos);
+  const std::string titan = ReadTextFile(kTitan);
+  EXPECT_NE(error(titan).find("data_parallel_shard_degree is -1"), std::string::npos);  // no --gpus
+  const std::string titan_no_cfg = titan.substr(titan.find("Building llama3"));
+  EXPECT_NE(error(titan_no_cfg).find("--debug.print_config"), std::string::npos);
+  LogDefaults d;
+  d.gpus = 8;
+  std::string bad_tps = titan;
+  bad_tps.replace(bad_tps.find("tps: 6,251"), 10, "tps: n/a");
+  const std::string tps = error(bad_tps, d);
+  EXPECT_NE(tps.find("tps (tokens per second per GPU): got \"n/a\""), std::string::npos) << tps;
+}
+
+TEST(RunLog, CommandLineNeedsTheClusterAndKeepsLogsApartFromPublishedRuns) {
+  EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + kMegatron, "--cluster: missing"));
+  EXPECT_TRUE(testing::ExitsTwoWith("validate --cluster dgx-h100", "go with --log"));
+  EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + kMegatron + " --cluster dgx-h100 --runs x.csv", "not combined with --log"));
+  EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + kTitan + " --cluster dgx-h100", "pass --gpus N"));
+  const auto r = testing::RunShardcast("validate --log " + kMegatron + " " + kTitan + " --cluster dgx-h100 --gpus 8 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  ASSERT_EQ(j["logs"].size(), 2u);
+  EXPECT_EQ(j["rows"][0]["source_id"], "MLM");
+  EXPECT_EQ(j["rows"][1]["source_id"], "TT");
+  const auto text = testing::RunShardcast("validate --log " + kMegatron + " --cluster dgx-h100");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("Training logs"), std::string::npos);
+  EXPECT_NE(text.out.find("TP2 PP2 DP2 mbs1 SP Z1"), std::string::npos) << text.out;
+  const auto explain = testing::RunShardcast("validate --log " + kMegatron + " --cluster dgx-h100 --explain 1");
+  ASSERT_EQ(explain.exit_code, 0) << explain.err;
+  EXPECT_NE(explain.out.find("shardcast simulate --model"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardcast
