@@ -68,6 +68,15 @@ double PositiveNumber(const std::string& text, const std::string& path, std::siz
   return v;
 }
 
+constexpr std::int64_t kMaxDegree = std::int64_t{1} << 24;  // GPUs in any one dimension
+
+/// a x b, or InputError naming `what` where it would overflow int64.
+std::int64_t CheckedProduct(std::int64_t a, std::int64_t b, const std::string& what) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw InputError(fmt::format("{}: {} x {} is out of range", what, a, b));
+  return r;
+}
+
 double MeanAfterFirst(const std::vector<double>& v) {
   if (v.size() == 1) return v[0];
   return std::accumulate(v.begin() + 1, v.end(), 0.0) / static_cast<double>(v.size() - 1);
@@ -289,14 +298,19 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
     c.etp = a.Int("expert_tensor_parallel_size").value_or(0);
   }
   *gpus = a.RequiredInt("world_size");
-  if (c.tp < 1 || c.pp < 1 || c.cp < 1 || *gpus % (c.tp * c.pp * c.cp) != 0) {
+  for (const auto& [name, v] : {std::pair<const char*, std::int64_t>{"tensor_model_parallel_size", c.tp},
+                                {"pipeline_model_parallel_size", c.pp}, {"context_parallel_size", c.cp},
+                                {"world_size", *gpus}}) {
+    if (v < 1 || v > kMaxDegree) a.Fail(name, fmt::format("an integer from 1 to {}", kMaxDegree));
+  }
+  if (*gpus % (c.tp * c.pp * c.cp) != 0) {
     a.Fail("world_size", fmt::format("a multiple of tensor x pipeline x context parallel sizes ({} x {} x {})", c.tp, c.pp, c.cp));
   }
   c.dp = *gpus / (c.tp * c.pp * c.cp);
   if (const auto vp = a.Int("virtual_pipeline_model_parallel_size")) {
     c.vp = *vp;
   } else if (const auto per = a.Int("num_layers_per_virtual_pipeline_stage")) {
-    if (*per < 1 || m.num_layers % (*per * c.pp) != 0) a.Fail("num_layers_per_virtual_pipeline_stage", "a divisor of num_layers / pp");
+    if (*per < 1 || *per > m.num_layers || m.num_layers % (*per * c.pp) != 0) a.Fail("num_layers_per_virtual_pipeline_stage", "a divisor of num_layers / pp");
     c.vp = m.num_layers / (*per * c.pp);
   }
   c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
@@ -434,20 +448,23 @@ void TitanParallelism(const Json& cfg, const std::string& where, const LogDefaul
   c.cp = TitanInt(cfg, "parallelism", "context_parallel_degree", 1, where);
   c.ep = TitanInt(cfg, "parallelism", "expert_parallel_degree", 1, where);
   c.etp = TitanInt(cfg, "parallelism", "expert_tensor_parallel_degree", 0, where);
-  if (replicate < 1 || c.tp < 1 || c.pp < 1 || c.cp < 1 || (shard < 1 && shard != -1)) {
-    throw InputError(where + ": parallelism: expected degrees >= 1 (data_parallel_shard_degree -1: the rest)");
+  for (const std::int64_t v : {replicate, c.tp, c.pp, c.cp, c.ep, shard == -1 ? 1 : shard}) {
+    if (v < 1 || v > kMaxDegree) {
+      throw InputError(fmt::format("{}: parallelism: got a degree of {}, expected 1 to {} (data_parallel_shard_degree "
+                                   "-1: the rest)", where, v, kMaxDegree));
+    }
   }
-  const std::int64_t others = replicate * c.tp * c.pp * c.cp;
+  const std::int64_t others = CheckedProduct(CheckedProduct(replicate, c.tp, where), CheckedProduct(c.pp, c.cp, where), where);
   if (shard == -1) {
     if (!d.gpus) throw InputError(where + ": parallelism.data_parallel_shard_degree is -1 (the rest of the GPUs): pass --gpus N");
     if (*d.gpus % others != 0) throw InputError(fmt::format("{}: --gpus {} is not a multiple of the other degrees' product {}", where, *d.gpus, others));
     shard = *d.gpus / others;
   }
-  run->gpus = others * shard;
+  run->gpus = CheckedProduct(others, shard, where + ": parallelism");
   if (d.gpus && *d.gpus != run->gpus) {
     throw InputError(fmt::format("{}: the parallelism degrees make {} GPUs, but --gpus {}", where, run->gpus, *d.gpus));
   }
-  c.dp = replicate * shard;
+  c.dp = CheckedProduct(replicate, shard, where);
   // FSDP2: data_parallel_shard_degree ranks hold the parameters sharded (HSDP replicates them
   // over data_parallel_replicate_degree); the simulator shards them over all dp ranks.
   c.zero_stage = shard > 1 ? 3 : 0;
@@ -460,7 +477,7 @@ void TitanParallelism(const Json& cfg, const std::string& where, const LogDefaul
     else throw InputError(where + ": parallelism.pipeline_parallel_schedule: got \"" + schedule + "\", expected 1F1B, GPipe or Interleaved1F1B");
     const std::int64_t per_stage = TitanInt(cfg, "parallelism", "pipeline_parallel_layers_per_stage", 0, where);
     if (c.schedule == Schedule::kInterleaved) {
-      if (per_stage < 1 || run->model.num_layers % (per_stage * c.pp) != 0) {
+      if (per_stage < 1 || per_stage > run->model.num_layers || run->model.num_layers % (per_stage * c.pp) != 0) {
         throw InputError(where + ": parallelism.pipeline_parallel_layers_per_stage: Interleaved1F1B needs a divisor of num_layers / pp");
       }
       c.vp = run->model.num_layers / (per_stage * c.pp);
@@ -473,7 +490,8 @@ void TitanBatchAndPrecision(const Json& cfg, const std::string& where, LoggedRun
   ParallelConfig& c = run->config;
   const std::int64_t local = TitanInt(cfg, "training", "local_batch_size", TitanInt(cfg, "training", "batch_size", 8, where), where);
   const std::int64_t global = TitanInt(cfg, "training", "global_batch_size", -1, where);
-  c.global_batch_size = global > 0 ? global : local * c.dp;
+  if (local < 1) throw InputError(fmt::format("{}: training.local_batch_size: got {}, expected a positive integer", where, local));
+  c.global_batch_size = global > 0 ? global : CheckedProduct(local, c.dp, where + ": training.local_batch_size x dp");
   c.micro_batch_size = c.pp > 1 ? TitanInt(cfg, "parallelism", "pipeline_parallel_microbatch_size", 1, where) : local;
   c.seq_length = TitanInt(cfg, "training", "seq_len", run->model.seq_length, where);
   const std::string ac = TitanString(cfg, "activation_checkpoint", "mode", "selective");

@@ -20,7 +20,7 @@
 namespace shardcast {
 namespace {
 
-const std::string kNccl = std::string(SHARDCAST_FIXTURES) + "/nccl/";
+const std::string kNccl = testing::FixturesDir() + "/nccl/";
 
 TEST(NcclTests, CurrentFormatWithPrefixesAndInfoLines) {
   auto runs = ReadNcclTestsLog(kNccl + "all_reduce_h200_8.log");

@@ -272,7 +272,7 @@ TEST(CliDescribe, SequenceBeyondThePositionTableIsNoted) {
 // Tensor parallelism wider than a node is simulated, with a note that its collectives cross nodes.
 // GPT-2's 50257 rows over tp = 4: Megatron pads to the next multiple of 128 * 4 = 512.
 TEST(CliSimulate, UnpaddedVocabularyIsNoted) {
-  const std::string gpt2 = std::string(SHARDCAST_FIXTURES) + "/hf/gpt2.json";
+  const std::string gpt2 = testing::FixturesDir() + "/hf/gpt2.json";
   auto r = RunShardcast("simulate --model " + gpt2 + " --cluster dgx-a100 --gpus 8 --tp 4 --mbs 4 --gbs 64");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::int64_t padded = (50257 + 511) / 512 * 512;
@@ -498,7 +498,7 @@ TEST(CliCapacity, ThreeGpuTypes) {
 // capacity's step time is plan's recommended step time under the same profile.
 TEST(CliCapacity, MeasuredProfilePerCluster) {
   const auto dir = shardcast::testing::TestTempDir();
-  const std::string log = std::string(SHARDCAST_FIXTURES) + "/nccl/all_reduce_h200_8.log";
+  const std::string log = testing::FixturesDir() + "/nccl/all_reduce_h200_8.log";
   const std::string imported = (dir / "cap_h200.json").string(), a100 = (dir / "cap_a100.json").string();
   ASSERT_EQ(RunShardcast("calibrate import " + log + " --cluster dgx-h200 --out " + imported).exit_code, 0);
   // Halve the GEMM efficiency so the measured profile is visibly slower than the default; the
@@ -615,7 +615,7 @@ TEST(CliPlan, CsvToStandardOutput) {
                                     "--csv: got \"/nonexistent-folder/plan.csv\", whose folder /nonexistent-folder does not "
                                     "exist"));
   EXPECT_FALSE(std::filesystem::exists("-"));
-  const std::string runs = std::string(SHARDCAST_FIXTURES) + "/validation/runs_small.csv";
+  const std::string runs = testing::FixturesDir() + "/validation/runs_small.csv";
   const std::string validate_csv = (dir / "validate_table.csv").string();
   ASSERT_EQ(RunShardcast("validate --runs " + runs + " --csv " + validate_csv).exit_code, 0);
   auto v = RunShardcast("validate --runs " + runs + " --csv -");

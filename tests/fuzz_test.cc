@@ -1,5 +1,6 @@
 // Seeded mutation fuzzing of every loader and what runs on what it loads: model JSON, Hugging
-// Face config, GPU, cluster, hardware profile, nccl-tests text and JSON logs, validation CSVs.
+// Face config, GPU, cluster, hardware profile, nccl-tests text and JSON logs, validation CSVs,
+// Megatron-LM and torchtitan training logs (validate --log).
 // Each mutated input must load or be refused with an InputError (the CLI's exit 2); any other
 // exception fails the test (and saves the input for reproduction), a crash ends the process
 // (with the sanitizer build's report), and a hang trips ctest's timeout. Deterministic: the seed
@@ -21,6 +22,7 @@
 #include "models/loader.h"
 #include "planner/validate.h"
 #include "simulator/simulate.h"
+#include "tests/test_util.h"
 
 namespace shardcast {
 namespace {
@@ -30,7 +32,7 @@ int Iterations() {
   return v ? std::max(1, std::atoi(v)) : 200;
 }
 
-std::string Source(const std::string& rel) { return ReadTextFile(std::string(SHARDCAST_SOURCE_DIR) + "/" + rel); }
+std::string Source(const std::string& rel) { return ReadTextFile(testing::SourceDir() + "/" + rel); }
 
 /// Values that broke or could break a loader: extremes of int64 and double, zero, negatives,
 /// non-finite spellings, huge digit strings.
@@ -199,6 +201,18 @@ TEST(Fuzz, NcclTestsLogs) {
   Fuzz("nccl", seeds, [](const std::string&, const std::string& path) {
     // As `calibrate import` runs: parse, build tables, and the profile must load again.
     (void)ImportNcclTests({path}, DefaultProfile(LoadCluster("dgx-h200")), "NVIDIA H200");
+  });
+}
+
+TEST(Fuzz, TrainingLogs) {
+  const std::vector<std::string> seeds = {Source("tests/fixtures/logs/megatron_llama3_8b_tp2_pp2.log"),
+                                          Source("tests/fixtures/logs/torchtitan_llama3_8b_fsdp8.log")};
+  Fuzz("logs", seeds, [](const std::string&, const std::string& path) {
+    // As `validate --log FILE --cluster dgx-h100 --gpus 8` runs: read, then simulate and compare.
+    LogDefaults d;
+    d.gpus = 8;
+    const Cluster cl = LoadCluster("dgx-h100");
+    (void)ValidateLoggedRuns({ReadTrainingLog(path, d)}, cl, DefaultProfile(cl));
   });
 }
 

@@ -110,7 +110,7 @@ TEST(Model, FlopsPerTokenIsSixNPlusAttention) {
 }
 
 TEST(Model, HuggingFaceLlama3_8bMatchesPreset) {
-  Model hf = LoadModel(std::string(SHARDCAST_FIXTURES) + "/hf/llama3-8b.json");
+  Model hf = LoadModel(testing::FixturesDir() + "/hf/llama3-8b.json");
   Model preset = LoadModel("llama3-8b");
   EXPECT_EQ(hf.Parameters().total, preset.Parameters().total);
   EXPECT_NEAR(static_cast<double>(hf.Parameters().total) / 8.03e9, 1.0, 0.005);
@@ -121,12 +121,12 @@ TEST(Model, HuggingFaceLlama3_8bMatchesPreset) {
   // RoPE's base: rope_theta of the config, as the preset has it; 10000 where a family has none.
   EXPECT_EQ(hf.rotary_base, 500000.0);
   EXPECT_EQ(preset.rotary_base, 500000.0);
-  EXPECT_EQ(LoadModel(std::string(SHARDCAST_FIXTURES) + "/hf/qwen2-7b.json").rotary_base, 1e6);
+  EXPECT_EQ(LoadModel(testing::FixturesDir() + "/hf/qwen2-7b.json").rotary_base, 1e6);
   EXPECT_EQ(LoadModel("gpt3-175b").rotary_base, 10000.0);
 }
 
 TEST(Model, HuggingFaceFamiliesMap) {
-  const std::string dir = std::string(SHARDCAST_FIXTURES) + "/hf/";
+  const std::string dir = testing::FixturesDir() + "/hf/";
   // GPT-2 small: 124,439,808 parameters (the well-known count of the HF checkpoint).
   EXPECT_EQ(LoadModel(dir + "gpt2.json").Parameters().total, 124439808);
   // Mistral 7B: 7,241,732,096.
@@ -420,7 +420,7 @@ TEST(HuggingFace, ExpertsUnderDenseTypesAreRefusedAndFoldersWork) {
   // A folder holding config.json is a model; its name is the folder's.
   auto dir = shardcast::testing::TestTempDir() / "My-Llama-3-8B";
   std::filesystem::create_directories(dir);
-  std::filesystem::copy_file(std::string(SHARDCAST_FIXTURES) + "/hf/llama3-8b.json", dir / "config.json",
+  std::filesystem::copy_file(testing::FixturesDir() + "/hf/llama3-8b.json", dir / "config.json",
                              std::filesystem::copy_options::overwrite_existing);
   Model m = LoadModel(dir.string());
   EXPECT_EQ(m.name, "My-Llama-3-8B");

@@ -346,7 +346,7 @@ namespace {
 // reason, and a fence on today's figures (docs/accuracy.md, "MoE runs"; issue 17's target of 12%
 // is not reached yet).
 TEST(MoeValidation, RowsAreModelledOrSkippedAndFenced) {
-  const std::string dir = std::string(SHARDCAST_SOURCE_DIR) + "/validation/";
+  const std::string dir = testing::SourceDir() + "/validation/";
   const ValidationReport rep = RunValidation(dir + "published_runs_moe.csv", "");
   const auto& s = rep.summary;
   EXPECT_EQ(s.rows, 31u);

@@ -39,7 +39,7 @@ Model RowModel(const CsvTable& t, std::size_t r) {
 }
 
 TEST(Space, EveryPublishedConfigurationIsGenerated) {
-  CsvTable t = ReadCsvFile(std::string(SHARDCAST_SOURCE_DIR) + "/validation/published_runs.csv");
+  CsvTable t = ReadCsvFile(testing::SourceDir() + "/validation/published_runs.csv");
   ASSERT_GT(t.rows.size(), 50u);
   std::size_t checked = 0, unsearchable = 0;
   for (std::size_t r = 0; r < t.rows.size(); ++r) {

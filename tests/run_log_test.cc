@@ -18,7 +18,7 @@
 namespace shardcast {
 namespace {
 
-const std::string kLogs = std::string(SHARDCAST_FIXTURES) + "/logs/";
+const std::string kLogs = testing::FixturesDir() + "/logs/";
 const std::string kMegatron = kLogs + "megatron_llama3_8b_tp2_pp2.log";
 const std::string kTitan = kLogs + "torchtitan_llama3_8b_fsdp8.log";
 

@@ -961,7 +961,7 @@ namespace {
 // `--framework` and NVLS: it ran Megatron-LM 2021-22's pipeline behaviour (now `--framework
 // megatron-2022`) and ring all-reduces only (now `--no-nvls`).
 TEST(EngineSpeedWork, ResultsEqualTheReferenceEngines) {
-  const Json ref = ReadJsonFile(std::string(SHARDCAST_FIXTURES) + "/engine_reference.json");
+  const Json ref = ReadJsonFile(testing::FixturesDir() + "/engine_reference.json");
   ASSERT_GE(ref["configurations"].size(), 16u);
   for (const Json& c : ref["configurations"]) {
     std::string args = c["args"].get<std::string>() + " --framework megatron-2022 --no-nvls";

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers shared by the test suites.
 #include <array>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,20 @@
 #include "models/parallel.h"
 
 namespace shardcast::testing {
+
+/// The source tree's root, for fixtures and source files: $SHARDCAST_SOURCE_DIR if set; else the
+/// tree this binary was built from, if it is still there; else two directories above the test
+/// binary (build/tests/ of a tree copied elsewhere, as on the GPU machine).
+inline std::string SourceDir() {
+  if (const char* env = std::getenv("SHARDCAST_SOURCE_DIR"); env != nullptr && *env != '\0') return env;
+  if (std::filesystem::exists(std::string(SHARDCAST_SOURCE_DIR) + "/tests/fixtures")) return SHARDCAST_SOURCE_DIR;
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(SHARDCAST_SOURCE_DIR) : exe.parent_path().parent_path().parent_path().string();
+}
+
+/// tests/fixtures of SourceDir().
+inline std::string FixturesDir() { return SourceDir() + "/tests/fixtures"; }
 
 /// GPT-3 175B as Megatron-LM runs it on 1,024 A100 (Narayanan et al. 2021's 3-D parallel
 /// layout): TP8 PP8 DP16, interleaved with 3 virtual stages, micro-batch 1, global batch 1,536,

@@ -55,7 +55,7 @@ TEST(Csv, QuotedFieldsAndEmptyCells) {
 }
 
 TEST(Validate, SmallFixture) {
-  const std::string dir = std::string(SHARDCAST_FIXTURES) + "/validation/";
+  const std::string dir = testing::FixturesDir() + "/validation/";
   ValidationReport rep = RunValidation(dir + "runs_small.csv", "");
   ASSERT_EQ(rep.rows.size(), 3u);
   // Row 1: simulated, error = predicted / measured - 1.
@@ -92,7 +92,7 @@ TEST(Validate, SmallFixture) {
 // file has no row_id, so its rows are named by line (the header is line 1).
 TEST(Validate, BadCsvsNameFileRowAndColumn) {
   using testing::InputErrorOf;
-  const std::string runs = std::string(SHARDCAST_FIXTURES) + "/validation/runs_small.csv";
+  const std::string runs = testing::FixturesDir() + "/validation/runs_small.csv";
   const std::string wrong = testing::WriteTemp("memory_wrong_header.csv", "foo,bar\n1,2\n");
   EXPECT_EQ(InputErrorOf([&] { RunValidation(runs, wrong); }), wrong + ": header: missing column 'model'");
   const std::string bad = testing::WriteTemp(
@@ -157,7 +157,7 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
 
 // --csv has the JSON rows' fields; a skipped row leaves its predictions empty.
 TEST(Validate, CsvHasTheJsonFieldsAndEmptyCellsForSkippedRows) {
-  const std::string runs = std::string(SHARDCAST_FIXTURES) + "/validation/runs_small.csv";
+  const std::string runs = testing::FixturesDir() + "/validation/runs_small.csv";
   const std::string out = (shardcast::testing::TestTempDir() / "validate_rows.csv").string();
   auto r = RunShardcast("validate --runs " + runs + " --no-memory --csv " + out);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -176,7 +176,7 @@ TEST(Validate, CsvHasTheJsonFieldsAndEmptyCellsForSkippedRows) {
 }
 
 TEST(Validate, ExplainKeepsWhatARowWasSimulatedWith) {
-  const std::string dir = std::string(SHARDCAST_FIXTURES) + "/validation/";
+  const std::string dir = testing::FixturesDir() + "/validation/";
   ValidationReport rep = RunValidation(dir + "runs_small.csv", "", "1");
   ASSERT_TRUE(rep.explained.has_value());
   EXPECT_EQ(rep.explained->row_id, "1");
@@ -211,7 +211,7 @@ TEST(Validate, KendallTau) {
 }
 
 TEST(Validate, CliExplainPrintsTheRowAndItsOps) {
-  const std::string runs = std::string(SHARDCAST_FIXTURES) + "/validation/runs_small.csv";
+  const std::string runs = testing::FixturesDir() + "/validation/runs_small.csv";
   auto r = RunShardcast("validate --runs " + runs + " --no-memory --explain 1");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* s : {"Row 1 (T1)", "measured step 1.1 s", "Time breakdown", "Ops per micro-batch",
@@ -228,7 +228,7 @@ TEST(Validate, CliExplainPrintsTheRowAndItsOps) {
 // the flags SimulateFlags writes, parsed as simulate parses them, give back the row's
 // configuration, every switch simulate --json reports included.
 TEST(Validate, EveryRowsConfigurationRoundTripsThroughSimulateFlags) {
-  const std::string dir = std::string(SHARDCAST_SOURCE_DIR) + "/validation/";
+  const std::string dir = testing::SourceDir() + "/validation/";
   const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
   const Cluster cl = LoadCluster("dgx-a100");  // the config keys do not depend on the cluster
   int checked = 0;
@@ -257,7 +257,7 @@ TEST(Validate, EveryRowsConfigurationRoundTripsThroughSimulateFlags) {
 // peak (BLOOM's nvidia-smi maxima), and its report companion the largest: recomputed here, so a
 // change to the memory model that moves them fails until the constants follow.
 TEST(Validate, AtRiskRatioIsTheSmallestBloomRatio) {
-  const std::string dir = std::string(SHARDCAST_SOURCE_DIR) + "/validation/";
+  const std::string dir = testing::SourceDir() + "/validation/";
   const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
   double lo = 1e9, hi = 0;
   int n = 0;
@@ -302,7 +302,7 @@ TEST(Validate, AtRiskRatioIsTheSmallestBloomRatio) {
 // A step time the CSV derives from a throughput is marked as such (SC21's TFLOP/s, MPT's
 // tokens/s); BLOOM's logged iteration times and Korthikanti's reported ones are not.
 TEST(Validate, DerivedStepTimesAreMarked) {
-  const std::string dir = std::string(SHARDCAST_SOURCE_DIR) + "/validation/";
+  const std::string dir = testing::SourceDir() + "/validation/";
   const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
   std::map<std::string, bool> derived;
   for (const auto& r : rep.rows) derived[r.row_id] = r.step_time_derived;
@@ -318,7 +318,7 @@ TEST(Validate, DerivedStepTimesAreMarked) {
 // Hopper GEMM ratio; the 22B runs' per-layer times for the A100 ratio and the attention core)
 // apart from the held-out rest; both MAPEs recomputed here from the rows.
 TEST(Validate, HeldOutRowsAreReportedApartFromFittedRows) {
-  const std::string dir = std::string(SHARDCAST_SOURCE_DIR) + "/validation/";
+  const std::string dir = testing::SourceDir() + "/validation/";
   const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
   std::vector<std::string> fitted;
   double held_sum = 0, fit_sum = 0, held_max = 0;
@@ -369,7 +369,7 @@ TEST(Validate, HeldOutRowsAreReportedApartFromFittedRows) {
 // The caveat plan and capacity print for plans without recompute quotes the MPT-3B rows: measured
 // over predicted step time 1.20-1.28 (20-28% longer). Fails when the model moves them.
 TEST(Validate, NoRecomputeCaveatQuotesTheMpt3bRows) {
-  const std::string dir = std::string(SHARDCAST_SOURCE_DIR) + "/validation/";
+  const std::string dir = testing::SourceDir() + "/validation/";
   const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
   double lo = 1e9, hi = 0;
   for (const auto& r : rep.rows) {
@@ -433,7 +433,7 @@ TEST(Validate, CliExplainPrintsARunnableSimulateCommand) {
 }
 
 TEST(Validate, RowsAreMappedToWhatTheirFrameworkDid) {
-  const std::string dir = std::string(SHARDCAST_SOURCE_DIR) + "/validation/";
+  const std::string dir = testing::SourceDir() + "/validation/";
   const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
   auto row = [&](const std::string& id) -> const ParallelConfig& {
     for (const auto& r : rep.rows) {
@@ -487,7 +487,7 @@ TEST(Validate, RowsAreMappedToWhatTheirFrameworkDid) {
 TEST(Validate, RegressionFenceOnPublishedRuns) {
   // A fence, not the goal (docs/accuracy.md has the targets and the current figures): fails if a
   // change makes the published-run predictions worse than they are today.
-  const std::string dir = std::string(SHARDCAST_SOURCE_DIR) + "/validation/";
+  const std::string dir = testing::SourceDir() + "/validation/";
   ValidationReport rep = RunValidation(dir + "published_runs.csv", dir + "published_memory.csv");
   const auto& s = rep.summary;
   std::cout << "step-time MAPE " << 100 * s.step_time_mape << "%, max " << 100 * s.step_time_max_abs_error
@@ -524,7 +524,7 @@ TEST(Validate, RegressionFenceOnPublishedRuns) {
 // S7's TFLOP/s are read in the causal convention, a choice made with those rows: the fit note
 // quotes what the full-matrix reading gives, recomputed here from a copy of the CSV read that way.
 TEST(Validate, LongSequenceConventionNoteQuotesTheFullMatrixReading) {
-  const std::string dir = std::string(SHARDCAST_SOURCE_DIR) + "/validation/";
+  const std::string dir = testing::SourceDir() + "/validation/";
   std::ifstream in(dir + "published_runs.csv", std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string causal =
@@ -553,7 +553,7 @@ TEST(Validate, KorthikantiFigurePointsCountTransformerLayersOnly) {
   // Fig. 1's parameter-and-optimizer bar is 18 bytes per transformer-layer parameter of the first
   // stage: GPT-3 175B at TP8 PP8 holds 12 layers of (12 h^2 + 7 h) / 8 sharded weights and biases
   // plus 6 h replicated ones (two LayerNorms, the two row-parallel biases).
-  const std::string dir = std::string(SHARDCAST_SOURCE_DIR) + "/validation/";
+  const std::string dir = testing::SourceDir() + "/validation/";
   ValidationReport rep = RunValidation(dir + "published_runs.csv", dir + "published_memory.csv");
   const double h = 12288;
   const double expected_GiB = 18.0 * 12 * ((12 * h * h + 7 * h) / 8 + 6 * h) / 1073741824.0;
