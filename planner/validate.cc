@@ -294,6 +294,30 @@ double KendallTauWithinGroups(const std::vector<std::string>& groups, const std:
   return n > 0 ? static_cast<double>(concordant - discordant) / static_cast<double>(n) : 0.0;
 }
 
+// Kendall tau of each series (the rows with the same `series` key), over pairs within `groups`;
+// series with no pair are left out.
+std::map<std::string, std::pair<double, std::size_t>> TauBySeries(const std::vector<std::string>& series,
+                                                                  const std::vector<std::string>& groups,
+                                                                  const std::vector<double>& pred,
+                                                                  const std::vector<double>& meas) {
+  std::map<std::string, std::pair<double, std::size_t>> out;
+  std::map<std::string, std::vector<std::size_t>> members;
+  for (std::size_t i = 0; i < series.size(); ++i) members[series[i]].push_back(i);
+  for (const auto& [key, idx] : members) {
+    std::vector<std::string> g;
+    std::vector<double> p, q;
+    for (const std::size_t i : idx) {
+      g.push_back(groups[i]);
+      p.push_back(pred[i]);
+      q.push_back(meas[i]);
+    }
+    std::size_t pairs = 0;
+    const double tau = KendallTauWithinGroups(g, p, q, &pairs);
+    if (pairs > 0) out[key] = {tau, pairs};
+  }
+  return out;
+}
+
 // The summary over the rows and memory points (ValidationSummary).
 void Summarize(ValidationReport* rep) {
   ValidationSummary& s = rep->summary;
@@ -335,6 +359,17 @@ void Summarize(ValidationReport* rep) {
         s.fitted_mape += e;
         ++s.fitted_timed;
       }
+      if (row.low_confidence) {
+        s.low_confidence_rows.push_back(row.row_id);
+      } else {
+        s.confident_mape += e;
+        ++s.confident_timed;
+        s.confident_max_abs_error = std::max(s.confident_max_abs_error, e);
+        if (row.fitted_constant.empty()) {
+          s.confident_held_out_mape += e;
+          ++s.confident_held_out_timed;
+        }
+      }
       groups.push_back(row.group);
       pred_tp.push_back(1.0 / *row.predicted_step_time_s);
       meas_tp.push_back(1.0 / *row.measured_step_time_s);
@@ -359,22 +394,13 @@ void Summarize(ValidationReport* rep) {
   }
   if (s.held_out_timed > 0) s.held_out_mape /= static_cast<double>(s.held_out_timed);
   if (s.fitted_timed > 0) s.fitted_mape /= static_cast<double>(s.fitted_timed);
+  if (s.confident_timed > 0) s.confident_mape /= static_cast<double>(s.confident_timed);
+  if (s.confident_held_out_timed > 0) s.confident_held_out_mape /= static_cast<double>(s.confident_held_out_timed);
   for (auto& [src, v] : by_src) s.mape_by_source[src] = {v.first / static_cast<double>(v.second), v.second};
   s.kendall_tau = KendallTauWithinGroups(groups, pred_tp, meas_tp, &s.kendall_pairs);
-  for (const auto& [src, v] : s.mape_by_source) {
-    (void)v;
-    std::vector<std::string> g;
-    std::vector<double> p, q;
-    for (std::size_t i = 0; i < src_groups.size(); ++i) {
-      if (src_groups[i] != src) continue;
-      g.push_back(src);
-      p.push_back(pred_tflops[i]);
-      q.push_back(meas_tflops[i]);
-    }
-    std::size_t pairs = 0;
-    const double tau = KendallTauWithinGroups(g, p, q, &pairs);
-    if (pairs > 0) s.tflops_tau_by_source[src] = {tau, pairs};
-  }
+  // Per group (model and GPU count) of throughput, and per source of TFLOP/s as one series.
+  s.kendall_by_group = TauBySeries(groups, groups, pred_tp, meas_tp);
+  s.tflops_tau_by_source = TauBySeries(src_groups, src_groups, pred_tflops, meas_tflops);
   s.memory_points = mem_n;
   s.memory_mape = mem_n > 0 ? mem_sum / static_cast<double>(mem_n) : 0.0;
 }
@@ -444,6 +470,10 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     const Cluster cl = RowCluster(t, r);
     row.gpus = IntField(t, r, "num_gpus", runs_csv);
     row.group = row.model + " @" + std::to_string(row.gpus);
+    if (t.Column("confidence") >= 0) {
+      // low-confidence: a row its source contradicts (the notes say how), reported apart.
+      row.low_confidence = ChoiceField(t, r, "confidence", runs_csv, {"", "high", "medium", "low"}) == 3;
+    }
     for (const ValidationFit& f : FitsOnValidationRows()) {
       if (f.source_id == row.source_id && f.model == row.model &&
           std::find(f.gpus.begin(), f.gpus.end(), row.gpus) != f.gpus.end()) {

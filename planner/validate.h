@@ -35,6 +35,9 @@ struct ValidationRow {
   double predicted_mfu = 0;         ///< full s^2 attention matrix (SimulationResult::mfu)
   double predicted_mfu_causal = 0;  ///< attention halved (SimulationResult::mfu_causal)
   std::string group;  ///< model + GPU count (for rank correlation)
+  /// The CSV's confidence is `low-confidence`: a row the source contradicts (its notes say how);
+  /// the summary gives the step-time MAPE with and without such rows.
+  bool low_confidence = false;
   /// The constant this row was used to fit (FitsOnValidationRows), empty for a held-out row.
   std::string fitted_constant;
   /// Settings the row does not state that validate assumed ("micro-batch size 1 (not stated)").
@@ -56,6 +59,13 @@ struct ValidationSummary {
   double step_time_mape = 0, step_time_max_abs_error = 0, within_5pct = 0, within_10pct = 0;
   double kendall_tau = 0;
   std::size_t kendall_pairs = 0;
+  /// Per group of runs with the same model and GPU count (two rows or more): Kendall tau of
+  /// predicted vs measured throughput and its pairs.
+  std::map<std::string, std::pair<double, std::size_t>> kendall_by_group;
+  /// Step-time MAPE and rows without the low-confidence rows (all, and held out), and those rows.
+  double confident_mape = 0, confident_held_out_mape = 0, confident_max_abs_error = 0;
+  std::size_t confident_timed = 0, confident_held_out_timed = 0;
+  std::vector<std::string> low_confidence_rows;
   double memory_mape = 0;
   std::size_t memory_points = 0;
   std::size_t oom_rows = 0, oom_rows_predicted_oom = 0, ok_rows = 0, ok_rows_predicted_fit = 0;

@@ -74,6 +74,7 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
       x["predicted_mfu_causal"] = r.predicted_mfu_causal;
       x["flops_convention"] = r.flops_convention_causal ? "causal" : "full";
       x["assumptions"] = r.assumptions;
+      x["low_confidence"] = r.low_confidence;
     }
     x["fitted_constant"] = r.fitted_constant.empty() ? Json(nullptr) : Json(r.fitted_constant);
     j["rows"].push_back(x);
@@ -111,6 +112,12 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
   for (const auto& [src, v] : s.tflops_tau_by_source) {
     j["summary"]["tflops_kendall_tau_by_source"][src] = {{"tau", v.first}, {"pairs", v.second}};
   }
+  for (const auto& [g, v] : s.kendall_by_group) j["summary"]["kendall_tau_by_group"][g] = {{"tau", v.first}, {"pairs", v.second}};
+  j["summary"]["low_confidence_rows"] = s.low_confidence_rows;
+  j["summary"]["step_time_mape_without_low_confidence"] = s.confident_mape;
+  j["summary"]["step_time_max_abs_error_without_low_confidence"] = s.confident_max_abs_error;
+  j["summary"]["step_time_mape_held_out_without_low_confidence"] = s.confident_held_out_mape;
+  j["summary"]["rows_without_low_confidence"] = s.confident_timed;
   return j;
 }
 
@@ -163,7 +170,8 @@ void WriteValidationText(std::ostream& out, const ValidationReport& rep, const s
     out << "Published training runs: " << runs << "\n";
     out << "error = predicted / measured - 1; memory is the peak over pipeline stages; * measured step time derived\n"
            "from the source's reported throughput (TFLOP/s or tokens/s), not a reported iteration time; [fit] a built-in\n"
-           "constant was fitted on the row (the summary gives the held-out rows apart)\n\n";
+           "constant was fitted on the row (the summary gives the held-out rows apart); [low confidence] a row its\n"
+           "source contradicts (the summary gives the MAPE without them)\n\n";
   } else {
     out << "Training logs (MLM: Megatron-LM, TT: torchtitan):\n";
     for (std::size_t i = 0; i < rep.logs.size(); ++i) out << fmt::format("  {:>3}  {}\n", i + 1, rep.logs[i]);
@@ -187,7 +195,8 @@ void WriteValidationText(std::ostream& out, const ValidationReport& rep, const s
                              Opt(r.predicted_peak_memory_bytes, "{:.1f}", 1 / 1073741824.0),
                              Opt(r.memory_error, "{:+.1f}%", 100), r.outcome,
                              (!r.predicted_fits ? "does not fit" : r.predicted_at_risk ? "fits, at risk" : "fits") +
-                                 std::string(r.fitted_constant.empty() ? "" : "  [fit]"));
+                                 std::string(r.fitted_constant.empty() ? "" : "  [fit]") +
+                                 std::string(r.low_confidence ? "  [low confidence]" : ""));
   }
   if (!rep.memory_points.empty()) {
     out << fmt::format("\nMemory points (first pipeline stage, Korthikanti et al. 2022 figures; GiB, fractions unitless)\n");
@@ -216,6 +225,13 @@ void WriteValidationText(std::ostream& out, const ValidationReport& rep, const s
       if (!ids.empty()) out << fmt::format("      rows {}: {}\n", Join(ids, ", "), f.constant);
     }
   }
+  if (!s.low_confidence_rows.empty()) {
+    out << fmt::format("    without the {} low-confidence rows ({}; the CSV's notes say why): MAPE {:.1f}%, max |error| "
+                       "{:.1f}% over {} rows; held out {:.1f}% over {}\n",
+                       s.low_confidence_rows.size(), Join(s.low_confidence_rows, ", "), 100 * s.confident_mape,
+                       100 * s.confident_max_abs_error, s.confident_timed, 100 * s.confident_held_out_mape,
+                       s.confident_held_out_timed);
+  }
   for (const auto& [src, v] : s.mape_by_source) {
     const auto tau = s.tflops_tau_by_source.find(src);
     out << fmt::format("    source {:<4} MAPE {:.1f}% over {} rows{}\n", src, 100 * v.first, v.second,
@@ -238,6 +254,9 @@ void WriteValidationText(std::ostream& out, const ValidationReport& rep, const s
   }
   out << fmt::format("  ranking: Kendall tau {:.2f} over {} pairs of runs with the same model and GPU count\n",
                            s.kendall_tau, s.kendall_pairs);
+  for (const auto& [g, v] : s.kendall_by_group) {
+    out << fmt::format("    {:<32} tau {:+.2f} over {} pairs\n", g, v.first, v.second);
+  }
   out << fmt::format("  memory: MAPE {:.1f}% over {} points\n", 100 * s.memory_mape, s.memory_points);
   out << fmt::format("  out of memory: {} of {} measured OOM rows predicted not to fit; {} of {} ok rows predicted to fit\n",
                            s.oom_rows_predicted_oom, s.oom_rows, s.ok_rows_predicted_fit, s.ok_rows);

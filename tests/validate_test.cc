@@ -366,6 +366,62 @@ TEST(Validate, HeldOutRowsAreReportedApartFromFittedRows) {
   EXPECT_NE(out.out.find("held out (59 rows"), std::string::npos) << out.out;
 }
 
+// BLOOM's contradictory pairs (issue 5) are marked low-confidence in the CSV; the summary gives the
+// MAPE without them, and the rank correlation per group of runs with the same model and GPU count.
+TEST(Validate, LowConfidenceRowsApartAndKendallTauPerGroup) {
+  const ValidationReport rep = RunValidation(testing::SourceDir() + "/validation/published_runs.csv", "");
+  const auto& s = rep.summary;
+  EXPECT_EQ(s.low_confidence_rows, (std::vector<std::string>{"128", "130", "132", "134"}));
+  double sum = 0, held = 0, worst = 0;
+  std::size_t n = 0, held_n = 0;
+  std::map<std::string, std::vector<std::size_t>> by_group;
+  std::vector<double> pred, meas;
+  for (const auto& r : rep.rows) {
+    if (!r.step_time_error) continue;
+    by_group[r.group].push_back(pred.size());
+    pred.push_back(1 / *r.predicted_step_time_s);
+    meas.push_back(1 / *r.measured_step_time_s);
+    if (r.low_confidence) continue;
+    const double e = std::fabs(*r.step_time_error);
+    sum += e;
+    worst = std::max(worst, e);
+    ++n;
+    if (r.fitted_constant.empty()) {
+      held += e;
+      ++held_n;
+    }
+  }
+  EXPECT_EQ(s.confident_timed + s.low_confidence_rows.size(), s.timed);
+  EXPECT_NEAR(s.confident_mape, sum / static_cast<double>(n), 1e-12);
+  EXPECT_NEAR(s.confident_held_out_mape, held / static_cast<double>(held_n), 1e-12);
+  EXPECT_DOUBLE_EQ(s.confident_max_abs_error, worst);
+  // Each group's tau is the within-group tau of its own rows; groups of one row have no pair.
+  std::size_t pairs_total = 0;
+  for (const auto& [g, idx] : by_group) {
+    std::vector<std::string> gs(idx.size(), g);
+    std::vector<double> p, q;
+    for (const std::size_t i : idx) {
+      p.push_back(pred[i]);
+      q.push_back(meas[i]);
+    }
+    std::size_t pairs = 0;
+    const double tau = KendallTauWithinGroups(gs, p, q, &pairs);
+    pairs_total += pairs;
+    if (pairs == 0) {
+      EXPECT_EQ(s.kendall_by_group.count(g), 0u) << g;
+      continue;
+    }
+    ASSERT_EQ(s.kendall_by_group.count(g), 1u) << g;
+    EXPECT_DOUBLE_EQ(s.kendall_by_group.at(g).first, tau) << g;
+    EXPECT_EQ(s.kendall_by_group.at(g).second, pairs) << g;
+  }
+  EXPECT_EQ(pairs_total, s.kendall_pairs);
+  const auto out = RunShardcast("validate --no-memory");
+  EXPECT_NE(out.out.find("without the 4 low-confidence rows (128, 130, 132, 134"), std::string::npos) << out.out;
+  EXPECT_NE(out.out.find("ok / fits  [low confidence]"), std::string::npos);
+  EXPECT_NE(out.out.find("BLOOM-prototype 181B @384"), std::string::npos);
+}
+
 // The caveat plan and capacity print for plans without recompute quotes the MPT-3B rows: measured
 // over predicted step time 1.20-1.28 (20-28% longer). Fails when the model moves them.
 TEST(Validate, NoRecomputeCaveatQuotesTheMpt3bRows) {
