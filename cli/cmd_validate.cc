@@ -31,7 +31,7 @@ struct ValidateArgs {
   std::vector<std::string> logs;
   std::string cluster, model, profile;
   std::int64_t gpus = 0;
-  bool runs_given = false, memory_given = false;
+  bool runs_given = false, memory_given = false, gpus_given = false;
 };
 
 /// The logs' runs validated on the cluster and profile the flags name.
@@ -48,6 +48,10 @@ ValidationReport ValidateLogs(const ValidateArgs& a) {
   if (!a.profile.empty()) loaded = LoadProfile(a.profile);
   const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster);
   const HardwareProfile prof = loaded ? *loaded : DefaultProfile(cl);
+  if (loaded && !a.cluster.empty()) WarnIfProfileIsAnotherMachine(*loaded, a.profile, cl, cl.num_gpus.value_or(cl.gpus_per_node));
+  if (a.gpus_given && a.gpus < 1) {
+    throw InputError(fmt::format("command line: --gpus: got \"{}\", expected a positive integer", a.gpus));
+  }
   LogDefaults d;
   if (!a.model.empty()) d.model = LoadModel(a.model);
   if (a.gpus > 0) d.gpus = a.gpus;
@@ -66,7 +70,7 @@ void RunValidate(const ValidateArgs& a) {
     throw InputError("command line: --write-model: writes the model of the row named by --explain; got no --explain");
   }
   // The defaults are the source tree's validation/ as built: name the way out if it moved.
-  if (a.logs.empty() && (!a.cluster.empty() || !a.model.empty() || !a.profile.empty() || a.gpus > 0)) {
+  if (a.logs.empty() && (!a.cluster.empty() || !a.model.empty() || !a.profile.empty() || a.gpus_given)) {
     throw InputError("command line: --cluster, --profile, --model and --gpus go with --log FILE...; got no --log");
   }
   for (const auto* path : {&a.runs, &a.memory}) {
@@ -105,7 +109,8 @@ void RunValidate(const ValidateArgs& a) {
     if (!a.html.empty()) {
       Json data = j;
       data["kind"] = "validate";
-      WriteHtmlReport(a.html, "shardcast validate: predicted vs published training runs",
+      WriteHtmlReport(a.html, a.logs.empty() ? "shardcast validate: predicted vs published training runs"
+                                             : "shardcast validate: predicted vs your training runs",
                       fmt::format("{}: {} rows simulated, step-time MAPE {:.1f}%", source, s.simulated,
                                   100 * s.step_time_mape),
                       data);
@@ -138,7 +143,7 @@ void RegisterValidate(CLI::App& app) {
   cmd->add_option("--profile", a->profile, "with --log: hardware profile JSON (default: built-in for the cluster's GPU)");
   cmd->add_option("--model", a->model, "with --log: the model (preset or JSON), instead of the one the log describes");
   cmd->add_option("--gpus", a->gpus, "with --log: GPUs of a torchtitan run whose data_parallel_shard_degree is -1")
-      ->check(CLI::PositiveNumber);
+      ->each([a](const std::string&) { a->gpus_given = true; });
   cmd->add_flag("--no-memory", a->no_memory, "skip the memory points");
   cmd->add_option("--csv", a->csv, "write the per-row table as CSV to FILE (the text is printed too), or with - print only the CSV")
       ->check(OutputFile(true));

@@ -62,7 +62,7 @@ double PositiveNumber(const std::string& text, const std::string& path, std::siz
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || !std::isfinite(v) || !(v > 0)) {
+  if (used == 0 || used != s.size() || !std::isfinite(v) || !(v > 0)) {
     FailAt(path, line, fmt::format("{}: got \"{}\", expected a positive number", field, text));
   }
   return v;
@@ -95,7 +95,20 @@ class MegatronArgs {
     if (it == v_.end() || it->second.first == "None") return std::nullopt;
     return it->second.first;
   }
-  bool Flag(const std::string& name) const { return Get(name).value_or("False") == "True"; }
+  /// True or False as printed (missing or None: False); anything else fails naming the argument.
+  bool Flag(const std::string& name) const {
+    const std::string v = Get(name).value_or("False");
+    if (v != "True" && v != "False") Fail(name, "True or False");
+    return v == "True";
+  }
+  /// A flag Megatron-LM always prints: missing fails (a cut or edited dump).
+  bool RequiredFlag(const std::string& name) const {
+    if (v_.find(name) == v_.end()) Fail(name, "True or False");
+    return Flag(name);
+  }
+  /// The number of argument dumps read (a restarted job's log has more than one).
+  int dumps() const { return dumps_; }
+  std::size_t dump_line(int k) const { return dump_lines_[static_cast<std::size_t>(k)]; }
   std::optional<std::int64_t> Int(const std::string& name) const;
   std::optional<double> Number(const std::string& name) const;
   std::int64_t RequiredInt(const std::string& name) const;
@@ -106,6 +119,8 @@ class MegatronArgs {
  private:
   std::map<std::string, std::pair<std::string, std::size_t>> v_;
   std::string path_;
+  int dumps_ = 0;
+  std::vector<std::size_t> dump_lines_;
 };
 
 MegatronArgs::MegatronArgs(const std::vector<std::string>& lines, const std::string& path) : path_(path) {
@@ -118,6 +133,8 @@ MegatronArgs::MegatronArgs(const std::vector<std::string>& lines, const std::str
     }
     if (l.find("---- arguments ----") != std::string::npos) {
       inside = true;
+      ++dumps_;
+      dump_lines_.push_back(i + 1);
       continue;
     }
     if (!inside) continue;
@@ -193,7 +210,7 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name) {
   j["name"] = name;
   j["num_layers"] = a.RequiredInt("num_layers");
   j["hidden_size"] = a.RequiredInt("hidden_size");
-  j["ffn_hidden_size"] = a.Int("ffn_hidden_size").value_or(4 * a.RequiredInt("hidden_size"));
+  j["ffn_hidden_size"] = a.RequiredInt("ffn_hidden_size");
   j["num_attention_heads"] = a.RequiredInt("num_attention_heads");
   if (a.Flag("group_query_attention")) j["num_query_groups"] = a.RequiredInt("num_query_groups");
   if (const auto kv = a.Int("kv_channels")) j["kv_channels"] = *kv;
@@ -245,8 +262,9 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name) {
 }
 
 void MegatronPrecision(const MegatronArgs& a, ParallelConfig* c) {
-  c->precision = a.Flag("fp16") ? Precision::kFp16 : a.Flag("bf16") ? Precision::kBf16 : Precision::kFp32;
+  c->precision = a.RequiredFlag("fp16") ? Precision::kFp16 : a.RequiredFlag("bf16") ? Precision::kBf16 : Precision::kFp32;
   if (!a.Get("fp8")) return;
+  if (*a.Get("fp8") != "hybrid" && *a.Get("fp8") != "e4m3") a.Fail("fp8", "None, hybrid or e4m3");
   const std::string recipe = a.Get("fp8_recipe").value_or("delayed");
   if (recipe == "mxfp8") {
     c->precision = Precision::kMxfp8;
@@ -262,12 +280,18 @@ void MegatronPrecision(const MegatronArgs& a, ParallelConfig* c) {
   c->fp8_param_gather = a.Flag("fp8_param_gather");
 }
 
-void MegatronRecompute(const MegatronArgs& a, const Model& m, ParallelConfig* c) {
+void MegatronRecompute(const MegatronArgs& a, const Model& m, ParallelConfig* c, std::vector<std::string>* notes) {
   const auto g = a.Get("recompute_granularity");
   if (!g) {
     c->recompute = Recompute::kNone;
   } else if (*g == "full") {
     c->recompute = Recompute::kFull;
+    const std::string method = a.Get("recompute_method").value_or("uniform");
+    const std::int64_t n = a.Int("recompute_num_layers").value_or(1);
+    if (method != "uniform" || n != 1) {
+      notes->push_back(fmt::format("recompute_method {} with recompute_num_layers {} simulated as full recompute of "
+                                   "every layer (the simulator recomputes all or none)", method, n));
+    }
   } else if (*g == "selective") {
     c->recompute = Recompute::kSelective;
     const auto names = a.List("recompute_modules");
@@ -285,13 +309,13 @@ int MegatronZeroStage(const MegatronArgs& a) {
     const std::string s = a.Get("data_parallel_sharding_strategy").value_or("optim_grads_params");
     return s == "optim_grads_params" ? 3 : s == "optim_grads" ? 2 : s == "optim" ? 1 : 0;
   }
-  return a.Flag("use_distributed_optimizer") ? 1 : 0;
+  return a.RequiredFlag("use_distributed_optimizer") ? 1 : 0;
 }
 
-ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_t* gpus) {
+ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_t* gpus, std::vector<std::string>* notes) {
   ParallelConfig c;
-  c.tp = a.Int("tensor_model_parallel_size").value_or(1);
-  c.pp = a.Int("pipeline_model_parallel_size").value_or(1);
+  c.tp = a.RequiredInt("tensor_model_parallel_size");
+  c.pp = a.RequiredInt("pipeline_model_parallel_size");
   c.cp = a.Int("context_parallel_size").value_or(1);
   if (m.moe.enabled()) {  // Megatron-LM prints an expert TP size (its default: tp) for dense models too
     c.ep = a.Int("expert_model_parallel_size").value_or(1);
@@ -317,8 +341,8 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
   c.micro_batch_size = a.RequiredInt("micro_batch_size");
   c.global_batch_size = a.RequiredInt("global_batch_size");
   c.seq_length = a.RequiredInt("seq_length");
-  c.sequence_parallel = a.Flag("sequence_parallel");
-  MegatronRecompute(a, m, &c);
+  c.sequence_parallel = a.RequiredFlag("sequence_parallel");
+  MegatronRecompute(a, m, &c, notes);
   c.zero_stage = MegatronZeroStage(a);
   c.overlap_grad_reduce = a.Flag("overlap_grad_reduce");
   c.overlap_param_gather = a.Flag("overlap_param_gather");
@@ -329,7 +353,18 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
   const std::string backend = a.Get("attention_backend").value_or("");
   c.flash_attention = backend.find("unfused") == std::string::npos && backend.find("local") == std::string::npos &&
                       (a.Get("transformer_impl").value_or("transformer_engine") != "local" || a.Flag("use_flash_attn"));
-  if (const auto cp = a.Get("cp_comm_type")) c.cp_comm = ParseCpComm(*cp == "a2a" ? "ulysses" : *cp);
+  // cp_comm_type: one type, or a list of one per layer (Megatron-LM's default prints ['p2p']).
+  if (const auto cp = a.Get("cp_comm_type")) {
+    std::vector<std::string> types = cp->front() == '[' ? a.List("cp_comm_type") : std::vector<std::string>{*cp};
+    if (types.empty() || std::any_of(types.begin(), types.end(), [&](const std::string& x) { return x != types[0]; })) {
+      a.Fail("cp_comm_type", "one communication type for every layer");
+    }
+    try {
+      c.cp_comm = ParseCpComm(types[0] == "all_gather" ? "allgather" : types[0]);
+    } catch (const InputError&) {
+      a.Fail("cp_comm_type", "p2p, all_gather, a2a or a2a+p2p");
+    }
+  }
   if (m.moe.enabled()) {
     const std::string d = a.Get("moe_token_dispatcher_type").value_or("allgather");
     c.moe_dispatcher = d == "flex" ? MoeDispatcher::kFlex : d == "alltoall" ? MoeDispatcher::kAllToAll : MoeDispatcher::kAllGather;
@@ -369,8 +404,17 @@ LoggedRun ParseMegatron(const std::vector<std::string>& lines, const std::string
   run.file = path;
   run.format = "megatron";
   const MegatronArgs a(lines, path);
-  run.model = d.model ? *d.model : ModelFromJson(MegatronModelJson(a, std::filesystem::path(path).stem().string()), path);
-  run.config = MegatronConfig(a, run.model, &run.gpus);
+  if (a.dumps() > 1) {
+    throw InputError(fmt::format("{}: argument dumps on lines {} and {}: a restarted job's log holds more than one run; "
+                                 "expected one (split the log where the second dump begins)", path, a.dump_line(0), a.dump_line(1)));
+  }
+  if (d.model) {
+    run.model = *d.model;
+    run.notes.push_back("the model from --model (" + d.model->name + "), not the one the argument dump describes");
+  } else {
+    run.model = ModelFromJson(MegatronModelJson(a, std::filesystem::path(path).stem().string()), path);
+  }
+  run.config = MegatronConfig(a, run.model, &run.gpus, &run.notes);
   if (d.gpus && *d.gpus != run.gpus) {
     throw InputError(fmt::format("{}: argument world_size: {} GPUs, but --gpus {} (leave --gpus out for a Megatron-LM log)",
                                  path, run.gpus, *d.gpus));
@@ -495,6 +539,9 @@ void TitanBatchAndPrecision(const Json& cfg, const std::string& where, LoggedRun
   c.micro_batch_size = c.pp > 1 ? TitanInt(cfg, "parallelism", "pipeline_parallel_microbatch_size", 1, where) : local;
   c.seq_length = TitanInt(cfg, "training", "seq_len", run->model.seq_length, where);
   const std::string ac = TitanString(cfg, "activation_checkpoint", "mode", "selective");
+  if (ac != "full" && ac != "none" && ac != "selective") {
+    throw InputError(where + ": activation_checkpoint.mode: got \"" + ac + "\", expected none, selective or full");
+  }
   c.recompute = ac == "full" ? Recompute::kFull : ac == "none" ? Recompute::kNone : Recompute::kSelective;
   if (c.recompute == Recompute::kSelective) {
     run->notes.push_back("torchtitan's selective activation checkpointing simulated as Megatron's (the attention core recomputed)");
@@ -504,9 +551,14 @@ void TitanBatchAndPrecision(const Json& cfg, const std::string& where, LoggedRun
   bool float8 = false, mx = false;
   if (cfg.contains("model") && cfg["model"].is_object() && cfg["model"].contains("converters") && cfg["model"]["converters"].is_array()) {
     for (const Json& x : cfg["model"]["converters"]) {
-      if (!x.is_string()) continue;
-      float8 = float8 || x.get<std::string>().find("float8") != std::string::npos;
-      mx = mx || x.get<std::string>() == "mx";
+      const std::string name = x.is_string() ? x.get<std::string>() : x.dump();
+      if (name.find("float8") != std::string::npos) {
+        float8 = true;
+      } else if (name == "mx") {
+        mx = true;
+      } else {
+        throw InputError(where + ": model.converters: got \"" + name + "\", expected float8 or mx (the ones simulated)");
+      }
     }
   }
   if (mx) c.precision = Precision::kMxfp8;
@@ -525,8 +577,18 @@ void ReadTitanSteps(const std::vector<std::string>& lines, const std::string& pa
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const std::string& l = lines[i];
     if (const auto t = FieldAfter(l, "tokens per DP rank,")) {
-      tokens = PositiveNumber(t->substr(0, t->find(' ')), path, i + 1, "tokens per train step");
-      run->notes.push_back(fmt::format("tokens per step {:.0f} (the log's)", tokens));
+      // "Trainer is initialized with A tokens per DP rank, B tokens per train step": B must be
+      // the configuration's batch x sequence, and B / A its data-parallel size.
+      const auto a = FieldAfter(l, "initialized with");
+      const double per_rank = PositiveNumber(a->substr(0, a->find(' ')), path, i + 1, "tokens per DP rank");
+      const double logged = PositiveNumber(t->substr(0, t->find(' ')), path, i + 1, "tokens per train step");
+      if (logged != tokens || logged / per_rank != static_cast<double>(run->config.dp)) {
+        FailAt(path, i + 1, fmt::format("{:.0f} tokens per train step over {:g} data-parallel ranks, but the configuration "
+                                        "read gives {:.0f} (global batch {} x seq_len {}) over {}: expected the same "
+                                        "(check --gpus, which sets data_parallel_shard_degree -1)",
+                                        logged, logged / per_rank, tokens, run->config.global_batch_size,
+                                        run->config.seq_length, run->config.dp));
+      }
     }
     if (l.find("step:") == std::string::npos || (l.find("tps:") == std::string::npos && l.find("wps:") == std::string::npos)) {
       continue;
@@ -589,6 +651,8 @@ LoggedRun ParseTrainingLog(const std::string& text, const std::string& path, con
   run.measured_step_time_s = MeanAfterFirst(run.step_times_s);
   if (run.step_times_s.size() > 1) {
     run.notes.push_back(fmt::format("measured step: the mean of {} logged steps after the first", run.step_times_s.size() - 1));
+  } else {
+    run.notes.push_back("measured step: the only logged step, warm-up included (log more steps for a steady figure)");
   }
   return run;
 }

@@ -760,7 +760,15 @@ ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cl
     row.group = row.model + " @" + std::to_string(row.gpus);
     row.config = run.config;
     row.assumptions = run.notes;
-    const SimulationResult res = Simulate(run.model, run.config, cluster, run.gpus, profile);
+    SimulationResult res;
+    try {
+      res = Simulate(run.model, run.config, cluster, run.gpus, profile);
+    } catch (const InputError& e) {
+      // A setting this cluster or profile cannot run (a precision its GPU has no rate for):
+      // the run is skipped with the reason, the others go on.
+      res.feasible = false;
+      res.reasons = {e.what()};
+    }
     if (!res.feasible) {
       row.skipped = true;
       row.skip_reason = "cannot be simulated: " + Join(res.reasons, "; ");
@@ -790,7 +798,10 @@ ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cl
   }
   Summarize(&rep);
   if (!explain_row.empty() && !rep.explained) {
-    throw InputError(fmt::format("--explain {}: expected the number of a simulated run (1 to {})", explain_row, runs.size()));
+    for (const auto& r : rep.rows) {
+      if (r.row_id == explain_row) throw InputError("--explain " + explain_row + ": run " + explain_row + " was skipped: " + r.skip_reason);
+    }
+    throw InputError(fmt::format("--explain {}: expected the number of a run (1 to {})", explain_row, runs.size()));
   }
   return rep;
 }

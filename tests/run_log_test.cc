@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/json_reader.h"
+#include "common/text.h"
 #include "models/loader.h"
 #include "planner/run_log.h"
 #include "planner/validate.h"
@@ -171,7 +172,74 @@ TEST(RunLog, MalformedLinesNameTheFileAndLine) {
   EXPECT_NE(tps.find("tps (tokens per second per GPU): got \"n/a\""), std::string::npos) << tps;
 }
 
+TEST(RunLog, ValuesOutsideWhatEachFrameworkPrintsAreRefused) {
+  const std::string text = ReadTextFile(kMegatron);
+  auto with = [&](const std::string& name, const std::string& value) {
+    std::string s = text;
+    const std::string line = ArgLine(name, "");
+    const auto at = s.find(line.substr(0, line.size() - 1));
+    EXPECT_NE(at, std::string::npos) << name;
+    if (at != std::string::npos) s.replace(at, s.find('\n', at) - at, ArgLine(name, value));
+    return s;
+  };
+  auto error = [](const std::string& s, const LogDefaults& d = {}) {
+    return testing::InputErrorOf([&] { ParseTrainingLog(s, "run.log", d); });
+  };
+  EXPECT_NE(error(with("sequence_parallel", "Yes")).find("argument sequence_parallel: got \"Yes\", expected True or False"),
+            std::string::npos);
+  EXPECT_NE(error(with("fp8", "e5m2")).find("argument fp8: got \"e5m2\", expected None, hybrid or e4m3"), std::string::npos);
+  EXPECT_NE(error(with("cp_comm_type", "['p2p', 'a2a']")).find("one communication type for every layer"), std::string::npos);
+  // A missing argument Megatron-LM always prints: a cut dump, not a default.
+  std::string cut = text;
+  const std::string tp = ArgLine("tensor_model_parallel_size", "2") + "\n";
+  cut.erase(cut.find(tp), tp.size());
+  EXPECT_NE(error(cut).find("argument tensor_model_parallel_size: not in the argument dump"), std::string::npos);
+  // A restarted job's log: two dumps.
+  EXPECT_NE(error(text + text).find("a restarted job's log holds more than one run"), std::string::npos);
+  // A number must be all of its field.
+  std::string garbled = text;
+  garbled.replace(garbled.find("(ms): 4098.1"), 12, "(ms): 4098.1.5");
+  EXPECT_NE(error(garbled).find("got \"4098.1.5\", expected a positive number"), std::string::npos);
+  // Full recompute of some layers only: simulated as every layer, and said.
+  const LoggedRun block = ParseTrainingLog(with("recompute_method", "block").replace(
+                                               text.find(ArgLine("recompute_granularity", "None")),
+                                               ArgLine("recompute_granularity", "None").size(),
+                                               ArgLine("recompute_granularity", "full")),
+                                           "run.log", {});
+  EXPECT_EQ(block.config.recompute, Recompute::kFull);
+  EXPECT_NE(Join(block.notes, "|").find("recompute_method block"), std::string::npos);
+  // torchtitan: a GPU count that does not match the log's own tokens per step and per rank.
+  const std::string titan = ReadTextFile(kTitan);
+  LogDefaults sixteen;
+  sixteen.gpus = 16;
+  EXPECT_NE(error(titan, sixteen).find("131072 tokens per train step over 8 data-parallel ranks"), std::string::npos)
+      << error(titan, sixteen);
+  LogDefaults eight;
+  eight.gpus = 8;
+  std::string mode = titan;
+  mode.replace(mode.find("\"mode\": \"full\""), 14, "\"mode\": \"some\"");
+  EXPECT_NE(error(mode, eight).find("activation_checkpoint.mode: got \"some\""), std::string::npos) << error(mode, eight);
+  std::string conv = titan;
+  conv.replace(conv.find("\"converters\": []"), 16, "\"converters\": [\"quantum\"]");
+  EXPECT_NE(error(conv, eight).find("model.converters: got \"quantum\""), std::string::npos) << error(conv, eight);
+}
+
+TEST(RunLog, ARunTheProfileCannotSimulateIsSkippedNotFatal) {
+  const Cluster cl = LoadCluster("dgx-h100");
+  LoggedRun mx = ReadTrainingLog(kMegatron, {});
+  mx.config.precision = Precision::kMxfp8;  // H100 has no MXFP8 GEMMs
+  const std::vector<LoggedRun> runs = {mx, ReadTrainingLog(kMegatron, {})};
+  const ValidationReport rep = ValidateLoggedRuns(runs, cl, DefaultProfile(cl));
+  ASSERT_EQ(rep.rows.size(), 2u);
+  EXPECT_TRUE(rep.rows[0].skipped);
+  EXPECT_NE(rep.rows[0].skip_reason.find("mxfp8"), std::string::npos) << rep.rows[0].skip_reason;
+  EXPECT_FALSE(rep.rows[1].skipped);
+  EXPECT_NE(testing::InputErrorOf([&] { ValidateLoggedRuns(runs, cl, DefaultProfile(cl), "1"); }).find("run 1 was skipped"),
+            std::string::npos);
+}
+
 TEST(RunLog, CommandLineNeedsTheClusterAndKeepsLogsApartFromPublishedRuns) {
+  EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + kMegatron + " --cluster dgx-h100 --gpus 0", "--gpus: got \"0\""));
   EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + kMegatron, "--cluster: missing"));
   EXPECT_TRUE(testing::ExitsTwoWith("validate --cluster dgx-h100", "go with --log"));
   EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + kMegatron + " --cluster dgx-h100 --runs x.csv", "not combined with --log"));
