@@ -129,8 +129,9 @@ void RegisterValidate(CLI::App& app) {
   auto a = std::make_shared<ValidateArgs>();
   auto* cmd = app.add_subcommand(
       "validate",
-      "Compare predictions with published training runs: step time, peak memory, out-of-memory.\n"
-      "Example: shardcast validate   (uses the project's validation/published_runs.csv)");
+      "Compare predictions with published training runs, or with your own: step time, peak memory, out-of-memory.\n"
+      "Example: shardcast validate   (uses the project's validation/published_runs.csv)\n"
+      "Example: shardcast validate --log train.log --cluster dgx-h100   (a Megatron-LM or torchtitan log; docs/validate.md)");
   cmd->add_option("--runs", a->runs, "published runs CSV (default: the project's copy; your own runs in its columns, "
                                      "validation/README.md)")
       ->each([a](const std::string&) { a->runs_given = true; });

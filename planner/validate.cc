@@ -760,6 +760,14 @@ ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cl
     row.group = row.model + " @" + std::to_string(row.gpus);
     row.config = run.config;
     row.assumptions = run.notes;
+    row.log = run.file;
+    row.measured_reserved_bytes = run.max_reserved_bytes;
+    const std::int64_t chunks = run.config.pp * std::max<std::int64_t>(1, run.config.vp);
+    if (run.model.num_layers % chunks != 0 && !run.config.uneven_pipeline() && !run.config.embedding_slots) {
+      row.assumptions.push_back(fmt::format("{} layers do not divide the {} pipeline chunks: simulated spread as evenly as "
+                                            "they go (Megatron-LM needs decoder_first/last_pipeline_num_layers for that)",
+                                            run.model.num_layers, chunks));
+    }
     SimulationResult res;
     try {
       res = Simulate(run.model, run.config, cluster, run.gpus, profile);

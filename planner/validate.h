@@ -30,6 +30,10 @@ struct ValidationRow {
   /// throughput such as TFLOP/s or tokens/s), not a reported iteration time (iter_time_s).
   bool step_time_derived = false;
   std::optional<double> measured_peak_memory_bytes, predicted_peak_memory_bytes, memory_error;
+  /// A training log's peak reserved (PyTorch's max_memory_reserved: the caching allocator's
+  /// cache included), where the log gives it (validate --log); not compared with the prediction.
+  std::optional<double> measured_reserved_bytes;
+  std::string log;  ///< the training log the row was read from (validate --log)
   bool predicted_fits = true;
   bool predicted_at_risk = false;  ///< fits, but SimulationResult::memory_at_risk
   double predicted_mfu = 0;         ///< full s^2 attention matrix (SimulationResult::mfu)

@@ -75,6 +75,10 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
       x["flops_convention"] = r.flops_convention_causal ? "causal" : "full";
       x["assumptions"] = r.assumptions;
       x["low_confidence"] = r.low_confidence;
+      if (!r.log.empty()) {
+        x["log"] = r.log;
+        x["measured_reserved_bytes"] = opt(r.measured_reserved_bytes);
+      }
     }
     x["fitted_constant"] = r.fitted_constant.empty() ? Json(nullptr) : Json(r.fitted_constant);
     j["rows"].push_back(x);
@@ -210,9 +214,12 @@ void WriteValidationText(std::ostream& out, const ValidationReport& rep, const s
   out << "\nSummary\n";
   out << fmt::format("  rows {} (simulated {}, skipped {}), with a measured step time {}\n", s.rows, s.simulated,
                            s.skipped, s.timed);
-  out << fmt::format("  step time: MAPE {:.1f}%, max |error| {:.1f}%, within 5% {:.0f}%, within 10% {:.0f}%\n",
-                           100 * s.step_time_mape, 100 * s.step_time_max_abs_error, 100 * s.within_5pct,
-                           100 * s.within_10pct);
+  if (s.timed == 0) {
+    out << "  step time: no simulated row has a measured step time\n";
+  } else {
+    out << fmt::format("  step time: MAPE {:.1f}%, max |error| {:.1f}%, within 5% {:.0f}%, within 10% {:.0f}%\n",
+                       100 * s.step_time_mape, 100 * s.step_time_max_abs_error, 100 * s.within_5pct, 100 * s.within_10pct);
+  }
   if (s.fitted_timed > 0) {
     out << fmt::format("    held out ({} rows, no built-in constant fitted on their runs): MAPE {:.1f}%, max |error| {:.1f}%\n",
                              s.held_out_timed, 100 * s.held_out_mape, 100 * s.held_out_max_abs_error);

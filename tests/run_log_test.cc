@@ -250,6 +250,9 @@ TEST(RunLog, CommandLineNeedsTheClusterAndKeepsLogsApartFromPublishedRuns) {
   ASSERT_EQ(j["logs"].size(), 2u);
   EXPECT_EQ(j["rows"][0]["source_id"], "MLM");
   EXPECT_EQ(j["rows"][1]["source_id"], "TT");
+  EXPECT_EQ(j["rows"][0]["log"], kMegatron);
+  EXPECT_NEAR(j["rows"][1]["measured_reserved_bytes"].get<double>(), 61.60 * 1073741824.0, 1.0);  // whole bytes
+  EXPECT_TRUE(j["rows"][1]["measured_peak_memory_bytes"].is_null());
   const auto text = testing::RunShardcast("validate --log " + kMegatron + " --cluster dgx-h100");
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("Training logs"), std::string::npos);
