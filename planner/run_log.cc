@@ -11,13 +11,13 @@
 #include "common/error.h"
 #include "common/json_reader.h"
 #include "common/text.h"
+#include "common/units.h"
 #include "models/loader.h"
 
 namespace shardcast {
 namespace {
 
-constexpr double kMiB = 1048576.0;
-constexpr double kGiB = 1073741824.0;
+constexpr double kMiB = 1048576.0;  // Megatron-LM's "MB" (report_memory divides by 1024 * 1024)
 
 std::string Trim(const std::string& s) {
   const auto b = s.find_first_not_of(" \t\r");
@@ -84,6 +84,22 @@ double MeanAfterFirst(const std::vector<double>& v) {
 
 // ----- Megatron-LM -----
 
+/// The preset with the same shape as `m` (every field of our model JSON but its name and source),
+/// if there is one: two logs of one model then share its name, and rank against each other.
+std::optional<std::string> SamePreset(const Model& m) {
+  auto shape = [](const Model& x) {
+    Json j = ModelToJson(x);
+    j.erase("name");
+    j.erase("source");
+    return j;
+  };
+  const Json mine = shape(m);
+  for (const std::string& name : PresetNames(PresetKind::kModel)) {
+    if (shape(LoadModel(name)) == mine) return name;
+  }
+  return std::nullopt;
+}
+
 /// Megatron-LM's argument dump: name -> (value as printed, line).
 class MegatronArgs {
  public:
@@ -112,6 +128,17 @@ class MegatronArgs {
   std::optional<std::int64_t> Int(const std::string& name) const;
   std::optional<double> Number(const std::string& name) const;
   std::int64_t RequiredInt(const std::string& name) const;
+  /// An integer from `lo` to `hi` (none: missing or None), failing otherwise.
+  std::optional<std::int64_t> Bounded(const std::string& name, std::int64_t lo, std::int64_t hi) const {
+    const auto v = Int(name);
+    if (v && (*v < lo || *v > hi)) Fail(name, fmt::format("an integer from {} to {}", lo, hi));
+    return v;
+  }
+  std::int64_t RequiredBounded(const std::string& name, std::int64_t lo, std::int64_t hi) const {
+    const auto v = Bounded(name, lo, hi);
+    if (!v) Fail(name, fmt::format("an integer from {} to {}", lo, hi));
+    return *v;
+  }
   /// A printed Python list ("['core_attn', 'mlp']", "[0, 1, 1]") as its items.
   std::vector<std::string> List(const std::string& name) const;
   [[noreturn]] void Fail(const std::string& name, const std::string& expected) const;
@@ -205,7 +232,7 @@ std::vector<std::string> MegatronArgs::List(const std::string& name) const {
 
 /// The model's shape from the argument dump, in our model JSON (whose keys are Megatron-LM's
 /// names where Megatron-LM has them).
-Json MegatronModelJson(const MegatronArgs& a, const std::string& name) {
+Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::optional<std::int64_t> padded_vocab) {
   Json j;
   j["name"] = name;
   j["num_layers"] = a.RequiredInt("num_layers");
@@ -214,9 +241,10 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name) {
   j["num_attention_heads"] = a.RequiredInt("num_attention_heads");
   if (a.Flag("group_query_attention")) j["num_query_groups"] = a.RequiredInt("num_query_groups");
   if (const auto kv = a.Int("kv_channels")) j["kv_channels"] = *kv;
-  // The tokenizer pads the vocabulary (padded_vocab_size); a dump printed before it has only vocab_size.
-  const auto vocab = a.Int("padded_vocab_size") ? a.Int("padded_vocab_size") : a.Int("vocab_size");
-  if (!vocab) a.Fail("padded_vocab_size", "the vocabulary size (or pass --model with the model)");
+  // The tokenizer pads the vocabulary after the dump is printed: its "> padded vocab (size: V)
+  // with N dummy tokens (new size: P)" line gives P; else the dump's own size.
+  const auto vocab = padded_vocab ? padded_vocab : a.Int("padded_vocab_size") ? a.Int("padded_vocab_size") : a.Int("vocab_size");
+  if (!vocab) a.Fail("vocab_size", "the vocabulary size (the log has no \"> padded vocab\" line; or pass --model with the model)");
   j["vocab_size"] = *vocab;
   j["seq_length"] = a.RequiredInt("seq_length");
   if (const auto mp = a.Int("max_position_embeddings")) j["max_position_embeddings"] = *mp;
@@ -240,16 +268,20 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name) {
     j["moe_ffn_hidden_size"] = a.Int("moe_ffn_hidden_size").value_or(j["ffn_hidden_size"].get<std::int64_t>());
     if (const auto s = a.Int("moe_shared_expert_intermediate_size")) j["moe_shared_expert_intermediate_size"] = *s;
     // moe_layer_freq: an int N (every N-th layer) or a per-layer list of 0/1.
-    const std::string freq = a.Get("moe_layer_freq").value_or("1");
-    if (!freq.empty() && freq.front() == '[') {
+    const std::string freq = a.Get("moe_layer_freq").value_or("");
+    if (freq.empty()) {
+      // every layer MoE (Megatron-LM's default 1)
+    } else if (freq.front() == '[') {
       const auto items = a.List("moe_layer_freq");
       const auto first_moe = std::find(items.begin(), items.end(), "1");
       if (std::any_of(first_moe, items.end(), [](const std::string& x) { return x != "1"; })) {
         a.Fail("moe_layer_freq", "leading dense layers (0) then every layer MoE (1)");
       }
       j["moe_first_k_dense_layers"] = static_cast<std::int64_t>(first_moe - items.begin());
-    } else {
-      j["moe_layer_step"] = a.RequiredInt("moe_layer_freq");
+    } else if (a.RequiredInt("moe_layer_freq") != 1) {
+      // Megatron-LM's layer i is MoE when i % N == 0; the model's layer_step counts (i + 1) % N.
+      a.Fail("moe_layer_freq", "1, or a per-layer list (an integer N > 1 places MoE layers as the simulator's layer step "
+                               "cannot)");
     }
   }
   if (a.Flag("multi_latent_attention")) {
@@ -263,6 +295,11 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name) {
 
 void MegatronPrecision(const MegatronArgs& a, ParallelConfig* c) {
   c->precision = a.RequiredFlag("fp16") ? Precision::kFp16 : a.RequiredFlag("bf16") ? Precision::kBf16 : Precision::kFp32;
+  if (a.Get("fp4")) {
+    if (*a.Get("fp4") != "e2m1") a.Fail("fp4", "None or e2m1");
+    c->precision = Precision::kNvfp4;
+    return;
+  }
   if (!a.Get("fp8")) return;
   if (*a.Get("fp8") != "hybrid" && *a.Get("fp8") != "e4m3") a.Fail("fp8", "None, hybrid or e4m3");
   const std::string recipe = a.Get("fp8_recipe").value_or("delayed");
@@ -276,7 +313,7 @@ void MegatronPrecision(const MegatronArgs& a, ParallelConfig* c) {
     else a.Fail("fp8_recipe", "delayed, tensorwise, blockwise or mxfp8");
   }
   c->fp8_e4m3 = a.Get("fp8").value_or("") == "e4m3";
-  if (const auto h = a.Int("fp8_amax_history_len")) c->fp8_amax_history_len = *h;
+  if (const auto h = a.Bounded("fp8_amax_history_len", 1, kMaxDegree)) c->fp8_amax_history_len = *h;
   c->fp8_param_gather = a.Flag("fp8_param_gather");
 }
 
@@ -295,11 +332,15 @@ void MegatronRecompute(const MegatronArgs& a, const Model& m, ParallelConfig* c,
   } else if (*g == "selective") {
     c->recompute = Recompute::kSelective;
     const auto names = a.List("recompute_modules");
-    if (!names.empty()) c->recompute_modules = ParseRecomputeModules(names, "argument recompute_modules");
+    try {
+      if (!names.empty()) c->recompute_modules = ParseRecomputeModules(names, "argument recompute_modules");
+      RequireRecomputeModules(m, c->recompute_modules, "argument recompute_modules");
+    } catch (const InputError& e) {
+      a.Fail("recompute_modules", std::string("modules the simulator recomputes (") + e.what() + ")");
+    }
   } else {
     a.Fail("recompute_granularity", "None, full or selective");
   }
-  (void)m;
 }
 
 /// Data-parallel sharding: Megatron's distributed optimizer (ZeRO-1), Megatron-FSDP, FSDP2.
@@ -314,39 +355,38 @@ int MegatronZeroStage(const MegatronArgs& a) {
 
 ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_t* gpus, std::vector<std::string>* notes) {
   ParallelConfig c;
-  c.tp = a.RequiredInt("tensor_model_parallel_size");
-  c.pp = a.RequiredInt("pipeline_model_parallel_size");
-  c.cp = a.Int("context_parallel_size").value_or(1);
+  c.tp = a.RequiredBounded("tensor_model_parallel_size", 1, kMaxDegree);
+  c.pp = a.RequiredBounded("pipeline_model_parallel_size", 1, kMaxDegree);
+  c.cp = a.Bounded("context_parallel_size", 1, kMaxDegree).value_or(1);
   if (m.moe.enabled()) {  // Megatron-LM prints an expert TP size (its default: tp) for dense models too
-    c.ep = a.Int("expert_model_parallel_size").value_or(1);
-    c.etp = a.Int("expert_tensor_parallel_size").value_or(0);
+    c.ep = a.Bounded("expert_model_parallel_size", 1, kMaxDegree).value_or(1);
+    c.etp = a.Bounded("expert_tensor_parallel_size", 1, kMaxDegree).value_or(0);
   }
-  *gpus = a.RequiredInt("world_size");
-  for (const auto& [name, v] : {std::pair<const char*, std::int64_t>{"tensor_model_parallel_size", c.tp},
-                                {"pipeline_model_parallel_size", c.pp}, {"context_parallel_size", c.cp},
-                                {"world_size", *gpus}}) {
-    if (v < 1 || v > kMaxDegree) a.Fail(name, fmt::format("an integer from 1 to {}", kMaxDegree));
-  }
-  if (*gpus % (c.tp * c.pp * c.cp) != 0) {
+  *gpus = a.RequiredBounded("world_size", 1, kMaxDegree);
+  // Each size is at most 2^24, so tp x pp fits, and once it is at most world_size so does x cp.
+  const std::int64_t tp_pp = c.tp * c.pp;
+  if (tp_pp > *gpus || tp_pp * c.cp > *gpus || *gpus % (tp_pp * c.cp) != 0) {
     a.Fail("world_size", fmt::format("a multiple of tensor x pipeline x context parallel sizes ({} x {} x {})", c.tp, c.pp, c.cp));
   }
   c.dp = *gpus / (c.tp * c.pp * c.cp);
-  if (const auto vp = a.Int("virtual_pipeline_model_parallel_size")) {
+  if (const auto vp = a.Bounded("virtual_pipeline_model_parallel_size", 1, m.num_layers)) {
     c.vp = *vp;
-  } else if (const auto per = a.Int("num_layers_per_virtual_pipeline_stage")) {
-    if (*per < 1 || *per > m.num_layers || m.num_layers % (*per * c.pp) != 0) a.Fail("num_layers_per_virtual_pipeline_stage", "a divisor of num_layers / pp");
+  } else if (const auto per = a.Bounded("num_layers_per_virtual_pipeline_stage", 1, m.num_layers)) {
+    if (c.pp > m.num_layers || m.num_layers % (*per * c.pp) != 0) a.Fail("num_layers_per_virtual_pipeline_stage", "a divisor of num_layers / pp");
     c.vp = m.num_layers / (*per * c.pp);
   }
   c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
-  c.micro_batch_size = a.RequiredInt("micro_batch_size");
-  c.global_batch_size = a.RequiredInt("global_batch_size");
-  c.seq_length = a.RequiredInt("seq_length");
+  c.micro_batch_size = a.RequiredBounded("micro_batch_size", 1, kMaxDegree);
+  c.global_batch_size = a.RequiredBounded("global_batch_size", 1, std::int64_t{1} << 40);
+  c.seq_length = a.RequiredBounded("seq_length", 1, kMaxDegree);
   c.sequence_parallel = a.RequiredFlag("sequence_parallel");
   MegatronRecompute(a, m, &c, notes);
   c.zero_stage = MegatronZeroStage(a);
   c.overlap_grad_reduce = a.Flag("overlap_grad_reduce");
   c.overlap_param_gather = a.Flag("overlap_param_gather");
-  c.fp32_main_grads = !a.Flag("grad_reduce_in_bf16");  // Megatron-Core's gradient buffers are fp32 unless so
+  // fp32 gradient buffers exactly when accumulate_allreduce_grads_in_fp32 (validate_args settles it
+  // before the dump: True for bf16 with fp32 main grads).
+  c.fp32_main_grads = a.RequiredFlag("accumulate_allreduce_grads_in_fp32");
   MegatronPrecision(a, &c);
   c.tp_comm_overlap = a.Flag("tp_comm_overlap");
   // Fused attention unless Megatron's own (local) or the unfused backend was chosen.
@@ -355,7 +395,7 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
                       (a.Get("transformer_impl").value_or("transformer_engine") != "local" || a.Flag("use_flash_attn"));
   // cp_comm_type: one type, or a list of one per layer (Megatron-LM's default prints ['p2p']).
   if (const auto cp = a.Get("cp_comm_type")) {
-    std::vector<std::string> types = cp->front() == '[' ? a.List("cp_comm_type") : std::vector<std::string>{*cp};
+    std::vector<std::string> types = !cp->empty() && cp->front() == '[' ? a.List("cp_comm_type") : std::vector<std::string>{*cp};
     if (types.empty() || std::any_of(types.begin(), types.end(), [&](const std::string& x) { return x != types[0]; })) {
       a.Fail("cp_comm_type", "one communication type for every layer");
     }
@@ -368,11 +408,13 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
   if (m.moe.enabled()) {
     const std::string d = a.Get("moe_token_dispatcher_type").value_or("allgather");
     c.moe_dispatcher = d == "flex" ? MoeDispatcher::kFlex : d == "alltoall" ? MoeDispatcher::kAllToAll : MoeDispatcher::kAllGather;
+    if (d != "flex" && d != "alltoall" && d != "allgather") a.Fail("moe_token_dispatcher_type", "allgather, alltoall or flex");
     c.moe_capacity_factor = a.Number("moe_expert_capacity_factor").value_or(0);
+    if (c.moe_capacity_factor < 0) a.Fail("moe_expert_capacity_factor", "None or a positive number");
     c.moe_a2a_overlap = a.Flag("overlap_moe_expert_parallel_comm");
   }
-  c.first_stage_layers = a.Int("decoder_first_pipeline_num_layers").value_or(-1);
-  c.last_stage_layers = a.Int("decoder_last_pipeline_num_layers").value_or(-1);
+  c.first_stage_layers = a.Bounded("decoder_first_pipeline_num_layers", 0, m.num_layers).value_or(-1);
+  c.last_stage_layers = a.Bounded("decoder_last_pipeline_num_layers", 0, m.num_layers).value_or(-1);
   c.embedding_slots = a.Flag("account_for_embedding_in_pipeline_split") || a.Flag("account_for_loss_in_pipeline_split");
   if (a.Get("pipeline_model_parallel_layout")) a.Fail("pipeline_model_parallel_layout", "None (a layout string is not read yet)");
   // Megatron-Core: whole pipeline messages; its non-interleaved 1F1B waits on each transfer.
@@ -412,7 +454,18 @@ LoggedRun ParseMegatron(const std::vector<std::string>& lines, const std::string
     run.model = *d.model;
     run.notes.push_back("the model from --model (" + d.model->name + "), not the one the argument dump describes");
   } else {
-    run.model = ModelFromJson(MegatronModelJson(a, std::filesystem::path(path).stem().string()), path);
+    std::optional<std::int64_t> padded;
+    for (std::size_t i = 0; i < lines.size() && !padded; ++i) {
+      if (lines[i].find("> padded vocab (size:") == std::string::npos) continue;
+      const auto p = FieldAfter(lines[i], "(new size:");
+      if (!p) FailAt(path, i + 1, "expected \"> padded vocab (size: V) with N dummy tokens (new size: P)\"");
+      padded = static_cast<std::int64_t>(PositiveNumber(p->substr(0, p->find(')')), path, i + 1, "padded vocab (new size)"));
+    }
+    run.model = ModelFromJson(MegatronModelJson(a, std::filesystem::path(path).stem().string(), padded), path);
+    if (const auto preset = SamePreset(run.model)) {
+      run.notes.push_back("the argument dump's model is the preset " + *preset + "'s shape");
+      run.model.name = *preset;
+    }
   }
   run.config = MegatronConfig(a, run.model, &run.gpus, &run.notes);
   if (d.gpus && *d.gpus != run.gpus) {
@@ -452,7 +505,7 @@ Json TitanConfig(const std::vector<std::string>& lines, const std::string& path,
     return ParseJsonText(text, fmt::format("{}:{} (the job configuration)", path, i + 1));
   }
   throw InputError(path + ": a torchtitan log without its job configuration: expected the \"Running with configs: {...}\" "
-                   "that torchtitan prints with --debug.print_config (the parallelism and batch are read from it)");
+                   "that torchtitan v0.2 prints with --job.print_config (the parallelism and batch are read from it)");
 }
 
 /// A preset for torchtitan's model name and flavor.
@@ -470,17 +523,60 @@ std::int64_t TitanInt(const Json& cfg, const std::string& section, const std::st
                       const std::string& where) {
   if (!cfg.contains(section) || !cfg[section].is_object() || !cfg[section].contains(key)) return fallback;
   const Json& v = cfg[section][key];
-  if (!v.is_number_integer()) {
-    throw InputError(fmt::format("{}: {}.{}: got {}, expected an integer", where, section, key, JsonForMessage(v)));
+  if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t{1} << 40) ||
+      v.get<std::int64_t>() < -1 || v.get<std::int64_t>() > std::int64_t{1} << 40) {
+    throw InputError(fmt::format("{}: {}.{}: got {}, expected an integer from -1 to 2^40", where, section, key, JsonForMessage(v)));
   }
   return v.get<std::int64_t>();
 }
 
-std::string TitanString(const Json& cfg, const std::string& section, const std::string& key, const std::string& fallback) {
-  if (!cfg.contains(section) || !cfg[section].is_object() || !cfg[section].contains(key) || !cfg[section][key].is_string()) {
-    return fallback;
+bool TitanBool(const Json& cfg, const std::string& section, const std::string& key, const std::string& where) {
+  if (!cfg.contains(section) || !cfg[section].is_object() || !cfg[section].contains(key)) return false;
+  const Json& v = cfg[section][key];
+  if (!v.is_boolean()) throw InputError(fmt::format("{}: {}.{}: got {}, expected true or false", where, section, key, JsonForMessage(v)));
+  return v.get<bool>();
+}
+
+std::string TitanString(const Json& cfg, const std::string& section, const std::string& key, const std::string& fallback,
+                        const std::string& where = "") {
+  if (!cfg.contains(section) || !cfg[section].is_object() || !cfg[section].contains(key)) return fallback;
+  const Json& v = cfg[section][key];
+  if (!v.is_string()) {
+    if (where.empty()) return fallback;
+    throw InputError(fmt::format("{}: {}.{}: got {}, expected a string", where, section, key, JsonForMessage(v)));
   }
-  return cfg[section][key].get<std::string>();
+  return v.get<std::string>();
+}
+
+/// Interleaved1F1B's stages per rank as torchtitan v0.2 splits the model: with
+/// pipeline_parallel_layers_per_stage P, ceil((L + first_less + last_less) / P) stages (the
+/// embedding and the output weighing first_less and last_less layers, 1 by default), else two
+/// per rank (pipeline_parallel.py).
+void TitanVirtualStages(const Json& cfg, const std::string& where, LoggedRun* run) {
+  ParallelConfig& c = run->config;
+  const std::int64_t layers = run->model.num_layers;
+  const std::int64_t per_stage = TitanInt(cfg, "parallelism", "pipeline_parallel_layers_per_stage", 0, where);
+  if (per_stage == 0) {
+    c.vp = 2;
+    run->notes.push_back("Interleaved1F1B with torchtitan's default of two stages per rank");
+    return;
+  }
+  const std::int64_t first = TitanInt(cfg, "parallelism", "pipeline_parallel_first_stage_less_layers", 1, where);
+  const std::int64_t last = TitanInt(cfg, "parallelism", "pipeline_parallel_last_stage_less_layers", 1, where);
+  if (per_stage < 1 || per_stage > layers || first < 0 || last < 0 || first > 1 || last > 1) {
+    throw InputError(where + ": parallelism.pipeline_parallel_layers_per_stage (1 to num_layers) with first/last stage "
+                     "less layers of 0 or 1: expected what the simulator can split");
+  }
+  const std::int64_t stages = (layers + first + last + per_stage - 1) / per_stage;
+  if (stages % c.pp != 0 || stages / c.pp < 2) {
+    throw InputError(fmt::format("{}: parallelism.pipeline_parallel_layers_per_stage {}: {} stages, expected a multiple "
+                                 "of the {} pipeline ranks with two or more each (as torchtitan requires)", where, per_stage,
+                                 stages, c.pp));
+  }
+  c.vp = stages / c.pp;
+  // The embedding and the output each take a layer's slot (Megatron's account-for-embedding/loss).
+  c.embedding_slots = first == 1 && last == 1;
+  if (first != last) throw InputError(where + ": pipeline_parallel_first/last_stage_less_layers: expected both 0 or both 1");
 }
 
 void TitanParallelism(const Json& cfg, const std::string& where, const LogDefaults& d, LoggedRun* run) {
@@ -492,6 +588,7 @@ void TitanParallelism(const Json& cfg, const std::string& where, const LogDefaul
   c.cp = TitanInt(cfg, "parallelism", "context_parallel_degree", 1, where);
   c.ep = TitanInt(cfg, "parallelism", "expert_parallel_degree", 1, where);
   c.etp = TitanInt(cfg, "parallelism", "expert_tensor_parallel_degree", 0, where);
+  if (c.etp < 0 || c.etp > kMaxDegree) throw InputError(fmt::format("{}: parallelism.expert_tensor_parallel_degree: got {}, expected 1 to {}", where, c.etp, kMaxDegree));
   for (const std::int64_t v : {replicate, c.tp, c.pp, c.cp, c.ep, shard == -1 ? 1 : shard}) {
     if (v < 1 || v > kMaxDegree) {
       throw InputError(fmt::format("{}: parallelism: got a degree of {}, expected 1 to {} (data_parallel_shard_degree "
@@ -519,15 +616,36 @@ void TitanParallelism(const Json& cfg, const std::string& where, const LogDefaul
     else if (schedule == "GPipe") c.schedule = Schedule::kGpipe;
     else if (schedule == "Interleaved1F1B") c.schedule = Schedule::kInterleaved;
     else throw InputError(where + ": parallelism.pipeline_parallel_schedule: got \"" + schedule + "\", expected 1F1B, GPipe or Interleaved1F1B");
-    const std::int64_t per_stage = TitanInt(cfg, "parallelism", "pipeline_parallel_layers_per_stage", 0, where);
-    if (c.schedule == Schedule::kInterleaved) {
-      if (per_stage < 1 || per_stage > run->model.num_layers || run->model.num_layers % (per_stage * c.pp) != 0) {
-        throw InputError(where + ": parallelism.pipeline_parallel_layers_per_stage: Interleaved1F1B needs a divisor of num_layers / pp");
-      }
-      c.vp = run->model.num_layers / (per_stage * c.pp);
-    }
+    if (c.schedule == Schedule::kInterleaved) TitanVirtualStages(cfg, where, run);
   }
-  c.tp_comm_overlap = cfg.contains("parallelism") && cfg["parallelism"].value("enable_async_tensor_parallel", false);
+  c.tp_comm_overlap = TitanBool(cfg, "parallelism", "enable_async_tensor_parallel", where);
+}
+
+/// activation_checkpoint (v0.2): mode none, full or selective; selective_ac_option "op" (per-op:
+/// matmul and attention outputs kept, the rest recomputed) or N (every N-th layer checkpointed).
+void TitanCheckpointing(const Json& cfg, const std::string& where, LoggedRun* run) {
+  ParallelConfig& c = run->config;
+  const std::string ac = TitanString(cfg, "activation_checkpoint", "mode", "selective", where);
+  if (ac != "full" && ac != "none" && ac != "selective") {
+    throw InputError(where + ": activation_checkpoint.mode: got \"" + ac + "\", expected none, selective or full");
+  }
+  c.recompute = ac == "full" ? Recompute::kFull : ac == "none" ? Recompute::kNone : Recompute::kSelective;
+  if (c.recompute != Recompute::kSelective) return;
+  const std::string opt = TitanString(cfg, "activation_checkpoint", "selective_ac_option", "2", where);
+  if (opt == "op") {
+    c.recompute_modules = kRecomputeLayernorm;
+    run->notes.push_back("torchtitan's per-op selective checkpointing (matmul and attention outputs kept) simulated as "
+                         "recomputing the layer norms");
+    return;
+  }
+  if (opt.empty() || opt.find_first_not_of("0123456789") != std::string::npos || opt.size() > 6 || std::stoi(opt) < 1) {
+    throw InputError(where + ": activation_checkpoint.selective_ac_option: got \"" + opt + "\", expected op or a positive integer");
+  }
+  c.recompute = Recompute::kFull;
+  if (opt != "1") {
+    run->notes.push_back("torchtitan checkpoints every " + opt + "-th layer; simulated as full recompute of every layer "
+                         "(the simulator recomputes all or none)");
+  }
 }
 
 void TitanBatchAndPrecision(const Json& cfg, const std::string& where, LoggedRun* run) {
@@ -535,26 +653,30 @@ void TitanBatchAndPrecision(const Json& cfg, const std::string& where, LoggedRun
   const std::int64_t local = TitanInt(cfg, "training", "local_batch_size", TitanInt(cfg, "training", "batch_size", 8, where), where);
   const std::int64_t global = TitanInt(cfg, "training", "global_batch_size", -1, where);
   if (local < 1) throw InputError(fmt::format("{}: training.local_batch_size: got {}, expected a positive integer", where, local));
+  if (global == 0 || global < -1) throw InputError(fmt::format("{}: training.global_batch_size: got {}, expected -1 or a positive integer", where, global));
   c.global_batch_size = global > 0 ? global : CheckedProduct(local, c.dp, where + ": training.local_batch_size x dp");
   c.micro_batch_size = c.pp > 1 ? TitanInt(cfg, "parallelism", "pipeline_parallel_microbatch_size", 1, where) : local;
   c.seq_length = TitanInt(cfg, "training", "seq_len", run->model.seq_length, where);
-  const std::string ac = TitanString(cfg, "activation_checkpoint", "mode", "selective");
-  if (ac != "full" && ac != "none" && ac != "selective") {
-    throw InputError(where + ": activation_checkpoint.mode: got \"" + ac + "\", expected none, selective or full");
+  if (c.seq_length < 1 || c.seq_length > kMaxDegree) {
+    throw InputError(fmt::format("{}: training.seq_len: got {}, expected 1 to {}", where, c.seq_length, kMaxDegree));
   }
-  c.recompute = ac == "full" ? Recompute::kFull : ac == "none" ? Recompute::kNone : Recompute::kSelective;
-  if (c.recompute == Recompute::kSelective) {
-    run->notes.push_back("torchtitan's selective activation checkpointing simulated as Megatron's (the attention core recomputed)");
+  TitanCheckpointing(cfg, where, run);
+  const std::string param = TitanString(cfg, "training", "mixed_precision_param",
+                                        TitanString(cfg, "parallelism", "mixed_precision_param", "bfloat16", where), where);
+  if (param != "bfloat16" && param != "float32") {
+    throw InputError(where + ": mixed_precision_param: got \"" + param + "\", expected bfloat16 or float32");
   }
-  const std::string param = TitanString(cfg, "training", "mixed_precision_param", TitanString(cfg, "parallelism", "mixed_precision_param", "bfloat16"));
   c.precision = param == "float32" ? Precision::kFp32 : Precision::kBf16;
   bool float8 = false, mx = false;
   if (cfg.contains("model") && cfg["model"].is_object() && cfg["model"].contains("converters") && cfg["model"]["converters"].is_array()) {
     for (const Json& x : cfg["model"]["converters"]) {
+      // v0.2 names them quantize.linear.float8 / .mx (grouped_mm: the experts' GEMMs only).
       const std::string name = x.is_string() ? x.get<std::string>() : x.dump();
-      if (name.find("float8") != std::string::npos) {
+      if (name.find("grouped_mm") != std::string::npos) {
+        throw InputError(where + ": model.converters: got \"" + name + "\": low precision in the experts' GEMMs alone is not simulated");
+      } else if (name.find("float8") != std::string::npos) {
         float8 = true;
-      } else if (name == "mx") {
+      } else if (name == "mx" || name.find(".mx") != std::string::npos) {
         mx = true;
       } else {
         throw InputError(where + ": model.converters: got \"" + name + "\", expected float8 or mx (the ones simulated)");
@@ -565,6 +687,17 @@ void TitanBatchAndPrecision(const Json& cfg, const std::string& where, LoggedRun
   if (float8) {
     c.precision = Precision::kFp8;
     c.fp8_recipe = Fp8Recipe::kTensorwise;  // torchao's float8 training default
+    if (cfg.contains("quantize") && cfg["quantize"].is_object()) {
+      const Json& q = cfg["quantize"];
+      const Json lin = q.contains("linear") && q["linear"].is_object() ? q["linear"] : Json::object();
+      const std::string recipe = lin.contains("float8") && lin["float8"].is_object() && lin["float8"].contains("recipe_name") &&
+                                         lin["float8"]["recipe_name"].is_string()
+                                     ? lin["float8"]["recipe_name"].get<std::string>()
+                                     : "tensorwise";
+      if (recipe != "tensorwise") {
+        throw InputError(where + ": quantize.linear.float8.recipe_name: got \"" + recipe + "\", expected tensorwise (the float8 recipe simulated)");
+      }
+    }
   }
   c.flash_attention = true;  // PyTorch's scaled_dot_product_attention (flash or cuDNN)
   c.overlap_grad_reduce = true;
@@ -576,10 +709,23 @@ void ReadTitanSteps(const std::vector<std::string>& lines, const std::string& pa
   double tokens = static_cast<double>(run->config.global_batch_size) * static_cast<double>(run->config.seq_length);
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const std::string& l = lines[i];
-    if (const auto t = FieldAfter(l, "tokens per DP rank,")) {
-      // "Trainer is initialized with A tokens per DP rank, B tokens per train step": B must be
-      // the configuration's batch x sequence, and B / A its data-parallel size.
-      const auto a = FieldAfter(l, "initialized with");
+    if (l.find("Trainer is initialized with local batch size") != std::string::npos) {
+      // v0.2: "local batch size X, global batch size Y, ..., sequence length S": the same batch.
+      const auto g = FieldAfter(l, "global batch size");
+      const auto s = FieldAfter(l, "sequence length");
+      const double gbs = g ? PositiveNumber(g->substr(0, g->find(',')), path, i + 1, "global batch size") : 0;
+      const double seq = s ? PositiveNumber(s->substr(0, s->find(',')), path, i + 1, "sequence length") : 0;
+      if (gbs != static_cast<double>(run->config.global_batch_size) || seq != static_cast<double>(run->config.seq_length)) {
+        FailAt(path, i + 1, fmt::format("global batch size {:g}, sequence length {:g}, but the configuration read gives {} and "
+                                        "{}: expected the same (check --gpus, which sets data_parallel_shard_degree -1)",
+                                        gbs, seq, run->config.global_batch_size, run->config.seq_length));
+      }
+    }
+    const auto t = FieldAfter(l, "tokens per DP rank,");
+    const auto a = FieldAfter(l, "initialized with");
+    if (t && a) {
+      // Later versions: "Trainer is initialized with A tokens per DP rank, B tokens per train
+      // step": B must be the configuration's batch x sequence, and B / A its data-parallel size.
       const double per_rank = PositiveNumber(a->substr(0, a->find(' ')), path, i + 1, "tokens per DP rank");
       const double logged = PositiveNumber(t->substr(0, t->find(' ')), path, i + 1, "tokens per train step");
       if (logged != tokens || logged / per_rank != static_cast<double>(run->config.dp)) {
@@ -590,8 +736,9 @@ void ReadTitanSteps(const std::vector<std::string>& lines, const std::string& pa
                                         run->config.seq_length, run->config.dp));
       }
     }
-    if (l.find("step:") == std::string::npos || (l.find("tps:") == std::string::npos && l.find("wps:") == std::string::npos)) {
-      continue;
+    if (l.find("step:") == std::string::npos || (l.find("tps:") == std::string::npos && l.find("wps:") == std::string::npos) ||
+        l.find("validate step:") != std::string::npos) {
+      continue;  // validation steps (log_validation) are not training steps
     }
     const auto tps = FieldAfter(l, l.find("tps:") != std::string::npos ? "tps:" : "wps:");
     const double per_gpu = PositiveNumber(tps->substr(0, tps->find(' ')), path, i + 1, "tps (tokens per second per GPU)");

@@ -53,6 +53,7 @@ TEST(RunLog, MegatronLogGivesTheModelConfigurationAndMeasuredStep) {
   EXPECT_EQ(r.model.num_query_groups, 8);
   EXPECT_EQ(r.model.vocab_size, 128256);
   EXPECT_EQ(r.model.Parameters().total, preset.Parameters().total);
+  EXPECT_EQ(r.model.name, "llama3-8b");  // the same shape as the preset: named after it
   EXPECT_FALSE(r.model.tie_embeddings);
   const ParallelConfig want = MegatronFixtureConfig();
   EXPECT_EQ(r.config.tp, want.tp);
@@ -157,13 +158,12 @@ TEST(RunLog, MalformedLinesNameTheFileAndLine) {
   const std::string world = error(replaced(ArgLine("world_size", "8"), ArgLine("world_size", "6")));
   EXPECT_NE(world.find("argument world_size: got \"6\""), std::string::npos) << world;
   EXPECT_NE(error("just some text\n").find("neither a Megatron-LM log"), std::string::npos);
-  std::string no_steps = text.substr(0, text.find("end of arguments"));
-  no_steps += "end of arguments ---------------------\n";
+  const std::string no_steps = text.substr(0, text.find("iteration       10/"));
   EXPECT_NE(error(no_steps).find("expected at least one measured step"), std::string::npos);
   const std::string titan = ReadTextFile(kTitan);
   EXPECT_NE(error(titan).find("data_parallel_shard_degree is -1"), std::string::npos);  // no --gpus
   const std::string titan_no_cfg = titan.substr(titan.find("Building llama3"));
-  EXPECT_NE(error(titan_no_cfg).find("--debug.print_config"), std::string::npos);
+  EXPECT_NE(error(titan_no_cfg).find("--job.print_config"), std::string::npos);
   LogDefaults d;
   d.gpus = 8;
   std::string bad_tps = titan;
@@ -212,8 +212,20 @@ TEST(RunLog, ValuesOutsideWhatEachFrameworkPrintsAreRefused) {
   const std::string titan = ReadTextFile(kTitan);
   LogDefaults sixteen;
   sixteen.gpus = 16;
-  EXPECT_NE(error(titan, sixteen).find("131072 tokens per train step over 8 data-parallel ranks"), std::string::npos)
+  EXPECT_NE(error(titan, sixteen).find("global batch size 16, sequence length 8192, but the configuration read gives 32"),
+            std::string::npos)
       << error(titan, sixteen);
+  // The later versions' line: tokens per DP rank and per train step.
+  std::string later = titan;
+  const std::string v02 = "local batch size 2, global batch size 16, gradient accumulation steps 1, sequence length 8192";
+  later.replace(later.find(v02), v02.size(), "16384 tokens per DP rank, 131072 tokens per train step, gradient accumulation steps 1");
+  EXPECT_NE(error(later, sixteen).find("131072 tokens per train step over 8 data-parallel ranks"), std::string::npos)
+      << error(later, sixteen);
+  EXPECT_EQ(ParseTrainingLog(later, "run.log", {.model = std::nullopt, .gpus = 8}).gpus, 8);
+  // Validation steps are not training steps.
+  std::string validation = titan;
+  validation += "[rank0]:[titan] 2026-11-21 09:00:06,000 - root - INFO - validate step: 30  loss:  9.00000  memory: 61.60GiB(77.88%)  tps: 20,000\n";
+  EXPECT_EQ(ParseTrainingLog(validation, "run.log", {.model = std::nullopt, .gpus = 8}).step_times_s.size(), 4u);
   LogDefaults eight;
   eight.gpus = 8;
   std::string mode = titan;
