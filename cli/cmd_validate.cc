@@ -111,8 +111,9 @@ void RunValidate(const ValidateArgs& a) {
       data["kind"] = "validate";
       WriteHtmlReport(a.html, a.logs.empty() ? "shardcast validate: predicted vs published training runs"
                                              : "shardcast validate: predicted vs your training runs",
-                      fmt::format("{}: {} rows simulated, step-time MAPE {:.1f}%", source, s.simulated,
-                                  100 * s.step_time_mape),
+                      s.timed == 0 ? fmt::format("{}: {} rows simulated, none with a measured step time", source, s.simulated)
+                                   : fmt::format("{}: {} rows simulated, step-time MAPE {:.1f}%", source, s.simulated,
+                                                 100 * s.step_time_mape),
                       data);
     }
     if (a.json) {

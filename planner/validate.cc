@@ -318,6 +318,19 @@ std::map<std::string, std::pair<double, std::size_t>> TauBySeries(const std::vec
   return out;
 }
 
+// The out-of-memory counts of a simulated row.
+void CountOutcome(const ValidationRow& row, ValidationSummary* s) {
+  if (row.outcome == "OOM") {
+    ++s->oom_rows;
+    if (!row.predicted_fits) ++s->oom_rows_predicted_oom;
+    if (row.predicted_at_risk) ++s->oom_rows_at_risk;
+  } else {
+    ++s->ok_rows;
+    if (row.predicted_fits) ++s->ok_rows_predicted_fit;
+    if (row.predicted_at_risk) ++s->ok_rows_at_risk;
+  }
+}
+
 // The summary over the rows and memory points (ValidationSummary).
 void Summarize(ValidationReport* rep) {
   ValidationSummary& s = rep->summary;
@@ -333,15 +346,7 @@ void Summarize(ValidationReport* rep) {
       continue;
     }
     ++s.simulated;
-    if (row.outcome == "OOM") {
-      ++s.oom_rows;
-      if (!row.predicted_fits) ++s.oom_rows_predicted_oom;
-      if (row.predicted_at_risk) ++s.oom_rows_at_risk;
-    } else {
-      ++s.ok_rows;
-      if (row.predicted_fits) ++s.ok_rows_predicted_fit;
-      if (row.predicted_at_risk) ++s.ok_rows_at_risk;
-    }
+    CountOutcome(row, &s);
     if (row.step_time_error) {
       const double e = std::fabs(*row.step_time_error);
       ++s.timed;

@@ -168,8 +168,10 @@ void WriteExplainedRow(std::ostream& out, const ValidationRow& r, const Explaine
   WriteOps(out, e.model, r.config, e.cluster, e.profile);
 }
 
-void WriteValidationText(std::ostream& out, const ValidationReport& rep, const std::string& runs) {
-  const ValidationSummary& s = rep.summary;
+namespace {
+
+// What the rows are and how to read the table.
+void WriteValidationHeader(std::ostream& out, const ValidationReport& rep, const std::string& runs) {
   if (rep.logs.empty()) {
     out << "Published training runs: " << runs << "\n";
     out << "error = predicted / measured - 1; memory is the peak over pipeline stages; * measured step time derived\n"
@@ -182,6 +184,10 @@ void WriteValidationText(std::ostream& out, const ValidationReport& rep, const s
     out << "error = predicted / measured - 1; measured step: the mean of the logged steps after the first; * derived\n"
            "from the log's tokens per second; memory: PyTorch's max allocated against the predicted peak over stages\n\n";
   }
+}
+
+// One line per row: measured, predicted and error of step time and memory, and the outcome.
+void WriteValidationRows(std::ostream& out, const ValidationReport& rep) {
   out << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<32} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n", "row", "src",
                            "model", "GPUs", "configuration", "measured", "predicted", "error", "mem GiB", "predicted",
                            "error", "outcome / predicted");
@@ -202,6 +208,10 @@ void WriteValidationText(std::ostream& out, const ValidationReport& rep, const s
                                  std::string(r.fitted_constant.empty() ? "" : "  [fit]") +
                                  std::string(r.low_confidence ? "  [low confidence]" : ""));
   }
+}
+
+// Korthikanti's memory figure points.
+void WriteMemoryPoints(std::ostream& out, const ValidationReport& rep) {
   if (!rep.memory_points.empty()) {
     out << fmt::format("\nMemory points (first pipeline stage, Korthikanti et al. 2022 figures; GiB, fractions unitless)\n");
     out << fmt::format("  {:<14} {:<30} {:<26} {:>10} {:>10} {:>7}\n", "model", "quantity", "setting", "published",
@@ -211,6 +221,12 @@ void WriteValidationText(std::ostream& out, const ValidationReport& rep, const s
                                p.published_GiB, p.predicted_GiB, 100 * p.error);
     }
   }
+}
+
+// MAPE overall, held out, fitted and without low-confidence rows; per source; assumptions or
+// notes; rank correlation; memory and out-of-memory counts.
+void WriteValidationSummary(std::ostream& out, const ValidationReport& rep) {
+  const ValidationSummary& s = rep.summary;
   out << "\nSummary\n";
   out << fmt::format("  rows {} (simulated {}, skipped {}), with a measured step time {}\n", s.rows, s.simulated,
                            s.skipped, s.timed);
@@ -269,7 +285,15 @@ void WriteValidationText(std::ostream& out, const ValidationReport& rep, const s
                            s.oom_rows_predicted_oom, s.oom_rows, s.ok_rows_predicted_fit, s.ok_rows);
   out << fmt::format("  at risk (fit, but not with the peak x {}, BLOOM's smallest nvidia-smi / predicted ratio,\n"
                            "    from the same sweeps as the OOM rows): {} of {} OOM rows, {} of {} ok rows\n",
-                           kMeasuredOverPredictedPeakMin, s.oom_rows_at_risk, s.oom_rows, s.ok_rows_at_risk, s.ok_rows);
+                           kMeasuredOverPredictedPeakMin, s.oom_rows_at_risk, s.oom_rows, s.ok_rows_at_risk, s.ok_rows);}
+
+}  // namespace
+
+void WriteValidationText(std::ostream& out, const ValidationReport& rep, const std::string& runs) {
+  WriteValidationHeader(out, rep, runs);
+  WriteValidationRows(out, rep);
+  WriteMemoryPoints(out, rep);
+  WriteValidationSummary(out, rep);
 }
 
 }  // namespace shardcast
