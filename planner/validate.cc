@@ -318,6 +318,16 @@ std::map<std::string, std::pair<double, std::size_t>> TauBySeries(const std::vec
   return out;
 }
 
+// The row's predicted figures from its simulation.
+void FillPrediction(const SimulationResult& res, ValidationRow* row) {
+  row->predicted_step_time_s = res.step_time_s;
+  row->predicted_peak_memory_bytes = res.peak_memory_bytes;
+  row->predicted_fits = res.fits;
+  row->predicted_at_risk = res.memory_at_risk;
+  row->predicted_mfu = res.mfu;
+  row->predicted_mfu_causal = res.mfu_causal;
+}
+
 // The out-of-memory counts of a simulated row.
 void CountOutcome(const ValidationRow& row, ValidationSummary* s) {
   if (row.outcome == "OOM") {
@@ -613,12 +623,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       continue;
     }
     if (!explain_row.empty() && row.row_id == explain_row) rep.explained = ExplainedRow{row.row_id, m, cl, prof, res};
-    row.predicted_step_time_s = res.step_time_s;
-    row.predicted_peak_memory_bytes = res.peak_memory_bytes;
-    row.predicted_fits = res.fits;
-    row.predicted_at_risk = res.memory_at_risk;
-    row.predicted_mfu = res.mfu;
-    row.predicted_mfu_causal = res.mfu_causal;
+    FillPrediction(res, &row);
     // Measured values, when given, must be positive numbers.
     auto measured = [&](const char* col) -> std::optional<double> {
       const std::string v = t.Get(r, col);
@@ -789,12 +794,7 @@ ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cl
       continue;
     }
     if (!explain_row.empty() && row.row_id == explain_row) rep.explained = ExplainedRow{row.row_id, run.model, cluster, profile, res};
-    row.predicted_step_time_s = res.step_time_s;
-    row.predicted_peak_memory_bytes = res.peak_memory_bytes;
-    row.predicted_fits = res.fits;
-    row.predicted_at_risk = res.memory_at_risk;
-    row.predicted_mfu = res.mfu;
-    row.predicted_mfu_causal = res.mfu_causal;
+    FillPrediction(res, &row);
     row.model_flops_per_step = res.model_flops_per_step;
     row.measured_step_time_s = run.measured_step_time_s;
     row.step_time_derived = run.format == "torchtitan";  // from tokens per second
