@@ -195,6 +195,9 @@ struct Running {
   SimTime sched_at = 0;        // time of the task's pending event
   std::uint32_t last_seq = 0;  // seq of the task's latest event
   std::uint8_t in_flow = 0;    // comm task is moving bytes
+  // The rate has not changed since the pending event was set: that event is the exact finish
+  // (the loop's full-speed fast path; a rate change without a new event clears it).
+  std::uint8_t exact = 0;
 };
 
 /// Per task, for one run: where its running state is and what the loop counts down.
@@ -561,7 +564,11 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
   BuildCsr();
   thread_local Workspace ws;
   ws.task.resize(n);
-  for (std::size_t i = 0; i < n; ++i) ws.task[i].indeg = hot_[i].indeg;
+  {
+    TaskRun* const t = ws.task.data();
+    const Hot* const h = hot_.data();
+    for (std::size_t i = 0; i < n; ++i) t[i].indeg = h[i].indeg;
+  }
   ws.dev.assign(nd, DeviceRun{});
   for (std::size_t d = 0; d < nd; ++d) {
     ws.dev[d].slow_nvlink = devices_[d].overlap_slowdown_nvlink;
@@ -598,7 +605,8 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
   std::int32_t* free_slots = ws.free_slots.data();
   std::size_t used_slots = 0, nfree = 0;
   Event* pending = ws.pending.data();
-  std::size_t head = ws.pending.size() / 2, tail = head;
+  std::size_t pending_size = ws.pending.size();
+  std::size_t head = pending_size / 2, tail = head;
 
   std::uint32_t seq = 0;
   SimTime now = 0;
@@ -620,9 +628,10 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
   // among the first, a compute pass's among the last.
   auto push = [&](const Event& ev) SHARDCAST_INLINE {
     if (head == tail || ev.time >= pending[(head + tail) / 2].time) {
-      if (tail == ws.pending.size()) {
+      if (tail == pending_size) {
         std::tie(head, tail) = Recentre(ws.pending, head, tail);
         pending = ws.pending.data();
+        pending_size = ws.pending.size();
       }
       std::size_t j = tail++;
       while (j > head && pending[j - 1].time > ev.time) {
@@ -634,6 +643,7 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
       if (head == 0) {
         std::tie(head, tail) = Recentre(ws.pending, head, tail);
         pending = ws.pending.data();
+        pending_size = ws.pending.size();
       }
       std::size_t j = --head;
       while (pending[j + 1].time <= ev.time) {  // stops before the middle event, later than ev
@@ -646,6 +656,7 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
   auto pop = [&]() SHARDCAST_INLINE { return pending[head++]; };
   auto schedule = [&](std::int32_t id, Running& s, SimTime at) SHARDCAST_INLINE {
     s.sched_at = at;
+    s.exact = 1;
     ++pushes;
     s.last_seq = seq;
     push({at, seq++, id});
@@ -674,6 +685,7 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
     if (f < s.sched_at) schedule(id, s, f);
   };
   auto compute_rate = [&](const DeviceRun& d) SHARDCAST_INLINE {
+    if ((d.nv_flows | d.net_flows) == 0) return 1.0;  // 1 / (1 + 0), without the division
     double slow = 0;
     if (d.nv_flows > 0) slow = std::max(slow, d.slow_nvlink);
     if (d.net_flows > 0) slow = std::max(slow, d.slow_network);
@@ -692,6 +704,7 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
     if (nr == s.rate) return;
     advance(s);
     s.rate = nr;
+    s.exact = 0;
     reschedule(c, s);
   };
   auto refresh_link = [&](std::size_t l) SHARDCAST_INLINE {
@@ -707,6 +720,7 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
       advance(s);
       const bool was_stalled = s.rate == 0;
       s.rate = nr;
+      s.exact = 0;
       if (was_stalled) {
         schedule(f, s, finish_at(f, s));
       } else {
@@ -750,9 +764,20 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
       s.in_flow = 1;
       s.remaining = c.bytes + c.work_ns * c.rate_cap_GBps;
       s.rate = 0;
-      link_flows[static_cast<std::size_t>(c.link)].push_back(tid);
+      auto& flows = link_flows[static_cast<std::size_t>(c.link)];
+      flows.push_back(tid);
       flow_count(c, d, +1);
-      refresh_link(static_cast<std::size_t>(c.link));
+      if (flows.size() == 1) {
+        // Alone on its link (most pipeline sends): refresh_link's one step for a stalled flow,
+        // whose advance over no time changes nothing.
+        const double nr = std::min(links_[static_cast<std::size_t>(c.link)].capacity_GBps, c.rate_cap_GBps);
+        if (nr != 0) {
+          s.rate = nr;
+          schedule(tid, s, finish_at(tid, s));
+        }
+      } else {
+        refresh_link(static_cast<std::size_t>(c.link));
+      }
     } else if (c.link >= 0) {
       s.remaining = c.work_ns;
       s.rate = 1.0;
@@ -805,7 +830,10 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
     const Hot& h = hot[id];
     const TaskCost& c = costs[h.cost];
     Running& s = run[slot];
-    if (s.rate > 0 && !h.join && (c.link >= 0 ? s.in_flow : 1)) {
+    // A task at full speed whose rate has not changed since its event was set ends now: its
+    // remaining work is at most 1e-9 + half an ulp of the work it had then (finish_at's ceiling
+    // on x - 1e-9), under the 1e-6 below, so the check is skipped. Flows and slowed tasks check.
+    if (!(s.exact && s.rate == 1.0) && s.rate > 0 && !h.join && (c.link >= 0 ? s.in_flow : 1)) {
       // The task may have slowed since this event was set: finish only when no work is left.
       advance(s);
       if (s.remaining > 1e-6) {
@@ -815,7 +843,7 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
     }
     // Task finished.
     end[id] = now;
-    end_log[nend++] = id;
+    if (anchor >= 0) end_log[nend++] = id;  // read by the period checks only
     tr.slot = -1;
     ++finished;
     const bool was_flow = s.in_flow != 0;
@@ -825,7 +853,11 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
     d.peak_bytes = std::max(d.peak_bytes, d.dyn_bytes);
     if (c.link >= 0 && was_flow) {
       auto& flows = link_flows[static_cast<std::size_t>(c.link)];
-      flows.erase(std::find(flows.begin(), flows.end(), id));
+      if (flows.size() == 1) {
+        flows.clear();  // it was alone on its link
+      } else {
+        flows.erase(std::find(flows.begin(), flows.end(), id));
+      }
       flow_count(c, d, -1);
       refresh_link(static_cast<std::size_t>(c.link));
     } else if (d.running_compute == id) {
@@ -838,9 +870,10 @@ void TaskGraph::Run(EngineResult* out, bool skip_periods) const {
         start_task(v);
       }
     }
-    // Events come in time order: the last task to end ends the step.
-    r.makespan = now;
   }
+  // Events come in time order, and the last one (never superseded, never a re-check, which
+  // queues another) ends the last task: its time is the step's end.
+  r.makespan = now;
   r.events = finished;
   r.heap_pushes = pushes;
   r.copied_tasks = ws.periods.copied_tasks();

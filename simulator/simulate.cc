@@ -844,8 +844,9 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     for (std::int32_t id : ids) {
       const auto u = static_cast<std::size_t>(id);
       const TaskNode& t = tasks[u];
-      const double gap = SimToSeconds(er.start[u] - prev_end);
-      if (gap > 0) {
+      // The gap is positive exactly when its integer nanoseconds are (no division otherwise).
+      if (er.start[u] > prev_end) {
+        const double gap = SimToSeconds(er.start[u] - prev_end);
         const std::int32_t gp = er.gating_pred[u];
         const TaskType gt = gp >= 0 ? tasks[static_cast<std::size_t>(gp)].type : TaskType::kForward;
         if (gp >= 0 && gt == TaskType::kPpSend) {
