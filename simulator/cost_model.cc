@@ -83,8 +83,9 @@ double MemoryBoundTime(const HardwareProfile& p, double bytes) {
 }
 
 double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward) {
-  const double eff = (backward ? p.attention_bwd_efficiency : p.attention_fwd_efficiency) *
-                     InterpolateLogX(p.attention_efficiency_vs_seq, seq);
+  const auto& curve = backward && !p.attention_bwd_efficiency_vs_seq.empty() ? p.attention_bwd_efficiency_vs_seq
+                                                                               : p.attention_efficiency_vs_seq;
+  const double eff = (backward ? p.attention_bwd_efficiency : p.attention_fwd_efficiency) * InterpolateLogX(curve, seq);
   return flops / (p.gemm_peak_tflops * 1e12 * eff) + p.launch_overhead_s;
 }
 

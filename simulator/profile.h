@@ -99,11 +99,16 @@ struct HardwareProfile {
   /// none when the profile has no rate for `p`.
   std::optional<GemmRate> GemmRateOf(Precision p) const;
 
-  // Attention (flash): achieved fraction of the bf16 peak, forward and backward, at seq >= 2k;
-  // scaled by attention_efficiency_vs_seq below that.
+  // Attention (flash): achieved fraction of the bf16 peak, forward and backward, at the curves'
+  // reference length (the sequence where they are 1; 2k in the built-in defaults), scaled by
+  // attention_efficiency_vs_seq (forward) and attention_bwd_efficiency_vs_seq (backward) at
+  // other lengths.
   double attention_fwd_efficiency = 0;
   double attention_bwd_efficiency = 0;
-  std::vector<CurvePoint> attention_efficiency_vs_seq;  ///< relative factor by sequence length
+  std::vector<CurvePoint> attention_efficiency_vs_seq;  ///< forward's relative factor by sequence length
+  /// Backward's relative factor by sequence length; empty: the forward's curve (profiles written
+  /// before 2026-12 have one curve).
+  std::vector<CurvePoint> attention_bwd_efficiency_vs_seq;
   /// Unfused attention (no flash): the attention core's kernels (the batched score and context
   /// GEMMs, one dimension the head dim, and the softmax and dropout passes over the s x s
   /// scores) take their cost-model time (GemmTime / MemoryBoundTime: the profile's GEMM and

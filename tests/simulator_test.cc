@@ -797,6 +797,33 @@ TEST(Profile, JsonRoundTrip) {
   Json j = ProfileToJson(p);
   j["attention"].erase("unfused_core_efficiency");
   EXPECT_EQ(ProfileFromJson(j, "old.json").unfused_attention_core_efficiency, 1.0);
+  // The backward curve round-trips; a profile with one curve uses it both ways.
+  EXPECT_EQ(q.attention_bwd_efficiency_vs_seq.size(), p.attention_bwd_efficiency_vs_seq.size());
+  EXPECT_EQ(ProfileToJson(q), ProfileToJson(p));
+  j["attention"].erase("backward_efficiency_vs_seq");
+  const HardwareProfile one_curve = ProfileFromJson(j, "old.json");
+  EXPECT_TRUE(one_curve.attention_bwd_efficiency_vs_seq.empty());
+  const double flops = 1e12, f16k = 616.0 / 521, b16k = 561.0 / 501;
+  EXPECT_DOUBLE_EQ(AttentionTime(one_curve, flops, 16384, true) - one_curve.launch_overhead_s,
+                   flops / (989.4e12 * (501.0 / 989.4) * f16k));
+  EXPECT_DOUBLE_EQ(AttentionTime(p, flops, 16384, true) - p.launch_overhead_s, flops / (989.4e12 * (501.0 / 989.4) * b16k));
+}
+
+// The H100 default attention is the FA3 paper's hd128 figures (docs/profile.md): causal forward
+// 292, 423, 521, 579, 602, 616 TF/s and backward 316, 424, 501, 542, 559, 561 TF/s at 512..16k
+// tokens, each kernel at its own length's rate, without counting the lengthening twice.
+TEST(Profile, HopperAttentionIsTheFa3PapersRatesAtEachLength) {
+  const HardwareProfile p = DefaultProfile(LoadCluster("dgx-h100"));
+  ASSERT_EQ(p.gemm_peak_tflops, 989.4);
+  const double seq[] = {512, 1024, 2048, 4096, 8192, 16384};
+  const double fwd[] = {292, 423, 521, 579, 602, 616}, bwd[] = {316, 424, 501, 542, 559, 561};
+  const double flops = 1e13;
+  for (int i = 0; i < 6; ++i) {
+    const double fwd_tflops = flops / (AttentionTime(p, flops, seq[i], false) - p.launch_overhead_s) / 1e12;
+    const double bwd_tflops = flops / (AttentionTime(p, flops, seq[i], true) - p.launch_overhead_s) / 1e12;
+    EXPECT_NEAR(fwd_tflops, fwd[i], 1e-9) << seq[i];
+    EXPECT_NEAR(bwd_tflops, bwd[i], 1e-9) << seq[i];
+  }
 }
 
 // Issue 14 (5): a missing curve key exited 1 (out_of_range); (4): a zero in a curve hung the engine.
@@ -960,11 +987,31 @@ namespace {
 // before that work; each must come out the same to the last bit. The reference predates
 // `--framework` and NVLS: it ran Megatron-LM 2021-22's pipeline behaviour (now `--framework
 // megatron-2022`) and ring all-reduces only (now `--no-nvls`).
+//
+// The reference also predates the attention defaults of 2026-12 (FA3 forward 521/989.4 and
+// backward 501/989.4 of peak at 2k, and a backward curve of its own): the A100 and H100 runs get
+// profiles with the attention figures the reference ran (H100 0.58 / 0.53 of peak, one curve).
+std::string ReferenceAttentionProfile(const std::string& cluster) {
+  HardwareProfile p = DefaultProfile(LoadCluster(cluster));
+  if (cluster == "dgx-h100") {
+    p.attention_fwd_efficiency = 0.58;
+    p.attention_bwd_efficiency = 0.53;
+  }
+  p.attention_efficiency_vs_seq = {{512, 0.56}, {1024, 0.81}, {2048, 1.0}, {4096, 1.11}, {8192, 1.16}, {16384, 1.18}};
+  p.attention_bwd_efficiency_vs_seq.clear();
+  return testing::WriteTemp(cluster + "_reference_attention.json", ProfileToJson(p).dump());
+}
+
 TEST(EngineSpeedWork, ResultsEqualTheReferenceEngines) {
   const Json ref = ReadJsonFile(testing::FixturesDir() + "/engine_reference.json");
   ASSERT_GE(ref["configurations"].size(), 16u);
+  const std::map<std::string, std::string> profiles = {{"dgx-a100", ReferenceAttentionProfile("dgx-a100")},
+                                                       {"dgx-h100", ReferenceAttentionProfile("dgx-h100")}};
   for (const Json& c : ref["configurations"]) {
     std::string args = c["args"].get<std::string>() + " --framework megatron-2022 --no-nvls";
+    for (const auto& [cluster, file] : profiles) {
+      if (args.find("--cluster " + cluster + " ") != std::string::npos) args += " --profile " + file;
+    }
     // Selective recompute with flash attention recomputed nothing then; it now reruns the flash
     // forward (Megatron-Core's core_attn checkpoint). What the reference ran is --recompute none.
     if (const auto at = args.find("--recompute selective");
