@@ -150,6 +150,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
                                                      : MoeDispatcher::kAllToAll;
   c.moe_capacity_factor = a.moe_capacity_factor;
   c.moe_load_imbalance = a.moe_load_imbalance;
+  c.moe_force_load_balancing = a.moe_force_load_balancing;
   ApplyContextParallelArgs(a, &c);
   CheckPipelineSplitArgs(a, m, c);
   c.p2p_blocking = a.p2p_blocking;
@@ -199,6 +200,7 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.moe_dispatcher != MoeDispatcher::kAllToAll) f += fmt::format(" --moe-token-dispatcher-type {}", ToString(c.moe_dispatcher));
   if (c.moe_capacity_factor > 0) f += fmt::format(" --moe-expert-capacity-factor {}", c.moe_capacity_factor);
   if (c.moe_load_imbalance > 0) f += fmt::format(" --moe-load-imbalance {}", c.moe_load_imbalance);
+  if (c.moe_force_load_balancing) f += " --moe-router-force-load-balancing";
   if (c.vp > 1) f += fmt::format(" --vp {}", c.vp);
   if (c.first_stage_layers >= 0) f += fmt::format(" --decoder-first-pipeline-num-layers {}", c.first_stage_layers);
   if (c.last_stage_layers >= 0) f += fmt::format(" --decoder-last-pipeline-num-layers {}", c.last_stage_layers);
@@ -345,8 +347,11 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
       ->check(CLI::Range(1.0, 64.0));
   cmd->add_option("--moe-load-imbalance", a->moe_load_imbalance,
                   "tokens of the busiest expert-parallel rank over the average (default: balanced routing's expected "
-                  "maximum, a few percent)")
+                  "maximum, a few percent; 1.65 for a router trained with global-batch balancing, as Qwen3's)")
       ->check(CLI::Range(1.0, 64.0));
+  cmd->add_flag("--moe-router-force-load-balancing", a->moe_force_load_balancing,
+                "the router's choices replaced by balanced ones (Megatron-Core's benchmarking switch): balanced "
+                "routing's imbalance whatever the model's router");
   AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size,--num-virtual-stages-per-pipeline-rank", a->vp,
               "virtual stages per pipeline rank", kMaxVirtualStages);
   cmd->add_flag("--pipeline-layout-even", a->even_chunks,

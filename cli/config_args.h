@@ -49,6 +49,7 @@ struct SimulateArgs {
   std::int64_t ep = 1, etp = 0;
   std::string moe_dispatcher = "alltoall";
   double moe_capacity_factor = 0, moe_load_imbalance = 0;
+  bool moe_force_load_balancing = false;  ///< --moe-router-force-load-balancing
   /// --decoder-first/last-pipeline-num-layers (-1: not given).
   std::int64_t first_stage_layers = -1, last_stage_layers = -1;
   std::string recompute = "none", schedule, recompute_granularity, optimizer = "megatron";

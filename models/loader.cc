@@ -166,6 +166,7 @@ void ReadMoeAndMla(const JsonReader& r, Model* m) {
   m->moe.layer_step = r.OptInt("moe_layer_step", 1, kMaxLayers).value_or(1);
   m->moe.expert_bias = r.OptBool("moe_expert_bias").value_or(false);
   m->moe.router_bias = r.OptBool("moe_router_bias").value_or(false);
+  m->moe.router_global_batch_balance = r.OptBool("moe_router_global_batch_balance").value_or(false);
   m->mla.kv_lora_rank = r.OptInt("kv_lora_rank", 0, kMaxHidden).value_or(0);
   m->mla.q_lora_rank = r.OptInt("q_lora_rank", 0, kMaxHidden).value_or(0);
   m->mla.qk_head_dim = r.OptInt("qk_head_dim", 0, kMaxHeadDim).value_or(0);
@@ -188,7 +189,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
                        "position_embedding", "rotary_base", "tie_embeddings", "add_bias_linear",
                        "add_qkv_bias", "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                        "moe_shared_expert_intermediate_size", "moe_first_k_dense_layers", "moe_layer_step",
-                       "moe_expert_bias", "moe_router_bias", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
+                       "moe_expert_bias", "moe_router_bias", "moe_router_global_batch_balance", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
                        "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers"});
   Model m;
   m.name = r.OptString("name").value_or(std::filesystem::path(file).stem().string());
@@ -261,6 +262,7 @@ Json ModelToJson(const Model& m) {
     j["moe_layer_step"] = m.moe.layer_step;
     j["moe_expert_bias"] = m.moe.expert_bias;
     j["moe_router_bias"] = m.moe.router_bias;
+    j["moe_router_global_batch_balance"] = m.moe.router_global_batch_balance;
   }
   if (m.mla.enabled()) {
     j["q_lora_rank"] = m.mla.q_lora_rank;
@@ -311,6 +313,10 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     e.ffn_hidden_size = r.Int("moe_intermediate_size", 1, kMaxFfn);
     e.shared_ffn_hidden_size = r.OptInt("shared_expert_intermediate_size", 0, kMaxFfn).value_or(0);
     e.layer_step = r.OptInt("decoder_sparse_step", 1, kMaxLayers).value_or(1);
+    // Qwen3's MoE models were trained with global-batch load balancing (Qiu et al. 2025, ACL,
+    // "Demons in the Detail": "Global-batch LBL is also used in Qwen3-MoEs"); Qwen2-MoE's
+    // balancing is not published.
+    e.router_global_batch_balance = type == "qwen3_moe";
     if (r.Has("mlp_only_layers") && r.json()["mlp_only_layers"].is_array() && !r.json()["mlp_only_layers"].empty()) {
       throw InputError::Field(file, "/mlp_only_layers", JsonForMessage(r.json()["mlp_only_layers"]),
                               "an empty list (dense layers at arbitrary positions are not modelled)");

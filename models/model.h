@@ -82,6 +82,11 @@ struct MoeSpec {
   std::int64_t layer_step = 1;
   bool expert_bias = false;  ///< biases in the experts' linear layers (GPT-OSS)
   bool router_bias = false;  ///< a bias in the router's linear layer (GPT-OSS)
+  /// The router was trained with global-batch load balancing (the balancing loss over the
+  /// global batch's expert counts, not each micro-batch's: Qiu et al. 2025, "Demons in the
+  /// Detail", used for Qwen3's MoE models): its experts specialize by domain and a micro-batch's
+  /// tokens reach them unevenly (MoeImbalance). Our JSON's moe_router_global_batch_balance.
+  bool router_global_batch_balance = false;
   bool enabled() const { return num_experts > 1; }
 };
 

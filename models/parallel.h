@@ -109,8 +109,12 @@ struct ParallelConfig {
   /// tokens, the rest are dropped (and padded up to it with --moe-pad-expert-input-to-capacity).
   double moe_capacity_factor = 0;
   /// Tokens of the busiest expert-parallel rank over the average (load imbalance of the routing);
-  /// 0: balanced routing's expected busiest rank (MoeImbalance).
+  /// 0: the default of MoeImbalance (balanced routing's expected busiest rank, or a trained
+  /// global-batch-balanced router's skew).
   double moe_load_imbalance = 0;
+  /// --moe-router-force-load-balancing: the router's scores replaced by balanced ones
+  /// (Megatron-Core's benchmarking switch), whatever the model's router was trained to do.
+  bool moe_force_load_balancing = false;
   std::int64_t vp = 1;   ///< virtual pipeline stages per pipeline rank (interleaved)
   std::int64_t micro_batch_size = 1;
   std::int64_t global_batch_size = 1;

@@ -267,6 +267,8 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   c.ep = ep;
                   c.etp = m.moe.enabled() ? etp : 0;
                   CopyPrecisionSettings(o.base, &c);
+                  c.moe_load_imbalance = o.base.moe_load_imbalance;
+                  c.moe_force_load_balancing = o.base.moe_force_load_balancing;
                   if (o.megatron_core) ApplyMegatronCoreDefaults(&c);
                   c.flash_attention = o.flash_attention;
                   c.embedding_slots = split.slots;

@@ -84,13 +84,15 @@ double MeanAfterFirst(const std::vector<double>& v) {
 
 // ----- Megatron-LM -----
 
-/// The preset with the same shape as `m` (every field of our model JSON but its name and source),
-/// if there is one: two logs of one model then share its name, and rank against each other.
+/// The preset with the same shape as `m` (every field of our model JSON but its name, source and
+/// how its router was trained, which an argument dump does not say), if there is one: two logs
+/// of one model then share its name, and rank against each other.
 std::optional<std::string> SamePreset(const Model& m) {
   auto shape = [](const Model& x) {
     Json j = ModelToJson(x);
     j.erase("name");
     j.erase("source");
+    j.erase("moe_router_global_batch_balance");
     return j;
   };
   const Json mine = shape(m);
@@ -412,6 +414,7 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
     c.moe_capacity_factor = a.Number("moe_expert_capacity_factor").value_or(0);
     if (c.moe_capacity_factor < 0) a.Fail("moe_expert_capacity_factor", "None or a positive number");
     c.moe_a2a_overlap = a.Flag("overlap_moe_expert_parallel_comm");
+    c.moe_force_load_balancing = a.Flag("moe_router_force_load_balancing");
   }
   c.first_stage_layers = a.Bounded("decoder_first_pipeline_num_layers", 0, m.num_layers).value_or(-1);
   c.last_stage_layers = a.Bounded("decoder_last_pipeline_num_layers", 0, m.num_layers).value_or(-1);
@@ -465,6 +468,8 @@ LoggedRun ParseMegatron(const std::vector<std::string>& lines, const std::string
     if (const auto preset = SamePreset(run.model)) {
       run.notes.push_back("the argument dump's model is the preset " + *preset + "'s shape");
       run.model.name = *preset;
+      // The preset says how its router was trained (Qwen3's: global-batch balancing).
+      run.model.moe.router_global_batch_balance = LoadModel(*preset).moe.router_global_batch_balance;
     }
   }
   run.config = MegatronConfig(a, run.model, &run.gpus, &run.notes);

@@ -190,6 +190,9 @@ Model RowModel(const CsvTable& t, std::size_t r, const std::string& file) {
   const auto notes = NoteValues(t.Get(r, "notes"));
   if (notes.count("num_experts")) {
     RowExperts(notes, file + ": " + RowLabel(t, r), &m);
+    // Qwen3's MoE routers were trained with global-batch load balancing, as the Hugging Face
+    // import of qwen3_moe sets it (models/loader.cc).
+    m.moe.router_global_batch_balance = arch.rfind("Qwen3 MoE", 0) == 0;
     m.kv_channels = m.kv_channels > 0 && notes.count("head_dim") + notes.count("kv_lora_rank") > 0
                         ? m.kv_channels
                         : m.hidden_size / m.num_attention_heads;
@@ -233,7 +236,7 @@ unsigned RowRecomputeModules(const std::string& text, const Model& m) {
 }
 
 /// The expert settings a MoE row's notes and precision give: etp, the dispatcher (DeepEP and
-/// HybridEP are the fused "flex" one), forced load balancing (exactly balanced), a capacity
+/// HybridEP are the fused "flex" one), forced load balancing, a capacity
 /// factor, the FP8 recipe.
 void MapExpertSettings(const CsvTable& t, std::size_t r, const std::string& file, ParallelConfig* c) {
   const std::string notes = t.Get(r, "notes"), prec = t.Get(r, "precision");
@@ -251,7 +254,7 @@ void MapExpertSettings(const CsvTable& t, std::size_t r, const std::string& file
                           : MoeDispatcher::kAllToAll;
   if (Contains(notes, "forced balance") || Contains(notes, "force balance") || Contains(notes, "force load balancing") ||
       Contains(notes, "fake balanced") || Contains(notes, "force-load-balancing")) {
-    c->moe_load_imbalance = 1.0;
+    c->moe_force_load_balancing = true;
   }
   if (Contains(notes, "capacity-factor 1.0")) c->moe_capacity_factor = 1.0;
   // Megatron-Core's 1F1B EP A2A overlap (the ModelZoo's A2A_OVERLAP=1: --delay-wgrad-compute
@@ -490,8 +493,10 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       row.low_confidence = ChoiceField(t, r, "confidence", runs_csv, {"", "high", "medium", "low"}) == 3;
     }
     for (const ValidationFit& f : FitsOnValidationRows()) {
+      const std::int64_t seq = t.Column("seq_len") >= 0 && !t.Get(r, "seq_len").empty() ? IntField(t, r, "seq_len", runs_csv) : 0;
       if (f.source_id == row.source_id && f.model == row.model &&
-          std::find(f.gpus.begin(), f.gpus.end(), row.gpus) != f.gpus.end()) {
+          std::find(f.gpus.begin(), f.gpus.end(), row.gpus) != f.gpus.end() &&
+          (f.seq_lengths.empty() || std::find(f.seq_lengths.begin(), f.seq_lengths.end(), seq) != f.seq_lengths.end())) {
         row.fitted_constant = f.constant;
       }
     }

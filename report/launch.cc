@@ -288,6 +288,7 @@ void NemoParallel(const Model& m, const ParallelConfig& c, PyLines* p, std::vect
     p->Set("model.config.moe_expert_capacity_factor",
            c.moe_capacity_factor > 0 ? Number(c.moe_capacity_factor) : std::string("None"));
     p->Set("model.config.overlap_moe_expert_parallel_comm", Py(c.moe_a2a_overlap));
+    p->Set("model.config.moe_router_force_load_balancing", Py(c.moe_force_load_balancing));
     p->Set("model.config.delay_wgrad_compute", Py(c.moe_a2a_overlap));
   }
   // Megatron-FSDP shards what ZeRO-2/3 shard; ZeRO-1 is the distributed optimizer.

@@ -54,6 +54,7 @@ std::string SizeFlags(const ParallelConfig& c, const Model& m) {
                      "--moe-grouped-gemm",
                      c.ep, c.expert_tp(), ToString(c.moe_dispatcher));
     if (c.moe_capacity_factor > 0) a += fmt::format(" --moe-expert-capacity-factor {}", c.moe_capacity_factor);
+    if (c.moe_force_load_balancing) a += " --moe-router-force-load-balancing";
   }
   return a;
 }

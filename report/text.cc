@@ -87,8 +87,7 @@ void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const 
                       "routed x top-{} x etp {} / {:.0f} local experts x load imbalance {:.3f}, {})",
                       moe_layers, m.num_layers, cm.moe.tokens_per_expert, cm.moe.tokens_routed, m.moe.top_k, cm.moe.etp,
                       cm.moe.local_experts, cm.moe.imbalance,
-                      c.moe_load_imbalance > 0 ? "--moe-load-imbalance"
-                                               : "balanced routing's expected busiest rank; --moe-load-imbalance sets it"),
+                      MoeImbalanceSource(c, m.moe)),
           cm.moe_layer_ops);
   }
   table("embedding (first stage)", cm.embedding_ops);

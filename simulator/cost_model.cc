@@ -1088,16 +1088,38 @@ LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape
 
 }  // namespace
 
-double MoeImbalance(const ParallelConfig& c, double mean_tokens, std::int64_t ep) {
+double MoeImbalance(const ParallelConfig& c, const MoeSpec& moe, double mean_tokens, std::int64_t ep) {
   double imb = c.moe_load_imbalance;
   if (!(imb > 0)) {
     // Balanced routing: each of the ep ranks receives a binomial share of the routed copies
     // (mean = variance ~ mean_tokens); the busiest of ep such ranks expects about
     // sqrt(2 ln ep) standard deviations above the mean.
     imb = ep > 1 && mean_tokens > 0 ? 1 + std::sqrt(2 * std::log(static_cast<double>(ep)) / mean_tokens) : 1.0;
+    // A router balanced over the global batch routes each micro-batch by its domain: a skew of
+    // the data, not a sampling noise, so it does not shrink with more tokens.
+    if (ep > 1 && moe.router_global_batch_balance && !c.moe_force_load_balancing) {
+      imb = std::max(imb, kGlobalBatchRouterImbalance);
+    }
   }
   if (c.moe_capacity_factor > 0) imb = std::min(imb, c.moe_capacity_factor);
   return imb;
+}
+
+std::string MoeImbalanceSource(const ParallelConfig& c, const MoeSpec& moe) {
+  std::string s;
+  if (c.moe_load_imbalance > 0) {
+    s = "--moe-load-imbalance";
+  } else if (c.moe_force_load_balancing) {
+    s = "forced load balancing: balanced routing's expected busiest rank";
+  } else if (moe.router_global_batch_balance && c.ep > 1) {
+    s = fmt::format("a router trained with global-batch load balancing: {} (fitted on Qwen3-235B-A22B runs, "
+                    "docs/simulator.md); --moe-load-imbalance sets it",
+                    kGlobalBatchRouterImbalance);
+  } else {
+    s = "balanced routing's expected busiest rank; --moe-load-imbalance sets it";
+  }
+  if (c.moe_capacity_factor > 0) s += fmt::format(", at most the capacity factor {}", c.moe_capacity_factor);
+  return s;
 }
 
 namespace {
@@ -1118,7 +1140,7 @@ MoePlan PlanMoe(const Model& m, const ParallelConfig& c, std::int64_t gpn, doubl
   e.local_experts = static_cast<double>(m.moe.num_experts) / static_cast<double>(c.ep);
   e.tokens_routed = tokens_routed;
   e.dispatcher = c.moe_dispatcher;
-  e.imbalance = MoeImbalance(c, tokens_routed * k, c.ep);
+  e.imbalance = MoeImbalance(c, m.moe, tokens_routed * k, c.ep);
   e.tokens_per_expert = tokens_routed * k * e.etp / e.local_experts * e.imbalance;
   const double ep = static_cast<double>(c.ep);
   switch (c.moe_dispatcher) {

@@ -200,10 +200,22 @@ struct CostModel {
 };
 
 /// Tokens of the busiest expert-parallel rank over the mean of `mean_tokens` per rank: the
-/// configuration's --moe-load-imbalance when given, else balanced routing's expected maximum over
-/// ep ranks, 1 + sqrt(2 ln(ep) / mean_tokens) (binomial shares, normal tail); capped by the
-/// capacity factor when there is one (tokens beyond it are dropped).
-double MoeImbalance(const ParallelConfig& c, double mean_tokens, std::int64_t ep);
+/// configuration's --moe-load-imbalance when given; else balanced routing's expected maximum over
+/// ep ranks, 1 + sqrt(2 ln(ep) / mean_tokens) (binomial shares, normal tail), which forced load
+/// balancing and a router trained to balance each micro-batch give; for a router trained with
+/// global-batch balancing (MoeSpec::router_global_batch_balance) and not forced, at least
+/// kGlobalBatchRouterImbalance. Capped by the capacity factor when there is one (tokens beyond
+/// it are dropped). docs/simulator.md, "load imbalance".
+double MoeImbalance(const ParallelConfig& c, const MoeSpec& moe, double mean_tokens, std::int64_t ep);
+
+/// The busiest expert-parallel rank's tokens over the mean for a trained router with global-batch
+/// load balancing (Qwen3): 1.65, fitted on the Megatron-MoE-ModelZoo's Qwen3-235B-A22B pair at
+/// 16K tokens (validation/published_runs_moe.csv rows 52 and 53: 295 TFLOP/s with forced
+/// balance, 237 dropless, EP 8), checked on the pairs at 32K, 64K and 128K (docs/accuracy.md).
+inline constexpr double kGlobalBatchRouterImbalance = 1.65;
+
+/// Where MoeImbalance's value for `c` and `moe` comes from, for reports.
+std::string MoeImbalanceSource(const ParallelConfig& c, const MoeSpec& moe);
 
 /// Builds the op lists and per-chunk costs. The configuration must be feasible
 /// (InfeasibilityReasons empty).

@@ -158,13 +158,16 @@ struct ValidationFit {
   std::string constant;  ///< what was fitted, with its value and the data it was fitted on
   std::string source_id, model;  ///< the rows' source_id and model columns
   std::vector<std::int64_t> gpus;  ///< the rows' num_gpus values
+  std::vector<std::int64_t> seq_lengths;  ///< the rows' seq_len values; empty: any
 };
 
 /// Every built-in constant fitted on validation runs: the Hopper sustained GEMM / MAMF ratio on
 /// the three MPT-13B H100 step times (rows 211-213), and the A100 ratio and the unfused attention
 /// core efficiency on Korthikanti et al. 2022 Table 4's per-layer times of the 22B runs whose
 /// iteration times are rows 32-33; and, though no constant, the causal reading of NeMo's
-/// long-sequence TFLOP/s (S7 rows 68-76), chosen with those rows.
+/// long-sequence TFLOP/s (S7 rows 68-76), chosen with those rows; and the imbalance of a
+/// global-batch-balanced router (kGlobalBatchRouterImbalance) on the MoE table's Qwen3-235B-A22B
+/// pair at 16K tokens (published_runs_moe.csv rows 52-53).
 const std::vector<ValidationFit>& FitsOnValidationRows();
 
 /// The profile with the attention efficiencies of a named kernel: "fa2" (FlashAttention-2) on

@@ -1027,7 +1027,8 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
     j["config"]["expert_dp"] = c.expert_dp();
     j["config"]["moe_token_dispatcher_type"] = ToString(c.moe_dispatcher);
     j["config"]["moe_expert_capacity_factor"] = c.moe_capacity_factor > 0 ? Json(c.moe_capacity_factor) : Json(nullptr);
-    j["config"]["moe_load_imbalance"] = MoeImbalance(c, 0, 1) > 1 || c.moe_load_imbalance > 0 ? Json(c.moe_load_imbalance) : Json(nullptr);
+    j["config"]["moe_load_imbalance"] = c.moe_load_imbalance > 0 ? Json(c.moe_load_imbalance) : Json(nullptr);
+    j["config"]["moe_router_force_load_balancing"] = c.moe_force_load_balancing;
   }
   if (c.cp > 1) {
     j["config"]["cp_comm_type"] = ToString(c.cp_comm);

@@ -263,6 +263,7 @@ TEST(Launch, MegatronCommandReadsBackAsThePlannedConfiguration) {
     r.m.moe.layer_step = b.m.moe.layer_step;
     r.m.moe.expert_bias = b.m.moe.expert_bias;
     r.m.moe.router_bias = b.m.moe.router_bias;
+    r.m.moe.router_global_batch_balance = b.m.moe.router_global_batch_balance;  // how it was trained: no argument
     // A longer training sequence than the model's context gets a position table that long.
     const std::int64_t seq = b.c.seq_length > 0 ? b.c.seq_length : b.m.seq_length;
     EXPECT_EQ(r.m.max_position_embeddings, std::max(seq, b.m.max_position_embeddings)) << where;
