@@ -142,6 +142,8 @@ std::string ParallelConfig::Summary() const {
                        : std::string(),
                    zero_stage, ToString(schedule));
   if (moe_a2a_overlap) s += " ep-a2a-overlap";
+  if (moe_force_load_balancing) s += " forced-balance";
+  if (moe_load_imbalance > 0) s += fmt::format(" imbalance={}", moe_load_imbalance);
   if (optimizer_impl != OptimizerImpl::kMegatron) s += fmt::format(" optimizer={}", ToString(optimizer_impl));
   if (p2p_blocking) s += " p2p-blocking";
   if (tp_comm_overlap) s += " tp-comm-overlap";

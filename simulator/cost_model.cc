@@ -1112,9 +1112,10 @@ std::string MoeImbalanceSource(const ParallelConfig& c, const MoeSpec& moe) {
   } else if (c.moe_force_load_balancing) {
     s = "forced load balancing: balanced routing's expected busiest rank";
   } else if (moe.router_global_batch_balance && c.ep > 1) {
-    s = fmt::format("a router trained with global-batch load balancing: {} (fitted on Qwen3-235B-A22B runs, "
-                    "docs/simulator.md); --moe-load-imbalance sets it",
-                    kGlobalBatchRouterImbalance);
+    s = fmt::format("a router trained with global-batch load balancing: {}, fitted on Qwen3-235B-A22B runs at ep {}{} "
+                    "(docs/simulator.md); --moe-load-imbalance sets it",
+                    kGlobalBatchRouterImbalance, kGlobalBatchRouterImbalanceEp,
+                    c.ep == kGlobalBatchRouterImbalanceEp ? "" : fmt::format(", an extrapolation to ep {}", c.ep));
   } else {
     s = "balanced routing's expected busiest rank; --moe-load-imbalance sets it";
   }

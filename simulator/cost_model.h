@@ -209,10 +209,13 @@ struct CostModel {
 double MoeImbalance(const ParallelConfig& c, const MoeSpec& moe, double mean_tokens, std::int64_t ep);
 
 /// The busiest expert-parallel rank's tokens over the mean for a trained router with global-batch
-/// load balancing (Qwen3): 1.65, fitted on the Megatron-MoE-ModelZoo's Qwen3-235B-A22B pair at
+/// load balancing (Qwen3): 1.66, fitted on the Megatron-MoE-ModelZoo's Qwen3-235B-A22B pair at
 /// 16K tokens (validation/published_runs_moe.csv rows 52 and 53: 295 TFLOP/s with forced
-/// balance, 237 dropless, EP 8), checked on the pairs at 32K, 64K and 128K (docs/accuracy.md).
-inline constexpr double kGlobalBatchRouterImbalance = 1.65;
+/// balance, 237 dropless, EP 8, 16 experts a rank: the step-time ratio 1.245), checked on the
+/// pairs at 32K, 64K and 128K (docs/accuracy.md). At other EP sizes an extrapolation.
+inline constexpr double kGlobalBatchRouterImbalance = 1.66;
+/// The EP size kGlobalBatchRouterImbalance was fitted at.
+inline constexpr std::int64_t kGlobalBatchRouterImbalanceEp = 8;
 
 /// Where MoeImbalance's value for `c` and `moe` comes from, for reports.
 std::string MoeImbalanceSource(const ParallelConfig& c, const MoeSpec& moe);

@@ -414,7 +414,9 @@ HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
   m.RejectUnknownKeys({"hbm_GBps", "efficiency_vs_bytes"});
   p.hbm_GBps = m.Number("hbm_GBps", 1e-3, 1e7);
   p.memory_efficiency_vs_bytes = ReadCurve(m, "efficiency_vs_bytes");
-  p.launch_overhead_s = r.Number("launch_overhead_us", 0, 1e6) / 1e6;  // the inverse of the writer's * 1e6 (a multiply by 1e-6 can miss by an ulp)
+  // Microsecond fields are divided by 1e6, not multiplied by 1e-6: the writer's * 1e6 then reads
+  // back to the same double far more often (the built-in defaults all do).
+  p.launch_overhead_s = r.Number("launch_overhead_us", 0, 1e6) / 1e6;
   JsonReader c = r.Object("collectives");
   c.RejectUnknownKeys({"intra_busbw_GBps", "p2p_intra_GBps", "nic_effective_GBps", "nics_per_node",
                        "gpus_per_node", "base_latency_us", "intra_hop_latency_us",

@@ -779,6 +779,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   res.samples_per_s = static_cast<double>(c.global_batch_size) / step;
   const FlopCounts fl = m.Flops(c.seq_length);
   res.model_flops_per_step = fl.per_token * tokens;
+  if (m.moe.enabled()) res.moe_load_imbalance = cm.moe.imbalance;
   res.model_flops_causal_per_step = fl.per_token_causal() * tokens;
   // Recompute FLOPs in the same convention (full attention matrix).
   const double attn_fwd = 4.0 * static_cast<double>(m.num_layers) * static_cast<double>(c.seq_length) *
@@ -1029,6 +1030,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
     j["config"]["moe_expert_capacity_factor"] = c.moe_capacity_factor > 0 ? Json(c.moe_capacity_factor) : Json(nullptr);
     j["config"]["moe_load_imbalance"] = c.moe_load_imbalance > 0 ? Json(c.moe_load_imbalance) : Json(nullptr);
     j["config"]["moe_router_force_load_balancing"] = c.moe_force_load_balancing;
+    j["moe_load_imbalance"] = r.moe_load_imbalance;  // what the step ran at (the config's, or the default)
   }
   if (c.cp > 1) {
     j["config"]["cp_comm_type"] = ToString(c.cp_comm);

@@ -100,6 +100,9 @@ struct SimulationResult {
   /// hardware FLOPs utilization adds recomputed FLOPs to `mfu`'s.
   double mfu = 0, mfu_causal = 0, hfu = 0;
   double model_flops_per_step = 0, model_flops_causal_per_step = 0, hardware_flops_per_step = 0;
+  /// MoE: the busiest expert-parallel rank's tokens over the mean that the step ran at
+  /// (MoeImbalance); 0 for dense models.
+  double moe_load_imbalance = 0;
   /// FLOPs the kernels execute per step, summed over all GPUs from the cost model's ops: causal
   /// attention at half the full matrix where the kernel skips the masked half (flash attention),
   /// FlashAttention's backward recompute of the scores, every recomputed forward. Unlike MFU/HFU

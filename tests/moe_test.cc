@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
 
 #include "common/error.h"
 #include "models/loader.h"
@@ -255,13 +259,44 @@ TEST(Moe, LoadImbalanceDefaultsByHowTheRouterWasTrained) {
                    Tr * k / local * (1 + std::sqrt(2 * std::log(8.0) / (Tr * k))));
   EXPECT_NE(MoeImbalanceSource(q, qwen.moe).find("forced load balancing"), std::string::npos);
   q.moe_force_load_balancing = false;
-  EXPECT_NE(MoeImbalanceSource(q, qwen.moe).find("global-batch load balancing: 1.65"), std::string::npos);
+  EXPECT_NE(MoeImbalanceSource(q, qwen.moe).find(fmt::format("global-batch load balancing: {}", kGlobalBatchRouterImbalance)),
+            std::string::npos);
+  EXPECT_EQ(MoeImbalanceSource(q, qwen.moe).find("extrapolation"), std::string::npos);  // fitted at this ep
+  q.ep = 2;
+  EXPECT_NE(MoeImbalanceSource(q, qwen.moe).find("an extrapolation to ep 2"), std::string::npos);
   // simulate's flag and its JSON.
   const auto r = testing::RunShardcast(
       "simulate --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --ep 8 --mbs 1 --gbs 8 --moe-router-force-load-balancing "
       "--json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_EQ(Json::parse(r.out)["config"]["moe_router_force_load_balancing"], true);
+  const Json j = Json::parse(r.out);
+  EXPECT_EQ(j["config"]["moe_router_force_load_balancing"], true);
+  // The imbalance the step ran at: balanced routing's for 4096 tokens x top-8 over 8 ranks.
+  EXPECT_DOUBLE_EQ(j["moe_load_imbalance"].get<double>(), 1 + std::sqrt(2 * std::log(8.0) / (4096.0 * 8)));
+  // plan's flags reach every candidate: the recommended plan's command carries them.
+  const auto p = testing::RunShardcast(
+      "plan --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --gbs 8 --fix ep=8 --moe-router-force-load-balancing "
+      "--moe-load-imbalance 1.2 --top 1");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_NE(p.out.find("--moe-load-imbalance 1.2 --moe-router-force-load-balancing"), std::string::npos) << p.out;
+}
+
+// The fitted imbalance against the forced / dropless pairs it was fitted on (16K) and checked on
+// (32K, 64K, 128K): predicted step-time ratio within 0.5% and 1.5% of the measured ones.
+TEST(MoeValidation, TrainedRouterImbalanceGivesThePairsRatios) {
+  const ValidationReport rep = RunValidation(testing::SourceDir() + "/validation/published_runs_moe.csv", "");
+  std::map<std::string, const ValidationRow*> by_id;
+  for (const auto& r : rep.rows) by_id[r.row_id] = &r;
+  for (const auto& [forced, dropless, tolerance] :
+       std::vector<std::tuple<std::string, std::string, double>>{{"52", "53", 0.005}, {"54", "55", 0.015},
+                                                                 {"56", "57", 0.015}, {"58", "59", 0.015}}) {
+    const ValidationRow& f = *by_id.at(forced);
+    const ValidationRow& d = *by_id.at(dropless);
+    ASSERT_TRUE(f.predicted_step_time_s && d.predicted_step_time_s && f.measured_step_time_s && d.measured_step_time_s);
+    const double predicted = *d.predicted_step_time_s / *f.predicted_step_time_s;
+    const double measured = *d.measured_step_time_s / *f.measured_step_time_s;
+    EXPECT_NEAR(predicted / measured, 1.0, tolerance) << forced << "/" << dropless;
+  }
 }
 
 TEST(Moe, ExpertParallelRulesAndBadInput) {

@@ -172,6 +172,29 @@ TEST(RunLog, MalformedLinesNameTheFileAndLine) {
   EXPECT_NE(tps.find("tps (tokens per second per GPU): got \"n/a\""), std::string::npos) << tps;
 }
 
+// A Megatron-LM log of an MoE run: the expert grid, the dispatcher and forced balancing from the
+// argument dump; a model of a preset's shape takes the preset's name and how its router was
+// trained (an argument dump does not say).
+TEST(RunLog, MegatronMoeLogReadsTheExpertSettings) {
+  std::string text = ReadTextFile(kMegatron);
+  auto set = [&](const std::string& name, const std::string& from, const std::string& to) {
+    const auto at = text.find(ArgLine(name, from));
+    ASSERT_NE(at, std::string::npos) << name;
+    text.replace(at, ArgLine(name, from).size(), ArgLine(name, to));
+  };
+  set("num_experts", "None", "8");
+  set("expert_model_parallel_size", "1", "2");
+  const std::string extra = ArgLine("moe_router_topk", "2") + "\n" + ArgLine("moe_ffn_hidden_size", "14336") + "\n" +
+                            ArgLine("moe_layer_freq", "1") + "\n" + ArgLine("moe_token_dispatcher_type", "alltoall") +
+                            "\n" + ArgLine("moe_router_force_load_balancing", "True") + "\n";
+  text.insert(text.find(ArgLine("num_experts", "8")), extra);
+  const LoggedRun r = ParseTrainingLog(text, "moe.log", {});
+  EXPECT_EQ(r.model.moe.num_experts, 8);
+  EXPECT_EQ(r.config.ep, 2);
+  EXPECT_TRUE(r.config.moe_force_load_balancing);
+  EXPECT_FALSE(r.model.moe.router_global_batch_balance);  // no preset of this shape
+}
+
 TEST(RunLog, ValuesOutsideWhatEachFrameworkPrintsAreRefused) {
   const std::string text = ReadTextFile(kMegatron);
   auto with = [&](const std::string& name, const std::string& value) {
