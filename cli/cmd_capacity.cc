@@ -32,6 +32,7 @@ struct CapacityArgs {
   std::int64_t max_gpus = 16384;
   PrecisionArgs prec;
   std::string framework = "megatron-core";
+  ParallelConfig moe_routing;  ///< --moe-load-imbalance, --moe-router-force-load-balancing
 };
 
 /// "300e9", "300B", "1.5T", "2M" -> tokens.
@@ -151,6 +152,8 @@ void RunCapacityCommand(const CapacityArgs& a) {
   o.energy_overhead = a.energy_overhead;
   o.plan.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   ApplyPrecisionArgs(a.prec, &o.plan.base);
+  o.plan.base.moe_load_imbalance = a.moe_routing.moe_load_imbalance;
+  o.plan.base.moe_force_load_balancing = a.moe_routing.moe_force_load_balancing;
   o.plan.megatron_core = a.framework == "megatron-core";
   // Goodput needs all three: without a checkpoint cost a failure would lose nothing (goodput
   // 100% however often GPUs fail), and checkpoint times without an MTBF would be ignored.
@@ -288,6 +291,7 @@ void RegisterCapacity(CLI::App& app) {
       ->expected(1, -1);
   AddPrecisionOptions(cmd, &a->prec);
   AddFrameworkOption(cmd, &a->framework);
+  AddMoeRoutingOptions(cmd, &a->moe_routing);
   cmd->add_flag("--solve", a->solve,
                 "with --days: for each --gpus-options cluster (given without counts), the smallest GPU count (whole "
                 "nodes) whose best plan meets the deadline, with its cost");

@@ -29,8 +29,9 @@ struct PlanArgs {
               recompute = "none,selective,full", zero = "0,1", fix;
   std::int64_t gpus = 0, gbs = 0, seq = 0, max_tp = 0, max_mbs = 16;
   int top = 10, threads = 0;
-  double min_headroom_gib = 2.0, moe_load_imbalance = 0;
-  bool json = false, no_flash = false, exclude_at_risk = false, moe_force_load_balancing = false;
+  double min_headroom_gib = 2.0;
+  bool json = false, no_flash = false, exclude_at_risk = false;
+  ParallelConfig moe_routing;  ///< --moe-load-imbalance, --moe-router-force-load-balancing
   PrecisionArgs prec;
   std::string framework = "megatron-core";
   EmitArgs emit;
@@ -56,8 +57,8 @@ PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl
   o.threads = a.threads;
   o.flash_attention = !a.no_flash;
   ApplyPrecisionArgs(a.prec, &o.base);
-  o.base.moe_load_imbalance = a.moe_load_imbalance;
-  o.base.moe_force_load_balancing = a.moe_force_load_balancing;
+  o.base.moe_load_imbalance = a.moe_routing.moe_load_imbalance;
+  o.base.moe_force_load_balancing = a.moe_routing.moe_force_load_balancing;
   o.megatron_core = a.framework == "megatron-core";
   RequirePrecision(cl.gpu, o.base, "command line");
   o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
@@ -185,11 +186,7 @@ void RegisterPlan(CLI::App& app) {
                   "tp_comm_overlap, recompute, schedule)");
   cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention (saves s*s scores)");
-  cmd->add_option("--moe-load-imbalance", a->moe_load_imbalance,
-                  "MoE: tokens of the busiest expert-parallel rank over the average, for every plan (default as simulate's)")
-      ->check(CLI::Range(1.0, 64.0));
-  cmd->add_flag("--moe-router-force-load-balancing", a->moe_force_load_balancing,
-                "MoE: plans with the router's choices replaced by balanced ones (Megatron-Core's benchmarking switch)");
+  AddMoeRoutingOptions(cmd, &a->moe_routing);
   AddPrecisionOptions(cmd, &a->prec);
   AddFrameworkOption(cmd, &a->framework);
   cmd->add_flag("--exclude-at-risk", a->exclude_at_risk,

@@ -156,6 +156,14 @@ bool WriteCsvOption(const std::string& path, const std::string& csv) {
   return false;
 }
 
+void AddMoeRoutingOptions(CLI::App* cmd, ParallelConfig* base) {
+  cmd->add_option("--moe-load-imbalance", base->moe_load_imbalance,
+                  "MoE: tokens of the busiest expert-parallel rank over the average, for every plan (default as simulate's)")
+      ->check(CLI::Range(1.0, 64.0));
+  cmd->add_flag("--moe-router-force-load-balancing", base->moe_force_load_balancing,
+                "MoE: plans with the router's choices replaced by balanced ones (Megatron-Core's benchmarking switch)");
+}
+
 void AddEmitOptions(CLI::App* cmd, EmitArgs* a) {
   cmd->add_option("--emit", a->format,
                   "also write a launch configuration: megatron (a Megatron-LM command line), nemo (a NeMo 2 recipe "

@@ -50,6 +50,10 @@ void CheckCsvOption(const std::string& path, bool json);
 /// else); otherwise writes the file atomically and returns false.
 bool WriteCsvOption(const std::string& path, const std::string& csv);
 
+/// The MoE routing options every plan of `plan` and `capacity` takes: --moe-load-imbalance F and
+/// --moe-router-force-load-balancing, written into `base` (PlanOptions::base).
+void AddMoeRoutingOptions(CLI::App* cmd, ParallelConfig* base);
+
 /// The --emit FORMAT and --emit-file FILE options of `simulate` and `plan`: a launch configuration
 /// (report/launch.h) of the configuration simulated or recommended.
 struct EmitArgs {

@@ -11,6 +11,7 @@
 #include "report/capacity_report.h"
 #include "report/megatron_args.h"
 #include "report/text.h"
+#include "simulator/cost_model.h"
 
 namespace shardcast {
 namespace {
@@ -195,7 +196,7 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
 }
 
 /// What the search left out by default, and how far to trust the figures.
-void WritePlanCaveats(std::ostream& out, const PlanOptions& o) {
+void WritePlanCaveats(std::ostream& out, const PlanOptions& o, const Model& m) {
   std::vector<std::string> not_searched, widen;
   if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end()) {
     not_searched.push_back("ZeRO-2/3 (FSDP), which Megatron runs only without pipeline parallelism");
@@ -209,6 +210,14 @@ void WritePlanCaveats(std::ostream& out, const PlanOptions& o) {
     out << "\nNot searched: " << Join(not_searched, "; ") << " (widen with " << Join(widen, " and ") << ").\n";
   }
   out << "Plans a few percent apart are within the model's error on published runs (docs/accuracy.md).\n";
+  if (m.moe.enabled() && m.moe.router_global_batch_balance && !(o.base.moe_load_imbalance > 0) &&
+      !o.base.moe_force_load_balancing) {
+    out << fmt::format(
+        "MoE routing: this model's router was trained with global-batch balancing, so every plan with ep > 1\n"
+        "runs its busiest expert rank at {}x the mean tokens (fitted at ep {} on Qwen3-235B-A22B runs; other ep\n"
+        "sizes extrapolated), which favours small ep; --moe-load-imbalance F sets a measured value.\n",
+        kGlobalBatchRouterImbalance, kGlobalBatchRouterImbalanceEp);
+  }
   out << fmt::format(
       "\nPeak memory counts allocated tensors plus a framework overhead; PyTorch's caching allocator reserves\n"
       "more (--min-headroom keeps a margin). \"at risk\": the peak times {} (the smallest measured nvidia-smi /\n"
@@ -263,7 +272,7 @@ std::string WritePlanText(std::ostream& out, const PlanView& v, double elapsed) 
     return "";
   }
   WritePlanTable(out, v);
-  WritePlanCaveats(out, v.o);
+  WritePlanCaveats(out, v.o, v.m);
   return WriteRecommendation(out, v);
 }
 

@@ -279,6 +279,17 @@ TEST(Moe, LoadImbalanceDefaultsByHowTheRouterWasTrained) {
       "--moe-load-imbalance 1.2 --top 1");
   ASSERT_EQ(p.exit_code, 0) << p.err;
   EXPECT_NE(p.out.find("--moe-load-imbalance 1.2 --moe-router-force-load-balancing"), std::string::npos) << p.out;
+  EXPECT_EQ(p.out.find("MoE routing:"), std::string::npos);  // the imbalance is the user's
+  const auto dflt = testing::RunShardcast("plan --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --gbs 8 --fix ep=8 --top 1");
+  ASSERT_EQ(dflt.exit_code, 0) << dflt.err;
+  EXPECT_NE(dflt.out.find(fmt::format("busiest expert rank at {}x the mean tokens", kGlobalBatchRouterImbalance)),
+            std::string::npos)
+      << dflt.out;
+  const auto cap = testing::RunShardcast(
+      "capacity --model qwen3-30b-a3b --tokens 1B --gbs 8 --gpus-options dgx-h100:8 --moe-router-force-load-balancing "
+      "--json");
+  ASSERT_EQ(cap.exit_code, 0) << cap.err;
+  EXPECT_NE(Json::parse(cap.out)["options"][0]["config"].get<std::string>().find("forced-balance"), std::string::npos);
 }
 
 // The fitted imbalance against the forced / dropless pairs it was fitted on (16K) and checked on
