@@ -154,6 +154,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
   ApplyPrecisionArgs(a.prec, &o.plan.base);
   o.plan.base.moe_load_imbalance = a.moe_routing.moe_load_imbalance;
   o.plan.base.moe_force_load_balancing = a.moe_routing.moe_force_load_balancing;
+  CheckMoeRoutingOptions(m, o.plan.base);
   o.plan.megatron_core = a.framework == "megatron-core";
   // Goodput needs all three: without a checkpoint cost a failure would lose nothing (goodput
   // 100% however often GPUs fail), and checkpoint times without an MTBF would be ignored.
@@ -291,7 +292,7 @@ void RegisterCapacity(CLI::App& app) {
       ->expected(1, -1);
   AddPrecisionOptions(cmd, &a->prec);
   AddFrameworkOption(cmd, &a->framework);
-  AddMoeRoutingOptions(cmd, &a->moe_routing);
+  AddMoeRoutingOptions(cmd, &a->moe_routing.moe_load_imbalance, &a->moe_routing.moe_force_load_balancing);
   cmd->add_flag("--solve", a->solve,
                 "with --days: for each --gpus-options cluster (given without counts), the smallest GPU count (whole "
                 "nodes) whose best plan meets the deadline, with its cost");

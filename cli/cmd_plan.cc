@@ -59,6 +59,7 @@ PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl
   ApplyPrecisionArgs(a.prec, &o.base);
   o.base.moe_load_imbalance = a.moe_routing.moe_load_imbalance;
   o.base.moe_force_load_balancing = a.moe_routing.moe_force_load_balancing;
+  CheckMoeRoutingOptions(m, o.base);
   o.megatron_core = a.framework == "megatron-core";
   RequirePrecision(cl.gpu, o.base, "command line");
   o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
@@ -186,7 +187,7 @@ void RegisterPlan(CLI::App& app) {
                   "tp_comm_overlap, recompute, schedule)");
   cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention (saves s*s scores)");
-  AddMoeRoutingOptions(cmd, &a->moe_routing);
+  AddMoeRoutingOptions(cmd, &a->moe_routing.moe_load_imbalance, &a->moe_routing.moe_force_load_balancing);
   AddPrecisionOptions(cmd, &a->prec);
   AddFrameworkOption(cmd, &a->framework);
   cmd->add_flag("--exclude-at-risk", a->exclude_at_risk,

@@ -151,6 +151,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.moe_capacity_factor = a.moe_capacity_factor;
   c.moe_load_imbalance = a.moe_load_imbalance;
   c.moe_force_load_balancing = a.moe_force_load_balancing;
+  CheckMoeRoutingOptions(m, c);
   ApplyContextParallelArgs(a, &c);
   CheckPipelineSplitArgs(a, m, c);
   c.p2p_blocking = a.p2p_blocking;
@@ -345,13 +346,7 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_option("--moe-expert-capacity-factor", a->moe_capacity_factor,
                   "an expert takes at most this times its average tokens (the rest are dropped); default dropless")
       ->check(CLI::Range(1.0, 64.0));
-  cmd->add_option("--moe-load-imbalance", a->moe_load_imbalance,
-                  "tokens of the busiest expert-parallel rank over the average (default: balanced routing's expected "
-                  "maximum, a few percent; 1.65 for a router trained with global-batch balancing, as Qwen3's)")
-      ->check(CLI::Range(1.0, 64.0));
-  cmd->add_flag("--moe-router-force-load-balancing", a->moe_force_load_balancing,
-                "the router's choices replaced by balanced ones (Megatron-Core's benchmarking switch): balanced "
-                "routing's imbalance whatever the model's router");
+  AddMoeRoutingOptions(cmd, &a->moe_load_imbalance, &a->moe_force_load_balancing);
   AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size,--num-virtual-stages-per-pipeline-rank", a->vp,
               "virtual stages per pipeline rank", kMaxVirtualStages);
   cmd->add_flag("--pipeline-layout-even", a->even_chunks,

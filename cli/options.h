@@ -8,6 +8,7 @@
 #include <string>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include "models/model.h"
 #include "models/parallel.h"
@@ -43,6 +44,22 @@ inline CLI::Option* AddBoundedInt(CLI::App* cmd, const std::string& names, std::
 inline CLI::Option* AddPositive(CLI::App* cmd, const std::string& names, std::int64_t& value,
                                 const std::string& help, std::int64_t max) {
   return AddBoundedInt(cmd, names, value, help, 1, max, "positive", "POSITIVE");
+}
+
+/// A number from `min` to `max` (NaN and text refused); the error reads `--moe-load-imbalance:
+/// got "abc", expected a number from 1 to 64`.
+inline CLI::Validator BoundedNumber(double min, double max) {
+  return CLI::Validator(
+      [min, max](std::string& s) -> std::string {
+        try {
+          std::size_t pos = 0;
+          const double v = std::stod(s, &pos);
+          if (pos == s.size() && v >= min && v <= max) return "";  // false for NaN
+        } catch (const std::exception&) {
+        }
+        return "got \"" + s + "\", expected a number from " + fmt::format("{:g}", min) + " to " + fmt::format("{:g}", max);
+      },
+      "NUMBER");
 }
 
 /// A validator for an output file option, checked when the command line is read so a long run

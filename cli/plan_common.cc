@@ -10,6 +10,7 @@
 
 #include "cli/options.h"
 #include "common/error.h"
+#include "simulator/cost_model.h"
 #include "common/file_util.h"
 #include "common/text.h"
 #include "report/html.h"
@@ -156,12 +157,37 @@ bool WriteCsvOption(const std::string& path, const std::string& csv) {
   return false;
 }
 
-void AddMoeRoutingOptions(CLI::App* cmd, ParallelConfig* base) {
-  cmd->add_option("--moe-load-imbalance", base->moe_load_imbalance,
-                  "MoE: tokens of the busiest expert-parallel rank over the average, for every plan (default as simulate's)")
-      ->check(CLI::Range(1.0, 64.0));
-  cmd->add_flag("--moe-router-force-load-balancing", base->moe_force_load_balancing,
-                "MoE: plans with the router's choices replaced by balanced ones (Megatron-Core's benchmarking switch)");
+void AddMoeRoutingOptions(CLI::App* cmd, double* imbalance, bool* forced) {
+  cmd->add_option("--moe-load-imbalance", *imbalance,
+                  fmt::format("MoE: tokens of the busiest expert-parallel rank over the average (default: balanced "
+                              "routing's expected maximum, a few percent; {} for a router trained with global-batch "
+                              "balancing, as Qwen3's)",
+                              kGlobalBatchRouterImbalance))
+      ->check(BoundedNumber(1.0, 64.0));
+  cmd->add_flag("--moe-router-force-load-balancing", *forced,
+                "MoE: the router's choices replaced by balanced ones (Megatron-Core's benchmarking switch, not for "
+                "training a model): balanced routing's imbalance whatever the model's router");
+}
+
+void CheckMoeRoutingOptions(const Model& m, const ParallelConfig& c) {
+  const bool given = c.moe_load_imbalance > 0;
+  if ((given || c.moe_force_load_balancing) && !m.moe.enabled()) {
+    throw InputError(fmt::format("command line: {}: given for {}, which has no routed experts (a dense model)",
+                                 given ? "--moe-load-imbalance" : "--moe-router-force-load-balancing", m.name));
+  }
+  if (given && c.moe_force_load_balancing) {
+    throw InputError("command line: --moe-load-imbalance and --moe-router-force-load-balancing: both given, expected "
+                     "one (forced balancing is balanced routing's imbalance; --moe-load-imbalance sets another)");
+  }
+  if (given && c.ep > 1) {
+    const double ep = static_cast<double>(c.ep), local = static_cast<double>(m.moe.num_experts) / ep;
+    const double max = ep * std::min(1.0, local / static_cast<double>(m.moe.top_k));
+    if (c.moe_load_imbalance > max + 1e-12) {
+      throw InputError(fmt::format("command line: --moe-load-imbalance: got {:g}, expected at most {:g} at ep {} (the "
+                                   "busiest rank gets at most min(top-k {}, its {:g} experts) copies of every token)",
+                                   c.moe_load_imbalance, max, c.ep, m.moe.top_k, local));
+    }
+  }
 }
 
 void AddEmitOptions(CLI::App* cmd, EmitArgs* a) {

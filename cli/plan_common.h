@@ -50,9 +50,14 @@ void CheckCsvOption(const std::string& path, bool json);
 /// else); otherwise writes the file atomically and returns false.
 bool WriteCsvOption(const std::string& path, const std::string& csv);
 
-/// The MoE routing options every plan of `plan` and `capacity` takes: --moe-load-imbalance F and
-/// --moe-router-force-load-balancing, written into `base` (PlanOptions::base).
-void AddMoeRoutingOptions(CLI::App* cmd, ParallelConfig* base);
+/// The MoE routing options of `simulate`, and of every plan of `plan` and `capacity`:
+/// --moe-load-imbalance F (a number from 1 to 64) and --moe-router-force-load-balancing, written
+/// into `imbalance` and `forced` (ParallelConfig's moe_load_imbalance, moe_force_load_balancing).
+void AddMoeRoutingOptions(CLI::App* cmd, double* imbalance, bool* forced);
+/// InputError (exit 2) for the MoE routing options on a model without routed experts, for both
+/// given at once, and for an imbalance above what the busiest rank can take: every token's
+/// min(k, E/ep) copies on it, ep * min(1, (E/ep)/k) times the mean.
+void CheckMoeRoutingOptions(const Model& m, const ParallelConfig& c);
 
 /// The --emit FORMAT and --emit-file FILE options of `simulate` and `plan`: a launch configuration
 /// (report/launch.h) of the configuration simulated or recommended.

@@ -161,6 +161,8 @@ std::string ParallelConfig::Short() const {
   if (cp > 1) s += fmt::format(" CP{}{}", cp, cp_comm == CpComm::kP2P ? "" : std::string("-") + ToString(cp_comm));
   if (ep > 1) s += fmt::format(" EP{}", ep);
   if (etp > 0 && etp != tp) s += fmt::format(" ETP{}", etp);
+  if (moe_force_load_balancing) s += " forced-balance";
+  if (moe_load_imbalance > 0) s += fmt::format(" imb{:g}", moe_load_imbalance);
   if (embedding_slots) s += " E+L";
   if (first_stage_layers >= 0 || last_stage_layers >= 0) {
     s += fmt::format(" L{}/{}", first_stage_layers >= 0 ? std::to_string(first_stage_layers) : "-",

@@ -8,6 +8,7 @@
 
 #include "common/text.h"
 #include "report/megatron_args.h"
+#include "report/text.h"
 
 namespace shardcast {
 
@@ -112,6 +113,7 @@ void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions&
   }
   out << "\nMFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "
                "--json has both conventions.";
+  if (const std::string moe = MoeRoutingCaveat(m, o.plan.base); !moe.empty()) out << "\n" << moe;
   out << fmt::format("\nBest configuration: the fastest plan whose peak memory times {} (the smallest measured "
                            "nvidia-smi /\npredicted ratio of the published BLOOM runs) fits, if one does (docs/planner.md)."
                            "\n", kMeasuredOverPredictedPeakMin);

@@ -6,6 +6,7 @@
 
 #include "common/text.h"
 #include "models/loader.h"
+#include "simulator/cost_model.h"
 
 namespace shardcast {
 namespace {
@@ -38,7 +39,8 @@ Json ExpertsJson(const Model& m, const ParameterCounts& pc) {
           {"moe_layer_parameters", pc.moe_layer.total()},
           {"routed_expert_parameters", routed},
           {"routed_expert_bf16_bytes", 2.0 * static_cast<double>(routed)},
-          {"mtp_parameters", pc.mtp}};
+          {"mtp_parameters", pc.mtp},
+          {"router_global_batch_balance", e.router_global_batch_balance}};
 }
 
 Json FlopsJson(const ModelDescription& d) {
@@ -122,6 +124,12 @@ void WriteExperts(std::ostream& out, const Model& m, const ParameterCounts& pc) 
                      FormatCount(double(pc.moe_layer.expert / e.num_experts)));
   out << fmt::format("  routed experts      {:>12}  ({} in bf16, split over expert-parallel ranks)\n",
                      FormatCount(double(routed)), FormatGiB(2.0 * static_cast<double>(routed)));
+  out << (e.router_global_batch_balance
+              ? fmt::format("  router              trained with global-batch load balancing: with ep > 1 the busiest "
+                            "expert rank takes {}x the mean tokens (docs/simulator.md)\n",
+                            kGlobalBatchRouterImbalance)
+              : std::string("  router              balanced per micro-batch: the busiest expert rank takes balanced "
+                            "routing's few percent over the mean\n"));
   if (pc.mtp > 0) {
     out << fmt::format("  MTP modules         {:>12}  ({} x (2h x h projection + norms + one layer); embedding and "
                        "output layer shared)\n",

@@ -210,14 +210,7 @@ void WritePlanCaveats(std::ostream& out, const PlanOptions& o, const Model& m) {
     out << "\nNot searched: " << Join(not_searched, "; ") << " (widen with " << Join(widen, " and ") << ").\n";
   }
   out << "Plans a few percent apart are within the model's error on published runs (docs/accuracy.md).\n";
-  if (m.moe.enabled() && m.moe.router_global_batch_balance && !(o.base.moe_load_imbalance > 0) &&
-      !o.base.moe_force_load_balancing) {
-    out << fmt::format(
-        "MoE routing: this model's router was trained with global-batch balancing, so every plan with ep > 1\n"
-        "runs its busiest expert rank at {}x the mean tokens (fitted at ep {} on Qwen3-235B-A22B runs; other ep\n"
-        "sizes extrapolated), which favours small ep; --moe-load-imbalance F sets a measured value.\n",
-        kGlobalBatchRouterImbalance, kGlobalBatchRouterImbalanceEp);
-  }
+  if (const std::string moe = MoeRoutingCaveat(m, o.base); !moe.empty()) out << moe;
   out << fmt::format(
       "\nPeak memory counts allocated tensors plus a framework overhead; PyTorch's caching allocator reserves\n"
       "more (--min-headroom keeps a margin). \"at risk\": the peak times {} (the smallest measured nvidia-smi /\n"

@@ -96,6 +96,22 @@ void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const 
         cm.pp_recv_ops);
 }
 
+std::string MoeRoutingCaveat(const Model& m, const ParallelConfig& base) {
+  if (!m.moe.enabled()) return "";
+  if (base.moe_force_load_balancing) {
+    return "MoE routing: --moe-router-force-load-balancing plans runs whose router is replaced by balanced random\n"
+           "choices, as Megatron-Core's benchmarks run; a trained router is less balanced, and the flag in the\n"
+           "launch arguments is for benchmarking, not for training a model.\n";
+  }
+  if (!m.moe.router_global_batch_balance || base.moe_load_imbalance > 0) return "";
+  return fmt::format(
+      "MoE routing: this model's router was trained with global-batch balancing, so every plan with ep > 1\n"
+      "runs its busiest expert rank at {}x the mean tokens (fitted at ep {} on Qwen3-235B-A22B runs; other ep\n"
+      "sizes extrapolated), which favours small ep; --moe-load-imbalance F sets a measured value,\n"
+      "--moe-router-force-load-balancing plans balanced routing (benchmarks).\n",
+      kGlobalBatchRouterImbalance, kGlobalBatchRouterImbalanceEp);
+}
+
 void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,
                      const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {
   out << fmt::format("{} on {} x {} ({}), profile: {}\n", m.name, gpus, cl.gpu.display_name, cl.name,
@@ -107,6 +123,10 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   const std::int64_t mb = c.num_microbatches();
   out << fmt::format("  {}  seq {}  micro-batches per step {}\n", c.Summary(),
                            c.seq_length > 0 ? c.seq_length : m.seq_length, mb > 0 ? std::to_string(mb) : "?");
+  if (m.moe.enabled() && r.feasible && c.ep > 1) {
+    out << fmt::format("  expert load: the busiest expert-parallel rank takes {:.3f} x the mean tokens ({})\n",
+                       r.moe_load_imbalance, MoeImbalanceSource(c, m.moe));
+  }
   if (!r.feasible) {
     out << "\nThis configuration cannot run:\n";
     for (const auto& s : r.reasons) out << "  - " << s << "\n";

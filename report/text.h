@@ -15,6 +15,11 @@
 
 namespace shardcast {
 
+/// The caveat `plan` and `capacity` print about an MoE model's routing: forced balancing (a
+/// benchmarking switch), or a global-batch-balanced router's fitted imbalance steering the plans
+/// toward small ep; "" when neither applies (a dense model, or an imbalance given).
+std::string MoeRoutingCaveat(const Model& m, const ParallelConfig& base);
+
 /// `simulate`'s report of one result: step time, MFU/HFU, the time breakdown, memory by stage and
 /// the critical path (or the reasons it cannot run), on `out`.
 void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,

@@ -280,7 +280,11 @@ void WriteValidationSummary(std::ostream& out, const ValidationReport& rep) {
   for (const auto& [g, v] : s.kendall_by_group) {
     out << fmt::format("    {:<32} tau {:+.2f} over {} pairs\n", g, v.first, v.second);
   }
-  out << fmt::format("  memory: MAPE {:.1f}% over {} points\n", 100 * s.memory_mape, s.memory_points);
+  if (s.memory_points > 0) {
+    out << fmt::format("  memory: MAPE {:.1f}% over {} points\n", 100 * s.memory_mape, s.memory_points);
+  } else {
+    out << "  memory: no points compared\n";
+  }
   out << fmt::format("  out of memory: {} of {} measured OOM rows predicted not to fit; {} of {} ok rows predicted to fit\n",
                            s.oom_rows_predicted_oom, s.oom_rows, s.ok_rows_predicted_fit, s.ok_rows);
   out << fmt::format("  at risk (fit, but not with the peak x {}, BLOOM's smallest nvidia-smi / predicted ratio,\n"

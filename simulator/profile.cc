@@ -77,7 +77,7 @@ const std::vector<ValidationFit>& FitsOnValidationRows() {
        "S7", "LLAMA2-7B", {4, 8, 16, 32, 64, 128, 256, 512, 1024}, {}},
       // Not a profile constant either: the routing skew of a trained Qwen3 router (cost_model.h).
       {fmt::format("trained global-batch-balanced router's busiest EP rank {} x the mean tokens, fitted on this "
-                   "forced-balance / dropless pair's step-time ratio",
+                   "pair's step-time ratio (52 forced balance, 53 dropless)",
                    kGlobalBatchRouterImbalance),
        "M3", "Qwen3-235B-A22B", {256}, {16384}}};
   return fits;

@@ -1030,7 +1030,9 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
     j["config"]["moe_expert_capacity_factor"] = c.moe_capacity_factor > 0 ? Json(c.moe_capacity_factor) : Json(nullptr);
     j["config"]["moe_load_imbalance"] = c.moe_load_imbalance > 0 ? Json(c.moe_load_imbalance) : Json(nullptr);
     j["config"]["moe_router_force_load_balancing"] = c.moe_force_load_balancing;
-    j["moe_load_imbalance"] = r.moe_load_imbalance;  // what the step ran at (the config's, or the default)
+    // What the step ran at (the config's moe_load_imbalance when given, else the default) and why.
+    j["moe_load_imbalance_applied"] = r.moe_load_imbalance;
+    j["moe_load_imbalance_source"] = MoeImbalanceSource(c, m.moe);
   }
   if (c.cp > 1) {
     j["config"]["cp_comm_type"] = ToString(c.cp_comm);

@@ -272,14 +272,31 @@ TEST(Moe, LoadImbalanceDefaultsByHowTheRouterWasTrained) {
   const Json j = Json::parse(r.out);
   EXPECT_EQ(j["config"]["moe_router_force_load_balancing"], true);
   // The imbalance the step ran at: balanced routing's for 4096 tokens x top-8 over 8 ranks.
-  EXPECT_DOUBLE_EQ(j["moe_load_imbalance"].get<double>(), 1 + std::sqrt(2 * std::log(8.0) / (4096.0 * 8)));
+  EXPECT_DOUBLE_EQ(j["moe_load_imbalance_applied"].get<double>(), 1 + std::sqrt(2 * std::log(8.0) / (4096.0 * 8)));
+  EXPECT_NE(j["moe_load_imbalance_source"].get<std::string>().find("forced load balancing"), std::string::npos);
   // plan's flags reach every candidate: the recommended plan's command carries them.
   const auto p = testing::RunShardcast(
-      "plan --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --gbs 8 --fix ep=8 --moe-router-force-load-balancing "
-      "--moe-load-imbalance 1.2 --top 1");
+      "plan --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --gbs 8 --fix ep=8 --moe-load-imbalance 1.2 --top 1");
   ASSERT_EQ(p.exit_code, 0) << p.err;
-  EXPECT_NE(p.out.find("--moe-load-imbalance 1.2 --moe-router-force-load-balancing"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("--moe-load-imbalance 1.2"), std::string::npos) << p.out;
   EXPECT_EQ(p.out.find("MoE routing:"), std::string::npos);  // the imbalance is the user's
+  const auto pf = testing::RunShardcast(
+      "plan --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --gbs 8 --fix ep=8 --moe-router-force-load-balancing --top 1");
+  ASSERT_EQ(pf.exit_code, 0) << pf.err;
+  EXPECT_NE(pf.out.find("--ep 8 --etp 1 --moe-router-force-load-balancing"), std::string::npos) << pf.out;
+  EXPECT_NE(pf.out.find("for benchmarking, not for training a model"), std::string::npos) << pf.out;
+  // Refused: both at once, on a dense model, NaN, more than a rank can take (Mixtral at ep 8:
+  // every token's top-2 copies on one expert a rank is at most 8 * 1/2 = 4 times the mean).
+  const std::string mixtral_sim = "simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 8 --ep 8 --mbs 1 --gbs 8 ";
+  EXPECT_TRUE(testing::ExitsTwoWith(mixtral_sim + "--moe-load-imbalance 1.2 --moe-router-force-load-balancing", "both given"));
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --moe-load-imbalance 1.2",
+                                    "which has no routed experts"));
+  EXPECT_TRUE(testing::ExitsTwoWith(mixtral_sim + "--moe-load-imbalance nan", "expected a number from 1 to 64"));
+  EXPECT_TRUE(testing::ExitsTwoWith(mixtral_sim + "--moe-load-imbalance 4.5", "expected at most 4 at ep 8"));
+  EXPECT_DOUBLE_EQ(MoeImbalance(c, mixtral.moe, n, 2), 1 + std::sqrt(2 * std::log(2.0) / n));
+  ParallelConfig huge;
+  huge.moe_load_imbalance = 9;
+  EXPECT_DOUBLE_EQ(MoeImbalance(huge, mixtral.moe, n, 8), 4.0);  // capped at what a rank can take
   const auto dflt = testing::RunShardcast("plan --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --gbs 8 --fix ep=8 --top 1");
   ASSERT_EQ(dflt.exit_code, 0) << dflt.err;
   EXPECT_NE(dflt.out.find(fmt::format("busiest expert rank at {}x the mean tokens", kGlobalBatchRouterImbalance)),
