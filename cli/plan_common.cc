@@ -180,8 +180,8 @@ void CheckMoeRoutingOptions(const Model& m, const ParallelConfig& c) {
                      "one (forced balancing is balanced routing's imbalance; --moe-load-imbalance sets another)");
   }
   if (given && c.ep > 1) {
-    const double ep = static_cast<double>(c.ep), local = static_cast<double>(m.moe.num_experts) / ep;
-    const double max = ep * std::min(1.0, local / static_cast<double>(m.moe.top_k));
+    const double local = static_cast<double>(m.moe.num_experts) / static_cast<double>(c.ep);
+    const double max = MoeMaxImbalance(m.moe, c.ep);
     if (c.moe_load_imbalance > max + 1e-12) {
       throw InputError(fmt::format("command line: --moe-load-imbalance: got {:g}, expected at most {:g} at ep {} (the "
                                    "busiest rank gets at most min(top-k {}, its {:g} experts) copies of every token)",

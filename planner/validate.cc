@@ -492,8 +492,8 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       // low-confidence: a row its source contradicts (the notes say how), reported apart.
       row.low_confidence = ChoiceField(t, r, "confidence", runs_csv, {"", "high", "medium", "low"}) == 3;
     }
+    const std::int64_t seq = t.Column("seq_len") >= 0 && !t.Get(r, "seq_len").empty() ? IntField(t, r, "seq_len", runs_csv) : 0;
     for (const ValidationFit& f : FitsOnValidationRows()) {
-      const std::int64_t seq = t.Column("seq_len") >= 0 && !t.Get(r, "seq_len").empty() ? IntField(t, r, "seq_len", runs_csv) : 0;
       if (f.source_id == row.source_id && f.model == row.model &&
           std::find(f.gpus.begin(), f.gpus.end(), row.gpus) != f.gpus.end() &&
           (f.seq_lengths.empty() || std::find(f.seq_lengths.begin(), f.seq_lengths.end(), seq) != f.seq_lengths.end())) {

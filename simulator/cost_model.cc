@@ -1102,13 +1102,13 @@ double MoeImbalance(const ParallelConfig& c, const MoeSpec& moe, double mean_tok
     }
   }
   if (c.moe_capacity_factor > 0) imb = std::min(imb, c.moe_capacity_factor);
-  // The busiest rank receives at most min(k, E/ep) copies of each token: ep * min(1, (E/ep)/k)
-  // times the mean (1 with one rank).
-  if (ep >= 1 && moe.top_k > 0) {
-    const double e = static_cast<double>(ep);
-    imb = std::min(imb, e * std::min(1.0, static_cast<double>(moe.num_experts) / e / static_cast<double>(moe.top_k)));
-  }
-  return imb;
+  return std::min(imb, MoeMaxImbalance(moe, ep));
+}
+
+double MoeMaxImbalance(const MoeSpec& moe, std::int64_t ep) {
+  if (ep < 1 || moe.top_k <= 0) return 1.0;
+  const double e = static_cast<double>(ep);
+  return e * std::min(1.0, static_cast<double>(moe.num_experts) / e / static_cast<double>(moe.top_k));
 }
 
 std::string MoeImbalanceSource(const ParallelConfig& c, const MoeSpec& moe) {

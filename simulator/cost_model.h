@@ -217,6 +217,10 @@ inline constexpr double kGlobalBatchRouterImbalance = 1.66;
 /// The EP size kGlobalBatchRouterImbalance was fitted at.
 inline constexpr std::int64_t kGlobalBatchRouterImbalanceEp = 8;
 
+/// The most tokens the busiest of ep ranks can take over the mean: every token's min(k, E/ep)
+/// copies on it, ep * min(1, (E/ep)/k) (1 with one rank).
+double MoeMaxImbalance(const MoeSpec& moe, std::int64_t ep);
+
 /// Where MoeImbalance's value for `c` and `moe` comes from, for reports.
 std::string MoeImbalanceSource(const ParallelConfig& c, const MoeSpec& moe);
 
