@@ -163,9 +163,14 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.optimizer_impl = a.optimizer == "deepspeed-zero"   ? OptimizerImpl::kDeepSpeedZero
                      : a.optimizer == "deepspeed-bf16" ? OptimizerImpl::kDeepSpeedBf16
                                                        : OptimizerImpl::kMegatron;
-  if (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage != 1 && c.zero_stage != 2) {
+  if (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage < 1) {
     throw InputError("command line: --zero: got " + std::to_string(c.zero_stage) +
-                     ", expected 1 or 2 with --optimizer deepspeed-zero (DeepSpeed ZeRO-1/2)");
+                     ", expected 1, 2 or 3 with --optimizer deepspeed-zero (DeepSpeed ZeRO-1/2/3)");
+  }
+  c.zero3_impl = a.zero3_impl == "deepspeed-2021" ? Zero3Impl::kDeepSpeed2021 : Zero3Impl::kPerLayer;
+  if (c.zero3_impl != Zero3Impl::kPerLayer && c.zero_stage != 3) {
+    throw InputError("command line: --zero3-impl: got " + a.zero3_impl + " with --zero " + std::to_string(c.zero_stage) +
+                     ", expected --zero 3 (it says how ZeRO-3 gathers and reduces)");
   }
   if (c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16 && c.zero_stage != 1) {
     throw InputError("command line: --zero: got " + std::to_string(c.zero_stage) +
@@ -227,6 +232,7 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.tp_comm_overlap) f += " --tp-comm-overlap";
   if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) f += " --bf16-main-grads";
   if (c.optimizer_impl != OptimizerImpl::kMegatron) f += fmt::format(" --optimizer {}", ToString(c.optimizer_impl));
+  if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) f += fmt::format(" --zero3-impl {}", ToString(c.zero3_impl));
   if (!HasMegatronCoreDefaults(c)) {
     f += " --framework megatron-2022";
     if (c.p2p_blocking) f += " --p2p-blocking";
@@ -397,9 +403,14 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                 "reduce-scatters with their GEMMs in tp chunks (needs --sequence-parallel)");
   cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
   cmd->add_option("--optimizer", a->optimizer,
-                  "whose optimizer keeps the state: megatron (default) | deepspeed-zero (with --zero 1 or 2; 16-bit "
+                  "whose optimizer keeps the state: megatron (default) | deepspeed-zero (with --zero 1, 2 or 3; 16-bit "
                   "grads) | deepspeed-bf16 (with --zero 1; BF16_Optimizer: fp32 grad buffer, fp32 all-reduce)")
       ->transform(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16"}, CLI::ignore_case));
+  cmd->add_option("--zero3-impl", a->zero3_impl,
+                  "how ZeRO-3 gathers and reduces (with --zero 3): per-layer (default; FSDP, FSDP2, Megatron-FSDP, "
+                  "current DeepSpeed: one flat all-gather per layer, prefetched) | deepspeed-2021 (DeepSpeed stage 3 of "
+                  "v0.3-0.4: one synchronized list all-gather / reduce-scatter per parameter tensor)")
+      ->transform(CLI::IsMember({"per-layer", "deepspeed-2021"}, CLI::ignore_case));
   cmd->add_flag("--p2p-blocking", a->p2p_blocking,
                 "pipeline sends/receives run in order on the compute stream (DeepSpeed's pipeline engine; Megatron-LM "
                 "of 2021-22, which synchronizes after each batch_isend_irecv)");

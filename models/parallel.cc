@@ -113,6 +113,14 @@ const char* ToString(OptimizerImpl o) {
   return "?";
 }
 
+const char* ToString(Zero3Impl z) {
+  switch (z) {
+    case Zero3Impl::kPerLayer: return "per-layer";
+    case Zero3Impl::kDeepSpeed2021: return "deepspeed-2021";
+  }
+  return "?";
+}
+
 const char* ToString(Fp8Recipe r) {
   switch (r) {
     case Fp8Recipe::kDelayed: return "delayed";
@@ -145,6 +153,7 @@ std::string ParallelConfig::Summary() const {
   if (moe_force_load_balancing) s += " forced-balance";
   if (moe_load_imbalance > 0) s += fmt::format(" imbalance={}", moe_load_imbalance);
   if (optimizer_impl != OptimizerImpl::kMegatron) s += fmt::format(" optimizer={}", ToString(optimizer_impl));
+  if (zero_stage >= 3 && zero3_impl != Zero3Impl::kPerLayer) s += fmt::format(" zero3={}", ToString(zero3_impl));
   if (p2p_blocking) s += " p2p-blocking";
   if (tp_comm_overlap) s += " tp-comm-overlap";
   if (precision != Precision::kBf16) {
@@ -173,6 +182,7 @@ std::string ParallelConfig::Short() const {
   if (sequence_parallel) s += tp_comm_overlap ? " SP+ov" : " SP";
   if (recompute != Recompute::kNone) s += recompute == Recompute::kFull ? " rc-full" : " rc-sel";
   if (zero_stage > 0) s += fmt::format(" Z{}", zero_stage);
+  if (zero_stage >= 3 && zero3_impl == Zero3Impl::kDeepSpeed2021) s += "-ds21";
   if (schedule != Schedule::k1F1B && schedule != Schedule::kInterleaved) s += fmt::format(" {}", ToString(schedule));
   if (precision != Precision::kBf16) s += fmt::format(" {}", ToString(precision));
   return s;

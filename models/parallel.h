@@ -25,6 +25,19 @@ enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
 ///    plus an unsharded fp32 accumulation buffer (2 + 4 B/param), fp32 master and Adam states
 ///    sharded (12/dp); gradients all-reduced in fp32, bf16 parameters all-gathered after the step.
 enum class OptimizerImpl { kMegatron, kDeepSpeedZero, kDeepSpeedBf16 };
+/// How ZeRO-3 gathers parameters and reduces gradients (docs/simulator.md, "ZeRO-3"):
+///  - kPerLayer: one all-gather of each layer's parameters from a flat buffer before its forward
+///    and again before its backward, prefetched on a stream of its own while the previous layer
+///    computes, and one reduce-scatter of its gradients after its backward (PyTorch FSDP
+///    FULL_SHARD, FSDP2, Megatron-FSDP, DeepSpeed stage 3 since its coalesced fetch of 2021-22).
+///  - kDeepSpeed2021: DeepSpeed stage 3 of v0.3-0.4 (runtime/zero/partition_parameters.py at
+///    commit c83e49f, April 2021, the version SC21 compared with): one all-gather per parameter
+///    tensor of at least param_persistence_threshold (1e5) elements, after
+///    torch.cuda.synchronize() and waited on before the module runs (no overlap with compute),
+///    in the forward, the recomputed forward and the backward; one reduce-scatter per parameter
+///    tensor on the compute stream; each through PyTorch's list collectives, whose cost grows
+///    with the group (kListCollectiveSliceSeconds per rank and tensor).
+enum class Zero3Impl { kPerLayer, kDeepSpeed2021 };
 /// How FP8 tensors are scaled (Megatron-LM's --fp8-recipe; Transformer Engine's recipes) when
 /// the precision is kFp8: one scale per tensor from an amax history (kDelayed, TE's
 /// DelayedScaling, with an amax history of --fp8-amax-history-len entries per tensor) or from
@@ -85,6 +98,7 @@ unsigned ParseRecomputeModules(const std::vector<std::string>& names, const std:
 void RequireRecomputeModules(const Model& m, unsigned modules, const std::string& where);
 const char* ToString(Schedule s);
 const char* ToString(OptimizerImpl o);
+const char* ToString(Zero3Impl z);
 const char* ToString(Fp8Recipe r);
 
 struct ParallelConfig {
@@ -130,6 +144,7 @@ struct ParallelConfig {
   /// "Mixture of experts").
   bool moe_a2a_overlap = false;
   int zero_stage = 0;  ///< 0..3; 1 = Megatron's distributed optimizer
+  Zero3Impl zero3_impl = Zero3Impl::kPerLayer;  ///< with zero_stage 3 (see Zero3Impl)
   Schedule schedule = Schedule::k1F1B;
   Precision precision = Precision::kBf16;
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< with precision kFp8

@@ -496,7 +496,8 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     for (const ValidationFit& f : FitsOnValidationRows()) {
       if (f.source_id == row.source_id && f.model == row.model &&
           std::find(f.gpus.begin(), f.gpus.end(), row.gpus) != f.gpus.end() &&
-          (f.seq_lengths.empty() || std::find(f.seq_lengths.begin(), f.seq_lengths.end(), seq) != f.seq_lengths.end())) {
+          (f.seq_lengths.empty() || std::find(f.seq_lengths.begin(), f.seq_lengths.end(), seq) != f.seq_lengths.end()) &&
+          (f.dp_sharding.empty() || Contains(t.Get(r, "dp_sharding"), f.dp_sharding))) {
         row.fitted_constant = f.constant;
       }
     }
@@ -520,7 +521,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     c.sequence_parallel = ChoiceField(t, r, "sequence_parallel", runs_csv, {"", "no", "yes", "n/a"}) == 2;
     const std::size_t sh = ChoiceField(t, r, "dp_sharding", runs_csv,
                                        {"", "none", "ZeRO-1", "PyTorch FSDP SHARD_GRAD_OP", "PyTorch FSDP FULL_SHARD",
-                                        "distributed optimizer", "PyTorch FSDP2", "Megatron-FSDP"});
+                                        "distributed optimizer", "PyTorch FSDP2", "Megatron-FSDP", "ZeRO-3"});
     c.zero_stage = sh >= 6 || sh == 4 ? 3 : sh == 3 ? 2 : sh == 2 || sh == 5 ? 1 : 0;
     // Fused attention: FlashAttention, or Transformer Engine's fused (cuDNN) attention ("TE",
     // FlexAttention) of the newer PyTorch-side rows.
@@ -559,6 +560,9 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       // fp16 runs used DeepSpeed's ZeRO-1 (16-bit gradients reduced to their owners); from
       // 2022-02-28 BLOOM ran the BF16_Optimizer (ZeRO stage 0 + its own optimizer sharding).
       c.optimizer_impl = Contains(t.Get(r, "dp_sharding"), "BF16_Optimizer") ? OptimizerImpl::kDeepSpeedBf16 : OptimizerImpl::kDeepSpeedZero;
+      // SC21's ZeRO-3 comparison (April 2021) ran DeepSpeed's stage 3 of that time: per-tensor,
+      // synchronized list collectives (Zero3Impl::kDeepSpeed2021).
+      if (c.zero_stage >= 3) c.zero3_impl = Zero3Impl::kDeepSpeed2021;
     }
     if (mcore) {
       // NeMo's performance recipes on Megatron-Core (NeMo 24.x, S6 and S7): sequence parallelism

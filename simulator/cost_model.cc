@@ -1209,6 +1209,107 @@ static double PairedPassFraction(const ParallelConfig& c, std::int64_t i, std::i
   return (total - warmup) / total;
 }
 
+namespace {
+
+/// Adds a tensor of `elems` elements to `t`; the gathered ones' sizes go to `order`.
+void AddTensor(LayerTensors* t, double elems, double times = 1, std::vector<double>* order = nullptr) {
+  if (!(elems > 0)) return;
+  t->count += times;
+  if (elems >= kDeepSpeedPersistenceThreshold) {
+    t->gathered += times;
+    if (order != nullptr) order->push_back(elems);
+  }
+}
+
+/// The share of `order`'s elements (gathered tensors in forward order, cyclic) in tensors whose
+/// predecessor is under kDeepSpeedMaxLiveParameters.
+double PrefetchedShare(const std::vector<double>& order) {
+  double all = 0, pre = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    all += order[i];
+    if (order[(i + order.size() - 1) % order.size()] < kDeepSpeedMaxLiveParameters) pre += order[i];
+  }
+  return all > 0 ? pre / all : 0;
+}
+
+/// An MLP's tensors on one GPU (fc1, fused gate and up for SwiGLU; fc2; their biases), `times` of it.
+void AddMlpTensors(LayerTensors* t, const Model& m, double f, double tp, bool bias, double times,
+                   std::vector<double>* order = nullptr) {
+  const double h = static_cast<double>(m.hidden_size);
+  const double up = m.activation == Activation::kSwiglu ? 2.0 : 1.0;
+  AddTensor(t, h * f * up / tp, times, order);
+  AddTensor(t, f * h / tp, times, order);
+  if (bias) {
+    AddTensor(t, f * up / tp, times);
+    AddTensor(t, h, times);
+  }
+}
+
+}  // namespace
+
+LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c) {
+  const double h = static_cast<double>(m.hidden_size), tp = static_cast<double>(c.tp);
+  LayerTensors attn;
+  std::vector<double> order;  // the dense layer's gathered tensors in forward order
+  const double norm_tensors = m.normalization == Normalization::kLayerNorm ? 2.0 : 1.0;
+  AddTensor(&attn, h, 2 * norm_tensors);  // input and post-attention norms
+  if (m.mla.enabled()) {
+    const double a = static_cast<double>(m.num_attention_heads);
+    const MlaSpec& q = m.mla;
+    const double qk = static_cast<double>(q.qk_head_dim + q.qk_pos_emb_head_dim);
+    if (q.q_lora_rank > 0) {
+      AddTensor(&attn, h * static_cast<double>(q.q_lora_rank), 1, &order);
+      AddTensor(&attn, static_cast<double>(q.q_lora_rank) * a * qk / tp, 1, &order);
+    } else {
+      AddTensor(&attn, h * a * qk / tp, 1, &order);
+    }
+    AddTensor(&attn, h * static_cast<double>(q.kv_lora_rank + q.qk_pos_emb_head_dim), 1, &order);
+    AddTensor(&attn, static_cast<double>(q.kv_lora_rank) * a * static_cast<double>(q.qk_head_dim + q.v_head_dim) / tp, 1, &order);
+    AddTensor(&attn, a * static_cast<double>(q.v_head_dim) * h / tp, 1, &order);
+  } else {
+    const double qkv = static_cast<double>(m.num_attention_heads + 2 * m.num_query_groups) * static_cast<double>(m.kv_channels);
+    AddTensor(&attn, h * qkv / tp, 1, &order);
+    if (m.add_qkv_bias) AddTensor(&attn, qkv / tp);
+    AddTensor(&attn, static_cast<double>(m.num_attention_heads * m.kv_channels) * h / tp, 1, &order);
+  }
+  if (m.add_bias_linear) AddTensor(&attn, h);
+  LayerTensors dense = attn;
+  AddMlpTensors(&dense, m, static_cast<double>(m.ffn_hidden_size), tp, m.add_bias_linear, 1, &order);
+  dense.prefetched_share = PrefetchedShare(order);
+  for (double e : order) dense.max_gathered_elems = std::max(dense.max_gathered_elems, e);
+  if (!m.moe.enabled()) return dense;
+  LayerTensors moe = attn;
+  AddTensor(&moe, h * static_cast<double>(m.moe.num_experts));  // router
+  if (m.moe.shared_ffn_hidden_size > 0) {
+    AddMlpTensors(&moe, m, static_cast<double>(m.moe.shared_ffn_hidden_size), tp, m.add_bias_linear, 1);
+  }
+  const double local = static_cast<double>(m.moe.num_experts) / static_cast<double>(std::max<std::int64_t>(1, c.ep));
+  AddMlpTensors(&moe, m, static_cast<double>(m.moe.ffn_hidden_size), static_cast<double>(c.expert_tp()),
+                m.moe.expert_bias, local);
+  const double layers = static_cast<double>(std::max<std::int64_t>(1, m.num_layers));
+  const double moe_share = static_cast<double>(m.MoeLayersIn(0, m.num_layers)) / layers;
+  LayerTensors mean;
+  mean.count = (1 - moe_share) * dense.count + moe_share * moe.count;
+  mean.gathered = (1 - moe_share) * dense.gathered + moe_share * moe.gathered;
+  mean.prefetched_share = 0;  // MoE layers: prefetching not modelled (every gather exposed)
+  mean.max_gathered_elems = dense.max_gathered_elems;
+  return mean;
+}
+
+Zero3TensorCost Zero3PerTensorCost(const HardwareProfile& p, CollectiveOp op, const LayerTensors& t,
+                                   const GroupPlacement& group, double params, double bytes_per_param) {
+  Zero3TensorCost x;
+  const bool gather = op == CollectiveOp::kAllGather;
+  x.tensors = gather ? t.gathered : t.count;
+  if (group.ranks <= 1 || !(params > 0) || !(x.tensors > 0)) return x;
+  const double bytes = params * bytes_per_param;
+  x.latency_s = CollectiveCostOf(p, op, bytes, group).latency_s;
+  x.host_s = x.tensors * static_cast<double>(group.ranks) * kListCollectiveSliceSeconds;
+  x.copy_s = MemoryBoundTime(p, (gather ? 3.0 : 2.0) * bytes);
+  x.prefetched_share = gather ? t.prefetched_share : 0;
+  return x;
+}
+
 CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster& cl,
                          const HardwareProfile& prof) {
   CostModel cm;
@@ -1229,6 +1330,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   const double drop = m.dropout ? 1.0 : 0.0;  // 1-byte dropout masks
   const int gpn = static_cast<int>(cl.gpus_per_node);
   cm.tokens_per_microbatch = T;
+  if (c.zero_stage >= 3 && c.zero3_impl == Zero3Impl::kDeepSpeed2021) cm.layer_tensors = LayerTensorsOf(m, c);
 
   // Placement under Megatron-LM's rank order tp (innermost), cp, dp, pp. Gradients are reduced
   // (and the distributed optimizer sharded) over the dp x cp ranks of a stage, which hold the

@@ -142,6 +142,25 @@ double OptimizerTime(const HardwareProfile& p, const ParallelConfig& c, double l
 double WeightQuantizeTime(const HardwareProfile& p, const ParallelConfig& c, const LinearFormat& f,
                           double quantized_params);
 
+/// Parameter tensors of one transformer layer on one GPU as a framework stores them (Megatron's
+/// fused QKV and, for SwiGLU, fused gate and up projections; each norm's weight and bias), for
+/// frameworks that communicate tensor by tensor (Zero3Impl::kDeepSpeed2021). A mixture-of-experts
+/// layer counts its router, shared experts and local experts (two or three tensors each).
+struct LayerTensors {
+  double count = 0;     ///< tensors (per layer, the mean over dense and MoE layers)
+  double gathered = 0;  ///< of those, at least kDeepSpeedPersistenceThreshold elements
+  /// Of the gathered elements, the share in tensors DeepSpeed prefetches: those whose preceding
+  /// gathered tensor (in forward order, the next layer's first following the last) is smaller
+  /// than kDeepSpeedMaxLiveParameters (prefetch_next_sub_modules runs only while the live
+  /// parameters stay under stage3_max_live_parameters).
+  double prefetched_share = 0;
+  double max_gathered_elems = 0;  ///< the largest gathered tensor's elements (dense layers)
+};
+/// DeepSpeed stage 3's stage3_max_live_parameters default (1e9 elements, c83e49f).
+inline constexpr double kDeepSpeedMaxLiveParameters = 1e9;
+/// DeepSpeed stage 3's param_persistence_threshold default (1e5 elements, c83e49f and since):
+/// smaller parameters stay whole on every rank and are never gathered.
+inline constexpr double kDeepSpeedPersistenceThreshold = 1e5;
 /// What one micro-batch costs on one chunk (a contiguous group of layers, plus embedding or
 /// output layer where the chunk holds them) of one GPU.
 struct ChunkCost {
@@ -195,9 +214,41 @@ struct CostModel {
   /// Bytes one transformer layer keeps from forward to backward per micro-batch (no embedding or
   /// output layer): the per-layer quantity of Korthikanti et al. 2022 Table 2 and Fig. 7.
   double layer_saved_bytes = 0;
+  /// One layer's parameter tensors (Zero3Impl::kDeepSpeed2021's per-tensor collectives).
+  LayerTensors layer_tensors;
   /// Extra bytes per quantized parameter (QuantizedWeightBytesPerParam) under the configuration.
   double quantized_weight_bytes_per_param = 0;
 };
+
+LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c);
+
+/// Host time per rank and tensor of one of PyTorch's list collectives (torch.distributed
+/// all_gather / reduce_scatter with a list of world-size tensors, ProcessGroupNCCL of 2021):
+/// DeepSpeed's Python loop builds world-size narrow() views of the tensor, and ProcessGroupNCCL
+/// copies each of them out of (all-gather) or into (reduce-scatter) its flat buffer with one
+/// copy_ launch, with the device synchronized around them. Fitted on SC21's GPT-3 175B ZeRO-3
+/// step times (validation rows 11-13, MAPE 8.9%; the 530B rows 14-16 held out;
+/// docs/accuracy.md). Its parts' public magnitudes bracket it: a PyTorch eager op's dispatch
+/// from Python (narrow, a few microseconds) and a copy kernel's launch (about five).
+inline constexpr double kListCollectiveSliceSeconds = 12e-6;
+
+/// Zero3Impl::kDeepSpeed2021: a layer's collectives of `params` parameters (`bytes_per_param`
+/// each) over `group`, tensor by tensor: all of the layer's tensors reduce-scattered, the gathered
+/// ones all-gathered (LayerTensors).
+struct Zero3TensorCost {
+  double tensors = 0;    ///< collectives per layer
+  double latency_s = 0;  ///< each collective's latency (one collective of the layer's bytes)
+  /// Host list handling of them all: tensors x ranks x kListCollectiveSliceSeconds.
+  double host_s = 0;
+  /// Device copies around them: all-gather, the zero-filled output and the copy out of the flat
+  /// buffer (3 x the bytes); reduce-scatter, the copy into it (2 x the bytes).
+  double copy_s = 0;
+  /// Of the all-gathered bytes, what DeepSpeed prefetches (LayerTensors::prefetched_share; 0 for
+  /// a reduce-scatter).
+  double prefetched_share = 0;
+};
+Zero3TensorCost Zero3PerTensorCost(const HardwareProfile& p, CollectiveOp op, const LayerTensors& t,
+                                   const GroupPlacement& group, double params, double bytes_per_param);
 
 /// Tokens of the busiest expert-parallel rank over the mean of `mean_tokens` per rank: the
 /// configuration's --moe-load-imbalance when given; else balanced routing's expected maximum over

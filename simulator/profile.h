@@ -159,6 +159,7 @@ struct ValidationFit {
   std::string source_id, model;  ///< the rows' source_id and model columns
   std::vector<std::int64_t> gpus;  ///< the rows' num_gpus values
   std::vector<std::int64_t> seq_lengths;  ///< the rows' seq_len values; empty: any
+  std::string dp_sharding;  ///< text the rows' dp_sharding column contains; empty: any
 };
 
 /// Every built-in constant fitted on validation runs: the Hopper sustained GEMM / MAMF ratio on

@@ -53,7 +53,11 @@ enum class CostKind : std::uint8_t {
   kEmbeddingSync,  ///< tied-embedding gradient all-reduce (first and last stage)
   kOptimizer,
   kParamGather,    ///< ZeRO-1/2 parameter all-gather bucket
+  kZero3Prefetch,  ///< Zero3Impl::kDeepSpeed2021: the prefetched tensors' all-gathers of a layer
+  kZero3GatherHost,  ///< Zero3Impl::kDeepSpeed2021: a layer's gathers' host list handling and copies
+  kZero3ReduceHost,  ///< Zero3Impl::kDeepSpeed2021: a layer's reduce-scatters' host list handling and copies
 };
+constexpr std::size_t kNumCostKinds = static_cast<std::size_t>(CostKind::kZero3ReduceHost) + 1;
 struct CostKey {
   CostKind kind = CostKind::kItem;
   ItemKind item = ItemKind::kForward;
@@ -86,6 +90,7 @@ class Builder {
     mb_ = static_cast<int>(c.num_microbatches());
     R_ = opts.full_rank ? static_cast<int>(c.dp) : 1;
     zero3_ = c.zero_stage >= 3;
+    zero3_sync_ = zero3_ && c.zero3_impl == Zero3Impl::kDeepSpeed2021;
     // Gradients cross dp x cp ranks, and routed experts' cross their expert-data-parallel ranks.
     dp_comm_ = (c.dp_cp() > 1 || (m.moe.enabled() && c.expert_dp() > 1)) && !opts.ideal_pipeline &&
                !opts.free_communication;
@@ -110,6 +115,36 @@ class Builder {
     return std::max(1, static_cast<int>(std::ceil(params / static_cast<double>(bucket_))));
   }
   TaskCost CostOf(const CostKey& k) const;
+  /// Zero3Impl::kDeepSpeed2021: a layer's per-tensor collectives (Zero3PerTensorCost) of
+  /// `params` parameters (`experts` of them routed experts'): the tensors DeepSpeed prefetches
+  /// (`prefetched`) or the others. A backward with full recompute gathers twice (the recomputed
+  /// forward's hooks and the backward's).
+  TaskCost PerTensorCost(int device, CollectiveOp op, ItemKind item, double params, double experts, bool prefetched) const {
+    const bool gather = op == CollectiveOp::kAllGather;
+    const double bpp = gather ? c_.param_gather_bytes : grad_bytes_per_param_;
+    const Zero3TensorCost x = Zero3PerTensorCost(prof_, op, cm_.layer_tensors, cm_.dp_group, params, bpp);
+    const double share = prefetched ? x.prefetched_share : 1 - x.prefetched_share;
+    TaskCost t = DpComm(device, op, params * bpp * share, experts * bpp * share);
+    if (!(share > 0)) t = TaskCost{};
+    t.work_ns = (share > 0 ? t.work_ns : 0.0) + Ns(std::max(0.0, x.tensors * share - 1) * x.latency_s);
+    const double times = Zero3Passes(op, item);
+    t.work_ns *= times;
+    t.bytes *= times;
+    return t;
+  }
+  /// The host's list handling and the device copies of a layer's per-tensor collectives: work on
+  /// the compute stream that uses no link (Zero3PerTensorCost).
+  TaskCost PerTensorHostCost(CollectiveOp op, ItemKind item, double params) const {
+    const double bpp = op == CollectiveOp::kAllGather ? c_.param_gather_bytes : grad_bytes_per_param_;
+    const Zero3TensorCost x = Zero3PerTensorCost(prof_, op, cm_.layer_tensors, cm_.dp_group, params, bpp);
+    TaskCost t;
+    t.work_ns = Ns(Zero3Passes(op, item) * (x.host_s + x.copy_s));
+    return t;
+  }
+  /// Collectives of a layer per pass: a backward with full recompute gathers twice.
+  double Zero3Passes(CollectiveOp op, ItemKind item) const {
+    return op == CollectiveOp::kAllGather && item == ItemKind::kBackward && c_.recompute == Recompute::kFull ? 2 : 1;
+  }
   TaskCost Comm(int device, const CollectiveCost& cc) const {
     TaskCost t;
     t.work_ns = Ns(cc.latency_s);
@@ -172,6 +207,7 @@ class Builder {
   LinearFormat lf_;
   int p_ = 1, v_ = 1, mb_ = 1, R_ = 1;
   bool zero3_ = false, dp_comm_ = false, all_one_node_ = false;
+  bool zero3_sync_ = false;  ///< ZeRO-3 collectives on the compute stream (Zero3Impl::kDeepSpeed2021)
   double grad_bytes_per_param_ = 0;
   std::int64_t bucket_ = 1;
   // Build state.
@@ -204,7 +240,7 @@ class Builder {
 };
 
 std::vector<std::int64_t> Builder::ShapeOf() const {
-  std::vector<std::int64_t> s = {p_, v_, mb_, R_, static_cast<std::int64_t>(c_.schedule), zero3_, dp_comm_,
+  std::vector<std::int64_t> s = {p_, v_, mb_, R_, static_cast<std::int64_t>(c_.schedule), zero3_, zero3_sync_, dp_comm_,
                                  c_.overlap_grad_reduce, c_.overlap_param_gather,
                                  c_.zero_stage == 1 || c_.zero_stage == 2, c_.p2p_blocking,
                                  m_.tie_embeddings && p_ > 1 && !FreeComm(), FreeComm()};
@@ -250,12 +286,23 @@ TaskCost Builder::CostOf(const CostKey& k) const {
       return t;
     }
     case CostKind::kZero3Gather:
+    case CostKind::kZero3Prefetch: {
       // FSDP: gather this layer's parameters, prefetched while the previous unit runs.
-      return DpComm(k.device, CollectiveOp::kAllGather, cc.params_per_gpu / k.units * c_.param_gather_bytes,
-                    cc.expert_params_per_gpu / k.units * c_.param_gather_bytes);
-    case CostKind::kZero3Reduce:
-      return DpComm(k.device, CollectiveOp::kReduceScatter, cc.params_per_gpu / k.units * grad_bytes_per_param_,
-                    cc.expert_params_per_gpu / k.units * grad_bytes_per_param_);
+      const double params = cc.params_per_gpu / k.units, experts = cc.expert_params_per_gpu / k.units;
+      if (!zero3_sync_) return DpComm(k.device, CollectiveOp::kAllGather, params * c_.param_gather_bytes, experts * c_.param_gather_bytes);
+      return PerTensorCost(k.device, CollectiveOp::kAllGather, k.item, params, experts, k.kind == CostKind::kZero3Prefetch);
+    }
+    case CostKind::kZero3Reduce: {
+      const double params = cc.params_per_gpu / k.units, experts = cc.expert_params_per_gpu / k.units;
+      if (!zero3_sync_) {
+        return DpComm(k.device, CollectiveOp::kReduceScatter, params * grad_bytes_per_param_, experts * grad_bytes_per_param_);
+      }
+      return PerTensorCost(k.device, CollectiveOp::kReduceScatter, ItemKind::kForward, params, experts, false);
+    }
+    case CostKind::kZero3GatherHost:
+    case CostKind::kZero3ReduceHost:
+      return PerTensorHostCost(k.kind == CostKind::kZero3GatherHost ? CollectiveOp::kAllGather : CollectiveOp::kReduceScatter,
+                               k.item, cc.params_per_gpu / k.units);
     case CostKind::kOverlapReduce:
       return DpComm(k.device, reduce, cc.params_per_gpu / k.units * grad_bytes_per_param_,
                     cc.expert_params_per_gpu / k.units * grad_bytes_per_param_);
@@ -303,7 +350,7 @@ TaskCost Builder::CostOf(const CostKey& k) const {
 
 std::int32_t Builder::CostId(const CostKey& k) {
   const std::size_t slot =
-      ((static_cast<std::size_t>(k.device) * 10 + static_cast<std::size_t>(k.kind)) * 3 + static_cast<std::size_t>(k.item)) *
+      ((static_cast<std::size_t>(k.device) * kNumCostKinds + static_cast<std::size_t>(k.kind)) * 3 + static_cast<std::size_t>(k.item)) *
           static_cast<std::size_t>(v_) +
       static_cast<std::size_t>(std::max(0, k.chunk));
   CostSlot& seen = cost_ids_[slot];
@@ -345,7 +392,7 @@ void Builder::Build(Skeleton& sk) {
   sk.device_stage.assign(static_cast<std::size_t>(devices), 0);
   last_on_stream_.assign(static_cast<std::size_t>(devices * kNumStreams), -1);
   periods_.assign(static_cast<std::size_t>(devices), 0);
-  cost_ids_.assign(static_cast<std::size_t>(devices * 10 * 3 * v_), CostSlot{});
+  cost_ids_.assign(static_cast<std::size_t>(devices) * kNumCostKinds * 3 * static_cast<std::size_t>(v_), CostSlot{});
   cost_ids_more_.clear();
   for (int i = 0; i < p_; ++i) {
     for (int r = 0; r < R_; ++r) {
@@ -439,7 +486,24 @@ void Builder::BuildStage(int i, int r) {
     ItemTasks& itk = its[static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))];
     for (int u = 0; u < units; ++u) {
       std::int32_t gather = -1;
-      if (zero3_ && dp_comm_ && it.kind != ItemKind::kWeight) {
+      if (zero3_ && dp_comm_ && it.kind != ItemKind::kWeight && zero3_sync_) {
+        // DeepSpeed 2021: the layer's tensors gathered one by one on a synchronized device,
+        // after the previous unit (the compute stream's program order).
+        // The tensors DeepSpeed prefetches (Zero3TensorCost::prefetched_share) are gathered on
+        // the communication stream while the previous unit computes; the rest, and the host's
+        // list handling of all of them, hold the compute stream.
+        const std::int32_t prev2 = compute_seq.size() >= 2 ? compute_seq[compute_seq.size() - 2] : -1;
+        const std::int32_t pre = Add(TaskType::kParamGather, {CostKind::kZero3Prefetch, it.kind, dev, it.chunk, units},
+                                     kDpGatherStream, it.microbatch, it.chunk, u);
+        g_->AddEdge(prev2, pre);
+        Sync(i, {prev2, pre});
+        Add(TaskType::kParamGather, {CostKind::kZero3GatherHost, it.kind, dev, it.chunk, units}, kComputeStream,
+            it.microbatch, it.chunk, u);
+        gather = Add(TaskType::kParamGather, {CostKind::kZero3Gather, it.kind, dev, it.chunk, units}, kComputeStream,
+                     it.microbatch, it.chunk, u);
+        g_->AddEdge(pre, gather);
+        Sync(i, {compute_seq.empty() ? -1 : compute_seq.back(), gather});
+      } else if (zero3_ && dp_comm_ && it.kind != ItemKind::kWeight) {
         // FSDP: gather this layer's parameters, prefetched while the previous unit runs.
         gather = Add(TaskType::kParamGather, {CostKind::kZero3Gather, ItemKind::kForward, dev, it.chunk, units},
                      kDpGatherStream, it.microbatch, it.chunk, u);
@@ -463,8 +527,12 @@ void Builder::BuildStage(int i, int r) {
       // Gradient reduction of this unit.
       const bool produces_grads = it.kind == grad_kind;
       if (produces_grads && dp_comm_ && zero3_) {
+        if (zero3_sync_) {
+          Add(TaskType::kDpReduce, {CostKind::kZero3ReduceHost, ItemKind::kForward, dev, it.chunk, units}, kComputeStream,
+              it.microbatch, it.chunk, u);
+        }
         const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kZero3Reduce, ItemKind::kForward, dev, it.chunk, units},
-                                     kDpStream, it.microbatch, it.chunk, u);
+                                     zero3_sync_ ? kComputeStream : kDpStream, it.microbatch, it.chunk, u);
         g_->AddEdge(id, rid);
         Sync(i, {id, rid});
       } else if (produces_grads && is_last_grad && dp_comm_ && c_.overlap_grad_reduce) {
@@ -639,6 +707,11 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
   // ZeRO-3 holds gathered parameters of the running and the prefetched layer; pipeline stages
   // hold send and receive buffers for both directions.
   mem.comm_buffer_bytes = c.zero_stage >= 3 ? 2.0 * 2.0 * layer_params_max : 0.0;
+  // DeepSpeed's ZeRO-3 of 2021 gathers tensor by tensor: the running module's weight and the
+  // prefetched one, each beside ProcessGroupNCCL's flat copy while it is gathered.
+  if (c.zero_stage >= 3 && c.zero3_impl == Zero3Impl::kDeepSpeed2021) {
+    mem.comm_buffer_bytes = 2.0 * 2.0 * c.param_gather_bytes * cm.layer_tensors.max_gathered_elems;
+  }
   mem.comm_buffer_bytes += 2.0 * cm.pp_message_bytes * (c.pp > 1 ? 2 : 0);
   mem.framework_bytes = prof.framework_overhead_bytes;
   mem.peak_bytes = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes +
@@ -866,6 +939,8 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
       const ChunkCost& cc = chunks[static_cast<std::size_t>(std::max(0, t.chunk))];
       if (t.type == TaskType::kOptimizer) {
         bd.optimizer_s += busy;
+      } else if (t.type == TaskType::kParamGather || t.type == TaskType::kDpReduce) {
+        bd.dp_comm_s += busy;  // ZeRO-3 collectives on the compute stream (Zero3Impl::kDeepSpeed2021)
       } else if (t.type == TaskType::kPpSend) {
         bd.pp_comm_s += busy;  // blocking sends (p2p_blocking) occupy the compute stream
       } else if (t.type == TaskType::kForward) {
@@ -1014,7 +1089,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"recompute", ToString(c.recompute)},
                  {"recompute_modules", c.recompute == Recompute::kSelective ? Json(RecomputeModulesName(c.recompute_modules)) : Json()},
                  {"moe_a2a_overlap", c.moe_a2a_overlap},
-                 {"zero_stage", c.zero_stage}, {"schedule", ToString(c.schedule)},
+                 {"zero_stage", c.zero_stage}, {"zero3_impl", ToString(c.zero3_impl)}, {"schedule", ToString(c.schedule)},
                  {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
                  {"param_gather_bytes_per_param", ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch))},

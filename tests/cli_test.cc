@@ -121,8 +121,11 @@ TEST(CliSimulate, DeepSpeedOptimizerFlags) {
   // Combinations the optimizers do not have are input errors (exit 2) naming the flag.
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--zero 0 --optimizer deepspeed-bf16",
                                     "--zero: got 0, expected 1 with --optimizer deepspeed-bf16"));
-  EXPECT_TRUE(testing::ExitsTwoWith(base + "--zero 3 --optimizer deepspeed-zero",
-                                    "--zero: got 3, expected 1 or 2 with --optimizer deepspeed-zero"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--zero 0 --optimizer deepspeed-zero",
+                                    "--zero: got 0, expected 1, 2 or 3 with --optimizer deepspeed-zero"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--zero 1 --zero3-impl deepspeed-2021",
+                                    "--zero3-impl: got deepspeed-2021 with --zero 1, expected --zero 3"));
+  EXPECT_EQ(RunShardcast(base + "--zero 3 --zero3-impl fsdp1").exit_code, 2);
   EXPECT_EQ(RunShardcast(base + "--zero 1 --optimizer deepspeed-zero --bf16-main-grads").exit_code, 2);
   EXPECT_EQ(RunShardcast(base + "--optimizer apex").exit_code, 2);
 }

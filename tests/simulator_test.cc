@@ -1090,6 +1090,8 @@ TEST(EngineSpeedWork, ReusedGraphsGiveTheResultsOfNewOnes) {
   add(fsdp, 8);
   fsdp.param_gather_bytes = 1;
   add(fsdp, 8);
+  fsdp.zero3_impl = Zero3Impl::kDeepSpeed2021;  // the same sizes, other streams
+  add(fsdp, 8);
   SimulateOptions full;
   full.full_rank = true;
   add(Config(1, 2, 4, 1, 16), 8, nullptr, full);
@@ -1225,6 +1227,134 @@ TEST(EnginePeriods, SimulateGivesTheSameResultsWithPeriodsCopied) {
       EXPECT_GT(b.copied_tasks, b.num_tasks * 2 / 5);
     }
   }
+}
+
+
+// ---- DeepSpeed's ZeRO-3 of 2021 (Zero3Impl::kDeepSpeed2021) --------------------------------
+// A GPT-3-shaped model of hidden size h (ffn 4h, `heads` heads, 128 of them by default of
+// h / 128, LayerNorm and biases).
+Model GptOfWidth(std::int64_t layers, std::int64_t h, std::int64_t heads = 0) {
+  Json j = Json::parse(R"({"name": "gpt", "vocab_size": 51200, "seq_length": 2048, "normalization": "layernorm",
+    "activation": "gelu", "position_embedding": "learned", "tie_embeddings": true, "source": "test"})");
+  j["num_layers"] = layers;
+  j["hidden_size"] = h;
+  j["ffn_hidden_size"] = 4 * h;
+  j["num_attention_heads"] = heads > 0 ? heads : h / 128;
+  return ModelFromJson(j, "gpt.json");
+}
+
+TEST(Zero3DeepSpeed2021, LayerTensorsFollowTheShapesAndTheDefaults) {
+  ParallelConfig c = Config(1, 1, 384, 4, 1536);
+  c.zero_stage = 3;
+  // GPT-3 175B (h 12288): 2 LayerNorms x (weight, bias) and 4 linear layers x (weight, bias) =
+  // 12 tensors; the biases (3h, h, 4h, h) and norms are under DeepSpeed's persistence threshold
+  // of 1e5 elements, the 4 weights (3h^2, h^2, 4h^2, 4h^2) above it and under the 1e9 live
+  // parameters, so each is prefetched while the module before it runs.
+  const double h = 12288;
+  LayerTensors t = LayerTensorsOf(GptOfWidth(96, 12288), c);
+  EXPECT_EQ(t.count, 12);
+  EXPECT_EQ(t.gathered, 4);
+  EXPECT_DOUBLE_EQ(t.prefetched_share, 1.0);
+  EXPECT_DOUBLE_EQ(t.max_gathered_elems, 4 * h * h);
+  // MT-NLG 530B (h 20480): 3h^2, 4h^2 >= 1e9, h^2 < 1e9; only the fc1 weight (4h^2), after the
+  // output projection (h^2), is prefetched: 4 / (3 + 1 + 4 + 4) of the gathered elements.
+  t = LayerTensorsOf(GptOfWidth(105, 20480), c);
+  EXPECT_EQ(t.gathered, 4);
+  EXPECT_DOUBLE_EQ(t.prefetched_share, 4.0 / 12.0);
+  // Tensor parallelism divides the column- and row-parallel weights.
+  c.tp = 8;
+  t = LayerTensorsOf(GptOfWidth(96, 12288), c);
+  EXPECT_DOUBLE_EQ(t.max_gathered_elems, 4 * h * h / 8);
+}
+
+TEST(Zero3DeepSpeed2021, PerTensorCostIsListHandlingCopiesAndLatencies) {
+  Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  LayerTensors t;
+  t.count = 12;
+  t.gathered = 4;
+  t.prefetched_share = 0.25;
+  GroupPlacement g;
+  g.ranks = 768;
+  g.ranks_per_node = 8;
+  const double params = 1.8e9, bpp = 2;
+  const Zero3TensorCost ag = Zero3PerTensorCost(prof, CollectiveOp::kAllGather, t, g, params, bpp);
+  EXPECT_EQ(ag.tensors, 4);
+  EXPECT_DOUBLE_EQ(ag.host_s, 4 * 768 * kListCollectiveSliceSeconds);
+  EXPECT_DOUBLE_EQ(ag.copy_s, MemoryBoundTime(prof, 3 * params * bpp));
+  EXPECT_DOUBLE_EQ(ag.latency_s, CollectiveCostOf(prof, CollectiveOp::kAllGather, params * bpp, g).latency_s);
+  EXPECT_DOUBLE_EQ(ag.prefetched_share, 0.25);
+  const Zero3TensorCost rs = Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, g, params, bpp);
+  EXPECT_EQ(rs.tensors, 12);
+  EXPECT_DOUBLE_EQ(rs.host_s, 12 * 768 * kListCollectiveSliceSeconds);
+  EXPECT_DOUBLE_EQ(rs.copy_s, MemoryBoundTime(prof, 2 * params * bpp));
+  EXPECT_EQ(rs.prefetched_share, 0);
+  g.ranks = 1;  // nothing to communicate
+  EXPECT_EQ(Zero3PerTensorCost(prof, CollectiveOp::kAllGather, t, g, params, bpp).host_s, 0);
+}
+
+TEST(Zero3DeepSpeed2021, HostWorkAndCopiesAddToTheComputeStreamAndCollectivesBoundTheRest) {
+  // Every layer pass holds the compute stream for its tensors' list handling and copies; the
+  // collectives add at most their serialized time. So
+  //   compute-only step + host and copies <= step <= that + every collective in series.
+  Model m = GptOfWidth(8, 4096);
+  Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  ParallelConfig c = Config(1, 1, 64, 1, 64);
+  c.zero_stage = 3;
+  c.recompute = Recompute::kFull;
+  c.overlap_grad_reduce = false;
+  c.zero3_impl = Zero3Impl::kDeepSpeed2021;
+  c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+  SimulateOptions free_comm;
+  free_comm.free_communication = true;
+  const SimulationResult base = Simulate(m, c, cl, 64, prof, free_comm);
+  const SimulationResult ds = Simulate(m, c, cl, 64, prof);
+  ParallelConfig flat = c;
+  flat.zero3_impl = Zero3Impl::kPerLayer;
+  const SimulationResult fsdp = Simulate(m, flat, cl, 64, prof);
+  ASSERT_TRUE(base.feasible && ds.feasible && fsdp.feasible);
+  const CostModel cm = BuildCostModel(m, c, cl, prof);
+  const LayerTensors& t = cm.layer_tensors;
+  const double layer_params = cm.chunks[0][0].params_per_gpu / 8;  // the embedding spread over the layers
+  const Zero3TensorCost ag = Zero3PerTensorCost(prof, CollectiveOp::kAllGather, t, cm.dp_group, layer_params, 2);
+  const Zero3TensorCost rs = Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, cm.dp_group, layer_params, 2);
+  // Gathers: the forward's, and the backward's twice (recomputed forward and backward).
+  const double host = 8 * (3 * (ag.host_s + ag.copy_s) + rs.host_s + rs.copy_s);
+  auto serial = [&](CollectiveOp op, double tensors) {
+    return tensors * CollectiveCostOf(prof, op, layer_params * 2 / tensors, cm.dp_group).time_s();
+  };
+  const double collectives = 8 * (3 * serial(CollectiveOp::kAllGather, t.gathered) +
+                                  serial(CollectiveOp::kReduceScatter, t.count));
+  EXPECT_GE(ds.step_time_s, base.step_time_s + host - 1e-6);
+  EXPECT_LE(ds.step_time_s, base.step_time_s + host + collectives + 1e-3);
+  EXPECT_GT(ds.step_time_s, fsdp.step_time_s);
+  EXPECT_GT(ds.stages[0].time.dp_comm_s, host * 0.99);
+}
+
+TEST(Zero3DeepSpeed2021, Sc21s530bAtMicroBatch4FitsOn640GpusButNotOn560) {
+  // SC21 Table 2's note: 530B "did not fit on 560 GPUs" at micro-batch 4 under ZeRO-3, so it ran
+  // on 640. Memory per GPU: the sharded state 16 B / dp (fp16 weights and gradients, fp32 master
+  // weights and Adam) + 4 B / dp (DeepSpeed's fp32 gradient partition) and the 105 layers'
+  // checkpoints, plus the gathered tensors (the running and the prefetched weight, each beside
+  // its flat copy while gathered).
+  Model m = GptOfWidth(105, 20480, 128);  // MT-NLG: 128 heads of 160
+  Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  auto run = [&](std::int64_t gpus) {
+    ParallelConfig c = Config(1, 1, gpus, 4, 4 * gpus);
+    c.zero_stage = 3;
+    c.zero3_impl = Zero3Impl::kDeepSpeed2021;
+    c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+    c.recompute = Recompute::kFull;
+    c.precision = Precision::kFp16;
+    c.flash_attention = false;
+    return Simulate(m, c, cl, gpus, prof);
+  };
+  const SimulationResult at560 = run(560), at640 = run(640);
+  EXPECT_FALSE(at560.fits);
+  EXPECT_TRUE(at640.fits);
+  EXPECT_DOUBLE_EQ(at640.stages[0].memory.comm_buffer_bytes, 2.0 * 2.0 * 2.0 * 4 * 20480.0 * 20480.0);
 }
 
 }  // namespace

@@ -250,7 +250,7 @@ TEST(Validate, EveryRowsConfigurationRoundTripsThroughSimulateFlags) {
         << "row " << r.row_id << ": " << flags;
     ++checked;
   }
-  EXPECT_EQ(checked, 77);
+  EXPECT_EQ(checked, 83);
 }
 
 // The "at risk" ratio is the smallest measured / predicted peak among the rows with a measured
@@ -294,9 +294,10 @@ TEST(Validate, AtRiskRatioIsTheSmallestBloomRatio) {
   }
   EXPECT_EQ(rep.summary.oom_rows_at_risk, 2u);
   // NeMo's FP8 GPT-3 20B and 175B (512 GPUs) runs, S6 rows 57 and 59, its Llama 3 8B run at 8K
-  // tokens (row 66) and the 4K-token Llama 2 7B long-sequence row (68) fit but are flagged at risk
+  // tokens (row 66), the 4K-token Llama 2 7B long-sequence row (68) and SC21's 530B ZeRO-3 run at
+  // micro-batch 4 on 640 GPUs (row 14, which did not fit on 560) fit but are flagged at risk
   // (peak x 1.17 above the 79.65 GiB usable); no other ok row is.
-  EXPECT_EQ(rep.summary.ok_rows_at_risk, 4u);
+  EXPECT_EQ(rep.summary.ok_rows_at_risk, 5u);
 }
 
 // A step time the CSV derives from a throughput is marked as such (SC21's TFLOP/s, MPT's
@@ -337,10 +338,10 @@ TEST(Validate, HeldOutRowsAreReportedApartFromFittedRows) {
     }
   }
   // The two profile constants' rows, and the S7 rows whose FLOP convention was chosen with them.
-  EXPECT_EQ(fitted, (std::vector<std::string>{"32", "33", "211", "212", "213", "68", "69", "70", "71", "72", "73",
-                                              "74", "75", "76"}));
+  EXPECT_EQ(fitted, (std::vector<std::string>{"11", "12", "13", "32", "33", "211", "212", "213", "68", "69", "70",
+                                              "71", "72", "73", "74", "75", "76"}));
   const auto& s = rep.summary;
-  ASSERT_EQ(s.fitted_timed, 14u);
+  ASSERT_EQ(s.fitted_timed, 17u);
   EXPECT_EQ(s.held_out_timed + s.fitted_timed, s.timed);
   EXPECT_EQ(held_n, s.held_out_timed);
   EXPECT_NEAR(s.held_out_mape, held_sum / static_cast<double>(held_n), 1e-12);
@@ -363,7 +364,7 @@ TEST(Validate, HeldOutRowsAreReportedApartFromFittedRows) {
   EXPECT_TRUE(renumbered_fit);
   auto out = RunShardcast("validate --no-memory");
   EXPECT_NE(out.out.find("ok / fits  [fit]"), std::string::npos) << out.out;
-  EXPECT_NE(out.out.find("held out (59 rows"), std::string::npos) << out.out;
+  EXPECT_NE(out.out.find("held out (62 rows"), std::string::npos) << out.out;
 }
 
 // BLOOM's contradictory pairs (issue 5) are marked low-confidence in the CSV; the summary gives the
@@ -554,7 +555,14 @@ TEST(Validate, RegressionFenceOnPublishedRuns) {
   EXPECT_GE(s.timed, 62u);
   EXPECT_LT(s.step_time_mape, 0.075);
   EXPECT_LT(s.held_out_mape, 0.075);  // 6.5% on the 59 rows no constant was fitted on
-  EXPECT_LT(s.mape_by_source.at("S1").first, 0.04);
+  // S1: 2.2% over SC21's Megatron rows; its DeepSpeed ZeRO-3 rows (11-16, issue 19) are -17% to
+  // +4% (rows 11-13 fitted the list-collective host time), which lifts the source's MAPE to 5.1%.
+  EXPECT_LT(s.mape_by_source.at("S1").first, 0.055);
+  for (const auto& r : rep.rows) {
+    if (r.source_id != "S1" || !r.step_time_error) continue;
+    const bool zero3 = r.config.zero_stage == 3;
+    EXPECT_LT(std::fabs(*r.step_time_error), zero3 ? 0.17 : 0.05) << r.row_id;
+  }
   EXPECT_LT(s.mape_by_source.at("S3").first, 0.03);
   // MPT: 7.2% since the rows gather bf16 parameters (Composer's DEFAULT) bucket by bucket; the
   // MPT-3B rows carry it (docs/accuracy.md).
