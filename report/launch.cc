@@ -310,6 +310,9 @@ void NemoParallel(const Model& m, const ParallelConfig& c, PyLines* p, std::vect
   if (c.optimizer_impl != OptimizerImpl::kMegatron) {
     unexpressed->push_back(fmt::format("the {} optimizer (NeMo runs Megatron-Core's)", ToString(c.optimizer_impl)));
   }
+  if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) {
+    unexpressed->push_back(fmt::format("ZeRO-3 as {} ran it (NeMo gathers per layer)", ToString(c.zero3_impl)));
+  }
   if (!HasMegatronCoreDefaults(c)) {
     unexpressed->push_back("Megatron-LM 2021-22's pipeline transfers (the plan's --framework megatron-2022)");
   }
@@ -517,6 +520,9 @@ void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, s
   }
   if (c.optimizer_impl != OptimizerImpl::kMegatron) {
     unexpressed->push_back(fmt::format("the {} optimizer", ToString(c.optimizer_impl)));
+  }
+  if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) {
+    unexpressed->push_back(fmt::format("ZeRO-3 as {} ran it (FSDP2 gathers per layer)", ToString(c.zero3_impl)));
   }
 }
 

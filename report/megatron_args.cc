@@ -126,6 +126,9 @@ void Notes(const ParallelConfig& c, std::vector<std::string>* notes) {
   if (c.optimizer_impl != OptimizerImpl::kMegatron) {
     notes->push_back(fmt::format("the {} optimizer (DeepSpeed's; Megatron-LM runs its own)", ToString(c.optimizer_impl)));
   }
+  if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) {
+    notes->push_back(fmt::format("ZeRO-3 as {} ran it (Megatron-LM's FSDP gathers per layer)", ToString(c.zero3_impl)));
+  }
   if (!HasMegatronCoreDefaults(c)) {
     notes->push_back("Megatron-LM 2021-22's pipeline transfers (the plan's --framework megatron-2022); "
                      "Megatron-Core sends whole activations");

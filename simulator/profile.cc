@@ -65,21 +65,21 @@ constexpr double kUnfusedAttentionCoreEfficiency = 0.765;
 const std::vector<ValidationFit>& FitsOnValidationRows() {
   static const std::vector<ValidationFit> fits = {
       {fmt::format("Hopper sustained GEMM efficiency {} of MAMF, fitted on these step times", kSustainedOverMamfHopper),
-       "S14", "MPT-13b", {512, 256, 128}, {}},
+       "S14", "MPT-13b", {512, 256, 128}, {}, ""},
       {fmt::format("A100 sustained GEMM efficiency {} of MAMF and unfused attention core {} of roofline, fitted on "
                    "the per-layer times of these runs (Table 4)",
                    kSustainedOverMamfAmpere, kUnfusedAttentionCoreEfficiency),
-       "S3", "GPT-22B", {8}, {}},
+       "S3", "GPT-22B", {8}, {}, ""},
       // Not a profile constant: the reading of S7's TFLOP/s (validation/published_runs.csv's
       // flops_convention), a one-bit choice informed by these rows (docs/accuracy.md).
       {"S7's FLOP convention read as causal (attention halved), chosen with these rows: the full-matrix reading gives "
        "MAPE 31.6% and a TFLOP/s tau of -0.89",
-       "S7", "LLAMA2-7B", {4, 8, 16, 32, 64, 128, 256, 512, 1024}, {}},
+       "S7", "LLAMA2-7B", {4, 8, 16, 32, 64, 128, 256, 512, 1024}, {}, ""},
       // Not a profile constant either: the routing skew of a trained Qwen3 router (cost_model.h).
       {fmt::format("trained global-batch-balanced router's busiest EP rank {} x the mean tokens, fitted on this "
                    "pair's step-time ratio (52 forced balance, 53 dropless)",
                    kGlobalBatchRouterImbalance),
-       "M3", "Qwen3-235B-A22B", {256}, {16384}},
+       "M3", "Qwen3-235B-A22B", {256}, {16384}, ""},
       // A framework constant (cost_model.h): PyTorch's list collectives under DeepSpeed's ZeRO-3
       // of 2021; the 530B rows (14-16) are held out.
       {fmt::format("host time of PyTorch's list collectives {} us per rank and tensor (DeepSpeed ZeRO-3 of 2021), "
