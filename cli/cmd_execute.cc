@@ -78,6 +78,11 @@ void RunExecute(const ExecuteArgs& a) {
                                    "kernel runs whole sequences on one rank); simulate and plan model it",
                                    c.cp));
     }
+    if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) {
+      throw InputError(fmt::format("command line: --zero3-impl {}: not executed (execute gathers ZeRO-3 parameters "
+                                   "layer by layer); simulate and plan model DeepSpeed's per-tensor list collectives",
+                                   ToString(c.zero3_impl)));
+    }
     ExecuteReport r = Execute(m, c, cl, prof, a.o);
     if (rank == 0) {
       if (a.cfg.json) {

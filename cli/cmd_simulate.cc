@@ -409,7 +409,8 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_option("--zero3-impl", a->zero3_impl,
                   "how ZeRO-3 gathers and reduces (with --zero 3): per-layer (default; FSDP, FSDP2, Megatron-FSDP, "
                   "current DeepSpeed: one flat all-gather per layer, prefetched) | deepspeed-2021 (DeepSpeed stage 3 of "
-                  "v0.3-0.4: one synchronized list all-gather / reduce-scatter per parameter tensor)")
+                  "v0.3-0.4: one list all-gather per parameter tensor of >= 1e5 elements and one list reduce-scatter per "
+                  "parameter tensor, the host handling each rank's slice)")
       ->transform(CLI::IsMember({"per-layer", "deepspeed-2021"}, CLI::ignore_case));
   cmd->add_flag("--p2p-blocking", a->p2p_blocking,
                 "pipeline sends/receives run in order on the compute stream (DeepSpeed's pipeline engine; Megatron-LM "

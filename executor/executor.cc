@@ -546,6 +546,7 @@ std::vector<std::string> ProgramSettings(const Model& m, const ParallelConfig& c
       fmt::format("micro_batch_size={}", c.micro_batch_size), fmt::format("global_batch_size={}", c.global_batch_size),
       fmt::format("seq_length={}", c.seq_length), fmt::format("sequence_parallel={}", c.sequence_parallel),
       fmt::format("recompute={}", ToString(c.recompute)), fmt::format("zero_stage={}", c.zero_stage),
+      fmt::format("zero3_impl={}", ToString(c.zero3_impl)),
       fmt::format("schedule={}", ToString(c.schedule)), fmt::format("precision={}", ToString(c.precision)),
       fmt::format("optimizer={}", ToString(c.optimizer_impl)), fmt::format("fp32_main_grads={}", c.fp32_main_grads),
       fmt::format("overlap_grad_reduce={}", c.overlap_grad_reduce),

@@ -32,11 +32,13 @@ enum class OptimizerImpl { kMegatron, kDeepSpeedZero, kDeepSpeedBf16 };
 ///    FULL_SHARD, FSDP2, Megatron-FSDP, DeepSpeed stage 3 since its coalesced fetch of 2021-22).
 ///  - kDeepSpeed2021: DeepSpeed stage 3 of v0.3-0.4 (runtime/zero/partition_parameters.py at
 ///    commit c83e49f, April 2021, the version SC21 compared with): one all-gather per parameter
-///    tensor of at least param_persistence_threshold (1e5) elements, after
-///    torch.cuda.synchronize() and waited on before the module runs (no overlap with compute),
-///    in the forward, the recomputed forward and the backward; one reduce-scatter per parameter
-///    tensor on the compute stream; each through PyTorch's list collectives, whose cost grows
-///    with the group (kListCollectiveSliceSeconds per rank and tensor).
+///    tensor of at least param_persistence_threshold (1e5) elements, in the forward, the
+///    recomputed forward and the backward, waited on before the module runs; a tensor is
+///    prefetched on DeepSpeed's communication stream while the module before it runs only when
+///    that module's live parameters stay under stage3_max_live_parameters (1e9), else it is
+///    gathered after torch.cuda.synchronize() with no overlap; one reduce-scatter per parameter
+///    tensor on the compute stream; each through PyTorch's list collectives, whose host and copy
+///    work grows with the group (kListCollectiveSliceSeconds per rank and tensor).
 enum class Zero3Impl { kPerLayer, kDeepSpeed2021 };
 /// How FP8 tensors are scaled (Megatron-LM's --fp8-recipe; Transformer Engine's recipes) when
 /// the precision is kFp8: one scale per tensor from an amax history (kDelayed, TE's

@@ -222,7 +222,7 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   if (m.moe.enabled()) line("expert-parallel comm", b.ep_comm_s, "MoE token dispatch and combine (and expert-TP gathers)");
   if (c.cp > 1) line("context-parallel comm", b.cp_comm_s, "K/V exchange not hidden behind attention");
   line("pipeline comm", b.pp_comm_s, "waiting on a stage-to-stage transfer in flight");
-  line("data-parallel comm", b.dp_comm_s, "waiting on own gradient/parameter collectives (and the tied-embedding all-reduce)");
+  line("data-parallel comm", b.dp_comm_s, "waiting on own gradient/parameter collectives (and the tied-embedding all-reduce; DeepSpeed 2021 ZeRO-3: their host work and copies)");
   line("bubble", b.bubble_s, "waiting on other stages (fill, drain, imbalance)");
   line("optimizer", b.optimizer_s, "Adam step and gradient norm");
   out << "\nMemory per GPU by pipeline stage (usable " << FormatGiB(r.usable_memory_bytes) << ")\n";

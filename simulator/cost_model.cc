@@ -1211,102 +1211,192 @@ static double PairedPassFraction(const ParallelConfig& c, std::int64_t i, std::i
 
 namespace {
 
-/// Adds a tensor of `elems` elements to `t`; the gathered ones' sizes go to `order`.
-void AddTensor(LayerTensors* t, double elems, double times = 1, std::vector<double>* order = nullptr) {
-  if (!(elems > 0)) return;
+/// Adds `times` tensors of `elems` elements to `t` (routed experts' when `expert`); the gathered
+/// ones' sizes go to `order` (forward order).
+void AddTensor(LayerTensors* t, double elems, double times = 1, std::vector<double>* order = nullptr,
+               bool expert = false) {
+  if (!(elems > 0) || !(times > 0)) return;
   t->count += times;
-  if (elems >= kDeepSpeedPersistenceThreshold) {
-    t->gathered += times;
-    if (order != nullptr) order->push_back(elems);
+  if (expert) t->expert_count += times;
+  if (elems < kDeepSpeedPersistenceThreshold) {
+    t->persistent_elems += times * elems;
+    return;
   }
+  t->gathered += times;
+  if (expert) t->expert_gathered += times;
+  if (order == nullptr) return;
+  for (double i = 0; i < times; ++i) order->push_back(elems);
 }
 
-/// The share of `order`'s elements (gathered tensors in forward order, cyclic) in tensors whose
-/// predecessor is under kDeepSpeedMaxLiveParameters.
-double PrefetchedShare(const std::vector<double>& order) {
-  double all = 0, pre = 0;
+/// Tensor i is prefetched when its predecessor in `order` (cyclic) is under
+/// kDeepSpeedMaxLiveParameters.
+bool Prefetched(const std::vector<double>& order, std::size_t i) {
+  return order[(i + order.size() - 1) % order.size()] < kDeepSpeedMaxLiveParameters;
+}
+
+/// Sets `t`'s prefetched tensors and their share of the gathered elements from `order`.
+void SetPrefetched(LayerTensors* t, const std::vector<double>& order) {
+  double all = 0, pre = 0, n = 0;
   for (std::size_t i = 0; i < order.size(); ++i) {
     all += order[i];
-    if (order[(i + order.size() - 1) % order.size()] < kDeepSpeedMaxLiveParameters) pre += order[i];
+    if (!Prefetched(order, i)) continue;
+    pre += order[i];
+    n += 1;
   }
-  return all > 0 ? pre / all : 0;
+  t->prefetched_share = all > 0 ? pre / all : 0;
+  t->prefetched_tensors = n;
 }
 
 /// An MLP's tensors on one GPU (fc1, fused gate and up for SwiGLU; fc2; their biases), `times` of it.
 void AddMlpTensors(LayerTensors* t, const Model& m, double f, double tp, bool bias, double times,
-                   std::vector<double>* order = nullptr) {
+                   std::vector<double>* order, bool expert = false) {
   const double h = static_cast<double>(m.hidden_size);
   const double up = m.activation == Activation::kSwiglu ? 2.0 : 1.0;
-  AddTensor(t, h * f * up / tp, times, order);
-  AddTensor(t, f * h / tp, times, order);
-  if (bias) {
-    AddTensor(t, f * up / tp, times);
-    AddTensor(t, h, times);
+  for (double i = 0; i < times; ++i) {  // each expert's fc1 then fc2, in forward order
+    const double one = std::min(1.0, times - i);
+    AddTensor(t, h * f * up / tp, one, order, expert);
+    AddTensor(t, f * h / tp, one, order, expert);
+    if (bias) {
+      AddTensor(t, f * up / tp, one, nullptr, expert);
+      AddTensor(t, h, one, nullptr, expert);
+    }
   }
 }
 
-}  // namespace
-
-LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c) {
-  const double h = static_cast<double>(m.hidden_size), tp = static_cast<double>(c.tp);
-  LayerTensors attn;
-  std::vector<double> order;  // the dense layer's gathered tensors in forward order
+/// The attention block's tensors and the layer's norms (MHA/GQA's fused QKV and projection, or
+/// MLA's down and up projections).
+void AddAttentionTensors(LayerTensors* t, const Model& m, double tp, std::vector<double>* order) {
+  const double h = static_cast<double>(m.hidden_size);
   const double norm_tensors = m.normalization == Normalization::kLayerNorm ? 2.0 : 1.0;
-  AddTensor(&attn, h, 2 * norm_tensors);  // input and post-attention norms
+  AddTensor(t, h, 2 * norm_tensors);  // input and post-attention norms
   if (m.mla.enabled()) {
     const double a = static_cast<double>(m.num_attention_heads);
     const MlaSpec& q = m.mla;
     const double qk = static_cast<double>(q.qk_head_dim + q.qk_pos_emb_head_dim);
     if (q.q_lora_rank > 0) {
-      AddTensor(&attn, h * static_cast<double>(q.q_lora_rank), 1, &order);
-      AddTensor(&attn, static_cast<double>(q.q_lora_rank) * a * qk / tp, 1, &order);
+      AddTensor(t, h * static_cast<double>(q.q_lora_rank), 1, order);
+      AddTensor(t, static_cast<double>(q.q_lora_rank) * a * qk / tp, 1, order);
     } else {
-      AddTensor(&attn, h * a * qk / tp, 1, &order);
+      AddTensor(t, h * a * qk / tp, 1, order);
     }
-    AddTensor(&attn, h * static_cast<double>(q.kv_lora_rank + q.qk_pos_emb_head_dim), 1, &order);
-    AddTensor(&attn, static_cast<double>(q.kv_lora_rank) * a * static_cast<double>(q.qk_head_dim + q.v_head_dim) / tp, 1, &order);
-    AddTensor(&attn, a * static_cast<double>(q.v_head_dim) * h / tp, 1, &order);
+    AddTensor(t, h * static_cast<double>(q.kv_lora_rank + q.qk_pos_emb_head_dim), 1, order);
+    AddTensor(t, static_cast<double>(q.kv_lora_rank) * a * static_cast<double>(q.qk_head_dim + q.v_head_dim) / tp, 1,
+              order);
+    AddTensor(t, a * static_cast<double>(q.v_head_dim) * h / tp, 1, order);
   } else {
     const double qkv = static_cast<double>(m.num_attention_heads + 2 * m.num_query_groups) * static_cast<double>(m.kv_channels);
-    AddTensor(&attn, h * qkv / tp, 1, &order);
-    if (m.add_qkv_bias) AddTensor(&attn, qkv / tp);
-    AddTensor(&attn, static_cast<double>(m.num_attention_heads * m.kv_channels) * h / tp, 1, &order);
+    AddTensor(t, h * qkv / tp, 1, order);
+    if (m.add_qkv_bias) AddTensor(t, qkv / tp);
+    AddTensor(t, static_cast<double>(m.num_attention_heads * m.kv_channels) * h / tp, 1, order);
   }
-  if (m.add_bias_linear) AddTensor(&attn, h);
-  LayerTensors dense = attn;
-  AddMlpTensors(&dense, m, static_cast<double>(m.ffn_hidden_size), tp, m.add_bias_linear, 1, &order);
-  dense.prefetched_share = PrefetchedShare(order);
-  for (double e : order) dense.max_gathered_elems = std::max(dense.max_gathered_elems, e);
+  if (m.add_bias_linear) AddTensor(t, h);
+}
+
+/// Forward peak of Zero3GatheredPeakBytes over one layer kind's `order`.
+double ForwardGatherPeak(const std::vector<double>& order, double pb) {
+  double peak = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const double running = Prefetched(order, i) ? order[(i + order.size() - 1) % order.size()] : 0;
+    peak = std::max(peak, (running + 2 * order[i]) * pb);
+  }
+  return peak;
+}
+
+/// Backward peak of Zero3GatheredPeakBytes: the backward runs `order` in reverse (twice, so the
+/// bucket carries over from the layer before), so tensor i prefetches tensor i-1.
+double BackwardGatherPeak(const std::vector<double>& order, double pb, double gb) {
+  const std::size_t n = order.size();
+  double peak = 0, bucket = 0;  // gradients waiting in the reduce bucket
+  for (std::size_t k = 0; k < 2 * n; ++k) {
+    const std::size_t i = n - 1 - k % n;
+    const double prev = order[(i + n - 1) % n];
+    const double prefetch = order[i] < kDeepSpeedMaxLiveParameters ? 2 * prev * pb : 0;
+    const bool reduce = bucket > 0 && bucket + order[i] > kDeepSpeedReduceBucketElems;
+    // Tensor i's gathered weight and its fresh gradient beside the bucket, and while the bucket
+    // is reduce-scattered, ProcessGroupNCCL's flat copy of it.
+    peak = std::max(peak, order[i] * pb + (bucket + order[i]) * gb + (reduce ? bucket * gb : 0) + prefetch);
+    bucket = (reduce ? 0 : bucket) + order[i];
+  }
+  return peak;
+}
+
+}  // namespace
+
+LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c) {
+  const double tp = static_cast<double>(c.tp);
+  LayerTensors dense;
+  AddAttentionTensors(&dense, m, tp, &dense.dense_order);
+  AddMlpTensors(&dense, m, static_cast<double>(m.ffn_hidden_size), tp, m.add_bias_linear, 1, &dense.dense_order);
+  SetPrefetched(&dense, dense.dense_order);
   if (!m.moe.enabled()) return dense;
-  LayerTensors moe = attn;
-  AddTensor(&moe, h * static_cast<double>(m.moe.num_experts));  // router
+  LayerTensors moe;
+  AddAttentionTensors(&moe, m, tp, &moe.moe_order);
+  AddTensor(&moe, static_cast<double>(m.hidden_size) * static_cast<double>(m.moe.num_experts), 1,
+            &moe.moe_order);  // router
   if (m.moe.shared_ffn_hidden_size > 0) {
-    AddMlpTensors(&moe, m, static_cast<double>(m.moe.shared_ffn_hidden_size), tp, m.add_bias_linear, 1);
+    AddMlpTensors(&moe, m, static_cast<double>(m.moe.shared_ffn_hidden_size), tp, m.add_bias_linear, 1,
+                  &moe.moe_order);
   }
   const double local = static_cast<double>(m.moe.num_experts) / static_cast<double>(std::max<std::int64_t>(1, c.ep));
   AddMlpTensors(&moe, m, static_cast<double>(m.moe.ffn_hidden_size), static_cast<double>(c.expert_tp()),
-                m.moe.expert_bias, local);
+                m.moe.expert_bias, local, &moe.moe_order, true);
+  SetPrefetched(&moe, moe.moe_order);
   const double layers = static_cast<double>(std::max<std::int64_t>(1, m.num_layers));
-  const double moe_share = static_cast<double>(m.MoeLayersIn(0, m.num_layers)) / layers;
+  const double w = static_cast<double>(m.MoeLayersIn(0, m.num_layers)) / layers;  // MoE layers' share
+  auto mix = [w](double d, double e) { return (1 - w) * d + w * e; };
   LayerTensors mean;
-  mean.count = (1 - moe_share) * dense.count + moe_share * moe.count;
-  mean.gathered = (1 - moe_share) * dense.gathered + moe_share * moe.gathered;
-  mean.prefetched_share = 0;  // MoE layers: prefetching not modelled (every gather exposed)
-  mean.max_gathered_elems = dense.max_gathered_elems;
+  mean.count = mix(dense.count, moe.count);
+  mean.gathered = mix(dense.gathered, moe.gathered);
+  mean.expert_count = mix(dense.expert_count, moe.expert_count);
+  mean.expert_gathered = mix(dense.expert_gathered, moe.expert_gathered);
+  mean.prefetched_tensors = mix(dense.prefetched_tensors, moe.prefetched_tensors);
+  // Share of the mean layer's gathered elements: weighted by each kind's gathered elements.
+  double de = 0, me = 0;
+  for (double e : dense.dense_order) de += e;
+  for (double e : moe.moe_order) me += e;
+  const double all = mix(de, me);
+  mean.prefetched_share = all > 0 ? mix(de * dense.prefetched_share, me * moe.prefetched_share) / all : 0;
+  mean.persistent_elems = mix(dense.persistent_elems, moe.persistent_elems);
+  if (w < 1) mean.dense_order = std::move(dense.dense_order);
+  mean.moe_order = std::move(moe.moe_order);
   return mean;
 }
 
+double Zero3GatheredPeakBytes(const LayerTensors& t, double param_bytes, double grad_bytes) {
+  double peak = 0;
+  for (const auto* order : {&t.dense_order, &t.moe_order}) {
+    if (order->empty()) continue;
+    peak = std::max({peak, ForwardGatherPeak(*order, param_bytes), BackwardGatherPeak(*order, param_bytes, grad_bytes)});
+  }
+  return peak;
+}
+
 Zero3TensorCost Zero3PerTensorCost(const HardwareProfile& p, CollectiveOp op, const LayerTensors& t,
-                                   const GroupPlacement& group, double params, double bytes_per_param) {
+                                   const GroupPlacement& group, const GroupPlacement& expert_group, double params,
+                                   double bytes_per_param) {
   Zero3TensorCost x;
   const bool gather = op == CollectiveOp::kAllGather;
   x.tensors = gather ? t.gathered : t.count;
-  if (group.ranks <= 1 || !(params > 0) || !(x.tensors > 0)) return x;
+  const double experts = gather ? t.expert_gathered : t.expert_count;
+  const double dense = x.tensors - experts;
+  const bool dense_comm = group.ranks > 1 && dense > 0, expert_comm = expert_group.ranks > 1 && experts > 0;
+  if (!(params > 0) || (!dense_comm && !expert_comm)) {
+    x.tensors = 0;
+    return x;
+  }
   const double bytes = params * bytes_per_param;
-  x.latency_s = CollectiveCostOf(p, op, bytes, group).latency_s;
-  x.host_s = x.tensors * static_cast<double>(group.ranks) * kListCollectiveSliceSeconds;
+  const double n_dense = dense_comm ? dense : 0, n_expert = expert_comm ? experts : 0;
+  x.tensors = n_dense + n_expert;
+  const double lat_dense = dense_comm ? CollectiveCostOf(p, op, bytes, group).latency_s : 0;
+  const double lat_expert = expert_comm ? CollectiveCostOf(p, op, bytes, expert_group).latency_s : 0;
+  x.latency_s = (n_dense * lat_dense + n_expert * lat_expert) / x.tensors;
+  x.host_s = (n_dense * static_cast<double>(group.ranks) + n_expert * static_cast<double>(expert_group.ranks)) *
+             kListCollectiveSliceSeconds;
   x.copy_s = MemoryBoundTime(p, (gather ? 3.0 : 2.0) * bytes);
-  x.prefetched_share = gather ? t.prefetched_share : 0;
+  if (gather) {
+    x.prefetched_share = t.prefetched_share;
+    x.prefetched_tensors = std::min(t.prefetched_tensors, x.tensors);
+  }
   return x;
 }
 

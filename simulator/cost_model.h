@@ -145,16 +145,25 @@ double WeightQuantizeTime(const HardwareProfile& p, const ParallelConfig& c, con
 /// Parameter tensors of one transformer layer on one GPU as a framework stores them (Megatron's
 /// fused QKV and, for SwiGLU, fused gate and up projections; each norm's weight and bias), for
 /// frameworks that communicate tensor by tensor (Zero3Impl::kDeepSpeed2021). A mixture-of-experts
-/// layer counts its router, shared experts and local experts (two or three tensors each).
+/// layer counts its router, shared experts and local experts (two or three tensors each); the
+/// routed experts' tensors are reduced over the expert-data-parallel group.
 struct LayerTensors {
   double count = 0;     ///< tensors (per layer, the mean over dense and MoE layers)
   double gathered = 0;  ///< of those, at least kDeepSpeedPersistenceThreshold elements
-  /// Of the gathered elements, the share in tensors DeepSpeed prefetches: those whose preceding
-  /// gathered tensor (in forward order, the next layer's first following the last) is smaller
-  /// than kDeepSpeedMaxLiveParameters (prefetch_next_sub_modules runs only while the live
-  /// parameters stay under stage3_max_live_parameters).
-  double prefetched_share = 0;
-  double max_gathered_elems = 0;  ///< the largest gathered tensor's elements (dense layers)
+  double expert_count = 0;     ///< of `count`, routed experts' tensors
+  double expert_gathered = 0;  ///< of `gathered`, routed experts' tensors
+  /// Of the gathered tensors, those DeepSpeed prefetches: whose preceding gathered tensor (in
+  /// forward order, the next layer's first following the last) is smaller than
+  /// kDeepSpeedMaxLiveParameters, the only live parameters when the prefetch is decided
+  /// (prefetch_next_sub_modules runs only while the live parameters stay under
+  /// stage3_max_live_parameters; every other gathered tensor has been released by then).
+  double prefetched_tensors = 0;
+  double prefetched_share = 0;  ///< the prefetched tensors' share of the gathered elements
+  /// Elements of the tensors under kDeepSpeedPersistenceThreshold: kept whole on every rank.
+  double persistent_elems = 0;
+  /// The gathered tensors' elements in forward order: a dense layer's, and a MoE layer's (empty
+  /// without MoE). Zero3GatheredPeakBytes reads them.
+  std::vector<double> dense_order, moe_order;
 };
 /// DeepSpeed stage 3's stage3_max_live_parameters default (1e9 elements, c83e49f).
 inline constexpr double kDeepSpeedMaxLiveParameters = 1e9;
@@ -233,22 +242,48 @@ LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c);
 inline constexpr double kListCollectiveSliceSeconds = 12e-6;
 
 /// Zero3Impl::kDeepSpeed2021: a layer's collectives of `params` parameters (`bytes_per_param`
-/// each) over `group`, tensor by tensor: all of the layer's tensors reduce-scattered, the gathered
-/// ones all-gathered (LayerTensors).
+/// each), tensor by tensor: all of the layer's tensors reduce-scattered, the gathered ones
+/// all-gathered (LayerTensors); the dense tensors over `group` (dp x cp), the routed experts'
+/// over `expert_group` (expert data parallel).
 struct Zero3TensorCost {
   double tensors = 0;    ///< collectives per layer
-  double latency_s = 0;  ///< each collective's latency (one collective of the layer's bytes)
-  /// Host list handling of them all: tensors x ranks x kListCollectiveSliceSeconds.
+  /// Of those, the ones DeepSpeed prefetches on its communication stream (0 for a reduce-scatter).
+  double prefetched_tensors = 0;
+  /// Each collective's latency (one collective of the layer's bytes; the mean over the dense
+  /// and the experts' tensors, each over its group).
+  double latency_s = 0;
+  /// Host list handling of them all: tensors x ranks of their group x kListCollectiveSliceSeconds.
   double host_s = 0;
   /// Device copies around them: all-gather, the zero-filled output and the copy out of the flat
-  /// buffer (3 x the bytes); reduce-scatter, the copy into it (2 x the bytes).
+  /// buffer (3 x the bytes); reduce-scatter, the copy into it (2 x the bytes). One launch per
+  /// rank and tensor, so launch-bound, not slowed by concurrent communication.
   double copy_s = 0;
   /// Of the all-gathered bytes, what DeepSpeed prefetches (LayerTensors::prefetched_share; 0 for
   /// a reduce-scatter).
   double prefetched_share = 0;
 };
 Zero3TensorCost Zero3PerTensorCost(const HardwareProfile& p, CollectiveOp op, const LayerTensors& t,
-                                   const GroupPlacement& group, double params, double bytes_per_param);
+                                   const GroupPlacement& group, const GroupPlacement& expert_group, double params,
+                                   double bytes_per_param);
+
+/// DeepSpeed stage 3's reduce_bucket_size default (5e8 elements, c83e49f): gradients wait in
+/// the bucket until the next one would overflow it, then the bucket is reduce-scattered.
+inline constexpr double kDeepSpeedReduceBucketElems = 5e8;
+
+/// Zero3Impl::kDeepSpeed2021: the most bytes of gathered parameters and unsharded gradients one
+/// GPU holds at once, over the layer kinds of `t` (o: LayerTensors' gathered tensors in forward
+/// order; sizes follow DeepSpeed stage 3 at c83e49f, stage3.py and partition_parameters.py, with
+/// its default contiguous_gradients off):
+///  - forward, gathering tensor i: its output and ProcessGroupNCCL's flat receive buffer
+///    (2 x o[i]), beside the running tensor i-1 when i is prefetched (o[i-1] under
+///    kDeepSpeedMaxLiveParameters), all at `param_bytes` per element;
+///  - backward (reverse order), in the gradient hook of tensor i: its gathered weight
+///    (o[i] x `param_bytes`), its fresh gradient and the gradients waiting in the reduce bucket
+///    (kDeepSpeedReduceBucketElems; a tensor larger than the bucket waits alone until the next
+///    gradient arrives), and when the bucket is reduced, the flat copy the list reduce-scatter
+///    makes of it (all at `grad_bytes`), beside the tensor the backward prefetches next
+///    (2 x o[i-1] x `param_bytes`) when o[i] is under the live-parameter limit.
+double Zero3GatheredPeakBytes(const LayerTensors& t, double param_bytes, double grad_bytes);
 
 /// Tokens of the busiest expert-parallel rank over the mean of `mean_tokens` per rank: the
 /// configuration's --moe-load-imbalance when given; else balanced routing's expected maximum over

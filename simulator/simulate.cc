@@ -117,28 +117,38 @@ class Builder {
   TaskCost CostOf(const CostKey& k) const;
   /// Zero3Impl::kDeepSpeed2021: a layer's per-tensor collectives (Zero3PerTensorCost) of
   /// `params` parameters (`experts` of them routed experts'): the tensors DeepSpeed prefetches
-  /// (`prefetched`) or the others. A backward with full recompute gathers twice (the recomputed
-  /// forward's hooks and the backward's).
+  /// (`prefetched`) or the others, one flow of their bytes plus the latencies of all but one of
+  /// them. Without such tensors, a zero-time wait on the link. A backward with full recompute
+  /// gathers twice (the recomputed forward's hooks and the backward's).
   TaskCost PerTensorCost(int device, CollectiveOp op, ItemKind item, double params, double experts, bool prefetched) const {
     const bool gather = op == CollectiveOp::kAllGather;
     const double bpp = gather ? c_.param_gather_bytes : grad_bytes_per_param_;
-    const Zero3TensorCost x = Zero3PerTensorCost(prof_, op, cm_.layer_tensors, cm_.dp_group, params, bpp);
+    const Zero3TensorCost x = Zero3PerTensorCost(prof_, op, cm_.layer_tensors, cm_.dp_group, cm_.edp_group, params, bpp);
     const double share = prefetched ? x.prefetched_share : 1 - x.prefetched_share;
+    const double n = prefetched ? x.prefetched_tensors : x.tensors - x.prefetched_tensors;
+    if (!(share > 0) || !(n > 0)) return Wait(device, 0);
     TaskCost t = DpComm(device, op, params * bpp * share, experts * bpp * share);
-    if (!(share > 0)) t = TaskCost{};
-    t.work_ns = (share > 0 ? t.work_ns : 0.0) + Ns(std::max(0.0, x.tensors * share - 1) * x.latency_s);
+    t.work_ns += Ns((n - 1) * x.latency_s);
     const double times = Zero3Passes(op, item);
     t.work_ns *= times;
     t.bytes *= times;
     return t;
   }
-  /// The host's list handling and the device copies of a layer's per-tensor collectives: work on
-  /// the compute stream that uses no link (Zero3PerTensorCost).
-  TaskCost PerTensorHostCost(CollectiveOp op, ItemKind item, double params) const {
+  /// The host's list handling and the device copies of a layer's per-tensor collectives, on the
+  /// compute stream (Zero3PerTensorCost): a fixed-time wait that concurrent communication does
+  /// not slow (the device waits on the host's launches).
+  TaskCost PerTensorHostCost(int device, CollectiveOp op, ItemKind item, double params) const {
     const double bpp = op == CollectiveOp::kAllGather ? c_.param_gather_bytes : grad_bytes_per_param_;
-    const Zero3TensorCost x = Zero3PerTensorCost(prof_, op, cm_.layer_tensors, cm_.dp_group, params, bpp);
+    const Zero3TensorCost x = Zero3PerTensorCost(prof_, op, cm_.layer_tensors, cm_.dp_group, cm_.edp_group, params, bpp);
+    if (!(x.tensors > 0)) return Wait(device, 0);
+    return Wait(device, Zero3Passes(op, item) * (x.host_s + x.copy_s));
+  }
+  /// A task of `seconds` on `device`'s intra-node link that moves no bytes: neither compute
+  /// (not slowed by concurrent flows) nor a flow (does not share the link).
+  TaskCost Wait(int device, double seconds) const {
     TaskCost t;
-    t.work_ns = Ns(Zero3Passes(op, item) * (x.host_s + x.copy_s));
+    t.work_ns = Ns(seconds);
+    t.link = 2 * device;
     return t;
   }
   /// Collectives of a layer per pass: a backward with full recompute gathers twice.
@@ -287,7 +297,7 @@ TaskCost Builder::CostOf(const CostKey& k) const {
     }
     case CostKind::kZero3Gather:
     case CostKind::kZero3Prefetch: {
-      // FSDP: gather this layer's parameters, prefetched while the previous unit runs.
+      // ZeRO-3: this layer's parameters, gathered flat (kPerLayer) or tensor by tensor.
       const double params = cc.params_per_gpu / k.units, experts = cc.expert_params_per_gpu / k.units;
       if (!zero3_sync_) return DpComm(k.device, CollectiveOp::kAllGather, params * c_.param_gather_bytes, experts * c_.param_gather_bytes);
       return PerTensorCost(k.device, CollectiveOp::kAllGather, k.item, params, experts, k.kind == CostKind::kZero3Prefetch);
@@ -301,7 +311,8 @@ TaskCost Builder::CostOf(const CostKey& k) const {
     }
     case CostKind::kZero3GatherHost:
     case CostKind::kZero3ReduceHost:
-      return PerTensorHostCost(k.kind == CostKind::kZero3GatherHost ? CollectiveOp::kAllGather : CollectiveOp::kReduceScatter,
+      return PerTensorHostCost(k.device,
+                               k.kind == CostKind::kZero3GatherHost ? CollectiveOp::kAllGather : CollectiveOp::kReduceScatter,
                                k.item, cc.params_per_gpu / k.units);
     case CostKind::kOverlapReduce:
       return DpComm(k.device, reduce, cc.params_per_gpu / k.units * grad_bytes_per_param_,
@@ -707,10 +718,13 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
   // ZeRO-3 holds gathered parameters of the running and the prefetched layer; pipeline stages
   // hold send and receive buffers for both directions.
   mem.comm_buffer_bytes = c.zero_stage >= 3 ? 2.0 * 2.0 * layer_params_max : 0.0;
-  // DeepSpeed's ZeRO-3 of 2021 gathers tensor by tensor: the running module's weight and the
-  // prefetched one, each beside ProcessGroupNCCL's flat copy while it is gathered.
+  // DeepSpeed's ZeRO-3 of 2021 gathers tensor by tensor (Zero3GatheredPeakBytes), and keeps the
+  // tensors under its persistence threshold whole on every rank.
   if (c.zero_stage >= 3 && c.zero3_impl == Zero3Impl::kDeepSpeed2021) {
-    mem.comm_buffer_bytes = 2.0 * 2.0 * c.param_gather_bytes * cm.layer_tensors.max_gathered_elems;
+    double layers = 0;
+    for (const auto& cc : cm.chunks[static_cast<std::size_t>(stage)]) layers += cc.layers;
+    mem.comm_buffer_bytes = Zero3GatheredPeakBytes(cm.layer_tensors, c.param_gather_bytes, GradReduceBytesPerParam(c)) +
+                            layers * cm.layer_tensors.persistent_elems * c.param_gather_bytes;
   }
   mem.comm_buffer_bytes += 2.0 * cm.pp_message_bytes * (c.pp > 1 ? 2 : 0);
   mem.framework_bytes = prof.framework_overhead_bytes;
@@ -1089,7 +1103,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"recompute", ToString(c.recompute)},
                  {"recompute_modules", c.recompute == Recompute::kSelective ? Json(RecomputeModulesName(c.recompute_modules)) : Json()},
                  {"moe_a2a_overlap", c.moe_a2a_overlap},
-                 {"zero_stage", c.zero_stage}, {"zero3_impl", ToString(c.zero3_impl)}, {"schedule", ToString(c.schedule)},
+                 {"zero_stage", c.zero_stage}, {"zero3_impl", c.zero_stage >= 3 ? Json(ToString(c.zero3_impl)) : Json()}, {"schedule", ToString(c.schedule)},
                  {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
                  {"param_gather_bytes_per_param", ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch))},

@@ -48,7 +48,9 @@ struct StageBreakdown {
   double cp_comm_s = 0;       ///< context-parallel K/V exchange not hidden behind attention
   double ep_comm_s = 0;       ///< MoE token dispatch and combine (expert-parallel collectives)
   double pp_comm_s = 0;       ///< compute stream waiting on a pipeline transfer in flight
-  double dp_comm_s = 0;       ///< waiting on the stage's own data-parallel collectives
+  /// Waiting on the stage's own data-parallel collectives; under Zero3Impl::kDeepSpeed2021 also
+  /// the host's list handling and the copies of its per-tensor collectives (compute stream).
+  double dp_comm_s = 0;
   double bubble_s = 0;        ///< waiting on other stages (fill, drain, imbalance)
   double optimizer_s = 0;
 };
@@ -61,6 +63,9 @@ struct StageMemory {
   /// Peak of the activations kept from forward to backward alone (no working memory): the
   /// quantity Korthikanti et al. 2022 report.
   double saved_activations_bytes = 0;
+  /// Communication buffers: ZeRO-3's gathered parameters (two layers' per-layer; under
+  /// Zero3Impl::kDeepSpeed2021, Zero3GatheredPeakBytes and the persistent small tensors) and
+  /// the pipeline's send and receive buffers.
   double comm_buffer_bytes = 0;
   double framework_bytes = 0;
   double peak_bytes = 0;

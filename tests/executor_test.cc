@@ -224,6 +224,21 @@ TEST(Execute, SettingsDifferenceNamesEachField) {
   b.recompute = Recompute::kFull;
   EXPECT_EQ(DescribeSettingsDifference(ProgramSettings(m, a, o), ProgramSettings(m, b, o), 3),
             "rank 3 differs from rank 0: recompute=full (rank 0: recompute=none)");
+  ParallelConfig z = a;
+  z.zero3_impl = Zero3Impl::kDeepSpeed2021;
+  EXPECT_EQ(DescribeSettingsDifference(ProgramSettings(m, a, o), ProgramSettings(m, z, o), 1),
+            "rank 1 differs from rank 0: zero3_impl=deepspeed-2021 (rank 0: zero3_impl=per-layer)");
+}
+
+// execute gathers ZeRO-3 parameters layer by layer: DeepSpeed 2021's per-tensor collectives are
+// refused, not run as something else.
+TEST(ExecuteCpu, DeepSpeed2021Zero3IsRefused) {
+  const std::string prof = FakeTimerCpuProfile();
+  const auto r = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " +
+                                     std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " + prof +
+                                     " --mbs 1 --gbs 2 --zero 3 --zero3-impl deepspeed-2021");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("--zero3-impl deepspeed-2021: not executed"), std::string::npos) << r.out;
 }
 
 // A GPU's profile cannot predict a run on CPU ranks: refused before anything runs.

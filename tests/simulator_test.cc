@@ -1254,17 +1254,67 @@ TEST(Zero3DeepSpeed2021, LayerTensorsFollowTheShapesAndTheDefaults) {
   LayerTensors t = LayerTensorsOf(GptOfWidth(96, 12288), c);
   EXPECT_EQ(t.count, 12);
   EXPECT_EQ(t.gathered, 4);
+  EXPECT_EQ(t.prefetched_tensors, 4);
   EXPECT_DOUBLE_EQ(t.prefetched_share, 1.0);
-  EXPECT_DOUBLE_EQ(t.max_gathered_elems, 4 * h * h);
+  EXPECT_DOUBLE_EQ(t.persistent_elems, 2 * 2 * h + 3 * h + h + 4 * h + h);
+  EXPECT_EQ(t.dense_order, (std::vector<double>{3 * h * h, h * h, 4 * h * h, 4 * h * h}));
+  EXPECT_TRUE(t.moe_order.empty());
   // MT-NLG 530B (h 20480): 3h^2, 4h^2 >= 1e9, h^2 < 1e9; only the fc1 weight (4h^2), after the
   // output projection (h^2), is prefetched: 4 / (3 + 1 + 4 + 4) of the gathered elements.
   t = LayerTensorsOf(GptOfWidth(105, 20480), c);
   EXPECT_EQ(t.gathered, 4);
+  EXPECT_EQ(t.prefetched_tensors, 1);
   EXPECT_DOUBLE_EQ(t.prefetched_share, 4.0 / 12.0);
   // Tensor parallelism divides the column- and row-parallel weights.
   c.tp = 8;
   t = LayerTensorsOf(GptOfWidth(96, 12288), c);
-  EXPECT_DOUBLE_EQ(t.max_gathered_elems, 4 * h * h / 8);
+  EXPECT_EQ(t.dense_order, (std::vector<double>{3 * h * h / 8, h * h / 8, 4 * h * h / 8, 4 * h * h / 8}));
+}
+
+TEST(Zero3DeepSpeed2021, GatheredPeakIsTheLargestTensorsWithTheirCopies) {
+  // 175B (h 12288; weights qkv 3h^2, proj h^2, fc1 4h^2, fc2 4h^2, all under the 1e9 live
+  // parameters, so each is prefetched; 2-byte weights and gradients; reduce bucket 5e8 = 3.31h^2
+  // elements). The backward's peak is fc2's gradient hook after the layer above: the bucket
+  // holds that layer's qkv gradient (3h^2), fc2's arrives (4h^2) and overflows it, so the bucket
+  // is reduce-scattered through a flat copy (3h^2) while fc2's weight (4h^2) is gathered and
+  // fc1 (4h^2) is prefetched, output and flat buffer: 2 B x (4 + 7 + 3 + 8) h^2 = 44h^2 bytes;
+  // the forward's, fc2 gathered (2 x 4h^2) beside fc1, is 24h^2.
+  ParallelConfig c = Config(1, 1, 384, 4, 1536);
+  c.zero_stage = 3;
+  const double h = 12288;
+  const LayerTensors t = LayerTensorsOf(GptOfWidth(96, 12288), c);
+  EXPECT_DOUBLE_EQ(Zero3GatheredPeakBytes(t, 2, 2), 44 * h * h);
+  // Without gradients: fc2 gathered (2 x 4h^2) beside fc1 (4h^2), in either pass.
+  EXPECT_DOUBLE_EQ(Zero3GatheredPeakBytes(t, 2, 0), 2 * (4 + 2 * 4) * h * h);
+  // 530B (h 20480: qkv, fc1, fc2 above the live-parameter limit, so only fc1 and qkv are
+  // prefetched, after the projection). Backward peak in fc1's hook: its weight 4h^2, fc2's
+  // gradient waiting (4h^2) and fc1's (4h^2), fc2's flat copy (4h^2): 2 B x 16h^2 = 32h^2; the
+  // projection's hook is as large: 2 B x (h^2 + 5h^2 + 4h^2 + 2 x 3h^2 prefetched qkv).
+  // Without gradients, the forward's: fc1 gathered after the projection, (h^2 + 8h^2) x 2 B.
+  const double w = 20480;
+  const LayerTensors big = LayerTensorsOf(GptOfWidth(105, 20480), c);
+  EXPECT_DOUBLE_EQ(Zero3GatheredPeakBytes(big, 2, 2), 32 * w * w);
+  EXPECT_DOUBLE_EQ(Zero3GatheredPeakBytes(big, 2, 0), 18 * w * w);
+}
+
+TEST(Zero3DeepSpeed2021, ExpertTensorsGoOverTheExpertDataParallelGroup) {
+  // A MoE layer's routed experts are reduced over the expert-data-parallel group: with dp x cp =
+  // 1 the dense tensors cost nothing and the experts' tensors still do.
+  Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  LayerTensors t;
+  t.count = 10;
+  t.gathered = 6;
+  t.expert_count = 4;
+  t.expert_gathered = 4;
+  GroupPlacement one, edp;
+  edp.ranks = 16;
+  edp.ranks_per_node = 8;
+  const Zero3TensorCost rs = Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, one, edp, 1e8, 2);
+  EXPECT_EQ(rs.tensors, 4);
+  EXPECT_DOUBLE_EQ(rs.host_s, 4 * 16 * kListCollectiveSliceSeconds);
+  EXPECT_DOUBLE_EQ(rs.latency_s, CollectiveCostOf(prof, CollectiveOp::kReduceScatter, 2e8, edp).latency_s);
+  EXPECT_EQ(Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, one, one, 1e8, 2).host_s, 0);
 }
 
 TEST(Zero3DeepSpeed2021, PerTensorCostIsListHandlingCopiesAndLatencies) {
@@ -1274,23 +1324,26 @@ TEST(Zero3DeepSpeed2021, PerTensorCostIsListHandlingCopiesAndLatencies) {
   t.count = 12;
   t.gathered = 4;
   t.prefetched_share = 0.25;
-  GroupPlacement g;
+  t.prefetched_tensors = 1;
+  GroupPlacement g, one;
   g.ranks = 768;
   g.ranks_per_node = 8;
   const double params = 1.8e9, bpp = 2;
-  const Zero3TensorCost ag = Zero3PerTensorCost(prof, CollectiveOp::kAllGather, t, g, params, bpp);
+  const Zero3TensorCost ag = Zero3PerTensorCost(prof, CollectiveOp::kAllGather, t, g, one, params, bpp);
   EXPECT_EQ(ag.tensors, 4);
   EXPECT_DOUBLE_EQ(ag.host_s, 4 * 768 * kListCollectiveSliceSeconds);
   EXPECT_DOUBLE_EQ(ag.copy_s, MemoryBoundTime(prof, 3 * params * bpp));
   EXPECT_DOUBLE_EQ(ag.latency_s, CollectiveCostOf(prof, CollectiveOp::kAllGather, params * bpp, g).latency_s);
   EXPECT_DOUBLE_EQ(ag.prefetched_share, 0.25);
-  const Zero3TensorCost rs = Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, g, params, bpp);
+  EXPECT_EQ(ag.prefetched_tensors, 1);
+  const Zero3TensorCost rs = Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, g, one, params, bpp);
   EXPECT_EQ(rs.tensors, 12);
   EXPECT_DOUBLE_EQ(rs.host_s, 12 * 768 * kListCollectiveSliceSeconds);
   EXPECT_DOUBLE_EQ(rs.copy_s, MemoryBoundTime(prof, 2 * params * bpp));
   EXPECT_EQ(rs.prefetched_share, 0);
+  EXPECT_EQ(rs.prefetched_tensors, 0);
   g.ranks = 1;  // nothing to communicate
-  EXPECT_EQ(Zero3PerTensorCost(prof, CollectiveOp::kAllGather, t, g, params, bpp).host_s, 0);
+  EXPECT_EQ(Zero3PerTensorCost(prof, CollectiveOp::kAllGather, t, g, one, params, bpp).host_s, 0);
 }
 
 TEST(Zero3DeepSpeed2021, HostWorkAndCopiesAddToTheComputeStreamAndCollectivesBoundTheRest) {
@@ -1317,8 +1370,8 @@ TEST(Zero3DeepSpeed2021, HostWorkAndCopiesAddToTheComputeStreamAndCollectivesBou
   const CostModel cm = BuildCostModel(m, c, cl, prof);
   const LayerTensors& t = cm.layer_tensors;
   const double layer_params = cm.chunks[0][0].params_per_gpu / 8;  // the embedding spread over the layers
-  const Zero3TensorCost ag = Zero3PerTensorCost(prof, CollectiveOp::kAllGather, t, cm.dp_group, layer_params, 2);
-  const Zero3TensorCost rs = Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, cm.dp_group, layer_params, 2);
+  const Zero3TensorCost ag = Zero3PerTensorCost(prof, CollectiveOp::kAllGather, t, cm.dp_group, cm.edp_group, layer_params, 2);
+  const Zero3TensorCost rs = Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, cm.dp_group, cm.edp_group, layer_params, 2);
   // Gathers: the forward's, and the backward's twice (recomputed forward and backward).
   const double host = 8 * (3 * (ag.host_s + ag.copy_s) + rs.host_s + rs.copy_s);
   auto serial = [&](CollectiveOp op, double tensors) {
@@ -1336,12 +1389,11 @@ TEST(Zero3DeepSpeed2021, Sc21s530bAtMicroBatch4FitsOn640GpusButNotOn560) {
   // SC21 Table 2's note: 530B "did not fit on 560 GPUs" at micro-batch 4 under ZeRO-3, so it ran
   // on 640. Memory per GPU: the sharded state 16 B / dp (fp16 weights and gradients, fp32 master
   // weights and Adam) + 4 B / dp (DeepSpeed's fp32 gradient partition) and the 105 layers'
-  // checkpoints, plus the gathered tensors (the running and the prefetched weight, each beside
-  // its flat copy while gathered).
+  // checkpoints, plus the gathered tensors and waiting gradients (Zero3GatheredPeakBytes).
   Model m = GptOfWidth(105, 20480, 128);  // MT-NLG: 128 heads of 160
   Cluster cl = LoadCluster("dgx-a100");
   const HardwareProfile prof = DefaultProfile(cl);
-  auto run = [&](std::int64_t gpus) {
+  auto config = [](std::int64_t gpus) {
     ParallelConfig c = Config(1, 1, gpus, 4, 4 * gpus);
     c.zero_stage = 3;
     c.zero3_impl = Zero3Impl::kDeepSpeed2021;
@@ -1349,12 +1401,19 @@ TEST(Zero3DeepSpeed2021, Sc21s530bAtMicroBatch4FitsOn640GpusButNotOn560) {
     c.recompute = Recompute::kFull;
     c.precision = Precision::kFp16;
     c.flash_attention = false;
-    return Simulate(m, c, cl, gpus, prof);
+    return c;
   };
-  const SimulationResult at560 = run(560), at640 = run(640);
+  const SimulationResult at560 = Simulate(m, config(560), cl, 560, prof);
+  const SimulationResult at640 = Simulate(m, config(640), cl, 640, prof);
   EXPECT_FALSE(at560.fits);
   EXPECT_TRUE(at640.fits);
-  EXPECT_DOUBLE_EQ(at640.stages[0].memory.comm_buffer_bytes, 2.0 * 2.0 * 2.0 * 4 * 20480.0 * 20480.0);
+  // The gathered tensors and the persistent ones: per layer 2 LayerNorms (weight, bias) and the
+  // biases 3h, h, 4h, h, whole in 2 bytes on every GPU.
+  const ParallelConfig c = config(640);
+  const CostModel cm = BuildCostModel(m, c, cl, prof);
+  const double w = 20480, persistent = 105 * (4 * w + 3 * w + w + 4 * w + w) * 2;
+  EXPECT_DOUBLE_EQ(at640.stages[0].memory.comm_buffer_bytes,
+                   Zero3GatheredPeakBytes(cm.layer_tensors, 2, GradReduceBytesPerParam(c)) + persistent);
 }
 
 }  // namespace
