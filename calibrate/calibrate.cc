@@ -352,15 +352,13 @@ HardwareProfile BuildCpuProfile(const Json& g, int ranks) {
   }
   for (const auto& [x, y] : by_gflop) p.gemm_efficiency_vs_gflop.push_back({x, y});
   // Memory-bound.
-  double best_bw = 0;
-  for (const auto& s : g["memory"]) best_bw = std::max(best_bw, s["bytes"].get<double>() / s["seconds"].get<double>() / 1e9);
-  p.hbm_GBps = best_bw;
+  std::vector<CurvePoint> mem;
   double launch = 1e9;
   for (const auto& s : g["memory"]) {
-    const double bw = s["bytes"].get<double>() / s["seconds"].get<double>() / 1e9;
-    p.memory_efficiency_vs_bytes.push_back({s["bytes"].get<double>(), bw / best_bw});
+    mem.push_back({s["bytes"].get<double>(), s["seconds"].get<double>()});
     launch = std::min(launch, s["seconds"].get<double>());
   }
+  FitMemoryBound(mem, &p);
   p.launch_overhead_s = std::min(launch, 5e-6);
   // Attention: the model charges 2.5x the forward FLOPs for backward (flash convention).
   const auto& at = g["attention"];
@@ -376,7 +374,7 @@ HardwareProfile BuildCpuProfile(const Json& g, int ranks) {
   p.coll_intra_hop_latency_s = 0;
   p.coll_inter_hop_latency_s = 0;
   p.coll_base_latency_s = 5e-6;
-  p.intra_busbw_GBps = best_bw / 2;  // [est] with one rank: a copy through memory
+  p.intra_busbw_GBps = p.hbm_GBps / 2;  // [est] with one rank: a copy through memory
   int fitted_ranks = 0;
   for (const auto& t : co["tables"]) {
     CollectiveTable ct;
@@ -454,6 +452,8 @@ std::string PresetForDevice(const std::string& name) {
   return "";
 }
 
+}  // namespace
+
 HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
   const std::string preset = PresetForDevice(m.device_name);
   HardwareProfile p;
@@ -486,11 +486,14 @@ HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
   }
   if (p.gemm_peak_tflops <= 0) p.gemm_peak_tflops = best;
   p.gemm_max_efficiency = std::min(1.0, best / p.gemm_peak_tflops);
-  double best_bw = 0;
-  for (const auto& s : m.memory) best_bw = std::max(best_bw, s.bytes / s.seconds / 1e9);
-  p.hbm_GBps = best_bw;
-  p.memory_efficiency_vs_bytes.clear();
-  for (const auto& s : m.memory) p.memory_efficiency_vs_bytes.push_back({s.bytes, s.bytes / s.seconds / 1e9 / best_bw});
+  std::vector<CurvePoint> mem;
+  for (const auto& s : m.memory) mem.push_back({s.bytes, s.seconds});
+  if (!mem.empty()) FitMemoryBound(mem, &p);
+  p.memcpy_d2d_GBps = m.memcpy_d2d_GBps;
+  if (p.memcpy_d2d_GBps > 0) {
+    p.source += fmt::format("; memory-bound peak {:.0f} GB/s, {:.0f}% of a device-to-device cudaMemcpy ({:.0f} GB/s)",
+                            p.hbm_GBps, 100 * p.hbm_GBps / p.memcpy_d2d_GBps, p.memcpy_d2d_GBps);
+  }
   p.launch_overhead_s = m.memory.empty() ? p.launch_overhead_s : m.memory.front().seconds;
   p.collective_tables.clear();
   for (int op = 0; op < 5; ++op) {
@@ -531,8 +534,6 @@ HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
   p.machine = pm;
   return p;
 }
-
-}  // namespace
 
 HardwareProfile RunCalibration(const CalibrateOptions& o) {
   if (o.backend != "cpu" && o.backend != "cuda") {
@@ -688,6 +689,14 @@ std::string DescribeProfile(const HardwareProfile& p) {
                    p.attention_bwd_efficiency);
   s += fmt::format("\nMemory-bound: peak {:.4g} GB/s, launch floor {:.2f} us\n  bytes -> efficiency\n", p.hbm_GBps,
                    p.launch_overhead_s * 1e6);
+  if (p.memcpy_d2d_GBps > 0) {
+    const double share = p.hbm_GBps / p.memcpy_d2d_GBps;
+    s += fmt::format("  {:.0f}% of a device-to-device cudaMemcpy in the same run ({:.4g} GB/s read + write){}\n",
+                     100 * share, p.memcpy_d2d_GBps,
+                     share < kMemoryBoundVsMemcpyTarget ? fmt::format("; under the {:.0f}% expected of the axpy",
+                                                                      100 * kMemoryBoundVsMemcpyTarget)
+                                                        : "");
+  }
   for (const auto& pt : p.memory_efficiency_vs_bytes) s += fmt::format("    {:>12.4g} -> {:.3f}\n", pt.x, pt.y);
   s += fmt::format("\nCollectives: intra-node busbw {:.4g} GB/s, p2p {:.4g} GB/s, NIC {:.4g} GB/s x {} per node\n",
                    p.intra_busbw_GBps, p.p2p_intra_GBps, p.nic_effective_GBps, p.nics_per_node);

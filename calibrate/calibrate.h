@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "calibrate/cuda_backend.h"
 #include "models/model.h"
 #include "simulator/profile.h"
 
@@ -36,6 +37,12 @@ const std::vector<std::string>& CalibrationGroups();
 /// and returns it; other ranks return an empty profile. Throws InputError for bad options or an
 /// unusable backend (e.g. "--backend cuda: no usable GPU: ...").
 HardwareProfile RunCalibration(const CalibrateOptions& opts);
+
+/// The profile of a CUDA sweep (`cuda::Measure`): the GEMM samples at cuBLASLt's heuristic #0,
+/// the vectorized memory-bound curve (FitMemoryBound) with the same run's cudaMemcpy reference,
+/// the collective tables, the overlap slowdown; the rest (attention, derating) from the preset
+/// of the device's GPU where there is one. Pure: no GPU needed.
+HardwareProfile BuildCudaProfile(const cuda::Measurements& m);
 
 /// Builds a profile from nccl-tests logs: their collective tables replace the collective
 /// defaults of `base` (intra-node busbw and latency refit from the largest single-node

@@ -29,7 +29,9 @@ struct Measurements {
   int sm_count = 0, clock_mhz = 0;
   int ranks = 1, nodes = 1, ranks_per_node = 1;
   std::vector<GemmSample> gemm;
-  std::vector<MemSample> memory;
+  std::vector<MemSample> memory;  ///< the vectorized axpy (12 bytes per element) by bytes moved
+  /// A 1 GiB device-to-device cudaMemcpy, read + write bytes per second / 1e9 (0: not measured).
+  double memcpy_d2d_GBps = 0;
   std::vector<CollSample> collectives;
   double attention_fwd_s = 0, attention_bwd_s = 0, attention_fwd_flops = 0;
   double gemm_alone_s = 0, gemm_with_comm_s = 0;

@@ -1,6 +1,8 @@
 #include "calibrate/fit.h"
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 
 #include <Eigen/Dense>
 
@@ -29,6 +31,22 @@ AlphaBeta FitAlphaBeta(const std::vector<CurvePoint>& pts) {
   }
   f.rms_rel_error = std::sqrt(ss / static_cast<double>(pts.size()));
   return f;
+}
+
+void FitMemoryBound(std::vector<CurvePoint> pts, HardwareProfile* p) {
+  if (pts.empty()) throw InputError("memory-bound fit: got no samples, expected at least 1");
+  double best = 0;
+  for (const auto& s : pts) {
+    if (!(s.x > 0) || !(s.y > 0)) {
+      throw InputError("memory-bound fit: a sample has bytes " + std::to_string(s.x) + " and seconds " +
+                       std::to_string(s.y) + ", expected both positive");
+    }
+    best = std::max(best, s.x / s.y / 1e9);
+  }
+  std::sort(pts.begin(), pts.end(), [](const CurvePoint& a, const CurvePoint& b) { return a.x < b.x; });
+  p->hbm_GBps = best;
+  p->memory_efficiency_vs_bytes.clear();
+  for (const auto& s : pts) p->memory_efficiency_vs_bytes.push_back({s.x, s.x / s.y / 1e9 / best});
 }
 
 }  // namespace shardcast

@@ -20,4 +20,15 @@ struct AlphaBeta {
 /// throws InputError otherwise.
 AlphaBeta FitAlphaBeta(const std::vector<CurvePoint>& size_to_seconds);
 
+/// The share of a same-run device-to-device cudaMemcpy's rate that the vectorized memory-bound
+/// probe should reach (issue 18: a framework's vectorized elementwise kernels run near the copy
+/// rate); `calibrate` says so in its summary when a GPU's sweep stays under it.
+inline constexpr double kMemoryBoundVsMemcpyTarget = 0.9;
+
+/// The memory-bound curve from measured (x = bytes moved, y = seconds) samples: sets
+/// `p->hbm_GBps` to the highest rate (bytes / seconds / 1e9) and `p->memory_efficiency_vs_bytes`
+/// to each sample's rate over it, sorted by bytes. Throws InputError without a sample or with a
+/// time or size that is not positive.
+void FitMemoryBound(std::vector<CurvePoint> bytes_to_seconds, HardwareProfile* p);
+
 }  // namespace shardcast

@@ -2,6 +2,8 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
+
 namespace shardcast::kernels {
 namespace {
 
@@ -36,6 +38,20 @@ __global__ void FillNormalBf16(__nv_bfloat16* out, std::size_t n, unsigned seed)
 __global__ void Axpy(float a, const float* x, float* y, std::size_t n) {
   const std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
   if (i < n) y[i] = a * x[i] + y[i];
+}
+
+/// y = a * x + y on 16-byte vectors, grid-stride (one float4 load of x and y, one store of y).
+__global__ void AxpyVec4(float a, const float4* x, float4* y, std::size_t n4) {
+  const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+  for (std::size_t i = blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x; i < n4; i += stride) {
+    const float4 xv = x[i];
+    float4 yv = y[i];
+    yv.x = a * xv.x + yv.x;
+    yv.y = a * xv.y + yv.y;
+    yv.z = a * xv.z + yv.z;
+    yv.w = a * xv.w + yv.w;
+    y[i] = yv;
+  }
 }
 
 __global__ void Gelu(const float* x, float* y, std::size_t n) {
@@ -127,6 +143,19 @@ void LaunchAdamStep(float* p, const float* g, float* m, float* v, std::size_t n,
 }
 void LaunchAxpy(float a, const float* x, float* y, std::size_t n, cudaStream_t stream) {
   Axpy<<<Blocks(n), kThreads, 0, stream>>>(a, x, y, n);
+}
+void LaunchAxpyVec(float a, const float* x, float* y, std::size_t n, cudaStream_t stream) {
+  const std::size_t n4 = n / 4, tail = n - 4 * n4;
+  if (n4 > 0) {
+    // Four waves' worth of blocks at most: each thread then strides over several vectors.
+    int device = 0, sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    const unsigned cap = static_cast<unsigned>(std::max(1, sms) * 32);
+    AxpyVec4<<<std::min(Blocks(n4), cap), kThreads, 0, stream>>>(a, reinterpret_cast<const float4*>(x),
+                                                                 reinterpret_cast<float4*>(y), n4);
+  }
+  if (tail > 0) Axpy<<<1, kThreads, 0, stream>>>(a, x + 4 * n4, y + 4 * n4, tail);
 }
 void LaunchFillNormal(float* out, std::size_t n, unsigned seed, cudaStream_t stream) {
   FillNormal<<<Blocks(n), kThreads, 0, stream>>>(out, n, seed);

@@ -16,6 +16,10 @@ void LaunchAdamStep(float* p, const float* g, float* m, float* v, std::size_t n,
                     float eps, int t, cudaStream_t stream);
 /// y = a * x + y (12 bytes moved per element): the memory-bandwidth probe.
 void LaunchAxpy(float a, const float* x, float* y, std::size_t n, cudaStream_t stream);
+/// The same with 16-byte loads and stores (float4, grid-stride; the n % 4 tail element-wise):
+/// what a framework's vectorized elementwise kernels reach. `x` and `y` must be 16-byte aligned
+/// (cudaMalloc's are).
+void LaunchAxpyVec(float a, const float* x, float* y, std::size_t n, cudaStream_t stream);
 /// Fills `n` floats with approximately standard-normal values from `seed` (never zeros: GEMM
 /// power and clocks depend on the data, hardware.md 4.1).
 void LaunchFillNormal(float* out, std::size_t n, unsigned seed, cudaStream_t stream);

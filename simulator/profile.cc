@@ -417,8 +417,9 @@ HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
     p.unfused_attention_core_efficiency = a.Number("unfused_core_efficiency", 1e-3, 1.0);
   }
   JsonReader m = r.Object("memory");
-  m.RejectUnknownKeys({"hbm_GBps", "efficiency_vs_bytes"});
+  m.RejectUnknownKeys({"hbm_GBps", "efficiency_vs_bytes", "memcpy_d2d_GBps"});
   p.hbm_GBps = m.Number("hbm_GBps", 1e-3, 1e7);
+  p.memcpy_d2d_GBps = m.OptNumber("memcpy_d2d_GBps", 0, 1e7).value_or(0);
   p.memory_efficiency_vs_bytes = ReadCurve(m, "efficiency_vs_bytes");
   // Microsecond fields are divided by 1e6, not multiplied by 1e-6: the writer's * 1e6 then reads
   // back to the same double far more often (the built-in defaults all do).
@@ -541,6 +542,7 @@ Json ProfileToJson(const HardwareProfile& p) {
     j["attention"]["backward_efficiency_vs_seq"] = CurveToJson(p.attention_bwd_efficiency_vs_seq);
   }
   j["memory"] = {{"hbm_GBps", p.hbm_GBps}, {"efficiency_vs_bytes", CurveToJson(p.memory_efficiency_vs_bytes)}};
+  if (p.memcpy_d2d_GBps > 0) j["memory"]["memcpy_d2d_GBps"] = p.memcpy_d2d_GBps;
   j["launch_overhead_us"] = p.launch_overhead_s * 1e6;
   j["collectives"] = {{"intra_busbw_GBps", p.intra_busbw_GBps},
                       {"p2p_intra_GBps", p.p2p_intra_GBps},

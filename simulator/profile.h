@@ -120,6 +120,10 @@ struct HardwareProfile {
   // Memory-bound kernels: achieved fraction of HBM bandwidth by bytes moved.
   double hbm_GBps = 0;
   std::vector<CurvePoint> memory_efficiency_vs_bytes;
+  /// A calibration's device-to-device cudaMemcpy of 1 GiB in the same run, read + write GB/s: the
+  /// reference the memory-bound peak is judged against (0: not measured; JSON
+  /// memory.memcpy_d2d_GBps, written when measured).
+  double memcpy_d2d_GBps = 0;
   double launch_overhead_s = 0;
 
   // Collectives (alpha-beta, NCCL ring/Simple form) unless a measured table matches.

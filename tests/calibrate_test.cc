@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "calibrate/calibrate.h"
@@ -195,6 +196,50 @@ TEST(Fit, AlphaBetaRecoversKnownParametersUnderNoise) {
   EXPECT_NEAR(f.beta_Bps / beta, 1.0, 0.05);
   EXPECT_LT(f.rms_rel_error, 0.05);
   EXPECT_THROW(FitAlphaBeta({{8, 1e-5}}), InputError);
+}
+
+TEST(Fit, MemoryBoundPeakIsTheFastestSampleAndTheCurveIsSorted) {
+  // A launch floor of 5 us and 4 TB/s: t = 5e-6 + bytes / 4e12. The peak is the largest size's
+  // rate; each point is its rate over the peak.
+  std::vector<CurvePoint> pts;
+  for (double b = 1.2e9; b >= 1.2e4; b /= 10) pts.push_back({b, 5e-6 + b / 4e12});
+  HardwareProfile p;
+  FitMemoryBound(pts, &p);
+  const double peak = 1.2e9 / (5e-6 + 1.2e9 / 4e12) / 1e9;
+  EXPECT_DOUBLE_EQ(p.hbm_GBps, peak);
+  ASSERT_EQ(p.memory_efficiency_vs_bytes.size(), 6u);
+  EXPECT_DOUBLE_EQ(p.memory_efficiency_vs_bytes.front().x, 1.2e4);
+  EXPECT_DOUBLE_EQ(p.memory_efficiency_vs_bytes.front().y, 1.2e4 / (5e-6 + 1.2e4 / 4e12) / 1e9 / peak);
+  EXPECT_DOUBLE_EQ(p.memory_efficiency_vs_bytes.back().y, 1.0);
+  EXPECT_THROW(FitMemoryBound({}, &p), InputError);
+  EXPECT_THROW(FitMemoryBound({{1e6, 0}}, &p), InputError);
+}
+
+TEST(Calibrate, CudaProfileRecordsTheMemcpyReferenceAndTheShare) {
+  // A synthetic sweep: the axpy peaks at 4.0 TB/s, the same run's copy at 4.3 TB/s (93%).
+  cuda::Measurements m;
+  m.device_name = "NVIDIA H200";
+  m.memory_bytes = 141e9;
+  m.sm_count = 132;
+  m.gemm.push_back({8192, 8192, 8192, 2.0 * 8192.0 * 8192 * 8192 / 700e12, 2.0 * 8192.0 * 8192 * 8192 / 710e12});
+  for (double b = 1.2e4; b <= 1.3e9; b *= 10) m.memory.push_back({b, 4e-6 + b / 4.0e12});
+  m.memcpy_d2d_GBps = 4300;
+  const HardwareProfile p = BuildCudaProfile(m);
+  const double peak = 1.2e9 / (4e-6 + 1.2e9 / 4.0e12) / 1e9;
+  EXPECT_DOUBLE_EQ(p.hbm_GBps, peak);
+  EXPECT_EQ(p.memcpy_d2d_GBps, 4300);
+  EXPECT_NE(p.source.find(fmt::format("memory-bound peak {:.0f} GB/s, {:.0f}% of a device-to-device cudaMemcpy (4300 GB/s)",
+                                      peak, 100 * peak / 4300)),
+            std::string::npos)
+      << p.source;
+  // The field survives the profile's JSON, and a profile without it reads as not measured.
+  const HardwareProfile back = ProfileFromJson(ProfileToJson(p), "p.json");
+  EXPECT_EQ(back.memcpy_d2d_GBps, 4300);
+  EXPECT_NE(DescribeProfile(p).find("of a device-to-device cudaMemcpy in the same run"), std::string::npos);
+  HardwareProfile none = p;
+  none.memcpy_d2d_GBps = 0;
+  EXPECT_FALSE(ProfileToJson(none)["memory"].contains("memcpy_d2d_GBps"));
+  EXPECT_EQ(ProfileFromJson(ProfileToJson(none), "p.json").memcpy_d2d_GBps, 0);
 }
 
 TEST(Kernels, CpuReferencesFollowTheirFormulas) {
