@@ -472,7 +472,10 @@ HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
   p.gpu = preset.empty() ? m.device_name : preset;
   p.source = "shardcast calibrate --backend cuda on " + m.device_name + " (driver " + m.driver_version + ", CUDA runtime " +
              m.runtime_version + ", NCCL " + m.nccl_version + ", " + std::to_string(m.sm_count) + " SMs); kernels vs CPU: " +
-             m.kernel_check + "; attention not measured (preset default)";
+             m.kernel_check + "; " +
+             (m.attention.empty() ? (m.attention_note.empty() ? "attention not measured" : m.attention_note) +
+                                        " (preset default)"
+                                  : "attention: " + m.attention_note);
   const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
@@ -490,6 +493,7 @@ HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
   for (const auto& s : m.memory) mem.push_back({s.bytes, s.seconds});
   if (!mem.empty()) FitMemoryBound(mem, &p);
   p.memcpy_d2d_GBps = m.memcpy_d2d_GBps;
+  if (!m.attention.empty()) FitAttention(m.attention, p.gemm_peak_tflops, &p);
   if (p.memcpy_d2d_GBps > 0) {
     p.source += fmt::format("; memory-bound peak {:.0f} GB/s, {:.0f}% of a device-to-device cudaMemcpy ({:.0f} GB/s)",
                             p.hbm_GBps, 100 * p.hbm_GBps / p.memcpy_d2d_GBps, p.memcpy_d2d_GBps);
@@ -552,7 +556,7 @@ HardwareProfile RunCalibration(const CalibrateOptions& o) {
     if (!cuda::Usable(&why)) throw InputError("--backend cuda: no usable GPU was found: " + why);
     cuda::Measurements m;
     try {
-      m = cuda::Measure(o.quick, o.progress, o.model_shapes);
+      m = cuda::Measure(o.quick, o.progress, o.model_shapes, o.attention_heads);
     } catch (const std::runtime_error& e) {
       throw InputError(std::string("--backend cuda: ") + e.what());
     }

@@ -28,6 +28,8 @@ struct CalibrateOptions {
   /// Extra GEMM shapes to time (m, n, k): the shapes of the model to be simulated (forward,
   /// data-gradient and weight-gradient GEMMs for the tensor-parallel sizes of interest).
   std::vector<std::array<int, 3>> model_shapes;
+  /// The attention heads the CUDA sweep times (the model's with --model).
+  cuda::AttentionHeads attention_heads;
 };
 
 /// Measurement groups, in sweep order.

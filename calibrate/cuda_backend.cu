@@ -1,6 +1,9 @@
 // calibrate --backend cuda: cuBLASLt GEMMs, the kernels of kernels/, and NCCL collectives over
 // MPI ranks, timed with CUDA events (medians after warm-up). See docs/calibrate.md.
 #include "calibrate/cuda_backend.h"
+#ifdef SHARDCAST_HAVE_CUDNN
+#include "calibrate/cudnn_attention.h"
+#endif
 
 #include <algorithm>
 #include <array>
@@ -183,6 +186,47 @@ void MeasureMemoryBound(bool quick, cudaStream_t s, Measurements* m) {
   cudaFree(dst);
 }
 
+/// Fused attention: cuDNN's SDPA at 1K-32K tokens (32K tokens per call: batch 32K / seq), causal,
+/// with `heads`. Where cuDNN cannot run, `attention_note` says why and nothing is timed.
+void MeasureAttention(bool quick, const AttentionHeads& heads, cudaStream_t s, Measurements* m) {
+#ifdef SHARDCAST_HAVE_CUDNN
+  std::vector<AttentionSample> shapes;
+  for (int seq = 1024; seq <= 32768; seq *= 2) {
+    AttentionSample a;
+    a.batch = std::max(1, 32768 / seq);
+    a.seq = seq;
+    a.heads = heads.heads;
+    a.kv_heads = heads.kv_heads;
+    a.head_dim = heads.head_dim;
+    shapes.push_back(a);
+  }
+  std::string why;
+  m->attention = TimeCudnnAttention(shapes, s, quick ? 2 : 3, quick ? 5 : 20, &why);
+  // Every rank's figure is the slowest rank's (a synchronous step waits for it); ranks that
+  // timed fewer lengths keep the common prefix.
+  int timed = static_cast<int>(m->attention.size()), fewest = timed;
+  MPI_Allreduce(&timed, &fewest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  m->attention.resize(static_cast<std::size_t>(fewest));
+  for (auto& a : m->attention) {
+    a.fwd_s = MaxOverRanks(a.fwd_s);
+    a.bwd_s = MaxOverRanks(a.bwd_s);
+  }
+  if (m->attention.empty()) {
+    m->attention_note = "attention not measured: " + (why.empty() ? std::string("another rank could not run cuDNN") : why);
+  } else {
+    m->attention_note = CudnnVersion() + " SDPA, causal bf16, " + std::to_string(heads.heads) + " heads / " +
+                        std::to_string(heads.kv_heads) + " KV of " + std::to_string(heads.head_dim) + ", " +
+                        std::to_string(m->attention.front().seq) + "-" + std::to_string(m->attention.back().seq) +
+                        " tokens" + (why.empty() ? "" : " (stopped: " + why + ")");
+  }
+#else
+  (void)quick;
+  (void)heads;
+  (void)s;
+  m->attention_note = "attention not measured: this build found no cuDNN headers";
+#endif
+}
+
 }  // namespace
 
 bool BuiltWithCuda() { return true; }
@@ -197,7 +241,8 @@ std::string VerifyKernels() {
 
 bool Usable(std::string* why) { return cudautil::DeviceUsable(why); }
 
-Measurements Measure(bool quick, bool progress, const std::vector<std::array<int, 3>>& extra_shapes) {
+Measurements Measure(bool quick, bool progress, const std::vector<std::array<int, 3>>& extra_shapes,
+                     const AttentionHeads& heads) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -253,6 +298,8 @@ Measurements Measure(bool quick, bool progress, const std::vector<std::array<int
     if (progress && rank == 0) std::fprintf(stderr, "calibrate: gemm %zu/%zu\n", i + 1, shapes.size());
   }
   MeasureMemoryBound(quick, s, &m);
+  MeasureAttention(quick, heads, s, &m);
+  if (progress && rank == 0) std::fprintf(stderr, "calibrate: attention: %s\n", m.attention_note.c_str());
   // Overlap: a GEMM alone and beside a large NCCL all-reduce on another stream (when ranks > 1).
   ncclComm_t comm = nullptr;
   if (size > 1) {

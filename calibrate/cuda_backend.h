@@ -18,6 +18,14 @@ struct GemmSample {
 struct MemSample {
   double bytes = 0, seconds = 0;
 };
+/// One fused attention configuration timed with cuDNN's SDPA: `batch` sequences of `seq` tokens,
+/// `heads` query heads over `kv_heads` key/value heads (GQA), `head_dim`, causal (top-left
+/// diagonal), bf16 in and out with fp32 softmax statistics, the (b, s, h, d) layout frameworks
+/// keep; forward and backward seconds per call.
+struct AttentionSample {
+  int batch = 1, heads = 0, kv_heads = 0, seq = 0, head_dim = 0;
+  double fwd_s = 0, bwd_s = 0;
+};
 struct CollSample {
   int op = 0;  ///< 0 all-reduce, 1 all-gather, 2 reduce-scatter, 3 all-to-all, 4 send/recv
   double bytes = 0, seconds = 0;  ///< bytes as nccl-tests' size
@@ -33,7 +41,9 @@ struct Measurements {
   /// A 1 GiB device-to-device cudaMemcpy, read + write bytes per second / 1e9 (0: not measured).
   double memcpy_d2d_GBps = 0;
   std::vector<CollSample> collectives;
-  double attention_fwd_s = 0, attention_bwd_s = 0, attention_fwd_flops = 0;
+  std::vector<AttentionSample> attention;  ///< cuDNN SDPA by sequence length (empty: not measured)
+  /// What was timed ("cuDNN 9.19.0 SDPA") or why attention was not measured.
+  std::string attention_note;
   double gemm_alone_s = 0, gemm_with_comm_s = 0;
   std::string kernel_check;  ///< "ok" or what differed from the CPU reference
 };
@@ -45,9 +55,17 @@ bool Usable(std::string* why);
 /// Runs each CUDA kernel of kernels/ on a small input and compares with its CPU reference:
 /// "ok", or what differed.
 std::string VerifyKernels();
+/// The attention heads calibrate times: the model's when `calibrate --model` names one, else
+/// 32 query heads of 128 over 8 key/value heads (a Llama-style GQA layer).
+struct AttentionHeads {
+  int heads = 32, kv_heads = 8, head_dim = 128;
+};
+
 /// Runs the sweep on this rank's GPU (device = local rank modulo the device count) and NCCL
 /// collectives across MPI ranks (ncclUniqueId broadcast over MPI). `extra_shapes` (m, n, k) are
-/// timed too (the model's own GEMMs). MPI must be initialized.
-Measurements Measure(bool quick, bool progress, const std::vector<std::array<int, 3>>& extra_shapes);
+/// timed too (the model's own GEMMs); attention with `heads` at 1K-32K tokens (cuDNN, where it
+/// loads). MPI must be initialized.
+Measurements Measure(bool quick, bool progress, const std::vector<std::array<int, 3>>& extra_shapes,
+                     const AttentionHeads& heads = {});
 
 }  // namespace shardcast::cuda

@@ -8,7 +8,7 @@ bool Usable(std::string* why) {
   *why = "this build has no CUDA backend";
   return false;
 }
-Measurements Measure(bool, bool, const std::vector<std::array<int, 3>>&) { return {}; }
+Measurements Measure(bool, bool, const std::vector<std::array<int, 3>>&, const AttentionHeads&) { return {}; }
 std::string VerifyKernels() { return "this build has no CUDA backend"; }
 
 }  // namespace shardcast::cuda

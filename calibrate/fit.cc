@@ -33,6 +33,32 @@ AlphaBeta FitAlphaBeta(const std::vector<CurvePoint>& pts) {
   return f;
 }
 
+void FitAttention(const std::vector<cuda::AttentionSample>& samples, double peak_tflops, HardwareProfile* p) {
+  if (samples.empty()) throw InputError("attention fit: got no samples, expected at least 1");
+  if (!(peak_tflops > 0)) throw InputError("attention fit: the GEMM peak is not positive");
+  std::vector<CurvePoint> fwd, bwd;
+  for (const auto& a : samples) {
+    const double b = a.batch, s = a.seq, h = a.heads, d = a.head_dim;
+    if (!(b > 0 && s > 0 && h > 0 && d > 0 && a.fwd_s > 0 && a.bwd_s > 0)) {
+      throw InputError("attention fit: a sample at seq " + std::to_string(a.seq) +
+                       " has a size or time that is not positive");
+    }
+    const double flops = 0.5 * 4 * b * s * s * h * d;
+    fwd.push_back({s, flops / a.fwd_s / (peak_tflops * 1e12)});
+    bwd.push_back({s, 2.5 * flops / a.bwd_s / (peak_tflops * 1e12)});
+  }
+  auto by_seq = [](const CurvePoint& x, const CurvePoint& y) { return x.x < y.x; };
+  std::sort(fwd.begin(), fwd.end(), by_seq);
+  std::sort(bwd.begin(), bwd.end(), by_seq);
+  const double ref_f = InterpolateLogX(fwd, 2048), ref_b = InterpolateLogX(bwd, 2048);
+  p->attention_fwd_efficiency = std::min(1.0, ref_f);
+  p->attention_bwd_efficiency = std::min(1.0, ref_b);
+  p->attention_efficiency_vs_seq.clear();
+  p->attention_bwd_efficiency_vs_seq.clear();
+  for (const auto& c : fwd) p->attention_efficiency_vs_seq.push_back({c.x, c.y / p->attention_fwd_efficiency});
+  for (const auto& c : bwd) p->attention_bwd_efficiency_vs_seq.push_back({c.x, c.y / p->attention_bwd_efficiency});
+}
+
 void FitMemoryBound(std::vector<CurvePoint> pts, HardwareProfile* p) {
   if (pts.empty()) throw InputError("memory-bound fit: got no samples, expected at least 1");
   double best = 0;

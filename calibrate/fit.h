@@ -4,6 +4,7 @@
 
 #include <vector>
 
+#include "calibrate/cuda_backend.h"
 #include "simulator/profile.h"
 
 namespace shardcast {
@@ -19,6 +20,15 @@ struct AlphaBeta {
 /// the points (x = size in bytes, y = seconds). Needs two or more points with distinct sizes;
 /// throws InputError otherwise.
 AlphaBeta FitAlphaBeta(const std::vector<CurvePoint>& size_to_seconds);
+
+/// Fused attention efficiencies from timed causal attention calls (`samples`, each at one
+/// sequence length): forward FLOPs 0.5 x 4 b s^2 h d (causal half of QK^T and PV, the
+/// simulator's convention, docs/simulator.md) over seconds over `peak_tflops`, backward 2.5x
+/// the forward FLOPs over its seconds. Sets attention_fwd/bwd_efficiency to the 2,048-token
+/// figure (interpolated in log(seq) when 2,048 was not timed; at most 1) and the two
+/// efficiency-vs-seq curves relative to it. Throws InputError without samples or with a time,
+/// size or peak that is not positive.
+void FitAttention(const std::vector<cuda::AttentionSample>& samples, double peak_tflops, HardwareProfile* p);
 
 /// The share of a same-run device-to-device cudaMemcpy's rate that the vectorized memory-bound
 /// probe should reach (issue 18: a framework's vectorized elementwise kernels run near the copy

@@ -45,7 +45,10 @@ void RunCalibrate(const CalibrateArgs& a) {
         }
         if (tps.back() < 1) throw InputError("command line: --tp-values: got \"" + t + "\", expected positive integers");
       }
-      o.model_shapes = ModelGemmShapes(LoadModel(a.model), tps);
+      const Model model = LoadModel(a.model);
+      o.model_shapes = ModelGemmShapes(model, tps);
+      o.attention_heads = {static_cast<int>(model.num_attention_heads), static_cast<int>(model.num_query_groups),
+                           static_cast<int>(model.kv_channels)};
     }
     HardwareProfile p = RunCalibration(o);
     if (rank == 0 && a.o.stop_after.empty()) {

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "common/json_reader.h"
 #include "kernels/cpu_kernels.h"
 #include "models/loader.h"
+#include "simulator/cost_model.h"
 #include "tests/test_util.h"
 
 namespace shardcast {
@@ -213,6 +215,80 @@ TEST(Fit, MemoryBoundPeakIsTheFastestSampleAndTheCurveIsSorted) {
   EXPECT_DOUBLE_EQ(p.memory_efficiency_vs_bytes.back().y, 1.0);
   EXPECT_THROW(FitMemoryBound({}, &p), InputError);
   EXPECT_THROW(FitMemoryBound({{1e6, 0}}, &p), InputError);
+}
+
+TEST(Fit, AttentionIsTheCausalFlopRateOverThePeakRelativeTo2k) {
+  // Synthetic causal attention at 300 TF/s forward and 240 TF/s backward (2.5x the forward
+  // FLOPs) below 4K tokens, 20% faster from 4K on; peak 989.4 TF/s. FLOPs: 0.5 x 4 b s^2 h d.
+  const double peak = 989.4;
+  std::vector<cuda::AttentionSample> samples;
+  for (int seq = 1024; seq <= 32768; seq *= 2) {
+    cuda::AttentionSample a;
+    a.batch = 32768 / seq;
+    a.seq = seq;
+    a.heads = 32;
+    a.kv_heads = 8;
+    a.head_dim = 128;
+    const double flops = 0.5 * 4.0 * a.batch * seq * static_cast<double>(seq) * 32 * 128;
+    const double speedup = seq >= 4096 ? 1.2 : 1.0;
+    a.fwd_s = flops / (300e12 * speedup);
+    a.bwd_s = 2.5 * flops / (240e12 * speedup);
+    samples.push_back(a);
+  }
+  std::reverse(samples.begin(), samples.end());  // any order
+  HardwareProfile p;
+  FitAttention(samples, peak, &p);
+  EXPECT_NEAR(p.attention_fwd_efficiency, 300 / peak, 1e-12);
+  EXPECT_NEAR(p.attention_bwd_efficiency, 240 / peak, 1e-12);
+  ASSERT_EQ(p.attention_efficiency_vs_seq.size(), 6u);
+  ASSERT_EQ(p.attention_bwd_efficiency_vs_seq.size(), 6u);
+  EXPECT_EQ(p.attention_efficiency_vs_seq.front().x, 1024);
+  EXPECT_NEAR(p.attention_efficiency_vs_seq[1].y, 1.0, 1e-12);   // 2,048: the reference
+  EXPECT_NEAR(p.attention_efficiency_vs_seq[2].y, 1.2, 1e-12);   // 4,096
+  EXPECT_NEAR(p.attention_bwd_efficiency_vs_seq.back().y, 1.2, 1e-12);
+  // The simulator's attention time then gives back each measured time (plus the launch floor).
+  p.gemm_peak_tflops = peak;
+  p.launch_overhead_s = 0;
+  for (const auto& a : samples) {
+    const double flops = 0.5 * 4.0 * a.batch * a.seq * static_cast<double>(a.seq) * a.heads * a.head_dim;
+    EXPECT_NEAR(AttentionTime(p, flops, a.seq, false) / a.fwd_s, 1.0, 1e-9) << a.seq;
+    EXPECT_NEAR(AttentionTime(p, 2.5 * flops, a.seq, true) / a.bwd_s, 1.0, 1e-9) << a.seq;
+  }
+  EXPECT_THROW(FitAttention({}, peak, &p), InputError);
+  samples[0].bwd_s = 0;
+  EXPECT_THROW(FitAttention(samples, peak, &p), InputError);
+}
+
+TEST(Calibrate, CudaProfileUsesMeasuredAttentionOrSaysWhyNot) {
+  cuda::Measurements m;
+  m.device_name = "NVIDIA H200";
+  m.memory_bytes = 141e9;
+  m.sm_count = 132;
+  m.gemm.push_back({8192, 8192, 8192, 2.0 * 8192.0 * 8192 * 8192 / 700e12, 2.0 * 8192.0 * 8192 * 8192 / 710e12});
+  m.memory.push_back({1.2e9, 3e-4});
+  m.attention_note = "attention not measured: cuDNN not found (libcudnn.so.9: cannot open shared object file)";
+  const HardwareProfile preset = BuildCudaProfile(m);
+  EXPECT_NE(preset.source.find("attention not measured: cuDNN not found (libcudnn.so.9: cannot open shared object "
+                               "file) (preset default)"),
+            std::string::npos)
+      << preset.source;
+  const HardwareProfile h200 = DefaultProfile(LoadCluster("dgx-h200"));
+  EXPECT_EQ(preset.attention_fwd_efficiency, h200.attention_fwd_efficiency);
+  cuda::AttentionSample a;
+  a.batch = 16;
+  a.seq = 2048;
+  a.heads = 32;
+  a.kv_heads = 8;
+  a.head_dim = 128;
+  const double flops = 0.5 * 4.0 * 16 * 2048.0 * 2048 * 32 * 128;
+  a.fwd_s = flops / 450e12;
+  a.bwd_s = 2.5 * flops / 400e12;
+  m.attention = {a};
+  m.attention_note = "cuDNN 9.19.0 SDPA, causal bf16, 32 heads / 8 KV of 128, 2048-2048 tokens";
+  const HardwareProfile measured = BuildCudaProfile(m);
+  EXPECT_NEAR(measured.attention_fwd_efficiency, 450e12 / (measured.gemm_peak_tflops * 1e12), 1e-12);
+  EXPECT_NEAR(measured.attention_bwd_efficiency, 400e12 / (measured.gemm_peak_tflops * 1e12), 1e-12);
+  EXPECT_NE(measured.source.find("attention: cuDNN 9.19.0 SDPA"), std::string::npos) << measured.source;
 }
 
 TEST(Calibrate, CudaProfileRecordsTheMemcpyReferenceAndTheShare) {
