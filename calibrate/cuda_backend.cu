@@ -2,7 +2,7 @@
 // MPI ranks, timed with CUDA events (medians after warm-up). See docs/calibrate.md.
 #include "calibrate/cuda_backend.h"
 #ifdef SHARDCAST_HAVE_CUDNN
-#include "calibrate/cudnn_attention.h"
+#include "kernels/cudnn_attention.h"
 #endif
 
 #include <algorithm>
@@ -201,7 +201,18 @@ void MeasureAttention(bool quick, const AttentionHeads& heads, cudaStream_t s, M
     shapes.push_back(a);
   }
   std::string why;
-  m->attention = TimeCudnnAttention(shapes, s, quick ? 2 : 3, quick ? 5 : 20, &why);
+  for (AttentionSample a : shapes) {
+    const auto att = kernels::CudnnAttention::Create({a.batch, a.heads, a.kv_heads, a.seq, a.head_dim}, s, &why);
+    if (!att) break;
+    bool ok = true;
+    auto call = [&](bool fwd) {
+      ok = ok && (fwd ? att->Forward(&why) : att->Backward(&why));
+    };
+    a.fwd_s = TimeEvents([&] { call(true); }, quick ? 2 : 3, quick ? 5 : 20, s);
+    a.bwd_s = TimeEvents([&] { call(false); }, quick ? 2 : 3, quick ? 5 : 20, s);
+    if (!ok) break;
+    m->attention.push_back(a);
+  }
   // Every rank's figure is the slowest rank's (a synchronous step waits for it); ranks that
   // timed fewer lengths keep the common prefix.
   int timed = static_cast<int>(m->attention.size()), fewest = timed;
@@ -214,7 +225,7 @@ void MeasureAttention(bool quick, const AttentionHeads& heads, cudaStream_t s, M
   if (m->attention.empty()) {
     m->attention_note = "attention not measured: " + (why.empty() ? std::string("another rank could not run cuDNN") : why);
   } else {
-    m->attention_note = CudnnVersion() + " SDPA, causal bf16, " + std::to_string(heads.heads) + " heads / " +
+    m->attention_note = kernels::CudnnVersion() + " SDPA, causal bf16, " + std::to_string(heads.heads) + " heads / " +
                         std::to_string(heads.kv_heads) + " KV of " + std::to_string(heads.head_dim) + ", " +
                         std::to_string(m->attention.front().seq) + "-" + std::to_string(m->attention.back().seq) +
                         " tokens" + (why.empty() ? "" : " (stopped: " + why + ")");

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
+#include <string>
 #include <stdexcept>
 #include <tuple>
 
@@ -11,6 +13,9 @@
 
 #include "kernels/cuda_kernels.cuh"
 #include "kernels/cuda_util.cuh"
+#ifdef SHARDCAST_HAVE_CUDNN
+#include "kernels/cudnn_attention.h"
+#endif
 
 namespace shardcast::cuda_exec {
 namespace {
@@ -25,13 +30,78 @@ struct Gemm {
   cublasLtMatmulHeuristicResult_t algo{};
 };
 
+/// A cuBLASLt bf16 plan of `op`'s shape on random normal operands (heuristic #0).
+Gemm MakeGemm(cublasLtHandle_t lt, const Op& op, std::size_t ws_bytes, cudaStream_t s) {
+  Gemm g;
+  Ck(cudaMalloc(&g.a, 2ull * op.m * op.k), "cudaMalloc");
+  Ck(cudaMalloc(&g.b, 2ull * op.k * op.n), "cudaMalloc");
+  Ck(cudaMalloc(&g.c, 2ull * op.m * op.n), "cudaMalloc");
+  kernels::LaunchFillNormalBf16(g.a, 1ull * op.m * op.k, 11, s);
+  kernels::LaunchFillNormalBf16(g.b, 1ull * op.k * op.n, 12, s);
+  Ck(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
+  Ck(cublasLtMatrixLayoutCreate(&g.la, CUDA_R_16BF, op.m, op.k, op.m), "layout");
+  Ck(cublasLtMatrixLayoutCreate(&g.lb, CUDA_R_16BF, op.k, op.n, op.k), "layout");
+  Ck(cublasLtMatrixLayoutCreate(&g.lc, CUDA_R_16BF, op.m, op.n, op.m), "layout");
+  cublasLtMatmulPreference_t pref;
+  Ck(cublasLtMatmulPreferenceCreate(&pref), "preference");
+  Ck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes),
+     "preference attribute");
+  int found = 0;
+  Ck(cublasLtMatmulAlgoGetHeuristic(lt, g.desc, g.la, g.lb, g.lc, g.lc, pref, 1, &g.algo, &found), "heuristic");
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (found == 0) throw std::runtime_error("cuBLASLt found no algorithm for a GEMM shape");
+  return g;
+}
+
+using AttentionKey = std::tuple<int, int, int, int, int>;
+AttentionKey KeyOf(const Op& op) { return {op.batch, op.heads, op.kv_heads, op.seq, op.head_dim}; }
+
+#ifdef SHARDCAST_HAVE_CUDNN
+using AttentionMap = std::map<AttentionKey, std::unique_ptr<kernels::CudnnAttention>>;
+#else
+using AttentionMap = std::map<AttentionKey, int>;
+#endif
+
+/// cuDNN graphs for every attention shape of `ops`. Where one cannot be built (no cuDNN, a shape
+/// it does not support), every kAttention op becomes its stand-in GEMMs and `note` says why.
+void PrepareAttention(std::vector<Op>* ops, cudaStream_t s, AttentionMap* att, std::string* note) {
+  std::string why = "this build found no cuDNN headers";
+  bool ok = true;
+  for (const Op& op : *ops) {
+    if (op.kind != Op::kAttention || att->count(KeyOf(op))) continue;
+#ifdef SHARDCAST_HAVE_CUDNN
+    auto a = kernels::CudnnAttention::Create({op.batch, op.heads, op.kv_heads, op.seq, op.head_dim}, s, &why);
+    if (!a) {
+      ok = false;
+      break;
+    }
+    (*att)[KeyOf(op)] = std::move(a);
+#else
+    (void)s;
+    ok = false;
+    break;
+#endif
+  }
+  if (ok) {
+#ifdef SHARDCAST_HAVE_CUDNN
+    if (!att->empty()) *note = kernels::CudnnVersion() + " SDPA";
+#endif
+    return;
+  }
+  att->clear();
+  *note = "attention ran as GEMMs: " + why;
+  for (Op& op : *ops) {
+    if (op.kind == Op::kAttention) op.kind = Op::kGemm;
+  }
+}
+
 }  // namespace
 
 bool Built() { return true; }
 
 bool Usable(std::string* why) { return cudautil::DeviceUsable(why); }
 
-Result Run(const std::vector<Op>& ops, int warmup, int steps, double static_bytes) {
+Result Run(const std::vector<Op>& program, int warmup, int steps, double static_bytes) {
   Ck(cudaSetDevice(0), "cudaSetDevice");
   cudaStream_t s;
   Ck(cudaStreamCreate(&s), "cudaStreamCreate");
@@ -43,33 +113,18 @@ Result Run(const std::vector<Op>& ops, int warmup, int steps, double static_byte
   double held = static_bytes, peak = static_bytes;
   void* state = nullptr;
   if (static_bytes > 0) Ck(cudaMalloc(&state, static_cast<std::size_t>(static_bytes)), "cudaMalloc state");
-  // GEMM plans and memory-bound buffers, prepared once (workspaces, not timed).
+  // Attention graphs, GEMM plans and memory-bound buffers, prepared once (workspaces, not timed).
+  Result r;
+  std::vector<Op> ops = program;
+  AttentionMap attention;
+  PrepareAttention(&ops, s, &attention, &r.attention_note);
   std::map<std::tuple<int, int, int>, Gemm> gemms;
   std::size_t max_elems = 1;
   for (const auto& op : ops) {
     if (op.kind == Op::kMemory) max_elems = std::max(max_elems, static_cast<std::size_t>(op.bytes / 12) + 1);
     if (op.kind != Op::kGemm) continue;
     auto key = std::make_tuple(op.m, op.n, op.k);
-    if (gemms.count(key)) continue;
-    Gemm g;
-    Ck(cudaMalloc(&g.a, 2ull * op.m * op.k), "cudaMalloc");
-    Ck(cudaMalloc(&g.b, 2ull * op.k * op.n), "cudaMalloc");
-    Ck(cudaMalloc(&g.c, 2ull * op.m * op.n), "cudaMalloc");
-    kernels::LaunchFillNormalBf16(g.a, 1ull * op.m * op.k, 11, s);
-    kernels::LaunchFillNormalBf16(g.b, 1ull * op.k * op.n, 12, s);
-    Ck(cublasLtMatmulDescCreate(&g.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc");
-    Ck(cublasLtMatrixLayoutCreate(&g.la, CUDA_R_16BF, op.m, op.k, op.m), "layout");
-    Ck(cublasLtMatrixLayoutCreate(&g.lb, CUDA_R_16BF, op.k, op.n, op.k), "layout");
-    Ck(cublasLtMatrixLayoutCreate(&g.lc, CUDA_R_16BF, op.m, op.n, op.m), "layout");
-    cublasLtMatmulPreference_t pref;
-    Ck(cublasLtMatmulPreferenceCreate(&pref), "preference");
-    Ck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof ws_bytes),
-       "preference attribute");
-    int found = 0;
-    Ck(cublasLtMatmulAlgoGetHeuristic(lt, g.desc, g.la, g.lb, g.lc, g.lc, pref, 1, &g.algo, &found), "heuristic");
-    cublasLtMatmulPreferenceDestroy(pref);
-    if (found == 0) throw std::runtime_error("cuBLASLt found no algorithm for a GEMM shape");
-    gemms.emplace(key, g);
+    if (!gemms.count(key)) gemms.emplace(key, MakeGemm(lt, op, ws_bytes, s));
   }
   float *x = nullptr, *y = nullptr;
   Ck(cudaMalloc(&x, 4 * max_elems), "cudaMalloc");
@@ -81,7 +136,6 @@ Result Run(const std::vector<Op>& ops, int warmup, int steps, double static_byte
   std::vector<cudaEvent_t> ev(ops.size() + 1);
   for (auto& e : ev) Ck(cudaEventCreate(&e), "cudaEventCreate");
   std::vector<std::vector<double>> per_op(ops.size());
-  Result r;
   const float alpha = 1.0f, beta = 0.0f;
   std::map<int, std::pair<void*, double>> saved;
   for (int step = 0; step < warmup + steps; ++step) {
@@ -96,6 +150,14 @@ Result Run(const std::vector<Op>& ops, int warmup, int steps, double static_byte
                               ws_bytes, s),
                "cublasLtMatmul");
           }
+          break;
+        }
+        case Op::kAttention: {
+#ifdef SHARDCAST_HAVE_CUDNN
+          std::string why;
+          kernels::CudnnAttention& a = *attention.at(KeyOf(op));
+          if (!(op.backward ? a.Backward(&why) : a.Forward(&why))) throw std::runtime_error(why);
+#endif
           break;
         }
         case Op::kMemory:

@@ -367,12 +367,20 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
         g.k = static_cast<int>(x.op.k);
         g.reps = std::max(1, static_cast<int>(std::lround(x.op.flops / (2.0 * x.op.m * x.op.n * x.op.k))));
       } else if (x.kind == ProgKind::kCompute && x.op.kind == OpKind::kAttention) {
+        // cuDNN's fused attention of the micro-batch on this GPU's heads (the runner falls back
+        // to the s x s x d GEMMs of the same FLOPs where cuDNN cannot run).
         const int sq = static_cast<int>(c.seq_length), d = static_cast<int>(model.kv_channels);
-        g.kind = cuda_exec::Op::kGemm;
+        g.kind = cuda_exec::Op::kAttention;
         g.m = sq;
         g.n = sq;
         g.k = d;
         g.reps = std::max(1, static_cast<int>(std::lround(x.op.flops / (2.0 * sq * sq * d))));
+        g.batch = static_cast<int>(c.micro_batch_size);
+        g.heads = static_cast<int>(model.num_attention_heads / c.tp);
+        g.kv_heads = static_cast<int>(std::max<std::int64_t>(1, model.num_query_groups / c.tp));
+        g.seq = sq;
+        g.head_dim = d;
+        g.backward = x.op.pass == Pass::kBackwardInput;
       } else if ((x.kind == ProgKind::kCompute && x.op.kind == OpKind::kMemory) || x.kind == ProgKind::kOptimizer) {
         g.kind = cuda_exec::Op::kMemory;
         g.bytes = x.bytes > 0 ? x.bytes : x.op.bytes;
@@ -396,6 +404,7 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
       throw InputError(std::string("--backend cuda: ") + e.what());
     }
     rep.step_times_s = gr.step_s;
+    rep.attention_note = gr.attention_note;
     for (std::size_t i = 0; i < prog.ops.size(); ++i) {
       if (index[i] != std::string::npos) sum_secs[i] = gr.op_secs[index[i]];
     }

@@ -48,6 +48,8 @@ struct ExecuteReport {
   std::vector<double> measured_peak_memory_bytes;  ///< per stage: allocator high-water mark
   std::vector<OpError> ops;                  ///< per op name, largest absolute error first
   std::vector<std::string> executed;         ///< rank 0's executed op sequence (names), one step
+  /// cuda backend: how attention ran ("cuDNN 9.19.0 SDPA", or why it ran as GEMMs); "" on CPU.
+  std::string attention_note;
 };
 
 /// The settings that decide a rank's op program, one "key=value" each: the model's shape, every

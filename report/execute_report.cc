@@ -39,6 +39,7 @@ Json ExecuteJson(const ExecuteReport& r, const Model& m, const Cluster& cl, int 
                         {"measured_s", o.measured_s}, {"wait", o.wait}});
   }
   j["executed_rank0"] = r.executed;
+  j["attention"] = r.attention_note.empty() ? Json() : Json(r.attention_note);
   return j;
 }
 
@@ -64,6 +65,7 @@ void WriteExecuteReport(std::ostream& out, const ExecuteReport& r, const Model& 
   std::string times;
   for (double x : r.step_times_s) times += FormatSeconds(x) + " ";
   out << fmt::format("\nmeasured step times: {}\n", times);
+  if (!r.attention_note.empty()) out << fmt::format("attention: {}\n", r.attention_note);
   WriteOpTable(out, r, false, "\nOps with the largest absolute error (one rank per stage, summed over the step):\n");
   if (std::any_of(r.ops.begin(), r.ops.end(), [](const OpError& o) { return o.wait; })) {
     WriteOpTable(out, r, true,

@@ -1,4 +1,4 @@
-#include "calibrate/cudnn_attention.h"
+#include "kernels/cudnn_attention.h"
 
 #include <dlfcn.h>
 
@@ -18,7 +18,7 @@ namespace cudnn_frontend {
 void* cudnn_dlhandle = nullptr;  // NOLINT(misc-definitions-in-headers): the frontend's hook
 }  // namespace cudnn_frontend
 
-namespace shardcast::cuda {
+namespace shardcast::kernels {
 namespace {
 
 namespace fe = cudnn_frontend;
@@ -30,7 +30,7 @@ constexpr std::int64_t kQ = 1, kK = 2, kV = 3, kO = 4, kStats = 5, kdO = 6, kdQ 
 struct Layout {
   std::vector<std::int64_t> dim, stride;
 };
-Layout Bshd(const AttentionSample& a, int heads) {
+Layout Bshd(const AttentionShape& a, int heads) {
   const std::int64_t b = a.batch, h = heads, s = a.seq, d = a.head_dim;
   return {{b, h, s, d}, {s * h * d, d, h * d, 1}};
 }
@@ -49,7 +49,7 @@ std::shared_ptr<fe::graph::Graph> NewGraph() {
 }
 
 /// Forward: O and the fp32 softmax statistics (log-sum-exp) the backward needs.
-std::shared_ptr<fe::graph::Graph> ForwardGraph(const AttentionSample& a) {
+std::shared_ptr<fe::graph::Graph> ForwardGraph(const AttentionShape& a) {
   auto g = NewGraph();
   const Layout q = Bshd(a, a.heads), kv = Bshd(a, a.kv_heads);
   auto opt = fe::graph::SDPA_attributes()
@@ -63,7 +63,7 @@ std::shared_ptr<fe::graph::Graph> ForwardGraph(const AttentionSample& a) {
   return g;
 }
 
-std::shared_ptr<fe::graph::Graph> BackwardGraph(const AttentionSample& a) {
+std::shared_ptr<fe::graph::Graph> BackwardGraph(const AttentionShape& a) {
   auto g = NewGraph();
   const Layout q = Bshd(a, a.heads), kv = Bshd(a, a.kv_heads);
   const std::int64_t b = a.batch, h = a.heads, s = a.seq;
@@ -124,79 +124,6 @@ std::int64_t Build(fe::graph::Graph& g, cudnnHandle_t handle, const char* pass, 
   return ws;
 }
 
-/// Median seconds of `reps` calls of `fn` after `warmup`, timed with events on `stream`; a
-/// negative value when a call fails (`why` set by `fn`).
-template <class F>
-double TimeCalls(F fn, cudaStream_t stream, int warmup, int reps) {
-  for (int i = 0; i < warmup; ++i) {
-    if (!fn()) return -1;
-  }
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    cudaEventRecord(start, stream);
-    const bool ok = fn();
-    cudaEventRecord(stop, stream);
-    cudaEventSynchronize(stop);
-    if (!ok) break;
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    t.push_back(ms / 1e3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  if (t.size() != static_cast<std::size_t>(reps) || t.empty()) return -1;
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
-/// Times one configuration: false with `why` on failure.
-bool TimeOne(AttentionSample* a, cudnnHandle_t handle, cudaStream_t stream, int warmup, int reps, std::string* why) {
-  auto fwd = ForwardGraph(*a);
-  auto bwd = BackwardGraph(*a);
-  const std::int64_t ws_f = Build(*fwd, handle, "forward", why);
-  if (ws_f < 0) return false;
-  const std::int64_t ws_b = Build(*bwd, handle, "backward", why);
-  if (ws_b < 0) return false;
-  const std::size_t tokens = static_cast<std::size_t>(a->batch) * static_cast<std::size_t>(a->seq);
-  const std::size_t q_elems = tokens * static_cast<std::size_t>(a->heads * a->head_dim);
-  const std::size_t kv_elems = tokens * static_cast<std::size_t>(a->kv_heads * a->head_dim);
-  Buffers buf;
-  std::unordered_map<std::int64_t, void*> p;
-  for (std::int64_t uid : {kQ, kO, kdO, kdQ}) p[uid] = buf.Get(2 * q_elems, why);
-  for (std::int64_t uid : {kK, kV, kdK, kdV}) p[uid] = buf.Get(2 * kv_elems, why);
-  p[kStats] = buf.Get(4 * tokens * static_cast<std::size_t>(a->heads), why);
-  void* ws = buf.Get(static_cast<std::size_t>(std::max(ws_f, ws_b)), why);
-  for (const auto& [uid, ptr] : p) {
-    if (ptr == nullptr) return false;
-  }
-  if (ws == nullptr) return false;
-  // Random normal inputs, never zeros (power and clocks depend on the data).
-  kernels::LaunchFillNormalBf16(p[kQ], q_elems, 11, stream);
-  kernels::LaunchFillNormalBf16(p[kK], kv_elems, 12, stream);
-  kernels::LaunchFillNormalBf16(p[kV], kv_elems, 13, stream);
-  kernels::LaunchFillNormalBf16(p[kdO], q_elems, 14, stream);
-  std::unordered_map<std::int64_t, void*> fp = {{kQ, p[kQ]}, {kK, p[kK]}, {kV, p[kV]}, {kO, p[kO]}, {kStats, p[kStats]}};
-  std::unordered_map<std::int64_t, void*> bp = p;
-  auto run = [&](fe::graph::Graph& g, std::unordered_map<std::int64_t, void*>& pack, const char* pass) {
-    fe::error_t st = g.execute(handle, pack, ws);
-    if (!st.is_good()) *why = std::string("cuDNN SDPA ") + pass + ": " + st.get_message();
-    return st.is_good();
-  };
-  a->fwd_s = TimeCalls([&] { return run(*fwd, fp, "forward"); }, stream, warmup, reps);
-  if (a->fwd_s < 0) return false;
-  a->bwd_s = TimeCalls([&] { return run(*bwd, bp, "backward"); }, stream, warmup, reps);
-  if (a->bwd_s < 0) return false;
-  const cudaError_t e = cudaStreamSynchronize(stream);
-  if (e != cudaSuccess) {
-    *why = std::string("cuDNN SDPA: ") + cudaGetErrorString(e);
-    return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 bool LoadCudnn(std::string* why) {
@@ -216,26 +143,77 @@ std::string CudnnVersion() {
   return "cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." + std::to_string(v % 100);
 }
 
-std::vector<AttentionSample> TimeCudnnAttention(const std::vector<AttentionSample>& shapes, cudaStream_t stream,
-                                                int warmup, int reps, std::string* why) {
-  std::vector<AttentionSample> out;
-  if (!LoadCudnn(why)) return out;
+struct CudnnAttention::Graphs {
+  std::shared_ptr<fe::graph::Graph> fwd, bwd;
   cudnnHandle_t handle = nullptr;
-  try {
-    if (fe::detail::create_handle(&handle) != CUDNN_STATUS_SUCCESS) {
-      *why = "cuDNN: cudnnCreate failed";
-      return out;
-    }
-    fe::detail::set_stream(handle, stream);
-    for (AttentionSample a : shapes) {
-      if (!TimeOne(&a, handle, stream, warmup, reps, why)) break;
-      out.push_back(a);
-    }
-  } catch (const std::exception& e) {  // the frontend throws when a symbol is missing
-    *why = std::string("cuDNN: ") + e.what();
-  }
-  if (handle != nullptr) fe::detail::destroy_handle(handle);
-  return out;
+  Buffers buf;
+  std::unordered_map<std::int64_t, void*> fwd_pack, bwd_pack;
+  void* ws = nullptr;
+};
+
+CudnnAttention::~CudnnAttention() {
+  if (g_ && g_->handle != nullptr) fe::detail::destroy_handle(g_->handle);
 }
 
-}  // namespace shardcast::cuda
+std::unique_ptr<CudnnAttention> CudnnAttention::Create(const AttentionShape& a, cudaStream_t stream, std::string* why) {
+  if (!LoadCudnn(why)) return nullptr;
+  std::unique_ptr<CudnnAttention> r(new CudnnAttention());
+  r->g_ = std::make_unique<Graphs>();
+  Graphs& g = *r->g_;
+  try {
+    if (fe::detail::create_handle(&g.handle) != CUDNN_STATUS_SUCCESS) {
+      g.handle = nullptr;
+      *why = "cuDNN: cudnnCreate failed";
+      return nullptr;
+    }
+    fe::detail::set_stream(g.handle, stream);
+    g.fwd = ForwardGraph(a);
+    g.bwd = BackwardGraph(a);
+    const std::int64_t ws_f = Build(*g.fwd, g.handle, "forward", why);
+    if (ws_f < 0) return nullptr;
+    const std::int64_t ws_b = Build(*g.bwd, g.handle, "backward", why);
+    if (ws_b < 0) return nullptr;
+    const std::size_t tokens = static_cast<std::size_t>(a.batch) * static_cast<std::size_t>(a.seq);
+    const std::size_t q_elems = tokens * static_cast<std::size_t>(a.heads) * static_cast<std::size_t>(a.head_dim);
+    const std::size_t kv_elems = tokens * static_cast<std::size_t>(a.kv_heads) * static_cast<std::size_t>(a.head_dim);
+    std::unordered_map<std::int64_t, void*>& p = g.bwd_pack;
+    for (std::int64_t uid : {kQ, kO, kdO, kdQ}) p[uid] = g.buf.Get(2 * q_elems, why);
+    for (std::int64_t uid : {kK, kV, kdK, kdV}) p[uid] = g.buf.Get(2 * kv_elems, why);
+    p[kStats] = g.buf.Get(4 * tokens * static_cast<std::size_t>(a.heads), why);
+    g.ws = g.buf.Get(static_cast<std::size_t>(std::max(ws_f, ws_b)), why);
+    for (const auto& kv : p) {
+      if (kv.second == nullptr) return nullptr;
+    }
+    if (g.ws == nullptr) return nullptr;
+    LaunchFillNormalBf16(p[kQ], q_elems, 11, stream);
+    LaunchFillNormalBf16(p[kK], kv_elems, 12, stream);
+    LaunchFillNormalBf16(p[kV], kv_elems, 13, stream);
+    LaunchFillNormalBf16(p[kdO], q_elems, 14, stream);
+    g.fwd_pack = {{kQ, p[kQ]}, {kK, p[kK]}, {kV, p[kV]}, {kO, p[kO]}, {kStats, p[kStats]}};
+    // The backward reads a real forward's output and statistics.
+    if (!r->Forward(why)) return nullptr;
+    const cudaError_t e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) {
+      *why = std::string("cuDNN SDPA forward: ") + cudaGetErrorString(e);
+      return nullptr;
+    }
+  } catch (const std::exception& e) {  // the frontend throws when a cuDNN symbol is missing
+    *why = std::string("cuDNN: ") + e.what();
+    return nullptr;
+  }
+  return r;
+}
+
+bool CudnnAttention::Forward(std::string* why) {
+  fe::error_t st = g_->fwd->execute(g_->handle, g_->fwd_pack, g_->ws);
+  if (!st.is_good()) *why = "cuDNN SDPA forward: " + st.get_message();
+  return st.is_good();
+}
+
+bool CudnnAttention::Backward(std::string* why) {
+  fe::error_t st = g_->bwd->execute(g_->handle, g_->bwd_pack, g_->ws);
+  if (!st.is_good()) *why = "cuDNN SDPA backward: " + st.get_message();
+  return st.is_good();
+}
+
+}  // namespace shardcast::kernels
