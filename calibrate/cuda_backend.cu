@@ -218,6 +218,7 @@ void MeasureAttention(bool quick, const AttentionHeads& heads, cudaStream_t s, M
   int timed = static_cast<int>(m->attention.size()), fewest = timed;
   MPI_Allreduce(&timed, &fewest, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   m->attention.resize(static_cast<std::size_t>(fewest));
+  if (fewest < timed) why = "another rank timed only " + std::to_string(fewest) + " lengths";
   for (auto& a : m->attention) {
     a.fwd_s = MaxOverRanks(a.fwd_s);
     a.bwd_s = MaxOverRanks(a.bwd_s);

@@ -147,10 +147,14 @@ void LaunchAxpy(float a, const float* x, float* y, std::size_t n, cudaStream_t s
 void LaunchAxpyVec(float a, const float* x, float* y, std::size_t n, cudaStream_t stream) {
   const std::size_t n4 = n / 4, tail = n - 4 * n4;
   if (n4 > 0) {
-    // Four waves' worth of blocks at most: each thread then strides over several vectors.
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    // Four waves' worth of blocks at most: each thread then strides over several vectors. The SM
+    // count is read once (a process drives one device), outside any timed launch after the first.
+    static const int sms = [] {
+      int device = 0, n = 0;
+      cudaGetDevice(&device);
+      cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
+      return n;
+    }();
     const unsigned cap = static_cast<unsigned>(std::max(1, sms) * 32);
     AxpyVec4<<<std::min(Blocks(n4), cap), kThreads, 0, stream>>>(a, reinterpret_cast<const float4*>(x),
                                                                  reinterpret_cast<float4*>(y), n4);

@@ -18,7 +18,8 @@ void LaunchAdamStep(float* p, const float* g, float* m, float* v, std::size_t n,
 void LaunchAxpy(float a, const float* x, float* y, std::size_t n, cudaStream_t stream);
 /// The same with 16-byte loads and stores (float4, grid-stride; the n % 4 tail element-wise):
 /// what a framework's vectorized elementwise kernels reach. `x` and `y` must be 16-byte aligned
-/// (cudaMalloc's are).
+/// (cudaMalloc's are; an offset into such a buffer must keep it). `n` a multiple of 4 runs one
+/// kernel; otherwise a second, element-wise launch does the tail.
 void LaunchAxpyVec(float a, const float* x, float* y, std::size_t n, cudaStream_t stream);
 /// Fills `n` floats with approximately standard-normal values from `seed` (never zeros: GEMM
 /// power and clocks depend on the data, hardware.md 4.1).

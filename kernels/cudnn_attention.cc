@@ -146,13 +146,20 @@ std::string CudnnVersion() {
 struct CudnnAttention::Graphs {
   std::shared_ptr<fe::graph::Graph> fwd, bwd;
   cudnnHandle_t handle = nullptr;
+  cudaStream_t stream = nullptr;
   Buffers buf;
   std::unordered_map<std::int64_t, void*> fwd_pack, bwd_pack;
   void* ws = nullptr;
 };
 
 CudnnAttention::~CudnnAttention() {
-  if (g_ && g_->handle != nullptr) fe::detail::destroy_handle(g_->handle);
+  if (!g_) return;
+  // As NVIDIA's samples order it: the graphs (their plans) before the handle they were built
+  // with, the handle before the buffers (freed with g_).
+  if (g_->stream != nullptr) cudaStreamSynchronize(g_->stream);
+  g_->fwd.reset();
+  g_->bwd.reset();
+  if (g_->handle != nullptr) fe::detail::destroy_handle(g_->handle);
 }
 
 std::unique_ptr<CudnnAttention> CudnnAttention::Create(const AttentionShape& a, cudaStream_t stream, std::string* why) {
@@ -167,6 +174,7 @@ std::unique_ptr<CudnnAttention> CudnnAttention::Create(const AttentionShape& a, 
       return nullptr;
     }
     fe::detail::set_stream(g.handle, stream);
+    g.stream = stream;
     g.fwd = ForwardGraph(a);
     g.bwd = BackwardGraph(a);
     const std::int64_t ws_f = Build(*g.fwd, g.handle, "forward", why);
