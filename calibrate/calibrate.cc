@@ -452,6 +452,24 @@ std::string PresetForDevice(const std::string& name) {
   return "";
 }
 
+/// How the GEMM samples were taken: the soak, and the SM clock, temperature and power NVML read
+/// under load (ranges over the shapes), or why NVML was not read.
+std::string GemmConditions(const cuda::Measurements& m) {
+  std::string s = fmt::format("GEMMs timed after a {:.0f} s soak", m.gemm_soak_s);
+  int clo = 0, chi = 0, tlo = 0, thi = 0;
+  double pmax = 0;
+  for (const auto& g : m.gemm) {
+    if (g.sm_clock_mhz <= 0) continue;
+    clo = clo == 0 ? g.sm_clock_mhz : std::min(clo, g.sm_clock_mhz);
+    chi = std::max(chi, g.sm_clock_mhz);
+    tlo = tlo == 0 ? g.temperature_c : std::min(tlo, g.temperature_c);
+    thi = std::max(thi, g.temperature_c);
+    pmax = std::max(pmax, g.power_w);
+  }
+  if (chi > 0) return s + fmt::format(" at SM clock {}-{} MHz, {}-{} C, up to {:.0f} W (NVML)", clo, chi, tlo, thi, pmax);
+  return s + (m.nvml_note.empty() ? "" : " (clock not read: " + m.nvml_note + ")");
+}
+
 }  // namespace
 
 HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
@@ -488,6 +506,7 @@ HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
     p.gemm_samples.push_back({static_cast<double>(g.m), static_cast<double>(g.n), static_cast<double>(g.k), tf});
   }
   if (p.gemm_peak_tflops <= 0) p.gemm_peak_tflops = best;
+  p.source += "; " + GemmConditions(m);
   p.gemm_max_efficiency = std::min(1.0, best / p.gemm_peak_tflops);
   std::vector<CurvePoint> mem;
   for (const auto& s : m.memory) mem.push_back({s.bytes, s.seconds});

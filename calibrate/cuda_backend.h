@@ -14,6 +14,10 @@ struct GemmSample {
   int m = 0, n = 0, k = 0;
   double heuristic0_s = 0;  ///< cuBLASLt heuristic algorithm #0 (what frameworks run)
   double best_s = 0;        ///< best of the top few heuristic algorithms
+  /// Read through NVML while the shape ran back to back just before it was timed (0: not
+  /// read): the SM clock, the GPU temperature and the board power.
+  int sm_clock_mhz = 0, temperature_c = 0;
+  double power_w = 0;
 };
 struct MemSample {
   double bytes = 0, seconds = 0;
@@ -46,6 +50,8 @@ struct Measurements {
   std::string attention_note;
   double gemm_alone_s = 0, gemm_with_comm_s = 0;
   std::string kernel_check;  ///< "ok" or what differed from the CPU reference
+  double gemm_soak_s = 0;    ///< seconds of back-to-back GEMMs before the first GEMM sample
+  std::string nvml_note;     ///< why NVML could not be read ("" when it was)
 };
 
 /// Whether this build contains the CUDA backend.

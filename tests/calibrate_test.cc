@@ -291,6 +291,32 @@ TEST(Calibrate, CudaProfileUsesMeasuredAttentionOrSaysWhyNot) {
   EXPECT_NE(measured.source.find("attention: cuDNN 9.19.0 SDPA"), std::string::npos) << measured.source;
 }
 
+TEST(Calibrate, CudaProfileSaysUnderWhatClocksTheGemmsRan) {
+  cuda::Measurements m;
+  m.device_name = "NVIDIA H200";
+  m.memory_bytes = 141e9;
+  m.sm_count = 132;
+  m.memory.push_back({1.2e9, 3e-4});
+  m.gemm_soak_s = 5;
+  cuda::GemmSample a{8192, 8192, 8192, 2.0 * 8192.0 * 8192 * 8192 / 700e12, 2.0 * 8192.0 * 8192 * 8192 / 710e12};
+  a.sm_clock_mhz = 1755;
+  a.temperature_c = 61;
+  a.power_w = 689.5;
+  cuda::GemmSample b = a;
+  b.m = 4096;
+  b.sm_clock_mhz = 1980;
+  b.temperature_c = 55;
+  b.power_w = 402;
+  m.gemm = {a, b};
+  EXPECT_NE(BuildCudaProfile(m).source.find("GEMMs timed after a 5 s soak at SM clock 1755-1980 MHz, 55-61 C, up to 690 W (NVML)"),
+            std::string::npos)
+      << BuildCudaProfile(m).source;
+  for (auto& g : m.gemm) g.sm_clock_mhz = 0;
+  m.nvml_note = "libnvidia-ml.so.1 not found";
+  EXPECT_NE(BuildCudaProfile(m).source.find("GEMMs timed after a 5 s soak (clock not read: libnvidia-ml.so.1 not found)"),
+            std::string::npos);
+}
+
 TEST(Calibrate, CudaProfileRecordsTheMemcpyReferenceAndTheShare) {
   // A synthetic sweep: the axpy peaks at 4.0 TB/s, the same run's copy at 4.3 TB/s (93%).
   cuda::Measurements m;
