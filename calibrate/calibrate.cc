@@ -462,12 +462,18 @@ std::string GemmConditions(const cuda::Measurements& m) {
     if (g.sm_clock_mhz <= 0) continue;
     clo = clo == 0 ? g.sm_clock_mhz : std::min(clo, g.sm_clock_mhz);
     chi = std::max(chi, g.sm_clock_mhz);
-    tlo = tlo == 0 ? g.temperature_c : std::min(tlo, g.temperature_c);
+    if (g.temperature_c > 0) tlo = tlo == 0 ? g.temperature_c : std::min(tlo, g.temperature_c);
     thi = std::max(thi, g.temperature_c);
     pmax = std::max(pmax, g.power_w);
   }
-  if (chi > 0) return s + fmt::format(" at SM clock {}-{} MHz, {}-{} C, up to {:.0f} W (NVML)", clo, chi, tlo, thi, pmax);
-  return s + (m.nvml_note.empty() ? "" : " (clock not read: " + m.nvml_note + ")");
+  if (chi > 0) {
+    s += fmt::format(" at SM clock {}-{} MHz", clo, chi);
+    if (thi > 0) s += fmt::format(", {}-{} C", tlo, thi);
+    if (pmax > 0) s += fmt::format(", up to {:.0f} W", pmax);
+    return s + " (NVML)";
+  }
+  return s + " (clock not read: " +
+         (m.nvml_note.empty() ? std::string("NVML gave no reading while the GEMMs ran") : m.nvml_note) + ")";
 }
 
 }  // namespace

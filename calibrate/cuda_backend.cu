@@ -156,13 +156,21 @@ GemmSample TimeGemm(cublasLtHandle_t lt, int m, int n, int k, void* ws, std::siz
     };
     const double t = TimeEvents(call, 1, 3, s);
     const long calls = std::min(100000L, static_cast<long>(std::ceil(soak_s / std::max(t, 1e-7))));
-    for (long i = 0; i < calls; ++i) call();  // queued: the device runs them for about soak_s
+    // Queued back to back until the soak's end (launches block once CUDA's queue is full); NVML
+    // read at 80% of it, and kept only if the device is still busy then.
+    const auto start = std::chrono::steady_clock::now();
+    const auto at = [&](double f) { return start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                       std::chrono::duration<double>(f * soak_s)); };
+    for (long i = 0; i < calls && std::chrono::steady_clock::now() < at(1.0); ++i) call();
     if (nvml != nullptr) {
-      // Read near the end of the soak, while the device is still busy with the queued calls.
-      std::this_thread::sleep_for(std::chrono::duration<double>(0.8 * soak_s));
-      g.sm_clock_mhz = nvml->SmClockMHz();
-      g.temperature_c = nvml->TemperatureC();
-      g.power_w = nvml->PowerW();
+      std::this_thread::sleep_until(at(0.8));
+      const int clock = nvml->SmClockMHz(), temp = nvml->TemperatureC();
+      const double power = nvml->PowerW();
+      if (cudaStreamQuery(s) == cudaErrorNotReady) {
+        g.sm_clock_mhz = clock;
+        g.temperature_c = temp;
+        g.power_w = power;
+      }
     }
     Ck(cudaStreamSynchronize(s), "cudaStreamSynchronize");
   }

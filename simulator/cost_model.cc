@@ -1358,7 +1358,7 @@ LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c) {
   mean.prefetched_share = all > 0 ? mix(de * dense.prefetched_share, me * moe.prefetched_share) / all : 0;
   mean.persistent_elems = mix(dense.persistent_elems, moe.persistent_elems);
   if (w < 1) mean.dense_order = std::move(dense.dense_order);
-  mean.moe_order = std::move(moe.moe_order);
+  if (w > 0) mean.moe_order = std::move(moe.moe_order);
   return mean;
 }
 
@@ -1387,8 +1387,14 @@ Zero3TensorCost Zero3PerTensorCost(const HardwareProfile& p, CollectiveOp op, co
   const double bytes = params * bytes_per_param;
   const double n_dense = dense_comm ? dense : 0, n_expert = expert_comm ? experts : 0;
   x.tensors = n_dense + n_expert;
-  const double lat_dense = dense_comm ? CollectiveCostOf(p, op, bytes, group).latency_s : 0;
-  const double lat_expert = expert_comm ? CollectiveCostOf(p, op, bytes, expert_group).latency_s : 0;
+  // A measured table folds the latency into its times: there, one collective's latency is the
+  // time of its smallest message (the table's first entry).
+  auto latency = [&](const GroupPlacement& g) {
+    const CollectiveCost c = CollectiveCostOf(p, op, bytes, g);
+    return c.latency_s > 0 || !(c.link_GBps > 0) ? c.latency_s : CollectiveCostOf(p, op, 1.0, g).time_s();
+  };
+  const double lat_dense = dense_comm ? latency(group) : 0;
+  const double lat_expert = expert_comm ? latency(expert_group) : 0;
   x.latency_s = (n_dense * lat_dense + n_expert * lat_expert) / x.tensors;
   x.host_s = (n_dense * static_cast<double>(group.ranks) + n_expert * static_cast<double>(expert_group.ranks)) *
              kListCollectiveSliceSeconds;

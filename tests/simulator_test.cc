@@ -1317,6 +1317,26 @@ TEST(Zero3DeepSpeed2021, ExpertTensorsGoOverTheExpertDataParallelGroup) {
   EXPECT_EQ(Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, one, one, 1e8, 2).host_s, 0);
 }
 
+TEST(Zero3DeepSpeed2021, AMeasuredTableGivesEachTensorItsSmallestMessagesTime) {
+  // A measured table folds latency into its times (CollectiveCostOf reports none), so each extra
+  // tensor's latency is the table's time for the smallest message.
+  Cluster cl = LoadCluster("dgx-a100");
+  HardwareProfile prof = DefaultProfile(cl);
+  CollectiveTable table;
+  table.op = CollectiveOp::kReduceScatter;
+  table.ranks = 16;
+  table.nodes = 2;
+  table.bytes_to_seconds = {{1024, 40e-6}, {1 << 30, 0.05}};
+  prof.collective_tables.push_back(table);
+  LayerTensors t;
+  t.count = 12;
+  GroupPlacement g, one;
+  g.ranks = 16;
+  g.ranks_per_node = 8;
+  const Zero3TensorCost rs = Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, g, one, 1e8, 2);
+  EXPECT_DOUBLE_EQ(rs.latency_s, 40e-6);
+}
+
 TEST(Zero3DeepSpeed2021, PerTensorCostIsListHandlingCopiesAndLatencies) {
   Cluster cl = LoadCluster("dgx-a100");
   const HardwareProfile prof = DefaultProfile(cl);
