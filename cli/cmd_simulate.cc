@@ -168,7 +168,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
                      ", expected 1, 2 or 3 with --optimizer deepspeed-zero (DeepSpeed ZeRO-1/2/3)");
   }
   c.zero3_impl = a.zero3_impl == "deepspeed-2021" ? Zero3Impl::kDeepSpeed2021 : Zero3Impl::kPerLayer;
-  if (c.zero3_impl != Zero3Impl::kPerLayer && c.zero_stage != 3) {
+  if (!a.zero3_impl.empty() && c.zero_stage != 3) {
     throw InputError("command line: --zero3-impl: got " + a.zero3_impl + " with --zero " + std::to_string(c.zero_stage) +
                      ", expected --zero 3 (it says how ZeRO-3 gathers and reduces)");
   }
@@ -409,8 +409,9 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_option("--zero3-impl", a->zero3_impl,
                   "how ZeRO-3 gathers and reduces (with --zero 3): per-layer (default; FSDP, FSDP2, Megatron-FSDP, "
                   "current DeepSpeed: one flat all-gather per layer, prefetched) | deepspeed-2021 (DeepSpeed stage 3 of "
-                  "v0.3-0.4: one list all-gather per parameter tensor of >= 1e5 elements and one list reduce-scatter per "
-                  "parameter tensor, the host handling each rank's slice)")
+                  "v0.3-0.4: one list all-gather per parameter tensor of >= 1e5 elements and the gradients reduce-scattered "
+                  "tensor by tensor from 5e8-element buckets, the host handling each rank's slice; simulate and plan only, "
+                  "execute refuses it)")
       ->transform(CLI::IsMember({"per-layer", "deepspeed-2021"}, CLI::ignore_case));
   cmd->add_flag("--p2p-blocking", a->p2p_blocking,
                 "pipeline sends/receives run in order on the compute stream (DeepSpeed's pipeline engine; Megatron-LM "

@@ -53,7 +53,7 @@ struct SimulateArgs {
   /// --decoder-first/last-pipeline-num-layers (-1: not given).
   std::int64_t first_stage_layers = -1, last_stage_layers = -1;
   std::string recompute = "none", schedule, recompute_granularity, optimizer = "megatron";
-  std::string zero3_impl = "per-layer";  ///< --zero3-impl (Zero3Impl)
+  std::string zero3_impl;  ///< --zero3-impl (Zero3Impl); empty: not given (per-layer)
   /// --recompute-modules (Megatron-Core's names; implies --recompute selective).
   std::vector<std::string> recompute_modules;
   /// --overlap-moe-expert-parallel-comm (--delay-wgrad-compute is accepted with it).

@@ -56,7 +56,12 @@ for cfg in sorted({r["hf_config"] for r in rows}):
                         MPIRUN + [os.path.join(BIN, "shardcast"), "calibrate", "--backend", "cuda", "--quick", "--model",
                                   os.path.join(H200, cfg), "--tp-values", "1", "--out", prof], 300)
     profiles[cfg] = prof if code == 0 else None
-    results.append({"calibrate": cfg, "exit": code, "seconds": round(secs, 1)})
+    why = ""
+    if code != 0:  # the reason: the tool's error line, else the output's last line
+        text = open(os.path.join(OUT, "calibrate-" + cfg.replace(".json", "") + ".txt")).read().splitlines()
+        errors = [x for x in text if "error:" in x] or [x for x in text if x.strip()][-1:]
+        why = errors[0].strip() if errors else ""
+    results.append({"calibrate": cfg, "exit": code, "seconds": round(secs, 1), "why": why})
 for r in rows:
     model = os.path.join(H200, r["hf_config"])
     shape = ["--model", model, "--gpus", "1", "--mbs", r["micro_batch_size"], "--gbs", r["global_batch_size"],
@@ -84,7 +89,8 @@ with open(os.path.join(OUT, "rows.json"), "w") as f:
 with open(os.path.join(OUT, "summary.txt"), "w") as f:
     for x in results:
         if "calibrate" in x:
-            f.write("calibrate %s: exit %s in %s s\n" % (x["calibrate"], x["exit"], x["seconds"]))
+            f.write("calibrate %s: exit %s in %s s%s\n" % (x["calibrate"], x["exit"], x["seconds"],
+                                                           (": " + x["why"]) if x["why"] else ""))
             continue
         cells = []
         for k in ("default_s", "default_fa2_s", "calibrated_s", "executed_s"):
@@ -93,3 +99,4 @@ with open(os.path.join(OUT, "summary.txt"), "w") as f:
         f.write("%s measured %.4f: %s; attention %s\n" % (x["row"], x["measured_s"], ", ".join(cells),
                                                         x.get("execute_attention")))
 print(open(os.path.join(OUT, "summary.txt")).read())
+sys.exit(0 if all(p for p in profiles.values()) else 1)  # the predictions above print either way

@@ -126,6 +126,9 @@ TEST(CliSimulate, DeepSpeedOptimizerFlags) {
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--zero 1 --zero3-impl deepspeed-2021",
                                     "--zero3-impl: got deepspeed-2021 with --zero 1, expected --zero 3"));
   EXPECT_EQ(RunShardcast(base + "--zero 3 --zero3-impl fsdp1").exit_code, 2);
+  // Given explicitly, even the default is refused below stage 3 rather than ignored.
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--zero 2 --zero3-impl per-layer",
+                                    "--zero3-impl: got per-layer with --zero 2, expected --zero 3"));
   EXPECT_EQ(RunShardcast(base + "--zero 1 --optimizer deepspeed-zero --bf16-main-grads").exit_code, 2);
   EXPECT_EQ(RunShardcast(base + "--optimizer apex").exit_code, 2);
 }
