@@ -518,7 +518,7 @@ HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
   for (const auto& s : m.memory) mem.push_back({s.bytes, s.seconds});
   if (!mem.empty()) FitMemoryBound(mem, &p);
   p.memcpy_d2d_GBps = m.memcpy_d2d_GBps;
-  if (!m.attention.empty()) FitAttention(m.attention, p.gemm_peak_tflops, &p);
+  if (!m.attention.empty()) FitAttention(m.attention, p.gemm_peak_tflops, &p, m.attention_head_dim);
   if (p.memcpy_d2d_GBps > 0) {
     p.source += fmt::format("; memory-bound peak {:.0f} GB/s, {:.0f}% of a device-to-device cudaMemcpy ({:.0f} GB/s)",
                             p.hbm_GBps, 100 * p.hbm_GBps / p.memcpy_d2d_GBps, p.memcpy_d2d_GBps);

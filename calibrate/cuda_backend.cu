@@ -273,16 +273,30 @@ void MeasureMemoryBound(bool quick, cudaStream_t s, Measurements* m) {
 /// with `heads`. Where cuDNN cannot run, `attention_note` says why and nothing is timed.
 void MeasureAttention(bool quick, const AttentionHeads& heads, cudaStream_t s, Measurements* m) {
 #ifdef SHARDCAST_HAVE_CUDNN
+  // The model's head dim at every length; head dims 64, 128 and 192 (the same hidden width,
+  // the same GQA ratio) at 2K tokens with --quick, at every length otherwise.
   std::vector<AttentionSample> shapes;
-  for (int seq = 1024; seq <= 32768; seq *= 2) {
-    AttentionSample a;
-    a.batch = std::max(1, 32768 / seq);
-    a.seq = seq;
-    a.heads = heads.heads;
-    a.kv_heads = heads.kv_heads;
-    a.head_dim = heads.head_dim;
-    shapes.push_back(a);
+  const int ratio = std::max(1, heads.heads / std::max(1, heads.kv_heads));
+  for (int d : {heads.head_dim, 64, 128, 192}) {
+    if (d != heads.head_dim && std::any_of(shapes.begin(), shapes.end(), [&](const AttentionSample& x) {
+          return x.head_dim == d;
+        })) {
+      continue;
+    }
+    const bool main = d == heads.head_dim && shapes.empty();
+    for (int seq = 1024; seq <= 32768; seq *= 2) {
+      if (!main && quick && seq != 2048) continue;
+      AttentionSample a;
+      a.batch = std::max(1, 32768 / seq);
+      a.seq = seq;
+      a.kv_heads = main ? heads.kv_heads
+                        : std::max(1, static_cast<int>(std::lround(double(heads.kv_heads) * heads.head_dim / d)));
+      a.heads = main ? heads.heads : a.kv_heads * ratio;
+      a.head_dim = d;
+      shapes.push_back(a);
+    }
   }
+  m->attention_head_dim = heads.head_dim;
   std::string why;
   for (AttentionSample a : shapes) {
     const auto att = kernels::CudnnAttention::Create({a.batch, a.heads, a.kv_heads, a.seq, a.head_dim}, s, &why);
@@ -309,10 +323,13 @@ void MeasureAttention(bool quick, const AttentionHeads& heads, cudaStream_t s, M
   if (m->attention.empty()) {
     m->attention_note = "attention not measured: " + (why.empty() ? std::string("another rank could not run cuDNN") : why);
   } else {
+    std::string dims;
+    for (const auto& a : m->attention) {
+      if (dims.find(" " + std::to_string(a.head_dim) + ",") == std::string::npos) dims += " " + std::to_string(a.head_dim) + ",";
+    }
     m->attention_note = kernels::CudnnVersion() + " SDPA, causal bf16, " + std::to_string(heads.heads) + " heads / " +
-                        std::to_string(heads.kv_heads) + " KV of " + std::to_string(heads.head_dim) + ", " +
-                        std::to_string(m->attention.front().seq) + "-" + std::to_string(m->attention.back().seq) +
-                        " tokens" + (why.empty() ? "" : " (stopped: " + why + ")");
+                        std::to_string(heads.kv_heads) + " KV of " + std::to_string(heads.head_dim) + " at 1K-32K tokens; head dims" +
+                        dims.substr(0, dims.size() - 1) + (why.empty() ? "" : " (stopped: " + why + ")");
   }
 #else
   (void)quick;

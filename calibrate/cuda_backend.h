@@ -45,7 +45,8 @@ struct Measurements {
   /// A 1 GiB device-to-device cudaMemcpy, read + write bytes per second / 1e9 (0: not measured).
   double memcpy_d2d_GBps = 0;
   std::vector<CollSample> collectives;
-  std::vector<AttentionSample> attention;  ///< cuDNN SDPA by sequence length (empty: not measured)
+  std::vector<AttentionSample> attention;  ///< cuDNN SDPA by head dim and sequence length (empty: not measured)
+  int attention_head_dim = 0;  ///< the head dim timed at every length (the model's); others at fewer
   /// What was timed ("cuDNN 9.19.0 SDPA") or why attention was not measured.
   std::string attention_note;
   double gemm_alone_s = 0, gemm_with_comm_s = 0;

@@ -1,6 +1,7 @@
 #include "calibrate/fit.h"
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <string>
 
@@ -33,10 +34,11 @@ AlphaBeta FitAlphaBeta(const std::vector<CurvePoint>& pts) {
   return f;
 }
 
-void FitAttention(const std::vector<cuda::AttentionSample>& samples, double peak_tflops, HardwareProfile* p) {
+void FitAttention(const std::vector<cuda::AttentionSample>& samples, double peak_tflops, HardwareProfile* p,
+                  int main_head_dim) {
   if (samples.empty()) throw InputError("attention fit: got no samples, expected at least 1");
   if (!(peak_tflops > 0)) throw InputError("attention fit: the GEMM peak is not positive");
-  std::vector<CurvePoint> fwd, bwd;
+  std::map<int, std::vector<CurvePoint>> fwd, bwd;  // by head dim
   for (const auto& a : samples) {
     const double b = a.batch, s = a.seq, h = a.heads, d = a.head_dim;
     if (!(b > 0 && s > 0 && h > 0 && d > 0 && a.fwd_s > 0 && a.bwd_s > 0)) {
@@ -44,19 +46,27 @@ void FitAttention(const std::vector<cuda::AttentionSample>& samples, double peak
                        " has a size or time that is not positive");
     }
     const double flops = 0.5 * 4 * b * s * s * h * d;
-    fwd.push_back({s, flops / a.fwd_s / (peak_tflops * 1e12)});
-    bwd.push_back({s, 2.5 * flops / a.bwd_s / (peak_tflops * 1e12)});
+    fwd[a.head_dim].push_back({s, flops / a.fwd_s / (peak_tflops * 1e12)});
+    bwd[a.head_dim].push_back({s, 2.5 * flops / a.bwd_s / (peak_tflops * 1e12)});
   }
   auto by_seq = [](const CurvePoint& x, const CurvePoint& y) { return x.x < y.x; };
-  std::sort(fwd.begin(), fwd.end(), by_seq);
-  std::sort(bwd.begin(), bwd.end(), by_seq);
-  const double ref_f = InterpolateLogX(fwd, 2048), ref_b = InterpolateLogX(bwd, 2048);
+  for (auto* m : {&fwd, &bwd}) {
+    for (auto& [d, c] : *m) std::sort(c.begin(), c.end(), by_seq);
+  }
+  const int main = fwd.count(main_head_dim) ? main_head_dim : fwd.begin()->first;
+  const double ref_f = InterpolateLogX(fwd[main], 2048), ref_b = InterpolateLogX(bwd[main], 2048);
   p->attention_fwd_efficiency = std::min(1.0, ref_f);
   p->attention_bwd_efficiency = std::min(1.0, ref_b);
   p->attention_efficiency_vs_seq.clear();
   p->attention_bwd_efficiency_vs_seq.clear();
-  for (const auto& c : fwd) p->attention_efficiency_vs_seq.push_back({c.x, c.y / p->attention_fwd_efficiency});
-  for (const auto& c : bwd) p->attention_bwd_efficiency_vs_seq.push_back({c.x, c.y / p->attention_bwd_efficiency});
+  for (const auto& c : fwd[main]) p->attention_efficiency_vs_seq.push_back({c.x, c.y / p->attention_fwd_efficiency});
+  for (const auto& c : bwd[main]) p->attention_bwd_efficiency_vs_seq.push_back({c.x, c.y / p->attention_bwd_efficiency});
+  p->attention_head_dim = main;
+  p->attention_fwd_head_dim_factor.clear();
+  p->attention_bwd_head_dim_factor.clear();
+  if (fwd.size() < 2) return;
+  for (const auto& [d, c] : fwd) p->attention_fwd_head_dim_factor.push_back({double(d), InterpolateLogX(c, 2048) / ref_f});
+  for (const auto& [d, c] : bwd) p->attention_bwd_head_dim_factor.push_back({double(d), InterpolateLogX(c, 2048) / ref_b});
 }
 
 void FitMemoryBound(std::vector<CurvePoint> pts, HardwareProfile* p) {

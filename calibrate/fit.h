@@ -26,9 +26,12 @@ AlphaBeta FitAlphaBeta(const std::vector<CurvePoint>& size_to_seconds);
 /// simulator's convention, docs/simulator.md) over seconds over `peak_tflops`, backward 2.5x
 /// the forward FLOPs over its seconds. Sets attention_fwd/bwd_efficiency to the 2,048-token
 /// figure (interpolated in log(seq) when 2,048 was not timed; at most 1) and the two
-/// efficiency-vs-seq curves relative to it. Throws InputError without samples or with a time,
+/// efficiency-vs-seq curves relative to it, all from the samples at `main_head_dim` (else the
+/// smallest head dim timed). With more than one head dim, the head-dim factors: each head dim's
+/// 2,048-token efficiency over the main one's. Throws InputError without samples or with a time,
 /// size or peak that is not positive.
-void FitAttention(const std::vector<cuda::AttentionSample>& samples, double peak_tflops, HardwareProfile* p);
+void FitAttention(const std::vector<cuda::AttentionSample>& samples, double peak_tflops, HardwareProfile* p,
+                  int main_head_dim = 128);
 
 /// The share of a same-run device-to-device cudaMemcpy's rate that the vectorized memory-bound
 /// probe should reach (issue 18: a framework's vectorized elementwise kernels run near the copy

@@ -82,10 +82,13 @@ double MemoryBoundTime(const HardwareProfile& p, double bytes) {
          p.launch_overhead_s;
 }
 
-double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward) {
+double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward, double head_dim) {
   const auto& curve = backward && !p.attention_bwd_efficiency_vs_seq.empty() ? p.attention_bwd_efficiency_vs_seq
                                                                                : p.attention_efficiency_vs_seq;
-  const double eff = (backward ? p.attention_bwd_efficiency : p.attention_fwd_efficiency) * InterpolateLogX(curve, seq);
+  const auto& by_dim = backward ? p.attention_bwd_head_dim_factor : p.attention_fwd_head_dim_factor;
+  const double dim = head_dim > 0 && !by_dim.empty() ? InterpolateLogX(by_dim, head_dim) : 1.0;
+  const double eff =
+      (backward ? p.attention_bwd_efficiency : p.attention_fwd_efficiency) * InterpolateLogX(curve, seq) * dim;
   return flops / (p.gemm_peak_tflops * 1e12 * eff) + p.launch_overhead_s;
 }
 
@@ -222,6 +225,8 @@ class OpBuilder {
       : p_(p), tp_(tp), dense_(dense), eb_(dtype_bytes), linear_(linear) {}
 
   void set_linear_format(const LinearFormat& f) { linear_ = f; }
+  /// The attention head dimension flash-attention ops are read at (AttentionTime).
+  void set_attention_head_dim(double d) { head_dim_ = d; }
   const LinearFormat& linear_format() const { return linear_; }
 
   /// A GEMM outside the linear layers (the output layer, attention's batched GEMMs).
@@ -272,7 +277,7 @@ class OpBuilder {
     o.pass = pass;
     o.flops = flops;
     o.saved_bytes = saved;
-    o.duration_s = AttentionTime(p_, flops, seq, pass == Pass::kBackwardInput);
+    o.duration_s = AttentionTime(p_, flops, seq, pass == Pass::kBackwardInput, head_dim_);
     out.push_back(o);
   }
   /// Megatron-LM's asynchronous input-gradient collective: the last op of `out` (a TP
@@ -392,6 +397,7 @@ class OpBuilder {
   Precision dense_;
   double eb_;
   LinearFormat linear_;
+  double head_dim_ = 0;
 };
 
 /// Sums op durations of one pass; the TP, context-parallel and expert-parallel collective parts
@@ -1459,6 +1465,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   if (m.moe.enabled()) cm.moe = PlanMoe(m, c, gpn, T / rep, eb, prof, cl.gpu.sm_count, &cm.edp_group);
   const Precision dense = IsLowPrecision(c.precision) ? Precision::kBf16 : c.precision;
   OpBuilder ob(prof, cm.tp_group, dense, eb, lf);
+  ob.set_attention_head_dim(m.AttentionHeadDim());
   const Pass F = Pass::kForward, B = Pass::kBackwardInput, W = Pass::kBackwardWeight;
   const double act = eb * T * h;  // one hidden-state tensor in the model dtype, unsharded
   const double norm_bytes = 2 * act / rep;  // read + write

@@ -117,7 +117,9 @@ struct Op {
 double GemmTime(const HardwareProfile& p, double m, double n, double k, double batch = 1,
                 Precision precision = Precision::kBf16, double in_bytes = 2, double out_bytes = 2);
 double MemoryBoundTime(const HardwareProfile& p, double bytes);
-double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward);
+/// Flash attention of `flops` at sequence length `seq`: flops / (peak x efficiency x the
+/// curve's factor at seq x the head-dim factor at `head_dim`; 0 or no factors: 1) + launch.
+double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward, double head_dim = 0);
 /// Bytes the optimizer step moves on one GPU holding `local_params` parameters, as the passes of
 /// Megatron-LM's MixedPrecisionOptimizer.step (megatron/core/optimizer/optimizer.py) over the
 /// GPU's optimizer shard (local_params / dp at ZeRO >= 1):

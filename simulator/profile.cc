@@ -408,7 +408,14 @@ HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
   }
   JsonReader a = r.Object("attention");
   a.RejectUnknownKeys({"forward_efficiency", "backward_efficiency", "efficiency_vs_seq", "backward_efficiency_vs_seq",
-                       "unfused_core_efficiency"});
+                       "unfused_core_efficiency", "head_dim", "head_dim_factors"});
+  if (a.Has("head_dim")) p.attention_head_dim = static_cast<int>(a.Int("head_dim", 1, 4096));
+  if (a.Has("head_dim_factors")) {
+    JsonReader f = a.Object("head_dim_factors");
+    f.RejectUnknownKeys({"forward", "backward"});
+    p.attention_fwd_head_dim_factor = ReadCurve(f, "forward");
+    p.attention_bwd_head_dim_factor = ReadCurve(f, "backward");
+  }
   p.attention_fwd_efficiency = a.Number("forward_efficiency", 1e-4, 1.0);
   p.attention_bwd_efficiency = a.Number("backward_efficiency", 1e-4, 1.0);
   p.attention_efficiency_vs_seq = ReadCurve(a, "efficiency_vs_seq");
@@ -538,6 +545,11 @@ Json ProfileToJson(const HardwareProfile& p) {
                     {"backward_efficiency", p.attention_bwd_efficiency},
                     {"efficiency_vs_seq", CurveToJson(p.attention_efficiency_vs_seq)},
                     {"unfused_core_efficiency", p.unfused_attention_core_efficiency}};
+  if (p.attention_head_dim > 0) j["attention"]["head_dim"] = p.attention_head_dim;
+  if (!p.attention_fwd_head_dim_factor.empty()) {
+    j["attention"]["head_dim_factors"] = {{"forward", CurveToJson(p.attention_fwd_head_dim_factor)},
+                                          {"backward", CurveToJson(p.attention_bwd_head_dim_factor)}};
+  }
   if (!p.attention_bwd_efficiency_vs_seq.empty()) {
     j["attention"]["backward_efficiency_vs_seq"] = CurveToJson(p.attention_bwd_efficiency_vs_seq);
   }

@@ -109,6 +109,13 @@ struct HardwareProfile {
   /// Backward's relative factor by sequence length; empty: the forward's curve (profiles written
   /// before 2026-12 have one curve).
   std::vector<CurvePoint> attention_bwd_efficiency_vs_seq;
+  /// The head dimension the efficiencies and curves above were measured at (0: not stated), and
+  /// the forward's and backward's relative factors by head dimension (x = head dim, y = the
+  /// efficiency at that head dim over the one at attention_head_dim; interpolated in log(head
+  /// dim), clamped; empty: 1 at every head dim). A calibration that times several head dims
+  /// writes them (JSON attention.head_dim, head_dim_factors.forward / .backward).
+  int attention_head_dim = 0;
+  std::vector<CurvePoint> attention_fwd_head_dim_factor, attention_bwd_head_dim_factor;
   /// Unfused attention (no flash): the attention core's kernels (the batched score and context
   /// GEMMs, one dimension the head dim, and the softmax and dropout passes over the s x s
   /// scores) take their cost-model time (GemmTime / MemoryBoundTime: the profile's GEMM and

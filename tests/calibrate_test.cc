@@ -259,6 +259,54 @@ TEST(Fit, AttentionIsTheCausalFlopRateOverThePeakRelativeTo2k) {
   EXPECT_THROW(FitAttention(samples, peak, &p), InputError);
 }
 
+TEST(Fit, AttentionHeadDimFactorsAreEachDimsRateAt2kOverTheMainOnes) {
+  // The main head dim (128) at 1K-4K, 64 and 192 at 2K only: 300, 240 and 330 TF/s forward,
+  // 250, 200 and 270 TF/s backward (2.5x the forward FLOPs).
+  const double peak = 989.4;
+  std::vector<cuda::AttentionSample> samples;
+  auto add = [&](int d, int seq, double fwd_tflops, double bwd_tflops) {
+    cuda::AttentionSample a;
+    a.batch = 32768 / seq;
+    a.seq = seq;
+    a.heads = 4096 / d;
+    a.kv_heads = a.heads / 4;
+    a.head_dim = d;
+    const double flops = 0.5 * 4.0 * a.batch * seq * static_cast<double>(seq) * a.heads * d;
+    a.fwd_s = flops / (fwd_tflops * 1e12);
+    a.bwd_s = 2.5 * flops / (bwd_tflops * 1e12);
+    samples.push_back(a);
+  };
+  add(64, 2048, 240, 200);
+  for (int seq : {1024, 2048, 4096}) add(128, seq, 300, 250);
+  add(192, 2048, 330, 270);
+  HardwareProfile p;
+  FitAttention(samples, peak, &p, 128);
+  EXPECT_EQ(p.attention_head_dim, 128);
+  EXPECT_NEAR(p.attention_fwd_efficiency, 300 / peak, 1e-12);
+  ASSERT_EQ(p.attention_fwd_head_dim_factor.size(), 3u);
+  EXPECT_NEAR(p.attention_fwd_head_dim_factor[0].y, 240.0 / 300, 1e-12);
+  EXPECT_NEAR(p.attention_fwd_head_dim_factor[1].y, 1.0, 1e-12);
+  EXPECT_NEAR(p.attention_bwd_head_dim_factor[2].y, 270.0 / 250, 1e-12);
+  // AttentionTime reads the factor at the model's head dim (interpolated in log(head dim)).
+  p.gemm_peak_tflops = peak;
+  p.launch_overhead_s = 0;
+  const double flops = 1e12;
+  EXPECT_NEAR(AttentionTime(p, flops, 2048, false, 64), flops / 240e12, 1e-15);
+  EXPECT_NEAR(AttentionTime(p, flops, 2048, true, 192), flops / 270e12, 1e-15);
+  EXPECT_NEAR(AttentionTime(p, flops, 2048, false), flops / 300e12, 1e-15);  // no head dim: the main one
+  const double mid = 240.0 / 300 + (1.0 - 240.0 / 300) * std::log(96.0 / 64) / std::log(2.0);
+  EXPECT_NEAR(AttentionTime(p, flops, 2048, false, 96), flops / (300e12 * mid), 1e-15);
+  // The factors survive the profile's JSON.
+  HardwareProfile full = DefaultProfile(LoadCluster("dgx-h200"));
+  full.attention_head_dim = p.attention_head_dim;
+  full.attention_fwd_head_dim_factor = p.attention_fwd_head_dim_factor;
+  full.attention_bwd_head_dim_factor = p.attention_bwd_head_dim_factor;
+  const HardwareProfile back = ProfileFromJson(ProfileToJson(full), "p.json");
+  EXPECT_EQ(back.attention_head_dim, 128);
+  ASSERT_EQ(back.attention_fwd_head_dim_factor.size(), 3u);
+  EXPECT_DOUBLE_EQ(back.attention_fwd_head_dim_factor[0].y, 240.0 / 300);
+}
+
 TEST(Calibrate, CudaProfileUsesMeasuredAttentionOrSaysWhyNot) {
   cuda::Measurements m;
   m.device_name = "NVIDIA H200";
