@@ -473,6 +473,7 @@ TEST(CalibrateCpu, ResumedSweepEqualsUninterrupted) {
   ASSERT_EQ(RunShell(Mpirun(2) + " calibrate --backend cpu --quick --fake-timer --resume --out " + b), 0);
   EXPECT_FALSE(std::filesystem::exists(b + ".partial.json"));
   EXPECT_EQ(ReadTextFile(a), ReadTextFile(b));
+  EXPECT_NE(LoadProfile(a).source.find("SYNTHETIC: timings from --fake-timer formulas"), std::string::npos);
 }
 
 TEST(CalibrateCpu, BadInput) {
