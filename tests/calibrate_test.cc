@@ -259,6 +259,17 @@ TEST(Fit, AttentionIsTheCausalFlopRateOverThePeakRelativeTo2k) {
   EXPECT_THROW(FitAttention(samples, peak, &p), InputError);
 }
 
+/// A synthetic CUDA sweep of one H200: its name, memory and SMs, and one 8192^3 GEMM at 700 TF/s
+/// (heuristic #0) and 710 TF/s (best).
+cuda::Measurements H200Sweep() {
+  cuda::Measurements m;
+  m.device_name = "NVIDIA H200";
+  m.memory_bytes = 141e9;
+  m.sm_count = 132;
+  m.gemm.push_back({8192, 8192, 8192, 2.0 * 8192.0 * 8192 * 8192 / 700e12, 2.0 * 8192.0 * 8192 * 8192 / 710e12});
+  return m;
+}
+
 TEST(Fit, AttentionHeadDimFactorsAreEachDimsRateAt2kOverTheMainOnes) {
   // The main head dim (128) at 1K-4K, 64 and 192 at 2K only: 300, 240 and 330 TF/s forward,
   // 250, 200 and 270 TF/s backward (2.5x the forward FLOPs).
@@ -308,11 +319,7 @@ TEST(Fit, AttentionHeadDimFactorsAreEachDimsRateAt2kOverTheMainOnes) {
 }
 
 TEST(Calibrate, CudaProfileUsesMeasuredAttentionOrSaysWhyNot) {
-  cuda::Measurements m;
-  m.device_name = "NVIDIA H200";
-  m.memory_bytes = 141e9;
-  m.sm_count = 132;
-  m.gemm.push_back({8192, 8192, 8192, 2.0 * 8192.0 * 8192 * 8192 / 700e12, 2.0 * 8192.0 * 8192 * 8192 / 710e12});
+  cuda::Measurements m = H200Sweep();
   m.memory.push_back({1.2e9, 3e-4});
   m.attention_note = "attention not measured: cuDNN not found (libcudnn.so.9: cannot open shared object file)";
   const HardwareProfile preset = BuildCudaProfile(m);
@@ -340,10 +347,7 @@ TEST(Calibrate, CudaProfileUsesMeasuredAttentionOrSaysWhyNot) {
 }
 
 TEST(Calibrate, CudaProfileSaysUnderWhatClocksTheGemmsRan) {
-  cuda::Measurements m;
-  m.device_name = "NVIDIA H200";
-  m.memory_bytes = 141e9;
-  m.sm_count = 132;
+  cuda::Measurements m = H200Sweep();
   m.memory.push_back({1.2e9, 3e-4});
   m.gemm_soak_s = 5;
   cuda::GemmSample a{8192, 8192, 8192, 2.0 * 8192.0 * 8192 * 8192 / 700e12, 2.0 * 8192.0 * 8192 * 8192 / 710e12};
@@ -367,11 +371,7 @@ TEST(Calibrate, CudaProfileSaysUnderWhatClocksTheGemmsRan) {
 
 TEST(Calibrate, CudaProfileRecordsTheMemcpyReferenceAndTheShare) {
   // A synthetic sweep: the axpy peaks at 4.0 TB/s, the same run's copy at 4.3 TB/s (93%).
-  cuda::Measurements m;
-  m.device_name = "NVIDIA H200";
-  m.memory_bytes = 141e9;
-  m.sm_count = 132;
-  m.gemm.push_back({8192, 8192, 8192, 2.0 * 8192.0 * 8192 * 8192 / 700e12, 2.0 * 8192.0 * 8192 * 8192 / 710e12});
+  cuda::Measurements m = H200Sweep();
   for (double b = 1.2e4; b <= 1.3e9; b *= 10) m.memory.push_back({b, 4e-6 + b / 4.0e12});
   m.memcpy_d2d_GBps = 4300;
   const HardwareProfile p = BuildCudaProfile(m);
