@@ -348,8 +348,8 @@ void CountOutcome(const ValidationRow& row, ValidationSummary* s) {
 void Summarize(ValidationReport* rep) {
   ValidationSummary& s = rep->summary;
   s.rows = rep->rows.size();
-  std::vector<std::string> groups, src_groups;
-  std::vector<double> pred_tp, meas_tp, pred_tflops, meas_tflops;
+  std::vector<std::string> groups, src_groups, confident_groups;
+  std::vector<double> pred_tp, meas_tp, pred_tflops, meas_tflops, confident_pred_tp, confident_meas_tp;
   double abs_sum = 0, mem_sum = 0;
   std::size_t mem_n = 0;
   std::map<std::string, std::pair<double, std::size_t>> by_src;
@@ -391,6 +391,11 @@ void Summarize(ValidationReport* rep) {
       groups.push_back(row.group);
       pred_tp.push_back(1.0 / *row.predicted_step_time_s);
       meas_tp.push_back(1.0 / *row.measured_step_time_s);
+      if (!row.low_confidence) {
+        confident_groups.push_back(row.group);
+        confident_pred_tp.push_back(pred_tp.back());
+        confident_meas_tp.push_back(meas_tp.back());
+      }
       src_groups.push_back(row.source_id);
       const double per_gpu = row.model_flops_per_step / static_cast<double>(std::max<std::int64_t>(1, row.gpus));
       pred_tflops.push_back(per_gpu / *row.predicted_step_time_s);
@@ -416,6 +421,8 @@ void Summarize(ValidationReport* rep) {
   if (s.confident_held_out_timed > 0) s.confident_held_out_mape /= static_cast<double>(s.confident_held_out_timed);
   for (auto& [src, v] : by_src) s.mape_by_source[src] = {v.first / static_cast<double>(v.second), v.second};
   s.kendall_tau = KendallTauWithinGroups(groups, pred_tp, meas_tp, &s.kendall_pairs);
+  s.confident_kendall_tau =
+      KendallTauWithinGroups(confident_groups, confident_pred_tp, confident_meas_tp, &s.confident_kendall_pairs);
   // Per group (model and GPU count) of throughput, and per source of TFLOP/s as one series.
   s.kendall_by_group = TauBySeries(groups, groups, pred_tp, meas_tp);
   s.tflops_tau_by_source = TauBySeries(src_groups, src_groups, pred_tflops, meas_tflops);

@@ -66,6 +66,10 @@ struct ValidationSummary {
   /// Per group of runs with the same model and GPU count (two rows or more): Kendall tau of
   /// predicted vs measured throughput and its pairs.
   std::map<std::string, std::pair<double, std::size_t>> kendall_by_group;
+  /// Kendall tau and pairs as kendall_tau, over the rows that are not low-confidence (the issue's
+  /// targets hold on those; the contradictory pairs' rows are ranked in kendall_tau only).
+  double confident_kendall_tau = 0;
+  std::size_t confident_kendall_pairs = 0;
   /// Step-time MAPE and rows without the low-confidence rows (all, and held out), and those rows.
   double confident_mape = 0, confident_held_out_mape = 0, confident_max_abs_error = 0;
   std::size_t confident_timed = 0, confident_held_out_timed = 0;

@@ -122,6 +122,8 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
   j["summary"]["step_time_max_abs_error_without_low_confidence"] = s.confident_max_abs_error;
   j["summary"]["step_time_mape_held_out_without_low_confidence"] = s.confident_held_out_mape;
   j["summary"]["rows_without_low_confidence"] = s.confident_timed;
+  j["summary"]["kendall_tau_without_low_confidence"] = s.confident_kendall_tau;
+  j["summary"]["kendall_pairs_without_low_confidence"] = s.confident_kendall_pairs;
   return j;
 }
 
@@ -277,6 +279,10 @@ void WriteValidationSummary(std::ostream& out, const ValidationReport& rep) {
   }
   out << fmt::format("  ranking: Kendall tau {:.2f} over {} pairs of runs with the same model and GPU count\n",
                            s.kendall_tau, s.kendall_pairs);
+  if (!s.low_confidence_rows.empty()) {
+    out << fmt::format("    without the low-confidence rows: tau {:.2f} over {} pairs\n", s.confident_kendall_tau,
+                       s.confident_kendall_pairs);
+  }
   for (const auto& [g, v] : s.kendall_by_group) {
     out << fmt::format("    {:<32} tau {:+.2f} over {} pairs\n", g, v.first, v.second);
   }

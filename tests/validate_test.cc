@@ -377,12 +377,17 @@ TEST(Validate, LowConfidenceRowsApartAndKendallTauPerGroup) {
   std::size_t n = 0, held_n = 0;
   std::map<std::string, std::vector<std::size_t>> by_group;
   std::vector<double> pred, meas;
+  std::vector<std::string> conf_groups;
+  std::vector<double> conf_pred, conf_meas;
   for (const auto& r : rep.rows) {
     if (!r.step_time_error) continue;
     by_group[r.group].push_back(pred.size());
     pred.push_back(1 / *r.predicted_step_time_s);
     meas.push_back(1 / *r.measured_step_time_s);
     if (r.low_confidence) continue;
+    conf_groups.push_back(r.group);
+    conf_pred.push_back(pred.back());
+    conf_meas.push_back(meas.back());
     const double e = std::fabs(*r.step_time_error);
     sum += e;
     worst = std::max(worst, e);
@@ -417,7 +422,14 @@ TEST(Validate, LowConfidenceRowsApartAndKendallTauPerGroup) {
     EXPECT_EQ(s.kendall_by_group.at(g).second, pairs) << g;
   }
   EXPECT_EQ(pairs_total, s.kendall_pairs);
+  // Without the low-confidence rows: the same statistic over the rest; BLOOM-181B's group loses
+  // the four rows' pairs (10 rows, 45 pairs -> 6 rows, 15 pairs).
+  std::size_t conf_pairs = 0;
+  EXPECT_DOUBLE_EQ(s.confident_kendall_tau, KendallTauWithinGroups(conf_groups, conf_pred, conf_meas, &conf_pairs));
+  EXPECT_EQ(s.confident_kendall_pairs, conf_pairs);
+  EXPECT_EQ(s.kendall_pairs - s.confident_kendall_pairs, 45u - 15u);
   const auto out = RunShardcast("validate --no-memory");
+  EXPECT_NE(out.out.find("without the low-confidence rows: tau"), std::string::npos) << out.out;
   EXPECT_NE(out.out.find("without the 4 low-confidence rows (128, 130, 132, 134"), std::string::npos) << out.out;
   EXPECT_NE(out.out.find("ok / fits  [low confidence]"), std::string::npos);
   EXPECT_NE(out.out.find("BLOOM-prototype 181B @384"), std::string::npos);
