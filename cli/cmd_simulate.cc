@@ -127,6 +127,11 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.overlap_grad_reduce = !a.no_overlap_grad;
   c.async_tp_grad_reduce = !a.no_async_tp;
   c.tp_comm_overlap = a.tp_comm_overlap;
+  if (!a.ce_impl.empty() && !a.ce_fusion) {
+    throw InputError("command line: --cross-entropy-fusion-impl: got \"" + a.ce_impl +
+                     "\" without --cross-entropy-loss-fusion, expected both (Megatron-Core reads the impl only then)");
+  }
+  if (a.ce_fusion) c.cross_entropy = a.ce_impl == "te" ? CrossEntropyImpl::kSinglePass : CrossEntropyImpl::kNative;
   c.overlap_param_gather = !a.no_overlap_param;
   c.fp32_main_grads = !a.bf16_grads;
   // Megatron-LM's two flags each add one slot; the model has both (the embedding and the output
@@ -230,6 +235,8 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (!c.overlap_param_gather) f += " --no-overlap-param-gather";
   if (!c.async_tp_grad_reduce) f += " --no-async-tensor-model-parallel-allreduce";
   if (c.tp_comm_overlap) f += " --tp-comm-overlap";
+  if (c.cross_entropy == CrossEntropyImpl::kNative) f += " --cross-entropy-loss-fusion";
+  if (c.cross_entropy == CrossEntropyImpl::kSinglePass) f += " --cross-entropy-loss-fusion --cross-entropy-fusion-impl te";
   if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) f += " --bf16-main-grads";
   if (c.optimizer_impl != OptimizerImpl::kMegatron) f += fmt::format(" --optimizer {}", ToString(c.optimizer_impl));
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) f += fmt::format(" --zero3-impl {}", ToString(c.zero3_impl));
@@ -401,6 +408,13 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--tp-comm-overlap", a->tp_comm_overlap,
                 "Megatron-Core / Transformer Engine userbuffers: pipeline the sequence-parallel all-gathers and "
                 "reduce-scatters with their GEMMs in tp chunks (needs --sequence-parallel)");
+  cmd->add_flag("--cross-entropy-loss-fusion", a->ce_fusion,
+                "Megatron-Core's fused cross-entropy (its native impl: fewer fp32 passes over the logits); default: "
+                "Megatron's vocab-parallel cross-entropy in fp32, pass by pass");
+  cmd->add_option("--cross-entropy-fusion-impl", a->ce_impl,
+                  "with --cross-entropy-loss-fusion: native (default) | te (one kernel over the 16-bit logits, as "
+                  "Transformer Engine's and flash-attn's, llm-foundry's default fused_crossentropy)")
+      ->transform(CLI::IsMember({"native", "te"}, CLI::ignore_case));
   cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
   cmd->add_option("--optimizer", a->optimizer,
                   "whose optimizer keeps the state: megatron (default) | deepspeed-zero (with --zero 1, 2 or 3; 16-bit "

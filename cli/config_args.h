@@ -62,9 +62,10 @@ struct SimulateArgs {
   /// or megatron-2022 (Megatron-LM 2021-22: scatter/gather messages, non-blocking unless
   /// --p2p-blocking); empty: the command's default (simulate, plan, capacity: megatron-core).
   std::string framework;
+  std::string ce_impl;  ///< --cross-entropy-fusion-impl (with --cross-entropy-loss-fusion)
   bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
        no_overlap_param = false, bf16_grads = false, json = false, full_rank = false, emb_slots = false, mcore_account_embedding = false, mcore_account_loss = false,
-       p2p_blocking = false, ops = false, no_async_tp = false, tp_comm_overlap = false,
+       p2p_blocking = false, ops = false, no_async_tp = false, tp_comm_overlap = false, ce_fusion = false,
        no_scatter_gather = false, no_nvls = false, even_chunks = false;
   int zero = -1;
 };

@@ -121,6 +121,15 @@ const char* ToString(Zero3Impl z) {
   return "?";
 }
 
+const char* ToString(CrossEntropyImpl x) {
+  switch (x) {
+    case CrossEntropyImpl::kUnfused: return "unfused";
+    case CrossEntropyImpl::kNative: return "native";
+    case CrossEntropyImpl::kSinglePass: return "single-pass";
+  }
+  return "?";
+}
+
 const char* ToString(Fp8Recipe r) {
   switch (r) {
     case Fp8Recipe::kDelayed: return "delayed";
@@ -156,6 +165,7 @@ std::string ParallelConfig::Summary() const {
   if (zero_stage >= 3 && zero3_impl != Zero3Impl::kPerLayer) s += fmt::format(" zero3={}", ToString(zero3_impl));
   if (p2p_blocking) s += " p2p-blocking";
   if (tp_comm_overlap) s += " tp-comm-overlap";
+  if (cross_entropy != CrossEntropyImpl::kUnfused) s += fmt::format(" ce={}", ToString(cross_entropy));
   if (precision != Precision::kBf16) {
     s += fmt::format(" {}", ToString(precision));
     if (precision == Precision::kFp8) s += fmt::format("({})", ToString(fp8_recipe));

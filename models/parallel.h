@@ -40,6 +40,19 @@ enum class OptimizerImpl { kMegatron, kDeepSpeedZero, kDeepSpeedBf16 };
 ///    tensor on the compute stream; each through PyTorch's list collectives, whose host and copy
 ///    work grows with the group (kListCollectiveSliceSeconds per rank and tensor).
 enum class Zero3Impl { kPerLayer, kDeepSpeed2021 };
+/// How the loss over the vocabulary runs (bytes per logit of one GPU, eb = the logits' 16-bit
+/// width; CostModel's output ops):
+///  - kUnfused: Megatron's _VocabParallelCrossEntropy in fp32, pass by pass (Megatron-LM and
+///    Megatron-Core without --cross-entropy-loss-fusion): cast, max, subtract, exp, sum, divide,
+///    eb + 36 forward; the in-place product with the loss gradient and the cast back, 12 + eb
+///    backward; the fp32 softmax kept (4).
+///  - kNative: Megatron-Core's --cross-entropy-loss-fusion (fusion impl "native", its
+///    fused_cross_entropy.py): the cast and max, then subtract/exp/sum as one fused kernel and the
+///    division: eb + 24 forward, 12 + eb backward, the fp32 softmax kept.
+///  - kSinglePass: one kernel over the 16-bit logits (Megatron-Core's --cross-entropy-fusion-impl
+///    te; flash-attn's Triton cross-entropy, llm-foundry's default fused_crossentropy): eb forward
+///    (the logits kept), 2 * eb backward (read them, write their gradient).
+enum class CrossEntropyImpl { kUnfused, kNative, kSinglePass };
 /// How FP8 tensors are scaled (Megatron-LM's --fp8-recipe; Transformer Engine's recipes) when
 /// the precision is kFp8: one scale per tensor from an amax history (kDelayed, TE's
 /// DelayedScaling, with an amax history of --fp8-amax-history-len entries per tensor) or from
@@ -101,6 +114,7 @@ void RequireRecomputeModules(const Model& m, unsigned modules, const std::string
 const char* ToString(Schedule s);
 const char* ToString(OptimizerImpl o);
 const char* ToString(Zero3Impl z);
+const char* ToString(CrossEntropyImpl x);
 const char* ToString(Fp8Recipe r);
 
 struct ParallelConfig {
@@ -177,6 +191,8 @@ struct ParallelConfig {
   /// row-parallel GEMM is split into tp chunks and pipelined with the GEMM on the chunks
   /// (CostModel: the exposed part is what the chunked pipeline cannot hide).
   bool tp_comm_overlap = false;
+  /// The cross-entropy implementation (CrossEntropyImpl; Megatron's unfused one by default).
+  CrossEntropyImpl cross_entropy = CrossEntropyImpl::kUnfused;
   /// Megatron-LM's scatter/gather optimization (SC21 section 4.1): pipeline sends carry 1/tp of
   /// the activation per tensor-parallel rank, re-assembled with an NVLink all-gather.
   bool scatter_gather = true;

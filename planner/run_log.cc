@@ -391,6 +391,12 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
   c.fp32_main_grads = a.RequiredFlag("accumulate_allreduce_grads_in_fp32");
   MegatronPrecision(a, &c);
   c.tp_comm_overlap = a.Flag("tp_comm_overlap");
+  // --cross-entropy-loss-fusion (absent before Megatron-Core 0.8: off) and its impl (native
+  // before the te one came in).
+  if (a.Flag("cross_entropy_loss_fusion")) {
+    c.cross_entropy = a.Get("cross_entropy_fusion_impl").value_or("native") == "te" ? CrossEntropyImpl::kSinglePass
+                                                                                    : CrossEntropyImpl::kNative;
+  }
   // Fused attention unless Megatron's own (local) or the unfused backend was chosen.
   const std::string backend = a.Get("attention_backend").value_or("");
   c.flash_attention = backend.find("unfused") == std::string::npos && backend.find("local") == std::string::npos &&

@@ -599,6 +599,9 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       c.scatter_gather = false;
       c.p2p_blocking = c.pp > 1 && c.vp == 1;
     }
+    // llm-foundry's MPT computes the loss with its default loss_fn, fused_crossentropy (flash-attn's
+    // Triton cross-entropy: one kernel over the 16-bit logits).
+    if (Contains(fw, "llm-foundry")) c.cross_entropy = CrossEntropyImpl::kSinglePass;
     if (Contains(t.Get(r, "notes"), "MP Mode DEFAULT")) {
       // Composer's FSDP mixed precision 'DEFAULT' since composer PR 2047 (2023-03): parameters
       // all-gathered in the autocast precision (bf16), gradients reduce-scattered in fp32 (made

@@ -110,6 +110,8 @@ std::string OptimizerFlags(const ParallelConfig& c) {
   if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) a += " --grad-reduce-in-bf16";
   a += c.flash_attention ? " --use-flash-attn" : " --attention-backend unfused";
   if (c.tp_comm_overlap) a += " --tp-comm-overlap";
+  if (c.cross_entropy != CrossEntropyImpl::kUnfused) a += " --cross-entropy-loss-fusion";
+  if (c.cross_entropy == CrossEntropyImpl::kSinglePass) a += " --cross-entropy-fusion-impl te";
   return a;
 }
 

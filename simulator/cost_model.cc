@@ -1510,9 +1510,14 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   if (sp) ob.Collective(O, "sp_all_gather_output", F, ag, act);
   ob.Gemm(O, "output_proj", F, T, V / t, h);
   O.back().saved_bytes = act / rep;
-  ob.Memory(O, "cross_entropy", F, eb * logits + 3 * 4 * logits, 4 * logits);
+  // The loss as the implementation runs it, pass by pass over the logits (CrossEntropyImpl gives
+  // the bytes per logit; Megatron-LM 2021-22 mpu/cross_entropy.py, Megatron-Core's
+  // tensor_parallel/cross_entropy.py and fused_cross_entropy.py).
+  const bool single_pass = c.cross_entropy == CrossEntropyImpl::kSinglePass;
+  const double ce_fwd = single_pass ? eb : c.cross_entropy == CrossEntropyImpl::kNative ? eb + 24 : eb + 36;
+  ob.Memory(O, "cross_entropy", F, ce_fwd * logits, (single_pass ? eb : 4) * logits);
   ob.Collective(O, "cross_entropy_all_reduce", F, ar, 3 * 4 * T);
-  ob.Memory(O, "cross_entropy_bwd", B, 2 * 4 * logits + eb * logits);
+  ob.Memory(O, "cross_entropy_bwd", B, (single_pass ? 2 * eb : 12 + eb) * logits);
   ob.Gemm(O, "output_proj_dgrad", B, T, h, V / t);
   ob.Gemm(O, "output_proj_wgrad", W, V / t, h, T);
   // The input gradient of the vocab-parallel output GEMM is summed over the TP ranks (Megatron's

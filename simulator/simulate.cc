@@ -1100,6 +1100,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"micro_batch_size", c.micro_batch_size}, {"global_batch_size", c.global_batch_size},
                  {"seq_length", c.seq_length > 0 ? c.seq_length : m.seq_length},
                  {"sequence_parallel", c.sequence_parallel}, {"tp_comm_overlap", c.tp_comm_overlap},
+                 {"cross_entropy", ToString(c.cross_entropy)},
                  {"recompute", ToString(c.recompute)},
                  {"recompute_modules", c.recompute == Recompute::kSelective ? Json(RecomputeModulesName(c.recompute_modules)) : Json()},
                  {"moe_a2a_overlap", c.moe_a2a_overlap},

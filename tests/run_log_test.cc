@@ -195,6 +195,19 @@ TEST(RunLog, MegatronMoeLogReadsTheExpertSettings) {
   EXPECT_FALSE(r.model.moe.router_global_batch_balance);  // no preset of this shape
 }
 
+// --cross-entropy-loss-fusion and its impl (Megatron-Core 0.8 on; absent before, so off).
+TEST(RunLog, MegatronLogReadsTheCrossEntropyFusion) {
+  const std::string text = ReadTextFile(kMegatron);
+  EXPECT_EQ(ParseTrainingLog(text, "plain.log", {}).config.cross_entropy, CrossEntropyImpl::kUnfused);
+  const std::string at = ArgLine("tp_comm_overlap", "False");
+  ASSERT_NE(text.find(at), std::string::npos);
+  std::string fused = text;
+  fused.insert(fused.find(at), ArgLine("cross_entropy_loss_fusion", "True") + "\n");
+  EXPECT_EQ(ParseTrainingLog(fused, "fused.log", {}).config.cross_entropy, CrossEntropyImpl::kNative);
+  fused.insert(fused.find(at), ArgLine("cross_entropy_fusion_impl", "te") + "\n");
+  EXPECT_EQ(ParseTrainingLog(fused, "te.log", {}).config.cross_entropy, CrossEntropyImpl::kSinglePass);
+}
+
 TEST(RunLog, ValuesOutsideWhatEachFrameworkPrintsAreRefused) {
   const std::string text = ReadTextFile(kMegatron);
   auto with = [&](const std::string& name, const std::string& value) {

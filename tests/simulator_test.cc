@@ -77,8 +77,10 @@ INSTANTIATE_TEST_SUITE_P(Schedules, ClosedFormBubble,
 
 TEST(ClosedForm, ZeroBubbleH1BeatsOneFOneB) {
   // ZB-H1 (Qi et al. 2024): with F, B, W the bubble shrinks from (p-1)(F+B+W) to about
-  // (p-1)(F+B-W); it must never exceed 1F1B's.
+  // (p-1)(F+B-W); it must never exceed 1F1B's. The closed form assumes equal stages: a small
+  // vocabulary keeps the last stage's output layer and loss from making it the slowest.
   Model m = SmallGpt();
+  m.vocab_size = 1024;
   Cluster cl = LoadCluster("dgx-a100");
   SimulateOptions o;
   o.ideal_pipeline = true;
@@ -600,6 +602,41 @@ TEST(CostModel, AsyncTensorParallelGradReduceHidesBehindTheWeightGradient) {
   EXPECT_EQ(FindOp(zb.layer_ops, "tp_all_reduce_mlp_bwd").hidden_s, 0.0);
 }
 
+// The loss over the vocabulary moves the bytes its implementation's passes move (CrossEntropyImpl):
+// per logit of one GPU (b*s tokens x V/tp), eb = 2 for bf16: Megatron's unfused fp32 passes eb + 36
+// forward and 12 + eb backward with the fp32 softmax kept; Megatron-Core's native fusion eb + 24
+// and 12 + eb; a single kernel eb and 2 * eb with the 16-bit logits kept.
+TEST(CostModel, CrossEntropyBytesFollowTheImplementationsPasses) {
+  const Model m = SmallGpt();
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile p = DefaultProfile(cl);
+  ParallelConfig c = Config(2, 1, 1, 4, 4);
+  const double logits = 4.0 * static_cast<double>(m.seq_length) * static_cast<double>(m.vocab_size) / 2, eb = 2;
+  struct Case {
+    CrossEntropyImpl impl;
+    double fwd, bwd, saved;
+  };
+  for (const Case& k : {Case{CrossEntropyImpl::kUnfused, eb + 36, 12 + eb, 4}, Case{CrossEntropyImpl::kNative, eb + 24, 12 + eb, 4},
+                        Case{CrossEntropyImpl::kSinglePass, eb, 2 * eb, eb}}) {
+    c.cross_entropy = k.impl;
+    const CostModel cm = BuildCostModel(m, c, cl, p);
+    const Op& f = FindOp(cm.output_ops, "cross_entropy");
+    const Op& b = FindOp(cm.output_ops, "cross_entropy_bwd");
+    EXPECT_DOUBLE_EQ(f.bytes, k.fwd * logits) << ToString(k.impl);
+    EXPECT_DOUBLE_EQ(b.bytes, k.bwd * logits) << ToString(k.impl);
+    EXPECT_DOUBLE_EQ(f.saved_bytes, k.saved * logits) << ToString(k.impl);
+    EXPECT_DOUBLE_EQ(f.duration_s, MemoryBoundTime(p, f.bytes)) << ToString(k.impl);
+  }
+  // The command line: the impl needs the fusion flag, as in Megatron-Core.
+  const auto bad = testing::RunShardcast("simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --cross-entropy-fusion-impl te");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--cross-entropy-fusion-impl"), std::string::npos) << bad.err;
+  const auto te = testing::RunShardcast(
+      "simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --cross-entropy-loss-fusion --cross-entropy-fusion-impl te --json");
+  ASSERT_EQ(te.exit_code, 0) << te.err;
+  EXPECT_EQ(Json::parse(te.out)["config"]["cross_entropy"], "single-pass");
+}
+
 TEST(CostModel, ScatterGatherReceiverAllGathersOverTensorParallelRanks) {
   // SC21 section 4.1: a pipeline message carries b*s*h*2/t bytes per TP rank; the receiver
   // all-gathers the b*s*h*2-byte activation (its gradient in the backward) over the TP group
@@ -984,7 +1021,9 @@ namespace {
 // Issue 14: the engine's speed work must not change a result. tests/fixtures/engine_reference.json
 // holds `simulate --json` outputs of 16 configurations (every schedule, ZeRO 0-3, DeepSpeed's
 // optimizers, blocking sends, full-rank, multi-node, unfused attention) written by the engine
-// before that work; each must come out the same to the last bit. The reference predates
+// before that work (rewritten on 2026-12-03 with the same engine when the cross-entropy's op
+// costs changed; the fixture's comment says how); each must come out the same to the last bit.
+// The reference predates
 // `--framework` and NVLS: it ran Megatron-LM 2021-22's pipeline behaviour (now `--framework
 // megatron-2022`) and ring all-reduces only (now `--no-nvls`).
 //

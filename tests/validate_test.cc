@@ -436,7 +436,7 @@ TEST(Validate, LowConfidenceRowsApartAndKendallTauPerGroup) {
 }
 
 // The caveat plan and capacity print for plans without recompute quotes the MPT-3B rows: measured
-// over predicted step time 1.20-1.28 (20-28% longer). Fails when the model moves them.
+// over predicted step time 1.21-1.29 (21-29% longer). Fails when the model moves them.
 TEST(Validate, NoRecomputeCaveatQuotesTheMpt3bRows) {
   const std::string dir = testing::SourceDir() + "/validation/";
   const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
@@ -452,8 +452,8 @@ TEST(Validate, NoRecomputeCaveatQuotesTheMpt3bRows) {
     lo = std::min(lo, longer);
     hi = std::max(hi, longer);
   }
-  EXPECT_EQ(std::lround(100 * lo), 20);
-  EXPECT_EQ(std::lround(100 * hi), 28);
+  EXPECT_EQ(std::lround(100 * lo), 21);
+  EXPECT_EQ(std::lround(100 * hi), 29);
   // The caveat also quotes the range of NeMo's Megatron-Core rows without recompute (S6).
   double s6_lo = 1e9, s6_hi = -1e9;
   for (const auto& r : rep.rows) {
@@ -461,12 +461,12 @@ TEST(Validate, NoRecomputeCaveatQuotesTheMpt3bRows) {
     s6_lo = std::min(s6_lo, *r.step_time_error);
     s6_hi = std::max(s6_hi, *r.step_time_error);
   }
-  EXPECT_EQ(std::lround(100 * s6_lo), -15);
+  EXPECT_EQ(std::lround(100 * s6_lo), -13);
   EXPECT_EQ(std::lround(100 * s6_hi), 8);
   ParallelConfig c;
   c.recompute = Recompute::kNone;
-  EXPECT_NE(KnownBias(c).find("took 20-28% longer than predicted"), std::string::npos);
-  EXPECT_NE(KnownBias(c).find("rows 56-67, were within -15% to +8%"), std::string::npos);
+  EXPECT_NE(KnownBias(c).find("took 21-29% longer than predicted"), std::string::npos);
+  EXPECT_NE(KnownBias(c).find("rows 56-67, were within -13% to +8%"), std::string::npos);
   c.recompute = Recompute::kFull;
   EXPECT_EQ(KnownBias(c), "");
 }
