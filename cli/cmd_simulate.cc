@@ -182,6 +182,14 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
                      ", expected 1 with --optimizer deepspeed-bf16 (the BF16_Optimizer shards its optimizer state "
                      "like ZeRO-1 while DeepSpeed's own config says stage 0)");
   }
+  if (a.reduce_bucket_size > 0) {
+    if (c.optimizer_impl != OptimizerImpl::kDeepSpeedZero || c.zero_stage > 2) {
+      throw InputError(fmt::format("command line: --reduce-bucket-size: got {} with --optimizer {} --zero {}, expected "
+                                   "--optimizer deepspeed-zero with --zero 1 or 2 (DeepSpeed's ZeRO-1/2 bucket)",
+                                   a.reduce_bucket_size, a.optimizer, c.zero_stage));
+    }
+    c.ds_reduce_bucket_elems = a.reduce_bucket_size;
+  }
   if (a.bf16_grads && c.optimizer_impl != OptimizerImpl::kMegatron) {
     throw InputError("command line: --bf16-main-grads: only applies to --optimizer megatron (got --optimizer " +
                      a.optimizer + ", whose gradient buffers are fixed)");
@@ -240,6 +248,9 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) f += " --bf16-main-grads";
   if (c.optimizer_impl != OptimizerImpl::kMegatron) f += fmt::format(" --optimizer {}", ToString(c.optimizer_impl));
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) f += fmt::format(" --zero3-impl {}", ToString(c.zero3_impl));
+  if (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2 && c.ds_reduce_bucket_elems != d.ds_reduce_bucket_elems) {
+    f += fmt::format(" --reduce-bucket-size {}", c.ds_reduce_bucket_elems);
+  }
   if (!HasMegatronCoreDefaults(c)) {
     f += " --framework megatron-2022";
     if (c.p2p_blocking) f += " --p2p-blocking";
@@ -420,6 +431,11 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                   "whose optimizer keeps the state: megatron (default) | deepspeed-zero (with --zero 1, 2 or 3; 16-bit "
                   "grads) | deepspeed-bf16 (with --zero 1; BF16_Optimizer: fp32 grad buffer, fp32 all-reduce)")
       ->transform(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16"}, CLI::ignore_case));
+  cmd->add_option("--reduce-bucket-size", a->reduce_bucket_size,
+                  "with --optimizer deepspeed-zero --zero 1|2: DeepSpeed's reduce_bucket_size in elements (default 5e8): "
+                  "each backward allocates a 16-bit bucket of this size (two with overlap_comm, i.e. without "
+                  "--no-overlap-grad-reduce) for the gradients to be reduced")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--zero3-impl", a->zero3_impl,
                   "how ZeRO-3 gathers and reduces (with --zero 3): per-layer (default; FSDP, FSDP2, Megatron-FSDP, "
                   "current DeepSpeed: one flat all-gather per layer, prefetched) | deepspeed-2021 (DeepSpeed stage 3 of "

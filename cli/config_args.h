@@ -54,6 +54,7 @@ struct SimulateArgs {
   std::int64_t first_stage_layers = -1, last_stage_layers = -1;
   std::string recompute = "none", schedule, recompute_granularity, optimizer = "megatron";
   std::string zero3_impl;  ///< --zero3-impl (Zero3Impl); empty: not given (per-layer)
+  double reduce_bucket_size = 0;  ///< --reduce-bucket-size (DeepSpeed, elements); 0: not given
   /// --recompute-modules (Megatron-Core's names; implies --recompute selective).
   std::vector<std::string> recompute_modules;
   /// --overlap-moe-expert-parallel-comm (--delay-wgrad-compute is accepted with it).

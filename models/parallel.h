@@ -178,6 +178,11 @@ struct ParallelConfig {
   std::int64_t bf16_layers_start = 0, bf16_layers_end = 0;
   bool fp32_main_grads = true;  ///< Megatron keeps fp32 gradient buffers (4 B/param)
   OptimizerImpl optimizer_impl = OptimizerImpl::kMegatron;
+  /// DeepSpeed's reduce_bucket_size (elements; its default 5e8): with OptimizerImpl::kDeepSpeedZero
+  /// at ZeRO-1/2, each backward through the optimizer allocates this many 16-bit elements (twice
+  /// with overlap_comm, the simulator's overlap_grad_reduce) for the gradients to be copied into
+  /// before their reduction (StaticStageMemory).
+  double ds_reduce_bucket_elems = 5e8;
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = true;
   /// Megatron-LM's async_tensor_model_parallel_allreduce (and its sequence-parallel

@@ -693,6 +693,18 @@ Skeleton& SkeletonFor(Builder& b, bool reuse, bool* reused) {
 
 }  // namespace
 
+double DeepSpeedBucketBytes(const ParallelConfig& c, int stage) {
+  // deepspeed/runtime/zero/stage_1_and_2.py (2022): with contiguous_gradients, its default,
+  // backward() allocates ipg_buffer, reduce_bucket_size elements in the 16-bit dtype, and a second
+  // one with overlap_comm; the gradients are copied into it bucket by bucket for their reduction.
+  // The pipeline engine runs the loss's backward through the optimizer on the last stage only; the
+  // other stages allocate their bucket in reduce_gradients, after their backward, when the
+  // activations are gone.
+  if (c.optimizer_impl != OptimizerImpl::kDeepSpeedZero || c.zero_stage < 1 || c.zero_stage > 2) return 0;
+  if (stage != c.pp - 1) return 0;
+  return (c.overlap_grad_reduce ? 2.0 : 1.0) * c.ds_reduce_bucket_elems * 2.0;
+}
+
 StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
                               const HardwareProfile& prof, int stage) {
   StageMemory mem;
@@ -727,6 +739,7 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
                             layers * cm.layer_tensors.persistent_elems * c.param_gather_bytes;
   }
   mem.comm_buffer_bytes += 2.0 * cm.pp_message_bytes * (c.pp > 1 ? 2 : 0);
+  mem.comm_buffer_bytes += DeepSpeedBucketBytes(c, stage);
   mem.framework_bytes = prof.framework_overhead_bytes;
   mem.peak_bytes = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes +
                    mem.comm_buffer_bytes + mem.framework_bytes;
@@ -1104,7 +1117,9 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"recompute", ToString(c.recompute)},
                  {"recompute_modules", c.recompute == Recompute::kSelective ? Json(RecomputeModulesName(c.recompute_modules)) : Json()},
                  {"moe_a2a_overlap", c.moe_a2a_overlap},
-                 {"zero_stage", c.zero_stage}, {"zero3_impl", c.zero_stage >= 3 ? Json(ToString(c.zero3_impl)) : Json()}, {"schedule", ToString(c.schedule)},
+                 {"zero_stage", c.zero_stage}, {"zero3_impl", c.zero_stage >= 3 ? Json(ToString(c.zero3_impl)) : Json()},
+                 {"reduce_bucket_size", c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2
+                                            ? Json(c.ds_reduce_bucket_elems) : Json()}, {"schedule", ToString(c.schedule)},
                  {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
                  {"param_gather_bytes_per_param", ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch))},

@@ -152,6 +152,13 @@ SimulationResult Simulate(const Model& model, const ParallelConfig& cfg, const C
                           std::int64_t gpus, const HardwareProfile& profile,
                           const SimulateOptions& opts = {});
 
+/// DeepSpeed ZeRO-1/2's gradient bucket on pipeline stage `stage`, bytes: with
+/// OptimizerImpl::kDeepSpeedZero at ZeRO-1/2, reduce_bucket_size (ds_reduce_bucket_elems) 16-bit
+/// elements, twice with overlap_comm (overlap_grad_reduce), on the stage whose backward runs
+/// through DeepSpeed's optimizer while activations are held (the last; the only one without
+/// pipeline parallelism; deepspeed/runtime/zero/stage_1_and_2.py of 2022); 0 otherwise.
+double DeepSpeedBucketBytes(const ParallelConfig& cfg, int stage);
+
 /// Weights, gradients, optimizer state, communication buffers and framework overhead of one GPU
 /// of pipeline stage `stage` (activations 0; `peak_bytes` is their sum).
 StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& cfg,

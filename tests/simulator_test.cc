@@ -637,6 +637,48 @@ TEST(CostModel, CrossEntropyBytesFollowTheImplementationsPasses) {
   EXPECT_EQ(Json::parse(te.out)["config"]["cross_entropy"], "single-pass");
 }
 
+// DeepSpeed's ZeRO-1/2 (stage_1_and_2.py, 2022): each backward through its optimizer allocates
+// reduce_bucket_size 16-bit elements for the gradients' reduction (two with overlap_comm); with
+// pipeline parallelism only the last stage's backward does, while it holds activations.
+TEST(Memory, DeepSpeedZeroBucketOnTheStageWhoseBackwardRunsThroughTheOptimizer) {
+  const Model m = SmallGpt();
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile p = DefaultProfile(cl);
+  ParallelConfig c = Config(1, 4, 2, 1, 8);
+  c.zero_stage = 1;
+  c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+  c.overlap_grad_reduce = false;
+  const CostModel cm = BuildCostModel(m, c, cl, p);
+  for (int stage = 0; stage < 4; ++stage) {
+    EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(c, stage), stage == 3 ? 5e8 * 2 : 0.0) << stage;
+  }
+  ParallelConfig megatron = c;
+  megatron.optimizer_impl = OptimizerImpl::kMegatron;
+  EXPECT_DOUBLE_EQ(StaticStageMemory(cm, c, p, 3).comm_buffer_bytes - StaticStageMemory(cm, megatron, p, 3).comm_buffer_bytes,
+                   5e8 * 2);
+  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(megatron, 3), 0.0);
+  c.overlap_grad_reduce = true;  // overlap_comm: two buckets
+  c.ds_reduce_bucket_elems = 1.26e9;
+  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(c, 3), 2 * 1.26e9 * 2);
+  c.zero_stage = 3;  // stage 3 has buffers of its own
+  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(c, 3), 0.0);
+  // The command line: the size applies to DeepSpeed's ZeRO-1/2 only; it round-trips through JSON.
+  const std::string base = "simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --zero 2";
+  const auto bad = testing::RunShardcast(base + " --reduce-bucket-size 1e9");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--optimizer deepspeed-zero with --zero 1 or 2"), std::string::npos) << bad.err;
+  const auto ds = testing::RunShardcast(base + " --optimizer deepspeed-zero --reduce-bucket-size 1e9 --json");
+  ASSERT_EQ(ds.exit_code, 0) << ds.err;
+  const auto dflt = testing::RunShardcast(base + " --optimizer deepspeed-zero --json");
+  ASSERT_EQ(dflt.exit_code, 0) << dflt.err;
+  const Json a = Json::parse(ds.out), b = Json::parse(dflt.out);
+  EXPECT_EQ(a["config"]["reduce_bucket_size"], 1e9);
+  EXPECT_EQ(b["config"]["reduce_bucket_size"], 5e8);
+  // Overlapped reduction by default (two buckets): 2 x (1e9 - 5e8) x 2 bytes more.
+  EXPECT_DOUBLE_EQ(a["stages"][0]["peak_memory_bytes"].get<double>() - b["stages"][0]["peak_memory_bytes"].get<double>(),
+                   2 * 5e8 * 2);
+}
+
 TEST(CostModel, ScatterGatherReceiverAllGathersOverTensorParallelRanks) {
   // SC21 section 4.1: a pipeline message carries b*s*h*2/t bytes per TP rank; the receiver
   // all-gathers the b*s*h*2-byte activation (its gradient in the backward) over the TP group
