@@ -1064,7 +1064,8 @@ namespace {
 // holds `simulate --json` outputs of 16 configurations (every schedule, ZeRO 0-3, DeepSpeed's
 // optimizers, blocking sends, full-rank, multi-node, unfused attention) written by the engine
 // before that work (rewritten on 2026-12-03 with the same engine when the cross-entropy's op
-// costs changed; the fixture's comment says how); each must come out the same to the last bit.
+// costs and DeepSpeed's gradient bucket changed; the fixture's comment says how); each must come
+// out the same to the last bit.
 // The reference predates
 // `--framework` and NVLS: it ran Megatron-LM 2021-22's pipeline behaviour (now `--framework
 // megatron-2022`) and ring all-reduces only (now `--no-nvls`).
