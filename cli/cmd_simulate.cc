@@ -131,7 +131,11 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
     throw InputError("command line: --cross-entropy-fusion-impl: got \"" + a.ce_impl +
                      "\" without --cross-entropy-loss-fusion, expected both (Megatron-Core reads the impl only then)");
   }
-  if (a.ce_fusion) c.cross_entropy = a.ce_impl == "te" ? CrossEntropyImpl::kSinglePass : CrossEntropyImpl::kNative;
+  if (a.ce_fusion) {
+    c.cross_entropy = a.ce_impl == "te"           ? CrossEntropyImpl::kTe
+                      : a.ce_impl == "flash-attn" ? CrossEntropyImpl::kFlashAttn
+                                                  : CrossEntropyImpl::kNative;
+  }
   c.overlap_param_gather = !a.no_overlap_param;
   c.fp32_main_grads = !a.bf16_grads;
   // Megatron-LM's two flags each add one slot; the model has both (the embedding and the output
@@ -244,7 +248,9 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (!c.async_tp_grad_reduce) f += " --no-async-tensor-model-parallel-allreduce";
   if (c.tp_comm_overlap) f += " --tp-comm-overlap";
   if (c.cross_entropy == CrossEntropyImpl::kNative) f += " --cross-entropy-loss-fusion";
-  if (c.cross_entropy == CrossEntropyImpl::kSinglePass) f += " --cross-entropy-loss-fusion --cross-entropy-fusion-impl te";
+  if (c.cross_entropy == CrossEntropyImpl::kTe || c.cross_entropy == CrossEntropyImpl::kFlashAttn) {
+    f += fmt::format(" --cross-entropy-loss-fusion --cross-entropy-fusion-impl {}", ToString(c.cross_entropy));
+  }
   if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) f += " --bf16-main-grads";
   if (c.optimizer_impl != OptimizerImpl::kMegatron) f += fmt::format(" --optimizer {}", ToString(c.optimizer_impl));
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) f += fmt::format(" --zero3-impl {}", ToString(c.zero3_impl));
@@ -423,9 +429,10 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                 "Megatron-Core's fused cross-entropy (its native impl: fewer fp32 passes over the logits); default: "
                 "Megatron's vocab-parallel cross-entropy in fp32, pass by pass");
   cmd->add_option("--cross-entropy-fusion-impl", a->ce_impl,
-                  "with --cross-entropy-loss-fusion: native (default) | te (one kernel over the 16-bit logits, as "
-                  "Transformer Engine's and flash-attn's, llm-foundry's default fused_crossentropy)")
-      ->transform(CLI::IsMember({"native", "te"}, CLI::ignore_case));
+                  "with --cross-entropy-loss-fusion: native (default; Megatron-Core's compiled passes) | te "
+                  "(Transformer Engine 2.2-2.17's Triton kernels) | flash-attn (not a Megatron choice: flash-attn's "
+                  "one-pass Triton loss, llm-foundry's default fused_crossentropy)")
+      ->transform(CLI::IsMember({"native", "te", "flash-attn"}, CLI::ignore_case));
   cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
   cmd->add_option("--optimizer", a->optimizer,
                   "whose optimizer keeps the state: megatron (default) | deepspeed-zero (with --zero 1, 2 or 3; 16-bit "

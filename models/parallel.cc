@@ -125,7 +125,8 @@ const char* ToString(CrossEntropyImpl x) {
   switch (x) {
     case CrossEntropyImpl::kUnfused: return "unfused";
     case CrossEntropyImpl::kNative: return "native";
-    case CrossEntropyImpl::kSinglePass: return "single-pass";
+    case CrossEntropyImpl::kTe: return "te";
+    case CrossEntropyImpl::kFlashAttn: return "flash-attn";
   }
   return "?";
 }

@@ -46,13 +46,19 @@ enum class Zero3Impl { kPerLayer, kDeepSpeed2021 };
 ///    Megatron-Core without --cross-entropy-loss-fusion): cast, max, subtract, exp, sum, divide,
 ///    eb + 36 forward; the in-place product with the loss gradient and the cast back, 12 + eb
 ///    backward; the fp32 softmax kept (4).
-///  - kNative: Megatron-Core's --cross-entropy-loss-fusion (fusion impl "native", its
-///    fused_cross_entropy.py): the cast and max, then subtract/exp/sum as one fused kernel and the
-///    division: eb + 24 forward, 12 + eb backward, the fp32 softmax kept.
-///  - kSinglePass: one kernel over the 16-bit logits (Megatron-Core's --cross-entropy-fusion-impl
-///    te; flash-attn's Triton cross-entropy, llm-foundry's default fused_crossentropy): eb forward
-///    (the logits kept), 2 * eb backward (read them, write their gradient).
-enum class CrossEntropyImpl { kUnfused, kNative, kSinglePass };
+///  - kNative: Megatron-Core's --cross-entropy-loss-fusion (fusion impl "native",
+///    fused_cross_entropy.py: each step a torch.compile'd function on PyTorch >= 2.2): cast and
+///    max (eb + 4), subtract/exp/sum (4 + 4), divide (4 + 4): eb + 20 forward; the gradient's
+///    product and cast in one kernel (read 4, write eb and the softmax in place 4): 8 + eb
+///    backward; the fp32 softmax kept.
+///  - kTe: --cross-entropy-fusion-impl te, Transformer Engine 2.2-2.17's Triton kernels: an online
+///    softmax pass (eb) and a pass that reads the logits again and writes the gradient in place
+///    (2 * eb): 3 * eb forward, the in-place product 2 * eb backward, the 16-bit gradient kept (eb).
+///    (Megatron-LM refuses te from core_v0.19; TE 2.18 keeps an fp32 gradient instead.)
+///  - kFlashAttn: flash-attn's Triton cross-entropy (llm-foundry's default fused_crossentropy):
+///    one pass forward (eb, the logits kept), one read and one write backward (2 * eb). Not a
+///    Megatron choice.
+enum class CrossEntropyImpl { kUnfused, kNative, kTe, kFlashAttn };
 /// How FP8 tensors are scaled (Megatron-LM's --fp8-recipe; Transformer Engine's recipes) when
 /// the precision is kFp8: one scale per tensor from an amax history (kDelayed, TE's
 /// DelayedScaling, with an amax history of --fp8-amax-history-len entries per tensor) or from

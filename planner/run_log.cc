@@ -394,8 +394,9 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
   // --cross-entropy-loss-fusion (absent before Megatron-Core 0.8: off) and its impl (native
   // before the te one came in).
   if (a.Flag("cross_entropy_loss_fusion")) {
-    c.cross_entropy = a.Get("cross_entropy_fusion_impl").value_or("native") == "te" ? CrossEntropyImpl::kSinglePass
-                                                                                    : CrossEntropyImpl::kNative;
+    const std::string impl = a.Get("cross_entropy_fusion_impl").value_or("native");
+    if (impl != "native" && impl != "te") a.Fail("cross_entropy_fusion_impl", "native or te");
+    c.cross_entropy = impl == "te" ? CrossEntropyImpl::kTe : CrossEntropyImpl::kNative;
   }
   // Fused attention unless Megatron's own (local) or the unfused backend was chosen.
   const std::string backend = a.Get("attention_backend").value_or("");

@@ -598,10 +598,18 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       // 1F1B waits on each send and receive (schedules.py), the interleaved one does not.
       c.scatter_gather = false;
       c.p2p_blocking = c.pp > 1 && c.vp == 1;
+      // NeMo-Framework-Launcher's training configs at tag 24.07 set cross_entropy_loss_fusion: true
+      // for Llama 3 8B/70B and Nemotron 8B/22B (their "perf optimizations" of 2024-06), not for
+      // GPT-3, Llama 2 or Nemotron-340B; NeMo 24.07 ships Megatron-Core 0.8, whose fused loss is
+      // the native one.
+      const std::string model = t.Get(r, "model");
+      if (Contains(model, "LLAMA3") || model == "Nemotron-8B" || model == "Nemotron-22B") {
+        c.cross_entropy = CrossEntropyImpl::kNative;
+      }
     }
     // llm-foundry's MPT computes the loss with its default loss_fn, fused_crossentropy (flash-attn's
     // Triton cross-entropy: one kernel over the 16-bit logits).
-    if (Contains(fw, "llm-foundry")) c.cross_entropy = CrossEntropyImpl::kSinglePass;
+    if (Contains(fw, "llm-foundry")) c.cross_entropy = CrossEntropyImpl::kFlashAttn;
     if (Contains(t.Get(r, "notes"), "MP Mode DEFAULT")) {
       // Composer's FSDP mixed precision 'DEFAULT' since composer PR 2047 (2023-03): parameters
       // all-gathered in the autocast precision (bf16), gradients reduce-scattered in fp32 (made

@@ -305,8 +305,13 @@ void NemoParallel(const Model& m, const ParallelConfig& c, PyLines* p, std::vect
   if (c.tp_comm_overlap) {
     p->text += "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, tp_comm_overlap=True))\n";
   }
-  p->Set("model.config.cross_entropy_loss_fusion", Py(c.cross_entropy != CrossEntropyImpl::kUnfused));
-  if (c.cross_entropy == CrossEntropyImpl::kSinglePass) p->Set("model.config.cross_entropy_fusion_impl", PyStr("te"));
+  // What the plan simulated: NeMo 2's default is the fused loss; an unfused plan says so.
+  const bool ce_fused = c.cross_entropy == CrossEntropyImpl::kNative || c.cross_entropy == CrossEntropyImpl::kTe;
+  p->Set("model.config.cross_entropy_loss_fusion", Py(ce_fused));
+  if (c.cross_entropy == CrossEntropyImpl::kTe) p->Set("model.config.cross_entropy_fusion_impl", PyStr("te"));
+  if (c.cross_entropy == CrossEntropyImpl::kFlashAttn) {
+    unexpressed->push_back("flash-attn's one-pass cross-entropy (NeMo runs Megatron-Core's; written unfused)");
+  }
   if (c.schedule == Schedule::kZbH1) unexpressed->push_back("the ZB-H1 schedule (not in Megatron-Core)");
   if (c.schedule == Schedule::kGpipe) unexpressed->push_back("the GPipe schedule (Megatron-Core runs 1F1B)");
   if (c.optimizer_impl != OptimizerImpl::kMegatron) {

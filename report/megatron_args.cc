@@ -110,14 +110,19 @@ std::string OptimizerFlags(const ParallelConfig& c) {
   if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) a += " --grad-reduce-in-bf16";
   a += c.flash_attention ? " --use-flash-attn" : " --attention-backend unfused";
   if (c.tp_comm_overlap) a += " --tp-comm-overlap";
-  if (c.cross_entropy != CrossEntropyImpl::kUnfused) a += " --cross-entropy-loss-fusion";
-  if (c.cross_entropy == CrossEntropyImpl::kSinglePass) a += " --cross-entropy-fusion-impl te";
+  if (c.cross_entropy == CrossEntropyImpl::kNative || c.cross_entropy == CrossEntropyImpl::kTe) {
+    a += " --cross-entropy-loss-fusion";
+  }
+  if (c.cross_entropy == CrossEntropyImpl::kTe) a += " --cross-entropy-fusion-impl te";
   return a;
 }
 
 void Notes(const ParallelConfig& c, std::vector<std::string>* notes) {
   if (c.cp > 1 && c.cp_comm == CpComm::kA2AP2P && c.cp_a2a <= 0) {
     notes->push_back("--hierarchical-context-parallel-sizes A R: A ranks per all-to-all group, R = cp / A");
+  }
+  if (c.cross_entropy == CrossEntropyImpl::kFlashAttn) {
+    notes->push_back("flash-attn's one-pass cross-entropy (not a Megatron-LM choice; written as its unfused loss)");
   }
   if (c.schedule == Schedule::kZbH1) notes->push_back("ZB-H1 schedule: not in upstream Megatron-LM (zero-bubble fork)");
   if (c.schedule == Schedule::kGpipe) notes->push_back("GPipe schedule: Megatron-LM runs 1F1B");

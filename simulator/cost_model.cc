@@ -1503,21 +1503,25 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
             drop * T * h / rep);
   ob.Collective(E, sp ? "embedding_reduce_scatter" : "embedding_all_reduce", F, sp ? rs : ar, act);
   ob.Memory(E, "embedding_grad", W, 2 * act / rep + 2 * act);
-  // ---- output layer + cross-entropy (last stage), fp32 logits (Megatron's vocab-parallel CE).
+  // ---- output layer + cross-entropy (last stage), the loss as CrossEntropyImpl says.
   auto& O = cm.output_ops;
   const double logits = T * V / t;
   ob.Memory(O, "final_norm", F, norm_bytes, act / rep);
   if (sp) ob.Collective(O, "sp_all_gather_output", F, ag, act);
   ob.Gemm(O, "output_proj", F, T, V / t, h);
   O.back().saved_bytes = act / rep;
-  // The loss as the implementation runs it, pass by pass over the logits (CrossEntropyImpl gives
-  // the bytes per logit; Megatron-LM 2021-22 mpu/cross_entropy.py, Megatron-Core's
-  // tensor_parallel/cross_entropy.py and fused_cross_entropy.py).
-  const bool single_pass = c.cross_entropy == CrossEntropyImpl::kSinglePass;
-  const double ce_fwd = single_pass ? eb : c.cross_entropy == CrossEntropyImpl::kNative ? eb + 24 : eb + 36;
-  ob.Memory(O, "cross_entropy", F, ce_fwd * logits, (single_pass ? eb : 4) * logits);
+  // The loss as its implementation runs it, pass by pass over the logits; CrossEntropyImpl gives
+  // the bytes per logit (forward, backward, kept for the backward) and their sources.
+  struct CeBytes {
+    double fwd, bwd, saved;
+  };
+  const CeBytes ce = c.cross_entropy == CrossEntropyImpl::kNative ? CeBytes{eb + 20, 8 + eb, 4}
+                     : c.cross_entropy == CrossEntropyImpl::kTe   ? CeBytes{3 * eb, 2 * eb, eb}
+                     : c.cross_entropy == CrossEntropyImpl::kFlashAttn ? CeBytes{eb, 2 * eb, eb}
+                                                                       : CeBytes{eb + 36, 12 + eb, 4};
+  ob.Memory(O, "cross_entropy", F, ce.fwd * logits, ce.saved * logits);
   ob.Collective(O, "cross_entropy_all_reduce", F, ar, 3 * 4 * T);
-  ob.Memory(O, "cross_entropy_bwd", B, (single_pass ? 2 * eb : 12 + eb) * logits);
+  ob.Memory(O, "cross_entropy_bwd", B, ce.bwd * logits);
   ob.Gemm(O, "output_proj_dgrad", B, T, h, V / t);
   ob.Gemm(O, "output_proj_wgrad", W, V / t, h, T);
   // The input gradient of the vocab-parallel output GEMM is summed over the TP ranks (Megatron's

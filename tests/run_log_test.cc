@@ -205,7 +205,10 @@ TEST(RunLog, MegatronLogReadsTheCrossEntropyFusion) {
   fused.insert(fused.find(at), ArgLine("cross_entropy_loss_fusion", "True") + "\n");
   EXPECT_EQ(ParseTrainingLog(fused, "fused.log", {}).config.cross_entropy, CrossEntropyImpl::kNative);
   fused.insert(fused.find(at), ArgLine("cross_entropy_fusion_impl", "te") + "\n");
-  EXPECT_EQ(ParseTrainingLog(fused, "te.log", {}).config.cross_entropy, CrossEntropyImpl::kSinglePass);
+  EXPECT_EQ(ParseTrainingLog(fused, "te.log", {}).config.cross_entropy, CrossEntropyImpl::kTe);
+  fused.replace(fused.find(ArgLine("cross_entropy_fusion_impl", "te")), ArgLine("cross_entropy_fusion_impl", "te").size(),
+                ArgLine("cross_entropy_fusion_impl", "tee"));
+  EXPECT_THROW(ParseTrainingLog(fused, "typo.log", {}), InputError);
 }
 
 TEST(RunLog, ValuesOutsideWhatEachFrameworkPrintsAreRefused) {

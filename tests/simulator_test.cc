@@ -604,8 +604,9 @@ TEST(CostModel, AsyncTensorParallelGradReduceHidesBehindTheWeightGradient) {
 
 // The loss over the vocabulary moves the bytes its implementation's passes move (CrossEntropyImpl):
 // per logit of one GPU (b*s tokens x V/tp), eb = 2 for bf16: Megatron's unfused fp32 passes eb + 36
-// forward and 12 + eb backward with the fp32 softmax kept; Megatron-Core's native fusion eb + 24
-// and 12 + eb; a single kernel eb and 2 * eb with the 16-bit logits kept.
+// forward and 12 + eb backward with the fp32 softmax kept; Megatron-Core's native fusion (compiled
+// passes) eb + 20 and 8 + eb; Transformer Engine's kernels 3 * eb and 2 * eb with the 16-bit
+// gradient kept; flash-attn's one pass eb and 2 * eb with the 16-bit logits kept.
 TEST(CostModel, CrossEntropyBytesFollowTheImplementationsPasses) {
   const Model m = SmallGpt();
   const Cluster cl = LoadCluster("dgx-a100");
@@ -616,8 +617,8 @@ TEST(CostModel, CrossEntropyBytesFollowTheImplementationsPasses) {
     CrossEntropyImpl impl;
     double fwd, bwd, saved;
   };
-  for (const Case& k : {Case{CrossEntropyImpl::kUnfused, eb + 36, 12 + eb, 4}, Case{CrossEntropyImpl::kNative, eb + 24, 12 + eb, 4},
-                        Case{CrossEntropyImpl::kSinglePass, eb, 2 * eb, eb}}) {
+  for (const Case& k : {Case{CrossEntropyImpl::kUnfused, eb + 36, 12 + eb, 4}, Case{CrossEntropyImpl::kNative, eb + 20, 8 + eb, 4},
+                        Case{CrossEntropyImpl::kTe, 3 * eb, 2 * eb, eb}, Case{CrossEntropyImpl::kFlashAttn, eb, 2 * eb, eb}}) {
     c.cross_entropy = k.impl;
     const CostModel cm = BuildCostModel(m, c, cl, p);
     const Op& f = FindOp(cm.output_ops, "cross_entropy");
@@ -634,7 +635,7 @@ TEST(CostModel, CrossEntropyBytesFollowTheImplementationsPasses) {
   const auto te = testing::RunShardcast(
       "simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --cross-entropy-loss-fusion --cross-entropy-fusion-impl te --json");
   ASSERT_EQ(te.exit_code, 0) << te.err;
-  EXPECT_EQ(Json::parse(te.out)["config"]["cross_entropy"], "single-pass");
+  EXPECT_EQ(Json::parse(te.out)["config"]["cross_entropy"], "te");
 }
 
 // DeepSpeed's ZeRO-1/2 (stage_1_and_2.py, 2022): each backward through its optimizer allocates
