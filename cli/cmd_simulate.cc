@@ -131,10 +131,17 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
     throw InputError("command line: --cross-entropy-fusion-impl: got \"" + a.ce_impl +
                      "\" without --cross-entropy-loss-fusion, expected both (Megatron-Core reads the impl only then)");
   }
-  if (a.ce_fusion) {
-    c.cross_entropy = a.ce_impl == "te"           ? CrossEntropyImpl::kTe
-                      : a.ce_impl == "flash-attn" ? CrossEntropyImpl::kFlashAttn
-                                                  : CrossEntropyImpl::kNative;
+  if (a.ce_fusion) c.cross_entropy = a.ce_impl == "te" ? CrossEntropyImpl::kTe : CrossEntropyImpl::kNative;
+  if (!a.cross_entropy.empty()) {
+    if (a.ce_fusion) {
+      throw InputError("command line: --cross-entropy: got \"" + a.cross_entropy +
+                       "\" with --cross-entropy-loss-fusion, expected one of them (the Megatron flags name "
+                       "--cross-entropy native or te)");
+    }
+    for (const CrossEntropyImpl x : {CrossEntropyImpl::kUnfused, CrossEntropyImpl::kNative, CrossEntropyImpl::kTe,
+                                     CrossEntropyImpl::kFlashAttn, CrossEntropyImpl::kTorch}) {
+      if (a.cross_entropy == ToString(x)) c.cross_entropy = x;
+    }
   }
   c.overlap_param_gather = !a.no_overlap_param;
   c.fp32_main_grads = !a.bf16_grads;
@@ -248,8 +255,9 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (!c.async_tp_grad_reduce) f += " --no-async-tensor-model-parallel-allreduce";
   if (c.tp_comm_overlap) f += " --tp-comm-overlap";
   if (c.cross_entropy == CrossEntropyImpl::kNative) f += " --cross-entropy-loss-fusion";
-  if (c.cross_entropy == CrossEntropyImpl::kTe || c.cross_entropy == CrossEntropyImpl::kFlashAttn) {
-    f += fmt::format(" --cross-entropy-loss-fusion --cross-entropy-fusion-impl {}", ToString(c.cross_entropy));
+  if (c.cross_entropy == CrossEntropyImpl::kTe) f += " --cross-entropy-loss-fusion --cross-entropy-fusion-impl te";
+  if (c.cross_entropy == CrossEntropyImpl::kFlashAttn || c.cross_entropy == CrossEntropyImpl::kTorch) {
+    f += fmt::format(" --cross-entropy {}", ToString(c.cross_entropy));
   }
   if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) f += " --bf16-main-grads";
   if (c.optimizer_impl != OptimizerImpl::kMegatron) f += fmt::format(" --optimizer {}", ToString(c.optimizer_impl));
@@ -430,9 +438,14 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                 "Megatron's vocab-parallel cross-entropy in fp32, pass by pass");
   cmd->add_option("--cross-entropy-fusion-impl", a->ce_impl,
                   "with --cross-entropy-loss-fusion: native (default; Megatron-Core's compiled passes) | te "
-                  "(Transformer Engine 2.2-2.17's Triton kernels) | flash-attn (not a Megatron choice: flash-attn's "
-                  "one-pass Triton loss, llm-foundry's default fused_crossentropy)")
-      ->transform(CLI::IsMember({"native", "te", "flash-attn"}, CLI::ignore_case));
+                  "(Transformer Engine 2.2-2.17's Triton kernels)")
+      ->transform(CLI::IsMember({"native", "te"}, CLI::ignore_case));
+  cmd->add_option("--cross-entropy", a->cross_entropy,
+                  "the loss's implementation, by name: unfused (default: Megatron's fp32 passes) | native | te (as "
+                  "the two Megatron flags) | flash-attn (flash-attn's one-pass Triton loss, llm-foundry's default "
+                  "fused_crossentropy) | torch (PyTorch's eager F.cross_entropy on fp32 logits: Hugging Face, "
+                  "torchtitan)")
+      ->transform(CLI::IsMember({"unfused", "native", "te", "flash-attn", "torch"}, CLI::ignore_case));
   cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
   cmd->add_option("--optimizer", a->optimizer,
                   "whose optimizer keeps the state: megatron (default) | deepspeed-zero (with --zero 1, 2 or 3; 16-bit "

@@ -64,6 +64,7 @@ struct SimulateArgs {
   /// --p2p-blocking); empty: the command's default (simulate, plan, capacity: megatron-core).
   std::string framework;
   std::string ce_impl;  ///< --cross-entropy-fusion-impl (with --cross-entropy-loss-fusion)
+  std::string cross_entropy;  ///< --cross-entropy (CrossEntropyImpl by name); empty: not given
   bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
        no_overlap_param = false, bf16_grads = false, json = false, full_rank = false, emb_slots = false, mcore_account_embedding = false, mcore_account_loss = false,
        p2p_blocking = false, ops = false, no_async_tp = false, tp_comm_overlap = false, ce_fusion = false,

@@ -127,6 +127,7 @@ const char* ToString(CrossEntropyImpl x) {
     case CrossEntropyImpl::kNative: return "native";
     case CrossEntropyImpl::kTe: return "te";
     case CrossEntropyImpl::kFlashAttn: return "flash-attn";
+    case CrossEntropyImpl::kTorch: return "torch";
   }
   return "?";
 }

@@ -58,7 +58,13 @@ enum class Zero3Impl { kPerLayer, kDeepSpeed2021 };
 ///  - kFlashAttn: flash-attn's Triton cross-entropy (llm-foundry's default fused_crossentropy):
 ///    one pass forward (eb, the logits kept), one read and one write backward (2 * eb). Not a
 ///    Megatron choice.
-enum class CrossEntropyImpl { kUnfused, kNative, kTe, kFlashAttn };
+///  - kTorch: PyTorch's eager F.cross_entropy on logits cast to fp32 (Hugging Face models,
+///    torchtitan without compile, the H200 steps of validation/h200): the cast (eb + 4) and
+///    log_softmax, whose kernel reads a row too long for shared memory three times and writes it
+///    once (16): eb + 20 forward, the fp32 log-probabilities kept (4); backward: nll_loss's zeroed
+///    gradient (4), log_softmax's backward (reads the gradient twice and the output once, writes
+///    once: 16), the cast back (4 + eb): 24 + eb.
+enum class CrossEntropyImpl { kUnfused, kNative, kTe, kFlashAttn, kTorch };
 /// How FP8 tensors are scaled (Megatron-LM's --fp8-recipe; Transformer Engine's recipes) when
 /// the precision is kFp8: one scale per tensor from an amax history (kDelayed, TE's
 /// DelayedScaling, with an amax history of --fp8-amax-history-len entries per tensor) or from

@@ -631,6 +631,9 @@ void TitanParallelism(const Json& cfg, const std::string& where, const LogDefaul
     if (c.schedule == Schedule::kInterleaved) TitanVirtualStages(cfg, where, run);
   }
   c.tp_comm_overlap = TitanBool(cfg, "parallelism", "enable_async_tensor_parallel", where);
+  // torchtitan's loss: F.cross_entropy on the logits cast to fp32 (components/loss.py); with
+  // training.compile it is compiled, whose fused passes are not modelled (counted as eager).
+  c.cross_entropy = CrossEntropyImpl::kTorch;
 }
 
 /// activation_checkpoint (v0.2): mode none, full or selective; selective_ac_option "op" (per-op:

@@ -309,8 +309,9 @@ void NemoParallel(const Model& m, const ParallelConfig& c, PyLines* p, std::vect
   const bool ce_fused = c.cross_entropy == CrossEntropyImpl::kNative || c.cross_entropy == CrossEntropyImpl::kTe;
   p->Set("model.config.cross_entropy_loss_fusion", Py(ce_fused));
   if (c.cross_entropy == CrossEntropyImpl::kTe) p->Set("model.config.cross_entropy_fusion_impl", PyStr("te"));
-  if (c.cross_entropy == CrossEntropyImpl::kFlashAttn) {
-    unexpressed->push_back("flash-attn's one-pass cross-entropy (NeMo runs Megatron-Core's; written unfused)");
+  if (c.cross_entropy == CrossEntropyImpl::kFlashAttn || c.cross_entropy == CrossEntropyImpl::kTorch) {
+    unexpressed->push_back(fmt::format("the {} cross-entropy (NeMo runs Megatron-Core's; written unfused)",
+                                       ToString(c.cross_entropy)));
   }
   if (c.schedule == Schedule::kZbH1) unexpressed->push_back("the ZB-H1 schedule (not in Megatron-Core)");
   if (c.schedule == Schedule::kGpipe) unexpressed->push_back("the GPipe schedule (Megatron-Core runs 1F1B)");
@@ -453,6 +454,10 @@ void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string*
                            "sequence)");
   }
   *t += fmt::format("enable_async_tensor_parallel = {}\n", c.tp_comm_overlap ? "true" : "false");
+  if (c.cross_entropy != CrossEntropyImpl::kTorch) {
+    unexpressed->push_back(fmt::format("the {} cross-entropy (torchtitan runs PyTorch's F.cross_entropy; the plan "
+                                       "simulated the other)", ToString(c.cross_entropy)));
+  }
   *t += fmt::format("pipeline_parallel_degree = {}\n", c.pp);
   *t += fmt::format("pipeline_parallel_schedule = \"{}\"\n", TorchtitanSchedule(c, unexpressed));
   *t += fmt::format("pipeline_parallel_microbatch_size = {}\n", c.micro_batch_size);

@@ -121,8 +121,9 @@ void Notes(const ParallelConfig& c, std::vector<std::string>* notes) {
   if (c.cp > 1 && c.cp_comm == CpComm::kA2AP2P && c.cp_a2a <= 0) {
     notes->push_back("--hierarchical-context-parallel-sizes A R: A ranks per all-to-all group, R = cp / A");
   }
-  if (c.cross_entropy == CrossEntropyImpl::kFlashAttn) {
-    notes->push_back("flash-attn's one-pass cross-entropy (not a Megatron-LM choice; written as its unfused loss)");
+  if (c.cross_entropy == CrossEntropyImpl::kFlashAttn || c.cross_entropy == CrossEntropyImpl::kTorch) {
+    notes->push_back(fmt::format("the {} cross-entropy (not a Megatron-LM choice; written as its unfused loss)",
+                                 ToString(c.cross_entropy)));
   }
   if (c.schedule == Schedule::kZbH1) notes->push_back("ZB-H1 schedule: not in upstream Megatron-LM (zero-bubble fork)");
   if (c.schedule == Schedule::kGpipe) notes->push_back("GPipe schedule: Megatron-LM runs 1F1B");

@@ -64,8 +64,9 @@ for cfg in sorted({r["hf_config"] for r in rows}):
     results.append({"calibrate": cfg, "exit": code, "seconds": round(secs, 1), "why": why})
 for r in rows:
     model = os.path.join(H200, r["hf_config"])
+    # The steps' loss is PyTorch's eager F.cross_entropy on fp32 logits (validation/h200/README.md).
     shape = ["--model", model, "--gpus", "1", "--mbs", r["micro_batch_size"], "--gbs", r["global_batch_size"],
-             "--seq", r["seq_len"], "--recompute", r["recompute"], "--json"]
+             "--seq", r["seq_len"], "--recompute", r["recompute"], "--cross-entropy", "torch", "--json"]
     sim = [os.path.join(BIN, "shardcast"), "simulate"] + shape
     row = {"row": r["row_id"], "measured_s": float(r["step_time_s"])}
     row["default_s"] = step_of(*run(r["row_id"] + "-default", sim + ["--cluster", "dgx-h200"], 60)[:2], None)

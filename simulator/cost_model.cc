@@ -1518,6 +1518,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   const CeBytes ce = c.cross_entropy == CrossEntropyImpl::kNative ? CeBytes{eb + 20, 8 + eb, 4}
                      : c.cross_entropy == CrossEntropyImpl::kTe   ? CeBytes{3 * eb, 2 * eb, eb}
                      : c.cross_entropy == CrossEntropyImpl::kFlashAttn ? CeBytes{eb, 2 * eb, eb}
+                     : c.cross_entropy == CrossEntropyImpl::kTorch     ? CeBytes{eb + 20, 24 + eb, 4}
                                                                        : CeBytes{eb + 36, 12 + eb, 4};
   ob.Memory(O, "cross_entropy", F, ce.fwd * logits, ce.saved * logits);
   ob.Collective(O, "cross_entropy_all_reduce", F, ar, 3 * 4 * T);

@@ -88,6 +88,7 @@ TEST(RunLog, TorchtitanLogReadsItsJobConfigurationAndTokensPerSecond) {
   EXPECT_EQ(r.gpus, 8);
   EXPECT_EQ(r.config.dp, 8);
   EXPECT_EQ(r.config.zero_stage, 3);  // FSDP2 over the 8 shards
+  EXPECT_EQ(r.config.cross_entropy, CrossEntropyImpl::kTorch);  // F.cross_entropy on fp32 logits
   EXPECT_EQ(r.config.micro_batch_size, 2);
   EXPECT_EQ(r.config.global_batch_size, 16);  // local 2 x dp 8
   EXPECT_EQ(r.config.seq_length, 8192);

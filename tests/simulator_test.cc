@@ -606,7 +606,8 @@ TEST(CostModel, AsyncTensorParallelGradReduceHidesBehindTheWeightGradient) {
 // per logit of one GPU (b*s tokens x V/tp), eb = 2 for bf16: Megatron's unfused fp32 passes eb + 36
 // forward and 12 + eb backward with the fp32 softmax kept; Megatron-Core's native fusion (compiled
 // passes) eb + 20 and 8 + eb; Transformer Engine's kernels 3 * eb and 2 * eb with the 16-bit
-// gradient kept; flash-attn's one pass eb and 2 * eb with the 16-bit logits kept.
+// gradient kept; flash-attn's one pass eb and 2 * eb with the 16-bit logits kept; PyTorch's eager
+// F.cross_entropy on fp32 logits eb + 20 and 24 + eb with the fp32 log-probabilities kept.
 TEST(CostModel, CrossEntropyBytesFollowTheImplementationsPasses) {
   const Model m = SmallGpt();
   const Cluster cl = LoadCluster("dgx-a100");
@@ -618,7 +619,8 @@ TEST(CostModel, CrossEntropyBytesFollowTheImplementationsPasses) {
     double fwd, bwd, saved;
   };
   for (const Case& k : {Case{CrossEntropyImpl::kUnfused, eb + 36, 12 + eb, 4}, Case{CrossEntropyImpl::kNative, eb + 20, 8 + eb, 4},
-                        Case{CrossEntropyImpl::kTe, 3 * eb, 2 * eb, eb}, Case{CrossEntropyImpl::kFlashAttn, eb, 2 * eb, eb}}) {
+                        Case{CrossEntropyImpl::kTe, 3 * eb, 2 * eb, eb}, Case{CrossEntropyImpl::kFlashAttn, eb, 2 * eb, eb},
+                        Case{CrossEntropyImpl::kTorch, eb + 20, 24 + eb, 4}}) {
     c.cross_entropy = k.impl;
     const CostModel cm = BuildCostModel(m, c, cl, p);
     const Op& f = FindOp(cm.output_ops, "cross_entropy");
@@ -636,6 +638,14 @@ TEST(CostModel, CrossEntropyBytesFollowTheImplementationsPasses) {
       "simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --cross-entropy-loss-fusion --cross-entropy-fusion-impl te --json");
   ASSERT_EQ(te.exit_code, 0) << te.err;
   EXPECT_EQ(Json::parse(te.out)["config"]["cross_entropy"], "te");
+  // --cross-entropy names any implementation, but not beside the Megatron flags.
+  const auto both = testing::RunShardcast(
+      "simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --cross-entropy-loss-fusion --cross-entropy torch");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("--cross-entropy"), std::string::npos) << both.err;
+  const auto torch_ce = testing::RunShardcast("simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --cross-entropy torch --json");
+  ASSERT_EQ(torch_ce.exit_code, 0) << torch_ce.err;
+  EXPECT_EQ(Json::parse(torch_ce.out)["config"]["cross_entropy"], "torch");
 }
 
 // DeepSpeed's ZeRO-1/2 (stage_1_and_2.py, 2022): each backward through its optimizer allocates
