@@ -32,7 +32,7 @@ struct CapacityArgs {
   std::int64_t max_gpus = 16384;
   PrecisionArgs prec;
   std::string framework = "megatron-core";
-  ParallelConfig moe_routing;  ///< --moe-load-imbalance, --moe-router-force-load-balancing
+  ParallelConfig moe_routing;  ///< --moe-load-imbalance, --moe-router-force-load-balancing, --cross-entropy
 };
 
 /// "300e9", "300B", "1.5T", "2M" -> tokens.
@@ -154,6 +154,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
   ApplyPrecisionArgs(a.prec, &o.plan.base);
   o.plan.base.moe_load_imbalance = a.moe_routing.moe_load_imbalance;
   o.plan.base.moe_force_load_balancing = a.moe_routing.moe_force_load_balancing;
+  o.plan.base.cross_entropy = a.moe_routing.cross_entropy;
   CheckMoeRoutingOptions(m, o.plan.base);
   o.plan.megatron_core = a.framework == "megatron-core";
   // Goodput needs all three: without a checkpoint cost a failure would lose nothing (goodput
@@ -293,6 +294,7 @@ void RegisterCapacity(CLI::App& app) {
   AddPrecisionOptions(cmd, &a->prec);
   AddFrameworkOption(cmd, &a->framework);
   AddMoeRoutingOptions(cmd, &a->moe_routing.moe_load_imbalance, &a->moe_routing.moe_force_load_balancing);
+  AddCrossEntropyOption(cmd, &a->moe_routing.cross_entropy);
   cmd->add_flag("--solve", a->solve,
                 "with --days: for each --gpus-options cluster (given without counts), the smallest GPU count (whole "
                 "nodes) whose best plan meets the deadline, with its cost");

@@ -31,7 +31,7 @@ struct PlanArgs {
   int top = 10, threads = 0;
   double min_headroom_gib = 2.0;
   bool json = false, no_flash = false, exclude_at_risk = false;
-  ParallelConfig moe_routing;  ///< --moe-load-imbalance, --moe-router-force-load-balancing
+  ParallelConfig moe_routing;  ///< --moe-load-imbalance, --moe-router-force-load-balancing, --cross-entropy
   PrecisionArgs prec;
   std::string framework = "megatron-core";
   EmitArgs emit;
@@ -59,6 +59,7 @@ PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl
   ApplyPrecisionArgs(a.prec, &o.base);
   o.base.moe_load_imbalance = a.moe_routing.moe_load_imbalance;
   o.base.moe_force_load_balancing = a.moe_routing.moe_force_load_balancing;
+  o.base.cross_entropy = a.moe_routing.cross_entropy;
   CheckMoeRoutingOptions(m, o.base);
   o.megatron_core = a.framework == "megatron-core";
   RequirePrecision(cl.gpu, o.base, "command line");
@@ -188,6 +189,7 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention (saves s*s scores)");
   AddMoeRoutingOptions(cmd, &a->moe_routing.moe_load_imbalance, &a->moe_routing.moe_force_load_balancing);
+  AddCrossEntropyOption(cmd, &a->moe_routing.cross_entropy);
   AddPrecisionOptions(cmd, &a->prec);
   AddFrameworkOption(cmd, &a->framework);
   cmd->add_flag("--exclude-at-risk", a->exclude_at_risk,

@@ -169,6 +169,21 @@ void AddMoeRoutingOptions(CLI::App* cmd, double* imbalance, bool* forced) {
                 "training a model): balanced routing's imbalance whatever the model's router");
 }
 
+void AddCrossEntropyOption(CLI::App* cmd, CrossEntropyImpl* impl) {
+  cmd->add_option_function<std::string>(
+         "--cross-entropy",
+         [impl](const std::string& v) {
+           for (const CrossEntropyImpl x : {CrossEntropyImpl::kUnfused, CrossEntropyImpl::kNative, CrossEntropyImpl::kTe,
+                                            CrossEntropyImpl::kFlashAttn, CrossEntropyImpl::kTorch}) {
+             if (v == ToString(x)) *impl = x;
+           }
+         },
+         "the loss's implementation every plan runs: unfused (default: Megatron's fp32 passes) | native "
+         "(Megatron-Core's --cross-entropy-loss-fusion, NeMo 2's default) | te | flash-attn | torch "
+         "(docs/simulator.md)")
+      ->transform(CLI::IsMember({"unfused", "native", "te", "flash-attn", "torch"}, CLI::ignore_case));
+}
+
 void CheckMoeRoutingOptions(const Model& m, const ParallelConfig& c) {
   const bool given = c.moe_load_imbalance > 0;
   if ((given || c.moe_force_load_balancing) && !m.moe.enabled()) {

@@ -54,6 +54,9 @@ bool WriteCsvOption(const std::string& path, const std::string& csv);
 /// --moe-load-imbalance F (a number from 1 to 64) and --moe-router-force-load-balancing, written
 /// into `imbalance` and `forced` (ParallelConfig's moe_load_imbalance, moe_force_load_balancing).
 void AddMoeRoutingOptions(CLI::App* cmd, double* imbalance, bool* forced);
+/// `plan` and `capacity`'s --cross-entropy NAME (CrossEntropyImpl by name: unfused, native, te,
+/// flash-attn, torch), written into `impl`; every plan takes it (PlanOptions::base).
+void AddCrossEntropyOption(CLI::App* cmd, CrossEntropyImpl* impl);
 /// InputError (exit 2) for the MoE routing options on a model without routed experts, for both
 /// given at once, and for an imbalance above what the busiest rank can take: every token's
 /// min(k, E/ep) copies on it, ep * min(1, (E/ep)/k) times the mean.

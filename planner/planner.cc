@@ -269,6 +269,7 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   CopyPrecisionSettings(o.base, &c);
                   c.moe_load_imbalance = o.base.moe_load_imbalance;
                   c.moe_force_load_balancing = o.base.moe_force_load_balancing;
+                  c.cross_entropy = o.base.cross_entropy;
                   if (o.megatron_core) ApplyMegatronCoreDefaults(&c);
                   c.flash_attention = o.flash_attention;
                   c.embedding_slots = split.slots;

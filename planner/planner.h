@@ -49,7 +49,8 @@ struct PlanOptions {
   /// Megatron-LM 2021-22's (scatter/gather messages, non-blocking transfers).
   bool megatron_core = true;
   /// Settings every candidate takes as they are (the search does not vary them): the precision
-  /// and its options (CopyPrecisionSettings), the MoE load imbalance and forced balancing.
+  /// and its options (CopyPrecisionSettings), the MoE load imbalance and forced balancing, the
+  /// cross-entropy implementation.
   ParallelConfig base;
   double price_usd_per_gpu_hour = 0;  ///< 0: the GPU preset's
   double energy_overhead = 1.3;       ///< facility and host power over GPU board power

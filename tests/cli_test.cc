@@ -744,3 +744,26 @@ TEST(CliCapacity, SolveGivesEachClustersSmallestCount) {
 
 }  // namespace
 }  // namespace shardcast
+
+namespace shardcast {
+namespace {
+
+// plan and capacity take the loss's implementation for every plan they simulate, and the emitted
+// NeMo recipe says which one the plan ran.
+TEST(Cli, PlanTakesTheCrossEntropyImplementation) {
+  const std::string base = "plan --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 64 --top 1";
+  const auto bad = testing::RunShardcast(base + " --cross-entropy bogus");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--cross-entropy"), std::string::npos) << bad.err;
+  const auto fused = testing::RunShardcast(base + " --cross-entropy native --emit nemo");
+  ASSERT_EQ(fused.exit_code, 0) << fused.err;
+  EXPECT_NE(fused.out.find("cross_entropy_loss_fusion = True"), std::string::npos) << fused.out;
+  const auto unfused = testing::RunShardcast(base + " --emit nemo");
+  ASSERT_EQ(unfused.exit_code, 0) << unfused.err;
+  EXPECT_NE(unfused.out.find("cross_entropy_loss_fusion = False"), std::string::npos) << unfused.out;
+  const auto cap = testing::RunShardcast("capacity --help");
+  EXPECT_NE(cap.out.find("--cross-entropy"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace shardcast
