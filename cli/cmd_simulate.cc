@@ -138,10 +138,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
                        "\" with --cross-entropy-loss-fusion, expected one of them (the Megatron flags name "
                        "--cross-entropy native or te)");
     }
-    for (const CrossEntropyImpl x : {CrossEntropyImpl::kUnfused, CrossEntropyImpl::kNative, CrossEntropyImpl::kTe,
-                                     CrossEntropyImpl::kFlashAttn, CrossEntropyImpl::kTorch}) {
-      if (a.cross_entropy == ToString(x)) c.cross_entropy = x;
-    }
+    c.cross_entropy = CrossEntropyImplNamed(a.cross_entropy).value_or(c.cross_entropy);  // CLI11 checked the name
   }
   c.overlap_param_gather = !a.no_overlap_param;
   c.fp32_main_grads = !a.bf16_grads;

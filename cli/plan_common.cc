@@ -172,12 +172,7 @@ void AddMoeRoutingOptions(CLI::App* cmd, double* imbalance, bool* forced) {
 void AddCrossEntropyOption(CLI::App* cmd, CrossEntropyImpl* impl) {
   cmd->add_option_function<std::string>(
          "--cross-entropy",
-         [impl](const std::string& v) {
-           for (const CrossEntropyImpl x : {CrossEntropyImpl::kUnfused, CrossEntropyImpl::kNative, CrossEntropyImpl::kTe,
-                                            CrossEntropyImpl::kFlashAttn, CrossEntropyImpl::kTorch}) {
-             if (v == ToString(x)) *impl = x;
-           }
-         },
+         [impl](const std::string& v) { *impl = CrossEntropyImplNamed(v).value_or(*impl); },  // CLI11 checked it
          "the loss's implementation every plan runs: unfused (default: Megatron's fp32 passes) | native "
          "(Megatron-Core's --cross-entropy-loss-fusion, NeMo 2's default) | te | flash-attn | torch "
          "(docs/simulator.md)")

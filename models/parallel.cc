@@ -132,6 +132,14 @@ const char* ToString(CrossEntropyImpl x) {
   return "?";
 }
 
+std::optional<CrossEntropyImpl> CrossEntropyImplNamed(const std::string& name) {
+  for (const CrossEntropyImpl x : {CrossEntropyImpl::kUnfused, CrossEntropyImpl::kNative, CrossEntropyImpl::kTe,
+                                   CrossEntropyImpl::kFlashAttn, CrossEntropyImpl::kTorch}) {
+    if (name == ToString(x)) return x;
+  }
+  return std::nullopt;
+}
+
 const char* ToString(Fp8Recipe r) {
   switch (r) {
     case Fp8Recipe::kDelayed: return "delayed";

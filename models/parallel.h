@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,9 @@ const char* ToString(Schedule s);
 const char* ToString(OptimizerImpl o);
 const char* ToString(Zero3Impl z);
 const char* ToString(CrossEntropyImpl x);
+/// The implementation whose ToString is `name` (unfused, native, te, flash-attn, torch); none
+/// for any other name.
+std::optional<CrossEntropyImpl> CrossEntropyImplNamed(const std::string& name);
 const char* ToString(Fp8Recipe r);
 
 struct ParallelConfig {
