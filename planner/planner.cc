@@ -26,6 +26,15 @@ const char* ToString(Objective o) {
 
 namespace {
 
+/// The search simulates thousands of configurations: memory by the allocated peak, without the
+/// caching allocator's replay (SimulateOptions::allocator_replay; `simulate` of a plan gives its
+/// reserved figure).
+SimulateOptions SearchOptions() {
+  SimulateOptions o;
+  o.allocator_replay = false;
+  return o;
+}
+
 std::vector<std::int64_t> Divisors(std::int64_t n) {
   std::vector<std::int64_t> d;
   for (std::int64_t i = 1; i <= n; ++i) {
@@ -390,7 +399,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     }
     Plan p;
     p.config = cands[i];
-    p.result = Simulate(m, cands[i], cl, o.gpus, prof);
+    p.result = Simulate(m, cands[i], cl, o.gpus, prof, SearchOptions());
     ++simulated;
     const double tokens = static_cast<double>(cands[i].global_batch_size * cands[i].seq_length);
     p.usd_per_million_tokens = static_cast<double>(o.gpus) * price / 3600.0 * p.result.step_time_s / tokens * 1e6;
@@ -451,7 +460,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
       for (std::size_t j = 0; j < idx.size() && j < 3; ++j) {
         Plan p;
         p.config = cands[idx[j]];
-        p.result = Simulate(m, p.config, cl, o.gpus, prof);
+        p.result = Simulate(m, p.config, cl, o.gpus, prof, SearchOptions());
         res.closest.push_back(std::move(p));
       }
     }

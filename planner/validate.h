@@ -30,8 +30,14 @@ struct ValidationRow {
   /// throughput such as TFLOP/s or tokens/s), not a reported iteration time (iter_time_s).
   bool step_time_derived = false;
   std::optional<double> measured_peak_memory_bytes, predicted_peak_memory_bytes, memory_error;
+  /// The predicted reserved figure (SimulationResult::peak_reserved_bytes: the caching
+  /// allocator's segments plus the framework overhead).
+  std::optional<double> predicted_reserved_bytes;
+  /// The measured peak is a reserved figure (nvidia-smi, or PyTorch's max_memory_reserved), so
+  /// memory_error compares it with predicted_reserved_bytes; else with the allocated peak.
+  bool memory_is_reserved = false;
   /// A training log's peak reserved (PyTorch's max_memory_reserved: the caching allocator's
-  /// cache included), where the log gives it (validate --log); not compared with the prediction.
+  /// cache included), where the log gives it (validate --log).
   std::optional<double> measured_reserved_bytes;
   std::string log;  ///< the training log the row was read from (validate --log)
   bool predicted_fits = true;

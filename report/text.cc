@@ -227,33 +227,43 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   line("optimizer", b.optimizer_s, "Adam step and gradient norm");
   out << "\nMemory per GPU by pipeline stage (usable " << FormatGiB(r.usable_memory_bytes) << ")\n";
   const bool chunks = c.vp > 1 && c.schedule == Schedule::kInterleaved;
-  out << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}  {}\n", "stage", "layers",
+  out << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10} {:>10}  {}\n", "stage", "layers",
                            "weights", "grads", "optimizer", "activ.", "(in flight)", "other",
-                           "peak", "");
+                           "peak", "reserved", "");
   for (const auto& s : r.stages) {
     const auto& mm = s.memory;
-    out << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10}  {}\n", s.stage, s.layers,
+    out << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10} {:>10}  {}\n", s.stage, s.layers,
                              FormatGiB(mm.weights_bytes), FormatGiB(mm.grads_bytes), FormatGiB(mm.optimizer_bytes),
                              FormatGiB(mm.activations_bytes),
                              fmt::format("{} {}", mm.peak_inflight_microbatches, chunks ? "chunks" : "mb"),
                              FormatGiB(mm.comm_buffer_bytes + mm.framework_bytes), FormatGiB(mm.peak_bytes),
+                             FormatGiB(mm.reserved_bytes),
                              !s.fits ? "DOES NOT FIT" : s.at_risk ? "fits, at risk" : "fits");
   }
   out << fmt::format(
       "  in flight: {} whose activations are held at the peak\n"
       "  other: communication buffers plus the profile's framework overhead (CUDA context, NCCL)\n"
-      "  The peak counts allocated tensors. In the published BLOOM runs nvidia-smi showed {:.2f}-{:.2f} times\n"
-      "  this model's peak (allocator reserve, CUDA context, NCCL; docs/accuracy.md): {} to {} for the\n"
-      "  {} peak here.\n",
+      "  peak: allocated tensors at their most, plus other; reserved: what PyTorch's caching allocator holds\n"
+      "  at its most in a replay of the stage's allocations (rounding, segments, fragmentation), plus other\n"
+      "  (docs/simulator.md, \"Reserved memory\"). In the published BLOOM runs nvidia-smi showed {:.2f}-{:.2f}\n"
+      "  times this model's peak (docs/accuracy.md): {} to {} for the {} peak here.\n",
       chunks ? "forward chunk passes (each 1/vp of the stage's layers)" : "micro-batches",
       kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMax,
       FormatGiB(r.peak_memory_bytes * kMeasuredOverPredictedPeakMin),
       FormatGiB(r.peak_memory_bytes * kMeasuredOverPredictedPeakMax), FormatGiB(r.peak_memory_bytes));
+  for (const auto& s : r.stages) {
+    if (s.memory.allocator_retries > 0) {
+      out << fmt::format("  stage {}: the caching allocator runs out of room and releases its cache {} times per step\n"
+                         "  (num_alloc_retries; each a device synchronization and cudaFree/cudaMalloc calls)\n",
+                         s.stage, s.memory.allocator_retries);
+    }
+  }
   bool any_at_risk = false;
   for (const auto& s : r.stages) any_at_risk = any_at_risk || s.at_risk;
   if (any_at_risk) {
-    out << fmt::format("  at risk: the peak times {} exceeds usable memory; the measured nvidia-smi peaks of the\n"
-                             "  published BLOOM runs were {:.2f}-{:.2f} times this model's peaks.\n",
+    out << fmt::format("  at risk: the peak times {} exceeds usable memory (the measured nvidia-smi peaks of the\n"
+                             "  published BLOOM runs were {:.2f}-{:.2f} times this model's peaks), or the reserved figure\n"
+                             "  does, or the caching allocator's replay found no room for a request.\n",
                              kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMin,
                              kMeasuredOverPredictedPeakMax);
   }

@@ -34,15 +34,17 @@ std::string ValidationCsv(const ValidationReport& rep) {
   auto Bool = [](bool skipped, bool v) { return skipped ? std::string() : std::string(v ? "true" : "false"); };
   std::string csv = "row_id,source_id,model,gpus,config,measured_step_time_s,measured_step_time_derived,"
                     "predicted_step_time_s,step_time_error,measured_peak_memory_bytes,predicted_peak_memory_bytes,"
-                    "outcome,predicted_fits,predicted_memory_at_risk,predicted_mfu,skipped,skip_reason,fitted_constant\n";
+                    "outcome,predicted_fits,predicted_memory_at_risk,predicted_mfu,skipped,skip_reason,fitted_constant,"
+                    "predicted_reserved_memory_bytes,measured_memory_is_reserved\n";
   for (const auto& r : rep.rows) {
-    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", CsvQuote(r.row_id),
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", CsvQuote(r.row_id),
                        CsvQuote(r.source_id), CsvQuote(r.model), r.gpus, CsvQuote(r.skipped ? "" : r.config.Summary()),
                        Cell(r.measured_step_time_s), Bool(r.skipped, r.step_time_derived),
                        Cell(r.predicted_step_time_s), Cell(r.step_time_error), Bytes(r.measured_peak_memory_bytes),
                        Bytes(r.predicted_peak_memory_bytes), CsvQuote(r.outcome), Bool(r.skipped, r.predicted_fits),
                        Bool(r.skipped, r.predicted_at_risk), r.skipped ? "" : fmt::format("{}", r.predicted_mfu),
-                       r.skipped ? "true" : "false", CsvQuote(r.skip_reason), CsvQuote(r.fitted_constant));
+                       r.skipped ? "true" : "false", CsvQuote(r.skip_reason), CsvQuote(r.fitted_constant),
+                       Bytes(r.predicted_reserved_bytes), Bool(r.skipped, r.memory_is_reserved));
   }
   return csv;
 }
@@ -67,6 +69,8 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
       x["step_time_error"] = opt(r.step_time_error);
       x["predicted_peak_memory_bytes"] = opt(r.predicted_peak_memory_bytes);
       x["measured_peak_memory_bytes"] = opt(r.measured_peak_memory_bytes);
+      x["predicted_reserved_memory_bytes"] = opt(r.predicted_reserved_bytes);
+      x["measured_memory_is_reserved"] = r.memory_is_reserved;
       x["predicted_fits"] = r.predicted_fits;
       x["predicted_memory_at_risk"] = r.predicted_at_risk;
       x["outcome"] = r.outcome;
@@ -176,7 +180,8 @@ namespace {
 void WriteValidationHeader(std::ostream& out, const ValidationReport& rep, const std::string& runs) {
   if (rep.logs.empty()) {
     out << "Published training runs: " << runs << "\n";
-    out << "error = predicted / measured - 1; memory is the peak over pipeline stages; * measured step time derived\n"
+    out << "error = predicted / measured - 1; memory is the peak over pipeline stages (r: a measured nvidia-smi or\n"
+           "reserved peak against the predicted reserved figure); * measured step time derived\n"
            "from the source's reported throughput (TFLOP/s or tokens/s), not a reported iteration time; [fit] a built-in\n"
            "constant was fitted on the row (the summary gives the held-out rows apart); [low confidence] a row its\n"
            "source contradicts (the summary gives the MAPE without them)\n\n";
@@ -184,7 +189,8 @@ void WriteValidationHeader(std::ostream& out, const ValidationReport& rep, const
     out << "Training logs (MLM: Megatron-LM, TT: torchtitan):\n";
     for (std::size_t i = 0; i < rep.logs.size(); ++i) out << fmt::format("  {:>3}  {}\n", i + 1, rep.logs[i]);
     out << "error = predicted / measured - 1; measured step: the mean of the logged steps after the first; * derived\n"
-           "from the log's tokens per second; memory: PyTorch's max allocated against the predicted peak over stages\n\n";
+           "from the log's tokens per second; memory: PyTorch's max allocated against the predicted peak over stages\n"
+           "(r: max reserved, where the log gives no allocated peak, against the predicted reserved figure)\n\n";
   }
 }
 
@@ -204,7 +210,8 @@ void WriteValidationRows(std::ostream& out, const ValidationReport& rep) {
                              Opt(r.measured_step_time_s, r.step_time_derived ? "{:.2f} s*" : "{:.2f} s"),
                              Opt(r.predicted_step_time_s, "{:.2f} s"),
                              Opt(r.step_time_error, "{:+.1f}%", 100), Opt(r.measured_peak_memory_bytes, "{:.1f}", 1 / 1073741824.0),
-                             Opt(r.predicted_peak_memory_bytes, "{:.1f}", 1 / 1073741824.0),
+                             Opt(r.memory_is_reserved ? r.predicted_reserved_bytes : r.predicted_peak_memory_bytes,
+                                 r.memory_is_reserved ? "{:.1f}r" : "{:.1f}", 1 / 1073741824.0),
                              Opt(r.memory_error, "{:+.1f}%", 100), r.outcome,
                              (!r.predicted_fits ? "does not fit" : r.predicted_at_risk ? "fits, at risk" : "fits") +
                                  std::string(r.fitted_constant.empty() ? "" : "  [fit]") +
@@ -294,7 +301,8 @@ void WriteValidationSummary(std::ostream& out, const ValidationReport& rep) {
   out << fmt::format("  out of memory: {} of {} measured OOM rows predicted not to fit; {} of {} ok rows predicted to fit\n",
                            s.oom_rows_predicted_oom, s.oom_rows, s.ok_rows_predicted_fit, s.ok_rows);
   out << fmt::format("  at risk (fit, but not with the peak x {}, BLOOM's smallest nvidia-smi / predicted ratio,\n"
-                           "    from the same sweeps as the OOM rows): {} of {} OOM rows, {} of {} ok rows\n",
+                           "    from the same sweeps as the OOM rows, or not by the caching allocator's replay): {} of {}\n"
+                           "    OOM rows, {} of {} ok rows\n",
                            kMeasuredOverPredictedPeakMin, s.oom_rows_at_risk, s.oom_rows, s.ok_rows_at_risk, s.ok_rows);}
 
 }  // namespace

@@ -757,9 +757,11 @@ class LayerBuilder {
   // Full: rerun the whole forward. Selective: the modules of --recompute-modules (Megatron-Core;
   // default core_attn, Korthikanti et al. 2022 section 5's attention core).
   std::vector<Op> recompute;
-  for (const auto& o : L) {
+  for (auto& o : L) {
     if (o.pass != F || !(c.recompute == Recompute::kFull || (RecomputeModuleOf(o.name) & SelectiveModules()) != 0)) continue;
+    o.rebuilt = o.saved_bytes > 0;
     Op r = o;
+    r.rebuilt = false;
     r.pass = Pass::kRecompute;
     r.name = o.name + "_recompute";
     r.saved_bytes = 0;
@@ -1498,6 +1500,8 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   cm.quantized_weight_bytes_per_param = QuantizedWeightBytesPerParam(c, lf);
 
   // ---- embedding (first stage): lookup + position add + dropout; vocab-parallel all-reduce.
+  cm.embedding_params_per_gpu = V * h / t;
+  cm.output_params_per_gpu = (!m.tie_embeddings || c.pp > 1) ? V * h / t : 0.0;
   auto& E = cm.embedding_ops;
   ob.Memory(E, "embedding_lookup", F, 2 * act + (m.position_embedding == PositionEmbedding::kLearned ? act : 0),
             drop * T * h / rep);

@@ -93,6 +93,9 @@ struct Op {
   double batch = 1;             ///< independent matrices of a batched GEMM (attention scores/context)
   double bytes = 0;             ///< bytes read and written (memory ops, GEMMs) or collective size (nccl-tests size)
   double saved_bytes = 0;       ///< activation bytes kept for backward (forward ops)
+  /// Forward op whose saved bytes the recompute policy drops and the backward rebuilds (every
+  /// forward op under full recompute; the selected modules' under selective).
+  bool rebuilt = false;
   double duration_s = 0;  ///< time on this GPU's critical path (the exposed part of a collective)
   double hidden_s = 0;    ///< part of a collective hidden behind a concurrent GEMM (not in duration_s)
   CollectiveOp collective = CollectiveOp::kAllReduce;
@@ -225,6 +228,9 @@ struct CostModel {
   /// Bytes one transformer layer keeps from forward to backward per micro-batch (no embedding or
   /// output layer): the per-layer quantity of Korthikanti et al. 2022 Table 2 and Fig. 7.
   double layer_saved_bytes = 0;
+  /// Parameters of the (vocab-parallel) embedding table on one GPU of the first stage, and of the
+  /// output layer's own copy on the last (0 when it shares the embedding's: tied, no pipeline).
+  double embedding_params_per_gpu = 0, output_params_per_gpu = 0;
   /// One layer's parameter tensors (Zero3Impl::kDeepSpeed2021's per-tensor collectives).
   LayerTensors layer_tensors;
   /// Extra bytes per quantized parameter (QuantizedWeightBytesPerParam) under the configuration.

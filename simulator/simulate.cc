@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "common/text.h"
+#include "simulator/memory_replay.h"
 
 namespace shardcast {
 namespace {
@@ -705,6 +706,25 @@ double DeepSpeedBucketBytes(const ParallelConfig& c, int stage) {
   return (c.overlap_grad_reduce ? 2.0 : 1.0) * c.ds_reduce_bucket_elems * 2.0;
 }
 
+/// The stage's allocations replayed through the caching allocator (ReplayStageAllocations), its
+/// device capacity `usable` less the framework overhead, shifted by what the replayed trace
+/// allocates beyond the stage's modelled peak (its backward's gradients in flight are counted
+/// tensor by tensor), so that the replay runs out of room exactly when the modelled peak plus the
+/// allocator's overhead would. Unlimited first; limited only when the cache would not fit.
+AllocatorReplay ReplayStageMemory(const CostModel& cm, const ParallelConfig& c, int stage, const StageMemory& mem,
+                                  double usable) {
+  const double static_bytes = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes + mem.comm_buffer_bytes;
+  AllocatorReplay r = ReplayStageAllocations(cm, c, stage, static_bytes, 0);
+  const double shift = r.peak_allocated_bytes - (mem.peak_bytes - mem.framework_bytes);
+  const double capacity = usable - mem.framework_bytes + shift;
+  if (r.peak_reserved_bytes <= capacity) return r;
+  if (capacity <= 0) {
+    r.out_of_memory = true;
+    return r;
+  }
+  return ReplayStageAllocations(cm, c, stage, static_bytes, capacity);
+}
+
 StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
                               const HardwareProfile& prof, int stage) {
   StageMemory mem;
@@ -1035,10 +1055,23 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
       }
     }
     mem.peak_inflight_microbatches = peak_inflight;
+    mem.reserved_bytes = mem.peak_bytes;
+    AllocatorReplay replay;
+    if (opts.allocator_replay) {
+      replay = ReplayStageMemory(cm, c, i, mem, res.usable_memory_bytes);
+      mem.reserved_bytes = mem.peak_bytes + std::max(0.0, replay.overhead_bytes());
+      mem.allocator_retries = replay.retries;
+    }
+    // Fits by the allocated peak; at risk when the peak times BLOOM's smallest nvidia-smi ratio,
+    // or the caching allocator's replay (its reserved figure, or a request it finds no room for),
+    // exceeds usable memory. docs/simulator.md, "Reserved memory", says why the replay does not
+    // decide "fits" yet.
     sr.fits = mem.peak_bytes <= res.usable_memory_bytes;
-    sr.at_risk = sr.fits && mem.peak_bytes * kMeasuredOverPredictedPeakMin > res.usable_memory_bytes;
+    sr.at_risk = sr.fits && (mem.peak_bytes * kMeasuredOverPredictedPeakMin > res.usable_memory_bytes ||
+                             mem.reserved_bytes > res.usable_memory_bytes || replay.out_of_memory);
     res.memory_at_risk = res.memory_at_risk || sr.at_risk;
     res.peak_memory_bytes = std::max(res.peak_memory_bytes, mem.peak_bytes);
+    res.peak_reserved_bytes = std::max(res.peak_reserved_bytes, mem.reserved_bytes);
     if (!sr.fits) {
       res.fits = false;
       res.reasons.push_back(fmt::format("stage {} needs {} per GPU, more than the {} usable", i,
@@ -1203,6 +1236,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   j["executed_flops_utilization"] = r.executed_flops_utilization;
   j["bubble_fraction"] = r.bubble_fraction;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
+  j["peak_reserved_memory_bytes"] = r.peak_reserved_bytes;
   j["usable_memory_bytes"] = r.usable_memory_bytes;
   auto bd = [](const StageBreakdown& b) {
     return Json{{"compute", b.compute_s},     {"recompute", b.recompute_s},
@@ -1217,6 +1251,8 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
     st.push_back({{"stage", s.stage},
                   {"layers", s.layers},
                   {"peak_memory_bytes", s.memory.peak_bytes},
+                  {"reserved_memory_bytes", s.memory.reserved_bytes},
+                  {"allocator_retries", s.memory.allocator_retries},
                   {"fits", s.fits},
                   {"memory_at_risk", s.at_risk},
                   {"bubble_fraction", s.bubble_fraction},

@@ -38,6 +38,10 @@ struct SimulateOptions {
   /// Copy the steady state's repeated schedule periods instead of simulating them event by
   /// event (TaskGraph::Run; identical results). Off: every event is simulated.
   bool skip_periods = true;
+  /// Replay each stage's allocations through the model of PyTorch's caching allocator
+  /// (ReplayStageAllocations) for StageMemory::reserved_bytes and the "at risk" flag. Off (the
+  /// planner's search): reserved_bytes = peak_bytes.
+  bool allocator_replay = true;
 };
 
 /// Time of one stage, in seconds; the parts add up to the step time.
@@ -68,7 +72,14 @@ struct StageMemory {
   /// the pipeline's send and receive buffers.
   double comm_buffer_bytes = 0;
   double framework_bytes = 0;
-  double peak_bytes = 0;
+  double peak_bytes = 0;  ///< allocated at the peak (torch.cuda.max_memory_allocated) + framework_bytes
+  /// What PyTorch's caching allocator reserves at the peak, plus framework_bytes: peak_bytes plus
+  /// the allocator's overhead in a replay of the stage's allocations (AllocatorReplay). The
+  /// device memory the stage holds, nvidia-smi's figure.
+  double reserved_bytes = 0;
+  /// The replay's cache releases per step (num_alloc_retries: each a device synchronization and
+  /// cudaFree/cudaMalloc calls; near the memory limit).
+  int allocator_retries = 0;
   int peak_inflight_microbatches = 0;
 };
 
@@ -90,8 +101,9 @@ struct StageResult {
   StageBreakdown time;
   StageMemory memory;
   double bubble_fraction = 0;
-  bool fits = true;
-  /// Fits, but peak * kMeasuredOverPredictedPeakMin exceeds usable memory.
+  bool fits = true;  ///< the allocated peak fits in usable memory
+  /// Fits, but peak * kMeasuredOverPredictedPeakMin, or the reserved figure, exceeds usable
+  /// memory, or the allocator's replay found no room for a request (fragmentation).
   bool at_risk = false;
 };
 
@@ -117,6 +129,9 @@ struct SimulationResult {
   double bubble_fraction = 0;  ///< mean over stages
   StageBreakdown breakdown;    ///< mean over stages
   double peak_memory_bytes = 0;
+  /// The largest StageMemory::reserved_bytes: what the caching allocator holds at its most, plus
+  /// the framework overhead (nvidia-smi's figure).
+  double peak_reserved_bytes = 0;
   double usable_memory_bytes = 0;
   bool fits = true;
   bool memory_at_risk = false;  ///< fits, and some stage is at risk (StageResult::at_risk)

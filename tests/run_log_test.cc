@@ -121,8 +121,10 @@ TEST(RunLog, ValidatePredictsWhatSimulateDoesForTheLoggedConfiguration) {
   const ValidationRow& t = rep.rows[1];
   ASSERT_FALSE(t.skipped) << t.skip_reason;
   EXPECT_TRUE(t.step_time_derived);
-  EXPECT_FALSE(t.memory_error.has_value());  // reserved only: not compared with allocated
   const SimulationResult tw = Simulate(runs[1].model, runs[1].config, cl, 8, prof);
+  // Reserved only: compared with the predicted reserved figure, not the allocated peak.
+  EXPECT_TRUE(t.memory_is_reserved);
+  EXPECT_DOUBLE_EQ(*t.memory_error, tw.peak_reserved_bytes / *runs[1].max_reserved_bytes - 1.0);
   EXPECT_DOUBLE_EQ(*t.step_time_error, tw.step_time_s / runs[1].measured_step_time_s - 1.0);
   EXPECT_EQ(rep.summary.timed, 2u);
   EXPECT_DOUBLE_EQ(rep.summary.step_time_mape, (std::fabs(*m.step_time_error) + std::fabs(*t.step_time_error)) / 2);
@@ -304,7 +306,8 @@ TEST(RunLog, CommandLineNeedsTheClusterAndKeepsLogsApartFromPublishedRuns) {
   EXPECT_EQ(j["rows"][1]["source_id"], "TT");
   EXPECT_EQ(j["rows"][0]["log"], kMegatron);
   EXPECT_NEAR(j["rows"][1]["measured_reserved_bytes"].get<double>(), 61.60 * 1073741824.0, 1.0);  // whole bytes
-  EXPECT_TRUE(j["rows"][1]["measured_peak_memory_bytes"].is_null());
+  EXPECT_EQ(j["rows"][1]["measured_peak_memory_bytes"], j["rows"][1]["measured_reserved_bytes"]);
+  EXPECT_TRUE(j["rows"][1]["measured_memory_is_reserved"].get<bool>());
   const auto text = testing::RunShardcast("validate --log " + kMegatron + " --cluster dgx-h100");
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("Training logs"), std::string::npos);

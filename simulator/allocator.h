@@ -1,0 +1,94 @@
+#pragma once
+/// \file allocator.h
+/// A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp, the native
+/// allocator without expandable segments, the default from PyTorch 1.x through 2.x), so that a
+/// simulated allocation trace can be replayed to predict what the allocator *reserves* from the
+/// device (torch.cuda.max_memory_reserved, and what nvidia-smi shows beside the CUDA context),
+/// not only what the tensors occupy (max_memory_allocated). docs/simulator.md, "Reserved memory".
+///
+/// The rules, as the allocator's source states them:
+///  - every request is rounded up to a multiple of 512 bytes (kMinBlockSize);
+///  - requests up to 1 MiB (kSmallSize) come from the small pool, larger ones from the large pool;
+///  - a new segment (one cudaMalloc) is 2 MiB (kSmallBuffer) for a small request, 20 MiB
+///    (kLargeBuffer) for a request under 10 MiB (kMinLargeAlloc), else the request rounded up to
+///    a multiple of 2 MiB (kRoundLarge);
+///  - a request takes the smallest free cached block of its pool that holds it (best fit; the
+///    lowest address among equals), before any new segment;
+///  - a block larger than the request is split when the remainder is at least 512 bytes (small
+///    pool) or more than 1 MiB (large pool); otherwise the request gets the whole block;
+///  - a freed block merges with its free neighbours within its segment; segments never merge;
+///  - when a new segment does not fit in the device, the allocator frees every cached segment
+///    that is wholly free (release_cached_blocks, counted in memory_stats' num_alloc_retries) and
+///    tries once more; if that fails too, the request runs out of memory.
+
+#include <cstdint>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace shardcast {
+
+/// PyTorch's allocator constants (CUDACachingAllocator.cpp), in bytes.
+inline constexpr std::int64_t kAllocMinBlockBytes = 512;
+inline constexpr std::int64_t kAllocSmallSizeBytes = 1 << 20;
+inline constexpr std::int64_t kAllocSmallBufferBytes = 2 << 20;
+inline constexpr std::int64_t kAllocLargeBufferBytes = 20 << 20;
+inline constexpr std::int64_t kAllocMinLargeAllocBytes = 10 << 20;
+inline constexpr std::int64_t kAllocRoundLargeBytes = 2 << 20;
+
+/// Request size after rounding (round_size): a multiple of 512 bytes, at least 512.
+std::int64_t AllocatorRoundedBytes(std::int64_t bytes);
+/// Size of the segment a request of `rounded` bytes opens when no cached block holds it
+/// (get_allocation_size).
+std::int64_t AllocatorSegmentBytes(std::int64_t rounded);
+
+/// The caching allocator of one device and one stream. Handles are small integers, valid from
+/// Allocate until Free.
+class CachingAllocatorModel {
+ public:
+  /// `capacity_bytes`: what the allocator may reserve (the device's memory less what the CUDA
+  /// context and libraries hold outside it); <= 0: unlimited.
+  explicit CachingAllocatorModel(double capacity_bytes = 0);
+
+  /// Allocates `bytes` (> 0); returns the handle, or -1 when the request runs out of memory
+  /// (after the allocator's one retry with its cache released).
+  int Allocate(double bytes);
+  /// Frees a handle returned by Allocate (not -1, not freed before).
+  void Free(int handle);
+
+  std::int64_t allocated_bytes() const { return allocated_; }  ///< rounded sizes of live blocks
+  std::int64_t reserved_bytes() const { return reserved_; }    ///< sizes of all segments
+  std::int64_t peak_allocated_bytes() const { return peak_allocated_; }
+  std::int64_t peak_reserved_bytes() const { return peak_reserved_; }
+  int segments() const { return segments_; }
+  /// Times the cache was released to make room for a new segment (num_alloc_retries).
+  int retries() const { return retries_; }
+  int ooms() const { return ooms_; }  ///< requests that ran out of memory
+  /// Rounded size of the first request that ran out of memory (0: none did).
+  std::int64_t first_oom_request_bytes() const { return first_oom_bytes_; }
+
+ private:
+  struct Block {
+    std::int64_t size = 0, offset = 0;
+    int segment = 0;
+    int prev = -1, next = -1;  ///< neighbouring blocks of the same segment
+    bool allocated = false, small = false;
+  };
+  using Key = std::tuple<std::int64_t, int, std::int64_t, int>;  // size, segment, offset, block
+  Key KeyOf(int b) const;
+  std::set<Key>& PoolOf(bool small) { return small ? small_free_ : large_free_; }
+  int NewBlock(const Block& b);
+  int FindFree(std::int64_t rounded, bool small);
+  bool NewSegment(std::int64_t rounded, bool small);
+  void ReleaseCached();
+
+  double capacity_;
+  std::vector<Block> blocks_;
+  std::vector<int> unused_;  ///< indices of blocks_ to reuse
+  std::set<Key> small_free_, large_free_;
+  std::int64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
+  int segments_ = 0, next_segment_id_ = 0, retries_ = 0, ooms_ = 0;
+  std::int64_t first_oom_bytes_ = 0;
+};
+
+}  // namespace shardcast

@@ -1,0 +1,293 @@
+#include "simulator/memory_replay.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "simulator/allocator.h"
+#include "simulator/schedule.h"
+
+namespace shardcast {
+namespace {
+
+/// One layer's saved tensors in forward order, and which of them the backward rebuilds.
+struct LayerTensorsSaved {
+  std::vector<double> bytes;
+  std::vector<bool> rebuilt;
+};
+
+LayerTensorsSaved SavedTensorsOf(const std::vector<Op>& ops) {
+  LayerTensorsSaved t;
+  for (const Op& o : ops) {
+    if (o.pass != Pass::kForward || o.saved_bytes <= 0) continue;
+    // The unfused attention dropout keeps two tensors: its 1-byte mask and its 16-bit output,
+    // which it also writes (bytes = read scores + write output + write mask; saved = mask + output).
+    const double output = o.bytes - o.saved_bytes;
+    if (o.name == "attn_dropout" && output > 0 && output < o.saved_bytes) {
+      t.bytes.push_back(o.saved_bytes - output);
+      t.rebuilt.push_back(o.rebuilt);
+      t.bytes.push_back(output);
+      t.rebuilt.push_back(o.rebuilt);
+      continue;
+    }
+    t.bytes.push_back(o.saved_bytes);
+    t.rebuilt.push_back(o.rebuilt);
+  }
+  return t;
+}
+
+}  // namespace
+
+bool FlattensWeightsAtInit(const ParallelConfig& c) {
+  return (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2) ||
+         c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16;
+}
+
+LazyGradients LazyGradientsOf(const ParallelConfig& c) {
+  LazyGradients g;
+  if (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage == 1) {
+    g.bytes_per_param = 2;
+  } else if (c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16) {
+    g.bytes_per_param = 2;
+    g.per_microbatch = true;
+  }
+  return g;
+}
+
+namespace {
+
+/// Replays passes through the allocator; remembers what each (micro-batch, chunk) keeps.
+class Replayer {
+ public:
+  Replayer(const CostModel& cm, const ParallelConfig& c, int stage, double capacity)
+      : cm_(cm), c_(c), alloc_(capacity), chunks_(cm.chunks.at(static_cast<std::size_t>(stage))),
+        lazy_(LazyGradientsOf(c)) {
+    dense_ = SavedTensorsOf(cm.layer_ops);
+    moe_ = SavedTensorsOf(cm.moe_layer_ops);
+    bf16_ = SavedTensorsOf(cm.bf16_layer_ops.empty() ? cm.layer_ops : cm.bf16_layer_ops);
+    embedding_ = SavedTensorsOf(cm.embedding_ops);
+    output_ = SavedTensorsOf(cm.output_ops);
+  }
+
+  CachingAllocatorModel& allocator() { return alloc_; }
+
+  /// DeepSpeed's optimizer setup: the model's 16-bit weights, made tensor by tensor, copied
+  /// into one flat buffer of `params` elements; the tensors freed stay in the allocator's cache.
+  void FlattenWeights(int stage, double params) {
+    std::vector<int> tensors;
+    for (const ChunkCost& cc : chunks_) {
+      if (cc.has_embedding) tensors.push_back(Alloc(2 * cm_.embedding_params_per_gpu));
+      for (int l = 0; l < cc.layers; ++l) {
+        const bool moe = l >= cc.layers - cc.moe_layers && !cm_.layer_tensors.moe_order.empty();
+        for (double e : moe ? cm_.layer_tensors.moe_order : cm_.layer_tensors.dense_order) tensors.push_back(Alloc(2 * e));
+      }
+      if (cc.has_output && cm_.output_params_per_gpu > 0) tensors.push_back(Alloc(2 * cm_.output_params_per_gpu));
+    }
+    (void)stage;
+    const bool to_cpu_first = c_.optimizer_impl == OptimizerImpl::kDeepSpeedZero;
+    if (to_cpu_first) {
+      for (int h : tensors) Free(h);
+    }
+    Alloc(2 * params);
+    if (!to_cpu_first) {
+      for (int h : tensors) Free(h);
+    }
+  }
+
+  /// The step is over: lazily allocated gradients are released (DeepSpeed's zero_grad sets them
+  /// to None after the optimizer step).
+  void EndStep() { ReleaseGradients(); }
+  int Alloc(double bytes) {
+    if (bytes <= 0) return -1;
+    const int h = alloc_.Allocate(bytes);
+    return h;
+  }
+  void Free(int h) {
+    if (h >= 0) alloc_.Free(h);
+  }
+
+  void Forward(int mb, int chunk) {
+    const ChunkCost& cc = chunks_.at(static_cast<std::size_t>(chunk));
+    std::vector<int>& keep = kept_[{mb, chunk}];
+    const int fwd_transient = cc.has_output ? -1 : Alloc(cc.fwd_transient_bytes);
+    if (cc.has_embedding) KeepAll(embedding_, &keep);
+    for (int l = 0; l < cc.layers; ++l) LayerForward(LayerKind(cc, l), &keep);
+    if (cc.has_output) {
+      const int logits = Alloc(cc.fwd_transient_bytes);  // 16-bit logits while the loss runs
+      KeepAll(output_, &keep);
+      Free(logits);
+    }
+    Free(fwd_transient);
+  }
+
+  void Backward(int mb, int chunk, bool split_weight) {
+    const ChunkCost& cc = chunks_.at(static_cast<std::size_t>(chunk));
+    auto it = kept_.find({mb, chunk});
+    if (it == kept_.end()) return;
+    std::vector<int> keep = std::move(it->second);
+    kept_.erase(it);
+    if (lazy_.per_microbatch) ReleaseGradients();  // BF16_Optimizer's clear_lp_grads
+    std::size_t next = keep.size();  // tensors are freed from the back
+    int grad = -1;
+    if (cc.has_output) {
+      grad = Alloc(cc.transient_bytes);  // the logits' gradient
+      for (std::size_t j = output_.bytes.size(); j-- > 0;) {
+        const int g = Alloc(output_.bytes[j]);
+        Free(grad);
+        Free(keep[--next]);
+        grad = g;
+      }
+      if (cm_.output_params_per_gpu > 0) GradientsOf(chunk, -2, {cm_.output_params_per_gpu});
+    }
+    for (int l = cc.layers; l-- > 0;) {
+      grad = LayerBackward(LayerKind(cc, l), keep, &next, grad);
+      const bool moe = l >= cc.layers - cc.moe_layers && !cm_.layer_tensors.moe_order.empty();
+      GradientsOf(chunk, l, moe ? cm_.layer_tensors.moe_order : cm_.layer_tensors.dense_order);
+    }
+    while (next > 0) Free(keep[--next]);  // the embedding's
+    if (cc.has_embedding) GradientsOf(chunk, -1, {cm_.embedding_params_per_gpu});
+    Free(grad);
+    if (split_weight) weight_hold_[{mb, chunk}] = Alloc(cc.weight_saved_bytes);
+  }
+
+  void Weight(int mb, int chunk) {
+    auto it = weight_hold_.find({mb, chunk});
+    if (it == weight_hold_.end()) return;
+    Free(it->second);
+    weight_hold_.erase(it);
+  }
+
+ private:
+  /// Allocates the .grad of each parameter tensor (`elements` per GPU, in forward order) of
+  /// chunk `chunk`'s layer `layer` (-1: embedding, -2: output layer) the first time its
+  /// backward runs since they were released, in reverse order (as autograd reaches them).
+  void GradientsOf(int chunk, int layer, const std::vector<double>& elements) {
+    if (lazy_.bytes_per_param <= 0) return;
+    std::vector<int>& g = grads_[{chunk, layer}];
+    if (!g.empty()) return;
+    for (std::size_t j = elements.size(); j-- > 0;) g.push_back(Alloc(lazy_.bytes_per_param * elements[j]));
+  }
+  void ReleaseGradients() {
+    for (auto& [key, handles] : grads_) {
+      for (int h : handles) Free(h);
+    }
+    grads_.clear();
+  }
+
+  const LayerTensorsSaved& LayerKind(const ChunkCost& cc, int l) const {
+    // bf16-kept layers first, then dense, then mixture-of-experts layers (their counts only
+    // matter for the sizes; the order within a chunk barely moves the allocator's peak).
+    if (l < cc.bf16_layers) return bf16_;
+    if (l >= cc.layers - cc.moe_layers && !moe_.bytes.empty()) return moe_;
+    return dense_;
+  }
+
+  void KeepAll(const LayerTensorsSaved& t, std::vector<int>* keep) {
+    for (double b : t.bytes) keep->push_back(Alloc(b));
+  }
+
+  void LayerForward(const LayerTensorsSaved& t, std::vector<int>* keep) {
+    const bool full = c_.recompute == Recompute::kFull;
+    if (full) keep->push_back(Alloc(cm_.layer_saved_bytes));  // the checkpointed input
+    int prev = -1;  // a dropped tensor, freed once the next one is made
+    for (std::size_t j = 0; j < t.bytes.size(); ++j) {
+      if (full || t.rebuilt[j]) {
+        const int h = Alloc(t.bytes[j]);
+        Free(prev);
+        prev = h;
+      } else {
+        keep->push_back(Alloc(t.bytes[j]));
+      }
+    }
+    Free(prev);
+  }
+
+  /// Frees the layer's kept tensors from keep[*next - 1] down; returns the input gradient.
+  int LayerBackward(const LayerTensorsSaved& t, const std::vector<int>& keep, std::size_t* next, int grad) {
+    const bool full = c_.recompute == Recompute::kFull;
+    std::vector<int> live(t.bytes.size(), -1);
+    // Kept tensors sit in keep in forward order; they end at *next.
+    std::size_t kept = 0;
+    for (std::size_t j = 0; j < t.bytes.size(); ++j) kept += (full || t.rebuilt[j]) ? 0 : 1;
+    std::size_t pos = *next - kept;
+    const int checkpoint = full ? keep[pos - 1] : -1;
+    for (std::size_t j = 0; j < t.bytes.size(); ++j) {
+      live[j] = (full || t.rebuilt[j]) ? Alloc(t.bytes[j]) : keep[pos++];
+    }
+    for (std::size_t j = t.bytes.size(); j-- > 0;) {
+      const int g = Alloc(t.bytes[j]);
+      Free(grad);
+      Free(live[j]);
+      grad = g;
+    }
+    Free(checkpoint);
+    *next -= kept + (full ? 1 : 0);
+    return grad;
+  }
+
+  const CostModel& cm_;
+  const ParallelConfig& c_;
+  CachingAllocatorModel alloc_;
+  const std::vector<ChunkCost>& chunks_;
+  LayerTensorsSaved dense_, moe_, bf16_, embedding_, output_;
+  std::map<std::pair<int, int>, std::vector<int>> kept_;
+  std::map<std::pair<int, int>, int> weight_hold_;
+  LazyGradients lazy_;
+  std::map<std::pair<int, int>, std::vector<int>> grads_;  ///< [chunk, layer] -> .grad handles
+};
+
+int ReplayedMicrobatches(const ParallelConfig& c) {
+  const int m = static_cast<int>(c.num_microbatches());
+  const int p = static_cast<int>(c.pp);
+  if (c.schedule == Schedule::kGpipe) return m;
+  int cap = std::max(2 * p, 4);
+  if (c.schedule == Schedule::kInterleaved) cap = ((cap + p - 1) / p) * p;
+  return std::max(1, std::min(m, cap));
+}
+
+}  // namespace
+
+AllocatorReplay ReplayStageAllocations(const CostModel& cm, const ParallelConfig& c, int stage,
+                                       double static_bytes, double capacity_bytes) {
+  if (stage < 0 || static_cast<std::size_t>(stage) >= cm.chunks.size()) {
+    throw std::out_of_range("ReplayStageAllocations: no such stage");
+  }
+  AllocatorReplay r;
+  r.microbatches = ReplayedMicrobatches(c);
+  const int v = c.schedule == Schedule::kInterleaved ? static_cast<int>(c.vp) : 1;
+  const PipelineSchedule sched = MakeSchedule(c.schedule, static_cast<int>(c.pp), r.microbatches, v);
+  Replayer rp(cm, c, stage, capacity_bytes);
+  // The lazily allocated gradients are part of the stage's static bytes; the trace makes them.
+  double params = 0;
+  for (const ChunkCost& cc : cm.chunks[static_cast<std::size_t>(stage)]) params += cc.params_per_gpu;
+  const double rest = static_bytes - LazyGradientsOf(c).bytes_per_param * params;
+  if (FlattensWeightsAtInit(c)) {
+    rp.FlattenWeights(stage, params);
+    rp.Alloc(rest - 2 * params);
+  } else {
+    rp.Alloc(rest);
+  }
+  int first_step_retries = 0;
+  for (int step = 0; step < 2; ++step) {
+    if (step == 1) first_step_retries = rp.allocator().retries();
+    for (const ScheduleItem& it : sched.order[static_cast<std::size_t>(stage)]) {
+      switch (it.kind) {
+        case ItemKind::kForward: rp.Forward(it.microbatch, it.chunk); break;
+        case ItemKind::kBackward: rp.Backward(it.microbatch, it.chunk, sched.split_weight); break;
+        case ItemKind::kWeight: rp.Weight(it.microbatch, it.chunk); break;
+      }
+    }
+    rp.EndStep();
+  }
+  const CachingAllocatorModel& a = rp.allocator();
+  r.peak_allocated_bytes = static_cast<double>(a.peak_allocated_bytes());
+  r.peak_reserved_bytes = static_cast<double>(a.peak_reserved_bytes());
+  r.retries = a.retries() - first_step_retries;  // the second step's: the steady state's
+  r.out_of_memory = a.ooms() > 0;
+  r.oom_request_bytes = static_cast<double>(a.first_oom_request_bytes());
+  return r;
+}
+
+}  // namespace shardcast

@@ -1,0 +1,188 @@
+// PyTorch's caching allocator model (simulator/allocator.h) and the replay of a stage's
+// allocations through it (simulator/memory_replay.h). Every expected figure is worked out here
+// from the allocator's rules as allocator.h states them.
+
+#include <gtest/gtest.h>
+
+#include "simulator/allocator.h"
+#include "simulator/memory_replay.h"
+#include "simulator/simulate.h"
+#include "common/json_reader.h"
+#include "models/loader.h"
+
+namespace shardcast {
+namespace {
+
+constexpr double kMiB = 1048576.0;
+constexpr std::int64_t kMi = 1048576;
+
+TEST(Allocator, RoundingAndSegmentSizesFollowTheAllocatorsRules) {
+  EXPECT_EQ(AllocatorRoundedBytes(1), 512);
+  EXPECT_EQ(AllocatorRoundedBytes(512), 512);
+  EXPECT_EQ(AllocatorRoundedBytes(513), 1024);
+  EXPECT_EQ(AllocatorRoundedBytes(kMi + 1), kMi + 512);
+  EXPECT_EQ(AllocatorSegmentBytes(kMi), 2 * kMi);               // small pool: 2 MiB segments
+  EXPECT_EQ(AllocatorSegmentBytes(kMi + 512), 20 * kMi);        // 1-10 MiB: 20 MiB segments
+  EXPECT_EQ(AllocatorSegmentBytes(10 * kMi - 512), 20 * kMi);
+  EXPECT_EQ(AllocatorSegmentBytes(10 * kMi), 10 * kMi);         // >= 10 MiB: rounded to 2 MiB
+  EXPECT_EQ(AllocatorSegmentBytes(10 * kMi + 512), 12 * kMi);
+}
+
+TEST(Allocator, SmallRequestsShareTwoMebibyteSegments) {
+  CachingAllocatorModel a;
+  for (int i = 0; i < 4; ++i) ASSERT_GE(a.Allocate(512 * 1024), 0);
+  EXPECT_EQ(a.reserved_bytes(), 2 * kMi);
+  EXPECT_EQ(a.segments(), 1);
+  ASSERT_GE(a.Allocate(1), 0);  // the first segment is full
+  EXPECT_EQ(a.reserved_bytes(), 4 * kMi);
+  EXPECT_EQ(a.allocated_bytes(), 2 * kMi + 512);
+}
+
+TEST(Allocator, BestFitSplitsAndARemainderTooSmallStrandsMemory) {
+  CachingAllocatorModel a;
+  a.Free(a.Allocate(100 * kMiB));
+  const int x = a.Allocate(30 * kMiB);  // carved from the cached 100 MiB block: 70 MiB left over
+  EXPECT_EQ(a.reserved_bytes(), 100 * kMi);
+  ASSERT_GE(a.Allocate(80 * kMiB), 0);  // 70 MiB does not hold it: a new segment
+  EXPECT_EQ(a.reserved_bytes(), 180 * kMi);
+  EXPECT_EQ(a.allocated_bytes(), 110 * kMi);
+  // The 30 MiB block merges back with its free neighbour: one 100 MiB block again.
+  a.Free(x);
+  ASSERT_GE(a.Allocate(100 * kMiB), 0);
+  EXPECT_EQ(a.reserved_bytes(), 180 * kMi);
+}
+
+TEST(Allocator, LargeBlockIsNotSplitForARemainderOfAtMostOneMebibyte) {
+  CachingAllocatorModel a;
+  a.Free(a.Allocate(20 * kMiB));
+  ASSERT_GE(a.Allocate(19.5 * kMiB), 0);  // remainder 0.5 MiB: the whole block is handed out
+  EXPECT_EQ(a.allocated_bytes(), 20 * kMi);
+  ASSERT_GE(a.Allocate(0.5 * kMiB), 0);  // so the next request opens a small segment
+  EXPECT_EQ(a.reserved_bytes(), 22 * kMi);
+}
+
+TEST(Allocator, ReleasesItsCacheBeforeRunningOutOfMemory) {
+  CachingAllocatorModel a(100 * kMiB);
+  a.Free(a.Allocate(40 * kMiB));            // 40 MiB cached
+  ASSERT_GE(a.Allocate(70 * kMiB), 0);      // 40 + 70 > 100: the cache goes, then 70 fits
+  EXPECT_EQ(a.retries(), 1);
+  EXPECT_EQ(a.reserved_bytes(), 70 * kMi);
+  EXPECT_EQ(a.peak_reserved_bytes(), 70 * kMi);
+  EXPECT_EQ(a.Allocate(40 * kMiB), -1);     // 70 + 40 > 100 with nothing cached to release
+  EXPECT_EQ(a.ooms(), 1);
+  EXPECT_EQ(a.first_oom_request_bytes(), 40 * kMi);
+  EXPECT_THROW(a.Free(12345), std::invalid_argument);
+  EXPECT_THROW(a.Allocate(0), std::invalid_argument);
+}
+
+// A hand-made cost model: one layer whose forward saves tensors of 100, 50 and 20 MiB, no
+// embedding or output layer, one micro-batch per step.
+CostModel OneLayer(ParallelConfig* c, Recompute rc) {
+  CostModel cm;
+  for (double mib : {100.0, 50.0, 20.0}) {
+    Op o;
+    o.pass = Pass::kForward;
+    o.saved_bytes = mib * kMiB;
+    o.rebuilt = rc == Recompute::kFull;
+    cm.layer_ops.push_back(o);
+  }
+  cm.layer_saved_bytes = rc == Recompute::kFull ? 10 * kMiB : 170 * kMiB;
+  ChunkCost cc;
+  cc.layers = 1;
+  cm.chunks = {{cc}};
+  c->tp = c->pp = c->dp = 1;
+  c->micro_batch_size = c->global_batch_size = 1;
+  c->recompute = rc;
+  return cm;
+}
+
+TEST(MemoryReplay, BackwardGradientsFragmentTheCacheAsWorkedOutByHand) {
+  ParallelConfig c;
+  const CostModel cm = OneLayer(&c, Recompute::kNone);
+  const double static_bytes = 1000 * kMiB;
+  const AllocatorReplay r = ReplayStageAllocations(cm, c, 0, static_bytes, 0);
+  // Forward: segments of 100, 50, 20 MiB. Backward, tensor by tensor from the last: its
+  // gradient (20) finds no free block, then the 20 MiB tensor is freed; the next gradient (50)
+  // does not fit in 20: new; the last (100) does not fit in 20 + 20 + 50: new. Reserved
+  // 1000 + 100 + 50 + 20 + 20 + 50 + 100; allocated at most 1000 + 100 + 50 + 100 (the first
+  // tensor, the 50 MiB gradient not yet freed, the 100 MiB one made). The second step finds
+  // every size in the cache.
+  EXPECT_DOUBLE_EQ(r.peak_reserved_bytes, (1000.0 + 340.0) * kMiB);
+  EXPECT_DOUBLE_EQ(r.peak_allocated_bytes, (1000.0 + 250.0) * kMiB);
+  EXPECT_DOUBLE_EQ(r.overhead_bytes(), 90.0 * kMiB);
+  EXPECT_EQ(r.retries, 0);
+  EXPECT_FALSE(r.out_of_memory);
+  EXPECT_EQ(r.microbatches, 1);
+  // Room for 1300 MiB: step 1's last gradient releases the three free segments (20, 20, 50:
+  // 1250 reserved). Step 2 carves the 20 MiB tensor and the gradients 20 and 50 out of the
+  // cached 100 MiB block (40 + 10 left free between them), so its 100 MiB gradient releases the
+  // one wholly free segment (50) and opens a new one: 1300 MiB, one retry in the steady step.
+  const AllocatorReplay tight = ReplayStageAllocations(cm, c, 0, static_bytes, 1300 * kMiB);
+  EXPECT_EQ(tight.retries, 1);
+  EXPECT_FALSE(tight.out_of_memory);
+  EXPECT_DOUBLE_EQ(tight.peak_reserved_bytes, 1300 * kMiB);
+  // Room for 1260 MiB, above the 1250 MiB allocated peak: step 1 still fits, but in step 2 the
+  // free 40 + 10 MiB are stranded beside live blocks and the 100 MiB gradient finds no room.
+  const AllocatorReplay oom = ReplayStageAllocations(cm, c, 0, static_bytes, 1260 * kMiB);
+  EXPECT_TRUE(oom.out_of_memory);
+  EXPECT_DOUBLE_EQ(oom.oom_request_bytes, 100 * kMiB);
+  EXPECT_THROW(ReplayStageAllocations(cm, c, 1, static_bytes, 0), std::out_of_range);
+}
+
+TEST(MemoryReplay, FullRecomputeKeepsTheCheckpointAndRebuildsTheRest) {
+  ParallelConfig c;
+  const CostModel cm = OneLayer(&c, Recompute::kFull);
+  const AllocatorReplay r = ReplayStageAllocations(cm, c, 0, 0, 0);
+  // Forward: the 10 MiB checkpoint, then 100 and 50 made, 100 freed, 20 carved from it (split),
+  // 50 and 20 freed: 10 + 100 + 50 reserved. Backward: 100 and 50 rebuilt from the cache, 20
+  // new; gradients 20 (new), 50 (new), 100 (new) as above: 10 + 100 + 50 + 20 + 20 + 50 + 100.
+  EXPECT_DOUBLE_EQ(r.peak_reserved_bytes, 350.0 * kMiB);
+  // At most: checkpoint + 100 + 50-gradient + 100-gradient = 260 MiB.
+  EXPECT_DOUBLE_EQ(r.peak_allocated_bytes, 260.0 * kMiB);
+}
+
+TEST(MemoryReplay, WhichFrameworksAllocateGradientsLazilyAndFlattenWeights) {
+  ParallelConfig c;
+  EXPECT_EQ(LazyGradientsOf(c).bytes_per_param, 0);  // Megatron: flat gradient buffers
+  EXPECT_FALSE(FlattensWeightsAtInit(c));
+  c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+  c.zero_stage = 1;
+  EXPECT_EQ(LazyGradientsOf(c).bytes_per_param, 2);
+  EXPECT_FALSE(LazyGradientsOf(c).per_microbatch);
+  EXPECT_TRUE(FlattensWeightsAtInit(c));
+  c.optimizer_impl = OptimizerImpl::kDeepSpeedBf16;
+  EXPECT_EQ(LazyGradientsOf(c).bytes_per_param, 2);
+  EXPECT_TRUE(LazyGradientsOf(c).per_microbatch);
+  EXPECT_TRUE(FlattensWeightsAtInit(c));
+}
+
+TEST(MemoryReplay, SimulateReportsReservedAtLeastTheAllocatedPeakAndFitsByIt) {
+  const Model m = ModelFromJson(Json::parse(R"({"name": "small-gpt", "num_layers": 8, "hidden_size": 1024,
+    "ffn_hidden_size": 4096, "num_attention_heads": 16, "vocab_size": 51200, "seq_length": 1024,
+    "normalization": "layernorm", "activation": "gelu", "position_embedding": "learned",
+    "tie_embeddings": true, "source": "test"})"), "small-gpt.json");
+  ParallelConfig c;
+  c.pp = 2;
+  c.dp = 2;
+  c.micro_batch_size = 2;
+  c.global_batch_size = 16;
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  SimulationResult r = Simulate(m, c, cl, 4, prof);
+  ASSERT_TRUE(r.feasible);
+  double reserved = 0;
+  for (const auto& s : r.stages) {
+    EXPECT_GE(s.memory.reserved_bytes, s.memory.peak_bytes);
+    reserved = std::max(reserved, s.memory.reserved_bytes);
+  }
+  EXPECT_DOUBLE_EQ(r.peak_reserved_bytes, reserved);
+  // Without the replay (the planner's search), reserved is the allocated peak.
+  SimulateOptions o;
+  o.allocator_replay = false;
+  const SimulationResult q = Simulate(m, c, cl, 4, prof, o);
+  EXPECT_DOUBLE_EQ(q.peak_reserved_bytes, q.peak_memory_bytes);
+  EXPECT_DOUBLE_EQ(q.peak_memory_bytes, r.peak_memory_bytes);
+}
+
+}  // namespace
+}  // namespace shardcast
