@@ -64,7 +64,9 @@ enum class Zero3Impl { kPerLayer, kDeepSpeed2021 };
 ///    log_softmax, whose kernel reads a row too long for shared memory three times and writes it
 ///    once (16): eb + 20 forward, the fp32 log-probabilities kept (4); backward: nll_loss's zeroed
 ///    gradient (4), log_softmax's backward (reads the gradient twice and the output once, writes
-///    once: 16), the cast back (4 + eb): 24 + eb.
+///    once: 16), the cast back (4 + eb): 24 + eb. Working memory beside the kept 4: the 16-bit
+///    logits and their fp32 copy in the forward (eb + 4), nll_loss's gradient and log_softmax's
+///    input gradient in the backward (8); the others hold the 16-bit logits or gradient (eb).
 enum class CrossEntropyImpl { kUnfused, kNative, kTe, kFlashAttn, kTorch };
 /// How FP8 tensors are scaled (Megatron-LM's --fp8-recipe; Transformer Engine's recipes) when
 /// the precision is kFp8: one scale per tensor from an amax history (kDelayed, TE's

@@ -1516,14 +1516,19 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   O.back().saved_bytes = act / rep;
   // The loss as its implementation runs it, pass by pass over the logits; CrossEntropyImpl gives
   // the bytes per logit (forward, backward, kept for the backward) and their sources.
+  // Working memory beside what is kept, per logit: the 16-bit logits (forward) and the 16-bit
+  // gradient cast back (backward) for the others; eager PyTorch (kTorch) also holds the fp32
+  // copy beside log_softmax's output in the forward, and in the backward nll_loss's dense fp32
+  // gradient and log_softmax's fp32 input gradient beside the kept log-probabilities (autograd
+  // frees neither until the node after them has run).
   struct CeBytes {
-    double fwd, bwd, saved;
+    double fwd, bwd, saved, fwd_work, bwd_work;
   };
-  const CeBytes ce = c.cross_entropy == CrossEntropyImpl::kNative ? CeBytes{eb + 20, 8 + eb, 4}
-                     : c.cross_entropy == CrossEntropyImpl::kTe   ? CeBytes{3 * eb, 2 * eb, eb}
-                     : c.cross_entropy == CrossEntropyImpl::kFlashAttn ? CeBytes{eb, 2 * eb, eb}
-                     : c.cross_entropy == CrossEntropyImpl::kTorch     ? CeBytes{eb + 20, 24 + eb, 4}
-                                                                       : CeBytes{eb + 36, 12 + eb, 4};
+  const CeBytes ce = c.cross_entropy == CrossEntropyImpl::kNative ? CeBytes{eb + 20, 8 + eb, 4, eb, eb}
+                     : c.cross_entropy == CrossEntropyImpl::kTe   ? CeBytes{3 * eb, 2 * eb, eb, eb, eb}
+                     : c.cross_entropy == CrossEntropyImpl::kFlashAttn ? CeBytes{eb, 2 * eb, eb, eb, eb}
+                     : c.cross_entropy == CrossEntropyImpl::kTorch     ? CeBytes{eb + 20, 24 + eb, 4, eb + 4, 8}
+                                                                       : CeBytes{eb + 36, 12 + eb, 4, eb, eb};
   ob.Memory(O, "cross_entropy", F, ce.fwd * logits, ce.saved * logits);
   ob.Collective(O, "cross_entropy_all_reduce", F, ar, 3 * 4 * T);
   ob.Memory(O, "cross_entropy_bwd", B, ce.bwd * logits);
@@ -1684,8 +1689,10 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
       if (cc.has_output) {
         add(O);
         cc.weight_saved_bytes += act / rep;  // output-layer GEMM input
-        cc.transient_bytes = std::max(cc.transient_bytes, eb * logits);  // 16-bit logits before fp32
-        cc.fwd_transient_bytes = std::max(cc.fwd_transient_bytes, cc.transient_bytes);
+        // The loss's working memory; the forward figure also covers the layers' (as before).
+        cc.fwd_transient_bytes =
+            std::max({cc.fwd_transient_bytes, cc.transient_bytes, ce.fwd_work * logits});
+        cc.transient_bytes = std::max(cc.transient_bytes, ce.bwd_work * logits);
         const bool separate_copy = !m.tie_embeddings || c.pp > 1;
         cc.params_per_gpu += static_cast<double>(pc.final_norm) + (separate_copy ? V * h / t : 0.0);
         if (m.mtp_num_layers > 0) {

@@ -616,11 +616,16 @@ TEST(CostModel, CrossEntropyBytesFollowTheImplementationsPasses) {
   const double logits = 4.0 * static_cast<double>(m.seq_length) * static_cast<double>(m.vocab_size) / 2, eb = 2;
   struct Case {
     CrossEntropyImpl impl;
-    double fwd, bwd, saved;
+    double fwd, bwd, saved, fwd_work, bwd_work;  // bytes per logit; work: held beside what is kept
   };
-  for (const Case& k : {Case{CrossEntropyImpl::kUnfused, eb + 36, 12 + eb, 4}, Case{CrossEntropyImpl::kNative, eb + 20, 8 + eb, 4},
-                        Case{CrossEntropyImpl::kTe, 3 * eb, 2 * eb, eb}, Case{CrossEntropyImpl::kFlashAttn, eb, 2 * eb, eb},
-                        Case{CrossEntropyImpl::kTorch, eb + 20, 24 + eb, 4}}) {
+  // Without recompute or context parallelism the layers hold no working memory, so the one
+  // chunk's transients are the loss's: eager PyTorch holds the 16-bit logits and their fp32
+  // copy forward (eb + 4), nll_loss's gradient and log_softmax's input gradient backward (8).
+  for (const Case& k : {Case{CrossEntropyImpl::kUnfused, eb + 36, 12 + eb, 4, eb, eb},
+                        Case{CrossEntropyImpl::kNative, eb + 20, 8 + eb, 4, eb, eb},
+                        Case{CrossEntropyImpl::kTe, 3 * eb, 2 * eb, eb, eb, eb},
+                        Case{CrossEntropyImpl::kFlashAttn, eb, 2 * eb, eb, eb, eb},
+                        Case{CrossEntropyImpl::kTorch, eb + 20, 24 + eb, 4, eb + 4, 8}}) {
     c.cross_entropy = k.impl;
     const CostModel cm = BuildCostModel(m, c, cl, p);
     const Op& f = FindOp(cm.output_ops, "cross_entropy");
@@ -629,6 +634,10 @@ TEST(CostModel, CrossEntropyBytesFollowTheImplementationsPasses) {
     EXPECT_DOUBLE_EQ(b.bytes, k.bwd * logits) << ToString(k.impl);
     EXPECT_DOUBLE_EQ(f.saved_bytes, k.saved * logits) << ToString(k.impl);
     EXPECT_DOUBLE_EQ(f.duration_s, MemoryBoundTime(p, f.bytes)) << ToString(k.impl);
+    const ChunkCost& cc = cm.chunks.at(0).at(0);
+    ASSERT_TRUE(cc.has_output);
+    EXPECT_DOUBLE_EQ(cc.fwd_transient_bytes, k.fwd_work * logits) << ToString(k.impl);
+    EXPECT_DOUBLE_EQ(cc.transient_bytes, k.bwd_work * logits) << ToString(k.impl);
   }
   // The command line: the impl needs the fusion flag, as in Megatron-Core.
   const auto bad = testing::RunShardcast("simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --cross-entropy-fusion-impl te");
