@@ -193,7 +193,7 @@ void RegisterPlan(CLI::App& app) {
   AddPrecisionOptions(cmd, &a->prec);
   AddFrameworkOption(cmd, &a->framework);
   cmd->add_flag("--exclude-at-risk", a->exclude_at_risk,
-                "leave out plans at risk of running out of memory (peak x 1.17 over usable memory)");
+                "leave out plans at risk of running out of memory (they fit only by releasing the caching allocator's cache)");
   cmd->add_option("--profile", a->profile, "hardware profile JSON (default: built-in for the GPU)");
   cmd->add_option("--csv", a->csv, "write the ranked table as CSV to FILE (the text is printed too), or with - print only the CSV")
       ->check(OutputFile(true));

@@ -56,8 +56,8 @@ struct PlanOptions {
   double energy_overhead = 1.3;       ///< facility and host power over GPU board power
   /// Memory a plan must leave free per GPU (allocator fragmentation, NCCL growth, spikes).
   double min_headroom_bytes = 0;
-  /// Reject plans at risk of running out of memory (SimulationResult::memory_at_risk: the peak
-  /// times kMeasuredOverPredictedPeakMin exceeds usable memory), as if they did not fit.
+  /// Reject plans at risk of running out of memory (SimulationResult::memory_at_risk: they fit
+  /// only by releasing the caching allocator's cache), as if they did not fit.
   bool exclude_memory_at_risk = false;
   /// Called with (done, total) as candidates are evaluated (for a progress bar).
   std::function<void(std::size_t, std::size_t)> progress;
@@ -81,6 +81,10 @@ struct PlanPoint {
 struct PlanResult {
   std::size_t candidates_generated = 0;
   std::size_t candidates_simulated = 0;
+  /// Of those, the ones simulated again with the caching allocator's replay: each that fit by
+  /// its allocated peak and would have entered the ranking (top K or the best not at risk); a
+  /// ranked plan fits when its reserved figure plus min_headroom_bytes is within usable memory.
+  std::size_t candidates_replayed = 0;
   /// Candidates set aside, by reason; with the plans that fit they add up to the generated
   /// count: generated = sum(rejected) + fitting simulated.
   std::map<std::string, std::size_t> rejected;

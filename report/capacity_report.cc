@@ -106,17 +106,16 @@ void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions&
                                "", *o.mtbf_hours / static_cast<double>(r.option.gpus), r.option.gpus);
     }
     if (r.memory_at_risk) {
-      out << fmt::format("{:<24}  (every plan that fits is at risk of running out of memory: its peak x {} "
-                               "exceeds usable memory)\n", "", kMeasuredOverPredictedPeakMin);
+      out << fmt::format("{:<24}  (every plan that fits is at risk of running out of memory: it fits only by "
+                               "releasing the caching allocator's cache)\n", "");
     }
     if (const std::string bias = KnownBias(r.best.config); !bias.empty()) out << fmt::format("{:<24}  ({})\n", "", bias);
   }
   out << "\nMFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "
                "--json has both conventions.";
   if (const std::string moe = MoeRoutingCaveat(m, o.plan.base); !moe.empty()) out << "\n" << moe;
-  out << fmt::format("\nBest configuration: the fastest plan whose peak memory times {} (the smallest measured "
-                           "nvidia-smi /\npredicted ratio of the published BLOOM runs) fits, if one does (docs/planner.md)."
-                           "\n", kMeasuredOverPredictedPeakMin);
+  out << "\nBest configuration: the fastest plan that fits without releasing the caching allocator's cache, if one "
+         "does\n(docs/planner.md).\n";
   out << "\nPrices (USD per GPU-hour; volatile, override with --price-per-gpu-hour GPU=USD):\n";
   std::set<std::string> seen;
   for (const auto& r : rows) {

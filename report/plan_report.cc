@@ -38,11 +38,12 @@ std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective ob
   const std::string ranked = objective == Objective::kCost     ? fmt::format(" {:>10.4g}", p.usd_per_million_tokens)
                              : objective == Objective::kEnergy ? fmt::format(" {:>10.4g}", p.joules_per_token)
                                                                : "";
-  return fmt::format("{:>4}  {:>2} {:>3} {:>2} {:>5} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11.0f}{} {:>6} {:>6}  {:>10} {:>10}{}",
+  // Headroom: usable memory less what the caching allocator reserves (its replay).
+  return fmt::format("{:>4}  {:>2} {:>3} {:>2} {:>5} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11.0f}{} {:>6} {:>6}  {:>10} {:>10} {:>10}{}",
                      rank, c.tp, PpCell(c), c.cp, EpCell(c), c.dp, c.vp, c.micro_batch_size, ToString(c.schedule), ToString(c.recompute),
                      c.tp_comm_overlap ? "y+o" : c.sequence_parallel ? "y" : "n", c.zero_stage, FormatSeconds(r.step_time_s), r.tokens_per_s, ranked,
                      fmt::format("{:.1f}%", 100 * r.mfu_causal), fmt::format("{:.1f}%", 100 * r.bubble_fraction),
-                     FormatGiB(r.peak_memory_bytes), FormatGiB(usable - r.peak_memory_bytes),
+                     FormatGiB(r.peak_memory_bytes), FormatGiB(r.peak_reserved_bytes), FormatGiB(usable - r.peak_reserved_bytes),
                      r.memory_at_risk ? "  at risk" : "");
 }
 
@@ -66,12 +67,13 @@ std::string PlanCsv(const PlanView& v) {
                     "zero_stage,"
                     "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes,memory_at_risk,recommended,"
                     "usd_per_million_tokens,joules_per_token,cp,cp_comm_type,embedding_slots,"
-                    "decoder_first_pipeline_num_layers,decoder_last_pipeline_num_layers,mfu_causal,ep,etp\n";
+                    "decoder_first_pipeline_num_layers,decoder_last_pipeline_num_layers,mfu_causal,ep,etp,"
+                    "peak_reserved_memory_bytes\n";
   for (std::size_t i = 0; i < r.plans.size(); ++i) {
     const auto& p = r.plans[i];
     const auto& c = p.config;
     auto layers = [](std::int64_t n) { return n >= 0 ? std::to_string(n) : std::string(); };
-    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
                        c.micro_batch_size, c.global_batch_size, ToString(c.schedule), ToString(c.recompute),
                        c.sequence_parallel ? "true" : "false", c.tp_comm_overlap ? "true" : "false", c.zero_stage, p.result.step_time_s,
                        p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction,
@@ -79,7 +81,8 @@ std::string PlanCsv(const PlanView& v) {
                        p.result.memory_at_risk ? "true" : "false", i + 1 == recommended_rank ? "true" : "false",
                        Positive(p.usd_per_million_tokens), Positive(p.joules_per_token), c.cp, ToString(c.cp_comm),
                        c.embedding_slots ? "true" : "false", layers(c.first_stage_layers), layers(c.last_stage_layers),
-                       p.result.mfu_causal, c.ep, c.expert_tp());
+                       p.result.mfu_causal, c.ep, c.expert_tp(),
+                       static_cast<std::int64_t>(std::llround(p.result.peak_reserved_bytes)));
   }
   return csv;
 }
@@ -107,6 +110,7 @@ Json PlanJson(const PlanView& v) {
   j["objective"] = ToString(o.objective);
   j["candidates_generated"] = r.candidates_generated;
   j["candidates_simulated"] = r.candidates_simulated;
+  j["candidates_replayed"] = r.candidates_replayed;
   j["rejected"] = r.rejected;
   j["not_generated"] = r.not_generated;
   j["min_headroom_bytes"] = o.min_headroom_bytes;
@@ -150,7 +154,9 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
                      r.candidates_generated, elapsed, set_aside, r.candidates_generated - set_aside,
                      FormatGiB(o.min_headroom_bytes));
   for (const auto& [reason, count] : r.rejected) out << fmt::format("  {:>7}  {}\n", count, reason);
-  out << fmt::format("  ({} simulated in all)\n", r.candidates_simulated);
+  out << fmt::format("  ({} simulated in all; {} of them again with the caching allocator's replay, as they would\n"
+                     "  have entered the ranking by their allocated peak)\n",
+                     r.candidates_simulated, r.candidates_replayed);
   if (!r.not_generated.empty()) {
     out << "Not generated:\n";
     for (const auto& [reason, count] : r.not_generated) out << fmt::format("  {:>7}  {}\n", count, reason);
@@ -165,9 +171,9 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
                                     : o.objective == Objective::kEnergy ? fmt::format(" {:>10}", "J/token")
                                                                         : "";
   out << fmt::format("\n{:>4}  {:>2} {:>3} {:>2} {:>5} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11}{} {:>6} "
-                     "{:>6}  {:>10} {:>10}\n",
+                     "{:>6}  {:>10} {:>10} {:>10}\n",
                      "rank", "TP", "PP", "CP", "EP", "DP", "VP", "mbs", "schedule", "recompute", "SP", "ZeRO", "step",
-                     "tokens/s", ranked_header, "MFU", "bubble", "peak mem", "headroom");
+                     "tokens/s", ranked_header, "MFU", "bubble", "peak mem", "reserved", "headroom");
   for (std::size_t i = 0; i < r.plans.size(); ++i) {
     out << PlanRow(i + 1, r.plans[i], v.cl.gpu.memory_bytes, o.objective) << "\n";
   }
@@ -212,12 +218,11 @@ void WritePlanCaveats(std::ostream& out, const PlanOptions& o, const Model& m) {
   out << "Plans a few percent apart are within the model's error on published runs (docs/accuracy.md).\n";
   if (const std::string moe = MoeRoutingCaveat(m, o.base); !moe.empty()) out << moe;
   out << fmt::format(
-      "\nPeak memory counts allocated tensors plus a framework overhead; PyTorch's caching allocator reserves\n"
-      "more (--min-headroom keeps a margin). \"at risk\": the peak times {} (the smallest measured nvidia-smi /\n"
-      "predicted ratio of the published BLOOM runs, which span {:.2f}-{:.2f}) exceeds usable memory. How far\n"
-      "predictions are from published runs, and where they are least reliable (runs without recompute, memory\n"
-      "near the limit): shardcast validate, docs/accuracy.md.\n",
-      kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMax);
+      "\nPeak memory counts allocated tensors plus a framework overhead. Each ranked plan was simulated again\n"
+      "with a replay of PyTorch's caching allocator: it fits when what the allocator reserves, plus the free\n"
+      "memory asked for (--min-headroom), is within usable memory; \"at risk\": it fits only by releasing the\n"
+      "allocator's cache. How far predictions are from published runs, and where they are least reliable\n"
+      "(runs without recompute, memory near the limit): shardcast validate, docs/accuracy.md.\n");
 }
 
 /// Why the recommended plan is the one recommended (rank 1, or the best not at risk), its

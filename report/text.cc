@@ -245,12 +245,9 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
       "  other: communication buffers plus the profile's framework overhead (CUDA context, NCCL)\n"
       "  peak: allocated tensors at their most, plus other; reserved: what PyTorch's caching allocator holds\n"
       "  at its most in a replay of the stage's allocations (rounding, segments, fragmentation), plus other\n"
-      "  (docs/simulator.md, \"Reserved memory\"). In the published BLOOM runs nvidia-smi showed {:.2f}-{:.2f}\n"
-      "  times this model's peak (docs/accuracy.md): {} to {} for the {} peak here.\n",
-      chunks ? "forward chunk passes (each 1/vp of the stage's layers)" : "micro-batches",
-      kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMax,
-      FormatGiB(r.peak_memory_bytes * kMeasuredOverPredictedPeakMin),
-      FormatGiB(r.peak_memory_bytes * kMeasuredOverPredictedPeakMax), FormatGiB(r.peak_memory_bytes));
+      "  (docs/simulator.md, \"Reserved memory\"). Fits: the peak within usable memory, and room in the\n"
+      "  replay for every request, releasing the cache where it must (PyTorch runs out of memory otherwise).\n",
+      chunks ? "forward chunk passes (each 1/vp of the stage's layers)" : "micro-batches");
   for (const auto& s : r.stages) {
     if (s.memory.allocator_retries > 0) {
       out << fmt::format("  stage {}: the caching allocator runs out of room and releases its cache {} times per step\n"
@@ -261,11 +258,8 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   bool any_at_risk = false;
   for (const auto& s : r.stages) any_at_risk = any_at_risk || s.at_risk;
   if (any_at_risk) {
-    out << fmt::format("  at risk: the peak times {} exceeds usable memory (the measured nvidia-smi peaks of the\n"
-                             "  published BLOOM runs were {:.2f}-{:.2f} times this model's peaks), or the reserved figure\n"
-                             "  does, or the caching allocator's replay found no room for a request.\n",
-                             kMeasuredOverPredictedPeakMin, kMeasuredOverPredictedPeakMin,
-                             kMeasuredOverPredictedPeakMax);
+    out << "  at risk: it fits only by releasing the caching allocator's cache (the reserved figure exceeds\n"
+           "  usable memory): each release synchronizes the device, and the step is close to out of memory.\n";
   }
   const bool moe = m.moe.enabled();
   out << fmt::format("\nPer stage: time (compute incl. recompute / tp{}{} / bubble / pp / dp / optimizer)\n",

@@ -300,10 +300,10 @@ void WriteValidationSummary(std::ostream& out, const ValidationReport& rep) {
   }
   out << fmt::format("  out of memory: {} of {} measured OOM rows predicted not to fit; {} of {} ok rows predicted to fit\n",
                            s.oom_rows_predicted_oom, s.oom_rows, s.ok_rows_predicted_fit, s.ok_rows);
-  out << fmt::format("  at risk (fit, but not with the peak x {}, BLOOM's smallest nvidia-smi / predicted ratio,\n"
-                           "    from the same sweeps as the OOM rows, or not by the caching allocator's replay): {} of {}\n"
-                           "    OOM rows, {} of {} ok rows\n",
-                           kMeasuredOverPredictedPeakMin, s.oom_rows_at_risk, s.oom_rows, s.ok_rows_at_risk, s.ok_rows);}
+  out << fmt::format("  at risk (fit only by releasing the caching allocator's cache, in its replay): {} of {} OOM rows,\n"
+                     "    {} of {} ok rows\n",
+                     s.oom_rows_at_risk, s.oom_rows, s.ok_rows_at_risk, s.ok_rows);
+}
 
 }  // namespace
 

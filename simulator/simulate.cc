@@ -1062,20 +1062,25 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
       mem.reserved_bytes = mem.peak_bytes + std::max(0.0, replay.overhead_bytes());
       mem.allocator_retries = replay.retries;
     }
-    // Fits by the allocated peak; at risk when the peak times BLOOM's smallest nvidia-smi ratio,
-    // or the caching allocator's replay (its reserved figure, or a request it finds no room for),
-    // exceeds usable memory. docs/simulator.md, "Reserved memory", says why the replay does not
-    // decide "fits" yet.
-    sr.fits = mem.peak_bytes <= res.usable_memory_bytes;
-    sr.at_risk = sr.fits && (mem.peak_bytes * kMeasuredOverPredictedPeakMin > res.usable_memory_bytes ||
-                             mem.reserved_bytes > res.usable_memory_bytes || replay.out_of_memory);
+    // Fits as PyTorch runs it: the allocated peak within usable memory, and no request the
+    // caching allocator's replay finds no room for even after releasing its cache; at risk when
+    // it fits only by releasing the cache (its reserved figure over usable memory, retries).
+    sr.fits = mem.peak_bytes <= res.usable_memory_bytes && !replay.out_of_memory;
+    sr.at_risk = sr.fits && (mem.reserved_bytes > res.usable_memory_bytes || replay.retries > 0);
     res.memory_at_risk = res.memory_at_risk || sr.at_risk;
     res.peak_memory_bytes = std::max(res.peak_memory_bytes, mem.peak_bytes);
     res.peak_reserved_bytes = std::max(res.peak_reserved_bytes, mem.reserved_bytes);
-    if (!sr.fits) {
+    if (mem.peak_bytes > res.usable_memory_bytes) {
       res.fits = false;
       res.reasons.push_back(fmt::format("stage {} needs {} per GPU, more than the {} usable", i,
                                         FormatGiB(mem.peak_bytes), FormatGiB(res.usable_memory_bytes)));
+    } else if (!sr.fits) {
+      res.fits = false;
+      res.reasons.push_back(fmt::format(
+          "stage {} needs {} per GPU, within the {} usable, but PyTorch's caching allocator finds no room for a "
+          "{} request even after releasing its cache (fragmentation; reserved {})",
+          i, FormatGiB(mem.peak_bytes), FormatGiB(res.usable_memory_bytes), FormatGiB(replay.oom_request_bytes),
+          FormatGiB(mem.reserved_bytes)));
     }
     res.stages.push_back(sr);
   }

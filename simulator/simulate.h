@@ -39,8 +39,8 @@ struct SimulateOptions {
   /// event (TaskGraph::Run; identical results). Off: every event is simulated.
   bool skip_periods = true;
   /// Replay each stage's allocations through the model of PyTorch's caching allocator
-  /// (ReplayStageAllocations) for StageMemory::reserved_bytes and the "at risk" flag. Off (the
-  /// planner's search): reserved_bytes = peak_bytes.
+  /// (ReplayStageAllocations) for StageMemory::reserved_bytes, "fits" and "at risk". Off (the
+  /// planner's first pass): reserved_bytes = peak_bytes, fits by the allocated peak, never at risk.
   bool allocator_replay = true;
 };
 
@@ -83,27 +83,19 @@ struct StageMemory {
   int peak_inflight_microbatches = 0;
 };
 
-/// The smallest ratio of a measured nvidia-smi peak to this model's predicted peak among the 17
-/// BLOOM runs of validation/published_runs.csv with a measured peak (row 138; the ratios span
-/// 1.17-1.40, mean 1.31; the source peaks are whole GB, so about +-0.01): nvidia-smi over
-/// predicted, whatever the cause (the CUDA context, NCCL, the PyTorch caching allocator's reserve,
-/// and any error of the memory model itself) in those runs (Megatron-DeepSpeed, PyTorch 1.11,
-/// 2022). Not a correction: the peak stays what the model predicts. A stage whose peak times this
-/// ratio exceeds usable memory is flagged "at risk". `Validate.AtRiskRatioIsTheSmallestBloomRatio`
-/// recomputes it from the validation run and fails when the model has moved it.
-inline constexpr double kMeasuredOverPredictedPeakMin = 1.17;
-/// The largest of those ratios (row 162), for reports.
-inline constexpr double kMeasuredOverPredictedPeakMax = 1.40;
-
 struct StageResult {
   int stage = 0;
   int layers = 0;
   StageBreakdown time;
   StageMemory memory;
   double bubble_fraction = 0;
-  bool fits = true;  ///< the allocated peak fits in usable memory
-  /// Fits, but peak * kMeasuredOverPredictedPeakMin, or the reserved figure, exceeds usable
-  /// memory, or the allocator's replay found no room for a request (fragmentation).
+  /// The allocated peak fits in usable memory, and the caching allocator's replay (when run)
+  /// found room for every request, releasing its cache where it had to (PyTorch's
+  /// num_alloc_retries); a request it finds no room for even then is PyTorch's out-of-memory.
+  bool fits = true;
+  /// Fits only by releasing the allocator's cache: the reserved figure exceeds usable memory, or
+  /// the replay at the device's capacity retried (each retry a device synchronization and
+  /// cudaFree/cudaMalloc calls, and the step one tensor away from out-of-memory).
   bool at_risk = false;
 };
 
