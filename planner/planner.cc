@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
+#include <map>
 #include <mutex>
 #include <numeric>
 #include <thread>
@@ -375,28 +377,23 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     return a < b;
   });
   std::mutex mu;
-  std::vector<Plan> top;  // sorted by (step time, key)
+  // Every simulated plan that fits by its allocated peak with the headroom (the caching
+  // allocator's replay runs later, on the ones the ranking reaches), and the K best of them,
+  // which bound the search.
+  std::vector<Plan> pool;
+  std::vector<double> by_allocated;  // the K best step times of the pool, ascending
+  std::vector<std::size_t> pruned;   // candidates the bound skipped
   const std::size_t k = static_cast<std::size_t>(std::max(1, o.top_k));
-  std::atomic<std::size_t> done{0}, simulated{0}, replayed{0};
+  std::atomic<std::size_t> done{0}, simulated{0};
+  std::size_t replayed = 0;
   std::map<std::string, std::size_t> rej_local;
   auto plan_less = [](const Plan& a, const Plan& b) {
     if (a.result.step_time_s != b.result.step_time_s) return a.result.step_time_s < b.result.step_time_s;
     return Key(a.config) < Key(b.config);
   };
-  parallel_for(order.size(), [&](std::size_t j) {
-    const std::size_t i = order[j];
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      // Also keep looking for the best plan not at risk of running out of memory.
-      const bool safe_found = res.best_not_at_risk.has_value();
-      if (top.size() >= k && bounds[i].step_time_lower_s > top.back().result.step_time_s && safe_found &&
-          bounds[i].step_time_lower_s > res.best_not_at_risk->result.step_time_s) {
-        ++rej_local["cannot beat the top K (step-time lower bound, not simulated)"];
-        ++done;
-        if (o.progress) o.progress(done, order.size());
-        return;
-      }
-    }
+  const std::string no_fit = o.min_headroom_bytes > 0 ? "does not fit with the required headroom (simulated)"
+                                                      : "does not fit in memory (simulated)";
+  auto simulate = [&](std::size_t i) {
     Plan p;
     p.config = cands[i];
     p.result = Simulate(m, cands[i], cl, o.gpus, prof, SearchOptions());
@@ -404,51 +401,103 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     const double tokens = static_cast<double>(cands[i].global_batch_size * cands[i].seq_length);
     p.usd_per_million_tokens = static_cast<double>(o.gpus) * price / 3600.0 * p.result.step_time_s / tokens * 1e6;
     p.joules_per_token = static_cast<double>(o.gpus) * cl.gpu.tdp_W * o.energy_overhead * p.result.step_time_s / tokens;
-    // A plan that fits by its allocated peak and would enter the ranking is simulated again
-    // with the caching allocator's replay, which decides whether it fits (reserved figure).
-    const auto fits_allocated = [&] {
-      return p.result.feasible && p.result.fits && p.result.peak_memory_bytes <= usable - o.min_headroom_bytes;
-    };
-    bool replay = false;
-    if (fits_allocated()) {
-      std::lock_guard<std::mutex> lock(mu);
-      replay = top.size() < k || plan_less(p, top.back()) || !res.best_not_at_risk ||
-               plan_less(p, *res.best_not_at_risk);
-    }
-    if (replay) {
-      p.result = Simulate(m, cands[i], cl, o.gpus, prof, SimulateOptions());
-      ++replayed;
-    }
+    const bool fits = p.result.feasible && p.result.fits && p.result.peak_memory_bytes <= usable - o.min_headroom_bytes;
     std::lock_guard<std::mutex> lock(mu);
-    // Fits with the headroom: by the reserved figure where replayed, else the allocated peak.
-    const bool fits = fits_allocated() && p.result.peak_reserved_bytes <= usable - o.min_headroom_bytes;
     if (p.result.feasible) {
-      res.points.push_back({p.config.Summary(), p.result.step_time_s, p.result.peak_memory_bytes, fits,
-                            p.result.memory_at_risk});
+      res.points.push_back({p.config.Summary(), p.result.step_time_s, p.result.peak_memory_bytes, fits, false});
     }
     if (!p.result.feasible) {
       // Safeguard: step 0 set these aside already (Simulate checks the same rules).
       ++rej_local["cannot run: " + (p.result.reasons.empty() ? std::string("?") : p.result.reasons.front())];
     } else if (!fits) {
-      ++rej_local[o.min_headroom_bytes > 0 ? "does not fit with the required headroom (simulated)"
-                                           : "does not fit in memory (simulated)"];
+      ++rej_local[no_fit];
       res.closest.push_back(std::move(p));
     } else {
-      if (!p.result.memory_at_risk &&
-          (!res.best_not_at_risk || plan_less(p, *res.best_not_at_risk))) {
-        res.best_not_at_risk = p;
-      }
-      if (o.exclude_memory_at_risk && p.result.memory_at_risk) {
-        ++rej_local["at risk of running out of memory (fits only by releasing the allocator's cache; simulated)"];
-        ++res.at_risk_excluded;
-      } else {
-        top.insert(std::upper_bound(top.begin(), top.end(), p, plan_less), std::move(p));
-        if (top.size() > k) top.pop_back();
-      }
+      by_allocated.insert(std::upper_bound(by_allocated.begin(), by_allocated.end(), p.result.step_time_s),
+                          p.result.step_time_s);
+      if (by_allocated.size() > k) by_allocated.pop_back();
+      pool.push_back(std::move(p));
     }
+  };
+  // 2. Simulate, most promising first; skip those whose step-time lower bound cannot beat the
+  //    K-th best by allocated peak (never skips a member of that top K: its lower bound is at
+  //    most its step time, which is at most the K-th best at any moment).
+  parallel_for(order.size(), [&](std::size_t j) {
+    const std::size_t i = order[j];
+    bool skip;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      skip = by_allocated.size() >= k && bounds[i].step_time_lower_s > by_allocated.back();
+      if (skip) pruned.push_back(i);
+    }
+    if (!skip) simulate(i);
     ++done;
     if (o.progress) o.progress(done, order.size());
   });
+  // 3. Rank with the caching allocator's replay: walk the pool best first, replaying each plan
+  //    (ReplayAllocator), until K plans fit by their reserved figure with the headroom and the
+  //    best plan not at risk is found. When the replay turned plans away, the K-th ranked plan
+  //    (or the best not at risk) is slower than the bound assumed: the skipped candidates whose
+  //    lower bound does not exceed it are simulated and the walk runs again (exact, as above).
+  std::vector<Plan> top;
+  std::vector<char> judged;  // pool index -> replayed
+  std::map<std::string, std::size_t> rej_replay;
+  auto rank = [&] {
+    std::sort(pool.begin(), pool.end(), plan_less);
+    judged.assign(pool.size(), 0);
+    top.clear();
+    rej_replay.clear();
+    res.best_not_at_risk.reset();
+    res.at_risk_excluded = 0;
+    for (std::size_t j = 0; j < pool.size() && (top.size() < k || !res.best_not_at_risk); ++j) {
+      Plan& p = pool[j];
+      if (!p.result.allocator_replayed) {
+        ReplayAllocator(m, p.config, cl, prof, &p.result);
+        ++replayed;
+      }
+      judged[j] = 1;
+      if (!p.result.fits || p.result.peak_reserved_bytes > usable - o.min_headroom_bytes) {
+        ++rej_replay[no_fit];
+        continue;
+      }
+      if (!p.result.memory_at_risk && !res.best_not_at_risk) res.best_not_at_risk = p;
+      if (o.exclude_memory_at_risk && p.result.memory_at_risk) {
+        ++rej_replay["at risk of running out of memory (fits only by releasing the allocator's cache; simulated)"];
+        ++res.at_risk_excluded;
+      } else if (top.size() < k) {
+        top.push_back(p);
+      }
+    }
+  };
+  for (;;) {
+    rank();
+    const double inf = std::numeric_limits<double>::infinity();
+    const double kth = top.size() >= k ? top.back().result.step_time_s : inf;
+    const double safe = res.best_not_at_risk ? res.best_not_at_risk->result.step_time_s : inf;
+    const double reach = std::max(kth, safe);
+    std::vector<std::size_t> again, still;
+    for (std::size_t i : pruned) (bounds[i].step_time_lower_s <= reach ? again : still).push_back(i);
+    if (again.empty()) break;
+    pruned = std::move(still);
+    parallel_for(again.size(), [&](std::size_t j) { simulate(again[j]); });
+  }
+  if (!pruned.empty()) rej_local["cannot beat the top K (step-time lower bound, not simulated)"] += pruned.size();
+  for (const auto& [r, c] : rej_replay) rej_local[r] += c;
+  std::map<std::string, const Plan*> replayed_plans;
+  for (std::size_t j = 0; j < pool.size(); ++j) {
+    if (!judged[j]) continue;
+    replayed_plans[pool[j].config.Summary()] = &pool[j];
+    if (!pool[j].result.fits || pool[j].result.peak_reserved_bytes > usable - o.min_headroom_bytes) {
+      res.closest.push_back(pool[j]);
+    }
+  }
+  for (auto& pt : res.points) {  // the replay's verdict where it ran
+    const auto it = replayed_plans.find(pt.config);
+    if (it == replayed_plans.end()) continue;
+    const SimulationResult& r = it->second->result;
+    pt.fits = r.fits && r.peak_reserved_bytes <= usable - o.min_headroom_bytes;
+    pt.at_risk = r.memory_at_risk;
+  }
   for (const auto& [r, c] : rej_local) res.rejected[r] += c;
   res.candidates_simulated = simulated;
   res.candidates_replayed = replayed;

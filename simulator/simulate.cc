@@ -725,6 +725,46 @@ AllocatorReplay ReplayStageMemory(const CostModel& cm, const ParallelConfig& c, 
   return ReplayStageAllocations(cm, c, stage, static_bytes, capacity);
 }
 
+/// StageMemory's reserved figure and retries from the stage's replay.
+void RecordReplay(const AllocatorReplay& replay, StageMemory* mem) {
+  mem->reserved_bytes = mem->peak_bytes + std::max(0.0, replay.overhead_bytes());
+  mem->allocator_retries = replay.retries;
+}
+
+/// Fits as PyTorch runs it: the allocated peak within usable memory, and no request the caching
+/// allocator's replay finds no room for even after releasing its cache; at risk when it fits
+/// only by releasing the cache (its reserved figure over usable memory, retries). Updates the
+/// result's fits, reasons, at-risk flag and peaks with stage `i`.
+void JudgeStageMemory(int i, const AllocatorReplay& replay, StageResult* sr, SimulationResult* res) {
+  const StageMemory& mem = sr->memory;
+  sr->fits = mem.peak_bytes <= res->usable_memory_bytes && !replay.out_of_memory;
+  sr->at_risk = sr->fits && (mem.reserved_bytes > res->usable_memory_bytes || replay.retries > 0);
+  res->memory_at_risk = res->memory_at_risk || sr->at_risk;
+  res->peak_memory_bytes = std::max(res->peak_memory_bytes, mem.peak_bytes);
+  res->peak_reserved_bytes = std::max(res->peak_reserved_bytes, mem.reserved_bytes);
+  if (mem.peak_bytes > res->usable_memory_bytes) {
+    res->fits = false;
+    res->reasons.push_back(fmt::format("stage {} needs {} per GPU, more than the {} usable", i,
+                                       FormatGiB(mem.peak_bytes), FormatGiB(res->usable_memory_bytes)));
+  } else if (!sr->fits) {
+    res->fits = false;
+    res->reasons.push_back(fmt::format(
+        "stage {} needs {} per GPU, within the {} usable, but PyTorch's caching allocator finds no room for a "
+        "{} request even after releasing its cache (fragmentation; reserved {})",
+        i, FormatGiB(mem.peak_bytes), FormatGiB(res->usable_memory_bytes), FormatGiB(replay.oom_request_bytes),
+        FormatGiB(mem.reserved_bytes)));
+  }
+}
+
+/// The configuration as Simulate runs it: the model's sequence length where the configuration
+/// has none, and the parameter gathers' width for its linear-layer format.
+ParallelConfig RunConfig(const Model& m, const ParallelConfig& cfg_in, const Cluster& cl) {
+  ParallelConfig c = cfg_in;
+  if (c.seq_length <= 0) c.seq_length = m.seq_length;
+  c.param_gather_bytes = ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch));
+  return c;
+}
+
 StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
                               const HardwareProfile& prof, int stage) {
   StageMemory mem;
@@ -813,9 +853,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
                           std::int64_t gpus, const HardwareProfile& prof,
                           const SimulateOptions& opts) {
   SimulationResult res;
-  ParallelConfig c = cfg_in;
-  if (c.seq_length <= 0) c.seq_length = m.seq_length;
-  c.param_gather_bytes = ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch));
+  const ParallelConfig c = RunConfig(m, cfg_in, cl);
   res.usable_memory_bytes = cl.gpu.memory_bytes;
   res.reasons = InfeasibilityReasons(m, c, gpus, cl);
   if (gpus > cl.gpus_per_node && !(prof.NicShareGBps() > 0)) {
@@ -1057,31 +1095,12 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     mem.peak_inflight_microbatches = peak_inflight;
     mem.reserved_bytes = mem.peak_bytes;
     AllocatorReplay replay;
+    res.allocator_replayed = opts.allocator_replay;
     if (opts.allocator_replay) {
       replay = ReplayStageMemory(cm, c, i, mem, res.usable_memory_bytes);
-      mem.reserved_bytes = mem.peak_bytes + std::max(0.0, replay.overhead_bytes());
-      mem.allocator_retries = replay.retries;
+      RecordReplay(replay, &mem);
     }
-    // Fits as PyTorch runs it: the allocated peak within usable memory, and no request the
-    // caching allocator's replay finds no room for even after releasing its cache; at risk when
-    // it fits only by releasing the cache (its reserved figure over usable memory, retries).
-    sr.fits = mem.peak_bytes <= res.usable_memory_bytes && !replay.out_of_memory;
-    sr.at_risk = sr.fits && (mem.reserved_bytes > res.usable_memory_bytes || replay.retries > 0);
-    res.memory_at_risk = res.memory_at_risk || sr.at_risk;
-    res.peak_memory_bytes = std::max(res.peak_memory_bytes, mem.peak_bytes);
-    res.peak_reserved_bytes = std::max(res.peak_reserved_bytes, mem.reserved_bytes);
-    if (mem.peak_bytes > res.usable_memory_bytes) {
-      res.fits = false;
-      res.reasons.push_back(fmt::format("stage {} needs {} per GPU, more than the {} usable", i,
-                                        FormatGiB(mem.peak_bytes), FormatGiB(res.usable_memory_bytes)));
-    } else if (!sr.fits) {
-      res.fits = false;
-      res.reasons.push_back(fmt::format(
-          "stage {} needs {} per GPU, within the {} usable, but PyTorch's caching allocator finds no room for a "
-          "{} request even after releasing its cache (fragmentation; reserved {})",
-          i, FormatGiB(mem.peak_bytes), FormatGiB(res.usable_memory_bytes), FormatGiB(replay.oom_request_bytes),
-          FormatGiB(mem.reserved_bytes)));
-    }
+    JudgeStageMemory(i, replay, &sr, &res);
     res.stages.push_back(sr);
   }
   // "At risk" qualifies a configuration that fits; one that does not fit is not also at risk.
@@ -1138,6 +1157,24 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   }
   if (opts.keep_graph) res.graph = g;
   return res;
+}
+
+void ReplayAllocator(const Model& m, const ParallelConfig& cfg_in, const Cluster& cl, const HardwareProfile& prof,
+                     SimulationResult* res) {
+  if (!res->feasible || res->stages.empty() || res->allocator_replayed) return;
+  res->allocator_replayed = true;
+  const ParallelConfig c = RunConfig(m, cfg_in, cl);
+  const CostModel cm = BuildCostModel(m, c, cl, prof);
+  res->fits = true;
+  res->memory_at_risk = false;
+  res->reasons.clear();  // a feasible result's reasons are its memory's, judged again here
+  res->peak_memory_bytes = res->peak_reserved_bytes = 0;
+  for (auto& sr : res->stages) {
+    const AllocatorReplay replay = ReplayStageMemory(cm, c, sr.stage, sr.memory, res->usable_memory_bytes);
+    RecordReplay(replay, &sr.memory);
+    JudgeStageMemory(sr.stage, replay, &sr, res);
+  }
+  if (!res->fits) res->memory_at_risk = false;
 }
 
 Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfig& c,

@@ -127,6 +127,9 @@ struct SimulationResult {
   double usable_memory_bytes = 0;
   bool fits = true;
   bool memory_at_risk = false;  ///< fits, and some stage is at risk (StageResult::at_risk)
+  /// The caching allocator's replay ran (SimulateOptions::allocator_replay, or ReplayAllocator):
+  /// "fits", "at risk" and the reserved figures are its; else by the allocated peak alone.
+  bool allocator_replayed = false;
   std::vector<StageResult> stages;
   std::vector<std::string> critical_path;  ///< a few summary lines
   /// The same, structured: time on the critical path per (stage, task kind), largest first.
@@ -158,6 +161,14 @@ struct SimulationResult {
 SimulationResult Simulate(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
                           std::int64_t gpus, const HardwareProfile& profile,
                           const SimulateOptions& opts = {});
+
+/// Completes `result`, simulated by Simulate(model, cfg, cluster, gpus, profile) with
+/// SimulateOptions::allocator_replay off, as the replay would have: each stage's reserved
+/// figure and retries, "fits", "at risk", the memory reasons and the peaks (the step's timing is
+/// untouched). The planner replays only the plans it ranks (docs/planner.md). Does nothing to
+/// an infeasible result.
+void ReplayAllocator(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
+                     const HardwareProfile& profile, SimulationResult* result);
 
 /// DeepSpeed ZeRO-1/2's gradient bucket on pipeline stage `stage`, bytes: with
 /// OptimizerImpl::kDeepSpeedZero at ZeRO-1/2, reduce_bucket_size (ds_reduce_bucket_elems) 16-bit
