@@ -277,7 +277,8 @@ void RegisterCapacity(CLI::App& app) {
   cmd->add_option("--gpus-options", a->options, "CLUSTER:N[,N...] (several allowed)")->required()->expected(1, -1);
   AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (sequences)", kMaxGlobalBatchSize)->required();
   AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)", kMaxSeq);
-  cmd->add_option("--min-headroom", a->min_headroom_gib, "GiB each plan must leave free per GPU (default 2, as plan)")
+  cmd->add_option("--min-headroom", a->min_headroom_gib, "GiB each plan must leave free per GPU beyond what the caching allocator reserves (default 2, "
+                  "as plan)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--days", a->days, "deadline in days; marks options that meet it")->check(CLI::Range(1e-6, 1e6));
   cmd->add_option("--price-per-gpu-hour", a->prices, "GPU=USD overrides, e.g. h100-sxm=2.5")->expected(1, -1);

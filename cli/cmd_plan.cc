@@ -178,7 +178,8 @@ void RegisterPlan(CLI::App& app) {
   AddPositive(cmd, "--max-tp", a->max_tp, "largest tensor-parallel size (default: GPUs per node)", kMaxParallelSize);
   AddPositive(cmd, "--max-mbs", a->max_mbs, "largest micro-batch size (default 16)", kMaxMicroBatchSize);
   cmd->add_option("--min-headroom", a->min_headroom_gib,
-                  "GiB a plan must leave free per GPU for fragmentation and spikes (default 2)")
+                  "GiB a plan must leave free per GPU beyond what the caching allocator reserves (NCCL growth, "
+                  "spikes; default 2)")
       ->check(CLI::Range(0.0, 1e4));
   cmd->add_option("--schedules", a->schedules, "comma list of 1f1b,interleaved,zb-h1,gpipe");
   cmd->add_option("--recompute", a->recompute, "comma list of none,selective,full");

@@ -29,8 +29,8 @@ const char* ToString(Objective o) {
 namespace {
 
 /// The search simulates thousands of configurations: memory by the allocated peak, without the
-/// caching allocator's replay (SimulateOptions::allocator_replay); a plan that fits by it and
-/// would enter the ranking is simulated again with the replay, which decides (Plan()).
+/// caching allocator's replay (SimulateOptions::allocator_replay); RunPlan's ranking runs the
+/// replay (ReplayAllocator) on the plans it reaches, best first, and the replay decides.
 SimulateOptions SearchOptions() {
   SimulateOptions o;
   o.allocator_replay = false;
@@ -303,6 +303,88 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
   return out;
 }
 
+namespace {
+
+/// The memory a plan needs per GPU: its allocated peak, or the caching allocator's reserved
+/// figure where the replay ran and it is larger (bytes).
+double MemoryNeedBytes(const SimulationResult& r) { return std::max(r.peak_memory_bytes, r.peak_reserved_bytes); }
+
+/// Why the candidate that came closest does not fit, and what would make it fit: its stage that
+/// needs the most (allocated, or reserved where the replay ran), a GPU with enough memory, full
+/// recompute, ZeRO-3, more GPUs or smaller micro-batches.
+std::vector<std::string> ClosestCandidateAdvice(const Model& m, const PlanOptions& o, double usable,
+                                                const Plan& c) {
+  std::vector<std::string> advice;
+  const auto& st = c.result.stages;
+  auto stage_need = [](const StageResult& s) { return std::max(s.memory.peak_bytes, s.memory.reserved_bytes); };
+  std::size_t worst = 0;
+  for (std::size_t s = 0; s < st.size(); ++s) {
+    if (stage_need(st[s]) > stage_need(st[worst])) worst = s;
+  }
+  const auto& mem = st[worst].memory;
+  const double need = MemoryNeedBytes(c.result);
+  const std::string parts = fmt::format(": weights {}, grads {}, optimizer {}, activations {}",
+                                        FormatGiB(mem.weights_bytes), FormatGiB(mem.grads_bytes),
+                                        FormatGiB(mem.optimizer_bytes), FormatGiB(mem.activations_bytes));
+  const std::string reserved =
+      mem.reserved_bytes > mem.peak_bytes
+          ? fmt::format(" (reserved by PyTorch's caching allocator; {} allocated)", FormatGiB(mem.peak_bytes))
+          : "";
+  if (need > usable) {
+    advice.push_back(fmt::format("the closest candidate ({}) needs {} per GPU on stage {}{}, {} more than the {} "
+                                 "usable{}", c.config.Summary(), FormatGiB(need), worst, reserved,
+                                 FormatGiB(need - usable), FormatGiB(usable), parts));
+  } else if (!c.result.fits && !c.result.reasons.empty()) {  // the replay found no room for a request
+    advice.push_back(fmt::format("the closest candidate ({}): {}{}", c.config.Summary(), c.result.reasons.front(),
+                                 parts));
+  } else {
+    advice.push_back(fmt::format("the closest candidate ({}) needs {} per GPU on stage {}{}, leaving {} of the {} "
+                                 "usable, less than the {} of headroom asked for{}", c.config.Summary(),
+                                 FormatGiB(need), worst, reserved, FormatGiB(usable - need), FormatGiB(usable),
+                                 FormatGiB(o.min_headroom_bytes), parts));
+  }
+  std::string bigger;
+  double best_mem = 1e300;
+  for (const auto& name : PresetNames(PresetKind::kGpu)) {
+    Gpu gg = LoadGpu(name);
+    if (gg.memory_bytes >= need + o.min_headroom_bytes && gg.memory_bytes < best_mem) {
+      best_mem = gg.memory_bytes;
+      bigger = gg.name;
+    }
+  }
+  if (!bigger.empty()) {
+    advice.push_back(fmt::format("more memory per GPU: {} ({}) would hold this candidate", bigger,
+                                 FormatGiB(best_mem)));
+  }
+  if (std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kFull) == o.recomputes.end()) {
+    advice.push_back("full activation recompute keeps only each layer's input (allow --recompute full)");
+  }
+  // ZeRO-3 over all the GPUs is the least state per GPU any sharding gives; advise it only when
+  // this candidate's peak with that state instead of its own would leave the headroom.
+  const double zero3_state = static_cast<double>(m.Parameters().total) *
+                             BytesPerParam(3, o.gpus, c.config.fp32_main_grads).total();
+  const double own_state = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes;
+  if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end() &&
+      need - own_state + zero3_state <= usable - o.min_headroom_bytes) {
+    advice.push_back(fmt::format("a higher ZeRO stage shards gradients (2) and weights (3) across data "
+                                 "parallelism: ZeRO-3 over the {} GPUs holds {} of state per GPU (allow "
+                                 "--zero-stages 0,1,2,3)",
+                                 o.gpus, FormatGiB(zero3_state)));
+  }
+  const double state = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes;
+  if (state > usable) {
+    advice.push_back(fmt::format(
+        "more GPUs: weights, gradients and optimizer state alone need {} per GPU here; "
+        "about {:.0f}x the GPUs (deeper pipelines or more data-parallel sharding) would bring them under",
+        FormatGiB(state), std::ceil(state / (0.7 * usable))));
+  } else {
+    advice.push_back("smaller micro-batches or more pipeline stages reduce the activations in flight");
+  }
+  return advice;
+}
+
+}  // namespace
+
 PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& prof,
                    const PlanOptions& o) {
   if (o.gpus <= 0) {
@@ -367,9 +449,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
       order.push_back(i);
     }
   }
-  // 2. Simulate, most promising first; skip those whose step-time lower bound cannot beat the
-  //    current K-th best (never skips a member of the final top K: its lower bound is at most
-  //    its step time, which is at most the K-th best at any moment).
+  // Most promising first: by step-time lower bound.
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     if (bounds[a].step_time_lower_s != bounds[b].step_time_lower_s) {
       return bounds[a].step_time_lower_s < bounds[b].step_time_lower_s;
@@ -381,7 +461,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
   // allocator's replay runs later, on the ones the ranking reaches), and the K best of them,
   // which bound the search.
   std::vector<Plan> pool;
-  std::vector<double> by_allocated;  // the K best step times of the pool, ascending
+  std::vector<double> top_allocated_s;  // the K best step times of the pool, ascending
   std::vector<std::size_t> pruned;   // candidates the bound skipped
   const std::size_t k = static_cast<std::size_t>(std::max(1, o.top_k));
   std::atomic<std::size_t> done{0}, simulated{0};
@@ -413,9 +493,9 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
       ++rej_local[no_fit];
       res.closest.push_back(std::move(p));
     } else {
-      by_allocated.insert(std::upper_bound(by_allocated.begin(), by_allocated.end(), p.result.step_time_s),
+      top_allocated_s.insert(std::upper_bound(top_allocated_s.begin(), top_allocated_s.end(), p.result.step_time_s),
                           p.result.step_time_s);
-      if (by_allocated.size() > k) by_allocated.pop_back();
+      if (top_allocated_s.size() > k) top_allocated_s.pop_back();
       pool.push_back(std::move(p));
     }
   };
@@ -427,7 +507,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     bool skip;
     {
       std::lock_guard<std::mutex> lock(mu);
-      skip = by_allocated.size() >= k && bounds[i].step_time_lower_s > by_allocated.back();
+      skip = top_allocated_s.size() >= k && bounds[i].step_time_lower_s > top_allocated_s.back();
       if (skip) pruned.push_back(i);
     }
     if (!skip) simulate(i);
@@ -440,11 +520,13 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
   //    (or the best not at risk) is slower than the bound assumed: the skipped candidates whose
   //    lower bound does not exceed it are simulated and the walk runs again (exact, as above).
   std::vector<Plan> top;
-  std::vector<char> judged;  // pool index -> replayed
   std::map<std::string, std::size_t> rej_replay;
+  // The replay's verdict: room for every request, and the reserved figure within the headroom.
+  auto fits_replayed = [&](const SimulationResult& r) {
+    return r.fits && r.peak_reserved_bytes <= usable - o.min_headroom_bytes;
+  };
   auto rank = [&] {
     std::sort(pool.begin(), pool.end(), plan_less);
-    judged.assign(pool.size(), 0);
     top.clear();
     rej_replay.clear();
     res.best_not_at_risk.reset();
@@ -455,8 +537,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
         ReplayAllocator(m, p.config, cl, prof, &p.result);
         ++replayed;
       }
-      judged[j] = 1;
-      if (!p.result.fits || p.result.peak_reserved_bytes > usable - o.min_headroom_bytes) {
+      if (!fits_replayed(p.result)) {
         ++rej_replay[no_fit];
         continue;
       }
@@ -472,31 +553,29 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
   for (;;) {
     rank();
     const double inf = std::numeric_limits<double>::infinity();
-    const double kth = top.size() >= k ? top.back().result.step_time_s : inf;
-    const double safe = res.best_not_at_risk ? res.best_not_at_risk->result.step_time_s : inf;
-    const double reach = std::max(kth, safe);
+    const double kth_s = top.size() >= k ? top.back().result.step_time_s : inf;
+    const double safe_s = res.best_not_at_risk ? res.best_not_at_risk->result.step_time_s : inf;
+    const double reach_s = std::max(kth_s, safe_s);
     std::vector<std::size_t> again, still;
-    for (std::size_t i : pruned) (bounds[i].step_time_lower_s <= reach ? again : still).push_back(i);
+    for (std::size_t i : pruned) (bounds[i].step_time_lower_s <= reach_s ? again : still).push_back(i);
     if (again.empty()) break;
     pruned = std::move(still);
+    res.candidates_revisited += again.size();
     parallel_for(again.size(), [&](std::size_t j) { simulate(again[j]); });
   }
   if (!pruned.empty()) rej_local["cannot beat the top K (step-time lower bound, not simulated)"] += pruned.size();
   for (const auto& [r, c] : rej_replay) rej_local[r] += c;
   std::map<std::string, const Plan*> replayed_plans;
-  for (std::size_t j = 0; j < pool.size(); ++j) {
-    if (!judged[j]) continue;
-    replayed_plans[pool[j].config.Summary()] = &pool[j];
-    if (!pool[j].result.fits || pool[j].result.peak_reserved_bytes > usable - o.min_headroom_bytes) {
-      res.closest.push_back(pool[j]);
-    }
+  for (const Plan& p : pool) {
+    if (!p.result.allocator_replayed) continue;
+    replayed_plans[p.config.Summary()] = &p;
+    if (!fits_replayed(p.result)) res.closest.push_back(p);
   }
   for (auto& pt : res.points) {  // the replay's verdict where it ran
     const auto it = replayed_plans.find(pt.config);
     if (it == replayed_plans.end()) continue;
-    const SimulationResult& r = it->second->result;
-    pt.fits = r.fits && r.peak_reserved_bytes <= usable - o.min_headroom_bytes;
-    pt.at_risk = r.memory_at_risk;
+    pt.fits = fits_replayed(it->second->result);
+    pt.at_risk = it->second->result.memory_at_risk;
   }
   for (const auto& [r, c] : rej_local) res.rejected[r] += c;
   res.candidates_simulated = simulated;
@@ -530,8 +609,8 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
       }
     }
     std::sort(res.closest.begin(), res.closest.end(), [](const Plan& a, const Plan& b) {
-      return a.result.peak_memory_bytes < b.result.peak_memory_bytes ||
-             (a.result.peak_memory_bytes == b.result.peak_memory_bytes && Key(a.config) < Key(b.config));
+      const double na = MemoryNeedBytes(a.result), nb = MemoryNeedBytes(b.result);
+      return na < nb || (na == nb && Key(a.config) < Key(b.config));
     });
     if (res.closest.size() > 3) res.closest.resize(3);
     if (res.at_risk_excluded > 0) {
@@ -555,56 +634,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
       }
       res.advice.push_back("no candidate configuration can run" + why);
     } else {
-      const Plan& c = res.closest.front();
-      const auto& st = c.result.stages;
-      std::size_t worst = 0;
-      for (std::size_t s = 0; s < st.size(); ++s) {
-        if (st[s].memory.peak_bytes > st[worst].memory.peak_bytes) worst = s;
-      }
-      const auto& mem = st[worst].memory;
-      const double need = c.result.peak_memory_bytes;
-      res.advice.push_back(fmt::format(
-          "the closest candidate ({}) needs {} per GPU on stage {}, {} more than the {} usable: weights {}, "
-          "grads {}, optimizer {}, activations {}", c.config.Summary(), FormatGiB(need), worst,
-          FormatGiB(need - usable), FormatGiB(usable), FormatGiB(mem.weights_bytes),
-          FormatGiB(mem.grads_bytes), FormatGiB(mem.optimizer_bytes), FormatGiB(mem.activations_bytes)));
-      std::string bigger;
-      double best_mem = 1e300;
-      for (const auto& name : PresetNames(PresetKind::kGpu)) {
-        Gpu gg = LoadGpu(name);
-        if (gg.memory_bytes >= need && gg.memory_bytes < best_mem) {
-          best_mem = gg.memory_bytes;
-          bigger = gg.name;
-        }
-      }
-      if (!bigger.empty()) {
-        res.advice.push_back(fmt::format("more memory per GPU: {} ({}) would hold this candidate", bigger,
-                                         FormatGiB(best_mem)));
-      }
-      if (std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kFull) == o.recomputes.end()) {
-        res.advice.push_back("full activation recompute keeps only each layer's input (allow --recompute full)");
-      }
-      // ZeRO-3 over all the GPUs is the least state per GPU any sharding gives; advise it only when
-      // this candidate's peak with that state instead of its own would leave the headroom.
-      const double zero3_state = static_cast<double>(m.Parameters().total) *
-                                 BytesPerParam(3, o.gpus, c.config.fp32_main_grads).total();
-      const double own_state = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes;
-      if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end() &&
-          need - own_state + zero3_state <= usable - o.min_headroom_bytes) {
-        res.advice.push_back(fmt::format("a higher ZeRO stage shards gradients (2) and weights (3) across data "
-                                         "parallelism: ZeRO-3 over the {} GPUs holds {} of state per GPU (allow "
-                                         "--zero-stages 0,1,2,3)",
-                                         o.gpus, FormatGiB(zero3_state)));
-      }
-      const double state = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes;
-      if (state > usable) {
-        res.advice.push_back(fmt::format(
-            "more GPUs: weights, gradients and optimizer state alone need {} per GPU here; "
-            "about {:.0f}x the GPUs (deeper pipelines or more data-parallel sharding) would bring them under",
-            FormatGiB(state), std::ceil(state / (0.7 * usable))));
-      } else {
-        res.advice.push_back("smaller micro-batches or more pipeline stages reduce the activations in flight");
-      }
+      for (auto& a : ClosestCandidateAdvice(m, o, usable, res.closest.front())) res.advice.push_back(std::move(a));
     }
   }
   return res;

@@ -54,7 +54,8 @@ struct PlanOptions {
   ParallelConfig base;
   double price_usd_per_gpu_hour = 0;  ///< 0: the GPU preset's
   double energy_overhead = 1.3;       ///< facility and host power over GPU board power
-  /// Memory a plan must leave free per GPU (allocator fragmentation, NCCL growth, spikes).
+  /// Memory a plan must leave free per GPU beyond what the caching allocator's replay reserves
+  /// (NCCL's lazily grown buffers, spikes the model does not trace, run-to-run variation).
   double min_headroom_bytes = 0;
   /// Reject plans at risk of running out of memory (SimulationResult::memory_at_risk: they fit
   /// only by releasing the caching allocator's cache), as if they did not fit.
@@ -74,17 +75,24 @@ struct Plan {
 struct PlanPoint {
   std::string config;  ///< ParallelConfig::Summary()
   double step_time_s = 0, peak_memory_bytes = 0;
-  bool fits = false;     ///< fits with the required headroom
+  /// Fits with the required headroom: by the allocator's replay where the ranking ran it,
+  /// else by the allocated peak.
+  bool fits = false;
   bool at_risk = false;  ///< SimulationResult::memory_at_risk
 };
 
 struct PlanResult {
   std::size_t candidates_generated = 0;
   std::size_t candidates_simulated = 0;
-  /// Of those, the ones simulated again with the caching allocator's replay: each that fit by
-  /// its allocated peak and would have entered the ranking (top K or the best not at risk); a
-  /// ranked plan fits when its reserved figure plus min_headroom_bytes is within usable memory.
+  /// Of those, the ones the ranking ran the caching allocator's replay on (ReplayAllocator):
+  /// fitting by their allocated peak, best first, until K fit by the replay and the best not at
+  /// risk is found; a ranked plan fits when the replay finds room for every request and its
+  /// reserved figure plus min_headroom_bytes is within usable memory.
   std::size_t candidates_replayed = 0;
+  /// Of the simulated, those the step-time bound skipped at first and the search simulated
+  /// when the replay turned plans away (the K-th plan by the replay was slower than the bound
+  /// had assumed).
+  std::size_t candidates_revisited = 0;
   /// Candidates set aside, by reason; with the plans that fit they add up to the generated
   /// count: generated = sum(rejected) + fitting simulated.
   std::map<std::string, std::size_t> rejected;
@@ -97,7 +105,8 @@ struct PlanResult {
   std::optional<Plan> best_not_at_risk;
   /// Plans that fit but were left out as at risk (PlanOptions::exclude_memory_at_risk).
   std::size_t at_risk_excluded = 0;
-  /// When nothing fits: the candidates that came closest (lowest peak memory), and advice.
+  /// When nothing fits: the candidates that came closest (least memory needed: the allocated
+  /// peak, or the reserved figure where the replay ran and it is larger), and advice.
   std::vector<Plan> closest;
   std::vector<std::string> advice;
   /// Every simulated candidate that can run (fitting or not), by step time then configuration.

@@ -83,9 +83,8 @@ struct ValidationSummary {
   double memory_mape = 0;
   std::size_t memory_points = 0;
   std::size_t oom_rows = 0, oom_rows_predicted_oom = 0, ok_rows = 0, ok_rows_predicted_fit = 0;
-  /// Rows flagged at risk of running out of memory (they fit, but not with the smallest measured
-  /// BLOOM ratio of nvidia-smi to predicted peak). That ratio comes from the same BLOOM sweeps as
-  /// all four OOM rows, so these counts are not independent evidence.
+  /// Rows flagged at risk of running out of memory (SimulationResult::memory_at_risk: they fit
+  /// only because the caching allocator's replay released its cache).
   std::size_t oom_rows_at_risk = 0, ok_rows_at_risk = 0;
   /// Step-time MAPE, max |error| and count over the held-out rows (no built-in constant was
   /// fitted on them) and over the rows a constant was fitted on (FitsOnValidationRows).

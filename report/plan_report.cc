@@ -111,6 +111,7 @@ Json PlanJson(const PlanView& v) {
   j["candidates_generated"] = r.candidates_generated;
   j["candidates_simulated"] = r.candidates_simulated;
   j["candidates_replayed"] = r.candidates_replayed;
+  j["candidates_revisited"] = r.candidates_revisited;
   j["rejected"] = r.rejected;
   j["not_generated"] = r.not_generated;
   j["min_headroom_bytes"] = o.min_headroom_bytes;
@@ -154,9 +155,15 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
                      r.candidates_generated, elapsed, set_aside, r.candidates_generated - set_aside,
                      FormatGiB(o.min_headroom_bytes));
   for (const auto& [reason, count] : r.rejected) out << fmt::format("  {:>7}  {}\n", count, reason);
-  out << fmt::format("  ({} simulated in all; {} of them again with the caching allocator's replay, as they would\n"
-                     "  have entered the ranking by their allocated peak)\n",
-                     r.candidates_simulated, r.candidates_replayed);
+  out << fmt::format("  ({} simulated in all{}; the ranking ran the caching allocator's replay on {} of them, best\n"
+                     "  first, until the top {} and the best plan not at risk fit by it; the others fit by their\n"
+                     "  allocated peak)\n",
+                     r.candidates_simulated,
+                     r.candidates_revisited > 0
+                         ? fmt::format(", {} of them skipped by the bound until the replay turned plans away",
+                                       r.candidates_revisited)
+                         : "",
+                     r.candidates_replayed, o.top_k);
   if (!r.not_generated.empty()) {
     out << "Not generated:\n";
     for (const auto& [reason, count] : r.not_generated) out << fmt::format("  {:>7}  {}\n", count, reason);

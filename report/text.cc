@@ -258,8 +258,8 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   bool any_at_risk = false;
   for (const auto& s : r.stages) any_at_risk = any_at_risk || s.at_risk;
   if (any_at_risk) {
-    out << "  at risk: it fits only by releasing the caching allocator's cache (the reserved figure exceeds\n"
-           "  usable memory): each release synchronizes the device, and the step is close to out of memory.\n";
+    out << "  at risk: the caching allocator's replay had to release its cache to find room (the retries\n"
+           "  above): each release synchronizes the device, and the step is close to out of memory.\n";
   }
   const bool moe = m.moe.enabled();
   out << fmt::format("\nPer stage: time (compute incl. recompute / tp{}{} / bubble / pp / dp / optimizer)\n",

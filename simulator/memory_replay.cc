@@ -115,7 +115,7 @@ class Replayer {
     if (cc.has_embedding) KeepAll(embedding_, &keep);
     for (int l = 0; l < cc.layers; ++l) LayerForward(LayerKind(cc, l), &keep);
     if (cc.has_output) {
-      const int logits = Alloc(cc.fwd_transient_bytes);  // 16-bit logits while the loss runs
+      const int logits = Alloc(cc.fwd_transient_bytes);  // the loss's working memory (logits; torch's fp32 copy), one block
       KeepAll(output_, &keep);
       Free(logits);
     }

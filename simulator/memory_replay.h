@@ -11,8 +11,9 @@
 ///  - a forward pass of a chunk: per layer, the tensors its forward ops save (Op::saved_bytes,
 ///    one tensor per op, in op order), kept until the backward; tensors the recompute policy
 ///    drops (Op::rebuilt) are made and freed as the forward runs (one alive after the next is
-///    made); under full recompute the layer keeps only its input. The output layer's 16-bit
-///    logits are held while the loss runs (ChunkCost::fwd_transient_bytes);
+///    made); under full recompute the layer keeps only its input. The loss's working memory
+///    (the 16-bit logits, and eager PyTorch's fp32 copy) is one block held while the loss runs
+///    (ChunkCost::fwd_transient_bytes);
 ///  - a backward pass: per layer in reverse, the rebuilt tensors made again, then op by op in
 ///    reverse the input gradient made (the size of the op's saved tensor) and the op's saved
 ///    tensor and the incoming gradient freed; the output layer's logit gradient first;

@@ -733,8 +733,8 @@ void RecordReplay(const AllocatorReplay& replay, StageMemory* mem) {
 
 /// Fits as PyTorch runs it: the allocated peak within usable memory, and no request the caching
 /// allocator's replay finds no room for even after releasing its cache; at risk when it fits
-/// only by releasing the cache (its reserved figure over usable memory, retries). Updates the
-/// result's fits, reasons, at-risk flag and peaks with stage `i`.
+/// only because the replay released its cache (retries; the reserved figure then stays within
+/// usable memory). Updates the result's fits, reasons, at-risk flag and peaks with stage `i`.
 void JudgeStageMemory(int i, const AllocatorReplay& replay, StageResult* sr, SimulationResult* res) {
   const StageMemory& mem = sr->memory;
   sr->fits = mem.peak_bytes <= res->usable_memory_bytes && !replay.out_of_memory;
@@ -750,9 +750,8 @@ void JudgeStageMemory(int i, const AllocatorReplay& replay, StageResult* sr, Sim
     res->fits = false;
     res->reasons.push_back(fmt::format(
         "stage {} needs {} per GPU, within the {} usable, but PyTorch's caching allocator finds no room for a "
-        "{} request even after releasing its cache (fragmentation; reserved {})",
-        i, FormatGiB(mem.peak_bytes), FormatGiB(res->usable_memory_bytes), FormatGiB(replay.oom_request_bytes),
-        FormatGiB(mem.reserved_bytes)));
+        "{} request even after releasing its cache (fragmentation)",
+        i, FormatGiB(mem.peak_bytes), FormatGiB(res->usable_memory_bytes), FormatGiB(replay.oom_request_bytes)));
   }
 }
 
@@ -991,6 +990,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     }
   }
   const PipelineSchedule& sched = sk.sched;
+  res.allocator_replayed = opts.allocator_replay;
   for (int i = 0; i < c.pp; ++i) {
     StageResult sr;
     sr.stage = i;
@@ -1095,7 +1095,6 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     mem.peak_inflight_microbatches = peak_inflight;
     mem.reserved_bytes = mem.peak_bytes;
     AllocatorReplay replay;
-    res.allocator_replayed = opts.allocator_replay;
     if (opts.allocator_replay) {
       replay = ReplayStageMemory(cm, c, i, mem, res.usable_memory_bytes);
       RecordReplay(replay, &mem);

@@ -165,8 +165,10 @@ SimulationResult Simulate(const Model& model, const ParallelConfig& cfg, const C
 /// Completes `result`, simulated by Simulate(model, cfg, cluster, gpus, profile) with
 /// SimulateOptions::allocator_replay off, as the replay would have: each stage's reserved
 /// figure and retries, "fits", "at risk", the memory reasons and the peaks (the step's timing is
-/// untouched). The planner replays only the plans it ranks (docs/planner.md). Does nothing to
-/// an infeasible result.
+/// untouched). The replay reads only the configuration and the stages' memory, which no
+/// SimulateOptions switch changes, so any options give the same verdict. The planner replays
+/// only the plans it ranks (docs/planner.md). Does nothing to an infeasible result or one
+/// already replayed.
 void ReplayAllocator(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
                      const HardwareProfile& profile, SimulationResult* result);
 
