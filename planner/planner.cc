@@ -383,10 +383,9 @@ std::vector<std::string> ClosestCandidateAdvice(const Model& m, const PlanOption
   return advice;
 }
 
-}  // namespace
-
-PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& prof,
-                   const PlanOptions& o) {
+/// Refuses options the search cannot honour (exit 2 through InputError): no GPUs, no batch, a
+/// cost or energy objective without the GPU's price (`price`, USD per GPU-hour) or board power.
+void CheckPlanOptions(const Cluster& cl, const PlanOptions& o, double price) {
   if (o.gpus <= 0) {
     throw InputError("command line: --gpus: got " + std::to_string(o.gpus) + ", expected a positive GPU count");
   }
@@ -394,7 +393,6 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     throw InputError("command line: --gbs: got " + std::to_string(o.global_batch_size) +
                      ", expected a positive global batch size");
   }
-  const double price = o.price_usd_per_gpu_hour > 0 ? o.price_usd_per_gpu_hour : cl.gpu.price_usd_per_gpu_hour;
   // Ranking by a cost or energy that reads as zero would tie every plan.
   if (o.objective == Objective::kCost && !(price > 0)) {
     throw InputError("command line: --objective cost: GPU '" + cl.gpu.name +
@@ -404,6 +402,80 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     throw InputError("command line: --objective energy: GPU '" + cl.gpu.name +
                      "' has no tdp_W, expected its board power in its GPU file (docs/inputs.md)");
   }
+}
+
+/// Runs fn(0..count-1) on `threads` threads, each taking the next index.
+void ParallelFor(unsigned threads, std::size_t count, const std::function<void(std::size_t)>& fn) {
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t) {
+    pool.emplace_back([&] {
+      for (std::size_t i = next++; i < count; i = next++) fn(i);
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+
+/// Nothing fits: the candidates that came closest (those simulated, else the three with the
+/// smallest memory bound, simulated now) and advice on what would make one fit, or why no
+/// candidate can run at all.
+void ExplainNothingFits(const Model& m, const Cluster& cl, const HardwareProfile& prof, const PlanOptions& o,
+                        const std::vector<ParallelConfig>& cands, const std::vector<char>& runnable,
+                        const std::vector<Bounds>& bounds, const std::map<std::string, std::string>& example,
+                        PlanResult* res) {
+  const double usable = cl.gpu.memory_bytes;
+  if (res->closest.empty() && !cands.empty() && res->at_risk_excluded == 0) {
+    std::vector<std::size_t> idx;  // the candidates that can run, by memory bound
+    for (std::size_t i = 0; i < cands.size(); ++i) {
+      if (runnable[i]) idx.push_back(i);
+    }
+    std::sort(idx.begin(), idx.end(), [&](auto a, auto b) {
+      return bounds[a].peak_memory_lower_bytes < bounds[b].peak_memory_lower_bytes ||
+             (bounds[a].peak_memory_lower_bytes == bounds[b].peak_memory_lower_bytes && a < b);
+    });
+    for (std::size_t j = 0; j < idx.size() && j < 3; ++j) {
+      Plan p;
+      p.config = cands[idx[j]];
+      p.result = Simulate(m, p.config, cl, o.gpus, prof, SearchOptions());
+      res->closest.push_back(std::move(p));
+    }
+  }
+  std::sort(res->closest.begin(), res->closest.end(), [](const Plan& a, const Plan& b) {
+    const double na = MemoryNeedBytes(a.result), nb = MemoryNeedBytes(b.result);
+    return na < nb || (na == nb && Key(a.config) < Key(b.config));
+  });
+  if (res->closest.size() > 3) res->closest.resize(3);
+  if (res->at_risk_excluded > 0) {
+    res->advice.push_back(fmt::format(
+        "{} plans fit but were left out as at risk of running out of memory (they fit only by releasing the "
+        "caching allocator's cache); without --exclude-at-risk they are ranked and marked",
+        res->at_risk_excluded));
+  }
+  if (cands.empty()) {
+    std::string why;
+    for (const auto& [r, c] : res->not_generated) why += fmt::format("; {} x {}", c, r);
+    res->advice.push_back(fmt::format("no candidate configuration could be formed for {} GPUs and global batch {}{}",
+                                     o.gpus, o.global_batch_size, why));
+  } else if (res->at_risk_excluded > 0) {
+    // Advised above: the plans fit; only the risk flag left them out.
+  } else if (res->closest.empty()) {
+    std::string why;
+    for (const auto& [r, c] : res->rejected) {
+      const auto e = example.find(r);
+      why += fmt::format("; {} x {}{}", c, r, e == example.end() ? "" : " (e.g. " + e->second + ")");
+    }
+    res->advice.push_back("no candidate configuration can run" + why);
+  } else {
+    for (auto& a : ClosestCandidateAdvice(m, o, usable, res->closest.front())) res->advice.push_back(std::move(a));
+  }
+}
+
+}  // namespace
+
+PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& prof,
+                   const PlanOptions& o) {
+  const double price = o.price_usd_per_gpu_hour > 0 ? o.price_usd_per_gpu_hour : cl.gpu.price_usd_per_gpu_hour;
+  CheckPlanOptions(cl, o, price);
   PlanResult res;
   std::vector<ParallelConfig> cands = GenerateCandidates(m, cl, o, &res.not_generated);
   res.candidates_generated = cands.size();
@@ -412,14 +484,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
                                          : std::max(1u, std::thread::hardware_concurrency());
 
   auto parallel_for = [&](std::size_t count, const std::function<void(std::size_t)>& fn) {
-    std::atomic<std::size_t> next{0};
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < threads; ++t) {
-      pool.emplace_back([&] {
-        for (std::size_t i = next++; i < count; i = next++) fn(i);
-      });
-    }
-    for (auto& th : pool) th.join();
+    ParallelFor(threads, count, fn);
   };
 
   // 0. The rules a configuration must satisfy to run at all (InfeasibilityReasons, the same check
@@ -590,53 +655,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
   });
   res.plans = std::move(top);
 
-  if (res.plans.empty()) {
-    // Nothing fits: simulate the candidates with the smallest memory bound and explain.
-    if (res.closest.empty() && !cands.empty() && res.at_risk_excluded == 0) {
-      std::vector<std::size_t> idx;  // the candidates that can run, by memory bound
-      for (std::size_t i = 0; i < cands.size(); ++i) {
-        if (runnable[i]) idx.push_back(i);
-      }
-      std::sort(idx.begin(), idx.end(), [&](auto a, auto b) {
-        return bounds[a].peak_memory_lower_bytes < bounds[b].peak_memory_lower_bytes ||
-               (bounds[a].peak_memory_lower_bytes == bounds[b].peak_memory_lower_bytes && a < b);
-      });
-      for (std::size_t j = 0; j < idx.size() && j < 3; ++j) {
-        Plan p;
-        p.config = cands[idx[j]];
-        p.result = Simulate(m, p.config, cl, o.gpus, prof, SearchOptions());
-        res.closest.push_back(std::move(p));
-      }
-    }
-    std::sort(res.closest.begin(), res.closest.end(), [](const Plan& a, const Plan& b) {
-      const double na = MemoryNeedBytes(a.result), nb = MemoryNeedBytes(b.result);
-      return na < nb || (na == nb && Key(a.config) < Key(b.config));
-    });
-    if (res.closest.size() > 3) res.closest.resize(3);
-    if (res.at_risk_excluded > 0) {
-      res.advice.push_back(fmt::format(
-          "{} plans fit but were left out as at risk of running out of memory (they fit only by releasing the "
-          "caching allocator's cache); without --exclude-at-risk they are ranked and marked",
-          res.at_risk_excluded));
-    }
-    if (cands.empty()) {
-      std::string why;
-      for (const auto& [r, c] : res.not_generated) why += fmt::format("; {} x {}", c, r);
-      res.advice.push_back(fmt::format("no candidate configuration could be formed for {} GPUs and global batch {}{}",
-                                       o.gpus, o.global_batch_size, why));
-    } else if (res.at_risk_excluded > 0) {
-      // Advised above: the plans fit; only the risk flag left them out.
-    } else if (res.closest.empty()) {
-      std::string why;
-      for (const auto& [r, c] : res.rejected) {
-        const auto e = example.find(r);
-        why += fmt::format("; {} x {}{}", c, r, e == example.end() ? "" : " (e.g. " + e->second + ")");
-      }
-      res.advice.push_back("no candidate configuration can run" + why);
-    } else {
-      for (auto& a : ClosestCandidateAdvice(m, o, usable, res.closest.front())) res.advice.push_back(std::move(a));
-    }
-  }
+  if (res.plans.empty()) ExplainNothingFits(m, cl, prof, o, cands, runnable, bounds, example, &res);
   return res;
 }
 
