@@ -78,6 +78,11 @@ void RunExecute(const ExecuteArgs& a) {
                                    "kernel runs whole sequences on one rank); simulate and plan model it",
                                    c.cp));
     }
+    if (c.hybrid_shard()) {
+      throw InputError(fmt::format("command line: --dp-shard {}: hybrid sharding is not executed (execute's "
+                                   "data-parallel collectives span every rank); simulate and plan model it",
+                                   c.dp_shard));
+    }
     if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) {
       throw InputError(fmt::format("command line: --zero3-impl {}: not executed (execute gathers ZeRO-3 parameters "
                                    "layer by layer); simulate and plan model DeepSpeed's per-tensor list collectives",

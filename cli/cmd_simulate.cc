@@ -81,6 +81,35 @@ void CheckPipelineSplitArgs(const SimulateArgs& a, const Model& m, const Paralle
 
 }  // namespace
 
+/// --dp-shard or --num-distributed-optimizer-instances into c->dp_shard (0 where it shards over
+/// every rank); InputError when both are given or the value breaks HybridShardRules.
+static void ApplyHybridShard(const SimulateArgs& a, ParallelConfig* c) {
+  if (a.dp_shard > 0 && a.dist_opt_instances > 0) {
+    throw InputError("command line: --dp-shard and --num-distributed-optimizer-instances both given, expected one "
+                     "(instances = dp*cp / dp-shard)");
+  }
+  const char* flag = a.dp_shard > 0 ? "--dp-shard" : "--num-distributed-optimizer-instances";
+  if (a.dist_opt_instances > 0) {
+    if (c->dp_cp() < 1 || c->dp_cp() % a.dist_opt_instances != 0) {
+      throw InputError(fmt::format("command line: {}: got {}, expected a divisor of the {} data-parallel ranks "
+                                   "(dp {} x cp {})", flag, a.dist_opt_instances, c->dp_cp(), c->dp, c->cp));
+    }
+    c->dp_shard = c->dp_cp() / a.dist_opt_instances;
+  } else if (a.dp_shard > 0) {
+    c->dp_shard = a.dp_shard;
+  } else {
+    return;
+  }
+  if (c->dp_shard == c->dp_cp()) c->dp_shard = 0;  // sharded over every rank: plain ZeRO
+  if (c->dp_cp() < 1) return;  // dp unknown: InfeasibilityReasons says why
+  const auto broken = HybridShardRules(*c);
+  if (!broken.empty()) {
+    throw InputError(a.dp_shard > 0 ? fmt::format("command line: --dp-shard: {}", broken.front().text)
+                                    : fmt::format("command line: {}: got {} instances: {}", flag,
+                                                  a.dist_opt_instances, broken.front().text));
+  }
+}
+
 ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t gpus) {
   ParallelConfig c;
   c.tp = a.tp;
@@ -202,6 +231,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
     throw InputError("command line: --bf16-main-grads: only applies to --optimizer megatron (got --optimizer " +
                      a.optimizer + ", whose gradient buffers are fixed)");
   }
+  ApplyHybridShard(a, &c);
   return c;
 }
 
@@ -259,6 +289,7 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) f += " --bf16-main-grads";
   if (c.optimizer_impl != OptimizerImpl::kMegatron) f += fmt::format(" --optimizer {}", ToString(c.optimizer_impl));
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) f += fmt::format(" --zero3-impl {}", ToString(c.zero3_impl));
+  if (c.hybrid_shard()) f += fmt::format(" --dp-shard {}", c.dp_shard);
   if (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2 && c.ds_reduce_bucket_elems != d.ds_reduce_bucket_elems) {
     f += fmt::format(" --reduce-bucket-size {}", c.ds_reduce_bucket_elems);
   }
@@ -411,6 +442,14 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_option("--zero", a->zero, "ZeRO stage 0-3 (1 = Megatron's distributed optimizer)")
       ->check(CLI::Range(0, 3));
   cmd->add_flag("--use-distributed-optimizer", a->dist_opt, "Megatron-LM alias of --zero 1");
+  AddPositive(cmd, "--dp-shard", a->dp_shard,
+              "hybrid sharding (HSDP): shard the ZeRO state over groups of this many data-parallel ranks and "
+              "replicate it across the groups (FSDP HYBRID_SHARD; default: all dp x cp ranks)",
+              kMaxParallelSize);
+  AddPositive(cmd, "--num-distributed-optimizer-instances", a->dist_opt_instances,
+              "Megatron-Core: this many copies of the distributed optimizer across data parallelism "
+              "(--dp-shard dp*cp/instances)",
+              kMaxParallelSize);
   cmd->add_option("--schedule", a->schedule, "pipeline schedule: gpipe|1f1b|interleaved|zb-h1")
       ->transform(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}, CLI::ignore_case));
   AddPrecisionOptions(cmd, &a->prec);

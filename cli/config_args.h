@@ -70,6 +70,9 @@ struct SimulateArgs {
        p2p_blocking = false, ops = false, no_async_tp = false, tp_comm_overlap = false, ce_fusion = false,
        no_scatter_gather = false, no_nvls = false, even_chunks = false;
   int zero = -1;
+  /// Hybrid sharding: --dp-shard S (ParallelConfig::dp_shard) or Megatron-Core's
+  /// --num-distributed-optimizer-instances R (dp_shard = dp*cp / R); 0: not given.
+  std::int64_t dp_shard = 0, dist_opt_instances = 0;
 };
 
 /// Adds --gpus, --tp, --pp, --dp, --vp, --mbs, --gbs, --seq, --recompute, --sequence-parallel,

@@ -78,17 +78,18 @@ std::map<std::string, std::string> ParseFix(const std::string& list) {
   std::map<std::string, std::string> out;
   if (list.empty()) return out;
   static const std::set<std::string> keys = {"tp", "pp", "cp", "cp_comm", "ep", "etp", "vp", "mbs", "zero", "sp",
-                                             "tp_comm_overlap", "recompute", "schedule"};
+                                             "tp_comm_overlap", "recompute", "schedule", "dp_shard"};
   for (const auto& kv : Split(list, ',')) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || !keys.count(kv.substr(0, eq)) || eq + 1 >= kv.size()) {
       Bad("--fix", kv, "key=value with key one of tp, pp, cp, cp_comm, ep, etp, vp, mbs, zero, sp, tp_comm_overlap, "
-                       "recompute, schedule");
+                       "recompute, schedule, dp_shard");
     }
     const std::string key = kv.substr(0, eq);
     std::string v = ToLower(kv.substr(eq + 1));
     if (out.count(key)) Bad("--fix", kv, key + " once (it is already fixed to " + out[key] + ")");
-    if (key == "tp" || key == "pp" || key == "cp" || key == "ep" || key == "etp" || key == "vp" || key == "mbs") {
+    if (key == "tp" || key == "pp" || key == "cp" || key == "ep" || key == "etp" || key == "vp" || key == "mbs" ||
+        key == "dp_shard") {
       const std::int64_t max = key == "vp" ? kMaxVirtualStages : key == "mbs" ? kMaxMicroBatchSize : kMaxParallelSize;
       const bool digits = v.size() <= 9 && v.find_first_not_of("0123456789") == std::string::npos;
       if (!digits || std::stoll(v) < 1 || std::stoll(v) > max) {

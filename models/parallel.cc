@@ -168,6 +168,7 @@ std::string ParallelConfig::Summary() const {
                        ? "(" + RecomputeModulesName(recompute_modules) + ")"
                        : std::string(),
                    zero_stage, ToString(schedule));
+  if (hybrid_shard()) s += fmt::format(" HSDP(shard {} x {})", dp_shard, dp_replicas());
   if (moe_a2a_overlap) s += " ep-a2a-overlap";
   if (moe_force_load_balancing) s += " forced-balance";
   if (moe_load_imbalance > 0) s += fmt::format(" imbalance={}", moe_load_imbalance);
@@ -202,6 +203,7 @@ std::string ParallelConfig::Short() const {
   if (sequence_parallel) s += tp_comm_overlap ? " SP+ov" : " SP";
   if (recompute != Recompute::kNone) s += recompute == Recompute::kFull ? " rc-full" : " rc-sel";
   if (zero_stage > 0) s += fmt::format(" Z{}", zero_stage);
+  if (hybrid_shard()) s += fmt::format("/{}", dp_shard);
   if (zero_stage >= 3 && zero3_impl == Zero3Impl::kDeepSpeed2021) s += "-ds21";
   if (schedule != Schedule::k1F1B && schedule != Schedule::kInterleaved) s += fmt::format(" {}", ToString(schedule));
   if (precision != Precision::kBf16) s += fmt::format(" {}", ToString(precision));
@@ -334,6 +336,31 @@ void RequireExpertParallel(const Model& m, const ParallelConfig& c, const std::s
 
 void ResolveCpA2a(ParallelConfig* c, std::int64_t gpn) {
   if (c->cp > 1 && c->cp_comm == CpComm::kA2AP2P && c->cp_a2a <= 0) c->cp_a2a = CpA2aGroup(*c, gpn);
+}
+
+std::vector<Infeasibility> HybridShardRules(const ParallelConfig& c) {
+  std::vector<Infeasibility> r;
+  if (c.dp_shard == 0) return r;
+  auto add = [&r](const char* rule, std::string text) { r.push_back({rule, std::move(text)}); };
+  if (c.dp_shard < 0 || (c.dp_cp() > 0 && c.dp_cp() % c.dp_shard != 0)) {
+    add("dp_shard does not divide dp*cp",
+        fmt::format("dp_shard = {} does not divide the {} data-parallel ranks (dp {} x cp {})", c.dp_shard, c.dp_cp(),
+                    c.dp, c.cp));
+    return r;
+  }
+  if (!c.hybrid_shard()) return r;
+  if (c.zero_stage == 0) {
+    add("hybrid sharding needs ZeRO >= 1",
+        fmt::format("dp_shard = {} shards the ZeRO state over groups of {} ranks, but ZeRO-0 shards nothing", c.dp_shard,
+                    c.dp_shard));
+  }
+  if (c.optimizer_impl != OptimizerImpl::kMegatron || (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer)) {
+    add("hybrid sharding with DeepSpeed",
+        fmt::format("dp_shard = {}: hybrid sharding is modelled for Megatron-Core's distributed optimizer and "
+                    "PyTorch FSDP, not for DeepSpeed's ZeRO (its ZeRO++ hpZ is not modelled)",
+                    c.dp_shard));
+  }
+  return r;
 }
 
 std::vector<Infeasibility> ContextParallelRules(const Model& m, const ParallelConfig& c, std::int64_t gpn) {
@@ -586,6 +613,7 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
     add("interleaved schedule needs micro-batches divisible by pp", fmt::format("interleaved schedule needs micro-batches ({}) divisible by pp ({})",
                             c.num_microbatches(), c.pp));
   }
+  for (const Infeasibility& x : HybridShardRules(c)) r.push_back(x);
   if (c.zero_stage >= 2 && c.pp > 1) {
     add("ZeRO-2/3 with pipeline parallelism", fmt::format("ZeRO-{} shards gradients{} across data parallelism, which Megatron-LM and DeepSpeed "
                             "do not support with pipeline parallelism (pp = {})",
@@ -623,7 +651,7 @@ StateBytesPerParam BytesPerParam(int zero_stage, std::int64_t dp, bool fp32_main
   return b;
 }
 
-StateBytesPerParam BytesPerParam(const ParallelConfig& c) { return BytesPerParam(c, c.dp_cp()); }
+StateBytesPerParam BytesPerParam(const ParallelConfig& c) { return BytesPerParam(c, c.shard_dp()); }
 
 StateBytesPerParam BytesPerParam(const ParallelConfig& c, std::int64_t shards) {
   shards = std::max<std::int64_t>(1, shards);

@@ -178,6 +178,15 @@ struct ParallelConfig {
   /// "Mixture of experts").
   bool moe_a2a_overlap = false;
   int zero_stage = 0;  ///< 0..3; 1 = Megatron's distributed optimizer
+  /// Hybrid sharding (HSDP): the ZeRO state is sharded over groups of this many data-parallel
+  /// ranks (dp x cp; adjacent ranks, inside a node first) and replicated across the
+  /// dp*cp/dp_shard groups; 0: over all dp x cp ranks. PyTorch FSDP's HYBRID_SHARD (ZeRO-3) and
+  /// _HYBRID_SHARD_ZERO2, FSDP2 over a (replicate, shard) mesh (torchtitan's
+  /// data_parallel_replicate_degree x data_parallel_shard_degree), Megatron-Core's
+  /// --num-distributed-optimizer-instances (dp*cp/dp_shard instances). Parameters are gathered
+  /// within the group; gradients are reduce-scattered within it, then their shards all-reduced
+  /// across the groups.
+  std::int64_t dp_shard = 0;
   Zero3Impl zero3_impl = Zero3Impl::kPerLayer;  ///< with zero_stage 3 (see Zero3Impl)
   Schedule schedule = Schedule::k1F1B;
   Precision precision = Precision::kBf16;
@@ -251,6 +260,15 @@ struct ParallelConfig {
   /// same weights, over which gradients are reduced and the distributed optimizer is sharded
   /// (Megatron-LM's data-parallel group with context parallelism).
   std::int64_t dp_cp() const { return dp * cp; }
+  /// The ranks the ZeRO state is sharded over: dp_shard, or all dp x cp ranks when it is 0.
+  std::int64_t shard_dp() const { return dp_shard > 0 ? dp_shard : dp_cp(); }
+  /// The copies of the sharded state (HSDP's replicate degree; 1 without hybrid sharding).
+  std::int64_t dp_replicas() const {
+    const std::int64_t s = shard_dp();
+    return s > 0 && dp_cp() % s == 0 ? dp_cp() / s : 1;
+  }
+  /// Whether the ZeRO state is sharded over fewer than all dp x cp ranks (HSDP).
+  bool hybrid_shard() const { return dp_shard > 0 && dp_shard < dp_cp(); }
   /// The expert-tensor-parallel size (etp, or tp when it is 0).
   std::int64_t expert_tp() const { return etp > 0 ? etp : tp; }
   /// The expert-data-parallel size: tp*cp*dp / (etp*ep) (0 when it does not divide).
@@ -355,6 +373,10 @@ struct Infeasibility {
 std::vector<Infeasibility> InfeasibilityRules(const Model& model, const ParallelConfig& cfg, std::int64_t gpus,
                                               const Cluster& cluster);
 
+/// The rules of hybrid sharding (ParallelConfig::dp_shard) that `cfg` breaks (InfeasibilityRules
+/// includes them): dp_shard divides dp x cp; fewer shards than ranks need ZeRO >= 1 and
+/// Megatron-Core's optimizer or PyTorch FSDP (kPerLayer), not DeepSpeed's.
+std::vector<Infeasibility> HybridShardRules(const ParallelConfig& cfg);
 /// The rules of context parallelism that `cfg` breaks (InfeasibilityRules includes them): the
 /// sequence must split into 2*cp chunks (cp parts for DeepSpeed-Ulysses), attention must be
 /// fused, an all-to-all group must divide the heads and query groups per tensor-parallel rank.

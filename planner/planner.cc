@@ -50,7 +50,8 @@ auto Key(const ParallelConfig& c) {
   return std::make_tuple(c.tp, c.pp, c.embedding_slots, c.first_stage_layers, c.last_stage_layers, c.cp, c.ep,
                          c.etp,
                          static_cast<int>(c.cp_comm), c.vp, c.micro_batch_size, static_cast<int>(c.schedule),
-                         static_cast<int>(c.recompute), c.sequence_parallel, c.tp_comm_overlap, c.zero_stage);
+                         static_cast<int>(c.recompute), c.sequence_parallel, c.tp_comm_overlap, c.zero_stage,
+                         c.shard_dp());
 }
 
 /// A pipeline split the search tries: pp stages, how the layers are split, and the number every
@@ -143,6 +144,25 @@ std::vector<std::pair<std::int64_t, std::int64_t>> ExpertGrids(const Model& m, c
   return out;
 }
 
+/// The dp_shard values the search tries for `c` (ParallelConfig::dp_shard; 0: over every rank):
+/// with ZeRO-2/3, also one node's data-parallel ranks (gpus_per_node / tp), PyTorch FSDP's
+/// usual HYBRID_SHARD, where they are fewer than dp x cp and divide it; with --fix dp_shard=N,
+/// N alone (ZeRO >= 1; N = dp x cp is plain sharding).
+std::vector<std::int64_t> HybridShards(const ParallelConfig& c, std::int64_t gpus_per_node, std::int64_t fixed) {
+  const std::int64_t n = c.dp_cp();
+  if (fixed > 0) {
+    if (fixed == n) return {0};
+    if (c.zero_stage >= 1 && n % fixed == 0) return {fixed};
+    return {};
+  }
+  std::vector<std::int64_t> out = {0};
+  const std::int64_t node = std::max<std::int64_t>(1, gpus_per_node / c.tp);
+  if (c.zero_stage >= 2 && c.optimizer_impl == OptimizerImpl::kMegatron && node > 1 && node < n && n % node == 0) {
+    out.push_back(node);
+  }
+  return out;
+}
+
 bool FixedAllows(const std::map<std::string, std::string>& fixed, const ParallelConfig& c) {
   for (const auto& [k, v] : fixed) {
     std::string have;
@@ -155,6 +175,7 @@ bool FixedAllows(const std::map<std::string, std::string>& fixed, const Parallel
     else if (k == "vp") have = std::to_string(c.vp);
     else if (k == "mbs") have = std::to_string(c.micro_batch_size);
     else if (k == "zero") have = std::to_string(c.zero_stage);
+    else if (k == "dp_shard") have = std::to_string(c.shard_dp());
     else if (k == "sp") have = c.sequence_parallel ? "true" : "false";
     else if (k == "tp_comm_overlap") have = c.tp_comm_overlap ? "true" : "false";
     else if (k == "recompute") have = ToString(c.recompute);
@@ -288,8 +309,10 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   c.last_stage_layers = split.last;
                   if (const auto it = o.fixed.find("cp_comm"); it != o.fixed.end()) c.cp_comm = ParseCpComm(it->second);
                   ResolveCpA2a(&c, cl.gpus_per_node);
-                  if (!FixedAllows(o.fixed, c)) continue;
-                  out.push_back(c);
+                  for (std::int64_t shard : HybridShards(c, cl.gpus_per_node, fixed_int("dp_shard"))) {
+                    c.dp_shard = shard;
+                    if (FixedAllows(o.fixed, c)) out.push_back(c);
+                  }
                 }
                 }
               }

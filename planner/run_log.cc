@@ -618,10 +618,11 @@ void TitanParallelism(const Json& cfg, const std::string& where, const LogDefaul
     throw InputError(fmt::format("{}: the parallelism degrees make {} GPUs, but --gpus {}", where, run->gpus, *d.gpus));
   }
   c.dp = CheckedProduct(replicate, shard, where);
-  // FSDP2: data_parallel_shard_degree ranks hold the parameters sharded (HSDP replicates them
-  // over data_parallel_replicate_degree); the simulator shards them over all dp ranks.
+  // FSDP2: data_parallel_shard_degree ranks (with the context-parallel ones: FSDP shards over
+  // dp_shard x cp) hold the parameters sharded; HSDP replicates them over
+  // data_parallel_replicate_degree (ParallelConfig::dp_shard).
   c.zero_stage = shard > 1 ? 3 : 0;
-  if (shard > 1 && replicate > 1) run->notes.push_back("HSDP simulated as FSDP over all data-parallel ranks");
+  if (shard > 1 && replicate > 1) c.dp_shard = CheckedProduct(shard, c.cp, where);
   const std::string schedule = TitanString(cfg, "parallelism", "pipeline_parallel_schedule", "1F1B");
   if (c.pp > 1) {
     if (schedule == "1F1B") c.schedule = Schedule::k1F1B;

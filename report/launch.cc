@@ -297,10 +297,15 @@ void NemoParallel(const Model& m, const ParallelConfig& c, PyLines* p, std::vect
   p->Set("trainer.strategy.ddp",
          fmt::format("run.Config(DistributedDataParallelConfig, check_for_nan_in_grad=True, grad_reduce_in_fp32={}, "
                      "overlap_grad_reduce={}, overlap_param_gather={}, average_in_collective=True, "
-                     "use_distributed_optimizer={}{})",
+                     "use_distributed_optimizer={}{}{})",
                      Py(c.fp32_main_grads), Py(c.overlap_grad_reduce && c.dp_cp() > 1),
                      Py(c.overlap_param_gather && c.zero_stage >= 1), Py(c.zero_stage >= 1),
-                     sharding.empty() ? "" : ", data_parallel_sharding_strategy=" + PyStr(sharding)));
+                     sharding.empty() ? "" : ", data_parallel_sharding_strategy=" + PyStr(sharding),
+                     !c.hybrid_shard() ? std::string()
+                     : c.zero_stage >= 2
+                         ? fmt::format(", num_distributed_optimizer_instances={}, outer_dp_sharding_strategy={}",
+                                       c.dp_replicas(), PyStr("no_shard"))
+                         : fmt::format(", num_distributed_optimizer_instances={}", c.dp_replicas())));
   p->Set("optim.config.use_distributed_optimizer", Py(c.zero_stage >= 1));
   if (c.tp_comm_overlap) {
     p->text += "recipe.trainer.callbacks.append(run.Config(MegatronCommOverlapCallback, tp_comm_overlap=True))\n";
@@ -441,8 +446,24 @@ void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string*
   // FSDP2 shards over data_parallel_shard_degree; plain DDP replicates.
   const bool shard = c.zero_stage >= 2;
   *t += "\n[parallelism]\n";
-  *t += fmt::format("data_parallel_replicate_degree = {}\n", shard ? 1 : c.dp);
-  *t += fmt::format("data_parallel_shard_degree = {}\n", shard ? c.dp : 1);
+  // Hybrid sharding: FSDP2 over a (replicate, shard) mesh; torchtitan's shard degree times its
+  // context-parallel degree is the group the state is sharded over.
+  std::int64_t replicate = shard ? 1 : c.dp, shard_degree = shard ? c.dp : 1;
+  if (shard && c.hybrid_shard()) {
+    if (c.dp_shard % c.cp == 0) {
+      replicate = c.dp_replicas();
+      shard_degree = c.dp_shard / c.cp;
+    } else {
+      unexpressed->push_back(fmt::format("hybrid sharding over {} ranks, which the context-parallel degree {} does not "
+                                         "divide (torchtitan shards over data_parallel_shard_degree x cp); written "
+                                         "as full sharding", c.dp_shard, c.cp));
+    }
+  }
+  if (c.zero_stage == 1 && c.hybrid_shard()) {
+    unexpressed->push_back("hybrid sharding of the distributed optimizer (torchtitan has no ZeRO-1)");
+  }
+  *t += fmt::format("data_parallel_replicate_degree = {}\n", replicate);
+  *t += fmt::format("data_parallel_shard_degree = {}\n", shard_degree);
   if (shard) *t += fmt::format("fsdp_reshard_after_forward = \"{}\"\n", c.zero_stage == 3 ? "always" : "never");
   if (c.zero_stage == 1) {
     unexpressed->push_back("ZeRO-1 (the distributed optimizer): torchtitan shards with FSDP2 (ZeRO-2/3) or "

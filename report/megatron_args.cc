@@ -103,8 +103,17 @@ std::string OptimizerFlags(const ParallelConfig& c) {
   if (c.zero_stage == 1) a += " --use-distributed-optimizer";
   // ZeRO-2 is Megatron FSDP's optim_grads strategy (formerly --use-custom-fsdp); ZeRO-3 is full
   // sharding, here PyTorch FSDP2.
+  // Hybrid sharding: Megatron-FSDP's HSDP (an unsharded outer level over the instances) for
+  // ZeRO-2/3, the partial distributed optimizer for ZeRO-1.
   if (c.zero_stage == 2) a += " --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads";
-  if (c.zero_stage == 3) a += " --use-torch-fsdp2";
+  if (c.zero_stage == 3) {
+    a += c.hybrid_shard() ? " --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
+                          : " --use-torch-fsdp2";
+  }
+  if (c.hybrid_shard()) {
+    a += fmt::format(" --num-distributed-optimizer-instances {}", c.dp_replicas());
+    if (c.zero_stage >= 2) a += " --outer-dp-sharding-strategy no_shard";
+  }
   if (c.overlap_grad_reduce && c.dp_cp() > 1) a += " --overlap-grad-reduce";
   if (c.overlap_param_gather && c.zero_stage == 1) a += " --overlap-param-gather";
   if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) a += " --grad-reduce-in-bf16";

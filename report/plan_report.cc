@@ -31,6 +31,11 @@ std::string EpCell(const ParallelConfig& c) {
   return c.expert_tp() > 1 ? fmt::format("{}/{}", c.ep, c.expert_tp()) : std::to_string(c.ep);
 }
 
+/// The ZeRO cell: the stage, and "/S" with hybrid sharding over groups of S ranks.
+std::string ZeroCell(const ParallelConfig& c) {
+  return c.hybrid_shard() ? fmt::format("{}/{}", c.zero_stage, c.dp_shard) : std::to_string(c.zero_stage);
+}
+
 /// One table row; with the cost or energy objective, the ranked quantity is a column too.
 std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective objective) {
   const auto& c = p.config;
@@ -41,7 +46,7 @@ std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective ob
   // Headroom: usable memory less what the caching allocator reserves (its replay).
   return fmt::format("{:>4}  {:>2} {:>3} {:>2} {:>5} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11.0f}{} {:>6} {:>6}  {:>10} {:>10} {:>10}{}",
                      rank, c.tp, PpCell(c), c.cp, EpCell(c), c.dp, c.vp, c.micro_batch_size, ToString(c.schedule), ToString(c.recompute),
-                     c.tp_comm_overlap ? "y+o" : c.sequence_parallel ? "y" : "n", c.zero_stage, FormatSeconds(r.step_time_s), r.tokens_per_s, ranked,
+                     c.tp_comm_overlap ? "y+o" : c.sequence_parallel ? "y" : "n", ZeroCell(c), FormatSeconds(r.step_time_s), r.tokens_per_s, ranked,
                      fmt::format("{:.1f}%", 100 * r.mfu_causal), fmt::format("{:.1f}%", 100 * r.bubble_fraction),
                      FormatGiB(r.peak_memory_bytes), FormatGiB(r.peak_reserved_bytes), FormatGiB(usable - r.peak_reserved_bytes),
                      r.memory_at_risk ? "  at risk" : "");
@@ -68,12 +73,12 @@ std::string PlanCsv(const PlanView& v) {
                     "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes,memory_at_risk,recommended,"
                     "usd_per_million_tokens,joules_per_token,cp,cp_comm_type,embedding_slots,"
                     "decoder_first_pipeline_num_layers,decoder_last_pipeline_num_layers,mfu_causal,ep,etp,"
-                    "peak_reserved_memory_bytes\n";
+                    "peak_reserved_memory_bytes,dp_shard\n";
   for (std::size_t i = 0; i < r.plans.size(); ++i) {
     const auto& p = r.plans[i];
     const auto& c = p.config;
     auto layers = [](std::int64_t n) { return n >= 0 ? std::to_string(n) : std::string(); };
-    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
                        c.micro_batch_size, c.global_batch_size, ToString(c.schedule), ToString(c.recompute),
                        c.sequence_parallel ? "true" : "false", c.tp_comm_overlap ? "true" : "false", c.zero_stage, p.result.step_time_s,
                        p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction,
@@ -82,7 +87,8 @@ std::string PlanCsv(const PlanView& v) {
                        Positive(p.usd_per_million_tokens), Positive(p.joules_per_token), c.cp, ToString(c.cp_comm),
                        c.embedding_slots ? "true" : "false", layers(c.first_stage_layers), layers(c.last_stage_layers),
                        p.result.mfu_causal, c.ep, c.expert_tp(),
-                       static_cast<std::int64_t>(std::llround(p.result.peak_reserved_bytes)));
+                       static_cast<std::int64_t>(std::llround(p.result.peak_reserved_bytes)),
+                       c.zero_stage >= 1 ? std::to_string(c.shard_dp()) : std::string());
   }
   return csv;
 }
@@ -155,15 +161,14 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
                      r.candidates_generated, elapsed, set_aside, r.candidates_generated - set_aside,
                      FormatGiB(o.min_headroom_bytes));
   for (const auto& [reason, count] : r.rejected) out << fmt::format("  {:>7}  {}\n", count, reason);
-  out << fmt::format("  ({} simulated in all{}; the ranking ran the caching allocator's replay on {} of them, best\n"
+  out << fmt::format("  ({} simulated in all; the ranking ran the caching allocator's replay on {} of them, best\n"
                      "  first, until the top {} and the best plan not at risk fit by it; the others fit by their\n"
-                     "  allocated peak)\n",
-                     r.candidates_simulated,
+                     "  allocated peak{})\n",
+                     r.candidates_simulated, r.candidates_replayed, o.top_k,
                      r.candidates_revisited > 0
-                         ? fmt::format(", {} of them skipped by the bound until the replay turned plans away",
+                         ? fmt::format(";\n  {} were simulated after the bound had skipped them, as the replay turned plans away",
                                        r.candidates_revisited)
-                         : "",
-                     r.candidates_replayed, o.top_k);
+                         : "");
   if (!r.not_generated.empty()) {
     out << "Not generated:\n";
     for (const auto& [reason, count] : r.not_generated) out << fmt::format("  {:>7}  {}\n", count, reason);
@@ -187,6 +192,13 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
   out << "  MFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "
          "--json has both conventions\n";
   std::set<std::string> splits, modules;
+  bool hybrid = false;
+  for (const auto& p : r.plans) hybrid = hybrid || p.config.hybrid_shard();
+  if (hybrid) {
+    out << "  ZeRO z/S: hybrid sharding (HSDP), the ZeRO state sharded over groups of S data-parallel ranks and\n"
+           "  replicated across the groups (gathers within a group; gradients reduce-scattered within it, then\n"
+           "  all-reduced across groups)\n";
+  }
   for (const auto& p : r.plans) {
     const std::string name = PipelineSplitName(p.config);
     if (!name.empty()) splits.insert(fmt::format("PP {}: {}", PpCell(p.config), name));

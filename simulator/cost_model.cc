@@ -94,7 +94,7 @@ double AttentionTime(const HardwareProfile& p, double flops, double seq, bool ba
 
 namespace {
 double OptimizerShard(const ParallelConfig& c, double local_params) {
-  return c.zero_stage >= 1 ? local_params / static_cast<double>(c.dp_cp()) : local_params;
+  return c.zero_stage >= 1 ? local_params / static_cast<double>(c.shard_dp()) : local_params;
 }
 double OptimizerShardBytesPerParam(const ParallelConfig& c) {
   return (c.precision == Precision::kFp16 ? 8.0 : 0.0) + 4.0 + 28.0 + 6.0;
@@ -187,6 +187,27 @@ CollectiveCost CollectiveCostOf(const HardwareProfile& p, CollectiveOp op, doubl
     }
   }
   return c;
+}
+
+CollectiveCost SerialCollectives(const CollectiveCost& a, const CollectiveCost& b) {
+  const double ta = a.link_GBps > 0 ? a.bytes_on_link / a.link_GBps : 0;
+  const double tb = b.link_GBps > 0 ? b.bytes_on_link / b.link_GBps : 0;
+  CollectiveCost sum = ta >= tb ? a : b;
+  const CollectiveCost& other = ta >= tb ? b : a;
+  sum.latency_s += other.latency_s;
+  if (other.link_GBps > 0 && sum.link_GBps > 0) sum.bytes_on_link += other.bytes_on_link * sum.link_GBps / other.link_GBps;
+  return sum;
+}
+
+CollectiveCost DataParallelCostOf(const HardwareProfile& prof, const CostModel& cm, CollectiveOp op,
+                                  double size_bytes) {
+  if (!cm.hybrid_shard || op == CollectiveOp::kAllReduce) return CollectiveCostOf(prof, op, size_bytes, cm.dp_group);
+  const CollectiveCost inner = CollectiveCostOf(prof, op, size_bytes, cm.shard_group);
+  if (op != CollectiveOp::kReduceScatter) return inner;
+  const CollectiveCost across = CollectiveCostOf(prof, CollectiveOp::kAllReduce,
+                                                 size_bytes / static_cast<double>(cm.shard_group.ranks),
+                                                 cm.replica_group);
+  return SerialCollectives(inner, across);
 }
 
 CollectiveCost P2PCostOf(const HardwareProfile& p, double bytes, bool same_node) {
@@ -1444,6 +1465,14 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   cm.dp_group.ranks = static_cast<int>(c.dp_cp());
   cm.dp_group.ranks_per_node =
       static_cast<int>(std::clamp<std::int64_t>(gpn / c.tp, 1, c.dp_cp()));
+  if (c.hybrid_shard()) {  // shard groups are adjacent dp ranks (inside a node first)
+    cm.hybrid_shard = true;
+    cm.shard_group.ranks = static_cast<int>(c.dp_shard);
+    cm.shard_group.ranks_per_node = static_cast<int>(std::clamp<std::int64_t>(gpn / c.tp, 1, c.dp_shard));
+    cm.replica_group.ranks = static_cast<int>(c.dp_replicas());
+    cm.replica_group.ranks_per_node =
+        static_cast<int>(std::clamp<std::int64_t>(gpn / (c.tp * c.dp_shard), 1, c.dp_replicas()));
+  }
   ContextParallelPlan& cpp = cm.cp;
   cpp.cp = static_cast<int>(c.cp);
   cpp.comm = c.cp_comm;

@@ -46,8 +46,22 @@ struct CollectiveCost {
 /// NCCL's ring alpha-beta form: latency = base + (nsteps - nInter)*intraLat + nInter*interLat;
 /// time = latency + factor(n) * size / busbw, with busbw the intra-node ring busbw, or across
 /// nodes min(intra busbw, ranks_per_node * per-GPU NIC share). `size_bytes` is nccl-tests' `size`.
+/// Two collectives one after the other as one flow: at the link of the one that takes longer,
+/// the other's transfer time added as bytes at that link's rate, and both latencies.
+CollectiveCost SerialCollectives(const CollectiveCost& a, const CollectiveCost& b);
+
 CollectiveCost CollectiveCostOf(const HardwareProfile& prof, CollectiveOp op, double size_bytes,
                                 const GroupPlacement& g);
+
+struct CostModel;
+/// A data-parallel collective over the dense weights' `size_bytes` (nccl-tests' size: the whole
+/// tensor for a gather or reduce-scatter): over cm.dp_group; with hybrid sharding
+/// (cm.hybrid_shard) a gather runs within cm.shard_group, and a reduce-scatter within it is
+/// followed by the all-reduce of its 1/dp_shard shard across cm.replica_group (PyTorch FSDP's
+/// HYBRID_SHARD reduction; Megatron-Core's partial distributed optimizer), as one serial flow.
+/// An all-reduce (ZeRO-0, DeepSpeed's bf16 optimizer) is never hybrid.
+CollectiveCost DataParallelCostOf(const HardwareProfile& prof, const CostModel& cm, CollectiveOp op,
+                                  double size_bytes);
 /// Point-to-point send of `bytes` between two GPUs, on one node or across nodes.
 CollectiveCost P2PCostOf(const HardwareProfile& prof, double bytes, bool same_node);
 
@@ -218,6 +232,11 @@ struct CostModel {
   GroupPlacement tp_group;
   /// The gradient reduction group: the dp x cp ranks holding the same weights.
   GroupPlacement dp_group;
+  /// With hybrid sharding (ParallelConfig::dp_shard < dp x cp; else both empty): the adjacent
+  /// dp_shard ranks the ZeRO state is sharded over, and the dp*cp/dp_shard ranks holding the
+  /// same shard (one per group) that all-reduce it.
+  GroupPlacement shard_group, replica_group;
+  bool hybrid_shard = false;
   ContextParallelPlan cp;
   MoePlan moe;                 ///< with MoE layers (model.moe.enabled())
   GroupPlacement edp_group;    ///< the expert-data-parallel group (experts' gradients)

@@ -140,7 +140,7 @@ RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
       d.op.kind = OpKind::kCollective;
       d.op.collective = red;
       d.op.bytes = d.bytes = cp * grad_per_param / nb;
-      d.op.duration_s = CollectiveCostOf(prof, red, d.bytes, cm.dp_group).time_s();
+      d.op.duration_s = DataParallelCostOf(prof, cm, red, d.bytes).time_s();
       rp.predicted_busy_s += async ? 0.0 : d.op.duration_s;
       out.push_back(d);
     }
@@ -187,7 +187,7 @@ RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
     g.op.kind = OpKind::kCollective;
     g.op.collective = CollectiveOp::kAllGather;
     g.op.bytes = g.bytes = params * c.param_gather_bytes;
-    g.op.duration_s = CollectiveCostOf(prof, CollectiveOp::kAllGather, g.bytes, cm.dp_group).time_s();
+    g.op.duration_s = DataParallelCostOf(prof, cm, CollectiveOp::kAllGather, g.bytes).time_s();
     rp.predicted_busy_s += g.op.duration_s;
     rp.ops.push_back(g);
   }

@@ -169,7 +169,7 @@ class Builder {
   /// experts': the dense part over the dp x cp group, the experts' over the expert-data-parallel
   /// group, one after the other (one flow whose bytes take both times at the first's rate).
   TaskCost DpComm(int device, CollectiveOp op, double bytes, double experts) const {
-    const CollectiveCost a = CollectiveCostOf(prof_, op, bytes - experts, cm_.dp_group);
+    const CollectiveCost a = DataParallelCostOf(prof_, cm_, op, bytes - experts);
     if (experts <= 0) return Comm(device, a);
     const CollectiveCost b = CollectiveCostOf(prof_, op, experts, cm_.edp_group);
     if (!(a.link_GBps > 0)) return Comm(device, b);
@@ -1191,7 +1191,8 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"recompute", ToString(c.recompute)},
                  {"recompute_modules", c.recompute == Recompute::kSelective ? Json(RecomputeModulesName(c.recompute_modules)) : Json()},
                  {"moe_a2a_overlap", c.moe_a2a_overlap},
-                 {"zero_stage", c.zero_stage}, {"zero3_impl", c.zero_stage >= 3 ? Json(ToString(c.zero3_impl)) : Json()},
+                 {"zero_stage", c.zero_stage}, {"dp_shard", c.zero_stage >= 1 ? Json(c.shard_dp()) : Json()},
+                 {"zero3_impl", c.zero_stage >= 3 ? Json(ToString(c.zero3_impl)) : Json()},
                  {"reduce_bucket_size", c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2
                                             ? Json(c.ds_reduce_bucket_elems) : Json()}, {"schedule", ToString(c.schedule)},
                  {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},

@@ -42,6 +42,8 @@ const Case kCases[] = {
     {"llama3-8b", "dgx-b200", 8, "--tp 2 --mbs 1 --gbs 32 --zero 2 --precision nvfp4 --no-flash-attention"},
     {"gpt3-13b", "dgx-a100", 64, "--tp 2 --pp 4 --mbs 2 --gbs 256 --fp16 --embedding-pipeline-slots --bf16-main-grads "
                                  "--no-overlap-grad-reduce --cp 2 --cp-comm-type allgather"},
+    {"llama3-8b", "dgx-a100", 64, "--tp 2 --cp 2 --mbs 1 --gbs 64 --zero 3 --dp-shard 4 --recompute full"},
+    {"llama3-8b", "dgx-h100", 32, "--tp 2 --pp 2 --mbs 1 --gbs 64 --zero 1 --num-distributed-optimizer-instances 2"},
     {"llama2-7b", "dgx-h100", 16, "--tp 1 --pp 4 --vp 2 --mbs 1 --gbs 64 --precision fp8 --fp8-format e4m3 "
                                   "--fp8-amax-history-len 16 --first-last-layers-bf16 --num-layers-at-start-in-bf16 2 "
                                   "--num-layers-at-end-in-bf16 1 --zero 1 --fp8-param-gather"},
@@ -119,7 +121,7 @@ MegatronRead ReadMegatron(const std::string& text) {
   r.c.precision = Precision::kFp32;
   const std::vector<std::string> w = ShellWords(text);
   std::size_t i = 0;
-  std::int64_t nnodes = 0, nproc = 0, per_vstage = 0, vstages = 0;
+  std::int64_t nnodes = 0, nproc = 0, per_vstage = 0, vstages = 0, instances = 0;
   auto next = [&]() -> std::string {
     EXPECT_LT(i + 1, w.size()) << w[i] << " has no value";
     return i + 1 < w.size() ? w[++i] : "";
@@ -189,9 +191,14 @@ MegatronRead ReadMegatron(const std::string& text) {
       while (i + 1 < w.size() && w[i + 1].rfind("--", 0) != 0) modules.push_back(w[++i]);
     } else if (f == "--overlap-moe-expert-parallel-comm") r.c.moe_a2a_overlap = true;
     else if (f == "--use-distributed-optimizer") r.c.zero_stage = 1;
-    else if (f == "--use-megatron-fsdp") r.c.zero_stage = 2;
-    else if (f == "--data-parallel-sharding-strategy") EXPECT_EQ(next(), "optim_grads");
-    else if (f == "--use-torch-fsdp2") r.c.zero_stage = 3;
+    else if (f == "--use-megatron-fsdp") r.c.zero_stage = std::max(r.c.zero_stage, 2);
+    else if (f == "--data-parallel-sharding-strategy") {
+      const std::string v = next();
+      EXPECT_TRUE(v == "optim_grads" || v == "optim_grads_params") << v;
+      r.c.zero_stage = v == "optim_grads" ? 2 : 3;
+    } else if (f == "--use-torch-fsdp2") r.c.zero_stage = 3;
+    else if (f == "--num-distributed-optimizer-instances") instances = num();
+    else if (f == "--outer-dp-sharding-strategy") EXPECT_EQ(next(), "no_shard");
     else if (f == "--overlap-grad-reduce") r.c.overlap_grad_reduce = true;
     else if (f == "--overlap-param-gather") r.c.overlap_param_gather = true;
     else if (f == "--grad-reduce-in-bf16") r.c.fp32_main_grads = false;
@@ -221,6 +228,7 @@ MegatronRead ReadMegatron(const std::string& text) {
   if (!modules.empty()) r.c.recompute_modules = ParseRecomputeModules(modules, "--recompute-modules");
   if (r.m.num_query_groups == 0) r.m.num_query_groups = r.m.num_attention_heads;
   r.c.dp = r.gpus / (r.c.tp * r.c.pp * r.c.cp);
+  if (instances > 1) r.c.dp_shard = r.c.dp_cp() / instances;
   if (per_vstage > 0) r.c.vp = r.m.num_layers / (r.c.pp * per_vstage);
   if (vstages > 0) r.c.vp = vstages;
   if (!r.layout_chunks.empty()) r.c.vp = static_cast<std::int64_t>(r.layout_chunks.size()) / r.c.pp;
@@ -359,6 +367,8 @@ TEST(Launch, NemoOverrideReadsBackAsThePlannedConfiguration) {
     EXPECT_EQ(flag("trainer.strategy.ddp.overlap_grad_reduce"), b.c.overlap_grad_reduce && b.c.dp_cp() > 1) << where;
     const std::string shard = v["trainer.strategy.ddp.data_parallel_sharding_strategy"];
     EXPECT_EQ(shard, b.c.zero_stage == 3 ? "\"optim_grads_params\"" : b.c.zero_stage == 2 ? "\"optim_grads\"" : "") << where;
+    const std::string instances = v["trainer.strategy.ddp.num_distributed_optimizer_instances"];
+    EXPECT_EQ(instances, b.c.hybrid_shard() ? std::to_string(b.c.dp_replicas()) : "") << where;
     EXPECT_EQ(v["trainer.plugins"], b.c.precision == Precision::kFp16 ? "fp16_mixed()" : "bf16_mixed()") << where;
     if (b.c.precision == Precision::kFp8) {
       EXPECT_EQ(v["trainer.plugins.fp8_recipe"], "\"" + std::string(ToString(b.c.fp8_recipe)) + "\"") << where;
@@ -406,6 +416,9 @@ TEST(Launch, TorchtitanTomlParsesAndReadsBackAsThePlannedConfiguration) {
     const std::int64_t replicate = num("parallelism", "data_parallel_replicate_degree");
     const std::int64_t shard = num("parallelism", "data_parallel_shard_degree");
     got.dp = replicate * shard;
+    if (b.c.zero_stage >= 2) {  // FSDP2 shards over data_parallel_shard_degree x cp
+      EXPECT_EQ(shard * got.cp, b.c.shard_dp()) << where;
+    }
     EXPECT_EQ(shard > 1 || (b.c.zero_stage >= 2 && b.c.dp == 1), b.c.zero_stage >= 2) << where;
     got.ep = b.m.moe.enabled() ? num("parallelism", "expert_parallel_degree") : 1;
     got.etp = b.m.moe.enabled() ? num("parallelism", "expert_tensor_parallel_degree") : 0;
