@@ -340,9 +340,11 @@ std::vector<std::string> ClosestCandidateAdvice(const Model& m, const PlanOption
   std::vector<std::string> advice;
   const auto& st = c.result.stages;
   auto stage_need = [](const StageResult& s) { return std::max(s.memory.peak_bytes, s.memory.reserved_bytes); };
+  // The replay found no room for a request though the allocated peak fits (fragmentation).
+  const bool no_room = !c.result.fits && c.result.peak_memory_bytes <= usable;
   std::size_t worst = 0;
   for (std::size_t s = 0; s < st.size(); ++s) {
-    if (stage_need(st[s]) > stage_need(st[worst])) worst = s;
+    if (no_room ? !st[s].fits && st[worst].fits : stage_need(st[s]) > stage_need(st[worst])) worst = s;
   }
   const auto& mem = st[worst].memory;
   const double need = MemoryNeedBytes(c.result);
@@ -353,13 +355,16 @@ std::vector<std::string> ClosestCandidateAdvice(const Model& m, const PlanOption
       mem.reserved_bytes > mem.peak_bytes
           ? fmt::format(" (reserved by PyTorch's caching allocator; {} allocated)", FormatGiB(mem.peak_bytes))
           : "";
-  if (need > usable) {
+  if (no_room) {
+    std::string why = "the caching allocator's replay finds no room for a request";
+    for (const auto& r : c.result.reasons) {
+      if (r.rfind(fmt::format("stage {} ", worst), 0) == 0) why = r;
+    }
+    advice.push_back(fmt::format("the closest candidate ({}): {}{}", c.config.Summary(), why, parts));
+  } else if (need > usable) {
     advice.push_back(fmt::format("the closest candidate ({}) needs {} per GPU on stage {}{}, {} more than the {} "
                                  "usable{}", c.config.Summary(), FormatGiB(need), worst, reserved,
                                  FormatGiB(need - usable), FormatGiB(usable), parts));
-  } else if (!c.result.fits && !c.result.reasons.empty()) {  // the replay found no room for a request
-    advice.push_back(fmt::format("the closest candidate ({}): {}{}", c.config.Summary(), c.result.reasons.front(),
-                                 parts));
   } else {
     advice.push_back(fmt::format("the closest candidate ({}) needs {} per GPU on stage {}{}, leaving {} of the {} "
                                  "usable, less than the {} of headroom asked for{}", c.config.Summary(),
@@ -370,7 +375,7 @@ std::vector<std::string> ClosestCandidateAdvice(const Model& m, const PlanOption
   double best_mem = 1e300;
   for (const auto& name : PresetNames(PresetKind::kGpu)) {
     Gpu gg = LoadGpu(name);
-    if (gg.memory_bytes >= need + o.min_headroom_bytes && gg.memory_bytes < best_mem) {
+    if (gg.memory_bytes >= need + o.min_headroom_bytes && gg.memory_bytes > usable && gg.memory_bytes < best_mem) {
       best_mem = gg.memory_bytes;
       bigger = gg.name;
     }
@@ -387,7 +392,7 @@ std::vector<std::string> ClosestCandidateAdvice(const Model& m, const PlanOption
   const double zero3_state = static_cast<double>(m.Parameters().total) *
                              BytesPerParam(3, o.gpus, c.config.fp32_main_grads).total();
   const double own_state = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes;
-  if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end() &&
+  if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end() && !o.fixed.count("zero") &&
       need - own_state + zero3_state <= usable - o.min_headroom_bytes) {
     advice.push_back(fmt::format("a higher ZeRO stage shards gradients (2) and weights (3) across data "
                                  "parallelism: ZeRO-3 over the {} GPUs holds {} of state per GPU (allow "
@@ -459,7 +464,7 @@ void ExplainNothingFits(const Model& m, const Cluster& cl, const HardwareProfile
     for (std::size_t j = 0; j < idx.size() && j < 3; ++j) {
       Plan p;
       p.config = cands[idx[j]];
-      p.result = Simulate(m, p.config, cl, o.gpus, prof, SearchOptions());
+      p.result = Simulate(m, p.config, cl, o.gpus, prof);  // with the allocator's replay
       res->closest.push_back(std::move(p));
     }
   }

@@ -90,8 +90,9 @@ struct PlanResult {
   /// reserved figure plus min_headroom_bytes is within usable memory.
   std::size_t candidates_replayed = 0;
   /// Of the simulated, those the step-time bound skipped at first and the search simulated
-  /// when the replay turned plans away (the K-th plan by the replay was slower than the bound
-  /// had assumed).
+  /// when the ranking looked past where the bound had stopped (the replay turned plans away,
+  /// or every plan shown is at risk and the best one that is not lies further); like the
+  /// simulated count, it can depend on the thread count.
   std::size_t candidates_revisited = 0;
   /// Candidates set aside, by reason; with the plans that fit they add up to the generated
   /// count: generated = sum(rejected) + fitting simulated.

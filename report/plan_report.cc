@@ -161,14 +161,20 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
                      r.candidates_generated, elapsed, set_aside, r.candidates_generated - set_aside,
                      FormatGiB(o.min_headroom_bytes));
   for (const auto& [reason, count] : r.rejected) out << fmt::format("  {:>7}  {}\n", count, reason);
-  out << fmt::format("  ({} simulated in all; the ranking ran the caching allocator's replay on {} of them, best\n"
-                     "  first, until the top {} and the best plan not at risk fit by it; the others fit by their\n"
-                     "  allocated peak{})\n",
-                     r.candidates_simulated, r.candidates_replayed, o.top_k,
-                     r.candidates_revisited > 0
-                         ? fmt::format(";\n  {} were simulated after the bound had skipped them, as the replay turned plans away",
-                                       r.candidates_revisited)
-                         : "");
+  if (r.candidates_replayed == 0) {
+    out << fmt::format("  ({} simulated in all; none fit by its allocated peak, so the caching allocator's replay\n"
+                       "  ran on none)\n", r.candidates_simulated);
+  } else {
+    out << fmt::format("  ({} simulated in all; the ranking ran the caching allocator's replay on {} of them, best\n"
+                       "  first, until the top {} and the best plan not at risk fit by it or none was left; the\n"
+                       "  others fit by their allocated peak{})\n",
+                       r.candidates_simulated, r.candidates_replayed, o.top_k,
+                       r.candidates_revisited > 0
+                           ? fmt::format(";\n  {} of them were simulated after the step-time bound had skipped them, "
+                                         "as the ranking\n  looked past where the bound had stopped",
+                                         r.candidates_revisited)
+                           : "");
+  }
   if (!r.not_generated.empty()) {
     out << "Not generated:\n";
     for (const auto& [reason, count] : r.not_generated) out << fmt::format("  {:>7}  {}\n", count, reason);
@@ -237,8 +243,8 @@ void WritePlanCaveats(std::ostream& out, const PlanOptions& o, const Model& m) {
   out << "Plans a few percent apart are within the model's error on published runs (docs/accuracy.md).\n";
   if (const std::string moe = MoeRoutingCaveat(m, o.base); !moe.empty()) out << moe;
   out << fmt::format(
-      "\nPeak memory counts allocated tensors plus a framework overhead. Each ranked plan was simulated again\n"
-      "with a replay of PyTorch's caching allocator: it fits when what the allocator reserves, plus the free\n"
+      "\nPeak memory counts allocated tensors plus a framework overhead. Each ranked plan went through a replay\n"
+      "of PyTorch's caching allocator: it fits when what the allocator reserves, plus the free\n"
       "memory asked for (--min-headroom), is within usable memory; \"at risk\": it fits only by releasing the\n"
       "allocator's cache. How far predictions are from published runs, and where they are least reliable\n"
       "(runs without recompute, memory near the limit): shardcast validate, docs/accuracy.md.\n");

@@ -738,7 +738,7 @@ void RecordReplay(const AllocatorReplay& replay, StageMemory* mem) {
 void JudgeStageMemory(int i, const AllocatorReplay& replay, StageResult* sr, SimulationResult* res) {
   const StageMemory& mem = sr->memory;
   sr->fits = mem.peak_bytes <= res->usable_memory_bytes && !replay.out_of_memory;
-  sr->at_risk = sr->fits && (mem.reserved_bytes > res->usable_memory_bytes || replay.retries > 0);
+  sr->at_risk = sr->fits && replay.retries > 0;
   res->memory_at_risk = res->memory_at_risk || sr->at_risk;
   res->peak_memory_bytes = std::max(res->peak_memory_bytes, mem.peak_bytes);
   res->peak_reserved_bytes = std::max(res->peak_reserved_bytes, mem.reserved_bytes);

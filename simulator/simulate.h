@@ -93,9 +93,9 @@ struct StageResult {
   /// found room for every request, releasing its cache where it had to (PyTorch's
   /// num_alloc_retries); a request it finds no room for even then is PyTorch's out-of-memory.
   bool fits = true;
-  /// Fits only by releasing the allocator's cache: the reserved figure exceeds usable memory, or
-  /// the replay at the device's capacity retried (each retry a device synchronization and
-  /// cudaFree/cudaMalloc calls, and the step one tensor away from out-of-memory).
+  /// Fits only by releasing the allocator's cache: the replay at the device's capacity retried
+  /// (each retry a device synchronization and cudaFree/cudaMalloc calls, and the step one tensor
+  /// away from out-of-memory).
   bool at_risk = false;
 };
 
