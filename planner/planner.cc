@@ -577,7 +577,8 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     const bool fits = p.result.feasible && p.result.fits && p.result.peak_memory_bytes <= usable - o.min_headroom_bytes;
     std::lock_guard<std::mutex> lock(mu);
     if (p.result.feasible) {
-      res.points.push_back({p.config.Summary(), p.result.step_time_s, p.result.peak_memory_bytes, fits, false});
+      res.points.push_back({p.config.Summary(), p.result.step_time_s, p.result.peak_memory_bytes,
+                            p.result.peak_memory_bytes, fits, false});
     }
     if (!p.result.feasible) {
       // Safeguard: step 0 set these aside already (Simulate checks the same rules).
@@ -668,6 +669,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     const auto it = replayed_plans.find(pt.config);
     if (it == replayed_plans.end()) continue;
     pt.fits = fits_replayed(it->second->result);
+    pt.peak_reserved_bytes = std::max(pt.peak_memory_bytes, it->second->result.peak_reserved_bytes);
     pt.at_risk = it->second->result.memory_at_risk;
   }
   for (const auto& [r, c] : rej_local) res.rejected[r] += c;

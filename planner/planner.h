@@ -75,6 +75,8 @@ struct Plan {
 struct PlanPoint {
   std::string config;  ///< ParallelConfig::Summary()
   double step_time_s = 0, peak_memory_bytes = 0;
+  /// What the caching allocator reserves where the ranking ran its replay, else the allocated peak.
+  double peak_reserved_bytes = 0;
   /// Fits with the required headroom: by the allocator's replay where the ranking ran it,
   /// else by the allocated peak.
   bool fits = false;

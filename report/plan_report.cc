@@ -141,7 +141,9 @@ Json PlanHtmlData(const PlanView& v, const Json& plan_json) {
   data["points"] = Json::array();
   for (const auto& pt : v.r.points) {
     data["points"].push_back({{"config", pt.config}, {"step_time_s", pt.step_time_s},
-                              {"peak_memory_bytes", pt.peak_memory_bytes}, {"fits", pt.fits}, {"at_risk", pt.at_risk}});
+                              {"peak_memory_bytes", pt.peak_memory_bytes},
+                              {"peak_reserved_memory_bytes", pt.peak_reserved_bytes}, {"fits", pt.fits},
+                              {"at_risk", pt.at_risk}});
   }
   return data;
 }

@@ -222,16 +222,17 @@
           d.plans.map((p, i) => ({ cls: rec && p.config_summary === rec.config_summary ? "recommended" : "",
                                    cells: [String(i + 1), p.config_summary, fmtS(p.step_time_s), p.tokens_per_s.toPrecision(4), pct(p.mfu_causal),
                                            pct(p.bubble_fraction), fmtGiB(p.peak_memory_bytes), p.memory_at_risk ? "yes" : ""] })), { left: [1] });
-    section(`Step time vs peak memory of the ${d.points.length} simulated candidates that run`);
+    section(`Step time vs peak memory (reserved where the allocator was replayed) of the ${d.points.length} simulated candidates that run`);
     if (d.points.length > 0) {
-      const xs = d.points.map((p) => p.step_time_s), ys = d.points.map((p) => p.peak_memory_bytes / GiB);
+      const mem = (p) => Math.max(p.peak_memory_bytes, p.peak_reserved_memory_bytes || 0);  // reserved where replayed
+      const xs = d.points.map((p) => p.step_time_s), ys = d.points.map((p) => mem(p) / GiB);
       const cap = d.memory_limit_bytes / GiB;
       const c = chart(900, 420, padRange(Math.min(...xs), Math.max(...xs), 0.05, true),
                       [0, Math.max(cap, ...ys) * 1.08], "step time (s, log)", "peak memory per GPU (GiB)", { logx: true, fx: (v) => v.toPrecision(2) });
       d.points.forEach((p) => {
         const e = el("circle", { class: "cand" + (p.at_risk ? " at-risk" : "") + (p.fits ? "" : " at-risk"), r: 4,
-                                 cx: c.x(p.step_time_s), cy: c.y(p.peak_memory_bytes / GiB), "data-at-risk": p.at_risk }, c.plot);
-        hover(e, `${p.config}\nstep ${fmtS(p.step_time_s)}, peak ${fmtGiB(p.peak_memory_bytes)}${p.at_risk ? "\nat risk of running out of memory" : ""}${p.fits ? "" : "\ndoes not fit with the headroom"}`);
+                                 cx: c.x(p.step_time_s), cy: c.y(mem(p) / GiB), "data-at-risk": p.at_risk }, c.plot);
+        hover(e, `${p.config}\nstep ${fmtS(p.step_time_s)}, peak ${fmtGiB(p.peak_memory_bytes)}${mem(p) > p.peak_memory_bytes ? `, reserved ${fmtGiB(mem(p))}` : ""}${p.at_risk ? "\nat risk of running out of memory" : ""}${p.fits ? "" : "\ndoes not fit with the headroom"}`);
       });
       if (rec) {
         el("circle", { class: "recommended-mark", r: 9, cx: c.x(rec.step_time_s), cy: c.y(rec.peak_memory_bytes / GiB) }, c.plot);

@@ -155,6 +155,9 @@ TEST(HtmlBrowser, PlanCapacityAndValidateDrawAMarkPerCandidateOptionAndRow) {
   const Json pd = PageData(plan);
   ASSERT_GT(pd["points"].size(), 0u);
   EXPECT_EQ(Count(p.dom, "<circle class=\"cand"), pd["points"].size());
+  for (const auto& pt : pd["points"]) {  // reserved where the ranking replayed the allocator, else the peak
+    EXPECT_GE(pt["peak_reserved_memory_bytes"].get<double>(), pt["peak_memory_bytes"].get<double>());
+  }
   EXPECT_EQ(Count(p.dom, "class=\"recommended-mark\""), 1u + 1u);  // the mark and its legend swatch
   EXPECT_EQ(Count(p.dom, "<tr class=\"recommended\""), 1u);
 
