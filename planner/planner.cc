@@ -329,8 +329,11 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
 namespace {
 
 /// The memory a plan needs per GPU: its allocated peak, or the caching allocator's reserved
-/// figure where the replay ran and it is larger (bytes).
-double MemoryNeedBytes(const SimulationResult& r) { return std::max(r.peak_memory_bytes, r.peak_reserved_bytes); }
+/// figure where the replay ran and it is larger; where the replay had to release its cache to
+/// stay within this GPU's memory, what it reserves without that limit (bytes).
+double MemoryNeedBytes(const SimulationResult& r) {
+  return std::max({r.peak_memory_bytes, r.peak_reserved_bytes, r.peak_reserved_unlimited_bytes});
+}
 
 /// Why the candidate that came closest does not fit, and what would make it fit: its stage that
 /// needs the most (allocated, or reserved where the replay ran), a GPU with enough memory, full
@@ -339,7 +342,9 @@ std::vector<std::string> ClosestCandidateAdvice(const Model& m, const PlanOption
                                                 const Plan& c) {
   std::vector<std::string> advice;
   const auto& st = c.result.stages;
-  auto stage_need = [](const StageResult& s) { return std::max(s.memory.peak_bytes, s.memory.reserved_bytes); };
+  auto stage_need = [](const StageResult& s) {
+    return std::max({s.memory.peak_bytes, s.memory.reserved_bytes, s.memory.reserved_unlimited_bytes});
+  };
   // The replay found no room for a request though the allocated peak fits (fragmentation).
   const bool no_room = !c.result.fits && c.result.peak_memory_bytes <= usable;
   std::size_t worst = 0;
@@ -351,8 +356,14 @@ std::vector<std::string> ClosestCandidateAdvice(const Model& m, const PlanOption
   const std::string parts = fmt::format(": weights {}, grads {}, optimizer {}, activations {}",
                                         FormatGiB(mem.weights_bytes), FormatGiB(mem.grads_bytes),
                                         FormatGiB(mem.optimizer_bytes), FormatGiB(mem.activations_bytes));
+  // A replay that had to release its cache to stay within this GPU's memory reserved less than
+  // the same step would on a larger one; the need is what it reserves without the limit.
   const std::string reserved =
-      mem.reserved_bytes > mem.peak_bytes
+      mem.reserved_unlimited_bytes > mem.reserved_bytes
+          ? fmt::format(" (what PyTorch's caching allocator reserves without this GPU's limit; {} allocated, {} "
+                        "reserved when it releases its cache to stay within it)",
+                        FormatGiB(mem.peak_bytes), FormatGiB(mem.reserved_bytes))
+      : mem.reserved_bytes > mem.peak_bytes
           ? fmt::format(" (reserved by PyTorch's caching allocator; {} allocated)", FormatGiB(mem.peak_bytes))
           : "";
   if (no_room) {

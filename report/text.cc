@@ -254,6 +254,11 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
                          "  (num_alloc_retries; each a device synchronization and cudaFree/cudaMalloc calls)\n",
                          s.stage, s.memory.allocator_retries);
     }
+    if (s.memory.reserved_unlimited_bytes > s.memory.reserved_bytes) {
+      out << fmt::format("  stage {}: without this GPU's limit the allocator would reserve {} (what a GPU with more\n"
+                         "  memory needs for this stage; the reserved column is what it holds within the limit)\n",
+                         s.stage, FormatGiB(s.memory.reserved_unlimited_bytes));
+    }
   }
   bool any_at_risk = false;
   for (const auto& s : r.stages) any_at_risk = any_at_risk || s.at_risk;

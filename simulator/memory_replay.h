@@ -62,6 +62,10 @@ struct AllocatorReplay {
   /// peak_reserved_bytes - peak_allocated_bytes: what the allocator holds beyond the tensors'
   /// own peak (rounding, segment sizes, fragmentation).
   double overhead_bytes() const { return peak_reserved_bytes - peak_allocated_bytes; }
+  /// overhead_bytes() of the same trace replayed without a capacity: what the cache would grow to
+  /// on a device with more memory. Equal to overhead_bytes() where the replay had no capacity or
+  /// stayed within it; larger where it had to release its cache (ReplayStageMemory sets it).
+  double unlimited_overhead_bytes = 0;
 };
 
 /// Replays stage `stage` (0 <= stage < c.pp) of the cost model `cm` built for `c`: its static

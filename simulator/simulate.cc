@@ -715,6 +715,7 @@ AllocatorReplay ReplayStageMemory(const CostModel& cm, const ParallelConfig& c, 
                                   double usable) {
   const double static_bytes = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes + mem.comm_buffer_bytes;
   AllocatorReplay r = ReplayStageAllocations(cm, c, stage, static_bytes, 0);
+  r.unlimited_overhead_bytes = r.overhead_bytes();
   const double shift = r.peak_allocated_bytes - (mem.peak_bytes - mem.framework_bytes);
   const double capacity = usable - mem.framework_bytes + shift;
   if (r.peak_reserved_bytes <= capacity) return r;
@@ -722,12 +723,19 @@ AllocatorReplay ReplayStageMemory(const CostModel& cm, const ParallelConfig& c, 
     r.out_of_memory = true;
     return r;
   }
-  return ReplayStageAllocations(cm, c, stage, static_bytes, capacity);
+  AllocatorReplay limited = ReplayStageAllocations(cm, c, stage, static_bytes, capacity);
+  limited.unlimited_overhead_bytes = r.unlimited_overhead_bytes;
+  return limited;
 }
 
 /// StageMemory's reserved figure and retries from the stage's replay.
 void RecordReplay(const AllocatorReplay& replay, StageMemory* mem) {
-  mem->reserved_bytes = mem->peak_bytes + std::max(0.0, replay.overhead_bytes());
+  mem->reserved_unlimited_bytes = mem->peak_bytes + std::max(0.0, replay.unlimited_overhead_bytes);
+  // A replay that ran out of room stopped part-way: what it held then is no figure of the step's;
+  // the stage's reserved figure is then what it needs, the unlimited replay's.
+  mem->reserved_bytes = replay.out_of_memory ? mem->reserved_unlimited_bytes
+                                             : mem->peak_bytes + std::max(0.0, replay.overhead_bytes());
+  mem->reserved_unlimited_bytes = std::max(mem->reserved_unlimited_bytes, mem->reserved_bytes);
   mem->allocator_retries = replay.retries;
 }
 
@@ -742,6 +750,7 @@ void JudgeStageMemory(int i, const AllocatorReplay& replay, StageResult* sr, Sim
   res->memory_at_risk = res->memory_at_risk || sr->at_risk;
   res->peak_memory_bytes = std::max(res->peak_memory_bytes, mem.peak_bytes);
   res->peak_reserved_bytes = std::max(res->peak_reserved_bytes, mem.reserved_bytes);
+  res->peak_reserved_unlimited_bytes = std::max(res->peak_reserved_unlimited_bytes, mem.reserved_unlimited_bytes);
   if (mem.peak_bytes > res->usable_memory_bytes) {
     res->fits = false;
     res->reasons.push_back(fmt::format("stage {} needs {} per GPU, more than the {} usable", i,
@@ -1093,7 +1102,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
       }
     }
     mem.peak_inflight_microbatches = peak_inflight;
-    mem.reserved_bytes = mem.peak_bytes;
+    mem.reserved_bytes = mem.reserved_unlimited_bytes = mem.peak_bytes;
     AllocatorReplay replay;
     if (opts.allocator_replay) {
       replay = ReplayStageMemory(cm, c, i, mem, res.usable_memory_bytes);
@@ -1167,7 +1176,7 @@ void ReplayAllocator(const Model& m, const ParallelConfig& cfg_in, const Cluster
   res->fits = true;
   res->memory_at_risk = false;
   res->reasons.clear();  // a feasible result's reasons are its memory's, judged again here
-  res->peak_memory_bytes = res->peak_reserved_bytes = 0;
+  res->peak_memory_bytes = res->peak_reserved_bytes = res->peak_reserved_unlimited_bytes = 0;
   for (auto& sr : res->stages) {
     const AllocatorReplay replay = ReplayStageMemory(cm, c, sr.stage, sr.memory, res->usable_memory_bytes);
     RecordReplay(replay, &sr.memory);
@@ -1279,6 +1288,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   j["bubble_fraction"] = r.bubble_fraction;
   j["peak_memory_bytes"] = r.peak_memory_bytes;
   j["peak_reserved_memory_bytes"] = r.peak_reserved_bytes;
+  j["peak_reserved_unlimited_memory_bytes"] = r.peak_reserved_unlimited_bytes;
   j["usable_memory_bytes"] = r.usable_memory_bytes;
   auto bd = [](const StageBreakdown& b) {
     return Json{{"compute", b.compute_s},     {"recompute", b.recompute_s},
@@ -1294,6 +1304,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                   {"layers", s.layers},
                   {"peak_memory_bytes", s.memory.peak_bytes},
                   {"reserved_memory_bytes", s.memory.reserved_bytes},
+                  {"reserved_unlimited_memory_bytes", s.memory.reserved_unlimited_bytes},
                   {"allocator_retries", s.memory.allocator_retries},
                   {"fits", s.fits},
                   {"memory_at_risk", s.at_risk},

@@ -77,6 +77,12 @@ struct StageMemory {
   /// the allocator's overhead in a replay of the stage's allocations (AllocatorReplay). The
   /// device memory the stage holds, nvidia-smi's figure.
   double reserved_bytes = 0;
+  /// What the caching allocator would reserve with no memory limit, plus framework_bytes: the
+  /// device memory a GPU with more memory needs for this stage. Equal to reserved_bytes unless
+  /// the replay had to release its cache to stay within usable memory (then reserved_bytes is
+  /// what it held under that limit, and this is larger). Where the replay ran out of room,
+  /// reserved_bytes is this figure too (a replay stopped part-way gives none).
+  double reserved_unlimited_bytes = 0;
   /// The replay's cache releases per step (num_alloc_retries: each a device synchronization and
   /// cudaFree/cudaMalloc calls; near the memory limit).
   int allocator_retries = 0;
@@ -124,6 +130,9 @@ struct SimulationResult {
   /// The largest StageMemory::reserved_bytes: what the caching allocator holds at its most, plus
   /// the framework overhead (nvidia-smi's figure).
   double peak_reserved_bytes = 0;
+  /// The largest StageMemory::reserved_unlimited_bytes: what a GPU with more memory needs (the
+  /// plan's advice and its "closest candidates" read it).
+  double peak_reserved_unlimited_bytes = 0;
   double usable_memory_bytes = 0;
   bool fits = true;
   bool memory_at_risk = false;  ///< fits, and some stage is at risk (StageResult::at_risk)

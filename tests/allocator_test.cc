@@ -156,11 +156,16 @@ TEST(MemoryReplay, WhichFrameworksAllocateGradientsLazilyAndFlattenWeights) {
   EXPECT_TRUE(FlattensWeightsAtInit(c));
 }
 
-TEST(MemoryReplay, SimulateReportsReservedAtLeastTheAllocatedPeakAndFitsByIt) {
-  const Model m = ModelFromJson(Json::parse(R"({"name": "small-gpt", "num_layers": 8, "hidden_size": 1024,
+/// A GPT of 8 layers, hidden 1024, for the replays run through Simulate.
+Model SmallGpt() {
+  return ModelFromJson(Json::parse(R"({"name": "small-gpt", "num_layers": 8, "hidden_size": 1024,
     "ffn_hidden_size": 4096, "num_attention_heads": 16, "vocab_size": 51200, "seq_length": 1024,
     "normalization": "layernorm", "activation": "gelu", "position_embedding": "learned",
     "tie_embeddings": true, "source": "test"})"), "small-gpt.json");
+}
+
+TEST(MemoryReplay, SimulateReportsReservedAtLeastTheAllocatedPeakAndFitsByIt) {
+  const Model m = SmallGpt();
   ParallelConfig c;
   c.pp = 2;
   c.dp = 2;
@@ -182,6 +187,40 @@ TEST(MemoryReplay, SimulateReportsReservedAtLeastTheAllocatedPeakAndFitsByIt) {
   const SimulationResult q = Simulate(m, c, cl, 4, prof, o);
   EXPECT_DOUBLE_EQ(q.peak_reserved_bytes, q.peak_memory_bytes);
   EXPECT_DOUBLE_EQ(q.peak_memory_bytes, r.peak_memory_bytes);
+}
+
+// On a GPU too small for the cache the unlimited replay grows, the replay runs again within the
+// limit; releasing its cache, it reserves at most what it would unlimited, and running out of
+// room it reports that need. reserved_unlimited_bytes keeps what the step reserves on a larger
+// GPU (the need the planner's advice quotes): the reserved figure of the stage on that GPU.
+TEST(MemoryReplay, ReservedWithoutTheLimitIsWhatALargerGpuReserves) {
+  const Model m = SmallGpt();
+  ParallelConfig c;
+  c.dp = 1;
+  c.micro_batch_size = 8;
+  c.global_batch_size = 16;
+  c.flash_attention = false;
+  Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  const SimulationResult big = Simulate(m, c, cl, 1, prof);
+  ASSERT_TRUE(big.feasible);
+  ASSERT_TRUE(big.fits);
+  const StageMemory& mb = big.stages.at(0).memory;
+  const double overhead = mb.reserved_bytes - mb.peak_bytes;
+  ASSERT_GT(overhead, 0.0) << "the replay holds more than the allocated peak";
+  EXPECT_DOUBLE_EQ(mb.reserved_unlimited_bytes, mb.reserved_bytes);  // no limit reached
+  EXPECT_DOUBLE_EQ(big.peak_reserved_unlimited_bytes, big.peak_reserved_bytes);
+  // Limits between the allocated peak and the reserved figure, and below the allocated peak.
+  for (const double limit : {mb.peak_bytes + 0.9 * overhead, 0.9 * mb.peak_bytes}) {
+    cl.gpu.memory_bytes = limit;
+    const SimulationResult small = Simulate(m, c, cl, 1, prof);
+    const StageMemory& ms = small.stages.at(0).memory;
+    EXPECT_FALSE(small.fits) << limit;
+    EXPECT_DOUBLE_EQ(ms.peak_bytes, mb.peak_bytes);
+    EXPECT_LE(ms.reserved_bytes, ms.reserved_unlimited_bytes);
+    EXPECT_DOUBLE_EQ(ms.reserved_unlimited_bytes, mb.reserved_bytes);
+    EXPECT_DOUBLE_EQ(small.peak_reserved_unlimited_bytes, mb.reserved_bytes);
+  }
 }
 
 }  // namespace
