@@ -214,6 +214,14 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
     throw InputError("command line: --zero3-impl: got " + a.zero3_impl + " with --zero " + std::to_string(c.zero_stage) +
                      ", expected --zero 3 (it says how ZeRO-3 gathers and reduces)");
   }
+  if (a.no_limit_all_gathers) {
+    if (c.zero_stage != 3 || c.zero3_impl != Zero3Impl::kPerLayer) {
+      throw InputError(fmt::format("command line: --no-limit-all-gathers: got it with --zero {}{}, expected --zero 3 "
+                                   "with the per-layer gathers (PyTorch FSDP's FULL_SHARD rate limiter)",
+                                   c.zero_stage, c.zero_stage == 3 ? " --zero3-impl " + a.zero3_impl : ""));
+    }
+    c.zero3_limit_all_gathers = false;
+  }
   if (c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16 && c.zero_stage != 1) {
     throw InputError("command line: --zero: got " + std::to_string(c.zero_stage) +
                      ", expected 1 with --optimizer deepspeed-bf16 (the BF16_Optimizer shards its optimizer state "
@@ -290,6 +298,7 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.optimizer_impl != OptimizerImpl::kMegatron) f += fmt::format(" --optimizer {}", ToString(c.optimizer_impl));
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) f += fmt::format(" --zero3-impl {}", ToString(c.zero3_impl));
   if (c.hybrid_shard()) f += fmt::format(" --dp-shard {}", c.dp_shard);
+  if (c.zero_stage >= 3 && !c.zero3_limit_all_gathers) f += " --no-limit-all-gathers";
   if (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2 && c.ds_reduce_bucket_elems != d.ds_reduce_bucket_elems) {
     f += fmt::format(" --reduce-bucket-size {}", c.ds_reduce_bucket_elems);
   }
@@ -492,6 +501,10 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                   "each backward allocates a 16-bit bucket of this size (two with overlap_comm, i.e. without "
                   "--no-overlap-grad-reduce) for the gradients to be reduced")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--no-limit-all-gathers", a->no_limit_all_gathers,
+                "with --zero 3 (per-layer): PyTorch FSDP's limit_all_gathers=False (its default before PyTorch 2.1): "
+                "the CPU issues every layer's all-gather as it runs ahead, and the caching allocator holds each "
+                "layer's gathered block until the GPU is done with it (reserved memory grows by a pass's layers)");
   cmd->add_option("--zero3-impl", a->zero3_impl,
                   "how ZeRO-3 gathers and reduces (with --zero 3): per-layer (default; FSDP, FSDP2, Megatron-FSDP, "
                   "current DeepSpeed: one flat all-gather per layer, prefetched) | deepspeed-2021 (DeepSpeed stage 3 of "

@@ -68,7 +68,7 @@ struct SimulateArgs {
   bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
        no_overlap_param = false, bf16_grads = false, json = false, full_rank = false, emb_slots = false, mcore_account_embedding = false, mcore_account_loss = false,
        p2p_blocking = false, ops = false, no_async_tp = false, tp_comm_overlap = false, ce_fusion = false,
-       no_scatter_gather = false, no_nvls = false, even_chunks = false;
+       no_scatter_gather = false, no_nvls = false, even_chunks = false, no_limit_all_gathers = false;
   int zero = -1;
   /// Hybrid sharding: --dp-shard S (ParallelConfig::dp_shard) or Megatron-Core's
   /// --num-distributed-optimizer-instances R (dp_shard = dp*cp / R); 0: not given.

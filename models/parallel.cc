@@ -174,6 +174,7 @@ std::string ParallelConfig::Summary() const {
   if (moe_load_imbalance > 0) s += fmt::format(" imbalance={}", moe_load_imbalance);
   if (optimizer_impl != OptimizerImpl::kMegatron) s += fmt::format(" optimizer={}", ToString(optimizer_impl));
   if (zero_stage >= 3 && zero3_impl != Zero3Impl::kPerLayer) s += fmt::format(" zero3={}", ToString(zero3_impl));
+  if (zero_stage >= 3 && !zero3_limit_all_gathers) s += " no-limit-all-gathers";
   if (p2p_blocking) s += " p2p-blocking";
   if (tp_comm_overlap) s += " tp-comm-overlap";
   if (cross_entropy != CrossEntropyImpl::kUnfused) s += fmt::format(" ce={}", ToString(cross_entropy));

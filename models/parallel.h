@@ -188,6 +188,16 @@ struct ParallelConfig {
   /// across the groups.
   std::int64_t dp_shard = 0;
   Zero3Impl zero3_impl = Zero3Impl::kPerLayer;  ///< with zero_stage 3 (see Zero3Impl)
+  /// PyTorch FSDP's limit_all_gathers (the "rate limiter"; FSDP1, default True since PyTorch 2.1,
+  /// PR 104900): with Zero3Impl::kPerLayer, the CPU thread waits before issuing a layer's
+  /// all-gather until the layer two back is freed, so at most two layers' gathered parameters
+  /// are held. False (FSDP1 of PyTorch 1.12-2.0, or set by the user): the CPU issues every
+  /// layer's all-gather as it runs ahead of the GPU; the gathers run back to back on their
+  /// stream, and each layer's gathered block, freed by the CPU after the layer's work was issued
+  /// but still in use on the compute stream (record_stream), is held by the caching allocator
+  /// until that work is done: the reserved memory grows by a pass's layers (docs/simulator.md,
+  /// "ZeRO-3").
+  bool zero3_limit_all_gathers = true;
   Schedule schedule = Schedule::k1F1B;
   Precision precision = Precision::kBf16;
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< with precision kFp8

@@ -326,6 +326,9 @@ void NemoParallel(const Model& m, const ParallelConfig& c, PyLines* p, std::vect
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) {
     unexpressed->push_back(fmt::format("ZeRO-3 as {} ran it (NeMo gathers per layer)", ToString(c.zero3_impl)));
   }
+  if (c.zero_stage >= 3 && !c.zero3_limit_all_gathers) {
+    unexpressed->push_back("PyTorch FSDP's limit_all_gathers=False (NeMo's Megatron-FSDP has no such switch)");
+  }
   if (!HasMegatronCoreDefaults(c)) {
     unexpressed->push_back("Megatron-LM 2021-22's pipeline transfers (the plan's --framework megatron-2022)");
   }
@@ -556,6 +559,9 @@ void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, s
   }
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) {
     unexpressed->push_back(fmt::format("ZeRO-3 as {} ran it (FSDP2 gathers per layer)", ToString(c.zero3_impl)));
+  }
+  if (c.zero_stage >= 3 && !c.zero3_limit_all_gathers) {
+    unexpressed->push_back("FSDP1's limit_all_gathers=False (FSDP2 prefetches one layer; it has no such switch)");
   }
 }
 

@@ -146,6 +146,9 @@ void Notes(const ParallelConfig& c, std::vector<std::string>* notes) {
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) {
     notes->push_back(fmt::format("ZeRO-3 as {} ran it (Megatron-LM's FSDP gathers per layer)", ToString(c.zero3_impl)));
   }
+  if (c.zero_stage >= 3 && !c.zero3_limit_all_gathers) {
+    notes->push_back("PyTorch FSDP's limit_all_gathers=False (Megatron-LM's FSDP2 and Megatron-FSDP have no such switch)");
+  }
   if (!HasMegatronCoreDefaults(c)) {
     notes->push_back("Megatron-LM 2021-22's pipeline transfers (the plan's --framework megatron-2022); "
                      "Megatron-Core sends whole activations");

@@ -84,6 +84,7 @@ int CachingAllocatorModel::Allocate(double bytes) {
     bool ok = NewSegment(rounded, small);
     if (!ok) {
       ++retries_;
+      ProcessEvents();  // release_cached_blocks synchronizes first
       ReleaseCached();
       ok = NewSegment(rounded, small);
     }
@@ -118,14 +119,38 @@ int CachingAllocatorModel::Allocate(double bytes) {
   return b;
 }
 
-void CachingAllocatorModel::Free(int handle) {
+void CachingAllocatorModel::CheckLive(int handle) const {
   if (handle < 0 || static_cast<std::size_t>(handle) >= blocks_.size() ||
-      !blocks_[static_cast<std::size_t>(handle)].allocated) {
+      !blocks_[static_cast<std::size_t>(handle)].allocated || blocks_[static_cast<std::size_t>(handle)].pending) {
     throw std::invalid_argument("CachingAllocatorModel::Free: not a live handle");
   }
+}
+
+void CachingAllocatorModel::Free(int handle) {
+  CheckLive(handle);
+  allocated_ -= blocks_[static_cast<std::size_t>(handle)].size;
+  ReturnBlock(handle);
+}
+
+void CachingAllocatorModel::FreeDeferred(int handle) {
+  CheckLive(handle);
+  Block& x = blocks_[static_cast<std::size_t>(handle)];
+  allocated_ -= x.size;
+  x.pending = true;
+  pending_.push_back(handle);
+}
+
+void CachingAllocatorModel::ProcessEvents() {
+  for (int h : pending_) {
+    blocks_[static_cast<std::size_t>(h)].pending = false;
+    ReturnBlock(h);
+  }
+  pending_.clear();
+}
+
+void CachingAllocatorModel::ReturnBlock(int handle) {
   Block& x = blocks_[static_cast<std::size_t>(handle)];
   x.allocated = false;
-  allocated_ -= x.size;
   std::set<Key>& pool = PoolOf(x.small);
   // Merge with a free neighbour: the surviving block is the lower one.
   auto absorb_next = [&](int lo) {

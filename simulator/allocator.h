@@ -19,7 +19,11 @@
 ///  - a freed block merges with its free neighbours within its segment; segments never merge;
 ///  - when a new segment does not fit in the device, the allocator frees every cached segment
 ///    that is wholly free (release_cached_blocks, counted in memory_stats' num_alloc_retries) and
-///    tries once more; if that fails too, the request runs out of memory.
+///    tries once more; if that fails too, the request runs out of memory;
+///  - a block a tensor used on another stream (record_stream) is not reused when the tensor is
+///    freed: it counts as freed (allocated bytes drop) but joins the cache only once the other
+///    stream's work is done (insert_events, then process_events); releasing the cache first
+///    synchronizes and takes those blocks back (synchronize_and_free_events).
 
 #include <cstdint>
 #include <set>
@@ -55,6 +59,11 @@ class CachingAllocatorModel {
   int Allocate(double bytes);
   /// Frees a handle returned by Allocate (not -1, not freed before).
   void Free(int handle);
+  /// Frees a handle whose block another stream still uses (record_stream): the allocated bytes
+  /// drop now, the block waits outside the cache until ProcessEvents (or a cache release).
+  void FreeDeferred(int handle);
+  /// The other streams' work is done: the blocks FreeDeferred set aside join the cache.
+  void ProcessEvents();
 
   std::int64_t allocated_bytes() const { return allocated_; }  ///< rounded sizes of live blocks
   std::int64_t reserved_bytes() const { return reserved_; }    ///< sizes of all segments
@@ -73,6 +82,7 @@ class CachingAllocatorModel {
     int segment = 0;
     int prev = -1, next = -1;  ///< neighbouring blocks of the same segment
     bool allocated = false, small = false;
+    bool pending = false;  ///< freed with FreeDeferred: still held, outside the cache
   };
   using Key = std::tuple<std::int64_t, int, std::int64_t, int>;  // size, segment, offset, block
   Key KeyOf(int b) const;
@@ -81,10 +91,13 @@ class CachingAllocatorModel {
   int FindFree(std::int64_t rounded, bool small);
   bool NewSegment(std::int64_t rounded, bool small);
   void ReleaseCached();
+  void CheckLive(int handle) const;
+  void ReturnBlock(int handle);  ///< an unallocated block back into its pool, merged
 
   double capacity_;
   std::vector<Block> blocks_;
   std::vector<int> unused_;  ///< indices of blocks_ to reuse
+  std::vector<int> pending_;  ///< blocks freed by FreeDeferred, not yet back in the cache
   std::set<Key> small_free_, large_free_;
   std::int64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
   int segments_ = 0, next_segment_id_ = 0, retries_ = 0, ooms_ = 0;

@@ -56,6 +56,18 @@ LazyGradients LazyGradientsOf(const ParallelConfig& c) {
   return g;
 }
 
+double Zero3GatheredLayerBytes(const CostModel& cm, int stage) {
+  double layer_params_max = 0;
+  for (const auto& cc : cm.chunks.at(static_cast<std::size_t>(stage))) {
+    if (cc.layers > 0) layer_params_max = std::max(layer_params_max, cc.params_per_gpu / cc.layers);
+  }
+  return 2.0 * layer_params_max;
+}
+
+bool ReplaysZero3Gathers(const ParallelConfig& c) {
+  return c.zero_stage >= 3 && c.zero3_impl == Zero3Impl::kPerLayer && !c.zero3_limit_all_gathers;
+}
+
 namespace {
 
 /// Replays passes through the allocator; remembers what each (micro-batch, chunk) keeps.
@@ -63,7 +75,7 @@ class Replayer {
  public:
   Replayer(const CostModel& cm, const ParallelConfig& c, int stage, double capacity)
       : cm_(cm), c_(c), alloc_(capacity), chunks_(cm.chunks.at(static_cast<std::size_t>(stage))),
-        lazy_(LazyGradientsOf(c)) {
+        lazy_(LazyGradientsOf(c)), gather_bytes_(ReplaysZero3Gathers(c) ? Zero3GatheredLayerBytes(cm, stage) : 0) {
     dense_ = SavedTensorsOf(cm.layer_ops);
     moe_ = SavedTensorsOf(cm.moe_layer_ops);
     bf16_ = SavedTensorsOf(cm.bf16_layer_ops.empty() ? cm.layer_ops : cm.bf16_layer_ops);
@@ -113,13 +125,20 @@ class Replayer {
     std::vector<int>& keep = kept_[{mb, chunk}];
     const int fwd_transient = cc.has_output ? -1 : Alloc(cc.fwd_transient_bytes);
     if (cc.has_embedding) KeepAll(embedding_, &keep);
-    for (int l = 0; l < cc.layers; ++l) LayerForward(LayerKind(cc, l), &keep);
+    int gathered = Gather(-1, cc.layers > 0);
+    for (int l = 0; l < cc.layers; ++l) {
+      const int next = Gather(-1, l + 1 < cc.layers);
+      LayerForward(LayerKind(cc, l), &keep);
+      Gather(gathered, false);
+      gathered = next;
+    }
     if (cc.has_output) {
       const int logits = Alloc(cc.fwd_transient_bytes);  // the loss's working memory (logits; torch's fp32 copy), one block
       KeepAll(output_, &keep);
       Free(logits);
     }
     Free(fwd_transient);
+    alloc_.ProcessEvents();  // the CPU thread is at most a pass ahead of the GPU
   }
 
   void Backward(int mb, int chunk, bool split_weight) {
@@ -141,8 +160,12 @@ class Replayer {
       }
       if (cm_.output_params_per_gpu > 0) GradientsOf(chunk, -2, {cm_.output_params_per_gpu});
     }
+    int gathered = Gather(-1, cc.layers > 0);
     for (int l = cc.layers; l-- > 0;) {
+      const int prefetched = Gather(-1, l > 0);
       grad = LayerBackward(LayerKind(cc, l), keep, &next, grad);
+      Gather(gathered, false);
+      gathered = prefetched;
       const bool moe = l >= cc.layers - cc.moe_layers && !cm_.layer_tensors.moe_order.empty();
       GradientsOf(chunk, l, moe ? cm_.layer_tensors.moe_order : cm_.layer_tensors.dense_order);
     }
@@ -150,6 +173,7 @@ class Replayer {
     if (cc.has_embedding) GradientsOf(chunk, -1, {cm_.embedding_params_per_gpu});
     Free(grad);
     if (split_weight) weight_hold_[{mb, chunk}] = Alloc(cc.weight_saved_bytes);
+    alloc_.ProcessEvents();
   }
 
   void Weight(int mb, int chunk) {
@@ -160,6 +184,14 @@ class Replayer {
   }
 
  private:
+  /// Per-layer ZeRO-3 without the rate limiter (gather_bytes_ > 0): frees the gathered block
+  /// `done` (>= 0) as FSDP does after the layer's work was issued, the block held until the pass
+  /// is done (record_stream), and allocates the next layer's when `next`. Returns its handle, or -1.
+  int Gather(int done, bool next) {
+    if (done >= 0) alloc_.FreeDeferred(done);
+    return next && gather_bytes_ > 0 ? Alloc(gather_bytes_) : -1;
+  }
+
   /// Allocates the .grad of each parameter tensor (`elements` per GPU, in forward order) of
   /// chunk `chunk`'s layer `layer` (-1: embedding, -2: output layer) the first time its
   /// backward runs since they were released, in reverse order (as autograd reaches them).
@@ -236,6 +268,7 @@ class Replayer {
   std::map<std::pair<int, int>, int> weight_hold_;
   LazyGradients lazy_;
   std::map<std::pair<int, int>, std::vector<int>> grads_;  ///< [chunk, layer] -> .grad handles
+  double gather_bytes_ = 0;  ///< one layer's gathered parameters when the replay makes them
 };
 
 int ReplayedMicrobatches(const ParallelConfig& c) {
@@ -262,7 +295,9 @@ AllocatorReplay ReplayStageAllocations(const CostModel& cm, const ParallelConfig
   // The lazily allocated gradients are part of the stage's static bytes; the trace makes them.
   double params = 0;
   for (const ChunkCost& cc : cm.chunks[static_cast<std::size_t>(stage)]) params += cc.params_per_gpu;
-  const double rest = static_bytes - LazyGradientsOf(c).bytes_per_param * params;
+  // With the gathers replayed one by one, the two layers StaticStageMemory counts are theirs.
+  const double gathers = ReplaysZero3Gathers(c) ? 2.0 * Zero3GatheredLayerBytes(cm, stage) : 0.0;
+  const double rest = static_bytes - LazyGradientsOf(c).bytes_per_param * params - gathers;
   if (FlattensWeightsAtInit(c)) {
     rp.FlattenWeights(stage, params);
     rp.Alloc(rest - 2 * params);

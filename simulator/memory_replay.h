@@ -52,6 +52,16 @@ LazyGradients LazyGradientsOf(const ParallelConfig& c);
 /// back) and the BF16_Optimizer (the flat buffer made on the GPU, the tensors then pointed into it).
 bool FlattensWeightsAtInit(const ParallelConfig& c);
 
+/// One layer's gathered parameters under per-layer ZeRO-3 (16-bit, the stage's largest layer:
+/// its chunks' parameters per GPU over their layers), bytes. StaticStageMemory holds two of them
+/// (the running layer's and the prefetched one's).
+double Zero3GatheredLayerBytes(const CostModel& cm, int stage);
+
+/// Whether the replay makes the per-layer ZeRO-3 gathers one by one, each block held by the
+/// allocator until its pass is done (ParallelConfig::zero3_limit_all_gathers off), instead of
+/// counting two layers' gathered parameters with the static bytes.
+bool ReplaysZero3Gathers(const ParallelConfig& c);
+
 struct AllocatorReplay {
   double peak_allocated_bytes = 0;  ///< of the replayed trace (rounded tensor sizes)
   double peak_reserved_bytes = 0;   ///< segments held by the allocator at their most

@@ -254,7 +254,7 @@ std::vector<std::int64_t> Builder::ShapeOf() const {
   std::vector<std::int64_t> s = {p_, v_, mb_, R_, static_cast<std::int64_t>(c_.schedule), zero3_, zero3_sync_, dp_comm_,
                                  c_.overlap_grad_reduce, c_.overlap_param_gather,
                                  c_.zero_stage == 1 || c_.zero_stage == 2, c_.p2p_blocking,
-                                 m_.tie_embeddings && p_ > 1 && !FreeComm(), FreeComm()};
+                                 zero3_ && c_.zero3_limit_all_gathers, m_.tie_embeddings && p_ > 1 && !FreeComm(), FreeComm()};
   for (int i = 0; i < p_; ++i) {
     for (int k = 0; k < v_; ++k) {
       s.push_back(cm_.chunks[static_cast<std::size_t>(i)][static_cast<std::size_t>(k)].layers);
@@ -516,12 +516,16 @@ void Builder::BuildStage(int i, int r) {
         g_->AddEdge(pre, gather);
         Sync(i, {compute_seq.empty() ? -1 : compute_seq.back(), gather});
       } else if (zero3_ && dp_comm_ && it.kind != ItemKind::kWeight) {
-        // FSDP: gather this layer's parameters, prefetched while the previous unit runs.
+        // FSDP: gather this layer's parameters, prefetched while the previous unit runs; the rate
+        // limiter (limit_all_gathers) holds the gather until the unit two back is done. Without
+        // it the CPU issues the gathers ahead and they run back to back on their stream.
         gather = Add(TaskType::kParamGather, {CostKind::kZero3Gather, ItemKind::kForward, dev, it.chunk, units},
                      kDpGatherStream, it.microbatch, it.chunk, u);
-        const std::int32_t prev2 = compute_seq.size() >= 2 ? compute_seq[compute_seq.size() - 2] : -1;
-        g_->AddEdge(prev2, gather);
-        Sync(i, {prev2, gather});
+        if (c_.zero3_limit_all_gathers) {
+          const std::int32_t prev2 = compute_seq.size() >= 2 ? compute_seq[compute_seq.size() - 2] : -1;
+          g_->AddEdge(prev2, gather);
+          Sync(i, {prev2, gather});
+        }
       }
       const std::int32_t id = Add(type, {CostKind::kItem, it.kind, dev, it.chunk, units}, kComputeStream,
                                   it.microbatch, it.chunk, u);
@@ -776,11 +780,8 @@ ParallelConfig RunConfig(const Model& m, const ParallelConfig& cfg_in, const Clu
 StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
                               const HardwareProfile& prof, int stage) {
   StageMemory mem;
-  double params = 0, layer_params_max = 0;
-  for (const auto& cc : cm.chunks[static_cast<std::size_t>(stage)]) {
-    params += cc.params_per_gpu;
-    if (cc.layers > 0) layer_params_max = std::max(layer_params_max, cc.params_per_gpu / cc.layers);
-  }
+  double params = 0;
+  for (const auto& cc : cm.chunks[static_cast<std::size_t>(stage)]) params += cc.params_per_gpu;
   double experts = 0;
   for (const auto& cc : cm.chunks[static_cast<std::size_t>(stage)]) experts += cc.expert_params_per_gpu;
   const StateBytesPerParam bpp = BytesPerParam(c), bpe = BytesPerParam(c, c.expert_dp());
@@ -797,7 +798,7 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
   mem.optimizer_bytes = (params - experts) * bpp.optimizer + experts * bpe.optimizer;
   // ZeRO-3 holds gathered parameters of the running and the prefetched layer; pipeline stages
   // hold send and receive buffers for both directions.
-  mem.comm_buffer_bytes = c.zero_stage >= 3 ? 2.0 * 2.0 * layer_params_max : 0.0;
+  mem.comm_buffer_bytes = c.zero_stage >= 3 ? 2.0 * Zero3GatheredLayerBytes(cm, stage) : 0.0;
   // DeepSpeed's ZeRO-3 of 2021 gathers tensor by tensor (Zero3GatheredPeakBytes), and keeps the
   // tensors under its persistence threshold whole on every rank.
   if (c.zero_stage >= 3 && c.zero3_impl == Zero3Impl::kDeepSpeed2021) {
@@ -1210,6 +1211,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"async_tensor_model_parallel_allreduce", c.async_tp_grad_reduce},
                  {"overlap_param_gather", c.overlap_param_gather},
                  {"optimizer_impl", ToString(c.optimizer_impl)}, {"p2p_blocking", c.p2p_blocking},
+                 {"zero3_limit_all_gathers", c.zero_stage >= 3 ? Json(c.zero3_limit_all_gathers) : Json()},
                  {"scatter_gather", c.scatter_gather}, {"embedding_slots", c.embedding_slots}};
   if (m.moe.enabled()) {
     j["config"]["ep"] = c.ep;

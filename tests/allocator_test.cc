@@ -96,6 +96,32 @@ CostModel OneLayer(ParallelConfig* c, Recompute rc) {
   return cm;
 }
 
+// A block freed while another stream still uses it (record_stream) counts as freed at once but
+// joins the cache only when that stream's work is done; a cache release waits for it.
+TEST(Allocator, BlocksFreedForAnotherStreamAreHeldUntilItsWorkIsDone) {
+  CachingAllocatorModel a;
+  const int x = a.Allocate(30 * kMi);
+  a.FreeDeferred(x);
+  EXPECT_EQ(a.allocated_bytes(), 0);
+  const int y = a.Allocate(30 * kMi);  // x's block is not in the cache yet: a second segment
+  EXPECT_EQ(a.reserved_bytes(), 60 * kMi);
+  a.FreeDeferred(y);
+  a.ProcessEvents();
+  ASSERT_GE(a.Allocate(30 * kMi), 0);  // now both are cached: no new segment
+  EXPECT_EQ(a.reserved_bytes(), 60 * kMi);
+  // At the limit, the retry synchronizes (the held blocks join the cache) and releases the cache.
+  CachingAllocatorModel b(60 * kMi);
+  const int u = b.Allocate(30 * kMi);
+  const int v = b.Allocate(30 * kMi);
+  b.FreeDeferred(u);
+  b.FreeDeferred(v);
+  EXPECT_THROW(b.FreeDeferred(v), std::invalid_argument);
+  ASSERT_GE(b.Allocate(50 * kMi), 0);  // no room for a 50 MiB segment until the two are released
+  EXPECT_EQ(b.retries(), 1);
+  EXPECT_EQ(b.reserved_bytes(), 50 * kMi);
+  EXPECT_EQ(b.ooms(), 0);
+}
+
 TEST(MemoryReplay, BackwardGradientsFragmentTheCacheAsWorkedOutByHand) {
   ParallelConfig c;
   const CostModel cm = OneLayer(&c, Recompute::kNone);

@@ -1,0 +1,81 @@
+// Issue 19: PyTorch FSDP's limit_all_gathers (ParallelConfig::zero3_limit_all_gathers). With the
+// rate limiter the CPU issues a layer's all-gather only once the layer two back is freed; without
+// it the gathers are issued as the CPU runs ahead, run back to back, and each layer's gathered
+// block stays held by the caching allocator until the GPU is done with it (record_stream).
+// Expected figures are derived here from the allocator's segment rule and the layer sizes.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/loader.h"
+#include "models/parallel.h"
+#include "simulator/allocator.h"
+#include "simulator/cost_model.h"
+#include "simulator/memory_replay.h"
+#include "simulator/profile.h"
+#include "simulator/simulate.h"
+#include "tests/test_util.h"
+
+namespace shardcast {
+namespace {
+
+ParallelConfig FullShard(bool limit) {
+  ParallelConfig c;
+  c.dp = 8;
+  c.zero_stage = 3;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 16;
+  c.recompute = Recompute::kFull;
+  c.zero3_limit_all_gathers = limit;
+  return c;
+}
+
+TEST(FsdpRateLimiter, WithoutItTheAllocatorHoldsEveryLayersGatherOfAPass) {
+  const Model m = LoadModel("llama2-7b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  const SimulationResult limited = Simulate(m, FullShard(true), cl, 8, prof);
+  const SimulationResult ahead = Simulate(m, FullShard(false), cl, 8, prof);
+  ASSERT_TRUE(limited.feasible);
+  ASSERT_TRUE(ahead.feasible);
+  const StageMemory& a = limited.stages.at(0).memory;
+  const StageMemory& b = ahead.stages.at(0).memory;
+  // What the tensors occupy does not change: two layers' gathered parameters at a time.
+  EXPECT_DOUBLE_EQ(a.peak_bytes, b.peak_bytes);
+  EXPECT_DOUBLE_EQ(a.comm_buffer_bytes, b.comm_buffer_bytes);
+  // Without the limiter, at the end of a forward the allocator holds every layer's gathered
+  // block (each its own segment, the bytes rounded up to 2 MiB) beside the static state.
+  ParallelConfig c = FullShard(false);
+  c.seq_length = m.seq_length;
+  const CostModel cm = BuildCostModel(m, c, cl, prof);
+  const double layer = Zero3GatheredLayerBytes(cm, 0);
+  EXPECT_DOUBLE_EQ(layer, 2.0 * cm.chunks[0][0].params_per_gpu / static_cast<double>(m.num_layers));
+  const double segment = static_cast<double>(AllocatorSegmentBytes(AllocatorRoundedBytes(static_cast<std::int64_t>(layer))));
+  const double static_rest = b.weights_bytes + b.grads_bytes + b.optimizer_bytes + b.comm_buffer_bytes - 2 * layer;
+  EXPECT_GE(b.reserved_bytes - b.framework_bytes, static_rest + static_cast<double>(m.num_layers) * segment);
+  EXPECT_GT(b.reserved_bytes, a.reserved_bytes + static_cast<double>(m.num_layers - 2) * segment * 0.5);
+}
+
+TEST(FsdpRateLimiter, CommandLine) {
+  const std::string base = "simulate --model llama3-8b --cluster dgx-a100 --gpus 64 --mbs 1 --gbs 128 ";
+  const auto r = testing::RunShardcast(base + "--zero 3 --no-limit-all-gathers --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["config"]["zero3_limit_all_gathers"], false);
+  const auto d = nlohmann::json::parse(testing::RunShardcast(base + "--zero 3 --json").out);
+  EXPECT_EQ(d["config"]["zero3_limit_all_gathers"], true);
+  EXPECT_GT(j["peak_reserved_memory_bytes"].get<double>(), d["peak_reserved_memory_bytes"].get<double>());
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--zero 1 --no-limit-all-gathers",
+                                    "--no-limit-all-gathers: got it with --zero 1, expected --zero 3"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--zero 3 --zero3-impl deepspeed-2021 --optimizer deepspeed-zero "
+                                           "--no-limit-all-gathers",
+                                    "--zero3-impl deepspeed-2021, expected --zero 3 with the per-layer gathers"));
+  // The summary and the command that reproduces it carry the switch.
+  const auto text = testing::RunShardcast(base + "--zero 3 --no-limit-all-gathers");
+  EXPECT_NE(text.out.find("no-limit-all-gathers"), std::string::npos) << text.out;
+}
+
+}  // namespace
+}  // namespace shardcast
