@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <iostream>
 #include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -227,13 +228,26 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
                      ", expected 1 with --optimizer deepspeed-bf16 (the BF16_Optimizer shards its optimizer state "
                      "like ZeRO-1 while DeepSpeed's own config says stage 0)");
   }
+  const bool ds2021 = c.zero_stage == 3 && c.zero3_impl == Zero3Impl::kDeepSpeed2021;
   if (a.reduce_bucket_size > 0) {
-    if (c.optimizer_impl != OptimizerImpl::kDeepSpeedZero || c.zero_stage > 2) {
+    if ((c.optimizer_impl != OptimizerImpl::kDeepSpeedZero || c.zero_stage > 2) && !ds2021) {
       throw InputError(fmt::format("command line: --reduce-bucket-size: got {} with --optimizer {} --zero {}, expected "
-                                   "--optimizer deepspeed-zero with --zero 1 or 2 (DeepSpeed's ZeRO-1/2 bucket)",
+                                   "--optimizer deepspeed-zero with --zero 1 or 2, or --zero 3 --zero3-impl "
+                                   "deepspeed-2021 (DeepSpeed's gradient bucket)",
                                    a.reduce_bucket_size, a.optimizer, c.zero_stage));
     }
     c.ds_reduce_bucket_elems = a.reduce_bucket_size;
+  }
+  for (const auto& [flag, value, field] : {std::tuple{"--stage3-max-live-parameters", a.ds_max_live, &c.ds_max_live_params},
+                                           std::tuple{"--stage3-param-persistence-threshold", a.ds_persistence,
+                                                      &c.ds_persistence_threshold}}) {
+    if (!(value > 0)) continue;
+    if (!ds2021) {
+      throw InputError(fmt::format("command line: {}: got {} with --zero {}, expected --zero 3 --zero3-impl "
+                                   "deepspeed-2021 (the per-tensor gathers it tunes)",
+                                   flag, value, c.zero_stage));
+    }
+    *field = value;
   }
   if (a.bf16_grads && c.optimizer_impl != OptimizerImpl::kMegatron) {
     throw InputError("command line: --bf16-main-grads: only applies to --optimizer megatron (got --optimizer " +
@@ -299,8 +313,16 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) f += fmt::format(" --zero3-impl {}", ToString(c.zero3_impl));
   if (c.hybrid_shard()) f += fmt::format(" --dp-shard {}", c.dp_shard);
   if (c.zero_stage >= 3 && !c.zero3_limit_all_gathers) f += " --no-limit-all-gathers";
-  if (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2 && c.ds_reduce_bucket_elems != d.ds_reduce_bucket_elems) {
+  const bool ds2021 = c.zero_stage >= 3 && c.zero3_impl == Zero3Impl::kDeepSpeed2021;
+  if (((c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2) || ds2021) &&
+      c.ds_reduce_bucket_elems != d.ds_reduce_bucket_elems) {
     f += fmt::format(" --reduce-bucket-size {}", c.ds_reduce_bucket_elems);
+  }
+  if (ds2021 && c.ds_max_live_params != d.ds_max_live_params) {
+    f += fmt::format(" --stage3-max-live-parameters {}", c.ds_max_live_params);
+  }
+  if (ds2021 && c.ds_persistence_threshold != d.ds_persistence_threshold) {
+    f += fmt::format(" --stage3-param-persistence-threshold {}", c.ds_persistence_threshold);
   }
   if (!HasMegatronCoreDefaults(c)) {
     f += " --framework megatron-2022";
@@ -499,7 +521,16 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_option("--reduce-bucket-size", a->reduce_bucket_size,
                   "with --optimizer deepspeed-zero --zero 1|2: DeepSpeed's reduce_bucket_size in elements (default 5e8): "
                   "each backward allocates a 16-bit bucket of this size (two with overlap_comm, i.e. without "
-                  "--no-overlap-grad-reduce) for the gradients to be reduced")
+                  "--no-overlap-grad-reduce) for the gradients to be reduced; with --zero3-impl deepspeed-2021, the "
+                  "gradients wait in a bucket of this size before it is reduce-scattered")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--stage3-max-live-parameters", a->ds_max_live,
+                  "with --zero3-impl deepspeed-2021: DeepSpeed's stage3_max_live_parameters in elements (default 1e9): "
+                  "a tensor is prefetched only while the live gathered parameters stay under it")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--stage3-param-persistence-threshold", a->ds_persistence,
+                  "with --zero3-impl deepspeed-2021: DeepSpeed's stage3_param_persistence_threshold in elements "
+                  "(default 1e5): smaller tensors stay whole on every rank and are never gathered")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--no-limit-all-gathers", a->no_limit_all_gathers,
                 "with --zero 3 (per-layer): PyTorch FSDP's limit_all_gathers=False (its default before PyTorch 2.1): "

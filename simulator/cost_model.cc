@@ -1247,7 +1247,7 @@ void AddTensor(LayerTensors* t, double elems, double times = 1, std::vector<doub
   if (!(elems > 0) || !(times > 0)) return;
   t->count += times;
   if (expert) t->expert_count += times;
-  if (elems < kDeepSpeedPersistenceThreshold) {
+  if (elems < t->persistence_threshold) {
     t->persistent_elems += times * elems;
     return;
   }
@@ -1257,10 +1257,10 @@ void AddTensor(LayerTensors* t, double elems, double times = 1, std::vector<doub
   for (double i = 0; i < times; ++i) order->push_back(elems);
 }
 
-/// Tensor i is prefetched when its predecessor in `order` (cyclic) is under
-/// kDeepSpeedMaxLiveParameters.
-bool Prefetched(const std::vector<double>& order, std::size_t i) {
-  return order[(i + order.size() - 1) % order.size()] < kDeepSpeedMaxLiveParameters;
+/// Tensor i is prefetched when its predecessor in `order` (cyclic) is under `max_live`
+/// (stage3_max_live_parameters).
+bool Prefetched(const std::vector<double>& order, std::size_t i, double max_live) {
+  return order[(i + order.size() - 1) % order.size()] < max_live;
 }
 
 /// Sets `t`'s prefetched tensors and their share of the gathered elements from `order`.
@@ -1268,7 +1268,7 @@ void SetPrefetched(LayerTensors* t, const std::vector<double>& order) {
   double all = 0, pre = 0, n = 0;
   for (std::size_t i = 0; i < order.size(); ++i) {
     all += order[i];
-    if (!Prefetched(order, i)) continue;
+    if (!Prefetched(order, i, t->max_live_params)) continue;
     pre += order[i];
     n += 1;
   }
@@ -1322,10 +1322,10 @@ void AddAttentionTensors(LayerTensors* t, const Model& m, double tp, std::vector
 }
 
 /// Forward peak of Zero3GatheredPeakBytes over one layer kind's `order`.
-double ForwardGatherPeak(const std::vector<double>& order, double pb) {
+double ForwardGatherPeak(const LayerTensors& t, const std::vector<double>& order, double pb) {
   double peak = 0;
   for (std::size_t i = 0; i < order.size(); ++i) {
-    const double running = Prefetched(order, i) ? order[(i + order.size() - 1) % order.size()] : 0;
+    const double running = Prefetched(order, i, t.max_live_params) ? order[(i + order.size() - 1) % order.size()] : 0;
     peak = std::max(peak, (running + 2 * order[i]) * pb);
   }
   return peak;
@@ -1333,14 +1333,14 @@ double ForwardGatherPeak(const std::vector<double>& order, double pb) {
 
 /// Backward peak of Zero3GatheredPeakBytes: the backward runs `order` in reverse (twice, so the
 /// bucket carries over from the layer before), so tensor i prefetches tensor i-1.
-double BackwardGatherPeak(const std::vector<double>& order, double pb, double gb) {
+double BackwardGatherPeak(const LayerTensors& t, const std::vector<double>& order, double pb, double gb) {
   const std::size_t n = order.size();
   double peak = 0, bucket = 0;  // gradients waiting in the reduce bucket
   for (std::size_t k = 0; k < 2 * n; ++k) {
     const std::size_t i = n - 1 - k % n;
     const double prev = order[(i + n - 1) % n];
-    const double prefetch = order[i] < kDeepSpeedMaxLiveParameters ? 2 * prev * pb : 0;
-    const bool reduce = bucket > 0 && bucket + order[i] > kDeepSpeedReduceBucketElems;
+    const double prefetch = order[i] < t.max_live_params ? 2 * prev * pb : 0;
+    const bool reduce = bucket > 0 && bucket + order[i] > t.reduce_bucket_elems;
     // Tensor i's gathered weight and its fresh gradient beside the bucket, and while the bucket
     // is reduce-scattered, ProcessGroupNCCL's flat copy of it.
     peak = std::max(peak, order[i] * pb + (bucket + order[i]) * gb + (reduce ? bucket * gb : 0) + prefetch);
@@ -1353,12 +1353,16 @@ double BackwardGatherPeak(const std::vector<double>& order, double pb, double gb
 
 LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c) {
   const double tp = static_cast<double>(c.tp);
-  LayerTensors dense;
+  LayerTensors knobs;
+  knobs.max_live_params = c.ds_max_live_params;
+  knobs.persistence_threshold = c.ds_persistence_threshold;
+  knobs.reduce_bucket_elems = c.ds_reduce_bucket_elems;
+  LayerTensors dense = knobs;
   AddAttentionTensors(&dense, m, tp, &dense.dense_order);
   AddMlpTensors(&dense, m, static_cast<double>(m.ffn_hidden_size), tp, m.add_bias_linear, 1, &dense.dense_order);
   SetPrefetched(&dense, dense.dense_order);
   if (!m.moe.enabled()) return dense;
-  LayerTensors moe;
+  LayerTensors moe = knobs;
   AddAttentionTensors(&moe, m, tp, &moe.moe_order);
   AddTensor(&moe, static_cast<double>(m.hidden_size) * static_cast<double>(m.moe.num_experts), 1,
             &moe.moe_order);  // router
@@ -1373,7 +1377,7 @@ LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c) {
   const double layers = static_cast<double>(std::max<std::int64_t>(1, m.num_layers));
   const double w = static_cast<double>(m.MoeLayersIn(0, m.num_layers)) / layers;  // MoE layers' share
   auto mix = [w](double d, double e) { return (1 - w) * d + w * e; };
-  LayerTensors mean;
+  LayerTensors mean = knobs;
   mean.count = mix(dense.count, moe.count);
   mean.gathered = mix(dense.gathered, moe.gathered);
   mean.expert_count = mix(dense.expert_count, moe.expert_count);
@@ -1395,7 +1399,7 @@ double Zero3GatheredPeakBytes(const LayerTensors& t, double param_bytes, double 
   double peak = 0;
   for (const auto* order : {&t.dense_order, &t.moe_order}) {
     if (order->empty()) continue;
-    peak = std::max({peak, ForwardGatherPeak(*order, param_bytes), BackwardGatherPeak(*order, param_bytes, grad_bytes)});
+    peak = std::max({peak, ForwardGatherPeak(t, *order, param_bytes), BackwardGatherPeak(t, *order, param_bytes, grad_bytes)});
   }
   return peak;
 }

@@ -168,27 +168,25 @@ double WeightQuantizeTime(const HardwareProfile& p, const ParallelConfig& c, con
 /// routed experts' tensors are reduced over the expert-data-parallel group.
 struct LayerTensors {
   double count = 0;     ///< tensors (per layer, the mean over dense and MoE layers)
-  double gathered = 0;  ///< of those, at least kDeepSpeedPersistenceThreshold elements
+  double gathered = 0;  ///< of those, at least persistence_threshold elements
   double expert_count = 0;     ///< of `count`, routed experts' tensors
   double expert_gathered = 0;  ///< of `gathered`, routed experts' tensors
   /// Of the gathered tensors, those DeepSpeed prefetches: whose preceding gathered tensor (in
   /// forward order, the next layer's first following the last) is smaller than
-  /// kDeepSpeedMaxLiveParameters, the only live parameters when the prefetch is decided
+  /// max_live_params, the only live parameters when the prefetch is decided
   /// (prefetch_next_sub_modules runs only while the live parameters stay under
   /// stage3_max_live_parameters; every other gathered tensor has been released by then).
   double prefetched_tensors = 0;
   double prefetched_share = 0;  ///< the prefetched tensors' share of the gathered elements
-  /// Elements of the tensors under kDeepSpeedPersistenceThreshold: kept whole on every rank.
+  /// Elements of the tensors under the persistence threshold: kept whole on every rank.
   double persistent_elems = 0;
+  /// DeepSpeed's knobs the above were worked out with (ParallelConfig's ds_max_live_params,
+  /// ds_persistence_threshold, ds_reduce_bucket_elems; elements).
+  double max_live_params = 1e9, persistence_threshold = 1e5, reduce_bucket_elems = 5e8;
   /// The gathered tensors' elements in forward order: a dense layer's, and a MoE layer's (empty
   /// without MoE). Zero3GatheredPeakBytes reads them.
   std::vector<double> dense_order, moe_order;
 };
-/// DeepSpeed stage 3's stage3_max_live_parameters default (1e9 elements, c83e49f).
-inline constexpr double kDeepSpeedMaxLiveParameters = 1e9;
-/// DeepSpeed stage 3's param_persistence_threshold default (1e5 elements, c83e49f and since):
-/// smaller parameters stay whole on every rank and are never gathered.
-inline constexpr double kDeepSpeedPersistenceThreshold = 1e5;
 /// What one micro-batch costs on one chunk (a contiguous group of layers, plus embedding or
 /// output layer where the chunk holds them) of one GPU.
 struct ChunkCost {
@@ -293,20 +291,16 @@ Zero3TensorCost Zero3PerTensorCost(const HardwareProfile& p, CollectiveOp op, co
                                    const GroupPlacement& group, const GroupPlacement& expert_group, double params,
                                    double bytes_per_param);
 
-/// DeepSpeed stage 3's reduce_bucket_size default (5e8 elements, c83e49f): gradients wait in
-/// the bucket until the next one would overflow it, then the bucket is reduce-scattered.
-inline constexpr double kDeepSpeedReduceBucketElems = 5e8;
-
 /// Zero3Impl::kDeepSpeed2021: the most bytes of gathered parameters and unsharded gradients one
 /// GPU holds at once, over the layer kinds of `t` (o: LayerTensors' gathered tensors in forward
 /// order; sizes follow DeepSpeed stage 3 at c83e49f, stage3.py and partition_parameters.py, with
 /// its default contiguous_gradients off):
 ///  - forward, gathering tensor i: its output and ProcessGroupNCCL's flat receive buffer
 ///    (2 x o[i]), beside the running tensor i-1 when i is prefetched (o[i-1] under
-///    kDeepSpeedMaxLiveParameters), all at `param_bytes` per element;
+///    t.max_live_params), all at `param_bytes` per element;
 ///  - backward (reverse order), in the gradient hook of tensor i: its gathered weight
 ///    (o[i] x `param_bytes`), its fresh gradient and the gradients waiting in the reduce bucket
-///    (kDeepSpeedReduceBucketElems; a tensor larger than the bucket waits alone until the next
+///    (t.reduce_bucket_elems; a tensor larger than the bucket waits alone until the next
 ///    gradient arrives), and when the bucket is reduced, the flat copy the list reduce-scatter
 ///    makes of it (all at `grad_bytes`), beside the tensor the backward prefetches next
 ///    (2 x o[i-1] x `param_bytes`) when o[i] is under the live-parameter limit.

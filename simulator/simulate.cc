@@ -1188,6 +1188,7 @@ void ReplayAllocator(const Model& m, const ParallelConfig& cfg_in, const Cluster
 
 Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfig& c,
                   const Cluster& cl, std::int64_t gpus) {
+  const bool ds2021 = c.zero_stage >= 3 && c.zero3_impl == Zero3Impl::kDeepSpeed2021;
   Json j;
   j["model"] = m.name;
   j["cluster"] = cl.name;
@@ -1203,8 +1204,10 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"moe_a2a_overlap", c.moe_a2a_overlap},
                  {"zero_stage", c.zero_stage}, {"dp_shard", c.zero_stage >= 1 ? Json(c.shard_dp()) : Json()},
                  {"zero3_impl", c.zero_stage >= 3 ? Json(ToString(c.zero3_impl)) : Json()},
-                 {"reduce_bucket_size", c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2
+                 {"reduce_bucket_size", (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2) || ds2021
                                             ? Json(c.ds_reduce_bucket_elems) : Json()}, {"schedule", ToString(c.schedule)},
+                 {"stage3_max_live_parameters", ds2021 ? Json(c.ds_max_live_params) : Json()},
+                 {"stage3_param_persistence_threshold", ds2021 ? Json(c.ds_persistence_threshold) : Json()},
                  {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
                  {"param_gather_bytes_per_param", ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch))},

@@ -11,6 +11,7 @@
 #include "simulator/cost_model.h"
 #include "simulator/simulate.h"
 #include "bench/gpt3_config.h"
+#include "cli/config_args.h"
 #include "tests/test_util.h"
 
 namespace shardcast {
@@ -1397,6 +1398,78 @@ TEST(Zero3DeepSpeed2021, GatheredPeakIsTheLargestTensorsWithTheirCopies) {
   const LayerTensors big = LayerTensorsOf(GptOfWidth(105, 20480), c);
   EXPECT_DOUBLE_EQ(Zero3GatheredPeakBytes(big, 2, 2), 32 * w * w);
   EXPECT_DOUBLE_EQ(Zero3GatheredPeakBytes(big, 2, 0), 18 * w * w);
+}
+
+// DeepSpeed's stage-3 knobs (--stage3-max-live-parameters, --stage3-param-persistence-threshold,
+// --reduce-bucket-size) change which tensors are prefetched, gathered and when the gradients'
+// bucket is reduced; the figures follow the same rules as the defaults' above.
+TEST(Zero3DeepSpeed2021, KnobsMoveThePrefetchThePersistentTensorsAndTheBucket) {
+  ParallelConfig c = Config(1, 1, 384, 4, 1536);
+  c.zero_stage = 3;
+  const double h = 12288;
+  // Live parameters under h^2 (the smallest weight): no tensor is prefetched.
+  c.ds_max_live_params = 1e8;
+  LayerTensors t = LayerTensorsOf(GptOfWidth(96, 12288), c);
+  EXPECT_EQ(t.prefetched_tensors, 0);
+  EXPECT_DOUBLE_EQ(t.prefetched_share, 0.0);
+  EXPECT_DOUBLE_EQ(t.max_live_params, 1e8);
+  // Without prefetch the forward gathers one tensor at a time: fc1's output and flat buffer.
+  EXPECT_DOUBLE_EQ(Zero3GatheredPeakBytes(t, 2, 0), 2 * 2 * 4 * h * h);
+  c.ds_max_live_params = 1e9;
+  // A persistence threshold of 2e4 elements gathers the qkv bias (3h) and fc1's bias (4h) too;
+  // the norms (h each) and the other biases (h) stay whole.
+  c.ds_persistence_threshold = 2e4;
+  t = LayerTensorsOf(GptOfWidth(96, 12288), c);
+  EXPECT_EQ(t.count, 12);
+  EXPECT_EQ(t.gathered, 6);
+  EXPECT_DOUBLE_EQ(t.persistent_elems, 2 * 2 * h + h + h);
+  c.ds_persistence_threshold = 1e5;
+  // A bucket of one layer's 12h^2 elements: in the backward (fc2, fc1, proj, qkv; 4, 4, 1, 3
+  // h^2) it fills exactly with a layer and is reduced when the next layer's fc2 arrives: fc2's
+  // weight (4h^2), the bucket with fc2's gradient (16h^2) and its flat copy (12h^2), fc1
+  // prefetched (output and flat buffer, 8h^2): 2 B x 40h^2.
+  c.ds_reduce_bucket_elems = 12 * h * h;
+  t = LayerTensorsOf(GptOfWidth(96, 12288), c);
+  EXPECT_DOUBLE_EQ(Zero3GatheredPeakBytes(t, 2, 2), 80 * h * h);
+}
+
+TEST(Zero3DeepSpeed2021, KnobsOnTheCommandLine) {
+  const std::string base = "simulate --model gpt3-175b --cluster dgx-a100 --gpus 384 --tp 1 --pp 1 --mbs 1 "
+                           "--gbs 384 --recompute full --zero 3 --optimizer deepspeed-zero ";
+  const auto d = testing::RunShardcast(base + "--zero3-impl deepspeed-2021 --json");
+  const auto k = testing::RunShardcast(base + "--zero3-impl deepspeed-2021 --stage3-max-live-parameters 1e8 "
+                                              "--stage3-param-persistence-threshold 2e4 --reduce-bucket-size 1e9 --json");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  ASSERT_EQ(k.exit_code, 0) << k.err;
+  const auto a = nlohmann::json::parse(d.out), b = nlohmann::json::parse(k.out);
+  EXPECT_EQ(a["config"]["stage3_max_live_parameters"], 1e9);
+  EXPECT_EQ(a["config"]["stage3_param_persistence_threshold"], 1e5);
+  EXPECT_EQ(a["config"]["reduce_bucket_size"], 5e8);
+  EXPECT_EQ(b["config"]["stage3_max_live_parameters"], 1e8);
+  EXPECT_EQ(b["config"]["stage3_param_persistence_threshold"], 2e4);
+  EXPECT_EQ(b["config"]["reduce_bucket_size"], 1e9);
+  // Nothing prefetched: the gathers wait on the compute stream.
+  EXPECT_GT(b["step_time_s"].get<double>(), a["step_time_s"].get<double>());
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--stage3-max-live-parameters 1e8",
+                                    "--stage3-max-live-parameters: got 100000000 with --zero 3, expected --zero 3 "
+                                    "--zero3-impl deepspeed-2021"));
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-175b --cluster dgx-a100 --gpus 384 --tp 1 --pp 1 --mbs 1 "
+                                    "--gbs 384 --zero 1 --stage3-param-persistence-threshold 1e4",
+                                    "--stage3-param-persistence-threshold: got 10000 with --zero 1"));
+  // The command that reproduces it carries the knobs.
+  ParallelConfig c = Config(1, 1, 384, 1, 384);
+  c.zero_stage = 3;
+  c.zero3_impl = Zero3Impl::kDeepSpeed2021;
+  c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+  c.ds_max_live_params = 1e8;
+  c.ds_persistence_threshold = 2e4;
+  c.ds_reduce_bucket_elems = 1e9;
+  std::vector<std::string> unexpressed;
+  const std::string flags = cli::SimulateFlags(c, LoadModel("gpt3-175b"), 384, &unexpressed);
+  for (const char* f : {"--stage3-max-live-parameters 100000000", "--stage3-param-persistence-threshold 20000",
+                        "--reduce-bucket-size 1000000000"}) {
+    EXPECT_NE(flags.find(f), std::string::npos) << flags;
+  }
 }
 
 TEST(Zero3DeepSpeed2021, ExpertTensorsGoOverTheExpertDataParallelGroup) {
