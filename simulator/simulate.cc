@@ -168,16 +168,12 @@ class Builder {
   /// A data-parallel collective of `bytes` (nccl-tests size), of which `experts` are routed
   /// experts': the dense part over the dp x cp group, the experts' over the expert-data-parallel
   /// group, one after the other (one flow whose bytes take both times at the first's rate).
+  /// The dense weights' data-parallel collective, then the routed experts' over the
+  /// expert-data-parallel group, as one serial flow (SerialCollectives).
   TaskCost DpComm(int device, CollectiveOp op, double bytes, double experts) const {
     const CollectiveCost a = DataParallelCostOf(prof_, cm_, op, bytes - experts);
     if (experts <= 0) return Comm(device, a);
-    const CollectiveCost b = CollectiveCostOf(prof_, op, experts, cm_.edp_group);
-    if (!(a.link_GBps > 0)) return Comm(device, b);
-    if (!(b.link_GBps > 0)) return Comm(device, a);
-    CollectiveCost sum = a;
-    sum.latency_s += b.latency_s;
-    sum.bytes_on_link += b.bytes_on_link * a.link_GBps / b.link_GBps;
-    return Comm(device, sum);
+    return Comm(device, SerialCollectives(a, CollectiveCostOf(prof_, op, experts, cm_.edp_group)));
   }
   Link IntraLink() const { return {std::max(prof_.intra_busbw_GBps, prof_.p2p_intra_GBps)}; }
   Link NetworkLink() const { return {prof_.NicShareGBps()}; }
