@@ -88,6 +88,10 @@ void RunExecute(const ExecuteArgs& a) {
                                    "layer by layer); simulate and plan model DeepSpeed's per-tensor list collectives",
                                    ToString(c.zero3_impl)));
     }
+    if (c.zero_stage >= 3 && !c.zero3_limit_all_gathers) {
+      throw InputError("command line: --no-limit-all-gathers: not executed (execute's ZeRO-3 gathers run in program "
+                       "order, like the rate limiter); simulate models FSDP without it");
+    }
     ExecuteReport r = Execute(m, c, cl, prof, a.o);
     if (rank == 0) {
       if (a.cfg.json) {

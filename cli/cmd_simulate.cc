@@ -111,6 +111,42 @@ static void ApplyHybridShard(const SimulateArgs& a, ParallelConfig* c) {
   }
 }
 
+/// The ZeRO-3 framework knobs: FSDP's rate limiter (--no-limit-all-gathers) and DeepSpeed's
+/// buckets and stage-3 limits (--reduce-bucket-size, --stage3-*), each refused (exit 2) where it
+/// does not apply.
+static void ApplyZeroKnobs(const SimulateArgs& a, ParallelConfig* c) {
+  if (a.no_limit_all_gathers) {
+    if (c->zero_stage != 3 || c->zero3_impl != Zero3Impl::kPerLayer) {
+      throw InputError(fmt::format("command line: --no-limit-all-gathers: got it with --zero {}{}, expected --zero 3 "
+                                   "with the per-layer gathers (PyTorch FSDP's FULL_SHARD rate limiter)",
+                                   c->zero_stage, c->zero_stage == 3 ? fmt::format(" --zero3-impl {}", ToString(c->zero3_impl)) : ""));
+    }
+    c->zero3_limit_all_gathers = false;
+  }
+  const bool ds2021 = c->zero_stage == 3 && c->zero3_impl == Zero3Impl::kDeepSpeed2021;
+  if (a.reduce_bucket_size > 0) {
+    if ((c->optimizer_impl != OptimizerImpl::kDeepSpeedZero || c->zero_stage > 2) && !ds2021) {
+      throw InputError(fmt::format("command line: --reduce-bucket-size: got {} with --optimizer {} --zero {}, expected "
+                                   "--optimizer deepspeed-zero with --zero 1 or 2, or --zero 3 --zero3-impl "
+                                   "deepspeed-2021 (DeepSpeed's gradient bucket)",
+                                   a.reduce_bucket_size, a.optimizer, c->zero_stage));
+    }
+    c->ds_reduce_bucket_elems = a.reduce_bucket_size;
+  }
+  for (const auto& [flag, value, field] : {std::tuple{"--stage3-max-live-parameters", a.ds_max_live_elems, &c->ds_max_live_elems},
+                                           std::tuple{"--stage3-param-persistence-threshold", a.ds_persistence_elems,
+                                                      &c->ds_persistence_threshold_elems}}) {
+    if (!(value > 0)) continue;
+    if (!ds2021) {
+      throw InputError(fmt::format("command line: {}: got {} with --zero {}{}, expected --zero 3 --zero3-impl "
+                                   "deepspeed-2021 (the per-tensor gathers it tunes)",
+                                   flag, value, c->zero_stage,
+                                   c->zero_stage == 3 ? fmt::format(" --zero3-impl {}", ToString(c->zero3_impl)) : ""));
+    }
+    *field = value;
+  }
+}
+
 ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t gpus) {
   ParallelConfig c;
   c.tp = a.tp;
@@ -215,40 +251,12 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
     throw InputError("command line: --zero3-impl: got " + a.zero3_impl + " with --zero " + std::to_string(c.zero_stage) +
                      ", expected --zero 3 (it says how ZeRO-3 gathers and reduces)");
   }
-  if (a.no_limit_all_gathers) {
-    if (c.zero_stage != 3 || c.zero3_impl != Zero3Impl::kPerLayer) {
-      throw InputError(fmt::format("command line: --no-limit-all-gathers: got it with --zero {}{}, expected --zero 3 "
-                                   "with the per-layer gathers (PyTorch FSDP's FULL_SHARD rate limiter)",
-                                   c.zero_stage, c.zero_stage == 3 ? " --zero3-impl " + a.zero3_impl : ""));
-    }
-    c.zero3_limit_all_gathers = false;
-  }
   if (c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16 && c.zero_stage != 1) {
     throw InputError("command line: --zero: got " + std::to_string(c.zero_stage) +
                      ", expected 1 with --optimizer deepspeed-bf16 (the BF16_Optimizer shards its optimizer state "
                      "like ZeRO-1 while DeepSpeed's own config says stage 0)");
   }
-  const bool ds2021 = c.zero_stage == 3 && c.zero3_impl == Zero3Impl::kDeepSpeed2021;
-  if (a.reduce_bucket_size > 0) {
-    if ((c.optimizer_impl != OptimizerImpl::kDeepSpeedZero || c.zero_stage > 2) && !ds2021) {
-      throw InputError(fmt::format("command line: --reduce-bucket-size: got {} with --optimizer {} --zero {}, expected "
-                                   "--optimizer deepspeed-zero with --zero 1 or 2, or --zero 3 --zero3-impl "
-                                   "deepspeed-2021 (DeepSpeed's gradient bucket)",
-                                   a.reduce_bucket_size, a.optimizer, c.zero_stage));
-    }
-    c.ds_reduce_bucket_elems = a.reduce_bucket_size;
-  }
-  for (const auto& [flag, value, field] : {std::tuple{"--stage3-max-live-parameters", a.ds_max_live, &c.ds_max_live_params},
-                                           std::tuple{"--stage3-param-persistence-threshold", a.ds_persistence,
-                                                      &c.ds_persistence_threshold}}) {
-    if (!(value > 0)) continue;
-    if (!ds2021) {
-      throw InputError(fmt::format("command line: {}: got {} with --zero {}, expected --zero 3 --zero3-impl "
-                                   "deepspeed-2021 (the per-tensor gathers it tunes)",
-                                   flag, value, c.zero_stage));
-    }
-    *field = value;
-  }
+  ApplyZeroKnobs(a, &c);
   if (a.bf16_grads && c.optimizer_impl != OptimizerImpl::kMegatron) {
     throw InputError("command line: --bf16-main-grads: only applies to --optimizer megatron (got --optimizer " +
                      a.optimizer + ", whose gradient buffers are fixed)");
@@ -318,11 +326,11 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
       c.ds_reduce_bucket_elems != d.ds_reduce_bucket_elems) {
     f += fmt::format(" --reduce-bucket-size {}", c.ds_reduce_bucket_elems);
   }
-  if (ds2021 && c.ds_max_live_params != d.ds_max_live_params) {
-    f += fmt::format(" --stage3-max-live-parameters {}", c.ds_max_live_params);
+  if (ds2021 && c.ds_max_live_elems != d.ds_max_live_elems) {
+    f += fmt::format(" --stage3-max-live-parameters {}", c.ds_max_live_elems);
   }
-  if (ds2021 && c.ds_persistence_threshold != d.ds_persistence_threshold) {
-    f += fmt::format(" --stage3-param-persistence-threshold {}", c.ds_persistence_threshold);
+  if (ds2021 && c.ds_persistence_threshold_elems != d.ds_persistence_threshold_elems) {
+    f += fmt::format(" --stage3-param-persistence-threshold {}", c.ds_persistence_threshold_elems);
   }
   if (!HasMegatronCoreDefaults(c)) {
     f += " --framework megatron-2022";
@@ -522,13 +530,14 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                   "with --optimizer deepspeed-zero --zero 1|2: DeepSpeed's reduce_bucket_size in elements (default 5e8): "
                   "each backward allocates a 16-bit bucket of this size (two with overlap_comm, i.e. without "
                   "--no-overlap-grad-reduce) for the gradients to be reduced; with --zero3-impl deepspeed-2021, the "
-                  "gradients wait in a bucket of this size before it is reduce-scattered")
+                  "gradients wait in a bucket of this size before it is reduce-scattered (the memory they hold; "
+                  "the reduce-scatters are timed tensor by tensor)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--stage3-max-live-parameters", a->ds_max_live,
+  cmd->add_option("--stage3-max-live-parameters", a->ds_max_live_elems,
                   "with --zero3-impl deepspeed-2021: DeepSpeed's stage3_max_live_parameters in elements (default 1e9): "
                   "a tensor is prefetched only while the live gathered parameters stay under it")
       ->check(CLI::PositiveNumber);
-  cmd->add_option("--stage3-param-persistence-threshold", a->ds_persistence,
+  cmd->add_option("--stage3-param-persistence-threshold", a->ds_persistence_elems,
                   "with --zero3-impl deepspeed-2021: DeepSpeed's stage3_param_persistence_threshold in elements "
                   "(default 1e5): smaller tensors stay whole on every rank and are never gathered")
       ->check(CLI::PositiveNumber);

@@ -57,7 +57,7 @@ struct SimulateArgs {
   double reduce_bucket_size = 0;  ///< --reduce-bucket-size (DeepSpeed, elements); 0: not given
   /// --stage3-max-live-parameters, --stage3-param-persistence-threshold (DeepSpeed stage 3 of
   /// 2021, elements); 0: not given.
-  double ds_max_live = 0, ds_persistence = 0;
+  double ds_max_live_elems = 0, ds_persistence_elems = 0;
   /// --recompute-modules (Megatron-Core's names; implies --recompute selective).
   std::vector<std::string> recompute_modules;
   /// --overlap-moe-expert-parallel-comm (--delay-wgrad-compute is accepted with it).

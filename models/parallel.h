@@ -219,15 +219,16 @@ struct ParallelConfig {
   /// at ZeRO-1/2, each backward through the optimizer allocates this many 16-bit elements (twice
   /// with overlap_comm, the simulator's overlap_grad_reduce) for the gradients to be copied into
   /// before their reduction (StaticStageMemory); with Zero3Impl::kDeepSpeed2021, the gradients
-  /// wait in a bucket of this many elements before it is reduce-scattered (Zero3GatheredPeakBytes).
+  /// wait in a bucket of this many elements before it is reduce-scattered (the memory they hold,
+  /// Zero3GatheredPeakBytes; the reduce-scatters are timed tensor by tensor).
   double ds_reduce_bucket_elems = 5e8;
-  /// DeepSpeed stage 3's stage3_max_live_parameters (elements; its default 1e9): with
+  /// DeepSpeed stage 3's stage3_max_live_parameters (elements; its default 1e9 at c83e49f and since): with
   /// Zero3Impl::kDeepSpeed2021, a tensor is prefetched only while the live gathered parameters
   /// stay under it (LayerTensors). Its reduce_bucket_size is ds_reduce_bucket_elems.
-  double ds_max_live_params = 1e9;
-  /// DeepSpeed stage 3's stage3_param_persistence_threshold (elements; its default 1e5): with
+  double ds_max_live_elems = 1e9;
+  /// DeepSpeed stage 3's stage3_param_persistence_threshold (elements; its default 1e5 at c83e49f): with
   /// Zero3Impl::kDeepSpeed2021, smaller tensors stay whole on every rank and are never gathered.
-  double ds_persistence_threshold = 1e5;
+  double ds_persistence_threshold_elems = 1e5;
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = true;
   /// Megatron-LM's async_tensor_model_parallel_allreduce (and its sequence-parallel

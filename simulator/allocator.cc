@@ -21,7 +21,7 @@ CachingAllocatorModel::CachingAllocatorModel(double capacity_bytes) : capacity_(
 
 CachingAllocatorModel::Key CachingAllocatorModel::KeyOf(int b) const {
   const Block& x = blocks_[static_cast<std::size_t>(b)];
-  return {x.size, x.segment, x.offset, b};
+  return {x.stream, x.size, x.segment, x.offset, b};
 }
 
 int CachingAllocatorModel::NewBlock(const Block& b) {
@@ -35,22 +35,23 @@ int CachingAllocatorModel::NewBlock(const Block& b) {
   return static_cast<int>(blocks_.size()) - 1;
 }
 
-int CachingAllocatorModel::FindFree(std::int64_t rounded, bool small) {
+int CachingAllocatorModel::FindFree(std::int64_t rounded, bool small, int stream) {
   std::set<Key>& pool = PoolOf(small);
-  auto it = pool.lower_bound(Key{rounded, -1, -1, -1});
-  if (it == pool.end()) return -1;
-  const int b = std::get<3>(*it);
+  auto it = pool.lower_bound(Key{stream, rounded, -1, -1, -1});
+  if (it == pool.end() || std::get<0>(*it) != stream) return -1;
+  const int b = std::get<4>(*it);
   pool.erase(it);
   return b;
 }
 
-bool CachingAllocatorModel::NewSegment(std::int64_t rounded, bool small) {
+bool CachingAllocatorModel::NewSegment(std::int64_t rounded, bool small, int stream) {
   const std::int64_t seg = AllocatorSegmentBytes(rounded);
   if (capacity_ > 0 && static_cast<double>(reserved_ + seg) > capacity_) return false;
   Block b;
   b.size = seg;
   b.segment = next_segment_id_++;
   b.small = small;
+  b.stream = stream;
   PoolOf(small).insert(KeyOf(NewBlock(b)));
   reserved_ += seg;
   ++segments_;
@@ -61,7 +62,7 @@ bool CachingAllocatorModel::NewSegment(std::int64_t rounded, bool small) {
 void CachingAllocatorModel::ReleaseCached() {
   for (std::set<Key>* pool : {&small_free_, &large_free_}) {
     for (auto it = pool->begin(); it != pool->end();) {
-      const int b = std::get<3>(*it);
+      const int b = std::get<4>(*it);
       Block& x = blocks_[static_cast<std::size_t>(b)];
       if (x.prev == -1 && x.next == -1) {  // a whole segment, unsplit and free
         reserved_ -= x.size;
@@ -75,24 +76,24 @@ void CachingAllocatorModel::ReleaseCached() {
   }
 }
 
-int CachingAllocatorModel::Allocate(double bytes) {
+int CachingAllocatorModel::Allocate(double bytes, int stream) {
   if (!(bytes > 0) || !std::isfinite(bytes)) throw std::invalid_argument("CachingAllocatorModel::Allocate: bytes must be positive");
   const std::int64_t rounded = AllocatorRoundedBytes(static_cast<std::int64_t>(std::ceil(bytes)));
   const bool small = rounded <= kAllocSmallSizeBytes;
-  int b = FindFree(rounded, small);
+  int b = FindFree(rounded, small, stream);
   if (b < 0) {
-    bool ok = NewSegment(rounded, small);
+    bool ok = NewSegment(rounded, small, stream);
     if (!ok) {
       ++retries_;
       ProcessEvents();  // release_cached_blocks synchronizes first
       ReleaseCached();
-      ok = NewSegment(rounded, small);
+      ok = NewSegment(rounded, small, stream);
     }
     if (!ok) {
       if (ooms_++ == 0) first_oom_bytes_ = rounded;
       return -1;
     }
-    b = FindFree(rounded, small);
+    b = FindFree(rounded, small, stream);
   }
   Block& x = blocks_[static_cast<std::size_t>(b)];
   const std::int64_t remaining = x.size - rounded;
@@ -103,6 +104,7 @@ int CachingAllocatorModel::Allocate(double bytes) {
     rest.offset = x.offset + rounded;
     rest.segment = x.segment;
     rest.small = x.small;
+    rest.stream = x.stream;
     rest.prev = b;
     rest.next = x.next;
     const int r = NewBlock(rest);

@@ -20,6 +20,8 @@
 ///  - when a new segment does not fit in the device, the allocator frees every cached segment
 ///    that is wholly free (release_cached_blocks, counted in memory_stats' num_alloc_retries) and
 ///    tries once more; if that fails too, the request runs out of memory;
+///  - blocks belong to the stream that allocated them: a request is served only from its own
+///    stream's cached blocks (each stream its own pools);
 ///  - a block a tensor used on another stream (record_stream) is not reused when the tensor is
 ///    freed: it counts as freed (allocated bytes drop) but joins the cache only once the other
 ///    stream's work is done (insert_events, then process_events); releasing the cache first
@@ -46,17 +48,18 @@ std::int64_t AllocatorRoundedBytes(std::int64_t bytes);
 /// (get_allocation_size).
 std::int64_t AllocatorSegmentBytes(std::int64_t rounded);
 
-/// The caching allocator of one device and one stream. Handles are small integers, valid from
-/// Allocate until Free.
+/// The caching allocator of one device. Handles are small integers, valid from Allocate until
+/// Free.
 class CachingAllocatorModel {
  public:
   /// `capacity_bytes`: what the allocator may reserve (the device's memory less what the CUDA
   /// context and libraries hold outside it); <= 0: unlimited.
   explicit CachingAllocatorModel(double capacity_bytes = 0);
 
-  /// Allocates `bytes` (> 0); returns the handle, or -1 when the request runs out of memory
-  /// (after the allocator's one retry with its cache released).
-  int Allocate(double bytes);
+  /// Allocates `bytes` (> 0) on stream `stream` (0: the compute stream); returns the handle, or
+  /// -1 when the request runs out of memory (after the allocator's one retry with its cache
+  /// released).
+  int Allocate(double bytes, int stream = 0);
   /// Frees a handle returned by Allocate (not -1, not freed before).
   void Free(int handle);
   /// Frees a handle whose block another stream still uses (record_stream): the allocated bytes
@@ -83,13 +86,14 @@ class CachingAllocatorModel {
     int prev = -1, next = -1;  ///< neighbouring blocks of the same segment
     bool allocated = false, small = false;
     bool pending = false;  ///< freed with FreeDeferred: still held, outside the cache
+    int stream = 0;        ///< the stream whose pool the block's segment belongs to
   };
-  using Key = std::tuple<std::int64_t, int, std::int64_t, int>;  // size, segment, offset, block
+  using Key = std::tuple<int, std::int64_t, int, std::int64_t, int>;  // stream, size, segment, offset, block
   Key KeyOf(int b) const;
   std::set<Key>& PoolOf(bool small) { return small ? small_free_ : large_free_; }
   int NewBlock(const Block& b);
-  int FindFree(std::int64_t rounded, bool small);
-  bool NewSegment(std::int64_t rounded, bool small);
+  int FindFree(std::int64_t rounded, bool small, int stream);
+  bool NewSegment(std::int64_t rounded, bool small, int stream);
   void ReleaseCached();
   void CheckLive(int handle) const;
   void ReturnBlock(int handle);  ///< an unallocated block back into its pool, merged

@@ -1354,8 +1354,8 @@ double BackwardGatherPeak(const LayerTensors& t, const std::vector<double>& orde
 LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c) {
   const double tp = static_cast<double>(c.tp);
   LayerTensors knobs;
-  knobs.max_live_params = c.ds_max_live_params;
-  knobs.persistence_threshold = c.ds_persistence_threshold;
+  knobs.max_live_params = c.ds_max_live_elems;
+  knobs.persistence_threshold = c.ds_persistence_threshold_elems;
   knobs.reduce_bucket_elems = c.ds_reduce_bucket_elems;
   LayerTensors dense = knobs;
   AddAttentionTensors(&dense, m, tp, &dense.dense_order);

@@ -180,9 +180,10 @@ struct LayerTensors {
   double prefetched_share = 0;  ///< the prefetched tensors' share of the gathered elements
   /// Elements of the tensors under the persistence threshold: kept whole on every rank.
   double persistent_elems = 0;
-  /// DeepSpeed's knobs the above were worked out with (ParallelConfig's ds_max_live_params,
-  /// ds_persistence_threshold, ds_reduce_bucket_elems; elements).
-  double max_live_params = 1e9, persistence_threshold = 1e5, reduce_bucket_elems = 5e8;
+  /// DeepSpeed's knobs the above were worked out with (elements; LayerTensorsOf copies them
+  /// from ParallelConfig's ds_max_live_elems, ds_persistence_threshold_elems and
+  /// ds_reduce_bucket_elems, whose defaults are DeepSpeed's at c83e49f).
+  double max_live_params = 0, persistence_threshold = 0, reduce_bucket_elems = 0;
   /// The gathered tensors' elements in forward order: a dense layer's, and a MoE layer's (empty
   /// without MoE). Zero3GatheredPeakBytes reads them.
   std::vector<double> dense_order, moe_order;

@@ -189,8 +189,11 @@ class Replayer {
   /// is done (record_stream), and allocates the next layer's when `next`. Returns its handle, or -1.
   int Gather(int done, bool next) {
     if (done >= 0) alloc_.FreeDeferred(done);
-    return next && gather_bytes_ > 0 ? Alloc(gather_bytes_) : -1;
+    return next && gather_bytes_ > 0 ? alloc_.Allocate(gather_bytes_, kGatherStream) : -1;
   }
+  /// FSDP1 allocates the gathered parameters on its all-gather (unshard) stream: their blocks
+  /// come from that stream's pool.
+  static constexpr int kGatherStream = 1;
 
   /// Allocates the .grad of each parameter tensor (`elements` per GPU, in forward order) of
   /// chunk `chunk`'s layer `layer` (-1: embedding, -2: output layer) the first time its

@@ -166,10 +166,9 @@ class Builder {
     return t;
   }
   /// A data-parallel collective of `bytes` (nccl-tests size), of which `experts` are routed
-  /// experts': the dense part over the dp x cp group, the experts' over the expert-data-parallel
-  /// group, one after the other (one flow whose bytes take both times at the first's rate).
-  /// The dense weights' data-parallel collective, then the routed experts' over the
-  /// expert-data-parallel group, as one serial flow (SerialCollectives).
+  /// experts': the dense part over the dp x cp group (DataParallelCostOf), then the experts'
+  /// over the expert-data-parallel group, as one serial flow at the slower one's link
+  /// (SerialCollectives).
   TaskCost DpComm(int device, CollectiveOp op, double bytes, double experts) const {
     const CollectiveCost a = DataParallelCostOf(prof_, cm_, op, bytes - experts);
     if (experts <= 0) return Comm(device, a);
@@ -475,7 +474,12 @@ void Builder::BuildStage(int i, int r) {
   if (gathers_params && c_.overlap_param_gather) gathers = add_param_gathers(-1);
   std::vector<int> reduce_after;  // chunks of the non-overlapped reduce
   std::vector<std::int32_t> item_first(order.size());  // the first task of each item
+  // FSDP without its rate limiter: the CPU, at most one pass ahead of the GPU, issues a pass's
+  // gathers once the GPU has run the previous pass's first unit (the replay's assumption too).
+  std::int32_t prev_pass_first = -1, pass_first = -1;
   for (int pos = 0; pos < static_cast<int>(order.size()); ++pos) {
+    prev_pass_first = pass_first;
+    pass_first = -1;
     const ScheduleItem& it = order[static_cast<std::size_t>(pos)];
     item_first[static_cast<std::size_t>(pos)] = static_cast<std::int32_t>(g_->num_tasks());
     const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
@@ -514,20 +518,23 @@ void Builder::BuildStage(int i, int r) {
       } else if (zero3_ && dp_comm_ && it.kind != ItemKind::kWeight) {
         // FSDP: gather this layer's parameters, prefetched while the previous unit runs; the rate
         // limiter (limit_all_gathers) holds the gather until the unit two back is done. Without
-        // it the CPU issues the gathers ahead and they run back to back on their stream.
+        // it the CPU, up to a pass ahead, issues them once the previous pass has begun.
         gather = Add(TaskType::kParamGather, {CostKind::kZero3Gather, ItemKind::kForward, dev, it.chunk, units},
                      kDpGatherStream, it.microbatch, it.chunk, u);
-        if (c_.zero3_limit_all_gathers) {
-          const std::int32_t prev2 = compute_seq.size() >= 2 ? compute_seq[compute_seq.size() - 2] : -1;
-          g_->AddEdge(prev2, gather);
-          Sync(i, {prev2, gather});
-        }
+        const std::int32_t after = c_.zero3_limit_all_gathers
+                                       ? (compute_seq.size() >= 2 ? compute_seq[compute_seq.size() - 2] : -1)
+                                       : prev_pass_first;
+        g_->AddEdge(after, gather);
+        Sync(i, {after, gather});
       }
       const std::int32_t id = Add(type, {CostKind::kItem, it.kind, dev, it.chunk, units}, kComputeStream,
                                   it.microbatch, it.chunk, u);
       g_->AddEdge(gather, id);
       compute_seq.push_back(id);
-      if (u == 0) itk.first = id;
+      if (u == 0) {
+        itk.first = id;
+        pass_first = id;
+      }
       itk.last = id;
       if (gated_forward) {
         g_->AddEdge(chunk_gathers[static_cast<std::size_t>(u)], id);
@@ -1202,8 +1209,8 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"zero3_impl", c.zero_stage >= 3 ? Json(ToString(c.zero3_impl)) : Json()},
                  {"reduce_bucket_size", (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2) || ds2021
                                             ? Json(c.ds_reduce_bucket_elems) : Json()}, {"schedule", ToString(c.schedule)},
-                 {"stage3_max_live_parameters", ds2021 ? Json(c.ds_max_live_params) : Json()},
-                 {"stage3_param_persistence_threshold", ds2021 ? Json(c.ds_persistence_threshold) : Json()},
+                 {"stage3_max_live_parameters", ds2021 ? Json(c.ds_max_live_elems) : Json()},
+                 {"stage3_param_persistence_threshold", ds2021 ? Json(c.ds_persistence_threshold_elems) : Json()},
                  {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
                  {"param_gather_bytes_per_param", ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch))},

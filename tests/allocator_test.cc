@@ -116,10 +116,27 @@ TEST(Allocator, BlocksFreedForAnotherStreamAreHeldUntilItsWorkIsDone) {
   b.FreeDeferred(u);
   b.FreeDeferred(v);
   EXPECT_THROW(b.FreeDeferred(v), std::invalid_argument);
+  EXPECT_THROW(b.Free(u), std::invalid_argument);  // held: neither freed again nor reused
   ASSERT_GE(b.Allocate(50 * kMi), 0);  // no room for a 50 MiB segment until the two are released
   EXPECT_EQ(b.retries(), 1);
   EXPECT_EQ(b.reserved_bytes(), 50 * kMi);
   EXPECT_EQ(b.ooms(), 0);
+  // A held block does not merge with a freed neighbour: a 20 MiB segment (requests of 1-10 MiB)
+  // split into 8 + 8 + 4 MiB; the first held, the second freed (merging with the 4 MiB rest into
+  // 12 MiB), a 14 MiB request finds no 14 MiB block and opens a segment of its own.
+  CachingAllocatorModel s;
+  const int lo = s.Allocate(8 * kMi), hi = s.Allocate(8 * kMi);
+  ASSERT_EQ(s.segments(), 1);
+  s.FreeDeferred(lo);
+  s.Free(hi);
+  ASSERT_GE(s.Allocate(14 * kMi), 0);
+  EXPECT_EQ(s.segments(), 2);
+  EXPECT_EQ(s.reserved_bytes(), 34 * kMi);
+  // Blocks belong to their stream: a request on another stream opens its own segment.
+  CachingAllocatorModel t;
+  t.Free(t.Allocate(30 * kMi));
+  ASSERT_GE(t.Allocate(30 * kMi, 1), 0);
+  EXPECT_EQ(t.reserved_bytes(), 60 * kMi);
 }
 
 TEST(MemoryReplay, BackwardGradientsFragmentTheCacheAsWorkedOutByHand) {

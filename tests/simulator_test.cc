@@ -1408,22 +1408,22 @@ TEST(Zero3DeepSpeed2021, KnobsMoveThePrefetchThePersistentTensorsAndTheBucket) {
   c.zero_stage = 3;
   const double h = 12288;
   // Live parameters under h^2 (the smallest weight): no tensor is prefetched.
-  c.ds_max_live_params = 1e8;
+  c.ds_max_live_elems = 1e8;
   LayerTensors t = LayerTensorsOf(GptOfWidth(96, 12288), c);
   EXPECT_EQ(t.prefetched_tensors, 0);
   EXPECT_DOUBLE_EQ(t.prefetched_share, 0.0);
   EXPECT_DOUBLE_EQ(t.max_live_params, 1e8);
   // Without prefetch the forward gathers one tensor at a time: fc1's output and flat buffer.
   EXPECT_DOUBLE_EQ(Zero3GatheredPeakBytes(t, 2, 0), 2 * 2 * 4 * h * h);
-  c.ds_max_live_params = 1e9;
+  c.ds_max_live_elems = 1e9;
   // A persistence threshold of 2e4 elements gathers the qkv bias (3h) and fc1's bias (4h) too;
   // the norms (h each) and the other biases (h) stay whole.
-  c.ds_persistence_threshold = 2e4;
+  c.ds_persistence_threshold_elems = 2e4;
   t = LayerTensorsOf(GptOfWidth(96, 12288), c);
   EXPECT_EQ(t.count, 12);
   EXPECT_EQ(t.gathered, 6);
   EXPECT_DOUBLE_EQ(t.persistent_elems, 2 * 2 * h + h + h);
-  c.ds_persistence_threshold = 1e5;
+  c.ds_persistence_threshold_elems = 1e5;
   // A bucket of one layer's 12h^2 elements: in the backward (fc2, fc1, proj, qkv; 4, 4, 1, 3
   // h^2) it fills exactly with a layer and is reduced when the next layer's fc2 arrives: fc2's
   // weight (4h^2), the bucket with fc2's gradient (16h^2) and its flat copy (12h^2), fc1
@@ -1451,8 +1451,8 @@ TEST(Zero3DeepSpeed2021, KnobsOnTheCommandLine) {
   // Nothing prefetched: the gathers wait on the compute stream.
   EXPECT_GT(b["step_time_s"].get<double>(), a["step_time_s"].get<double>());
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--stage3-max-live-parameters 1e8",
-                                    "--stage3-max-live-parameters: got 100000000 with --zero 3, expected --zero 3 "
-                                    "--zero3-impl deepspeed-2021"));
+                                    "--stage3-max-live-parameters: got 100000000 with --zero 3 --zero3-impl "
+                                    "per-layer, expected --zero 3 --zero3-impl deepspeed-2021"));
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-175b --cluster dgx-a100 --gpus 384 --tp 1 --pp 1 --mbs 1 "
                                     "--gbs 384 --zero 1 --stage3-param-persistence-threshold 1e4",
                                     "--stage3-param-persistence-threshold: got 10000 with --zero 1"));
@@ -1461,8 +1461,8 @@ TEST(Zero3DeepSpeed2021, KnobsOnTheCommandLine) {
   c.zero_stage = 3;
   c.zero3_impl = Zero3Impl::kDeepSpeed2021;
   c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
-  c.ds_max_live_params = 1e8;
-  c.ds_persistence_threshold = 2e4;
+  c.ds_max_live_elems = 1e8;
+  c.ds_persistence_threshold_elems = 2e4;
   c.ds_reduce_bucket_elems = 1e9;
   std::vector<std::string> unexpressed;
   const std::string flags = cli::SimulateFlags(c, LoadModel("gpt3-175b"), 384, &unexpressed);
