@@ -115,15 +115,18 @@ static void ApplyHybridShard(const SimulateArgs& a, ParallelConfig* c) {
 /// buckets and stage-3 limits (--reduce-bucket-size, --stage3-*), each refused (exit 2) where it
 /// does not apply.
 static void ApplyZeroKnobs(const SimulateArgs& a, ParallelConfig* c) {
+  // What the error names: the ZeRO stage, and with ZeRO-3 its implementation.
+  const std::string given = fmt::format("--zero {}{}", c->zero_stage,
+                                        c->zero_stage == 3 ? fmt::format(" --zero3-impl {}", ToString(c->zero3_impl)) : "");
   if (a.no_limit_all_gathers) {
     if (c->zero_stage != 3 || c->zero3_impl != Zero3Impl::kPerLayer) {
-      throw InputError(fmt::format("command line: --no-limit-all-gathers: got it with --zero {}{}, expected --zero 3 "
+      throw InputError(fmt::format("command line: --no-limit-all-gathers: got it with {}, expected --zero 3 "
                                    "with the per-layer gathers (PyTorch FSDP's FULL_SHARD rate limiter)",
-                                   c->zero_stage, c->zero_stage == 3 ? fmt::format(" --zero3-impl {}", ToString(c->zero3_impl)) : ""));
+                                   given));
     }
     c->zero3_limit_all_gathers = false;
   }
-  const bool ds2021 = c->zero_stage == 3 && c->zero3_impl == Zero3Impl::kDeepSpeed2021;
+  const bool ds2021 = c->deepspeed2021_zero3();
   if (a.reduce_bucket_size > 0) {
     if ((c->optimizer_impl != OptimizerImpl::kDeepSpeedZero || c->zero_stage > 2) && !ds2021) {
       throw InputError(fmt::format("command line: --reduce-bucket-size: got {} with --optimizer {} --zero {}, expected "
@@ -138,10 +141,9 @@ static void ApplyZeroKnobs(const SimulateArgs& a, ParallelConfig* c) {
                                                       &c->ds_persistence_threshold_elems}}) {
     if (!(value > 0)) continue;
     if (!ds2021) {
-      throw InputError(fmt::format("command line: {}: got {} with --zero {}{}, expected --zero 3 --zero3-impl "
+      throw InputError(fmt::format("command line: {}: got {} with {}, expected --zero 3 --zero3-impl "
                                    "deepspeed-2021 (the per-tensor gathers it tunes)",
-                                   flag, value, c->zero_stage,
-                                   c->zero_stage == 3 ? fmt::format(" --zero3-impl {}", ToString(c->zero3_impl)) : ""));
+                                   flag, value, given));
     }
     *field = value;
   }
@@ -321,7 +323,7 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) f += fmt::format(" --zero3-impl {}", ToString(c.zero3_impl));
   if (c.hybrid_shard()) f += fmt::format(" --dp-shard {}", c.dp_shard);
   if (c.zero_stage >= 3 && !c.zero3_limit_all_gathers) f += " --no-limit-all-gathers";
-  const bool ds2021 = c.zero_stage >= 3 && c.zero3_impl == Zero3Impl::kDeepSpeed2021;
+  const bool ds2021 = c.deepspeed2021_zero3();
   if (((c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2) || ds2021) &&
       c.ds_reduce_bucket_elems != d.ds_reduce_bucket_elems) {
     f += fmt::format(" --reduce-bucket-size {}", c.ds_reduce_bucket_elems);

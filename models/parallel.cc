@@ -205,7 +205,7 @@ std::string ParallelConfig::Short() const {
   if (recompute != Recompute::kNone) s += recompute == Recompute::kFull ? " rc-full" : " rc-sel";
   if (zero_stage > 0) s += fmt::format(" Z{}", zero_stage);
   if (hybrid_shard()) s += fmt::format("/{}", dp_shard);
-  if (zero_stage >= 3 && zero3_impl == Zero3Impl::kDeepSpeed2021) s += "-ds21";
+  if (deepspeed2021_zero3()) s += "-ds21";
   if (schedule != Schedule::k1F1B && schedule != Schedule::kInterleaved) s += fmt::format(" {}", ToString(schedule));
   if (precision != Precision::kBf16) s += fmt::format(" {}", ToString(precision));
   return s;

@@ -288,6 +288,8 @@ struct ParallelConfig {
   }
   /// Whether the ZeRO state is sharded over fewer than all dp x cp ranks (HSDP).
   bool hybrid_shard() const { return dp_shard > 0 && dp_shard < dp_cp(); }
+  /// Whether ZeRO-3 runs as DeepSpeed's stage 3 of 2021 (Zero3Impl::kDeepSpeed2021).
+  bool deepspeed2021_zero3() const { return zero_stage >= 3 && zero3_impl == Zero3Impl::kDeepSpeed2021; }
   /// The expert-tensor-parallel size (etp, or tp when it is 0).
   std::int64_t expert_tp() const { return etp > 0 ? etp : tp; }
   /// The expert-data-parallel size: tp*cp*dp / (etp*ep) (0 when it does not divide).

@@ -1247,7 +1247,7 @@ void AddTensor(LayerTensors* t, double elems, double times = 1, std::vector<doub
   if (!(elems > 0) || !(times > 0)) return;
   t->count += times;
   if (expert) t->expert_count += times;
-  if (elems < t->persistence_threshold) {
+  if (elems < t->persistence_threshold_elems) {
     t->persistent_elems += times * elems;
     return;
   }
@@ -1268,7 +1268,7 @@ void SetPrefetched(LayerTensors* t, const std::vector<double>& order) {
   double all = 0, pre = 0, n = 0;
   for (std::size_t i = 0; i < order.size(); ++i) {
     all += order[i];
-    if (!Prefetched(order, i, t->max_live_params)) continue;
+    if (!Prefetched(order, i, t->max_live_elems)) continue;
     pre += order[i];
     n += 1;
   }
@@ -1325,7 +1325,7 @@ void AddAttentionTensors(LayerTensors* t, const Model& m, double tp, std::vector
 double ForwardGatherPeak(const LayerTensors& t, const std::vector<double>& order, double pb) {
   double peak = 0;
   for (std::size_t i = 0; i < order.size(); ++i) {
-    const double running = Prefetched(order, i, t.max_live_params) ? order[(i + order.size() - 1) % order.size()] : 0;
+    const double running = Prefetched(order, i, t.max_live_elems) ? order[(i + order.size() - 1) % order.size()] : 0;
     peak = std::max(peak, (running + 2 * order[i]) * pb);
   }
   return peak;
@@ -1339,7 +1339,7 @@ double BackwardGatherPeak(const LayerTensors& t, const std::vector<double>& orde
   for (std::size_t k = 0; k < 2 * n; ++k) {
     const std::size_t i = n - 1 - k % n;
     const double prev = order[(i + n - 1) % n];
-    const double prefetch = order[i] < t.max_live_params ? 2 * prev * pb : 0;
+    const double prefetch = order[i] < t.max_live_elems ? 2 * prev * pb : 0;
     const bool reduce = bucket > 0 && bucket + order[i] > t.reduce_bucket_elems;
     // Tensor i's gathered weight and its fresh gradient beside the bucket, and while the bucket
     // is reduce-scattered, ProcessGroupNCCL's flat copy of it.
@@ -1354,8 +1354,8 @@ double BackwardGatherPeak(const LayerTensors& t, const std::vector<double>& orde
 LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c) {
   const double tp = static_cast<double>(c.tp);
   LayerTensors knobs;
-  knobs.max_live_params = c.ds_max_live_elems;
-  knobs.persistence_threshold = c.ds_persistence_threshold_elems;
+  knobs.max_live_elems = c.ds_max_live_elems;
+  knobs.persistence_threshold_elems = c.ds_persistence_threshold_elems;
   knobs.reduce_bucket_elems = c.ds_reduce_bucket_elems;
   LayerTensors dense = knobs;
   AddAttentionTensors(&dense, m, tp, &dense.dense_order);
@@ -1459,7 +1459,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   const double drop = m.dropout ? 1.0 : 0.0;  // 1-byte dropout masks
   const int gpn = static_cast<int>(cl.gpus_per_node);
   cm.tokens_per_microbatch = T;
-  if (c.zero_stage >= 3 && c.zero3_impl == Zero3Impl::kDeepSpeed2021) cm.layer_tensors = LayerTensorsOf(m, c);
+  if (c.deepspeed2021_zero3()) cm.layer_tensors = LayerTensorsOf(m, c);
 
   // Placement under Megatron-LM's rank order tp (innermost), cp, dp, pp. Gradients are reduced
   // (and the distributed optimizer sharded) over the dp x cp ranks of a stage, which hold the

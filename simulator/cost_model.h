@@ -168,12 +168,12 @@ double WeightQuantizeTime(const HardwareProfile& p, const ParallelConfig& c, con
 /// routed experts' tensors are reduced over the expert-data-parallel group.
 struct LayerTensors {
   double count = 0;     ///< tensors (per layer, the mean over dense and MoE layers)
-  double gathered = 0;  ///< of those, at least persistence_threshold elements
+  double gathered = 0;  ///< of those, at least persistence_threshold_elems elements
   double expert_count = 0;     ///< of `count`, routed experts' tensors
   double expert_gathered = 0;  ///< of `gathered`, routed experts' tensors
   /// Of the gathered tensors, those DeepSpeed prefetches: whose preceding gathered tensor (in
   /// forward order, the next layer's first following the last) is smaller than
-  /// max_live_params, the only live parameters when the prefetch is decided
+  /// max_live_elems, the only live parameters when the prefetch is decided
   /// (prefetch_next_sub_modules runs only while the live parameters stay under
   /// stage3_max_live_parameters; every other gathered tensor has been released by then).
   double prefetched_tensors = 0;
@@ -183,7 +183,7 @@ struct LayerTensors {
   /// DeepSpeed's knobs the above were worked out with (elements; LayerTensorsOf copies them
   /// from ParallelConfig's ds_max_live_elems, ds_persistence_threshold_elems and
   /// ds_reduce_bucket_elems, whose defaults are DeepSpeed's at c83e49f).
-  double max_live_params = 0, persistence_threshold = 0, reduce_bucket_elems = 0;
+  double max_live_elems = 0, persistence_threshold_elems = 0, reduce_bucket_elems = 0;
   /// The gathered tensors' elements in forward order: a dense layer's, and a MoE layer's (empty
   /// without MoE). Zero3GatheredPeakBytes reads them.
   std::vector<double> dense_order, moe_order;
@@ -298,7 +298,7 @@ Zero3TensorCost Zero3PerTensorCost(const HardwareProfile& p, CollectiveOp op, co
 /// its default contiguous_gradients off):
 ///  - forward, gathering tensor i: its output and ProcessGroupNCCL's flat receive buffer
 ///    (2 x o[i]), beside the running tensor i-1 when i is prefetched (o[i-1] under
-///    t.max_live_params), all at `param_bytes` per element;
+///    t.max_live_elems), all at `param_bytes` per element;
 ///  - backward (reverse order), in the gradient hook of tensor i: its gathered weight
 ///    (o[i] x `param_bytes`), its fresh gradient and the gradients waiting in the reduce bucket
 ///    (t.reduce_bucket_elems; a tensor larger than the bucket waits alone until the next

@@ -91,7 +91,7 @@ class Builder {
     mb_ = static_cast<int>(c.num_microbatches());
     R_ = opts.full_rank ? static_cast<int>(c.dp) : 1;
     zero3_ = c.zero_stage >= 3;
-    zero3_sync_ = zero3_ && c.zero3_impl == Zero3Impl::kDeepSpeed2021;
+    zero3_sync_ = c.deepspeed2021_zero3();
     // Gradients cross dp x cp ranks, and routed experts' cross their expert-data-parallel ranks.
     dp_comm_ = (c.dp_cp() > 1 || (m.moe.enabled() && c.expert_dp() > 1)) && !opts.ideal_pipeline &&
                !opts.free_communication;
@@ -804,7 +804,7 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
   mem.comm_buffer_bytes = c.zero_stage >= 3 ? 2.0 * Zero3GatheredLayerBytes(cm, stage) : 0.0;
   // DeepSpeed's ZeRO-3 of 2021 gathers tensor by tensor (Zero3GatheredPeakBytes), and keeps the
   // tensors under its persistence threshold whole on every rank.
-  if (c.zero_stage >= 3 && c.zero3_impl == Zero3Impl::kDeepSpeed2021) {
+  if (c.deepspeed2021_zero3()) {
     double layers = 0;
     for (const auto& cc : cm.chunks[static_cast<std::size_t>(stage)]) layers += cc.layers;
     mem.comm_buffer_bytes = Zero3GatheredPeakBytes(cm.layer_tensors, c.param_gather_bytes, GradReduceBytesPerParam(c)) +
@@ -1191,7 +1191,7 @@ void ReplayAllocator(const Model& m, const ParallelConfig& cfg_in, const Cluster
 
 Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfig& c,
                   const Cluster& cl, std::int64_t gpus) {
-  const bool ds2021 = c.zero_stage >= 3 && c.zero3_impl == Zero3Impl::kDeepSpeed2021;
+  const bool ds2021 = c.deepspeed2021_zero3();
   Json j;
   j["model"] = m.name;
   j["cluster"] = cl.name;

@@ -207,13 +207,19 @@ Model SmallGpt() {
     "tie_embeddings": true, "source": "test"})"), "small-gpt.json");
 }
 
+/// pp x dp ranks, micro-batch `mbs`, global batch `gbs`, the rest ParallelConfig's defaults.
+ParallelConfig Batches(std::int64_t pp, std::int64_t dp, std::int64_t mbs, std::int64_t gbs) {
+  ParallelConfig c;
+  c.pp = pp;
+  c.dp = dp;
+  c.micro_batch_size = mbs;
+  c.global_batch_size = gbs;
+  return c;
+}
+
 TEST(MemoryReplay, SimulateReportsReservedAtLeastTheAllocatedPeakAndFitsByIt) {
   const Model m = SmallGpt();
-  ParallelConfig c;
-  c.pp = 2;
-  c.dp = 2;
-  c.micro_batch_size = 2;
-  c.global_batch_size = 16;
+  const ParallelConfig c = Batches(2, 2, 2, 16);
   const Cluster cl = LoadCluster("dgx-a100");
   const HardwareProfile prof = DefaultProfile(cl);
   SimulationResult r = Simulate(m, c, cl, 4, prof);
@@ -238,10 +244,7 @@ TEST(MemoryReplay, SimulateReportsReservedAtLeastTheAllocatedPeakAndFitsByIt) {
 // GPU (the need the planner's advice quotes): the reserved figure of the stage on that GPU.
 TEST(MemoryReplay, ReservedWithoutTheLimitIsWhatALargerGpuReserves) {
   const Model m = SmallGpt();
-  ParallelConfig c;
-  c.dp = 1;
-  c.micro_batch_size = 8;
-  c.global_batch_size = 16;
+  ParallelConfig c = Batches(1, 1, 8, 16);
   c.flash_attention = false;
   Cluster cl = LoadCluster("dgx-a100");
   const HardwareProfile prof = DefaultProfile(cl);

@@ -1412,7 +1412,7 @@ TEST(Zero3DeepSpeed2021, KnobsMoveThePrefetchThePersistentTensorsAndTheBucket) {
   LayerTensors t = LayerTensorsOf(GptOfWidth(96, 12288), c);
   EXPECT_EQ(t.prefetched_tensors, 0);
   EXPECT_DOUBLE_EQ(t.prefetched_share, 0.0);
-  EXPECT_DOUBLE_EQ(t.max_live_params, 1e8);
+  EXPECT_DOUBLE_EQ(t.max_live_elems, 1e8);
   // Without prefetch the forward gathers one tensor at a time: fc1's output and flat buffer.
   EXPECT_DOUBLE_EQ(Zero3GatheredPeakBytes(t, 2, 0), 2 * 2 * 4 * h * h);
   c.ds_max_live_elems = 1e9;
