@@ -56,12 +56,12 @@ LazyGradients LazyGradientsOf(const ParallelConfig& c) {
   return g;
 }
 
-double Zero3GatheredLayerBytes(const CostModel& cm, int stage) {
+double Zero3GatheredLayerBytes(const CostModel& cm, double param_gather_bytes, int stage) {
   double layer_params_max = 0;
   for (const auto& cc : cm.chunks.at(static_cast<std::size_t>(stage))) {
     if (cc.layers > 0) layer_params_max = std::max(layer_params_max, cc.params_per_gpu / cc.layers);
   }
-  return 2.0 * layer_params_max;
+  return param_gather_bytes * layer_params_max;
 }
 
 bool ReplaysZero3Gathers(const ParallelConfig& c) {
@@ -75,7 +75,7 @@ class Replayer {
  public:
   Replayer(const CostModel& cm, const ParallelConfig& c, int stage, double capacity)
       : cm_(cm), c_(c), alloc_(capacity), chunks_(cm.chunks.at(static_cast<std::size_t>(stage))),
-        lazy_(LazyGradientsOf(c)), gather_bytes_(ReplaysZero3Gathers(c) ? Zero3GatheredLayerBytes(cm, stage) : 0) {
+        lazy_(LazyGradientsOf(c)), gather_bytes_(ReplaysZero3Gathers(c) ? Zero3GatheredLayerBytes(cm, c.param_gather_bytes, stage) : 0) {
     dense_ = SavedTensorsOf(cm.layer_ops);
     moe_ = SavedTensorsOf(cm.moe_layer_ops);
     bf16_ = SavedTensorsOf(cm.bf16_layer_ops.empty() ? cm.layer_ops : cm.bf16_layer_ops);
@@ -299,7 +299,7 @@ AllocatorReplay ReplayStageAllocations(const CostModel& cm, const ParallelConfig
   double params = 0;
   for (const ChunkCost& cc : cm.chunks[static_cast<std::size_t>(stage)]) params += cc.params_per_gpu;
   // With the gathers replayed one by one, the two layers StaticStageMemory counts are theirs.
-  const double gathers = ReplaysZero3Gathers(c) ? 2.0 * Zero3GatheredLayerBytes(cm, stage) : 0.0;
+  const double gathers = ReplaysZero3Gathers(c) ? 2.0 * Zero3GatheredLayerBytes(cm, c.param_gather_bytes, stage) : 0.0;
   const double rest = static_bytes - LazyGradientsOf(c).bytes_per_param * params - gathers;
   if (FlattensWeightsAtInit(c)) {
     rp.FlattenWeights(stage, params);

@@ -52,10 +52,12 @@ LazyGradients LazyGradientsOf(const ParallelConfig& c);
 /// back) and the BF16_Optimizer (the flat buffer made on the GPU, the tensors then pointed into it).
 bool FlattensWeightsAtInit(const ParallelConfig& c);
 
-/// One layer's gathered parameters under per-layer ZeRO-3 (16-bit, the stage's largest layer:
-/// its chunks' parameters per GPU over their layers), bytes. StaticStageMemory holds two of them
-/// (the running layer's and the prefetched one's).
-double Zero3GatheredLayerBytes(const CostModel& cm, int stage);
+/// One layer's gathered parameters under per-layer ZeRO-3, bytes: the stage's largest layer (its
+/// chunks' parameters per GPU over their layers) at `param_gather_bytes` per parameter (the
+/// configuration's gather width as RunConfig sets it: 2 for 16-bit, 1 with --fp8-param-gather, 4
+/// for fp32 parameters). StaticStageMemory holds two of them (the running layer's and the
+/// prefetched one's).
+double Zero3GatheredLayerBytes(const CostModel& cm, double param_gather_bytes, int stage);
 
 /// Whether the replay makes the per-layer ZeRO-3 gathers one by one, each block held by the
 /// allocator until its pass is done (ParallelConfig::zero3_limit_all_gathers off), instead of

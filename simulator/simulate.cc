@@ -801,7 +801,7 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
   mem.optimizer_bytes = (params - experts) * bpp.optimizer + experts * bpe.optimizer;
   // ZeRO-3 holds gathered parameters of the running and the prefetched layer; pipeline stages
   // hold send and receive buffers for both directions.
-  mem.comm_buffer_bytes = c.zero_stage >= 3 ? 2.0 * Zero3GatheredLayerBytes(cm, stage) : 0.0;
+  mem.comm_buffer_bytes = c.zero_stage >= 3 ? 2.0 * Zero3GatheredLayerBytes(cm, c.param_gather_bytes, stage) : 0.0;
   // DeepSpeed's ZeRO-3 of 2021 gathers tensor by tensor (Zero3GatheredPeakBytes), and keeps the
   // tensors under its persistence threshold whole on every rank.
   if (c.deepspeed2021_zero3()) {

@@ -50,7 +50,7 @@ TEST(FsdpRateLimiter, WithoutItTheAllocatorHoldsEveryLayersGatherOfAPass) {
   ParallelConfig c = FullShard(false);
   c.seq_length = m.seq_length;
   const CostModel cm = BuildCostModel(m, c, cl, prof);
-  const double layer = Zero3GatheredLayerBytes(cm, 0);
+  const double layer = Zero3GatheredLayerBytes(cm, c.param_gather_bytes, 0);
   EXPECT_DOUBLE_EQ(layer, 2.0 * cm.chunks[0][0].params_per_gpu / static_cast<double>(m.num_layers));
   const double segment = static_cast<double>(AllocatorSegmentBytes(AllocatorRoundedBytes(static_cast<std::int64_t>(layer))));
   const double static_rest = b.weights_bytes + b.grads_bytes + b.optimizer_bytes + b.comm_buffer_bytes - 2 * layer;
@@ -58,6 +58,28 @@ TEST(FsdpRateLimiter, WithoutItTheAllocatorHoldsEveryLayersGatherOfAPass) {
   // With the limiter the gathered parameters are two layers in the static state: what reserved
   // adds to the allocated peak is the activations' fragmentation alone, less than a layer here.
   EXPECT_LT(a.reserved_bytes - a.peak_bytes, segment);
+}
+
+// The two gathered layers ZeRO-3 holds are at the configuration's gather width: 1 byte per
+// parameter with --fp8-param-gather (torchtitan's float8 all-gather), 2 for 16-bit parameters.
+TEST(FsdpRateLimiter, GatheredLayersAreCountedAtTheGatherWidth) {
+  const Model m = LoadModel("llama2-7b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  ParallelConfig c = FullShard(true);
+  c.precision = Precision::kFp8;
+  c.seq_length = m.seq_length;
+  const CostModel cm = BuildCostModel(m, c, cl, prof);
+  const double layer_params = cm.chunks[0][0].params_per_gpu / static_cast<double>(m.num_layers);
+  EXPECT_DOUBLE_EQ(Zero3GatheredLayerBytes(cm, 1.0, 0), layer_params);
+  const SimulationResult bf16 = Simulate(m, c, cl, 8, prof);
+  c.fp8_param_gather = true;
+  const SimulationResult fp8 = Simulate(m, c, cl, 8, prof);
+  ASSERT_TRUE(bf16.feasible);
+  ASSERT_TRUE(fp8.feasible);
+  // Two layers' gathered parameters: 2 x 2 bytes against 2 x 1 byte per layer parameter.
+  EXPECT_NEAR(bf16.stages.at(0).memory.comm_buffer_bytes - fp8.stages.at(0).memory.comm_buffer_bytes,
+              2.0 * layer_params, 1.0);
 }
 
 // Near the limit the held blocks make the allocator release its cache: the step fits only at
