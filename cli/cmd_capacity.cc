@@ -279,15 +279,15 @@ void RegisterCapacity(CLI::App& app) {
   AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)", kMaxSeq);
   cmd->add_option("--min-headroom", a->min_headroom_gib, "GiB each plan must leave free per GPU beyond what the caching allocator reserves (default 2, "
                   "as plan)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--days", a->days, "deadline in days; marks options that meet it")->check(CLI::Range(1e-6, 1e6));
+      ->check(NonNegativeNumber());
+  cmd->add_option("--days", a->days, "deadline in days; marks options that meet it")->check(BoundedNumber(1e-6, 1e6));
   cmd->add_option("--price-per-gpu-hour", a->prices, "GPU=USD overrides, e.g. h100-sxm=2.5")->expected(1, -1);
-  cmd->add_option("--mtbf-hours", a->mtbf_hours, "mean time between failures of one GPU, hours")->check(CLI::PositiveNumber);
-  cmd->add_option("--checkpoint-minutes", a->checkpoint_minutes, "time to write a checkpoint")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--mtbf-hours", a->mtbf_hours, "mean time between failures of one GPU, hours")->check(PositiveNumber());
+  cmd->add_option("--checkpoint-minutes", a->checkpoint_minutes, "time to write a checkpoint")->check(NonNegativeNumber());
   cmd->add_option("--restart-minutes", a->restart_minutes, "time to restart after a failure (default: checkpoint time)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegativeNumber());
   cmd->add_option("--energy-overhead", a->energy_overhead, "facility and host power over GPU power (default 1.3)")
-      ->check(CLI::Range(1.0, 10.0));
+      ->check(BoundedNumber(1.0, 10.0));
   cmd->add_option("--profile", a->profiles,
                   "[CLUSTER=]FILE: measured hardware profile (shardcast calibrate) for the options of CLUSTER, or of "
                   "the one cluster with its GPU; several allowed, one per cluster (default: built-in)")

@@ -147,10 +147,10 @@ void RegisterExecute(CLI::App& app) {
   AddConfigOptions(cmd, &a->cfg);
   cmd->add_option("--backend", a->o.backend, "cpu (MPI + Eigen, any TP/PP/DP) or cuda (one GPU, one rank; docs/executor.md)")
       ->transform(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case));
-  cmd->add_option("--steps", a->o.steps, "measured steps (median reported)")->check(CLI::Range(1, 1000));
-  cmd->add_option("--warmup", a->o.warmup, "warm-up steps")->check(CLI::Range(0, 1000));
+  cmd->add_option("--steps", a->o.steps, "measured steps (median reported)")->check(IntegerRange(1, 1000));
+  cmd->add_option("--warmup", a->o.warmup, "warm-up steps")->check(IntegerRange(0, 1000));
   cmd->add_option("--timeout", a->o.timeout_s, "seconds a step may take before all ranks abort")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveNumber());
   cmd->add_option("--trace", a->o.trace, "Chrome trace of the last measured step (all ranks)")->check(OutputFile());
   cmd->add_flag("--json", a->cfg.json, "print JSON");
   cmd->callback([a] { RunExecute(*a); });

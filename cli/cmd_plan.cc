@@ -172,7 +172,7 @@ void RegisterPlan(CLI::App& app) {
   AddPositive(cmd, "--gpus", a->gpus, "number of GPUs", kMaxGpus);
   AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (sequences)", kMaxGlobalBatchSize)->required();
   AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)", kMaxSeq);
-  cmd->add_option("--top", a->top, "plans to show")->check(CLI::Range(1, 1000));
+  cmd->add_option("--top", a->top, "plans to show")->check(IntegerRange(1, 1000));
   cmd->add_option("--objective", a->objective, "rank by throughput|cost|energy")
       ->transform(CLI::IsMember({"throughput", "cost", "energy"}, CLI::ignore_case));
   AddPositive(cmd, "--max-tp", a->max_tp, "largest tensor-parallel size (default: GPUs per node)", kMaxParallelSize);
@@ -180,14 +180,14 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_option("--min-headroom", a->min_headroom_gib,
                   "GiB a plan must leave free per GPU beyond what the caching allocator reserves (NCCL growth, "
                   "spikes; default 2)")
-      ->check(CLI::Range(0.0, 1e4));
+      ->check(BoundedNumber(0.0, 1e4));
   cmd->add_option("--schedules", a->schedules, "comma list of 1f1b,interleaved,zb-h1,gpipe");
   cmd->add_option("--recompute", a->recompute, "comma list of none,selective,full");
   cmd->add_option("--zero-stages", a->zero, "comma list of ZeRO stages to consider (default 0,1)");
   cmd->add_option("--fix", a->fix,
                   "fix dimensions, e.g. tp=8,pp=8,sp=true,schedule=interleaved (keys tp, pp, vp, mbs, zero, sp, "
                   "tp_comm_overlap, recompute, schedule)");
-  cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(CLI::Range(1, 1024));
+  cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(IntegerRange(1, 1024));
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention (saves s*s scores)");
   AddMoeRoutingOptions(cmd, &a->moe_routing.moe_load_imbalance, &a->moe_routing.moe_force_load_balancing);
   AddCrossEntropyOption(cmd, &a->moe_routing.cross_entropy);

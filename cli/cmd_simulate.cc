@@ -441,7 +441,7 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                   "with --cp-comm-type a2a+p2p: the all-to-all and ring sizes (product = cp; default: the "
                   "context-parallel ranks of one node, then the ring)")
       ->expected(2)
-      ->check(CLI::Range(std::int64_t{1}, kMaxParallelSize));
+      ->check(IntegerRange(1, kMaxParallelSize));
   AddPositive(cmd, "--ep,--expert-model-parallel-size", a->ep, "expert-parallel size: a layer's routed experts split over ep ranks",
               kMaxParallelSize);
   AddPositive(cmd, "--etp,--expert-tensor-parallel-size", a->etp,
@@ -452,7 +452,7 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
       ->transform(CLI::IsMember({"alltoall", "allgather", "flex"}, CLI::ignore_case));
   cmd->add_option("--moe-expert-capacity-factor", a->moe_capacity_factor,
                   "an expert takes at most this times its average tokens (the rest are dropped); default dropless")
-      ->check(CLI::Range(1.0, 64.0));
+      ->check(BoundedNumber(1.0, 64.0));
   AddMoeRoutingOptions(cmd, &a->moe_load_imbalance, &a->moe_force_load_balancing);
   AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size,--num-virtual-stages-per-pipeline-rank", a->vp,
               "virtual stages per pipeline rank", kMaxVirtualStages);
@@ -481,7 +481,7 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--delay-wgrad-compute", a->delay_wgrad, "accepted with --overlap-moe-expert-parallel-comm, as Megatron-Core needs it");
   cmd->add_flag("--sequence-parallel", a->sp, "sequence parallelism (needs tp > 1)");
   cmd->add_option("--zero", a->zero, "ZeRO stage 0-3 (1 = Megatron's distributed optimizer)")
-      ->check(CLI::Range(0, 3));
+      ->check(IntegerRange(0, 3));
   cmd->add_flag("--use-distributed-optimizer", a->dist_opt, "Megatron-LM alias of --zero 1");
   AddPositive(cmd, "--dp-shard", a->dp_shard,
               "hybrid sharding (HSDP): shard the ZeRO state over groups of this many data-parallel ranks and "
@@ -534,15 +534,15 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                   "--no-overlap-grad-reduce) for the gradients to be reduced; with --zero3-impl deepspeed-2021, the "
                   "gradients wait in a bucket of this size before it is reduce-scattered (the memory they hold; "
                   "the reduce-scatters are timed tensor by tensor)")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveNumber());
   cmd->add_option("--stage3-max-live-parameters", a->ds_max_live_elems,
                   "with --zero3-impl deepspeed-2021: DeepSpeed's stage3_max_live_parameters in elements (default 1e9): "
                   "a tensor is prefetched only while the live gathered parameters stay under it")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveNumber());
   cmd->add_option("--stage3-param-persistence-threshold", a->ds_persistence_elems,
                   "with --zero3-impl deepspeed-2021: DeepSpeed's stage3_param_persistence_threshold in elements "
                   "(default 1e5): smaller tensors stay whole on every rank and are never gathered")
-      ->check(CLI::PositiveNumber);
+      ->check(PositiveNumber());
   cmd->add_flag("--no-limit-all-gathers", a->no_limit_all_gathers,
                 "with --zero 3 (per-layer): PyTorch FSDP's limit_all_gathers=False (its default before PyTorch 2.1): "
                 "the CPU issues every layer's all-gather as it runs ahead, and the caching allocator holds each "

@@ -2,6 +2,7 @@
 /// \file options.h
 /// Option helpers shared by the subcommands.
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -60,6 +61,40 @@ inline CLI::Validator BoundedNumber(double min, double max) {
         return "got \"" + s + "\", expected a number from " + fmt::format("{:g}", min) + " to " + fmt::format("{:g}", max);
       },
       "NUMBER");
+}
+
+/// A finite number above zero (or at least zero with `allow_zero`); the error reads
+/// `--mtbf-hours: got "-5", expected a positive number` (CLI11's own checks print their range
+/// as two 300-digit numbers).
+inline CLI::Validator PositiveNumber(bool allow_zero = false) {
+  return CLI::Validator(
+      [allow_zero](std::string& s) -> std::string {
+        try {
+          std::size_t pos = 0;
+          const double v = std::stod(s, &pos);
+          if (pos == s.size() && std::isfinite(v) && (v > 0 || (allow_zero && v == 0))) return "";
+        } catch (const std::exception&) {
+        }
+        return "got \"" + s + "\", expected a " + (allow_zero ? "number of at least 0" : "positive number");
+      },
+      "NUMBER");
+}
+inline CLI::Validator NonNegativeNumber() { return PositiveNumber(true); }
+
+/// An integer from `min` to `max`; the error reads `--top: got "0", expected an integer from 1
+/// to 1000`.
+inline CLI::Validator IntegerRange(std::int64_t min, std::int64_t max) {
+  return CLI::Validator(
+      [min, max](std::string& s) -> std::string {
+        try {
+          std::size_t pos = 0;
+          const long long v = std::stoll(s, &pos);
+          if (pos == s.size() && v >= min && v <= max) return "";
+        } catch (const std::exception&) {
+        }
+        return "got \"" + s + "\", expected an integer from " + std::to_string(min) + " to " + std::to_string(max);
+      },
+      "INT");
 }
 
 /// A validator for an output file option, checked when the command line is read so a long run

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "cli/config_args.h"
+#include "cli/options.h"
 #include "common/error.h"
 
 namespace shardcast::cli {
@@ -28,15 +29,15 @@ void AddPrecisionOptions(CLI::App* cmd, PrecisionArgs* a) {
                 "(with the distributed optimizer)");
   cmd->add_option("--fp8-amax-history-len", a->amax_history_len,
                   "amax values kept per tensor by the delayed recipe (default 1024, Transformer Engine's)")
-      ->check(CLI::Range(1, 1 << 20));
+      ->check(IntegerRange(1, 1 << 20));
   cmd->add_flag("--first-last-layers-bf16", a->first_last_bf16,
                 "Megatron-LM: keep the first and last transformer layers' GEMMs in bf16 under fp8/mxfp8/nvfp4");
   cmd->add_option("--num-layers-at-start-in-bf16", a->layers_start_bf16,
                   "with --first-last-layers-bf16: layers at the start kept in bf16 (default 1)")
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(IntegerRange(0, 1 << 20));
   cmd->add_option("--num-layers-at-end-in-bf16", a->layers_end_bf16,
                   "with --first-last-layers-bf16: layers at the end kept in bf16 (default 1)")
-      ->check(CLI::Range(0, 1 << 20));
+      ->check(IntegerRange(0, 1 << 20));
 }
 
 void AddFrameworkOption(CLI::App* cmd, std::string* framework) {

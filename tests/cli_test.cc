@@ -445,6 +445,20 @@ TEST(CliPlan, AtRiskPlansAreMarkedAndNotRecommended) {
   EXPECT_FALSE(nf["memory_at_risk"].get<bool>());
 }
 
+// Numeric flags name the flag, the value and what was expected, in words (CLI11's own range
+// checks printed a 309-digit upper bound).
+TEST(Cli, NumericFlagErrorsSayWhatWasExpected) {
+  const std::string sim = "simulate --model llama3-8b --cluster dgx-a100 --gpus 8 ";
+  EXPECT_TRUE(testing::ExitsTwoWith(sim + "--zero 3 --zero3-impl deepspeed-2021 --stage3-max-live-parameters -5",
+                                    "--stage3-max-live-parameters: got \"-5\", expected a positive number"));
+  EXPECT_TRUE(testing::ExitsTwoWith(sim + "--reduce-bucket-size inf", "got \"inf\", expected a positive number"));
+  EXPECT_TRUE(testing::ExitsTwoWith(sim + "--zero 4", "--zero: got \"4\", expected an integer from 0 to 3"));
+  EXPECT_TRUE(testing::ExitsTwoWith("plan --model llama3-8b --cluster dgx-a100 --gpus 8 --gbs 8 --min-headroom -1",
+                                    "--min-headroom: got \"-1\", expected a number from 0 to 10000"));
+  EXPECT_TRUE(testing::ExitsTwoWith("capacity --model llama3-8b --checkpoint-minutes -1",
+                                    "--checkpoint-minutes: got \"-1\", expected a number of at least 0"));
+}
+
 // Sizes that would overflow or run for minutes are refused or reported, not simulated.
 TEST(Cli, OutOfRangeSizesAreReasonsOrErrors) {
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-175b --cluster dgx-a100 --gpus 4294967296",
