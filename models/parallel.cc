@@ -117,6 +117,7 @@ const char* ToString(Zero3Impl z) {
   switch (z) {
     case Zero3Impl::kPerLayer: return "per-layer";
     case Zero3Impl::kDeepSpeed2021: return "deepspeed-2021";
+    case Zero3Impl::kDeepSpeed: return "deepspeed";
   }
   return "?";
 }
@@ -206,6 +207,7 @@ std::string ParallelConfig::Short() const {
   if (zero_stage > 0) s += fmt::format(" Z{}", zero_stage);
   if (hybrid_shard()) s += fmt::format("/{}", dp_shard);
   if (deepspeed2021_zero3()) s += "-ds21";
+  if (deepspeed_zero3()) s += "-ds";
   if (schedule != Schedule::k1F1B && schedule != Schedule::kInterleaved) s += fmt::format(" {}", ToString(schedule));
   if (precision != Precision::kBf16) s += fmt::format(" {}", ToString(precision));
   return s;

@@ -40,7 +40,16 @@ enum class OptimizerImpl { kMegatron, kDeepSpeedZero, kDeepSpeedBf16 };
 ///    gathered after torch.cuda.synchronize() with no overlap; one reduce-scatter per parameter
 ///    tensor on the compute stream; each through PyTorch's list collectives, whose host and copy
 ///    work grows with the group (kListCollectiveSliceSeconds per rank and tensor).
-enum class Zero3Impl { kPerLayer, kDeepSpeed2021 };
+///  - kDeepSpeed: DeepSpeed stage 3 of v0.10-0.16 (runtime/zero/partitioned_param_coordinator.py
+///    and stage3.py at commit 38327e0, February 2025): coalesced all-gathers on a stream of their
+///    own, issued module by module as its parameter coordinator decides (each fetch prefetches
+///    the next stage3_prefetch_bucket_size elements of the traced order while the gathered
+///    parameters stay under stage3_max_live_parameters; a module's parameters are kept while
+///    they are used again within stage3_max_reuse_distance elements), and gradients
+///    reduce-scattered a reduce_bucket_size bucket at a time on a reduction stream, which the
+///    host synchronizes at the end of every backward (DeepSpeedZero3Plan,
+///    simulator/deepspeed_zero3.h).
+enum class Zero3Impl { kPerLayer, kDeepSpeed2021, kDeepSpeed };
 /// How the loss over the vocabulary runs (bytes per logit of one GPU, eb = the logits' 16-bit
 /// width; CostModel's output ops):
 ///  - kUnfused: Megatron's _VocabParallelCrossEntropy in fp32, pass by pass (Megatron-LM and
@@ -220,15 +229,25 @@ struct ParallelConfig {
   /// with overlap_comm, the simulator's overlap_grad_reduce) for the gradients to be copied into
   /// before their reduction (StaticStageMemory); with Zero3Impl::kDeepSpeed2021, the gradients
   /// wait in a bucket of this many elements before it is reduce-scattered (the memory they hold,
-  /// Zero3GatheredPeakBytes; the reduce-scatters are timed tensor by tensor).
+  /// Zero3GatheredPeakBytes; the reduce-scatters are timed tensor by tensor); with
+  /// Zero3Impl::kDeepSpeed, the contiguous bucket they are copied into and reduce-scattered from.
   double ds_reduce_bucket_elems = 5e8;
   /// DeepSpeed stage 3's stage3_max_live_parameters (elements; its default 1e9 at c83e49f and since): with
   /// Zero3Impl::kDeepSpeed2021, a tensor is prefetched only while the live gathered parameters
-  /// stay under it (LayerTensors). Its reduce_bucket_size is ds_reduce_bucket_elems.
+  /// stay under it (LayerTensors); with Zero3Impl::kDeepSpeed, a fetch prefetches at most this
+  /// less what is gathered. Its reduce_bucket_size is ds_reduce_bucket_elems.
   double ds_max_live_elems = 1e9;
   /// DeepSpeed stage 3's stage3_param_persistence_threshold (elements; its default 1e5 at c83e49f): with
-  /// Zero3Impl::kDeepSpeed2021, smaller tensors stay whole on every rank and are never gathered.
+  /// Zero3Impl::kDeepSpeed2021 and kDeepSpeed, smaller tensors stay whole on every rank and are
+  /// never gathered.
   double ds_persistence_threshold_elems = 1e5;
+  /// DeepSpeed stage 3's stage3_prefetch_bucket_size (elements; its default 5e7): with
+  /// Zero3Impl::kDeepSpeed, what each module's fetch prefetches of the modules after it.
+  double ds_prefetch_bucket_elems = 5e7;
+  /// DeepSpeed stage 3's stage3_max_reuse_distance (elements; its default 1e9): with
+  /// Zero3Impl::kDeepSpeed, a module's parameters are not released when the modules after it,
+  /// up to this many parameter elements on, use them again.
+  double ds_max_reuse_distance_elems = 1e9;
   bool overlap_grad_reduce = true;
   bool overlap_param_gather = true;
   /// Megatron-LM's async_tensor_model_parallel_allreduce (and its sequence-parallel
@@ -290,6 +309,8 @@ struct ParallelConfig {
   bool hybrid_shard() const { return dp_shard > 0 && dp_shard < dp_cp(); }
   /// Whether ZeRO-3 runs as DeepSpeed's stage 3 of 2021 (Zero3Impl::kDeepSpeed2021).
   bool deepspeed2021_zero3() const { return zero_stage >= 3 && zero3_impl == Zero3Impl::kDeepSpeed2021; }
+  /// Whether ZeRO-3 runs as DeepSpeed's stage 3 of 2023-25 (Zero3Impl::kDeepSpeed).
+  bool deepspeed_zero3() const { return zero_stage >= 3 && zero3_impl == Zero3Impl::kDeepSpeed; }
   /// The expert-tensor-parallel size (etp, or tp when it is 0).
   std::int64_t expert_tp() const { return etp > 0 ? etp : tp; }
   /// The expert-data-parallel size: tp*cp*dp / (etp*ep) (0 when it does not divide).

@@ -1,0 +1,158 @@
+#include "simulator/deepspeed_zero3.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+
+namespace shardcast {
+
+namespace {
+
+/// One module's use of one parameter tensor in the traced order.
+struct Use {
+  int param = 0;
+  double elems = 0;
+  bool backward = false;  ///< in the backward pass (its recomputed forward included)
+};
+
+/// Forward over all layers, then each layer from the last down: its recomputed forward (with
+/// full recompute) and its modules in reverse order.
+std::vector<Use> TraceOf(const std::vector<double>& order, int layers, bool recompute) {
+  const int n = static_cast<int>(order.size());
+  std::vector<Use> t;
+  t.reserve(static_cast<std::size_t>(layers * n * (recompute ? 3 : 2)));
+  for (int l = 0; l < layers; ++l) {
+    for (int j = 0; j < n; ++j) t.push_back({l * n + j, order[static_cast<std::size_t>(j)], false});
+  }
+  for (int l = layers - 1; l >= 0; --l) {
+    if (recompute) {
+      for (int j = 0; j < n; ++j) t.push_back({l * n + j, order[static_cast<std::size_t>(j)], true});
+    }
+    for (int j = n - 1; j >= 0; --j) t.push_back({l * n + j, order[static_cast<std::size_t>(j)], true});
+  }
+  return t;
+}
+
+/// The coordinator's state over the trace (see the header for the rules).
+class Coordinator {
+ public:
+  Coordinator(std::vector<Use> trace, int params, double bucket, double max_live, double reuse)
+      : trace_(std::move(trace)), bucket_(bucket), max_live_(max_live), reuse_(reuse),
+        available_(static_cast<std::size_t>(params), false), fresh_(static_cast<std::size_t>(params), false),
+        issued_(static_cast<std::size_t>(params), -1), popped_use_(static_cast<std::size_t>(params), -1) {}
+
+  /// fetch_sub_module then release_sub_module of the module at trace position s; returns the
+  /// lead (modules) of the gather this use waited for, or -1 when the tensor was still gathered.
+  int Step(int s, DeepSpeedZero3Plan* plan) {
+    const Use& u = trace_[static_cast<std::size_t>(s)];
+    const auto p = static_cast<std::size_t>(u.param);
+    if (!available_[p]) {
+      Gather(u, s, plan);
+      plan->on_demand_elems += u.elems;
+    }
+    const int lead = fresh_[p] ? s - issued_[p] : -1;
+    fresh_[p] = false;
+    if (next_ <= s) {  // this use was not popped by an earlier prefetch: pop it now
+      next_ = s + 1;
+      popped_use_[p] = std::max(popped_use_[p], s);
+    }
+    Prefetch(s, plan);
+    plan->peak_live_elems = std::max(plan->peak_live_elems, live_);
+    if (!Kept(u.param, s)) {
+      available_[p] = false;
+      live_ -= u.elems;
+    }
+    return lead;
+  }
+
+ private:
+  void Gather(const Use& u, int s, DeepSpeedZero3Plan* plan) {
+    const auto p = static_cast<std::size_t>(u.param);
+    available_[p] = fresh_[p] = true;
+    issued_[p] = s;
+    live_ += u.elems;
+    plan->gathered_elems += u.elems;
+  }
+
+  /// Pops the traced order after s, gathering what is not available, until it has taken
+  /// min(max_live - gathered, bucket) elements.
+  void Prefetch(int s, DeepSpeedZero3Plan* plan) {
+    const double budget = std::min(max_live_ - live_, bucket_);
+    double taken = 0;
+    while (next_ < static_cast<int>(trace_.size()) && taken < budget) {
+      const Use& e = trace_[static_cast<std::size_t>(next_)];
+      const auto p = static_cast<std::size_t>(e.param);
+      popped_use_[p] = std::max(popped_use_[p], next_);
+      if (!available_[p]) {
+        Gather(e, s, plan);
+        taken += e.elems;
+      }
+      ++next_;
+    }
+  }
+
+  /// Whether release_sub_module keeps tensor `param` after its use at s: a later use was popped
+  /// while it was available, or a module within the reuse distance uses it.
+  bool Kept(int param, int s) const {
+    if (popped_use_[static_cast<std::size_t>(param)] > s + 1) return true;
+    double traversed = 0;
+    for (std::size_t t = static_cast<std::size_t>(s) + 1; t < trace_.size() && traversed < reuse_; ++t) {
+      if (trace_[t].param == param) return true;
+      traversed += trace_[t].elems;
+    }
+    return false;
+  }
+
+  std::vector<Use> trace_;
+  double bucket_, max_live_, reuse_;
+  std::vector<bool> available_, fresh_;  ///< gathered (or in flight); gathered and not yet used
+  std::vector<int> issued_, popped_use_;  ///< step of the last gather; last popped use
+  int next_ = 0;                          ///< the queue's front (trace position)
+  double live_ = 0;                       ///< DeepSpeed's __n_available_params
+};
+
+}  // namespace
+
+DeepSpeedZero3Plan PlanDeepSpeedZero3(const std::vector<double>& layer_order, int layers, bool recompute,
+                                      double prefetch_bucket_elems, double max_live_elems,
+                                      double max_reuse_distance_elems) {
+  for (double v : {prefetch_bucket_elems, max_live_elems, max_reuse_distance_elems}) {
+    if (!(v >= 0) || !std::isfinite(v)) {
+      throw std::invalid_argument("PlanDeepSpeedZero3: a knob is " + std::to_string(v) + ", expected a finite number >= 0");
+    }
+  }
+  for (double e : layer_order) {
+    if (!(e > 0) || !std::isfinite(e)) {
+      throw std::invalid_argument("PlanDeepSpeedZero3: a tensor has " + std::to_string(e) + " elements, expected > 0");
+    }
+  }
+  DeepSpeedZero3Plan plan;
+  const int n = static_cast<int>(layer_order.size());
+  if (n == 0 || layers <= 0) return plan;
+  double layer_elems = 0;
+  for (double e : layer_order) layer_elems += e;
+  std::vector<Use> trace = TraceOf(layer_order, layers, recompute);
+  const int steps = static_cast<int>(trace.size());
+  Coordinator co(trace, layers * n, prefetch_bucket_elems, max_live_elems, max_reuse_distance_elems);
+  double lead_sum[2] = {0, 0}, lead_count[2] = {0, 0}, kept_elems = 0;
+  std::vector<bool> seen_backward(static_cast<std::size_t>(layers * n), false);
+  for (int s = 0; s < steps; ++s) {
+    const Use& u = trace[static_cast<std::size_t>(s)];
+    const int lead = co.Step(s, &plan);
+    if (u.backward && !seen_backward[static_cast<std::size_t>(u.param)]) {
+      seen_backward[static_cast<std::size_t>(u.param)] = true;
+      if (lead < 0) kept_elems += u.elems;
+    }
+    if (lead < 0 || (!u.backward && u.param < n)) continue;  // the first layer's forward starts cold
+    lead_sum[u.backward] += lead * u.elems;
+    lead_count[u.backward] += u.elems;
+  }
+  plan.forward_lead_layers = lead_count[0] > 0 ? lead_sum[0] / lead_count[0] / n : 0;
+  plan.backward_lead_layers = lead_count[1] > 0 ? lead_sum[1] / lead_count[1] / n : 0;
+  plan.kept_layers = static_cast<int>(std::floor(kept_elems / layer_elems + 1e-9));
+  return plan;
+}
+
+}  // namespace shardcast
