@@ -85,7 +85,7 @@ void RunExecute(const ExecuteArgs& a) {
     }
     if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) {
       throw InputError(fmt::format("command line: --zero3-impl {}: not executed (execute gathers ZeRO-3 parameters "
-                                   "layer by layer); simulate and plan model DeepSpeed's per-tensor list collectives",
+                                   "layer by layer); simulate and plan model DeepSpeed's own gathers",
                                    ToString(c.zero3_impl)));
     }
     if (c.zero_stage >= 3 && !c.zero3_limit_all_gathers) {

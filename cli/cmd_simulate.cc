@@ -126,24 +126,29 @@ static void ApplyZeroKnobs(const SimulateArgs& a, ParallelConfig* c) {
     }
     c->zero3_limit_all_gathers = false;
   }
-  const bool ds2021 = c->deepspeed2021_zero3();
+  const bool ds3 = c->deepspeed2021_zero3() || c->deepspeed_zero3();
   if (a.reduce_bucket_size > 0) {
-    if ((c->optimizer_impl != OptimizerImpl::kDeepSpeedZero || c->zero_stage > 2) && !ds2021) {
+    if ((c->optimizer_impl != OptimizerImpl::kDeepSpeedZero || c->zero_stage > 2) && !ds3) {
       throw InputError(fmt::format("command line: --reduce-bucket-size: got {} with --optimizer {} --zero {}, expected "
                                    "--optimizer deepspeed-zero with --zero 1 or 2, or --zero 3 --zero3-impl "
-                                   "deepspeed-2021 (DeepSpeed's gradient bucket)",
-                                   a.reduce_bucket_size, a.optimizer, c->zero_stage));
+                                   "deepspeed or deepspeed-2021 (DeepSpeed's gradient bucket)",
+                                   a.reduce_bucket_size, ToString(c->optimizer_impl), c->zero_stage));
     }
     c->ds_reduce_bucket_elems = a.reduce_bucket_size;
   }
-  for (const auto& [flag, value, field] : {std::tuple{"--stage3-max-live-parameters", a.ds_max_live_elems, &c->ds_max_live_elems},
-                                           std::tuple{"--stage3-param-persistence-threshold", a.ds_persistence_elems,
-                                                      &c->ds_persistence_threshold_elems}}) {
+  // DeepSpeed stage 3's knobs: the first two for either DeepSpeed, the last two for today's.
+  const std::tuple<const char*, double, double*, bool> knobs[] = {
+      {"--stage3-max-live-parameters", a.ds_max_live_elems, &c->ds_max_live_elems, ds3},
+      {"--stage3-param-persistence-threshold", a.ds_persistence_elems, &c->ds_persistence_threshold_elems, ds3},
+      {"--stage3-prefetch-bucket-size", a.ds_prefetch_bucket_elems, &c->ds_prefetch_bucket_elems, c->deepspeed_zero3()},
+      {"--stage3-max-reuse-distance", a.ds_max_reuse_elems, &c->ds_max_reuse_distance_elems, c->deepspeed_zero3()}};
+  for (const auto& [flag, value, field, applies] : knobs) {
     if (!(value > 0)) continue;
-    if (!ds2021) {
-      throw InputError(fmt::format("command line: {}: got {} with {}, expected --zero 3 --zero3-impl "
-                                   "deepspeed-2021 (the per-tensor gathers it tunes)",
-                                   flag, value, given));
+    if (!applies) {
+      throw InputError(fmt::format("command line: {}: got {} with {}, expected --zero 3 --zero3-impl deepspeed{} "
+                                   "(the DeepSpeed stage 3 it tunes)",
+                                   flag, value, given, field == &c->ds_max_live_elems || field == &c->ds_persistence_threshold_elems
+                                                           ? " or deepspeed-2021" : ""));
     }
     *field = value;
   }
@@ -248,7 +253,13 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
     throw InputError("command line: --zero: got " + std::to_string(c.zero_stage) +
                      ", expected 1, 2 or 3 with --optimizer deepspeed-zero (DeepSpeed ZeRO-1/2/3)");
   }
-  c.zero3_impl = a.zero3_impl == "deepspeed-2021" ? Zero3Impl::kDeepSpeed2021 : Zero3Impl::kPerLayer;
+  c.zero3_impl = a.zero3_impl == "deepspeed-2021" ? Zero3Impl::kDeepSpeed2021
+                 : a.zero3_impl == "deepspeed"    ? Zero3Impl::kDeepSpeed
+                                                  : Zero3Impl::kPerLayer;
+  // DeepSpeed's stage 3 keeps DeepSpeed's optimizer state unless --optimizer says otherwise.
+  if (c.zero3_impl == Zero3Impl::kDeepSpeed && c.zero_stage == 3 && a.optimizer.empty()) {
+    c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+  }
   if (!a.zero3_impl.empty() && c.zero_stage != 3) {
     throw InputError("command line: --zero3-impl: got " + a.zero3_impl + " with --zero " + std::to_string(c.zero_stage) +
                      ", expected --zero 3 (it says how ZeRO-3 gathers and reduces)");
@@ -261,7 +272,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   ApplyZeroKnobs(a, &c);
   if (a.bf16_grads && c.optimizer_impl != OptimizerImpl::kMegatron) {
     throw InputError("command line: --bf16-main-grads: only applies to --optimizer megatron (got --optimizer " +
-                     a.optimizer + ", whose gradient buffers are fixed)");
+                     std::string(ToString(c.optimizer_impl)) + ", whose gradient buffers are fixed)");
   }
   ApplyHybridShard(a, &c);
   return c;
@@ -323,16 +334,22 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) f += fmt::format(" --zero3-impl {}", ToString(c.zero3_impl));
   if (c.hybrid_shard()) f += fmt::format(" --dp-shard {}", c.dp_shard);
   if (c.zero_stage >= 3 && !c.zero3_limit_all_gathers) f += " --no-limit-all-gathers";
-  const bool ds2021 = c.deepspeed2021_zero3();
-  if (((c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2) || ds2021) &&
+  const bool ds3 = c.deepspeed2021_zero3() || c.deepspeed_zero3();
+  if (((c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2) || ds3) &&
       c.ds_reduce_bucket_elems != d.ds_reduce_bucket_elems) {
     f += fmt::format(" --reduce-bucket-size {}", c.ds_reduce_bucket_elems);
   }
-  if (ds2021 && c.ds_max_live_elems != d.ds_max_live_elems) {
+  if (ds3 && c.ds_max_live_elems != d.ds_max_live_elems) {
     f += fmt::format(" --stage3-max-live-parameters {}", c.ds_max_live_elems);
   }
-  if (ds2021 && c.ds_persistence_threshold_elems != d.ds_persistence_threshold_elems) {
+  if (ds3 && c.ds_persistence_threshold_elems != d.ds_persistence_threshold_elems) {
     f += fmt::format(" --stage3-param-persistence-threshold {}", c.ds_persistence_threshold_elems);
+  }
+  if (c.deepspeed_zero3() && c.ds_prefetch_bucket_elems != d.ds_prefetch_bucket_elems) {
+    f += fmt::format(" --stage3-prefetch-bucket-size {}", c.ds_prefetch_bucket_elems);
+  }
+  if (c.deepspeed_zero3() && c.ds_max_reuse_distance_elems != d.ds_max_reuse_distance_elems) {
+    f += fmt::format(" --stage3-max-reuse-distance {}", c.ds_max_reuse_distance_elems);
   }
   if (!HasMegatronCoreDefaults(c)) {
     f += " --framework megatron-2022";
@@ -531,16 +548,25 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_option("--reduce-bucket-size", a->reduce_bucket_size,
                   "with --optimizer deepspeed-zero --zero 1|2: DeepSpeed's reduce_bucket_size in elements (default 5e8): "
                   "each backward allocates a 16-bit bucket of this size (two with overlap_comm, i.e. without "
-                  "--no-overlap-grad-reduce) for the gradients to be reduced; with --zero3-impl deepspeed-2021, the "
-                  "gradients wait in a bucket of this size before it is reduce-scattered (the memory they hold; "
-                  "the reduce-scatters are timed tensor by tensor)")
+                  "--no-overlap-grad-reduce) for the gradients to be reduced; with --zero3-impl deepspeed, the "
+                  "contiguous bucket the gradients are copied into and reduce-scattered from when full; with "
+                  "--zero3-impl deepspeed-2021, the gradients wait in a bucket of this size before it is "
+                  "reduce-scattered (the memory they hold; the reduce-scatters are timed tensor by tensor)")
       ->check(PositiveNumber());
   cmd->add_option("--stage3-max-live-parameters", a->ds_max_live_elems,
-                  "with --zero3-impl deepspeed-2021: DeepSpeed's stage3_max_live_parameters in elements (default 1e9): "
-                  "a tensor is prefetched only while the live gathered parameters stay under it")
+                  "with --zero3-impl deepspeed or deepspeed-2021: DeepSpeed's stage3_max_live_parameters in elements "
+                  "(default 1e9): what is prefetched keeps the gathered parameters under it")
+      ->check(PositiveNumber());
+  cmd->add_option("--stage3-prefetch-bucket-size", a->ds_prefetch_bucket_elems,
+                  "with --zero3-impl deepspeed: DeepSpeed's stage3_prefetch_bucket_size in elements (default 5e7): "
+                  "what each module's fetch prefetches of the modules after it")
+      ->check(PositiveNumber());
+  cmd->add_option("--stage3-max-reuse-distance", a->ds_max_reuse_elems,
+                  "with --zero3-impl deepspeed: DeepSpeed's stage3_max_reuse_distance in elements (default 1e9): a "
+                  "module's parameters stay gathered when the modules up to this many elements on use them again")
       ->check(PositiveNumber());
   cmd->add_option("--stage3-param-persistence-threshold", a->ds_persistence_elems,
-                  "with --zero3-impl deepspeed-2021: DeepSpeed's stage3_param_persistence_threshold in elements "
+                  "with --zero3-impl deepspeed or deepspeed-2021: DeepSpeed's stage3_param_persistence_threshold in elements "
                   "(default 1e5): smaller tensors stay whole on every rank and are never gathered")
       ->check(PositiveNumber());
   cmd->add_flag("--no-limit-all-gathers", a->no_limit_all_gathers,
@@ -548,12 +574,15 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                 "the CPU issues every layer's all-gather as it runs ahead, and the caching allocator holds each "
                 "layer's gathered block until the GPU is done with it (reserved memory grows by a pass's layers)");
   cmd->add_option("--zero3-impl", a->zero3_impl,
-                  "how ZeRO-3 gathers and reduces (with --zero 3): per-layer (default; FSDP, FSDP2, Megatron-FSDP, "
-                  "current DeepSpeed: one flat all-gather per layer, prefetched) | deepspeed-2021 (DeepSpeed stage 3 of "
+                  "how ZeRO-3 gathers and reduces (with --zero 3): per-layer (default; FSDP, FSDP2, Megatron-FSDP: one "
+                  "flat all-gather per layer, prefetched) | deepspeed (DeepSpeed stage 3 of v0.10-0.16: coalesced "
+                  "all-gathers as its parameter coordinator prefetches them, within --stage3-max-live-parameters; "
+                  "gradients reduce-scattered a --reduce-bucket-size bucket at a time; implies --optimizer "
+                  "deepspeed-zero unless given) | deepspeed-2021 (DeepSpeed stage 3 of "
                   "v0.3-0.4: one list all-gather per parameter tensor of >= 1e5 elements and the gradients reduce-scattered "
                   "tensor by tensor from 5e8-element buckets, the host handling each rank's slice; simulate and plan only, "
                   "execute refuses it)")
-      ->transform(CLI::IsMember({"per-layer", "deepspeed-2021"}, CLI::ignore_case));
+      ->transform(CLI::IsMember({"per-layer", "deepspeed", "deepspeed-2021"}, CLI::ignore_case));
   cmd->add_flag("--p2p-blocking", a->p2p_blocking,
                 "pipeline sends/receives run in order on the compute stream (DeepSpeed's pipeline engine; Megatron-LM "
                 "of 2021-22, which synchronizes after each batch_isend_irecv)");

@@ -52,12 +52,15 @@ struct SimulateArgs {
   bool moe_force_load_balancing = false;  ///< --moe-router-force-load-balancing
   /// --decoder-first/last-pipeline-num-layers (-1: not given).
   std::int64_t first_stage_layers = -1, last_stage_layers = -1;
-  std::string recompute = "none", schedule, recompute_granularity, optimizer = "megatron";
+  std::string recompute = "none", schedule, recompute_granularity;
+  /// --optimizer; empty: not given (megatron, or deepspeed-zero with --zero3-impl deepspeed).
+  std::string optimizer;
   std::string zero3_impl;  ///< --zero3-impl (Zero3Impl); empty: not given (per-layer)
   double reduce_bucket_size = 0;  ///< --reduce-bucket-size (DeepSpeed, elements); 0: not given
-  /// --stage3-max-live-parameters, --stage3-param-persistence-threshold (DeepSpeed stage 3 of
-  /// 2021, elements); 0: not given.
-  double ds_max_live_elems = 0, ds_persistence_elems = 0;
+  /// --stage3-max-live-parameters, --stage3-param-persistence-threshold,
+  /// --stage3-prefetch-bucket-size, --stage3-max-reuse-distance (DeepSpeed stage 3, elements);
+  /// 0: not given.
+  double ds_max_live_elems = 0, ds_persistence_elems = 0, ds_prefetch_bucket_elems = 0, ds_max_reuse_elems = 0;
   /// --recompute-modules (Megatron-Core's names; implies --recompute selective).
   std::vector<std::string> recompute_modules;
   /// --overlap-moe-expert-parallel-comm (--delay-wgrad-compute is accepted with it).

@@ -112,6 +112,28 @@ std::string MoeRoutingCaveat(const Model& m, const ParallelConfig& base) {
       kGlobalBatchRouterImbalance, kGlobalBatchRouterImbalanceEp);
 }
 
+/// What DeepSpeed stage 3's parameter coordinator does over one micro-batch (Zero3Impl::kDeepSpeed):
+/// the figures the simulation takes from it.
+void WriteDeepSpeedZero3(std::ostream& out, const SimulationResult& r, const ParallelConfig& c, const Model& m) {
+  if (!c.deepspeed_zero3() || !r.feasible) return;
+  const DeepSpeedZero3Plan& d = r.ds_zero3;
+  out << fmt::format("\nDeepSpeed stage 3 (its parameter coordinator replayed over one micro-batch's modules; "
+                     "docs/simulator.md, \"ZeRO-3\"):\n"
+                     "  gathers issued {:.2f} layers ahead of their use in the forward, {:.2f} in the backward (the "
+                     "simulation issues a layer's gather {} and {} layers ahead)\n"
+                     "  at most {} gathered at once ({:.4g} elements at {} bytes; stage3_max_live_parameters {:.4g}, "
+                     "stage3_prefetch_bucket_size {:.4g})\n"
+                     "  {} of {} layers stay gathered from the forward into the backward (stage3_max_reuse_distance "
+                     "{:.4g}); {:.4g} elements gathered per micro-batch, {:.4g} of them on demand past each pass's first "
+                     "module (the module waits for them)\n",
+                     d.forward_lead_layers, d.backward_lead_layers, std::max(1, static_cast<int>(d.forward_lead_layers)),
+                     std::max(1, static_cast<int>(d.backward_lead_layers)),
+                     FormatGiB(d.peak_live_elems * c.param_gather_bytes), d.peak_live_elems, c.param_gather_bytes,
+                     c.ds_max_live_elems, c.ds_prefetch_bucket_elems, d.kept_layers, m.num_layers,
+                     c.ds_max_reuse_distance_elems, d.gathered_elems[0] + d.gathered_elems[1],
+                     d.on_demand_elems[0] + d.on_demand_elems[1]);
+}
+
 void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,
                      const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {
   out << fmt::format("{} on {} x {} ({}), profile: {}\n", m.name, gpus, cl.gpu.display_name, cl.name,
@@ -177,6 +199,7 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
                  "      with it (Qwen3-235B, Megatron-MoE-ModelZoo) gained 11% where this model predicts 25%\n"
                  "      (docs/accuracy.md, \"MoE runs\"): read its saving as an upper bound.\n";
   }
+  WriteDeepSpeedZero3(out, r, c, m);
   out << "\nStep\n";
   out << fmt::format("  step time        {}\n", FormatSeconds(r.step_time_s));
   out << fmt::format("  throughput       {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s, r.samples_per_s);

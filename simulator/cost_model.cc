@@ -1459,7 +1459,14 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   const double drop = m.dropout ? 1.0 : 0.0;  // 1-byte dropout masks
   const int gpn = static_cast<int>(cl.gpus_per_node);
   cm.tokens_per_microbatch = T;
-  if (c.deepspeed2021_zero3()) cm.layer_tensors = LayerTensorsOf(m, c);
+  if (c.deepspeed2021_zero3() || c.deepspeed_zero3()) cm.layer_tensors = LayerTensorsOf(m, c);
+  if (c.deepspeed_zero3()) {
+    // ZeRO-3 runs without pipeline parallelism: the one stage holds every layer. A model of
+    // dense and MoE layers is traced with the dense layers' modules (the MoE layers' where all are).
+    const auto& order = cm.layer_tensors.dense_order.empty() ? cm.layer_tensors.moe_order : cm.layer_tensors.dense_order;
+    cm.ds_zero3 = PlanDeepSpeedZero3(order, static_cast<int>(m.num_layers), c.recompute == Recompute::kFull,
+                                     c.ds_prefetch_bucket_elems, c.ds_max_live_elems, c.ds_max_reuse_distance_elems);
+  }
 
   // Placement under Megatron-LM's rank order tp (innermost), cp, dp, pp. Gradients are reduced
   // (and the distributed optimizer sharded) over the dp x cp ranks of a stage, which hold the

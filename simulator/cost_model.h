@@ -10,6 +10,7 @@
 #include "models/hardware.h"
 #include "models/model.h"
 #include "models/parallel.h"
+#include "simulator/deepspeed_zero3.h"
 #include "simulator/precision.h"
 #include "simulator/profile.h"
 
@@ -249,8 +250,11 @@ struct CostModel {
   /// Parameters of the (vocab-parallel) embedding table on one GPU of the first stage, and of the
   /// output layer's own copy on the last (0 when it shares the embedding's: tied, no pipeline).
   double embedding_params_per_gpu = 0, output_params_per_gpu = 0;
-  /// One layer's parameter tensors (Zero3Impl::kDeepSpeed2021's per-tensor collectives).
+  /// One layer's parameter tensors (Zero3Impl::kDeepSpeed2021's per-tensor collectives, and
+  /// the modules of Zero3Impl::kDeepSpeed's trace).
   LayerTensors layer_tensors;
+  /// Zero3Impl::kDeepSpeed: its parameter coordinator over a micro-batch of the (only) stage.
+  DeepSpeedZero3Plan ds_zero3;
   /// Extra bytes per quantized parameter (QuantizedWeightBytesPerParam) under the configuration.
   double quantized_weight_bytes_per_param = 0;
 };

@@ -39,7 +39,7 @@ std::vector<Use> TraceOf(const std::vector<double>& order, int layers, bool reco
 class Coordinator {
  public:
   Coordinator(std::vector<Use> trace, int params, double bucket, double max_live, double reuse)
-      : trace_(std::move(trace)), bucket_(bucket), max_live_(max_live), reuse_(reuse),
+      : trace_(std::move(trace)), first_backward_(params), bucket_(bucket), max_live_(max_live), reuse_(reuse),
         available_(static_cast<std::size_t>(params), false), fresh_(static_cast<std::size_t>(params), false),
         issued_(static_cast<std::size_t>(params), -1), popped_use_(static_cast<std::size_t>(params), -1) {}
 
@@ -50,7 +50,9 @@ class Coordinator {
     const auto p = static_cast<std::size_t>(u.param);
     if (!available_[p]) {
       Gather(u, s, plan);
-      plan->on_demand_elems += u.elems;
+      // Each pass's first module starts cold whatever the knobs; the others wait when the
+      // prefetch did not reach them.
+      if (s != 0 && s != first_backward_) plan->on_demand_elems[u.backward] += u.elems;
     }
     const int lead = fresh_[p] ? s - issued_[p] : -1;
     fresh_[p] = false;
@@ -68,12 +70,14 @@ class Coordinator {
   }
 
  private:
+  /// Gathers the tensor of `u` at step s, counted in the pass of `u` (a prefetch may reach
+  /// across the turn into the backward).
   void Gather(const Use& u, int s, DeepSpeedZero3Plan* plan) {
     const auto p = static_cast<std::size_t>(u.param);
     available_[p] = fresh_[p] = true;
     issued_[p] = s;
     live_ += u.elems;
-    plan->gathered_elems += u.elems;
+    plan->gathered_elems[u.backward] += u.elems;
   }
 
   /// Pops the traced order after s, gathering what is not available, until it has taken
@@ -106,6 +110,7 @@ class Coordinator {
   }
 
   std::vector<Use> trace_;
+  int first_backward_;  ///< the backward's first step (the forward uses each tensor once)
   double bucket_, max_live_, reuse_;
   std::vector<bool> available_, fresh_;  ///< gathered (or in flight); gathered and not yet used
   std::vector<int> issued_, popped_use_;  ///< step of the last gather; last popped use
@@ -133,6 +138,7 @@ DeepSpeedZero3Plan PlanDeepSpeedZero3(const std::vector<double>& layer_order, in
   if (n == 0 || layers <= 0) return plan;
   double layer_elems = 0;
   for (double e : layer_order) layer_elems += e;
+  plan.layer_elems = layer_elems;
   std::vector<Use> trace = TraceOf(layer_order, layers, recompute);
   const int steps = static_cast<int>(trace.size());
   Coordinator co(trace, layers * n, prefetch_bucket_elems, max_live_elems, max_reuse_distance_elems);
@@ -150,7 +156,8 @@ DeepSpeedZero3Plan PlanDeepSpeedZero3(const std::vector<double>& layer_order, in
     lead_count[u.backward] += u.elems;
   }
   plan.forward_lead_layers = lead_count[0] > 0 ? lead_sum[0] / lead_count[0] / n : 0;
-  plan.backward_lead_layers = lead_count[1] > 0 ? lead_sum[1] / lead_count[1] / n : 0;
+  // A layer's backward is 2n modules of the trace with full recompute (its recomputed forward).
+  plan.backward_lead_layers = lead_count[1] > 0 ? lead_sum[1] / lead_count[1] / (recompute ? 2 * n : n) : 0;
   plan.kept_layers = static_cast<int>(std::floor(kept_elems / layer_elems + 1e-9));
   return plan;
 }

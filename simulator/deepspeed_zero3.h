@@ -29,17 +29,20 @@ struct DeepSpeedZero3Plan {
   /// The most gathered elements (in flight or available) at once.
   double peak_live_elems = 0;
   /// Mean lead of a gather before its use, in layers (the modules between the fetch that issued
-  /// it and its use, over the modules of a layer): in the forward (all layers but the first)
-  /// and in the backward pass. 0 when nothing is gathered there.
+  /// it and its use, over a layer's modules in that pass: n in the forward, 2n in a backward
+  /// with full recompute, weighted by elements): in the forward (all layers but the first) and
+  /// in the backward pass. 0 when nothing is gathered there.
   double forward_lead_layers = 0, backward_lead_layers = 0;
   /// Elements whose backward (or recomputed forward) use finds them still gathered from the
   /// forward, as whole layers: the layers next to the turn from forward to backward that the
   /// reuse distance keeps (their backward gathers do not happen).
   int kept_layers = 0;
-  /// Elements gathered per micro-batch (forward and backward).
-  double gathered_elems = 0;
-  /// Of the gathered elements, those fetched on demand (not prefetched).
-  double on_demand_elems = 0;
+  /// Elements gathered per micro-batch, by pass ([0] forward, [1] backward with its recomputed
+  /// forward), and of them those fetched on demand (not prefetched: the module waits for them),
+  /// but for each pass's first module, which starts cold whatever the knobs.
+  double gathered_elems[2] = {0, 0}, on_demand_elems[2] = {0, 0};
+  /// One layer's gathered elements (the sum of the trace's layer order).
+  double layer_elems = 0;
 };
 
 /// Replays the coordinator over `layers` layers whose gathered tensors, in forward order, are

@@ -92,6 +92,29 @@ class Builder {
     R_ = opts.full_rank ? static_cast<int>(c.dp) : 1;
     zero3_ = c.zero_stage >= 3;
     zero3_sync_ = c.deepspeed2021_zero3();
+    if (c.deepspeed_zero3()) {
+      // DeepSpeed's coordinator (cm.ds_zero3): a gather leads its use by this many layers (one
+      // at least: below a layer, module by module, its gathers still overlap the compute before
+      // them); the layers at the turn to the backward keep their parameters; gradients wait in
+      // buckets of whole layers.
+      const DeepSpeedZero3Plan& d = cm.ds_zero3;
+      ds_lead_[0] = std::max(1, static_cast<int>(std::floor(d.forward_lead_layers)));
+      ds_lead_[1] = std::max(1, static_cast<int>(std::floor(d.backward_lead_layers)));
+      ds_kept_ = d.kept_layers;
+      const double layer = cm.chunks.at(0).at(0).layers > 0
+                               ? cm.chunks[0][0].params_per_gpu / cm.chunks[0][0].layers
+                               : 0;
+      ds_bucket_layers_ = layer > 0 ? std::max(1, static_cast<int>(std::floor(c.ds_reduce_bucket_elems / layer))) : 1;
+      // Each gathered layer of a pass moves its share of what the coordinator gathers there, in
+      // layers: prefetched (on the gather stream, ahead) and on demand (the module waits).
+      const double layers = static_cast<double>(m.num_layers);
+      const double units[2] = {layers, layers - d.kept_layers};
+      for (int k = 0; k < 2; ++k) {
+        const double per_unit = units[k] > 0 && d.layer_elems > 0 ? 1.0 / (units[k] * d.layer_elems) : 0;
+        ds_share_[k][0] = (d.gathered_elems[k] - d.on_demand_elems[k]) * per_unit;
+        ds_share_[k][1] = d.on_demand_elems[k] * per_unit;
+      }
+    }
     // Gradients cross dp x cp ranks, and routed experts' cross their expert-data-parallel ranks.
     dp_comm_ = (c.dp_cp() > 1 || (m.moe.enabled() && c.expert_dp() > 1)) && !opts.ideal_pipeline &&
                !opts.free_communication;
@@ -214,6 +237,12 @@ class Builder {
   int p_ = 1, v_ = 1, mb_ = 1, R_ = 1;
   bool zero3_ = false, dp_comm_ = false, all_one_node_ = false;
   bool zero3_sync_ = false;  ///< ZeRO-3 collectives on the compute stream (Zero3Impl::kDeepSpeed2021)
+  /// Zero3Impl::kDeepSpeed (0 otherwise): how many layers a gather leads its use by (forward,
+  /// backward), the layers the turn keeps gathered, and the layers per reduce bucket.
+  int ds_lead_[2] = {0, 0}, ds_kept_ = 0, ds_bucket_layers_ = 0;
+  /// Zero3Impl::kDeepSpeed: a gathered layer's all-gather in layers of parameters, [pass][0]
+  /// prefetched and [pass][1] on demand (pass 0 forward, 1 backward).
+  double ds_share_[2][2] = {{0, 0}, {0, 0}};
   double grad_bytes_per_param_ = 0;
   std::int64_t bucket_ = 1;
   // Build state.
@@ -249,7 +278,8 @@ std::vector<std::int64_t> Builder::ShapeOf() const {
   std::vector<std::int64_t> s = {p_, v_, mb_, R_, static_cast<std::int64_t>(c_.schedule), zero3_, zero3_sync_, dp_comm_,
                                  c_.overlap_grad_reduce, c_.overlap_param_gather,
                                  c_.zero_stage == 1 || c_.zero_stage == 2, c_.p2p_blocking,
-                                 zero3_ && c_.zero3_limit_all_gathers, m_.tie_embeddings && p_ > 1 && !FreeComm(), FreeComm()};
+                                 zero3_ && c_.zero3_limit_all_gathers, m_.tie_embeddings && p_ > 1 && !FreeComm(), FreeComm(),
+                                 ds_lead_[0], ds_lead_[1], ds_kept_, ds_bucket_layers_};
   for (int i = 0; i < p_; ++i) {
     for (int k = 0; k < v_; ++k) {
       s.push_back(cm_.chunks[static_cast<std::size_t>(i)][static_cast<std::size_t>(k)].layers);
@@ -294,7 +324,12 @@ TaskCost Builder::CostOf(const CostKey& k) const {
     case CostKind::kZero3Gather:
     case CostKind::kZero3Prefetch: {
       // ZeRO-3: this layer's parameters, gathered flat (kPerLayer) or tensor by tensor.
-      const double params = cc.params_per_gpu / k.units, experts = cc.expert_params_per_gpu / k.units;
+      double params = cc.params_per_gpu / k.units, experts = cc.expert_params_per_gpu / k.units;
+      if (ds_lead_[0] > 0) {  // DeepSpeed: this pass's prefetched or on-demand share
+        const double share = ds_share_[k.item == ItemKind::kBackward][k.kind == CostKind::kZero3Gather];
+        params *= share;
+        experts *= share;
+      }
       if (!zero3_sync_) return DpComm(k.device, CollectiveOp::kAllGather, params * c_.param_gather_bytes, experts * c_.param_gather_bytes);
       return PerTensorCost(k.device, CollectiveOp::kAllGather, k.item, params, experts, k.kind == CostKind::kZero3Prefetch);
     }
@@ -477,6 +512,10 @@ void Builder::BuildStage(int i, int r) {
   // FSDP without its rate limiter: the CPU, at most one pass ahead of the GPU, issues a pass's
   // gathers once the GPU has run the previous pass's first unit (the replay's assumption too).
   std::int32_t prev_pass_first = -1, pass_first = -1;
+  // DeepSpeed stage 3: the layers whose gradients wait in the reduce bucket, and the bucket's
+  // last reduce-scatter at the end of a backward, which the host waits for before going on.
+  std::vector<int> ds_pending;
+  std::int32_t ds_host_sync = -1;
   for (int pos = 0; pos < static_cast<int>(order.size()); ++pos) {
     prev_pass_first = pass_first;
     pass_first = -1;
@@ -515,21 +554,42 @@ void Builder::BuildStage(int i, int r) {
                      it.microbatch, it.chunk, u);
         g_->AddEdge(pre, gather);
         Sync(i, {compute_seq.empty() ? -1 : compute_seq.back(), gather});
-      } else if (zero3_ && dp_comm_ && it.kind != ItemKind::kWeight) {
+      } else if (zero3_ && dp_comm_ && it.kind != ItemKind::kWeight &&
+                 !(ds_lead_[0] > 0 && it.kind == ItemKind::kBackward && u < ds_kept_)) {
         // FSDP: gather this layer's parameters, prefetched while the previous unit runs; the rate
         // limiter (limit_all_gathers) holds the gather until the unit two back is done. Without
         // it the CPU, up to a pass ahead, issues them once the previous pass has begun.
-        gather = Add(TaskType::kParamGather, {CostKind::kZero3Gather, ItemKind::kForward, dev, it.chunk, units},
+        // DeepSpeed: issued `lead` layers ahead (the unit lead + 1 back is done); the layers its
+        // reuse distance keeps at the turn to the backward are not gathered again.
+        const bool ds = ds_lead_[0] > 0;
+        gather = Add(TaskType::kParamGather, {ds ? CostKind::kZero3Prefetch : CostKind::kZero3Gather,
+                                              ds ? it.kind : ItemKind::kForward, dev, it.chunk, units},
                      kDpGatherStream, it.microbatch, it.chunk, u);
-        const std::int32_t after = c_.zero3_limit_all_gathers
-                                       ? (compute_seq.size() >= 2 ? compute_seq[compute_seq.size() - 2] : -1)
+        const std::size_t lead = ds ? static_cast<std::size_t>(ds_lead_[it.kind == ItemKind::kBackward]) : 1;
+        const std::int32_t after = ds || c_.zero3_limit_all_gathers
+                                       ? (compute_seq.size() > lead ? compute_seq[compute_seq.size() - 1 - lead] : -1)
                                        : prev_pass_first;
         g_->AddEdge(after, gather);
         Sync(i, {after, gather});
+        if (ds && ds_share_[it.kind == ItemKind::kBackward][1] > 0) {
+          // What the coordinator fetches on demand: issued when the module is reached (the
+          // unit before is done), and waited for.
+          const std::int32_t pre = gather, prev = compute_seq.empty() ? -1 : compute_seq.back();
+          gather = Add(TaskType::kParamGather, {CostKind::kZero3Gather, it.kind, dev, it.chunk, units}, kDpGatherStream,
+                       it.microbatch, it.chunk, u);
+          g_->AddEdge(pre, gather);
+          g_->AddEdge(prev, gather);
+          Sync(i, {prev, gather});
+        }
       }
       const std::int32_t id = Add(type, {CostKind::kItem, it.kind, dev, it.chunk, units}, kComputeStream,
                                   it.microbatch, it.chunk, u);
       g_->AddEdge(gather, id);
+      if (ds_host_sync >= 0) {  // DeepSpeed's host waited for the reduction stream after the backward
+        g_->AddEdge(ds_host_sync, id);
+        g_->AddEdge(ds_host_sync, gather);
+        ds_host_sync = -1;
+      }
       compute_seq.push_back(id);
       if (u == 0) {
         itk.first = id;
@@ -550,10 +610,18 @@ void Builder::BuildStage(int i, int r) {
           Add(TaskType::kDpReduce, {CostKind::kZero3ReduceHost, ItemKind::kForward, dev, it.chunk, units}, kComputeStream,
               it.microbatch, it.chunk, u);
         }
-        const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kZero3Reduce, ItemKind::kForward, dev, it.chunk, units},
-                                     zero3_sync_ ? kComputeStream : kDpStream, it.microbatch, it.chunk, u);
-        g_->AddEdge(id, rid);
-        Sync(i, {id, rid});
+        // DeepSpeed: the layers' gradients wait in the reduce bucket until it is full or the
+        // backward ends (independent_gradient_partition_epilogue, which synchronizes).
+        ds_pending.push_back(u);
+        const bool flush = ds_bucket_layers_ == 0 || static_cast<int>(ds_pending.size()) >= ds_bucket_layers_ || u + 1 == units;
+        for (int pu : flush ? ds_pending : std::vector<int>{}) {
+          const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kZero3Reduce, ItemKind::kForward, dev, it.chunk, units},
+                                       zero3_sync_ ? kComputeStream : kDpStream, it.microbatch, it.chunk, pu);
+          g_->AddEdge(id, rid);
+          Sync(i, {id, rid});
+          if (ds_bucket_layers_ > 0 && u + 1 == units) ds_host_sync = rid;
+        }
+        if (flush) ds_pending.clear();
       } else if (produces_grads && is_last_grad && dp_comm_ && c_.overlap_grad_reduce) {
         const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kOverlapReduce, ItemKind::kForward, dev, it.chunk, units},
                                      kDpStream, -1, it.chunk, u);
@@ -810,6 +878,16 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
     mem.comm_buffer_bytes = Zero3GatheredPeakBytes(cm.layer_tensors, c.param_gather_bytes, GradReduceBytesPerParam(c)) +
                             layers * cm.layer_tensors.persistent_elems * c.param_gather_bytes;
   }
+  // DeepSpeed's stage 3 of 2023-25: the most its coordinator keeps gathered (cm.ds_zero3), the
+  // small tensors whole, and the contiguous reduce bucket (reduce_bucket_size 16-bit elements,
+  // stage3.py's __ipg_bucket_flat_buffer).
+  if (c.deepspeed_zero3()) {
+    double layers = 0;
+    for (const auto& cc : cm.chunks[static_cast<std::size_t>(stage)]) layers += cc.layers;
+    mem.comm_buffer_bytes = cm.ds_zero3.peak_live_elems * c.param_gather_bytes +
+                            layers * cm.layer_tensors.persistent_elems * c.param_gather_bytes +
+                            c.ds_reduce_bucket_elems * ModelDtypeBytes(c.precision);
+  }
   mem.comm_buffer_bytes += 2.0 * cm.pp_message_bytes * (c.pp > 1 ? 2 : 0);
   mem.comm_buffer_bytes += DeepSpeedBucketBytes(c, stage);
   mem.framework_bytes = prof.framework_overhead_bytes;
@@ -915,6 +993,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   }
   if (opts.ideal_pipeline || opts.free_communication) cm.pp_send_intra = cm.pp_send_inter = CollectiveCost{};
   res.num_microbatches = c.num_microbatches();
+  res.ds_zero3 = cm.ds_zero3;
   // The graph's structure is reused from the last simulation of the same shape on this thread
   // (SkeletonFor); the timeline lives in thread-local scratch unless the caller keeps it (the
   // planner simulates thousands of configurations; fresh pages cost more than the run).
@@ -1191,7 +1270,7 @@ void ReplayAllocator(const Model& m, const ParallelConfig& cfg_in, const Cluster
 
 Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfig& c,
                   const Cluster& cl, std::int64_t gpus) {
-  const bool ds2021 = c.deepspeed2021_zero3();
+  const bool ds2021 = c.deepspeed2021_zero3(), ds = c.deepspeed_zero3(), ds3 = ds2021 || ds;
   Json j;
   j["model"] = m.name;
   j["cluster"] = cl.name;
@@ -1207,10 +1286,12 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"moe_a2a_overlap", c.moe_a2a_overlap},
                  {"zero_stage", c.zero_stage}, {"dp_shard", c.zero_stage >= 1 ? Json(c.shard_dp()) : Json()},
                  {"zero3_impl", c.zero_stage >= 3 ? Json(ToString(c.zero3_impl)) : Json()},
-                 {"reduce_bucket_size", (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2) || ds2021
+                 {"reduce_bucket_size", (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2) || ds3
                                             ? Json(c.ds_reduce_bucket_elems) : Json()}, {"schedule", ToString(c.schedule)},
-                 {"stage3_max_live_parameters", ds2021 ? Json(c.ds_max_live_elems) : Json()},
-                 {"stage3_param_persistence_threshold", ds2021 ? Json(c.ds_persistence_threshold_elems) : Json()},
+                 {"stage3_max_live_parameters", ds3 ? Json(c.ds_max_live_elems) : Json()},
+                 {"stage3_param_persistence_threshold", ds3 ? Json(c.ds_persistence_threshold_elems) : Json()},
+                 {"stage3_prefetch_bucket_size", ds ? Json(c.ds_prefetch_bucket_elems) : Json()},
+                 {"stage3_max_reuse_distance", ds ? Json(c.ds_max_reuse_distance_elems) : Json()},
                  {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
                  {"overlap_grad_reduce", c.overlap_grad_reduce},
                  {"param_gather_bytes_per_param", ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch))},

@@ -140,6 +140,9 @@ struct SimulationResult {
   /// "fits", "at risk" and the reserved figures are its; else by the allocated peak alone.
   bool allocator_replayed = false;
   std::vector<StageResult> stages;
+  /// Zero3Impl::kDeepSpeed: what its parameter coordinator does over a micro-batch (CostModel's
+  /// ds_zero3; all zero otherwise).
+  DeepSpeedZero3Plan ds_zero3;
   std::vector<std::string> critical_path;  ///< a few summary lines
   /// The same, structured: time on the critical path per (stage, task kind), largest first.
   struct CriticalShare {

@@ -3,9 +3,19 @@
 #include <gtest/gtest.h>
 
 #include <stdexcept>
+#include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "cli/config_args.h"
+#include "models/loader.h"
+#include "models/parallel.h"
+#include "simulator/cost_model.h"
 #include "simulator/deepspeed_zero3.h"
+#include "simulator/profile.h"
+#include "simulator/simulate.h"
+#include "tests/test_util.h"
 
 namespace shardcast {
 namespace {
@@ -14,12 +24,15 @@ const std::vector<double> kLayer = {30, 10, 40, 20};  // one layer's gathered te
 constexpr double kLayerElems = 100;
 constexpr int kLayers = 4;
 
+double Total(const double (&by_pass)[2]) { return by_pass[0] + by_pass[1]; }
+
 // A bucket and a live limit above the model, and a reuse distance beyond the trace: the first
 // fetch prefetches everything, nothing is released, and every backward finds its tensors gathered.
 TEST(DeepSpeedZero3, UnlimitedKnobsGatherEverythingOnceAtTheFirstFetch) {
   const DeepSpeedZero3Plan p = PlanDeepSpeedZero3(kLayer, kLayers, false, 1e9, 1e9, 1e9);
-  EXPECT_DOUBLE_EQ(p.gathered_elems, kLayers * kLayerElems);
-  EXPECT_DOUBLE_EQ(p.on_demand_elems, kLayer[0]);
+  EXPECT_DOUBLE_EQ(Total(p.gathered_elems), kLayers * kLayerElems);
+  EXPECT_DOUBLE_EQ(Total(p.on_demand_elems), 0);  // the first module starts cold; not counted
+  EXPECT_DOUBLE_EQ(p.gathered_elems[1], 0);
   EXPECT_DOUBLE_EQ(p.peak_live_elems, kLayers * kLayerElems);
   EXPECT_EQ(p.kept_layers, kLayers);
   EXPECT_DOUBLE_EQ(p.backward_lead_layers, 0);  // nothing gathered in the backward
@@ -38,7 +51,7 @@ TEST(DeepSpeedZero3, AOneElementBucketPrefetchesTheNextTensor) {
   const DeepSpeedZero3Plan p = PlanDeepSpeedZero3(kLayer, kLayers, false, 1, 1e9, 0);
   EXPECT_DOUBLE_EQ(p.forward_lead_layers, 0.25);  // one module of four
   EXPECT_EQ(p.kept_layers, 0);
-  EXPECT_DOUBLE_EQ(p.gathered_elems, 2 * kLayers * kLayerElems);
+  EXPECT_DOUBLE_EQ(Total(p.gathered_elems), 2 * kLayers * kLayerElems);
   // At the turn, the last fetch of the forward pops the last tensor's backward use while it is
   // gathered (not counted) and prefetches the one before it; the last tensor is then released
   // (no reuse distance) and fetched on demand for its backward, whose fetch prefetches one more:
@@ -47,7 +60,10 @@ TEST(DeepSpeedZero3, AOneElementBucketPrefetchesTheNextTensor) {
   EXPECT_DOUBLE_EQ(p.peak_live_elems, 90);
   // Every backward gather leads its use by two modules but the on-demand one (20 elements, 0).
   EXPECT_DOUBLE_EQ(p.backward_lead_layers, (kLayers * kLayerElems - kLayer[3]) * 2 / (kLayers * kLayerElems) / 4);
-  EXPECT_DOUBLE_EQ(p.on_demand_elems, kLayer[0] + kLayer[3]);
+  // On demand: only each pass's first module (the forward's first tensor, the backward's last
+  // tensor at the turn), which starts cold and is not counted.
+  EXPECT_DOUBLE_EQ(Total(p.on_demand_elems), 0);
+  EXPECT_DOUBLE_EQ(p.gathered_elems[0], kLayers * kLayerElems);
 }
 
 // The live limit caps the prefetch: with an unlimited bucket a fetch takes at most
@@ -70,7 +86,7 @@ TEST(DeepSpeedZero3, TheLiveLimitCapsWhatIsGathered) {
 TEST(DeepSpeedZero3, TheReuseDistanceKeepsTheLayersAtTheTurn) {
   const DeepSpeedZero3Plan p = PlanDeepSpeedZero3(kLayer, kLayers, false, 1, 1e9, 2 * kLayerElems + 1);
   EXPECT_EQ(p.kept_layers, 1);
-  EXPECT_DOUBLE_EQ(p.gathered_elems, 2 * kLayers * kLayerElems - kLayerElems - kLayer[3]);
+  EXPECT_DOUBLE_EQ(Total(p.gathered_elems), 2 * kLayers * kLayerElems - kLayerElems - kLayer[3]);
   const DeepSpeedZero3Plan none = PlanDeepSpeedZero3(kLayer, kLayers, false, 1, 1e9, 0);
   EXPECT_EQ(none.kept_layers, 0);
 }
@@ -82,21 +98,119 @@ TEST(DeepSpeedZero3, TheReuseDistanceKeepsTheLayersAtTheTurn) {
 // a layer apart) and nothing of the layer before (three layers apart): 400 forward + 300.
 TEST(DeepSpeedZero3, RecomputeAddsNoGatherWithinTheReuseDistance) {
   const DeepSpeedZero3Plan kept = PlanDeepSpeedZero3(kLayer, kLayers, true, 1, 1e9, 2 * kLayerElems);
-  EXPECT_DOUBLE_EQ(kept.gathered_elems, 2 * kLayers * kLayerElems - kLayerElems);
+  EXPECT_DOUBLE_EQ(Total(kept.gathered_elems), 2 * kLayers * kLayerElems - kLayerElems);
   EXPECT_EQ(kept.kept_layers, 1);
   // Without it the recomputed and the backward use gather apart, except where a fetch popped the
   // next use while the tensor was still gathered (DeepSpeed keeps those): more than the two
   // passes' 800, less than three passes' 1200.
   const DeepSpeedZero3Plan none = PlanDeepSpeedZero3(kLayer, kLayers, true, 1, 1e9, 0);
-  EXPECT_GT(none.gathered_elems, 2 * kLayers * kLayerElems);
-  EXPECT_LT(none.gathered_elems, 3 * kLayers * kLayerElems);
+  EXPECT_GT(Total(none.gathered_elems), 2 * kLayers * kLayerElems);
+  EXPECT_LT(Total(none.gathered_elems), 3 * kLayers * kLayerElems);
+}
+
+// A live limit under every tensor: nothing is ever prefetched (a fetch finds the running tensor
+// over the limit), so every use past each pass's first waits for its own gather.
+TEST(DeepSpeedZero3, UnderALiveLimitBelowATensorEverythingIsFetchedOnDemand) {
+  const DeepSpeedZero3Plan p = PlanDeepSpeedZero3(kLayer, kLayers, false, 1e9, 1, 0);
+  EXPECT_DOUBLE_EQ(Total(p.gathered_elems), 2 * kLayers * kLayerElems);
+  EXPECT_DOUBLE_EQ(Total(p.on_demand_elems), 2 * kLayers * kLayerElems - kLayer[0] - kLayer[3]);
+  EXPECT_DOUBLE_EQ(p.peak_live_elems, 40);  // one tensor at a time
+  EXPECT_DOUBLE_EQ(p.forward_lead_layers, 0);
+}
+
+ParallelConfig DeepSpeedConfig() {
+  ParallelConfig c;
+  c.dp = 8;
+  c.zero_stage = 3;
+  c.zero3_impl = Zero3Impl::kDeepSpeed;
+  c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 16;
+  c.recompute = Recompute::kFull;
+  return c;
+}
+
+// What the simulation holds for the coordinator: its gathered peak, the small tensors whole, and
+// the contiguous 16-bit reduce bucket (the pipeline terms are 0 without pipeline parallelism).
+TEST(DeepSpeedZero3, TheStageHoldsTheCoordinatorsPeakAndTheBucket) {
+  const Model m = LoadModel("llama2-7b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  ParallelConfig c = DeepSpeedConfig();
+  c.seq_length = m.seq_length;
+  const LayerTensors t = LayerTensorsOf(m, c);
+  const DeepSpeedZero3Plan plan = PlanDeepSpeedZero3(t.dense_order, static_cast<int>(m.num_layers), true, 5e7, 1e9, 1e9);
+  const SimulationResult r = Simulate(m, c, cl, 8, prof);
+  ASSERT_TRUE(r.feasible);
+  EXPECT_DOUBLE_EQ(r.ds_zero3.peak_live_elems, plan.peak_live_elems);
+  EXPECT_NEAR(r.stages.at(0).memory.comm_buffer_bytes,
+              2.0 * plan.peak_live_elems + 2.0 * static_cast<double>(m.num_layers) * t.persistent_elems + 2.0 * 5e8, 1.0);
+  // The defaults keep some layers at the turn and prefetch several layers ahead (1e9 live
+  // elements over Llama-2-7B's 202M per layer).
+  EXPECT_GT(plan.kept_layers, 0);
+  EXPECT_GE(plan.forward_lead_layers, 1.0);
+}
+
+// A live limit below every tensor leaves every gather on demand: the step waits for them, so it
+// is slower than with the defaults, which prefetch.
+TEST(DeepSpeedZero3, OnDemandGathersAreExposed) {
+  const Model m = LoadModel("llama2-7b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  ParallelConfig c = DeepSpeedConfig();
+  c.dp = 64;
+  c.global_batch_size = 64;
+  const SimulationResult d = Simulate(m, c, cl, 64, prof);
+  c.ds_max_live_elems = 1e6;
+  const SimulationResult tight = Simulate(m, c, cl, 64, prof);
+  ASSERT_TRUE(d.feasible);
+  ASSERT_TRUE(tight.feasible);
+  EXPECT_GT(tight.ds_zero3.on_demand_elems[0], 0.9 * tight.ds_zero3.gathered_elems[0]);
+  EXPECT_GT(tight.breakdown.dp_comm_s, d.breakdown.dp_comm_s);
+  EXPECT_GT(tight.step_time_s, d.step_time_s);
+}
+
+TEST(DeepSpeedZero3, CommandLine) {
+  const std::string base = "simulate --model llama2-7b --cluster dgx-a100 --gpus 64 --mbs 1 --gbs 64 --zero 3 ";
+  const auto d = testing::RunShardcast(base + "--zero3-impl deepspeed --json");
+  const auto k = testing::RunShardcast(base + "--zero3-impl deepspeed --stage3-prefetch-bucket-size 1e6 "
+                                              "--stage3-max-reuse-distance 0.5 --stage3-max-live-parameters 1e6 --json");
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  ASSERT_EQ(k.exit_code, 0) << k.err;
+  const auto a = nlohmann::json::parse(d.out), b = nlohmann::json::parse(k.out);
+  EXPECT_EQ(a["config"]["zero3_impl"], "deepspeed");
+  EXPECT_EQ(a["config"]["optimizer_impl"], "deepspeed-zero");  // implied
+  EXPECT_EQ(a["config"]["stage3_prefetch_bucket_size"], 5e7);
+  EXPECT_EQ(a["config"]["stage3_max_reuse_distance"], 1e9);
+  EXPECT_EQ(a["config"]["reduce_bucket_size"], 5e8);
+  EXPECT_EQ(b["config"]["stage3_prefetch_bucket_size"], 1e6);
+  EXPECT_EQ(b["config"]["stage3_max_live_parameters"], 1e6);
+  EXPECT_GT(b["step_time_s"].get<double>(), a["step_time_s"].get<double>());
+  const auto text = testing::RunShardcast(base + "--zero3-impl deepspeed");
+  EXPECT_NE(text.out.find("DeepSpeed stage 3 (its parameter coordinator"), std::string::npos) << text.out;
+  // The knobs of today's DeepSpeed are refused elsewhere, naming what was given.
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--zero3-impl deepspeed-2021 --stage3-prefetch-bucket-size 1e6",
+                                    "--stage3-prefetch-bucket-size: got 1000000 with --zero 3 --zero3-impl "
+                                    "deepspeed-2021, expected --zero 3 --zero3-impl deepspeed (the DeepSpeed"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--stage3-max-reuse-distance 1e6",
+                                    "--stage3-max-reuse-distance: got 1000000 with --zero 3 --zero3-impl per-layer"));
+  // The command that reproduces it carries the knobs.
+  ParallelConfig c = DeepSpeedConfig();
+  c.ds_prefetch_bucket_elems = 1e6;
+  c.ds_max_reuse_distance_elems = 2e8;
+  std::vector<std::string> unexpressed;
+  const std::string flags = cli::SimulateFlags(c, LoadModel("llama2-7b"), 8, &unexpressed);
+  for (const char* f : {"--zero3-impl deepspeed", "--stage3-prefetch-bucket-size 1000000",
+                        "--stage3-max-reuse-distance 200000000", "--optimizer deepspeed-zero"}) {
+    EXPECT_NE(flags.find(f), std::string::npos) << flags;
+  }
 }
 
 TEST(DeepSpeedZero3, BadKnobsAreRefused) {
   EXPECT_THROW(PlanDeepSpeedZero3(kLayer, kLayers, false, -1, 1e9, 1e9), std::invalid_argument);
   EXPECT_THROW(PlanDeepSpeedZero3({10, 0}, kLayers, false, 1, 1e9, 1e9), std::invalid_argument);
   const DeepSpeedZero3Plan empty = PlanDeepSpeedZero3({}, kLayers, false, 1, 1e9, 1e9);
-  EXPECT_DOUBLE_EQ(empty.gathered_elems, 0);
+  EXPECT_DOUBLE_EQ(Total(empty.gathered_elems), 0);
 }
 
 }  // namespace

@@ -230,15 +230,17 @@ TEST(Execute, SettingsDifferenceNamesEachField) {
             "rank 1 differs from rank 0: zero3_impl=deepspeed-2021 (rank 0: zero3_impl=per-layer)");
 }
 
-// execute gathers ZeRO-3 parameters layer by layer: DeepSpeed 2021's per-tensor collectives are
-// refused, not run as something else.
-TEST(ExecuteCpu, DeepSpeed2021Zero3IsRefused) {
+// execute gathers ZeRO-3 parameters layer by layer: DeepSpeed's gathers (2021's per-tensor
+// collectives, today's coordinator) are refused, not run as something else.
+TEST(ExecuteCpu, DeepSpeedZero3IsRefused) {
   const std::string prof = FakeTimerCpuProfile();
-  const auto r = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " +
-                                     std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " + prof +
-                                     " --mbs 1 --gbs 2 --zero 3 --zero3-impl deepspeed-2021");
-  EXPECT_EQ(r.exit_code, 2) << r.out;
-  EXPECT_NE(r.out.find("--zero3-impl deepspeed-2021: not executed"), std::string::npos) << r.out;
+  for (const std::string impl : {"deepspeed-2021", "deepspeed"}) {
+    const auto r = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " +
+                                       std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " + prof +
+                                       " --mbs 1 --gbs 2 --zero 3 --zero3-impl " + impl);
+    EXPECT_EQ(r.exit_code, 2) << r.out;
+    EXPECT_NE(r.out.find("--zero3-impl " + impl + ": not executed"), std::string::npos) << r.out;
+  }
 }
 
 // A GPU's profile cannot predict a run on CPU ranks: refused before anything runs.
