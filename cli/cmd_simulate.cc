@@ -143,7 +143,7 @@ static void ApplyZeroKnobs(const SimulateArgs& a, ParallelConfig* c) {
       {"--stage3-prefetch-bucket-size", a.ds_prefetch_bucket_elems, &c->ds_prefetch_bucket_elems, c->deepspeed_zero3()},
       {"--stage3-max-reuse-distance", a.ds_max_reuse_elems, &c->ds_max_reuse_distance_elems, c->deepspeed_zero3()}};
   for (const auto& [flag, value, field, applies] : knobs) {
-    if (!(value > 0)) continue;
+    if (value < 0) continue;  // not given
     if (!applies) {
       throw InputError(fmt::format("command line: {}: got {} with {}, expected --zero 3 --zero3-impl deepspeed{} "
                                    "(the DeepSpeed stage 3 it tunes)",
@@ -330,7 +330,10 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
     f += fmt::format(" --cross-entropy {}", ToString(c.cross_entropy));
   }
   if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) f += " --bf16-main-grads";
-  if (c.optimizer_impl != OptimizerImpl::kMegatron) f += fmt::format(" --optimizer {}", ToString(c.optimizer_impl));
+  // --zero3-impl deepspeed implies DeepSpeed's optimizer: say so when it is Megatron's.
+  if (c.optimizer_impl != OptimizerImpl::kMegatron || c.deepspeed_zero3()) {
+    f += fmt::format(" --optimizer {}", ToString(c.optimizer_impl));
+  }
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) f += fmt::format(" --zero3-impl {}", ToString(c.zero3_impl));
   if (c.hybrid_shard()) f += fmt::format(" --dp-shard {}", c.dp_shard);
   if (c.zero_stage >= 3 && !c.zero3_limit_all_gathers) f += " --no-limit-all-gathers";
@@ -542,7 +545,8 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
       ->transform(CLI::IsMember({"unfused", "native", "te", "flash-attn", "torch"}, CLI::ignore_case));
   cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
   cmd->add_option("--optimizer", a->optimizer,
-                  "whose optimizer keeps the state: megatron (default) | deepspeed-zero (with --zero 1, 2 or 3; 16-bit "
+                  "whose optimizer keeps the state: megatron (default; deepspeed-zero with --zero3-impl deepspeed) | "
+                  "deepspeed-zero (with --zero 1, 2 or 3; 16-bit "
                   "grads) | deepspeed-bf16 (with --zero 1; BF16_Optimizer: fp32 grad buffer, fp32 all-reduce)")
       ->transform(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16"}, CLI::ignore_case));
   cmd->add_option("--reduce-bucket-size", a->reduce_bucket_size,
@@ -556,19 +560,19 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_option("--stage3-max-live-parameters", a->ds_max_live_elems,
                   "with --zero3-impl deepspeed or deepspeed-2021: DeepSpeed's stage3_max_live_parameters in elements "
                   "(default 1e9): what is prefetched keeps the gathered parameters under it")
-      ->check(PositiveNumber());
+      ->check(NonNegativeNumber());
   cmd->add_option("--stage3-prefetch-bucket-size", a->ds_prefetch_bucket_elems,
                   "with --zero3-impl deepspeed: DeepSpeed's stage3_prefetch_bucket_size in elements (default 5e7): "
                   "what each module's fetch prefetches of the modules after it")
-      ->check(PositiveNumber());
+      ->check(NonNegativeNumber());
   cmd->add_option("--stage3-max-reuse-distance", a->ds_max_reuse_elems,
                   "with --zero3-impl deepspeed: DeepSpeed's stage3_max_reuse_distance in elements (default 1e9): a "
                   "module's parameters stay gathered when the modules up to this many elements on use them again")
-      ->check(PositiveNumber());
+      ->check(NonNegativeNumber());
   cmd->add_option("--stage3-param-persistence-threshold", a->ds_persistence_elems,
                   "with --zero3-impl deepspeed or deepspeed-2021: DeepSpeed's stage3_param_persistence_threshold in elements "
                   "(default 1e5): smaller tensors stay whole on every rank and are never gathered")
-      ->check(PositiveNumber());
+      ->check(NonNegativeNumber());
   cmd->add_flag("--no-limit-all-gathers", a->no_limit_all_gathers,
                 "with --zero 3 (per-layer): PyTorch FSDP's limit_all_gathers=False (its default before PyTorch 2.1): "
                 "the CPU issues every layer's all-gather as it runs ahead, and the caching allocator holds each "

@@ -58,9 +58,9 @@ struct SimulateArgs {
   std::string zero3_impl;  ///< --zero3-impl (Zero3Impl); empty: not given (per-layer)
   double reduce_bucket_size = 0;  ///< --reduce-bucket-size (DeepSpeed, elements); 0: not given
   /// --stage3-max-live-parameters, --stage3-param-persistence-threshold,
-  /// --stage3-prefetch-bucket-size, --stage3-max-reuse-distance (DeepSpeed stage 3, elements);
-  /// 0: not given.
-  double ds_max_live_elems = 0, ds_persistence_elems = 0, ds_prefetch_bucket_elems = 0, ds_max_reuse_elems = 0;
+  /// --stage3-prefetch-bucket-size, --stage3-max-reuse-distance (DeepSpeed stage 3, elements; 0
+  /// is DeepSpeed's "none"); -1: not given.
+  double ds_max_live_elems = -1, ds_persistence_elems = -1, ds_prefetch_bucket_elems = -1, ds_max_reuse_elems = -1;
   /// --recompute-modules (Megatron-Core's names; implies --recompute selective).
   std::vector<std::string> recompute_modules;
   /// --overlap-moe-expert-parallel-comm (--delay-wgrad-compute is accepted with it).

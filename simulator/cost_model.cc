@@ -1461,11 +1461,14 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   cm.tokens_per_microbatch = T;
   if (c.deepspeed2021_zero3() || c.deepspeed_zero3()) cm.layer_tensors = LayerTensorsOf(m, c);
   if (c.deepspeed_zero3()) {
-    // ZeRO-3 runs without pipeline parallelism: the one stage holds every layer. A model of
-    // dense and MoE layers is traced with the dense layers' modules (the MoE layers' where all are).
-    const auto& order = cm.layer_tensors.dense_order.empty() ? cm.layer_tensors.moe_order : cm.layer_tensors.dense_order;
-    cm.ds_zero3 = PlanDeepSpeedZero3(order, static_cast<int>(m.num_layers), c.recompute == Recompute::kFull,
-                                     c.ds_prefetch_bucket_elems, c.ds_max_live_elems, c.ds_max_reuse_distance_elems);
+    // ZeRO-3 runs without pipeline parallelism: the one stage holds every layer, each traced
+    // with its kind's tensors.
+    std::vector<std::vector<double>> orders;
+    for (std::int64_t l = 0; l < m.num_layers; ++l) {
+      orders.push_back(m.IsMoeLayer(l) ? cm.layer_tensors.moe_order : cm.layer_tensors.dense_order);
+    }
+    cm.ds_zero3 = PlanDeepSpeedZero3(orders, c.recompute == Recompute::kFull, c.ds_prefetch_bucket_elems,
+                                     c.ds_max_live_elems, c.ds_max_reuse_distance_elems);
   }
 
   // Placement under Megatron-LM's rank order tp (innermost), cp, dp, pp. Gradients are reduced

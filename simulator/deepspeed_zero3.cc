@@ -18,19 +18,26 @@ struct Use {
 };
 
 /// Forward over all layers, then each layer from the last down: its recomputed forward (with
-/// full recompute) and its modules in reverse order.
-std::vector<Use> TraceOf(const std::vector<double>& order, int layers, bool recompute) {
-  const int n = static_cast<int>(order.size());
+/// full recompute) and its modules in reverse order. Layer l's tensors are parameters
+/// first[l] .. first[l] + its order's size.
+std::vector<Use> TraceOf(const std::vector<std::vector<double>>& orders, bool recompute) {
+  const int layers = static_cast<int>(orders.size());
+  std::vector<int> first(orders.size() + 1, 0);
+  for (int l = 0; l < layers; ++l) first[l + 1] = first[l] + static_cast<int>(orders[l].size());
   std::vector<Use> t;
-  t.reserve(static_cast<std::size_t>(layers * n * (recompute ? 3 : 2)));
-  for (int l = 0; l < layers; ++l) {
-    for (int j = 0; j < n; ++j) t.push_back({l * n + j, order[static_cast<std::size_t>(j)], false});
-  }
-  for (int l = layers - 1; l >= 0; --l) {
-    if (recompute) {
-      for (int j = 0; j < n; ++j) t.push_back({l * n + j, order[static_cast<std::size_t>(j)], true});
+  t.reserve(static_cast<std::size_t>(first.back() * (recompute ? 3 : 2)));
+  auto pass = [&](int l, bool backward, bool reverse) {
+    const auto& o = orders[static_cast<std::size_t>(l)];
+    const int n = static_cast<int>(o.size());
+    for (int k = 0; k < n; ++k) {
+      const int j = reverse ? n - 1 - k : k;
+      t.push_back({first[l] + j, o[static_cast<std::size_t>(j)], backward});
     }
-    for (int j = n - 1; j >= 0; --j) t.push_back({l * n + j, order[static_cast<std::size_t>(j)], true});
+  };
+  for (int l = 0; l < layers; ++l) pass(l, false, false);
+  for (int l = layers - 1; l >= 0; --l) {
+    if (recompute) pass(l, true, false);
+    pass(l, true, true);
   }
   return t;
 }
@@ -50,7 +57,8 @@ class Coordinator {
     const auto p = static_cast<std::size_t>(u.param);
     if (!available_[p]) {
       Gather(u, s, plan);
-      // Each pass's first module starts cold whatever the knobs; the others wait when the
+      // The forward's first module starts cold whatever the knobs, and so may the backward's
+      // first (the turn): single fetches, not a share of every layer. The others wait when the
       // prefetch did not reach them.
       if (s != 0 && s != first_backward_) plan->on_demand_elems[u.backward] += u.elems;
     }
@@ -123,42 +131,61 @@ class Coordinator {
 DeepSpeedZero3Plan PlanDeepSpeedZero3(const std::vector<double>& layer_order, int layers, bool recompute,
                                       double prefetch_bucket_elems, double max_live_elems,
                                       double max_reuse_distance_elems) {
+  return PlanDeepSpeedZero3(std::vector<std::vector<double>>(static_cast<std::size_t>(std::max(0, layers)), layer_order),
+                            recompute, prefetch_bucket_elems, max_live_elems, max_reuse_distance_elems);
+}
+
+DeepSpeedZero3Plan PlanDeepSpeedZero3(const std::vector<std::vector<double>>& layer_orders, bool recompute,
+                                      double prefetch_bucket_elems, double max_live_elems,
+                                      double max_reuse_distance_elems) {
   for (double v : {prefetch_bucket_elems, max_live_elems, max_reuse_distance_elems}) {
     if (!(v >= 0) || !std::isfinite(v)) {
       throw std::invalid_argument("PlanDeepSpeedZero3: a knob is " + std::to_string(v) + ", expected a finite number >= 0");
     }
   }
-  for (double e : layer_order) {
-    if (!(e > 0) || !std::isfinite(e)) {
-      throw std::invalid_argument("PlanDeepSpeedZero3: a tensor has " + std::to_string(e) + " elements, expected > 0");
-    }
-  }
   DeepSpeedZero3Plan plan;
-  const int n = static_cast<int>(layer_order.size());
-  if (n == 0 || layers <= 0) return plan;
-  double layer_elems = 0;
-  for (double e : layer_order) layer_elems += e;
-  plan.layer_elems = layer_elems;
-  std::vector<Use> trace = TraceOf(layer_order, layers, recompute);
+  const int layers = static_cast<int>(layer_orders.size());
+  int params = 0;
+  double all_elems = 0;
+  for (const auto& o : layer_orders) {
+    for (double e : o) {
+      if (!(e > 0) || !std::isfinite(e)) {
+        throw std::invalid_argument("PlanDeepSpeedZero3: a tensor has " + std::to_string(e) + " elements, expected > 0");
+      }
+      all_elems += e;
+    }
+    params += static_cast<int>(o.size());
+  }
+  if (params == 0) return plan;
+  // Per layer: the mean over layers (dense and MoE layers differ), and the modules of a mean layer.
+  plan.layer_elems = all_elems / layers;
+  const double n = static_cast<double>(params) / layers;
+  std::vector<Use> trace = TraceOf(layer_orders, recompute);
   const int steps = static_cast<int>(trace.size());
-  Coordinator co(trace, layers * n, prefetch_bucket_elems, max_live_elems, max_reuse_distance_elems);
+  Coordinator co(trace, params, prefetch_bucket_elems, max_live_elems, max_reuse_distance_elems);
   double lead_sum[2] = {0, 0}, lead_count[2] = {0, 0}, kept_elems = 0;
-  std::vector<bool> seen_backward(static_cast<std::size_t>(layers * n), false);
+  std::vector<bool> seen_backward(static_cast<std::size_t>(params), false);
+  const int first_layer_params = static_cast<int>(layer_orders.front().size());
   for (int s = 0; s < steps; ++s) {
     const Use& u = trace[static_cast<std::size_t>(s)];
+    const double on_demand = plan.on_demand_elems[u.backward];
     const int lead = co.Step(s, &plan);
     if (u.backward && !seen_backward[static_cast<std::size_t>(u.param)]) {
       seen_backward[static_cast<std::size_t>(u.param)] = true;
       if (lead < 0) kept_elems += u.elems;
     }
-    if (lead < 0 || (!u.backward && u.param < n)) continue;  // the first layer's forward starts cold
+    // The lead of what was prefetched: not kept tensors (-1), not on-demand gathers (the
+    // simulation times those apart), not the first layer's forward (it starts cold).
+    if (lead < 0 || plan.on_demand_elems[u.backward] != on_demand || (!u.backward && u.param < first_layer_params)) {
+      continue;
+    }
     lead_sum[u.backward] += lead * u.elems;
     lead_count[u.backward] += u.elems;
   }
   plan.forward_lead_layers = lead_count[0] > 0 ? lead_sum[0] / lead_count[0] / n : 0;
   // A layer's backward is 2n modules of the trace with full recompute (its recomputed forward).
   plan.backward_lead_layers = lead_count[1] > 0 ? lead_sum[1] / lead_count[1] / (recompute ? 2 * n : n) : 0;
-  plan.kept_layers = static_cast<int>(std::floor(kept_elems / layer_elems + 1e-9));
+  plan.kept_layers = static_cast<int>(std::floor(kept_elems / plan.layer_elems + 1e-9));
   return plan;
 }
 

@@ -101,10 +101,8 @@ class Builder {
       ds_lead_[0] = std::max(1, static_cast<int>(std::floor(d.forward_lead_layers)));
       ds_lead_[1] = std::max(1, static_cast<int>(std::floor(d.backward_lead_layers)));
       ds_kept_ = d.kept_layers;
-      const double layer = cm.chunks.at(0).at(0).layers > 0
-                               ? cm.chunks[0][0].params_per_gpu / cm.chunks[0][0].layers
-                               : 0;
-      ds_bucket_layers_ = layer > 0 ? std::max(1, static_cast<int>(std::floor(c.ds_reduce_bucket_elems / layer))) : 1;
+      ds_bucket_layers_ = d.layer_elems > 0 ? std::max(1, static_cast<int>(std::floor(c.ds_reduce_bucket_elems / d.layer_elems)))
+                                            : 1;
       // Each gathered layer of a pass moves its share of what the coordinator gathers there, in
       // layers: prefetched (on the gather stream, ahead) and on demand (the module waits).
       const double layers = static_cast<double>(m.num_layers);
@@ -279,7 +277,8 @@ std::vector<std::int64_t> Builder::ShapeOf() const {
                                  c_.overlap_grad_reduce, c_.overlap_param_gather,
                                  c_.zero_stage == 1 || c_.zero_stage == 2, c_.p2p_blocking,
                                  zero3_ && c_.zero3_limit_all_gathers, m_.tie_embeddings && p_ > 1 && !FreeComm(), FreeComm(),
-                                 ds_lead_[0], ds_lead_[1], ds_kept_, ds_bucket_layers_};
+                                 ds_lead_[0], ds_lead_[1], ds_kept_, ds_bucket_layers_, ds_share_[0][1] > 0,
+                                 ds_share_[1][1] > 0};
   for (int i = 0; i < p_; ++i) {
     for (int k = 0; k < v_; ++k) {
       s.push_back(cm_.chunks[static_cast<std::size_t>(i)][static_cast<std::size_t>(k)].layers);
@@ -536,7 +535,7 @@ void Builder::BuildStage(int i, int r) {
                                                            : TaskType::kWeight;
     ItemTasks& itk = its[static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))];
     for (int u = 0; u < units; ++u) {
-      std::int32_t gather = -1;
+      std::int32_t gather = -1, ds_prefetch = -1;
       if (zero3_ && dp_comm_ && it.kind != ItemKind::kWeight && zero3_sync_) {
         // DeepSpeed 2021: the layer's tensors gathered one by one on a synchronized device,
         // after the previous unit (the compute stream's program order).
@@ -574,10 +573,11 @@ void Builder::BuildStage(int i, int r) {
         if (ds && ds_share_[it.kind == ItemKind::kBackward][1] > 0) {
           // What the coordinator fetches on demand: issued when the module is reached (the
           // unit before is done), and waited for.
-          const std::int32_t pre = gather, prev = compute_seq.empty() ? -1 : compute_seq.back();
+          ds_prefetch = gather;
+          const std::int32_t prev = compute_seq.empty() ? -1 : compute_seq.back();
           gather = Add(TaskType::kParamGather, {CostKind::kZero3Gather, it.kind, dev, it.chunk, units}, kDpGatherStream,
                        it.microbatch, it.chunk, u);
-          g_->AddEdge(pre, gather);
+          g_->AddEdge(ds_prefetch, gather);
           g_->AddEdge(prev, gather);
           Sync(i, {prev, gather});
         }
@@ -588,6 +588,7 @@ void Builder::BuildStage(int i, int r) {
       if (ds_host_sync >= 0) {  // DeepSpeed's host waited for the reduction stream after the backward
         g_->AddEdge(ds_host_sync, id);
         g_->AddEdge(ds_host_sync, gather);
+        g_->AddEdge(ds_host_sync, ds_prefetch);
         ds_host_sync = -1;
       }
       compute_seq.push_back(id);
@@ -1409,6 +1410,15 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                   {"peak_inflight_microbatches", s.memory.peak_inflight_microbatches}});
   }
   j["stages"] = st;
+  if (ds && r.feasible) {
+    const DeepSpeedZero3Plan& d = r.ds_zero3;
+    j["deepspeed_zero3"] = {{"peak_gathered_elements", d.peak_live_elems},
+                            {"forward_lead_layers", d.forward_lead_layers},
+                            {"backward_lead_layers", d.backward_lead_layers},
+                            {"kept_layers", d.kept_layers},
+                            {"gathered_elements", {{"forward", d.gathered_elems[0]}, {"backward", d.gathered_elems[1]}}},
+                            {"on_demand_elements", {{"forward", d.on_demand_elems[0]}, {"backward", d.on_demand_elems[1]}}}};
+  }
   Json cp = Json::array();
   for (const auto& cs : r.critical_shares) {
     cp.push_back({{"stage", cs.stage}, {"kind", cs.kind}, {"tasks", cs.tasks}, {"seconds", cs.seconds}});

@@ -450,7 +450,7 @@ TEST(CliPlan, AtRiskPlansAreMarkedAndNotRecommended) {
 TEST(Cli, NumericFlagErrorsSayWhatWasExpected) {
   const std::string sim = "simulate --model llama3-8b --cluster dgx-a100 --gpus 8 ";
   EXPECT_TRUE(testing::ExitsTwoWith(sim + "--zero 3 --zero3-impl deepspeed-2021 --stage3-max-live-parameters -5",
-                                    "--stage3-max-live-parameters: got \"-5\", expected a positive number"));
+                                    "--stage3-max-live-parameters: got \"-5\", expected a number of at least 0"));
   EXPECT_TRUE(testing::ExitsTwoWith(sim + "--reduce-bucket-size inf", "got \"inf\", expected a positive number"));
   EXPECT_TRUE(testing::ExitsTwoWith(sim + "--zero 4", "--zero: got \"4\", expected an integer from 0 to 3"));
   EXPECT_TRUE(testing::ExitsTwoWith("plan --model llama3-8b --cluster dgx-a100 --gpus 8 --gbs 8 --min-headroom -1",

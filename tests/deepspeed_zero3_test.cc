@@ -2,6 +2,8 @@
 // expected figures are worked out here by hand from its rules on small traces.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -108,6 +110,19 @@ TEST(DeepSpeedZero3, RecomputeAddsNoGatherWithinTheReuseDistance) {
   EXPECT_LT(Total(none.gathered_elems), 3 * kLayers * kLayerElems);
 }
 
+// Layers of their own tensors (a dense layer, then a MoE layer of larger tensors): the trace
+// takes each layer's, and a layer's elements are the mean. With a one-element bucket and no
+// reuse the largest neighbours are the MoE layer's two tensors and the next one prefetched in
+// the backward's lead of two: 50 + 50 + 10.
+TEST(DeepSpeedZero3, LayersOfTheirOwnKinds) {
+  const std::vector<std::vector<double>> orders = {{10, 10}, {50, 50}};
+  const DeepSpeedZero3Plan p = PlanDeepSpeedZero3(orders, false, 1, 1e9, 0);
+  EXPECT_DOUBLE_EQ(p.layer_elems, 60);
+  EXPECT_DOUBLE_EQ(p.gathered_elems[0], 120);
+  EXPECT_DOUBLE_EQ(p.gathered_elems[1], 120);
+  EXPECT_DOUBLE_EQ(p.peak_live_elems, 110);
+}
+
 // A live limit under every tensor: nothing is ever prefetched (a fetch finds the running tensor
 // over the limit), so every use past each pass's first waits for its own gather.
 TEST(DeepSpeedZero3, UnderALiveLimitBelowATensorEverythingIsFetchedOnDemand) {
@@ -170,11 +185,110 @@ TEST(DeepSpeedZero3, OnDemandGathersAreExposed) {
   EXPECT_GT(tight.step_time_s, d.step_time_s);
 }
 
+// The task graph follows the coordinator (Llama-2-7B, 202M gathered elements per layer, its
+// defaults: 1e9 live elements, a 5e8-element reduce bucket):
+//  - each micro-batch gathers every layer in the forward and all but the kept ones in the
+//    backward, and reduce-scatters every layer's gradients;
+//  - a forward gather waits for the compute unit lead + 1 before its layer, no later one;
+//  - reduce-scatters leave in buckets of floor(5e8 / 202M) = 2 layers, after the unit that
+//    fills the bucket;
+//  - the next micro-batch's first compute waits for the backward's last reduce-scatter.
+TEST(DeepSpeedZero3, TheTaskGraphFollowsTheCoordinator) {
+  const Model m = LoadModel("llama2-7b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  ParallelConfig c = DeepSpeedConfig();  // dp 8, mbs 1, gbs 16: two micro-batches
+  SimulateOptions o;
+  o.keep_graph = true;
+  o.reuse_graph = false;
+  const SimulationResult r = Simulate(m, c, cl, 8, DefaultProfile(cl), o);
+  ASSERT_TRUE(r.feasible);
+  const DeepSpeedZero3Plan& d = r.ds_zero3;
+  const int L = static_cast<int>(m.num_layers), lead = static_cast<int>(d.forward_lead_layers);
+  ASSERT_GT(d.kept_layers, 0);
+  ASSERT_GE(lead, 2);
+  ASSERT_EQ(d.on_demand_elems[0] + d.on_demand_elems[1], 0);  // no on-demand tasks with the defaults
+  const int bucket = static_cast<int>(5e8 / d.layer_elems);
+  ASSERT_EQ(bucket, 2);
+  const auto& nodes = r.graph.nodes();
+  std::vector<std::int32_t> compute;  // the compute-stream item units, in order
+  int gathers = 0, reduces = 0;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i].device != 0) continue;
+    if (nodes[i].type == TaskType::kParamGather) ++gathers;
+    if (nodes[i].type == TaskType::kDpReduce) ++reduces;
+    if (nodes[i].type == TaskType::kForward || nodes[i].type == TaskType::kBackward) {
+      compute.push_back(static_cast<std::int32_t>(i));
+    }
+  }
+  EXPECT_EQ(gathers, 2 * (2 * L - d.kept_layers));
+  EXPECT_EQ(reduces, 2 * L);
+  ASSERT_EQ(compute.size(), static_cast<std::size_t>(4 * L));
+  std::map<std::int32_t, std::vector<std::int32_t>> preds;
+  for (const auto& [a, b] : r.graph.edges()) preds[b].push_back(a);
+  auto has_edge = [&](std::int32_t a, std::int32_t b) {
+    const auto& p = preds[b];
+    return std::find(p.begin(), p.end(), a) != p.end();
+  };
+  auto gather_of = [&](std::int32_t unit_task) {  // the gather a compute unit waits for
+    for (std::int32_t p : preds[unit_task]) {
+      if (nodes[static_cast<std::size_t>(p)].type == TaskType::kParamGather) return p;
+    }
+    return std::int32_t{-1};
+  };
+  // The first micro-batch's forward: unit u's gather after unit u - lead - 1.
+  for (int u = lead + 1; u < L; ++u) {
+    const std::int32_t g = gather_of(compute[static_cast<std::size_t>(u)]);
+    ASSERT_GE(g, 0) << "unit " << u;
+    EXPECT_TRUE(has_edge(compute[static_cast<std::size_t>(u - lead - 1)], g)) << "unit " << u;
+  }
+  // Its backward: the first kept_layers units have no gather, the next one has.
+  for (int u = 0; u < d.kept_layers; ++u) EXPECT_LT(gather_of(compute[static_cast<std::size_t>(L + u)]), 0) << u;
+  EXPECT_GE(gather_of(compute[static_cast<std::size_t>(L + d.kept_layers)]), 0);
+  // Reduce-scatters hang off every second backward unit (the bucket's filling one).
+  std::vector<int> reduces_after(static_cast<std::size_t>(L), 0);
+  for (int u = 0; u < L; ++u) {
+    for (const auto& [a, b] : r.graph.edges()) {
+      if (a == compute[static_cast<std::size_t>(L + u)] && nodes[static_cast<std::size_t>(b)].type == TaskType::kDpReduce) {
+        ++reduces_after[static_cast<std::size_t>(u)];
+      }
+    }
+  }
+  for (int u = 0; u < L; ++u) EXPECT_EQ(reduces_after[static_cast<std::size_t>(u)], u % 2 == 1 ? 2 : 0) << u;
+  // The second micro-batch's first unit waits for the first backward's last reduce-scatter.
+  bool waits = false;
+  for (std::int32_t p : preds[compute[static_cast<std::size_t>(2 * L)]]) {
+    waits = waits || nodes[static_cast<std::size_t>(p)].type == TaskType::kDpReduce;
+  }
+  EXPECT_TRUE(waits);
+}
+
+// A reused graph of another DeepSpeed configuration gives this one's step: the on-demand
+// gathers change the graph's shape.
+TEST(DeepSpeedZero3, AReusedGraphGivesTheSameStep) {
+  const Model m = LoadModel("llama2-7b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  ParallelConfig a = DeepSpeedConfig();
+  a.ds_prefetch_bucket_elems = 1e6;
+  a.ds_max_reuse_distance_elems = 1;
+  a.ds_max_live_elems = 1e8;
+  ParallelConfig b = a;
+  b.ds_max_live_elems = 5e7;
+  SimulateOptions fresh;
+  fresh.reuse_graph = false;
+  const SimulationResult alone = Simulate(m, b, cl, 8, prof, fresh);
+  SimulateOptions reuse;
+  reuse.reuse_graph = true;
+  Simulate(m, a, cl, 8, prof, reuse);
+  const SimulationResult after = Simulate(m, b, cl, 8, prof, reuse);
+  EXPECT_DOUBLE_EQ(after.step_time_s, alone.step_time_s);
+}
+
 TEST(DeepSpeedZero3, CommandLine) {
   const std::string base = "simulate --model llama2-7b --cluster dgx-a100 --gpus 64 --mbs 1 --gbs 64 --zero 3 ";
   const auto d = testing::RunShardcast(base + "--zero3-impl deepspeed --json");
   const auto k = testing::RunShardcast(base + "--zero3-impl deepspeed --stage3-prefetch-bucket-size 1e6 "
-                                              "--stage3-max-reuse-distance 0.5 --stage3-max-live-parameters 1e6 --json");
+                                              "--stage3-max-reuse-distance 0 --stage3-max-live-parameters 1e6 --json");
   ASSERT_EQ(d.exit_code, 0) << d.err;
   ASSERT_EQ(k.exit_code, 0) << k.err;
   const auto a = nlohmann::json::parse(d.out), b = nlohmann::json::parse(k.out);
@@ -185,7 +299,11 @@ TEST(DeepSpeedZero3, CommandLine) {
   EXPECT_EQ(a["config"]["reduce_bucket_size"], 5e8);
   EXPECT_EQ(b["config"]["stage3_prefetch_bucket_size"], 1e6);
   EXPECT_EQ(b["config"]["stage3_max_live_parameters"], 1e6);
+  EXPECT_EQ(b["config"]["stage3_max_reuse_distance"], 0);  // DeepSpeed's "none" is accepted
   EXPECT_GT(b["step_time_s"].get<double>(), a["step_time_s"].get<double>());
+  // What the coordinator did: with no reuse distance nothing is kept into the backward.
+  EXPECT_GT(a["deepspeed_zero3"]["kept_layers"].get<int>(), 0);
+  EXPECT_EQ(b["deepspeed_zero3"]["kept_layers"].get<int>(), 0);
   const auto text = testing::RunShardcast(base + "--zero3-impl deepspeed");
   EXPECT_NE(text.out.find("DeepSpeed stage 3 (its parameter coordinator"), std::string::npos) << text.out;
   // The knobs of today's DeepSpeed are refused elsewhere, naming what was given.
