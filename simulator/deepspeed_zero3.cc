@@ -48,7 +48,20 @@ class Coordinator {
   Coordinator(std::vector<Use> trace, int params, double bucket, double max_live, double reuse)
       : trace_(std::move(trace)), first_backward_(params), bucket_(bucket), max_live_(max_live), reuse_(reuse),
         available_(static_cast<std::size_t>(params), false), fresh_(static_cast<std::size_t>(params), false),
-        issued_(static_cast<std::size_t>(params), -1), popped_use_(static_cast<std::size_t>(params), -1) {}
+        issued_(static_cast<std::size_t>(params), -1), popped_use_(static_cast<std::size_t>(params), -1) {
+    // The reuse-distance scan in O(1): each use's next use of the same tensor, and the elements
+    // of the trace before each position.
+    const std::size_t n = trace_.size();
+    next_use_.assign(n, -1);
+    before_.assign(n + 1, 0);
+    std::vector<int> last(static_cast<std::size_t>(params), -1);
+    for (std::size_t t = n; t-- > 0;) {
+      const auto p = static_cast<std::size_t>(trace_[t].param);
+      next_use_[t] = last[p];
+      last[p] = static_cast<int>(t);
+    }
+    for (std::size_t t = 0; t < n; ++t) before_[t + 1] = before_[t] + trace_[t].elems;
+  }
 
   /// fetch_sub_module then release_sub_module of the module at trace position s; returns the
   /// lead (modules) of the gather this use waited for, or -1 when the tensor was still gathered.
@@ -107,14 +120,12 @@ class Coordinator {
 
   /// Whether release_sub_module keeps tensor `param` after its use at s: a later use was popped
   /// while it was available, or a module within the reuse distance uses it.
+  /// DeepSpeed's scan walks the modules after s while the elements passed stay under the
+  /// distance: it finds the next use t when the modules strictly between hold less than it.
   bool Kept(int param, int s) const {
     if (popped_use_[static_cast<std::size_t>(param)] > s + 1) return true;
-    double traversed = 0;
-    for (std::size_t t = static_cast<std::size_t>(s) + 1; t < trace_.size() && traversed < reuse_; ++t) {
-      if (trace_[t].param == param) return true;
-      traversed += trace_[t].elems;
-    }
-    return false;
+    const int t = next_use_[static_cast<std::size_t>(s)];
+    return t >= 0 && before_[static_cast<std::size_t>(t)] - before_[static_cast<std::size_t>(s) + 1] < reuse_;
   }
 
   std::vector<Use> trace_;
@@ -122,6 +133,8 @@ class Coordinator {
   double bucket_, max_live_, reuse_;
   std::vector<bool> available_, fresh_;  ///< gathered (or in flight); gathered and not yet used
   std::vector<int> issued_, popped_use_;  ///< step of the last gather; last popped use
+  std::vector<int> next_use_;             ///< per trace position: the tensor's next use, or -1
+  std::vector<double> before_;            ///< elements of the trace before each position
   int next_ = 0;                          ///< the queue's front (trace position)
   double live_ = 0;                       ///< DeepSpeed's __n_available_params
 };
