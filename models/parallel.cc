@@ -622,6 +622,14 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
                             "do not support with pipeline parallelism (pp = {})",
                             c.zero_stage, c.zero_stage == 3 ? " and weights" : "", c.pp));
   }
+  if (c.deepspeed_zero3() && m.moe.enabled() && c.ep > 1) {
+    // DeepSpeed's engine asserts "MoE not supported with Stage 3" for its own MoE layers, the
+    // only ones it parallelizes over experts; a Hugging Face MoE model runs with ep = 1.
+    add("DeepSpeed ZeRO-3 with expert parallelism",
+        fmt::format("DeepSpeed's stage 3 does not run expert parallelism (ep = {}): its engine refuses its MoE "
+                    "layers with stage 3; use --ep 1 (the experts then shard like other weights) or --zero 2",
+                    c.ep));
+  }
   if (c.sequence_parallel && c.tp == 1) {
     add("sequence parallelism needs tp > 1", "sequence parallelism needs tp > 1");
   }

@@ -119,12 +119,14 @@ void WriteDeepSpeedZero3(std::ostream& out, const SimulationResult& r, const Par
   const DeepSpeedZero3Plan& d = r.ds_zero3;
   out << fmt::format("\nDeepSpeed stage 3 (its parameter coordinator replayed over one micro-batch's modules; "
                      "docs/simulator.md, \"ZeRO-3\"):\n"
-                     "  gathers issued {:.2f} layers ahead of their use in the forward, {:.2f} in the backward (the "
-                     "simulation issues a layer's gather {} and {} layers ahead)\n"
-                     "  at most {} gathered at once ({:.4g} elements at {} bytes; stage3_max_live_parameters {:.4g}, "
+                     "  prefetches issued {:.2f} layers ahead of their use in the forward, {:.2f} in the backward (the "
+                     "simulation issues a layer's prefetched share {} and {} layers ahead)\n"
+                     "  at most {} gathered at once ({:.4g} elements at {} bytes; stage3_max_live_parameters {:.4g} "
+                     "caps what a fetch prefetches, not the module it fetches nor the tensors kept for reuse; "
                      "stage3_prefetch_bucket_size {:.4g})\n"
-                     "  {} of {} layers stay gathered from the forward into the backward (stage3_max_reuse_distance "
-                     "{:.4g}); {:.4g} elements gathered per micro-batch, {:.4g} of them on demand past each pass's first "
+                     "  {} of {} layers stay gathered from the forward into the backward (within "
+                     "stage3_max_reuse_distance {:.4g} of their next use, or passed by the prefetch while gathered); "
+                     "{:.4g} elements gathered per micro-batch, {:.4g} of them on demand past each pass's first "
                      "module (the module waits for them)\n",
                      d.forward_lead_layers, d.backward_lead_layers, std::max(1, static_cast<int>(d.forward_lead_layers)),
                      std::max(1, static_cast<int>(d.backward_lead_layers)),

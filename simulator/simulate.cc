@@ -1413,8 +1413,12 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   if (ds && r.feasible) {
     const DeepSpeedZero3Plan& d = r.ds_zero3;
     j["deepspeed_zero3"] = {{"peak_gathered_elements", d.peak_live_elems},
+                            {"peak_gathered_bytes", d.peak_live_elems * ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch))},
+                            {"reduce_bucket_bytes", c.ds_reduce_bucket_elems * ModelDtypeBytes(c.precision)},
                             {"forward_lead_layers", d.forward_lead_layers},
                             {"backward_lead_layers", d.backward_lead_layers},
+                            {"simulated_lead_layers", {{"forward", std::max(1, static_cast<int>(d.forward_lead_layers))},
+                                                       {"backward", std::max(1, static_cast<int>(d.backward_lead_layers))}}},
                             {"kept_layers", d.kept_layers},
                             {"gathered_elements", {{"forward", d.gathered_elems[0]}, {"backward", d.gathered_elems[1]}}},
                             {"on_demand_elements", {{"forward", d.on_demand_elems[0]}, {"backward", d.on_demand_elems[1]}}}};

@@ -312,6 +312,10 @@ TEST(DeepSpeedZero3, CommandLine) {
                                     "deepspeed-2021, expected --zero 3 --zero3-impl deepspeed (the DeepSpeed"));
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--stage3-max-reuse-distance 1e6",
                                     "--stage3-max-reuse-distance: got 1000000 with --zero 3 --zero3-impl per-layer"));
+  // DeepSpeed's engine refuses expert parallelism with stage 3: a result with the reason.
+  const auto moe = testing::RunShardcast("simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 64 --mbs 1 --gbs 64 "
+                                         "--zero 3 --zero3-impl deepspeed --ep 8");
+  EXPECT_NE(moe.out.find("DeepSpeed's stage 3 does not run expert parallelism (ep = 8)"), std::string::npos) << moe.out;
   // The command that reproduces it carries the knobs.
   ParallelConfig c = DeepSpeedConfig();
   c.ds_prefetch_bucket_elems = 1e6;
