@@ -128,8 +128,7 @@ void WriteDeepSpeedZero3(std::ostream& out, const SimulationResult& r, const Par
                      "stage3_max_reuse_distance {:.4g} of their next use, or passed by the prefetch while gathered); "
                      "{:.4g} elements gathered per micro-batch, {:.4g} of them on demand past each pass's first "
                      "module (the module waits for them)\n",
-                     d.forward_lead_layers, d.backward_lead_layers, std::max(1, static_cast<int>(d.forward_lead_layers)),
-                     std::max(1, static_cast<int>(d.backward_lead_layers)),
+                     d.forward_lead_layers, d.backward_lead_layers, d.SimulatedLeadLayers(0), d.SimulatedLeadLayers(1),
                      FormatGiB(d.peak_live_elems * c.param_gather_bytes), d.peak_live_elems, c.param_gather_bytes,
                      c.ds_max_live_elems, c.ds_prefetch_bucket_elems, d.kept_layers, m.num_layers,
                      c.ds_max_reuse_distance_elems, d.gathered_elems[0] + d.gathered_elems[1],

@@ -63,9 +63,16 @@ class Coordinator {
     for (std::size_t t = 0; t < n; ++t) before_[t + 1] = before_[t] + trace_[t].elems;
   }
 
-  /// fetch_sub_module then release_sub_module of the module at trace position s; returns the
-  /// lead (modules) of the gather this use waited for, or -1 when the tensor was still gathered.
-  int Step(int s, DeepSpeedZero3Plan* plan) {
+  /// What a use found: the lead (modules) of the gather it waited for, or -1 when the tensor was
+  /// still gathered; and whether that gather was a counted on-demand fetch.
+  struct Found {
+    int lead = -1;
+    bool on_demand = false;
+  };
+
+  /// fetch_sub_module then release_sub_module of the module at trace position s.
+  Found Step(int s, DeepSpeedZero3Plan* plan) {
+    Found f;
     const Use& u = trace_[static_cast<std::size_t>(s)];
     const auto p = static_cast<std::size_t>(u.param);
     if (!available_[p]) {
@@ -73,9 +80,10 @@ class Coordinator {
       // The forward's first module starts cold whatever the knobs, and so may the backward's
       // first (the turn): single fetches, not a share of every layer. The others wait when the
       // prefetch did not reach them.
-      if (s != 0 && s != first_backward_) plan->on_demand_elems[u.backward] += u.elems;
+      f.on_demand = s != 0 && s != first_backward_;
+      if (f.on_demand) plan->on_demand_elems[u.backward] += u.elems;
     }
-    const int lead = fresh_[p] ? s - issued_[p] : -1;
+    f.lead = fresh_[p] ? s - issued_[p] : -1;
     fresh_[p] = false;
     if (next_ <= s) {  // this use was not popped by an earlier prefetch: pop it now
       next_ = s + 1;
@@ -87,7 +95,7 @@ class Coordinator {
       available_[p] = false;
       live_ -= u.elems;
     }
-    return lead;
+    return f;
   }
 
  private:
@@ -181,15 +189,14 @@ DeepSpeedZero3Plan PlanDeepSpeedZero3(const std::vector<std::vector<double>>& la
   const int first_layer_params = static_cast<int>(layer_orders.front().size());
   for (int s = 0; s < steps; ++s) {
     const Use& u = trace[static_cast<std::size_t>(s)];
-    const double on_demand = plan.on_demand_elems[u.backward];
-    const int lead = co.Step(s, &plan);
+    const auto [lead, on_demand] = co.Step(s, &plan);
     if (u.backward && !seen_backward[static_cast<std::size_t>(u.param)]) {
       seen_backward[static_cast<std::size_t>(u.param)] = true;
       if (lead < 0) kept_elems += u.elems;
     }
     // The lead of what was prefetched: not kept tensors (-1), not on-demand gathers (the
     // simulation times those apart), not the first layer's forward (it starts cold).
-    if (lead < 0 || plan.on_demand_elems[u.backward] != on_demand || (!u.backward && u.param < first_layer_params)) {
+    if (lead < 0 || on_demand || (!u.backward && u.param < first_layer_params)) {
       continue;
     }
     lead_sum[u.backward] += lead * u.elems;

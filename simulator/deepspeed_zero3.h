@@ -21,6 +21,8 @@
 /// gathered), then the backward from the last layer down, each layer's recomputed forward (with
 /// full recompute) before its modules in reverse order. The embedding and output layer are not
 /// in it.
+#include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace shardcast {
@@ -35,6 +37,12 @@ struct DeepSpeedZero3Plan {
   /// backward with full recompute, weighted by elements; on-demand gathers left out): in the
   /// forward (all layers but the first) and in the backward pass. 0 when nothing is prefetched.
   double forward_lead_layers = 0, backward_lead_layers = 0;
+  /// The lead the simulation gives a layer's prefetched share in `pass` (0 forward, 1 backward):
+  /// the mean rounded down, at least one layer (below a layer, module by module, a gather still
+  /// overlaps the compute before it).
+  int SimulatedLeadLayers(int pass) const {
+    return std::max(1, static_cast<int>(std::floor(pass == 0 ? forward_lead_layers : backward_lead_layers)));
+  }
   /// Elements whose backward (or recomputed forward) use finds them still gathered from the
   /// forward, as whole layers: the layers next to the turn from forward to backward that the
   /// reuse distance keeps (their backward gathers do not happen).

@@ -93,13 +93,13 @@ class Builder {
     zero3_ = c.zero_stage >= 3;
     zero3_sync_ = c.deepspeed2021_zero3();
     if (c.deepspeed_zero3()) {
-      // DeepSpeed's coordinator (cm.ds_zero3): a gather leads its use by this many layers (one
-      // at least: below a layer, module by module, its gathers still overlap the compute before
-      // them); the layers at the turn to the backward keep their parameters; gradients wait in
-      // buckets of whole layers.
+      // DeepSpeed's coordinator (cm.ds_zero3): a gather leads its use by this many layers; the
+      // layers at the turn to the backward keep their parameters; gradients wait in buckets of
+      // whole layers.
+      ds_ = true;
       const DeepSpeedZero3Plan& d = cm.ds_zero3;
-      ds_lead_[0] = std::max(1, static_cast<int>(std::floor(d.forward_lead_layers)));
-      ds_lead_[1] = std::max(1, static_cast<int>(std::floor(d.backward_lead_layers)));
+      ds_lead_[0] = d.SimulatedLeadLayers(0);
+      ds_lead_[1] = d.SimulatedLeadLayers(1);
       ds_kept_ = d.kept_layers;
       ds_bucket_layers_ = d.layer_elems > 0 ? std::max(1, static_cast<int>(std::floor(c.ds_reduce_bucket_elems / d.layer_elems)))
                                             : 1;
@@ -235,8 +235,9 @@ class Builder {
   int p_ = 1, v_ = 1, mb_ = 1, R_ = 1;
   bool zero3_ = false, dp_comm_ = false, all_one_node_ = false;
   bool zero3_sync_ = false;  ///< ZeRO-3 collectives on the compute stream (Zero3Impl::kDeepSpeed2021)
-  /// Zero3Impl::kDeepSpeed (0 otherwise): how many layers a gather leads its use by (forward,
-  /// backward), the layers the turn keeps gathered, and the layers per reduce bucket.
+  bool ds_ = false;  ///< ZeRO-3 as DeepSpeed's coordinator runs it (Zero3Impl::kDeepSpeed)
+  /// With ds_ (0 otherwise): how many layers a gather leads its use by (forward, backward), the
+  /// layers the turn keeps gathered, and the layers per reduce bucket.
   int ds_lead_[2] = {0, 0}, ds_kept_ = 0, ds_bucket_layers_ = 0;
   /// Zero3Impl::kDeepSpeed: a gathered layer's all-gather in layers of parameters, [pass][0]
   /// prefetched and [pass][1] on demand (pass 0 forward, 1 backward).
@@ -324,7 +325,7 @@ TaskCost Builder::CostOf(const CostKey& k) const {
     case CostKind::kZero3Prefetch: {
       // ZeRO-3: this layer's parameters, gathered flat (kPerLayer) or tensor by tensor.
       double params = cc.params_per_gpu / k.units, experts = cc.expert_params_per_gpu / k.units;
-      if (ds_lead_[0] > 0) {  // DeepSpeed: this pass's prefetched or on-demand share
+      if (ds_) {  // DeepSpeed: this pass's prefetched or on-demand share
         const double share = ds_share_[k.item == ItemKind::kBackward][k.kind == CostKind::kZero3Gather];
         params *= share;
         experts *= share;
@@ -554,23 +555,22 @@ void Builder::BuildStage(int i, int r) {
         g_->AddEdge(pre, gather);
         Sync(i, {compute_seq.empty() ? -1 : compute_seq.back(), gather});
       } else if (zero3_ && dp_comm_ && it.kind != ItemKind::kWeight &&
-                 !(ds_lead_[0] > 0 && it.kind == ItemKind::kBackward && u < ds_kept_)) {
+                 !(ds_ && it.kind == ItemKind::kBackward && u < ds_kept_)) {
         // FSDP: gather this layer's parameters, prefetched while the previous unit runs; the rate
         // limiter (limit_all_gathers) holds the gather until the unit two back is done. Without
         // it the CPU, up to a pass ahead, issues them once the previous pass has begun.
         // DeepSpeed: issued `lead` layers ahead (the unit lead + 1 back is done); the layers its
         // reuse distance keeps at the turn to the backward are not gathered again.
-        const bool ds = ds_lead_[0] > 0;
-        gather = Add(TaskType::kParamGather, {ds ? CostKind::kZero3Prefetch : CostKind::kZero3Gather,
-                                              ds ? it.kind : ItemKind::kForward, dev, it.chunk, units},
+        gather = Add(TaskType::kParamGather, {ds_ ? CostKind::kZero3Prefetch : CostKind::kZero3Gather,
+                                              ds_ ? it.kind : ItemKind::kForward, dev, it.chunk, units},
                      kDpGatherStream, it.microbatch, it.chunk, u);
-        const std::size_t lead = ds ? static_cast<std::size_t>(ds_lead_[it.kind == ItemKind::kBackward]) : 1;
-        const std::int32_t after = ds || c_.zero3_limit_all_gathers
+        const std::size_t lead = ds_ ? static_cast<std::size_t>(ds_lead_[it.kind == ItemKind::kBackward]) : 1;
+        const std::int32_t after = ds_ || c_.zero3_limit_all_gathers
                                        ? (compute_seq.size() > lead ? compute_seq[compute_seq.size() - 1 - lead] : -1)
                                        : prev_pass_first;
         g_->AddEdge(after, gather);
         Sync(i, {after, gather});
-        if (ds && ds_share_[it.kind == ItemKind::kBackward][1] > 0) {
+        if (ds_ && ds_share_[it.kind == ItemKind::kBackward][1] > 0) {
           // What the coordinator fetches on demand: issued when the module is reached (the
           // unit before is done), and waited for.
           ds_prefetch = gather;
@@ -613,16 +613,18 @@ void Builder::BuildStage(int i, int r) {
         }
         // DeepSpeed: the layers' gradients wait in the reduce bucket until it is full or the
         // backward ends (independent_gradient_partition_epilogue, which synchronizes).
+        // Other frameworks reduce-scatter each layer's gradients after its backward.
         ds_pending.push_back(u);
-        const bool flush = ds_bucket_layers_ == 0 || static_cast<int>(ds_pending.size()) >= ds_bucket_layers_ || u + 1 == units;
-        for (int pu : flush ? ds_pending : std::vector<int>{}) {
-          const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kZero3Reduce, ItemKind::kForward, dev, it.chunk, units},
-                                       zero3_sync_ ? kComputeStream : kDpStream, it.microbatch, it.chunk, pu);
-          g_->AddEdge(id, rid);
-          Sync(i, {id, rid});
-          if (ds_bucket_layers_ > 0 && u + 1 == units) ds_host_sync = rid;
+        if (!ds_ || static_cast<int>(ds_pending.size()) >= ds_bucket_layers_ || u + 1 == units) {
+          for (int pu : ds_pending) {
+            const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kZero3Reduce, ItemKind::kForward, dev, it.chunk, units},
+                                         zero3_sync_ ? kComputeStream : kDpStream, it.microbatch, it.chunk, pu);
+            g_->AddEdge(id, rid);
+            Sync(i, {id, rid});
+            if (ds_ && u + 1 == units) ds_host_sync = rid;
+          }
+          ds_pending.clear();
         }
-        if (flush) ds_pending.clear();
       } else if (produces_grads && is_last_grad && dp_comm_ && c_.overlap_grad_reduce) {
         const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kOverlapReduce, ItemKind::kForward, dev, it.chunk, units},
                                      kDpStream, -1, it.chunk, u);
@@ -871,23 +873,18 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
   // ZeRO-3 holds gathered parameters of the running and the prefetched layer; pipeline stages
   // hold send and receive buffers for both directions.
   mem.comm_buffer_bytes = c.zero_stage >= 3 ? 2.0 * Zero3GatheredLayerBytes(cm, c.param_gather_bytes, stage) : 0.0;
-  // DeepSpeed's ZeRO-3 of 2021 gathers tensor by tensor (Zero3GatheredPeakBytes), and keeps the
-  // tensors under its persistence threshold whole on every rank.
-  if (c.deepspeed2021_zero3()) {
+  // DeepSpeed keeps the tensors under its persistence threshold whole on every rank. Its ZeRO-3
+  // of 2021 gathers tensor by tensor (Zero3GatheredPeakBytes); that of 2023-25 holds the most its
+  // coordinator keeps gathered (cm.ds_zero3) and the contiguous reduce bucket (reduce_bucket_size
+  // 16-bit elements, stage3.py's __ipg_bucket_flat_buffer).
+  if (c.deepspeed2021_zero3() || c.deepspeed_zero3()) {
     double layers = 0;
     for (const auto& cc : cm.chunks[static_cast<std::size_t>(stage)]) layers += cc.layers;
-    mem.comm_buffer_bytes = Zero3GatheredPeakBytes(cm.layer_tensors, c.param_gather_bytes, GradReduceBytesPerParam(c)) +
-                            layers * cm.layer_tensors.persistent_elems * c.param_gather_bytes;
-  }
-  // DeepSpeed's stage 3 of 2023-25: the most its coordinator keeps gathered (cm.ds_zero3), the
-  // small tensors whole, and the contiguous reduce bucket (reduce_bucket_size 16-bit elements,
-  // stage3.py's __ipg_bucket_flat_buffer).
-  if (c.deepspeed_zero3()) {
-    double layers = 0;
-    for (const auto& cc : cm.chunks[static_cast<std::size_t>(stage)]) layers += cc.layers;
-    mem.comm_buffer_bytes = cm.ds_zero3.peak_live_elems * c.param_gather_bytes +
-                            layers * cm.layer_tensors.persistent_elems * c.param_gather_bytes +
-                            c.ds_reduce_bucket_elems * ModelDtypeBytes(c.precision);
+    mem.comm_buffer_bytes =
+        layers * cm.layer_tensors.persistent_elems * c.param_gather_bytes +
+        (c.deepspeed_zero3()
+             ? cm.ds_zero3.peak_live_elems * c.param_gather_bytes + c.ds_reduce_bucket_elems * ModelDtypeBytes(c.precision)
+             : Zero3GatheredPeakBytes(cm.layer_tensors, c.param_gather_bytes, GradReduceBytesPerParam(c)));
   }
   mem.comm_buffer_bytes += 2.0 * cm.pp_message_bytes * (c.pp > 1 ? 2 : 0);
   mem.comm_buffer_bytes += DeepSpeedBucketBytes(c, stage);
@@ -1417,8 +1414,8 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                             {"reduce_bucket_bytes", c.ds_reduce_bucket_elems * ModelDtypeBytes(c.precision)},
                             {"forward_lead_layers", d.forward_lead_layers},
                             {"backward_lead_layers", d.backward_lead_layers},
-                            {"simulated_lead_layers", {{"forward", std::max(1, static_cast<int>(d.forward_lead_layers))},
-                                                       {"backward", std::max(1, static_cast<int>(d.backward_lead_layers))}}},
+                            {"simulated_lead_layers", {{"forward", d.SimulatedLeadLayers(0)},
+                                                       {"backward", d.SimulatedLeadLayers(1)}}},
                             {"kept_layers", d.kept_layers},
                             {"gathered_elements", {{"forward", d.gathered_elems[0]}, {"backward", d.gathered_elems[1]}}},
                             {"on_demand_elements", {{"forward", d.on_demand_elems[0]}, {"backward", d.on_demand_elems[1]}}}};
