@@ -126,32 +126,7 @@ static void ApplyZeroKnobs(const SimulateArgs& a, ParallelConfig* c) {
     }
     c->zero3_limit_all_gathers = false;
   }
-  const bool ds3 = c->deepspeed2021_zero3() || c->deepspeed_zero3();
-  if (a.reduce_bucket_size > 0) {
-    if ((c->optimizer_impl != OptimizerImpl::kDeepSpeedZero || c->zero_stage > 2) && !ds3) {
-      throw InputError(fmt::format("command line: --reduce-bucket-size: got {} with --optimizer {} --zero {}, expected "
-                                   "--optimizer deepspeed-zero with --zero 1 or 2, or --zero 3 --zero3-impl "
-                                   "deepspeed or deepspeed-2021 (DeepSpeed's gradient bucket)",
-                                   a.reduce_bucket_size, ToString(c->optimizer_impl), c->zero_stage));
-    }
-    c->ds_reduce_bucket_elems = a.reduce_bucket_size;
-  }
-  // DeepSpeed stage 3's knobs: the first two for either DeepSpeed, the last two for today's.
-  const std::tuple<const char*, double, double*, bool> knobs[] = {
-      {"--stage3-max-live-parameters", a.ds_max_live_elems, &c->ds_max_live_elems, ds3},
-      {"--stage3-param-persistence-threshold", a.ds_persistence_elems, &c->ds_persistence_threshold_elems, ds3},
-      {"--stage3-prefetch-bucket-size", a.ds_prefetch_bucket_elems, &c->ds_prefetch_bucket_elems, c->deepspeed_zero3()},
-      {"--stage3-max-reuse-distance", a.ds_max_reuse_elems, &c->ds_max_reuse_distance_elems, c->deepspeed_zero3()}};
-  for (const auto& [flag, value, field, applies] : knobs) {
-    if (value < 0) continue;  // not given
-    if (!applies) {
-      throw InputError(fmt::format("command line: {}: got {} with {}, expected --zero 3 --zero3-impl deepspeed{} "
-                                   "(the DeepSpeed stage 3 it tunes)",
-                                   flag, value, given, field == &c->ds_max_live_elems || field == &c->ds_persistence_threshold_elems
-                                                           ? " or deepspeed-2021" : ""));
-    }
-    *field = value;
-  }
+  ApplyDeepSpeedKnobs(a.opt, /*refuse=*/true, c);
 }
 
 ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t gpus) {
@@ -246,22 +221,18 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
     ApplyMegatronCoreDefaults(&c);
     c.p2p_blocking = c.p2p_blocking || a.p2p_blocking;
   }
-  c.optimizer_impl = a.optimizer == "deepspeed-zero"   ? OptimizerImpl::kDeepSpeedZero
-                     : a.optimizer == "deepspeed-bf16" ? OptimizerImpl::kDeepSpeedBf16
-                                                       : OptimizerImpl::kMegatron;
+  c.optimizer_impl = ParseOptimizerImpl(a.opt.optimizer);
   if (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage < 1) {
     throw InputError("command line: --zero: got " + std::to_string(c.zero_stage) +
                      ", expected 1, 2 or 3 with --optimizer deepspeed-zero (DeepSpeed ZeRO-1/2/3)");
   }
-  c.zero3_impl = a.zero3_impl == "deepspeed-2021" ? Zero3Impl::kDeepSpeed2021
-                 : a.zero3_impl == "deepspeed"    ? Zero3Impl::kDeepSpeed
-                                                  : Zero3Impl::kPerLayer;
+  c.zero3_impl = ParseZero3Impl(a.opt.zero3_impl);
   // DeepSpeed's stage 3 keeps DeepSpeed's optimizer state unless --optimizer says otherwise.
-  if (c.zero3_impl == Zero3Impl::kDeepSpeed && c.zero_stage == 3 && a.optimizer.empty()) {
+  if (c.zero3_impl == Zero3Impl::kDeepSpeed && c.zero_stage == 3 && a.opt.optimizer.empty()) {
     c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
   }
-  if (!a.zero3_impl.empty() && c.zero_stage != 3) {
-    throw InputError("command line: --zero3-impl: got " + a.zero3_impl + " with --zero " + std::to_string(c.zero_stage) +
+  if (!a.opt.zero3_impl.empty() && c.zero_stage != 3) {
+    throw InputError("command line: --zero3-impl: got " + a.opt.zero3_impl + " with --zero " + std::to_string(c.zero_stage) +
                      ", expected --zero 3 (it says how ZeRO-3 gathers and reduces)");
   }
   if (c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16 && c.zero_stage != 1) {
@@ -544,40 +515,17 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                   "torchtitan)")
       ->transform(CLI::IsMember({"unfused", "native", "te", "flash-attn", "torch"}, CLI::ignore_case));
   cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
-  cmd->add_option("--optimizer", a->optimizer,
+  cmd->add_option("--optimizer", a->opt.optimizer,
                   "whose optimizer keeps the state: megatron (default; deepspeed-zero with --zero3-impl deepspeed) | "
                   "deepspeed-zero (with --zero 1, 2 or 3; 16-bit "
                   "grads) | deepspeed-bf16 (with --zero 1; BF16_Optimizer: fp32 grad buffer, fp32 all-reduce)")
       ->transform(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16"}, CLI::ignore_case));
-  cmd->add_option("--reduce-bucket-size", a->reduce_bucket_size,
-                  "with --optimizer deepspeed-zero --zero 1|2: DeepSpeed's reduce_bucket_size in elements (default 5e8): "
-                  "each backward allocates a 16-bit bucket of this size (two with overlap_comm, i.e. without "
-                  "--no-overlap-grad-reduce) for the gradients to be reduced; with --zero3-impl deepspeed, the "
-                  "contiguous bucket the gradients are copied into and reduce-scattered from when full; with "
-                  "--zero3-impl deepspeed-2021, the gradients wait in a bucket of this size before it is "
-                  "reduce-scattered (the memory they hold; the reduce-scatters are timed tensor by tensor)")
-      ->check(PositiveNumber());
-  cmd->add_option("--stage3-max-live-parameters", a->ds_max_live_elems,
-                  "with --zero3-impl deepspeed or deepspeed-2021: DeepSpeed's stage3_max_live_parameters in elements "
-                  "(default 1e9): what is prefetched keeps the gathered parameters under it")
-      ->check(NonNegativeNumber());
-  cmd->add_option("--stage3-prefetch-bucket-size", a->ds_prefetch_bucket_elems,
-                  "with --zero3-impl deepspeed: DeepSpeed's stage3_prefetch_bucket_size in elements (default 5e7): "
-                  "what each module's fetch prefetches of the modules after it")
-      ->check(NonNegativeNumber());
-  cmd->add_option("--stage3-max-reuse-distance", a->ds_max_reuse_elems,
-                  "with --zero3-impl deepspeed: DeepSpeed's stage3_max_reuse_distance in elements (default 1e9): a "
-                  "module's parameters stay gathered when the modules up to this many elements on use them again")
-      ->check(NonNegativeNumber());
-  cmd->add_option("--stage3-param-persistence-threshold", a->ds_persistence_elems,
-                  "with --zero3-impl deepspeed or deepspeed-2021: DeepSpeed's stage3_param_persistence_threshold in elements "
-                  "(default 1e5): smaller tensors stay whole on every rank and are never gathered")
-      ->check(NonNegativeNumber());
+  AddDeepSpeedKnobOptions(cmd, &a->opt, /*for_plan=*/false);
   cmd->add_flag("--no-limit-all-gathers", a->no_limit_all_gathers,
                 "with --zero 3 (per-layer): PyTorch FSDP's limit_all_gathers=False (its default before PyTorch 2.1): "
                 "the CPU issues every layer's all-gather as it runs ahead, and the caching allocator holds each "
                 "layer's gathered block until the GPU is done with it (reserved memory grows by a pass's layers)");
-  cmd->add_option("--zero3-impl", a->zero3_impl,
+  cmd->add_option("--zero3-impl", a->opt.zero3_impl,
                   "how ZeRO-3 gathers and reduces (with --zero 3): per-layer (default; FSDP, FSDP2, Megatron-FSDP: one "
                   "flat all-gather per layer, prefetched) | deepspeed (DeepSpeed stage 3 of v0.10-0.16: coalesced "
                   "all-gathers as its parameter coordinator prefetches them, within --stage3-max-live-parameters; "

@@ -36,6 +36,33 @@ void ApplyPrecisionArgs(const PrecisionArgs& a, ParallelConfig* c);
 /// tensorwise ..."), each with a leading space; empty for bf16.
 std::string PrecisionFlags(const ParallelConfig& c);
 
+/// Whose optimizer and ZeRO-3 run, and DeepSpeed's knobs: the flags `simulate`, `execute` and
+/// `plan` share (cli/optimizer_args.cc).
+struct OptimizerArgs {
+  /// --optimizer megatron|deepspeed-zero|deepspeed-bf16; empty: not given (megatron, or
+  /// deepspeed-zero with --zero3-impl deepspeed).
+  std::string optimizer;
+  std::string zero3_impl;  ///< --zero3-impl (Zero3Impl); empty: not given
+  double reduce_bucket_size = 0;  ///< --reduce-bucket-size (DeepSpeed, elements); 0: not given
+  /// --stage3-max-live-parameters, --stage3-param-persistence-threshold,
+  /// --stage3-prefetch-bucket-size, --stage3-max-reuse-distance (DeepSpeed stage 3, elements; 0
+  /// is DeepSpeed's "none"); -1: not given.
+  double ds_max_live_elems = -1, ds_persistence_elems = -1, ds_prefetch_bucket_elems = -1, ds_max_reuse_elems = -1;
+};
+/// --reduce-bucket-size and the four --stage3-* options (DeepSpeed's reduce_bucket_size,
+/// stage3_max_live_parameters, stage3_prefetch_bucket_size, stage3_max_reuse_distance,
+/// stage3_param_persistence_threshold; elements). `plan` says each applies to the plans it fits.
+void AddDeepSpeedKnobOptions(CLI::App* cmd, OptimizerArgs* a, bool for_plan);
+OptimizerImpl ParseOptimizerImpl(const std::string& name);  ///< "" and "megatron": kMegatron
+Zero3Impl ParseZero3Impl(const std::string& name);          ///< "" and "per-layer": kPerLayer
+/// Writes the given DeepSpeed knobs into `c`. Each knob applies where `c` runs what it tunes
+/// (--reduce-bucket-size: DeepSpeed's optimizer with ZeRO-1/2, or DeepSpeed's stage 3; the
+/// --stage3-* ones: DeepSpeed's stage 3, the prefetch bucket and reuse distance today's only);
+/// with `refuse`, a knob given where it does not apply is an InputError (exit 2) naming the flag,
+/// its value, `c`'s ZeRO stage and what was expected; without, it is left out and its flag is
+/// among those returned.
+std::vector<std::string> ApplyDeepSpeedKnobs(const OptimizerArgs& a, bool refuse, ParallelConfig* c);
+
 struct SimulateArgs {
   PrecisionArgs prec;
   std::string model, cluster, profile, trace, attention_kernel = "default";
@@ -53,14 +80,7 @@ struct SimulateArgs {
   /// --decoder-first/last-pipeline-num-layers (-1: not given).
   std::int64_t first_stage_layers = -1, last_stage_layers = -1;
   std::string recompute = "none", schedule, recompute_granularity;
-  /// --optimizer; empty: not given (megatron, or deepspeed-zero with --zero3-impl deepspeed).
-  std::string optimizer;
-  std::string zero3_impl;  ///< --zero3-impl (Zero3Impl); empty: not given (per-layer)
-  double reduce_bucket_size = 0;  ///< --reduce-bucket-size (DeepSpeed, elements); 0: not given
-  /// --stage3-max-live-parameters, --stage3-param-persistence-threshold,
-  /// --stage3-prefetch-bucket-size, --stage3-max-reuse-distance (DeepSpeed stage 3, elements; 0
-  /// is DeepSpeed's "none"); -1: not given.
-  double ds_max_live_elems = -1, ds_persistence_elems = -1, ds_prefetch_bucket_elems = -1, ds_max_reuse_elems = -1;
+  OptimizerArgs opt;  ///< --optimizer, --zero3-impl and DeepSpeed's buckets and stage-3 limits
   /// --recompute-modules (Megatron-Core's names; implies --recompute selective).
   std::vector<std::string> recompute_modules;
   /// --overlap-moe-expert-parallel-comm (--delay-wgrad-compute is accepted with it).

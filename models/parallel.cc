@@ -234,6 +234,14 @@ void CopyPrecisionSettings(const ParallelConfig& from, ParallelConfig* to) {
   to->bf16_layers_end = from.bf16_layers_end;
 }
 
+void CopyDeepSpeedKnobs(const ParallelConfig& from, ParallelConfig* to) {
+  to->ds_reduce_bucket_elems = from.ds_reduce_bucket_elems;
+  to->ds_max_live_elems = from.ds_max_live_elems;
+  to->ds_persistence_threshold_elems = from.ds_persistence_threshold_elems;
+  to->ds_prefetch_bucket_elems = from.ds_prefetch_bucket_elems;
+  to->ds_max_reuse_distance_elems = from.ds_max_reuse_distance_elems;
+}
+
 void RequirePrecision(const Gpu& g, const ParallelConfig& c, const std::string& where) {
   if (!g.Runs(c.precision)) {
     throw InputError(fmt::format("{}: precision {} is not supported by the {} ({}); it runs: {}", where,

@@ -398,6 +398,8 @@ void ResolveCpA2a(ParallelConfig* c, std::int64_t gpus_per_node);
 /// Copies the precision and its options (precision, FP8 recipe and format, amax history,
 /// --fp8-param-gather, bf16-kept layers) from `from` to `to`.
 void CopyPrecisionSettings(const ParallelConfig& from, ParallelConfig* to);
+/// Copies DeepSpeed's buckets and stage-3 limits (the ds_* fields, elements) of `from` into `to`.
+void CopyDeepSpeedKnobs(const ParallelConfig& from, ParallelConfig* to);
 
 /// Throws InputError (exit 2) when the GPU cannot train in the configuration's precision
 /// ("precision fp8 is not supported by the NVIDIA A100-SXM4-80GB (a100-sxm4-80gb); it runs: bf16

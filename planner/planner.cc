@@ -163,6 +163,17 @@ std::vector<std::int64_t> HybridShards(const ParallelConfig& c, std::int64_t gpu
   return out;
 }
 
+/// Whether optimizer `impl` runs ZeRO stage `z`: Megatron's any, DeepSpeed's ZeRO optimizer
+/// stages 1-3, its BF16_Optimizer stage 1 (PlanOptions::optimizer_impl).
+bool OptimizerRuns(OptimizerImpl impl, int z) {
+  switch (impl) {
+    case OptimizerImpl::kMegatron: return true;
+    case OptimizerImpl::kDeepSpeedZero: return z >= 1;
+    case OptimizerImpl::kDeepSpeedBf16: return z == 1;
+  }
+  return true;
+}
+
 bool FixedAllows(const std::map<std::string, std::string>& fixed, const ParallelConfig& c) {
   for (const auto& [k, v] : fixed) {
     std::string have;
@@ -203,6 +214,8 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
   const std::int64_t n = o.gpus, g = o.global_batch_size;
   const std::int64_t max_tp = o.max_tp > 0 ? o.max_tp : cl.gpus_per_node;
   const std::int64_t seq = o.seq_length > 0 ? o.seq_length : m.seq_length;
+  // DeepSpeed's optimizers run under Megatron-DeepSpeed: its pipeline engine, no TE userbuffers.
+  const bool deepspeed = o.optimizer_impl != OptimizerImpl::kMegatron;
   auto fixed_int = [&](const char* key) -> std::int64_t {
     auto it = o.fixed.find(key);
     return it == o.fixed.end() ? 0 : std::stoll(it->second);
@@ -228,6 +241,10 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
         continue;
       }
       for (std::int64_t cp : ContextParallelSizes(o, seq, n / (tp * pp), rejected)) {
+      if (cp > 1 && deepspeed) {
+        ++(*rejected)["(tp, pp, cp) choices: context parallelism is Megatron-Core's (DeepSpeed's Ulysses is not searched)"];
+        continue;
+      }
       const std::int64_t dp = n / (tp * cp * pp);
       if (g % dp != 0) {
         ++(*rejected)[cp > 1 ? "(tp, pp, cp) choices: dp = GPUs/(tp*cp*pp) does not divide the global batch"
@@ -244,6 +261,10 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
         const std::int64_t mb = per_replica / mbs;
         for (Schedule s : o.schedules) {
           if (s != Schedule::k1F1B && pp == 1) continue;  // nothing to pipeline
+          if (s != Schedule::k1F1B && deepspeed) {
+            ++(*rejected)["(tp, pp, mbs) choices: DeepSpeed's pipeline engine runs 1F1B only"];
+            continue;
+          }
           std::vector<std::int64_t> vps = {1};
           if (s == Schedule::kInterleaved) {
             vps.clear();
@@ -277,10 +298,17 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
               for (const auto& [sp, tpo] : sp_choices) {
                 // Megatron-Core runs MoE layers with tp > 1 only with sequence parallelism.
                 if (m.moe.enabled() && tp > 1 && !sp) continue;
+                if (tpo && deepspeed) continue;  // Transformer Engine's userbuffers: not in Megatron-DeepSpeed
                 for (const auto& [ep, etp] : ExpertGrids(m, o, tp, tp * cp * dp)) {
                 for (int z : o.zero_stages) {
-                  if (z > 0 && dp * cp == 1 && !(m.moe.enabled() && tp * cp * dp / (ep * etp) > 1)) continue;
-                  if (z >= 2 && pp > 1) continue;  // Megatron-LM: ZeRO-2/3 (FSDP) without PP
+                  if (!OptimizerRuns(o.optimizer_impl, z)) continue;
+                  // Sharding over one rank is no sharding; DeepSpeed's ZeRO optimizer has no stage 0 of its own.
+                  if (z > 0 && dp * cp == 1 && !(m.moe.enabled() && tp * cp * dp / (ep * etp) > 1) &&
+                      !(z == 1 && o.optimizer_impl != OptimizerImpl::kMegatron)) {
+                    continue;
+                  }
+                  // Megatron-LM: ZeRO-2/3 (FSDP) without PP; DeepSpeed's pipeline engine: ZeRO-1 at most.
+                  if (z >= 2 && pp > 1) continue;
                   ParallelConfig c;
                   c.tp = tp;
                   c.pp = pp;
@@ -302,6 +330,9 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   c.moe_load_imbalance = o.base.moe_load_imbalance;
                   c.moe_force_load_balancing = o.base.moe_force_load_balancing;
                   c.cross_entropy = o.base.cross_entropy;
+                  c.optimizer_impl = o.optimizer_impl;
+                  c.zero3_impl = z >= 3 ? o.zero3_impl : Zero3Impl::kPerLayer;
+                  CopyDeepSpeedKnobs(o.base, &c);
                   if (o.megatron_core) ApplyMegatronCoreDefaults(&c);
                   c.flash_attention = o.flash_attention;
                   c.embedding_slots = split.slots;

@@ -50,8 +50,16 @@ struct PlanOptions {
   bool megatron_core = true;
   /// Settings every candidate takes as they are (the search does not vary them): the precision
   /// and its options (CopyPrecisionSettings), the MoE load imbalance and forced balancing, the
-  /// cross-entropy implementation.
+  /// cross-entropy implementation, and DeepSpeed's buckets and stage-3 limits (ds_*; each plan
+  /// whose optimizer and ZeRO stage run what a knob tunes takes it).
   ParallelConfig base;
+  /// Whose optimizer every candidate runs (ParallelConfig::optimizer_impl). DeepSpeed's ZeRO
+  /// optimizer (kDeepSpeedZero) shards at least its state: its candidates have ZeRO stages 1-3,
+  /// ZeRO-1 also with one data-parallel rank (DeepSpeed runs it so); the BF16_Optimizer
+  /// (kDeepSpeedBf16) ZeRO-1 only. Hybrid sharding (HSDP) is searched with Megatron's only.
+  OptimizerImpl optimizer_impl = OptimizerImpl::kMegatron;
+  /// How ZeRO-3 candidates gather and reduce (ParallelConfig::zero3_impl).
+  Zero3Impl zero3_impl = Zero3Impl::kPerLayer;
   double price_usd_per_gpu_hour = 0;  ///< 0: the GPU preset's
   double energy_overhead = 1.3;       ///< facility and host power over GPU board power
   /// Memory a plan must leave free per GPU beyond what the caching allocator's replay reserves

@@ -6,6 +6,7 @@
 #include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/text.h"
 #include "report/capacity_report.h"
@@ -114,6 +115,9 @@ Json PlanJson(const PlanView& v) {
   j["gpus"] = o.gpus;
   j["global_batch_size"] = o.global_batch_size;
   j["objective"] = ToString(o.objective);
+  j["zero_stages"] = o.zero_stages;
+  j["optimizer_impl"] = ToString(o.optimizer_impl);
+  j["zero3_impl"] = ToString(o.zero3_impl);
   j["candidates_generated"] = r.candidates_generated;
   j["candidates_simulated"] = r.candidates_simulated;
   j["candidates_replayed"] = r.candidates_replayed;
@@ -156,6 +160,11 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
   const PlanResult& r = v.r;
   out << fmt::format("Plan for {} on {} x {} ({}), global batch {}, seq {}, objective {}\n", v.m.name, o.gpus,
                      v.cl.gpu.display_name, v.cl.name, o.global_batch_size, o.seq_length, ToString(o.objective));
+  if (o.optimizer_impl != OptimizerImpl::kMegatron || o.zero3_impl != Zero3Impl::kPerLayer) {
+    // Every plan runs it; the table's ZeRO column gives the stage.
+    out << fmt::format("Every plan runs the {} optimizer, ZeRO-3 as {} (ZeRO stages {})\n",
+                       ToString(o.optimizer_impl), ToString(o.zero3_impl), fmt::join(o.zero_stages, ","));
+  }
   std::size_t set_aside = 0;
   for (const auto& [reason, count] : r.rejected) set_aside += count;
   out << fmt::format("Candidates: {} generated in {:.2f} s = {} set aside + {} simulated that fit "

@@ -808,4 +808,51 @@ TEST(Cli, PlanTakesTheCrossEntropyImplementation) {
 }
 
 }  // namespace
+// plan --optimizer deepspeed-zero searches what DeepSpeed runs, says so, and its Details command
+// reproduces the recommended plan; flags no plan would take are errors (exit 2).
+TEST(Cli, PlanSearchesDeepSpeed) {
+  const std::string plan = "plan --model llama2-7b --cluster dgx-a100 --gpus 64 --gbs 256 --top 3 ";
+  auto j = RunShardcast(plan + "--optimizer deepspeed-zero --stage3-max-live-parameters 5e8 --json");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const Json doc = Json::parse(j.out);
+  EXPECT_EQ(doc["zero_stages"], Json::parse("[1,2,3]"));
+  EXPECT_EQ(doc["optimizer_impl"], "deepspeed-zero");
+  EXPECT_EQ(doc["zero3_impl"], "deepspeed");
+  for (const auto& p : doc["plans"]) {
+    EXPECT_EQ(p["config"]["optimizer_impl"], "deepspeed-zero");
+    EXPECT_EQ(p["config"]["schedule"], "1f1b");
+    if (p["config"]["zero_stage"] == 3) {
+      EXPECT_EQ(p["config"]["stage3_max_live_parameters"], 5e8);
+    }
+  }
+  auto t = RunShardcast(plan + "--zero3-impl deepspeed");  // implies DeepSpeed's optimizer
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("Every plan runs the deepspeed-zero optimizer, ZeRO-3 as deepspeed (ZeRO stages 1,2,3)"),
+            std::string::npos) << t.out;
+  const auto at = t.out.find("Details: shardcast simulate ");
+  ASSERT_NE(at, std::string::npos) << t.out;
+  const std::size_t from = at + std::string("Details: shardcast ").size();
+  const std::string details = t.out.substr(from, t.out.find('\n', at) - from);
+  EXPECT_NE(details.find("--optimizer deepspeed-zero"), std::string::npos) << details;
+  auto s = RunShardcast(details + " --json");
+  auto tj = RunShardcast(plan + "--zero3-impl deepspeed --json");
+  ASSERT_EQ(s.exit_code, 0) << s.err;
+  ASSERT_EQ(tj.exit_code, 0) << tj.err;
+  EXPECT_DOUBLE_EQ(Json::parse(s.out)["step_time_s"].get<double>(),
+                   Json::parse(tj.out)["recommended"]["step_time_s"].get<double>()) << details;
+
+  EXPECT_TRUE(testing::ExitsTwoWith(plan + "--optimizer deepspeed-zero --zero-stages 0,1",
+                                    "--zero-stages (or --fix zero): got 0 with --optimizer deepspeed-zero, expected "
+                                    "stages 1, 2 or 3"));
+  EXPECT_TRUE(testing::ExitsTwoWith(plan + "--optimizer deepspeed-bf16 --fix zero=2",
+                                    "got 2 with --optimizer deepspeed-bf16, expected 1"));
+  EXPECT_TRUE(testing::ExitsTwoWith(plan + "--zero3-impl deepspeed-2021 --zero-stages 1",
+                                    "--zero3-impl: got deepspeed-2021 with --zero-stages 1, expected 3 among the stages"));
+  EXPECT_TRUE(testing::ExitsTwoWith(plan + "--stage3-prefetch-bucket-size 1e6",
+                                    "--stage3-prefetch-bucket-size: given, but no plan runs what it tunes (--optimizer "
+                                    "megatron --zero-stages 0,1)"));
+  EXPECT_TRUE(testing::ExitsTwoWith(plan + "--reduce-bucket-size 1e8 --zero-stages 0,1,3",
+                                    "--reduce-bucket-size: given, but no plan runs what it tunes"));
+}
+
 }  // namespace shardcast

@@ -108,29 +108,44 @@ TEST(Space, OnlyValidConfigurationsAreGenerated) {
   EXPECT_GT(rej["(tp, pp) pairs: tp*pp does not divide the GPU count"], 0u);  // e.g. pp = 5 with 256 GPUs
 }
 
-TEST(Pruning, NeverRemovesAConfigurationThatFits) {
-  const Model m = LoadModel("gpt3-175b");
-  const Cluster cl = LoadCluster("dgx-a100");
+/// What CheckBounds saw: the candidates simulated, those the memory bound prunes, the ZeRO-3 ones.
+struct BoundsCheck {
+  std::size_t checked = 0, pruned = 0, zero3 = 0;
+};
+
+/// Simulates every `stride`-th feasible candidate of `o` and expects the planner's bounds to hold:
+/// the memory and step-time lower bounds at most what the simulation gives, and no candidate the
+/// memory bound prunes fitting.
+BoundsCheck CheckBounds(const Model& m, const Cluster& cl, const PlanOptions& o, std::size_t stride) {
   const HardwareProfile prof = DefaultProfile(cl);
-  PlanOptions o;
-  o.gpus = 64;
-  o.global_batch_size = 64;
   std::map<std::string, std::size_t> rej;
   const auto cands = GenerateCandidates(m, cl, o, &rej);
-  std::size_t pruned = 0, checked = 0;
-  for (std::size_t i = 0; i < cands.size(); i += 3) {  // every third, to bound the test's time
+  BoundsCheck k;
+  for (std::size_t i = 0; i < cands.size(); i += stride) {
     const Bounds b = LowerBounds(m, cands[i], cl, prof);
-    const SimulationResult r = Simulate(m, cands[i], cl, 64, prof);
-    ++checked;
+    const SimulationResult r = Simulate(m, cands[i], cl, o.gpus, prof);
+    if (!r.feasible) continue;
+    ++k.checked;
+    k.zero3 += cands[i].zero_stage == 3;
     EXPECT_LE(b.peak_memory_lower_bytes, r.peak_memory_bytes * (1 + 1e-12)) << cands[i].Summary();
     EXPECT_LE(b.step_time_lower_s, r.step_time_s * (1 + 1e-12)) << cands[i].Summary();
     if (b.peak_memory_lower_bytes > cl.gpu.memory_bytes) {
-      ++pruned;
+      ++k.pruned;
       EXPECT_FALSE(r.fits) << "pruned but fits: " << cands[i].Summary();
     }
   }
-  EXPECT_GT(pruned, 0u);
-  EXPECT_GT(checked, 50u);
+  return k;
+}
+
+TEST(Pruning, NeverRemovesAConfigurationThatFits) {
+  const Model m = LoadModel("gpt3-175b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  PlanOptions o;
+  o.gpus = 64;
+  o.global_batch_size = 64;
+  const BoundsCheck k = CheckBounds(m, cl, o, 3);  // every third, to bound the test's time
+  EXPECT_GT(k.pruned, 0u);
+  EXPECT_GT(k.checked, 50u);
 }
 
 TEST(Ranking, DeterministicAcrossThreadCounts) {
@@ -488,6 +503,69 @@ TEST(Ranking, ReplayedRankingMatchesReplayingEveryCandidate) {
   for (std::size_t i = 0; i < full.stages.size(); ++i) {
     EXPECT_EQ(lazy.stages[i].memory.allocator_retries, full.stages[i].memory.allocator_retries);
   }
+}
+
+// With DeepSpeed's optimizer the search keeps to what Megatron-DeepSpeed runs: ZeRO stages 1-3
+// (ZeRO-1 also on one data-parallel rank), ZeRO-2/3 without pipeline parallelism, its pipeline
+// engine's 1F1B, no Transformer Engine userbuffers, no context parallelism, no HSDP; ZeRO-3 as
+// the implementation asked for, and every plan with the DeepSpeed knobs given.
+TEST(Space, DeepSpeedCandidatesRunWhatDeepSpeedRuns) {
+  const Model m = LoadModel("llama2-7b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  PlanOptions o;
+  o.gpus = 64;
+  o.global_batch_size = 256;
+  o.zero_stages = {0, 1, 2, 3};
+  o.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+  o.zero3_impl = Zero3Impl::kDeepSpeed;
+  o.base.ds_prefetch_bucket_elems = 1e6;
+  o.base.ds_reduce_bucket_elems = 2e8;
+  std::map<std::string, std::size_t> rej;
+  const auto cands = GenerateCandidates(m, cl, o, &rej);
+  ASSERT_FALSE(cands.empty());
+  std::map<int, std::size_t> by_stage;
+  bool zero1_on_one_rank = false;
+  for (const auto& c : cands) {
+    ++by_stage[c.zero_stage];
+    EXPECT_EQ(c.optimizer_impl, OptimizerImpl::kDeepSpeedZero) << c.Summary();
+    EXPECT_GE(c.zero_stage, 1) << c.Summary();
+    EXPECT_EQ(c.zero3_impl, c.zero_stage == 3 ? Zero3Impl::kDeepSpeed : Zero3Impl::kPerLayer) << c.Summary();
+    if (c.pp > 1) {
+      EXPECT_EQ(c.zero_stage, 1) << c.Summary();
+    }
+    EXPECT_EQ(c.schedule, Schedule::k1F1B) << c.Summary();
+    EXPECT_FALSE(c.tp_comm_overlap) << c.Summary();
+    EXPECT_EQ(c.cp, 1) << c.Summary();
+    EXPECT_FALSE(c.hybrid_shard()) << c.Summary();
+    EXPECT_EQ(c.ds_prefetch_bucket_elems, 1e6);
+    EXPECT_EQ(c.ds_reduce_bucket_elems, 2e8);
+    zero1_on_one_rank = zero1_on_one_rank || (c.dp == 1 && c.zero_stage == 1);
+  }
+  EXPECT_GT(by_stage[1], 0u);
+  EXPECT_GT(by_stage[2], 0u);
+  EXPECT_GT(by_stage[3], 0u);
+  EXPECT_TRUE(zero1_on_one_rank);  // TP8 PP8 DP1, as GPT-NeoX runs its ZeRO-1 on one replica
+  EXPECT_GT(rej["(tp, pp, mbs) choices: DeepSpeed's pipeline engine runs 1F1B only"], 0u);
+
+  o.optimizer_impl = OptimizerImpl::kDeepSpeedBf16;  // the BF16_Optimizer: ZeRO-1 alone
+  for (const auto& c : GenerateCandidates(m, cl, o, &rej)) EXPECT_EQ(c.zero_stage, 1) << c.Summary();
+}
+
+// The memory and step-time bounds that prune the search hold for DeepSpeed's stage 3 and its
+// ZeRO-1/2 buckets as they do for Megatron's (LowerBounds reads the same coordinator replay).
+TEST(Pruning, NeverRemovesADeepSpeedConfigurationThatFits) {
+  const Model m = LoadModel("gpt3-13b");
+  const Cluster cl = LoadCluster("dgx-a100-40gb");
+  PlanOptions o;
+  o.gpus = 32;
+  o.global_batch_size = 128;
+  o.zero_stages = {1, 2, 3};
+  o.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+  o.zero3_impl = Zero3Impl::kDeepSpeed;
+  const BoundsCheck k = CheckBounds(m, cl, o, 2);
+  EXPECT_GT(k.pruned, 0u);
+  EXPECT_GT(k.zero3, 10u);
+  EXPECT_GT(k.checked, 50u);
 }
 
 }  // namespace

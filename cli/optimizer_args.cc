@@ -1,0 +1,98 @@
+/// \file optimizer_args.cc
+/// The optimizer and DeepSpeed flags `simulate`, `execute` and `plan` share (config_args.h).
+
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli/config_args.h"
+#include "cli/options.h"
+#include "common/error.h"
+
+namespace shardcast::cli {
+
+void AddDeepSpeedKnobOptions(CLI::App* cmd, OptimizerArgs* a, bool for_plan) {
+  // `plan` applies each to the plans that run what it tunes; `simulate` refuses it elsewhere.
+  const std::string where = for_plan ? " (the plans that run it take it)" : "";
+  cmd->add_option("--reduce-bucket-size", a->reduce_bucket_size,
+                  "with --optimizer deepspeed-zero --zero 1|2: DeepSpeed's reduce_bucket_size in elements (default 5e8): "
+                  "each backward allocates a 16-bit bucket of this size (two with overlap_comm, i.e. without "
+                  "--no-overlap-grad-reduce) for the gradients to be reduced; with --zero3-impl deepspeed, the "
+                  "contiguous bucket the gradients are copied into and reduce-scattered from when full; with "
+                  "--zero3-impl deepspeed-2021, the gradients wait in a bucket of this size before it is "
+                  "reduce-scattered (the memory they hold; the reduce-scatters are timed tensor by tensor)" + where)
+      ->check(PositiveNumber());
+  cmd->add_option("--stage3-max-live-parameters", a->ds_max_live_elems,
+                  "with --zero3-impl deepspeed or deepspeed-2021: DeepSpeed's stage3_max_live_parameters in elements "
+                  "(default 1e9): what is prefetched keeps the gathered parameters under it" + where)
+      ->check(NonNegativeNumber());
+  cmd->add_option("--stage3-prefetch-bucket-size", a->ds_prefetch_bucket_elems,
+                  "with --zero3-impl deepspeed: DeepSpeed's stage3_prefetch_bucket_size in elements (default 5e7): "
+                  "what each module's fetch prefetches of the modules after it" + where)
+      ->check(NonNegativeNumber());
+  cmd->add_option("--stage3-max-reuse-distance", a->ds_max_reuse_elems,
+                  "with --zero3-impl deepspeed: DeepSpeed's stage3_max_reuse_distance in elements (default 1e9): a "
+                  "module's parameters stay gathered when the modules up to this many elements on use them again" +
+                      where)
+      ->check(NonNegativeNumber());
+  cmd->add_option("--stage3-param-persistence-threshold", a->ds_persistence_elems,
+                  "with --zero3-impl deepspeed or deepspeed-2021: DeepSpeed's stage3_param_persistence_threshold in "
+                  "elements (default 1e5): smaller tensors stay whole on every rank and are never gathered" + where)
+      ->check(NonNegativeNumber());
+}
+
+OptimizerImpl ParseOptimizerImpl(const std::string& name) {
+  if (name == "deepspeed-zero") return OptimizerImpl::kDeepSpeedZero;
+  if (name == "deepspeed-bf16") return OptimizerImpl::kDeepSpeedBf16;
+  return OptimizerImpl::kMegatron;
+}
+
+Zero3Impl ParseZero3Impl(const std::string& name) {
+  if (name == "deepspeed-2021") return Zero3Impl::kDeepSpeed2021;
+  if (name == "deepspeed") return Zero3Impl::kDeepSpeed;
+  return Zero3Impl::kPerLayer;
+}
+
+std::vector<std::string> ApplyDeepSpeedKnobs(const OptimizerArgs& a, bool refuse, ParallelConfig* c) {
+  std::vector<std::string> left_out;
+  // What an error names: the ZeRO stage, and with ZeRO-3 its implementation.
+  const std::string given = fmt::format("--zero {}{}", c->zero_stage,
+                                        c->zero_stage == 3 ? fmt::format(" --zero3-impl {}", ToString(c->zero3_impl)) : "");
+  const bool ds3 = c->deepspeed2021_zero3() || c->deepspeed_zero3();
+  if (a.reduce_bucket_size > 0) {
+    if ((c->optimizer_impl == OptimizerImpl::kDeepSpeedZero && c->zero_stage <= 2) || ds3) {
+      c->ds_reduce_bucket_elems = a.reduce_bucket_size;
+    } else if (!refuse) {
+      left_out.push_back("--reduce-bucket-size");
+    } else {
+      throw InputError(fmt::format("command line: --reduce-bucket-size: got {} with --optimizer {} --zero {}, expected "
+                                   "--optimizer deepspeed-zero with --zero 1 or 2, or --zero 3 --zero3-impl "
+                                   "deepspeed or deepspeed-2021 (DeepSpeed's gradient bucket)",
+                                   a.reduce_bucket_size, ToString(c->optimizer_impl), c->zero_stage));
+    }
+  }
+  // DeepSpeed stage 3's knobs: the first two for either DeepSpeed, the last two for today's.
+  const std::tuple<const char*, double, double*, bool> knobs[] = {
+      {"--stage3-max-live-parameters", a.ds_max_live_elems, &c->ds_max_live_elems, ds3},
+      {"--stage3-param-persistence-threshold", a.ds_persistence_elems, &c->ds_persistence_threshold_elems, ds3},
+      {"--stage3-prefetch-bucket-size", a.ds_prefetch_bucket_elems, &c->ds_prefetch_bucket_elems, c->deepspeed_zero3()},
+      {"--stage3-max-reuse-distance", a.ds_max_reuse_elems, &c->ds_max_reuse_distance_elems, c->deepspeed_zero3()}};
+  for (const auto& [flag, value, field, applies] : knobs) {
+    if (value < 0) continue;  // not given
+    if (applies) {
+      *field = value;
+    } else if (!refuse) {
+      left_out.push_back(flag);
+    } else {
+      throw InputError(fmt::format("command line: {}: got {} with {}, expected --zero 3 --zero3-impl deepspeed{} "
+                                   "(the DeepSpeed stage 3 it tunes)",
+                                   flag, value, given, field == &c->ds_max_live_elems || field == &c->ds_persistence_threshold_elems
+                                                           ? " or deepspeed-2021" : ""));
+    }
+  }
+  return left_out;
+}
+
+}  // namespace shardcast::cli
