@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <initializer_list>
 #include <limits>
 
 #include "common/error.h"
@@ -354,6 +355,18 @@ double HfRopeTheta(const JsonReader& r, const char* key) {
   return r.NullableNumber(key, 1, 1e12).value_or(10000.0);
 }
 
+/// Whether any of the dropout probabilities `keys` is above 0 (each in [0, 1], null or absent:
+/// `fallback`, the transformers library's default for the family: 0.1 for GPT-2's resid_pdrop and
+/// attn_pdrop, 0.0 for GPT-NeoX's and BLOOM's attention_dropout and hidden_dropout and MPT's
+/// attn_pdrop and resid_pdrop). Model::dropout is one switch for hidden and attention dropout, so
+/// either being on turns it on.
+bool HfDropout(const JsonReader& r, std::initializer_list<const char*> keys, double fallback) {
+  for (const char* key : keys) {
+    if ((r.Has(key) ? r.NullableNumber(key, 0, 1).value_or(fallback) : fallback) > 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 Model ModelFromHuggingFace(const Json& j, const std::string& file) {
@@ -423,7 +436,7 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
                      : type == "gpt_oss"                     ? r.OptBool("attention_bias").value_or(true)
                                                              : r.OptBool("attention_bias").value_or(false);
     if (j.contains("head_dim") && !j["head_dim"].is_null()) m.kv_channels = r.Int("head_dim", 1, kMaxHeadDim);
-    m.dropout = r.OptNumber("attention_dropout", 0, 1).value_or(0.0) > 0;
+    m.dropout = HfDropout(r, {"attention_dropout"}, 0.0);
     ReadHfMoe(r, type, file, &m);
   } else if (type == "gpt2") {
     m.num_layers = r.Int("n_layer", 1, kMaxLayers);
@@ -436,6 +449,7 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     m.activation = Activation::kGelu;
     m.position_embedding = PositionEmbedding::kLearned;
     m.tie_embeddings = r.OptBool("tie_word_embeddings").value_or(true);
+    m.dropout = HfDropout(r, {"resid_pdrop", "attn_pdrop"}, 0.1);
   } else if (type == "gpt_neox") {
     m.num_layers = r.Int("num_hidden_layers", 1, kMaxLayers);
     m.hidden_size = r.Int("hidden_size", 1, kMaxHidden);
@@ -448,6 +462,7 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     m.position_embedding = PositionEmbedding::kRope;
     m.rotary_base = HfRopeTheta(r, "rotary_emb_base");
     m.tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
+    m.dropout = HfDropout(r, {"attention_dropout", "hidden_dropout"}, 0.0);
   } else if (type == "mpt") {
     m.num_layers = r.Int("n_layers", 1, kMaxLayers);
     m.hidden_size = r.Int("d_model", 1, kMaxHidden);
@@ -458,8 +473,12 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     m.max_position_embeddings = r.Int("max_seq_len", 1, kMaxSeq);
     m.normalization = Normalization::kLayerNorm;
     m.activation = Activation::kGelu;
-    bool alibi = false;
-    if (r.Has("attn_config")) alibi = r.Object("attn_config").OptBool("alibi").value_or(false);
+    bool alibi = false, attn_dropout = false;
+    if (r.Has("attn_config")) {
+      alibi = r.Object("attn_config").OptBool("alibi").value_or(false);
+      attn_dropout = HfDropout(r.Object("attn_config"), {"attn_pdrop"}, 0.0);
+    }
+    m.dropout = attn_dropout || HfDropout(r, {"resid_pdrop"}, 0.0);
     m.position_embedding = alibi ? PositionEmbedding::kAlibi : PositionEmbedding::kLearned;
     m.tie_embeddings = true;  // MPT always ties (no separate output layer)
     m.add_bias_linear = !r.OptBool("no_bias").value_or(false);
@@ -477,6 +496,7 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     m.activation = Activation::kGelu;
     m.position_embedding = PositionEmbedding::kAlibi;
     m.tie_embeddings = true;
+    m.dropout = HfDropout(r, {"attention_dropout", "hidden_dropout"}, 0.0);
   } else {
     throw InputError::Field(file, "/model_type", "\"" + type + "\"",
                             "a supported Hugging Face model_type: llama, mistral, qwen2, qwen3, gpt2, "

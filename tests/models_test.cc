@@ -1,9 +1,11 @@
 #include <cmath>
+#include <functional>
 #include <string>
 
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "common/json_reader.h"
 #include "models/loader.h"
 #include "models/parallel.h"
 #include "tests/test_util.h"
@@ -144,6 +146,32 @@ TEST(Model, HuggingFaceFamiliesMap) {
   // BLOOM-560m: 559,214,592 (we omit the 2h embedding layernorm: 2,048 fewer).
   EXPECT_NEAR(static_cast<double>(LoadModel(dir + "bloom-560m.json").Parameters().total) /
                   559214592.0, 1.0, 0.005);
+}
+
+// Dropout follows each family's keys with the transformers library's defaults when they are
+// absent: GPT-2's resid_pdrop/attn_pdrop 0.1; GPT-NeoX's and BLOOM's attention_dropout and
+// hidden_dropout 0.0; MPT's attn_config.attn_pdrop and resid_pdrop 0.0; Llama's attention_dropout
+// 0.0. Either probability above 0 turns Model::dropout on; a value outside [0, 1] is an error.
+TEST(Model, HuggingFaceDropoutFollowsTheFamilysDefaults) {
+  const std::string dir = testing::FixturesDir() + "/hf/";
+  EXPECT_TRUE(LoadModel(dir + "gpt2.json").dropout);
+  EXPECT_FALSE(LoadModel(dir + "gpt-neox-20b.json").dropout);  // no dropout keys: 0.0
+  EXPECT_FALSE(LoadModel(dir + "bloom-560m.json").dropout);
+  EXPECT_FALSE(LoadModel(dir + "mpt-7b.json").dropout);
+  EXPECT_FALSE(LoadModel(dir + "llama3-8b.json").dropout);
+  auto with = [&](const std::string& fixture, const std::function<void(Json&)>& edit) {
+    Json j = ReadJsonFile(dir + fixture);
+    edit(j);
+    return ModelFromHuggingFace(j, fixture).dropout;
+  };
+  EXPECT_TRUE(with("gpt-neox-20b.json", [](Json& j) { j["hidden_dropout"] = 0.1; }));
+  EXPECT_TRUE(with("bloom-560m.json", [](Json& j) { j["attention_dropout"] = 0.1; }));
+  EXPECT_TRUE(with("mpt-7b.json", [](Json& j) { j["attn_config"]["attn_pdrop"] = 0.1; }));
+  EXPECT_TRUE(with("mpt-7b.json", [](Json& j) { j["resid_pdrop"] = 0.1; }));
+  EXPECT_FALSE(with("gpt2.json", [](Json& j) { j["resid_pdrop"] = 0.0; j["attn_pdrop"] = 0.0; }));
+  // null reads as the default, GPT-2's 0.1: on.
+  EXPECT_TRUE(with("gpt2.json", [](Json& j) { j["resid_pdrop"] = nullptr; j["attn_pdrop"] = 0.0; }));
+  EXPECT_THROW(with("gpt-neox-20b.json", [](Json& j) { j["hidden_dropout"] = 1.5; }), InputError);
 }
 
 // ---- the bad-input catalogue: each message checked exactly ---------------------------------
