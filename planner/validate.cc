@@ -175,6 +175,14 @@ Model RowModel(const CsvTable& t, std::size_t r, const std::string& file) {
     m.tie_embeddings = false;
     m.add_bias_linear = m.add_qkv_bias = false;
     m.dropout = false;
+  } else if (Contains(arch, "GPT-NeoX")) {
+    // GPT-NeoX (configs/20B.yml): rotary positions (on a quarter of each head's channels, a cost
+    // too small to tell apart), untied output layer, biases, hidden and attention dropout 0. Its
+    // parallel residual (attention and MLP on the same input) has a serial layer's FLOPs and,
+    // with full recompute, its saved tensors.
+    m.position_embedding = PositionEmbedding::kRope;
+    m.tie_embeddings = false;
+    m.dropout = false;
   } else if (Contains(arch, "Nemotron")) {
     // Nemotron (NeMo's Nemotron3/4 configs): rotary positions, untied output layer, no biases or
     // dropout; its squared-ReLU MLP has the shapes and memory traffic of a GELU MLP (one up
@@ -571,6 +579,15 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       // SC21's ZeRO-3 comparison (April 2021) ran DeepSpeed's stage 3 of that time: per-tensor,
       // synchronized list collectives (Zero3Impl::kDeepSpeed2021).
       if (c.zero_stage >= 3) c.zero3_impl = Zero3Impl::kDeepSpeed2021;
+      // A reduce_bucket_size other than DeepSpeed's 5e8 (GPT-NeoX's 20B.yml: 1.26e9), from the notes.
+      if (const auto kv = NoteValues(t.Get(r, "notes")); kv.count("reduce_bucket_size")) {
+        const auto b = Num(kv.at("reduce_bucket_size"));
+        if (!b || !(*b > 0) || *b > 1e12) {
+          throw InputError(runs_csv + ": " + RowLabel(t, r) + ", column notes: reduce_bucket_size=" +
+                           kv.at("reduce_bucket_size") + ", expected a positive number of elements up to 1e12");
+        }
+        c.ds_reduce_bucket_elems = *b;
+      }
     }
     if (mcore) {
       // NeMo's performance recipes on Megatron-Core (NeMo 24.x, S6 and S7): sequence parallelism

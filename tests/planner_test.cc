@@ -75,8 +75,17 @@ TEST(Space, EveryPublishedConfigurationIsGenerated) {
                           : sh.rfind("ZeRO-1", 0) == 0                                                         ? 1
                                                                                                                 : 0;
     bool found = false;
-    for (const auto& c : cands) {
-      const bool slots = m.num_layers % std::stoll(t.Get(r, "pp")) != 0;  // BLOOM's partition
+    auto candidates = cands;
+    if (want_zero >= 1 && std::stoll(t.Get(r, "dp")) == 1) {
+      // ZeRO-1 on one data-parallel rank (GPT-NeoX's own layouts, rows 220-221) is DeepSpeed's:
+      // the search generates it with DeepSpeed's optimizer.
+      o.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+      candidates = GenerateCandidates(m, cl, o, &rej);
+    }
+    for (const auto& c : candidates) {
+      const std::int64_t row_pp = std::stoll(t.Get(r, "pp"));
+      // BLOOM's partition (the embedding and the loss a layer slot each); other uneven splits as the search makes them.
+      const bool slots = m.num_layers % row_pp != 0 && (m.num_layers + 2) % row_pp == 0;
       if (c.tp == std::stoll(t.Get(r, "tp")) && c.pp == std::stoll(t.Get(r, "pp")) && c.vp == vp && c.cp == row_cp &&
           c.embedding_slots == slots &&
           c.micro_batch_size == std::stoll(t.Get(r, "micro_batch_size")) && c.recompute == want_rc &&

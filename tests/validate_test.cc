@@ -250,7 +250,7 @@ TEST(Validate, EveryRowsConfigurationRoundTripsThroughSimulateFlags) {
         << "row " << r.row_id << ": " << flags;
     ++checked;
   }
-  EXPECT_EQ(checked, 83);
+  EXPECT_EQ(checked, 86);
 }
 
 // "Fits" follows PyTorch's caching allocator (its replay): every run with a measured peak
@@ -271,7 +271,7 @@ TEST(Validate, FitsAndAtRiskFollowTheAllocatorReplay) {
     EXPECT_GE(*r.predicted_reserved_bytes, *r.predicted_peak_memory_bytes) << r.row_id;
     EXPECT_GT(*r.measured_peak_memory_bytes, *r.predicted_reserved_bytes) << r.row_id;
   }
-  EXPECT_EQ(n, 17);
+  EXPECT_EQ(n, 18);
   bool found = false;
   for (const auto& r : rep.rows) {
     if (r.row_id != "14") continue;
@@ -349,7 +349,7 @@ TEST(Validate, HeldOutRowsAreReportedApartFromFittedRows) {
   EXPECT_TRUE(renumbered_fit);
   auto out = RunShardcast("validate --no-memory");
   EXPECT_NE(out.out.find("ok / fits  [fit]"), std::string::npos) << out.out;
-  EXPECT_NE(out.out.find("held out (62 rows"), std::string::npos) << out.out;
+  EXPECT_NE(out.out.find("held out (63 rows"), std::string::npos) << out.out;
 }
 
 // BLOOM's contradictory pairs (issue 5) are marked low-confidence in the CSV; the summary gives the
