@@ -18,8 +18,9 @@ void AddDeepSpeedKnobOptions(CLI::App* cmd, OptimizerArgs* a, bool for_plan) {
   const std::string where = for_plan ? " (the plans that run it take it)" : "";
   cmd->add_option("--reduce-bucket-size", a->reduce_bucket_size,
                   "with --optimizer deepspeed-zero --zero 1|2: DeepSpeed's reduce_bucket_size in elements (default 5e8): "
-                  "each backward allocates a 16-bit bucket of this size (two with overlap_comm, i.e. without "
-                  "--no-overlap-grad-reduce) for the gradients to be reduced; with --zero3-impl deepspeed, the "
+                  "at --zero 2 each backward allocates a 16-bit bucket of this size (two with overlap_comm, i.e. "
+                  "without --no-overlap-grad-reduce) for the gradients to be reduced; at --zero 1 only MoE models "
+                  "hold one (DeepSpeed turns contiguous gradients off at stage 1); with --zero3-impl deepspeed, the "
                   "contiguous bucket the gradients are copied into and reduce-scattered from when full; with "
                   "--zero3-impl deepspeed-2021, the gradients wait in a bucket of this size before it is "
                   "reduce-scattered (the memory they hold; the reduce-scatters are timed tensor by tensor)" + where)

@@ -772,15 +772,15 @@ Skeleton& SkeletonFor(Builder& b, bool reuse, bool* reused) {
 
 }  // namespace
 
-double DeepSpeedBucketBytes(const ParallelConfig& c, int stage) {
-  // deepspeed/runtime/zero/stage_1_and_2.py (2022): with contiguous_gradients, its default,
-  // backward() allocates ipg_buffer, reduce_bucket_size elements in the 16-bit dtype, and a second
+double DeepSpeedBucketBytes(const ParallelConfig& c, int stage, bool moe) {
+  // stage_1_and_2.py's backward() allocates ipg_buffer when contiguous_gradients is on, a second
   // one with overlap_comm; the gradients are copied into it bucket by bucket for their reduction.
-  // The pipeline engine runs the loss's backward through the optimizer on the last stage only; the
-  // other stages allocate their bucket in reduce_gradients, after their backward, when the
+  // The pipeline engine runs the loss's backward through the optimizer on the last stage only;
+  // the other stages allocate their bucket in reduce_gradients, after their backward, when the
   // activations are gone.
   if (c.optimizer_impl != OptimizerImpl::kDeepSpeedZero || c.zero_stage < 1 || c.zero_stage > 2) return 0;
   if (stage != c.pp - 1) return 0;
+  if (c.zero_stage == 1) return moe ? c.ds_reduce_bucket_elems * 2.0 : 0.0;  // stage 1: no overlap_comm
   return (c.overlap_grad_reduce ? 2.0 : 1.0) * c.ds_reduce_bucket_elems * 2.0;
 }
 
@@ -887,7 +887,7 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
              : Zero3GatheredPeakBytes(cm.layer_tensors, c.param_gather_bytes, GradReduceBytesPerParam(c)));
   }
   mem.comm_buffer_bytes += 2.0 * cm.pp_message_bytes * (c.pp > 1 ? 2 : 0);
-  mem.comm_buffer_bytes += DeepSpeedBucketBytes(c, stage);
+  mem.comm_buffer_bytes += DeepSpeedBucketBytes(c, stage, !cm.moe_layer_ops.empty());
   mem.framework_bytes = prof.framework_overhead_bytes;
   mem.peak_bytes = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes +
                    mem.comm_buffer_bytes + mem.framework_bytes;
