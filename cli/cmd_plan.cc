@@ -48,10 +48,10 @@ struct PlanArgs {
 void ApplyPlanOptimizerArgs(const PlanArgs& a, PlanOptions* o) {
   const OptimizerArgs& opt = a.opt;
   o->zero3_impl = ParseZero3Impl(opt.zero3_impl);
-  // As in simulate: DeepSpeed's stage 3 keeps DeepSpeed's optimizer state unless --optimizer says
-  // otherwise; with DeepSpeed's optimizer, ZeRO-3 is DeepSpeed's stage 3 unless --zero3-impl says so.
-  o->optimizer_impl = opt.optimizer.empty() && o->zero3_impl == Zero3Impl::kDeepSpeed
-                          ? OptimizerImpl::kDeepSpeedZero
+  // DeepSpeed's stage 3 (today's or 2021's) keeps DeepSpeed's optimizer state unless --optimizer
+  // says otherwise; with DeepSpeed's optimizer, ZeRO-3 is today's stage 3 unless --zero3-impl says so.
+  o->optimizer_impl = opt.optimizer.empty() && o->zero3_impl != Zero3Impl::kPerLayer
+                          ? OptimizerImpl::kDeepSpeedZero  // either DeepSpeed's stage 3: a DeepSpeed run
                           : ParseOptimizerImpl(opt.optimizer);
   if (opt.zero3_impl.empty() && o->optimizer_impl == OptimizerImpl::kDeepSpeedZero) o->zero3_impl = Zero3Impl::kDeepSpeed;
   const auto fixed = o->fixed.find("zero");  // --fix zero=N searches N alone (ApplyFixedToSearch)
@@ -77,9 +77,16 @@ void ApplyPlanOptimizerArgs(const PlanArgs& a, PlanOptions* o) {
                                  "stages (it says how ZeRO-3 gathers and reduces)", opt.zero3_impl, stages));
   }
   // Every plan takes the knobs (the simulation reads each only where it applies), but each must
-  // apply to some plan: one of the stages searched, with this optimizer and ZeRO-3.
+  // apply to some plan: one of the stages searched (ZeRO-2/3 only without a fixed pipeline), with
+  // this optimizer and ZeRO-3.
   std::map<std::string, int> left_out;
+  const auto fixed_pp = o->fixed.find("pp");
+  const bool pipelined = fixed_pp != o->fixed.end() && fixed_pp->second != "1";
+  std::vector<int> searched;
   for (int z : o->zero_stages) {
+    if (!(pipelined && z >= 2)) searched.push_back(z);
+  }
+  for (int z : searched) {
     ParallelConfig c = o->base;
     c.zero_stage = z;
     c.optimizer_impl = o->optimizer_impl;
@@ -88,11 +95,12 @@ void ApplyPlanOptimizerArgs(const PlanArgs& a, PlanOptions* o) {
     CopyDeepSpeedKnobs(c, &o->base);
   }
   for (const auto& [flag, n] : left_out) {
-    if (n < static_cast<int>(o->zero_stages.size())) continue;
+    if (n < static_cast<int>(searched.size())) continue;
     throw InputError(fmt::format("command line: {}: given, but no plan runs what it tunes (--optimizer {} "
-                                 "--zero-stages {}{}); expected {}",
+                                 "--zero-stages {}{}{}); expected {}",
                                  flag, ToString(o->optimizer_impl), stages,
                                  has3 ? fmt::format(" --zero3-impl {}", ToString(o->zero3_impl)) : "",
+                                 pipelined ? fmt::format("; --fix pp={}, where ZeRO-2/3 do not run", fixed_pp->second) : "",
                                  flag == std::string("--reduce-bucket-size")
                                      ? "--optimizer deepspeed-zero, or ZeRO-3 with --zero3-impl deepspeed or deepspeed-2021"
                                  : flag == std::string("--stage3-prefetch-bucket-size") ||
@@ -120,6 +128,7 @@ PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl
   o.threads = a.threads;
   o.flash_attention = !a.no_flash;
   ApplyPrecisionArgs(a.prec, &o.base);
+  CheckOptimizerPrecision(o.optimizer_impl, o.base.precision);
   o.base.moe_load_imbalance = a.moe_routing.moe_load_imbalance;
   o.base.moe_force_load_balancing = a.moe_routing.moe_force_load_balancing;
   o.base.cross_entropy = a.moe_routing.cross_entropy;

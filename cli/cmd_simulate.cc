@@ -241,6 +241,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
                      "like ZeRO-1 while DeepSpeed's own config says stage 0)");
   }
   ApplyZeroKnobs(a, &c);
+  CheckOptimizerPrecision(c.optimizer_impl, c.precision);
   if (a.bf16_grads && c.optimizer_impl != OptimizerImpl::kMegatron) {
     throw InputError("command line: --bf16-main-grads: only applies to --optimizer megatron (got --optimizer " +
                      std::string(ToString(c.optimizer_impl)) + ", whose gradient buffers are fixed)");

@@ -62,6 +62,9 @@ Zero3Impl ParseZero3Impl(const std::string& name);          ///< "" and "per-lay
 /// its value, `c`'s ZeRO stage and what was expected; without, it is left out and its flag is
 /// among those returned.
 std::vector<std::string> ApplyDeepSpeedKnobs(const OptimizerArgs& a, bool refuse, ParallelConfig* c);
+/// InputError (exit 2) for DeepSpeed's BF16_Optimizer with fp16, fp32 or tf32 training: it keeps
+/// bf16 weights (runtime/bf16_optimizer.py).
+void CheckOptimizerPrecision(OptimizerImpl impl, Precision precision);
 
 struct SimulateArgs {
   PrecisionArgs prec;

@@ -16,14 +16,18 @@ namespace shardcast::cli {
 void AddDeepSpeedKnobOptions(CLI::App* cmd, OptimizerArgs* a, bool for_plan) {
   // `plan` applies each to the plans that run what it tunes; `simulate` refuses it elsewhere.
   const std::string where = for_plan ? " (the plans that run it take it)" : "";
+  const std::string zero12 = for_plan ? "ZeRO-1/2 plans with --optimizer deepspeed-zero" : "--optimizer deepspeed-zero --zero 1|2";
+  const std::string overlap = for_plan ? "two: plans overlap the reduction (overlap_comm)"
+                                       : "two with overlap_comm, i.e. without --no-overlap-grad-reduce";
   cmd->add_option("--reduce-bucket-size", a->reduce_bucket_size,
-                  "with --optimizer deepspeed-zero --zero 1|2: DeepSpeed's reduce_bucket_size in elements (default 5e8): "
-                  "at --zero 2 each backward allocates a 16-bit bucket of this size (two with overlap_comm, i.e. "
-                  "without --no-overlap-grad-reduce) for the gradients to be reduced; at --zero 1 only MoE models "
-                  "hold one (DeepSpeed turns contiguous gradients off at stage 1); with --zero3-impl deepspeed, the "
-                  "contiguous bucket the gradients are copied into and reduce-scattered from when full; with "
-                  "--zero3-impl deepspeed-2021, the gradients wait in a bucket of this size before it is "
-                  "reduce-scattered (the memory they hold; the reduce-scatters are timed tensor by tensor)" + where)
+                  "with " + zero12 + ": DeepSpeed's reduce_bucket_size in elements (default 5e8): at ZeRO-2 each "
+                  "backward allocates a 16-bit bucket of this size (" + overlap + ") for the gradients to be "
+                  "reduced; at ZeRO-1 only MoE models hold one (DeepSpeed turns contiguous gradients off at stage "
+                  "1); memory only: the reduction is timed as one bucketed collective whatever its size; with "
+                  "--zero3-impl deepspeed, the contiguous bucket the gradients are copied into and "
+                  "reduce-scattered from when full; with --zero3-impl deepspeed-2021, the gradients wait in a "
+                  "bucket of this size before it is reduce-scattered (the memory they hold; the reduce-scatters "
+                  "are timed tensor by tensor)" + where)
       ->check(PositiveNumber());
   cmd->add_option("--stage3-max-live-parameters", a->ds_max_live_elems,
                   "with --zero3-impl deepspeed or deepspeed-2021: DeepSpeed's stage3_max_live_parameters in elements "
@@ -94,6 +98,15 @@ std::vector<std::string> ApplyDeepSpeedKnobs(const OptimizerArgs& a, bool refuse
     }
   }
   return left_out;
+}
+
+void CheckOptimizerPrecision(OptimizerImpl impl, Precision precision) {
+  if (impl != OptimizerImpl::kDeepSpeedBf16) return;
+  if (precision == Precision::kFp16 || precision == Precision::kFp32 || precision == Precision::kTf32) {
+    throw InputError(fmt::format("command line: --optimizer deepspeed-bf16: got it with precision {}, expected bf16 "
+                                 "(DeepSpeed's BF16_Optimizer keeps bf16 weights; fp16 runs take --optimizer "
+                                 "deepspeed-zero)", ToString(precision)));
+  }
 }
 
 }  // namespace shardcast::cli

@@ -68,8 +68,8 @@ std::vector<Recompute> ParseRecomputes(const std::string& list) {
 std::vector<int> ParseZeroStages(const std::string& list) {
   std::vector<int> out;
   for (const auto& s : Split(list, ',')) {
-    if (s.size() == 1 && s[0] >= '0' && s[0] <= '3') out.push_back(s[0] - '0');
-    else Bad("--zero-stages", s, "a comma list of 0, 1, 2, 3");
+    if (s.size() != 1 || s[0] < '0' || s[0] > '3') Bad("--zero-stages", s, "a comma list of 0, 1, 2, 3");
+    if (std::find(out.begin(), out.end(), s[0] - '0') == out.end()) out.push_back(s[0] - '0');  // each once
   }
   return out;
 }

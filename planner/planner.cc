@@ -78,6 +78,11 @@ std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, 
       out.push_back({pp, false, -1, -1, L / pp});
     } else if (pp > 2 && (L + 2) % pp == 0) {
       out.push_back({pp, true, -1, -1, (L + 2) / pp});
+    } else if (pp >= 2 && pp_divides % pp == 0 && o.optimizer_impl != OptimizerImpl::kMegatron) {
+      // DeepSpeed's PipelineModule (partition_method uniform, or by layer type): the first
+      // L mod pp stages take one layer more (runtime/utils.py partition_uniform); no explicit
+      // first and last stage sizes.
+      out.push_back({pp, false, -1, -1, 1});
     } else if (pp >= 2 && pp_divides % pp == 0) {
       const std::int64_t mid = (L + pp - 1) / pp, rest = L - (pp - 2) * mid;
       if (rest >= 2 && rest <= 2 * mid) {
@@ -281,13 +286,15 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
               // With flash attention, recomputing the attention core (core_attn) frees almost
               // nothing for a flash forward more: it loses to no recompute. For MoE models the
               // selective candidate is the experts' activation and the norms (moe_act,
-              // layernorm; with MLA its up projections too), Megatron-Core's cheap MoE choice.
-              if (rc == Recompute::kSelective && o.flash_attention && !m.moe.enabled() &&
+              // layernorm; with MLA its up projections too), Megatron-Core's cheap MoE choice
+              // (Megatron-DeepSpeed has no such modules: its selective recompute is the core's).
+              const bool moe_modules = m.moe.enabled() && !deepspeed;
+              if (rc == Recompute::kSelective && o.flash_attention && !moe_modules &&
                   std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kNone) != o.recomputes.end()) {
                 continue;
               }
               const unsigned modules =
-                  rc == Recompute::kSelective && o.flash_attention && m.moe.enabled()
+                  rc == Recompute::kSelective && o.flash_attention && moe_modules
                       ? static_cast<unsigned>(kRecomputeMoeAct | kRecomputeLayernorm) |
                             (m.mla.enabled() ? static_cast<unsigned>(kRecomputeMlaUpProj) : 0u)
                       : static_cast<unsigned>(kRecomputeCoreAttn);
@@ -298,7 +305,10 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
               for (const auto& [sp, tpo] : sp_choices) {
                 // Megatron-Core runs MoE layers with tp > 1 only with sequence parallelism.
                 if (m.moe.enabled() && tp > 1 && !sp) continue;
-                if (tpo && deepspeed) continue;  // Transformer Engine's userbuffers: not in Megatron-DeepSpeed
+                if (tpo && deepspeed) {  // Transformer Engine's userbuffers: not in Megatron-DeepSpeed
+                  ++(*rejected)["(tp, sp) choices: TP communication overlap is Transformer Engine's (not with DeepSpeed)"];
+                  continue;
+                }
                 for (const auto& [ep, etp] : ExpertGrids(m, o, tp, tp * cp * dp)) {
                 for (int z : o.zero_stages) {
                   if (!OptimizerRuns(o.optimizer_impl, z)) continue;
@@ -308,7 +318,10 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                     continue;
                   }
                   // Megatron-LM: ZeRO-2/3 (FSDP) without PP; DeepSpeed's pipeline engine: ZeRO-1 at most.
-                  if (z >= 2 && pp > 1) continue;
+                  if (z >= 2 && pp > 1) {
+                    ++(*rejected)["(pp, ZeRO) choices: ZeRO-2/3 run without pipeline parallelism"];
+                    continue;
+                  }
                   ParallelConfig c;
                   c.tp = tp;
                   c.pp = pp;

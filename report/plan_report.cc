@@ -74,12 +74,12 @@ std::string PlanCsv(const PlanView& v) {
                     "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes,memory_at_risk,recommended,"
                     "usd_per_million_tokens,joules_per_token,cp,cp_comm_type,embedding_slots,"
                     "decoder_first_pipeline_num_layers,decoder_last_pipeline_num_layers,mfu_causal,ep,etp,"
-                    "peak_reserved_memory_bytes,dp_shard\n";
+                    "peak_reserved_memory_bytes,dp_shard,optimizer_impl,zero3_impl\n";
   for (std::size_t i = 0; i < r.plans.size(); ++i) {
     const auto& p = r.plans[i];
     const auto& c = p.config;
     auto layers = [](std::int64_t n) { return n >= 0 ? std::to_string(n) : std::string(); };
-    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
                        c.micro_batch_size, c.global_batch_size, ToString(c.schedule), ToString(c.recompute),
                        c.sequence_parallel ? "true" : "false", c.tp_comm_overlap ? "true" : "false", c.zero_stage, p.result.step_time_s,
                        p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction,
@@ -89,7 +89,8 @@ std::string PlanCsv(const PlanView& v) {
                        c.embedding_slots ? "true" : "false", layers(c.first_stage_layers), layers(c.last_stage_layers),
                        p.result.mfu_causal, c.ep, c.expert_tp(),
                        static_cast<std::int64_t>(std::llround(p.result.peak_reserved_bytes)),
-                       c.zero_stage >= 1 ? std::to_string(c.shard_dp()) : std::string());
+                       c.zero_stage >= 1 ? std::to_string(c.shard_dp()) : std::string(), ToString(c.optimizer_impl),
+                       c.zero_stage >= 3 ? ToString(c.zero3_impl) : "");
   }
   return csv;
 }
@@ -162,8 +163,10 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
                      v.cl.gpu.display_name, v.cl.name, o.global_batch_size, o.seq_length, ToString(o.objective));
   if (o.optimizer_impl != OptimizerImpl::kMegatron || o.zero3_impl != Zero3Impl::kPerLayer) {
     // Every plan runs it; the table's ZeRO column gives the stage.
-    out << fmt::format("Every plan runs the {} optimizer, ZeRO-3 as {} (ZeRO stages {})\n",
-                       ToString(o.optimizer_impl), ToString(o.zero3_impl), fmt::join(o.zero_stages, ","));
+    const bool has3 = std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) != o.zero_stages.end();
+    out << fmt::format("Every plan runs the {} optimizer{} (ZeRO stages {})\n", ToString(o.optimizer_impl),
+                       has3 ? fmt::format(", ZeRO-3 as {}", ToString(o.zero3_impl)) : "",
+                       fmt::join(o.zero_stages, ","));
   }
   std::size_t set_aside = 0;
   for (const auto& [reason, count] : r.rejected) set_aside += count;
@@ -240,9 +243,12 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
 /// What the search left out by default, and how far to trust the figures.
 void WritePlanCaveats(std::ostream& out, const PlanOptions& o, const Model& m) {
   std::vector<std::string> not_searched, widen;
-  if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end()) {
-    not_searched.push_back("ZeRO-2/3 (FSDP), which Megatron runs only without pipeline parallelism");
-    widen.push_back("--zero-stages 0,1,2,3");
+  if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end() &&
+      o.optimizer_impl != OptimizerImpl::kDeepSpeedBf16) {
+    const bool deepspeed = o.optimizer_impl == OptimizerImpl::kDeepSpeedZero;
+    not_searched.push_back(deepspeed ? "ZeRO-2/3, which DeepSpeed runs only without pipeline parallelism"
+                                     : "ZeRO-2/3 (FSDP), which Megatron runs only without pipeline parallelism");
+    widen.push_back(deepspeed ? "--zero-stages 1,2,3" : "--zero-stages 0,1,2,3");
   }
   if (std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kFull) == o.recomputes.end()) {
     not_searched.push_back("full recompute");

@@ -853,6 +853,30 @@ TEST(Cli, PlanSearchesDeepSpeed) {
                                     "megatron --zero-stages 0,1)"));
   EXPECT_TRUE(testing::ExitsTwoWith(plan + "--reduce-bucket-size 1e8 --zero-stages 0,1,3",
                                     "--reduce-bucket-size: given, but no plan runs what it tunes"));
+  // ZeRO-3 does not run with a fixed pipeline: its knobs would reach no plan.
+  EXPECT_TRUE(testing::ExitsTwoWith(plan + "--optimizer deepspeed-zero --zero-stages 1,3 --fix pp=2 "
+                                           "--stage3-max-live-parameters 1e8",
+                                    "--fix pp=2, where ZeRO-2/3 do not run"));
+  // The BF16_Optimizer keeps bf16 weights.
+  EXPECT_TRUE(testing::ExitsTwoWith(plan + "--optimizer deepspeed-bf16 --precision fp16",
+                                    "--optimizer deepspeed-bf16: got it with precision fp16, expected bf16"));
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama2-7b --cluster dgx-a100 --gpus 8 --zero 1 --optimizer "
+                                    "deepspeed-bf16 --fp16",
+                                    "--optimizer deepspeed-bf16: got it with precision fp16, expected bf16"));
+  // DeepSpeed's 2021 stage 3 also implies DeepSpeed's optimizer; the CSV says whose each plan runs.
+  auto csv = RunShardcast(plan + "--zero3-impl deepspeed-2021 --csv -");
+  ASSERT_EQ(csv.exit_code, 0) << csv.err;
+  const CsvTable table = ParseCsv(csv.out, "plan");
+  ASSERT_FALSE(table.rows.empty());
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    EXPECT_EQ(table.Get(r, "optimizer_impl"), "deepspeed-zero");
+    EXPECT_EQ(table.Get(r, "zero3_impl"), table.Get(r, "zero_stage") == "3" ? "deepspeed-2021" : "");
+  }
+  // A fixed pipeline with ZeRO-3 forms no candidate, and says why.
+  auto none = RunShardcast(plan + "--optimizer deepspeed-zero --fix pp=2,zero=3");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.out.find("(pp, ZeRO) choices: ZeRO-2/3 run without pipeline parallelism"), std::string::npos)
+      << none.out;
 }
 
 }  // namespace shardcast

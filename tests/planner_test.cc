@@ -560,6 +560,43 @@ TEST(Space, DeepSpeedCandidatesRunWhatDeepSpeedRuns) {
   for (const auto& c : GenerateCandidates(m, cl, o, &rej)) EXPECT_EQ(c.zero_stage, 1) << c.Summary();
 }
 
+// Layers that pp does not divide are split as DeepSpeed's PipelineModule splits them (the first
+// L mod pp stages one more; no explicit first and last sizes), and a MoE model's selective
+// recompute is the attention core's (Megatron-DeepSpeed has no --recompute-modules).
+TEST(Space, DeepSpeedSplitsAndRecomputeAreDeepSpeeds) {
+  const Cluster cl = LoadCluster("dgx-a100-40gb");
+  PlanOptions o;
+  o.gpus = 24;
+  o.global_batch_size = 384;
+  o.zero_stages = {1};
+  o.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+  const Model neox = LoadModel(testing::FixturesDir() + "/hf/gpt-neox-20b.json");  // 44 layers
+  std::map<std::string, std::size_t> rej;
+  bool uneven = false;
+  for (const auto& c : GenerateCandidates(neox, cl, o, &rej)) {
+    EXPECT_LT(c.first_stage_layers, 0) << c.Summary();
+    EXPECT_LT(c.last_stage_layers, 0) << c.Summary();
+    if (neox.num_layers % c.pp != 0 && !c.embedding_slots) {
+      uneven = true;
+      EXPECT_TRUE(InfeasibilityReasons(neox, c, o.gpus, cl).empty()) << c.Summary();
+    }
+  }
+  EXPECT_TRUE(uneven);  // pp 3 and 6 among them
+  PlanOptions megatron = o;
+  megatron.optimizer_impl = OptimizerImpl::kMegatron;
+  megatron.zero_stages = {0, 1};
+  bool first_last = false;
+  for (const auto& c : GenerateCandidates(neox, cl, megatron, &rej)) first_last = first_last || c.first_stage_layers >= 0;
+  EXPECT_TRUE(first_last);  // Megatron-LM's uneven split, for comparison
+  const Model moe = LoadModel("mixtral-8x7b");
+  o.gpus = 64;
+  o.global_batch_size = 256;
+  o.recomputes = {Recompute::kSelective};
+  const auto cands = GenerateCandidates(moe, LoadCluster("dgx-h100"), o, &rej);
+  ASSERT_FALSE(cands.empty());
+  for (const auto& c : cands) EXPECT_EQ(c.recompute_modules, static_cast<unsigned>(kRecomputeCoreAttn)) << c.Summary();
+}
+
 // The memory and step-time bounds that prune the search hold for DeepSpeed's stage 3 and its
 // ZeRO-1/2 buckets as they do for Megatron's (LowerBounds reads the same coordinator replay).
 TEST(Pruning, NeverRemovesADeepSpeedConfigurationThatFits) {
