@@ -204,8 +204,9 @@ void CheckMoeRoutingOptions(const Model& m, const ParallelConfig& c) {
 void AddEmitOptions(CLI::App* cmd, EmitArgs* a) {
   cmd->add_option("--emit", a->format,
                   "also write a launch configuration: megatron (a Megatron-LM command line), nemo (a NeMo 2 recipe "
-                  "override) or torchtitan (a TOML file)")
-      ->check(CLI::IsMember({"megatron", "nemo", "torchtitan"}));
+                  "override), torchtitan (a TOML file) or deepspeed (a DeepSpeed config JSON, in a shell snippet "
+                  "that writes ds_config.json)")
+      ->check(CLI::IsMember({"megatron", "nemo", "torchtitan", "deepspeed"}));
   cmd->add_option("--emit-file", a->file, "write the --emit output to FILE instead of printing it")
       ->check(OutputFile());
 }

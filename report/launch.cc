@@ -16,15 +16,16 @@ const char* ToString(LaunchFormat f) {
     case LaunchFormat::kMegatron: return "megatron";
     case LaunchFormat::kNemo: return "nemo";
     case LaunchFormat::kTorchtitan: return "torchtitan";
+    case LaunchFormat::kDeepSpeed: return "deepspeed";
   }
   return "?";
 }
 
 LaunchFormat ParseLaunchFormat(const std::string& s, const std::string& where) {
-  for (LaunchFormat f : {LaunchFormat::kMegatron, LaunchFormat::kNemo, LaunchFormat::kTorchtitan}) {
+  for (LaunchFormat f : {LaunchFormat::kMegatron, LaunchFormat::kNemo, LaunchFormat::kTorchtitan, LaunchFormat::kDeepSpeed}) {
     if (s == ToString(f)) return f;
   }
-  throw InputError(where + ": got \"" + s + "\", expected megatron, nemo or torchtitan");
+  throw InputError(where + ": got \"" + s + "\", expected megatron, nemo, torchtitan or deepspeed");
 }
 
 std::string MegatronPipelineLayout(const Model& m, const ParallelConfig& c) {
@@ -581,6 +582,92 @@ LaunchConfig EmitTorchtitan(const Model& m, const ParallelConfig& c, const Clust
   return l;
 }
 
+// ---- DeepSpeed ----------------------------------------------------------------------------
+
+/// DeepSpeed's zero_optimization block and precision of `c` (runtime/zero/config.py at v0.16.5:
+/// integer sizes; overlap_comm and contiguous_gradients only where the stage uses them).
+Json DeepSpeedZeroJson(const ParallelConfig& c) {
+  Json z;
+  const bool bf16_optimizer = c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16;
+  z["stage"] = bf16_optimizer ? 0 : c.zero_stage;  // the BF16_Optimizer runs with stage 0
+  if (bf16_optimizer || c.zero_stage == 0) return z;
+  auto elems = [](double v) { return static_cast<std::int64_t>(std::llround(v)); };
+  z["reduce_bucket_size"] = elems(c.ds_reduce_bucket_elems);
+  if (c.zero_stage >= 2) {
+    z["contiguous_gradients"] = true;
+    z["overlap_comm"] = c.overlap_grad_reduce;
+  }
+  if (c.zero_stage >= 3) {
+    z["stage3_prefetch_bucket_size"] = elems(c.ds_prefetch_bucket_elems);
+    z["stage3_max_live_parameters"] = elems(c.ds_max_live_elems);
+    z["stage3_max_reuse_distance"] = elems(c.ds_max_reuse_distance_elems);
+    z["stage3_param_persistence_threshold"] = elems(c.ds_persistence_threshold_elems);
+  }
+  return z;
+}
+
+/// What a DeepSpeed config cannot say about `c`: the parallelism and recompute the launcher or
+/// model code sets, and settings of the simulation DeepSpeed's own ZeRO does not run.
+void DeepSpeedUnexpressed(const ParallelConfig& c, std::vector<std::string>* u) {
+  u->push_back("the model (DeepSpeed's config has no model shape)");
+  if (c.tp > 1 || c.pp > 1 || c.sequence_parallel) {
+    u->push_back(fmt::format("tensor-parallel size {} and pipeline-parallel size {}{} (the launcher's: Megatron-DeepSpeed's "
+                             "--tensor-model-parallel-size {} --pipeline-model-parallel-size {}{}), which leave DeepSpeed a "
+                             "data-parallel size of {}",
+                             c.tp, c.pp, c.sequence_parallel ? " with sequence parallelism" : "", c.tp, c.pp,
+                             c.sequence_parallel ? " --sequence-parallel" : "", c.dp));
+  }
+  if (c.recompute != Recompute::kNone) {
+    u->push_back(fmt::format("{} activation recompute (the model code's: Megatron-DeepSpeed's recompute flags, Hugging "
+                             "Face's gradient_checkpointing_enable)", ToString(c.recompute)));
+  }
+  if (c.pp > 1 && (c.schedule != Schedule::k1F1B || c.vp > 1)) {
+    u->push_back(fmt::format("the {} schedule (DeepSpeed's pipeline engine runs 1F1B)", ToString(c.schedule)));
+  }
+  if (c.cp > 1) u->push_back(fmt::format("context parallelism {} (Megatron-Core's; DeepSpeed-Ulysses was not simulated)", c.cp));
+  if (c.ep > 1) u->push_back(fmt::format("expert parallelism {} (the MoE layer's ep_size in DeepSpeed-MoE)", c.ep));
+  if (c.tp_comm_overlap) u->push_back("Transformer Engine's TP communication overlap");
+  if (IsLowPrecision(c.precision)) {
+    u->push_back(fmt::format("{} GEMMs (Transformer Engine's; DeepSpeed's config enables only the 16-bit dtype)",
+                             ToString(c.precision)));
+  }
+  if (c.optimizer_impl == OptimizerImpl::kMegatron && c.zero_stage >= 1) {
+    u->push_back(fmt::format("the plan's optimizer, Megatron-LM's ({}): this config runs DeepSpeed's ZeRO-{} instead, "
+                             "with 16-bit gradients (simulate it with --optimizer deepspeed-zero)",
+                             c.zero_stage == 1 ? "distributed optimizer" : "FSDP", c.zero_stage));
+  }
+  if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kDeepSpeed && c.optimizer_impl != OptimizerImpl::kDeepSpeedBf16) {
+    u->push_back(fmt::format("ZeRO-3 as {} ran it (DeepSpeed's stage 3 today: --zero3-impl deepspeed)", ToString(c.zero3_impl)));
+  }
+  if (c.hybrid_shard()) {
+    u->push_back(fmt::format("hybrid sharding over groups of {} ranks (not ZeRO++'s hpZ, which shards only the "
+                             "secondary weight copy)", c.dp_shard));
+  }
+}
+
+LaunchConfig EmitDeepSpeed(const Model& m, const ParallelConfig& c, const Cluster& cl, std::int64_t gpus) {
+  LaunchConfig l{LaunchFormat::kDeepSpeed, kDeepSpeedVersion, "", {}, {}};
+  Json j;
+  const std::int64_t per_step = c.micro_batch_size * std::max<std::int64_t>(1, c.dp);
+  j["train_batch_size"] = c.global_batch_size;
+  j["train_micro_batch_size_per_gpu"] = c.micro_batch_size;
+  j["gradient_accumulation_steps"] = per_step > 0 ? c.global_batch_size / per_step : 1;
+  if (c.precision == Precision::kFp16) {
+    j["fp16"] = {{"enabled", true}, {"loss_scale", 0}};  // 0: dynamic loss scaling
+  } else if (c.precision != Precision::kFp32 && c.precision != Precision::kTf32) {
+    j["bf16"] = {{"enabled", true}};
+  }
+  j["zero_optimization"] = DeepSpeedZeroJson(c);
+  DeepSpeedUnexpressed(c, &l.unexpressed);
+  const Nodes n = NodesOf(cl, gpus);
+  std::string head = Header("#", m, c, cl, gpus, kDeepSpeedVersion, l.unexpressed);
+  head += fmt::format("# Run with: deepspeed --num_nodes {} --num_gpus {} TRAINING_SCRIPT ... --deepspeed_config "
+                      "ds_config.json (Megatron-DeepSpeed: add --deepspeed)\n",
+                      n.nodes, n.per_node);
+  l.text = head + "cat > ds_config.json <<'EOF'\n" + j.dump(2) + "\nEOF\n";
+  return l;
+}
+
 }  // namespace
 
 Json LaunchJson(const LaunchConfig& l, const std::string& file) {
@@ -607,6 +694,7 @@ LaunchConfig EmitLaunch(LaunchFormat f, const Model& m, const ParallelConfig& c,
   switch (f) {
     case LaunchFormat::kNemo: return EmitNemo(m, c, cl, gpus);
     case LaunchFormat::kTorchtitan: return EmitTorchtitan(m, c, cl, gpus);
+    case LaunchFormat::kDeepSpeed: return EmitDeepSpeed(m, c, cl, gpus);
     case LaunchFormat::kMegatron: break;
   }
   return EmitMegatron(m, c, cl, gpus);

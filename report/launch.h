@@ -1,8 +1,9 @@
 #pragma once
 /// \file launch.h
 /// Launch configurations of a planned run for the frameworks that train it: a complete
-/// Megatron-LM command line, a NeMo 2 recipe override and a torchtitan TOML file, each naming the
-/// framework version whose field names it follows (docs/launch.md).
+/// Megatron-LM command line, a NeMo 2 recipe override, a torchtitan TOML file and a DeepSpeed config
+/// (a shell snippet writing ds_config.json), each naming the framework version whose field names
+/// it follows (docs/launch.md).
 ///
 /// What a format cannot express (DeepSpeed's optimizers in Megatron-LM, ZeRO-1 in torchtitan, a
 /// torchtitan model flavor, ...) is said in the output as a comment and listed in
@@ -20,9 +21,9 @@
 
 namespace shardcast {
 
-enum class LaunchFormat { kMegatron, kNemo, kTorchtitan };
+enum class LaunchFormat { kMegatron, kNemo, kTorchtitan, kDeepSpeed };
 
-/// "megatron", "nemo", "torchtitan".
+/// "megatron", "nemo", "torchtitan", "deepspeed".
 const char* ToString(LaunchFormat f);
 /// The format named `s` (as ToString writes it); InputError naming `where` (the flag) otherwise.
 LaunchFormat ParseLaunchFormat(const std::string& s, const std::string& where);
@@ -31,12 +32,13 @@ LaunchFormat ParseLaunchFormat(const std::string& s, const std::string& where);
 inline constexpr const char* kMegatronVersion = "Megatron-LM core_v0.15 (megatron/training/arguments.py)";
 inline constexpr const char* kNemoVersion = "NeMo 2.5 (nemo.collections.llm recipes, nemo.lightning.MegatronStrategy)";
 inline constexpr const char* kTorchtitanVersion = "torchtitan v0.2.2 (torchtitan/config/job_config.py)";
+inline constexpr const char* kDeepSpeedVersion = "DeepSpeed v0.16.5 (its config JSON: runtime/config.py, runtime/zero/config.py)";
 
 struct LaunchConfig {
   LaunchFormat format = LaunchFormat::kMegatron;
   std::string framework;  ///< the framework version its names follow (k*Version)
-  /// The whole output, ready to paste: a shell command (megatron), a Python snippet (nemo) or a
-  /// TOML file (torchtitan).
+  /// The whole output, ready to paste: a shell command (megatron), a Python snippet (nemo), a
+  /// TOML file (torchtitan) or a shell snippet writing ds_config.json (deepspeed).
   std::string text;
   /// Settings of the configuration the format has no field for, each a sentence (also comments
   /// in `text`).

@@ -2,6 +2,8 @@
 // Megatron-LM command line token by token, the NeMo override line by line, the torchtitan file
 // with a TOML parser (toml++). What is read back must be the configuration planned.
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <sstream>
 
@@ -450,6 +452,65 @@ TEST(Launch, TorchtitanTomlParsesAndReadsBackAsThePlannedConfiguration) {
   }
 }
 
+// The DeepSpeed config (a shell snippet writing ds_config.json) reads back with DeepSpeed's
+// meaning: batch sizes that multiply out (train_batch_size = micro x accumulation x the ranks
+// left by TP and PP), the ZeRO stage and its knobs as integers where the stage uses them, the
+// 16-bit dtype; what it cannot say (model, TP/PP, recompute, Megatron's optimizer) is a comment.
+TEST(Launch, DeepSpeedConfigReadsBackAsThePlannedConfiguration) {
+  const Case cases[] = {
+      {"llama2-7b", "dgx-a100", 64, "--mbs 4 --gbs 256 --zero 3 --zero3-impl deepspeed --stage3-max-live-parameters 2.5e8 "
+                                    "--stage3-prefetch-bucket-size 1e6 --reduce-bucket-size 2e8"},
+      {"gpt3-13b", "dgx-a100", 64, "--tp 2 --pp 4 --mbs 2 --gbs 256 --fp16 --zero 1 --optimizer deepspeed-zero "
+                                   "--recompute full --framework megatron-2022 --p2p-blocking"},
+      {"llama3-8b", "dgx-h100", 16, "--tp 2 --mbs 1 --gbs 64 --zero 2 --optimizer deepspeed-zero --no-overlap-grad-reduce"},
+      {"bloom-176b", "jean-zay-a100", 384, "--tp 4 --pp 12 --mbs 2 --gbs 2048 --embedding-pipeline-slots --zero 1 "
+                                           "--optimizer deepspeed-bf16 --recompute full"},
+      {"gpt3-13b", "dgx-a100", 64, "--tp 2 --pp 2 --mbs 1 --gbs 256 --zero 1"},  // Megatron's distributed optimizer
+  };
+  for (const Case& k : cases) {
+    const Built b = Build(k);
+    const std::string where = std::string(k.model) + " " + k.flags;
+    const LaunchConfig l = EmitLaunch(LaunchFormat::kDeepSpeed, b.m, b.c, b.cl, k.gpus);
+    const auto open = l.text.find("<<'EOF'\n"), close = l.text.rfind("\nEOF\n");
+    ASSERT_NE(open, std::string::npos) << l.text;
+    ASSERT_NE(close, std::string::npos) << l.text;
+    const Json j = Json::parse(l.text.substr(open + 8, close - open - 8));
+    const std::int64_t dp = k.gpus / (b.c.tp * b.c.pp);
+    EXPECT_EQ(j["train_batch_size"].get<std::int64_t>(), b.c.global_batch_size) << where;
+    EXPECT_EQ(j["train_micro_batch_size_per_gpu"].get<std::int64_t>(), b.c.micro_batch_size) << where;
+    EXPECT_EQ(j["train_micro_batch_size_per_gpu"].get<std::int64_t>() * j["gradient_accumulation_steps"].get<std::int64_t>() * dp,
+              b.c.global_batch_size) << where;
+    const Json& z = j["zero_optimization"];
+    const bool bf16_optimizer = b.c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16;
+    EXPECT_EQ(z["stage"].get<int>(), bf16_optimizer ? 0 : b.c.zero_stage) << where;
+    EXPECT_EQ(j.contains("fp16"), b.c.precision == Precision::kFp16) << where;
+    EXPECT_EQ(j.contains("bf16"), b.c.precision == Precision::kBf16) << where;
+    if (!bf16_optimizer && b.c.zero_stage >= 1) {
+      EXPECT_EQ(z["reduce_bucket_size"].get<std::int64_t>(), std::llround(b.c.ds_reduce_bucket_elems)) << where;
+    }
+    EXPECT_EQ(z.contains("overlap_comm"), b.c.zero_stage >= 2) << where;  // meaningless at stage 1
+    if (b.c.zero_stage >= 2) {
+      EXPECT_EQ(z["overlap_comm"].get<bool>(), b.c.overlap_grad_reduce) << where;
+    }
+    EXPECT_EQ(z.contains("stage3_max_live_parameters"), b.c.zero_stage == 3) << where;
+    if (b.c.zero_stage == 3) {
+      EXPECT_EQ(z["stage3_max_live_parameters"].get<std::int64_t>(), 250000000) << where;
+      EXPECT_EQ(z["stage3_prefetch_bucket_size"].get<std::int64_t>(), 1000000) << where;
+      EXPECT_EQ(z["stage3_max_reuse_distance"].get<std::int64_t>(), 1000000000) << where;
+      EXPECT_EQ(z["stage3_param_persistence_threshold"].get<std::int64_t>(), 100000) << where;
+    }
+    for (const auto& u : l.unexpressed) EXPECT_NE(l.text.find("# Not expressed: " + u), std::string::npos) << u;
+    auto said = [&](const std::string& what) {
+      return std::any_of(l.unexpressed.begin(), l.unexpressed.end(),
+                         [&](const std::string& u) { return u.find(what) != std::string::npos; });
+    };
+    EXPECT_TRUE(said("the model")) << where;
+    EXPECT_EQ(said("--tensor-model-parallel-size"), b.c.tp > 1 || b.c.pp > 1) << where;
+    EXPECT_EQ(said("activation recompute"), b.c.recompute != Recompute::kNone) << where;
+    EXPECT_EQ(said("the plan's optimizer, Megatron-LM's"), b.c.optimizer_impl == OptimizerImpl::kMegatron) << where;
+  }
+}
+
 TEST(Launch, LayoutAndMoeLayerPatterns) {
   const Model ds = LoadModel("deepseek-v3");  // 3 dense layers, then 58 MoE layers, one MTP layer
   EXPECT_EQ(MegatronMoeLayerFreq(ds), "([0]*3+[1]*58)");
@@ -472,7 +533,7 @@ TEST(Launch, EmitOnTheCommandLine) {
   const std::string text = j["launch"]["text"].get<std::string>();
   EXPECT_NE(text.find(fmt::format("--tensor-model-parallel-size {}", j["recommended"]["config"]["tp"].get<int>())),
             std::string::npos);
-  const auto bad = testing::RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --gbs 8 --emit deepspeed");
+  const auto bad = testing::RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --gbs 8 --emit accelerate");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--emit"), std::string::npos) << bad.err;
   EXPECT_EQ(testing::RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --gbs 8 --emit-file x.toml").exit_code, 2);
