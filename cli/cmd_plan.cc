@@ -94,6 +94,10 @@ void ApplyPlanOptimizerArgs(const PlanArgs& a, PlanOptions* o) {
     for (const auto& flag : ApplyDeepSpeedKnobs(opt, /*refuse=*/false, &c)) ++left_out[flag];
     CopyDeepSpeedKnobs(c, &o->base);
   }
+  if (searched.empty()) {  // no stage runs: every knob given reaches no plan
+    ParallelConfig none;
+    for (const auto& flag : ApplyDeepSpeedKnobs(opt, /*refuse=*/false, &none)) left_out[flag] = 0;
+  }
   for (const auto& [flag, n] : left_out) {
     if (n < static_cast<int>(searched.size())) continue;
     throw InputError(fmt::format("command line: {}: given, but no plan runs what it tunes (--optimizer {} "
@@ -103,6 +107,8 @@ void ApplyPlanOptimizerArgs(const PlanArgs& a, PlanOptions* o) {
                                  pipelined ? fmt::format("; --fix pp={}, where ZeRO-2/3 do not run", fixed_pp->second) : "",
                                  flag == std::string("--reduce-bucket-size")
                                      ? "--optimizer deepspeed-zero, or ZeRO-3 with --zero3-impl deepspeed or deepspeed-2021"
+                                 : flag == std::string("--no-contiguous-gradients")
+                                     ? "--optimizer deepspeed-zero with 1 or 2 among --zero-stages"
                                  : flag == std::string("--stage3-prefetch-bucket-size") ||
                                          flag == std::string("--stage3-max-reuse-distance")
                                      ? "3 among --zero-stages with --zero3-impl deepspeed (or --optimizer deepspeed-zero)"

@@ -314,6 +314,10 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
       c.ds_reduce_bucket_elems != d.ds_reduce_bucket_elems) {
     f += fmt::format(" --reduce-bucket-size {}", c.ds_reduce_bucket_elems);
   }
+  if (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage >= 1 && c.zero_stage <= 2 &&
+      !c.ds_contiguous_gradients) {
+    f += " --no-contiguous-gradients";
+  }
   if (ds3 && c.ds_max_live_elems != d.ds_max_live_elems) {
     f += fmt::format(" --stage3-max-live-parameters {}", c.ds_max_live_elems);
   }

@@ -48,8 +48,9 @@ struct OptimizerArgs {
   /// --stage3-prefetch-bucket-size, --stage3-max-reuse-distance (DeepSpeed stage 3, elements; 0
   /// is DeepSpeed's "none"); -1: not given.
   double ds_max_live_elems = -1, ds_persistence_elems = -1, ds_prefetch_bucket_elems = -1, ds_max_reuse_elems = -1;
+  bool no_contiguous_gradients = false;  ///< --no-contiguous-gradients (DeepSpeed's contiguous_gradients false)
 };
-/// --reduce-bucket-size and the four --stage3-* options (DeepSpeed's reduce_bucket_size,
+/// --reduce-bucket-size, --no-contiguous-gradients and the four --stage3-* options (DeepSpeed's reduce_bucket_size,
 /// stage3_max_live_parameters, stage3_prefetch_bucket_size, stage3_max_reuse_distance,
 /// stage3_param_persistence_threshold; elements). `plan` says each applies to the plans it fits.
 void AddDeepSpeedKnobOptions(CLI::App* cmd, OptimizerArgs* a, bool for_plan);

@@ -22,13 +22,18 @@ void AddDeepSpeedKnobOptions(CLI::App* cmd, OptimizerArgs* a, bool for_plan) {
   cmd->add_option("--reduce-bucket-size", a->reduce_bucket_size,
                   "with " + zero12 + ": DeepSpeed's reduce_bucket_size in elements (default 5e8): at ZeRO-2 each "
                   "backward allocates a 16-bit bucket of this size (" + overlap + ") for the gradients to be "
-                  "reduced; at ZeRO-1 only MoE models hold one (DeepSpeed turns contiguous gradients off at stage "
-                  "1); memory only: the reduction is timed as one bucketed collective whatever its size; with "
+                  "reduced (at ZeRO-1 too since DeepSpeed v0.13; DeepSpeed turned contiguous gradients off at stage "
+                  "1 in v0.4.5-v0.12, see --no-contiguous-gradients); memory only: the reduction is timed as one "
+                  "bucketed collective whatever its size; with "
                   "--zero3-impl deepspeed, the contiguous bucket the gradients are copied into and "
                   "reduce-scattered from when full; with --zero3-impl deepspeed-2021, the gradients wait in a "
                   "bucket of this size before it is reduce-scattered (the memory they hold; the reduce-scatters "
                   "are timed tensor by tensor)" + where)
       ->check(PositiveNumber());
+  cmd->add_flag("--no-contiguous-gradients", a->no_contiguous_gradients,
+                "with " + zero12 + ": DeepSpeed's contiguous_gradients false: no bucket is held, the gradients are "
+                "reduced in flat copies after the backward (what DeepSpeed v0.4.5-v0.12 did at ZeRO-1 whatever "
+                "the config said)" + where);
   cmd->add_option("--stage3-max-live-parameters", a->ds_max_live_elems,
                   "with --zero3-impl deepspeed or deepspeed-2021: DeepSpeed's stage3_max_live_parameters in elements "
                   "(default 1e9): what is prefetched keeps the gathered parameters under it" + where)
@@ -76,6 +81,17 @@ std::vector<std::string> ApplyDeepSpeedKnobs(const OptimizerArgs& a, bool refuse
                                    "--optimizer deepspeed-zero with --zero 1 or 2, or --zero 3 --zero3-impl "
                                    "deepspeed or deepspeed-2021 (DeepSpeed's gradient bucket)",
                                    a.reduce_bucket_size, ToString(c->optimizer_impl), c->zero_stage));
+    }
+  }
+  if (a.no_contiguous_gradients) {
+    if (c->optimizer_impl == OptimizerImpl::kDeepSpeedZero && c->zero_stage >= 1 && c->zero_stage <= 2) {
+      c->ds_contiguous_gradients = false;
+    } else if (!refuse) {
+      left_out.push_back("--no-contiguous-gradients");
+    } else {
+      throw InputError(fmt::format("command line: --no-contiguous-gradients: got it with --optimizer {} --zero {}, "
+                                   "expected --optimizer deepspeed-zero with --zero 1 or 2 (DeepSpeed's ZeRO-1/2 "
+                                   "gradient bucket)", ToString(c->optimizer_impl), c->zero_stage));
     }
   }
   // DeepSpeed stage 3's knobs: the first two for either DeepSpeed, the last two for today's.

@@ -236,6 +236,7 @@ void CopyPrecisionSettings(const ParallelConfig& from, ParallelConfig* to) {
 
 void CopyDeepSpeedKnobs(const ParallelConfig& from, ParallelConfig* to) {
   to->ds_reduce_bucket_elems = from.ds_reduce_bucket_elems;
+  to->ds_contiguous_gradients = from.ds_contiguous_gradients;
   to->ds_max_live_elems = from.ds_max_live_elems;
   to->ds_persistence_threshold_elems = from.ds_persistence_threshold_elems;
   to->ds_prefetch_bucket_elems = from.ds_prefetch_bucket_elems;

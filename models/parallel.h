@@ -232,6 +232,13 @@ struct ParallelConfig {
   /// Zero3GatheredPeakBytes; the reduce-scatters are timed tensor by tensor); with
   /// Zero3Impl::kDeepSpeed, the contiguous bucket they are copied into and reduce-scattered from.
   double ds_reduce_bucket_elems = 5e8;
+  /// DeepSpeed's contiguous_gradients (its default true): with OptimizerImpl::kDeepSpeedZero at
+  /// ZeRO-1/2, the gradients are copied into the reduce bucket (DeepSpeedBucketBytes); off, they
+  /// are reduced in flat copies after the backward and no bucket is held. DeepSpeed v0.4.5 to
+  /// v0.12 turned it off at ZeRO-1 whatever the config said (engine.py, PR 1246 of July 2021;
+  /// kept on from August 2022 to January 2023 by PR 2250, off again by PR 2703) until PR 4887
+  /// (v0.13.0, January 2024) let the config decide; validate sets it off for the runs of that era.
+  bool ds_contiguous_gradients = true;
   /// DeepSpeed stage 3's stage3_max_live_parameters (elements; its default 1e9 at c83e49f and since): with
   /// Zero3Impl::kDeepSpeed2021, a tensor is prefetched only while the live gathered parameters
   /// stay under it (LayerTensors); with Zero3Impl::kDeepSpeed, a fetch prefetches at most this

@@ -76,7 +76,7 @@ std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, 
   for (std::int64_t pp = 1; pp <= L; ++pp) {
     if (L % pp == 0) {
       out.push_back({pp, false, -1, -1, L / pp});
-    } else if (pp > 2 && (L + 2) % pp == 0) {
+    } else if (pp > 2 && (L + 2) % pp == 0 && o.optimizer_impl == OptimizerImpl::kMegatron) {
       out.push_back({pp, true, -1, -1, (L + 2) / pp});
     } else if (pp >= 2 && pp_divides % pp == 0 && o.optimizer_impl != OptimizerImpl::kMegatron) {
       // DeepSpeed's PipelineModule (partition_method uniform, or by layer type): the first
@@ -346,6 +346,9 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   c.optimizer_impl = o.optimizer_impl;
                   c.zero3_impl = z >= 3 ? o.zero3_impl : Zero3Impl::kPerLayer;
                   CopyDeepSpeedKnobs(o.base, &c);
+                  // DeepSpeed's overlap_comm defaults to on at stage 3 only (zero/config.py
+                  // overlap_comm_valid) and its pipeline engine turns it off.
+                  if (deepspeed) c.overlap_grad_reduce = z >= 3 && pp == 1;
                   if (o.megatron_core) ApplyMegatronCoreDefaults(&c);
                   c.flash_attention = o.flash_attention;
                   c.embedding_slots = split.slots;

@@ -579,6 +579,10 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       // SC21's ZeRO-3 comparison (April 2021) ran DeepSpeed's stage 3 of that time: per-tensor,
       // synchronized list collectives (Zero3Impl::kDeepSpeed2021).
       if (c.zero_stage >= 3) c.zero3_impl = Zero3Impl::kDeepSpeed2021;
+      // These runs (2021-22) ran DeepSpeed before v0.13, whose engine turned contiguous_gradients
+      // off at ZeRO-1 (PR 1246; GPT-NeoX's pinned DeeperSpeed eb7f5cff ran the legacy stage-1
+      // optimizer, which has none): no gradient bucket is held.
+      if (c.zero_stage == 1) c.ds_contiguous_gradients = false;
       // A reduce_bucket_size other than DeepSpeed's 5e8 (GPT-NeoX's 20B.yml: 1.26e9), from the notes.
       if (const auto kv = NoteValues(t.Get(r, "notes")); kv.count("reduce_bucket_size")) {
         const auto b = Num(kv.at("reduce_bucket_size"));

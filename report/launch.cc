@@ -584,8 +584,8 @@ LaunchConfig EmitTorchtitan(const Model& m, const ParallelConfig& c, const Clust
 
 // ---- DeepSpeed ----------------------------------------------------------------------------
 
-/// DeepSpeed's zero_optimization block and precision of `c` (runtime/zero/config.py at v0.16.5:
-/// integer sizes; overlap_comm and contiguous_gradients only where the stage uses them).
+/// DeepSpeed's zero_optimization block of `c` (runtime/zero/config.py at v0.16.5: integer sizes;
+/// overlap_comm and contiguous_gradients written out from the stage on, as simulated).
 Json DeepSpeedZeroJson(const ParallelConfig& c) {
   Json z;
   const bool bf16_optimizer = c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16;
@@ -593,10 +593,9 @@ Json DeepSpeedZeroJson(const ParallelConfig& c) {
   if (bf16_optimizer || c.zero_stage == 0) return z;
   auto elems = [](double v) { return static_cast<std::int64_t>(std::llround(v)); };
   z["reduce_bucket_size"] = elems(c.ds_reduce_bucket_elems);
-  if (c.zero_stage >= 2) {
-    z["contiguous_gradients"] = true;
-    z["overlap_comm"] = c.overlap_grad_reduce;
-  }
+  // Written out, since DeepSpeed's defaults depend on the stage (overlap_comm on at 3 only).
+  z["contiguous_gradients"] = c.zero_stage >= 3 || c.ds_contiguous_gradients;
+  z["overlap_comm"] = c.overlap_grad_reduce;
   if (c.zero_stage >= 3) {
     z["stage3_prefetch_bucket_size"] = elems(c.ds_prefetch_bucket_elems);
     z["stage3_max_live_parameters"] = elems(c.ds_max_live_elems);
@@ -615,7 +614,7 @@ void DeepSpeedUnexpressed(const ParallelConfig& c, std::vector<std::string>* u) 
                              "--tensor-model-parallel-size {} --pipeline-model-parallel-size {}{}), which leave DeepSpeed a "
                              "data-parallel size of {}",
                              c.tp, c.pp, c.sequence_parallel ? " with sequence parallelism" : "", c.tp, c.pp,
-                             c.sequence_parallel ? " --sequence-parallel" : "", c.dp));
+                             c.sequence_parallel ? " --sequence-parallel" : "", c.dp_cp()));
   }
   if (c.recompute != Recompute::kNone) {
     u->push_back(fmt::format("{} activation recompute (the model code's: Megatron-DeepSpeed's recompute flags, Hugging "
@@ -630,6 +629,11 @@ void DeepSpeedUnexpressed(const ParallelConfig& c, std::vector<std::string>* u) 
   if (IsLowPrecision(c.precision)) {
     u->push_back(fmt::format("{} GEMMs (Transformer Engine's; DeepSpeed's config enables only the 16-bit dtype)",
                              ToString(c.precision)));
+  }
+  if (c.optimizer_impl == OptimizerImpl::kMegatron && c.zero_stage == 0 && c.precision != Precision::kFp16 &&
+      c.precision != Precision::kFp32 && c.precision != Precision::kTf32) {
+    u->push_back("the plan's unsharded optimizer: with bf16 at stage 0 DeepSpeed runs its BF16_Optimizer, which shards "
+                 "the fp32 state over the data-parallel ranks (simulate it with --zero 1 --optimizer deepspeed-bf16)");
   }
   if (c.optimizer_impl == OptimizerImpl::kMegatron && c.zero_stage >= 1) {
     u->push_back(fmt::format("the plan's optimizer, Megatron-LM's ({}): this config runs DeepSpeed's ZeRO-{} instead, "
@@ -648,7 +652,8 @@ void DeepSpeedUnexpressed(const ParallelConfig& c, std::vector<std::string>* u) 
 LaunchConfig EmitDeepSpeed(const Model& m, const ParallelConfig& c, const Cluster& cl, std::int64_t gpus) {
   LaunchConfig l{LaunchFormat::kDeepSpeed, kDeepSpeedVersion, "", {}, {}};
   Json j;
-  const std::int64_t per_step = c.micro_batch_size * std::max<std::int64_t>(1, c.dp);
+  // DeepSpeed's data-parallel size is GPUs / (tp x pp): the cp ranks count in it.
+  const std::int64_t per_step = c.micro_batch_size * std::max<std::int64_t>(1, c.dp_cp());
   j["train_batch_size"] = c.global_batch_size;
   j["train_micro_batch_size_per_gpu"] = c.micro_batch_size;
   j["gradient_accumulation_steps"] = per_step > 0 ? c.global_batch_size / per_step : 1;

@@ -772,16 +772,15 @@ Skeleton& SkeletonFor(Builder& b, bool reuse, bool* reused) {
 
 }  // namespace
 
-double DeepSpeedBucketBytes(const ParallelConfig& c, int stage, bool moe) {
+double DeepSpeedBucketBytes(const ParallelConfig& c, int stage) {
   // stage_1_and_2.py's backward() allocates ipg_buffer when contiguous_gradients is on, a second
   // one with overlap_comm; the gradients are copied into it bucket by bucket for their reduction.
-  // The pipeline engine runs the loss's backward through the optimizer on the last stage only;
-  // the other stages allocate their bucket in reduce_gradients, after their backward, when the
-  // activations are gone.
+  // The pipeline engine runs the loss's backward through the optimizer on the last stage only
+  // (the other stages allocate their bucket in reduce_gradients, after their backward, when the
+  // activations are gone) and turns overlap_comm off.
   if (c.optimizer_impl != OptimizerImpl::kDeepSpeedZero || c.zero_stage < 1 || c.zero_stage > 2) return 0;
-  if (stage != c.pp - 1) return 0;
-  if (c.zero_stage == 1) return moe ? c.ds_reduce_bucket_elems * 2.0 : 0.0;  // stage 1: no overlap_comm
-  return (c.overlap_grad_reduce ? 2.0 : 1.0) * c.ds_reduce_bucket_elems * 2.0;
+  if (stage != c.pp - 1 || !c.ds_contiguous_gradients) return 0;
+  return (c.overlap_grad_reduce && c.pp == 1 ? 2.0 : 1.0) * c.ds_reduce_bucket_elems * 2.0;
 }
 
 /// The stage's allocations replayed through the caching allocator (ReplayStageAllocations), its
@@ -887,7 +886,7 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
              : Zero3GatheredPeakBytes(cm.layer_tensors, c.param_gather_bytes, GradReduceBytesPerParam(c)));
   }
   mem.comm_buffer_bytes += 2.0 * cm.pp_message_bytes * (c.pp > 1 ? 2 : 0);
-  mem.comm_buffer_bytes += DeepSpeedBucketBytes(c, stage, !cm.moe_layer_ops.empty());
+  mem.comm_buffer_bytes += DeepSpeedBucketBytes(c, stage);
   mem.framework_bytes = prof.framework_overhead_bytes;
   mem.peak_bytes = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes +
                    mem.comm_buffer_bytes + mem.framework_bytes;
@@ -1284,6 +1283,8 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"moe_a2a_overlap", c.moe_a2a_overlap},
                  {"zero_stage", c.zero_stage}, {"dp_shard", c.zero_stage >= 1 ? Json(c.shard_dp()) : Json()},
                  {"zero3_impl", c.zero_stage >= 3 ? Json(ToString(c.zero3_impl)) : Json()},
+                 {"contiguous_gradients", c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage >= 1 &&
+                                              c.zero_stage <= 2 ? Json(c.ds_contiguous_gradients) : Json()},
                  {"reduce_bucket_size", (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2) || ds3
                                             ? Json(c.ds_reduce_bucket_elems) : Json()}, {"schedule", ToString(c.schedule)},
                  {"stage3_max_live_parameters", ds3 ? Json(c.ds_max_live_elems) : Json()},

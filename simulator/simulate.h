@@ -184,17 +184,14 @@ SimulationResult Simulate(const Model& model, const ParallelConfig& cfg, const C
 void ReplayAllocator(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
                      const HardwareProfile& profile, SimulationResult* result);
 
-/// DeepSpeed ZeRO-1/2's contiguous gradient bucket on pipeline stage `stage`, bytes:
+/// DeepSpeed ZeRO-1/2's contiguous gradient bucket on pipeline stage `stage`, bytes: with
+/// OptimizerImpl::kDeepSpeedZero at ZeRO-1/2 and contiguous_gradients (ds_contiguous_gradients),
 /// reduce_bucket_size (ds_reduce_bucket_elems) 16-bit elements, twice with overlap_comm
-/// (overlap_grad_reduce), on the stage whose backward runs through DeepSpeed's optimizer while
-/// activations are held (the last; the only one without pipeline parallelism;
-/// deepspeed/runtime/zero/stage_1_and_2.py, `backward`). With OptimizerImpl::kDeepSpeedZero at
-/// ZeRO-2 (contiguous_gradients on, DeepSpeed's default); at ZeRO-1 only for a model with routed
-/// experts (`moe`), and once: the engine turns overlap_comm and contiguous_gradients off at stage
-/// 1 ("meaningless in stage 1", engine.py `_configure_zero_optimizer`, DeepSpeed PR 1246 of
-/// July 2021), keeping contiguous gradients for MoE models since PR 2250 (August 2022; PR 2703 of
-/// January 2023 restored the rule for the others). 0 otherwise.
-double DeepSpeedBucketBytes(const ParallelConfig& cfg, int stage, bool moe);
+/// (overlap_grad_reduce; DeepSpeed's engine turns it off under its pipeline engine), on the stage
+/// whose backward runs through DeepSpeed's optimizer while activations are held (the last; the
+/// only one without pipeline parallelism; deepspeed/runtime/zero/stage_1_and_2.py `backward`,
+/// v0.16.5; the other stages allocate theirs in reduce_gradients after their backward). 0 otherwise.
+double DeepSpeedBucketBytes(const ParallelConfig& cfg, int stage);
 
 /// Weights, gradients, optimizer state, communication buffers and framework overhead of one GPU
 /// of pipeline stage `stage` (activations 0; `peak_bytes` is their sum).

@@ -863,6 +863,15 @@ TEST(Cli, PlanSearchesDeepSpeed) {
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama2-7b --cluster dgx-a100 --gpus 8 --zero 1 --optimizer "
                                     "deepspeed-bf16 --fp16",
                                     "--optimizer deepspeed-bf16: got it with precision fp16, expected bf16"));
+  // --no-contiguous-gradients tunes DeepSpeed's ZeRO-1/2 only; in simulate it round-trips.
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama2-7b --cluster dgx-a100 --gpus 8 --zero 3 "
+                                    "--zero3-impl deepspeed --no-contiguous-gradients",
+                                    "--no-contiguous-gradients: got it with --optimizer deepspeed-zero --zero 3, expected "
+                                    "--optimizer deepspeed-zero with --zero 1 or 2"));
+  auto nc = RunShardcast("simulate --model llama2-7b --cluster dgx-a100 --gpus 8 --zero 1 --optimizer deepspeed-zero "
+                         "--no-contiguous-gradients --json");
+  ASSERT_EQ(nc.exit_code, 0) << nc.err;
+  EXPECT_FALSE(Json::parse(nc.out)["config"]["contiguous_gradients"].get<bool>());
   // DeepSpeed's 2021 stage 3 also implies DeepSpeed's optimizer; the CSV says whose each plan runs.
   auto csv = RunShardcast(plan + "--zero3-impl deepspeed-2021 --csv -");
   ASSERT_EQ(csv.exit_code, 0) << csv.err;

@@ -466,6 +466,8 @@ TEST(Launch, DeepSpeedConfigReadsBackAsThePlannedConfiguration) {
       {"bloom-176b", "jean-zay-a100", 384, "--tp 4 --pp 12 --mbs 2 --gbs 2048 --embedding-pipeline-slots --zero 1 "
                                            "--optimizer deepspeed-bf16 --recompute full"},
       {"gpt3-13b", "dgx-a100", 64, "--tp 2 --pp 2 --mbs 1 --gbs 256 --zero 1"},  // Megatron's distributed optimizer
+      {"llama3-8b", "dgx-h100", 16, "--tp 2 --cp 2 --mbs 1 --gbs 64 --zero 2 --optimizer deepspeed-zero "
+                                    "--no-contiguous-gradients"},  // the cp ranks count in DeepSpeed's data parallelism
   };
   for (const Case& k : cases) {
     const Built b = Build(k);
@@ -488,9 +490,12 @@ TEST(Launch, DeepSpeedConfigReadsBackAsThePlannedConfiguration) {
     if (!bf16_optimizer && b.c.zero_stage >= 1) {
       EXPECT_EQ(z["reduce_bucket_size"].get<std::int64_t>(), std::llround(b.c.ds_reduce_bucket_elems)) << where;
     }
-    EXPECT_EQ(z.contains("overlap_comm"), b.c.zero_stage >= 2) << where;  // meaningless at stage 1
-    if (b.c.zero_stage >= 2) {
+    // Written out from stage 1 on, as simulated (DeepSpeed's defaults depend on the stage).
+    const bool zero = !bf16_optimizer && b.c.zero_stage >= 1;
+    EXPECT_EQ(z.contains("overlap_comm"), zero) << where;
+    if (zero) {
       EXPECT_EQ(z["overlap_comm"].get<bool>(), b.c.overlap_grad_reduce) << where;
+      EXPECT_EQ(z["contiguous_gradients"].get<bool>(), b.c.zero_stage >= 3 || b.c.ds_contiguous_gradients) << where;
     }
     EXPECT_EQ(z.contains("stage3_max_live_parameters"), b.c.zero_stage == 3) << where;
     if (b.c.zero_stage == 3) {

@@ -546,6 +546,8 @@ TEST(Space, DeepSpeedCandidatesRunWhatDeepSpeedRuns) {
     EXPECT_FALSE(c.tp_comm_overlap) << c.Summary();
     EXPECT_EQ(c.cp, 1) << c.Summary();
     EXPECT_FALSE(c.hybrid_shard()) << c.Summary();
+    // DeepSpeed's overlap_comm: on by default at stage 3 only, off under its pipeline engine.
+    EXPECT_EQ(c.overlap_grad_reduce, c.zero_stage == 3 && c.pp == 1) << c.Summary();
     EXPECT_EQ(c.ds_prefetch_bucket_elems, 1e6);
     EXPECT_EQ(c.ds_reduce_bucket_elems, 2e8);
     zero1_on_one_rank = zero1_on_one_rank || (c.dp == 1 && c.zero_stage == 1);

@@ -658,11 +658,11 @@ TEST(CostModel, CrossEntropyBytesFollowTheImplementationsPasses) {
   EXPECT_EQ(Json::parse(torch_ce.out)["config"]["cross_entropy"], "torch");
 }
 
-// DeepSpeed's ZeRO-1/2 (stage_1_and_2.py): with contiguous gradients each backward through its
-// optimizer allocates reduce_bucket_size 16-bit elements for the gradients' reduction (two with
-// overlap_comm); with pipeline parallelism only the last stage's backward does, while it holds
-// activations. ZeRO-2 has it; at ZeRO-1 the engine turns contiguous gradients and overlap_comm
-// off (DeepSpeed PR 1246), except for MoE models (PR 2250), which get one bucket.
+// DeepSpeed's ZeRO-1/2 (stage_1_and_2.py, v0.16.5): with contiguous gradients (its default) each
+// backward through its optimizer allocates reduce_bucket_size 16-bit elements for the gradients'
+// reduction, two with overlap_comm; with pipeline parallelism only the last stage's backward
+// does, while it holds activations, and the pipeline engine turns overlap_comm off. Without
+// contiguous gradients (DeepSpeed v0.4.5-v0.12 at ZeRO-1) no bucket is held.
 TEST(Memory, DeepSpeedZeroBucketOnTheStageWhoseBackwardRunsThroughTheOptimizer) {
   const Model m = SmallGpt();
   const Cluster cl = LoadCluster("dgx-a100");
@@ -670,35 +670,27 @@ TEST(Memory, DeepSpeedZeroBucketOnTheStageWhoseBackwardRunsThroughTheOptimizer) 
   ParallelConfig c = Config(1, 4, 2, 1, 8);
   c.zero_stage = 1;
   c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
-  c.overlap_grad_reduce = false;
+  c.overlap_grad_reduce = true;  // asked for, but the pipeline engine turns it off: one bucket
   const CostModel cm = BuildCostModel(m, c, cl, p);
-  for (int stage = 0; stage < 4; ++stage) {
-    EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(c, stage, /*moe=*/false), 0.0) << stage;
-    EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(c, stage, /*moe=*/true), stage == 3 ? 5e8 * 2 : 0.0) << stage;
-  }
+  for (int stage = 0; stage < 4; ++stage) EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(c, stage), stage == 3 ? 5e8 * 2 : 0.0) << stage;
   ParallelConfig megatron = c;
   megatron.optimizer_impl = OptimizerImpl::kMegatron;
+  EXPECT_DOUBLE_EQ(StaticStageMemory(cm, c, p, 3).comm_buffer_bytes - StaticStageMemory(cm, megatron, p, 3).comm_buffer_bytes,
+                   5e8 * 2);
+  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(megatron, 3), 0.0);
+  c.ds_contiguous_gradients = false;  // DeepSpeed before v0.13 at ZeRO-1
+  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(c, 3), 0.0);
   EXPECT_DOUBLE_EQ(StaticStageMemory(cm, c, p, 3).comm_buffer_bytes, StaticStageMemory(cm, megatron, p, 3).comm_buffer_bytes);
-  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(megatron, 3, true), 0.0);
-  c.overlap_grad_reduce = true;  // overlap_comm is off at stage 1 whatever the config says
-  c.ds_reduce_bucket_elems = 1.26e9;
-  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(c, 3, true), 1.26e9 * 2);
-  ParallelConfig z2 = Config(1, 1, 8, 1, 8);  // ZeRO-2 (no pipeline, as DeepSpeed's engine asserts)
+  ParallelConfig z2 = Config(1, 1, 8, 1, 8);  // ZeRO-2, no pipeline (DeepSpeed's engine asserts it)
   z2.zero_stage = 2;
   z2.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
   z2.overlap_grad_reduce = false;
-  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(z2, 0, false), 5e8 * 2);
-  const CostModel cm2 = BuildCostModel(m, z2, cl, p);
-  ParallelConfig z2_megatron = z2;
-  z2_megatron.optimizer_impl = OptimizerImpl::kMegatron;
-  EXPECT_DOUBLE_EQ(StaticStageMemory(cm2, z2, p, 0).comm_buffer_bytes -
-                       StaticStageMemory(cm2, z2_megatron, p, 0).comm_buffer_bytes,
-                   5e8 * 2);
-  z2.overlap_grad_reduce = true;  // overlap_comm: two buckets
+  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(z2, 0), 5e8 * 2);
+  z2.overlap_grad_reduce = true;  // overlap_comm without a pipeline: two buckets
   z2.ds_reduce_bucket_elems = 1.26e9;
-  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(z2, 0, false), 2 * 1.26e9 * 2);
+  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(z2, 0), 2 * 1.26e9 * 2);
   z2.zero_stage = 3;  // stage 3 has buffers of its own
-  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(z2, 0, false), 0.0);
+  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(z2, 0), 0.0);
   // The command line: the size applies to DeepSpeed's ZeRO-1/2 only; it round-trips through JSON.
   const std::string base = "simulate --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --zero 2";
   const auto bad = testing::RunShardcast(base + " --reduce-bucket-size 1e9");
