@@ -179,6 +179,30 @@ bool OptimizerRuns(OptimizerImpl impl, int z) {
   return true;
 }
 
+/// What every candidate takes from the search's options (PlanOptions::base, the optimizer and
+/// ZeRO-3 implementation, the framework, flash attention, a fixed cp_comm) and its pipeline split,
+/// onto `c`, whose sizes, schedule, recompute, ZeRO stage and expert grid are already set.
+void ApplyPlanWideSettings(const PlanOptions& o, const PipelineSplit& split, std::int64_t gpus_per_node,
+                           ParallelConfig* c) {
+  CopyPrecisionSettings(o.base, c);
+  c->moe_load_imbalance = o.base.moe_load_imbalance;
+  c->moe_force_load_balancing = o.base.moe_force_load_balancing;
+  c->cross_entropy = o.base.cross_entropy;
+  c->optimizer_impl = o.optimizer_impl;
+  c->zero3_impl = c->zero_stage >= 3 ? o.zero3_impl : Zero3Impl::kPerLayer;
+  CopyDeepSpeedKnobs(o.base, c);
+  // DeepSpeed's overlap_comm defaults to on at stage 3 only (zero/config.py overlap_comm_valid)
+  // and its pipeline engine turns it off.
+  if (o.optimizer_impl != OptimizerImpl::kMegatron) c->overlap_grad_reduce = c->zero_stage >= 3 && c->pp == 1;
+  if (o.megatron_core) ApplyMegatronCoreDefaults(c);
+  c->flash_attention = o.flash_attention;
+  c->embedding_slots = split.slots;
+  c->first_stage_layers = split.first;
+  c->last_stage_layers = split.last;
+  if (const auto it = o.fixed.find("cp_comm"); it != o.fixed.end()) c->cp_comm = ParseCpComm(it->second);
+  ResolveCpA2a(c, gpus_per_node);
+}
+
 bool FixedAllows(const std::map<std::string, std::string>& fixed, const ParallelConfig& c) {
   for (const auto& [k, v] : fixed) {
     std::string have;
@@ -339,23 +363,7 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
                   c.zero_stage = z;
                   c.ep = ep;
                   c.etp = m.moe.enabled() ? etp : 0;
-                  CopyPrecisionSettings(o.base, &c);
-                  c.moe_load_imbalance = o.base.moe_load_imbalance;
-                  c.moe_force_load_balancing = o.base.moe_force_load_balancing;
-                  c.cross_entropy = o.base.cross_entropy;
-                  c.optimizer_impl = o.optimizer_impl;
-                  c.zero3_impl = z >= 3 ? o.zero3_impl : Zero3Impl::kPerLayer;
-                  CopyDeepSpeedKnobs(o.base, &c);
-                  // DeepSpeed's overlap_comm defaults to on at stage 3 only (zero/config.py
-                  // overlap_comm_valid) and its pipeline engine turns it off.
-                  if (deepspeed) c.overlap_grad_reduce = z >= 3 && pp == 1;
-                  if (o.megatron_core) ApplyMegatronCoreDefaults(&c);
-                  c.flash_attention = o.flash_attention;
-                  c.embedding_slots = split.slots;
-                  c.first_stage_layers = split.first;
-                  c.last_stage_layers = split.last;
-                  if (const auto it = o.fixed.find("cp_comm"); it != o.fixed.end()) c.cp_comm = ParseCpComm(it->second);
-                  ResolveCpA2a(&c, cl.gpus_per_node);
+                  ApplyPlanWideSettings(o, split, cl.gpus_per_node, &c);
                   for (std::int64_t shard : HybridShards(c, cl.gpus_per_node, fixed_int("dp_shard"))) {
                     c.dp_shard = shard;
                     if (FixedAllows(o.fixed, c)) out.push_back(c);
