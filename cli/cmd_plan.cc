@@ -41,44 +41,11 @@ struct PlanArgs {
   std::string html;
 };
 
-/// The ZeRO stages searched (--zero-stages; by default 0,1, with DeepSpeed's ZeRO optimizer
-/// 1,2,3 and with its BF16_Optimizer 1), whose optimizer and ZeRO-3 every plan runs (--optimizer,
-/// --zero3-impl) and DeepSpeed's knobs, into `o`; InputError (exit 2) for a stage the optimizer
-/// does not run, --zero3-impl without ZeRO-3 among the stages, or a knob no plan would take.
-void ApplyPlanOptimizerArgs(const PlanArgs& a, PlanOptions* o) {
-  const OptimizerArgs& opt = a.opt;
-  o->zero3_impl = ParseZero3Impl(opt.zero3_impl);
-  // DeepSpeed's stage 3 (today's or 2021's) keeps DeepSpeed's optimizer state unless --optimizer
-  // says otherwise; with DeepSpeed's optimizer, ZeRO-3 is today's stage 3 unless --zero3-impl says so.
-  o->optimizer_impl = opt.optimizer.empty() && o->zero3_impl != Zero3Impl::kPerLayer
-                          ? OptimizerImpl::kDeepSpeedZero  // either DeepSpeed's stage 3: a DeepSpeed run
-                          : ParseOptimizerImpl(opt.optimizer);
-  if (opt.zero3_impl.empty() && o->optimizer_impl == OptimizerImpl::kDeepSpeedZero) o->zero3_impl = Zero3Impl::kDeepSpeed;
-  const auto fixed = o->fixed.find("zero");  // --fix zero=N searches N alone (ApplyFixedToSearch)
-  const std::string stages = fixed != o->fixed.end() ? fixed->second
-                             : !a.zero.empty() ? a.zero
-                             : o->optimizer_impl == OptimizerImpl::kDeepSpeedZero ? "1,2,3"
-                             : o->optimizer_impl == OptimizerImpl::kDeepSpeedBf16 ? "1"
-                                                                                  : "0,1";
-  o->zero_stages = ParseZeroStages(stages);
-  for (int z : o->zero_stages) {
-    if (o->optimizer_impl == OptimizerImpl::kDeepSpeedZero && z == 0) {
-      throw InputError("command line: --zero-stages (or --fix zero): got 0 with --optimizer deepspeed-zero, expected stages 1, 2 or 3 "
-                       "(DeepSpeed's ZeRO optimizer shards at least its state)");
-    }
-    if (o->optimizer_impl == OptimizerImpl::kDeepSpeedBf16 && z != 1) {
-      throw InputError(fmt::format("command line: --zero-stages (or --fix zero): got {} with --optimizer deepspeed-bf16, expected 1 "
-                                   "(the BF16_Optimizer shards its state like ZeRO-1)", z));
-    }
-  }
-  const bool has3 = std::find(o->zero_stages.begin(), o->zero_stages.end(), 3) != o->zero_stages.end();
-  if (!opt.zero3_impl.empty() && !has3) {
-    throw InputError(fmt::format("command line: --zero3-impl: got {} with --zero-stages {}, expected 3 among the "
-                                 "stages (it says how ZeRO-3 gathers and reduces)", opt.zero3_impl, stages));
-  }
-  // Every plan takes the knobs (the simulation reads each only where it applies), but each must
-  // apply to some plan: one of the stages searched (ZeRO-2/3 only without a fixed pipeline), with
-  // this optimizer and ZeRO-3.
+/// Every plan takes DeepSpeed's knobs (the simulation reads each only where it applies), but each
+/// given must apply to some plan: one of the ZeRO stages searched (ZeRO-2/3 only without a fixed
+/// pipeline), with the search's optimizer and ZeRO-3 (`stages` as given, for the message; `has3`:
+/// ZeRO-3 among them). Writes the knobs into o->base; InputError (exit 2) naming the flag otherwise.
+void CheckKnobsReachAPlan(const OptimizerArgs& opt, const std::string& stages, bool has3, PlanOptions* o) {
   std::map<std::string, int> left_out;
   const auto fixed_pp = o->fixed.find("pp");
   const bool pipelined = fixed_pp != o->fixed.end() && fixed_pp->second != "1";
@@ -114,6 +81,44 @@ void ApplyPlanOptimizerArgs(const PlanArgs& a, PlanOptions* o) {
                                      ? "3 among --zero-stages with --zero3-impl deepspeed (or --optimizer deepspeed-zero)"
                                      : "3 among --zero-stages with --zero3-impl deepspeed or deepspeed-2021"));
   }
+}
+
+/// The ZeRO stages searched (--zero-stages; by default 0,1, with DeepSpeed's ZeRO optimizer
+/// 1,2,3 and with its BF16_Optimizer 1), whose optimizer and ZeRO-3 every plan runs (--optimizer,
+/// --zero3-impl) and DeepSpeed's knobs, into `o`; InputError (exit 2) for a stage the optimizer
+/// does not run, --zero3-impl without ZeRO-3 among the stages, or a knob no plan would take.
+void ApplyPlanOptimizerArgs(const PlanArgs& a, PlanOptions* o) {
+  const OptimizerArgs& opt = a.opt;
+  o->zero3_impl = ParseZero3Impl(opt.zero3_impl);
+  // DeepSpeed's stage 3 (today's or 2021's) keeps DeepSpeed's optimizer state unless --optimizer
+  // says otherwise; with DeepSpeed's optimizer, ZeRO-3 is today's stage 3 unless --zero3-impl says so.
+  o->optimizer_impl = opt.optimizer.empty() && o->zero3_impl != Zero3Impl::kPerLayer
+                          ? OptimizerImpl::kDeepSpeedZero  // either DeepSpeed's stage 3: a DeepSpeed run
+                          : ParseOptimizerImpl(opt.optimizer);
+  if (opt.zero3_impl.empty() && o->optimizer_impl == OptimizerImpl::kDeepSpeedZero) o->zero3_impl = Zero3Impl::kDeepSpeed;
+  const auto fixed = o->fixed.find("zero");  // --fix zero=N searches N alone (ApplyFixedToSearch)
+  const std::string stages = fixed != o->fixed.end() ? fixed->second
+                             : !a.zero.empty() ? a.zero
+                             : o->optimizer_impl == OptimizerImpl::kDeepSpeedZero ? "1,2,3"
+                             : o->optimizer_impl == OptimizerImpl::kDeepSpeedBf16 ? "1"
+                                                                                  : "0,1";
+  o->zero_stages = ParseZeroStages(stages);
+  for (int z : o->zero_stages) {
+    if (o->optimizer_impl == OptimizerImpl::kDeepSpeedZero && z == 0) {
+      throw InputError("command line: --zero-stages (or --fix zero): got 0 with --optimizer deepspeed-zero, expected stages 1, 2 or 3 "
+                       "(DeepSpeed's ZeRO optimizer shards at least its state)");
+    }
+    if (o->optimizer_impl == OptimizerImpl::kDeepSpeedBf16 && z != 1) {
+      throw InputError(fmt::format("command line: --zero-stages (or --fix zero): got {} with --optimizer deepspeed-bf16, expected 1 "
+                                   "(the BF16_Optimizer shards its state like ZeRO-1)", z));
+    }
+  }
+  const bool has3 = std::find(o->zero_stages.begin(), o->zero_stages.end(), 3) != o->zero_stages.end();
+  if (!opt.zero3_impl.empty() && !has3) {
+    throw InputError(fmt::format("command line: --zero3-impl: got {} with --zero-stages {}, expected 3 among the "
+                                 "stages (it says how ZeRO-3 gathers and reduces)", opt.zero3_impl, stages));
+  }
+  CheckKnobsReachAPlan(opt, stages, has3, o);
 }
 
 /// The search the flags ask for (InputError naming the flag for a bad value).
