@@ -31,6 +31,8 @@ struct CapacityArgs {
   std::string html;
   std::int64_t max_gpus = 16384;
   PrecisionArgs prec;
+  std::string zero;   ///< --zero-stages
+  OptimizerArgs opt;  ///< --optimizer, --zero3-impl and DeepSpeed's knobs for every plan
   std::string framework = "megatron-core";
   ParallelConfig moe_routing;  ///< --moe-load-imbalance, --moe-router-force-load-balancing, --cross-entropy
 };
@@ -152,6 +154,8 @@ void RunCapacityCommand(const CapacityArgs& a) {
   o.energy_overhead = a.energy_overhead;
   o.plan.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   ApplyPrecisionArgs(a.prec, &o.plan.base);
+  ApplySearchOptimizerArgs(a.opt, a.zero, &o.plan);
+  CheckOptimizerPrecision(o.plan.optimizer_impl, o.plan.base.precision);
   o.plan.base.moe_load_imbalance = a.moe_routing.moe_load_imbalance;
   o.plan.base.moe_force_load_balancing = a.moe_routing.moe_force_load_balancing;
   o.plan.base.cross_entropy = a.moe_routing.cross_entropy;
@@ -293,6 +297,7 @@ void RegisterCapacity(CLI::App& app) {
                   "the one cluster with its GPU; several allowed, one per cluster (default: built-in)")
       ->expected(1, -1);
   AddPrecisionOptions(cmd, &a->prec);
+  AddSearchOptimizerOptions(cmd, &a->zero, &a->opt);
   AddFrameworkOption(cmd, &a->framework);
   AddMoeRoutingOptions(cmd, &a->moe_routing.moe_load_imbalance, &a->moe_routing.moe_force_load_balancing);
   AddCrossEntropyOption(cmd, &a->moe_routing.cross_entropy);

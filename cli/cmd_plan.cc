@@ -41,86 +41,6 @@ struct PlanArgs {
   std::string html;
 };
 
-/// Every plan takes DeepSpeed's knobs (the simulation reads each only where it applies), but each
-/// given must apply to some plan: one of the ZeRO stages searched (ZeRO-2/3 only without a fixed
-/// pipeline), with the search's optimizer and ZeRO-3 (`stages` as given, for the message; `has3`:
-/// ZeRO-3 among them). Writes the knobs into o->base; InputError (exit 2) naming the flag otherwise.
-void CheckKnobsReachAPlan(const OptimizerArgs& opt, const std::string& stages, bool has3, PlanOptions* o) {
-  std::map<std::string, int> left_out;
-  const auto fixed_pp = o->fixed.find("pp");
-  const bool pipelined = fixed_pp != o->fixed.end() && fixed_pp->second != "1";
-  std::vector<int> searched;
-  for (int z : o->zero_stages) {
-    if (!(pipelined && z >= 2)) searched.push_back(z);
-  }
-  for (int z : searched) {
-    ParallelConfig c = o->base;
-    c.zero_stage = z;
-    c.optimizer_impl = o->optimizer_impl;
-    c.zero3_impl = z == 3 ? o->zero3_impl : Zero3Impl::kPerLayer;
-    for (const auto& flag : ApplyDeepSpeedKnobs(opt, /*refuse=*/false, &c)) ++left_out[flag];
-    CopyDeepSpeedKnobs(c, &o->base);
-  }
-  if (searched.empty()) {  // no stage runs: every knob given reaches no plan
-    ParallelConfig none;
-    for (const auto& flag : ApplyDeepSpeedKnobs(opt, /*refuse=*/false, &none)) left_out[flag] = 0;
-  }
-  for (const auto& [flag, n] : left_out) {
-    if (n < static_cast<int>(searched.size())) continue;
-    throw InputError(fmt::format("command line: {}: given, but no plan runs what it tunes (--optimizer {} "
-                                 "--zero-stages {}{}{}); expected {}",
-                                 flag, ToString(o->optimizer_impl), stages,
-                                 has3 ? fmt::format(" --zero3-impl {}", ToString(o->zero3_impl)) : "",
-                                 pipelined ? fmt::format("; --fix pp={}, where ZeRO-2/3 do not run", fixed_pp->second) : "",
-                                 flag == std::string("--reduce-bucket-size")
-                                     ? "--optimizer deepspeed-zero, or ZeRO-3 with --zero3-impl deepspeed or deepspeed-2021"
-                                 : flag == std::string("--no-contiguous-gradients")
-                                     ? "--optimizer deepspeed-zero with 1 or 2 among --zero-stages"
-                                 : flag == std::string("--stage3-prefetch-bucket-size") ||
-                                         flag == std::string("--stage3-max-reuse-distance")
-                                     ? "3 among --zero-stages with --zero3-impl deepspeed (or --optimizer deepspeed-zero)"
-                                     : "3 among --zero-stages with --zero3-impl deepspeed or deepspeed-2021"));
-  }
-}
-
-/// The ZeRO stages searched (--zero-stages; by default 0,1, with DeepSpeed's ZeRO optimizer
-/// 1,2,3 and with its BF16_Optimizer 1), whose optimizer and ZeRO-3 every plan runs (--optimizer,
-/// --zero3-impl) and DeepSpeed's knobs, into `o`; InputError (exit 2) for a stage the optimizer
-/// does not run, --zero3-impl without ZeRO-3 among the stages, or a knob no plan would take.
-void ApplyPlanOptimizerArgs(const PlanArgs& a, PlanOptions* o) {
-  const OptimizerArgs& opt = a.opt;
-  o->zero3_impl = ParseZero3Impl(opt.zero3_impl);
-  // DeepSpeed's stage 3 (today's or 2021's) keeps DeepSpeed's optimizer state unless --optimizer
-  // says otherwise; with DeepSpeed's optimizer, ZeRO-3 is today's stage 3 unless --zero3-impl says so.
-  o->optimizer_impl = opt.optimizer.empty() && o->zero3_impl != Zero3Impl::kPerLayer
-                          ? OptimizerImpl::kDeepSpeedZero  // either DeepSpeed's stage 3: a DeepSpeed run
-                          : ParseOptimizerImpl(opt.optimizer);
-  if (opt.zero3_impl.empty() && o->optimizer_impl == OptimizerImpl::kDeepSpeedZero) o->zero3_impl = Zero3Impl::kDeepSpeed;
-  const auto fixed = o->fixed.find("zero");  // --fix zero=N searches N alone (ApplyFixedToSearch)
-  const std::string stages = fixed != o->fixed.end() ? fixed->second
-                             : !a.zero.empty() ? a.zero
-                             : o->optimizer_impl == OptimizerImpl::kDeepSpeedZero ? "1,2,3"
-                             : o->optimizer_impl == OptimizerImpl::kDeepSpeedBf16 ? "1"
-                                                                                  : "0,1";
-  o->zero_stages = ParseZeroStages(stages);
-  for (int z : o->zero_stages) {
-    if (o->optimizer_impl == OptimizerImpl::kDeepSpeedZero && z == 0) {
-      throw InputError("command line: --zero-stages (or --fix zero): got 0 with --optimizer deepspeed-zero, expected stages 1, 2 or 3 "
-                       "(DeepSpeed's ZeRO optimizer shards at least its state)");
-    }
-    if (o->optimizer_impl == OptimizerImpl::kDeepSpeedBf16 && z != 1) {
-      throw InputError(fmt::format("command line: --zero-stages (or --fix zero): got {} with --optimizer deepspeed-bf16, expected 1 "
-                                   "(the BF16_Optimizer shards its state like ZeRO-1)", z));
-    }
-  }
-  const bool has3 = std::find(o->zero_stages.begin(), o->zero_stages.end(), 3) != o->zero_stages.end();
-  if (!opt.zero3_impl.empty() && !has3) {
-    throw InputError(fmt::format("command line: --zero3-impl: got {} with --zero-stages {}, expected 3 among the "
-                                 "stages (it says how ZeRO-3 gathers and reduces)", opt.zero3_impl, stages));
-  }
-  CheckKnobsReachAPlan(opt, stages, has3, o);
-}
-
 /// The search the flags ask for (InputError naming the flag for a bad value).
 PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl) {
   PlanOptions o;
@@ -134,7 +54,7 @@ PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl
   o.schedules = ParseSchedules(a.schedules);
   o.recomputes = ParseRecomputes(a.recompute);
   o.fixed = ParseFix(a.fix);
-  ApplyPlanOptimizerArgs(a, &o);
+  ApplySearchOptimizerArgs(a.opt, a.zero, &o);
   ApplyFixedToSearch(&o);
   o.threads = a.threads;
   o.flash_attention = !a.no_flash;
@@ -266,21 +186,7 @@ void RegisterPlan(CLI::App& app) {
       ->check(BoundedNumber(0.0, 1e4));
   cmd->add_option("--schedules", a->schedules, "comma list of 1f1b,interleaved,zb-h1,gpipe");
   cmd->add_option("--recompute", a->recompute, "comma list of none,selective,full");
-  cmd->add_option("--zero-stages", a->zero,
-                  "comma list of ZeRO stages to consider (default 0,1; 1,2,3 with --optimizer deepspeed-zero, 1 with "
-                  "deepspeed-bf16)");
-  cmd->add_option("--optimizer", a->opt.optimizer,
-                  "whose optimizer every plan runs: megatron (default; Megatron-LM's distributed optimizer for ZeRO-1, "
-                  "FSDP for ZeRO-2/3) | deepspeed-zero (DeepSpeed's ZeRO optimizer: ZeRO-1 with its pipeline engine, "
-                  "ZeRO-2/3 without pipeline parallelism; 16-bit gradients) | deepspeed-bf16 (ZeRO-1: "
-                  "BF16_Optimizer, fp32 gradient buffer)")
-      ->transform(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16"}, CLI::ignore_case));
-  cmd->add_option("--zero3-impl", a->opt.zero3_impl,
-                  "how ZeRO-3 plans gather and reduce: per-layer (FSDP; the default with --optimizer megatron) | "
-                  "deepspeed (DeepSpeed stage 3 of v0.10-0.16; the default with --optimizer deepspeed-zero, which it "
-                  "implies) | deepspeed-2021 (simulate --help has each)")
-      ->transform(CLI::IsMember({"per-layer", "deepspeed", "deepspeed-2021"}, CLI::ignore_case));
-  AddDeepSpeedKnobOptions(cmd, &a->opt, /*for_plan=*/true);
+  AddSearchOptimizerOptions(cmd, &a->zero, &a->opt);
   cmd->add_option("--fix", a->fix,
                   "fix dimensions, e.g. tp=8,pp=8,sp=true,schedule=interleaved (keys tp, pp, vp, mbs, zero, sp, "
                   "tp_comm_overlap, recompute, schedule)");

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/config_args.h"
 #include "models/parallel.h"
 #include "planner/planner.h"
 #include "report/capacity_report.h"
@@ -35,6 +36,14 @@ std::map<std::string, std::string> ParseFix(const std::string& list);
 /// --max-mbs), since fixing a value means asking for it.
 void ApplyFixedToSearch(PlanOptions* o);
 
+/// The optimizer options of `plan` and `capacity` (cli/config_args.h's OptimizerArgs):
+/// --zero-stages LIST (into `zero`), --optimizer, --zero3-impl and DeepSpeed's knobs.
+void AddSearchOptimizerOptions(CLI::App* cmd, std::string* zero, OptimizerArgs* opt);
+/// The ZeRO stages searched (--zero-stages; by default 0,1, with DeepSpeed's ZeRO optimizer
+/// 1,2,3 and with its BF16_Optimizer 1), whose optimizer and ZeRO-3 every plan runs (--optimizer,
+/// --zero3-impl) and DeepSpeed's knobs, into `o`; InputError (exit 2) for a stage the optimizer
+/// does not run, --zero3-impl without ZeRO-3 among the stages, or a knob no plan would take.
+void ApplySearchOptimizerArgs(const OptimizerArgs& opt, const std::string& zero_list, PlanOptions* o);
 
 /// Warns on standard error when the profile read from `path` describes another GPU than `cl`'s
 /// (ProfileDescribesGpu) or network rates `cl`'s links cannot carry for `gpus` GPUs

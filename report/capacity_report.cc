@@ -8,6 +8,7 @@
 
 #include "common/text.h"
 #include "report/megatron_args.h"
+#include "report/plan_report.h"
 #include "report/text.h"
 
 namespace shardcast {
@@ -24,6 +25,9 @@ Json CapacityJson(const Model& m, const CapacityOptions& o, const std::vector<Ca
   j["tokens"] = o.tokens;
   j["global_batch_size"] = o.global_batch_size;
   j["energy_overhead"] = o.energy_overhead;
+  j["zero_stages"] = o.plan.zero_stages;
+  j["optimizer_impl"] = ToString(o.plan.optimizer_impl);
+  j["zero3_impl"] = ToString(o.plan.zero3_impl);
   j["options"] = Json::array();
   for (const auto& r : rows) {
     Json x = {{"cluster", r.option.cluster}, {"gpus", r.option.gpus}, {"gpu", r.gpu}, {"profile", r.profile},
@@ -71,6 +75,7 @@ void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions&
                            FormatCount(static_cast<double>(o.global_batch_size * o.seq_length)));
   out << "Time = steps x simulated step time; GPU-hours and cost over the wall time; energy = GPUs x board power x "
             << fmt::format("{:g}", o.energy_overhead) << " (host, network, cooling; assumed) x wall time.\n";
+  out << SearchOptimizerLine(o.plan);
   if (!o.mtbf_hours) out << "No failure model (give --mtbf-hours and --checkpoint-minutes for goodput).\n";
   if (o.mtbf_hours) {
     out << fmt::format("Failures: per-GPU MTBF {:g} h, checkpoint {:g} min, restart {:g} min; checkpoint every "

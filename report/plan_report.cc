@@ -153,6 +153,14 @@ Json PlanHtmlData(const PlanView& v, const Json& plan_json) {
   return data;
 }
 
+std::string SearchOptimizerLine(const PlanOptions& o) {
+  if (o.optimizer_impl == OptimizerImpl::kMegatron && o.zero3_impl == Zero3Impl::kPerLayer) return "";
+  // Every plan runs it; the configuration gives the stage.
+  const bool has3 = std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) != o.zero_stages.end();
+  return fmt::format("Every plan runs the {} optimizer{} (ZeRO stages {})\n", ToString(o.optimizer_impl),
+                     has3 ? fmt::format(", ZeRO-3 as {}", ToString(o.zero3_impl)) : "", fmt::join(o.zero_stages, ","));
+}
+
 namespace {
 
 /// The title and where the candidates went: set aside (by reason), simulated, not generated.
@@ -161,13 +169,7 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
   const PlanResult& r = v.r;
   out << fmt::format("Plan for {} on {} x {} ({}), global batch {}, seq {}, objective {}\n", v.m.name, o.gpus,
                      v.cl.gpu.display_name, v.cl.name, o.global_batch_size, o.seq_length, ToString(o.objective));
-  if (o.optimizer_impl != OptimizerImpl::kMegatron || o.zero3_impl != Zero3Impl::kPerLayer) {
-    // Every plan runs it; the table's ZeRO column gives the stage.
-    const bool has3 = std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) != o.zero_stages.end();
-    out << fmt::format("Every plan runs the {} optimizer{} (ZeRO stages {})\n", ToString(o.optimizer_impl),
-                       has3 ? fmt::format(", ZeRO-3 as {}", ToString(o.zero3_impl)) : "",
-                       fmt::join(o.zero_stages, ","));
-  }
+  out << SearchOptimizerLine(o);
   std::size_t set_aside = 0;
   for (const auto& [reason, count] : r.rejected) set_aside += count;
   out << fmt::format("Candidates: {} generated in {:.2f} s = {} set aside + {} simulated that fit "

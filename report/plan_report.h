@@ -32,6 +32,9 @@ std::size_t RankOf(const PlanResult& r, const Plan* p);
 
 /// The ranked plans as CSV (header and one row per plan; `recommended` marks the recommendation).
 std::string PlanCsv(const PlanView& v);
+/// "Every plan runs the deepspeed-zero optimizer, ZeRO-3 as deepspeed (ZeRO stages 1,2,3)" and a
+/// newline when the search runs another optimizer or ZeRO-3 than Megatron's and FSDP's; else "".
+std::string SearchOptimizerLine(const PlanOptions& o);
 /// One plan: simulate's --json keys, config_summary, its Megatron-LM arguments, cost and energy
 /// (null without a price or power) and the known bias.
 Json PlanToJson(const PlanView& v, const Plan& p);

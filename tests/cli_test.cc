@@ -810,6 +810,35 @@ TEST(Cli, PlanTakesTheCrossEntropyImplementation) {
 }  // namespace
 // plan --optimizer deepspeed-zero searches what DeepSpeed runs, says so, and its Details command
 // reproduces the recommended plan; flags no plan would take are errors (exit 2).
+// capacity searches each option as plan does, with the same optimizer flags (cli/plan_common.h).
+TEST(Cli, CapacitySearchesDeepSpeedAsPlanDoes) {
+  const std::string flags = "--optimizer deepspeed-zero --zero-stages 1,3 --stage3-max-live-parameters 5e8 --json";
+  auto c = RunShardcast("capacity --model llama2-7b --tokens 10B --gbs 256 --gpus-options dgx-a100:64 " + flags);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  const Json cap = Json::parse(c.out);
+  EXPECT_EQ(cap["optimizer_impl"], "deepspeed-zero");
+  EXPECT_EQ(cap["zero3_impl"], "deepspeed");
+  EXPECT_EQ(cap["zero_stages"], Json::parse("[1,3]"));
+  const Json& best = cap["options"][0];
+  ASSERT_TRUE(best["feasible"].get<bool>()) << c.out;
+  EXPECT_NE(best["config"].get<std::string>().find("optimizer=deepspeed-zero"), std::string::npos) << best["config"];
+  auto p = RunShardcast("plan --model llama2-7b --cluster dgx-a100 --gpus 64 --gbs 256 " + flags);
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  const Json rec = Json::parse(p.out)["recommended"];
+  EXPECT_DOUBLE_EQ(best["step_time_s"].get<double>(), rec["step_time_s"].get<double>());
+  auto t = RunShardcast("capacity --model llama2-7b --tokens 10B --gbs 256 --gpus-options dgx-a100:64 --zero3-impl deepspeed");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  EXPECT_NE(t.out.find("Every plan runs the deepspeed-zero optimizer, ZeRO-3 as deepspeed (ZeRO stages 1,2,3)"),
+            std::string::npos) << t.out;
+  EXPECT_TRUE(testing::ExitsTwoWith("capacity --model llama2-7b --tokens 10B --gbs 256 --gpus-options dgx-a100:64 "
+                                    "--stage3-prefetch-bucket-size 1e6",
+                                    "--stage3-prefetch-bucket-size: given, but no plan runs what it tunes (--optimizer "
+                                    "megatron --zero-stages 0,1)"));
+  EXPECT_TRUE(testing::ExitsTwoWith("capacity --model llama2-7b --tokens 10B --gbs 256 --gpus-options dgx-a100:64 "
+                                    "--optimizer deepspeed-bf16 --precision fp16",
+                                    "--optimizer deepspeed-bf16: got it with precision fp16, expected bf16"));
+}
+
 TEST(Cli, PlanSearchesDeepSpeed) {
   const std::string plan = "plan --model llama2-7b --cluster dgx-a100 --gpus 64 --gbs 256 --top 3 ";
   auto j = RunShardcast(plan + "--optimizer deepspeed-zero --stage3-max-live-parameters 5e8 --json");
