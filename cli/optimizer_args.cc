@@ -32,8 +32,9 @@ void AddDeepSpeedKnobOptions(CLI::App* cmd, OptimizerArgs* a, bool for_plan) {
       ->check(PositiveNumber());
   cmd->add_flag("--no-contiguous-gradients", a->no_contiguous_gradients,
                 "with " + zero12 + ": DeepSpeed's contiguous_gradients false: no bucket is held, the gradients are "
-                "reduced in flat copies after the backward (what DeepSpeed v0.4.5-v0.12 did at ZeRO-1 whatever "
-                "the config said)" + where);
+                "all-reduced in flat copies after the backward (buffered_reduce_fallback: twice the bytes of the "
+                "reduction to each slice's owner; what DeepSpeed v0.4.5-v0.12 did at ZeRO-1 whatever the config "
+                "said)" + where);
   cmd->add_option("--stage3-max-live-parameters", a->ds_max_live_elems,
                   "with --zero3-impl deepspeed or deepspeed-2021: DeepSpeed's stage3_max_live_parameters in elements "
                   "(default 1e9): what is prefetched keeps the gathered parameters under it" + where)

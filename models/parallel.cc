@@ -703,7 +703,13 @@ double GradReduceBytesPerParam(const ParallelConfig& c) {
 }
 
 bool GradReduceIsAllReduce(const ParallelConfig& c) {
-  return c.zero_stage == 0 || c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16;
+  // DeepSpeed's ZeRO-1/2 without contiguous gradients reduce each bucket with
+  // buffered_reduce_fallback -> allreduce_bucket, a dist.all_reduce over the data-parallel group
+  // (stage_1_and_2.py reduce_ipg_grads, v0.5 of 2022 through v0.16.4); with them, average_tensor
+  // reduces each slice to its owner only.
+  const bool ds_fallback = c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage >= 1 &&
+                           c.zero_stage <= 2 && !c.ds_contiguous_gradients;
+  return c.zero_stage == 0 || c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16 || ds_fallback;
 }
 
 std::int64_t LayersOfStage(std::int64_t num_layers, std::int64_t pp, std::int64_t stage,

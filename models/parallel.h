@@ -473,8 +473,9 @@ StateBytesPerParam BytesPerParam(const ParallelConfig& c, std::int64_t shards);
 /// Bytes per parameter that the data-parallel gradient reduction moves: 4 with fp32 main grads
 /// (Megatron) or the BF16_Optimizer's fp32 all-reduce, else 2.
 double GradReduceBytesPerParam(const ParallelConfig& c);
-/// True when gradients are all-reduced (every rank receives all of them): no ZeRO, or
-/// DeepSpeed's BF16_Optimizer; otherwise they are reduce-scattered to their owners.
+/// True when gradients are all-reduced (every rank receives all of them): no ZeRO, DeepSpeed's
+/// BF16_Optimizer, or DeepSpeed's ZeRO-1/2 without contiguous gradients (its
+/// buffered_reduce_fallback); otherwise they are reduce-scattered to their owners.
 bool GradReduceIsAllReduce(const ParallelConfig& c);
 
 /// Parameters held by one GPU of pipeline stage `stage` (0-based) under tp/pp: the stage's layers

@@ -388,6 +388,15 @@ TEST(Parallel, DeepSpeedOptimizersStateAndGradientReduction) {
   EXPECT_FALSE(GradReduceIsAllReduce(c));
   c.zero_stage = 2;  // ZeRO-2 also shards the 16-bit gradients
   EXPECT_DOUBLE_EQ(BytesPerParam(c).total(), 2.0 + 2.0 / 8 + 16.0 / 8);
+  // Without contiguous gradients both stages all-reduce each bucket (buffered_reduce_fallback);
+  // stage 3 has no such path.
+  c.ds_contiguous_gradients = false;
+  EXPECT_TRUE(GradReduceIsAllReduce(c));
+  c.zero_stage = 1;
+  EXPECT_TRUE(GradReduceIsAllReduce(c));
+  c.zero_stage = 3;
+  EXPECT_FALSE(GradReduceIsAllReduce(c));
+  c.ds_contiguous_gradients = true;
   // DeepSpeed BF16_Optimizer (bf16_optimizer.py): bf16 params 2, bf16 grads 2, fp32 grad
   // accumulation 4 (unsharded), fp32 master + Adam 12/d; fp32 gradients all-reduced.
   c.zero_stage = 1;
