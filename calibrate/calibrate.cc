@@ -366,6 +366,7 @@ HardwareProfile BuildCpuProfile(const Json& g, int ranks) {
   p.attention_fwd_efficiency = std::min(1.0, ff / at["fwd_seconds"].get<double>() / (best * 1e12));
   p.attention_bwd_efficiency = std::min(1.0, 2.5 * ff / at["bwd_seconds"].get<double>() / (best * 1e12));
   p.attention_efficiency_vs_seq = {{at["seq"].get<double>(), 1.0}};
+  p.attention_tiles = "";  // measured: the kernel's own head dims
   // Collectives: tables as measured, alpha-beta from the all-reduce.
   const auto& co = g["collectives"];
   const int nodes = co["nodes"].get<int>();

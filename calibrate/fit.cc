@@ -57,6 +57,7 @@ void FitAttention(const std::vector<cuda::AttentionSample>& samples, double peak
   const double ref_f = InterpolateLogX(fwd[main], 2048), ref_b = InterpolateLogX(bwd[main], 2048);
   p->attention_fwd_efficiency = std::min(1.0, ref_f);
   p->attention_bwd_efficiency = std::min(1.0, ref_b);
+  p->attention_tiles = "";  // the measured kernel's own head dims, not a preset's flash kernels
   p->attention_efficiency_vs_seq.clear();
   p->attention_bwd_efficiency_vs_seq.clear();
   for (const auto& c : fwd[main]) p->attention_efficiency_vs_seq.push_back({c.x, c.y / p->attention_fwd_efficiency});

@@ -82,11 +82,33 @@ double MemoryBoundTime(const HardwareProfile& p, double bytes) {
          p.launch_overhead_s;
 }
 
-double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward, double head_dim) {
+double FlashKernelHeadDim(const std::string& tiles, double head_dim) {
+  if (head_dim <= 0 || head_dim > 256) return head_dim;
+  if (tiles == "fa2") return head_dim <= 192 ? std::ceil(head_dim / 32.0) * 32.0 : 256.0;
+  if (tiles == "fa3") {
+    for (double d : {64.0, 96.0, 128.0, 192.0}) {
+      if (head_dim <= d) return d;
+    }
+    return 256.0;
+  }
+  return head_dim;
+}
+
+double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward, double head_dim,
+                     double v_head_dim) {
+  if (v_head_dim <= 0) v_head_dim = head_dim;
   const auto& curve = backward && !p.attention_bwd_efficiency_vs_seq.empty() ? p.attention_bwd_efficiency_vs_seq
                                                                                : p.attention_efficiency_vs_seq;
   const auto& by_dim = backward ? p.attention_bwd_head_dim_factor : p.attention_fwd_head_dim_factor;
-  const double dim = head_dim > 0 && !by_dim.empty() ? InterpolateLogX(by_dim, head_dim) : 1.0;
+  double dim = 1.0;
+  if (head_dim > 0 && !by_dim.empty()) {
+    dim = InterpolateLogX(by_dim, 0.5 * (head_dim + v_head_dim));  // measured at equal q/k/v head dims
+  } else if (head_dim > 0) {  // the share of the kernels' head dims the heads fill, as where the rates were measured
+    const double ref = p.attention_head_dim > 0 ? p.attention_head_dim : 128.0;
+    const std::string& k = p.attention_tiles;
+    dim = ((head_dim + v_head_dim) / (FlashKernelHeadDim(k, head_dim) + FlashKernelHeadDim(k, v_head_dim))) /
+          (ref / FlashKernelHeadDim(k, ref));
+  }
   const double eff =
       (backward ? p.attention_bwd_efficiency : p.attention_fwd_efficiency) * InterpolateLogX(curve, seq) * dim;
   return flops / (p.gemm_peak_tflops * 1e12 * eff) + p.launch_overhead_s;
@@ -247,7 +269,11 @@ class OpBuilder {
 
   void set_linear_format(const LinearFormat& f) { linear_ = f; }
   /// The attention head dimension flash-attention ops are read at (AttentionTime).
-  void set_attention_head_dim(double d) { head_dim_ = d; }
+  /// The query/key and value head dims of the attention kernel (MLA's differ).
+  void set_attention_head_dims(double qk, double v) {
+    head_dim_ = qk;
+    v_head_dim_ = v;
+  }
   const LinearFormat& linear_format() const { return linear_; }
 
   /// A GEMM outside the linear layers (the output layer, attention's batched GEMMs).
@@ -298,7 +324,7 @@ class OpBuilder {
     o.pass = pass;
     o.flops = flops;
     o.saved_bytes = saved;
-    o.duration_s = AttentionTime(p_, flops, seq, pass == Pass::kBackwardInput, head_dim_);
+    o.duration_s = AttentionTime(p_, flops, seq, pass == Pass::kBackwardInput, head_dim_, v_head_dim_);
     out.push_back(o);
   }
   /// Megatron-LM's asynchronous input-gradient collective: the last op of `out` (a TP
@@ -418,7 +444,7 @@ class OpBuilder {
   Precision dense_;
   double eb_;
   LinearFormat linear_;
-  double head_dim_ = 0;
+  double head_dim_ = 0, v_head_dim_ = 0;
 };
 
 /// Sums op durations of one pass; the TP, context-parallel and expert-parallel collective parts
@@ -1510,7 +1536,12 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   if (m.moe.enabled()) cm.moe = PlanMoe(m, c, gpn, T / rep, eb, prof, cl.gpu.sm_count, &cm.edp_group);
   const Precision dense = IsLowPrecision(c.precision) ? Precision::kBf16 : c.precision;
   OpBuilder ob(prof, cm.tp_group, dense, eb, lf);
-  ob.set_attention_head_dim(m.AttentionHeadDim());
+  if (m.mla.enabled()) {
+    ob.set_attention_head_dims(static_cast<double>(m.mla.qk_head_dim + m.mla.qk_pos_emb_head_dim),
+                               static_cast<double>(m.mla.v_head_dim));
+  } else {
+    ob.set_attention_head_dims(m.AttentionHeadDim(), m.AttentionHeadDim());
+  }
   const Pass F = Pass::kForward, B = Pass::kBackwardInput, W = Pass::kBackwardWeight;
   const double act = eb * T * h;  // one hidden-state tensor in the model dtype, unsharded
   const double norm_bytes = 2 * act / rep;  // read + write

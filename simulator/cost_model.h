@@ -135,9 +135,24 @@ struct Op {
 double GemmTime(const HardwareProfile& p, double m, double n, double k, double batch = 1,
                 Precision precision = Precision::kBf16, double in_bytes = 2, double out_bytes = 2);
 double MemoryBoundTime(const HardwareProfile& p, double bytes);
+/// The head dimension a flash-attention kernel computes on for a model's `head_dim`: its kernels
+/// are compiled for a few head dims, and a head runs in the smallest that holds it.
+/// FlashAttention-2 (`tiles` "fa2"; flash_api.cpp head_size_rounded, the HEADDIM_SWITCH kernels):
+/// a multiple of 32 up to 192, else 256. FlashAttention-3 ("fa3"; hopper/flash_api.cpp
+/// round_up_headdim): 64, 96, 128, 192 or 256. Other `tiles` (""): head_dim itself. Above 256:
+/// head_dim (neither runs it).
+double FlashKernelHeadDim(const std::string& tiles, double head_dim);
 /// Flash attention of `flops` at sequence length `seq`: flops / (peak x efficiency x the
-/// curve's factor at seq x the head-dim factor at `head_dim`; 0 or no factors: 1) + launch.
-double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward, double head_dim = 0);
+/// curve's factor at seq x the head-dim factor) + launch, for query/key heads of `head_dim` and
+/// value heads of `v_head_dim` (0: head_dim; MLA's differ). The head-dim factor is the profile's
+/// measured curve at their mean; without one, the share of the kernel's head dims
+/// (FlashKernelHeadDim of p.attention_tiles, the QK^T and PV products each) the model's heads
+/// fill, (d_qk + d_v) / (kernel(d_qk) + kernel(d_v)), over that share at the head dim the rates
+/// were measured at (attention_head_dim; 128 when not stated): head dim 80 runs FA2's 96
+/// kernel, 5/6 as fast per model FLOP; MLA's 192/128 runs FA3's 192/128 kernel as measured.
+/// head_dim 0: 1.
+double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward, double head_dim = 0,
+                     double v_head_dim = 0);
 /// Bytes the optimizer step moves on one GPU holding `local_params` parameters, as the passes of
 /// Megatron-LM's MixedPrecisionOptimizer.step (megatron/core/optimizer/optimizer.py) over the
 /// GPU's optimizer shard (local_params / dp at ZeRO >= 1):

@@ -145,10 +145,12 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
     p.gemm_max_efficiency = 271.2 / 312.0;
     p.attention_fwd_efficiency = 0.65;
     p.attention_bwd_efficiency = 0.55;
+    p.attention_tiles = "fa2";
   } else if (g.arch == "hopper") {
     p.gemm_max_efficiency = 794.5 / 989.4;
     p.attention_fwd_efficiency = 521.0 / 989.4;
     p.attention_bwd_efficiency = 501.0 / 989.4;
+    p.attention_tiles = "fa3";
   } else if (g.arch == "blackwell") {
     p.gemm_max_efficiency = 1745.0 / 2250.0;
     p.attention_fwd_efficiency = 0.42;
@@ -297,6 +299,7 @@ HardwareProfile WithAttentionKernel(HardwareProfile p, const std::string& arch, 
     p.attention_fwd_efficiency = 0.28;
     p.attention_bwd_efficiency = 0.27;
     p.attention_kernel = kernel;
+    p.attention_tiles = "fa2";
     p.adjustments.push_back(std::string("attention: FlashAttention-2 on Hopper (0.28 / 0.27 of peak, FA3 paper's FA2 "
                                         "curves)") +
                             (p.kind == "measured" ? ", replacing the profile's attention rates" : ""));
@@ -408,8 +411,9 @@ HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
   }
   JsonReader a = r.Object("attention");
   a.RejectUnknownKeys({"forward_efficiency", "backward_efficiency", "efficiency_vs_seq", "backward_efficiency_vs_seq",
-                       "unfused_core_efficiency", "head_dim", "head_dim_factors"});
+                       "unfused_core_efficiency", "head_dim", "head_dim_factors", "kernel_head_dims"});
   if (a.Has("head_dim")) p.attention_head_dim = static_cast<int>(a.Int("head_dim", 1, 4096));
+  if (a.Has("kernel_head_dims")) p.attention_tiles = a.Enum("kernel_head_dims", {"fa2", "fa3"});
   if (a.Has("head_dim_factors")) {
     JsonReader f = a.Object("head_dim_factors");
     f.RejectUnknownKeys({"forward", "backward"});
@@ -546,6 +550,7 @@ Json ProfileToJson(const HardwareProfile& p) {
                     {"efficiency_vs_seq", CurveToJson(p.attention_efficiency_vs_seq)},
                     {"unfused_core_efficiency", p.unfused_attention_core_efficiency}};
   if (p.attention_head_dim > 0) j["attention"]["head_dim"] = p.attention_head_dim;
+  if (!p.attention_tiles.empty()) j["attention"]["kernel_head_dims"] = p.attention_tiles;
   if (!p.attention_fwd_head_dim_factor.empty()) {
     j["attention"]["head_dim_factors"] = {{"forward", CurveToJson(p.attention_fwd_head_dim_factor)},
                                           {"backward", CurveToJson(p.attention_bwd_head_dim_factor)}};

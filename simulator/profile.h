@@ -116,6 +116,12 @@ struct HardwareProfile {
   /// writes them (JSON attention.head_dim, head_dim_factors.forward / .backward).
   int attention_head_dim = 0;
   std::vector<CurvePoint> attention_fwd_head_dim_factor, attention_bwd_head_dim_factor;
+  /// Whose flash-attention kernels the efficiencies above are rates of, for the head dimension
+  /// those kernels compute on (FlashKernelHeadDim): "fa2" (FlashAttention-2), "fa3"
+  /// (FlashAttention-3), or "" (not known: the head dimension as given). The built-in default
+  /// is fa2 on Ampere and fa3 on Hopper (JSON attention.kernel_head_dims, optional). Ignored
+  /// where head_dim_factors were measured.
+  std::string attention_tiles;
   /// Unfused attention (no flash): the attention core's kernels (the batched score and context
   /// GEMMs, one dimension the head dim, and the softmax and dropout passes over the s x s
   /// scores) take their cost-model time (GemmTime / MemoryBoundTime: the profile's GEMM and

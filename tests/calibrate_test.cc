@@ -318,6 +318,49 @@ TEST(Fit, AttentionHeadDimFactorsAreEachDimsRateAt2kOverTheMainOnes) {
   EXPECT_DOUBLE_EQ(back.attention_fwd_head_dim_factor[0].y, 240.0 / 300);
 }
 
+// A flash kernel runs a head in the smallest head dim it was compiled for (FlashKernelHeadDim),
+// so a model's attention FLOPs take (that head dim / the model's) as long, relative to the head
+// dim the rates were measured at.
+TEST(Fit, FlashKernelsRunTheHeadDimRoundedUpToTheirKernels) {
+  EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa2", 80), 96);    // multiples of 32 up to 192
+  EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa2", 128), 128);
+  EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa2", 160), 160);
+  EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa2", 200), 256);
+  EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa3", 48), 64);    // 64, 96, 128, 192, 256
+  EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa3", 80), 96);
+  EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa3", 160), 192);
+  EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa3", 200), 256);
+  EXPECT_DOUBLE_EQ(FlashKernelHeadDim("", 80), 80);
+  EXPECT_EQ(DefaultProfile(LoadCluster("dgx-a100")).attention_tiles, "fa2");
+  HardwareProfile h100 = DefaultProfile(LoadCluster("dgx-h100"));
+  EXPECT_EQ(h100.attention_tiles, "fa3");
+  EXPECT_EQ(WithAttentionKernel(h100, "hopper", "fa2").attention_tiles, "fa2");
+  h100.launch_overhead_s = 0;
+  const double flops = 1e12, at128 = AttentionTime(h100, flops, 2048, false, 128);
+  EXPECT_DOUBLE_EQ(AttentionTime(h100, flops, 2048, false), at128);           // no head dim
+  EXPECT_DOUBLE_EQ(AttentionTime(h100, flops, 2048, false, 64), at128);       // FA3 has a 64 kernel
+  EXPECT_DOUBLE_EQ(AttentionTime(h100, flops, 2048, true, 80), AttentionTime(h100, flops, 2048, true, 128) * 96 / 80);
+  EXPECT_DOUBLE_EQ(AttentionTime(h100, flops, 2048, false, 160), at128 * 192 / 160);
+  // MLA (DeepSeek-V3): query/key heads of 192, value heads of 128, both FA3 kernels.
+  EXPECT_DOUBLE_EQ(AttentionTime(h100, flops, 2048, false, 192, 128), at128);
+  EXPECT_DOUBLE_EQ(AttentionTime(h100, flops, 2048, false, 80, 80), AttentionTime(h100, flops, 2048, false, 80));
+  // Rates measured at head dim 80 already carry the 96 kernel: 128 runs 80/96 of the time.
+  h100.attention_head_dim = 80;
+  EXPECT_DOUBLE_EQ(AttentionTime(h100, flops, 2048, false, 128), at128 * 80 / 96);
+  // A fitted (measured) kernel's head dims are its own, and the JSON keeps the preset's.
+  const HardwareProfile back = ProfileFromJson(ProfileToJson(DefaultProfile(LoadCluster("dgx-a100"))), "p.json");
+  EXPECT_EQ(back.attention_tiles, "fa2");
+  std::vector<cuda::AttentionSample> one(1);
+  one[0].batch = 1;
+  one[0].seq = 2048;
+  one[0].heads = 32;
+  one[0].head_dim = 128;
+  one[0].fwd_s = one[0].bwd_s = 1e-3;
+  HardwareProfile fitted = DefaultProfile(LoadCluster("dgx-h100"));
+  FitAttention(one, 989.4, &fitted, 128);
+  EXPECT_EQ(fitted.attention_tiles, "");
+}
+
 TEST(Calibrate, CudaProfileUsesMeasuredAttentionOrSaysWhyNot) {
   cuda::Measurements m = H200Sweep();
   m.memory.push_back({1.2e9, 3e-4});
