@@ -318,6 +318,10 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
       !c.ds_contiguous_gradients) {
     f += " --no-contiguous-gradients";
   }
+  if (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage >= 1 && c.zero_stage <= 2 &&
+      c.ds_contiguous_gradients && !c.ds_multi_rank_bucket_allreduce) {
+    f += " --no-multi-rank-bucket-allreduce";
+  }
   if (ds3 && c.ds_max_live_elems != d.ds_max_live_elems) {
     f += fmt::format(" --stage3-max-live-parameters {}", c.ds_max_live_elems);
   }

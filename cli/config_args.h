@@ -49,6 +49,8 @@ struct OptimizerArgs {
   /// is DeepSpeed's "none"); -1: not given.
   double ds_max_live_elems = -1, ds_persistence_elems = -1, ds_prefetch_bucket_elems = -1, ds_max_reuse_elems = -1;
   bool no_contiguous_gradients = false;  ///< --no-contiguous-gradients (DeepSpeed's contiguous_gradients false)
+  /// --no-multi-rank-bucket-allreduce (DeepSpeed's use_multi_rank_bucket_allreduce false)
+  bool no_multi_rank_bucket_allreduce = false;
 };
 /// --reduce-bucket-size, --no-contiguous-gradients and the four --stage3-* options (DeepSpeed's reduce_bucket_size,
 /// stage3_max_live_parameters, stage3_prefetch_bucket_size, stage3_max_reuse_distance,

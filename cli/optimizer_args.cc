@@ -32,9 +32,15 @@ void AddDeepSpeedKnobOptions(CLI::App* cmd, OptimizerArgs* a, bool for_plan) {
       ->check(PositiveNumber());
   cmd->add_flag("--no-contiguous-gradients", a->no_contiguous_gradients,
                 "with " + zero12 + ": DeepSpeed's contiguous_gradients false: no bucket is held, the gradients are "
-                "all-reduced in flat copies after the backward (buffered_reduce_fallback: twice the bytes of the "
-                "reduction to each slice's owner; what DeepSpeed v0.4.5-v0.12 did at ZeRO-1 whatever the config "
-                "said)" + where);
+                "all-reduced in flat copies (buffered_reduce_fallback: twice the bytes of a reduction to each "
+                "slice's owner), after the backward unless ZeRO-2 or overlap_comm hooks reduce them inside it; "
+                "what DeepSpeed v0.4.5-v0.12 did at ZeRO-1 whatever the config said, with overlap_comm off too "
+                "(--no-overlap-grad-reduce)" + where);
+  cmd->add_flag("--no-multi-rank-bucket-allreduce", a->no_multi_rank_bucket_allreduce,
+                "with " + zero12 + " and contiguous gradients: DeepSpeed's use_multi_rank_bucket_allreduce false "
+                "(what DeepSpeed did before v0.12.4): each rank's slices of a gradient bucket are reduced to it alone, "
+                "a reduce-scatter's bytes, instead of the bucket's all-reduce (twice the bytes, and a flattened copy "
+                "of the bucket while it runs)" + where);
   cmd->add_option("--stage3-max-live-parameters", a->ds_max_live_elems,
                   "with --zero3-impl deepspeed or deepspeed-2021: DeepSpeed's stage3_max_live_parameters in elements "
                   "(default 1e9): what is prefetched keeps the gathered parameters under it" + where)
@@ -93,6 +99,20 @@ std::vector<std::string> ApplyDeepSpeedKnobs(const OptimizerArgs& a, bool refuse
       throw InputError(fmt::format("command line: --no-contiguous-gradients: got it with --optimizer {} --zero {}, "
                                    "expected --optimizer deepspeed-zero with --zero 1 or 2 (DeepSpeed's ZeRO-1/2 "
                                    "gradient bucket)", ToString(c->optimizer_impl), c->zero_stage));
+    }
+  }
+  if (a.no_multi_rank_bucket_allreduce) {
+    if (c->optimizer_impl == OptimizerImpl::kDeepSpeedZero && c->zero_stage >= 1 && c->zero_stage <= 2 &&
+        c->ds_contiguous_gradients) {
+      c->ds_multi_rank_bucket_allreduce = false;
+    } else if (!refuse) {
+      left_out.push_back("--no-multi-rank-bucket-allreduce");
+    } else {
+      throw InputError(fmt::format("command line: --no-multi-rank-bucket-allreduce: got it with --optimizer {} --zero {}{}, "
+                                   "expected --optimizer deepspeed-zero with --zero 1 or 2 and contiguous gradients "
+                                   "(without them DeepSpeed all-reduces every bucket either way)",
+                                   ToString(c->optimizer_impl), c->zero_stage,
+                                   c->ds_contiguous_gradients ? "" : " --no-contiguous-gradients"));
     }
   }
   // DeepSpeed stage 3's knobs: the first two for either DeepSpeed, the last two for today's.

@@ -297,7 +297,8 @@ void CheckKnobsReachAPlan(const OptimizerArgs& opt, const std::string& stages, b
                                  pipelined ? fmt::format("; --fix pp={}, where ZeRO-2/3 do not run", fixed_pp->second) : "",
                                  flag == std::string("--reduce-bucket-size")
                                      ? "--optimizer deepspeed-zero, or ZeRO-3 with --zero3-impl deepspeed or deepspeed-2021"
-                                 : flag == std::string("--no-contiguous-gradients")
+                                 : flag == std::string("--no-contiguous-gradients") ||
+                                         flag == std::string("--no-multi-rank-bucket-allreduce")
                                      ? "--optimizer deepspeed-zero with 1 or 2 among --zero-stages"
                                  : flag == std::string("--stage3-prefetch-bucket-size") ||
                                          flag == std::string("--stage3-max-reuse-distance")
@@ -317,6 +318,7 @@ void ApplySearchOptimizerArgs(const OptimizerArgs& opt, const std::string& zero_
                           : ParseOptimizerImpl(opt.optimizer);
   if (opt.zero3_impl.empty() && o->optimizer_impl == OptimizerImpl::kDeepSpeedZero) o->zero3_impl = Zero3Impl::kDeepSpeed;
   const auto fixed = o->fixed.find("zero");  // --fix zero=N searches N alone (ApplyFixedToSearch)
+  const std::string from = fixed != o->fixed.end() ? "--fix zero" : "--zero-stages";  // for the messages
   const std::string stages = fixed != o->fixed.end() ? fixed->second
                              : !zero_list.empty() ? zero_list
                              : o->optimizer_impl == OptimizerImpl::kDeepSpeedZero ? "1,2,3"
@@ -325,12 +327,12 @@ void ApplySearchOptimizerArgs(const OptimizerArgs& opt, const std::string& zero_
   o->zero_stages = ParseZeroStages(stages);
   for (int z : o->zero_stages) {
     if (o->optimizer_impl == OptimizerImpl::kDeepSpeedZero && z == 0) {
-      throw InputError("command line: --zero-stages (or --fix zero): got 0 with --optimizer deepspeed-zero, expected stages 1, 2 or 3 "
+      throw InputError("command line: " + from + ": got 0 with --optimizer deepspeed-zero, expected stages 1, 2 or 3 "
                        "(DeepSpeed's ZeRO optimizer shards at least its state)");
     }
     if (o->optimizer_impl == OptimizerImpl::kDeepSpeedBf16 && z != 1) {
-      throw InputError(fmt::format("command line: --zero-stages (or --fix zero): got {} with --optimizer deepspeed-bf16, expected 1 "
-                                   "(the BF16_Optimizer shards its state like ZeRO-1)", z));
+      throw InputError(fmt::format("command line: {}: got {} with --optimizer deepspeed-bf16, expected 1 "
+                                   "(the BF16_Optimizer shards its state like ZeRO-1)", from, z));
     }
   }
   const bool has3 = std::find(o->zero_stages.begin(), o->zero_stages.end(), 3) != o->zero_stages.end();

@@ -237,6 +237,7 @@ void CopyPrecisionSettings(const ParallelConfig& from, ParallelConfig* to) {
 void CopyDeepSpeedKnobs(const ParallelConfig& from, ParallelConfig* to) {
   to->ds_reduce_bucket_elems = from.ds_reduce_bucket_elems;
   to->ds_contiguous_gradients = from.ds_contiguous_gradients;
+  to->ds_multi_rank_bucket_allreduce = from.ds_multi_rank_bucket_allreduce;
   to->ds_max_live_elems = from.ds_max_live_elems;
   to->ds_persistence_threshold_elems = from.ds_persistence_threshold_elems;
   to->ds_prefetch_bucket_elems = from.ds_prefetch_bucket_elems;
@@ -703,13 +704,14 @@ double GradReduceBytesPerParam(const ParallelConfig& c) {
 }
 
 bool GradReduceIsAllReduce(const ParallelConfig& c) {
-  // DeepSpeed's ZeRO-1/2 without contiguous gradients reduce each bucket with
-  // buffered_reduce_fallback -> allreduce_bucket, a dist.all_reduce over the data-parallel group
-  // (stage_1_and_2.py reduce_ipg_grads, v0.5 of 2022 through v0.16.4); with them, average_tensor
-  // reduces each slice to its owner only.
-  const bool ds_fallback = c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage >= 1 &&
-                           c.zero_stage <= 2 && !c.ds_contiguous_gradients;
-  return c.zero_stage == 0 || c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16 || ds_fallback;
+  // DeepSpeed's ZeRO-1/2 (stage_1_and_2.py reduce_ipg_grads): without contiguous gradients each
+  // bucket goes through buffered_reduce_fallback -> allreduce_bucket, a dist.all_reduce over the
+  // data-parallel group (v0.4.5's stage2.py of August 2021 through v0.16.4); with them average_tensor all-reduces the
+  // whole bucket too (use_multi_rank_bucket_allreduce, v0.12.4+), or before v0.12.4 reduces each
+  // slice to its owner only.
+  const bool ds12 = c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage >= 1 && c.zero_stage <= 2;
+  const bool ds_all_reduce = ds12 && (!c.ds_contiguous_gradients || c.ds_multi_rank_bucket_allreduce);
+  return c.zero_stage == 0 || c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16 || ds_all_reduce;
 }
 
 std::int64_t LayersOfStage(std::int64_t num_layers, std::int64_t pp, std::int64_t stage,

@@ -239,6 +239,13 @@ struct ParallelConfig {
   /// kept on from August 2022 to January 2023 by PR 2250, off again by PR 2703) until PR 4887
   /// (v0.13.0, January 2024) let the config decide; validate sets it off for the runs of that era.
   bool ds_contiguous_gradients = true;
+  /// DeepSpeed's use_multi_rank_bucket_allreduce (runtime/zero/config.py; default true since
+  /// v0.12.4, PR 4695 of November 2023): with OptimizerImpl::kDeepSpeedZero at ZeRO-1/2 and
+  /// contiguous gradients, average_tensor all-reduces each full bucket over the data-parallel
+  /// group (allreduce_and_scatter) and every rank keeps its own slices; false (DeepSpeed before
+  /// v0.12.4): each rank's slices are reduced to it alone (dist.reduce), a reduce-scatter's bytes.
+  /// Without contiguous gradients the buckets are all-reduced either way (GradReduceIsAllReduce).
+  bool ds_multi_rank_bucket_allreduce = true;
   /// DeepSpeed stage 3's stage3_max_live_parameters (elements; its default 1e9 at c83e49f and since): with
   /// Zero3Impl::kDeepSpeed2021, a tensor is prefetched only while the live gathered parameters
   /// stay under it (LayerTensors); with Zero3Impl::kDeepSpeed, a fetch prefetches at most this
@@ -474,8 +481,10 @@ StateBytesPerParam BytesPerParam(const ParallelConfig& c, std::int64_t shards);
 /// (Megatron) or the BF16_Optimizer's fp32 all-reduce, else 2.
 double GradReduceBytesPerParam(const ParallelConfig& c);
 /// True when gradients are all-reduced (every rank receives all of them): no ZeRO, DeepSpeed's
-/// BF16_Optimizer, or DeepSpeed's ZeRO-1/2 without contiguous gradients (its
-/// buffered_reduce_fallback); otherwise they are reduce-scattered to their owners.
+/// BF16_Optimizer, or DeepSpeed's ZeRO-1/2 (its multi-rank bucket all-reduce, or without
+/// contiguous gradients its buffered_reduce_fallback); otherwise they are reduce-scattered to
+/// their owners (Megatron, FSDP, DeepSpeed's stage 3, and DeepSpeed's ZeRO-1/2 with contiguous
+/// gradients and ds_multi_rank_bucket_allreduce false).
 bool GradReduceIsAllReduce(const ParallelConfig& c);
 
 /// Parameters held by one GPU of pipeline stage `stage` (0-based) under tp/pp: the stage's layers

@@ -583,6 +583,9 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       // off at ZeRO-1 (PR 1246; GPT-NeoX's pinned DeeperSpeed eb7f5cff ran the legacy stage-1
       // optimizer, which has none): no gradient bucket is held.
       if (c.zero_stage == 1) c.ds_contiguous_gradients = false;
+      // ... and before v0.12.4, whose ZeRO-1/2 reduced each rank's gradient slices to it alone
+      // where contiguous gradients were on (use_multi_rank_bucket_allreduce came with PR 4695).
+      c.ds_multi_rank_bucket_allreduce = false;
       // A reduce_bucket_size other than DeepSpeed's 5e8 (GPT-NeoX's 20B.yml: 1.26e9), from the notes.
       if (const auto kv = NoteValues(t.Get(r, "notes")); kv.count("reduce_bucket_size")) {
         const auto b = Num(kv.at("reduce_bucket_size"));

@@ -27,7 +27,8 @@ Json CapacityJson(const Model& m, const CapacityOptions& o, const std::vector<Ca
   j["energy_overhead"] = o.energy_overhead;
   j["zero_stages"] = o.plan.zero_stages;
   j["optimizer_impl"] = ToString(o.plan.optimizer_impl);
-  j["zero3_impl"] = ToString(o.plan.zero3_impl);
+  const auto& zs = o.plan.zero_stages;  // null when no plan runs ZeRO-3
+  j["zero3_impl"] = std::find(zs.begin(), zs.end(), 3) != zs.end() ? Json(ToString(o.plan.zero3_impl)) : Json(nullptr);
   j["options"] = Json::array();
   for (const auto& r : rows) {
     Json x = {{"cluster", r.option.cluster}, {"gpus", r.option.gpus}, {"gpu", r.gpu}, {"profile", r.profile},

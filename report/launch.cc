@@ -595,6 +595,7 @@ Json DeepSpeedZeroJson(const ParallelConfig& c) {
   z["reduce_bucket_size"] = elems(c.ds_reduce_bucket_elems);
   // Written out, since DeepSpeed's defaults depend on the stage (overlap_comm on at 3 only).
   z["contiguous_gradients"] = c.zero_stage >= 3 || c.ds_contiguous_gradients;
+  if (c.zero_stage <= 2 && c.ds_contiguous_gradients) z["use_multi_rank_bucket_allreduce"] = c.ds_multi_rank_bucket_allreduce;
   z["overlap_comm"] = c.overlap_grad_reduce;
   if (c.zero_stage >= 3) {
     z["stage3_prefetch_bucket_size"] = elems(c.ds_prefetch_bucket_elems);

@@ -84,7 +84,7 @@ double MemoryBoundTime(const HardwareProfile& p, double bytes) {
 
 double FlashKernelHeadDim(const std::string& tiles, double head_dim) {
   if (head_dim <= 0 || head_dim > 256) return head_dim;
-  if (tiles == "fa2") return head_dim <= 192 ? std::ceil(head_dim / 32.0) * 32.0 : 256.0;
+  if (tiles == "fa2") return head_dim <= 128 ? std::ceil(head_dim / 32.0) * 32.0 : head_dim <= 192 ? 192.0 : 256.0;
   if (tiles == "fa3") {
     for (double d : {64.0, 96.0, 128.0, 192.0}) {
       if (head_dim <= d) return d;
@@ -106,8 +106,12 @@ double AttentionTime(const HardwareProfile& p, double flops, double seq, bool ba
   } else if (head_dim > 0) {  // the share of the kernels' head dims the heads fill, as where the rates were measured
     const double ref = p.attention_head_dim > 0 ? p.attention_head_dim : 128.0;
     const std::string& k = p.attention_tiles;
-    dim = ((head_dim + v_head_dim) / (FlashKernelHeadDim(k, head_dim) + FlashKernelHeadDim(k, v_head_dim))) /
-          (ref / FlashKernelHeadDim(k, ref));
+    // Only FA3's forward runs a value head dim of its own (MLA's 192/128); its backward and
+    // FA2 run both products at the larger one (hopper/flash_api.cpp mha_bwd; FA2 requires equal).
+    const bool own_v = k == "fa3" && !backward;
+    const double kq = FlashKernelHeadDim(k, own_v ? head_dim : std::max(head_dim, v_head_dim));
+    const double kv = own_v ? FlashKernelHeadDim(k, v_head_dim) : kq;
+    dim = ((head_dim + v_head_dim) / (kq + kv)) / (ref / FlashKernelHeadDim(k, ref));
   }
   const double eff =
       (backward ? p.attention_bwd_efficiency : p.attention_fwd_efficiency) * InterpolateLogX(curve, seq) * dim;

@@ -137,8 +137,9 @@ double GemmTime(const HardwareProfile& p, double m, double n, double k, double b
 double MemoryBoundTime(const HardwareProfile& p, double bytes);
 /// The head dimension a flash-attention kernel computes on for a model's `head_dim`: its kernels
 /// are compiled for a few head dims, and a head runs in the smallest that holds it.
-/// FlashAttention-2 (`tiles` "fa2"; flash_api.cpp head_size_rounded, the HEADDIM_SWITCH kernels):
-/// a multiple of 32 up to 192, else 256. FlashAttention-3 ("fa3"; hopper/flash_api.cpp
+/// FlashAttention-2 (`tiles` "fa2"; v2.8.0+, commit ce212720 of April 2025: flash_api.cpp
+/// head_size_rounded and the HEADDIM_SWITCH kernels 32, 64, 96, 128, 192, 256): a multiple of 32
+/// up to 128, else 192 or 256 (v2.6.2-v2.7.4 also had 160; earlier ones 160 and 224). FlashAttention-3 ("fa3"; hopper/flash_api.cpp
 /// round_up_headdim): 64, 96, 128, 192 or 256. Other `tiles` (""): head_dim itself. Above 256:
 /// head_dim (neither runs it).
 double FlashKernelHeadDim(const std::string& tiles, double head_dim);
@@ -149,7 +150,8 @@ double FlashKernelHeadDim(const std::string& tiles, double head_dim);
 /// (FlashKernelHeadDim of p.attention_tiles, the QK^T and PV products each) the model's heads
 /// fill, (d_qk + d_v) / (kernel(d_qk) + kernel(d_v)), over that share at the head dim the rates
 /// were measured at (attention_head_dim; 128 when not stated): head dim 80 runs FA2's 96
-/// kernel, 5/6 as fast per model FLOP; MLA's 192/128 runs FA3's 192/128 kernel as measured.
+/// kernel, 5/6 as fast per model FLOP. A value head dim of its own runs only in FA3's forward
+/// (MLA's 192/128 as measured); FA3's backward and FA2 run both at the larger (192/192: 320/384).
 /// head_dim 0: 1.
 double AttentionTime(const HardwareProfile& p, double flops, double seq, bool backward, double head_dim = 0,
                      double v_head_dim = 0);

@@ -300,6 +300,10 @@ HardwareProfile WithAttentionKernel(HardwareProfile p, const std::string& arch, 
     p.attention_bwd_efficiency = 0.27;
     p.attention_kernel = kernel;
     p.attention_tiles = "fa2";
+    // A measured profile's head-dim data were another kernel's.
+    p.attention_head_dim = 0;
+    p.attention_fwd_head_dim_factor.clear();
+    p.attention_bwd_head_dim_factor.clear();
     p.adjustments.push_back(std::string("attention: FlashAttention-2 on Hopper (0.28 / 0.27 of peak, FA3 paper's FA2 "
                                         "curves)") +
                             (p.kind == "measured" ? ", replacing the profile's attention rates" : ""));

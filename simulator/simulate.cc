@@ -779,8 +779,18 @@ double DeepSpeedBucketBytes(const ParallelConfig& c, int stage) {
   // (the other stages allocate their bucket in reduce_gradients, after their backward, when the
   // activations are gone) and turns overlap_comm off.
   if (c.optimizer_impl != OptimizerImpl::kDeepSpeedZero || c.zero_stage < 1 || c.zero_stage > 2) return 0;
-  if (stage != c.pp - 1 || !c.ds_contiguous_gradients) return 0;
-  return (c.overlap_grad_reduce && c.pp == 1 ? 2.0 : 1.0) * c.ds_reduce_bucket_elems * 2.0;
+  if (stage != c.pp - 1) return 0;
+  // Gradients are reduced inside the backward, bucket by bucket, where the optimizer hooks them:
+  // at ZeRO-2, or with overlap_comm (create_reduce_and_remove_grad_hooks); else after it.
+  const double overlap = c.overlap_grad_reduce && c.pp == 1 ? 1.0 : 0.0;
+  const bool in_backward = c.pp == 1 && (c.zero_stage == 2 || overlap > 0);
+  // An all-reduced bucket is flattened into a new tensor (allreduce_bucket's self.flatten,
+  // torch.cat) while it runs: without contiguous gradients always, with them in the multi-rank
+  // all-reduce (v0.12.4+). Without contiguous gradients, overlap_comm also keeps the previous
+  // bucket's .grad tensors until the next one (_clear_previous_reduced_grads).
+  if (!c.ds_contiguous_gradients) return in_backward ? (1.0 + overlap) * c.ds_reduce_bucket_elems * 2.0 : 0.0;
+  const double copy = in_backward && c.ds_multi_rank_bucket_allreduce ? 1.0 : 0.0;
+  return (1.0 + overlap + copy) * c.ds_reduce_bucket_elems * 2.0;
 }
 
 /// The stage's allocations replayed through the caching allocator (ReplayStageAllocations), its
@@ -1285,6 +1295,11 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"zero3_impl", c.zero_stage >= 3 ? Json(ToString(c.zero3_impl)) : Json()},
                  {"contiguous_gradients", c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage >= 1 &&
                                               c.zero_stage <= 2 ? Json(c.ds_contiguous_gradients) : Json()},
+                 {"use_multi_rank_bucket_allreduce", c.optimizer_impl == OptimizerImpl::kDeepSpeedZero &&
+                                                             c.zero_stage >= 1 && c.zero_stage <= 2 &&
+                                                             c.ds_contiguous_gradients
+                                                         ? Json(c.ds_multi_rank_bucket_allreduce)
+                                                         : Json()},
                  {"reduce_bucket_size", (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2) || ds3
                                             ? Json(c.ds_reduce_bucket_elems) : Json()}, {"schedule", ToString(c.schedule)},
                  {"stage3_max_live_parameters", ds3 ? Json(c.ds_max_live_elems) : Json()},

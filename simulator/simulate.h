@@ -187,7 +187,12 @@ void ReplayAllocator(const Model& model, const ParallelConfig& cfg, const Cluste
 /// DeepSpeed ZeRO-1/2's contiguous gradient bucket on pipeline stage `stage`, bytes: with
 /// OptimizerImpl::kDeepSpeedZero at ZeRO-1/2 and contiguous_gradients (ds_contiguous_gradients),
 /// reduce_bucket_size (ds_reduce_bucket_elems) 16-bit elements, twice with overlap_comm
-/// (overlap_grad_reduce; DeepSpeed's engine turns it off under its pipeline engine), on the stage
+/// (overlap_grad_reduce; DeepSpeed's engine turns it off under its pipeline engine), plus one
+/// more for the flattened copy its multi-rank all-reduce reduces (ds_multi_rank_bucket_allreduce,
+/// allreduce_bucket's flatten) where the buckets are reduced inside the backward (no pipeline,
+/// and ZeRO-2 or overlap_comm). Without contiguous gradients, where they are reduced inside the
+/// backward: the flattened copy, and with overlap_comm the previous bucket's gradients. All on
+/// the stage
 /// whose backward runs through DeepSpeed's optimizer while activations are held (the last; the
 /// only one without pipeline parallelism; deepspeed/runtime/zero/stage_1_and_2.py `backward`,
 /// v0.16.5; the other stages allocate theirs in reduce_gradients after their backward). 0 otherwise.

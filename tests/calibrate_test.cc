@@ -322,9 +322,9 @@ TEST(Fit, AttentionHeadDimFactorsAreEachDimsRateAt2kOverTheMainOnes) {
 // so a model's attention FLOPs take (that head dim / the model's) as long, relative to the head
 // dim the rates were measured at.
 TEST(Fit, FlashKernelsRunTheHeadDimRoundedUpToTheirKernels) {
-  EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa2", 80), 96);    // multiples of 32 up to 192
+  EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa2", 80), 96);    // multiples of 32 up to 128, then 192, 256
   EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa2", 128), 128);
-  EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa2", 160), 160);
+  EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa2", 160), 192);
   EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa2", 200), 256);
   EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa3", 48), 64);    // 64, 96, 128, 192, 256
   EXPECT_DOUBLE_EQ(FlashKernelHeadDim("fa3", 80), 96);
@@ -335,14 +335,23 @@ TEST(Fit, FlashKernelsRunTheHeadDimRoundedUpToTheirKernels) {
   HardwareProfile h100 = DefaultProfile(LoadCluster("dgx-h100"));
   EXPECT_EQ(h100.attention_tiles, "fa3");
   EXPECT_EQ(WithAttentionKernel(h100, "hopper", "fa2").attention_tiles, "fa2");
+  HardwareProfile measured = h100;  // a measured kernel's head-dim curve goes with its rates
+  measured.attention_head_dim = 128;
+  measured.attention_fwd_head_dim_factor = measured.attention_bwd_head_dim_factor = {{64, 0.8}, {128, 1.0}};
+  const HardwareProfile fa2 = WithAttentionKernel(measured, "hopper", "fa2");
+  EXPECT_TRUE(fa2.attention_fwd_head_dim_factor.empty() && fa2.attention_bwd_head_dim_factor.empty());
+  EXPECT_EQ(fa2.attention_head_dim, 0);
   h100.launch_overhead_s = 0;
   const double flops = 1e12, at128 = AttentionTime(h100, flops, 2048, false, 128);
   EXPECT_DOUBLE_EQ(AttentionTime(h100, flops, 2048, false), at128);           // no head dim
   EXPECT_DOUBLE_EQ(AttentionTime(h100, flops, 2048, false, 64), at128);       // FA3 has a 64 kernel
   EXPECT_DOUBLE_EQ(AttentionTime(h100, flops, 2048, true, 80), AttentionTime(h100, flops, 2048, true, 128) * 96 / 80);
   EXPECT_DOUBLE_EQ(AttentionTime(h100, flops, 2048, false, 160), at128 * 192 / 160);
-  // MLA (DeepSeek-V3): query/key heads of 192, value heads of 128, both FA3 kernels.
+  // MLA (DeepSeek-V3): query/key heads of 192, value heads of 128: FA3's forward has that kernel;
+  // its backward runs 192/192, (192 + 128) / (192 + 192) of the rate.
   EXPECT_DOUBLE_EQ(AttentionTime(h100, flops, 2048, false, 192, 128), at128);
+  EXPECT_DOUBLE_EQ(AttentionTime(h100, flops, 2048, true, 192, 128),
+                   AttentionTime(h100, flops, 2048, true, 128) * 384 / 320);
   EXPECT_DOUBLE_EQ(AttentionTime(h100, flops, 2048, false, 80, 80), AttentionTime(h100, flops, 2048, false, 80));
   // Rates measured at head dim 80 already carry the 96 kernel: 128 runs 80/96 of the time.
   h100.attention_head_dim = 80;

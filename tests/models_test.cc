@@ -381,10 +381,13 @@ TEST(Parallel, DeepSpeedOptimizersStateAndGradientReduction) {
   EXPECT_DOUBLE_EQ(GradReduceBytesPerParam(c), 4.0);
   EXPECT_FALSE(GradReduceIsAllReduce(c));
   // DeepSpeed ZeRO-1 (stage_1_and_2.py): 16-bit params and grads, 12/d master + Adam, and the
-  // owner's fp32 gradient partition 4/d; 16-bit gradients reduced to their owners.
+  // owner's fp32 gradient partition 4/d; 16-bit gradient buckets all-reduced (its multi-rank
+  // bucket all-reduce, v0.12.4+), or before v0.12.4 reduced to their owners.
   c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
   EXPECT_DOUBLE_EQ(BytesPerParam(c).total(), 2.0 + 2.0 + 16.0 / 8);
   EXPECT_DOUBLE_EQ(GradReduceBytesPerParam(c), 2.0);
+  EXPECT_TRUE(GradReduceIsAllReduce(c));
+  c.ds_multi_rank_bucket_allreduce = false;
   EXPECT_FALSE(GradReduceIsAllReduce(c));
   c.zero_stage = 2;  // ZeRO-2 also shards the 16-bit gradients
   EXPECT_DOUBLE_EQ(BytesPerParam(c).total(), 2.0 + 2.0 / 8 + 16.0 / 8);

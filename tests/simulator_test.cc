@@ -661,7 +661,8 @@ TEST(CostModel, CrossEntropyBytesFollowTheImplementationsPasses) {
 // DeepSpeed's ZeRO-1/2 (stage_1_and_2.py, v0.16.5): with contiguous gradients (its default) each
 // backward through its optimizer allocates reduce_bucket_size 16-bit elements for the gradients'
 // reduction, two with overlap_comm; with pipeline parallelism only the last stage's backward
-// does, while it holds activations, and the pipeline engine turns overlap_comm off. Without
+// does, while it holds activations, and the pipeline engine turns overlap_comm off. Its
+// multi-rank all-reduce (v0.12.4+) flattens the full bucket into one more while it runs. Without
 // contiguous gradients (DeepSpeed v0.4.5-v0.12 at ZeRO-1) no bucket is held.
 TEST(Memory, DeepSpeedZeroBucketOnTheStageWhoseBackwardRunsThroughTheOptimizer) {
   const Model m = SmallGpt();
@@ -672,11 +673,19 @@ TEST(Memory, DeepSpeedZeroBucketOnTheStageWhoseBackwardRunsThroughTheOptimizer) 
   c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
   c.overlap_grad_reduce = true;  // asked for, but the pipeline engine turns it off: one bucket
   const CostModel cm = BuildCostModel(m, c, cl, p);
-  for (int stage = 0; stage < 4; ++stage) EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(c, stage), stage == 3 ? 5e8 * 2 : 0.0) << stage;
+  const double bucket = 5e8 * 2;  // reduce_bucket_size 16-bit elements
+  // The bucket; the pipeline engine reduces after the backward, so its flattened copy is not held
+  // beside the activations.
+  for (int stage = 0; stage < 4; ++stage) EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(c, stage), stage == 3 ? bucket : 0.0) << stage;
   ParallelConfig megatron = c;
   megatron.optimizer_impl = OptimizerImpl::kMegatron;
   EXPECT_DOUBLE_EQ(StaticStageMemory(cm, c, p, 3).comm_buffer_bytes - StaticStageMemory(cm, megatron, p, 3).comm_buffer_bytes,
-                   5e8 * 2);
+                   bucket);
+  c.ds_multi_rank_bucket_allreduce = false;  // before v0.12.4: each rank's slices reduced to it
+  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(c, 3), bucket);
+  EXPECT_FALSE(GradReduceIsAllReduce(c));
+  c.ds_multi_rank_bucket_allreduce = true;
+  EXPECT_TRUE(GradReduceIsAllReduce(c));
   EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(megatron, 3), 0.0);
   c.ds_contiguous_gradients = false;  // DeepSpeed before v0.13 at ZeRO-1
   EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(c, 3), 0.0);
@@ -685,10 +694,21 @@ TEST(Memory, DeepSpeedZeroBucketOnTheStageWhoseBackwardRunsThroughTheOptimizer) 
   z2.zero_stage = 2;
   z2.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
   z2.overlap_grad_reduce = false;
-  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(z2, 0), 5e8 * 2);
-  z2.overlap_grad_reduce = true;  // overlap_comm without a pipeline: two buckets
+  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(z2, 0), 2 * bucket);
+  z2.overlap_grad_reduce = true;  // overlap_comm without a pipeline: two buckets, and the copy
   z2.ds_reduce_bucket_elems = 1.26e9;
+  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(z2, 0), 3 * 1.26e9 * 2);
+  // Without contiguous gradients ZeRO-2's hooks reduce inside the backward too: the flattened
+  // copy of a bucket of .grad tensors, and with overlap_comm the previous bucket's gradients,
+  // freed only at the next one (_clear_previous_reduced_grads).
+  z2.ds_contiguous_gradients = false;
   EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(z2, 0), 2 * 1.26e9 * 2);
+  z2.overlap_grad_reduce = false;
+  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(z2, 0), 1.26e9 * 2);
+  z2.zero_stage = 1;  // ZeRO-1 without overlap_comm has no hooks: reduced after the backward
+  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(z2, 0), 0.0);
+  z2.ds_contiguous_gradients = true;
+  EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(z2, 0), 1.26e9 * 2);  // the bucket; no copy beside the activations
   z2.zero_stage = 3;  // stage 3 has buffers of its own
   EXPECT_DOUBLE_EQ(DeepSpeedBucketBytes(z2, 0), 0.0);
   // The command line: the size applies to DeepSpeed's ZeRO-1/2 only; it round-trips through JSON.
@@ -703,9 +723,24 @@ TEST(Memory, DeepSpeedZeroBucketOnTheStageWhoseBackwardRunsThroughTheOptimizer) 
   const Json a = Json::parse(ds.out), b = Json::parse(dflt.out);
   EXPECT_EQ(a["config"]["reduce_bucket_size"], 1e9);
   EXPECT_EQ(b["config"]["reduce_bucket_size"], 5e8);
-  // Overlapped reduction by default (two buckets): 2 x (1e9 - 5e8) x 2 bytes more.
+  // Overlapped reduction by default (two buckets) and the all-reduce's copy: 3 x (1e9 - 5e8) x 2 bytes more.
   EXPECT_DOUBLE_EQ(a["stages"][0]["peak_memory_bytes"].get<double>() - b["stages"][0]["peak_memory_bytes"].get<double>(),
-                   2 * 5e8 * 2);
+                   3 * 5e8 * 2);
+  EXPECT_EQ(b["config"]["use_multi_rank_bucket_allreduce"], true);
+  EXPECT_EQ(b["config"]["grad_reduce"], "all_reduce");
+  // --no-multi-rank-bucket-allreduce: DeepSpeed before v0.12.4; it round-trips, and needs
+  // contiguous gradients (without them every bucket is all-reduced).
+  const auto old = testing::RunShardcast(base + " --optimizer deepspeed-zero --no-multi-rank-bucket-allreduce --json");
+  ASSERT_EQ(old.exit_code, 0) << old.err;
+  const Json o = Json::parse(old.out);
+  EXPECT_EQ(o["config"]["use_multi_rank_bucket_allreduce"], false);
+  EXPECT_EQ(o["config"]["grad_reduce"], "reduce_scatter");
+  EXPECT_DOUBLE_EQ(b["stages"][0]["peak_memory_bytes"].get<double>() - o["stages"][0]["peak_memory_bytes"].get<double>(),
+                   bucket);
+  EXPECT_TRUE(testing::ExitsTwoWith(base + " --optimizer deepspeed-zero --no-contiguous-gradients "
+                                           "--no-multi-rank-bucket-allreduce",
+                                    "--no-multi-rank-bucket-allreduce: got it with --optimizer deepspeed-zero --zero 2 "
+                                    "--no-contiguous-gradients, expected"));
 }
 
 TEST(CostModel, ScatterGatherReceiverAllGathersOverTensorParallelRanks) {
@@ -1128,6 +1163,11 @@ TEST(EngineSpeedWork, ResultsEqualTheReferenceEngines) {
     if (const auto at = args.find("--recompute selective");
         at != std::string::npos && args.find("--no-flash-attention") == std::string::npos) {
       args.replace(at, std::string("--recompute selective").size(), "--recompute none");
+    }
+    // DeepSpeed's ZeRO-1/2 reduced each rank's gradient slices to it (a reduce-scatter) in the
+    // reference; its multi-rank bucket all-reduce (v0.12.4+) came into the model later.
+    if (args.find("--optimizer deepspeed-zero") != std::string::npos && args.find("--zero 3") == std::string::npos) {
+      args += " --no-multi-rank-bucket-allreduce";
     }
     const auto r = testing::RunShardcast("simulate " + args + " --json");
     ASSERT_EQ(r.exit_code, 0) << args << r.err;
