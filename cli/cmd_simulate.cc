@@ -13,6 +13,7 @@
 #include "common/file_util.h"
 #include "common/text.h"
 #include "models/loader.h"
+#include "report/allocator_trace.h"
 #include "report/html.h"
 #include "report/text.h"
 #include "simulator/cost_model.h"
@@ -349,6 +350,17 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
 
 namespace {
 
+/// `--allocator-trace FILE`, written atomically; nothing when no stage's memory was replayed.
+void WriteAllocatorTrace(const std::string& path, const std::vector<StageAllocatorTrace>& traces,
+                         const ParallelConfig& c) {
+  if (path.empty()) return;
+  if (traces.empty()) {
+    std::cerr << "shardcast: no allocator trace written: the configuration cannot run\n";
+    return;
+  }
+  WriteFileAtomic(path, AllocatorTraceJson(traces, c.Summary()).dump() + "\n");
+}
+
 void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<std::string>& what_if_flags,
                  const std::string& html) {
   const std::vector<WhatIf> what_if = ParseWhatIfs(what_if_flags);
@@ -380,7 +392,11 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
   SimulateOptions opts;
   opts.full_rank = a.full_rank;
   opts.keep_graph = !a.trace.empty() || !html.empty();
+  std::vector<StageAllocatorTrace> allocator_traces;
+  if (!a.allocator_trace.empty()) opts.allocator_traces = &allocator_traces;
   SimulationResult r = Simulate(m, c, cl, gpus, prof, opts);
+  opts.allocator_traces = nullptr;  // the what-if run below keeps none
+  WriteAllocatorTrace(a.allocator_trace, allocator_traces, c);
   const std::optional<LaunchConfig> launch = EmitIfAsked(emit, m, c, cl, gpus, r);
   std::optional<SimulationResult> changed;
   std::optional<WhatIfHardware> hw;
@@ -412,6 +428,7 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
     if (a.ops && r.feasible) WriteOps(std::cout, m, c, cl, prof);
     if (a.ops && !r.feasible) std::cout << "\nNo op table: the configuration cannot run.\n";
     if (!a.trace.empty() && r.feasible) std::cout << "\nTrace written to " << a.trace << " (open in ui.perfetto.dev)\n";
+    if (!allocator_traces.empty()) std::cout << "Allocator trace written to " << a.allocator_trace << "\n";
     if (changed) {
       std::cout << "\nWhat if " << Join(what_if_flags, ", ") << ":\n";
       for (std::size_t i = prof.adjustments.size(); i < hw->prof.adjustments.size(); ++i) {
@@ -573,6 +590,10 @@ void RegisterSimulate(CLI::App& app) {
                   "built-in defaults; exit 2 on other GPUs")
       ->transform(CLI::IsMember({"default", "fa2", "fa3"}, CLI::ignore_case));
   cmd->add_option("--trace", a->trace, "write a Chrome trace JSON (opens in Perfetto)")->check(OutputFile());
+  cmd->add_option("--allocator-trace", a->allocator_trace,
+                  "write each stage's replayed allocations (JSON) for scripts/allocator-check.py, which replays "
+                  "them through PyTorch's caching allocator on a GPU")
+      ->check(OutputFile());
   cmd->add_flag("--full-rank", a->full_rank, "simulate every data-parallel replica (slow; for checks)");
   cmd->add_flag("--json", a->json, "print JSON");
   cmd->add_flag("--ops", a->ops, "also print the per-op cost table: shapes, FLOPs, bytes, time, achieved rate");

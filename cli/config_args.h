@@ -72,6 +72,7 @@ void CheckOptimizerPrecision(OptimizerImpl impl, Precision precision);
 struct SimulateArgs {
   PrecisionArgs prec;
   std::string model, cluster, profile, trace, attention_kernel = "default";
+  std::string allocator_trace;  ///< simulate --allocator-trace FILE
   std::int64_t gpus = 0, tp = 1, pp = 1, dp = 0, vp = 0, layers_per_vp = 0, mbs = 1, gbs = 0, seq = 0;
   /// Context parallelism: --cp, --cp-comm-type, --hierarchical-context-parallel-sizes A P.
   std::int64_t cp = 1;

@@ -2,7 +2,9 @@
 
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <stdexcept>
+#include <unordered_map>
 
 namespace shardcast {
 
@@ -21,7 +23,9 @@ CachingAllocatorModel::CachingAllocatorModel(double capacity_bytes) : capacity_(
 
 CachingAllocatorModel::Key CachingAllocatorModel::KeyOf(int b) const {
   const Block& x = blocks_[static_cast<std::size_t>(b)];
-  return {x.stream, x.size, x.segment, x.offset, b};
+  // Among blocks of one size, the newest segment's first (-segment): cudaMalloc hands out lower
+  // addresses to later segments and PyTorch orders equal sizes by address (see allocator.h).
+  return {x.stream, x.size, -x.segment, x.offset, b};
 }
 
 int CachingAllocatorModel::NewBlock(const Block& b) {
@@ -37,7 +41,7 @@ int CachingAllocatorModel::NewBlock(const Block& b) {
 
 int CachingAllocatorModel::FindFree(std::int64_t rounded, bool small, int stream) {
   std::set<Key>& pool = PoolOf(small);
-  auto it = pool.lower_bound(Key{stream, rounded, -1, -1, -1});
+  auto it = pool.lower_bound(Key{stream, rounded, std::numeric_limits<int>::min(), -1, -1});
   if (it == pool.end() || std::get<0>(*it) != stream) return -1;
   const int b = std::get<4>(*it);
   pool.erase(it);
@@ -55,6 +59,7 @@ bool CachingAllocatorModel::NewSegment(std::int64_t rounded, bool small, int str
   PoolOf(small).insert(KeyOf(NewBlock(b)));
   reserved_ += seg;
   ++segments_;
+  if (segments_ > peak_segments_) peak_segments_ = segments_;
   if (reserved_ > peak_reserved_) peak_reserved_ = reserved_;
   return true;
 }
@@ -78,14 +83,20 @@ void CachingAllocatorModel::ReleaseCached() {
 
 int CachingAllocatorModel::Allocate(double bytes, int stream) {
   if (!(bytes > 0) || !std::isfinite(bytes)) throw std::invalid_argument("CachingAllocatorModel::Allocate: bytes must be positive");
-  const std::int64_t rounded = AllocatorRoundedBytes(static_cast<std::int64_t>(std::ceil(bytes)));
+  const std::int64_t requested = static_cast<std::int64_t>(std::ceil(bytes));
+  const int b = AllocateRounded(AllocatorRoundedBytes(requested), stream);
+  Record(AllocatorEvent::Kind::kAlloc, b, requested, stream);
+  return b;
+}
+
+int CachingAllocatorModel::AllocateRounded(std::int64_t rounded, int stream) {
   const bool small = rounded <= kAllocSmallSizeBytes;
   int b = FindFree(rounded, small, stream);
   if (b < 0) {
     bool ok = NewSegment(rounded, small, stream);
     if (!ok) {
       ++retries_;
-      ProcessEvents();  // release_cached_blocks synchronizes first
+      ReturnPending();  // release_cached_blocks synchronizes first
       ReleaseCached();
       ok = NewSegment(rounded, small, stream);
     }
@@ -130,12 +141,14 @@ void CachingAllocatorModel::CheckLive(int handle) const {
 
 void CachingAllocatorModel::Free(int handle) {
   CheckLive(handle);
+  Record(AllocatorEvent::Kind::kFree, handle);
   allocated_ -= blocks_[static_cast<std::size_t>(handle)].size;
   ReturnBlock(handle);
 }
 
 void CachingAllocatorModel::FreeDeferred(int handle) {
   CheckLive(handle);
+  Record(AllocatorEvent::Kind::kFreeDeferred, handle);
   Block& x = blocks_[static_cast<std::size_t>(handle)];
   allocated_ -= x.size;
   x.pending = true;
@@ -143,6 +156,15 @@ void CachingAllocatorModel::FreeDeferred(int handle) {
 }
 
 void CachingAllocatorModel::ProcessEvents() {
+  if (!pending_.empty()) Record(AllocatorEvent::Kind::kProcessEvents, -1);
+  ReturnPending();
+}
+
+void CachingAllocatorModel::Record(AllocatorEvent::Kind kind, int handle, std::int64_t bytes, int stream) {
+  if (trace_ != nullptr) trace_->push_back({kind, handle, bytes, stream});
+}
+
+void CachingAllocatorModel::ReturnPending() {
   for (int h : pending_) {
     blocks_[static_cast<std::size_t>(h)].pending = false;
     ReturnBlock(h);
@@ -174,6 +196,35 @@ void CachingAllocatorModel::ReturnBlock(int handle) {
     b = p;
   }
   pool.insert(KeyOf(b));
+}
+
+AllocatorRunStats ReplayAllocatorEvents(const std::vector<AllocatorEvent>& events, double capacity_bytes) {
+  CachingAllocatorModel a(capacity_bytes);
+  std::unordered_map<int, int> live;  // recorded handle -> this run's (-1: ran out of memory here)
+  auto take = [&live](int recorded) {
+    auto it = live.find(recorded);
+    if (it == live.end()) throw std::invalid_argument("ReplayAllocatorEvents: frees a handle never allocated");
+    const int h = it->second;
+    live.erase(it);
+    return h;
+  };
+  for (const AllocatorEvent& e : events) {
+    switch (e.kind) {
+      case AllocatorEvent::Kind::kAlloc: {
+        const int h = a.Allocate(static_cast<double>(e.bytes), e.stream);
+        if (e.handle >= 0) live[e.handle] = h;
+        break;
+      }
+      case AllocatorEvent::Kind::kFree:
+        if (const int h = take(e.handle); h >= 0) a.Free(h);
+        break;
+      case AllocatorEvent::Kind::kFreeDeferred:
+        if (const int h = take(e.handle); h >= 0) a.FreeDeferred(h);
+        break;
+      case AllocatorEvent::Kind::kProcessEvents: a.ProcessEvents(); break;
+    }
+  }
+  return a.stats();
 }
 
 }  // namespace shardcast

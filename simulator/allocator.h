@@ -13,7 +13,9 @@
 ///    (kLargeBuffer) for a request under 10 MiB (kMinLargeAlloc), else the request rounded up to
 ///    a multiple of 2 MiB (kRoundLarge);
 ///  - a request takes the smallest free cached block of its pool that holds it (best fit; the
-///    lowest address among equals), before any new segment;
+///    lowest address among equals), before any new segment. Addresses are the CUDA driver's:
+///    on the H200 (driver 580, CUDA 13) later cudaMalloc segments got lower addresses, so among
+///    blocks of one size the newest segment's is taken, the lowest offset within a segment;
 ///  - a block larger than the request is split when the remainder is at least 512 bytes (small
 ///    pool) or more than 1 MiB (large pool); otherwise the request gets the whole block;
 ///  - a freed block merges with its free neighbours within its segment; segments never merge;
@@ -26,6 +28,12 @@
 ///    freed: it counts as freed (allocated bytes drop) but joins the cache only once the other
 ///    stream's work is done (insert_events, then process_events); releasing the cache first
 ///    synchronizes and takes those blocks back (synchronize_and_free_events).
+///
+/// Checked against PyTorch 2.11's allocator on an H200 (scripts/allocator-check.py,
+/// validation/h200/allocator_check.txt): 141 replays of 17 traces' stages (validate rows and the
+/// H200 steps; unlimited, at the stage's capacity, and squeezed between the allocated and
+/// reserved peaks) give the same peak allocated and reserved bytes, peak segments, retries and
+/// out-of-memory counts, to the byte.
 
 #include <cstdint>
 #include <set>
@@ -47,6 +55,31 @@ std::int64_t AllocatorRoundedBytes(std::int64_t bytes);
 /// Size of the segment a request of `rounded` bytes opens when no cached block holds it
 /// (get_allocation_size).
 std::int64_t AllocatorSegmentBytes(std::int64_t rounded);
+
+/// One call on the allocator model, in the order it was made (CachingAllocatorModel::set_trace):
+/// the requests a replayed step makes, which scripts/allocator-check.py replays through PyTorch's
+/// own allocator to check the model against it (docs/simulator.md, "Reserved memory").
+struct AllocatorEvent {
+  enum class Kind : std::uint8_t {
+    kAlloc,          ///< Allocate(bytes, stream); handle: what it returned (-1: out of memory)
+    kFree,           ///< Free(handle)
+    kFreeDeferred,   ///< FreeDeferred(handle): record_stream, then the tensor freed
+    kProcessEvents,  ///< ProcessEvents(), recorded only with deferred blocks waiting
+  };
+  Kind kind = Kind::kAlloc;
+  int handle = -1;
+  std::int64_t bytes = 0;  ///< kAlloc: the request in whole bytes, before the 512-byte rounding
+  int stream = 0;          ///< kAlloc: the stream
+};
+
+/// What the allocator model did over a run.
+struct AllocatorRunStats {
+  std::int64_t peak_allocated_bytes = 0;  ///< max_memory_allocated
+  std::int64_t peak_reserved_bytes = 0;   ///< max_memory_reserved
+  int peak_segments = 0;                  ///< cudaMalloc'd segments held at most at once
+  int retries = 0;                        ///< num_alloc_retries
+  int ooms = 0;                           ///< num_ooms
+};
 
 /// The caching allocator of one device. Handles are small integers, valid from Allocate until
 /// Free.
@@ -78,6 +111,12 @@ class CachingAllocatorModel {
   int ooms() const { return ooms_; }  ///< requests that ran out of memory
   /// Rounded size of the first request that ran out of memory (0: none did).
   std::int64_t first_oom_request_bytes() const { return first_oom_bytes_; }
+  int peak_segments() const { return peak_segments_; }
+  AllocatorRunStats stats() const {
+    return {peak_allocated_, peak_reserved_, peak_segments_, retries_, ooms_};
+  }
+  /// Appends every later call to `sink` (not owned; nullptr: stop recording).
+  void set_trace(std::vector<AllocatorEvent>* sink) { trace_ = sink; }
 
  private:
   struct Block {
@@ -92,11 +131,14 @@ class CachingAllocatorModel {
   Key KeyOf(int b) const;
   std::set<Key>& PoolOf(bool small) { return small ? small_free_ : large_free_; }
   int NewBlock(const Block& b);
+  int AllocateRounded(std::int64_t rounded, int stream);
   int FindFree(std::int64_t rounded, bool small, int stream);
   bool NewSegment(std::int64_t rounded, bool small, int stream);
   void ReleaseCached();
   void CheckLive(int handle) const;
   void ReturnBlock(int handle);  ///< an unallocated block back into its pool, merged
+  void ReturnPending();          ///< the deferred blocks into the cache
+  void Record(AllocatorEvent::Kind kind, int handle, std::int64_t bytes = 0, int stream = 0);
 
   double capacity_;
   std::vector<Block> blocks_;
@@ -104,8 +146,15 @@ class CachingAllocatorModel {
   std::vector<int> pending_;  ///< blocks freed by FreeDeferred, not yet back in the cache
   std::set<Key> small_free_, large_free_;
   std::int64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
-  int segments_ = 0, next_segment_id_ = 0, retries_ = 0, ooms_ = 0;
+  int segments_ = 0, peak_segments_ = 0, next_segment_id_ = 0, retries_ = 0, ooms_ = 0;
   std::int64_t first_oom_bytes_ = 0;
+  std::vector<AllocatorEvent>* trace_ = nullptr;
 };
+
+/// Runs a recorded event list through a fresh model with capacity `capacity_bytes` (<= 0:
+/// unlimited), each recorded handle mapped to the one this run returns (a request that runs out
+/// of memory here leaves its later frees out). Throws std::invalid_argument for a list that frees
+/// a handle it never allocated.
+AllocatorRunStats ReplayAllocatorEvents(const std::vector<AllocatorEvent>& events, double capacity_bytes);
 
 }  // namespace shardcast

@@ -286,7 +286,8 @@ int ReplayedMicrobatches(const ParallelConfig& c) {
 }  // namespace
 
 AllocatorReplay ReplayStageAllocations(const CostModel& cm, const ParallelConfig& c, int stage,
-                                       double static_bytes, double capacity_bytes) {
+                                       double static_bytes, double capacity_bytes,
+                                       std::vector<AllocatorEvent>* trace) {
   if (stage < 0 || static_cast<std::size_t>(stage) >= cm.chunks.size()) {
     throw std::out_of_range("ReplayStageAllocations: no such stage");
   }
@@ -295,6 +296,7 @@ AllocatorReplay ReplayStageAllocations(const CostModel& cm, const ParallelConfig
   const int v = c.schedule == Schedule::kInterleaved ? static_cast<int>(c.vp) : 1;
   const PipelineSchedule sched = MakeSchedule(c.schedule, static_cast<int>(c.pp), r.microbatches, v);
   Replayer rp(cm, c, stage, capacity_bytes);
+  rp.allocator().set_trace(trace);
   // The lazily allocated gradients are part of the stage's static bytes; the trace makes them.
   double params = 0;
   for (const ChunkCost& cc : cm.chunks[static_cast<std::size_t>(stage)]) params += cc.params_per_gpu;

@@ -28,7 +28,10 @@
 /// (PyTorch's per-parameter .grad), optimizer state created lazily in the first step, and the
 /// allocator's per-stream pools.
 
+#include <vector>
+
 #include "models/parallel.h"
+#include "simulator/allocator.h"
 #include "simulator/cost_model.h"
 
 namespace shardcast {
@@ -82,8 +85,19 @@ struct AllocatorReplay {
 
 /// Replays stage `stage` (0 <= stage < c.pp) of the cost model `cm` built for `c`: its static
 /// bytes first, then two steps of its passes. `capacity_bytes`: what the allocator may reserve
-/// (<= 0: unlimited). Throws std::out_of_range for a stage outside the cost model.
+/// (<= 0: unlimited). `trace` (optional): receives every call the replay makes on the allocator.
+/// Throws std::out_of_range for a stage outside the cost model.
 AllocatorReplay ReplayStageAllocations(const CostModel& cm, const ParallelConfig& c, int stage,
-                                       double static_bytes, double capacity_bytes);
+                                       double static_bytes, double capacity_bytes,
+                                       std::vector<AllocatorEvent>* trace = nullptr);
+
+/// One stage's replayed allocator calls and the capacity its replay at the device's memory runs
+/// with (`simulate --allocator-trace`; scripts/allocator-check.py replays them through PyTorch's
+/// allocator with that capacity as its memory fraction).
+struct StageAllocatorTrace {
+  int stage = 0;
+  double capacity_bytes = 0;  ///< usable memory less the framework overhead, shifted as the replay is
+  std::vector<AllocatorEvent> events;
+};
 
 }  // namespace shardcast

@@ -798,13 +798,18 @@ double DeepSpeedBucketBytes(const ParallelConfig& c, int stage) {
 /// allocates beyond the stage's modelled peak (its backward's gradients in flight are counted
 /// tensor by tensor), so that the replay runs out of room exactly when the modelled peak plus the
 /// allocator's overhead would. Unlimited first; limited only when the cache would not fit.
+/// `trace` (optional) receives the unlimited replay's calls and that capacity.
 AllocatorReplay ReplayStageMemory(const CostModel& cm, const ParallelConfig& c, int stage, const StageMemory& mem,
-                                  double usable) {
+                                  double usable, StageAllocatorTrace* trace) {
   const double static_bytes = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes + mem.comm_buffer_bytes;
-  AllocatorReplay r = ReplayStageAllocations(cm, c, stage, static_bytes, 0);
+  AllocatorReplay r = ReplayStageAllocations(cm, c, stage, static_bytes, 0, trace ? &trace->events : nullptr);
   r.unlimited_overhead_bytes = r.overhead_bytes();
   const double shift = r.peak_allocated_bytes - (mem.peak_bytes - mem.framework_bytes);
   const double capacity = usable - mem.framework_bytes + shift;
+  if (trace) {
+    trace->stage = stage;
+    trace->capacity_bytes = capacity;
+  }
   if (r.peak_reserved_bytes <= capacity) return r;
   if (capacity <= 0) {
     r.out_of_memory = true;
@@ -1195,7 +1200,9 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     mem.reserved_bytes = mem.reserved_unlimited_bytes = mem.peak_bytes;
     AllocatorReplay replay;
     if (opts.allocator_replay) {
-      replay = ReplayStageMemory(cm, c, i, mem, res.usable_memory_bytes);
+      StageAllocatorTrace* trace = nullptr;
+      if (opts.allocator_traces) trace = &opts.allocator_traces->emplace_back();
+      replay = ReplayStageMemory(cm, c, i, mem, res.usable_memory_bytes, trace);
       RecordReplay(replay, &mem);
     }
     JudgeStageMemory(i, replay, &sr, &res);
@@ -1268,7 +1275,7 @@ void ReplayAllocator(const Model& m, const ParallelConfig& cfg_in, const Cluster
   res->reasons.clear();  // a feasible result's reasons are its memory's, judged again here
   res->peak_memory_bytes = res->peak_reserved_bytes = res->peak_reserved_unlimited_bytes = 0;
   for (auto& sr : res->stages) {
-    const AllocatorReplay replay = ReplayStageMemory(cm, c, sr.stage, sr.memory, res->usable_memory_bytes);
+    const AllocatorReplay replay = ReplayStageMemory(cm, c, sr.stage, sr.memory, res->usable_memory_bytes, nullptr);
     RecordReplay(replay, &sr.memory);
     JudgeStageMemory(sr.stage, replay, &sr, res);
   }

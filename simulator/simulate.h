@@ -19,6 +19,8 @@
 
 namespace shardcast {
 
+struct StageAllocatorTrace;  // simulator/memory_replay.h
+
 struct SimulateOptions {
   /// Simulate every data-parallel replica explicitly instead of one representative per stage
   /// (for tests of the symmetry argument; cost grows with dp).
@@ -42,6 +44,9 @@ struct SimulateOptions {
   /// (ReplayStageAllocations) for StageMemory::reserved_bytes, "fits" and "at risk". Off (the
   /// planner's first pass): reserved_bytes = peak_bytes, fits by the allocated peak, never at risk.
   bool allocator_replay = true;
+  /// With allocator_replay: receives each stage's replayed allocator calls (not owned; nullptr:
+  /// none kept). `simulate --allocator-trace`.
+  std::vector<StageAllocatorTrace>* allocator_traces = nullptr;
 };
 
 /// Time of one stage, in seconds; the parts add up to the step time.

@@ -139,6 +139,51 @@ TEST(Allocator, BlocksFreedForAnotherStreamAreHeldUntilItsWorkIsDone) {
   EXPECT_EQ(t.reserved_bytes(), 60 * kMi);
 }
 
+// PyTorch takes the lowest address among free blocks of one size; cudaMalloc gave later segments
+// lower addresses on the H200 (scripts/allocator-check.py): the newest segment's block first.
+TEST(Allocator, AmongBlocksOfOneSizeTheNewestSegmentsIsTaken) {
+  CachingAllocatorModel a;
+  const int older = a.Allocate(30 * kMi);
+  const int newer = a.Allocate(30 * kMi);
+  ASSERT_EQ(a.segments(), 2);
+  a.Free(older);
+  a.Free(newer);
+  EXPECT_EQ(a.Allocate(30 * kMi), newer);
+  EXPECT_EQ(a.Allocate(30 * kMi), older);
+  EXPECT_EQ(a.segments(), 2);
+  EXPECT_EQ(a.peak_segments(), 2);
+}
+
+// A replay's recorded calls, run again through a fresh model, give the replay's own figures: the
+// trace `simulate --allocator-trace` writes is the replay, call for call.
+TEST(Allocator, ARecordedTraceReplaysToTheSameFigures) {
+  ParallelConfig c;
+  const CostModel cm = OneLayer(&c, Recompute::kNone);
+  std::vector<AllocatorEvent> events;
+  const AllocatorReplay r = ReplayStageAllocations(cm, c, 0, 1000 * kMiB, 0, &events);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.front().kind, AllocatorEvent::Kind::kAlloc);
+  EXPECT_EQ(events.front().bytes, 1000 * kMi);  // the static bytes first
+  std::int64_t allocs = 0, frees = 0;
+  for (const AllocatorEvent& e : events) {
+    allocs += e.kind == AllocatorEvent::Kind::kAlloc;
+    frees += e.kind == AllocatorEvent::Kind::kFree;
+  }
+  EXPECT_EQ(allocs - frees, 1) << "every tensor of the two steps is freed; the static block stays";
+  const AllocatorRunStats s = ReplayAllocatorEvents(events, 0);
+  EXPECT_DOUBLE_EQ(static_cast<double>(s.peak_allocated_bytes), r.peak_allocated_bytes);
+  EXPECT_DOUBLE_EQ(static_cast<double>(s.peak_reserved_bytes), r.peak_reserved_bytes);
+  EXPECT_EQ(s.retries, 0);
+  // Within 1300 MiB: one release in each step (worked out in the next test); 1260 MiB: no room.
+  const AllocatorRunStats tight = ReplayAllocatorEvents(events, 1300 * kMiB);
+  EXPECT_EQ(tight.retries, 2);
+  EXPECT_EQ(tight.peak_reserved_bytes, 1300 * kMi);
+  EXPECT_EQ(tight.ooms, 0);
+  EXPECT_GE(ReplayAllocatorEvents(events, 1260 * kMiB).ooms, 1);
+  std::vector<AllocatorEvent> bad = {{AllocatorEvent::Kind::kFree, 7, 0, 0}};
+  EXPECT_THROW(ReplayAllocatorEvents(bad, 0), std::invalid_argument);
+}
+
 TEST(MemoryReplay, BackwardGradientsFragmentTheCacheAsWorkedOutByHand) {
   ParallelConfig c;
   const CostModel cm = OneLayer(&c, Recompute::kNone);

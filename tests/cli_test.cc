@@ -95,6 +95,34 @@ TEST(Cli, ExitCodes) {
   EXPECT_NE(r.err.find("close matches: gpt3-13b, gpt3-175b"), std::string::npos) << r.err;
 }
 
+// --allocator-trace: each stage's replayed calls and the model's figures over them. The unlimited
+// run's reserved - allocated is the allocator overhead simulate adds to the stage's peak.
+TEST(Cli, SimulateWritesTheAllocatorTraceOfEveryStage) {
+  const auto path = shardcast::testing::TestTempDir() / "allocator-trace.json";
+  auto r = RunShardcast("simulate --model gpt3-125m --cluster dgx-a100 --gpus 4 --pp 2 --mbs 2 --gbs 16 --json "
+                        "--allocator-trace " + path.string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json sim = Json::parse(r.out);
+  std::ifstream in(path);
+  const Json trace = Json::parse(in);
+  EXPECT_EQ(trace["format"], "shardcast-allocator-trace/1");
+  ASSERT_EQ(trace["stages"].size(), 2u);
+  for (std::size_t i = 0; i < 2; ++i) {
+    const Json& st = trace["stages"][i];
+    const Json& stage = sim["stages"][i];
+    EXPECT_EQ(st["stage"], static_cast<int>(i));
+    ASSERT_FALSE(st["events"].empty());
+    EXPECT_EQ(st["events"][0][0], 0);  // an allocation: the static bytes
+    const Json& unl = st["model"]["unlimited"];
+    const double overhead = unl["peak_reserved_bytes"].get<double>() - unl["peak_allocated_bytes"].get<double>();
+    EXPECT_NEAR(stage["reserved_memory_bytes"].get<double>() - stage["peak_memory_bytes"].get<double>(), overhead, 1.0);
+    EXPECT_GT(st["capacity_bytes"].get<double>(), unl["peak_reserved_bytes"].get<double>());  // 80 GB: room
+  }
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-125m --cluster dgx-a100 --gpus 4 --gbs 16 --allocator-trace " +
+                                        shardcast::testing::TestTempDir().string(),
+                                    "--allocator-trace"));
+}
+
 TEST(Cli, NonDividingSizesAreAResultNotACrash) {
   auto r = RunShardcast("describe --model gpt3-175b --cluster dgx-a100 --gpus 1000 --tp 8 --pp 12 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
