@@ -311,15 +311,15 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.hybrid_shard()) f += fmt::format(" --dp-shard {}", c.dp_shard);
   if (c.zero_stage >= 3 && !c.zero3_limit_all_gathers) f += " --no-limit-all-gathers";
   const bool ds3 = c.deepspeed2021_zero3() || c.deepspeed_zero3();
-  if (((c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2) || ds3) &&
+  if ((c.deepspeed_zero12() || ds3) &&
       c.ds_reduce_bucket_elems != d.ds_reduce_bucket_elems) {
     f += fmt::format(" --reduce-bucket-size {}", c.ds_reduce_bucket_elems);
   }
-  if (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage >= 1 && c.zero_stage <= 2 &&
+  if (c.deepspeed_zero12() &&
       !c.ds_contiguous_gradients) {
     f += " --no-contiguous-gradients";
   }
-  if (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage >= 1 && c.zero_stage <= 2 &&
+  if (c.deepspeed_zero12() &&
       c.ds_contiguous_gradients && !c.ds_multi_rank_bucket_allreduce) {
     f += " --no-multi-rank-bucket-allreduce";
   }

@@ -78,43 +78,31 @@ std::vector<std::string> ApplyDeepSpeedKnobs(const OptimizerArgs& a, bool refuse
   const std::string given = fmt::format("--zero {}{}", c->zero_stage,
                                         c->zero_stage == 3 ? fmt::format(" --zero3-impl {}", ToString(c->zero3_impl)) : "");
   const bool ds3 = c->deepspeed2021_zero3() || c->deepspeed_zero3();
-  if (a.reduce_bucket_size > 0) {
-    if ((c->optimizer_impl == OptimizerImpl::kDeepSpeedZero && c->zero_stage <= 2) || ds3) {
-      c->ds_reduce_bucket_elems = a.reduce_bucket_size;
+  // A ZeRO-1/2 knob: set where it applies; else left out of a search's plan, or refused.
+  auto knob = [&](bool given_flag, const char* flag, bool applies, const auto& set, const std::string& refusal) {
+    if (!given_flag) return;
+    if (applies) {
+      set();
     } else if (!refuse) {
-      left_out.push_back("--reduce-bucket-size");
+      left_out.push_back(flag);
     } else {
-      throw InputError(fmt::format("command line: --reduce-bucket-size: got {} with --optimizer {} --zero {}, expected "
-                                   "--optimizer deepspeed-zero with --zero 1 or 2, or --zero 3 --zero3-impl "
-                                   "deepspeed or deepspeed-2021 (DeepSpeed's gradient bucket)",
-                                   a.reduce_bucket_size, ToString(c->optimizer_impl), c->zero_stage));
+      throw InputError(fmt::format("command line: {}: {}", flag, refusal));
     }
-  }
-  if (a.no_contiguous_gradients) {
-    if (c->optimizer_impl == OptimizerImpl::kDeepSpeedZero && c->zero_stage >= 1 && c->zero_stage <= 2) {
-      c->ds_contiguous_gradients = false;
-    } else if (!refuse) {
-      left_out.push_back("--no-contiguous-gradients");
-    } else {
-      throw InputError(fmt::format("command line: --no-contiguous-gradients: got it with --optimizer {} --zero {}, "
-                                   "expected --optimizer deepspeed-zero with --zero 1 or 2 (DeepSpeed's ZeRO-1/2 "
-                                   "gradient bucket)", ToString(c->optimizer_impl), c->zero_stage));
-    }
-  }
-  if (a.no_multi_rank_bucket_allreduce) {
-    if (c->optimizer_impl == OptimizerImpl::kDeepSpeedZero && c->zero_stage >= 1 && c->zero_stage <= 2 &&
-        c->ds_contiguous_gradients) {
-      c->ds_multi_rank_bucket_allreduce = false;
-    } else if (!refuse) {
-      left_out.push_back("--no-multi-rank-bucket-allreduce");
-    } else {
-      throw InputError(fmt::format("command line: --no-multi-rank-bucket-allreduce: got it with --optimizer {} --zero {}{}, "
-                                   "expected --optimizer deepspeed-zero with --zero 1 or 2 and contiguous gradients "
-                                   "(without them DeepSpeed all-reduces every bucket either way)",
-                                   ToString(c->optimizer_impl), c->zero_stage,
-                                   c->ds_contiguous_gradients ? "" : " --no-contiguous-gradients"));
-    }
-  }
+  };
+  const std::string with = fmt::format("--optimizer {} --zero {}", ToString(c->optimizer_impl), c->zero_stage);
+  knob(a.reduce_bucket_size > 0, "--reduce-bucket-size", c->deepspeed_zero12() || ds3,
+       [&] { c->ds_reduce_bucket_elems = a.reduce_bucket_size; },
+       fmt::format("got {} with {}, expected --optimizer deepspeed-zero with --zero 1 or 2, or --zero 3 --zero3-impl "
+                   "deepspeed or deepspeed-2021 (DeepSpeed's gradient bucket)", a.reduce_bucket_size, with));
+  knob(a.no_contiguous_gradients, "--no-contiguous-gradients", c->deepspeed_zero12(),
+       [&] { c->ds_contiguous_gradients = false; },
+       fmt::format("got it with {}, expected --optimizer deepspeed-zero with --zero 1 or 2 (DeepSpeed's ZeRO-1/2 "
+                   "gradient bucket)", with));
+  knob(a.no_multi_rank_bucket_allreduce, "--no-multi-rank-bucket-allreduce",
+       c->deepspeed_zero12() && c->ds_contiguous_gradients, [&] { c->ds_multi_rank_bucket_allreduce = false; },
+       fmt::format("got it with {}{}, expected --optimizer deepspeed-zero with --zero 1 or 2 and contiguous gradients "
+                   "(without them DeepSpeed all-reduces every bucket either way)",
+                   with, c->ds_contiguous_gradients ? "" : " --no-contiguous-gradients"));
   // DeepSpeed stage 3's knobs: the first two for either DeepSpeed, the last two for today's.
   const std::tuple<const char*, double, double*, bool> knobs[] = {
       {"--stage3-max-live-parameters", a.ds_max_live_elems, &c->ds_max_live_elems, ds3},

@@ -709,7 +709,7 @@ bool GradReduceIsAllReduce(const ParallelConfig& c) {
   // data-parallel group (v0.4.5's stage2.py of August 2021 through v0.16.4); with them average_tensor all-reduces the
   // whole bucket too (use_multi_rank_bucket_allreduce, v0.12.4+), or before v0.12.4 reduces each
   // slice to its owner only.
-  const bool ds12 = c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage >= 1 && c.zero_stage <= 2;
+  const bool ds12 = c.deepspeed_zero12();
   const bool ds_all_reduce = ds12 && (!c.ds_contiguous_gradients || c.ds_multi_rank_bucket_allreduce);
   return c.zero_stage == 0 || c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16 || ds_all_reduce;
 }

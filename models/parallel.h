@@ -323,6 +323,11 @@ struct ParallelConfig {
   bool hybrid_shard() const { return dp_shard > 0 && dp_shard < dp_cp(); }
   /// Whether ZeRO-3 runs as DeepSpeed's stage 3 of 2021 (Zero3Impl::kDeepSpeed2021).
   bool deepspeed2021_zero3() const { return zero_stage >= 3 && zero3_impl == Zero3Impl::kDeepSpeed2021; }
+  /// Whether DeepSpeed's own optimizer runs ZeRO stage 1 or 2 (stage_1_and_2.py): its buckets,
+  /// lazily allocated gradients and gradient all-reduces.
+  bool deepspeed_zero12() const {
+    return optimizer_impl == OptimizerImpl::kDeepSpeedZero && zero_stage >= 1 && zero_stage <= 2;
+  }
   /// Whether ZeRO-3 runs as DeepSpeed's stage 3 of 2023-25 (Zero3Impl::kDeepSpeed).
   bool deepspeed_zero3() const { return zero_stage >= 3 && zero3_impl == Zero3Impl::kDeepSpeed; }
   /// The expert-tensor-parallel size (etp, or tp when it is 0).

@@ -41,7 +41,7 @@ LayerTensorsSaved SavedTensorsOf(const std::vector<Op>& ops) {
 }  // namespace
 
 bool FlattensWeightsAtInit(const ParallelConfig& c) {
-  return (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2) ||
+  return c.deepspeed_zero12() ||
          c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16;
 }
 

@@ -778,7 +778,7 @@ double DeepSpeedBucketBytes(const ParallelConfig& c, int stage) {
   // The pipeline engine runs the loss's backward through the optimizer on the last stage only
   // (the other stages allocate their bucket in reduce_gradients, after their backward, when the
   // activations are gone) and turns overlap_comm off.
-  if (c.optimizer_impl != OptimizerImpl::kDeepSpeedZero || c.zero_stage < 1 || c.zero_stage > 2) return 0;
+  if (!c.deepspeed_zero12()) return 0;
   if (stage != c.pp - 1) return 0;
   // Gradients are reduced inside the backward, bucket by bucket, where the optimizer hooks them:
   // at ZeRO-2, or with overlap_comm (create_reduce_and_remove_grad_hooks); else after it.
@@ -1300,15 +1300,11 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"moe_a2a_overlap", c.moe_a2a_overlap},
                  {"zero_stage", c.zero_stage}, {"dp_shard", c.zero_stage >= 1 ? Json(c.shard_dp()) : Json()},
                  {"zero3_impl", c.zero_stage >= 3 ? Json(ToString(c.zero3_impl)) : Json()},
-                 {"contiguous_gradients", c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage >= 1 &&
-                                              c.zero_stage <= 2 ? Json(c.ds_contiguous_gradients) : Json()},
-                 {"use_multi_rank_bucket_allreduce", c.optimizer_impl == OptimizerImpl::kDeepSpeedZero &&
-                                                             c.zero_stage >= 1 && c.zero_stage <= 2 &&
-                                                             c.ds_contiguous_gradients
-                                                         ? Json(c.ds_multi_rank_bucket_allreduce)
-                                                         : Json()},
-                 {"reduce_bucket_size", (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage <= 2) || ds3
-                                            ? Json(c.ds_reduce_bucket_elems) : Json()}, {"schedule", ToString(c.schedule)},
+                 {"contiguous_gradients", c.deepspeed_zero12() ? Json(c.ds_contiguous_gradients) : Json()},
+                 {"use_multi_rank_bucket_allreduce",
+                  c.deepspeed_zero12() && c.ds_contiguous_gradients ? Json(c.ds_multi_rank_bucket_allreduce) : Json()},
+                 {"reduce_bucket_size", c.deepspeed_zero12() || ds3 ? Json(c.ds_reduce_bucket_elems) : Json()},
+                 {"schedule", ToString(c.schedule)},
                  {"stage3_max_live_parameters", ds3 ? Json(c.ds_max_live_elems) : Json()},
                  {"stage3_param_persistence_threshold", ds3 ? Json(c.ds_persistence_threshold_elems) : Json()},
                  {"stage3_prefetch_bucket_size", ds ? Json(c.ds_prefetch_bucket_elems) : Json()},
