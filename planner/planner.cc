@@ -236,6 +236,139 @@ double ObjectiveValue(const Plan& p, Objective o) {
   return p.result.step_time_s;
 }
 
+namespace {
+
+/// A value of --fix (0 when not fixed).
+std::int64_t FixedInt(const PlanOptions& o, const char* key) {
+  auto it = o.fixed.find(key);
+  return it == o.fixed.end() ? 0 : std::stoll(it->second);
+}
+
+/// One layout of the search: sizes, micro-batch, schedule and virtual stages.
+struct Layout {
+  std::int64_t tp = 1, pp = 1, cp = 1, dp = 1, vp = 1, mbs = 1;
+  Schedule schedule = Schedule::k1F1B;
+  const PipelineSplit* split = nullptr;
+};
+
+/// Whether recompute `rc` is searched, and the modules a selective candidate recomputes. With
+/// flash attention, recomputing the attention core (core_attn) frees almost nothing for a flash
+/// forward more: it loses to no recompute. For MoE models the selective candidate is the experts'
+/// activation and the norms (moe_act, layernorm; with MLA its up projections too), Megatron-Core's
+/// cheap MoE choice (Megatron-DeepSpeed has no such modules: its selective recompute is the core's).
+bool RecomputeChoice(const Model& m, const PlanOptions& o, Recompute rc, unsigned* modules) {
+  const bool deepspeed = o.optimizer_impl != OptimizerImpl::kMegatron;
+  const bool moe_modules = m.moe.enabled() && !deepspeed;
+  if (rc == Recompute::kSelective && o.flash_attention && !moe_modules &&
+      std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kNone) != o.recomputes.end()) {
+    return false;
+  }
+  *modules = rc == Recompute::kSelective && o.flash_attention && moe_modules
+                 ? static_cast<unsigned>(kRecomputeMoeAct | kRecomputeLayernorm) |
+                       (m.mla.enabled() ? static_cast<unsigned>(kRecomputeMlaUpProj) : 0u)
+                 : static_cast<unsigned>(kRecomputeCoreAttn);
+  return true;
+}
+
+/// Appends the candidates of one layout: every recompute, sequence-parallel (with TP
+/// communication overlap), expert grid, ZeRO stage and hybrid-shard choice that --fix allows.
+void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o, const Layout& l,
+                         std::map<std::string, std::size_t>* rejected, std::vector<ParallelConfig>* out) {
+  // DeepSpeed's optimizers run under Megatron-DeepSpeed: its pipeline engine, no TE userbuffers.
+  const bool deepspeed = o.optimizer_impl != OptimizerImpl::kMegatron;
+  for (Recompute rc : o.recomputes) {
+    unsigned modules = 0;
+    if (!RecomputeChoice(m, o, rc, &modules)) continue;
+    // (sp, tp comm overlap): the overlap needs sequence parallelism.
+    const std::vector<std::pair<bool, bool>> sp_choices =
+        l.tp > 1 ? std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {true, true}}
+                 : std::vector<std::pair<bool, bool>>{{false, false}};
+    for (const auto& [sp, tpo] : sp_choices) {
+      // Megatron-Core runs MoE layers with tp > 1 only with sequence parallelism.
+      if (m.moe.enabled() && l.tp > 1 && !sp) continue;
+      if (tpo && deepspeed) {  // Transformer Engine's userbuffers: not in Megatron-DeepSpeed
+        ++(*rejected)["(tp, sp) choices: TP communication overlap is Transformer Engine's (not with DeepSpeed)"];
+        continue;
+      }
+      for (const auto& [ep, etp] : ExpertGrids(m, o, l.tp, l.tp * l.cp * l.dp)) {
+        for (int z : o.zero_stages) {
+          if (!OptimizerRuns(o.optimizer_impl, z)) continue;
+          // Sharding over one rank is no sharding; DeepSpeed's ZeRO optimizer has no stage 0 of its own.
+          if (z > 0 && l.dp * l.cp == 1 && !(m.moe.enabled() && l.tp * l.cp * l.dp / (ep * etp) > 1) &&
+              !(z == 1 && deepspeed)) {
+            continue;
+          }
+          // Megatron-LM: ZeRO-2/3 (FSDP) without PP; DeepSpeed's pipeline engine: ZeRO-1 at most.
+          if (z >= 2 && l.pp > 1) {
+            ++(*rejected)["(pp, ZeRO) choices: ZeRO-2/3 run without pipeline parallelism"];
+            continue;
+          }
+          ParallelConfig c;
+          c.tp = l.tp;
+          c.pp = l.pp;
+          c.cp = l.cp;
+          c.dp = l.dp;
+          c.vp = l.vp;
+          c.micro_batch_size = l.mbs;
+          c.global_batch_size = o.global_batch_size;
+          c.seq_length = o.seq_length > 0 ? o.seq_length : m.seq_length;
+          c.schedule = l.schedule;
+          c.recompute = rc;
+          c.recompute_modules = modules;
+          c.sequence_parallel = sp;
+          c.tp_comm_overlap = tpo;
+          c.zero_stage = z;
+          c.ep = ep;
+          c.etp = m.moe.enabled() ? etp : 0;
+          ApplyPlanWideSettings(o, *l.split, cl.gpus_per_node, &c);
+          for (std::int64_t shard : HybridShards(c, cl.gpus_per_node, FixedInt(o, "dp_shard"))) {
+            c.dp_shard = shard;
+            if (FixedAllows(o.fixed, c)) out->push_back(c);
+          }
+        }
+      }
+    }
+  }
+}
+
+/// Appends the candidates of one (tp, pipeline split, cp) choice: every micro-batch size that
+/// divides the batch per replica, schedule and virtual-stage count.
+void AddMicroBatchCandidates(const Model& m, const Cluster& cl, const PlanOptions& o, Layout l,
+                             std::map<std::string, std::size_t>* rejected, std::vector<ParallelConfig>* out) {
+  const bool deepspeed = o.optimizer_impl != OptimizerImpl::kMegatron;
+  const std::int64_t per_replica = o.global_batch_size / l.dp;
+  for (std::int64_t mbs : Divisors(per_replica)) {
+    if (mbs > o.max_micro_batch_size) break;
+    l.mbs = mbs;
+    const std::int64_t mb = per_replica / mbs;
+    for (Schedule s : o.schedules) {
+      if (s != Schedule::k1F1B && l.pp == 1) continue;  // nothing to pipeline
+      if (s != Schedule::k1F1B && deepspeed) {
+        ++(*rejected)["(tp, pp, mbs) choices: DeepSpeed's pipeline engine runs 1F1B only"];
+        continue;
+      }
+      l.schedule = s;
+      std::vector<std::int64_t> vps = {1};
+      if (s == Schedule::kInterleaved) {
+        vps.clear();
+        if (mb % l.pp != 0) {
+          ++(*rejected)["(tp, pp, mbs) choices: interleaved schedule needs micro-batches divisible by pp"];
+          continue;
+        }
+        for (std::int64_t v : Divisors(l.split->vp_divisible)) {
+          if (v >= 2) vps.push_back(v);
+        }
+      }
+      for (std::int64_t vp : vps) {
+        l.vp = vp;
+        AddLayoutCandidates(m, cl, o, l, rejected, out);
+      }
+    }
+  }
+}
+
+}  // namespace
+
 std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl,
                                                const PlanOptions& o,
                                                std::map<std::string, std::size_t>* rejected) {
@@ -243,15 +376,10 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
   const std::int64_t n = o.gpus, g = o.global_batch_size;
   const std::int64_t max_tp = o.max_tp > 0 ? o.max_tp : cl.gpus_per_node;
   const std::int64_t seq = o.seq_length > 0 ? o.seq_length : m.seq_length;
-  // DeepSpeed's optimizers run under Megatron-DeepSpeed: its pipeline engine, no TE userbuffers.
   const bool deepspeed = o.optimizer_impl != OptimizerImpl::kMegatron;
-  auto fixed_int = [&](const char* key) -> std::int64_t {
-    auto it = o.fixed.find(key);
-    return it == o.fixed.end() ? 0 : std::stoll(it->second);
-  };
   // Tensor-parallel sizes: divisors of the GPUs per node up to max_tp, or the fixed one.
   std::vector<std::int64_t> tps;
-  if (const std::int64_t ft = fixed_int("tp")) {
+  if (const std::int64_t ft = FixedInt(o, "tp")) {
     tps = {ft};
   } else {
     for (std::int64_t tp : Divisors(std::max(max_tp, cl.gpus_per_node))) {
@@ -270,111 +398,27 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
         continue;
       }
       for (std::int64_t cp : ContextParallelSizes(o, seq, n / (tp * pp), rejected)) {
-      if (cp > 1 && deepspeed) {
-        ++(*rejected)["(tp, pp, cp) choices: context parallelism is Megatron-Core's (DeepSpeed's Ulysses is not searched)"];
-        continue;
-      }
-      const std::int64_t dp = n / (tp * cp * pp);
-      if (g % dp != 0) {
-        ++(*rejected)[cp > 1 ? "(tp, pp, cp) choices: dp = GPUs/(tp*cp*pp) does not divide the global batch"
-                             : "(tp, pp) pairs: dp = GPUs/(tp*pp) does not divide the global batch"];
-        continue;
-      }
-      const std::int64_t per_replica = g / dp;
-      if (const std::int64_t fm = fixed_int("mbs"); fm > 0 && per_replica % fm != 0) {
-        ++(*rejected)["(tp, pp) pairs: the fixed mbs does not divide the batch per data-parallel replica"];
-        continue;
-      }
-      for (std::int64_t mbs : Divisors(per_replica)) {
-        if (mbs > o.max_micro_batch_size) break;
-        const std::int64_t mb = per_replica / mbs;
-        for (Schedule s : o.schedules) {
-          if (s != Schedule::k1F1B && pp == 1) continue;  // nothing to pipeline
-          if (s != Schedule::k1F1B && deepspeed) {
-            ++(*rejected)["(tp, pp, mbs) choices: DeepSpeed's pipeline engine runs 1F1B only"];
-            continue;
-          }
-          std::vector<std::int64_t> vps = {1};
-          if (s == Schedule::kInterleaved) {
-            vps.clear();
-            if (mb % pp != 0) {
-              ++(*rejected)["(tp, pp, mbs) choices: interleaved schedule needs micro-batches divisible by pp"];
-              continue;
-            }
-            for (std::int64_t v : Divisors(split.vp_divisible)) {
-              if (v >= 2) vps.push_back(v);
-            }
-          }
-          for (std::int64_t vp : vps) {
-            for (Recompute rc : o.recomputes) {
-              // With flash attention, recomputing the attention core (core_attn) frees almost
-              // nothing for a flash forward more: it loses to no recompute. For MoE models the
-              // selective candidate is the experts' activation and the norms (moe_act,
-              // layernorm; with MLA its up projections too), Megatron-Core's cheap MoE choice
-              // (Megatron-DeepSpeed has no such modules: its selective recompute is the core's).
-              const bool moe_modules = m.moe.enabled() && !deepspeed;
-              if (rc == Recompute::kSelective && o.flash_attention && !moe_modules &&
-                  std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kNone) != o.recomputes.end()) {
-                continue;
-              }
-              const unsigned modules =
-                  rc == Recompute::kSelective && o.flash_attention && moe_modules
-                      ? static_cast<unsigned>(kRecomputeMoeAct | kRecomputeLayernorm) |
-                            (m.mla.enabled() ? static_cast<unsigned>(kRecomputeMlaUpProj) : 0u)
-                      : static_cast<unsigned>(kRecomputeCoreAttn);
-              // (sp, tp comm overlap): the overlap needs sequence parallelism.
-              const std::vector<std::pair<bool, bool>> sp_choices =
-                  tp > 1 ? std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {true, true}}
-                         : std::vector<std::pair<bool, bool>>{{false, false}};
-              for (const auto& [sp, tpo] : sp_choices) {
-                // Megatron-Core runs MoE layers with tp > 1 only with sequence parallelism.
-                if (m.moe.enabled() && tp > 1 && !sp) continue;
-                if (tpo && deepspeed) {  // Transformer Engine's userbuffers: not in Megatron-DeepSpeed
-                  ++(*rejected)["(tp, sp) choices: TP communication overlap is Transformer Engine's (not with DeepSpeed)"];
-                  continue;
-                }
-                for (const auto& [ep, etp] : ExpertGrids(m, o, tp, tp * cp * dp)) {
-                for (int z : o.zero_stages) {
-                  if (!OptimizerRuns(o.optimizer_impl, z)) continue;
-                  // Sharding over one rank is no sharding; DeepSpeed's ZeRO optimizer has no stage 0 of its own.
-                  if (z > 0 && dp * cp == 1 && !(m.moe.enabled() && tp * cp * dp / (ep * etp) > 1) &&
-                      !(z == 1 && o.optimizer_impl != OptimizerImpl::kMegatron)) {
-                    continue;
-                  }
-                  // Megatron-LM: ZeRO-2/3 (FSDP) without PP; DeepSpeed's pipeline engine: ZeRO-1 at most.
-                  if (z >= 2 && pp > 1) {
-                    ++(*rejected)["(pp, ZeRO) choices: ZeRO-2/3 run without pipeline parallelism"];
-                    continue;
-                  }
-                  ParallelConfig c;
-                  c.tp = tp;
-                  c.pp = pp;
-                  c.cp = cp;
-                  c.dp = dp;
-                  c.vp = vp;
-                  c.micro_batch_size = mbs;
-                  c.global_batch_size = g;
-                  c.seq_length = seq;
-                  c.schedule = s;
-                  c.recompute = rc;
-                  c.recompute_modules = modules;
-                  c.sequence_parallel = sp;
-                  c.tp_comm_overlap = tpo;
-                  c.zero_stage = z;
-                  c.ep = ep;
-                  c.etp = m.moe.enabled() ? etp : 0;
-                  ApplyPlanWideSettings(o, split, cl.gpus_per_node, &c);
-                  for (std::int64_t shard : HybridShards(c, cl.gpus_per_node, fixed_int("dp_shard"))) {
-                    c.dp_shard = shard;
-                    if (FixedAllows(o.fixed, c)) out.push_back(c);
-                  }
-                }
-                }
-              }
-            }
-          }
+        if (cp > 1 && deepspeed) {
+          ++(*rejected)["(tp, pp, cp) choices: context parallelism is Megatron-Core's (DeepSpeed's Ulysses is not searched)"];
+          continue;
         }
-      }
+        const std::int64_t dp = n / (tp * cp * pp);
+        if (g % dp != 0) {
+          ++(*rejected)[cp > 1 ? "(tp, pp, cp) choices: dp = GPUs/(tp*cp*pp) does not divide the global batch"
+                               : "(tp, pp) pairs: dp = GPUs/(tp*pp) does not divide the global batch"];
+          continue;
+        }
+        if (const std::int64_t fm = FixedInt(o, "mbs"); fm > 0 && (g / dp) % fm != 0) {
+          ++(*rejected)["(tp, pp) pairs: the fixed mbs does not divide the batch per data-parallel replica"];
+          continue;
+        }
+        Layout l;
+        l.tp = tp;
+        l.pp = pp;
+        l.cp = cp;
+        l.dp = dp;
+        l.split = &split;
+        AddMicroBatchCandidates(m, cl, o, l, rejected, &out);
       }
     }
   }
