@@ -428,7 +428,7 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
     if (a.ops && r.feasible) WriteOps(std::cout, m, c, cl, prof);
     if (a.ops && !r.feasible) std::cout << "\nNo op table: the configuration cannot run.\n";
     if (!a.trace.empty() && r.feasible) std::cout << "\nTrace written to " << a.trace << " (open in ui.perfetto.dev)\n";
-    if (!allocator_traces.empty()) std::cout << "Allocator trace written to " << a.allocator_trace << "\n";
+    if (!allocator_traces.empty()) std::cout << "\nAllocator trace written to " << a.allocator_trace << "\n";
     if (changed) {
       std::cout << "\nWhat if " << Join(what_if_flags, ", ") << ":\n";
       for (std::size_t i = prof.adjustments.size(); i < hw->prof.adjustments.size(); ++i) {

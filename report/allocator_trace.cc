@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 namespace shardcast {
 namespace {
@@ -31,26 +32,27 @@ Json AllocatorTraceJson(const std::vector<StageAllocatorTrace>& stages, const st
   Json out = {{"format", "shardcast-allocator-trace/1"}, {"configuration", summary}, {"stages", Json::array()}};
   for (const StageAllocatorTrace& t : stages) {
     // Whole bytes: the capacity the GPU-side check hands PyTorch as a memory fraction.
-    const auto capacity = static_cast<std::int64_t>(std::floor(t.capacity_bytes));
+    const auto capacity_bytes = static_cast<std::int64_t>(std::floor(t.capacity_bytes));
     const AllocatorRunStats unlimited = ReplayAllocatorEvents(t.events, 0);
     // Halfway between the allocated and the reserved peak (2 MiB multiples): a limit that makes the
     // allocator release its cache whatever the stage's own capacity, to check that rule too.
-    const std::int64_t squeezed =
+    const std::int64_t squeezed_bytes =
         (unlimited.peak_allocated_bytes + (unlimited.peak_reserved_bytes - unlimited.peak_allocated_bytes) / 2) /
         kAllocRoundLargeBytes * kAllocRoundLargeBytes;
-    const bool squeeze = squeezed > unlimited.peak_allocated_bytes;
+    const bool squeeze = squeezed_bytes > unlimited.peak_allocated_bytes;
     Json events = Json::array();
     for (const AllocatorEvent& e : t.events) events.push_back(EventJson(e));
     out["stages"].push_back(
         {{"stage", t.stage},
-         {"capacity_bytes", capacity},
-         {"squeezed_capacity_bytes", squeeze ? Json(squeezed) : Json(nullptr)},
+         {"capacity_bytes", capacity_bytes},
+         {"squeezed_capacity_bytes", squeeze ? Json(squeezed_bytes) : Json(nullptr)},
          {"model",
           {{"unlimited", StatsJson(unlimited)},
            // No room at all (capacity <= 0): the stage does not fit, nothing to replay.
-           {"at_capacity", capacity > 0 ? StatsJson(ReplayAllocatorEvents(t.events, static_cast<double>(capacity)))
-                                        : Json(nullptr)},
-           {"squeezed", squeeze ? StatsJson(ReplayAllocatorEvents(t.events, static_cast<double>(squeezed)))
+           {"at_capacity", capacity_bytes > 0
+                               ? StatsJson(ReplayAllocatorEvents(t.events, static_cast<double>(capacity_bytes)))
+                               : Json(nullptr)},
+           {"squeezed", squeeze ? StatsJson(ReplayAllocatorEvents(t.events, static_cast<double>(squeezed_bytes)))
                                 : Json(nullptr)}}},
          {"events", std::move(events)}});
   }

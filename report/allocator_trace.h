@@ -13,7 +13,9 @@
 namespace shardcast {
 
 /// {"format": "shardcast-allocator-trace/1", "configuration": `summary`,
-///  "stages": [{"stage", "capacity_bytes" (<= 0: no room; at_capacity is then null),
+///  "stages": [{"stage", "capacity_bytes" (usable memory less the framework overhead, shifted by
+///              what the trace allocates beyond the modelled peak: it may exceed the GPU's memory;
+///              <= 0: no room, and at_capacity is then null),
 ///              "squeezed_capacity_bytes" (halfway between the unlimited run's allocated and reserved
 ///              peaks, in 2 MiB multiples; null where that is no more than the allocated peak),
 ///              "model": {"unlimited": S, "at_capacity": S, "squeezed": S},

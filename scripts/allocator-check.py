@@ -1,51 +1,134 @@
 #!/usr/bin/env python3
 """Checks shardcast's model of PyTorch's CUDA caching allocator against the allocator itself.
 
-Needs a CUDA GPU and PyTorch. For each trace that `shardcast simulate --allocator-trace` wrote
-(scripts/allocator-traces.sh writes a set), replays every stage's allocator calls through
-PyTorch's own caching allocator (one torch.empty of the request's bytes per allocation, freed
-when the trace frees it) and compares what PyTorch reports (torch.cuda.memory_stats: peak
-allocated and reserved bytes, peak segments, num_alloc_retries, num_ooms) with what the model
-made of the same calls (the trace's "model" object):
-  - "unlimited": the whole device available (skipped where the model's peak exceeds free memory);
+    python3 scripts/allocator-check.py OUTDIR TRACE.json...             (a CUDA GPU and PyTorch)
+    python3 scripts/allocator-check.py --compare RESULTS.json TRACE.json...   (no GPU, no torch)
+
+For each trace that `shardcast simulate --allocator-trace` wrote (scripts/allocator-traces.sh
+writes a set), the first form replays every stage's allocator calls through PyTorch's own caching
+allocator (one torch.empty of the request's bytes per allocation, freed when the trace frees it)
+and compares what PyTorch reports (torch.cuda.memory_stats: peak allocated and reserved bytes,
+peak segments, num_alloc_retries, num_ooms) with what the model made of the same calls (the
+trace's "model" object). Each stage runs:
+  - "unlimited": the whole device (skipped where the model's peak exceeds free memory);
   - "at_capacity": the stage's capacity as PyTorch's per-process memory fraction, where that limit
     binds (the model's unlimited peak exceeds it) and the device has that much free;
   - "squeezed": a limit halfway between the allocated and the reserved peak, which makes the
     allocator release its cache (num_alloc_retries), to check that rule on every trace.
-A trace's gathers on their own stream (FSDP without its rate limiter) are allocated on a side
-stream; blocks freed with record_stream wait for a sleep kernel queued on the compute stream,
-which is synchronized where the trace processes events (the end of a pass).
+Allocations on another stream (FSDP's gathers without its rate limiter) come from a side stream
+of that id; blocks freed with record_stream wait for a sleep kernel queued on the compute stream,
+synchronized where the trace processes events (the end of a pass). A replay whose sleep ended
+before that point is marked "early" (the blocks returned sooner than the trace says).
 
-    python3 scripts/allocator-check.py OUTDIR TRACE.json...
-    ALLOCATOR_RECORD="row144:0:squeezed" python3 scripts/allocator-check.py ...   (PyTorch's own
-        trace of that replay, memory._record_memory_history, to OUTDIR/torch-row144-0-squeezed.json)
+Writes OUTDIR/allocator-check.json (the environment, and per replay the trace, stage, mode,
+capacity and both sets of figures) and OUTDIR/allocator-check.txt (also printed), in bytes.
+    ALLOCATOR_RECORD="row144:0:squeezed ..." also keeps PyTorch's own trace of those replays
+    (memory._record_memory_history: [action, address, size]) in OUTDIR/torch-NAME-STAGE-MODE.json.
 
-Writes OUTDIR/allocator-check.json and OUTDIR/allocator-check.txt (also printed). Exit 0 unless a
-trace cannot be read. docs/simulator.md, "Reserved memory". Standard library and torch only.
+The --compare form prints the same table from a results file's PyTorch figures and the given
+traces' model figures (after a change to the model, without a GPU).
+
+Exit 0 when every replay agrees, 1 when one differs, 2 on bad input or no GPU.
+docs/simulator.md, "Reserved memory". Standard library and torch only.
 """
 import json
 import os
 import sys
 import time
 
-import torch
-
 GiB = float(1 << 30)
 SLEEP_CYCLES = 400_000_000  # about 0.2 s at the H200's 1.98 GHz: longer than a pass's replay
 STATS = ("peak_allocated_bytes", "peak_reserved_bytes", "peak_segments", "retries", "ooms")
+FORMAT = "shardcast-allocator-trace/1"
 
 
-def fraction_of(capacity):
-    """The memory fraction that makes PyTorch's limit exactly `capacity` bytes: the allocator takes
-    floor(fraction * totalGlobalMem) (CUDACachingAllocator.cpp, setMemoryFraction; cudaMemGetInfo's
-    total before PyTorch 2.9, the same figure on these GPUs)."""
-    return min(1.0, (capacity + 0.5) / torch.cuda.get_device_properties(0).total_memory)
+def fail(message):
+    print("allocator-check: " + message, file=sys.stderr)
+    sys.exit(2)
 
 
-def replay(events, fraction, side, record=None):
-    """Replays events with the allocator limited to `fraction` of the device; returns its stats.
-    `record`: a file to write PyTorch's own trace of the replay to (memory._record_memory_history:
-    [action, address, size] per allocator event)."""
+def load_traces(paths):
+    """{name: trace} for every path, checked before any replay: exit 2 naming the file and field."""
+    traces = {}
+    for path in paths:
+        try:
+            with open(path) as f:
+                trace = json.load(f)
+        except (OSError, ValueError) as e:
+            fail("%s: %s" % (path, e))
+        if not isinstance(trace, dict) or trace.get("format") != FORMAT:
+            fail("%s: format: got %r, expected %s (simulate --allocator-trace)"
+                 % (path, trace.get("format") if isinstance(trace, dict) else None, FORMAT))
+        for i, st in enumerate(trace.get("stages", [])):
+            for key in ("stage", "capacity_bytes", "model", "events"):
+                if key not in st:
+                    fail("%s: stages[%d]: no %r" % (path, i, key))
+            if not isinstance(st["model"], dict) or "unlimited" not in st["model"]:
+                fail("%s: stages[%d].model: no 'unlimited' figures" % (path, i))
+        traces[os.path.splitext(os.path.basename(path))[0]] = trace
+    return traces
+
+
+def limits(st):
+    """(mode, capacity bytes or None) of the replays a stage gets; a limit that does not bind
+    (the model's unlimited peak within it) is the unlimited replay and is left out."""
+    out = [("unlimited", None)]
+    peak = st["model"]["unlimited"]["peak_reserved_bytes"]
+    for mode, cap in (("at_capacity", st["capacity_bytes"]), ("squeezed", st.get("squeezed_capacity_bytes"))):
+        if st["model"].get(mode) is not None and cap is not None and peak > cap:
+            out.append((mode, cap))
+    return out
+
+
+def describe(rows):
+    """The table: per replay PyTorch's figure, then the model's, in bytes."""
+    out = ["%-16s %5s %-11s %25s %25s %9s %9s %9s  %s" % (
+        "trace", "stage", "mode", "peak allocated B", "peak reserved B", "segments", "retries", "ooms",
+        "PyTorch / model")]
+    same = differ = 0
+    for r in rows:
+        measured, model = r["pytorch"], r["model"]
+        if isinstance(measured, str):
+            out.append("%-16s %5d %-11s skipped: %s" % (r["trace"], r["stage"], r["mode"], measured))
+            continue
+        equal = all(model[k] == measured[k] for k in STATS)
+        same += equal
+        differ += not equal
+        pair = lambda k: "%d/%d" % (measured[k], model[k])
+        out.append("%-16s %5d %-11s %25s %25s %9s %9s %9s  %s%s" % (
+            r["trace"], r["stage"], r["mode"], pair("peak_allocated_bytes"), pair("peak_reserved_bytes"),
+            pair("peak_segments"), pair("retries"), pair("ooms"), "same" if equal else "DIFFERS",
+            " (early)" if r.get("early") else ""))
+    out.append("%d replays equal to the model in every figure, %d differ" % (same, differ))
+    return out, differ
+
+
+def compare(results_path, traces):
+    """--compare: the results file's PyTorch figures beside the traces' model figures."""
+    try:
+        with open(results_path) as f:
+            results = json.load(f)
+    except (OSError, ValueError) as e:
+        fail("%s: %s" % (results_path, e))
+    rows = []
+    for r in results.get("rows", []):
+        trace = traces.get(r.get("trace"))
+        if trace is None:
+            continue
+        st = [s for s in trace["stages"] if s["stage"] == r.get("stage")]
+        if not st or st[0]["model"].get(r.get("mode")) is None:
+            fail("%s: %s stage %s: no model figures for mode %r" % (results_path, r.get("trace"), r.get("stage"),
+                                                                   r.get("mode")))
+        rows.append(dict(r, model=st[0]["model"][r["mode"]]))
+    env = ["# %s: %s" % (k, v) for k, v in results.get("environment", {}).items()]
+    lines, differ = describe(rows)
+    print("\n".join(env + lines))
+    return differ
+
+
+def replay(torch, events, fraction, streams, record=None):
+    """Replays events with the allocator limited to `fraction` of the device; returns its stats
+    and whether a record_stream hold ended before the trace's process-events point."""
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction(fraction)
@@ -54,7 +137,7 @@ def replay(events, fraction, side, record=None):
     if torch.cuda.memory_reserved() != 0:
         raise RuntimeError("the allocator holds memory before the replay")
     compute = torch.cuda.current_stream()
-    live, sleeping = {}, False
+    live, held, early = {}, None, False
     if record:
         torch.cuda.memory._record_memory_history(enabled="all", context=None, stacks="python", max_entries=2_000_000)
     for e in events:
@@ -64,7 +147,9 @@ def replay(events, fraction, side, record=None):
                 if e[3] == 0:
                     t = torch.empty(e[2], dtype=torch.uint8, device="cuda")
                 else:
-                    with torch.cuda.stream(side):
+                    if e[3] not in streams:
+                        streams[e[3]] = torch.cuda.Stream()
+                    with torch.cuda.stream(streams[e[3]]):
                         t = torch.empty(e[2], dtype=torch.uint8, device="cuda")
             except torch.OutOfMemoryError:
                 t = None
@@ -76,15 +161,16 @@ def replay(events, fraction, side, record=None):
         elif kind == 2:  # used on the compute stream (record_stream), then freed
             t = live.pop(e[1], None)
             if t is not None:
-                if not sleeping:
+                if held is None:  # the compute stream busy until the trace's process-events point
                     torch.cuda._sleep(SLEEP_CYCLES)
-                    sleeping = True
+                    held = torch.cuda.Event()
+                    held.record(compute)
                 t.record_stream(compute)
                 t = None
-        elif kind == 3:  # the other stream's work is done
-            if sleeping:
-                compute.synchronize()
-                sleeping = False
+        elif kind == 3 and held is not None:  # the other stream's work is done
+            early = early or held.query()
+            compute.synchronize()
+            held = None
     live.clear()
     torch.cuda.synchronize()
     if record:
@@ -102,64 +188,17 @@ def replay(events, fraction, side, record=None):
     }
     torch.cuda.empty_cache()
     torch.cuda.set_per_process_memory_fraction(1.0)
-    return stats
+    return stats, early
 
 
-def check_stage(name, st, side, records):
-    """Rows of (trace, stage, mode, model stats, measured stats or the reason it was skipped).
-    `records`: {"NAME:STAGE:MODE": file} replays whose PyTorch trace is kept."""
-    rows = []
-    events = st["events"]
-    model = st["model"]
-    free = torch.cuda.mem_get_info()[0]
-    unl = model["unlimited"]
-    if unl["peak_reserved_bytes"] < free - GiB:
-        t0 = time.time()
-        rec = records.get("%s:%d:unlimited" % (name, st["stage"]))
-        rows.append((name, st["stage"], "unlimited", unl, replay(events, 1.0, side, rec), time.time() - t0))
-    else:
-        rows.append((name, st["stage"], "unlimited", unl, "peak larger than this GPU's free memory", 0.0))
-    limits = [("at_capacity", st["capacity_bytes"]), ("squeezed", st.get("squeezed_capacity_bytes"))]
-    for mode, cap in limits:
-        if model.get(mode) is None or cap is None or unl["peak_reserved_bytes"] <= cap:
-            continue  # no limit, or one that does not bind: the unlimited replay's figures
-        if cap < free - GiB:
-            t0 = time.time()
-            rec = records.get("%s:%d:%s" % (name, st["stage"], mode))
-            rows.append((name, st["stage"], mode, model[mode], replay(events, fraction_of(cap), side, rec),
-                         time.time() - t0))
-        else:
-            rows.append((name, st["stage"], mode, model[mode], "capacity larger than this GPU's free memory", 0.0))
-    return rows
-
-
-def describe(rows):
-    out = ["%-18s %5s %-11s %9s %9s %9s %9s %8s %6s %6s" % (
-        "trace", "stage", "mode", "alloc GiB", "model", "resv GiB", "model", "segs", "retry", "oom")]
-    same = differ = 0
-    for name, stage, mode, model, measured, _ in rows:
-        if isinstance(measured, str):
-            out.append("%-18s %5d %-11s skipped: %s" % (name, stage, mode, measured))
-            continue
-        equal = all(model[k] == measured[k] for k in STATS)
-        same += equal
-        differ += not equal
-        out.append("%-18s %5d %-11s %9.3f %9.3f %9.3f %9.3f %4d/%-3d %3d/%-2d %3d/%-2d %s" % (
-            name, stage, mode, measured["peak_allocated_bytes"] / GiB, model["peak_allocated_bytes"] / GiB,
-            measured["peak_reserved_bytes"] / GiB, model["peak_reserved_bytes"] / GiB,
-            measured["peak_segments"], model["peak_segments"], measured["retries"], model["retries"],
-            measured["ooms"], model["ooms"], "same" if equal else "DIFFERS"))
-    out.append("%d replays equal to the model in every figure, %d differ (figures: PyTorch, then the model)" % (same, differ))
-    return out
-
-
-def main():
-    if len(sys.argv) < 3:
-        sys.exit(__doc__)
-    outdir, traces = sys.argv[1], sys.argv[2:]
+def run_on_gpu(outdir, traces):
+    try:
+        import torch
+    except ImportError:
+        fail("PyTorch is not installed (the --compare form needs none)")
+    if not torch.cuda.is_available():
+        fail("no CUDA GPU visible to PyTorch")
     os.makedirs(outdir, exist_ok=True)
-    # ALLOCATOR_RECORD="row144:0:squeezed row34:0:squeezed": keep PyTorch's own trace of those
-    # replays (OUTDIR/torch-NAME-STAGE-MODE.json) to compare block by block.
     records = {k: os.path.join(outdir, "torch-%s.json" % k.replace(":", "-"))
                for k in os.environ.get("ALLOCATOR_RECORD", "").split()}
     total = torch.cuda.get_device_properties(0).total_memory
@@ -171,26 +210,46 @@ def main():
         "allocator_backend": torch.cuda.get_allocator_backend(),
         "PYTORCH_CUDA_ALLOC_CONF": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
     }
-    side = torch.cuda.Stream()
     torch.empty(1, device="cuda")  # the CUDA context first
-    rows = []
-    for path in traces:
-        with open(path) as f:
-            trace = json.load(f)
-        if not isinstance(trace, dict) or trace.get("format") != "shardcast-allocator-trace/1":
-            sys.exit("%s: not an allocator trace (format %r; expected shardcast-allocator-trace/1)"
-                     % (path, trace.get("format") if isinstance(trace, dict) else None))
-        name = os.path.splitext(os.path.basename(path))[0]
+    streams, rows = {}, []
+    for name, trace in traces.items():
         for st in trace["stages"]:
-            rows += check_stage(name, st, side, records)
-    lines = ["%s: %s" % (k, v) for k, v in env.items()] + describe(rows)
+            for mode, cap in limits(st):
+                row = {"trace": name, "stage": st["stage"], "mode": mode, "capacity_bytes": cap,
+                       "model": st["model"][mode]}
+                need = st["model"]["unlimited"]["peak_reserved_bytes"] if cap is None else cap
+                if need >= torch.cuda.mem_get_info()[0] - GiB:
+                    row["pytorch"] = "needs more than this GPU's free memory"
+                else:
+                    # PyTorch's limit is floor(fraction * totalGlobalMem) (setMemoryFraction;
+                    # cudaMemGetInfo's total before 2.9, the same figure here): exactly cap bytes.
+                    fraction = 1.0 if cap is None else min(1.0, (cap + 0.5) / total)
+                    t0 = time.time()
+                    row["pytorch"], row["early"] = replay(torch, st["events"], fraction, streams,
+                                                          records.get("%s:%d:%s" % (name, st["stage"], mode)))
+                    row["seconds"] = time.time() - t0
+                rows.append(row)
+    lines, differ = describe(rows)
+    lines = ["# %s: %s" % (k, v) for k, v in env.items()] + lines
     with open(os.path.join(outdir, "allocator-check.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(outdir, "allocator-check.json"), "w") as f:
-        json.dump({"environment": env, "rows": [
-            {"trace": n, "stage": s, "mode": m, "model": mo, "pytorch": me, "seconds": sec}
-            for n, s, m, mo, me, sec in rows]}, f, indent=1)
+        json.dump({"environment": env, "rows": rows}, f, indent=1)
     print("\n".join(lines))
+    return differ
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    if sys.argv[1] == "--compare":
+        if len(sys.argv) < 4:
+            fail("--compare RESULTS.json TRACE.json...")
+        differ = compare(sys.argv[2], load_traces(sys.argv[3:]))
+    else:
+        differ = run_on_gpu(sys.argv[1], load_traces(sys.argv[2:]))
+    sys.exit(1 if differ else 0)
 
 
 if __name__ == "__main__":

@@ -7,9 +7,11 @@
 #
 #   scripts/allocator-traces.sh [OUTDIR]         (default: allocator-traces; ROWS= to choose rows)
 set -euo pipefail
-cd "$(dirname "$0")/.."
-BIN="${SHARDCAST:-build/cli/shardcast}"
-OUT="${1:-allocator-traces}"
+# Paths as the caller gives them, then the project root (for validation/).
+OUT="$(realpath -m "${1:-allocator-traces}")"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+BIN="$(realpath -m "${SHARDCAST:-$ROOT/build/cli/shardcast}")"
+cd "$ROOT"
 # Megatron (5, 34), DeepSpeed ZeRO-1 fp16 and BF16_Optimizer pipelines near the limit and out of
 # memory (BLOOM 140-172), GPT-NeoX-20B out of memory on 40 GB (222), FSDP (207, 217), ZeRO-3 (13).
 ROWS="${ROWS:-5 34 140 144 148 156 158 160 172 222 207 217 13}"
@@ -20,7 +22,9 @@ trace() {  # trace NAME simulate-arguments...
   echo "$name: $(stat -c %s "$OUT/$name.json") bytes of trace (simulate's report: $OUT/models/$name.txt)"
 }
 for row in $ROWS; do
-  line=$("$BIN" validate --explain "$row" --write-model "$OUT/models/row$row.json" | grep -m1 'shardcast simulate ')
+  # The whole report first: grep -m1 on a pipe would stop shardcast writing (SIGPIPE, pipefail).
+  explain=$("$BIN" validate --explain "$row" --write-model "$OUT/models/row$row.json")
+  line=$(grep -m1 'shardcast simulate ' <<< "$explain")
   read -r -a args <<< "${line#*shardcast simulate }"
   trace "row$row" "${args[@]}"
 done

@@ -156,7 +156,7 @@ void CachingAllocatorModel::FreeDeferred(int handle) {
 }
 
 void CachingAllocatorModel::ProcessEvents() {
-  if (!pending_.empty()) Record(AllocatorEvent::Kind::kProcessEvents, -1);
+  Record(AllocatorEvent::Kind::kProcessEvents, -1);
   ReturnPending();
 }
 

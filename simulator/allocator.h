@@ -30,10 +30,8 @@
 ///    synchronizes and takes those blocks back (synchronize_and_free_events).
 ///
 /// Checked against PyTorch 2.11's allocator on an H200 (scripts/allocator-check.py,
-/// validation/h200/allocator_check.txt): 141 replays of 17 traces' stages (validate rows and the
-/// H200 steps; unlimited, at the stage's capacity, and squeezed between the allocated and
-/// reserved peaks) give the same peak allocated and reserved bytes, peak segments, retries and
-/// out-of-memory counts, to the byte.
+/// validation/h200/allocator_check.txt; docs/simulator.md, "Reserved memory"): the same peak
+/// allocated and reserved bytes, peak segments, retries and out-of-memory counts on every replay.
 
 #include <cstdint>
 #include <set>
@@ -64,7 +62,7 @@ struct AllocatorEvent {
     kAlloc,          ///< Allocate(bytes, stream); handle: what it returned (-1: out of memory)
     kFree,           ///< Free(handle)
     kFreeDeferred,   ///< FreeDeferred(handle): record_stream, then the tensor freed
-    kProcessEvents,  ///< ProcessEvents(), recorded only with deferred blocks waiting
+    kProcessEvents,  ///< ProcessEvents() (the retry's own return of held blocks is not a call)
   };
   Kind kind = Kind::kAlloc;
   int handle = -1;
@@ -111,7 +109,7 @@ class CachingAllocatorModel {
   int ooms() const { return ooms_; }  ///< requests that ran out of memory
   /// Rounded size of the first request that ran out of memory (0: none did).
   std::int64_t first_oom_request_bytes() const { return first_oom_bytes_; }
-  int peak_segments() const { return peak_segments_; }
+  int peak_segments() const { return peak_segments_; }  ///< segments held at most at once
   AllocatorRunStats stats() const {
     return {peak_allocated_, peak_reserved_, peak_segments_, retries_, ooms_};
   }

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "report/allocator_trace.h"
 #include "simulator/allocator.h"
 #include "simulator/memory_replay.h"
 #include "simulator/simulate.h"
@@ -182,6 +183,41 @@ TEST(Allocator, ARecordedTraceReplaysToTheSameFigures) {
   EXPECT_GE(ReplayAllocatorEvents(events, 1260 * kMiB).ooms, 1);
   std::vector<AllocatorEvent> bad = {{AllocatorEvent::Kind::kFree, 7, 0, 0}};
   EXPECT_THROW(ReplayAllocatorEvents(bad, 0), std::invalid_argument);
+}
+
+// The trace file's limits: the squeezed one halfway between the allocated and the reserved peak
+// (in 2 MiB), none where nothing is cached beyond the tensors; none at a capacity of no room.
+TEST(Allocator, TheTraceFileStatesItsLimitsAndTheModelsFiguresAtThem) {
+  StageAllocatorTrace t;
+  t.capacity_bytes = 1000.0 * kMiB;
+  CachingAllocatorModel a;
+  a.set_trace(&t.events);
+  a.Free(a.Allocate(100 * kMiB));
+  ASSERT_GE(a.Allocate(30 * kMiB), 0);  // carved from the cached 100 MiB segment
+  ASSERT_GE(a.Allocate(80 * kMiB), 0);  // 70 MiB left there does not hold it: a new segment
+  a.ProcessEvents();
+  ASSERT_EQ(t.events.size(), 5u);
+  EXPECT_EQ(t.events.back().kind, AllocatorEvent::Kind::kProcessEvents);
+  StageAllocatorTrace full;  // one tensor, nothing cached beside it
+  full.stage = 1;
+  full.capacity_bytes = -1;
+  CachingAllocatorModel b;
+  b.set_trace(&full.events);
+  ASSERT_GE(b.Allocate(100 * kMiB), 0);
+  const Json j = AllocatorTraceJson({t, full}, "test");
+  const Json& s0 = j["stages"][0];
+  // Reserved 180 MiB, allocated at most 110: halfway is 145 MiB, 144 in whole 2 MiB.
+  EXPECT_EQ(s0["model"]["unlimited"]["peak_reserved_bytes"], 180 * kMi);
+  EXPECT_EQ(s0["model"]["unlimited"]["peak_allocated_bytes"], 110 * kMi);
+  EXPECT_EQ(s0["squeezed_capacity_bytes"], 144 * kMi);
+  EXPECT_EQ(s0["model"]["squeezed"]["retries"], 1);  // the 80 MiB segment: the 100 MiB one stays split
+  EXPECT_EQ(s0["model"]["squeezed"]["ooms"], 1);
+  EXPECT_EQ(s0["model"]["at_capacity"]["peak_reserved_bytes"], 180 * kMi);
+  EXPECT_EQ(s0["events"][0], Json::array({0, 0, 100 * kMi, 0}));
+  const Json& s1 = j["stages"][1];
+  EXPECT_TRUE(s1["squeezed_capacity_bytes"].is_null());
+  EXPECT_TRUE(s1["model"]["squeezed"].is_null());
+  EXPECT_TRUE(s1["model"]["at_capacity"].is_null());
 }
 
 TEST(MemoryReplay, BackwardGradientsFragmentTheCacheAsWorkedOutByHand) {
