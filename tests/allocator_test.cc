@@ -2,6 +2,8 @@
 // allocations through it (simulator/memory_replay.h). Every expected figure is worked out here
 // from the allocator's rules as allocator.h states them.
 
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "report/allocator_trace.h"
@@ -10,6 +12,7 @@
 #include "simulator/simulate.h"
 #include "common/json_reader.h"
 #include "models/loader.h"
+#include "tests/test_util.h"
 
 namespace shardcast {
 namespace {
@@ -183,6 +186,41 @@ TEST(Allocator, ARecordedTraceReplaysToTheSameFigures) {
   EXPECT_GE(ReplayAllocatorEvents(events, 1260 * kMiB).ooms, 1);
   std::vector<AllocatorEvent> bad = {{AllocatorEvent::Kind::kFree, 7, 0, 0}};
   EXPECT_THROW(ReplayAllocatorEvents(bad, 0), std::invalid_argument);
+}
+
+// What PyTorch's own allocator did with two recorded stages on an H200 (tests/fixtures/
+// allocator_pytorch_h200.json, from scripts/allocator-check.py): the model, given the same calls and
+// limits, reports the same figures. Row 172's squeezed replay runs out of memory five times, which
+// only the newest-segment-first order among equal blocks reproduces; the FSDP stage holds
+// record_stream blocks on its own stream's pool.
+TEST(Allocator, ReproducesPyTorchsAllocatorOnRecordedTraces) {
+  std::ifstream in(testing::FixturesDir() + "/allocator_pytorch_h200.json");
+  ASSERT_TRUE(in) << "fixture missing";
+  const Json fixture = Json::parse(in);
+  int replays = 0;
+  for (const Json& st : fixture["stages"]) {
+    std::vector<AllocatorEvent> events;
+    for (const Json& e : st["events"]) {
+      AllocatorEvent ev;
+      ev.kind = static_cast<AllocatorEvent::Kind>(e[0].get<int>());
+      if (e.size() > 1) ev.handle = e[1].get<int>();
+      if (e.size() > 2) ev.bytes = e[2].get<std::int64_t>();
+      if (e.size() > 3) ev.stream = e[3].get<int>();
+      events.push_back(ev);
+    }
+    for (const Json& r : st["replays"]) {
+      const AllocatorRunStats s = ReplayAllocatorEvents(events, r["capacity_bytes"].get<double>());
+      const Json& py = r["pytorch"];
+      const std::string what = st["trace"].get<std::string>() + " " + r["mode"].get<std::string>();
+      EXPECT_EQ(s.peak_allocated_bytes, py["peak_allocated_bytes"].get<std::int64_t>()) << what;
+      EXPECT_EQ(s.peak_reserved_bytes, py["peak_reserved_bytes"].get<std::int64_t>()) << what;
+      EXPECT_EQ(s.peak_segments, py["peak_segments"].get<int>()) << what;
+      EXPECT_EQ(s.retries, py["retries"].get<int>()) << what;
+      EXPECT_EQ(s.ooms, py["ooms"].get<int>()) << what;
+      ++replays;
+    }
+  }
+  EXPECT_EQ(replays, 5);
 }
 
 // The trace file's limits: the squeezed one halfway between the allocated and the reserved peak
