@@ -109,8 +109,24 @@ class Replayer {
   }
 
   /// The step is over: lazily allocated gradients are released (DeepSpeed's zero_grad sets them
-  /// to None after the optimizer step).
-  void EndStep() { ReleaseGradients(); }
+  /// to None after the optimizer step), then the optimizer steps (DeepSpeedZero12Step).
+  void EndStep(double params) {
+    ReleaseGradients();
+    if (c_.deepspeed_zero12()) DeepSpeedZero12Step(params / static_cast<double>(c_.shard_dp()));
+  }
+
+  /// DeepSpeed ZeRO-1/2's optimizer step (stage_1_and_2.py step(), February 2022 and v0.16 alike):
+  /// the 16-bit gradients of the rank's partition (`partition_params` elements) flattened into one
+  /// tensor and cast to fp32, the fp32 master partition's .grad (`single_grad_partition`), held
+  /// until the optimizer has stepped; the flat 16-bit copy is freed once cast. (The partition's
+  /// own 16-bit .grad tensors are freed just after the cast; the trace frees them before.)
+  void DeepSpeedZero12Step(double partition_params) {
+    if (partition_params <= 0) return;
+    const int flat = Alloc(2 * partition_params);
+    const int fp32 = Alloc(4 * partition_params);
+    Free(flat);
+    Free(fp32);
+  }
   int Alloc(double bytes) {
     if (bytes <= 0) return -1;
     const int h = alloc_.Allocate(bytes);
@@ -319,7 +335,7 @@ AllocatorReplay ReplayStageAllocations(const CostModel& cm, const ParallelConfig
         case ItemKind::kWeight: rp.Weight(it.microbatch, it.chunk); break;
       }
     }
-    rp.EndStep();
+    rp.EndStep(params);
   }
   const CachingAllocatorModel& a = rp.allocator();
   r.peak_allocated_bytes = static_cast<double>(a.peak_allocated_bytes());

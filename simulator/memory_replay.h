@@ -18,6 +18,8 @@
 ///    reverse the input gradient made (the size of the op's saved tensor) and the op's saved
 ///    tensor and the incoming gradient freed; the output layer's logit gradient first;
 ///  - a zero-bubble schedule's W pass frees what its B pass kept for it (ChunkCost::weight_saved_bytes);
+///  - after each step's passes, DeepSpeed ZeRO-1/2's optimizer step: the rank's gradient partition
+///    flattened (2 bytes per element) and cast to fp32 (4 bytes), both freed by the step's end;
 ///  - two steps, the second starting from the first one's cache (the peak of a steady run).
 /// The micro-batches replayed are at most max(2 pp, 4) (a multiple of pp for the interleaved
 /// schedule, all of them for GPipe): the stage's most micro-batches in flight are reached, and

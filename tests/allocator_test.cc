@@ -291,6 +291,30 @@ TEST(MemoryReplay, BackwardGradientsFragmentTheCacheAsWorkedOutByHand) {
   EXPECT_THROW(ReplayStageAllocations(cm, c, 1, static_bytes, 0), std::out_of_range);
 }
 
+// DeepSpeed ZeRO-1/2's step flattens the rank's gradient partition (16-bit) and casts it to fp32
+// after the backward: 2 + 4 bytes per partition element, each a new segment unless a cached block
+// holds it. On the layer above (cached: 100, 50, 20, 20, 50, 100 MiB) with 100 Mi parameters:
+// at dp 1 they are 200 and 400 MiB, two new segments; at dp 4, 50 and 100 MiB, carved from the cache.
+TEST(MemoryReplay, DeepSpeedsStepCastsTheGradientPartitionToFp32) {
+  ParallelConfig c;
+  CostModel cm = OneLayer(&c, Recompute::kNone);
+  cm.chunks[0][0].params_per_gpu = 100.0 * kMi;
+  c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+  c.zero_stage = 2;  // gradients in a flat buffer: no lazily allocated .grad
+  const AllocatorReplay one = ReplayStageAllocations(cm, c, 0, 1000 * kMiB, 0);
+  EXPECT_DOUBLE_EQ(one.peak_reserved_bytes, (1000.0 + 340.0 + 200.0 + 400.0) * kMiB);
+  EXPECT_DOUBLE_EQ(one.peak_allocated_bytes, (1000.0 + 200.0 + 400.0) * kMiB);
+  c.dp = 4;
+  c.global_batch_size = 4;
+  const AllocatorReplay four = ReplayStageAllocations(cm, c, 0, 1000 * kMiB, 0);
+  EXPECT_DOUBLE_EQ(four.peak_reserved_bytes, (1000.0 + 340.0) * kMiB);
+  EXPECT_DOUBLE_EQ(four.peak_allocated_bytes, (1000.0 + 250.0) * kMiB);
+  c.optimizer_impl = OptimizerImpl::kMegatron;  // Megatron's fp32 gradients live in its buffers
+  c.dp = 1;
+  c.global_batch_size = 1;
+  EXPECT_DOUBLE_EQ(ReplayStageAllocations(cm, c, 0, 1000 * kMiB, 0).peak_reserved_bytes, 1340.0 * kMiB);
+}
+
 TEST(MemoryReplay, FullRecomputeKeepsTheCheckpointAndRebuildsTheRest) {
   ParallelConfig c;
   const CostModel cm = OneLayer(&c, Recompute::kFull);

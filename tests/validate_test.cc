@@ -253,9 +253,10 @@ TEST(Validate, EveryRowsConfigurationRoundTripsThroughSimulateFlags) {
   EXPECT_EQ(checked, 86);
 }
 
-// "Fits" follows PyTorch's caching allocator (its replay): every run with a measured peak
-// (BLOOM's nvidia-smi maxima) fits without releasing the cache, and its measured peak is above
-// the predicted reserved figure (docs/accuracy.md: -14% to -27%); SC21's 530B ZeRO-3 run on 640
+// "Fits" follows PyTorch's caching allocator (its replay): every run with a measured peak fits
+// without releasing the cache, and each of BLOOM's nvidia-smi maxima (S12) is above the predicted
+// reserved figure (docs/accuracy.md); GPT-NeoX-20B's "27GB per GPU" (row 221) is not, since
+// DeepSpeed's step makes its fp32 gradient partition (DP1: all of it). SC21's 530B ZeRO-3 run on 640
 // GPUs (row 14), at 99.3% of memory by its allocated peak, finds no room for a request in the
 // replay and is predicted not to fit, with the allocator named in the reason.
 TEST(Validate, FitsAndAtRiskFollowTheAllocatorReplay) {
@@ -269,7 +270,9 @@ TEST(Validate, FitsAndAtRiskFollowTheAllocatorReplay) {
     EXPECT_FALSE(r.predicted_at_risk) << r.row_id;
     ASSERT_TRUE(r.predicted_reserved_bytes) << r.row_id;
     EXPECT_GE(*r.predicted_reserved_bytes, *r.predicted_peak_memory_bytes) << r.row_id;
-    EXPECT_GT(*r.measured_peak_memory_bytes, *r.predicted_reserved_bytes) << r.row_id;
+    if (r.source_id == "S12") {
+      EXPECT_GT(*r.measured_peak_memory_bytes, *r.predicted_reserved_bytes) << r.row_id;
+    }
   }
   EXPECT_EQ(n, 18);
   bool found = false;
