@@ -26,7 +26,8 @@ capacity and both sets of figures) and OUTDIR/allocator-check.txt (also printed)
     (memory._record_memory_history: [action, address, size]) in OUTDIR/torch-NAME-STAGE-MODE.json.
 
 The --compare form prints the same table from a results file's PyTorch figures and the given
-traces' model figures (after a change to the model, without a GPU).
+traces' model figures (after a change to the allocator model, without a GPU). The traces must be
+the calls PyTorch replayed: a results row's fingerprint (allocations and their bytes) is checked.
 
 Exit 0 when every replay agrees, 1 when one differs, 2 on bad input or no GPU.
 docs/simulator.md, "Reserved memory". Standard library and torch only.
@@ -67,6 +68,13 @@ def load_traces(paths):
                 fail("%s: stages[%d].model: no 'unlimited' figures" % (path, i))
         traces[os.path.splitext(os.path.basename(path))[0]] = trace
     return traces
+
+
+def fingerprint(events):
+    """What identifies a stage's calls: its allocations and their bytes (not its process-events
+    marks, which change nothing without record_stream holds)."""
+    allocs = [e for e in events if e[0] == 0]
+    return {"allocations": len(allocs), "bytes": sum(e[2] for e in allocs)}
 
 
 def limits(st):
@@ -110,7 +118,7 @@ def compare(results_path, traces):
             results = json.load(f)
     except (OSError, ValueError) as e:
         fail("%s: %s" % (results_path, e))
-    rows = []
+    rows, other = [], set()
     for r in results.get("rows", []):
         trace = traces.get(r.get("trace"))
         if trace is None:
@@ -119,7 +127,12 @@ def compare(results_path, traces):
         if not st or st[0]["model"].get(r.get("mode")) is None:
             fail("%s: %s stage %s: no model figures for mode %r" % (results_path, r.get("trace"), r.get("stage"),
                                                                    r.get("mode")))
+        if "fingerprint" in r and r["fingerprint"] != fingerprint(st[0]["events"]):
+            other.add("%s stage %s" % (r["trace"], r["stage"]))
         rows.append(dict(r, model=st[0]["model"][r["mode"]]))
+    if other:
+        fail("not the calls PyTorch replayed (another simulate made these traces; the results say which): "
+             + ", ".join(sorted(other)))
     env = ["# %s: %s" % (k, v) for k, v in results.get("environment", {}).items()]
     lines, differ = describe(rows)
     print("\n".join(env + lines))
@@ -216,7 +229,7 @@ def run_on_gpu(outdir, traces):
         for st in trace["stages"]:
             for mode, cap in limits(st):
                 row = {"trace": name, "stage": st["stage"], "mode": mode, "capacity_bytes": cap,
-                       "model": st["model"][mode]}
+                       "fingerprint": fingerprint(st["events"]), "model": st["model"][mode]}
                 need = st["model"]["unlimited"]["peak_reserved_bytes"] if cap is None else cap
                 if need >= torch.cuda.mem_get_info()[0] - GiB:
                     row["pytorch"] = "needs more than this GPU's free memory"
