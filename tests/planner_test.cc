@@ -152,9 +152,9 @@ TEST(Pruning, NeverRemovesAConfigurationThatFits) {
   PlanOptions o;
   o.gpus = 64;
   o.global_batch_size = 64;
-  const BoundsCheck k = CheckBounds(m, cl, o, 3);  // every third, to bound the test's time
+  const BoundsCheck k = CheckBounds(m, cl, o, 5);  // every fifth (763 feasible), to bound the test's time
   EXPECT_GT(k.pruned, 0u);
-  EXPECT_GT(k.checked, 50u);
+  EXPECT_GT(k.checked, 500u);
 }
 
 TEST(Ranking, DeterministicAcrossThreadCounts) {
