@@ -108,24 +108,56 @@ class Replayer {
     }
   }
 
-  /// The step is over: lazily allocated gradients are released (DeepSpeed's zero_grad sets them
-  /// to None after the optimizer step), then the optimizer steps (DeepSpeedZero12Step).
+  /// The step is over: the optimizer steps (DeepSpeedZero12Step), and lazily allocated gradients
+  /// are released (DeepSpeed's zero_grad sets them to None after the optimizer step).
   void EndStep(double params) {
-    ReleaseGradients();
     if (c_.deepspeed_zero12()) DeepSpeedZero12Step(params / static_cast<double>(c_.shard_dp()));
+    ReleaseGradients();
   }
 
   /// DeepSpeed ZeRO-1/2's optimizer step (stage_1_and_2.py step(), February 2022 and v0.16 alike):
-  /// the 16-bit gradients of the rank's partition (`partition_params` elements) flattened into one
-  /// tensor and cast to fp32, the fp32 master partition's .grad (`single_grad_partition`), held
-  /// until the optimizer has stepped; the flat 16-bit copy is freed once cast. (The partition's
-  /// own 16-bit .grad tensors are freed just after the cast; the trace frees them before.)
+  /// the .grad tensors outside the rank's partition are freed (free_grad_in_param_list of
+  /// params_not_in_partition); the 16-bit gradients of the partition (`partition_params`
+  /// elements) are flattened into one tensor and cast to fp32, the fp32 master partition's .grad
+  /// (`single_grad_partition`), and the flat 16-bit copy is freed once cast; then the partition's
+  /// own .grad tensors are freed, and the fp32 gradient after the optimizer's step. The rank
+  /// replayed holds the first partition, in parameter order (PartitionGradients).
   void DeepSpeedZero12Step(double partition_params) {
     if (partition_params <= 0) return;
+    std::vector<int> in_partition = PartitionGradients(partition_params);
     const int flat = Alloc(2 * partition_params);
     const int fp32 = Alloc(4 * partition_params);
     Free(flat);
+    for (int h : in_partition) Free(h);
     Free(fp32);
+  }
+  /// Frees the lazily allocated .grad tensors that do not overlap the first `partition_params`
+  /// elements in parameter order (per chunk: embedding, layers, output layer; within a layer,
+  /// forward order) and returns the handles of those that do.
+  std::vector<int> PartitionGradients(double partition_params) {
+    std::vector<int> in_partition;
+    if (grads_.empty()) return in_partition;
+    double offset = 0;
+    for (std::size_t chunk = 0; chunk < chunks_.size(); ++chunk) {
+      const int ci = static_cast<int>(chunk);
+      std::vector<int> order{-1};
+      for (int l = 0; l < chunks_[chunk].layers; ++l) order.push_back(l);
+      order.push_back(-2);
+      for (int layer : order) {
+        auto it = grads_.find({ci, layer});
+        if (it == grads_.end()) continue;
+        for (auto g = it->second.rbegin(); g != it->second.rend(); ++g) {  // stored in backward order
+          if (offset < partition_params) {
+            in_partition.push_back(g->handle);
+          } else {
+            Free(g->handle);
+          }
+          offset += g->elements;
+        }
+      }
+    }
+    grads_.clear();
+    return in_partition;
   }
   int Alloc(double bytes) {
     if (bytes <= 0) return -1;
@@ -216,13 +248,13 @@ class Replayer {
   /// backward runs since they were released, in reverse order (as autograd reaches them).
   void GradientsOf(int chunk, int layer, const std::vector<double>& elements) {
     if (lazy_.bytes_per_param <= 0) return;
-    std::vector<int>& g = grads_[{chunk, layer}];
+    std::vector<LazyGradient>& g = grads_[{chunk, layer}];
     if (!g.empty()) return;
-    for (std::size_t j = elements.size(); j-- > 0;) g.push_back(Alloc(lazy_.bytes_per_param * elements[j]));
+    for (std::size_t j = elements.size(); j-- > 0;) g.push_back({Alloc(lazy_.bytes_per_param * elements[j]), elements[j]});
   }
   void ReleaseGradients() {
-    for (auto& [key, handles] : grads_) {
-      for (int h : handles) Free(h);
+    for (auto& [key, grads] : grads_) {
+      for (const LazyGradient& g : grads) Free(g.handle);
     }
     grads_.clear();
   }
@@ -286,7 +318,11 @@ class Replayer {
   std::map<std::pair<int, int>, std::vector<int>> kept_;
   std::map<std::pair<int, int>, int> weight_hold_;
   LazyGradients lazy_;
-  std::map<std::pair<int, int>, std::vector<int>> grads_;  ///< [chunk, layer] -> .grad handles
+  struct LazyGradient {
+    int handle;
+    double elements;
+  };
+  std::map<std::pair<int, int>, std::vector<LazyGradient>> grads_;  ///< [chunk, layer] -> .grads, backward order
   double gather_bytes_ = 0;  ///< one layer's gathered parameters when the replay makes them
 };
 

@@ -315,6 +315,28 @@ TEST(MemoryReplay, DeepSpeedsStepCastsTheGradientPartitionToFp32) {
   EXPECT_DOUBLE_EQ(ReplayStageAllocations(cm, c, 0, 1000 * kMiB, 0).peak_reserved_bytes, 1340.0 * kMiB);
 }
 
+// ZeRO-1 keeps every parameter's .grad (2 bytes, made lazily in the backward). Its step frees
+// those outside the rank's partition, flattens and casts the partition (2 + 4 bytes per element),
+// and only then frees the partition's own .grad tensors (stage_1_and_2.py step()). A layer of
+// two weights, 240 Mi and 160 Mi elements; static 2000 MiB = 800 MiB of .grads + 1200 MiB
+// (800 of them the flat 16-bit weights). At dp 1 the step holds 1200 + 800 (.grads) + 800
+// (flat) + 1600 (fp32) MiB; at dp 2 the partition is the first 200 Mi elements, which the first
+// weight overlaps: 1200 + 480 + 400 + 800 MiB. Both above the backward's peak.
+TEST(MemoryReplay, ZeroOnesStepFreesTheGradientsOfItsPartitionAfterTheCast) {
+  ParallelConfig c;
+  CostModel cm = OneLayer(&c, Recompute::kNone);
+  cm.chunks[0][0].params_per_gpu = 400.0 * kMi;
+  cm.layer_tensors.dense_order = {240.0 * kMi, 160.0 * kMi};
+  c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+  c.zero_stage = 1;
+  EXPECT_DOUBLE_EQ(ReplayStageAllocations(cm, c, 0, 2000 * kMiB, 0).peak_allocated_bytes,
+                   (1200.0 + 800.0 + 800.0 + 1600.0) * kMiB);
+  c.dp = 2;
+  c.global_batch_size = 2;
+  EXPECT_DOUBLE_EQ(ReplayStageAllocations(cm, c, 0, 2000 * kMiB, 0).peak_allocated_bytes,
+                   (1200.0 + 480.0 + 400.0 + 800.0) * kMiB);
+}
+
 TEST(MemoryReplay, FullRecomputeKeepsTheCheckpointAndRebuildsTheRest) {
   ParallelConfig c;
   const CostModel cm = OneLayer(&c, Recompute::kFull);
