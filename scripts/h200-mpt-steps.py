@@ -24,7 +24,8 @@ as F.cross_entropy on fp32 logits (llm-foundry uses flash-attn's fused loss; sim
 Timing: the whole step between two torch.cuda.synchronize(), 2 warm-up steps, the median of the
 next 5; the forward and backward alone likewise. One more step under torch.profiler gives the
 CUDA kernels' total time by class (GEMM, attention, other) and the 25 largest kernels.
-Writes OUTDIR/mpt-steps.json and prints a summary. Standard library and torch only.
+Writes OUTDIR/mpt-steps.json (atomically) and prints a summary; exits 2 without PyTorch or a CUDA
+GPU. Standard library and torch only.
 """
 import json
 import os
@@ -32,10 +33,14 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.utils.checkpoint import checkpoint
+except ImportError as e:
+    print("h200-mpt-steps: needs PyTorch (%s)" % e, file=sys.stderr)
+    sys.exit(2)
 
 VOCAB = 50368
 SEQ = 2048
