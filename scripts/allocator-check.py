@@ -27,8 +27,8 @@ capacity and both sets of figures) and OUTDIR/allocator-check.txt (also printed)
 
 The --compare form prints the same table from a results file's PyTorch figures and the given
 traces' model figures (after a change to the allocator model, without a GPU). The traces must be
-the calls PyTorch replayed: a results row's fingerprint (allocations and their bytes, and since
-2026-12-04's second run a SHA-256 of the whole call sequence) is checked.
+the calls PyTorch replayed: a results row's fingerprint (allocations and their bytes, and a SHA-256
+of the whole call sequence where the row has one) is checked.
 
 Exit 0 when every replay agrees, 1 when one differs, 2 on bad input or no GPU.
 docs/simulator.md, "Reserved memory". Standard library and torch only.
@@ -74,8 +74,8 @@ def load_traces(paths):
 
 def fingerprint(events):
     """What identifies a stage's calls: its allocations and their bytes, and a SHA-256 of the whole
-    call sequence (allocations, frees and process-events marks, in order). Results recorded before
-    the hash was added carry only the first two; a check compares the keys a result has."""
+    call sequence in order (allocations, frees, and the process-events marks, which matter where
+    blocks wait on record_stream). A check compares the keys a results row has."""
     allocs = [e for e in events if e[0] == 0]
     digest = hashlib.sha256(json.dumps(events, separators=(",", ":")).encode()).hexdigest()
     return {"allocations": len(allocs), "bytes": sum(e[2] for e in allocs), "sha256": digest}

@@ -7,7 +7,7 @@ What for: the MPT rows of validation/published_runs.csv (S14, llm-foundry on H10
 measured per-op times. One H200 has the H100's bf16 peak (989 TFLOP/s dense), so a step of the
 same layer shapes on it checks shardcast's compute model of those layers (GEMM rates at their
 shapes, flash attention, the memory-bound ops) apart from the cluster's communication.
-docs/accuracy.md ("MPT on one H200") compares the figures with `shardcast simulate --cluster
+docs/accuracy.md ("MPT's layers on one H200") compares the figures with `shardcast simulate --cluster
 dgx-h200 --gpus 1` of the same models (validation/h200/mpt-*.json).
 
 The models, as llm-foundry builds MPT (no biases, LayerNorm without bias, fused Wqkv, GeLU MLP of
@@ -16,15 +16,17 @@ micro-batch 8, no recompute, as rows 217-219 ran), and the first layers of MPT-1
 heads, micro-batch 16) and MPT-70b (d 8192, 64 heads, micro-batch 8) with full recompute
 (torch.utils.checkpoint around each layer), as rows 205-213 ran. Sequence 2048. bf16 weights and
 compute, bf16 gradients cast to fp32 for a fused AdamW on an fp32 master copy (FSDP's DEFAULT
-mixed precision on one rank); attention through scaled_dot_product_attention(is_causal=True)
-(its flash backend; MPT adds ALiBi slopes to FlashAttention-2, which this leaves out); the loss
+mixed precision on one rank, without the sharding); attention through
+scaled_dot_product_attention(is_causal=True), whichever backend PyTorch picks (2.11 on an H200
+picked cuDNN's fused flash attention; llm-foundry's MPT runs FlashAttention-2 with ALiBi slopes,
+which this leaves out); the loss
 as F.cross_entropy on fp32 logits (llm-foundry uses flash-attn's fused loss; simulate with
 --cross-entropy torch).
 
 Timing: the whole step between two torch.cuda.synchronize(), 2 warm-up steps, the median of the
 next 5; the forward and backward alone likewise. One more step under torch.profiler gives the
-CUDA kernels' total time by class (GEMM, attention, other) and the 25 largest kernels.
-Writes OUTDIR/mpt-steps.json (atomically) and prints a summary; exits 2 without PyTorch or a CUDA
+CUDA kernels' total time by class (GEMM, attention, other: `classify`) and the 25 largest kernels.
+Writes OUTDIR/mpt_steps.json (atomically) and prints a summary; exits 2 without PyTorch or a CUDA
 GPU. Standard library and torch only.
 """
 import json
@@ -90,7 +92,7 @@ class Mpt(nn.Module):
 
 def classify(name):
     n = name.lower()
-    if "flash" in n or "fmha" in n or "attention" in n:
+    if "flash" in n or "fmha" in n or "attention" in n or "cudnn" in n:  # cuDNN's SDPA and its helpers
         return "attention"
     if any(k in n for k in ("gemm", "nvjet", "cutlass", "xmma", "sm90_", "sm80_", "cublas")):
         return "gemm"
@@ -183,10 +185,10 @@ def main():
             r["model"], r["step_s"], r["fwd_bwd_s"],
             " ".join("%s %.4f" % kv for kv in sorted(r["kernel_s_by_class"].items())),
             r["max_allocated_bytes"] / 2**30), flush=True)
-    tmp = os.path.join(out, "mpt-steps.json.tmp")
+    tmp = os.path.join(out, "mpt_steps.json.tmp")
     with open(tmp, "w") as f:
         json.dump({"environment": env, "rows": rows}, f, indent=1)
-    os.replace(tmp, os.path.join(out, "mpt-steps.json"))
+    os.replace(tmp, os.path.join(out, "mpt_steps.json"))
 
 
 if __name__ == "__main__":

@@ -73,6 +73,12 @@ namespace {
 /// Replays passes through the allocator; remembers what each (micro-batch, chunk) keeps.
 class Replayer {
  public:
+  /// One lazily allocated .grad tensor: its allocator handle and its elements.
+  struct GradTensor {
+    int handle;
+    double elements;
+  };
+
   Replayer(const CostModel& cm, const ParallelConfig& c, int stage, double capacity)
       : cm_(cm), c_(c), alloc_(capacity), chunks_(cm.chunks.at(static_cast<std::size_t>(stage))),
         lazy_(LazyGradientsOf(c)), gather_bytes_(ReplaysZero3Gathers(c) ? Zero3GatheredLayerBytes(cm, c.param_gather_bytes, stage) : 0) {
@@ -133,7 +139,8 @@ class Replayer {
   }
   /// Frees the lazily allocated .grad tensors that do not overlap the first `partition_params`
   /// elements in parameter order (per chunk: embedding, layers, output layer; within a layer,
-  /// forward order) and returns the handles of those that do.
+  /// forward order) and returns the handles of those that do, for the caller to free: the
+  /// replayer holds no .grad tensor afterwards.
   std::vector<int> PartitionGradients(double partition_params) {
     std::vector<int> in_partition;
     if (grads_.empty()) return in_partition;
@@ -248,13 +255,15 @@ class Replayer {
   /// backward runs since they were released, in reverse order (as autograd reaches them).
   void GradientsOf(int chunk, int layer, const std::vector<double>& elements) {
     if (lazy_.bytes_per_param <= 0) return;
-    std::vector<LazyGradient>& g = grads_[{chunk, layer}];
+    std::vector<GradTensor>& g = grads_[{chunk, layer}];
     if (!g.empty()) return;
-    for (std::size_t j = elements.size(); j-- > 0;) g.push_back({Alloc(lazy_.bytes_per_param * elements[j]), elements[j]});
+    for (std::size_t j = elements.size(); j-- > 0;) {
+      g.push_back({Alloc(lazy_.bytes_per_param * elements[j]), elements[j]});
+    }
   }
   void ReleaseGradients() {
     for (auto& [key, grads] : grads_) {
-      for (const LazyGradient& g : grads) Free(g.handle);
+      for (const GradTensor& g : grads) Free(g.handle);
     }
     grads_.clear();
   }
@@ -318,11 +327,8 @@ class Replayer {
   std::map<std::pair<int, int>, std::vector<int>> kept_;
   std::map<std::pair<int, int>, int> weight_hold_;
   LazyGradients lazy_;
-  struct LazyGradient {
-    int handle;
-    double elements;
-  };
-  std::map<std::pair<int, int>, std::vector<LazyGradient>> grads_;  ///< [chunk, layer] -> .grads, backward order
+  /// [chunk, layer] -> its .grad tensors, in backward order (as autograd made them)
+  std::map<std::pair<int, int>, std::vector<GradTensor>> grads_;
   double gather_bytes_ = 0;  ///< one layer's gathered parameters when the replay makes them
 };
 
