@@ -337,6 +337,12 @@ TEST(MemoryReplay, ZeroOnesStepFreesTheGradientsOfItsPartitionAfterTheCast) {
   c.global_batch_size = 2;
   EXPECT_DOUBLE_EQ(ReplayStageAllocations(cm, c, 0, 2000 * kMiB, 0).peak_allocated_bytes,
                    (1200.0 + 480.0 + 400.0 + 800.0) * kMiB);
+  // A weight that starts inside the partition and ends past it belongs to it (DeepSpeed's
+  // params_in_partition): weights of 100 Mi and 300 Mi elements, partition [0, 200 Mi): both
+  // .grads (800 MiB) stay through the cast: 1200 + 800 + 400 + 800 MiB.
+  cm.layer_tensors.dense_order = {100.0 * kMi, 300.0 * kMi};
+  EXPECT_DOUBLE_EQ(ReplayStageAllocations(cm, c, 0, 2000 * kMiB, 0).peak_allocated_bytes,
+                   (1200.0 + 800.0 + 400.0 + 800.0) * kMiB);
 }
 
 TEST(MemoryReplay, FullRecomputeKeepsTheCheckpointAndRebuildsTheRest) {
