@@ -143,7 +143,6 @@ class Replayer {
   /// replayer holds no .grad tensor afterwards.
   std::vector<int> PartitionGradients(double partition_params) {
     std::vector<int> in_partition;
-    if (grads_.empty()) return in_partition;
     double offset = 0;
     for (std::size_t chunk = 0; chunk < chunks_.size(); ++chunk) {
       const int ci = static_cast<int>(chunk);
