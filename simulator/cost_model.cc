@@ -1307,26 +1307,24 @@ void SetPrefetched(LayerTensors* t, const std::vector<double>& order) {
 }
 
 /// Sets `t`'s gradient bucket all-reduces per layer from `order` (the gathered tensors in forward
-/// order; the small tensors' gradients are too small to move a bucket's boundary) over a
-/// backward through `layers` layers: the backward hands the gradients over in reverse order, a
-/// gradient that would overflow reduce_bucket_elems first sends what waits in the bucket (stage3.py
-/// at c83e49f, reduce_independent_p_g_buckets_and_remove_grads; a larger gradient then waits
-/// alone), and the backward's end sends what is left (independent_gradient_partition_epilogue).
-/// A bucket may span layers, so the count is the mean over the backward.
-void SetReductions(LayerTensors* t, const std::vector<double>& order, std::int64_t layers) {
-  const std::int64_t n = std::max<std::int64_t>(1, layers);
+/// order; the small tensors' gradients are too small to move a bucket's boundary): the backward
+/// hands the gradients over in reverse order, and a gradient that would overflow
+/// reduce_bucket_elems first sends what waits in the bucket (stage3.py at c83e49f,
+/// reduce_independent_p_g_buckets_and_remove_grads; a larger gradient then waits alone). A bucket
+/// may span layers, so the count is the steady state over kLayers consecutive layers after one.
+void SetReductions(LayerTensors* t, const std::vector<double>& order) {
+  constexpr int kLayers = 64;
   double waiting = 0, sent = 0;
-  for (std::int64_t layer = 0; layer < n; ++layer) {
+  for (int layer = 0; layer <= kLayers; ++layer) {
     for (auto it = order.rbegin(); it != order.rend(); ++it) {
       if (waiting > 0 && waiting + *it > t->reduce_bucket_elems) {
-        sent += 1;
+        if (layer > 0) sent += 1;
         waiting = 0;
       }
       waiting += *it;
     }
   }
-  if (waiting > 0) sent += 1;
-  t->reductions = sent / static_cast<double>(n);
+  t->reductions = sent / kLayers;
   t->expert_reductions = t->gathered > 0 ? t->reductions * t->expert_gathered / t->gathered : 0;
 }
 
@@ -1415,9 +1413,7 @@ LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c) {
   AddAttentionTensors(&dense, m, tp, &dense.dense_order);
   AddMlpTensors(&dense, m, static_cast<double>(m.ffn_hidden_size), tp, m.add_bias_linear, 1, &dense.dense_order);
   SetPrefetched(&dense, dense.dense_order);
-  // The layers one backward runs through on a stage (ZeRO-3 of 2021 runs its one stage).
-  const std::int64_t stage_layers = (m.num_layers + c.pp - 1) / std::max<std::int64_t>(1, c.pp);
-  SetReductions(&dense, dense.dense_order, stage_layers);
+  SetReductions(&dense, dense.dense_order);
   if (!m.moe.enabled()) return dense;
   LayerTensors moe = knobs;
   AddAttentionTensors(&moe, m, tp, &moe.moe_order);
@@ -1431,7 +1427,7 @@ LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c) {
   AddMlpTensors(&moe, m, static_cast<double>(m.moe.ffn_hidden_size), static_cast<double>(c.expert_tp()),
                 m.moe.expert_bias, local, &moe.moe_order, true);
   SetPrefetched(&moe, moe.moe_order);
-  SetReductions(&moe, moe.moe_order, stage_layers);
+  SetReductions(&moe, moe.moe_order);
   const double layers = static_cast<double>(std::max<std::int64_t>(1, m.num_layers));
   const double w = static_cast<double>(m.MoeLayersIn(0, m.num_layers)) / layers;  // MoE layers' share
   auto mix = [w](double d, double e) { return (1 - w) * d + w * e; };

@@ -196,13 +196,12 @@ struct LayerTensors {
   /// stage3_max_live_parameters; every other gathered tensor has been released by then).
   double prefetched_tensors = 0;
   double prefetched_share = 0;  ///< the prefetched tensors' share of the gathered elements
-  /// Gradient buckets all-reduced per layer (the mean over a backward through a stage's layers,
-  /// and over dense and MoE layers): DeepSpeed's stage 3 at c83e49f, whose default
-  /// contiguous_gradients is off, flattens and all-reduces the bucket waiting in
-  /// reduce_bucket_elems each time a gradient would overflow it, and what is left at the
-  /// backward's end (reduce_independent_p_g_buckets_and_remove_grads, reduce_ipg_grads ->
-  /// buffered_reduce_fallback). Of them, expert_reductions by the routed experts' share of the
-  /// gathered tensors.
+  /// Gradient buckets all-reduced per layer (the mean over dense and MoE layers, steady state
+  /// over consecutive layers): DeepSpeed's stage 3 at c83e49f, whose default contiguous_gradients
+  /// is off, flattens and all-reduces the bucket waiting in reduce_bucket_elems each time a
+  /// gradient would overflow it (reduce_independent_p_g_buckets_and_remove_grads, reduce_ipg_grads
+  /// -> buffered_reduce_fallback). Of them, expert_reductions by the routed experts' share of
+  /// the gathered tensors.
   double reductions = 0, expert_reductions = 0;
   /// Elements of the tensors under the persistence threshold: kept whole on every rank.
   double persistent_elems = 0;
