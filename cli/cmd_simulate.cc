@@ -557,9 +557,9 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                   "all-gathers as its parameter coordinator prefetches them, within --stage3-max-live-parameters; "
                   "gradients reduce-scattered a --reduce-bucket-size bucket at a time; implies --optimizer "
                   "deepspeed-zero unless given) | deepspeed-2021 (DeepSpeed stage 3 of "
-                  "v0.3-0.4: one list all-gather per parameter tensor of >= 1e5 elements, the host handling each rank's "
-                  "slice, and the gradients all-reduced in flat 5e8-element buckets, its default without contiguous "
-                  "gradients; simulate and plan only, execute refuses it)")
+                  "v0.3-0.4: one list all-gather per parameter tensor of >= 1e5 elements and the gradients reduce-scattered "
+                  "tensor by tensor from 5e8-element buckets, the host handling each rank's slice; simulate and plan only, "
+                  "execute refuses it)")
       ->transform(CLI::IsMember({"per-layer", "deepspeed", "deepspeed-2021"}, CLI::ignore_case));
   cmd->add_flag("--p2p-blocking", a->p2p_blocking,
                 "pipeline sends/receives run in order on the compute stream (DeepSpeed's pipeline engine; Megatron-LM "

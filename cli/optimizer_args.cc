@@ -27,8 +27,8 @@ void AddDeepSpeedKnobOptions(CLI::App* cmd, OptimizerArgs* a, bool for_plan) {
                   "bucketed collective whatever its size; with "
                   "--zero3-impl deepspeed, the contiguous bucket the gradients are copied into and "
                   "reduce-scattered from when full; with --zero3-impl deepspeed-2021, the gradients wait in a "
-                  "bucket of this size, flattened and all-reduced whenever the next gradient would overflow it "
-                  "(the memory they hold and the all-reduces per layer)" + where)
+                  "bucket of this size before it is reduce-scattered (the memory they hold; the reduce-scatters "
+                  "are timed tensor by tensor)" + where)
       ->check(PositiveNumber());
   cmd->add_flag("--no-contiguous-gradients", a->no_contiguous_gradients,
                 "with " + zero12 + ": DeepSpeed's contiguous_gradients false: no bucket is held, the gradients are "

@@ -37,11 +37,9 @@ enum class OptimizerImpl { kMegatron, kDeepSpeedZero, kDeepSpeedBf16 };
 ///    recomputed forward and the backward, waited on before the module runs; a tensor is
 ///    prefetched on DeepSpeed's communication stream while the module before it runs only when
 ///    that module's live parameters stay under stage3_max_live_parameters (1e9), else it is
-///    gathered after torch.cuda.synchronize() with no overlap; each gather through PyTorch's
-///    list all-gather, whose host and copy work grows with the group
-///    (kListCollectiveSliceSeconds per rank and tensor); gradients wait in a reduce_bucket_size
-///    bucket that is flattened and all-reduced, on the compute stream, whenever the next
-///    gradient would overflow it (its default contiguous_gradients off: buffered_reduce_fallback).
+///    gathered after torch.cuda.synchronize() with no overlap; one reduce-scatter per parameter
+///    tensor on the compute stream; each through PyTorch's list collectives, whose host and copy
+///    work grows with the group (kListCollectiveSliceSeconds per rank and tensor).
 ///  - kDeepSpeed: DeepSpeed stage 3 of v0.10-0.16 (runtime/zero/partitioned_param_coordinator.py
 ///    and stage3.py at commit 38327e0, February 2025): coalesced all-gathers on a stream of their
 ///    own, issued module by module as its parameter coordinator decides (each fetch prefetches
@@ -230,8 +228,8 @@ struct ParallelConfig {
   /// at ZeRO-1/2, each backward through the optimizer allocates this many 16-bit elements (twice
   /// with overlap_comm, the simulator's overlap_grad_reduce) for the gradients to be copied into
   /// before their reduction (StaticStageMemory); with Zero3Impl::kDeepSpeed2021, the gradients
-  /// wait in a bucket of this many elements before it is flattened and all-reduced (the memory
-  /// they hold, Zero3GatheredPeakBytes, and the all-reduces per layer, LayerTensors::reductions); with
+  /// wait in a bucket of this many elements before it is reduce-scattered (the memory they hold,
+  /// Zero3GatheredPeakBytes; the reduce-scatters are timed tensor by tensor); with
   /// Zero3Impl::kDeepSpeed, the contiguous bucket they are copied into and reduce-scattered from.
   double ds_reduce_bucket_elems = 5e8;
   /// DeepSpeed's contiguous_gradients (its default true): with OptimizerImpl::kDeepSpeedZero at

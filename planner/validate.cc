@@ -577,7 +577,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       // 2022-02-28 BLOOM ran the BF16_Optimizer (ZeRO stage 0 + its own optimizer sharding).
       c.optimizer_impl = Contains(t.Get(r, "dp_sharding"), "BF16_Optimizer") ? OptimizerImpl::kDeepSpeedBf16 : OptimizerImpl::kDeepSpeedZero;
       // SC21's ZeRO-3 comparison (April 2021) ran DeepSpeed's stage 3 of that time: per-tensor,
-      // synchronized list all-gathers and flat gradient bucket all-reduces (Zero3Impl::kDeepSpeed2021).
+      // synchronized list collectives (Zero3Impl::kDeepSpeed2021).
       if (c.zero_stage >= 3) c.zero3_impl = Zero3Impl::kDeepSpeed2021;
       // These runs (2021-22) ran DeepSpeed before v0.13, whose engine turned contiguous_gradients
       // off at ZeRO-1 (PR 1246; GPT-NeoX's pinned DeeperSpeed eb7f5cff ran the legacy stage-1

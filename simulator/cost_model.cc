@@ -1306,28 +1306,6 @@ void SetPrefetched(LayerTensors* t, const std::vector<double>& order) {
   t->prefetched_tensors = n;
 }
 
-/// Sets `t`'s gradient bucket all-reduces per layer from `order` (the gathered tensors in forward
-/// order; the small tensors' gradients are too small to move a bucket's boundary): the backward
-/// hands the gradients over in reverse order, and a gradient that would overflow
-/// reduce_bucket_elems first sends what waits in the bucket (stage3.py at c83e49f,
-/// reduce_independent_p_g_buckets_and_remove_grads; a larger gradient then waits alone). A bucket
-/// may span layers, so the count is the steady state over kLayers consecutive layers after one.
-void SetReductions(LayerTensors* t, const std::vector<double>& order) {
-  constexpr int kLayers = 64;
-  double waiting = 0, sent = 0;
-  for (int layer = 0; layer <= kLayers; ++layer) {
-    for (auto it = order.rbegin(); it != order.rend(); ++it) {
-      if (waiting > 0 && waiting + *it > t->reduce_bucket_elems) {
-        if (layer > 0) sent += 1;
-        waiting = 0;
-      }
-      waiting += *it;
-    }
-  }
-  t->reductions = sent / kLayers;
-  t->expert_reductions = t->gathered > 0 ? t->reductions * t->expert_gathered / t->gathered : 0;
-}
-
 /// An MLP's tensors on one GPU (fc1, fused gate and up for SwiGLU; fc2; their biases), `times` of it.
 void AddMlpTensors(LayerTensors* t, const Model& m, double f, double tp, bool bias, double times,
                    std::vector<double>* order, bool expert = false) {
@@ -1413,7 +1391,6 @@ LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c) {
   AddAttentionTensors(&dense, m, tp, &dense.dense_order);
   AddMlpTensors(&dense, m, static_cast<double>(m.ffn_hidden_size), tp, m.add_bias_linear, 1, &dense.dense_order);
   SetPrefetched(&dense, dense.dense_order);
-  SetReductions(&dense, dense.dense_order);
   if (!m.moe.enabled()) return dense;
   LayerTensors moe = knobs;
   AddAttentionTensors(&moe, m, tp, &moe.moe_order);
@@ -1427,7 +1404,6 @@ LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c) {
   AddMlpTensors(&moe, m, static_cast<double>(m.moe.ffn_hidden_size), static_cast<double>(c.expert_tp()),
                 m.moe.expert_bias, local, &moe.moe_order, true);
   SetPrefetched(&moe, moe.moe_order);
-  SetReductions(&moe, moe.moe_order);
   const double layers = static_cast<double>(std::max<std::int64_t>(1, m.num_layers));
   const double w = static_cast<double>(m.MoeLayersIn(0, m.num_layers)) / layers;  // MoE layers' share
   auto mix = [w](double d, double e) { return (1 - w) * d + w * e; };
@@ -1437,8 +1413,6 @@ LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c) {
   mean.expert_count = mix(dense.expert_count, moe.expert_count);
   mean.expert_gathered = mix(dense.expert_gathered, moe.expert_gathered);
   mean.prefetched_tensors = mix(dense.prefetched_tensors, moe.prefetched_tensors);
-  mean.reductions = mix(dense.reductions, moe.reductions);
-  mean.expert_reductions = mix(dense.expert_reductions, moe.expert_reductions);
   // Share of the mean layer's gathered elements: weighted by each kind's gathered elements.
   double de = 0, me = 0;
   for (double e : dense.dense_order) de += e;
@@ -1465,8 +1439,8 @@ Zero3TensorCost Zero3PerTensorCost(const HardwareProfile& p, CollectiveOp op, co
                                    double bytes_per_param) {
   Zero3TensorCost x;
   const bool gather = op == CollectiveOp::kAllGather;
-  x.tensors = gather ? t.gathered : t.reductions;
-  const double experts = gather ? t.expert_gathered : t.expert_reductions;
+  x.tensors = gather ? t.gathered : t.count;
+  const double experts = gather ? t.expert_gathered : t.expert_count;
   const double dense = x.tensors - experts;
   const bool dense_comm = group.ranks > 1 && dense > 0, expert_comm = expert_group.ranks > 1 && experts > 0;
   if (!(params > 0) || (!dense_comm && !expert_comm)) {
@@ -1474,22 +1448,20 @@ Zero3TensorCost Zero3PerTensorCost(const HardwareProfile& p, CollectiveOp op, co
     return x;
   }
   const double bytes = params * bytes_per_param;
-  const CollectiveOp timed = gather ? CollectiveOp::kAllGather : CollectiveOp::kAllReduce;
   const double n_dense = dense_comm ? dense : 0, n_expert = expert_comm ? experts : 0;
   x.tensors = n_dense + n_expert;
   // A measured table folds the latency into its times: there, one collective's latency is the
   // time of its smallest message (the table's first entry).
   auto latency = [&](const GroupPlacement& g) {
-    const CollectiveCost c = CollectiveCostOf(p, timed, bytes, g);
-    return c.latency_s > 0 || !(c.link_GBps > 0) ? c.latency_s : CollectiveCostOf(p, timed, 1.0, g).time_s();
+    const CollectiveCost c = CollectiveCostOf(p, op, bytes, g);
+    return c.latency_s > 0 || !(c.link_GBps > 0) ? c.latency_s : CollectiveCostOf(p, op, 1.0, g).time_s();
   };
   const double lat_dense = dense_comm ? latency(group) : 0;
   const double lat_expert = expert_comm ? latency(expert_group) : 0;
   x.latency_s = (n_dense * lat_dense + n_expert * lat_expert) / x.tensors;
-  x.host_s = gather ? (n_dense * static_cast<double>(group.ranks) + n_expert * static_cast<double>(expert_group.ranks)) *
-                          kListCollectiveSliceSeconds
-                    : 0;
-  x.copy_s = MemoryBoundTime(p, (gather ? 3.0 : 6.0) * bytes);
+  x.host_s = (n_dense * static_cast<double>(group.ranks) + n_expert * static_cast<double>(expert_group.ranks)) *
+             kListCollectiveSliceSeconds;
+  x.copy_s = MemoryBoundTime(p, (gather ? 3.0 : 2.0) * bytes);
   if (gather) {
     x.prefetched_share = t.prefetched_share;
     x.prefetched_tensors = std::min(t.prefetched_tensors, x.tensors);

@@ -196,13 +196,6 @@ struct LayerTensors {
   /// stage3_max_live_parameters; every other gathered tensor has been released by then).
   double prefetched_tensors = 0;
   double prefetched_share = 0;  ///< the prefetched tensors' share of the gathered elements
-  /// Gradient buckets all-reduced per layer (the mean over dense and MoE layers, steady state
-  /// over consecutive layers): DeepSpeed's stage 3 at c83e49f, whose default contiguous_gradients
-  /// is off, flattens and all-reduces the bucket waiting in reduce_bucket_elems each time a
-  /// gradient would overflow it (reduce_independent_p_g_buckets_and_remove_grads, reduce_ipg_grads
-  /// -> buffered_reduce_fallback). Of them, expert_reductions by the routed experts' share of
-  /// the gathered tensors.
-  double reductions = 0, expert_reductions = 0;
   /// Elements of the tensors under the persistence threshold: kept whole on every rank.
   double persistent_elems = 0;
   /// DeepSpeed's knobs the above were worked out with (elements; LayerTensorsOf copies them
@@ -285,38 +278,35 @@ struct CostModel {
 
 LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c);
 
-/// Host time per rank and tensor of one of PyTorch's list all-gathers (torch.distributed
-/// all_gather into a list of world-size tensors, ProcessGroupNCCL of 2021): DeepSpeed's Python
-/// loop builds world-size narrow() views of the tensor, and ProcessGroupNCCL copies each of them
-/// out of its flat buffer with one copy_ launch, with the device synchronized around them.
-/// Fitted on SC21's GPT-3 175B ZeRO-3 step times (validation rows 11-13, MAPE 6.0%; the 530B
-/// rows 14-16 held out; docs/accuracy.md), with the gradients all-reduced in flat buckets as
-/// DeepSpeed's default did (LayerTensors::reductions). Its parts' public magnitudes bracket it:
-/// a PyTorch eager op's dispatch from Python (narrow, a few microseconds) and a copy kernel's
-/// launch (about five) per rank, plus the synchronized host's share of the NCCL launch.
-inline constexpr double kListCollectiveSliceSeconds = 19e-6;
+/// Host time per rank and tensor of one of PyTorch's list collectives (torch.distributed
+/// all_gather / reduce_scatter with a list of world-size tensors, ProcessGroupNCCL of 2021):
+/// DeepSpeed's Python loop builds world-size narrow() views of the tensor, and ProcessGroupNCCL
+/// copies each of them out of (all-gather) or into (reduce-scatter) its flat buffer with one
+/// copy_ launch, with the device synchronized around them. Fitted on SC21's GPT-3 175B ZeRO-3
+/// step times (validation rows 11-13, MAPE 8.9%; the 530B rows 14-16 held out;
+/// docs/accuracy.md). Its parts' public magnitudes bracket it: a PyTorch eager op's dispatch
+/// from Python (narrow, a few microseconds) and a copy kernel's launch (about five).
+inline constexpr double kListCollectiveSliceSeconds = 12e-6;
 
 /// Zero3Impl::kDeepSpeed2021: a layer's collectives of `params` parameters (`bytes_per_param`
-/// each): `op` kAllGather, the gathered tensors one by one (LayerTensors); any other op, the
-/// gradients' flat bucket all-reduces (LayerTensors::reductions, timed as all-reduces); the dense
-/// tensors over `group` (dp x cp), the routed experts' over `expert_group` (expert data parallel).
+/// each), tensor by tensor: all of the layer's tensors reduce-scattered, the gathered ones
+/// all-gathered (LayerTensors); the dense tensors over `group` (dp x cp), the routed experts'
+/// over `expert_group` (expert data parallel).
 struct Zero3TensorCost {
-  double tensors = 0;    ///< collectives per layer (gathered tensors, or bucket all-reduces)
-  /// Of those, the ones DeepSpeed prefetches on its communication stream (0 for the reduction).
+  double tensors = 0;    ///< collectives per layer
+  /// Of those, the ones DeepSpeed prefetches on its communication stream (0 for a reduce-scatter).
   double prefetched_tensors = 0;
   /// Each collective's latency (one collective of the layer's bytes; the mean over the dense
   /// and the experts' tensors, each over its group).
   double latency_s = 0;
-  /// Host list handling of the gathers: tensors x ranks of their group x
-  /// kListCollectiveSliceSeconds (0 for the reduction: a flat all-reduce takes no list).
+  /// Host list handling of them all: tensors x ranks of their group x kListCollectiveSliceSeconds.
   double host_s = 0;
   /// Device copies around them: all-gather, the zero-filled output and the copy out of the flat
-  /// buffer (3 x the bytes), one launch per rank and tensor, so launch-bound, not slowed by
-  /// concurrent communication; reduction, buffered_reduce_fallback's flatten, div_ and copy back
-  /// into the gradients (6 x the bytes).
+  /// buffer (3 x the bytes); reduce-scatter, the copy into it (2 x the bytes). One launch per
+  /// rank and tensor, so launch-bound, not slowed by concurrent communication.
   double copy_s = 0;
   /// Of the all-gathered bytes, what DeepSpeed prefetches (LayerTensors::prefetched_share; 0 for
-  /// the reduction).
+  /// a reduce-scatter).
   double prefetched_share = 0;
 };
 Zero3TensorCost Zero3PerTensorCost(const HardwareProfile& p, CollectiveOp op, const LayerTensors& t,
@@ -333,8 +323,8 @@ Zero3TensorCost Zero3PerTensorCost(const HardwareProfile& p, CollectiveOp op, co
 ///  - backward (reverse order), in the gradient hook of tensor i: its gathered weight
 ///    (o[i] x `param_bytes`), its fresh gradient and the gradients waiting in the reduce bucket
 ///    (t.reduce_bucket_elems; a tensor larger than the bucket waits alone until the next
-///    gradient arrives), and when the bucket is reduced, the flat copy buffered_reduce_fallback
-///    all-reduces (all at `grad_bytes`), beside the tensor the backward prefetches next
+///    gradient arrives), and when the bucket is reduced, the flat copy the list reduce-scatter
+///    makes of it (all at `grad_bytes`), beside the tensor the backward prefetches next
 ///    (2 x o[i-1] x `param_bytes`) when o[i] is under the live-parameter limit.
 double Zero3GatheredPeakBytes(const LayerTensors& t, double param_bytes, double grad_bytes);
 

@@ -80,9 +80,9 @@ const std::vector<ValidationFit>& FitsOnValidationRows() {
                    "pair's step-time ratio (52 forced balance, 53 dropless)",
                    kGlobalBatchRouterImbalance),
        "M3", "Qwen3-235B-A22B", {256}, {16384}, ""},
-      // A framework constant (cost_model.h): PyTorch's list all-gathers under DeepSpeed's ZeRO-3
+      // A framework constant (cost_model.h): PyTorch's list collectives under DeepSpeed's ZeRO-3
       // of 2021; the 530B rows (14-16) are held out.
-      {fmt::format("host time of PyTorch's list all-gathers {} us per rank and tensor (DeepSpeed ZeRO-3 of 2021), "
+      {fmt::format("host time of PyTorch's list collectives {} us per rank and tensor (DeepSpeed ZeRO-3 of 2021), "
                    "fitted on these step times",
                    kListCollectiveSliceSeconds * 1e6),
        "S1", "GPT-174.6B", {384, 768, 1536}, {}, "ZeRO-3"}};

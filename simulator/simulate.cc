@@ -56,7 +56,7 @@ enum class CostKind : std::uint8_t {
   kParamGather,    ///< ZeRO-1/2 parameter all-gather bucket
   kZero3Prefetch,  ///< Zero3Impl::kDeepSpeed2021: the prefetched tensors' all-gathers of a layer
   kZero3GatherHost,  ///< Zero3Impl::kDeepSpeed2021: a layer's gathers' host list handling and copies
-  kZero3ReduceHost,  ///< Zero3Impl::kDeepSpeed2021: the copies around a layer's gradient bucket all-reduces
+  kZero3ReduceHost,  ///< Zero3Impl::kDeepSpeed2021: a layer's reduce-scatters' host list handling and copies
 };
 constexpr std::size_t kNumCostKinds = static_cast<std::size_t>(CostKind::kZero3ReduceHost) + 1;
 struct CostKey {
@@ -137,10 +137,10 @@ class Builder {
     return std::max(1, static_cast<int>(std::ceil(params / static_cast<double>(bucket_))));
   }
   TaskCost CostOf(const CostKey& k) const;
-  /// Zero3Impl::kDeepSpeed2021: a layer's per-tensor all-gathers or its gradient bucket
-  /// all-reduces (Zero3PerTensorCost) of `params` parameters (`experts` of them routed experts'):
-  /// the tensors DeepSpeed prefetches (`prefetched`) or the others, one flow of their bytes plus
-  /// the latencies of all but one of them. Without such tensors, a zero-time wait on the link. A backward with full recompute
+  /// Zero3Impl::kDeepSpeed2021: a layer's per-tensor collectives (Zero3PerTensorCost) of
+  /// `params` parameters (`experts` of them routed experts'): the tensors DeepSpeed prefetches
+  /// (`prefetched`) or the others, one flow of their bytes plus the latencies of all but one of
+  /// them. Without such tensors, a zero-time wait on the link. A backward with full recompute
   /// gathers twice (the recomputed forward's hooks and the backward's).
   TaskCost PerTensorCost(int device, CollectiveOp op, ItemKind item, double params, double experts, bool prefetched) const {
     const bool gather = op == CollectiveOp::kAllGather;
@@ -150,7 +150,7 @@ class Builder {
     const double n = prefetched ? x.prefetched_tensors : x.tensors - x.prefetched_tensors;
     if (!(share > 0) || !(n > 0)) return Wait(device, 0);
     TaskCost t = DpComm(device, op, params * bpp * share, experts * bpp * share);
-    t.work_ns += Ns(std::max(0.0, n - 1) * x.latency_s);
+    t.work_ns += Ns((n - 1) * x.latency_s);
     const double times = Zero3Passes(op, item);
     t.work_ns *= times;
     t.bytes *= times;
@@ -338,13 +338,12 @@ TaskCost Builder::CostOf(const CostKey& k) const {
       if (!zero3_sync_) {
         return DpComm(k.device, CollectiveOp::kReduceScatter, params * grad_bytes_per_param_, experts * grad_bytes_per_param_);
       }
-      // DeepSpeed's stage 3 of 2021 all-reduces its flat gradient buckets (LayerTensors::reductions).
-      return PerTensorCost(k.device, CollectiveOp::kAllReduce, ItemKind::kForward, params, experts, false);
+      return PerTensorCost(k.device, CollectiveOp::kReduceScatter, ItemKind::kForward, params, experts, false);
     }
     case CostKind::kZero3GatherHost:
     case CostKind::kZero3ReduceHost:
       return PerTensorHostCost(k.device,
-                               k.kind == CostKind::kZero3GatherHost ? CollectiveOp::kAllGather : CollectiveOp::kAllReduce,
+                               k.kind == CostKind::kZero3GatherHost ? CollectiveOp::kAllGather : CollectiveOp::kReduceScatter,
                                k.item, cc.params_per_gpu / k.units);
     case CostKind::kOverlapReduce:
       return DpComm(k.device, reduce, cc.params_per_gpu / k.units * grad_bytes_per_param_,

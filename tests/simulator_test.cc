@@ -1410,17 +1410,12 @@ TEST(Zero3DeepSpeed2021, LayerTensorsFollowTheShapesAndTheDefaults) {
   EXPECT_DOUBLE_EQ(t.persistent_elems, 2 * 2 * h + 3 * h + h + 4 * h + h);
   EXPECT_EQ(t.dense_order, (std::vector<double>{3 * h * h, h * h, 4 * h * h, 4 * h * h}));
   EXPECT_TRUE(t.moe_order.empty());
-  // The 5e8-element reduce bucket (3.31h^2) takes one weight's gradient at a time in the backward
-  // (fc2 4h^2, fc1 4h^2, proj h^2 then qkv 3h^2 overflows it): 4 bucket all-reduces per layer.
-  EXPECT_DOUBLE_EQ(t.reductions, 4);
-  EXPECT_DOUBLE_EQ(t.expert_reductions, 0);
   // MT-NLG 530B (h 20480): 3h^2, 4h^2 >= 1e9, h^2 < 1e9; only the fc1 weight (4h^2), after the
   // output projection (h^2), is prefetched: 4 / (3 + 1 + 4 + 4) of the gathered elements.
   t = LayerTensorsOf(GptOfWidth(105, 20480), c);
   EXPECT_EQ(t.gathered, 4);
   EXPECT_EQ(t.prefetched_tensors, 1);
   EXPECT_DOUBLE_EQ(t.prefetched_share, 4.0 / 12.0);
-  EXPECT_DOUBLE_EQ(t.reductions, 4);  // three of its weights are larger than the bucket
   // Tensor parallelism divides the column- and row-parallel weights.
   c.tp = 8;
   t = LayerTensorsOf(GptOfWidth(96, 12288), c);
@@ -1432,7 +1427,7 @@ TEST(Zero3DeepSpeed2021, GatheredPeakIsTheLargestTensorsWithTheirCopies) {
   // parameters, so each is prefetched; 2-byte weights and gradients; reduce bucket 5e8 = 3.31h^2
   // elements). The backward's peak is fc2's gradient hook after the layer above: the bucket
   // holds that layer's qkv gradient (3h^2), fc2's arrives (4h^2) and overflows it, so the bucket
-  // is all-reduced through a flat copy (3h^2) while fc2's weight (4h^2) is gathered and
+  // is reduce-scattered through a flat copy (3h^2) while fc2's weight (4h^2) is gathered and
   // fc1 (4h^2) is prefetched, output and flat buffer: 2 B x (4 + 7 + 3 + 8) h^2 = 44h^2 bytes;
   // the forward's, fc2 gathered (2 x 4h^2) beside fc1, is 24h^2.
   ParallelConfig c = Config(1, 1, 384, 4, 1536);
@@ -1484,18 +1479,6 @@ TEST(Zero3DeepSpeed2021, KnobsMoveThePrefetchThePersistentTensorsAndTheBucket) {
   c.ds_reduce_bucket_elems = 12 * h * h;
   t = LayerTensorsOf(GptOfWidth(96, 12288), c);
   EXPECT_DOUBLE_EQ(Zero3GatheredPeakBytes(t, 2, 2), 80 * h * h);
-  EXPECT_DOUBLE_EQ(t.reductions, 1);
-  // A bucket of 1e9 elements (6.62h^2): fc2 (4) waits, fc1 (8) overflows it and sends fc2, proj
-  // joins fc1 (5), qkv (8) sends them, the next layer's fc2 (3 + 4) sends qkv: 3 per layer.
-  c.ds_reduce_bucket_elems = 1e9;
-  EXPECT_DOUBLE_EQ(LayerTensorsOf(GptOfWidth(96, 12288), c).reductions, 3);
-  // A bucket of 2.4 layers (29h^2) spans layers: it is sent when the next gradient (at most 4h^2)
-  // would overflow it, so each send carries more than 25h^2 and at most 29h^2 of the 12h^2 a
-  // layer makes: between 12/29 and 12/25 sends per layer (within one send over the 64 layers).
-  c.ds_reduce_bucket_elems = 29 * h * h;
-  const double spanning = LayerTensorsOf(GptOfWidth(96, 12288), c).reductions;
-  EXPECT_GE(spanning, 12.0 / 29.0 - 1.0 / 64);
-  EXPECT_LE(spanning, 12.0 / 25.0 + 1.0 / 64);
 }
 
 TEST(Zero3DeepSpeed2021, KnobsOnTheCommandLine) {
@@ -1547,20 +1530,14 @@ TEST(Zero3DeepSpeed2021, ExpertTensorsGoOverTheExpertDataParallelGroup) {
   t.gathered = 6;
   t.expert_count = 4;
   t.expert_gathered = 4;
-  t.reductions = 3;
-  t.expert_reductions = 2;
   GroupPlacement one, edp;
   edp.ranks = 16;
   edp.ranks_per_node = 8;
-  const Zero3TensorCost ag = Zero3PerTensorCost(prof, CollectiveOp::kAllGather, t, one, edp, 1e8, 2);
-  EXPECT_EQ(ag.tensors, 4);
-  EXPECT_DOUBLE_EQ(ag.host_s, 4 * 16 * kListCollectiveSliceSeconds);
-  EXPECT_DOUBLE_EQ(ag.latency_s, CollectiveCostOf(prof, CollectiveOp::kAllGather, 2e8, edp).latency_s);
-  EXPECT_EQ(Zero3PerTensorCost(prof, CollectiveOp::kAllGather, t, one, one, 1e8, 2).host_s, 0);
-  const Zero3TensorCost ar = Zero3PerTensorCost(prof, CollectiveOp::kAllReduce, t, one, edp, 1e8, 2);
-  EXPECT_EQ(ar.tensors, 2);
-  EXPECT_EQ(ar.host_s, 0);
-  EXPECT_DOUBLE_EQ(ar.latency_s, CollectiveCostOf(prof, CollectiveOp::kAllReduce, 2e8, edp).latency_s);
+  const Zero3TensorCost rs = Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, one, edp, 1e8, 2);
+  EXPECT_EQ(rs.tensors, 4);
+  EXPECT_DOUBLE_EQ(rs.host_s, 4 * 16 * kListCollectiveSliceSeconds);
+  EXPECT_DOUBLE_EQ(rs.latency_s, CollectiveCostOf(prof, CollectiveOp::kReduceScatter, 2e8, edp).latency_s);
+  EXPECT_EQ(Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, one, one, 1e8, 2).host_s, 0);
 }
 
 TEST(Zero3DeepSpeed2021, AMeasuredTableGivesEachTensorItsSmallestMessagesTime) {
@@ -1569,28 +1546,26 @@ TEST(Zero3DeepSpeed2021, AMeasuredTableGivesEachTensorItsSmallestMessagesTime) {
   Cluster cl = LoadCluster("dgx-a100");
   HardwareProfile prof = DefaultProfile(cl);
   CollectiveTable table;
-  table.op = CollectiveOp::kAllReduce;
+  table.op = CollectiveOp::kReduceScatter;
   table.ranks = 16;
   table.nodes = 2;
   table.bytes_to_seconds = {{1024, 40e-6}, {1 << 30, 0.05}};
   prof.collective_tables.push_back(table);
   LayerTensors t;
   t.count = 12;
-  t.reductions = 4;
   GroupPlacement g, one;
   g.ranks = 16;
   g.ranks_per_node = 8;
-  const Zero3TensorCost ar = Zero3PerTensorCost(prof, CollectiveOp::kAllReduce, t, g, one, 1e8, 2);
-  EXPECT_DOUBLE_EQ(ar.latency_s, 40e-6);
+  const Zero3TensorCost rs = Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, g, one, 1e8, 2);
+  EXPECT_DOUBLE_EQ(rs.latency_s, 40e-6);
 }
 
-TEST(Zero3DeepSpeed2021, PerTensorCostIsListHandlingCopiesAndLatenciesAndTheBucketsAllReduces) {
+TEST(Zero3DeepSpeed2021, PerTensorCostIsListHandlingCopiesAndLatencies) {
   Cluster cl = LoadCluster("dgx-a100");
   const HardwareProfile prof = DefaultProfile(cl);
   LayerTensors t;
   t.count = 12;
   t.gathered = 4;
-  t.reductions = 3;
   t.prefetched_share = 0.25;
   t.prefetched_tensors = 1;
   GroupPlacement g, one;
@@ -1604,15 +1579,12 @@ TEST(Zero3DeepSpeed2021, PerTensorCostIsListHandlingCopiesAndLatenciesAndTheBuck
   EXPECT_DOUBLE_EQ(ag.latency_s, CollectiveCostOf(prof, CollectiveOp::kAllGather, params * bpp, g).latency_s);
   EXPECT_DOUBLE_EQ(ag.prefetched_share, 0.25);
   EXPECT_EQ(ag.prefetched_tensors, 1);
-  // The gradients: buffered_reduce_fallback flattens each bucket, divides it and copies it back
-  // (6 x the bytes), a flat all-reduce with no list to handle.
-  const Zero3TensorCost ar = Zero3PerTensorCost(prof, CollectiveOp::kAllReduce, t, g, one, params, bpp);
-  EXPECT_EQ(ar.tensors, 3);
-  EXPECT_EQ(ar.host_s, 0);
-  EXPECT_DOUBLE_EQ(ar.copy_s, MemoryBoundTime(prof, 6 * params * bpp));
-  EXPECT_DOUBLE_EQ(ar.latency_s, CollectiveCostOf(prof, CollectiveOp::kAllReduce, params * bpp, g).latency_s);
-  EXPECT_EQ(ar.prefetched_share, 0);
-  EXPECT_EQ(ar.prefetched_tensors, 0);
+  const Zero3TensorCost rs = Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, g, one, params, bpp);
+  EXPECT_EQ(rs.tensors, 12);
+  EXPECT_DOUBLE_EQ(rs.host_s, 12 * 768 * kListCollectiveSliceSeconds);
+  EXPECT_DOUBLE_EQ(rs.copy_s, MemoryBoundTime(prof, 2 * params * bpp));
+  EXPECT_EQ(rs.prefetched_share, 0);
+  EXPECT_EQ(rs.prefetched_tensors, 0);
   g.ranks = 1;  // nothing to communicate
   EXPECT_EQ(Zero3PerTensorCost(prof, CollectiveOp::kAllGather, t, g, one, params, bpp).host_s, 0);
 }
@@ -1642,14 +1614,14 @@ TEST(Zero3DeepSpeed2021, HostWorkAndCopiesAddToTheComputeStreamAndCollectivesBou
   const LayerTensors& t = cm.layer_tensors;
   const double layer_params = cm.chunks[0][0].params_per_gpu / 8;  // the embedding spread over the layers
   const Zero3TensorCost ag = Zero3PerTensorCost(prof, CollectiveOp::kAllGather, t, cm.dp_group, cm.edp_group, layer_params, 2);
-  const Zero3TensorCost rs = Zero3PerTensorCost(prof, CollectiveOp::kAllReduce, t, cm.dp_group, cm.edp_group, layer_params, 2);
+  const Zero3TensorCost rs = Zero3PerTensorCost(prof, CollectiveOp::kReduceScatter, t, cm.dp_group, cm.edp_group, layer_params, 2);
   // Gathers: the forward's, and the backward's twice (recomputed forward and backward).
   const double host = 8 * (3 * (ag.host_s + ag.copy_s) + rs.host_s + rs.copy_s);
   auto serial = [&](CollectiveOp op, double tensors) {
     return tensors * CollectiveCostOf(prof, op, layer_params * 2 / tensors, cm.dp_group).time_s();
   };
   const double collectives = 8 * (3 * serial(CollectiveOp::kAllGather, t.gathered) +
-                                  serial(CollectiveOp::kAllReduce, t.reductions));
+                                  serial(CollectiveOp::kReduceScatter, t.count));
   EXPECT_GE(ds.step_time_s, base.step_time_s + host - 1e-6);
   EXPECT_LE(ds.step_time_s, base.step_time_s + host + collectives + 1e-3);
   EXPECT_GT(ds.step_time_s, fsdp.step_time_s);

