@@ -93,7 +93,7 @@ class Replayer {
 
   /// DeepSpeed's optimizer setup: the model's 16-bit weights, made tensor by tensor, copied
   /// into one flat buffer of `params` elements; the tensors freed stay in the allocator's cache.
-  void FlattenWeights(int stage, double params) {
+  void FlattenWeights(double params) {
     std::vector<int> tensors;
     for (const ChunkCost& cc : chunks_) {
       if (cc.has_embedding) tensors.push_back(Alloc(2 * cm_.embedding_params_per_gpu));
@@ -103,7 +103,6 @@ class Replayer {
       }
       if (cc.has_output && cm_.output_params_per_gpu > 0) tensors.push_back(Alloc(2 * cm_.output_params_per_gpu));
     }
-    (void)stage;
     const bool to_cpu_first = c_.optimizer_impl == OptimizerImpl::kDeepSpeedZero;
     if (to_cpu_first) {
       for (int h : tensors) Free(h);
@@ -361,7 +360,7 @@ AllocatorReplay ReplayStageAllocations(const CostModel& cm, const ParallelConfig
   const double gathers = ReplaysZero3Gathers(c) ? 2.0 * Zero3GatheredLayerBytes(cm, c.param_gather_bytes, stage) : 0.0;
   const double rest = static_bytes - LazyGradientsOf(c).bytes_per_param * params - gathers;
   if (FlattensWeightsAtInit(c)) {
-    rp.FlattenWeights(stage, params);
+    rp.FlattenWeights(params);
     rp.Alloc(rest - 2 * params);
   } else {
     rp.Alloc(rest);
