@@ -283,7 +283,7 @@ LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c);
 /// DeepSpeed's Python loop builds world-size narrow() views of the tensor, and ProcessGroupNCCL
 /// copies each of them out of (all-gather) or into (reduce-scatter) its flat buffer with one
 /// copy_ launch, with the device synchronized around them. Fitted on SC21's GPT-3 175B ZeRO-3
-/// step times (validation rows 11-13, MAPE 8.9%; the 530B rows 14-16 held out;
+/// step times (validation rows 11-13, MAPE 9.0%; the 530B rows 14-16 held out;
 /// docs/accuracy.md). Its parts' public magnitudes bracket it: a PyTorch eager op's dispatch
 /// from Python (narrow, a few microseconds) and a copy kernel's launch (about five).
 inline constexpr double kListCollectiveSliceSeconds = 12e-6;
