@@ -113,7 +113,15 @@ int main(int argc, char** argv) {
       std::cerr << "shardcast: error: command line: " << msg << "\n";
       return 2;
     }
-    std::cerr << "shardcast: error: command line: " << e.what() << "\n"
+    // An option given twice: CLI11 says "--gpus: At Most 1 required but received 2".
+    const std::string what = e.what();
+    const std::string twice = ": At Most 1 required but received ";
+    if (const auto at = what.find(twice); at != std::string::npos) {
+      std::cerr << "shardcast: error: command line: " << what.substr(0, at) << ": given "
+                << what.substr(at + twice.size()) << " times, expected once\n";
+      return 2;
+    }
+    std::cerr << "shardcast: error: command line: " << what << "\n"
               << "Run with --help for the options and an example.\n";
     return 2;
   } catch (const shardcast::InputError& e) {

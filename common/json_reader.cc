@@ -1,7 +1,9 @@
 #include "common/json_reader.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -11,8 +13,14 @@
 namespace shardcast {
 
 std::string ReadTextFile(const std::string& path) {
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot open file for reading");
+  if (!in) {
+    // libstdc++ opens with fopen, which sets errno: say why (no such file, permission denied).
+    const int err = errno;
+    throw InputError(path + ": cannot open file for reading" +
+                     (err != 0 ? std::string(" (") + std::strerror(err) + ")" : std::string()));
+  }
   std::ostringstream ss;
   ss << in.rdbuf();
   if (in.bad()) throw InputError(path + ": read error");

@@ -78,7 +78,9 @@ Json ReadSpec(PresetKind kind, const std::string& spec, std::string* file_label)
     msg += std::string("; `shardcast models` lists all presets, or give a path to a JSON file");
     throw InputError(msg);
   }
-  throw InputError(spec + ": cannot open file for reading");
+  // Not a file, a folder or a preset: opening it says why (no such file, permission denied).
+  *file_label = spec;
+  return ReadJsonFile(spec);
 }
 
 }  // namespace

@@ -321,7 +321,11 @@ void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o
           c.ep = ep;
           c.etp = m.moe.enabled() ? etp : 0;
           ApplyPlanWideSettings(o, *l.split, cl.gpus_per_node, &c);
-          for (std::int64_t shard : HybridShards(c, cl.gpus_per_node, FixedInt(o, "dp_shard"))) {
+          const std::vector<std::int64_t> shards = HybridShards(c, cl.gpus_per_node, FixedInt(o, "dp_shard"));
+          if (shards.empty()) {
+            ++(*rejected)["(dp, ZeRO) choices: the fixed dp_shard does not divide dp*cp, or ZeRO-0 shards nothing"];
+          }
+          for (std::int64_t shard : shards) {
             c.dp_shard = shard;
             if (FixedAllows(o.fixed, c)) out->push_back(c);
           }

@@ -170,8 +170,16 @@ void WriteFlops(std::ostream& out, const ModelDescription& d) {
   }
   out << "  per token = 6*N_gemm + 12*L*s*a*d  (PaLM appendix B; SC21 eq. 3 without recompute;\n"
          "              N_gemm = GEMM weights incl. output projection; full s x s attention)\n";
-  out << fmt::format("            = 6*{} + 12*{}*{}*{}*{}\n", Grouped(d.params.gemm_weights), m.num_layers, d.seq,
-                     m.num_attention_heads, m.kv_channels);
+  if (m.mtp_num_layers > 0) {
+    out << fmt::format("              L = {} layers + {} multi-token-prediction layer(s)\n", m.num_layers,
+                       m.mtp_num_layers);
+  }
+  if (m.mla.enabled()) {
+    out << fmt::format("              d = (qk {} + rope {} + v {}) / 2: MLA's score and value head dims differ\n",
+                       m.mla.qk_head_dim, m.mla.qk_pos_emb_head_dim, m.mla.v_head_dim);
+  }
+  out << fmt::format("            = 6*{} + 12*{}*{}*{}*{:g}\n", Grouped(d.params.gemm_weights),
+                     m.num_layers + m.mtp_num_layers, d.seq, m.num_attention_heads, m.AttentionHeadDim());
   out << fmt::format("            = {} + {} = {}\n", FormatFlops(d.flops.per_token_dense),
                      FormatFlops(d.flops.per_token_attention), FormatFlops(d.flops.per_token));
   out << fmt::format("  causal    = 6*N_gemm + 6*L*s*a*d = {}  (attention halved by the causal mask, as\n"

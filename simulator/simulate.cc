@@ -1045,6 +1045,11 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   // Recompute FLOPs in the same convention (full attention matrix).
   const double attn_fwd = 4.0 * static_cast<double>(m.num_layers) * static_cast<double>(c.seq_length) *
                           static_cast<double>(m.num_attention_heads * m.kv_channels);
+  // An op's FLOPs on the mean rank: the expert ops carry the busiest rank's load (they time the
+  // step), so their FLOPs are divided by the imbalance; every other op is the same on each rank.
+  auto mean_rank_flops = [&](const Op& o) {
+    return o.flops / (o.name.rfind("moe_expert", 0) == 0 ? cm.moe.imbalance : 1.0);
+  };
   double recompute_per_token = 0;
   if (c.recompute == Recompute::kFull) {
     recompute_per_token = 2.0 * static_cast<double>(m.num_layers * m.Parameters().per_layer.gemm_weights) + attn_fwd;
@@ -1057,7 +1062,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
       double f = 0;
       for (const Op& o : ops) {
         if (o.pass != Pass::kRecompute || o.kind != OpKind::kGemm) continue;
-        f += o.flops / (o.name.rfind("moe_expert", 0) == 0 ? cm.moe.imbalance : 1.0);
+        f += mean_rank_flops(o);
       }
       return f * static_cast<double>(c.tp) / cm.tokens_per_microbatch;
     };
@@ -1071,10 +1076,11 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   res.mfu_causal = res.model_flops_causal_per_step / (step * peak);
   res.hfu = res.hardware_flops_per_step / (step * peak);
   // What the kernels execute: every op's FLOPs (per GPU, already divided by tp) for every
-  // micro-batch on every model-parallel rank and replica; pipeline stages split the layers.
-  auto sum_flops = [](const std::vector<Op>& ops) {
+  // micro-batch on every model-parallel rank and replica; pipeline stages split the layers. The
+  // experts run at the mean rank's load: routing moves tokens between ranks, it adds none.
+  auto sum_flops = [&](const std::vector<Op>& ops) {
     double f = 0;
-    for (const Op& o : ops) f += o.flops;
+    for (const Op& o : ops) f += mean_rank_flops(o);
     return f;
   };
   const std::int64_t pc_moe_layers = m.MoeLayersIn(0, m.num_layers);

@@ -341,6 +341,8 @@ TEST(CliSimulate, ChoicesIgnoreCase) {
 TEST(CliSimulate, BadInputExitsTwo) {
   EXPECT_EQ(RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --tp 0").exit_code, 2);
   EXPECT_EQ(RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --schedule zigzag").exit_code, 2);
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-175b --cluster dgx-a100 --gpus 8 --gpus 16",
+                                    "command line: --gpus: given 2 times, expected once"));
   const std::string bad = WriteTemp("bad_profile.json", R"({"format": "other"})");
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-175b --cluster dgx-a100 --profile " + bad,
                                     "bad_profile.json: /format: got \"other\", expected \"shardcast-hardware-profile\""));

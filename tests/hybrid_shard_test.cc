@@ -168,6 +168,11 @@ TEST(HybridShard, PlanSearchesANodeSizedGroupForZero2And3) {
   const PlanResult r = RunPlan(m, cl, DefaultProfile(cl), o);
   ASSERT_FALSE(r.plans.empty());
   for (const Plan& p : r.plans) EXPECT_EQ(p.config.shard_dp(), 16) << p.config.Summary();
+  // A fixed group that divides no dp x cp is counted under "Not generated", not dropped silently.
+  o.fixed = {{"pp", "1"}, {"tp", "1"}, {"cp", "1"}, {"dp_shard", "6"}};
+  std::map<std::string, std::size_t> rejected;
+  EXPECT_TRUE(GenerateCandidates(m, cl, o, &rejected).empty());
+  EXPECT_GT(rejected["(dp, ZeRO) choices: the fixed dp_shard does not divide dp*cp, or ZeRO-0 shards nothing"], 0u);
 }
 
 TEST(HybridShard, CommandLine) {

@@ -265,7 +265,7 @@ TEST(BadInput, UnknownPresetListsCloseOnes) {
             "unknown cluster preset 'dgx-a10'; close matches: dgx-a100, dgx-a100-40gb; "
             "`shardcast models` lists all presets, or give a path to a JSON file");
   EXPECT_EQ(ErrorOf([] { LoadModel("/nonexistent/m.json"); }),
-            "/nonexistent/m.json: cannot open file for reading");
+            "/nonexistent/m.json: cannot open file for reading (No such file or directory)");
 }
 
 TEST(BadInput, UnsupportedHuggingFaceType) {
@@ -273,6 +273,20 @@ TEST(BadInput, UnsupportedHuggingFaceType) {
             "hfbad.json: /model_type: got \"t5\", expected a supported Hugging Face model_type: "
             "llama, mistral, qwen2, qwen3, gpt2, gpt_neox, mpt, bloom, mixtral, qwen2_moe, qwen3_moe, "
             "deepseek_v2, deepseek_v3, llama4, gpt_oss");
+}
+
+// docs/inputs.md: the shape keys are required (no transformers placeholder shape); the keys with
+// a stated fallback are not.
+TEST(BadInput, HuggingFaceShapeKeysAreRequired) {
+  EXPECT_EQ(LoadError("hfnolayers.json", R"({"model_type": "llama", "hidden_size": 1024, "num_attention_heads": 16,
+    "intermediate_size": 4096, "vocab_size": 32000, "max_position_embeddings": 4096})"),
+            "hfnolayers.json: /num_hidden_layers: missing required field");
+  const std::string path = WriteTemp("hfnokv.json", R"({"model_type": "llama", "num_hidden_layers": 2,
+    "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096, "vocab_size": 32000,
+    "max_position_embeddings": 4096})");
+  const Model m = LoadModel(path);
+  EXPECT_EQ(m.num_query_groups, 16);  // absent num_key_value_heads: MHA
+  EXPECT_EQ(m.kv_channels, 64);       // absent head_dim: hidden / heads
 }
 
 TEST(BadInput, ClusterWithUnknownGpu) {

@@ -217,6 +217,29 @@ TEST(Moe, SimulatedStep) {
   EXPECT_NEAR(m.Flops(4096).per_token_dense, 6.0 * static_cast<double>(m.Parameters().gemm_weights), 1.0);
 }
 
+// Executed FLOPs count what the kernels run summed over the GPUs: the busiest rank's load times
+// the step, but routing moves tokens between ranks and adds none, so the experts' FLOPs are the
+// mean rank's whatever the imbalance. Without recompute that is 6 x active GEMM weights per token
+// plus causal flash attention, 2*s*a*d per token and layer forward (half of the full matrix's
+// 4*s*a*d) and 2.5x that backward: 7/12 of the model FLOPs' 12*L*s*a*d.
+TEST(Moe, ExecutedFlopsRunTheMeanRanksLoad) {
+  const Model m = LoadModel("mixtral-8x7b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  ParallelConfig c = MixtralEp8();
+  ASSERT_EQ(c.recompute, Recompute::kNone);
+  const FlopCounts f = m.Flops(4096);
+  const double tokens = 8.0 * 4096, expected = tokens * (f.per_token_dense + 7.0 / 12.0 * f.per_token_attention);
+  double last_step_s = 0;
+  for (const double imbalance : {1.0, 1.5, 2.0}) {
+    c.moe_load_imbalance = imbalance;
+    const SimulationResult r = Simulate(m, c, cl, 8, DefaultProfile(cl));
+    ASSERT_TRUE(r.feasible) << r.reasons.front();
+    EXPECT_NEAR(r.executed_flops_per_step / expected, 1.0, 1e-9) << imbalance;
+    EXPECT_GT(r.step_time_s, last_step_s) << imbalance;  // the busiest rank still sets the time
+    last_step_s = r.step_time_s;
+  }
+}
+
 // The default load imbalance (docs/simulator.md, "load imbalance"): balanced routing's expected
 // busiest of ep binomial shares, 1 + sqrt(2 ln ep / n) for n routed copies a rank; a router
 // trained with global-batch balancing (Qwen3) at least kGlobalBatchRouterImbalance, unless the
@@ -664,6 +687,21 @@ namespace {
 // describe counts an MoE stage's routed experts over ep * etp and shards their optimizer state over
 // the expert-data-parallel ranks (Qwen3-30B-A3B on 8 GPUs, ep 8: 48 layers x 128/8 experts of
 // 3 x 2048 x 768, edp 1; the rest over dp 8 at ZeRO-1).
+// describe's FLOPs formula prints the L and d its number uses: DeepSeek-V3's 61 layers and its
+// multi-token-prediction layer, MLA's mean of the score (128 + 64 rope) and value (128) head dims.
+TEST(MoeDescribe, FlopsFormulaShowsTheTermsItUses) {
+  const Model m = LoadModel("deepseek-v3");
+  ASSERT_EQ(m.num_layers, 61);
+  ASSERT_EQ(m.mtp_num_layers, 1);
+  EXPECT_DOUBLE_EQ(m.AttentionHeadDim(), (128.0 + 64 + 128) / 2);
+  const auto r = testing::RunShardcast("describe --model deepseek-v3 --seq 4096");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find(fmt::format("+ 12*62*4096*{}*160\n", m.num_attention_heads)), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("L = 61 layers + 1 multi-token-prediction layer(s)"), std::string::npos);
+  EXPECT_NE(r.out.find("d = (qk 128 + rope 64 + v 128) / 2"), std::string::npos);
+  EXPECT_NEAR(m.Flops(4096).per_token_attention, 12.0 * 62 * 4096 * 128 * 160, 1.0);
+}
+
 TEST(MoeDescribe, ExpertMemoryPerGpu) {
   const Model m = LoadModel("qwen3-30b-a3b");
   const ParameterCounts pc = m.Parameters();
