@@ -170,6 +170,10 @@ void WriteFlops(std::ostream& out, const ModelDescription& d) {
   }
   out << "  per token = 6*N_gemm + 12*L*s*a*d  (PaLM appendix B; SC21 eq. 3 without recompute;\n"
          "              N_gemm = GEMM weights incl. output projection; full s x s attention)\n";
+  if (m.moe.enabled()) {
+    out << fmt::format("              N_gemm counts a token's active weights: the router, {}the top-{} routed experts\n",
+                       m.moe.shared_ffn_hidden_size > 0 ? "the shared experts, " : "", m.moe.top_k);
+  }
   if (m.mtp_num_layers > 0) {
     out << fmt::format("              L = {} layers + {} multi-token-prediction layer(s)\n", m.num_layers,
                        m.mtp_num_layers);

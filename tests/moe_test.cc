@@ -699,6 +699,7 @@ TEST(MoeDescribe, FlopsFormulaShowsTheTermsItUses) {
   EXPECT_NE(r.out.find(fmt::format("+ 12*62*4096*{}*160\n", m.num_attention_heads)), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("L = 61 layers + 1 multi-token-prediction layer(s)"), std::string::npos);
   EXPECT_NE(r.out.find("d = (qk 128 + rope 64 + v 128) / 2"), std::string::npos);
+  EXPECT_NE(r.out.find("active weights: the router, the shared experts, the top-8 routed experts"), std::string::npos);
   EXPECT_NEAR(m.Flops(4096).per_token_attention, 12.0 * 62 * 4096 * 128 * 160, 1.0);
 }
 
