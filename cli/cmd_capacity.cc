@@ -132,12 +132,15 @@ void RunCapacityCommand(const CapacityArgs& a) {
     const auto eq = p.find('=');
     double v = 0;
     try {
-      v = eq == std::string::npos ? 0 : std::stod(p.substr(eq + 1));
+      std::size_t used = 0;
+      const std::string usd = eq == std::string::npos ? std::string() : p.substr(eq + 1);
+      v = std::stod(usd, &used);
+      if (used != usd.size()) v = 0;  // trailing text such as "2.5x"
     } catch (const std::exception&) {
       v = 0;
     }
-    if (eq == std::string::npos || !(v > 0)) {
-      throw InputError("command line: --price-per-gpu-hour: got \"" + p + "\", expected GPU=USD such as h100-sxm=2.5");
+    if (eq == std::string::npos || !(v > 0) || !std::isfinite(v)) {
+      throw InputError("command line: --price-per-gpu-hour: got \"" + p + "\", expected GPU=USD with USD a positive number such as h100-sxm=2.5");
     }
     // A preset or GPU file names its GPU; another name may be a custom GPU of an option's cluster
     // file (checked against the options below).
@@ -245,8 +248,12 @@ void RunCapacityCommand(const CapacityArgs& a) {
   if (a.solve) {
     for (const auto& c : clusters) {
       solved.push_back(SolveForDeadline(m, c, o, a.max_gpus));
-      rows.push_back(solved.back().row);
     }
+    // The same order as without --solve (feasible, meeting the deadline, cheapest first), for
+    // the counts found and the table below them alike.
+    std::stable_sort(solved.begin(), solved.end(),
+                     [](const SolveResult& x, const SolveResult& y) { return CapacityRowBefore(x.row, y.row); });
+    for (const auto& s : solved) rows.push_back(s.row);
   } else {
     rows = RunCapacity(m, options, o);
   }

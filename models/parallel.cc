@@ -584,7 +584,9 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
                             c.vp));
   }
   const std::int64_t seq = seq_of(m, c);
-  if (c.sequence_parallel && c.tp > 1 && (seq / c.cp) % c.tp != 0) {
+  // Judged on a whole context-parallel share: when cp does not divide the sequence, that rule
+  // (ContextParallelRules, below) names the cause, not this one.
+  if (c.sequence_parallel && c.tp > 1 && seq % c.cp == 0 && (seq / c.cp) % c.tp != 0) {
     add("sequence parallelism needs seq_length divisible by tp",
         c.cp > 1 ? fmt::format("sequence parallelism splits each context-parallel rank's {} tokens (seq_length {} / cp "
                                "{}) over tp: not a multiple of tp = {}",

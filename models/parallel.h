@@ -343,9 +343,11 @@ struct ParallelConfig {
     return embedding_slots || first_stage_layers >= 0 || last_stage_layers >= 0 || even_chunks;
   }
   /// Micro-batches per step per data-parallel replica: gbs / (mbs * dp); 0 when dp or the
-  /// micro-batch is unset (< 1).
+  /// micro-batch is unset (< 1) or the global batch is not a multiple of mbs * dp (no whole
+  /// count: the configuration is infeasible, and reports print "?").
   std::int64_t num_microbatches() const {
-    return micro_batch_size * dp > 0 ? global_batch_size / (micro_batch_size * dp) : 0;
+    const std::int64_t per_replica = micro_batch_size * dp;
+    return per_replica > 0 && global_batch_size % per_replica == 0 ? global_batch_size / per_replica : 0;
   }
   /// A one-line summary such as "TP8 PP8 DP16 VP3 mbs1 gbs1536 SP selective ZeRO-1 interleaved".
   std::string Summary() const;

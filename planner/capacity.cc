@@ -103,16 +103,18 @@ CapacityRow EvaluateOption(const Model& m, const CapacityOption& opt, const Clus
 
 }  // namespace
 
+bool CapacityRowBefore(const CapacityRow& a, const CapacityRow& b) {
+  if (a.feasible != b.feasible) return a.feasible;
+  if (a.meets_deadline != b.meets_deadline) return a.meets_deadline;
+  return a.cost_usd < b.cost_usd;
+}
+
 std::vector<CapacityRow> RunCapacity(const Model& m, const std::vector<CapacityOption>& options,
                                      const CapacityOptions& o) {
   RequireTokens(o.tokens);
   std::vector<CapacityRow> rows;
   for (const auto& opt : options) rows.push_back(EvaluateOption(m, opt, LoadCluster(opt.cluster), o));
-  std::stable_sort(rows.begin(), rows.end(), [](const CapacityRow& a, const CapacityRow& b) {
-    if (a.feasible != b.feasible) return a.feasible;
-    if (a.meets_deadline != b.meets_deadline) return a.meets_deadline;
-    return a.cost_usd < b.cost_usd;
-  });
+  std::stable_sort(rows.begin(), rows.end(), CapacityRowBefore);
   return rows;
 }
 

@@ -66,7 +66,11 @@ struct CapacityRow {
 double YoungDalyInterval(double checkpoint_s, double mtbf_s);
 double Goodput(double checkpoint_s, double restart_s, double mtbf_s, double interval_s);
 
-/// Evaluates every option; rows sorted: options meeting the deadline first, then by cost.
+/// The order capacity lists its rows in: feasible first, then those meeting the deadline, then
+/// cheapest first (ties keep the options' order when used with std::stable_sort).
+bool CapacityRowBefore(const CapacityRow& a, const CapacityRow& b);
+
+/// Evaluates every option; rows sorted by CapacityRowBefore.
 std::vector<CapacityRow> RunCapacity(const Model& model, const std::vector<CapacityOption>& options,
                                      const CapacityOptions& opts);
 

@@ -17,6 +17,9 @@ namespace {
 
 constexpr int kComputeStream = 0, kSendFwdStream = 1, kSendBwdStream = 2, kDpStream = 3,
               kDpGatherStream = 4, kNumStreams = 5;
+/// The gradient-bucket tasks of one replica's step before buckets share tasks (Builder::NBuckets):
+/// keeps a model of 10^13 parameters a GPU (2^31 buckets) from building a task per bucket.
+constexpr double kMaxBucketTasksPerStep = 65536;
 
 }  // namespace
 
@@ -132,9 +135,27 @@ class Builder {
   int Device(int stage, int replica) const { return stage * R_ + replica; }
   /// Communication, data parallelism and the optimizer cost nothing (SimulateOptions).
   bool FreeComm() const { return opts_.ideal_pipeline || opts_.free_communication; }
-  int NBuckets(int stage, int chunk) const {
+  /// A chunk's gradient buckets (Megatron-LM's bucket_size, ParallelConfig::BucketParams): at
+  /// least 1, at most 2^31 - 1.
+  double Buckets(int stage, int chunk) const {
     const double params = cm_.chunks[static_cast<std::size_t>(stage)][static_cast<std::size_t>(chunk)].params_per_gpu;
-    return std::max(1, static_cast<int>(std::ceil(params / static_cast<double>(bucket_))));
+    return std::clamp(std::ceil(params / static_cast<double>(bucket_)), 1.0, 2147483647.0);
+  }
+  /// The tasks a chunk's buckets become: one per bucket up to kMaxBucketTasksPerStep spread
+  /// over the stages' chunks (at least 16 a chunk); beyond it, consecutive buckets share a task
+  /// that carries their summed latency and bytes (BucketCost). Buckets that end one backward
+  /// run back to back on one stream, so only the overlap within a task's buckets is lost.
+  int NBuckets(int stage, int chunk) const {
+    const double cap = std::max(16.0, std::floor(kMaxBucketTasksPerStep / static_cast<double>(p_ * v_)));
+    return static_cast<int>(std::min(Buckets(stage, chunk), cap));
+  }
+  /// One task of `units` over a chunk's buckets: `one` is a single bucket's collective, run
+  /// Buckets / units times back to back.
+  TaskCost BucketCost(TaskCost one, int stage, int chunk, int units) const {
+    const double n = Buckets(stage, chunk) / std::max(1, units);
+    one.work_ns *= n;
+    one.bytes *= n;
+    return one;
   }
   TaskCost CostOf(const CostKey& k) const;
   /// Zero3Impl::kDeepSpeed2021: a layer's per-tensor collectives (Zero3PerTensorCost) of
@@ -346,12 +367,11 @@ TaskCost Builder::CostOf(const CostKey& k) const {
                                k.kind == CostKind::kZero3GatherHost ? CollectiveOp::kAllGather : CollectiveOp::kReduceScatter,
                                k.item, cc.params_per_gpu / k.units);
     case CostKind::kOverlapReduce:
-      return DpComm(k.device, reduce, cc.params_per_gpu / k.units * grad_bytes_per_param_,
-                    cc.expert_params_per_gpu / k.units * grad_bytes_per_param_);
     case CostKind::kReduceAfter: {
-      const int nb = NBuckets(stage, k.chunk);
-      return DpComm(k.device, reduce, cc.params_per_gpu / nb * grad_bytes_per_param_,
-                    cc.expert_params_per_gpu / nb * grad_bytes_per_param_);
+      const double nb = Buckets(stage, k.chunk);
+      return BucketCost(DpComm(k.device, reduce, cc.params_per_gpu / nb * grad_bytes_per_param_,
+                               cc.expert_params_per_gpu / nb * grad_bytes_per_param_),
+                        stage, k.chunk, k.units);
     }
     case CostKind::kSendForward:
     case CostKind::kSendBackward: {
@@ -382,9 +402,10 @@ TaskCost Builder::CostOf(const CostKey& k) const {
       return t;
     }
     case CostKind::kParamGather: {
-      const int nb = NBuckets(stage, k.chunk);
-      return DpComm(k.device, CollectiveOp::kAllGather, cc.params_per_gpu * c_.param_gather_bytes / nb,
-                    cc.expert_params_per_gpu * c_.param_gather_bytes / nb);
+      const double nb = Buckets(stage, k.chunk);
+      return BucketCost(DpComm(k.device, CollectiveOp::kAllGather, cc.params_per_gpu * c_.param_gather_bytes / nb,
+                               cc.expert_params_per_gpu * c_.param_gather_bytes / nb),
+                        stage, k.chunk, k.units);
     }
   }
   return {};
@@ -1375,7 +1396,10 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
     j["config"]["grad_reduce"] = GradReduceIsAllReduce(c) ? "all_reduce" : "reduce_scatter";
   }
   j["feasible"] = r.feasible;
-  if (c.dp >= 1) j["num_microbatches"] = c.num_microbatches();
+  if (c.dp >= 1) {
+    const std::int64_t nmb = c.num_microbatches();
+    j["num_microbatches"] = nmb > 0 ? Json(nmb) : Json(nullptr);  // null: gbs is no multiple of mbs*dp
+  }
   j["fits"] = r.fits;
   j["memory_at_risk"] = r.memory_at_risk;
   if (!r.reasons.empty()) {

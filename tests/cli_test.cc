@@ -267,6 +267,13 @@ TEST(CliSimulate, InfeasibleIsAResultWithAReason) {
   EXPECT_NE(odd.out.find("TP8 PP1 DP? mbs1 gbs?"), std::string::npos) << odd.out;
   EXPECT_NE(odd.out.find("micro-batches per step ?"), std::string::npos) << odd.out;
   EXPECT_NE(odd.out.find("tp*pp = 8*1 = 8 does not divide 10 GPUs"), std::string::npos) << odd.out;
+  // gbs 64 is no multiple of mbs 3 * dp 2: no whole micro-batch count (not 64 / 6 rounded down).
+  auto uneven = RunShardcast("simulate --model llama2-7b --cluster dgx-a100 --gpus 8 --tp 2 --pp 2 --mbs 3 --gbs 64");
+  ASSERT_EQ(uneven.exit_code, 0) << uneven.err;
+  EXPECT_NE(uneven.out.find("micro-batches per step ?"), std::string::npos) << uneven.out;
+  auto uneven_json = RunShardcast("simulate --model llama2-7b --cluster dgx-a100 --gpus 8 --tp 2 --pp 2 --mbs 3 --gbs 64 --json");
+  ASSERT_EQ(uneven_json.exit_code, 0) << uneven_json.err;
+  EXPECT_TRUE(Json::parse(uneven_json.out)["num_microbatches"].is_null()) << uneven_json.out;
   auto odd_json = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 10 --tp 8 --zero 3 --json");
   ASSERT_EQ(odd_json.exit_code, 0) << odd_json.err;
   const Json oj = Json::parse(odd_json.out);
@@ -741,6 +748,10 @@ TEST(CliCapacity, BadInput) {
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--price-per-gpu-hour h100-sxm=2",
                                     "expected a GPU that a --gpus-options cluster has"));
   EXPECT_EQ(RunShardcast(base + "--mtbf-hours 1000 --checkpoint-minutes 5").exit_code, 0);
+  // A price that is no positive number, or has trailing text, says what a price must be.
+  for (const char* price : {"a100-sxm4-80gb=-1", "a100-sxm4-80gb=2.5x", "a100-sxm4-80gb=inf"}) {
+    EXPECT_TRUE(testing::ExitsTwoWith(base + "--price-per-gpu-hour " + price, "with USD a positive number")) << price;
+  }
   EXPECT_TRUE(testing::ExitsTwoWith("capacity --model gpt3-1.3b --tokens 1e30 --gbs 512 --gpus-options dgx-a100:64",
                                     "--tokens: got 1e+30, expected a positive token count of at most 1e16"));
 }
@@ -798,6 +809,13 @@ TEST(CliCapacity, SolveGivesEachClustersSmallestCount) {
       EXPECT_LE(row["wall_time_s"].get<double>(), 3 * 86400.0);
     }
     EXPECT_EQ(s["max_gpus"], 64);
+  }
+  // Rows in capacity's documented order (docs/planner.md): feasible, meeting the deadline,
+  // cheapest first, as without --solve.
+  const Json& a = j["options"][0];
+  const Json& b = j["options"][1];
+  if (a["feasible"] == b["feasible"] && a["meets_deadline"] == b["meets_deadline"]) {
+    EXPECT_LE(a["cost_usd"].get<double>(), b["cost_usd"].get<double>()) << r.out;
   }
   const auto text = testing::RunShardcast(base.substr(0, base.size() - 7));
   ASSERT_EQ(text.exit_code, 0) << text.err;

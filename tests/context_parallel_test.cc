@@ -209,6 +209,14 @@ TEST(ContextParallel, RulesAndBadInput) {
   ParallelConfig c = CpConfig(1, 3, 4096);  // 4096 is not a multiple of 2*3
   ASSERT_FALSE(ContextParallelRules(m, c, 8).empty());
   EXPECT_NE(ContextParallelRules(m, c, 8).front().text.find("2*cp = 6 chunks"), std::string::npos);
+  // With sequence parallelism over tp 2 as well, the cause named is cp's (4096 / 3 is no whole
+  // share to split over tp), not sequence parallelism's.
+  c = CpConfig(2, 3, 4096);
+  c.dp = 1;
+  for (const Infeasibility& x : InfeasibilityRules(m, c, 6, cl)) {
+    EXPECT_EQ(x.rule.find("sequence parallelism"), std::string::npos) << x.text;
+  }
+  c = CpConfig(1, 3, 4096);
   c.cp_comm = CpComm::kUlysses;  // DeepSpeed-Ulysses splits into cp parts only: still 4096 % 3
   EXPECT_FALSE(ContextParallelRules(m, c, 8).empty());
   c = CpConfig(1, 16, 4096, CpComm::kA2A);  // 8 query groups over 16 ranks

@@ -514,6 +514,51 @@ TEST(Symmetry, CostDoesNotGrowWithGpuCount) {
 
 // ---- end to end -----------------------------------------------------------------------------
 
+// A chunk of more gradient buckets than the step's task budget (65536) shares tasks between
+// consecutive buckets, each carrying its buckets' summed latency and bytes: the exposed reduction
+// after the backward still takes a bucket's time per bucket, as with a task per bucket, and the
+// graph stays small (a model of 10^12 parameters a GPU used to build a task per bucket and
+// exhaust memory).
+TEST(GradientBuckets, BeyondTheTaskBudgetBucketsShareTasksAtTheirSummedCost) {
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  ParallelConfig c = Config(1, 1, 2, 1, 2);
+  c.overlap_grad_reduce = false;  // all buckets reduced after the backward, back to back
+  struct Run {
+    double buckets = 0, reduce_s = 0;
+    int reduce_tasks = 0;
+    std::size_t tasks = 0;
+  };
+  auto run = [&](int layers) {
+    Json j = Json::parse(R"({"name": "wide", "hidden_size": 65536, "ffn_hidden_size": 262144,
+      "num_attention_heads": 512, "kv_channels": 128, "vocab_size": 50000, "seq_length": 1024,
+      "normalization": "layernorm", "activation": "swiglu", "position_embedding": "rope",
+      "tie_embeddings": false, "source": "test"})");
+    j["num_layers"] = layers;
+    const Model m = ModelFromJson(j, "wide.json");
+    const CostModel cm = BuildCostModel(m, c, cl, prof);
+    Run out;
+    out.buckets = std::ceil(cm.chunks[0][0].params_per_gpu / static_cast<double>(c.BucketParams()));
+    const SimulationResult r = Simulate(m, c, cl, 2, prof);
+    EXPECT_TRUE(r.feasible);
+    for (const auto& sh : r.critical_shares) {
+      if (sh.kind != "dp_grad_reduce") continue;
+      out.reduce_s += sh.seconds;
+      out.reduce_tasks += sh.tasks;
+    }
+    out.tasks = r.num_tasks;
+    return out;
+  };
+  const Run small = run(4), wide = run(48);
+  ASSERT_LT(small.buckets, 65536.0);  // a task per bucket
+  ASSERT_GT(wide.buckets, 65536.0);   // buckets share tasks
+  EXPECT_EQ(small.reduce_tasks, static_cast<int>(small.buckets));
+  EXPECT_EQ(wide.reduce_tasks, 65536);
+  EXPECT_LT(wide.tasks, 70000u);
+  // Buckets of either model hold 40M parameters to within 1e-4 (params / ceil(params / 40M)).
+  EXPECT_NEAR(wide.reduce_s / wide.buckets, small.reduce_s / small.buckets, 1e-3 * small.reduce_s / small.buckets);
+}
+
 TEST(ZeroOne, OverlappedParameterGatherExposesOnlyTheFirstBucket) {
   // ZeRO-1 on two DGX A100 nodes, one micro-batch. Megatron-LM's overlap_param_gather dispatches
   // every bucket's all-gather at the start of the step and each bucket's forward waits only for
