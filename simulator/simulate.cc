@@ -205,6 +205,15 @@ class Builder {
     t.rate_cap_GBps = cc.link_GBps;
     t.network = cc.link == LinkKind::kNetwork;
     t.link = 2 * device + (t.network ? 1 : 0);  // each device's links: intra-node, network
+    // A collective faster than the device's link (NVLink SHARP's all-reduce, whose reduction
+    // runs in the switch, or a measured table's small group) moves proportionally fewer bytes
+    // through it at the link's rate: alone it still ends at latency + bytes / its own busbw,
+    // and beside other flows it takes that smaller share (the link no longer caps it).
+    const double link = (t.network ? NetworkLink() : IntraLink()).capacity_GBps;
+    if (link > 0 && t.rate_cap_GBps > link) {
+      t.bytes *= link / t.rate_cap_GBps;
+      t.rate_cap_GBps = link;
+    }
     return t;
   }
   /// A data-parallel collective of `bytes` (nccl-tests size), of which `experts` are routed

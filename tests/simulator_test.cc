@@ -519,6 +519,15 @@ TEST(Symmetry, CostDoesNotGrowWithGpuCount) {
 // after the backward still takes a bucket's time per bucket, as with a task per bucket, and the
 // graph stays small (a model of 10^12 parameters a GPU used to build a task per bucket and
 // exhaust memory).
+Model Wide(int layers) {
+  Json j = Json::parse(R"({"name": "wide", "hidden_size": 65536, "ffn_hidden_size": 262144,
+    "num_attention_heads": 512, "kv_channels": 128, "vocab_size": 50000, "seq_length": 1024,
+    "normalization": "layernorm", "activation": "swiglu", "position_embedding": "rope",
+    "tie_embeddings": false, "source": "test"})");
+  j["num_layers"] = layers;
+  return ModelFromJson(j, "wide.json");
+}
+
 TEST(GradientBuckets, BeyondTheTaskBudgetBucketsShareTasksAtTheirSummedCost) {
   const Cluster cl = LoadCluster("dgx-h100");
   const HardwareProfile prof = DefaultProfile(cl);
@@ -530,12 +539,7 @@ TEST(GradientBuckets, BeyondTheTaskBudgetBucketsShareTasksAtTheirSummedCost) {
     std::size_t tasks = 0;
   };
   auto run = [&](int layers) {
-    Json j = Json::parse(R"({"name": "wide", "hidden_size": 65536, "ffn_hidden_size": 262144,
-      "num_attention_heads": 512, "kv_channels": 128, "vocab_size": 50000, "seq_length": 1024,
-      "normalization": "layernorm", "activation": "swiglu", "position_embedding": "rope",
-      "tie_embeddings": false, "source": "test"})");
-    j["num_layers"] = layers;
-    const Model m = ModelFromJson(j, "wide.json");
+    const Model m = Wide(layers);
     const CostModel cm = BuildCostModel(m, c, cl, prof);
     Run out;
     out.buckets = std::ceil(cm.chunks[0][0].params_per_gpu / static_cast<double>(c.BucketParams()));
@@ -557,6 +561,14 @@ TEST(GradientBuckets, BeyondTheTaskBudgetBucketsShareTasksAtTheirSummedCost) {
   EXPECT_LT(wide.tasks, 70000u);
   // Buckets of either model hold 40M parameters to within 1e-4 (params / ceil(params / 40M)).
   EXPECT_NEAR(wide.reduce_s / wide.buckets, small.reduce_s / small.buckets, 1e-3 * small.reduce_s / small.buckets);
+  // And a bucket takes its collective's time: two ranks in an H100 node all-reduce by NVLink
+  // SHARP at 480 GB/s busbw, faster than the ring's 370 that the device's link is sized by
+  // (the engine used to cap the flow at the link, 1.28x the collective's time).
+  const CollectiveOp op = GradReduceIsAllReduce(c) ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter;
+  const CollectiveCost one = DataParallelCostOf(prof, BuildCostModel(Wide(4), c, cl, prof), op,
+                                                40e6 * GradReduceBytesPerParam(c));
+  EXPECT_GT(one.link_GBps, prof.intra_busbw_GBps);  // premise
+  EXPECT_NEAR(small.reduce_s / small.buckets, one.time_s(), 1e-3 * one.time_s());
 }
 
 TEST(ZeroOne, OverlappedParameterGatherExposesOnlyTheFirstBucket) {
