@@ -402,6 +402,7 @@ class OpBuilder {
                      double k) {
     Linear(out, name, pass, m, n, k);
     Op& o = out.back();
+    o.routed_experts = true;
     o.batch = groups;
     o.flops *= groups;
     o.bytes *= groups;

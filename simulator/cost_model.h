@@ -122,6 +122,9 @@ struct Op {
   /// A collective of the expert-parallel or expert-tensor-parallel group: token dispatch and
   /// combine (counted as EP communication).
   bool expert_parallel = false;
+  /// A routed experts' grouped GEMM (OpBuilder::GroupedLinear): sized for the busiest
+  /// expert-parallel rank's tokens, moe.imbalance x the mean rank's.
+  bool routed_experts = false;
 };
 
 /// Durations of one op kind from the profile.

@@ -1078,7 +1078,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   // An op's FLOPs on the mean rank: the expert ops carry the busiest rank's load (they time the
   // step), so their FLOPs are divided by the imbalance; every other op is the same on each rank.
   auto mean_rank_flops = [&](const Op& o) {
-    return o.flops / (o.name.rfind("moe_expert", 0) == 0 ? cm.moe.imbalance : 1.0);
+    return o.flops / (o.routed_experts ? cm.moe.imbalance : 1.0);
   };
   double recompute_per_token = 0;
   if (c.recompute == Recompute::kFull) {

@@ -167,6 +167,14 @@ TEST(Moe, GroupedGemmTimeFromTheCurve) {
   ASSERT_NE(up, nullptr);
   EXPECT_DOUBLE_EQ(up->duration_s, GemmTime(prof, tokens, 2 * 14336, 4096));
   EXPECT_DOUBLE_EQ(up->flops, 2 * tokens * 2 * 14336 * 4096);
+  // The experts' grouped GEMMs, and only they, carry the busiest rank's load (executed FLOPs
+  // divide it out): the router's GEMM is the same on every rank.
+  int routed = 0;
+  for (const Op& o : cm.moe_layer_ops) {
+    EXPECT_EQ(o.routed_experts, o.kind == OpKind::kGemm && o.name.rfind("moe_expert_", 0) == 0) << o.name;
+    routed += o.routed_experts ? 1 : 0;
+  }
+  EXPECT_EQ(routed, 6);  // up and down: forward, data gradient, weight gradient
   // With ep 2 each GPU holds 4 experts: 4 GEMMs of a quarter of the tokens each.
   ParallelConfig ep2 = MixtralEp8();
   ep2.ep = 2;
