@@ -57,6 +57,36 @@ double ParseTokens(const std::string& s) {
   }
 }
 
+/// --price-per-gpu-hour GPU=USD: the GPU's preset name (or the name as given: a custom GPU of an
+/// option's cluster file, checked against the options later) and the price, a plain decimal
+/// number of USD from kMinPriceUsd to kMaxPriceUsd. Throws InputError (exit 2) naming the value.
+constexpr double kMinPriceUsd = 1e-4, kMaxPriceUsd = 1e4;
+std::pair<std::string, double> ParsePrice(const std::string& p) {
+  const auto eq = p.find('=');
+  const std::string usd = eq == std::string::npos ? std::string() : p.substr(eq + 1);
+  double v = 0;
+  // Digits, a point and an exponent only: std::stod would also take hex ("0x10"), inf and nan.
+  if (!usd.empty() && usd.find_first_not_of("0123456789.eE+-") == std::string::npos) {
+    try {
+      std::size_t used = 0;
+      v = std::stod(usd, &used);
+      if (used != usd.size()) v = 0;  // trailing text such as "2.5e"
+    } catch (const std::exception&) {
+      v = 0;  // out of range, such as 1e400
+    }
+  }
+  if (eq == std::string::npos || !(v >= kMinPriceUsd && v <= kMaxPriceUsd)) {
+    throw InputError(fmt::format("command line: --price-per-gpu-hour: got \"{}\", expected GPU=USD with USD a number "
+                                 "from {:g} to {:g} such as h100-sxm=2.5", p, kMinPriceUsd, kMaxPriceUsd));
+  }
+  std::string gpu = p.substr(0, eq);
+  try {
+    gpu = LoadGpu(gpu).name;
+  } catch (const InputError&) {
+  }
+  return {gpu, v};
+}
+
 /// --gpus-options: CLUSTER:N[,N...] each; with --solve, CLUSTER alone (gpus 0: to be solved for).
 std::vector<CapacityOption> ParseOptions(const std::vector<std::string>& specs, bool solve) {
   std::vector<CapacityOption> out;
@@ -129,27 +159,11 @@ void RunCapacityCommand(const CapacityArgs& a) {
   o.seq_length = a.seq > 0 ? a.seq : m.seq_length;
   if (a.days > 0) o.days = a.days;
   for (const auto& p : a.prices) {
-    const auto eq = p.find('=');
-    double v = 0;
-    try {
-      std::size_t used = 0;
-      const std::string usd = eq == std::string::npos ? std::string() : p.substr(eq + 1);
-      v = std::stod(usd, &used);
-      if (used != usd.size()) v = 0;  // trailing text such as "2.5x"
-    } catch (const std::exception&) {
-      v = 0;
+    const auto [gpu, usd] = ParsePrice(p);
+    if (!o.price_per_gpu_hour.emplace(gpu, usd).second) {
+      throw InputError(fmt::format("command line: --price-per-gpu-hour: got a price for {} twice, expected one per GPU",
+                                   gpu));
     }
-    if (eq == std::string::npos || !(v > 0) || !std::isfinite(v)) {
-      throw InputError("command line: --price-per-gpu-hour: got \"" + p + "\", expected GPU=USD with USD a positive number such as h100-sxm=2.5");
-    }
-    // A preset or GPU file names its GPU; another name may be a custom GPU of an option's cluster
-    // file (checked against the options below).
-    std::string gpu = p.substr(0, eq);
-    try {
-      gpu = LoadGpu(gpu).name;
-    } catch (const InputError&) {
-    }
-    o.price_per_gpu_hour[gpu] = v;
   }
   if (a.mtbf_hours > 0) o.mtbf_hours = a.mtbf_hours;
   o.checkpoint_minutes = a.checkpoint_minutes;
@@ -183,7 +197,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
   for (const auto& opt : options) offered.insert(LoadCluster(opt.cluster).gpu.name);
   for (const auto& [gpu, usd] : o.price_per_gpu_hour) {
     if (!offered.count(gpu)) {
-      throw InputError(fmt::format("command line: --price-per-gpu-hour: got {}={}, expected a GPU that a "
+      throw InputError(fmt::format("command line: --price-per-gpu-hour: got \"{}={:g}\", expected a GPU that a "
                                    "--gpus-options cluster has (its price would not be used)", gpu, usd));
     }
   }
@@ -260,7 +274,6 @@ void RunCapacityCommand(const CapacityArgs& a) {
   if (!a.html.empty()) {
     Json data = CapacityJson(m, o, rows, solved);
     data["kind"] = "capacity";
-    data["days"] = o.days ? Json(*o.days) : Json(nullptr);
     WriteHtmlReport(a.html, fmt::format("shardcast capacity: {} on {} tokens", m.name, FormatCount(o.tokens)),
                     fmt::format("global batch {} x sequence {}{}", o.global_batch_size, o.seq_length,
                                 o.days ? fmt::format(", deadline {:g} days", *o.days) : std::string()),

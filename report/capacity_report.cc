@@ -24,6 +24,7 @@ Json CapacityJson(const Model& m, const CapacityOptions& o, const std::vector<Ca
   j["model"] = m.name;
   j["tokens"] = o.tokens;
   j["global_batch_size"] = o.global_batch_size;
+  j["days"] = o.days ? Json(*o.days) : Json(nullptr);  // the deadline meets_deadline is judged by
   j["energy_overhead"] = o.energy_overhead;
   j["zero_stages"] = o.plan.zero_stages;
   j["optimizer_impl"] = ToString(o.plan.optimizer_impl);

@@ -203,7 +203,9 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   WriteDeepSpeedZero3(out, r, c, m);
   out << "\nStep\n";
   out << fmt::format("  step time        {}\n", FormatSeconds(r.step_time_s));
-  out << fmt::format("  throughput       {:.0f} tokens/s, {:.2f} samples/s\n", r.tokens_per_s, r.samples_per_s);
+  // Whole tokens, or three significant digits below 100 (a huge model's 0.274 is not 0).
+  const auto rate = [](double x) { return x >= 100 ? fmt::format("{:.0f}", x) : fmt::format("{:.3g}", x); };
+  out << fmt::format("  throughput       {} tokens/s, {} samples/s\n", rate(r.tokens_per_s), rate(r.samples_per_s));
   out << fmt::format("  MFU (causal)     {}   (model FLOPs 6*N_gemm + 6*L*s*a*d per token: causal attention, half the\n"
                            "                   matrix, as current Megatron-LM counts it; dense {} peak {:.4g} TFLOP/s per GPU)\n",
                            Pct(r.mfu_causal), ToString(MfuPeakPrecision(c.precision)),

@@ -267,6 +267,18 @@ TEST(CliSimulate, InfeasibleIsAResultWithAReason) {
   EXPECT_NE(odd.out.find("TP8 PP1 DP? mbs1 gbs?"), std::string::npos) << odd.out;
   EXPECT_NE(odd.out.find("micro-batches per step ?"), std::string::npos) << odd.out;
   EXPECT_NE(odd.out.find("tp*pp = 8*1 = 8 does not divide 10 GPUs"), std::string::npos) << odd.out;
+  // A step of hours: the text's throughput keeps three significant digits, as the JSON has them.
+  const std::string wide = testing::WriteTemp("wide_model.json", R"({"name": "wide", "num_layers": 512,
+    "hidden_size": 65536, "ffn_hidden_size": 262144, "num_attention_heads": 512, "kv_channels": 128,
+    "vocab_size": 50000, "seq_length": 4096, "normalization": "layernorm", "activation": "swiglu",
+    "position_embedding": "rope", "tie_embeddings": false})");
+  auto slow = RunShardcast("simulate --model " + wide + " --cluster dgx-h100 --gpus 8 --tp 8 --mbs 1 --gbs 1 --json");
+  ASSERT_EQ(slow.exit_code, 0) << slow.err;
+  const double tps = Json::parse(slow.out)["tokens_per_s"].get<double>();
+  ASSERT_GT(tps, 0.0);
+  ASSERT_LT(tps, 100.0);  // premise
+  auto slow_text = RunShardcast("simulate --model " + wide + " --cluster dgx-h100 --gpus 8 --tp 8 --mbs 1 --gbs 1");
+  EXPECT_NE(slow_text.out.find(fmt::format("throughput       {:.3g} tokens/s", tps)), std::string::npos) << slow_text.out;
   // gbs 64 is no multiple of mbs 3 * dp 2: no whole micro-batch count (not 64 / 6 rounded down).
   auto uneven = RunShardcast("simulate --model llama2-7b --cluster dgx-a100 --gpus 8 --tp 2 --pp 2 --mbs 3 --gbs 64");
   ASSERT_EQ(uneven.exit_code, 0) << uneven.err;
@@ -748,10 +760,16 @@ TEST(CliCapacity, BadInput) {
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--price-per-gpu-hour h100-sxm=2",
                                     "expected a GPU that a --gpus-options cluster has"));
   EXPECT_EQ(RunShardcast(base + "--mtbf-hours 1000 --checkpoint-minutes 5").exit_code, 0);
-  // A price that is no positive number, or has trailing text, says what a price must be.
-  for (const char* price : {"a100-sxm4-80gb=-1", "a100-sxm4-80gb=2.5x", "a100-sxm4-80gb=inf"}) {
-    EXPECT_TRUE(testing::ExitsTwoWith(base + "--price-per-gpu-hour " + price, "with USD a positive number")) << price;
+  // A price that is no plain decimal number from 1e-4 to 1e4 USD says what a price must be; a
+  // second price for one GPU is refused rather than silently replacing the first.
+  for (const char* price : {"a100-sxm4-80gb=-1", "a100-sxm4-80gb=2.5x", "a100-sxm4-80gb=inf", "a100-sxm4-80gb=nan",
+                            "a100-sxm4-80gb=0x10", "a100-sxm4-80gb=1e300", "a100-sxm4-80gb=1e-300", "2.5"}) {
+    EXPECT_TRUE(testing::ExitsTwoWith(base + "--price-per-gpu-hour " + price, "with USD a number from 0.0001 to 10000"))
+        << price;
   }
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--price-per-gpu-hour a100-sxm4-80gb=2 a100-sxm4-80gb=3",
+                                    "got a price for a100-sxm4-80gb twice"));
+  EXPECT_EQ(RunShardcast(base + "--price-per-gpu-hour a100-sxm4-80gb=2.5e0").exit_code, 0);
   EXPECT_TRUE(testing::ExitsTwoWith("capacity --model gpt3-1.3b --tokens 1e30 --gbs 512 --gpus-options dgx-a100:64",
                                     "--tokens: got 1e+30, expected a positive token count of at most 1e16"));
 }
@@ -799,6 +817,7 @@ TEST(CliCapacity, SolveGivesEachClustersSmallestCount) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out);
   ASSERT_EQ(j["solve"].size(), 2u);
+  EXPECT_EQ(j["days"], 3.0);  // the deadline meets_deadline refers to
   for (std::size_t i = 0; i < 2; ++i) {
     const Json& s = j["solve"][i];
     const Json& row = j["options"][i];
