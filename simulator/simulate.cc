@@ -149,10 +149,10 @@ class Builder {
     const double cap = std::max(16.0, std::floor(kMaxBucketTasksPerStep / static_cast<double>(p_ * v_)));
     return static_cast<int>(std::min(Buckets(stage, chunk), cap));
   }
-  /// One task of `units` over a chunk's buckets: `one` is a single bucket's collective, run
-  /// Buckets / units times back to back.
-  TaskCost BucketCost(TaskCost one, int stage, int chunk, int units) const {
-    const double n = Buckets(stage, chunk) / std::max(1, units);
+  /// One of `units` tasks over a chunk's `buckets`: `one` is a single bucket's collective, run
+  /// buckets / units times back to back.
+  static TaskCost BucketCost(TaskCost one, double buckets, int units) {
+    const double n = buckets / std::max(1, units);
     one.work_ns *= n;
     one.bytes *= n;
     return one;
@@ -380,7 +380,7 @@ TaskCost Builder::CostOf(const CostKey& k) const {
       const double nb = Buckets(stage, k.chunk);
       return BucketCost(DpComm(k.device, reduce, cc.params_per_gpu / nb * grad_bytes_per_param_,
                                cc.expert_params_per_gpu / nb * grad_bytes_per_param_),
-                        stage, k.chunk, k.units);
+                        nb, k.units);
     }
     case CostKind::kSendForward:
     case CostKind::kSendBackward: {
@@ -414,7 +414,7 @@ TaskCost Builder::CostOf(const CostKey& k) const {
       const double nb = Buckets(stage, k.chunk);
       return BucketCost(DpComm(k.device, CollectiveOp::kAllGather, cc.params_per_gpu * c_.param_gather_bytes / nb,
                                cc.expert_params_per_gpu * c_.param_gather_bytes / nb),
-                        stage, k.chunk, k.units);
+                        nb, k.units);
     }
   }
   return {};
@@ -1397,7 +1397,6 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
     // per-parameter state or gradient-reduction bytes either.
     j["config"]["dp"] = nullptr;
     if (c.global_batch_size < 1) j["config"]["global_batch_size"] = nullptr;
-    j["num_microbatches"] = nullptr;
   } else {
     const StateBytesPerParam b = BytesPerParam(c);
     j["config"]["state_bytes_per_param"] = {{"weights", b.weights}, {"grads", b.grads}, {"optimizer", b.optimizer}};
@@ -1405,10 +1404,9 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
     j["config"]["grad_reduce"] = GradReduceIsAllReduce(c) ? "all_reduce" : "reduce_scatter";
   }
   j["feasible"] = r.feasible;
-  if (c.dp >= 1) {
-    const std::int64_t nmb = c.num_microbatches();
-    j["num_microbatches"] = nmb > 0 ? Json(nmb) : Json(nullptr);  // null: gbs is no multiple of mbs*dp
-  }
+  // null without a whole count: no dp, or gbs no multiple of mbs*dp (num_microbatches() is 0).
+  const std::int64_t nmb = c.num_microbatches();
+  j["num_microbatches"] = nmb > 0 ? Json(nmb) : Json(nullptr);
   j["fits"] = r.fits;
   j["memory_at_risk"] = r.memory_at_risk;
   if (!r.reasons.empty()) {
