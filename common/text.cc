@@ -120,4 +120,25 @@ std::string FormatSeconds(double seconds) {
   return fmt::format("{:.2f} us", seconds * 1e6);
 }
 
+std::string AlignColumns(const std::vector<std::vector<std::string>>& rows,
+                         const std::vector<std::size_t>& min_widths, std::size_t indent) {
+  std::vector<std::size_t> width(min_widths);
+  for (const auto& row : rows) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (std::size_t i = 0; i + 1 < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    out += std::string(indent, ' ');
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      const bool last = i + 1 == row.size();
+      if (i > 0) out += last ? "  " : " ";
+      if (!last) out += std::string(width[i] - std::min(width[i], row[i].size()), ' ');
+      out += row[i];
+    }
+    out += '\n';
+  }
+  return out;
+}
+
 }  // namespace shardcast

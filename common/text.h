@@ -29,5 +29,11 @@ std::string FormatCount(double count, int decimals = 2);
 std::string FormatFlops(double flops);
 /// Seconds scaled to s/ms/us as fits.
 std::string FormatSeconds(double seconds);
+/// Lines of a text table: every cell right-aligned to its column's width, which is the larger of
+/// `min_widths[i]` (0 past its end) and the widest cell of column i, columns one space apart,
+/// the last column left-aligned after two spaces (a note), each line `indent` spaces in and
+/// ending in a newline. Rows may have fewer cells than others.
+std::string AlignColumns(const std::vector<std::vector<std::string>>& rows,
+                         const std::vector<std::size_t>& min_widths, std::size_t indent = 2);
 
 }  // namespace shardcast

@@ -253,19 +253,19 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   line("optimizer", b.optimizer_s, "Adam step and gradient norm");
   out << "\nMemory per GPU by pipeline stage (usable " << FormatGiB(r.usable_memory_bytes) << ")\n";
   const bool chunks = c.vp > 1 && c.schedule == Schedule::kInterleaved;
-  out << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10} {:>10}  {}\n", "stage", "layers",
-                           "weights", "grads", "optimizer", "activ.", "(in flight)", "other",
-                           "peak", "reserved", "");
+  std::vector<std::vector<std::string>> mem_rows = {
+      {"stage", "layers", "weights", "grads", "optimizer", "activ.", "(in flight)", "other", "peak", "reserved", ""}};
   for (const auto& s : r.stages) {
     const auto& mm = s.memory;
-    out << fmt::format("  {:>5} {:>6} {:>10} {:>10} {:>10} {:>10} {:>12} {:>9} {:>10} {:>10}  {}\n", s.stage, s.layers,
-                             FormatGiB(mm.weights_bytes), FormatGiB(mm.grads_bytes), FormatGiB(mm.optimizer_bytes),
-                             FormatGiB(mm.activations_bytes),
-                             fmt::format("{} {}", mm.peak_inflight_microbatches, chunks ? "chunks" : "mb"),
-                             FormatGiB(mm.comm_buffer_bytes + mm.framework_bytes), FormatGiB(mm.peak_bytes),
-                             FormatGiB(mm.reserved_bytes),
-                             !s.fits ? "DOES NOT FIT" : s.at_risk ? "fits, at risk" : "fits");
+    mem_rows.push_back({std::to_string(s.stage), std::to_string(s.layers), FormatGiB(mm.weights_bytes),
+                        FormatGiB(mm.grads_bytes), FormatGiB(mm.optimizer_bytes), FormatGiB(mm.activations_bytes),
+                        fmt::format("{} {}", mm.peak_inflight_microbatches, chunks ? "chunks" : "mb"),
+                        FormatGiB(mm.comm_buffer_bytes + mm.framework_bytes), FormatGiB(mm.peak_bytes),
+                        FormatGiB(mm.reserved_bytes),
+                        !s.fits ? "DOES NOT FIT" : s.at_risk ? "fits, at risk" : "fits"});
   }
+  // Widths of the usual figures; a column widens for a model whose GiB run to 6 digits.
+  out << AlignColumns(mem_rows, {5, 6, 10, 10, 10, 10, 12, 9, 10, 10});
   out << fmt::format(
       "  in flight: {} whose activations are held at the peak\n"
       "  other: communication buffers plus the profile's framework overhead (CUDA context, NCCL)\n"

@@ -26,6 +26,13 @@ TEST(Text, EditDistanceAndClosest) {
   EXPECT_EQ(close.size(), 2u);
 }
 
+TEST(Text, AlignColumnsWidensAColumnForItsWidestCell) {
+  // Column 0 keeps its minimum width 5; column 1 widens from 4 to the 6 characters of "123456";
+  // the last column is a left-aligned note after two spaces.
+  const std::string t = AlignColumns({{"a", "bb", "note"}, {"ccc", "123456", "x"}}, {5, 4});
+  EXPECT_EQ(t, "      a     bb  note\n    ccc 123456  x\n");
+}
+
 TEST(JsonReader, IntegerChecksNameFilePointerValue) {
   Json j = Json::parse(R"({"a": 12.5, "b": "12", "c": -3, "d": 1e300, "e": 4096.0, "f": 7})");
   JsonReader r(j, "m.json");
