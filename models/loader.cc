@@ -96,62 +96,69 @@ std::vector<std::string> PresetNames(PresetKind kind) {
   return names;
 }
 
-void ValidateModel(const Model& m, const std::string& file) {
+void ValidateModel(const Model& m, const std::string& file, const ModelFieldNames& n) {
   // Field-range checks happen while reading; these are the cross-field rules.
+  const auto ptr = [](const std::string& key) { return "/" + key; };
   if (m.kv_channels * m.num_attention_heads > kMaxFfn) {
-    throw InputError::Field(file, "/kv_channels", std::to_string(m.kv_channels),
-                            "kv_channels * num_attention_heads <= " + std::to_string(kMaxFfn));
+    throw InputError::Field(file, ptr(n.kv_channels), std::to_string(m.kv_channels),
+                            n.kv_channels + " * num_attention_heads <= " + std::to_string(kMaxFfn));
   }
   if (m.num_attention_heads % m.num_query_groups != 0) {
-    throw InputError::Field(file, "/num_query_groups", std::to_string(m.num_query_groups),
-                            "a divisor of num_attention_heads = " +
-                                std::to_string(m.num_attention_heads));
+    throw InputError::Field(file, ptr(n.num_query_groups), std::to_string(m.num_query_groups),
+                            "a divisor of num_attention_heads = " + std::to_string(m.num_attention_heads));
+  }
+  if (m.mla.enabled() && m.num_query_groups != m.num_attention_heads) {
+    throw InputError::Field(file, ptr(n.num_query_groups), std::to_string(m.num_query_groups),
+                            "num_attention_heads = " + std::to_string(m.num_attention_heads) +
+                                " with multi-latent attention (kv_lora_rank > 0), where every head has its own K and V");
   }
   if (m.moe.enabled()) {
     // Bounds that keep every parameter count inside int64 (docs/inputs.md): all experts together
     // no wider than one FFN may be.
     if (m.moe.num_experts * m.moe.ffn_hidden_size > kMaxFfn) {
-      throw InputError::Field(file, "/moe_ffn_hidden_size", std::to_string(m.moe.ffn_hidden_size),
-                              "num_experts * moe_ffn_hidden_size <= " + std::to_string(kMaxFfn) + " (got " +
-                                  std::to_string(m.moe.num_experts) + " experts)");
+      throw InputError::Field(file, ptr(n.moe_ffn_hidden_size), std::to_string(m.moe.ffn_hidden_size),
+                              n.num_experts + " * " + n.moe_ffn_hidden_size + " <= " + std::to_string(kMaxFfn) +
+                                  " (got " + std::to_string(m.moe.num_experts) + " experts)");
     }
     if (m.moe.shared_ffn_hidden_size > kMaxFfn) {
-      throw InputError::Field(file, "/moe_shared_expert_intermediate_size", std::to_string(m.moe.shared_ffn_hidden_size),
-                              "at most " + std::to_string(kMaxFfn));
+      throw InputError::Field(file, ptr(n.moe_shared_ffn_hidden_size), std::to_string(m.moe.shared_ffn_hidden_size),
+                              "a shared-expert FFN width of at most " + std::to_string(kMaxFfn));
     }
     if (m.moe.top_k < 1 || m.moe.top_k > m.moe.num_experts) {
-      throw InputError::Field(file, "/moe_router_topk", std::to_string(m.moe.top_k),
-                              "1 to num_experts = " + std::to_string(m.moe.num_experts) + " experts per token");
+      throw InputError::Field(file, ptr(n.moe_top_k), std::to_string(m.moe.top_k),
+                              "1 to " + n.num_experts + " = " + std::to_string(m.moe.num_experts) +
+                                  " experts per token");
     }
     if (m.moe.ffn_hidden_size < 1) {
-      throw InputError::Field(file, "/moe_ffn_hidden_size", std::to_string(m.moe.ffn_hidden_size),
+      throw InputError::Field(file, ptr(n.moe_ffn_hidden_size), std::to_string(m.moe.ffn_hidden_size),
                               "each routed expert's FFN size, a positive integer");
     }
     if (m.moe.first_k_dense >= m.num_layers) {
-      throw InputError::Field(file, "/moe_first_k_dense_layers", std::to_string(m.moe.first_k_dense),
-                              "fewer than num_layers = " + std::to_string(m.num_layers) + " (some layer must be MoE)");
+      throw InputError::Field(file, ptr(n.moe_first_k_dense), std::to_string(m.moe.first_k_dense),
+                              "fewer than " + n.num_layers + " = " + std::to_string(m.num_layers) +
+                                  " (some layer must be MoE)");
     }
     if (m.MoeLayersIn(0, m.num_layers) == 0) {
-      throw InputError::Field(file, "/moe_layer_step", std::to_string(m.moe.layer_step),
+      throw InputError::Field(file, ptr(n.moe_layer_step), std::to_string(m.moe.layer_step),
                               "a step that makes some of the " + std::to_string(m.num_layers) + " layers MoE layers");
     }
   }
   if (m.mla.enabled()) {
     const std::int64_t dims = m.mla.qk_head_dim + m.mla.qk_pos_emb_head_dim + m.mla.v_head_dim;
     if (m.num_attention_heads * dims > kMaxFfn) {
-      throw InputError::Field(file, "/qk_head_dim", std::to_string(m.mla.qk_head_dim),
-                              "num_attention_heads * (qk_head_dim + qk_pos_emb_head_dim + v_head_dim) <= " +
-                                  std::to_string(kMaxFfn));
+      throw InputError::Field(file, ptr(n.qk_head_dim), std::to_string(m.mla.qk_head_dim),
+                              "num_attention_heads * (" + n.qk_head_dim + " + " + n.qk_pos_emb_head_dim + " + " +
+                                  n.v_head_dim + ") <= " + std::to_string(kMaxFfn));
     }
     if (m.mla.q_lora_rank + m.mla.kv_lora_rank > kMaxHidden) {
-      throw InputError::Field(file, "/kv_lora_rank", std::to_string(m.mla.kv_lora_rank),
-                              "q_lora_rank + kv_lora_rank <= " + std::to_string(kMaxHidden));
+      throw InputError::Field(file, ptr(n.kv_lora_rank), std::to_string(m.mla.kv_lora_rank),
+                              n.q_lora_rank + " + " + n.kv_lora_rank + " <= " + std::to_string(kMaxHidden));
     }
   }
   if (m.mla.enabled() && (m.mla.qk_head_dim < 1 || m.mla.v_head_dim < 1)) {
-    throw InputError::Field(file, m.mla.qk_head_dim < 1 ? "/qk_head_dim" : "/v_head_dim",
+    throw InputError::Field(file, ptr(m.mla.qk_head_dim < 1 ? n.qk_head_dim : n.v_head_dim),
                             std::to_string(m.mla.qk_head_dim < 1 ? m.mla.qk_head_dim : m.mla.v_head_dim),
-                            "a positive head dimension with multi-latent attention (kv_lora_rank > 0)");
+                            "a positive head dimension with multi-latent attention (" + n.kv_lora_rank + " > 0)");
   }
 }
 
@@ -302,12 +309,16 @@ Json HfLlama4Text(const Json& j, const std::string& file) {
 
 /// The experts and MLA of the mixture-of-experts families, with the defaults of the transformers
 /// library's config classes where a key is absent.
-void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& file, Model* m) {
+void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& file, Model* m, ModelFieldNames* n) {
   MoeSpec& e = m->moe;
+  n->moe_top_k = "num_experts_per_tok";
   if (type == "mixtral" || type == "gpt_oss") {
     e.num_experts = r.Int("num_local_experts", 1, kMaxHeads);
     e.top_k = r.Has("num_experts_per_tok") ? r.Int("num_experts_per_tok", 1, kMaxHeads)
                                            : r.OptInt("experts_per_token", 1, kMaxHeads).value_or(2);
+    if (!r.Has("num_experts_per_tok") && r.Has("experts_per_token")) n->moe_top_k = "experts_per_token";
+    n->num_experts = "num_local_experts";
+    n->moe_ffn_hidden_size = "intermediate_size";
     e.ffn_hidden_size = m->ffn_hidden_size;
     e.expert_bias = e.router_bias = type == "gpt_oss";  // GPT-OSS's experts and router have biases
   } else if (type == "qwen2_moe" || type == "qwen3_moe") {
@@ -316,6 +327,10 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     e.ffn_hidden_size = r.Int("moe_intermediate_size", 1, kMaxFfn);
     e.shared_ffn_hidden_size = r.OptInt("shared_expert_intermediate_size", 0, kMaxFfn).value_or(0);
     e.layer_step = r.OptInt("decoder_sparse_step", 1, kMaxLayers).value_or(1);
+    n->num_experts = "num_experts";
+    n->moe_ffn_hidden_size = "moe_intermediate_size";
+    n->moe_shared_ffn_hidden_size = "shared_expert_intermediate_size";
+    n->moe_layer_step = "decoder_sparse_step";
     // Qwen3's MoE models were trained with global-batch load balancing (Qiu et al. 2025, ACL,
     // "Demons in the Detail": "Global-batch LBL is also used in Qwen3-MoEs"); Qwen2-MoE's
     // balancing is not published.
@@ -331,6 +346,9 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     e.shared_ffn_hidden_size = m->ffn_hidden_size;  // one shared expert of the same size per MoE layer
     m->ffn_hidden_size = r.OptInt("intermediate_size_mlp", 1, kMaxFfn).value_or(m->ffn_hidden_size);  // dense layers
     e.layer_step = r.OptInt("interleave_moe_layer_step", 1, kMaxLayers).value_or(1);
+    n->num_experts = "num_local_experts";
+    n->moe_ffn_hidden_size = n->moe_shared_ffn_hidden_size = "intermediate_size";
+    n->moe_layer_step = "interleave_moe_layer_step";
   } else if (type == "deepseek_v2" || type == "deepseek_v3") {
     e.num_experts = HfNullableInt(r, "n_routed_experts", kMaxHeads).value_or(0);
     e.top_k = HfNullableInt(r, "num_experts_per_tok", kMaxHeads).value_or(0);
@@ -346,6 +364,17 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     a.v_head_dim = r.Int("v_head_dim", 1, kMaxHeadDim);
     m->kv_channels = a.v_head_dim;
     m->mtp_num_layers = r.OptInt("num_nextn_predict_layers", 0, 64).value_or(0);
+    // Multi-latent attention gives every head its own K and V (kv_b_proj); num_key_value_heads,
+    // which DeepSeek's configs set to num_attention_heads, groups nothing.
+    m->num_query_groups = m->num_attention_heads;
+    n->num_experts = "n_routed_experts";
+    n->moe_ffn_hidden_size = "moe_intermediate_size";
+    n->moe_shared_ffn_hidden_size = "n_shared_experts";
+    n->moe_first_k_dense = "first_k_dense_replace";
+    n->moe_layer_step = "moe_layer_freq";
+    n->qk_head_dim = "qk_nope_head_dim";
+    n->kv_channels = "v_head_dim";
+    n->qk_pos_emb_head_dim = "qk_rope_head_dim";
   }
   if (e.num_experts <= 1) e = MoeSpec{};
 }
@@ -408,6 +437,7 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     }
   }
   Model m;
+  ModelFieldNames names;  // the keys messages name
   // Name: the checkpoint's _name_or_path, else the file name (the folder's for config.json).
   const auto path = std::filesystem::path(file);
   m.name = path.stem().string();
@@ -439,7 +469,10 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
                                                              : r.OptBool("attention_bias").value_or(false);
     if (j.contains("head_dim") && !j["head_dim"].is_null()) m.kv_channels = r.Int("head_dim", 1, kMaxHeadDim);
     m.dropout = HfDropout(r, {"attention_dropout"}, 0.0);
-    ReadHfMoe(r, type, file, &m);
+    names.num_layers = "num_hidden_layers";
+    names.kv_channels = "head_dim";
+    names.num_query_groups = "num_key_value_heads";
+    ReadHfMoe(r, type, file, &m, &names);
   } else if (type == "gpt2") {
     m.num_layers = r.Int("n_layer", 1, kMaxLayers);
     m.hidden_size = r.Int("n_embd", 1, kMaxHidden);
@@ -518,14 +551,10 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     m.kv_channels = m.hidden_size / m.num_attention_heads;
   }
   if (m.num_query_groups == 0) m.num_query_groups = m.num_attention_heads;
-  if (m.num_attention_heads % m.num_query_groups != 0) {
-    throw InputError::Field(file, "/num_key_value_heads", std::to_string(m.num_query_groups),
-                            "a divisor of num_attention_heads = " + std::to_string(m.num_attention_heads));
-  }
   // The training sequence length is not in config.json: default to the context length, at most
   // 8192 (override with --seq).
   m.seq_length = std::min<std::int64_t>(m.max_position_embeddings, 8192);
-  ValidateModel(m, file);
+  ValidateModel(m, file, names);
   return m;
 }
 

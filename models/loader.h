@@ -36,8 +36,20 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file);
 Gpu GpuFromJson(const Json& j, const std::string& file);
 Cluster ClusterFromJson(const Json& j, const std::string& file);
 
+/// The keys that hold the fields ValidateModel checks, as a message names them: our JSON format's
+/// (Megatron-Core's argument names) by default; a Hugging Face import gives its family's keys.
+struct ModelFieldNames {
+  std::string num_layers = "num_layers", kv_channels = "kv_channels", num_query_groups = "num_query_groups",
+              num_experts = "num_experts", moe_ffn_hidden_size = "moe_ffn_hidden_size",
+              moe_shared_ffn_hidden_size = "moe_shared_expert_intermediate_size", moe_top_k = "moe_router_topk",
+              moe_first_k_dense = "moe_first_k_dense_layers", moe_layer_step = "moe_layer_step",
+              qk_head_dim = "qk_head_dim", qk_pos_emb_head_dim = "qk_pos_emb_head_dim", v_head_dim = "v_head_dim",
+              q_lora_rank = "q_lora_rank", kv_lora_rank = "kv_lora_rank";
+};
+
 /// Checks the model's cross-field rules (heads divide hidden, query groups divide heads, sizes
-/// bounded so no count overflows). `file` names the source in messages.
-void ValidateModel(const Model& m, const std::string& file);
+/// bounded so no count overflows). `file` names the source in messages, `names` the keys.
+/// Throws InputError naming the key, the value and what was expected.
+void ValidateModel(const Model& m, const std::string& file, const ModelFieldNames& names = ModelFieldNames{});
 
 }  // namespace shardcast

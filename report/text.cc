@@ -14,16 +14,17 @@ namespace {
 
 std::string Pct(double x) { return fmt::format("{:.1f}%", 100.0 * x); }
 
-/// "7, 8 x 14, 7": a list with runs of equal values shortened.
-std::string RunLengths(const std::vector<std::int64_t>& v) {
+/// Layers per stage in stage order with runs of equal counts shortened: {7, 8, 8, 7} gives
+/// "1 stage of 7, then 2 stages of 8, then 1 stage of 7".
+std::string StageRuns(const std::vector<std::int64_t>& v) {
   std::vector<std::string> parts;
   for (std::size_t i = 0; i < v.size();) {
     std::size_t j = i;
     while (j < v.size() && v[j] == v[i]) ++j;
-    parts.push_back(j - i > 1 ? fmt::format("{} x {}", v[i], j - i) : std::to_string(v[i]));
+    parts.push_back(fmt::format("{} stage{} of {}", j - i, j - i > 1 ? "s" : "", v[i]));
     i = j;
   }
-  return Join(parts, ", ");
+  return Join(parts, ", then ");
 }
 
 }  // namespace
@@ -164,7 +165,7 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   if (c.pp > 1 && (first_last || c.embedding_slots || slots % c.pp != 0)) {
     std::vector<std::int64_t> layers;
     for (const auto& st : r.stages) layers.push_back(st.layers);
-    out << fmt::format("\nPipeline split: {} transformer layers per stage ({})", RunLengths(layers),
+    out << fmt::format("\nPipeline split (transformer layers per stage): {} ({})", StageRuns(layers),
                              first_last ? "Megatron-LM's --decoder-first/last-pipeline-num-layers"
                              : c.embedding_slots ? "embedding and loss as layer slots, (L + 2) / pp"
                                                  : "uneven");

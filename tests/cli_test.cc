@@ -252,6 +252,17 @@ TEST(CliSimulate, MegatronAliases) {
                                     "--account-for-loss-in-pipeline-split: given alone, expected both"));
 }
 
+TEST(CliSimulate, UnevenPipelineSplitNamesStagesAndLayers) {
+  // 32 layers over pp 4 with 7 on the first and last stage: (32 - 14) / 2 = 9 on each middle stage.
+  auto r = RunShardcast("simulate --model llama2-7b --cluster dgx-a100 --gpus 8 --tp 2 --pp 4 --mbs 1 --gbs 16 "
+                        "--decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 7");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Pipeline split (transformer layers per stage): 1 stage of 7, then 2 stages of 9, then 1 "
+                       "stage of 7"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST(CliSimulate, InfeasibleIsAResultWithAReason) {
   auto r = RunShardcast("simulate --model gpt3-175b --cluster dgx-a100 --gpus 64 --tp 8 --pp 8 --dp 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

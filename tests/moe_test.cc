@@ -459,6 +459,32 @@ TEST(MoeHuggingFace, EveryFamilyMapsItsKeys) {
     "q_lora_rank": null, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
     "vocab_size": 102400, "max_position_embeddings": 163840, "tie_word_embeddings": false})");
   EXPECT_EQ(lite.mla.q_lora_rank, 0);
+  // MLA gives every head its own K and V: num_key_value_heads groups nothing, so an edited value
+  // neither shows as query groups nor limits tp (8 of 16 heads would refuse tp 16).
+  const std::string lite_json = R"({"model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944,
+    "moe_intermediate_size": 1408, "n_routed_experts": 64, "n_shared_experts": 2, "num_experts_per_tok": 6,
+    "first_k_dense_replace": 1, "num_hidden_layers": 27, "num_attention_heads": 16, "num_key_value_heads": 8,
+    "q_lora_rank": null, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "vocab_size": 102400, "max_position_embeddings": 163840, "tie_word_embeddings": false})";
+  EXPECT_EQ(FromHf("dsv2lite_kv8.json", lite_json).num_query_groups, 16);
+  // Cross-field errors name the config.json's own keys, not our format's.
+  auto hf_error = [&](const std::string& from, const std::string& to) {
+    std::string text = lite_json;
+    text.replace(text.find(from), from.size(), to);
+    return testing::InputErrorOf([&] { FromHf("dsv2lite_bad.json", text); });
+  };
+  EXPECT_NE(hf_error("\"num_experts_per_tok\": 6", "\"num_experts_per_tok\": 65")
+                .find("/num_experts_per_tok: got 65, expected 1 to n_routed_experts = 64"),
+            std::string::npos);
+  EXPECT_NE(hf_error("\"first_k_dense_replace\": 1", "\"first_k_dense_replace\": 27")
+                .find("/first_k_dense_replace: got 27, expected fewer than num_hidden_layers = 27"),
+            std::string::npos);
+  // Our format refuses query groups beside MLA rather than ignoring them.
+  Json dj = ModelToJson(LoadModel("deepseek-v3"));
+  dj["num_query_groups"] = 8;
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(dj, "m.json"); })
+                .find("/num_query_groups: got 8, expected num_attention_heads = 128 with multi-latent attention"),
+            std::string::npos);
   EXPECT_NEAR(static_cast<double>(lite.Parameters().total) / 1e9, 15.7, 0.1);   // DeepSeek: 15.7B total
   // DeepSeek's and OpenAI's "activated" counts leave out the input embedding table (a lookup).
   const ParameterCounts lp = lite.Parameters();
