@@ -133,6 +133,14 @@ std::vector<NcclTestsRun> ParseJson(const Json& j, const std::string& file) {
     x.time_us = oop.Number("time", 0, 1e12);
     x.algbw_GBps = oop.Number("alg_bw", 0, 1e9);
     x.busbw_GBps = oop.Number("bus_bw", 0, 1e9);
+    if (x.size_bytes > 0 && x.time_us <= 0) {
+      throw InputError(file + ": " + ptr + "/out_of_place/time: got 0 for " + FormatNumber(x.size_bytes) +
+                       " bytes, expected a positive time in us");
+    }
+    if (oop.Has("nwrong") && oop.json()["nwrong"].is_number() && oop.json()["nwrong"].get<double>() != 0) {
+      throw InputError(file + ": " + ptr + "/out_of_place/nwrong: got " + oop.json()["nwrong"].dump() +
+                       ", expected 0 (nccl-tests found wrong results: the collective or the run is broken)");
+    }
     run.rows.push_back(x);
   }
   if (run.rows.empty()) throw InputError(file + ": /results: empty, expected at least one measured size");
@@ -156,6 +164,9 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
   std::set<std::string> hosts;
   int rank_lines = 0;
   int time_col = -1;  // index of the out-of-place time column in a data row
+  // Whether the header names the column after busbw "#wrong" (a count of wrong elements, since
+  // nccl-tests 2.13); older logs have "error", the largest deviation, small but not 0 in 16-bit.
+  bool wrong_count = false;
   std::istringstream in(text);
   std::string raw;
   int lineno = 0;
@@ -222,6 +233,7 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
       // Column header: the first "time" after the key columns is the out-of-place time.
       if (!f.empty() && f[0] == "size" && std::find(f.begin(), f.end(), "time") != f.end()) {
         time_col = static_cast<int>(std::find(f.begin(), f.end(), "time") - f.begin());
+        wrong_count = static_cast<std::size_t>(time_col) + 3 < f.size() && f[static_cast<std::size_t>(time_col) + 3] == "#wrong";
       }
       continue;
     }
@@ -236,25 +248,44 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
       tc = -1;
       for (std::size_t i = 2; i + 2 < f.size(); ++i) {
         double a, b, c;
-        if (ParseDouble(f[i], &a) && ParseDouble(f[i + 1], &b) && ParseDouble(f[i + 2], &c) && i >= 4) {
+        // time, algbw and busbw are never negative (root is -1 for all but rooted collectives).
+        if (ParseDouble(f[i], &a) && ParseDouble(f[i + 1], &b) && ParseDouble(f[i + 2], &c) && i >= 4 && a >= 0 &&
+            b >= 0 && c >= 0) {
           tc = static_cast<int>(i);
           break;
         }
       }
     }
+    const std::string where = file + ":" + std::to_string(lineno) + ": result row '" + Quoted(line) + "'";
+    if (tc < 0 || tc + 2 >= static_cast<int>(f.size())) {
+      throw InputError(where + " is malformed (expected: size count type redop [root] time algbw busbw #wrong ...)");
+    }
     NcclTestsRow x;
     x.size_bytes = size;
-    if (tc < 0 || tc + 2 >= static_cast<int>(f.size()) || !ParseDouble(f[static_cast<std::size_t>(tc)], &x.time_us) ||
-        !ParseDouble(f[static_cast<std::size_t>(tc) + 1], &x.algbw_GBps) ||
-        !ParseDouble(f[static_cast<std::size_t>(tc) + 2], &x.busbw_GBps) || x.time_us < 0) {
-      throw InputError(file + ":" + std::to_string(lineno) + ": malformed result row '" + Quoted(line) +
-                       "' (expected: size count type redop [root] time algbw busbw ...)");
+    const auto column = [&](int i, const char* name, double* v) {
+      const std::string& cell = f[static_cast<std::size_t>(i)];
+      if (!ParseDouble(cell, v) || !std::isfinite(*v) || *v < 0) {
+        throw InputError(where + ": " + name + " = '" + Quoted(cell) + "', expected a finite number >= 0");
+      }
+    };
+    column(tc, "time", &x.time_us);
+    column(tc + 1, "algbw", &x.algbw_GBps);
+    column(tc + 2, "busbw", &x.busbw_GBps);
+    if (!std::isfinite(x.size_bytes) || x.size_bytes < 0) {
+      throw InputError(where + ": size = '" + Quoted(f[0]) + "', expected a finite number of bytes >= 0");
     }
-    if (!std::isfinite(x.size_bytes) || !std::isfinite(x.time_us) || !std::isfinite(x.algbw_GBps) ||
-        !std::isfinite(x.busbw_GBps) || x.size_bytes < 0 || x.algbw_GBps < 0 || x.busbw_GBps < 0) {
-      throw InputError(file + ":" + std::to_string(lineno) + ": result row '" + Quoted(line) +
-                       "' has a size, time or bandwidth that is negative, infinite or not a number, expected "
-                       "finite values >= 0");
+    if (x.size_bytes > 0 && x.time_us <= 0) {
+      throw InputError(where + ": time = '" + Quoted(f[static_cast<std::size_t>(tc)]) + "' for " + f[0] +
+                       " bytes, expected a positive time in us");
+    }
+    // nccl-tests' #wrong: elements that differ from the expected result (N/A when -c 0 turned
+    // the check off). A collective that returned wrong data has no timing worth keeping.
+    // Older logs' "error" column is a deviation and is not checked.
+    double wrong = 0;
+    if (wrong_count && tc + 3 < static_cast<int>(f.size()) && ParseDouble(f[static_cast<std::size_t>(tc) + 3], &wrong) &&
+        wrong != 0) {
+      throw InputError(where + ": #wrong = " + f[static_cast<std::size_t>(tc) + 3] +
+                       ", expected 0 (nccl-tests found wrong results: the collective or the run is broken)");
     }
     cur.rows.push_back(x);
   }

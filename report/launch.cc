@@ -513,6 +513,12 @@ void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string*
     if (c.moe_a2a_overlap) unexpressed->push_back("Megatron-Core's 1F1B all-to-all overlap");
     if (c.moe_capacity_factor > 0) unexpressed->push_back("an expert capacity factor (torchtitan is dropless)");
   }
+  if (c.tp_comm_overlap) {
+    // torchtitan refuses async TP without a compiled model (tensor_parallel.py,
+    // maybe_enable_async_tp: "Async TP requires 'model' in --compile.components").
+    *t += "\n[compile]\n# async tensor parallelism is a torch.compile pass: torchtitan refuses it on an eager model\n";
+    *t += "enable = true\ncomponents = [\"model\", \"loss\"]\n";
+  }
 }
 
 void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, std::vector<std::string>* unexpressed) {

@@ -212,7 +212,7 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
     out << PlanRow(i + 1, r.plans[i], v.cl.gpu.memory_bytes, o.objective) << "\n";
   }
   out << "  MFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "
-         "--json has both conventions\n";
+         "--json and --csv have it as mfu_causal, and as mfu the full matrix's (PaLM / SC21)\n";
   std::set<std::string> splits, modules;
   bool hybrid = false;
   for (const auto& p : r.plans) hybrid = hybrid || p.config.hybrid_shard();

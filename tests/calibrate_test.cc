@@ -62,7 +62,7 @@ TEST(NcclTests, LongLinesAndNonFiniteRowsExitTwoNamingFileAndLine) {
     t.replace(t.find("40.5", at), 4, bad);
     const std::string e = testing::InputErrorOf([&] { ParseNcclTestsLog(t, "bad.log"); });
     EXPECT_NE(e.find("bad.log:19: result row"), std::string::npos) << e;
-    EXPECT_NE(e.find("infinite or not a number"), std::string::npos) << e;
+    EXPECT_NE(e.find("time = '" + bad + "', expected a finite number >= 0"), std::string::npos) << e;
   }
   std::string t = text;
   t.replace(t.find("1048576", t.find(row)), 7, "nan");
@@ -179,10 +179,32 @@ TEST(NcclTests, CorruptLogsAreClearErrors) {
     ReadNcclTestsLog(kNccl + "truncated.log");
     FAIL();
   } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), kNccl + "truncated.log:3: malformed result row '     1048576        262144     "
-                                             "float     sum      -1   40.5   25.89' (expected: size count type redop "
-                                             "[root] time algbw busbw ...)");
+    EXPECT_EQ(std::string(e.what()), kNccl + "truncated.log:3: result row '     1048576        262144     "
+                                             "float     sum      -1   40.5   25.89' is malformed (expected: size count "
+                                             "type redop [root] time algbw busbw #wrong ...)");
   }
+  // A bad value is named with its column; a zero time and nccl-tests' own #wrong are refused.
+  const std::string head = "# Collective test starting: all_reduce_perf\n"
+                           "#       size         count      type   redop    root     time   algbw   busbw #wrong\n";
+  auto error_of = [&](const std::string& row) {
+    return testing::InputErrorOf([&] { ParseNcclTestsLog(head + row, "x.log"); });
+  };
+  EXPECT_NE(error_of("     1048576        262144     float     sum      -1    abc   10.49   15.73      0\n")
+                .find("x.log:3: result row '     1048576        262144     float     sum      -1    abc   10.49   "
+                      "15.73      0': time = 'abc', expected a finite number >= 0"),
+            std::string::npos);
+  EXPECT_NE(error_of("     1048576        262144     float     sum      -1  -40.39   10.49   15.73      0\n")
+                .find(": time = '-40.39', expected a finite number >= 0"),
+            std::string::npos);
+  EXPECT_NE(error_of("     1048576        262144     float     sum      -1    0.00   10.49   15.73      0\n")
+                .find(": time = '0.00' for 1048576 bytes, expected a positive time in us"),
+            std::string::npos);
+  EXPECT_NE(error_of("     1048576        262144     float     sum      -1  100.0   10.49   15.73      5\n")
+                .find(": #wrong = 5, expected 0 (nccl-tests found wrong results"),
+            std::string::npos);
+  // -c 0 turns the check off: N/A is no error.
+  EXPECT_EQ(ParseNcclTestsLog(head + "     1048576        262144     float     sum      -1  100.0   10.49   15.73    N/A\n",
+                              "x.log")[0].rows.size(), 1u);
   EXPECT_THROW(ParseNcclTestsLog("hello\nworld\n", "empty.log"), InputError);
   EXPECT_THROW(ParseNcclTestsLog("{\"results\": 3}", "bad.json"), InputError);
 }

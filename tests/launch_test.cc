@@ -445,6 +445,17 @@ TEST(Launch, TorchtitanTomlParsesAndReadsBackAsThePlannedConfiguration) {
     const bool fp8 = b.c.precision == Precision::kFp8, mx = b.c.precision == Precision::kMxfp8;
     EXPECT_EQ(t["quantize"]["linear"]["float8"].is_table(), fp8) << where;
     EXPECT_EQ(t["quantize"]["linear"]["mx"].is_table(), mx) << where;
+    // torchtitan refuses async TP unless the model is compiled (maybe_enable_async_tp).
+    const bool async_tp = t["parallelism"]["enable_async_tensor_parallel"].value_or(false);
+    EXPECT_EQ(async_tp, b.c.tp_comm_overlap) << where;
+    if (async_tp) {
+      EXPECT_TRUE(t["compile"]["enable"].value_or(false)) << where;
+      const toml::array* comps = t["compile"]["components"].as_array();
+      ASSERT_NE(comps, nullptr) << where;
+      bool model = false;
+      for (const auto& e : *comps) model = model || e.value_or(std::string()) == "model";
+      EXPECT_TRUE(model) << where;
+    }
     // What torchtitan cannot run the way the plan does is said, in the list and as a comment.
     for (const auto& u : l.unexpressed) EXPECT_NE(l.text.find("# Not expressed: " + u), std::string::npos) << u;
     const bool zero1 = b.c.zero_stage == 1;
