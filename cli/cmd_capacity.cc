@@ -58,8 +58,8 @@ double ParseTokens(const std::string& s) {
 }
 
 /// --price-per-gpu-hour GPU=USD: the GPU's preset name (or the name as given: a custom GPU of an
-/// option's cluster file, checked against the options later) and the price, a plain decimal
-/// number of USD from kMinPriceUsd to kMaxPriceUsd. Throws InputError (exit 2) naming the value.
+/// option's cluster file, checked against the options later) and the price, a decimal number
+/// (exponent allowed: 1e1) of USD from kMinPriceUsd to kMaxPriceUsd. Throws InputError (exit 2) naming the value.
 constexpr double kMinPriceUsd = 1e-4, kMaxPriceUsd = 1e4;
 std::pair<std::string, double> ParsePrice(const std::string& p) {
   const auto eq = p.find('=');
@@ -198,7 +198,8 @@ void RunCapacityCommand(const CapacityArgs& a) {
   for (const auto& [gpu, usd] : o.price_per_gpu_hour) {
     if (!offered.count(gpu)) {
       throw InputError(fmt::format("command line: --price-per-gpu-hour: got \"{}={:g}\", expected a GPU that a "
-                                   "--gpus-options cluster has (its price would not be used)", gpu, usd));
+                                   "--gpus-options cluster has ({}; its price would not be used otherwise)", gpu, usd,
+                                   Join(std::vector<std::string>(offered.begin(), offered.end()), ", ")));
     }
   }
   // --profile [CLUSTER=]FILE: a profile describes one machine (its GPU and its network), so it

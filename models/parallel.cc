@@ -551,7 +551,9 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
       c.cp > 1 ? fmt::format("{}*{}*{}", c.tp, c.cp, c.pp) : fmt::format("{}*{}", c.tp, c.pp);
   if (gpus % mp != 0) {
     add("tp*cp*pp does not divide the GPU count",
-        fmt::format("{} = {} = {} does not divide {} GPUs", mp_name, mp_values, mp, gpus));
+        mp > gpus ? fmt::format("{} = {} = {} GPUs for one model replica, more than the {} GPUs given", mp_name,
+                                mp_values, mp, gpus)
+                  : fmt::format("{} = {} = {} does not divide {} GPUs", mp_name, mp_values, mp, gpus));
   } else if (c.dp != gpus / mp) {
     add("dp disagrees with GPUs / (tp*cp*pp)",
         fmt::format("dp = {} but {} GPUs / ({} = {}) = {}", c.dp, gpus, mp_name, mp, gpus / mp));

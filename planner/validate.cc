@@ -439,8 +439,37 @@ void Summarize(ValidationReport* rep) {
   s.memory_mape = mem_n > 0 ? mem_sum / static_cast<double>(mem_n) : 0.0;
 }
 
+namespace {
+
+/// A row id as --explain gives it, compared as the CSV has it: surrounding spaces dropped, and
+/// a number by its value ("01" is row 1).
+std::string CanonicalRowId(std::string id) {
+  const auto first = id.find_first_not_of(" \t"), last = id.find_last_not_of(" \t");
+  id = first == std::string::npos ? std::string() : id.substr(first, last - first + 1);
+  if (!id.empty() && id.find_first_not_of("0123456789") == std::string::npos) {
+    const auto nz = id.find_first_not_of('0');
+    id = nz == std::string::npos ? "0" : id.substr(nz);
+  }
+  return id;
+}
+
+/// Numbers by value, then other ids by text.
+bool RowIdBefore(const std::string& a, const std::string& b) {
+  const bool na = !a.empty() && a.find_first_not_of("0123456789") == std::string::npos;
+  const bool nb = !b.empty() && b.find_first_not_of("0123456789") == std::string::npos;
+  if (na != nb) return na;
+  if (na && a.size() != b.size()) return a.size() < b.size();
+  return a < b;
+}
+
+}  // namespace
+
 ValidationReport RunValidation(const std::string& runs_csv, const std::string& memory_csv,
-                               const std::string& explain_row) {
+                               const std::string& explain_row_arg) {
+  const std::string explain_row = CanonicalRowId(explain_row_arg);
+  if (!explain_row_arg.empty() && explain_row.empty()) {
+    throw InputError("--explain: got '" + explain_row_arg + "', expected a row_id such as 1");
+  }
   ValidationReport rep;
   const CsvTable t = ReadCsvFile(runs_csv);
   RequireColumns(t, runs_csv, {"row_id", "source_id", "model", "num_layers", "hidden_size", "num_heads", "vocab_size",
@@ -674,7 +703,9 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       rep.rows.push_back(row);
       continue;
     }
-    if (!explain_row.empty() && row.row_id == explain_row) rep.explained = ExplainedRow{row.row_id, m, cl, prof, res};
+    if (!explain_row.empty() && CanonicalRowId(row.row_id) == explain_row) {
+      rep.explained = ExplainedRow{row.row_id, m, cl, prof, res};
+    }
     FillPrediction(res, &row);
     // Measured values, when given, must be positive numbers.
     auto measured = [&](const char* col) -> std::optional<double> {
@@ -801,17 +832,22 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     std::string why = "no row has that row_id";
     std::vector<std::string> ids;
     for (const auto& r : rep.rows) {
-      if (r.row_id == explain_row) why = "the row was skipped: " + r.skip_reason;
+      if (CanonicalRowId(r.row_id) == explain_row) why = "the row was skipped: " + r.skip_reason;
       if (!r.skipped) ids.push_back(r.row_id);
     }
-    throw InputError(runs_csv + ": row_id '" + explain_row + "' (--explain): " + why +
+    std::sort(ids.begin(), ids.end(), RowIdBefore);
+    throw InputError(runs_csv + ": row_id '" + explain_row_arg + "' (--explain): " + why +
                      "; expected the row_id of a simulated row: " + Join(ids, ", "));
   }
   return rep;
 }
 
 ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cluster& cluster,
-                                    const HardwareProfile& profile, const std::string& explain_row) {
+                                    const HardwareProfile& profile, const std::string& explain_row_arg) {
+  const std::string explain_row = CanonicalRowId(explain_row_arg);
+  if (!explain_row_arg.empty() && explain_row.empty()) {
+    throw InputError("--explain: got '" + explain_row_arg + "', expected a row_id such as 1");
+  }
   ValidationReport rep;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const LoggedRun& run = runs[i];

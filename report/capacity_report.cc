@@ -93,7 +93,7 @@ void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions&
   }
   auto small = [](double v) { return v >= 1 || v == 0 ? fmt::format("{:.1f}", v) : fmt::format("{:.2g}", v); };
   out << fmt::format("\n{:<{}} {:>6}  {:<{}} {:>9} {:>6} {:>9} {:>8} {:>12} {:>8} {:>13} {:>10}  {}\n", "cluster", cw,
-                           "GPUs", "best configuration", fw, "step", "MFU", "days", "goodput", "GPU-hours", "$/h", "cost",
+                           "GPUs", "best configuration", fw, "step", "MFU", "days", "goodput", "GPU-hours", "$/GPU-h", "cost",
                            "MWh", o.days ? "deadline" : "");
   for (const auto& r : rows) {
     if (!r.feasible) {
@@ -147,9 +147,9 @@ void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions&
 }
 
 void WriteSolve(std::ostream& out, const CapacityOptions& o, const std::vector<SolveResult>& solved) {
-  out << fmt::format("Smallest GPU count meeting {:g} days (whole nodes up to --max-gpus; the search starts where "
+  out << fmt::format("Smallest GPU count meeting {:g} day{} (whole nodes up to --max-gpus; the search starts where "
                            "even 100% of the dense peak would miss it):\n",
-                           *o.days);
+                           *o.days, *o.days == 1 ? "" : "s");
   for (const auto& sr : solved) {
     std::vector<std::string> tried;
     for (const auto& [gpus, met] : sr.tried) tried.push_back(fmt::format("{}{}", gpus, met ? " meets" : " misses"));

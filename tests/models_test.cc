@@ -311,6 +311,10 @@ TEST(Parallel, SizesThatDoNotDivideAreReasons) {
   auto r = InfeasibilityReasons(m, c, 1000, LoadCluster("dgx-a100"));
   ASSERT_EQ(r.size(), 1u) << ::testing::PrintToString(r);
   EXPECT_EQ(r[0], "tp*pp = 8*12 = 96 does not divide 1000 GPUs");
+  // Fewer GPUs than one replica needs is said as such.
+  r = InfeasibilityReasons(m, c, 64, LoadCluster("dgx-a100"));
+  ASSERT_FALSE(r.empty());
+  EXPECT_EQ(r[0], "tp*pp = 8*12 = 96 GPUs for one model replica, more than the 64 GPUs given");
   c.tp = 7;
   c.pp = 1;
   c.dp = 1;

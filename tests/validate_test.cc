@@ -219,6 +219,10 @@ TEST(Validate, CliExplainPrintsTheRowAndItsOps) {
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
   }
   EXPECT_EQ(RunShardcast("validate --runs " + runs + " --no-memory --explain 99").exit_code, 2);
+  // A number is a row id by its value: 01 is row 1.
+  auto padded = RunShardcast("validate --runs " + runs + " --no-memory --explain 01");
+  ASSERT_EQ(padded.exit_code, 0) << padded.err;
+  EXPECT_NE(padded.out.find("Row 1 (T1)"), std::string::npos);
   auto j = RunShardcast("validate --runs " + runs + " --no-memory --explain 1 --json");
   EXPECT_EQ(j.exit_code, 2);
   EXPECT_NE(j.err.find("--explain: prints one row as text; not combined with --json"), std::string::npos) << j.err;
