@@ -196,17 +196,21 @@ void WriteValidationHeader(std::ostream& out, const ValidationReport& rep, const
 
 // One line per row: measured, predicted and error of step time and memory, and the outcome.
 void WriteValidationRows(std::ostream& out, const ValidationReport& rep) {
-  out << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<32} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n", "row", "src",
-                           "model", "GPUs", "configuration", "measured", "predicted", "error", "mem GiB", "predicted",
-                           "error", "outcome / predicted");
+  // The configuration column is as wide as its longest text, so no row shifts the columns after it.
+  std::size_t config_width = 32;
+  for (const auto& r : rep.rows)
+    if (!r.skipped) config_width = std::max(config_width, r.config.Short().size());
+  out << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<{}} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {}\n", "row", "src",
+                           "model", "GPUs", "configuration", config_width, "measured", "predicted", "error", "mem GiB",
+                           "predicted", "error", "outcome / predicted");
   for (const auto& r : rep.rows) {
     if (r.skipped) {
       out << fmt::format("{:>4} {:<4} {:<22} {:>5}  skipped: {}\n", r.row_id, r.source_id, r.model.substr(0, 22),
                                r.gpus, r.skip_reason);
       continue;
     }
-    out << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<32} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {} / {}\n", r.row_id,
-                             r.source_id, r.model.substr(0, 22), r.gpus, r.config.Short(),
+    out << fmt::format("{:>4} {:<4} {:<22} {:>5}  {:<{}} {:>9} {:>9} {:>7}  {:>9} {:>9} {:>7}  {} / {}\n", r.row_id,
+                             r.source_id, r.model.substr(0, 22), r.gpus, r.config.Short(), config_width,
                              Opt(r.measured_step_time_s, r.step_time_derived ? "{:.2f} s*" : "{:.2f} s"),
                              Opt(r.predicted_step_time_s, "{:.2f} s"),
                              Opt(r.step_time_error, "{:+.1f}%", 100), Opt(r.measured_peak_memory_bytes, "{:.1f}", 1 / 1073741824.0),

@@ -5,6 +5,7 @@
 #include <iterator>
 #include <iostream>
 #include <map>
+#include <sstream>
 
 #include <gtest/gtest.h>
 
@@ -305,6 +306,30 @@ TEST(Validate, DerivedStepTimesAreMarked) {
   EXPECT_FALSE(derived.at("32"));
   auto out = RunShardcast("validate --no-memory");
   EXPECT_NE(out.out.find("3.53 s*"), std::string::npos) << out.out;
+}
+
+// The table's columns hold for every row: the configuration column is as wide as its longest
+// text (SC21's ZeRO-3 rows, "TP1 PP1 DP1536 mbs1 rc-full Z3-ds21 fp16", are 40 characters), so
+// each row's predicted step time ends where the header's "predicted" does.
+TEST(Validate, TableColumnsHoldForLongConfigurations) {
+  const auto out = RunShardcast("validate --no-memory");
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  std::istringstream lines(out.out);
+  std::string line;
+  std::size_t end = std::string::npos;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind(" row src", 0) == 0) {
+      end = line.find("predicted") + std::string("predicted").size();
+      continue;
+    }
+    if (end == std::string::npos || line.size() <= end || line.find("skipped:") != std::string::npos) continue;
+    if (line.find(" / ") == std::string::npos) break;  // past the table
+    ++rows;
+    EXPECT_TRUE(line[end - 1] == 's' || line[end - 1] == '-') << line;
+    EXPECT_EQ(line[end], ' ') << line;
+  }
+  EXPECT_GT(rows, 80);
 }
 
 // The summary keeps the rows a built-in constant was fitted on (the MPT-13B step times for the
