@@ -7,6 +7,8 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "common/json_reader.h"
 #include "common/text.h"
@@ -97,6 +99,36 @@ int RanksFromFactor(CollectiveOp op, double f) {
   return f < 1 ? static_cast<int>(std::lround(1.0 / (1.0 - f))) : 0;
 }
 
+/// The rank count a log lists (its "Rank" lines, or the JSON's devices) against the one its rows'
+/// busbw/algbw implies (nccl-tests' doc/PERFORMANCE.md factors). Several single-rank tests run side
+/// by side (nccl-tests built without MPI=1 under mpirun) list every process yet time one GPU alone
+/// (busbw 0 for all-reduce); a log cut or pasted together disagrees the same way. Only a clear
+/// disagreement is an error: the row with the largest algbw, at least 1 GB/s (its two printed
+/// decimals then cost at most 1%), and a factor off by more than 0.02 plus that rounding.
+void CheckRanksAgreeWithBusBw(const NcclTestsRun& run, const std::string& file) {
+  if (run.ranks < 2 || run.op == CollectiveOp::kSendRecv) return;
+  const NcclTestsRow* best = nullptr;
+  for (const auto& x : run.rows) {
+    if (x.algbw_GBps >= 1 && (best == nullptr || x.algbw_GBps > best->algbw_GBps)) best = &x;
+  }
+  if (best == nullptr) return;
+  const double expected = BusBwFactor(run.op, run.ranks);
+  const double got = best->busbw_GBps / best->algbw_GBps;
+  const double rounding = 0.005 * (1 + got) / best->algbw_GBps;  // both printed to 0.01 GB/s
+  if (std::fabs(got - expected) <= 0.02 + rounding) return;
+  const int implied = got == 0 ? 1 : RanksFromFactor(run.op, got);  // one rank: busbw 0
+  const std::string formula = run.op == CollectiveOp::kAllReduce ? "2(n-1)/n" : "(n-1)/n";
+  throw InputError(fmt::format(
+      "{}: {}: the log lists {} ranks, for which busbw/algbw = {} = {:.3f}, but its {:.0f}-byte row has algbw {} and "
+      "busbw {} GB/s, a factor of {:.3f} ({}); expected one test over all the ranks it lists (were single-rank "
+      "tests run side by side, nccl-tests built without MPI=1, or were logs pasted together?)",
+      file, run.binary.empty() ? ToString(run.op) : run.binary, run.ranks, formula, expected,
+      best->size_bytes, FormatNumber(best->algbw_GBps), FormatNumber(best->busbw_GBps), got,
+      implied == 1 ? std::string("one rank alone")
+      : implied > 1 ? fmt::format("{} ranks", implied)
+                    : std::string("no rank count gives it")));
+}
+
 std::vector<NcclTestsRun> ParseJson(const Json& j, const std::string& file) {
   JsonReader r(j, file);
   NcclTestsRun run;
@@ -144,6 +176,7 @@ std::vector<NcclTestsRun> ParseJson(const Json& j, const std::string& file) {
     run.rows.push_back(x);
   }
   if (run.rows.empty()) throw InputError(file + ": /results: empty, expected at least one measured size");
+  CheckRanksAgreeWithBusBw(run, file);
   if (run.ranks == 0) {
     for (const auto& x : run.rows) {
       if (x.algbw_GBps > 0) run.ranks = RanksFromFactor(run.op, x.busbw_GBps / x.algbw_GBps);
@@ -178,6 +211,7 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
     }
     cur.ranks = rank_lines;
     cur.nodes = std::max<int>(1, static_cast<int>(hosts.size()));
+    CheckRanksAgreeWithBusBw(cur, file);
     if (cur.ranks == 0) {
       for (const auto& x : cur.rows) {
         if (x.algbw_GBps > 0) cur.ranks = RanksFromFactor(cur.op, x.busbw_GBps / x.algbw_GBps);

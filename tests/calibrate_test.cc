@@ -104,11 +104,11 @@ TEST(NcclTests, ImportWarnsWhenTheLogsGpuIsNotTheClusters) {
   // Concatenated logs: each test has its own GPU and ranks.
   const std::string text = ReadTextFile(log);
   std::string second = text;
-  for (const auto& [from, to] : {std::pair<std::string, std::string>{"all_reduce_perf", "all_gather_perf"},
-                                 {"NVIDIA H200", "NVIDIA H100 80GB HBM3"}}) {
-    for (auto at = second.find(from); at != std::string::npos; at = second.find(from, at + to.size())) {
-      second.replace(at, from.size(), to);
-    }
+  // (The same collective: an all-reduce's rows relabelled as another collective's would give a
+  // busbw/algbw that 8 ranks cannot, which the import refuses; NcclTests.RankCountMustAgreeWithBusBw.)
+  const std::string from = "NVIDIA H200", to = "NVIDIA H100 80GB HBM3";
+  for (auto at = second.find(from); at != std::string::npos; at = second.find(from, at + to.size())) {
+    second.replace(at, from.size(), to);
   }
   const auto both = ParseNcclTestsLog(text + second, "both.log");
   ASSERT_EQ(both.size(), 2u);
@@ -172,6 +172,53 @@ TEST(NcclTests, RanksFromBusbwRatioWithoutRankLines) {
       "     1048576        262144     float     sum      -1    100.0   10.49   15.73      0\n",
       "x.log");
   EXPECT_EQ(runs[0].ranks, 4);
+}
+
+// The ranks a log lists must be the ones its busbw/algbw implies (nccl-tests' doc/PERFORMANCE.md:
+// all-reduce 2(n-1)/n, all-gather (n-1)/n): 8 ranks give 1.75 and 0.875.
+TEST(NcclTests, RankCountMustAgreeWithBusBw) {
+  const std::string text = ReadTextFile(kNccl + "all_reduce_h200_8.log");
+  EXPECT_EQ(ParseNcclTestsLog(text, "ok.log")[0].ranks, 8);
+  // A log cut after its first four Rank lines: 4 ranks would give 1.5.
+  std::string cut;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    bool late_rank = false;
+    for (const char* r : {"Rank  4", "Rank  5", "Rank  6", "Rank  7"}) late_rank |= line.find(r) != std::string::npos;
+    if (!late_rank) cut += line + "\n";
+  }
+  const std::string four = testing::InputErrorOf([&] { ParseNcclTestsLog(cut, "cut.log"); });
+  EXPECT_NE(four.find("cut.log: all_reduce_perf: the log lists 4 ranks, for which busbw/algbw = 2(n-1)/n = 1.500, "
+                      "but its 1073741824-byte row has algbw 210.51 and busbw 368.39 GB/s, a factor of 1.750 (8 ranks)"),
+            std::string::npos)
+      << four;
+  // An all-reduce's rows under an all-gather's name: no rank count gives an all-gather 1.75.
+  std::string relabelled = text;
+  for (auto at = relabelled.find("all_reduce_perf"); at != std::string::npos; at = relabelled.find("all_reduce_perf"))
+    relabelled.replace(at, 15, "all_gather_perf");
+  EXPECT_NE(testing::InputErrorOf([&] { ParseNcclTestsLog(relabelled, "ag.log"); })
+                .find("the log lists 8 ranks, for which busbw/algbw = (n-1)/n = 0.875, but its 1073741824-byte row "
+                      "has algbw 210.51 and busbw 368.39 GB/s, a factor of 1.750 (no rank count gives it)"),
+            std::string::npos);
+  // Two single-rank tests side by side (nccl-tests without MPI=1 under mpirun): each prints its
+  // Rank 0, and a lone rank's all-reduce moves no bus bytes.
+  const std::string side_by_side =
+      "# Collective test starting: all_reduce_perf\n"
+      "#  Rank  0 Group  0 Pid  1 on gpu49 device  0 [0000:0a:00] NVIDIA H200\n"
+      "#  Rank  0 Group  0 Pid  2 on gpu49 device  1 [0000:0b:00] NVIDIA H200\n"
+      "#       size         count      type   redop    root     time   algbw   busbw #wrong\n"
+      "  1073741824     268435456     float     sum      -1    350.0 3067.83    0.00      0\n";
+  EXPECT_NE(testing::InputErrorOf([&] { ParseNcclTestsLog(side_by_side, "solo.log"); })
+                .find("a factor of 0.000 (one rank alone); expected one test over all the ranks it lists (were "
+                      "single-rank tests run side by side, nccl-tests built without MPI=1"),
+            std::string::npos);
+  // The JSON's devices are the ranks it lists: the fixture's 8 give 1.75, 4 would not.
+  Json j = ParseJsonText(ReadTextFile(kNccl + "all_reduce.json"), "all_reduce.json");
+  EXPECT_EQ(ParseNcclTestsLog(j.dump(), "all_reduce_perf.json")[0].ranks, 8);
+  while (j["devices"].size() > 4) j["devices"].erase(4);
+  EXPECT_NE(testing::InputErrorOf([&] { ParseNcclTestsLog(j.dump(), "all_reduce_perf.json"); })
+                .find("the log lists 4 ranks"),
+            std::string::npos);
 }
 
 TEST(NcclTests, CorruptLogsAreClearErrors) {
