@@ -754,10 +754,29 @@ StageParameters StageParams(const Model& m, std::int64_t tp, std::int64_t pp, st
     const bool separate_copy = !m.tie_embeddings || pp > 1;
     s.output_params = static_cast<double>(pc.final_norm) +
                       (separate_copy ? static_cast<double>(m.vocab_size * m.hidden_size) / t : 0.0);
+    const MtpParametersPerGpu mtp = MtpParametersOfLastStage(m, tp, expert_shards);
+    s.mtp_params = mtp.params;
+    s.expert_params += mtp.experts;
   }
   return s;
 }
 }  // namespace
+
+MtpParametersPerGpu MtpParametersOfLastStage(const Model& m, std::int64_t tp, std::int64_t expert_shards) {
+  MtpParametersPerGpu r;
+  if (m.mtp_num_layers <= 0) return r;
+  const ParameterCounts pc = m.Parameters();
+  const double n = static_cast<double>(m.mtp_num_layers), t = static_cast<double>(tp);
+  const double h = static_cast<double>(m.hidden_size);
+  const bool moe = m.moe.enabled();
+  const LayerParameters& lp = moe ? pc.moe_layer : pc.per_layer;
+  const double experts =
+      moe ? static_cast<double>(lp.expert) / static_cast<double>(std::max<std::int64_t>(1, expert_shards)) : 0.0;
+  r.experts = n * experts;
+  r.params = n * (2 * h * h / t + 3 * static_cast<double>(m.NormParameters()) + static_cast<double>(lp.sharded) / t +
+                  static_cast<double>(lp.replicated) + experts);
+  return r;
+}
 
 StageParameters ParametersOfStage(const Model& m, std::int64_t tp, std::int64_t pp, std::int64_t stage,
                                   bool embedding_slots, std::int64_t expert_shards) {
@@ -783,6 +802,8 @@ StageParameters ParametersOfStage(const Model& m, const ParallelConfig& c, std::
   const StageParameters ends = StageParams(m, c.tp, c.pp, stage, 0, 0, shards);
   sum.embedding_params = ends.embedding_params;
   sum.output_params = ends.output_params;
+  sum.mtp_params = ends.mtp_params;
+  sum.expert_params += ends.expert_params;  // the MTP modules' routed experts
   return sum;
 }
 

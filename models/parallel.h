@@ -504,11 +504,22 @@ struct StageParameters {
   double layer_params = 0;        ///< per GPU
   double embedding_params = 0;    ///< per GPU
   double output_params = 0;       ///< per GPU (incl. final norm)
-  /// Of layer_params, the routed experts' (divided by ep * etp instead of tp; their optimizer
-  /// state shards over the expert-data-parallel ranks).
+  /// Multi-token prediction modules (DeepSeek-V3), per GPU: on the last stage, beside the output
+  /// layer they share; their projection and dense weights divided by tp, routed experts by ep * etp.
+  double mtp_params = 0;
+  /// Of layer_params and mtp_params, the routed experts' (divided by ep * etp instead of tp; their
+  /// optimizer state shards over the expert-data-parallel ranks).
   double expert_params = 0;
-  double total() const { return layer_params + embedding_params + output_params; }
+  double total() const { return layer_params + embedding_params + output_params + mtp_params; }
 };
+/// Per GPU of the last stage: one MTP module's parameters each (the 2h -> h projection and the
+/// dense weights divided by tp, three norms whole, the routed experts divided by `expert_shards`),
+/// times mtp_num_layers; `experts` is the routed experts' part of `params`. Zero without MTP.
+struct MtpParametersPerGpu {
+  double params = 0;
+  double experts = 0;
+};
+MtpParametersPerGpu MtpParametersOfLastStage(const Model& model, std::int64_t tp, std::int64_t expert_shards);
 /// `expert_shards`: the ranks a layer's routed experts are split over (ep * etp); dense models
 /// ignore it.
 StageParameters ParametersOfStage(const Model& model, std::int64_t tp, std::int64_t pp,

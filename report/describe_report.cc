@@ -211,9 +211,12 @@ void WriteFit(std::ostream& out, const FitDescription& f, const ModelDescription
     return;
   }
   const StageParameters& w = f.largest;
-  out << fmt::format("  DP{}; largest stage {} holds {} parameters per GPU ({} layers{}{})\n", cfg.dp, f.largest_stage,
-                     FormatCount(w.total()), w.layers, w.embedding_params > 0 ? " + embedding" : "",
-                     w.output_params > static_cast<double>(d.params.final_norm) ? " + output layer" : "");
+  out << fmt::format("  DP{}; largest stage {} holds {} parameters per GPU ({} layers{}{}{})\n", cfg.dp,
+                     f.largest_stage, FormatCount(w.total()), w.layers, w.embedding_params > 0 ? " + embedding" : "",
+                     w.output_params > static_cast<double>(d.params.final_norm) ? " + output layer" : "",
+                     w.mtp_params > 0 ? fmt::format(" + {} MTP module{}", d.model.mtp_num_layers,
+                                                    d.model.mtp_num_layers == 1 ? "" : "s")
+                                      : "");
   if (w.expert_params > 0) {
     out << fmt::format("  of them routed experts {} (split over ep x etp = {} x {}; their state shards over "
                        "edp = {} expert-data-parallel ranks)\n",

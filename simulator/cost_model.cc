@@ -1777,13 +1777,10 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
         if (m.mtp_num_layers > 0) {
           const double n = static_cast<double>(m.mtp_num_layers);
           for (std::int64_t k2 = 0; k2 < m.mtp_num_layers; ++k2) add(mtp_ops);
-          const bool moe_mtp = m.moe.enabled();
-          add_layers(moe_mtp ? moe_layer : layer, n);
-          const LayerParameters& lp = moe_mtp ? pc.moe_layer : pc.per_layer;
-          const double experts = moe_mtp ? static_cast<double>(lp.expert) / static_cast<double>(cm.moe.ep * cm.moe.etp) : 0;
-          cc.expert_params_per_gpu += n * experts;
-          cc.params_per_gpu += n * (2 * h * h / t + 3 * static_cast<double>(m.NormParameters()) +
-                                    static_cast<double>(lp.sharded) / t + static_cast<double>(lp.replicated) + experts);
+          add_layers(m.moe.enabled() ? moe_layer : layer, n);
+          const MtpParametersPerGpu mtp = MtpParametersOfLastStage(m, c.tp, cm.moe.ep * cm.moe.etp);
+          cc.expert_params_per_gpu += mtp.experts;
+          cc.params_per_gpu += mtp.params;
         }
       }
       cm.chunks[static_cast<std::size_t>(i)].push_back(cc);

@@ -755,5 +755,27 @@ TEST(MoeDescribe, ExpertMemoryPerGpu) {
   EXPECT_NEAR(z1["weights_bytes"].get<double>(), 2 * sp.total(), 16.0);
 }
 
+// The last stage holds the multi-token-prediction modules beside the output layer they share:
+// DeepSeek-V3 on one stage with ep 2 holds everything but half of the 58 + 1 MoE layers' routed
+// experts; describe's memory check and the simulator count the same parameters.
+TEST(MoeDescribe, LastStageHoldsTheMtpModules) {
+  const Model m = LoadModel("deepseek-v3");
+  const ParameterCounts pc = m.Parameters();
+  ASSERT_GT(pc.mtp, 0);
+  const double moe_layers = static_cast<double>(pc.moe_layers + m.mtp_num_layers);
+  const StageParameters one = ParametersOfStage(m, 1, 1, 0, false, 2);
+  EXPECT_NEAR(one.total(), static_cast<double>(pc.total) - moe_layers * static_cast<double>(pc.moe_layer.expert) / 2, 1.0);
+  EXPECT_NEAR(one.expert_params, moe_layers * static_cast<double>(pc.moe_layer.expert) / 2, 1.0);
+  // At pp 2 the first stage has none of it, the last all of it: 2h^2 projection, three norms, one MoE layer.
+  EXPECT_EQ(ParametersOfStage(m, 1, 2, 0, false, 2).mtp_params, 0.0);
+  const double mtp = 2.0 * m.hidden_size * m.hidden_size + 3.0 * static_cast<double>(m.NormParameters()) +
+                     static_cast<double>(pc.moe_layer.sharded + pc.moe_layer.replicated) +
+                     static_cast<double>(pc.moe_layer.expert) / 2;
+  EXPECT_NEAR(ParametersOfStage(m, 1, 2, 1, false, 2).mtp_params, mtp, 1.0);
+  const auto r = testing::RunShardcast("describe --model deepseek-v3 --cluster dgx-h100 --gpus 1024 --ep 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("(61 layers + embedding + output layer + 1 MTP module)"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace shardcast
