@@ -62,6 +62,14 @@ ValidationReport ValidateLogs(const ValidateArgs& a) {
 
 void RunValidate(const ValidateArgs& a) {
   CheckCsvOption(a.csv, a.json);
+  std::vector<std::string> inputs = a.logs;
+  if (a.logs.empty()) inputs.insert(inputs.end(), {a.runs, a.memory});
+  if (!a.model.empty()) inputs.push_back(a.model);
+  if (!a.profile.empty()) inputs.push_back(a.profile);
+  for (const auto& [option, path] : {std::pair<std::string, std::string>{"--csv", a.csv},
+                                     {"--html", a.html}, {"--write-model", a.write_model}}) {
+    RefuseOverwritingInput(option, path, inputs);
+  }
   if (!a.explain.empty() && (a.json || !a.csv.empty())) {
     throw InputError(std::string("command line: --explain: prints one row as text; not combined with ") +
                      (a.json ? "--json" : "--csv") + " (run them separately)");

@@ -55,6 +55,17 @@ class TmpFileGuard {
 
 }  // namespace
 
+void RefuseOverwritingInput(const std::string& option, const std::string& path, const std::vector<std::string>& inputs) {
+  if (path.empty() || path == "-") return;
+  std::error_code ec;
+  for (const std::string& in : inputs) {
+    if (std::filesystem::equivalent(path, in, ec) && !ec) {
+      throw InputError("command line: " + option + ": got " + path + ", which is an input of this command (" + in +
+                       "), expected another file (writing it would replace what is read)");
+    }
+  }
+}
+
 void WriteFileAtomic(const std::string& path, const std::string& contents) {
   if (path == "-") {
     throw InputError("-: expected a file name to write; standard output ('-') is taken only by --csv, where the "

@@ -6,6 +6,7 @@
 /// only SIGKILL (or a power loss) can leave `path.tmp.PID` behind, never a partial `path`.
 
 #include <string>
+#include <vector>
 
 namespace shardcast {
 
@@ -13,5 +14,10 @@ namespace shardcast {
 /// is not writable, when `path` is a folder, or when it is "-" (standard output is not a file
 /// here). The command line checks output paths first (cli/options.h OutputFile).
 void WriteFileAtomic(const std::string& path, const std::string& contents);
+
+/// InputError (exit 2) when the output `path` of `option` is one of the existing `inputs` (the
+/// same file, by device and inode): writing it would replace what the command reads. "-" and
+/// an empty path (standard output, or no output) pass.
+void RefuseOverwritingInput(const std::string& option, const std::string& path, const std::vector<std::string>& inputs);
 
 }  // namespace shardcast

@@ -55,6 +55,16 @@ double PositiveNumber(const std::string& text, const std::string& path, std::siz
   for (char ch : text) {
     if (ch != ',') s += ch;
   }
+  // Separators group the integer digits in threes ("6,25,1" is not a number).
+  if (const auto comma = text.find(','); comma != std::string::npos) {
+    const std::string whole = text.substr(0, text.find('.'));
+    bool grouped = comma >= 1 && comma <= 3;
+    for (std::size_t at = comma; grouped && at != std::string::npos; at = whole.find(',', at + 1)) {
+      const auto next = whole.find(',', at + 1);
+      grouped = (next == std::string::npos ? whole.size() : next) - at - 1 == 3;
+    }
+    if (!grouped) FailAt(path, line, fmt::format("{}: got \"{}\", expected a positive number", field, text));
+  }
   std::size_t used = 0;
   double v = 0;
   try {
@@ -433,14 +443,26 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
   return c;
 }
 
+/// Iteration times and memory peaks. An iteration logged at another global batch size than the
+/// dump's (rampup_batch_size ramps it up over the first samples) is not the configured step and
+/// is left out, with a note.
 void ReadMegatronMeasurements(const std::vector<std::string>& lines, const std::string& path, LoggedRun* run) {
+  std::size_t ramp = 0;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const std::string& l = lines[i];
     if (const auto t = FieldAfter(l, "elapsed time per iteration (ms):")) {
-      run->step_times_s.push_back(PositiveNumber(*t, path, i + 1, "elapsed time per iteration (ms)") / 1000.0);
+      const double step_s = PositiveNumber(*t, path, i + 1, "elapsed time per iteration (ms)") / 1000.0;
+      const auto g = FieldAfter(l, "global batch size:");
+      if (g && PositiveNumber(*g, path, i + 1, "global batch size") != static_cast<double>(run->config.global_batch_size)) {
+        ++ramp;
+      } else {
+        run->step_times_s.push_back(step_s);
+      }
     }
     if (l.find("memory (MB)") == std::string::npos) continue;
-    if (const auto a = FieldAfter(l, "max allocated:")) {
+    const auto a = FieldAfter(l, "max allocated:");
+    if (!a) FailAt(path, i + 1, "a \"memory (MB)\" line without \"max allocated: N\", expected Megatron-LM's report_memory line");
+    {
       const double b = PositiveNumber(*a, path, i + 1, "max allocated (MB)") * kMiB;
       run->max_allocated_bytes = std::max(run->max_allocated_bytes.value_or(0.0), b);
     }
@@ -448,6 +470,15 @@ void ReadMegatronMeasurements(const std::vector<std::string>& lines, const std::
       const double b = PositiveNumber(*r, path, i + 1, "max reserved (MB)") * kMiB;
       run->max_reserved_bytes = std::max(run->max_reserved_bytes.value_or(0.0), b);
     }
+  }
+  if (ramp > 0) {
+    if (run->step_times_s.empty()) {
+      throw InputError(fmt::format("{}: all {} logged iterations ran at another global batch size than the argument "
+                                   "dump's {} (batch-size ramp-up): expected at least one at {}",
+                                   path, ramp, run->config.global_batch_size, run->config.global_batch_size));
+    }
+    run->notes.push_back(fmt::format("{} logged iteration{} at another global batch size than {} (batch-size ramp-up) "
+                                     "left out", ramp, ramp == 1 ? "" : "s", run->config.global_batch_size));
   }
 }
 
@@ -491,7 +522,7 @@ LoggedRun ParseMegatron(const std::vector<std::string>& lines, const std::string
 
 // ----- torchtitan -----
 
-/// The job configuration torchtitan prints with --debug.print_config: the JSON object after
+/// The job configuration torchtitan prints with --job.print_config: the JSON object after
 /// "Running with configs:", which may span lines (each possibly prefixed "[rank0]:").
 Json TitanConfig(const std::vector<std::string>& lines, const std::string& path, std::size_t* at_line) {
   const std::string key = "Running with configs:";
@@ -774,6 +805,13 @@ LoggedRun ParseTorchtitan(const std::vector<std::string>& lines, const std::stri
   run.format = "torchtitan";
   std::size_t cfg_line = 0;
   const Json cfg = TitanConfig(lines, path, &cfg_line);
+  for (std::size_t i = cfg_line; i < lines.size(); ++i) {
+    if (lines[i].find("Running with configs:") == std::string::npos) continue;
+    throw InputError(fmt::format("{}: job configurations on lines {} and {}: a restarted job's log, or more than one "
+                                 "rank's output, holds more than one run; expected one (split the log where the second "
+                                 "begins; torchrun's --local-ranks-filter 0 keeps rank 0's output)",
+                                 path, cfg_line, i + 1));
+  }
   const std::string where = fmt::format("{}:{} (the job configuration)", path, cfg_line);
   if (d.model) {
     run.model = *d.model;

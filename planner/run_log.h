@@ -11,7 +11,7 @@
 /// allocated: A | reserved: R | max reserved: M" lines give the peaks (the largest over lines).
 ///
 /// torchtitan (torchtitan/trainer.py, components/metrics.py): the job configuration printed as
-/// JSON by `--debug.print_config` ("Running with configs: {...}") gives the parallelism, batch,
+/// JSON by `--job.print_config` ("Running with configs: {...}") gives the parallelism, batch,
 /// sequence length, activation checkpointing and precision; "Building NAME FLAVOR" the model
 /// (or --model); each "step: N ... memory: X GiB(P%) tps: T ..." line one step, whose time is
 /// tokens per step / (GPUs x tps), and whose memory is the allocator's peak reserved.

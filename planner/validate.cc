@@ -474,7 +474,8 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
   const CsvTable t = ReadCsvFile(runs_csv);
   RequireColumns(t, runs_csv, {"row_id", "source_id", "model", "num_layers", "hidden_size", "num_heads", "vocab_size",
                                "seq_len", "gpu_type", "num_gpus", "tp", "pp", "dp", "micro_batch_size",
-                               "global_batch_size", "outcome"});
+                               "global_batch_size", "outcome", "iter_time_s"});
+  if (t.rows.empty()) throw InputError(runs_csv + ": no rows, expected at least one run under the header");
   std::map<std::string, std::size_t> first_line;  // row_id -> the line it first appears on
   for (std::size_t r = 0; r < t.rows.size(); ++r) {
     const auto [it, fresh] = first_line.emplace(t.Get(r, "row_id"), r < t.lines.size() ? t.lines[r] : r + 2);
@@ -490,6 +491,10 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     row.model = t.Get(r, "model");
     row.gpu_type = t.Get(r, "gpu_type");
     row.outcome = t.Get(r, "outcome");
+    if (row.outcome != "ok" && row.outcome != "OOM") {
+      throw InputError(runs_csv + ": " + RowLabel(t, r) + ", column outcome: got \"" + row.outcome +
+                       "\", expected ok or OOM (ran out of memory)");
+    }
     if (auto g = Num(t.Get(r, "num_gpus"))) row.gpus = static_cast<std::int64_t>(*g);  // also for skipped rows
     const std::string gpu = row.gpu_type;
     if (gpu.rfind("A100", 0) != 0 && gpu.rfind("H100", 0) != 0 && gpu.rfind("H800", 0) != 0 &&
@@ -870,8 +875,19 @@ ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cl
                                             "they go (Megatron-LM needs decoder_first/last_pipeline_num_layers for that)",
                                             run.model.num_layers, chunks));
     }
+    // A peak above the GPU's memory was measured on another GPU: the --cluster is not the machine.
+    for (const auto& [what, bytes] : {std::pair{"max allocated", run.max_allocated_bytes},
+                                      std::pair{"max reserved", run.max_reserved_bytes}}) {
+      if (bytes && *bytes > cluster.gpu.memory_bytes) {
+        throw InputError(fmt::format("{}: the logged {} memory, {}, is more than the {}'s {} ({}): expected --cluster "
+                                     "to be the machine the log ran on",
+                                     run.file, what, FormatGiB(*bytes), cluster.gpu.display_name,
+                                     FormatGiB(cluster.gpu.memory_bytes), cluster.name));
+      }
+    }
     SimulationResult res;
     try {
+      RequirePrecision(cluster.gpu, run.config, "the log's configuration");
       res = Simulate(run.model, run.config, cluster, run.gpus, profile);
     } catch (const InputError& e) {
       // A setting this cluster or profile cannot run (a precision its GPU has no rate for):

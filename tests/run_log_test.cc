@@ -175,6 +175,64 @@ TEST(RunLog, MalformedLinesNameTheFileAndLine) {
   EXPECT_NE(tps.find("tps (tokens per second per GPU): got \"n/a\""), std::string::npos) << tps;
 }
 
+// What would silently give a wrong measured figure is refused or left out, with the reason:
+// iterations of a batch-size ramp-up, a second run in one log, misgrouped thousands separators,
+// a report_memory line without its max allocated, a peak above the GPU's memory, a precision
+// the GPU lacks, an output file that is an input.
+TEST(RunLog, WhatWouldMismeasureTheRunIsRefusedOrLeftOut) {
+  const std::string text = ReadTextFile(kMegatron);
+  auto error = [](const std::string& s, const LogDefaults& d = {}) {
+    return testing::InputErrorOf([&] { ParseTrainingLog(s, "run.log", d); });
+  };
+  // rampup_batch_size: the first two logged iterations ran at 16, not the dump's 32.
+  std::string ramp = text;
+  for (int k = 0; k < 2; ++k) ramp.replace(ramp.find("global batch size:    32"), 24, "global batch size:    16");
+  const LoggedRun r = ParseTrainingLog(ramp, "ramp.log", {});
+  ASSERT_EQ(r.step_times_s.size(), 3u);
+  EXPECT_NEAR(r.step_times_s[0], 4.0981, 1e-9);
+  EXPECT_NEAR(r.measured_step_time_s, (4.1104 + 4.1019) / 2, 1e-9);
+  EXPECT_NE(Join(r.notes, "\n").find("2 logged iterations at another global batch size than 32 (batch-size ramp-up) "
+                                     "left out"),
+            std::string::npos);
+  std::string all_ramp = text;
+  for (auto at = all_ramp.find("global batch size:    32"); at != std::string::npos; at = all_ramp.find("global batch size:    32"))
+    all_ramp.replace(at, 24, "global batch size:    16");
+  EXPECT_NE(error(all_ramp).find("all 5 logged iterations ran at another global batch size than the argument dump's 32"),
+            std::string::npos);
+  // A restarted torchtitan job: its configuration printed twice.
+  const std::string titan = ReadTextFile(kTitan);
+  LogDefaults d;
+  d.gpus = 8;
+  EXPECT_NE(error(titan + titan, d).find("job configurations on lines"), std::string::npos);
+  std::string commas = titan;
+  commas.replace(commas.find("tps: 6,251"), 10, "tps: 6,25,1");
+  EXPECT_NE(error(commas, d).find("tps (tokens per second per GPU): got \"6,25,1\""), std::string::npos);
+  std::string no_max = text;
+  const std::string max_alloc = "| max allocated: 52110.20 ";
+  no_max.erase(no_max.find(max_alloc), max_alloc.size());
+  EXPECT_NE(error(no_max).find("a \"memory (MB)\" line without \"max allocated: N\""), std::string::npos);
+  // The log's 52110.20 MiB peak (50.9 GiB) cannot have been measured on a 40 GB A100.
+  const std::vector<LoggedRun> runs = {ReadTrainingLog(kMegatron, {})};
+  const Cluster a100_40 = LoadCluster("dgx-a100-40gb");
+  EXPECT_NE(testing::InputErrorOf([&] { ValidateLoggedRuns(runs, a100_40, DefaultProfile(a100_40)); })
+                .find("the logged max allocated memory, 50.89 GiB, is more than the NVIDIA A100-SXM4-40GB's"),
+            std::string::npos);
+  // bf16 on a V100 (fp16 and fp32 only): skipped with the reason, as fp8 on an A100 is.
+  LoggedRun v = runs[0];
+  v.max_allocated_bytes.reset();
+  v.max_reserved_bytes.reset();
+  const Cluster v100 = LoadCluster("dgx-2");
+  const ValidationReport rep = ValidateLoggedRuns({v}, v100, DefaultProfile(v100));
+  ASSERT_EQ(rep.rows.size(), 1u);
+  EXPECT_TRUE(rep.rows[0].skipped);
+  EXPECT_NE(rep.rows[0].skip_reason.find("precision bf16 is not supported by the NVIDIA Tesla V100"), std::string::npos)
+      << rep.rows[0].skip_reason;
+  const std::string copy = testing::WriteTemp("copy.log", text);
+  EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + copy + " --cluster dgx-h100 --csv " + copy,
+                                           "--csv: got " + copy + ", which is an input of this command"));
+  EXPECT_EQ(ReadTextFile(copy), text);
+}
+
 // A Megatron-LM log of an MoE run: the expert grid, the dispatcher and forced balancing from the
 // argument dump; a model of a preset's shape takes the preset's name and how its router was
 // trained (an argument dump does not say).

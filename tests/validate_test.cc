@@ -154,6 +154,17 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
   EXPECT_EQ(InputErrorOf([&] { RunValidation(dup, ""); }),
             dup + ": row_id " + row_id + " (line 3), column row_id: got \"" + row_id +
                 "\" again (first on line 2), expected a unique row_id");
+  // An outcome other than ok or OOM (a lowercase "oom" used to count as a run that fitted), a
+  // header with no runs, and a CSV without the measured step's column are refused.
+  const std::string oom = testing::WriteTemp("runs_oom.csv", header() + row("outcome", "oom"));
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(oom, ""); }),
+            oom + ": row_id " + row_id + " (line 2), column outcome: got \"oom\", expected ok or OOM (ran out of memory)");
+  const std::string empty = testing::WriteTemp("runs_empty.csv", header());
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(empty, ""); }), empty + ": no rows, expected at least one run under the header");
+  std::string renamed = header();
+  renamed.replace(renamed.find("iter_time_s"), 11, "iter_time");
+  const std::string no_time = testing::WriteTemp("runs_no_time.csv", renamed + row("", ""));
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(no_time, ""); }), no_time + ": header: missing column 'iter_time_s'");
 }
 
 // --csv has the JSON rows' fields; a skipped row leaves its predictions empty.
