@@ -54,6 +54,7 @@ PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl
   o.schedules = ParseSchedules(a.schedules);
   o.recomputes = ParseRecomputes(a.recompute);
   o.fixed = ParseFix(a.fix);
+  CheckFixAgainstModel(o.fixed, m);
   ApplySearchOptimizerArgs(a.opt, a.zero, &o);
   ApplyFixedToSearch(&o);
   o.threads = a.threads;
@@ -188,8 +189,8 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_option("--recompute", a->recompute, "comma list of none,selective,full");
   AddSearchOptimizerOptions(cmd, &a->zero, &a->opt);
   cmd->add_option("--fix", a->fix,
-                  "fix dimensions, e.g. tp=8,pp=8,sp=true,schedule=interleaved (keys tp, pp, vp, mbs, zero, sp, "
-                  "tp_comm_overlap, recompute, schedule)");
+                  "fix dimensions, e.g. tp=8,pp=8,sp=true,schedule=interleaved (keys tp, pp, cp, cp_comm, ep, etp, vp, "
+                  "mbs, zero, dp_shard, sp, tp_comm_overlap, recompute, schedule, decoder_first, decoder_last)");
   cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(IntegerRange(1, 1024));
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention (saves s*s scores)");
   AddMoeRoutingOptions(cmd, &a->moe_routing.moe_load_imbalance, &a->moe_routing.moe_force_load_balancing);

@@ -78,19 +78,23 @@ std::map<std::string, std::string> ParseFix(const std::string& list) {
   std::map<std::string, std::string> out;
   if (list.empty()) return out;
   static const std::set<std::string> keys = {"tp", "pp", "cp", "cp_comm", "ep", "etp", "vp", "mbs", "zero", "sp",
-                                             "tp_comm_overlap", "recompute", "schedule", "dp_shard"};
+                                             "tp_comm_overlap", "recompute", "schedule", "dp_shard",
+                                             "decoder_first", "decoder_last"};
   for (const auto& kv : Split(list, ',')) {
     auto eq = kv.find('=');
     if (eq == std::string::npos || !keys.count(kv.substr(0, eq)) || eq + 1 >= kv.size()) {
       Bad("--fix", kv, "key=value with key one of tp, pp, cp, cp_comm, ep, etp, vp, mbs, zero, sp, tp_comm_overlap, "
-                       "recompute, schedule, dp_shard");
+                       "recompute, schedule, dp_shard, decoder_first, decoder_last");
     }
     const std::string key = kv.substr(0, eq);
     std::string v = ToLower(kv.substr(eq + 1));
     if (out.count(key)) Bad("--fix", kv, key + " once (it is already fixed to " + out[key] + ")");
     if (key == "tp" || key == "pp" || key == "cp" || key == "ep" || key == "etp" || key == "vp" || key == "mbs" ||
-        key == "dp_shard") {
-      const std::int64_t max = key == "vp" ? kMaxVirtualStages : key == "mbs" ? kMaxMicroBatchSize : kMaxParallelSize;
+        key == "dp_shard" || key == "decoder_first" || key == "decoder_last") {
+      const std::int64_t max = key == "vp" ? kMaxVirtualStages
+                               : key == "mbs" ? kMaxMicroBatchSize
+                               : key.rfind("decoder_", 0) == 0 ? kMaxLayers
+                                                               : kMaxParallelSize;
       const bool digits = v.size() <= 9 && v.find_first_not_of("0123456789") == std::string::npos;
       if (!digits || std::stoll(v) < 1 || std::stoll(v) > max) {
         Bad("--fix", kv, key + "=N with N a positive integer up to " + std::to_string(max));
@@ -117,6 +121,29 @@ std::map<std::string, std::string> ParseFix(const std::string& list) {
     Bad("--fix", "schedule=interleaved,vp=1", "vp >= 2 with the interleaved schedule (with one it is 1F1B)");
   }
   return out;
+}
+
+void CheckFixAgainstModel(const std::map<std::string, std::string>& fixed, const Model& m) {
+  const auto value = [&](const char* key) -> std::int64_t {
+    const auto it = fixed.find(key);
+    return it == fixed.end() ? 0 : std::stoll(it->second);
+  };
+  const std::int64_t ep = value("ep"), etp = value("etp");
+  if ((ep > 1 || etp > 1) && !m.moe.enabled()) {
+    Bad("--fix", fmt::format("{}{}", ep > 1 ? fmt::format("ep={}", ep) : "", etp > 1 ? fmt::format(" etp={}", etp) : ""),
+        "no expert sizes: " + m.name + " has no mixture-of-experts layers");
+  }
+  if (ep > 0 && m.moe.enabled() && m.moe.num_experts % ep != 0) {
+    Bad("--fix", fmt::format("ep={}", ep), fmt::format("a divisor of num_experts = {}", m.moe.num_experts));
+  }
+  if (etp > 0 && m.moe.enabled() && m.moe.ffn_hidden_size % etp != 0) {
+    Bad("--fix", fmt::format("etp={}", etp), fmt::format("a divisor of moe_ffn_hidden_size = {}", m.moe.ffn_hidden_size));
+  }
+  for (const char* key : {"decoder_first", "decoder_last"}) {
+    if (const std::int64_t n = value(key); n >= m.num_layers) {
+      Bad("--fix", fmt::format("{}={}", key, n), fmt::format("fewer than num_layers = {}", m.num_layers));
+    }
+  }
 }
 
 void ApplyFixedToSearch(PlanOptions* o) {
@@ -221,7 +248,17 @@ std::optional<LaunchConfig> EmitIfAsked(const EmitArgs& a, const Model& m, const
     throw InputError("command line: --emit: got a configuration that cannot run (" + Join(r.reasons, "; ") +
                      "), expected one that runs; no launch configuration written");
   }
-  LaunchConfig l = EmitLaunch(ParseLaunchFormat(a.format, "--emit"), m, c, cl, gpus);
+  const LaunchFormat format = ParseLaunchFormat(a.format, "--emit");
+  LaunchConfig l = EmitLaunch(format, m, c, cl, gpus);
+  if ((format == LaunchFormat::kMegatron || format == LaunchFormat::kNemo) && MegatronCannotSplit(m, c)) {
+    const std::string why = fmt::format(
+        "{} layers do not divide pp = {}{}, and Megatron-LM asserts that they do unless first/last stage layer counts "
+        "are given: this launch fails at start-up (the simulation split them as DeepSpeed does; give "
+        "--decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers, or `plan`, which searches them)",
+        m.num_layers + (c.embedding_slots ? 2 : 0), c.pp, c.vp > 1 ? fmt::format(" x vp = {}", c.vp) : "");
+    l.text = "# WARNING: " + why + "\n" + l.text;
+    l.warnings.push_back(why);
+  }
   if (!r.fits) {
     // Said in the file itself (every format comments with #): a launch predicted to run out of memory.
     l.text = "# WARNING: shardcast predicts this configuration does not fit in GPU memory: " + Join(r.reasons, "; ") +

@@ -31,6 +31,10 @@ std::vector<int> ParseZeroStages(const std::string& list);
 /// (true/false, yes/no, y/n, 1/0; stored as true/false), recompute (none, selective, full),
 /// schedule (1f1b, interleaved, zb-h1, gpipe). InputError for any other key or value.
 std::map<std::string, std::string> ParseFix(const std::string& list);
+/// InputError (exit 2) for a fixed value the model itself rules out, as simulate refuses it: ep or
+/// etp for a dense model, an ep that does not divide the routed experts, an etp that does not
+/// divide their hidden size, a decoder_first/last of num_layers or more.
+void CheckFixAgainstModel(const std::map<std::string, std::string>& fixed, const Model& m);
 /// Widens the search lists of `o` so they hold the values `o.fixed` fixes (a fixed recompute,
 /// ZeRO stage or schedule outside --recompute, --zero-stages, --schedules; a fixed mbs above
 /// --max-mbs), since fixing a value means asking for it.

@@ -541,6 +541,12 @@ std::string PipelineSplitName(const ParallelConfig& c) {
   return s + " layers";
 }
 
+bool MegatronCannotSplit(const Model& m, const ParallelConfig& c) {
+  if (c.pp <= 1 || c.first_stage_layers >= 0 || c.last_stage_layers >= 0 || c.even_chunks) return false;
+  const std::int64_t slots = m.num_layers + (c.embedding_slots ? 2 : 0);
+  return slots % (c.pp * std::max<std::int64_t>(1, c.vp)) != 0;
+}
+
 std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConfig& c,
                                               std::int64_t gpus, const Cluster& cl) {
   std::vector<Infeasibility> r;

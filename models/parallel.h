@@ -400,6 +400,11 @@ PipelineLayout PipelineLayoutOf(const Model& model, const ParallelConfig& cfg);
 /// A short name of the configuration's pipeline split for tables: "" for the default one,
 /// "emb+loss slots", or "first 7 / last 7 layers".
 std::string PipelineSplitName(const ParallelConfig& c);
+/// Whether `c`'s pipeline split is one Megatron-LM cannot make: pp > 1 with no first/last stage
+/// layer counts (and not torchtitan's even chunks), where the layers (or the L + 2 slots) do not
+/// divide pp x vp. The simulator then splits them as DeepSpeed's uniform partition does (the
+/// remainder to the first stages); Megatron-LM asserts at start-up.
+bool MegatronCannotSplit(const Model& m, const ParallelConfig& c);
 
 /// Megatron-Core's pipeline behaviour on `c`: whole pipeline messages (no scatter/gather), and
 /// the non-interleaved 1F1B schedule waiting on each send and receive (its schedules.py calls

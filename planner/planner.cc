@@ -65,10 +65,13 @@ struct PipelineSplit {
 
 /// The splits for `m`: for every pp <= L, L / pp per stage where pp divides L; (L + 2) / pp
 /// slots with the embedding and the loss in slots (BLOOM's, Llama 3's partition) where pp > 2
-/// divides L + 2 but not L; and where neither divides, Megatron-LM's uneven split with
-/// ceil(L / pp) layers on every middle stage and the rest on the first and the last (at least one
-/// each, the first taking the odd one; pp 2 splits L in two), for pp that divide `pp_divides` (the GPUs per
-/// tensor-parallel group: other pp cannot form a candidate).
+/// divides L + 2 but not L; and where neither divides, Megatron-LM's uneven splits with
+/// ceil(L / pp) layers on every middle stage and the rest on the first and the last, every way
+/// of sharing it with 1 to ceil(L / pp) layers each (the last stage also carries the output layer,
+/// the loss and any MTP modules, so a lighter last stage can be the faster; pp 2 splits L in
+/// two), for pp that divide `pp_divides` (the GPUs per tensor-parallel group: other pp cannot
+/// form a candidate). `--fix decoder_first=N` / `decoder_last=N` keep the uneven splits with
+/// that first / last stage.
 std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, std::int64_t pp_divides,
                                           std::map<std::string, std::size_t>* rejected) {
   const std::int64_t L = m.num_layers;
@@ -85,8 +88,8 @@ std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, 
       out.push_back({pp, false, -1, -1, 1});
     } else if (pp >= 2 && pp_divides % pp == 0) {
       const std::int64_t mid = (L + pp - 1) / pp, rest = L - (pp - 2) * mid;
-      if (rest >= 2 && rest <= 2 * mid) {
-        const std::int64_t first = (rest + 1) / 2, last = rest / 2;
+      for (std::int64_t first = std::max<std::int64_t>(1, rest - mid); first <= std::min(mid, rest - 1); ++first) {
+        const std::int64_t last = rest - first;
         out.push_back({pp, false, first, last, std::gcd(std::gcd(first, last), mid)});
       }
     }
@@ -96,6 +99,18 @@ std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, 
     const std::int64_t fp = std::stoll(it->second);
     std::erase_if(out, [&](const PipelineSplit& x) { return x.pp != fp; });
     if (out.empty()) ++(*rejected)["(tp, pp) pairs: no pipeline split of num_layers over the fixed pp"];
+  }
+  for (const char* key : {"decoder_first", "decoder_last"}) {
+    const auto f = o.fixed.find(key);
+    if (f == o.fixed.end()) continue;
+    const std::int64_t n = std::stoll(f->second);
+    const bool first = std::string(key) == "decoder_first";
+    std::erase_if(out, [&](const PipelineSplit& x) { return (first ? x.first : x.last) != n; });
+    if (out.empty()) {
+      ++(*rejected)[fmt::format("pipeline splits: none is uneven with {} = {} (Megatron-LM's split: ceil(L / pp) "
+                                "layers on the middle stages)", key, n)];
+      break;
+    }
   }
   return out;
 }
@@ -220,6 +235,8 @@ bool FixedAllows(const std::map<std::string, std::string>& fixed, const Parallel
     else if (k == "tp_comm_overlap") have = c.tp_comm_overlap ? "true" : "false";
     else if (k == "recompute") have = ToString(c.recompute);
     else if (k == "schedule") have = ToString(c.schedule);
+    else if (k == "decoder_first") have = std::to_string(c.first_stage_layers);
+    else if (k == "decoder_last") have = std::to_string(c.last_stage_layers);
     if (have != v) return false;
   }
   return true;

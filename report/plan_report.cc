@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <ostream>
 #include <set>
 
@@ -221,9 +222,21 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
            "  replicated across the groups (gathers within a group; gradients reduce-scattered within it, then\n"
            "  all-reduced across groups)\n";
   }
+  // Each split with the ranks that use it, where one PP cell stands for more than one split.
+  std::map<std::string, std::map<std::string, std::vector<std::size_t>>> split_ranks;  // cell -> name -> ranks
+  for (std::size_t i = 0; i < r.plans.size(); ++i) {
+    const std::string name = PipelineSplitName(r.plans[i].config);
+    if (!name.empty()) split_ranks[PpCell(r.plans[i].config)][name].push_back(i + 1);
+  }
+  for (const auto& [cell, names] : split_ranks) {
+    for (const auto& [name, ranks] : names) {
+      std::vector<std::string> ids;
+      for (std::size_t k : ranks) ids.push_back(std::to_string(k));
+      splits.insert(names.size() == 1 ? fmt::format("PP {}: {}", cell, name)
+                                      : fmt::format("PP {} (rank {}): {}", cell, Join(ids, ", "), name));
+    }
+  }
   for (const auto& p : r.plans) {
-    const std::string name = PipelineSplitName(p.config);
-    if (!name.empty()) splits.insert(fmt::format("PP {}: {}", PpCell(p.config), name));
     if (p.config.recompute == Recompute::kSelective && p.config.recompute_modules != kRecomputeCoreAttn) {
       std::string mods = RecomputeModulesName(p.config.recompute_modules);
       std::replace(mods.begin(), mods.end(), ',', ' ');

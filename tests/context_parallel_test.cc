@@ -1,6 +1,8 @@
 // Issue 16: context parallelism, uneven pipeline splits and the long-sequence FLOP conventions.
 // Expected values are derived here from the formulas of docs/simulator.md ("Context
 // parallelism", "Pipeline splits").
+#include <set>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -448,17 +450,32 @@ TEST(PipelineSplit, PlannerSearchesFrontierLayoutsAndContextParallelism) {
   EXPECT_TRUE(cp2);
   o.gpus = 40;
   o.global_batch_size = 10;
-  bool uneven = false;
+  std::set<std::pair<std::int64_t, std::int64_t>> uneven;
   for (const auto& c : GenerateCandidates(m, cl, o, &rej)) {
     // pp 5: 126 and 128 layer slots do not divide; ceil(126/5) = 26 on the three middle stages,
-    // 24 and 24 on the first and the last.
+    // the other 48 shared by the first and the last, each 1 to 26: 22/26 to 26/22.
     if (c.pp == 5) {
-      EXPECT_EQ(c.first_stage_layers, 24);
-      EXPECT_EQ(c.last_stage_layers, 24);
-      uneven = true;
+      EXPECT_EQ(c.first_stage_layers + c.last_stage_layers, 126 - 3 * 26);
+      uneven.insert({c.first_stage_layers, c.last_stage_layers});
     }
   }
-  EXPECT_TRUE(uneven);
+  EXPECT_EQ(uneven.size(), 5u);
+  EXPECT_TRUE(uneven.count({24, 24}));
+  EXPECT_EQ(uneven.begin()->first, 22);
+  EXPECT_EQ(uneven.rbegin()->first, 26);
+  // --fix decoder_first / decoder_last keep the splits with that stage.
+  o.fixed = {{"pp", "5"}, {"decoder_last", "23"}};
+  for (const auto& c : GenerateCandidates(m, cl, o, &rej)) {
+    EXPECT_EQ(c.first_stage_layers, 25);
+    EXPECT_EQ(c.last_stage_layers, 23);
+  }
+  o.fixed = {{"pp", "5"}, {"decoder_first", "21"}};
+  rej.clear();
+  EXPECT_TRUE(GenerateCandidates(m, cl, o, &rej).empty());
+  EXPECT_EQ(rej.count("pipeline splits: none is uneven with decoder_first = 21 (Megatron-LM's split: ceil(L / pp) "
+                      "layers on the middle stages)"),
+            1u);
+  o.fixed.clear();
   // Its Megatron-LM arguments name the split and context parallelism.
   ParallelConfig c = Llama405bFirstLast7();
   c.first_stage_layers = c.last_stage_layers = -1;

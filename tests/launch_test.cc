@@ -565,6 +565,20 @@ TEST(Launch, EmitOnTheCommandLine) {
                 "# WARNING: shardcast predicts this configuration does not fit in GPU memory: ", 0),
             0u);
   EXPECT_EQ(o["launch"]["warnings"].size(), 1u);
+  // 32 layers over pp 3 (no first/last counts): simulated as DeepSpeed splits them, but a
+  // Megatron-LM launch of that layout fails at start-up, and the file says so; torchtitan's does not.
+  const auto uneven = testing::RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 3 --pp 3 --gbs 6 "
+                                            "--emit megatron --json");
+  ASSERT_EQ(uneven.exit_code, 0) << uneven.err;
+  const std::string warned = Json::parse(uneven.out)["launch"]["text"].get<std::string>();
+  EXPECT_NE(warned.find("# WARNING: 32 layers do not divide pp = 3, and Megatron-LM asserts that they do unless first/last "
+                      "stage layer counts are given: this launch fails at start-up"),
+            std::string::npos)
+      << warned;
+  const auto even = testing::RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 4 --pp 4 --gbs 8 "
+                                          "--emit megatron --json");
+  ASSERT_EQ(even.exit_code, 0) << even.err;
+  EXPECT_EQ(Json::parse(even.out)["launch"]["text"].get<std::string>().find("layers do not divide"), std::string::npos);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Issue 17: mixture-of-experts models, multi-latent attention and multi-token prediction: the
 // model description, its parameter counts and the Hugging Face import. Expected counts are
 // derived here from the layers' shapes and checked against the published totals.
+#include <set>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +12,7 @@
 
 #include "common/error.h"
 #include "models/loader.h"
+#include "planner/planner.h"
 #include "models/parallel.h"
 #include "simulator/cost_model.h"
 #include "planner/validate.h"
@@ -753,6 +755,29 @@ TEST(MoeDescribe, ExpertMemoryPerGpu) {
   const Json& z1 = j["fit"]["zero"][1];
   EXPECT_NEAR(z1["optimizer_bytes"].get<double>(), 12 * experts / 1 + 12 * dense / 8, 16.0);
   EXPECT_NEAR(z1["weights_bytes"].get<double>(), 2 * sp.total(), 16.0);
+}
+
+// DeepSeek-V3's 61 layers over 16 stages: 4 on each of the 14 middle ones, and the other 5
+// shared by the first and the last every way (the last also carries the output layer, the loss
+// and the MTP module); --fix refuses expert sizes the model rules out, as simulate does.
+TEST(MoePlan, UnevenSplitsShareTheRestEveryWayAndFixChecksTheExperts) {
+  const Model m = LoadModel("deepseek-v3");
+  const Cluster cl = LoadCluster("dgx-h100");
+  PlanOptions o;
+  o.gpus = 1024;
+  o.global_batch_size = 8192;
+  o.seq_length = 4096;
+  o.fixed = {{"pp", "16"}, {"tp", "2"}, {"ep", "8"}};
+  std::map<std::string, std::size_t> rej;
+  std::set<std::pair<std::int64_t, std::int64_t>> splits;
+  for (const auto& c : GenerateCandidates(m, cl, o, &rej)) splits.insert({c.first_stage_layers, c.last_stage_layers});
+  EXPECT_EQ(splits, (std::set<std::pair<std::int64_t, std::int64_t>>{{1, 4}, {2, 3}, {3, 2}, {4, 1}}));
+  EXPECT_TRUE(testing::ExitsTwoWith("plan --model mixtral-8x7b --cluster dgx-h100 --gpus 32 --gbs 256 --fix ep=3",
+                                    "--fix: got \"ep=3\", expected a divisor of num_experts = 8"));
+  EXPECT_TRUE(testing::ExitsTwoWith("plan --model llama3-8b --cluster dgx-h100 --gpus 32 --gbs 256 --fix ep=2",
+                                    "has no mixture-of-experts layers"));
+  EXPECT_TRUE(testing::ExitsTwoWith("plan --model deepseek-v3 --cluster dgx-h100 --gpus 1024 --gbs 256 --fix decoder_first=61",
+                                    "expected fewer than num_layers = 61"));
 }
 
 // The last stage holds the multi-token-prediction modules beside the output layer they share:
