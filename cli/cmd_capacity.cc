@@ -171,6 +171,9 @@ void RunCapacityCommand(const CapacityArgs& a) {
   o.energy_overhead = a.energy_overhead;
   o.plan.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   ApplyPrecisionArgs(a.prec, &o.plan.base);
+  CheckAttentionPrecision(o.plan.base.precision, o.plan.flash_attention,
+                          "a 16-bit precision for capacity, whose search keeps flash attention (plan --no-flash-attention "
+                          "searches fp32 training)");
   ApplySearchOptimizerArgs(a.opt, a.zero, &o.plan);
   CheckOptimizerPrecision(o.plan.optimizer_impl, o.plan.base.precision);
   o.plan.base.moe_load_imbalance = a.moe_routing.moe_load_imbalance;

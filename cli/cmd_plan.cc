@@ -60,6 +60,7 @@ PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl
   o.threads = a.threads;
   o.flash_attention = !a.no_flash;
   ApplyPrecisionArgs(a.prec, &o.base);
+  CheckAttentionPrecision(o.base.precision, o.flash_attention, "--no-flash-attention as well");
   CheckOptimizerPrecision(o.optimizer_impl, o.base.precision);
   o.base.moe_load_imbalance = a.moe_routing.moe_load_imbalance;
   o.base.moe_force_load_balancing = a.moe_routing.moe_force_load_balancing;

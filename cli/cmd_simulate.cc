@@ -173,6 +173,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.zero_stage = a.zero >= 0 ? a.zero : (a.dist_opt ? 1 : 0);
   ApplyPrecisionArgs(a.prec, &c);
   c.flash_attention = !a.no_flash;
+  CheckAttentionPrecision(c.precision, c.flash_attention, "--no-flash-attention as well");
   c.overlap_grad_reduce = !a.no_overlap_grad;
   c.async_tp_grad_reduce = !a.no_async_tp;
   c.tp_comm_overlap = a.tp_comm_overlap;
@@ -468,8 +469,9 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                   "how tokens reach their experts: alltoall (default) | allgather | flex (DeepEP: once per destination rank)")
       ->transform(CLI::IsMember({"alltoall", "allgather", "flex"}, CLI::ignore_case));
   cmd->add_option("--moe-expert-capacity-factor", a->moe_capacity_factor,
-                  "an expert takes at most this times its average tokens (the rest are dropped); default dropless")
-      ->check(BoundedNumber(1.0, 64.0));
+                  "an expert takes at most this times its average tokens (the rest are dropped; below 1 every expert "
+                  "drops some); default dropless")
+      ->check(BoundedNumber(0.01, 64.0));
   AddMoeRoutingOptions(cmd, &a->moe_load_imbalance, &a->moe_force_load_balancing);
   AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size,--num-virtual-stages-per-pipeline-rank", a->vp,
               "virtual stages per pipeline rank", kMaxVirtualStages);

@@ -32,6 +32,10 @@ void AddFrameworkOption(CLI::App* cmd, std::string* framework);
 /// Writes the precision the flags select into `c` (bf16 when none is given); InputError for
 /// flags that contradict each other (--fp16 with --fp8-recipe mxfp8, say).
 void ApplyPrecisionArgs(const PrecisionArgs& a, ParallelConfig* c);
+/// InputError for fp32/tf32 training with flash attention, whose kernels take 16-bit inputs
+/// (FlashAttention-2/3, cuDNN's fused attention): fp32 training runs attention unfused, so the
+/// command must say --no-flash-attention (`where` names the command's flag, or how to get it).
+void CheckAttentionPrecision(Precision p, bool flash_attention, const std::string& remedy);
 /// The flags of `c`'s precision settings for ApplyPrecisionArgs ("--precision fp8 --fp8-recipe
 /// tensorwise ..."), each with a leading space; empty for bf16.
 std::string PrecisionFlags(const ParallelConfig& c);

@@ -209,9 +209,22 @@ void AddCrossEntropyOption(CLI::App* cmd, CrossEntropyImpl* impl) {
 
 void CheckMoeRoutingOptions(const Model& m, const ParallelConfig& c) {
   const bool given = c.moe_load_imbalance > 0;
-  if ((given || c.moe_force_load_balancing) && !m.moe.enabled()) {
-    throw InputError(fmt::format("command line: {}: given for {}, which has no routed experts (a dense model)",
-                                 given ? "--moe-load-imbalance" : "--moe-router-force-load-balancing", m.name));
+  if (!m.moe.enabled()) {
+    const char* flag = given                                      ? "--moe-load-imbalance"
+                       : c.moe_force_load_balancing               ? "--moe-router-force-load-balancing"
+                       : c.moe_dispatcher != MoeDispatcher::kAllToAll ? "--moe-token-dispatcher-type"
+                       : c.moe_capacity_factor > 0                ? "--moe-expert-capacity-factor"
+                                                                  : nullptr;
+    if (flag) {
+      throw InputError(fmt::format("command line: {}: given for {}, which has no routed experts (a dense model)", flag,
+                                   m.name));
+    }
+  }
+  // Megatron-LM's rule (arguments.py): the layers kept in bf16 are some of the model's.
+  if (c.bf16_layers_start + c.bf16_layers_end > m.num_layers) {
+    throw InputError(fmt::format("command line: --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16: got {} + {}, "
+                                 "expected at most num_layers = {} in all",
+                                 c.bf16_layers_start, c.bf16_layers_end, m.num_layers));
   }
   if (given && c.moe_force_load_balancing) {
     throw InputError("command line: --moe-load-imbalance and --moe-router-force-load-balancing: both given, expected "

@@ -83,11 +83,29 @@ void ApplyPrecisionArgs(const PrecisionArgs& a, ParallelConfig* c) {
                   : a.fp8_recipe == "blockwise" ? Fp8Recipe::kBlockwise
                                                 : Fp8Recipe::kDelayed;
   c->fp8_e4m3 = a.fp8_format == "e4m3";
+  // Sub-options that would change nothing are refused rather than ignored.
+  if (a.amax_history_len > 0 && !(p == Precision::kFp8 && c->fp8_recipe == Fp8Recipe::kDelayed)) {
+    throw InputError(fmt::format("command line: --fp8-amax-history-len: given with precision {}{}, expected fp8's delayed "
+                                 "recipe (the only one that keeps an amax history)",
+                                 ToString(p), p == Precision::kFp8 ? " and the " + a.fp8_recipe + " recipe" : ""));
+  }
   if (a.amax_history_len > 0) c->fp8_amax_history_len = a.amax_history_len;
   c->fp8_param_gather = a.fp8_param_gather;
+  if (!a.first_last_bf16 && (a.layers_start_bf16 != 1 || a.layers_end_bf16 != 1)) {
+    throw InputError("command line: --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16: given without "
+                     "--first-last-layers-bf16, expected it as well (they say how many layers it keeps in bf16)");
+  }
   if (a.first_last_bf16) {
     c->bf16_layers_start = a.layers_start_bf16;
     c->bf16_layers_end = a.layers_end_bf16;
+  }
+}
+
+void CheckAttentionPrecision(Precision p, bool flash_attention, const std::string& remedy) {
+  if (flash_attention && (p == Precision::kTf32 || p == Precision::kFp32)) {
+    throw InputError(fmt::format("command line: --precision {}: flash attention takes 16-bit inputs, so {} training runs "
+                                 "attention unfused; expected {}",
+                                 ToString(p), ToString(p), remedy));
   }
 }
 

@@ -223,6 +223,29 @@ namespace {
 
 // NCCL's NVLS all-reduce inside an H100 NVSwitch node: 480 of 450 GB/s line where rings reach
 // 370; reduce-scatter, all-gather and A100 nodes keep the ring rate.
+// Flags that would change nothing, or break their own rule, are refused rather than ignored.
+TEST(Precision, FlagsThatWouldChangeNothingAreRefused) {
+  const std::string base = "simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 8 ";
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--precision fp8 --num-layers-at-start-in-bf16 3",
+                                    "given without --first-last-layers-bf16"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--precision fp8 --first-last-layers-bf16 --num-layers-at-start-in-bf16 40",
+                                    "got 40 + 1, expected at most num_layers = 32 in all"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--precision fp8 --fp8-recipe tensorwise --fp8-amax-history-len 16",
+                                    "--fp8-amax-history-len: given with precision fp8 and the tensorwise recipe"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--precision tf32",
+                                    "--precision tf32: flash attention takes 16-bit inputs, so tf32 training runs "
+                                    "attention unfused; expected --no-flash-attention as well"));
+  EXPECT_EQ(testing::RunShardcast(base + "--precision tf32 --no-flash-attention").exit_code, 0);
+  EXPECT_EQ(testing::RunShardcast(base + "--precision fp8 --fp8-amax-history-len 16").exit_code, 0);
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--moe-token-dispatcher-type flex",
+                                    "--moe-token-dispatcher-type: given for llama3-8b, which has no routed experts"));
+  // Below 1 every expert drops tokens: Megatron-LM accepts any positive factor.
+  EXPECT_EQ(testing::RunShardcast("simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 8 --ep 8 --mbs 1 --gbs 8 "
+                                  "--zero 1 --moe-expert-capacity-factor 0.5")
+                .exit_code,
+            0);
+}
+
 TEST(Framework, NvlsAllReduceInsideNvSwitchNodes) {
   const HardwareProfile h100 = DefaultProfile(LoadCluster("dgx-h100"));
   EXPECT_DOUBLE_EQ(h100.nvls_allreduce_busbw_GBps, 480.0);
