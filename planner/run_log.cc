@@ -751,11 +751,15 @@ void TitanBatchAndPrecision(const Json& cfg, const std::string& where, LoggedRun
   c.overlap_param_gather = true;
 }
 
-void ReadTitanSteps(const std::vector<std::string>& lines, const std::string& path, LoggedRun* run) {
+/// The steps' times and memory; returns whether a "Trainer is initialized" line checked the batch
+/// (and so the GPU count) against the configuration read.
+bool ReadTitanSteps(const std::vector<std::string>& lines, const std::string& path, LoggedRun* run) {
   // Tokens per train step as torchtitan states them, else the batch and sequence.
   double tokens = static_cast<double>(run->config.global_batch_size) * static_cast<double>(run->config.seq_length);
+  bool checked = false;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const std::string& l = lines[i];
+    if (l.find("Trainer is initialized with") != std::string::npos) checked = true;
     if (l.find("Trainer is initialized with local batch size") != std::string::npos) {
       // v0.2: "local batch size X, global batch size Y, ..., sequence length S": the same batch.
       const auto g = FieldAfter(l, "global batch size");
@@ -797,6 +801,7 @@ void ReadTitanSteps(const std::vector<std::string>& lines, const std::string& pa
       run->max_reserved_bytes = std::max(run->max_reserved_bytes.value_or(0.0), b);
     }
   }
+  return checked;
 }
 
 LoggedRun ParseTorchtitan(const std::vector<std::string>& lines, const std::string& path, const LogDefaults& d) {
@@ -828,7 +833,10 @@ LoggedRun ParseTorchtitan(const std::vector<std::string>& lines, const std::stri
   }
   TitanParallelism(cfg, where, d, &run);
   TitanBatchAndPrecision(cfg, where, &run);
-  ReadTitanSteps(lines, path, &run);
+  if (!ReadTitanSteps(lines, path, &run) && d.gpus) {
+    run.notes.push_back(fmt::format("the log has no \"Trainer is initialized with ...\" line, so --gpus {} could not be "
+                                    "checked against the batch it ran", *d.gpus));
+  }
   run.notes.push_back("step time = tokens per step / (GPUs x tps); measured memory is torchtitan's max reserved");
   return run;
 }

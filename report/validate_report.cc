@@ -49,6 +49,13 @@ std::string ValidationCsv(const ValidationReport& rep) {
   return csv;
 }
 
+namespace {
+/// `n` of `of` rows as a fraction, or null when there are no such rows.
+Json Fraction(std::int64_t n, std::int64_t of) {
+  return of > 0 ? Json(static_cast<double>(n) / static_cast<double>(of)) : Json(nullptr);
+}
+}  // namespace
+
 Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
   const ValidationSummary& s = rep.summary;
   Json j;
@@ -103,16 +110,17 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
                   {"held_out_rows", s.held_out_timed},
                   {"step_time_mape_fitted", s.fitted_mape},
                   {"fitted_rows", s.fitted_timed},
-                  {"kendall_tau", s.kendall_tau},
+                  {"kendall_tau", s.kendall_pairs > 0 ? Json(s.kendall_tau) : Json(nullptr)},
                   {"kendall_pairs", s.kendall_pairs},
                   {"memory_mape", s.memory_mape},
                   {"memory_points", s.memory_points},
                   {"oom_rows", s.oom_rows},
-                  {"oom_rows_predicted_oom", s.oom_rows ? double(s.oom_rows_predicted_oom) / double(s.oom_rows) : 1.0},
+                  // Fractions of no rows are null, not a perfect or a zero score.
+                  {"oom_rows_predicted_oom", Fraction(s.oom_rows_predicted_oom, s.oom_rows)},
                   {"ok_rows", s.ok_rows},
-                  {"ok_rows_predicted_fit", s.ok_rows ? double(s.ok_rows_predicted_fit) / double(s.ok_rows) : 1.0},
-                  {"oom_rows_at_risk", s.oom_rows ? double(s.oom_rows_at_risk) / double(s.oom_rows) : 0.0},
-                  {"ok_rows_at_risk", s.ok_rows ? double(s.ok_rows_at_risk) / double(s.ok_rows) : 0.0},
+                  {"ok_rows_predicted_fit", Fraction(s.ok_rows_predicted_fit, s.ok_rows)},
+                  {"oom_rows_at_risk", Fraction(s.oom_rows_at_risk, s.oom_rows)},
+                  {"ok_rows_at_risk", Fraction(s.ok_rows_at_risk, s.ok_rows)},
                   {"rows", s.rows},
                   {"simulated", s.simulated},
                   {"skipped", s.skipped}};
@@ -126,7 +134,8 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
   j["summary"]["step_time_max_abs_error_without_low_confidence"] = s.confident_max_abs_error;
   j["summary"]["step_time_mape_held_out_without_low_confidence"] = s.confident_held_out_mape;
   j["summary"]["rows_without_low_confidence"] = s.confident_timed;
-  j["summary"]["kendall_tau_without_low_confidence"] = s.confident_kendall_tau;
+  j["summary"]["kendall_tau_without_low_confidence"] =
+      s.confident_kendall_pairs > 0 ? Json(s.confident_kendall_tau) : Json(nullptr);
   j["summary"]["kendall_pairs_without_low_confidence"] = s.confident_kendall_pairs;
   return j;
 }
@@ -288,8 +297,12 @@ void WriteValidationSummary(std::ostream& out, const ValidationReport& rep) {
       for (const auto& x : r.assumptions) out << fmt::format("  row {}: {}\n", r.row_id, x);
     }
   }
-  out << fmt::format("  ranking: Kendall tau {:.2f} over {} pairs of runs with the same model and GPU count\n",
-                           s.kendall_tau, s.kendall_pairs);
+  if (s.kendall_pairs == 0) {
+    out << "  ranking: no two runs with the same model and GPU count, so no Kendall tau\n";
+  } else {
+    out << fmt::format("  ranking: Kendall tau {:.2f} over {} pairs of runs with the same model and GPU count\n",
+                       s.kendall_tau, s.kendall_pairs);
+  }
   if (!s.low_confidence_rows.empty()) {
     out << fmt::format("    without the low-confidence rows: tau {:.2f} over {} pairs\n", s.confident_kendall_tau,
                        s.confident_kendall_pairs);

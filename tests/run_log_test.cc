@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <sstream>
 
 #include "common/error.h"
 #include "common/json_reader.h"
@@ -204,6 +205,13 @@ TEST(RunLog, WhatWouldMismeasureTheRunIsRefusedOrLeftOut) {
   LogDefaults d;
   d.gpus = 8;
   EXPECT_NE(error(titan + titan, d).find("job configurations on lines"), std::string::npos);
+  // Without torchtitan's "Trainer is initialized" line a wrong --gpus cannot be caught: noted.
+  std::string no_init;
+  std::istringstream in(titan);
+  for (std::string line; std::getline(in, line);)
+    if (line.find("Trainer is initialized") == std::string::npos) no_init += line + "\n";
+  EXPECT_NE(Join(ParseTrainingLog(no_init, "t.log", d).notes, "\n").find("could not be checked"), std::string::npos);
+  EXPECT_EQ(Join(ParseTrainingLog(titan, "t.log", d).notes, "\n").find("could not be checked"), std::string::npos);
   std::string commas = titan;
   commas.replace(commas.find("tps: 6,251"), 10, "tps: 6,25,1");
   EXPECT_NE(error(commas, d).find("tps (tokens per second per GPU): got \"6,25,1\""), std::string::npos);
@@ -231,6 +239,13 @@ TEST(RunLog, WhatWouldMismeasureTheRunIsRefusedOrLeftOut) {
   EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + copy + " --cluster dgx-h100 --csv " + copy,
                                            "--csv: got " + copy + ", which is an input of this command"));
   EXPECT_EQ(ReadTextFile(copy), text);
+  // One log: no pair to rank and no OOM row, so those figures are null, not 0 or 100%.
+  const auto one = testing::RunShardcast("validate --log " + kMegatron + " --cluster dgx-h100 --json");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  const Json summary = Json::parse(one.out)["summary"];
+  EXPECT_TRUE(summary["kendall_tau"].is_null());
+  EXPECT_TRUE(summary["oom_rows_predicted_oom"].is_null());
+  EXPECT_DOUBLE_EQ(summary["ok_rows_predicted_fit"].get<double>(), 1.0);
 }
 
 // A Megatron-LM log of an MoE run: the expert grid, the dispatcher and forced balancing from the
