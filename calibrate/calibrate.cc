@@ -36,6 +36,25 @@ const std::vector<std::string>& CalibrationGroups() {
 
 namespace {
 
+/// Today's date (UTC), YYYY-MM-DD: the date a measured profile is stamped with.
+std::string TodayUtc() {
+  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+/// A measured intra-node all-reduce sets the busbw every in-node group without its own table uses
+/// (docs/calibrate.md). It already is NVLink SHARP's rate where NCCL chose NVLS for it, so the
+/// default profile's NVLS estimate (cost_model.cc takes the larger of the two) no longer applies.
+void TakeMeasuredIntraAllReduce(double busbw_GBps, double alpha_s, HardwareProfile* p) {
+  p->intra_busbw_GBps = busbw_GBps;
+  p->coll_base_latency_s = alpha_s;
+  p->coll_intra_hop_latency_s = 0;
+  p->nvls_allreduce_busbw_GBps = 0;
+}
+
+
 int Rank() {
   int r = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
@@ -330,10 +349,7 @@ HardwareProfile BuildCpuProfile(const Json& g, int ranks) {
   p.kind = "measured";
   p.gpu = "cpu";
   p.source = "shardcast calibrate --backend cpu (Eigen fp32 GEMMs, axpy, naive attention, MPI collectives)";
-  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
-  p.date = buf;
+  p.date = TodayUtc();
   // GEMM: peak = best sample; samples as measured; g(F) = best efficiency per FLOP count.
   double best = 0;
   for (const auto& s : g["gemm"]) {
@@ -390,8 +406,8 @@ HardwareProfile BuildCpuProfile(const Json& g, int ranks) {
     for (const auto& pt : t["points"]) ct.bytes_to_seconds.push_back({pt[0].get<double>(), pt[1].get<double>()});
     if (ct.op == CollectiveOp::kAllReduce && ct.nodes == 1 && ct.ranks > fitted_ranks) {
       const AlphaBeta ab = FitAlphaBeta(ct.bytes_to_seconds);
-      p.coll_base_latency_s = ab.alpha_s;
-      if (ab.beta_Bps > 0) p.intra_busbw_GBps = ab.beta_Bps * BusBwFactor(ct.op, ct.ranks) / 1e9;
+      TakeMeasuredIntraAllReduce(ab.beta_Bps > 0 ? ab.beta_Bps * BusBwFactor(ct.op, ct.ranks) / 1e9 : p.intra_busbw_GBps,
+                                 ab.alpha_s, &p);
       fitted_ranks = ct.ranks;
     }
     if (ct.op == CollectiveOp::kSendRecv && ct.nodes == 1) {
@@ -501,10 +517,7 @@ HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
              (m.attention.empty() ? (m.attention_note.empty() ? "attention not measured" : m.attention_note) +
                                         " (preset default)"
                                   : "attention: " + m.attention_note);
-  const auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
-  p.date = buf;
+  p.date = TodayUtc();
   double best = 0;
   p.gemm_samples.clear();
   for (const auto& g : m.gemm) {
@@ -547,9 +560,7 @@ HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
     if (op == 0 && m.nodes == 1) {
       const AlphaBeta ab = FitAlphaBeta(t.bytes_to_seconds);
       const auto& last = t.bytes_to_seconds.back();
-      p.intra_busbw_GBps = last.x / last.y * BusBwFactor(t.op, m.ranks) / 1e9;
-      p.coll_base_latency_s = ab.alpha_s;
-      p.coll_intra_hop_latency_s = 0;
+      TakeMeasuredIntraAllReduce(last.x / last.y * BusBwFactor(t.op, m.ranks) / 1e9, ab.alpha_s, &p);
     }
     p.collective_tables.push_back(std::move(t));
   }
@@ -640,6 +651,7 @@ HardwareProfile RunCalibration(const CalibrateOptions& o) {
 HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwareProfile p,
                                 const std::string& expected_device, std::vector<std::string>* warnings) {
   p.kind = "measured";
+  p.date = TodayUtc();  // the import's; the logs do not say when they were measured
   p.source = "nccl-tests logs: " + Join(logs, ", ") + " (other tables: " + p.source + ")";
   p.collective_tables.clear();
   std::vector<std::string> table_files;  // the log each table came from
@@ -680,9 +692,7 @@ HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwarePr
         if (ab.beta_Bps > 0) {
           // Bandwidth regime: the largest messages' busbw; latency from the fit.
           const auto& last = t.bytes_to_seconds.back();
-          p.intra_busbw_GBps = last.x / last.y * BusBwFactor(t.op, run.ranks) / 1e9;
-          p.coll_base_latency_s = ab.alpha_s;
-          p.coll_intra_hop_latency_s = 0;
+          TakeMeasuredIntraAllReduce(last.x / last.y * BusBwFactor(t.op, run.ranks) / 1e9, ab.alpha_s, &p);
           best_n = run.ranks;
         }
       }
@@ -732,6 +742,11 @@ std::string DescribeProfile(const HardwareProfile& p) {
   for (const auto& pt : p.memory_efficiency_vs_bytes) s += fmt::format("    {:>12.4g} -> {:.3f}\n", pt.x, pt.y);
   s += fmt::format("\nCollectives: intra-node busbw {:.4g} GB/s, p2p {:.4g} GB/s, NIC {:.4g} GB/s x {} per node\n",
                    p.intra_busbw_GBps, p.p2p_intra_GBps, p.nic_effective_GBps, p.nics_per_node);
+  if (p.nvls_allreduce_busbw_GBps > 0) {
+    s += fmt::format("  NVLink SHARP all-reduce busbw {:.4g} GB/s [est] (an in-node all-reduce without its own table "
+                     "takes the larger of it and the intra-node busbw)\n",
+                     p.nvls_allreduce_busbw_GBps);
+  }
   s += fmt::format("  latency: base {:.2f} us + {:.2f} us per intra-node step + {:.2f} us per inter-node step\n",
                    p.coll_base_latency_s * 1e6, p.coll_intra_hop_latency_s * 1e6, p.coll_inter_hop_latency_s * 1e6);
   for (const auto& t : p.collective_tables) {

@@ -106,7 +106,7 @@ int RanksFromFactor(CollectiveOp op, double f) {
 /// disagreement is an error: the row with the largest algbw, at least 1 GB/s (its two printed
 /// decimals then cost at most 1%), and a factor off by more than 0.02 plus that rounding.
 void CheckRanksAgreeWithBusBw(const NcclTestsRun& run, const std::string& file) {
-  if (run.ranks < 2 || run.op == CollectiveOp::kSendRecv) return;
+  if (run.ranks < 2 || run.op == CollectiveOp::kSendRecv || run.split_groups) return;
   const NcclTestsRow* best = nullptr;
   for (const auto& x : run.rows) {
     if (x.algbw_GBps >= 1 && (best == nullptr || x.algbw_GBps > best->algbw_GBps)) best = &x;
@@ -150,7 +150,15 @@ std::vector<NcclTestsRun> ParseJson(const Json& j, const std::string& file) {
         run.device = d["device_info"].get<std::string>();
       }
     }
-    run.ranks = static_cast<int>(j["devices"].size());
+    // nccl-tests' JSON lists each process's first device; a process drives ngpus GPUs per thread.
+    int per_process = 1;
+    if (j.contains("config") && j["config"].is_object()) {
+      for (const char* k : {"ngpus", "nthreads"}) {
+        const Json& v = j["config"].contains(k) ? j["config"][k] : Json();
+        if (v.is_number_integer() && v.get<int>() >= 1 && v.get<int>() <= 1024) per_process *= v.get<int>();
+      }
+    }
+    run.ranks = static_cast<int>(j["devices"].size()) * per_process;
   }
   run.nodes = std::max<int>(1, static_cast<int>(hosts.size()));
   if (!j.contains("results") || !j["results"].is_array()) {
@@ -194,7 +202,7 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
   std::vector<NcclTestsRun> runs;
   NcclTestsRun cur;
   bool have_op = OpFromBinary(file, &cur.op);
-  std::set<std::string> hosts;
+  std::set<std::string> hosts, groups;
   int rank_lines = 0;
   int time_col = -1;  // index of the out-of-place time column in a data row
   // Whether the header names the column after busbw "#wrong" (a count of wrong elements, since
@@ -210,6 +218,7 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
                               "name such as all_reduce_perf.log)");
     }
     cur.ranks = rank_lines;
+    cur.split_groups = groups.size() > 1;
     cur.nodes = std::max<int>(1, static_cast<int>(hosts.size()));
     CheckRanksAgreeWithBusBw(cur, file);
     if (cur.ranks == 0) {
@@ -236,6 +245,7 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
         // A new test (logs concatenated): its own Rank lines follow.
         rank_lines = 0;
         hosts.clear();
+        groups.clear();
         cur.device.clear();
         const auto f = Fields(body.substr(p + 25));
         if (!f.empty()) {
@@ -252,6 +262,11 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
       // "#  Rank  0 Group  0 Pid 65234 on gpu49 device 0 ..." (new) / "#   Rank  0 Pid 920 on node2 ..." (old)
       if (f.size() >= 2 && f[0] == "Rank") {
         ++rank_lines;
+        // NCCL_TESTS_SPLIT_MASK: the ranks split into communicators ("Group" is the colour), and
+        // busbw is of one of them.
+        for (std::size_t i = 0; i + 1 < f.size(); ++i) {
+          if (f[i] == "Group") groups.insert(f[i + 1]);
+        }
         for (std::size_t i = 0; i + 1 < f.size(); ++i) {
           if (f[i] == "on") hosts.insert(f[i + 1]);
         }

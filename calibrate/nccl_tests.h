@@ -24,6 +24,7 @@ struct NcclTestsRun {
   std::string binary;  ///< e.g. all_reduce_perf
   int ranks = 0;       ///< from the "Rank" lines, else from busbw/algbw
   int nodes = 1;       ///< distinct hosts in the "Rank" lines
+  bool split_groups = false;  ///< the Rank lines name more than one Group (NCCL_TESTS_SPLIT_MASK)
   std::string device;  ///< the GPU: the first "Rank" line's (text logs) or device_info (JSON), e.g. "NVIDIA H100 80GB HBM3"
   std::vector<NcclTestsRow> rows;
 };

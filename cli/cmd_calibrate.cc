@@ -102,7 +102,9 @@ void RegisterCalibrate(CLI::App& app) {
   imp->callback([a] {
     const Cluster cl = LoadCluster(a->cluster);
     std::vector<std::string> warnings;
-    RefuseOverwritingInput("--out", a->import_out, a->logs);
+    std::vector<std::string> inputs = a->logs;
+    inputs.push_back(a->cluster);  // a cluster JSON file (a preset name matches no file)
+    RefuseOverwritingInput("--out", a->import_out, inputs);
     HardwareProfile p = ImportNcclTests(a->logs, DefaultProfile(cl), cl.gpu.display_name, &warnings);
     for (const auto& w : warnings) std::cerr << "shardcast: warning: " << w << "\n";
     WriteFileAtomic(a->import_out, ProfileToJson(p).dump(2) + "\n");

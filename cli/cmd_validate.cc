@@ -66,6 +66,11 @@ void RunValidate(const ValidateArgs& a) {
   if (a.logs.empty()) inputs.insert(inputs.end(), {a.runs, a.memory});
   if (!a.model.empty()) inputs.push_back(a.model);
   if (!a.profile.empty()) inputs.push_back(a.profile);
+  if (!a.cluster.empty()) inputs.push_back(a.cluster);  // a cluster JSON file (a preset name matches no file)
+  if (!a.csv.empty() && a.csv != "-" && !a.html.empty() &&
+      std::filesystem::weakly_canonical(a.csv) == std::filesystem::weakly_canonical(a.html)) {
+    throw InputError("command line: --csv and --html: both got " + a.html + ", expected two files");
+  }
   for (const auto& [option, path] : {std::pair<std::string, std::string>{"--csv", a.csv},
                                      {"--html", a.html}, {"--write-model", a.write_model}}) {
     RefuseOverwritingInput(option, path, inputs);

@@ -130,8 +130,10 @@ void CheckFixAgainstModel(const std::map<std::string, std::string>& fixed, const
   };
   const std::int64_t ep = value("ep"), etp = value("etp");
   if ((ep > 1 || etp > 1) && !m.moe.enabled()) {
-    Bad("--fix", fmt::format("{}{}", ep > 1 ? fmt::format("ep={}", ep) : "", etp > 1 ? fmt::format(" etp={}", etp) : ""),
-        "no expert sizes: " + m.name + " has no mixture-of-experts layers");
+    std::vector<std::string> given;
+    if (ep > 1) given.push_back(fmt::format("ep={}", ep));
+    if (etp > 1) given.push_back(fmt::format("etp={}", etp));
+    Bad("--fix", Join(given, ","), "no expert sizes: " + m.name + " has no mixture-of-experts layers");
   }
   if (ep > 0 && m.moe.enabled() && m.moe.num_experts % ep != 0) {
     Bad("--fix", fmt::format("ep={}", ep), fmt::format("a divisor of num_experts = {}", m.moe.num_experts));

@@ -100,19 +100,31 @@ std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, 
     std::erase_if(out, [&](const PipelineSplit& x) { return x.pp != fp; });
     if (out.empty()) ++(*rejected)["(tp, pp) pairs: no pipeline split of num_layers over the fixed pp"];
   }
-  for (const char* key : {"decoder_first", "decoder_last"}) {
-    const auto f = o.fixed.find(key);
-    if (f == o.fixed.end()) continue;
-    const std::int64_t n = std::stoll(f->second);
-    const bool first = std::string(key) == "decoder_first";
-    std::erase_if(out, [&](const PipelineSplit& x) { return (first ? x.first : x.last) != n; });
-    if (out.empty()) {
-      ++(*rejected)[fmt::format("pipeline splits: none is uneven with {} = {} (Megatron-LM's split: ceil(L / pp) "
-                                "layers on the middle stages)", key, n)];
-      break;
+  const auto fixed_first = o.fixed.find("decoder_first"), fixed_last = o.fixed.find("decoder_last");
+  if (fixed_first == o.fixed.end() && fixed_last == o.fixed.end()) return out;
+  // A fixed first or last stage: every split Megatron-LM takes with it (the middle stages share
+  // the rest evenly, at least one layer each), whether or not pp divides L.
+  const std::int64_t want_first = fixed_first == o.fixed.end() ? -1 : std::stoll(fixed_first->second);
+  const std::int64_t want_last = fixed_last == o.fixed.end() ? -1 : std::stoll(fixed_last->second);
+  const auto fixed_pp = o.fixed.find("pp");
+  std::vector<PipelineSplit> fixed;
+  for (std::int64_t pp = 2; pp <= L && o.optimizer_impl == OptimizerImpl::kMegatron; ++pp) {
+    if (pp_divides % pp != 0 || (fixed_pp != o.fixed.end() && pp != std::stoll(fixed_pp->second))) continue;
+    for (std::int64_t first = want_first > 0 ? want_first : 1; first <= (want_first > 0 ? want_first : L - 1); ++first) {
+      for (std::int64_t last = want_last > 0 ? want_last : 1; last <= (want_last > 0 ? want_last : L - first); ++last) {
+        const std::int64_t middle = L - first - last;
+        if (pp == 2 ? middle != 0 : (middle < pp - 2 || middle % (pp - 2) != 0)) continue;
+        const std::int64_t mid = pp > 2 ? middle / (pp - 2) : first;
+        fixed.push_back({pp, false, first, last, std::gcd(std::gcd(first, last), mid)});
+      }
     }
   }
-  return out;
+  if (fixed.empty()) {
+    ++(*rejected)[fmt::format("pipeline splits: no pp gives a first stage of {} and a last of {} with the middle stages "
+                              "sharing the rest evenly", want_first > 0 ? std::to_string(want_first) : "any",
+                              want_last > 0 ? std::to_string(want_last) : "any")];
+  }
+  return fixed;
 }
 
 /// Context-parallel sizes to try with `per_group` GPUs per (tp, pp) group: 1, and with fused

@@ -412,6 +412,11 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
   const std::string backend = a.Get("attention_backend").value_or("");
   c.flash_attention = backend.find("unfused") == std::string::npos && backend.find("local") == std::string::npos &&
                       (a.Get("transformer_impl").value_or("transformer_engine") != "local" || a.Flag("use_flash_attn"));
+  // fp32 training: the fused kernels take 16-bit inputs, so attention runs unfused.
+  if (c.precision == Precision::kFp32 && c.flash_attention) {
+    c.flash_attention = false;
+    notes->push_back("fp32 training: attention simulated unfused (the fused attention kernels take 16-bit inputs)");
+  }
   // cp_comm_type: one type, or a list of one per layer (Megatron-LM's default prints ['p2p']).
   if (const auto cp = a.Get("cp_comm_type")) {
     std::vector<std::string> types = !cp->empty() && cp->front() == '[' ? a.List("cp_comm_type") : std::vector<std::string>{*cp};
@@ -746,7 +751,13 @@ void TitanBatchAndPrecision(const Json& cfg, const std::string& where, LoggedRun
       }
     }
   }
-  c.flash_attention = true;  // PyTorch's scaled_dot_product_attention (flash or cuDNN)
+  // PyTorch's scaled_dot_product_attention: flash or cuDNN in 16 bits; in fp32 its memory-efficient
+  // kernel, which keeps no s x s scores either but is not the flash kernel the simulator times.
+  c.flash_attention = c.precision != Precision::kFp32;
+  if (!c.flash_attention) {
+    run->notes.push_back("fp32 training: attention simulated unfused (PyTorch's SDPA runs fp32 in its memory-efficient "
+                         "kernel, which keeps no s x s scores: the predicted memory counts them)");
+  }
   c.overlap_grad_reduce = true;
   c.overlap_param_gather = true;
 }
@@ -804,19 +815,56 @@ bool ReadTitanSteps(const std::vector<std::string>& lines, const std::string& pa
   return checked;
 }
 
+/// The "[rankN]:" prefix torchrun gives a line (--log-line-prefix / tee), or "".
+std::string RankPrefix(const std::string& line) {
+  if (line.rfind("[rank", 0) != 0) return "";
+  const auto end = line.find("]:");
+  return end == std::string::npos ? "" : line.substr(0, end + 2);
+}
+
+/// The lines of one rank's output. torchtitan prints its job configuration on every rank, and a
+/// multi-node job's log keeps one rank per node (torchrun's --local-ranks-filter 0): where the
+/// configurations carry different "[rankN]:" prefixes, the first one's lines are read (the
+/// others blanked, so that line numbers stay the file's), with a note. A second configuration under the same prefix (or none) is a restarted job: InputError
+/// with both line numbers.
+std::vector<std::string> OneRanksLines(const std::vector<std::string>& lines, const std::string& path,
+                                       std::vector<std::string>* notes) {
+  std::map<std::string, std::size_t> first_config;  // prefix -> line
+  for (std::size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i].find("Running with configs:") == std::string::npos) continue;
+    const auto [it, fresh] = first_config.emplace(RankPrefix(lines[i]), i + 1);
+    if (!fresh) {
+      throw InputError(fmt::format("{}: job configurations on lines {} and {}: a restarted job's log holds more than "
+                                   "one run; expected one (split the log where the second begins)",
+                                   path, it->second, i + 1));
+    }
+  }
+  if (first_config.size() <= 1) return lines;
+  std::string keep;
+  std::size_t at = lines.size() + 1;
+  for (const auto& [prefix, line] : first_config) {
+    if (line < at) keep = prefix, at = line;
+  }
+  if (keep.empty()) {
+    throw InputError(fmt::format("{}: job configurations with and without a [rankN]: prefix: expected one run's output",
+                                 path));
+  }
+  std::vector<std::string> out = lines;  // the other ranks' lines blanked: line numbers stay the file's
+  for (auto& l : out) {
+    if (l.rfind(keep, 0) != 0) l.clear();
+  }
+  notes->push_back(fmt::format("the log holds {} ranks' output; {} lines read", first_config.size(),
+                               keep.substr(0, keep.size() - 1)));
+  return out;
+}
+
 LoggedRun ParseTorchtitan(const std::vector<std::string>& lines, const std::string& path, const LogDefaults& d) {
   LoggedRun run;
   run.file = path;
   run.format = "torchtitan";
+  const std::vector<std::string> own = OneRanksLines(lines, path, &run.notes);
   std::size_t cfg_line = 0;
-  const Json cfg = TitanConfig(lines, path, &cfg_line);
-  for (std::size_t i = cfg_line; i < lines.size(); ++i) {
-    if (lines[i].find("Running with configs:") == std::string::npos) continue;
-    throw InputError(fmt::format("{}: job configurations on lines {} and {}: a restarted job's log, or more than one "
-                                 "rank's output, holds more than one run; expected one (split the log where the second "
-                                 "begins; torchrun's --local-ranks-filter 0 keeps rank 0's output)",
-                                 path, cfg_line, i + 1));
-  }
+  const Json cfg = TitanConfig(own, path, &cfg_line);
   const std::string where = fmt::format("{}:{} (the job configuration)", path, cfg_line);
   if (d.model) {
     run.model = *d.model;
@@ -833,7 +881,7 @@ LoggedRun ParseTorchtitan(const std::vector<std::string>& lines, const std::stri
   }
   TitanParallelism(cfg, where, d, &run);
   TitanBatchAndPrecision(cfg, where, &run);
-  if (!ReadTitanSteps(lines, path, &run) && d.gpus) {
+  if (!ReadTitanSteps(own, path, &run) && d.gpus) {
     run.notes.push_back(fmt::format("the log has no \"Trainer is initialized with ...\" line, so --gpus {} could not be "
                                     "checked against the batch it ran", *d.gpus));
   }

@@ -304,8 +304,10 @@ void WriteValidationSummary(std::ostream& out, const ValidationReport& rep) {
                        s.kendall_tau, s.kendall_pairs);
   }
   if (!s.low_confidence_rows.empty()) {
-    out << fmt::format("    without the low-confidence rows: tau {:.2f} over {} pairs\n", s.confident_kendall_tau,
-                       s.confident_kendall_pairs);
+    out << (s.confident_kendall_pairs == 0
+                ? std::string("    without the low-confidence rows: no pair left to rank\n")
+                : fmt::format("    without the low-confidence rows: tau {:.2f} over {} pairs\n",
+                              s.confident_kendall_tau, s.confident_kendall_pairs));
   }
   for (const auto& [g, v] : s.kendall_by_group) {
     out << fmt::format("    {:<32} tau {:+.2f} over {} pairs\n", g, v.first, v.second);

@@ -463,17 +463,23 @@ TEST(PipelineSplit, PlannerSearchesFrontierLayoutsAndContextParallelism) {
   EXPECT_TRUE(uneven.count({24, 24}));
   EXPECT_EQ(uneven.begin()->first, 22);
   EXPECT_EQ(uneven.rbegin()->first, 26);
-  // --fix decoder_first / decoder_last keep the splits with that stage.
+  // --fix decoder_first / decoder_last: every split Megatron-LM takes with that stage (the three
+  // middle stages share the rest evenly), not only the ones the search tries by itself.
   o.fixed = {{"pp", "5"}, {"decoder_last", "23"}};
+  std::set<std::int64_t> firsts;
   for (const auto& c : GenerateCandidates(m, cl, o, &rej)) {
-    EXPECT_EQ(c.first_stage_layers, 25);
     EXPECT_EQ(c.last_stage_layers, 23);
+    EXPECT_EQ((126 - 23 - c.first_stage_layers) % 3, 0);
+    firsts.insert(c.first_stage_layers);
   }
-  o.fixed = {{"pp", "5"}, {"decoder_first", "21"}};
+  ASSERT_FALSE(firsts.empty());
+  EXPECT_TRUE(firsts.count(25));  // 25 / 26 / 26 / 26 / 23
+  EXPECT_TRUE(firsts.count(1));   // 1 / 34 / 34 / 34 / 23
+  o.fixed = {{"pp", "5"}, {"decoder_first", "124"}};
   rej.clear();
   EXPECT_TRUE(GenerateCandidates(m, cl, o, &rej).empty());
-  EXPECT_EQ(rej.count("pipeline splits: none is uneven with decoder_first = 21 (Megatron-LM's split: ceil(L / pp) "
-                      "layers on the middle stages)"),
+  EXPECT_EQ(rej.count("pipeline splits: no pp gives a first stage of 124 and a last of any with the middle stages "
+                      "sharing the rest evenly"),
             1u);
   o.fixed.clear();
   // Its Megatron-LM arguments name the split and context parallelism.

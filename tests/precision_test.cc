@@ -221,8 +221,6 @@ TEST(Precision, PlanSearchesTpCommOverlapInFp8) {
 namespace shardcast {
 namespace {
 
-// NCCL's NVLS all-reduce inside an H100 NVSwitch node: 480 of 450 GB/s line where rings reach
-// 370; reduce-scatter, all-gather and A100 nodes keep the ring rate.
 // Flags that would change nothing, or break their own rule, are refused rather than ignored.
 TEST(Precision, FlagsThatWouldChangeNothingAreRefused) {
   const std::string base = "simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 8 ";
@@ -246,6 +244,8 @@ TEST(Precision, FlagsThatWouldChangeNothingAreRefused) {
             0);
 }
 
+// NCCL's NVLS all-reduce inside an H100 NVSwitch node: 480 of 450 GB/s line where rings reach
+// 370; reduce-scatter, all-gather and A100 nodes keep the ring rate.
 TEST(Framework, NvlsAllReduceInsideNvSwitchNodes) {
   const HardwareProfile h100 = DefaultProfile(LoadCluster("dgx-h100"));
   EXPECT_DOUBLE_EQ(h100.nvls_allreduce_busbw_GBps, 480.0);

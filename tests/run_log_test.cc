@@ -205,6 +205,13 @@ TEST(RunLog, WhatWouldMismeasureTheRunIsRefusedOrLeftOut) {
   LogDefaults d;
   d.gpus = 8;
   EXPECT_NE(error(titan + titan, d).find("job configurations on lines"), std::string::npos);
+  // A two-node job's log keeps local rank 0 of each node: rank 8's copy is left aside, and the
+  // measured step is rank 0's.
+  std::string rank8 = titan;
+  for (auto at = rank8.find("[rank0]:"); at != std::string::npos; at = rank8.find("[rank0]:", at)) rank8.replace(at, 8, "[rank8]:");
+  const LoggedRun two_nodes = ParseTrainingLog(titan + rank8, "t.log", d);
+  EXPECT_DOUBLE_EQ(two_nodes.measured_step_time_s, ParseTrainingLog(titan, "t.log", d).measured_step_time_s);
+  EXPECT_NE(Join(two_nodes.notes, "\n").find("the log holds 2 ranks' output; [rank0] lines read"), std::string::npos);
   // Without torchtitan's "Trainer is initialized" line a wrong --gpus cannot be caught: noted.
   std::string no_init;
   std::istringstream in(titan);
