@@ -1,5 +1,7 @@
 #include <iostream>
 
+#include <filesystem>
+#include <algorithm>
 #include <fmt/format.h>
 #include <mpi.h>
 
@@ -124,9 +126,15 @@ void RegisterProfile(CLI::App& app) {
   auto* cmd = app.add_subcommand("profile", "Work with hardware profiles.\nExample: shardcast profile show cpu.json");
   cmd->require_subcommand(1);
   auto* show = cmd->add_subcommand("show", "Print a profile readably: peaks vs achieved, curves as tables.\n"
-                                           "Example: shardcast profile show cpu.json");
-  show->add_option("file", *file, "profile JSON")->required();
-  show->callback([file] { std::cout << DescribeProfile(LoadProfile(*file)); });
+                                           "Example: shardcast profile show cpu.json   (or a cluster preset: "
+                                           "shardcast profile show dgx-h100, its built-in default)");
+  show->add_option("file", *file, "profile JSON, or a cluster preset name for its built-in default profile")->required();
+  show->callback([file] {
+    // A name that is no file but a cluster preset shows the default profile simulate would use.
+    const auto names = PresetNames(PresetKind::kCluster);
+    const bool preset = !std::filesystem::exists(*file) && std::find(names.begin(), names.end(), *file) != names.end();
+    std::cout << DescribeProfile(preset ? DefaultProfile(LoadCluster(*file)) : LoadProfile(*file));
+  });
 }
 
 }  // namespace shardcast::cli

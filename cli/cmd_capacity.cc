@@ -51,9 +51,11 @@ double ParseTokens(const std::string& s) {
     std::size_t pos = 0;
     const double v = std::stod(num, &pos);
     if (pos != num.size() || !(v > 0) || !std::isfinite(v)) throw std::invalid_argument("x");
+    if (v * mult < 1) throw std::out_of_range("x");
     return v * mult;
   } catch (const std::exception&) {
-    throw InputError("command line: --tokens: got \"" + s + "\", expected a positive number such as 300e9 or 300B");
+    throw InputError("command line: --tokens: got \"" + s + "\", expected a number of tokens of at least 1, such as "
+                     "300e9 or 300B");
   }
 }
 

@@ -100,11 +100,11 @@ void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions&
       out << fmt::format("{:<{}} {:>6}  infeasible: {}\n", r.option.cluster, cw, r.option.gpus, r.reason);
       continue;
     }
-    out << fmt::format("{:<{}} {:>6}  {:<{}} {:>9} {:>6} {:>9} {:>8} {:>12.0f} {:>8.2f} {:>13} {:>10}  {}\n",
+    out << fmt::format("{:<{}} {:>6}  {:<{}} {:>9} {:>6} {:>9} {:>8} {:>12} {:>8.2f} {:>13} {:>10}  {}\n",
                              r.option.cluster, cw, r.option.gpus, r.best.config.Short(), fw,
                              FormatSeconds(r.step_time_s), fmt::format("{:.1f}%", 100 * r.best.result.mfu_causal),
                              small(r.wall_time_s / 86400.0), o.mtbf_hours ? fmt::format("{:.1f}%", 100 * r.goodput) : "-",
-                             r.gpu_hours,
+                             r.gpu_hours >= 100 ? fmt::format("{:.0f}", r.gpu_hours) : small(r.gpu_hours),
                              r.price_usd_per_gpu_hour, fmt::format("${:.0f}", r.cost_usd), small(r.energy_kwh / 1000.0),
                              o.days ? (r.meets_deadline ? "meets" : "misses") : "");
     if (!(r.goodput > 0)) {

@@ -256,6 +256,11 @@ TEST(NcclTests, MeasuredAllReduceReplacesTheNvlsEstimate) {
   EXPECT_GT(CollectiveCostOf(def, CollectiveOp::kAllReduce, 1e9, four).link_GBps, 3 * p.intra_busbw_GBps);
   EXPECT_NE(p.date, def.date);
   EXPECT_EQ(p.date.size(), 10u);  // YYYY-MM-DD
+  // profile show prints the estimate where a profile has one; a cluster preset shows its default.
+  const auto shown = testing::RunShardcast("profile show dgx-h200");
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  EXPECT_NE(shown.out.find("NVLink SHARP all-reduce busbw"), std::string::npos) << shown.out;
+  EXPECT_EQ(DescribeProfile(p).find("NVLink SHARP"), std::string::npos);
 }
 
 TEST(NcclTests, CorruptLogsAreClearErrors) {

@@ -761,6 +761,9 @@ TEST(CliCapacity, BadInput) {
   EXPECT_EQ(RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a1000:64").exit_code, 2);
   EXPECT_TRUE(testing::ExitsTwoWith("capacity --model gpt3-1.3b --tokens lots --gbs 512 --gpus-options dgx-a100:64",
                                     "--tokens: got \"lots\""));
+  // Under one token there is nothing to train ("on 0 tokens" used to print, charged one step).
+  EXPECT_TRUE(testing::ExitsTwoWith("capacity --model gpt3-1.3b --tokens 0.5 --gbs 512 --gpus-options dgx-a100:64",
+                                    "expected a number of tokens of at least 1"));
   EXPECT_TRUE(testing::ExitsTwoWith("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:0",
                                     "expected a positive GPU count"));
   // Goodput inputs come together, and a price must be for a GPU that is offered.
