@@ -91,6 +91,18 @@ bool ParseDouble(const std::string& s, double* v) {
   }
 }
 
+/// The row with the largest algbw, positive and at least `min_algbw_GBps` (a printed value whose
+/// two decimals weigh least), or null.
+const NcclTestsRow* FastestRow(const NcclTestsRun& run, double min_algbw_GBps) {
+  const NcclTestsRow* best = nullptr;
+  for (const auto& x : run.rows) {
+    if (x.algbw_GBps > 0 && x.algbw_GBps >= min_algbw_GBps && (best == nullptr || x.algbw_GBps > best->algbw_GBps)) {
+      best = &x;
+    }
+  }
+  return best;
+}
+
 /// n from busbw/algbw: all-reduce f = 2(n-1)/n -> n = 2/(2-f); AG/RS/A2A f = (n-1)/n -> 1/(1-f).
 int RanksFromFactor(CollectiveOp op, double f) {
   if (!(f > 0)) return 0;
@@ -107,10 +119,7 @@ int RanksFromFactor(CollectiveOp op, double f) {
 /// decimals then cost at most 1%), and a factor off by more than 0.02 plus that rounding.
 void CheckRanksAgreeWithBusBw(const NcclTestsRun& run, const std::string& file) {
   if (run.ranks < 2 || run.op == CollectiveOp::kSendRecv || run.split_groups) return;
-  const NcclTestsRow* best = nullptr;
-  for (const auto& x : run.rows) {
-    if (x.algbw_GBps >= 1 && (best == nullptr || x.algbw_GBps > best->algbw_GBps)) best = &x;
-  }
+  const NcclTestsRow* best = FastestRow(run, 1);
   if (best == nullptr) return;
   const double expected = BusBwFactor(run.op, run.ranks);
   const double got = best->busbw_GBps / best->algbw_GBps;
@@ -127,6 +136,13 @@ void CheckRanksAgreeWithBusBw(const NcclTestsRun& run, const std::string& file) 
       implied == 1 ? std::string("one rank alone")
       : implied > 1 ? fmt::format("{} ranks", implied)
                     : std::string("no rank count gives it")));
+}
+
+/// The rank count of a log that lists none, from the busbw/algbw of its row with the largest algbw
+/// (whose two printed decimals weigh least); 0 when no row has an algbw.
+int RanksFromRows(const NcclTestsRun& run) {
+  const NcclTestsRow* best = FastestRow(run, 0);
+  return best == nullptr ? 0 : RanksFromFactor(run.op, best->busbw_GBps / best->algbw_GBps);
 }
 
 std::vector<NcclTestsRun> ParseJson(const Json& j, const std::string& file) {
@@ -185,11 +201,7 @@ std::vector<NcclTestsRun> ParseJson(const Json& j, const std::string& file) {
   }
   if (run.rows.empty()) throw InputError(file + ": /results: empty, expected at least one measured size");
   CheckRanksAgreeWithBusBw(run, file);
-  if (run.ranks == 0) {
-    for (const auto& x : run.rows) {
-      if (x.algbw_GBps > 0) run.ranks = RanksFromFactor(run.op, x.busbw_GBps / x.algbw_GBps);
-    }
-  }
+  if (run.ranks == 0) run.ranks = RanksFromRows(run);
   return {run};
 }
 
@@ -221,11 +233,7 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
     cur.split_groups = groups.size() > 1;
     cur.nodes = std::max<int>(1, static_cast<int>(hosts.size()));
     CheckRanksAgreeWithBusBw(cur, file);
-    if (cur.ranks == 0) {
-      for (const auto& x : cur.rows) {
-        if (x.algbw_GBps > 0) cur.ranks = RanksFromFactor(cur.op, x.busbw_GBps / x.algbw_GBps);
-      }
-    }
+    if (cur.ranks == 0) cur.ranks = RanksFromRows(cur);
     runs.push_back(cur);
     cur.rows.clear();
   };
