@@ -58,6 +58,11 @@ void RunExecute(const ExecuteArgs& a) {
     // (Megatron-LM 2021-22's pipeline behaviour) unless --framework says otherwise.
     SimulateArgs cfg = a.cfg;
     if (cfg.framework.empty()) cfg.framework = "megatron-2022";
+    // fp32/tf32 first: simulate's rule for them (unfused attention) is moot where they do not run.
+    if (const std::string pr = ToLower(cfg.prec.precision); pr == "fp32" || pr == "tf32") {
+      throw InputError(fmt::format("command line: --precision {}: not executed (execute runs its GEMMs in 16 bits on "
+                                   "the cuda backend and fp32 on the cpu one); simulate and plan predict it", pr));
+    }
     const ParallelConfig c = BuildConfig(cfg, m, size);
     CheckRanksAgree(ProgramSettings(m, c, a.o));
     if (c.p2p_blocking) {

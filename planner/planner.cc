@@ -325,6 +325,8 @@ void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o
           // Sharding over one rank is no sharding; DeepSpeed's ZeRO optimizer has no stage 0 of its own.
           if (z > 0 && l.dp * l.cp == 1 && !(m.moe.enabled() && l.tp * l.cp * l.dp / (ep * etp) > 1) &&
               !(z == 1 && deepspeed)) {
+            // Counted where the stage was asked for; the search's own ZeRO > 0 there is the same as 0.
+            if (o.fixed.count("zero")) ++(*rejected)["(dp, ZeRO) choices: ZeRO-1/2/3 shard over dp x cp = 1 rank"];
             continue;
           }
           // Megatron-LM: ZeRO-2/3 (FSDP) without PP; DeepSpeed's pipeline engine: ZeRO-1 at most.

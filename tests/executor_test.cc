@@ -241,6 +241,12 @@ TEST(ExecuteCpu, DeepSpeedZero3IsRefused) {
     EXPECT_EQ(r.exit_code, 2) << r.out;
     EXPECT_NE(r.out.find("--zero3-impl " + impl + ": not executed"), std::string::npos) << r.out;
   }
+  // fp32 is refused as not executed, before simulate's flash-attention rule for it could apply.
+  const auto fp32 = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 " +
+                                        std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " + prof +
+                                        " --mbs 1 --gbs 1 --precision fp32");
+  EXPECT_EQ(fp32.exit_code, 2) << fp32.out;
+  EXPECT_NE(fp32.out.find("--precision fp32: not executed"), std::string::npos) << fp32.out;
 }
 
 // A GPU's profile cannot predict a run on CPU ranks: refused before anything runs.

@@ -616,5 +616,20 @@ TEST(Pruning, NeverRemovesADeepSpeedConfigurationThatFits) {
   EXPECT_GT(k.checked, 50u);
 }
 
+// A fixed ZeRO stage where tp x pp take every GPU (dp x cp = 1): nothing to shard over, and the
+// reason says so (it used to read only "no candidate configuration could be formed").
+TEST(Planner, FixedZeroOverOneDataParallelRankIsAReason) {
+  const Model m = LoadModel("gpt3-1.3b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  PlanOptions o;
+  o.gpus = 8;
+  o.global_batch_size = 64;
+  o.fixed = {{"pp", "4"}, {"tp", "2"}, {"zero", "1"}};
+  o.zero_stages = {1};
+  std::map<std::string, std::size_t> rej;
+  EXPECT_TRUE(GenerateCandidates(m, cl, o, &rej).empty());
+  EXPECT_GT(rej["(dp, ZeRO) choices: ZeRO-1/2/3 shard over dp x cp = 1 rank"], 0u);
+}
+
 }  // namespace
 }  // namespace shardcast
