@@ -467,10 +467,8 @@ void ReadMegatronMeasurements(const std::vector<std::string>& lines, const std::
     if (l.find("memory (MB)") == std::string::npos) continue;
     const auto a = FieldAfter(l, "max allocated:");
     if (!a) FailAt(path, i + 1, "a \"memory (MB)\" line without \"max allocated: N\", expected Megatron-LM's report_memory line");
-    {
-      const double b = PositiveNumber(*a, path, i + 1, "max allocated (MB)") * kMiB;
-      run->max_allocated_bytes = std::max(run->max_allocated_bytes.value_or(0.0), b);
-    }
+    const double allocated = PositiveNumber(*a, path, i + 1, "max allocated (MB)") * kMiB;
+    run->max_allocated_bytes = std::max(run->max_allocated_bytes.value_or(0.0), allocated);
     if (const auto r = FieldAfter(l, "max reserved:")) {
       const double b = PositiveNumber(*r, path, i + 1, "max reserved (MB)") * kMiB;
       run->max_reserved_bytes = std::max(run->max_reserved_bytes.value_or(0.0), b);

@@ -869,11 +869,12 @@ ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cl
     row.assumptions = run.notes;
     row.log = run.file;
     row.measured_reserved_bytes = run.max_reserved_bytes;
-    const std::int64_t chunks = run.config.pp * std::max<std::int64_t>(1, run.config.vp);
-    if (run.model.num_layers % chunks != 0 && !run.config.uneven_pipeline() && !run.config.embedding_slots) {
-      row.assumptions.push_back(fmt::format("{} layers do not divide the {} pipeline chunks: simulated spread as evenly as "
-                                            "they go (Megatron-LM needs decoder_first/last_pipeline_num_layers for that)",
-                                            run.model.num_layers, chunks));
+    if (MegatronCannotSplit(run.model, run.config)) {
+      row.assumptions.push_back(fmt::format("{} layer{} do not divide the {} pipeline chunks: simulated spread as evenly "
+                                            "as they go (Megatron-LM needs decoder_first/last_pipeline_num_layers for that)",
+                                            run.model.num_layers + (run.config.embedding_slots ? 2 : 0),
+                                            run.config.embedding_slots ? " slots" : "s",
+                                            run.config.pp * std::max<std::int64_t>(1, run.config.vp)));
     }
     // A peak above the GPU's memory was measured on another GPU: the --cluster is not the machine.
     for (const auto& [what, bytes] : {std::pair{"max allocated", run.max_allocated_bytes},
