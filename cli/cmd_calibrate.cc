@@ -47,7 +47,7 @@ void RunCalibrate(const CalibrateArgs& a) {
         }
         if (tps.back() < 1) throw InputError("command line: --tp-values: got \"" + t + "\", expected positive integers");
       }
-      const Model model = LoadModel(a.model);
+      const Model model = LoadModel(a.model, "--model");
       o.model_shapes = ModelGemmShapes(model, tps);
       o.attention_heads = {static_cast<int>(model.num_attention_heads), static_cast<int>(model.num_query_groups),
                            static_cast<int>(model.kv_channels)};
@@ -102,7 +102,7 @@ void RegisterCalibrate(CLI::App& app) {
       ->required();
   imp->add_option("--out", a->import_out, "profile to write (atomically)")->required()->check(OutputFile());
   imp->callback([a] {
-    const Cluster cl = LoadCluster(a->cluster);
+    const Cluster cl = LoadCluster(a->cluster, "--cluster");
     std::vector<std::string> warnings;
     std::vector<std::string> inputs = a->logs;
     inputs.push_back(a->cluster);  // a cluster JSON file (a preset name matches no file)

@@ -154,7 +154,7 @@ std::vector<CapacityOption> ParseOptions(const std::vector<std::string>& specs, 
 }
 
 void RunCapacityCommand(const CapacityArgs& a) {
-  const Model m = LoadModel(a.model);
+  const Model m = LoadModel(a.model, "--model");
   CapacityOptions o;
   o.tokens = ParseTokens(a.tokens);
   o.global_batch_size = a.gbs;

@@ -19,9 +19,9 @@ struct DescribeArgs {
 };
 
 void RunDescribe(const DescribeArgs& a) {
-  const Model m = LoadModel(a.model);
+  const Model m = LoadModel(a.model, "--model");
   std::optional<Cluster> cluster;
-  if (!a.cluster.empty()) cluster = LoadCluster(a.cluster);
+  if (!a.cluster.empty()) cluster = LoadCluster(a.cluster, "--cluster");
   const ModelDescription d = DescribeModel(m, a.r, cluster ? &*cluster : nullptr);
   if (a.json) {
     std::cout << WithIntegerBytes(DescribeJson(d)).dump(2) << "\n";

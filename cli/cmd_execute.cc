@@ -40,7 +40,7 @@ void RunExecute(const ExecuteArgs& a) {
   MPI_Comm agree = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &agree);
   try {
-    const Model m = LoadModel(a.cfg.model);
+    const Model m = LoadModel(a.cfg.model, "--model");
     if (a.cfg.profile.empty()) {
       throw InputError("command line: --profile: missing, expected the profile of this machine (shardcast calibrate)");
     }
@@ -53,7 +53,7 @@ void RunExecute(const ExecuteArgs& a) {
                                              : std::string("a GPU: the cuda backend runs on this machine's GPU "
                                                            "(shardcast calibrate --backend cuda writes its profile)")));
     }
-    const Cluster cl = a.cfg.cluster.empty() ? ClusterFromProfile(prof, a.cfg.profile) : LoadCluster(a.cfg.cluster);
+    const Cluster cl = a.cfg.cluster.empty() ? ClusterFromProfile(prof, a.cfg.profile) : LoadCluster(a.cfg.cluster, "--cluster");
     // The executor's own program: non-blocking pipeline transfers, scatter/gather messages
     // (Megatron-LM 2021-22's pipeline behaviour) unless --framework says otherwise.
     SimulateArgs cfg = a.cfg;

@@ -104,8 +104,8 @@ void ExplainCsvOnStderr(const PlanView& v) {
 
 void RunPlanCommand(const PlanArgs& a) {
   CheckCsvOption(a.csv, a.json);
-  const Model m = LoadModel(a.model);
-  const Cluster cl = LoadCluster(a.cluster);
+  const Model m = LoadModel(a.model, "--model");
+  const Cluster cl = LoadCluster(a.cluster, "--cluster");
   PlanOptions o = PlanOptionsFrom(a, m, cl);
   const HardwareProfile prof =
       WithGemmRateFor(a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile), cl, o.base.precision);

@@ -25,7 +25,11 @@ namespace {
 
 /// --cp-comm-type and --hierarchical-context-parallel-sizes into `c`.
 void ApplyContextParallelArgs(const SimulateArgs& a, ParallelConfig* c) {
-  const std::string t = a.cp_comm;
+  const std::string t = a.cp_comm.empty() ? "p2p" : a.cp_comm;
+  if (!a.cp_comm.empty() && a.cp == 1) {
+    throw InputError("command line: --cp-comm-type: got " + a.cp_comm +
+                     " with --cp 1, expected --cp of 2 or more (it says how context-parallel ranks exchange K/V)");
+  }
   c->cp_comm = ParseCpComm(t);
   if (!a.cp_hierarchy.empty()) {
     std::int64_t product = 1;
@@ -218,6 +222,12 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   ApplyContextParallelArgs(a, &c);
   CheckPipelineSplitArgs(a, m, c);
   c.p2p_blocking = a.p2p_blocking;
+  if (a.no_scatter_gather && a.framework != "megatron-2022") {
+    throw InputError("command line: --no-scatter-gather: given with --framework " +
+                     (a.framework.empty() ? std::string("megatron-core (the default)") : a.framework) +
+                     ", expected --framework megatron-2022 (Megatron-Core's pipeline messages always carry the whole "
+                     "activation)");
+  }
   c.scatter_gather = !a.no_scatter_gather;
   if (a.framework.empty() || a.framework == "megatron-core") {
     ApplyMegatronCoreDefaults(&c);
@@ -365,7 +375,7 @@ void WriteAllocatorTrace(const std::string& path, const std::vector<StageAllocat
 void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<std::string>& what_if_flags,
                  const std::string& html) {
   const std::vector<WhatIf> what_if = ParseWhatIfs(what_if_flags);
-  const Model m = LoadModel(a.model);
+  const Model m = LoadModel(a.model, "--model");
   if (a.cluster.empty() && a.profile.empty()) {
     throw InputError("command line: --cluster: missing, expected a cluster preset name or JSON path (or --profile FILE "
                      "of a measured machine)");
@@ -373,7 +383,7 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
   std::optional<HardwareProfile> loaded;
   if (!a.profile.empty()) loaded = LoadProfile(a.profile);
   // A measured profile says which machine it measured; an explicit --cluster overrides.
-  const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster);
+  const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster, "--cluster");
   const std::int64_t gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
   if (loaded && !a.cluster.empty()) WarnIfProfileIsAnotherMachine(*loaded, a.profile, cl, gpus);
   ParallelConfig c = BuildConfig(a, m, gpus);
@@ -406,13 +416,8 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
     changed = Simulate(m, c, hw->cl, gpus, hw->prof, opts);
   }
   if (!a.trace.empty() && r.feasible) WriteFileAtomic(a.trace, ChromeTrace(r));
-  if (!html.empty()) {
-    Json data = {{"kind", "simulate"}, {"result", ResultToJson(r, m, c, cl, gpus)}, {"timeline", TimelineJson(r)}};
-    WriteHtmlReport(html, fmt::format("shardcast simulate: {} on {} x {}", m.name, gpus, cl.gpu.display_name),
-                    c.Summary(), data);
-  }
-  if (!a.trace.empty() && !r.feasible) std::cerr << "shardcast: no trace written: the configuration cannot run\n";
-  if (a.json) {
+  // What --json prints; the HTML page carries the same object.
+  auto result_json = [&] {
     Json j = ResultToJson(r, m, c, cl, gpus);
     j["profile"] = a.profile.empty() ? "built-in default" : a.profile;
     j["profile_estimates"] = prof.kind == "default" ? Json(prof.Estimates(c.flash_attention, c.precision)) : Json::array();
@@ -423,7 +428,16 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
       j["what_if"]["adjustments"] = hw->prof.adjustments;
       j["what_if"]["result"] = ResultToJson(*changed, m, c, hw->cl, gpus);
     }
-    std::cout << WithIntegerBytes(j).dump(2) << "\n";
+    return j;
+  };
+  if (!html.empty()) {
+    Json data = {{"kind", "simulate"}, {"result", result_json()}, {"timeline", TimelineJson(r)}};
+    WriteHtmlReport(html, fmt::format("shardcast simulate: {} on {} x {}", m.name, gpus, cl.gpu.display_name),
+                    c.Summary(), data);
+  }
+  if (!a.trace.empty() && !r.feasible) std::cerr << "shardcast: no trace written: the configuration cannot run\n";
+  if (a.json) {
+    std::cout << WithIntegerBytes(result_json()).dump(2) << "\n";
   } else {
     WriteSimulation(std::cout, r, m, c, cl, gpus, prof);
     if (a.ops && r.feasible) WriteOps(std::cout, m, c, cl, prof);

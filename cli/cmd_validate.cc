@@ -46,14 +46,14 @@ ValidationReport ValidateLogs(const ValidateArgs& a) {
   }
   std::optional<HardwareProfile> loaded;
   if (!a.profile.empty()) loaded = LoadProfile(a.profile);
-  const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster);
+  const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster, "--cluster");
   const HardwareProfile prof = loaded ? *loaded : DefaultProfile(cl);
   if (loaded && !a.cluster.empty()) WarnIfProfileIsAnotherMachine(*loaded, a.profile, cl, cl.num_gpus.value_or(cl.gpus_per_node));
   if (a.gpus_given && a.gpus < 1) {
     throw InputError(fmt::format("command line: --gpus: got \"{}\", expected a positive integer", a.gpus));
   }
   LogDefaults d;
-  if (!a.model.empty()) d.model = LoadModel(a.model);
+  if (!a.model.empty()) d.model = LoadModel(a.model, "--model");
   if (a.gpus > 0) d.gpus = a.gpus;
   std::vector<LoggedRun> runs;
   for (const auto& f : a.logs) runs.push_back(ReadTrainingLog(f, d));

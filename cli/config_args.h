@@ -80,7 +80,7 @@ struct SimulateArgs {
   std::int64_t gpus = 0, tp = 1, pp = 1, dp = 0, vp = 0, layers_per_vp = 0, mbs = 1, gbs = 0, seq = 0;
   /// Context parallelism: --cp, --cp-comm-type, --hierarchical-context-parallel-sizes A P.
   std::int64_t cp = 1;
-  std::string cp_comm = "p2p";
+  std::string cp_comm;  // empty: not given (p2p)
   std::vector<std::int64_t> cp_hierarchy;
   /// Expert parallelism: --ep, --etp (0: = tp), --moe-token-dispatcher-type,
   /// --moe-expert-capacity-factor, --moe-load-imbalance.

@@ -46,7 +46,7 @@ bool LooksLikePath(const std::string& s) {
 }
 
 /// Reads the JSON of a preset or a file; `file_label` receives the name used in messages.
-Json ReadSpec(PresetKind kind, const std::string& spec, std::string* file_label) {
+Json ReadSpec(PresetKind kind, const std::string& spec, const std::string& flag, std::string* file_label) {
   std::error_code ec;
   if (kind == PresetKind::kModel && std::filesystem::is_directory(spec, ec) &&
       std::filesystem::is_regular_file(std::filesystem::path(spec) / "config.json", ec)) {
@@ -73,7 +73,8 @@ Json ReadSpec(PresetKind kind, const std::string& spec, std::string* file_label)
   }
   if (!LooksLikePath(spec)) {
     auto close = ClosestMatches(spec, PresetNames(kind), 5);
-    std::string msg = std::string("unknown ") + KindNoun(kind) + " preset '" + spec + "'";
+    std::string msg = (flag.empty() ? std::string() : "command line: " + flag + ": ") + "unknown " + KindNoun(kind) +
+                      " preset '" + spec + "'";
     if (!close.empty()) msg += "; close matches: " + Join(close, ", ");
     msg += std::string("; `shardcast models` lists all presets, or give a path to a JSON file");
     throw InputError(msg);
@@ -635,22 +636,22 @@ Cluster ClusterFromJson(const Json& j, const std::string& file) {
   return c;
 }
 
-Model LoadModel(const std::string& spec) {
+Model LoadModel(const std::string& spec, const std::string& flag) {
   std::string label;
-  Json j = ReadSpec(PresetKind::kModel, spec, &label);
+  Json j = ReadSpec(PresetKind::kModel, spec, flag, &label);
   Model m = ModelFromJson(j, label);
   if (m.origin == label && label.rfind("models/llm/", 0) == 0) m.origin = "preset";
   return m;
 }
 
-Gpu LoadGpu(const std::string& spec) {
+Gpu LoadGpu(const std::string& spec, const std::string& flag) {
   std::string label;
-  return GpuFromJson(ReadSpec(PresetKind::kGpu, spec, &label), label);
+  return GpuFromJson(ReadSpec(PresetKind::kGpu, spec, flag, &label), label);
 }
 
-Cluster LoadCluster(const std::string& spec) {
+Cluster LoadCluster(const std::string& spec, const std::string& flag) {
   std::string label;
-  return ClusterFromJson(ReadSpec(PresetKind::kCluster, spec, &label), label);
+  return ClusterFromJson(ReadSpec(PresetKind::kCluster, spec, flag, &label), label);
 }
 
 }  // namespace shardcast

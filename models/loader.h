@@ -20,9 +20,12 @@ std::vector<std::string> PresetNames(PresetKind kind);
 
 /// A preset name (case-insensitive) or a path to a JSON file. An unknown name lists the closest
 /// preset names. A path is anything that exists on disk, contains '/', or ends in ".json".
-Model LoadModel(const std::string& name_or_path);
-Gpu LoadGpu(const std::string& name_or_path);
-Cluster LoadCluster(const std::string& name_or_path);
+/// `flag`, where the name came from the command line (such as "--model"), is named in the
+/// unknown-preset error: "command line: --model: unknown model preset 'x'; ...".
+/// Errors: InputError (exit 2) for an unknown name or a file that cannot be read or parsed.
+Model LoadModel(const std::string& name_or_path, const std::string& flag = "");
+Gpu LoadGpu(const std::string& name_or_path, const std::string& flag = "");
+Cluster LoadCluster(const std::string& name_or_path, const std::string& flag = "");
 
 /// Parses a model from JSON already read from `file`: our format, or a Hugging Face config.json
 /// (detected by `model_type` / `architectures` without `num_layers`).

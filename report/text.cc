@@ -234,8 +234,9 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
     const double v = c.schedule == Schedule::kInterleaved ? static_cast<double>(c.vp) : 1.0;
     const double p1 = static_cast<double>(c.pp - 1);
     out << fmt::format("                   equal stages and free transfers would give {} = (p-1)/(v*m+p-1) (p {}, v {:g}, "
-                             "m {});\n                   the difference is stages taking unequal time (work and communication) and waits on "
-                             "transfers\n",
+                             "m {});\n                   unequal stages (work and communication) and waits on transfers raise the measured "
+                             "figure;\n                   the optimizer step and data-parallel tail, in its step time "
+                             "but not in the closed form, lower it\n",
                              Pct(p1 / (v * static_cast<double>(nmb) + p1)), c.pp, v, nmb);
   }
   out << "\nTime breakdown (mean over stages; parts add up to the step time)\n";

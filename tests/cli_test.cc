@@ -93,6 +93,17 @@ TEST(Cli, ExitCodes) {
   EXPECT_EQ(RunShardcast("--help").exit_code, 0);
   auto r = RunShardcast("describe --model gpt3-17b");
   EXPECT_NE(r.err.find("close matches: gpt3-13b, gpt3-175b"), std::string::npos) << r.err;
+  // --no-scatter-gather describes Megatron-LM 2021-22's pipeline messages; Megatron-Core has none to turn off.
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-125m --cluster dgx-a100 --gpus 8 --pp 2 --gbs 8 "
+                                    "--no-scatter-gather",
+                                    "command line: --no-scatter-gather: given with --framework megatron-core"));
+  EXPECT_EQ(RunShardcast("simulate --model gpt3-125m --cluster dgx-a100 --gpus 8 --pp 2 --gbs 8 --no-scatter-gather "
+                         "--framework megatron-2022").exit_code,
+            0);
+  EXPECT_TRUE(testing::ExitsTwoWith("capacity --model nope --tokens 1B --gbs 8 --gpus-options dgx-a100:8",
+                                    "command line: --model: unknown model preset 'nope'"));
+  EXPECT_TRUE(testing::ExitsTwoWith("plan --model gpt3-125m --cluster dgx-a99 --gpus 8 --gbs 8",
+                                    "command line: --cluster: unknown cluster preset 'dgx-a99'"));
 }
 
 // --allocator-trace: each stage's replayed calls and the model's figures over them. The unlimited

@@ -239,6 +239,9 @@ TEST(ContextParallel, RulesAndBadInput) {
                                     "--hierarchical-context-parallel-sizes"));
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --cp 4 --cp-comm-type ring",
                                     "--cp-comm-type"));
+  // A flag that changes nothing is refused: the exchange type without context parallelism.
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --cp-comm-type a2a",
+                                    "command line: --cp-comm-type: got a2a with --cp 1"));
   // a2a+p2p names both levels: the all-to-all inside a node's cp ranks, the ring across.
   const auto r = testing::RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 16 --tp 2 --cp 8 "
                                        "--cp-comm-type a2a+p2p --seq 65536 --json");

@@ -266,6 +266,12 @@ TEST(BadInput, UnknownPresetListsCloseOnes) {
             "`shardcast models` lists all presets, or give a path to a JSON file");
   EXPECT_EQ(ErrorOf([] { LoadModel("/nonexistent/m.json"); }),
             "/nonexistent/m.json: cannot open file for reading (No such file or directory)");
+  // A name from the command line names its flag.
+  EXPECT_EQ(ErrorOf([] { LoadModel("nope", "--model"); }),
+            "command line: --model: unknown model preset 'nope'; `shardcast models` lists all presets, or give a "
+            "path to a JSON file");
+  EXPECT_EQ(ErrorOf([] { LoadCluster("dgx-a10", "--cluster"); }).rfind("command line: --cluster: unknown cluster", 0),
+            0u);
 }
 
 TEST(BadInput, UnsupportedHuggingFaceType) {
