@@ -120,6 +120,9 @@ std::map<std::string, std::string> ParseFix(const std::string& list) {
   if (out.count("schedule") && out["schedule"] == "interleaved" && out.count("vp") && out["vp"] == "1") {
     Bad("--fix", "schedule=interleaved,vp=1", "vp >= 2 with the interleaved schedule (with one it is 1F1B)");
   }
+  if (out.count("cp_comm") && out.count("cp") && out["cp"] == "1") {
+    Bad("--fix", "cp=1,cp_comm=" + out["cp_comm"], "cp >= 2 with cp_comm (it says how context-parallel ranks exchange K/V)");
+  }
   return out;
 }
 

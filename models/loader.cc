@@ -166,15 +166,34 @@ void ValidateModel(const Model& m, const std::string& file, const ModelFieldName
 namespace {
 
 /// The MoE and MLA fields of our JSON format (Megatron-Core's argument names).
-void ReadMoeAndMla(const JsonReader& r, Model* m) {
+void ReadMoeAndMla(const JsonReader& r, Model* m, ModelFieldNames* n) {
   m->moe.num_experts = r.OptInt("num_experts", 0, kMaxHeads).value_or(0);
   if (m->moe.num_experts > 1) {
     m->moe.top_k = r.Int("moe_router_topk", 1, kMaxHeads);
     m->moe.ffn_hidden_size = r.Int("moe_ffn_hidden_size", 1, kMaxFfn);
+  } else {
+    // Without experts the MoE keys would be dropped: refuse them rather than read a dense model.
+    for (const char* key : {"moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
+                            "moe_first_k_dense_layers", "moe_layer_step", "moe_layer_freq", "moe_expert_bias",
+                            "moe_router_bias", "moe_router_global_batch_balance"}) {
+      if (r.Has(key)) {
+        throw InputError::Field(r.file(), std::string("/") + key, JsonForMessage(r.json()[key]),
+                                "no such key without experts: num_experts is " +
+                                    std::to_string(m->moe.num_experts) + ", and a mixture-of-experts model needs 2 "
+                                    "or more");
+      }
+    }
   }
   m->moe.shared_ffn_hidden_size = r.OptInt("moe_shared_expert_intermediate_size", 0, kMaxFfn).value_or(0);
   m->moe.first_k_dense = r.OptInt("moe_first_k_dense_layers", 0, kMaxLayers).value_or(0);
-  m->moe.layer_step = r.OptInt("moe_layer_step", 1, kMaxLayers).value_or(1);
+  if (r.Has("moe_layer_step") && r.Has("moe_layer_freq")) {
+    throw InputError::Field(r.file(), "/moe_layer_freq", JsonForMessage(r.json()["moe_layer_freq"]),
+                            "one of moe_layer_step (layer i MoE when (i + 1) % step == 0) and moe_layer_freq "
+                            "(Megatron-LM's: i % freq == 0), not both");
+  }
+  m->moe.step_from_layer0 = r.Has("moe_layer_freq");
+  if (m->moe.step_from_layer0) n->moe_layer_step = "moe_layer_freq";
+  m->moe.layer_step = r.OptInt(m->moe.step_from_layer0 ? "moe_layer_freq" : "moe_layer_step", 1, kMaxLayers).value_or(1);
   m->moe.expert_bias = r.OptBool("moe_expert_bias").value_or(false);
   m->moe.router_bias = r.OptBool("moe_router_bias").value_or(false);
   m->moe.router_global_batch_balance = r.OptBool("moe_router_global_batch_balance").value_or(false);
@@ -184,13 +203,23 @@ void ReadMoeAndMla(const JsonReader& r, Model* m) {
   m->mla.qk_pos_emb_head_dim = r.OptInt("qk_pos_emb_head_dim", 0, kMaxHeadDim).value_or(0);
   m->mla.v_head_dim = r.OptInt("v_head_dim", 0, kMaxHeadDim).value_or(0);
   m->mtp_num_layers = r.OptInt("mtp_num_layers", 0, 64).value_or(0);
+  if (m->mla.kv_lora_rank == 0) {
+    for (const char* key : {"q_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"}) {
+      if (r.Has(key)) {
+        throw InputError::Field(r.file(), std::string("/") + key, JsonForMessage(r.json()[key]),
+                                "no such key without multi-latent attention: kv_lora_rank is absent or 0, and MLA "
+                                "needs kv_lora_rank of 1 or more");
+      }
+    }
+  }
 }
 
 }  // namespace
 
 Model ModelFromJson(const Json& j, const std::string& file) {
-  if (j.is_object() && !j.contains("num_layers") &&
-      (j.contains("model_type") || j.contains("architectures"))) {
+  // Our format has neither key, so a file with one is a Hugging Face config even where it has a
+  // num_layers key of its own (ChatGLM's).
+  if (j.is_object() && (j.contains("model_type") || j.contains("architectures"))) {
     return ModelFromHuggingFace(j, file);
   }
   JsonReader r(j, file);
@@ -199,7 +228,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
                        "seq_length", "max_position_embeddings", "normalization", "activation",
                        "position_embedding", "rotary_base", "tie_embeddings", "add_bias_linear",
                        "add_qkv_bias", "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
-                       "moe_shared_expert_intermediate_size", "moe_first_k_dense_layers", "moe_layer_step",
+                       "moe_shared_expert_intermediate_size", "moe_first_k_dense_layers", "moe_layer_step", "moe_layer_freq",
                        "moe_expert_bias", "moe_router_bias", "moe_router_global_batch_balance", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
                        "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers"});
   Model m;
@@ -236,11 +265,12 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   m.add_bias_linear = r.OptBool("add_bias_linear").value_or(true);
   m.add_qkv_bias = r.OptBool("add_qkv_bias").value_or(m.add_bias_linear);
   m.dropout = r.OptBool("dropout").value_or(true);
-  ReadMoeAndMla(r, &m);
+  ModelFieldNames names;
+  ReadMoeAndMla(r, &m, &names);
   if (m.mla.enabled() && !r.Has("kv_channels")) m.kv_channels = m.mla.v_head_dim;
   m.source = r.OptString("source").value_or("user file " + file);
   m.origin = file;
-  ValidateModel(m, file);
+  ValidateModel(m, file, names);
   return m;
 }
 
@@ -270,7 +300,7 @@ Json ModelToJson(const Model& m) {
     j["moe_ffn_hidden_size"] = m.moe.ffn_hidden_size;
     j["moe_shared_expert_intermediate_size"] = m.moe.shared_ffn_hidden_size;
     j["moe_first_k_dense_layers"] = m.moe.first_k_dense;
-    j["moe_layer_step"] = m.moe.layer_step;
+    j[m.moe.step_from_layer0 ? "moe_layer_freq" : "moe_layer_step"] = m.moe.layer_step;
     j["moe_expert_bias"] = m.moe.expert_bias;
     j["moe_router_bias"] = m.moe.router_bias;
     j["moe_router_global_batch_balance"] = m.moe.router_global_batch_balance;
@@ -295,6 +325,14 @@ std::optional<std::int64_t> HfNullableInt(const JsonReader& r, const std::string
   return r.Int(key, 0, max);
 }
 
+/// A nullable integer whose absence means the config class's default `absent` (null stays None:
+/// nullopt).
+std::optional<std::int64_t> HfNullableInt(const JsonReader& r, const std::string& key, std::int64_t max,
+                                          std::int64_t absent) {
+  if (!r.Has(key)) return absent;
+  return HfNullableInt(r, key, max);
+}
+
 /// Llama 4's text_config as a config of its own (model_type llama4_text), keeping the outer
 /// checkpoint name.
 Json HfLlama4Text(const Json& j, const std::string& file) {
@@ -315,8 +353,9 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
   n->moe_top_k = "num_experts_per_tok";
   if (type == "mixtral" || type == "gpt_oss") {
     e.num_experts = r.Int("num_local_experts", 1, kMaxHeads);
+    // transformers' defaults: MixtralConfig top-2, GptOssConfig top-4.
     e.top_k = r.Has("num_experts_per_tok") ? r.Int("num_experts_per_tok", 1, kMaxHeads)
-                                           : r.OptInt("experts_per_token", 1, kMaxHeads).value_or(2);
+                                           : r.OptInt("experts_per_token", 1, kMaxHeads).value_or(type == "gpt_oss" ? 4 : 2);
     if (!r.Has("num_experts_per_tok") && r.Has("experts_per_token")) n->moe_top_k = "experts_per_token";
     n->num_experts = "num_local_experts";
     n->moe_ffn_hidden_size = "intermediate_size";
@@ -326,7 +365,10 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     e.num_experts = r.Int("num_experts", 1, kMaxHeads);
     e.top_k = r.Int("num_experts_per_tok", 1, kMaxHeads);
     e.ffn_hidden_size = r.Int("moe_intermediate_size", 1, kMaxFfn);
-    e.shared_ffn_hidden_size = r.OptInt("shared_expert_intermediate_size", 0, kMaxFfn).value_or(0);
+    // Qwen2MoeConfig's shared expert defaults to 5632 wide; Qwen3-MoE has none (Qwen3MoeConfig has no
+    // such key, and its layers build no shared expert).
+    e.shared_ffn_hidden_size =
+        type == "qwen2_moe" ? r.OptInt("shared_expert_intermediate_size", 0, kMaxFfn).value_or(5632) : 0;
     e.layer_step = r.OptInt("decoder_sparse_step", 1, kMaxLayers).value_or(1);
     n->num_experts = "num_experts";
     n->moe_ffn_hidden_size = "moe_intermediate_size";
@@ -351,12 +393,24 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     n->moe_ffn_hidden_size = n->moe_shared_ffn_hidden_size = "intermediate_size";
     n->moe_layer_step = "interleave_moe_layer_step";
   } else if (type == "deepseek_v2" || type == "deepseek_v3") {
-    e.num_experts = HfNullableInt(r, "n_routed_experts", kMaxHeads).value_or(0);
-    e.top_k = HfNullableInt(r, "num_experts_per_tok", kMaxHeads).value_or(0);
+    // Absent keys take the config class's defaults: DeepseekV2Config's None (dense) and 0 leading
+    // dense layers; DeepseekV3Config's 256 routed experts, top-8, one shared expert and 3 leading
+    // dense layers. A null stays None.
+    const bool v3 = type == "deepseek_v3";
+    e.num_experts = HfNullableInt(r, "n_routed_experts", kMaxHeads, v3 ? 256 : 0).value_or(0);
+    const auto top_k = HfNullableInt(r, "num_experts_per_tok", kMaxHeads, v3 ? 8 : 0);
+    if (e.num_experts > 1 && !top_k) {
+      throw InputError::Field(file, "/num_experts_per_tok", r.Has("num_experts_per_tok") ? "null" : "absent",
+                              "1 to n_routed_experts = " + std::to_string(e.num_experts) + " experts per token");
+    }
+    e.top_k = top_k.value_or(0);
     e.ffn_hidden_size = r.Int("moe_intermediate_size", 1, kMaxFfn);
-    e.shared_ffn_hidden_size = HfNullableInt(r, "n_shared_experts", kMaxHeads).value_or(0) * e.ffn_hidden_size;
-    e.first_k_dense = r.OptInt("first_k_dense_replace", 0, kMaxLayers).value_or(0);
+    e.shared_ffn_hidden_size = HfNullableInt(r, "n_shared_experts", kMaxHeads, v3 ? 1 : 0).value_or(0) * e.ffn_hidden_size;
+    e.first_k_dense = r.OptInt("first_k_dense_replace", 0, kMaxLayers).value_or(v3 ? 3 : 0);
+    // DeepSeek's layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0
+    // (modeling_deepseek.py's DecoderLayer).
     e.layer_step = r.OptInt("moe_layer_freq", 1, kMaxLayers).value_or(1);
+    e.step_from_layer0 = true;
     MlaSpec& a = m->mla;
     a.q_lora_rank = HfNullableInt(r, "q_lora_rank", kMaxHidden).value_or(0);
     a.kv_lora_rank = r.Int("kv_lora_rank", 1, kMaxHidden);
@@ -378,6 +432,32 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     n->qk_pos_emb_head_dim = "qk_rope_head_dim";
   }
   if (e.num_experts <= 1) e = MoeSpec{};
+}
+
+/// The linear biases of the llama-like families. Qwen2's attention has Q/K/V biases and nothing
+/// else; elsewhere attention_bias puts biases on q/k/v and o_proj (GPT-OSS: on by default) and
+/// LlamaConfig's mlp_bias on gate/up/down. The model has two switches (Megatron-LM's
+/// --add-bias-linear for every linear layer, --add-qkv-bias for Q/K/V alone), so: both keys on, or
+/// attention_bias where no layer has a dense MLP or a shared expert, is every linear bias;
+/// attention_bias beside a dense MLP is Q/K/V alone (o_proj's h per layer not counted,
+/// docs/inputs.md); mlp_bias without attention_bias exits 2.
+void ReadHfLlamaBiases(const JsonReader& r, const std::string& type, const std::string& file, Model* m) {
+  if (type == "qwen2" || type == "qwen2_moe") {
+    m->add_bias_linear = false;
+    m->add_qkv_bias = true;
+    return;
+  }
+  const bool attention = r.OptBool("attention_bias").value_or(type == "gpt_oss");
+  const bool mlp = type == "llama" && r.OptBool("mlp_bias").value_or(false);
+  if (mlp && !attention) {
+    throw InputError::Field(file, "/mlp_bias", "true",
+                            "false, or attention_bias true as well (biases on the MLP alone are not modelled: the "
+                            "model's biases are on every linear layer, or on Q/K/V alone)");
+  }
+  const bool dense_mlp = !m->moe.enabled() || m->moe.shared_ffn_hidden_size > 0 ||
+                         m->MoeLayersIn(0, m->num_layers) < m->num_layers;
+  m->add_bias_linear = attention && (mlp || !dense_mlp);
+  m->add_qkv_bias = attention;
 }
 
 /// RoPE's base from `key` (rope_theta; GPT-NeoX's rotary_emb_base), 10000 when absent or null
@@ -464,16 +544,13 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     m.position_embedding = PositionEmbedding::kRope;
     m.rotary_base = HfRopeTheta(r, "rope_theta");
     m.tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
-    m.add_bias_linear = r.OptBool("mlp_bias").value_or(false);
-    m.add_qkv_bias = type == "qwen2" || type == "qwen2_moe" ? true
-                     : type == "gpt_oss"                     ? r.OptBool("attention_bias").value_or(true)
-                                                             : r.OptBool("attention_bias").value_or(false);
     if (j.contains("head_dim") && !j["head_dim"].is_null()) m.kv_channels = r.Int("head_dim", 1, kMaxHeadDim);
     m.dropout = HfDropout(r, {"attention_dropout"}, 0.0);
     names.num_layers = "num_hidden_layers";
     names.kv_channels = "head_dim";
     names.num_query_groups = "num_key_value_heads";
     ReadHfMoe(r, type, file, &m, &names);
+    ReadHfLlamaBiases(r, type, file, &m);
   } else if (type == "gpt2") {
     m.num_layers = r.Int("n_layer", 1, kMaxLayers);
     m.hidden_size = r.Int("n_embd", 1, kMaxHidden);

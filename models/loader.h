@@ -28,7 +28,7 @@ Gpu LoadGpu(const std::string& name_or_path, const std::string& flag = "");
 Cluster LoadCluster(const std::string& name_or_path, const std::string& flag = "");
 
 /// Parses a model from JSON already read from `file`: our format, or a Hugging Face config.json
-/// (detected by `model_type` / `architectures` without `num_layers`).
+/// (detected by a `model_type` or `architectures` key, which our format does not have).
 Model ModelFromJson(const Json& j, const std::string& file);
 /// The model in our JSON format: every key ModelFromJson reads (kv_channels and num_query_groups
 /// included), so ModelFromJson of it gives back the same model (all but `origin`, which names

@@ -103,7 +103,8 @@ LayerParameters Model::MoeLayer() const {
 }
 
 bool Model::IsMoeLayer(std::int64_t i) const {
-  return moe.enabled() && i >= moe.first_k_dense && (i + 1) % std::max<std::int64_t>(1, moe.layer_step) == 0;
+  const std::int64_t counted = moe.step_from_layer0 ? i : i + 1;
+  return moe.enabled() && i >= moe.first_k_dense && counted % std::max<std::int64_t>(1, moe.layer_step) == 0;
 }
 
 std::int64_t Model::MoeLayersIn(std::int64_t begin, std::int64_t end) const {

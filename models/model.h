@@ -78,8 +78,11 @@ struct MoeSpec {
   std::int64_t shared_ffn_hidden_size = 0;
   std::int64_t first_k_dense = 0;  ///< leading dense layers (DeepSeek's first_k_dense_replace)
   /// Of the other layers, layer i is MoE when (i + 1) % layer_step == 0 (Hugging Face's
-  /// decoder_sparse_step / interleave_moe_layer_step; 1: every layer).
+  /// decoder_sparse_step / interleave_moe_layer_step; 1: every layer), or, with
+  /// step_from_layer0, when i % layer_step == 0 (DeepSeek's moe_layer_freq, Megatron-LM's
+  /// --moe-layer-freq N).
   std::int64_t layer_step = 1;
+  bool step_from_layer0 = false;
   bool expert_bias = false;  ///< biases in the experts' linear layers (GPT-OSS)
   bool router_bias = false;  ///< a bias in the router's linear layer (GPT-OSS)
   /// The router was trained with global-batch load balancing (the balancing loss over the

@@ -290,10 +290,8 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::opti
         a.Fail("moe_layer_freq", "leading dense layers (0) then every layer MoE (1)");
       }
       j["moe_first_k_dense_layers"] = static_cast<std::int64_t>(first_moe - items.begin());
-    } else if (a.RequiredInt("moe_layer_freq") != 1) {
-      // Megatron-LM's layer i is MoE when i % N == 0; the model's layer_step counts (i + 1) % N.
-      a.Fail("moe_layer_freq", "1, or a per-layer list (an integer N > 1 places MoE layers as the simulator's layer step "
-                               "cannot)");
+    } else if (const std::int64_t n = a.RequiredInt("moe_layer_freq"); n != 1) {
+      j["moe_layer_freq"] = n;  // Megatron-LM's layer i is MoE when i % N == 0, as the model's moe_layer_freq
     }
   }
   if (a.Flag("multi_latent_attention")) {

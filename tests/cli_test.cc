@@ -432,6 +432,7 @@ TEST(CliPlan, TextAndBadInput) {
   EXPECT_TRUE(testing::ExitsTwoWith(base + "tp=8,tp=4", "expected tp once (it is already fixed to 8)"));
   EXPECT_TRUE(testing::ExitsTwoWith(base + "schedule=interleaved,vp=1",
                                     "expected vp >= 2 with the interleaved schedule"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "cp=1,cp_comm=a2a", "expected cp >= 2 with cp_comm"));
   // sp=y is sp=true; values outside the default search lists are searched when fixed, and the
   // "Details" line is a simulate command for the best plan.
   auto fixed = RunShardcast(base + "sp=y,zero=2,mbs=32 --json");

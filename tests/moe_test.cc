@@ -80,6 +80,18 @@ TEST(Moe, LayerPatterns) {
   EXPECT_FALSE(m.IsMoeLayer(0));
   EXPECT_TRUE(m.IsMoeLayer(1));
   EXPECT_EQ(m.MoeLayersIn(0, 48), 24);
+  // DeepSeek's moe_layer_freq (and Megatron-LM's --moe-layer-freq N) count from layer 0:
+  // i >= first_k and i % 2 == 0, so layers 0, 2, ..., 46 of 48: 24; with first_k 3: 4, 6, ..., 46: 22.
+  m.moe.step_from_layer0 = true;
+  EXPECT_TRUE(m.IsMoeLayer(0));
+  EXPECT_FALSE(m.IsMoeLayer(1));
+  EXPECT_EQ(m.MoeLayersIn(0, 48), 24);
+  m.moe.first_k_dense = 3;
+  EXPECT_EQ(m.MoeLayersIn(0, 48), (46 - 4) / 2 + 1);
+  // A 61-layer model: 0, 2, ..., 60 is 31 MoE layers (counting (i + 1) % 2 would give 30).
+  m.num_layers = 61;
+  m.moe.first_k_dense = 0;
+  EXPECT_EQ(m.MoeLayersIn(0, 61), 31);
 }
 
 TEST(Moe, OurJsonFormatAndBadInput) {
@@ -100,6 +112,33 @@ TEST(Moe, OurJsonFormatAndBadInput) {
   j = base;
   j["num_expert"] = 8;  // a typo is an unknown key
   EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(j, "m.json"); }).find("num_expert"), std::string::npos);
+  // MoE keys without experts, and MLA keys without kv_lora_rank, would be dropped: refused.
+  Json dense = ModelToJson(LoadModel("llama3-8b"));
+  dense["moe_router_topk"] = 2;
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(dense, "d.json"); })
+                .find("d.json: /moe_router_topk: got 2, expected no such key without experts: num_experts is 0"),
+            std::string::npos);
+  dense.erase("moe_router_topk");
+  dense["num_experts"] = 1;
+  dense["moe_ffn_hidden_size"] = 1000;
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(dense, "d.json"); }).find("/moe_ffn_hidden_size: got 1000"),
+            std::string::npos);
+  dense = ModelToJson(LoadModel("llama3-8b"));
+  dense["q_lora_rank"] = 1536;
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(dense, "d.json"); })
+                .find("/q_lora_rank: got 1536, expected no such key without multi-latent attention"),
+            std::string::npos);
+  // moe_layer_freq (from layer 0) round-trips and excludes moe_layer_step.
+  j = base;
+  j.erase("moe_layer_step");
+  j["moe_layer_freq"] = 2;
+  const Model every_other = ModelFromJson(j, "f.json");
+  EXPECT_TRUE(every_other.IsMoeLayer(0));
+  EXPECT_EQ(every_other.MoeLayersIn(0, 32), 16);
+  EXPECT_EQ(ModelToJson(every_other)["moe_layer_freq"], 2);
+  EXPECT_EQ(ModelFromJson(ModelToJson(every_other), "rt.json").Parameters().total, every_other.Parameters().total);
+  j["moe_layer_step"] = 2;
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(j, "f.json"); }).find("not both"), std::string::npos);
 }
 
 ParallelConfig MixtralEp8() {
@@ -506,9 +545,66 @@ TEST(MoeHuggingFace, EveryFamilyMapsItsKeys) {
     "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 201088, "max_position_embeddings": 131072,
     "tie_word_embeddings": false})");
   EXPECT_TRUE(oss.moe.expert_bias && oss.moe.router_bias && oss.add_qkv_bias);
+  // Every layer is MoE without a shared expert, so attention_bias (true by default) is every linear
+  // bias there is: o_proj's h per layer included. Without num_experts_per_tok: GptOssConfig's top-4.
+  EXPECT_TRUE(oss.add_bias_linear);
   EXPECT_NEAR(static_cast<double>(oss.Parameters().total) / 1e9, 116.8, 0.3);  // OpenAI: 116.8B total
   const ParameterCounts op = oss.Parameters();
   EXPECT_NEAR(static_cast<double>(op.active - op.word_embedding) / 1e9, 5.13, 0.02);  // 5.13B active
+}
+
+TEST(MoeHuggingFace, AbsentKeysTakeTheConfigClassDefaults) {
+  const std::string v3_shape = R"("model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+    "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128,
+    "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "vocab_size": 129280, "max_position_embeddings": 163840, "num_nextn_predict_layers": 1)";
+  // DeepseekV3Config's defaults: 256 experts, top-8, one shared expert, 3 leading dense layers.
+  const Model v3 = FromHf("v3_defaults.json", "{" + v3_shape + "}");
+  EXPECT_EQ(v3.Parameters().total, LoadModel("deepseek-v3").Parameters().total);
+  EXPECT_EQ(v3.moe.top_k, 8);
+  // moe_layer_freq 2 from layer 0 (DeepSeek's i % freq == 0): 0, 2, ..., 60 is 31 MoE layers.
+  const Model freq2 = FromHf("v3_freq2.json", "{" + v3_shape + R"(, "first_k_dense_replace": 0, "moe_layer_freq": 2})");
+  EXPECT_EQ(freq2.MoeLayersIn(0, 61), 31);
+  EXPECT_TRUE(freq2.IsMoeLayer(0));
+  EXPECT_NE(testing::InputErrorOf([&] { FromHf("v3_null.json", "{" + v3_shape + R"(, "num_experts_per_tok": null})"); })
+                .find("/num_experts_per_tok: got null, expected 1 to n_routed_experts = 256"),
+            std::string::npos);
+  // GptOssConfig: top-4.
+  const Model oss = FromHf("oss_defaults.json", R"({"model_type": "gpt_oss", "hidden_size": 2880,
+    "intermediate_size": 2880, "num_local_experts": 128, "num_hidden_layers": 36, "num_attention_heads": 64,
+    "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 201088, "max_position_embeddings": 131072})");
+  EXPECT_EQ(oss.moe.top_k, 4);
+  // Qwen2MoeConfig's shared expert is 5632 wide; Qwen3-MoE builds none, whatever the key says.
+  const std::string qwen = R"("hidden_size": 2048, "intermediate_size": 5632, "moe_intermediate_size": 1408,
+    "num_experts": 60, "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_attention_heads": 16,
+    "vocab_size": 151936, "max_position_embeddings": 8192)";
+  EXPECT_EQ(FromHf("q2.json", R"({"model_type": "qwen2_moe", )" + qwen + "}").moe.shared_ffn_hidden_size, 5632);
+  EXPECT_EQ(FromHf("q3.json", R"({"model_type": "qwen3_moe", "shared_expert_intermediate_size": 5632, )" + qwen + "}")
+                .moe.shared_ffn_hidden_size,
+            0);
+}
+
+TEST(HuggingFace, LlamaBiasesAndUnsupportedTypes) {
+  const std::string llama = R"("model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+    "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+    "max_position_embeddings": 8192)";
+  const Model plain = FromHf("plain.json", "{" + llama + "}");
+  const Model attn = FromHf("attn.json", "{" + llama + R"(, "attention_bias": true})");
+  const Model both = FromHf("both.json", "{" + llama + R"(, "attention_bias": true, "mlp_bias": true})");
+  // Q/K/V biases: (a + 2g) * d per layer; every linear bias adds o_proj's h and the MLP's 2f + h.
+  const std::int64_t L = 32, h = 4096, f = 14336, d = 128, qkv = (32 + 2 * 8) * d;
+  EXPECT_FALSE(attn.add_bias_linear);
+  EXPECT_EQ(attn.Parameters().total - plain.Parameters().total, L * qkv);
+  EXPECT_EQ(both.Parameters().total - plain.Parameters().total, L * (qkv + h + 2 * f + h));
+  EXPECT_NE(testing::InputErrorOf([&] { FromHf("mlp.json", "{" + llama + R"(, "mlp_bias": true})"); })
+                .find("mlp.json: /mlp_bias: got true, expected false, or attention_bias true as well"),
+            std::string::npos);
+  // A Hugging Face config with a num_layers key of its own is still read as one (ChatGLM's).
+  EXPECT_NE(testing::InputErrorOf([] {
+              ModelFromJson(Json::parse(R"({"model_type": "chatglm", "num_layers": 28, "hidden_size": 4096})"),
+                            "glm.json");
+            }).find("glm.json: /model_type: got \"chatglm\", expected a supported Hugging Face model_type"),
+            std::string::npos);
 }
 
 }  // namespace
