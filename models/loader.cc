@@ -460,6 +460,19 @@ void ReadHfLlamaBiases(const JsonReader& r, const std::string& type, const std::
   m->add_qkv_bias = attention;
 }
 
+/// The attention window of the llama-like families (Model::attention_window), read but not
+/// modelled: Mistral/Mixtral's sliding_window (null: none), Qwen2/Qwen3's when use_sliding_window
+/// is true, GPT-OSS's sliding_window (its alternate layers), Llama 4's attention_chunk_size.
+void ReadHfAttentionWindow(const JsonReader& r, const std::string& type, Model* m) {
+  const char* key = type == "llama4_text" ? "attention_chunk_size" : "sliding_window";
+  if (type == "llama" || type == "deepseek_v2" || type == "deepseek_v3") return;  // no window in these families
+  const bool qwen = type == "qwen2" || type == "qwen3" || type == "qwen2_moe" || type == "qwen3_moe";
+  if (qwen && !r.OptBool("use_sliding_window").value_or(false)) return;
+  if (!r.Has(key) || r.json()[key].is_null()) return;
+  m->attention_window = r.Int(key, 1, std::int64_t{1} << 40);
+  m->attention_window_key = key;
+}
+
 /// RoPE's base from `key` (rope_theta; GPT-NeoX's rotary_emb_base), 10000 when absent or null
 /// (the transformers library's default for these families).
 double HfRopeTheta(const JsonReader& r, const char* key) {
@@ -551,6 +564,7 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     names.num_query_groups = "num_key_value_heads";
     ReadHfMoe(r, type, file, &m, &names);
     ReadHfLlamaBiases(r, type, file, &m);
+    ReadHfAttentionWindow(r, type, &m);
   } else if (type == "gpt2") {
     m.num_layers = r.Int("n_layer", 1, kMaxLayers);
     m.hidden_size = r.Int("n_embd", 1, kMaxHidden);

@@ -149,6 +149,13 @@ struct Model {
   MoeSpec moe;
   MlaSpec mla;
   std::int64_t mtp_num_layers = 0;  ///< multi-token prediction depth (--mtp-num-layers)
+  /// Tokens: the shortest attention window of a Hugging Face config (Mistral's sliding_window,
+  /// Qwen2/3's when use_sliding_window, GPT-OSS's sliding layers, Llama 4's attention_chunk_size);
+  /// 0: every layer attends to the whole sequence. Not modelled: attention is costed over the
+  /// whole causal sequence, and `describe` / `simulate` say so where the window is shorter than it.
+  std::int64_t attention_window = 0;
+  /// The config.json key attention_window came from, for that note.
+  std::string attention_window_key;
   std::string source;
   std::string origin;  ///< "preset", a file path, or "huggingface:PATH"
 

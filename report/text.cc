@@ -184,6 +184,13 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
                              m.vocab_size, c.tp, static_cast<double>(m.vocab_size) / static_cast<double>(c.tp), padded,
                              100.0 * static_cast<double>(padded - m.vocab_size) / static_cast<double>(m.vocab_size));
   }
+  if (const std::int64_t seq = c.seq_length > 0 ? c.seq_length : m.seq_length;
+      m.attention_window > 0 && m.attention_window < seq) {
+    out << fmt::format("\nNote: {} = {} is shorter than the sequence ({} tokens): windowed attention is not "
+                       "modelled, so attention is costed over the whole causal sequence, more FLOPs and time than "
+                       "the window takes.\n",
+                       m.attention_window_key, m.attention_window, seq);
+  }
   if (c.tp > cl.gpus_per_node) {
     out << fmt::format("\nNote: tensor parallelism spans nodes (tp = {} > {} GPUs per node): its collectives, on "
                              "the critical path of every layer, cross the inter-node network; `plan` keeps tp within a "

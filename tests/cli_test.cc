@@ -93,6 +93,20 @@ TEST(Cli, ExitCodes) {
   EXPECT_EQ(RunShardcast("--help").exit_code, 0);
   auto r = RunShardcast("describe --model gpt3-17b");
   EXPECT_NE(r.err.find("close matches: gpt3-13b, gpt3-175b"), std::string::npos) << r.err;
+  // A window shorter than the sequence is read, not modelled, and said so (Mistral-7B v0.1: 4096).
+  const std::string mistral = testing::WriteTemp("mistral-window.json", R"({"model_type": "mistral",
+    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096})");
+  const auto described = RunShardcast("describe --model " + mistral);
+  EXPECT_NE(described.out.find("note: sliding_window = 4096 is shorter than seq 8192: windowed attention is not "
+                               "modelled"),
+            std::string::npos)
+      << described.out;
+  EXPECT_EQ(RunShardcast("describe --model " + mistral + " --seq 4096").out.find("sliding_window"), std::string::npos);
+  const auto simulated = RunShardcast("simulate --model " + mistral + " --cluster dgx-h100 --gpus 8 --tp 8 --gbs 8");
+  EXPECT_NE(simulated.out.find("Note: sliding_window = 4096 is shorter than the sequence (8192 tokens)"),
+            std::string::npos)
+      << simulated.out << simulated.err;
   // --no-scatter-gather describes Megatron-LM 2021-22's pipeline messages; Megatron-Core has none to turn off.
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-125m --cluster dgx-a100 --gpus 8 --pp 2 --gbs 8 "
                                     "--no-scatter-gather",

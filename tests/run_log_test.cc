@@ -276,6 +276,13 @@ TEST(RunLog, MegatronMoeLogReadsTheExpertSettings) {
   EXPECT_EQ(r.config.ep, 2);
   EXPECT_TRUE(r.config.moe_force_load_balancing);
   EXPECT_FALSE(r.model.moe.router_global_batch_balance);  // no preset of this shape
+  // --moe-layer-freq 2: Megatron-LM's layer i is MoE when i % 2 == 0, so 0, 2, 4, ... of L layers.
+  const std::string freq1 = ArgLine("moe_layer_freq", "1");
+  text.replace(text.find(freq1), freq1.size(), ArgLine("moe_layer_freq", "2"));
+  const LoggedRun every_other = ParseTrainingLog(text, "moe2.log", {});
+  const std::int64_t layers = every_other.model.num_layers;
+  EXPECT_TRUE(every_other.model.IsMoeLayer(0));
+  EXPECT_EQ(every_other.model.MoeLayersIn(0, layers), (layers + 1) / 2);
 }
 
 // --cross-entropy-loss-fusion and its impl (Megatron-Core 0.8 on; absent before, so off).
