@@ -99,8 +99,14 @@ Json ParseJsonText(const std::string& text, const std::string& file) {
         ++col;
       }
     }
-    throw InputError(file + ":" + std::to_string(line) + ":" + std::to_string(col) +
-                     ": malformed JSON (expected a valid JSON document)");
+    // nlohmann's text ends with what it found and expected: "[json.exception.parse_error.101] parse
+    // error at line 3, column 7: syntax error while parsing object separator - unexpected number
+    // literal; expected ':'"; keep that reason.
+    const std::string what = e.what();
+    const auto column = what.find(", column ");
+    const auto reason_at = column == std::string::npos ? std::string::npos : what.find(": ", column);
+    const std::string reason = reason_at == std::string::npos ? "expected a valid JSON document" : what.substr(reason_at + 2);
+    throw InputError(file + ":" + std::to_string(line) + ":" + std::to_string(col) + ": malformed JSON (" + reason + ")");
   } catch (const Json::out_of_range& e) {
     // A number too large for a double (e.g. 1e400): nlohmann's message quotes it.
     // nlohmann's text is "[json.exception.out_of_range.406] number overflow parsing '1e400'".

@@ -204,7 +204,8 @@ TEST(BadInput, GoodModelLoads) { EXPECT_EQ(LoadError("good.json", kGoodModel), "
 
 TEST(BadInput, MalformedJson) {
   EXPECT_EQ(LoadError("bad1.json", "{\"num_layers\": 4,,}"),
-            "bad1.json:1:18: malformed JSON (expected a valid JSON document)");
+            "bad1.json:1:18: malformed JSON (syntax error while parsing object key - unexpected ','; expected "
+            "string literal)");
 }
 
 TEST(BadInput, MissingField) {
