@@ -104,6 +104,7 @@ void ExplainCsvOnStderr(const PlanView& v) {
 
 void RunPlanCommand(const PlanArgs& a) {
   CheckCsvOption(a.csv, a.json);
+  CheckOutputFiles({{"--csv", a.csv}, {"--html", a.html}, {"--emit-file", a.emit.file}}, {a.model, a.cluster, a.profile});
   const Model m = LoadModel(a.model, "--model");
   const Cluster cl = LoadCluster(a.cluster, "--cluster");
   PlanOptions o = PlanOptionsFrom(a, m, cl);

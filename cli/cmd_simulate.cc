@@ -375,6 +375,9 @@ void WriteAllocatorTrace(const std::string& path, const std::vector<StageAllocat
 void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<std::string>& what_if_flags,
                  const std::string& html) {
   const std::vector<WhatIf> what_if = ParseWhatIfs(what_if_flags);
+  CheckOutputFiles({{"--trace", a.trace}, {"--allocator-trace", a.allocator_trace}, {"--html", html},
+                    {"--emit-file", emit.file}},
+                   {a.model, a.cluster, a.profile});
   const Model m = LoadModel(a.model, "--model");
   if (a.cluster.empty() && a.profile.empty()) {
     throw InputError("command line: --cluster: missing, expected a cluster preset name or JSON path (or --profile FILE "

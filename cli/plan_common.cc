@@ -1,6 +1,7 @@
 #include "cli/plan_common.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <set>
@@ -254,6 +255,22 @@ void AddEmitOptions(CLI::App* cmd, EmitArgs* a) {
       ->check(CLI::IsMember({"megatron", "nemo", "torchtitan", "deepspeed"}));
   cmd->add_option("--emit-file", a->file, "write the --emit output to FILE instead of printing it")
       ->check(OutputFile());
+}
+
+void CheckOutputFiles(const std::vector<std::pair<std::string, std::string>>& outputs,
+                      const std::vector<std::string>& inputs) {
+  for (const auto& [option, path] : outputs) RefuseOverwritingInput(option, path, inputs);
+  for (std::size_t i = 0; i < outputs.size(); ++i) {
+    for (std::size_t k = i + 1; k < outputs.size(); ++k) {
+      const std::string& p = outputs[i].second;
+      const std::string& q = outputs[k].second;
+      if (p.empty() || q.empty() || p == "-" || q == "-") continue;
+      if (std::filesystem::weakly_canonical(p) == std::filesystem::weakly_canonical(q)) {
+        throw InputError("command line: " + outputs[i].first + " and " + outputs[k].first + ": both got " + q +
+                         ", expected two files (the second would replace the first)");
+      }
+    }
+  }
 }
 
 std::optional<LaunchConfig> EmitIfAsked(const EmitArgs& a, const Model& m, const ParallelConfig& c, const Cluster& cl,

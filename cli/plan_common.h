@@ -75,6 +75,11 @@ void AddCrossEntropyOption(CLI::App* cmd, CrossEntropyImpl* impl);
 /// min(k, E/ep) copies on it, ep * min(1, (E/ep)/k) times the mean.
 void CheckMoeRoutingOptions(const Model& m, const ParallelConfig& c);
 
+/// Refuses (InputError, exit 2, before anything is written) an output file (option, path; empty
+/// or "-": none) that is one of `inputs` or that another output also names.
+void CheckOutputFiles(const std::vector<std::pair<std::string, std::string>>& outputs,
+                      const std::vector<std::string>& inputs);
+
 /// The --emit FORMAT and --emit-file FILE options of `simulate` and `plan`: a launch configuration
 /// (report/launch.h) of the configuration simulated or recommended.
 struct EmitArgs {

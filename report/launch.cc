@@ -157,10 +157,19 @@ LaunchConfig EmitMegatron(const Model& m, const ParallelConfig& c, const Cluster
   const Nodes n = NodesOf(cl, gpus);
   std::string t = Header("#", m, c, cl, gpus, kMegatronVersion, l.unexpressed);
   t += "# Mock data and 100 steps: give your --data-path, tokenizer, schedule and checkpoints for a real run.\n";
-  t += fmt::format("torchrun --nnodes {} --nproc-per-node {} --node-rank ${{NODE_RANK:-0}} "
+  // Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 where tp or cp is above 1
+  // (before Blackwell), so that the kernels after a TP/CP collective queue behind it; FSDP asserts
+  // the opposite (a value above 1).
+  std::string env;
+  if (c.zero_stage >= 2) {
+    t += "# FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset (or above 1); Megatron-LM refuses 1 with FSDP.\n";
+  } else if (c.tp > 1 || c.cp > 1) {
+    env = "CUDA_DEVICE_MAX_CONNECTIONS=1 ";
+  }
+  t += fmt::format("{}torchrun --nnodes {} --nproc-per-node {} --node-rank ${{NODE_RANK:-0}} "
                    "--master-addr ${{MASTER_ADDR:-localhost}} --master-port ${{MASTER_PORT:-6000}} \\\n"
                    "  pretrain_gpt.py --use-mcore-models --transformer-impl transformer_engine",
-                   n.nodes, n.per_node);
+                   env, n.nodes, n.per_node);
   for (const auto& line : lines) t += " \\\n  " + line;
   l.text = t + "\n";
   return l;

@@ -7,6 +7,7 @@
 #include "common/csv.h"
 #include "common/json_reader.h"
 #include "common/text.h"
+#include "models/loader.h"
 #include "models/parallel.h"
 #include "simulator/simulate.h"
 #include "tests/test_util.h"
@@ -93,6 +94,17 @@ TEST(Cli, ExitCodes) {
   EXPECT_EQ(RunShardcast("--help").exit_code, 0);
   auto r = RunShardcast("describe --model gpt3-17b");
   EXPECT_NE(r.err.find("close matches: gpt3-13b, gpt3-175b"), std::string::npos) << r.err;
+  // An output file that is an input, or that another output names, is refused before anything is written.
+  const std::string model_copy = testing::WriteTemp("emit-model.json", ModelToJson(LoadModel("gpt3-125m")).dump());
+  const std::string before = ReadTextFile(model_copy);
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model " + model_copy + " --cluster dgx-a100 --gpus 8 --gbs 8 "
+                                    "--emit megatron --emit-file " + model_copy,
+                                    "command line: --emit-file: got " + model_copy + ", which is an input"));
+  EXPECT_EQ(ReadTextFile(model_copy), before);
+  const std::string same = (std::filesystem::temp_directory_path() / "shardcast-same.out").string();
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-125m --cluster dgx-a100 --gpus 8 --gbs 8 --emit megatron "
+                                    "--emit-file " + same + " --trace " + same,
+                                    "command line: --trace and --emit-file: both got " + same));
   // A window shorter than the sequence is read, not modelled, and said so (Mistral-7B v0.1: 4096).
   const std::string mistral = testing::WriteTemp("mistral-window.json", R"({"model_type": "mistral",
     "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,

@@ -201,6 +201,7 @@ MegatronRead ReadMegatron(const std::string& text) {
     } else if (f == "--use-torch-fsdp2") r.c.zero_stage = 3;
     else if (f == "--num-distributed-optimizer-instances") instances = num();
     else if (f == "--outer-dp-sharding-strategy") EXPECT_EQ(next(), "no_shard");
+    else if (f == "--ckpt-format") EXPECT_EQ(next(), "fsdp_dtensor");
     else if (f == "--overlap-grad-reduce") r.c.overlap_grad_reduce = true;
     else if (f == "--overlap-param-gather") r.c.overlap_param_gather = true;
     else if (f == "--grad-reduce-in-bf16") r.c.fp32_main_grads = false;
@@ -260,6 +261,9 @@ TEST(Launch, MegatronCommandReadsBackAsThePlannedConfiguration) {
     const std::string where = std::string(k.model) + " " + k.flags;
     const LaunchConfig l = EmitLaunch(LaunchFormat::kMegatron, b.m, b.c, b.cl, k.gpus);
     EXPECT_NE(l.text.find("core_v0.15"), std::string::npos);
+    // validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 for tp or cp above 1, and refuses it with FSDP.
+    const bool one_connection = b.c.zero_stage < 2 && (b.c.tp > 1 || b.c.cp > 1);
+    EXPECT_EQ(l.text.find("CUDA_DEVICE_MAX_CONNECTIONS=1 torchrun") != std::string::npos, one_connection) << where;
     MegatronRead r = ReadMegatron(l.text);
     EXPECT_EQ(r.gpus, k.gpus) << where;
     // The model: every field of the shape, and the vocabulary Megatron pads to.
@@ -271,6 +275,7 @@ TEST(Launch, MegatronCommandReadsBackAsThePlannedConfiguration) {
     r.m.origin = b.m.origin;
     r.m.moe.first_k_dense = b.m.moe.first_k_dense;
     r.m.moe.layer_step = b.m.moe.layer_step;
+    r.m.moe.step_from_layer0 = b.m.moe.step_from_layer0;
     r.m.moe.expert_bias = b.m.moe.expert_bias;
     r.m.moe.router_bias = b.m.moe.router_bias;
     r.m.moe.router_global_batch_balance = b.m.moe.router_global_batch_balance;  // how it was trained: no argument
