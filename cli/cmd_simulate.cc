@@ -26,7 +26,7 @@ namespace {
 /// --cp-comm-type and --hierarchical-context-parallel-sizes into `c`.
 void ApplyContextParallelArgs(const SimulateArgs& a, ParallelConfig* c) {
   const std::string t = a.cp_comm.empty() ? "p2p" : a.cp_comm;
-  if (!a.cp_comm.empty() && a.cp == 1) {
+  if (!a.cp_comm.empty() && a.cp_comm != "p2p" && a.cp == 1) {
     throw InputError("command line: --cp-comm-type: got " + a.cp_comm +
                      " with --cp 1, expected --cp of 2 or more (it says how context-parallel ranks exchange K/V)");
   }
@@ -372,6 +372,19 @@ void WriteAllocatorTrace(const std::string& path, const std::vector<StageAllocat
   WriteFileAtomic(path, AllocatorTraceJson(traces, c.Summary()).dump() + "\n");
 }
 
+/// The profile a simulation runs on: the loaded or default one, with the attention kernel, the
+/// precision's GEMM rate and --no-nvls applied.
+HardwareProfile SimulationProfile(const SimulateArgs& a, const std::optional<HardwareProfile>& loaded, const Cluster& cl,
+                                  const ParallelConfig& c) {
+  HardwareProfile prof = WithGemmRateFor(
+      WithAttentionKernel(loaded ? *loaded : DefaultProfile(cl), cl.gpu.arch, a.attention_kernel), cl, c.precision);
+  if (a.no_nvls && prof.nvls_allreduce_busbw_GBps > 0) {
+    prof.nvls_allreduce_busbw_GBps = 0;
+    prof.adjustments.push_back("NVLink SHARP (NVLS) all-reduce off (--no-nvls): rings only");
+  }
+  return prof;
+}
+
 void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<std::string>& what_if_flags,
                  const std::string& html) {
   const std::vector<WhatIf> what_if = ParseWhatIfs(what_if_flags);
@@ -397,12 +410,7 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
   if (a.ops && a.json) {
     throw InputError("command line: --ops: the op table is text; not combined with --json (run them separately)");
   }
-  HardwareProfile prof = WithGemmRateFor(
-      WithAttentionKernel(loaded ? *loaded : DefaultProfile(cl), cl.gpu.arch, a.attention_kernel), cl, c.precision);
-  if (a.no_nvls && prof.nvls_allreduce_busbw_GBps > 0) {
-    prof.nvls_allreduce_busbw_GBps = 0;
-    prof.adjustments.push_back("NVLink SHARP (NVLS) all-reduce off (--no-nvls): rings only");
-  }
+  const HardwareProfile prof = SimulationProfile(a, loaded, cl, c);
   SimulateOptions opts;
   opts.full_rank = a.full_rank;
   opts.keep_graph = !a.trace.empty() || !html.empty();
@@ -431,7 +439,7 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
       j["what_if"]["adjustments"] = hw->prof.adjustments;
       j["what_if"]["result"] = ResultToJson(*changed, m, c, hw->cl, gpus);
     }
-    return j;
+    return WithIntegerBytes(j);
   };
   if (!html.empty()) {
     Json data = {{"kind", "simulate"}, {"result", result_json()}, {"timeline", TimelineJson(r)}};
@@ -440,7 +448,7 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
   }
   if (!a.trace.empty() && !r.feasible) std::cerr << "shardcast: no trace written: the configuration cannot run\n";
   if (a.json) {
-    std::cout << WithIntegerBytes(result_json()).dump(2) << "\n";
+    std::cout << result_json().dump(2) << "\n";
   } else {
     WriteSimulation(std::cout, r, m, c, cl, gpus, prof);
     if (a.ops && r.feasible) WriteOps(std::cout, m, c, cl, prof);
@@ -470,7 +478,8 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
               "attention)", kMaxParallelSize);
   cmd->add_option("--cp-comm-type", a->cp_comm,
                   "how context-parallel ranks exchange K/V: p2p (ring attention, default) | allgather | a2a "
-                  "(Ulysses-style all-to-all) | a2a+p2p (all-to-all inside, ring across) | ulysses (DeepSpeed-Ulysses)")
+                  "(Ulysses-style all-to-all) | a2a+p2p (all-to-all inside, ring across) | ulysses (DeepSpeed-Ulysses); "
+                  "other than p2p it needs --cp 2 or more")
       ->transform(CLI::IsMember({"p2p", "allgather", "a2a", "a2a+p2p", "ulysses", "deepspeed-ulysses"}, CLI::ignore_case));
   cmd->add_option("--hierarchical-context-parallel-sizes", a->cp_hierarchy,
                   "with --cp-comm-type a2a+p2p: the all-to-all and ring sizes (product = cp; default: the "

@@ -346,6 +346,51 @@ Json HfLlama4Text(const Json& j, const std::string& file) {
   return out;
 }
 
+/// DeepSeek-V2/V3's experts, MLA and MTP; absent keys take DeepseekV2Config's / DeepseekV3Config's
+/// defaults.
+void ReadHfDeepSeek(const JsonReader& r, const std::string& type, const std::string& file, Model* m,
+                    ModelFieldNames* n) {
+  MoeSpec& e = m->moe;
+  // Absent keys take the config class's defaults: DeepseekV2Config's None (dense) and 0 leading
+  // dense layers; DeepseekV3Config's 256 routed experts, top-8, one shared expert and 3 leading
+  // dense layers. A null stays None.
+  const bool v3 = type == "deepseek_v3";
+  e.num_experts = HfNullableInt(r, "n_routed_experts", kMaxHeads, v3 ? 256 : 0).value_or(0);
+  const auto top_k = v3 ? HfNullableInt(r, "num_experts_per_tok", kMaxHeads, 8)
+                        : HfNullableInt(r, "num_experts_per_tok", kMaxHeads);  // V2: absent is None
+  if (e.num_experts > 1 && !top_k) {
+    throw InputError::Field(file, "/num_experts_per_tok", r.Has("num_experts_per_tok") ? "null" : "absent",
+                            "1 to n_routed_experts = " + std::to_string(e.num_experts) + " experts per token");
+  }
+  e.top_k = top_k.value_or(0);
+  e.ffn_hidden_size = r.Int("moe_intermediate_size", 1, kMaxFfn);
+  e.shared_ffn_hidden_size = HfNullableInt(r, "n_shared_experts", kMaxHeads, v3 ? 1 : 0).value_or(0) * e.ffn_hidden_size;
+  e.first_k_dense = r.OptInt("first_k_dense_replace", 0, kMaxLayers).value_or(v3 ? 3 : 0);
+  // DeepSeek's layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0
+  // (modeling_deepseek.py's DecoderLayer).
+  e.layer_step = r.OptInt("moe_layer_freq", 1, kMaxLayers).value_or(1);
+  e.step_from_layer0 = true;
+  MlaSpec& a = m->mla;
+  a.q_lora_rank = HfNullableInt(r, "q_lora_rank", kMaxHidden).value_or(0);
+  a.kv_lora_rank = r.Int("kv_lora_rank", 1, kMaxHidden);
+  a.qk_head_dim = r.Int("qk_nope_head_dim", 1, kMaxHeadDim);
+  a.qk_pos_emb_head_dim = r.Int("qk_rope_head_dim", 0, kMaxHeadDim);
+  a.v_head_dim = r.Int("v_head_dim", 1, kMaxHeadDim);
+  m->kv_channels = a.v_head_dim;
+  m->mtp_num_layers = r.OptInt("num_nextn_predict_layers", 0, 64).value_or(0);
+  // Multi-latent attention gives every head its own K and V (kv_b_proj); num_key_value_heads,
+  // which DeepSeek's configs set to num_attention_heads, groups nothing.
+  m->num_query_groups = m->num_attention_heads;
+  n->num_experts = "n_routed_experts";
+  n->moe_ffn_hidden_size = "moe_intermediate_size";
+  n->moe_shared_ffn_hidden_size = "n_shared_experts";
+  n->moe_first_k_dense = "first_k_dense_replace";
+  n->moe_layer_step = "moe_layer_freq";
+  n->qk_head_dim = "qk_nope_head_dim";
+  n->kv_channels = "v_head_dim";
+  n->qk_pos_emb_head_dim = "qk_rope_head_dim";
+}
+
 /// The experts and MLA of the mixture-of-experts families, with the defaults of the transformers
 /// library's config classes where a key is absent.
 void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& file, Model* m, ModelFieldNames* n) {
@@ -393,43 +438,7 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     n->moe_ffn_hidden_size = n->moe_shared_ffn_hidden_size = "intermediate_size";
     n->moe_layer_step = "interleave_moe_layer_step";
   } else if (type == "deepseek_v2" || type == "deepseek_v3") {
-    // Absent keys take the config class's defaults: DeepseekV2Config's None (dense) and 0 leading
-    // dense layers; DeepseekV3Config's 256 routed experts, top-8, one shared expert and 3 leading
-    // dense layers. A null stays None.
-    const bool v3 = type == "deepseek_v3";
-    e.num_experts = HfNullableInt(r, "n_routed_experts", kMaxHeads, v3 ? 256 : 0).value_or(0);
-    const auto top_k = HfNullableInt(r, "num_experts_per_tok", kMaxHeads, v3 ? 8 : 0);
-    if (e.num_experts > 1 && !top_k) {
-      throw InputError::Field(file, "/num_experts_per_tok", r.Has("num_experts_per_tok") ? "null" : "absent",
-                              "1 to n_routed_experts = " + std::to_string(e.num_experts) + " experts per token");
-    }
-    e.top_k = top_k.value_or(0);
-    e.ffn_hidden_size = r.Int("moe_intermediate_size", 1, kMaxFfn);
-    e.shared_ffn_hidden_size = HfNullableInt(r, "n_shared_experts", kMaxHeads, v3 ? 1 : 0).value_or(0) * e.ffn_hidden_size;
-    e.first_k_dense = r.OptInt("first_k_dense_replace", 0, kMaxLayers).value_or(v3 ? 3 : 0);
-    // DeepSeek's layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0
-    // (modeling_deepseek.py's DecoderLayer).
-    e.layer_step = r.OptInt("moe_layer_freq", 1, kMaxLayers).value_or(1);
-    e.step_from_layer0 = true;
-    MlaSpec& a = m->mla;
-    a.q_lora_rank = HfNullableInt(r, "q_lora_rank", kMaxHidden).value_or(0);
-    a.kv_lora_rank = r.Int("kv_lora_rank", 1, kMaxHidden);
-    a.qk_head_dim = r.Int("qk_nope_head_dim", 1, kMaxHeadDim);
-    a.qk_pos_emb_head_dim = r.Int("qk_rope_head_dim", 0, kMaxHeadDim);
-    a.v_head_dim = r.Int("v_head_dim", 1, kMaxHeadDim);
-    m->kv_channels = a.v_head_dim;
-    m->mtp_num_layers = r.OptInt("num_nextn_predict_layers", 0, 64).value_or(0);
-    // Multi-latent attention gives every head its own K and V (kv_b_proj); num_key_value_heads,
-    // which DeepSeek's configs set to num_attention_heads, groups nothing.
-    m->num_query_groups = m->num_attention_heads;
-    n->num_experts = "n_routed_experts";
-    n->moe_ffn_hidden_size = "moe_intermediate_size";
-    n->moe_shared_ffn_hidden_size = "n_shared_experts";
-    n->moe_first_k_dense = "first_k_dense_replace";
-    n->moe_layer_step = "moe_layer_freq";
-    n->qk_head_dim = "qk_nope_head_dim";
-    n->kv_channels = "v_head_dim";
-    n->qk_pos_emb_head_dim = "qk_rope_head_dim";
+    ReadHfDeepSeek(r, type, file, m, n);
   }
   if (e.num_experts <= 1) e = MoeSpec{};
 }
@@ -438,9 +447,9 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
 /// else; elsewhere attention_bias puts biases on q/k/v and o_proj (GPT-OSS: on by default) and
 /// LlamaConfig's mlp_bias on gate/up/down. The model has two switches (Megatron-LM's
 /// --add-bias-linear for every linear layer, --add-qkv-bias for Q/K/V alone), so: both keys on, or
-/// attention_bias where no layer has a dense MLP or a shared expert, is every linear bias;
-/// attention_bias beside a dense MLP is Q/K/V alone (o_proj's h per layer not counted,
-/// docs/inputs.md); mlp_bias without attention_bias exits 2.
+/// attention_bias where every MLP is an expert with biases (GPT-OSS), is every linear bias; other
+/// attention_bias is Q/K/V alone (o_proj's h per layer not counted, docs/inputs.md); mlp_bias
+/// without attention_bias exits 2.
 void ReadHfLlamaBiases(const JsonReader& r, const std::string& type, const std::string& file, Model* m) {
   if (type == "qwen2" || type == "qwen2_moe") {
     m->add_bias_linear = false;
@@ -454,9 +463,11 @@ void ReadHfLlamaBiases(const JsonReader& r, const std::string& type, const std::
                             "false, or attention_bias true as well (biases on the MLP alone are not modelled: the "
                             "model's biases are on every linear layer, or on Q/K/V alone)");
   }
+  // Megatron-LM's --add-bias-linear also biases the experts, so it stands for attention_bias only
+  // where the experts have biases and no dense MLP or shared expert lacks them (GPT-OSS).
   const bool dense_mlp = !m->moe.enabled() || m->moe.shared_ffn_hidden_size > 0 ||
                          m->MoeLayersIn(0, m->num_layers) < m->num_layers;
-  m->add_bias_linear = attention && (mlp || !dense_mlp);
+  m->add_bias_linear = attention && (mlp || (!dense_mlp && m->moe.expert_bias));
   m->add_qkv_bias = attention;
 }
 
@@ -467,10 +478,19 @@ void ReadHfAttentionWindow(const JsonReader& r, const std::string& type, Model* 
   const char* key = type == "llama4_text" ? "attention_chunk_size" : "sliding_window";
   if (type == "llama" || type == "deepseek_v2" || type == "deepseek_v3") return;  // no window in these families
   const bool qwen = type == "qwen2" || type == "qwen3" || type == "qwen2_moe" || type == "qwen3_moe";
-  if (qwen && !r.OptBool("use_sliding_window").value_or(false)) return;
-  if (!r.Has(key) || r.json()[key].is_null()) return;
-  m->attention_window = r.Int(key, 1, std::int64_t{1} << 40);
-  m->attention_window_key = key;
+  // Qwen slides the layers from max_window_layers (default 28) on, when use_sliding_window is set.
+  if (qwen && (!r.OptBool("use_sliding_window").value_or(false) ||
+               r.OptInt("max_window_layers", 0, kMaxLayers).value_or(28) >= m->num_layers)) {
+    return;
+  }
+  // Absent: the config class's default (MistralConfig 4096, GptOssConfig 128; the others none).
+  const std::int64_t absent = type == "mistral" ? 4096 : type == "gpt_oss" ? 128 : 0;
+  if (!r.Has(key)) {
+    m->attention_window = absent;
+  } else if (!r.json()[key].is_null()) {
+    m->attention_window = r.Int(key, 1, std::int64_t{1} << 40);
+  }
+  if (m->attention_window > 0) m->attention_window_key = key;
 }
 
 /// RoPE's base from `key` (rope_theta; GPT-NeoX's rotary_emb_base), 10000 when absent or null

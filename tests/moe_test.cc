@@ -574,6 +574,7 @@ TEST(MoeHuggingFace, AbsentKeysTakeTheConfigClassDefaults) {
     "intermediate_size": 2880, "num_local_experts": 128, "num_hidden_layers": 36, "num_attention_heads": 64,
     "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 201088, "max_position_embeddings": 131072})");
   EXPECT_EQ(oss.moe.top_k, 4);
+  EXPECT_EQ(oss.attention_window, 128);  // GptOssConfig's sliding_window
   // Qwen2MoeConfig's shared expert is 5632 wide; Qwen3-MoE builds none, whatever the key says.
   const std::string qwen = R"("hidden_size": 2048, "intermediate_size": 5632, "moe_intermediate_size": 1408,
     "num_experts": 60, "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_attention_heads": 16,
@@ -582,6 +583,27 @@ TEST(MoeHuggingFace, AbsentKeysTakeTheConfigClassDefaults) {
   EXPECT_EQ(FromHf("q3.json", R"({"model_type": "qwen3_moe", "shared_expert_intermediate_size": 5632, )" + qwen + "}")
                 .moe.shared_ffn_hidden_size,
             0);
+  // Megatron-LM's --add-bias-linear would bias Qwen3's bias-free experts: attention_bias there is Q/K/V alone.
+  const Model q3_bias = FromHf("q3b.json", R"({"model_type": "qwen3_moe", "attention_bias": true, )" + qwen + "}");
+  EXPECT_TRUE(q3_bias.add_qkv_bias);
+  EXPECT_FALSE(q3_bias.add_bias_linear);
+  // Qwen slides layers from max_window_layers (default 28) on: 24 layers never slide; from 8 on they do.
+  EXPECT_EQ(FromHf("q3w.json", R"({"model_type": "qwen3_moe", "use_sliding_window": true, "sliding_window": 4096, )" +
+                                   qwen + "}")
+                .attention_window,
+            0);
+  EXPECT_EQ(FromHf("q3w8.json", R"({"model_type": "qwen3_moe", "use_sliding_window": true, "sliding_window": 4096, )"
+                                R"("max_window_layers": 8, )" + qwen + "}")
+                .attention_window,
+            4096);
+  // DeepseekV2Config's top-k is None when absent: experts without one exit 2 saying so.
+  EXPECT_NE(testing::InputErrorOf([] {
+              FromHf("v2_notopk.json", R"({"model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944,
+    "moe_intermediate_size": 1408, "n_routed_experts": 64, "num_hidden_layers": 27, "num_attention_heads": 16,
+    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 102400,
+    "max_position_embeddings": 163840})");
+            }).find("/num_experts_per_tok: got absent, expected 1 to n_routed_experts = 64"),
+            std::string::npos);
 }
 
 TEST(HuggingFace, LlamaBiasesAndUnsupportedTypes) {
