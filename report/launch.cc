@@ -455,7 +455,35 @@ void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, st
   if (c.precision == Precision::kMxfp8) *t += "converters = [\"quantize.linear.mx\"]\n";
 }
 
-void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string* t, std::vector<std::string>* unexpressed) {
+/// What torchtitan refuses at start-up in the mesh of TorchtitanParallelism: replication (DDP)
+/// beside any other parallelism (parallelize.py: "DDP has not supported > 1D parallelism"), and
+/// expert-parallel ranks it cannot borrow (its ParallelDims takes them from the sharded
+/// data-parallel, cp and, with expert tp 1, tp ranks). Each a sentence in `warnings`.
+void TorchtitanStartupChecks(const ParallelConfig& c, std::int64_t replicate, std::int64_t shard_degree,
+                             std::vector<std::string>* warnings) {
+  const bool fsdp = shard_degree > 1 || c.cp > 1;  // torchtitan's fsdp_enabled
+  if (!fsdp && replicate > 1 && (c.tp > 1 || c.pp > 1 || c.ep > 1)) {
+    warnings->push_back(fmt::format(
+        "torchtitan replicates (DDP, data_parallel_replicate_degree = {}) only as the sole parallelism: beside tp {}, pp "
+        "{} it raises \"DDP has not supported > 1D parallelism\" at start-up; simulate --zero 2 or 3 (FSDP2) for "
+        "a configuration it runs", replicate, c.tp, c.pp));
+  }
+  if (c.ep > 1) {
+    const std::int64_t etp = c.expert_tp();
+    const bool ok = etp == 1 ? c.ep % (c.cp * c.tp) == 0 && (shard_degree * c.cp * c.tp) % c.ep == 0
+                             : (shard_degree * c.cp) % c.ep == 0;
+    if (!ok) {
+      warnings->push_back(fmt::format(
+          "torchtitan borrows expert-parallel ranks from data_parallel_shard_degree x cp{} ({} x {}{}), which ep = {} "
+          "must {}: its ParallelDims check fails at start-up", etp == 1 ? " x tp" : "", shard_degree, c.cp,
+          etp == 1 ? fmt::format(" x {}", c.tp) : "", c.ep,
+          etp == 1 ? "divide, with cp x tp dividing ep" : "divide"));
+    }
+  }
+}
+
+void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string* t, std::vector<std::string>* unexpressed,
+                           std::vector<std::string>* warnings) {
   // FSDP2 shards over data_parallel_shard_degree; plain DDP replicates.
   const bool shard = c.zero_stage >= 2;
   *t += "\n[parallelism]\n";
@@ -478,10 +506,15 @@ void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string*
   *t += fmt::format("data_parallel_replicate_degree = {}\n", replicate);
   *t += fmt::format("data_parallel_shard_degree = {}\n", shard_degree);
   if (shard) *t += fmt::format("fsdp_reshard_after_forward = \"{}\"\n", c.zero_stage == 3 ? "always" : "never");
-  if (c.zero_stage == 1) {
+  if (c.zero_stage <= 1 && c.cp > 1) {
+    unexpressed->push_back(fmt::format("ZeRO-{} with context parallelism: torchtitan shards the state with FSDP2 over "
+                                       "the {} context-parallel ranks (ZeRO-3 there), which the simulation did not",
+                                       c.zero_stage, c.cp));
+  } else if (c.zero_stage == 1) {
     unexpressed->push_back("ZeRO-1 (the distributed optimizer): torchtitan shards with FSDP2 (ZeRO-2/3) or "
                            "replicates; written as replication");
   }
+  TorchtitanStartupChecks(c, replicate, shard_degree, warnings);
   *t += fmt::format("tensor_parallel_degree = {}\n", c.tp);
   if (c.tp > 1 && !c.sequence_parallel) {
     unexpressed->push_back("tensor parallelism without sequence parallelism (torchtitan's always shards the "
@@ -588,12 +621,14 @@ LaunchConfig EmitTorchtitan(const Model& m, const ParallelConfig& c, const Clust
   std::string t;
   t += fmt::format("\n[job]\ndescription = \"{} {} on {} GPUs\"\n\n", m.name, c.Short(), gpus);
   TorchtitanModel(m, c, &t, &l.unexpressed);
-  TorchtitanParallelism(m, c, &t, &l.unexpressed);
+  TorchtitanParallelism(m, c, &t, &l.unexpressed, &l.warnings);
   TorchtitanRest(c, seq, &t, &l.unexpressed);
   std::string head = Header("#", m, c, cl, gpus, kTorchtitanVersion, l.unexpressed);
   head += fmt::format("# Run with: torchrun --nnodes {} --nproc-per-node {} -m torchtitan.train --job.config_file THIS.toml\n",
                       n.nodes, n.per_node);
-  l.text = head + t;
+  std::string warned;
+  for (const auto& w : l.warnings) warned += "# WARNING: " + w + "\n";
+  l.text = warned + head + t;
   return l;
 }
 

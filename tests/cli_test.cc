@@ -105,6 +105,22 @@ TEST(Cli, ExitCodes) {
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-125m --cluster dgx-a100 --gpus 8 --gbs 8 --emit megatron "
                                     "--emit-file " + same + " --trace " + same,
                                     "command line: --trace and --emit-file: both got " + same));
+  // torchtitan refuses DDP beside tp at start-up: said at the top of the file; FSDP2 (--zero 3) runs there.
+  const std::string titan = "simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --tp 2 --gbs 8 --sequence-parallel "
+                            "--emit torchtitan";
+  const auto ddp = RunShardcast(titan);
+  EXPECT_NE(ddp.out.find("# WARNING: torchtitan replicates (DDP, data_parallel_replicate_degree = 4) only as the sole "
+                         "parallelism"),
+            std::string::npos)
+      << ddp.out;
+  EXPECT_EQ(RunShardcast(titan + " --zero 3").out.find("# WARNING"), std::string::npos);
+  // Expert parallelism wider than data_parallel_shard_degree x cp x tp: torchtitan's ParallelDims refuses it.
+  const auto ep = RunShardcast("simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 64 --tp 2 --pp 4 --ep 8 --etp 1 "
+                               "--mbs 1 --gbs 256 --sequence-parallel --zero 1 --emit torchtitan");
+  EXPECT_NE(ep.out.find("# WARNING: torchtitan borrows expert-parallel ranks from data_parallel_shard_degree x cp x tp "
+                        "(1 x 1 x 2), which ep = 8 must divide, with cp x tp dividing ep"),
+            std::string::npos)
+      << ep.out << ep.err;
   // A window shorter than the sequence is read, not modelled, and said so (Mistral-7B v0.1: 4096).
   const std::string mistral = testing::WriteTemp("mistral-window.json", R"({"model_type": "mistral",
     "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
