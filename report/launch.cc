@@ -430,6 +430,11 @@ void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, st
     *t += "name = \"llama3\"  # torchtitan has no model of this family\n";
   } else if (name == "qwen3" && m.moe.enabled()) {
     *t += "name = \"qwen3\"  # the nearest torchtitan family with routed experts\n";
+    // Qwen3's own MoE models (their router's global-batch balancing marks them) are that family.
+    if (!m.moe.router_global_batch_balance) {
+      unexpressed->push_back("the model family: written as torchtitan's qwen3, the nearest with routed experts, whose "
+                             "per-head q/k RMSNorms this model does not have");
+    }
   } else {
     *t += fmt::format("name = \"{}\"\n", name);
   }
@@ -465,8 +470,8 @@ void TorchtitanStartupChecks(const ParallelConfig& c, std::int64_t replicate, st
   if (!fsdp && replicate > 1 && (c.tp > 1 || c.pp > 1 || c.ep > 1)) {
     warnings->push_back(fmt::format(
         "torchtitan replicates (DDP, data_parallel_replicate_degree = {}) only as the sole parallelism: beside tp {}, pp "
-        "{} it raises \"DDP has not supported > 1D parallelism\" at start-up; simulate --zero 2 or 3 (FSDP2) for "
-        "a configuration it runs", replicate, c.tp, c.pp));
+        "{}, ep {} it raises \"DDP has not supported > 1D parallelism\" at start-up; simulate --zero 2 or 3 (FSDP2) for "
+        "a configuration it runs", replicate, c.tp, c.pp, c.ep));
   }
   if (c.ep > 1) {
     const std::int64_t etp = c.expert_tp();
