@@ -106,6 +106,17 @@ std::string ConsoleLines(const std::string& log) {
 
 std::string HtmlPath(const std::string& name) { return (testing::TestTempDir() / name).string(); }
 
+// docs/report.md: the page's data are the object --json prints, field for field (what-if and launch included).
+TEST(Html, SimulatePageCarriesTheJsonObject) {
+  const std::string flags = "simulate --model gpt3-1.3b --cluster dgx-h100 --gpus 8 --tp 2 --gbs 16 "
+                            "--what-if hbm_GBps=x1.5 --emit megatron";
+  const std::string path = HtmlPath("same-as-json.html");
+  ASSERT_EQ(testing::RunShardcast(flags + " --html " + path).exit_code, 0);
+  const auto json = testing::RunShardcast(flags + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_EQ(PageData(path)["result"], Json::parse(json.out));
+}
+
 TEST(HtmlBrowser, SimulateTimelineHasALanePerStageAndMemoryBarsAddUpToThePeak) {
   REQUIRE_CHROMIUM();
   const std::string flags = "simulate --model gpt3-13b --cluster dgx-a100 --gpus 64 --tp 2 --pp 4 --vp 2 --mbs 2 "
