@@ -65,6 +65,7 @@ CapacityRow EvaluateOption(const Model& m, const CapacityOption& opt, const Clus
   CapacityRow row;
   row.option = opt;
   row.gpu = cl.gpu.name;
+  row.gpus_per_node = cl.gpus_per_node;
   row.price_date = cl.gpu.price_date;
   row.price_source = cl.gpu.price_source;
   auto price = o.price_per_gpu_hour.find(cl.gpu.name);

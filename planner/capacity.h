@@ -37,6 +37,7 @@ struct CapacityOptions {
 struct CapacityRow {
   CapacityOption option;
   std::string gpu;
+  std::int64_t gpus_per_node = 0;  ///< of the option's cluster (an NVL72 rack counts as one node of 72)
   std::string price_date, price_source;  ///< of the GPU's built-in price (its preset or file)
   std::string profile = "built-in default";  ///< the profile simulated with: a file path or the default
   /// The built-in default's values carried over from another GPU or estimated, that this option's

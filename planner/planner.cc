@@ -569,7 +569,9 @@ void CheckPlanOptions(const Cluster& cl, const PlanOptions& o, double price) {
   // Ranking by a cost or energy that reads as zero would tie every plan.
   if (o.objective == Objective::kCost && !(price > 0)) {
     throw InputError("command line: --objective cost: GPU '" + cl.gpu.name +
-                     "' has no price_usd_per_gpu_hour, expected a price in its GPU file (docs/inputs.md)");
+                     "' has no price_usd_per_gpu_hour, expected a price in its GPU file (a cluster JSON whose gpu object has "
+                     "price_usd_per_gpu_hour; docs/inputs.md), or rank by time and price with `shardcast capacity "
+                     "--price-per-gpu-hour`");
   }
   if (o.objective == Objective::kEnergy && !(cl.gpu.tdp_W > 0)) {
     throw InputError("command line: --objective energy: GPU '" + cl.gpu.name +

@@ -26,13 +26,16 @@ Json CapacityJson(const Model& m, const CapacityOptions& o, const std::vector<Ca
   j["global_batch_size"] = o.global_batch_size;
   j["days"] = o.days ? Json(*o.days) : Json(nullptr);  // the deadline meets_deadline is judged by
   j["energy_overhead"] = o.energy_overhead;
+  j["precision"] = ToString(o.plan.base.precision);
+  j["mfu_peak_precision"] = ToString(MfuPeakPrecision(o.plan.base.precision));  // what mfu is against
   j["zero_stages"] = o.plan.zero_stages;
   j["optimizer_impl"] = ToString(o.plan.optimizer_impl);
   const auto& zs = o.plan.zero_stages;  // null when no plan runs ZeRO-3
   j["zero3_impl"] = std::find(zs.begin(), zs.end(), 3) != zs.end() ? Json(ToString(o.plan.zero3_impl)) : Json(nullptr);
   j["options"] = Json::array();
   for (const auto& r : rows) {
-    Json x = {{"cluster", r.option.cluster}, {"gpus", r.option.gpus}, {"gpu", r.gpu}, {"profile", r.profile},
+    Json x = {{"cluster", r.option.cluster}, {"gpus", r.option.gpus}, {"gpus_per_node", r.gpus_per_node},
+              {"gpu", r.gpu}, {"profile", r.profile},
               {"profile_estimates", r.profile_estimates}, {"feasible", r.feasible}};
     if (!r.feasible) {
       x["reason"] = r.reason;
@@ -120,7 +123,19 @@ void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions&
   }
   out << "\nMFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "
                "--json has both conventions.";
+  if (IsLowPrecision(o.plan.base.precision)) {
+    out << fmt::format(" MFU is against the GPU's dense {} peak, as the field reports {} runs, so it can pass 100%.",
+                       ToString(MfuPeakPrecision(o.plan.base.precision)), ToString(o.plan.base.precision));
+  }
   if (const std::string moe = MoeRoutingCaveat(m, o.plan.base); !moe.empty()) out << "\n" << moe;
+  for (const auto& r : rows) {
+    if (r.gpus_per_node <= 0 || r.option.gpus % r.gpus_per_node == 0) continue;
+    const std::int64_t whole = (r.option.gpus + r.gpus_per_node - 1) / r.gpus_per_node * r.gpus_per_node;
+    out << fmt::format("\nPartial node: {}:{} is {:.2f} nodes of {} GPUs; whole nodes are {} GPUs, which a booking "
+                       "may charge (GPU-hours and cost here count {}).",
+                       r.option.cluster, r.option.gpus, static_cast<double>(r.option.gpus) / r.gpus_per_node,
+                       r.gpus_per_node, whole, r.option.gpus);
+  }
   out << "\nBest configuration: the fastest plan that fits without releasing the caching allocator's cache, if one "
          "does\n(docs/planner.md).\n";
   out << "\nPrices (USD per GPU-hour; volatile, override with --price-per-gpu-hour GPU=USD):\n";

@@ -171,6 +171,10 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
   out << fmt::format("Plan for {} on {} x {} ({}), global batch {}, seq {}, objective {}\n", v.m.name, o.gpus,
                      v.cl.gpu.display_name, v.cl.name, o.global_batch_size, o.seq_length, ToString(o.objective));
   out << SearchOptimizerLine(o);
+  if (const std::int64_t per = v.cl.gpus_per_node; per > 0 && o.gpus % per != 0) {
+    out << fmt::format("Partial node: {} GPUs are {:.2f} nodes of {}; whole nodes are {} GPUs\n", o.gpus,
+                       static_cast<double>(o.gpus) / static_cast<double>(per), per, (o.gpus + per - 1) / per * per);
+  }
   std::size_t set_aside = 0;
   for (const auto& [reason, count] : r.rejected) set_aside += count;
   out << fmt::format("Candidates: {} generated in {:.2f} s = {} set aside + {} simulated that fit "
@@ -214,6 +218,10 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
   }
   out << "  MFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "
          "--json and --csv have it as mfu_causal, and as mfu the full matrix's (PaLM / SC21)\n";
+  if (IsLowPrecision(o.base.precision)) {
+    out << fmt::format("  MFU is against the GPU's dense {} peak, as the field reports {} runs, so it can pass 100%\n",
+                       ToString(MfuPeakPrecision(o.base.precision)), ToString(o.base.precision));
+  }
   std::set<std::string> splits, modules;
   bool hybrid = false;
   for (const auto& p : r.plans) hybrid = hybrid || p.config.hybrid_shard();

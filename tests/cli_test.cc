@@ -811,6 +811,27 @@ TEST(CliPlan, CostObjectiveNeedsAPrice) {
   EXPECT_TRUE(Json::parse(json.out)["recommended"]["usd_per_million_tokens"].is_null());
 }
 
+// A GPU count that is not whole nodes is said, with the whole-node count (ceil(N / per node) x per node);
+// a low-precision MFU names the peak it is against.
+TEST(CliCapacity, PartialNodesAndTheMfuPeakAreSaid) {
+  const auto plan = RunShardcast("plan --model gpt3-1.3b --cluster dgx-h100 --gpus 12 --gbs 48 --top 1 --precision fp8");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("Partial node: 12 GPUs are 1.50 nodes of 8; whole nodes are 16 GPUs"), std::string::npos)
+      << plan.out;
+  EXPECT_NE(plan.out.find("MFU is against the GPU's dense bf16 peak, as the field reports fp8 runs"), std::string::npos);
+  const std::string cap = "capacity --model gpt3-1.3b --tokens 1B --gbs 48 --gpus-options dgx-h100:8,12 --precision fp8";
+  const auto text = RunShardcast(cap);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("Partial node: dgx-h100:12 is 1.50 nodes of 8 GPUs; whole nodes are 16 GPUs"),
+            std::string::npos)
+      << text.out;
+  EXPECT_EQ(text.out.find("Partial node: dgx-h100:8 "), std::string::npos);
+  const Json j = Json::parse(RunShardcast(cap + " --json").out);
+  EXPECT_EQ(j["precision"], "fp8");
+  EXPECT_EQ(j["mfu_peak_precision"], "bf16");
+  EXPECT_EQ(j["options"][0]["gpus_per_node"], 8);
+}
+
 TEST(CliCapacity, BadInput) {
   EXPECT_EQ(RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a1000:64").exit_code, 2);
   EXPECT_TRUE(testing::ExitsTwoWith("capacity --model gpt3-1.3b --tokens lots --gbs 512 --gpus-options dgx-a100:64",
