@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/csv.h"
 #include "common/text.h"
 #include "report/capacity_report.h"
 #include "report/megatron_args.h"
@@ -75,12 +76,14 @@ std::string PlanCsv(const PlanView& v) {
                     "step_time_s,tokens_per_s,mfu,bubble_fraction,peak_memory_bytes,memory_at_risk,recommended,"
                     "usd_per_million_tokens,joules_per_token,cp,cp_comm_type,embedding_slots,"
                     "decoder_first_pipeline_num_layers,decoder_last_pipeline_num_layers,mfu_causal,ep,etp,"
-                    "peak_reserved_memory_bytes,dp_shard,optimizer_impl,zero3_impl\n";
+                    "peak_reserved_memory_bytes,dp_shard,optimizer_impl,zero3_impl,precision,mfu_peak_precision,"
+                    "cluster,gpus\n";
   for (std::size_t i = 0; i < r.plans.size(); ++i) {
     const auto& p = r.plans[i];
     const auto& c = p.config;
     auto layers = [](std::int64_t n) { return n >= 0 ? std::to_string(n) : std::string(); };
-    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},"
+                       "{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
                        c.micro_batch_size, c.global_batch_size, ToString(c.schedule), ToString(c.recompute),
                        c.sequence_parallel ? "true" : "false", c.tp_comm_overlap ? "true" : "false", c.zero_stage, p.result.step_time_s,
                        p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction,
@@ -88,10 +91,12 @@ std::string PlanCsv(const PlanView& v) {
                        p.result.memory_at_risk ? "true" : "false", i + 1 == recommended_rank ? "true" : "false",
                        Positive(p.usd_per_million_tokens), Positive(p.joules_per_token), c.cp, ToString(c.cp_comm),
                        c.embedding_slots ? "true" : "false", layers(c.first_stage_layers), layers(c.last_stage_layers),
-                       p.result.mfu_causal, c.ep, c.expert_tp(),
+                       p.result.mfu_causal, v.m.moe.enabled() ? std::to_string(c.ep) : std::string(),
+                       v.m.moe.enabled() ? std::to_string(c.expert_tp()) : std::string(),
                        static_cast<std::int64_t>(std::llround(p.result.peak_reserved_bytes)),
                        c.zero_stage >= 1 ? std::to_string(c.shard_dp()) : std::string(), ToString(c.optimizer_impl),
-                       c.zero_stage >= 3 ? ToString(c.zero3_impl) : "");
+                       c.zero_stage >= 3 ? ToString(c.zero3_impl) : "", ToString(c.precision),
+                       ToString(MfuPeakPrecision(c.precision)), CsvQuote(v.cl.name), v.o.gpus);
   }
   return csv;
 }

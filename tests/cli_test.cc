@@ -819,6 +819,19 @@ TEST(CliCapacity, PartialNodesAndTheMfuPeakAreSaid) {
   EXPECT_NE(plan.out.find("Partial node: 12 GPUs are 1.50 nodes of 8; whole nodes are 16 GPUs"), std::string::npos)
       << plan.out;
   EXPECT_NE(plan.out.find("MFU is against the GPU's dense bf16 peak, as the field reports fp8 runs"), std::string::npos);
+  // The CSV says which run it is: precision, the peak MFU is against, cluster and GPUs; a dense
+  // model has no expert sizes.
+  const auto csv = RunShardcast("plan --model gpt3-1.3b --cluster dgx-h100 --gpus 12 --gbs 48 --top 1 --precision fp8 "
+                                "--csv -");
+  ASSERT_EQ(csv.exit_code, 0) << csv.err;
+  const CsvTable t = ParseCsv(csv.out, "stdout");
+  ASSERT_FALSE(t.rows.empty());
+  EXPECT_EQ(t.Get(0, "precision"), "fp8");
+  EXPECT_EQ(t.Get(0, "mfu_peak_precision"), "bf16");
+  EXPECT_EQ(t.Get(0, "cluster"), "dgx-h100");
+  EXPECT_EQ(t.Get(0, "gpus"), "12");
+  EXPECT_EQ(t.Get(0, "ep"), "");
+  EXPECT_EQ(t.Get(0, "etp"), "");
   const std::string cap = "capacity --model gpt3-1.3b --tokens 1B --gbs 48 --gpus-options dgx-h100:8,12 --precision fp8";
   const auto text = RunShardcast(cap);
   ASSERT_EQ(text.exit_code, 0) << text.err;
