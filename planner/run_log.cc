@@ -223,6 +223,33 @@ std::optional<double> MegatronArgs::Number(const std::string& name) const {
   return v;
 }
 
+struct MoeLayerPattern {
+  std::int64_t first_k_dense = 0;
+  std::int64_t step = 1;
+  bool from_layer0 = false;
+};
+
+/// A per-layer 0/1 list (Megatron-LM's --moe-layer-freq pattern) as the model's MoE layer rule:
+/// the first MoE layer k, then every step-th layer counted from layer 0 (i % step == 0) or from
+/// layer 1 ((i + 1) % step == 0); nullopt when no such rule gives the list.
+std::optional<MoeLayerPattern> MoeLayerPatternOf(const std::vector<std::string>& items) {
+  const auto first = std::find(items.begin(), items.end(), "1");
+  if (first == items.end()) return std::nullopt;
+  const std::int64_t k = first - items.begin();
+  const std::int64_t n = static_cast<std::int64_t>(items.size());
+  for (std::int64_t step = 1; step <= n; ++step) {
+    for (const bool from0 : {false, true}) {
+      bool same = true;
+      for (std::int64_t i = 0; i < n && same; ++i) {
+        const bool moe = i >= k && ((from0 ? i : i + 1) % step) == 0;
+        same = items[static_cast<std::size_t>(i)] == (moe ? "1" : "0");
+      }
+      if (same) return MoeLayerPattern{k, step, from0};
+    }
+  }
+  return std::nullopt;
+}
+
 std::int64_t MegatronArgs::RequiredInt(const std::string& name) const {
   const auto v = Int(name);
   if (!v) Fail(name, "an integer");
@@ -284,12 +311,13 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::opti
     if (freq.empty()) {
       // every layer MoE (Megatron-LM's default 1)
     } else if (freq.front() == '[') {
-      const auto items = a.List("moe_layer_freq");
-      const auto first_moe = std::find(items.begin(), items.end(), "1");
-      if (std::any_of(first_moe, items.end(), [](const std::string& x) { return x != "1"; })) {
-        a.Fail("moe_layer_freq", "leading dense layers (0) then every layer MoE (1)");
+      const auto pattern = MoeLayerPatternOf(a.List("moe_layer_freq"));
+      if (!pattern) {
+        a.Fail("moe_layer_freq", "leading dense layers (0), then MoE (1) every N-th layer counted from layer 0 or "
+                                 "from layer 1 (the patterns the model's layer step describes)");
       }
-      j["moe_first_k_dense_layers"] = static_cast<std::int64_t>(first_moe - items.begin());
+      j["moe_first_k_dense_layers"] = pattern->first_k_dense;
+      if (pattern->step > 1) j[pattern->from_layer0 ? "moe_layer_freq" : "moe_layer_step"] = pattern->step;
     } else if (const std::int64_t n = a.RequiredInt("moe_layer_freq"); n != 1) {
       j["moe_layer_freq"] = n;  // Megatron-LM's layer i is MoE when i % N == 0, as the model's moe_layer_freq
     }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <numeric>
 #include <sstream>
 
@@ -283,6 +284,24 @@ TEST(RunLog, MegatronMoeLogReadsTheExpertSettings) {
   const std::int64_t layers = every_other.model.num_layers;
   EXPECT_TRUE(every_other.model.IsMoeLayer(0));
   EXPECT_EQ(every_other.model.MoeLayersIn(0, layers), (layers + 1) / 2);
+  // The same layers as a per-layer list read back as the same rule; one counted from layer 1
+  // (0, 1, 0, 1, ...) too; a list no layer step gives exits 2.
+  auto with_list = [&](const std::function<bool(std::int64_t)>& moe) {
+    std::string list = "[";
+    for (std::int64_t i = 0; i < layers; ++i) list += std::string(i ? ", " : "") + (moe(i) ? "1" : "0");
+    std::string t = text;
+    const std::string freq2 = ArgLine("moe_layer_freq", "2");
+    t.replace(t.find(freq2), freq2.size(), ArgLine("moe_layer_freq", list + "]"));
+    return t;
+  };
+  const Model from0 = ParseTrainingLog(with_list([](std::int64_t i) { return i % 2 == 0; }), "l0.log", {}).model;
+  const Model from1 = ParseTrainingLog(with_list([](std::int64_t i) { return i % 2 == 1; }), "l1.log", {}).model;
+  for (std::int64_t i = 0; i < layers; ++i) {
+    EXPECT_EQ(from0.IsMoeLayer(i), i % 2 == 0) << i;
+    EXPECT_EQ(from1.IsMoeLayer(i), i % 2 == 1) << i;
+  }
+  EXPECT_THROW(ParseTrainingLog(with_list([](std::int64_t i) { return i == 1 || i == 2 || i == 4; }), "odd.log", {}),
+               InputError);
 }
 
 // --cross-entropy-loss-fusion and its impl (Megatron-Core 0.8 on; absent before, so off).
