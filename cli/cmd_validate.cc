@@ -67,14 +67,7 @@ void RunValidate(const ValidateArgs& a) {
   if (!a.model.empty()) inputs.push_back(a.model);
   if (!a.profile.empty()) inputs.push_back(a.profile);
   if (!a.cluster.empty()) inputs.push_back(a.cluster);  // a cluster JSON file (a preset name matches no file)
-  if (!a.csv.empty() && a.csv != "-" && !a.html.empty() &&
-      std::filesystem::weakly_canonical(a.csv) == std::filesystem::weakly_canonical(a.html)) {
-    throw InputError("command line: --csv and --html: both got " + a.html + ", expected two files");
-  }
-  for (const auto& [option, path] : {std::pair<std::string, std::string>{"--csv", a.csv},
-                                     {"--html", a.html}, {"--write-model", a.write_model}}) {
-    RefuseOverwritingInput(option, path, inputs);
-  }
+  CheckOutputFiles({{"--csv", a.csv}, {"--html", a.html}, {"--write-model", a.write_model}}, inputs);
   if (!a.explain.empty() && (a.json || !a.csv.empty())) {
     throw InputError(std::string("command line: --explain: prints one row as text; not combined with ") +
                      (a.json ? "--json" : "--csv") + " (run them separately)");
