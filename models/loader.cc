@@ -512,6 +512,151 @@ bool HfDropout(const JsonReader& r, std::initializer_list<const char*> keys, dou
   return false;
 }
 
+/// Refuses model types shardcast does not map (DBRX) and an expert count above 1 under a dense
+/// model_type (null, 0 or 1 experts is a dense model): its experts would be dropped silently.
+void CheckHfModelType(const Json& j, const std::string& type, const std::string& file) {
+  if (type == "dbrx") {
+    throw InputError(file + ": /model_type: got \"dbrx\", expected a supported model_type: DBRX's fused expert "
+                     "layout is not mapped (mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, llama4, gpt_oss are)");
+  }
+  const bool moe_type = type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v2" ||
+                        type == "deepseek_v3" || type == "llama4_text" || type == "gpt_oss";
+  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"}) {
+    if (moe_type || !j.contains(key) || j[key].is_null()) continue;
+    if (!j[key].is_number()) {
+      throw InputError(file + ": /" + key + ": got " + j[key].dump() + ", expected a number of experts (null, 0 or 1 "
+                       "for a dense model)");
+    }
+    if (j[key].get<double>() > 1) {
+      throw InputError(file + ": /" + key + ": got " + j[key].dump() + ", expected a dense model for model_type \"" +
+                       type + "\" (its experts would be ignored; the mixture-of-experts types are mixtral, qwen2_moe, "
+                       "qwen3_moe, deepseek_v2, deepseek_v3, llama4, gpt_oss)");
+    }
+  }
+}
+
+bool IsHfLlamaLike(const std::string& type) {
+  return type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen3" ||
+         type == "qwen2_moe" || type == "qwen3_moe" || type == "llama4_text" || type == "gpt_oss" ||
+         type == "deepseek_v2" || type == "deepseek_v3";
+}
+
+/// The llama-like families (LlamaConfig's keys, with each family's MoE, bias and window keys).
+void ReadHfLlamaLike(const JsonReader& r, const std::string& type, const std::string& file, Model* m,
+                     ModelFieldNames* names) {
+  const Json& j = r.json();
+  m->num_layers = r.Int("num_hidden_layers", 1, kMaxLayers);
+  m->hidden_size = r.Int("hidden_size", 1, kMaxHidden);
+  m->ffn_hidden_size = r.Int("intermediate_size", 1, kMaxFfn);
+  m->num_attention_heads = r.Int("num_attention_heads", 1, kMaxHeads);
+  m->num_query_groups = r.OptInt("num_key_value_heads", 1, kMaxHeads).value_or(m->num_attention_heads);
+  m->vocab_size = r.Int("vocab_size", 1, kMaxVocab);
+  m->max_position_embeddings = r.Int("max_position_embeddings", 1, kMaxSeq);
+  m->normalization = Normalization::kRMSNorm;
+  m->activation = Activation::kSwiglu;
+  m->position_embedding = PositionEmbedding::kRope;
+  m->rotary_base = HfRopeTheta(r, "rope_theta");
+  m->tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
+  if (j.contains("head_dim") && !j["head_dim"].is_null()) m->kv_channels = r.Int("head_dim", 1, kMaxHeadDim);
+  m->dropout = HfDropout(r, {"attention_dropout"}, 0.0);
+  names->num_layers = "num_hidden_layers";
+  names->kv_channels = "head_dim";
+  names->num_query_groups = "num_key_value_heads";
+  ReadHfMoe(r, type, file, m, names);
+  ReadHfLlamaBiases(r, type, file, m);
+  ReadHfAttentionWindow(r, type, m);
+}
+
+void ReadHfGpt2(const JsonReader& r, Model* m) {
+  m->num_layers = r.Int("n_layer", 1, kMaxLayers);
+  m->hidden_size = r.Int("n_embd", 1, kMaxHidden);
+  m->num_attention_heads = r.Int("n_head", 1, kMaxHeads);
+  m->ffn_hidden_size = r.OptInt("n_inner", 1, kMaxFfn).value_or(4 * m->hidden_size);
+  m->vocab_size = r.Int("vocab_size", 1, kMaxVocab);
+  m->max_position_embeddings = r.Int("n_positions", 1, kMaxSeq);
+  m->normalization = Normalization::kLayerNorm;
+  m->activation = Activation::kGelu;
+  m->position_embedding = PositionEmbedding::kLearned;
+  m->tie_embeddings = r.OptBool("tie_word_embeddings").value_or(true);
+  m->dropout = HfDropout(r, {"resid_pdrop", "attn_pdrop"}, 0.1);
+}
+
+void ReadHfGptNeox(const JsonReader& r, Model* m) {
+  m->num_layers = r.Int("num_hidden_layers", 1, kMaxLayers);
+  m->hidden_size = r.Int("hidden_size", 1, kMaxHidden);
+  m->num_attention_heads = r.Int("num_attention_heads", 1, kMaxHeads);
+  m->ffn_hidden_size = r.Int("intermediate_size", 1, kMaxFfn);
+  m->vocab_size = r.Int("vocab_size", 1, kMaxVocab);
+  m->max_position_embeddings = r.Int("max_position_embeddings", 1, kMaxSeq);
+  m->normalization = Normalization::kLayerNorm;
+  m->activation = Activation::kGelu;
+  m->position_embedding = PositionEmbedding::kRope;
+  m->rotary_base = HfRopeTheta(r, "rotary_emb_base");
+  m->tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
+  m->dropout = HfDropout(r, {"attention_dropout", "hidden_dropout"}, 0.0);
+}
+
+void ReadHfMpt(const JsonReader& r, Model* m) {
+  m->num_layers = r.Int("n_layers", 1, kMaxLayers);
+  m->hidden_size = r.Int("d_model", 1, kMaxHidden);
+  m->num_attention_heads = r.Int("n_heads", 1, kMaxHeads);
+  const std::int64_t ratio = r.OptInt("expansion_ratio", 1, 64).value_or(4);
+  m->ffn_hidden_size = ratio * m->hidden_size;
+  m->vocab_size = r.Int("vocab_size", 1, kMaxVocab);
+  m->max_position_embeddings = r.Int("max_seq_len", 1, kMaxSeq);
+  m->normalization = Normalization::kLayerNorm;
+  m->activation = Activation::kGelu;
+  bool alibi = false, attn_dropout = false;
+  if (r.Has("attn_config")) {
+    alibi = r.Object("attn_config").OptBool("alibi").value_or(false);
+    attn_dropout = HfDropout(r.Object("attn_config"), {"attn_pdrop"}, 0.0);
+  }
+  m->dropout = attn_dropout || HfDropout(r, {"resid_pdrop"}, 0.0);
+  m->position_embedding = alibi ? PositionEmbedding::kAlibi : PositionEmbedding::kLearned;
+  m->tie_embeddings = true;  // MPT always ties (no separate output layer)
+  m->add_bias_linear = !r.OptBool("no_bias").value_or(false);
+}
+
+void ReadHfBloom(const JsonReader& r, Model* m) {
+  m->num_layers = r.Has("n_layer") ? r.Int("n_layer", 1, kMaxLayers) : r.Int("num_hidden_layers", 1, kMaxLayers);
+  m->hidden_size = r.Has("hidden_size") ? r.Int("hidden_size", 1, kMaxHidden) : r.Int("n_embed", 1, kMaxHidden);
+  m->num_attention_heads = r.Has("n_head") ? r.Int("n_head", 1, kMaxHeads)
+                                           : r.Int("num_attention_heads", 1, kMaxHeads);
+  m->ffn_hidden_size = 4 * m->hidden_size;
+  m->vocab_size = r.Int("vocab_size", 1, kMaxVocab);
+  m->max_position_embeddings = 2048;  // BLOOM's training length; ALiBi has no position table
+  m->normalization = Normalization::kLayerNorm;
+  m->activation = Activation::kGelu;
+  m->position_embedding = PositionEmbedding::kAlibi;
+  m->tie_embeddings = true;
+  m->dropout = HfDropout(r, {"attention_dropout", "hidden_dropout"}, 0.0);
+}
+
+/// The family's keys into `m` (defaults are those of the transformers library's config classes);
+/// an unsupported model_type exits 2.
+void ReadHfFamily(const JsonReader& r, const std::string& type, const std::string& file, Model* m,
+                  ModelFieldNames* names) {
+  if (IsHfLlamaLike(type)) {
+    ReadHfLlamaLike(r, type, file, m, names);
+    return;  // the llama-like families set their biases themselves
+  }
+  if (type == "gpt2") {
+    ReadHfGpt2(r, m);
+  } else if (type == "gpt_neox") {
+    ReadHfGptNeox(r, m);
+  } else if (type == "mpt") {
+    ReadHfMpt(r, m);
+  } else if (type == "bloom") {
+    ReadHfBloom(r, m);
+  } else {
+    throw InputError::Field(file, "/model_type", "\"" + type + "\"",
+                            "a supported Hugging Face model_type: llama, mistral, qwen2, qwen3, gpt2, "
+                            "gpt_neox, mpt, bloom, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, llama4, "
+                            "gpt_oss");
+  }
+  m->add_qkv_bias = m->add_bias_linear;
+}
+
 }  // namespace
 
 Model ModelFromHuggingFace(const Json& j, const std::string& file) {
@@ -531,25 +676,7 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     m.source = "Hugging Face config.json (llama4, text_config; the vision encoder is not modelled): " + file;
     return m;
   }
-  if (type == "dbrx") {
-    throw InputError(file + ": /model_type: got \"dbrx\", expected a supported model_type: DBRX's fused expert "
-                     "layout is not mapped (mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, llama4, gpt_oss are)");
-  }
-  // An expert count above 1 under a dense model_type (null, 0 or 1 experts is a dense model).
-  const bool moe_type = type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v2" ||
-                        type == "deepseek_v3" || type == "llama4_text" || type == "gpt_oss";
-  for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"}) {
-    if (moe_type || !j.contains(key) || j[key].is_null()) continue;
-    if (!j[key].is_number()) {
-      throw InputError(file + ": /" + key + ": got " + j[key].dump() + ", expected a number of experts (null, 0 or 1 "
-                       "for a dense model)");
-    }
-    if (j[key].get<double>() > 1) {
-      throw InputError(file + ": /" + key + ": got " + j[key].dump() + ", expected a dense model for model_type \"" +
-                       type + "\" (its experts would be ignored; the mixture-of-experts types are mixtral, qwen2_moe, "
-                       "qwen3_moe, deepseek_v2, deepseek_v3, llama4, gpt_oss)");
-    }
-  }
+  CheckHfModelType(j, type, file);
   Model m;
   ModelFieldNames names;  // the keys messages name
   // Name: the checkpoint's _name_or_path, else the file name (the folder's for config.json).
@@ -561,100 +688,7 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
   }
   m.origin = "huggingface:" + file;
   m.source = "Hugging Face config.json (" + (type.empty() ? std::string("?") : type) + "): " + file;
-  // Each family's keys; defaults are those of the transformers library's config classes.
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen3" ||
-      type == "qwen2_moe" || type == "qwen3_moe" || type == "llama4_text" || type == "gpt_oss" ||
-      type == "deepseek_v2" || type == "deepseek_v3") {
-    m.num_layers = r.Int("num_hidden_layers", 1, kMaxLayers);
-    m.hidden_size = r.Int("hidden_size", 1, kMaxHidden);
-    m.ffn_hidden_size = r.Int("intermediate_size", 1, kMaxFfn);
-    m.num_attention_heads = r.Int("num_attention_heads", 1, kMaxHeads);
-    m.num_query_groups = r.OptInt("num_key_value_heads", 1, kMaxHeads).value_or(m.num_attention_heads);
-    m.vocab_size = r.Int("vocab_size", 1, kMaxVocab);
-    m.max_position_embeddings = r.Int("max_position_embeddings", 1, kMaxSeq);
-    m.normalization = Normalization::kRMSNorm;
-    m.activation = Activation::kSwiglu;
-    m.position_embedding = PositionEmbedding::kRope;
-    m.rotary_base = HfRopeTheta(r, "rope_theta");
-    m.tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
-    if (j.contains("head_dim") && !j["head_dim"].is_null()) m.kv_channels = r.Int("head_dim", 1, kMaxHeadDim);
-    m.dropout = HfDropout(r, {"attention_dropout"}, 0.0);
-    names.num_layers = "num_hidden_layers";
-    names.kv_channels = "head_dim";
-    names.num_query_groups = "num_key_value_heads";
-    ReadHfMoe(r, type, file, &m, &names);
-    ReadHfLlamaBiases(r, type, file, &m);
-    ReadHfAttentionWindow(r, type, &m);
-  } else if (type == "gpt2") {
-    m.num_layers = r.Int("n_layer", 1, kMaxLayers);
-    m.hidden_size = r.Int("n_embd", 1, kMaxHidden);
-    m.num_attention_heads = r.Int("n_head", 1, kMaxHeads);
-    m.ffn_hidden_size = r.OptInt("n_inner", 1, kMaxFfn).value_or(4 * m.hidden_size);
-    m.vocab_size = r.Int("vocab_size", 1, kMaxVocab);
-    m.max_position_embeddings = r.Int("n_positions", 1, kMaxSeq);
-    m.normalization = Normalization::kLayerNorm;
-    m.activation = Activation::kGelu;
-    m.position_embedding = PositionEmbedding::kLearned;
-    m.tie_embeddings = r.OptBool("tie_word_embeddings").value_or(true);
-    m.dropout = HfDropout(r, {"resid_pdrop", "attn_pdrop"}, 0.1);
-  } else if (type == "gpt_neox") {
-    m.num_layers = r.Int("num_hidden_layers", 1, kMaxLayers);
-    m.hidden_size = r.Int("hidden_size", 1, kMaxHidden);
-    m.num_attention_heads = r.Int("num_attention_heads", 1, kMaxHeads);
-    m.ffn_hidden_size = r.Int("intermediate_size", 1, kMaxFfn);
-    m.vocab_size = r.Int("vocab_size", 1, kMaxVocab);
-    m.max_position_embeddings = r.Int("max_position_embeddings", 1, kMaxSeq);
-    m.normalization = Normalization::kLayerNorm;
-    m.activation = Activation::kGelu;
-    m.position_embedding = PositionEmbedding::kRope;
-    m.rotary_base = HfRopeTheta(r, "rotary_emb_base");
-    m.tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
-    m.dropout = HfDropout(r, {"attention_dropout", "hidden_dropout"}, 0.0);
-  } else if (type == "mpt") {
-    m.num_layers = r.Int("n_layers", 1, kMaxLayers);
-    m.hidden_size = r.Int("d_model", 1, kMaxHidden);
-    m.num_attention_heads = r.Int("n_heads", 1, kMaxHeads);
-    const std::int64_t ratio = r.OptInt("expansion_ratio", 1, 64).value_or(4);
-    m.ffn_hidden_size = ratio * m.hidden_size;
-    m.vocab_size = r.Int("vocab_size", 1, kMaxVocab);
-    m.max_position_embeddings = r.Int("max_seq_len", 1, kMaxSeq);
-    m.normalization = Normalization::kLayerNorm;
-    m.activation = Activation::kGelu;
-    bool alibi = false, attn_dropout = false;
-    if (r.Has("attn_config")) {
-      alibi = r.Object("attn_config").OptBool("alibi").value_or(false);
-      attn_dropout = HfDropout(r.Object("attn_config"), {"attn_pdrop"}, 0.0);
-    }
-    m.dropout = attn_dropout || HfDropout(r, {"resid_pdrop"}, 0.0);
-    m.position_embedding = alibi ? PositionEmbedding::kAlibi : PositionEmbedding::kLearned;
-    m.tie_embeddings = true;  // MPT always ties (no separate output layer)
-    m.add_bias_linear = !r.OptBool("no_bias").value_or(false);
-  } else if (type == "bloom") {
-    m.num_layers = r.Has("n_layer") ? r.Int("n_layer", 1, kMaxLayers)
-                                    : r.Int("num_hidden_layers", 1, kMaxLayers);
-    m.hidden_size = r.Has("hidden_size") ? r.Int("hidden_size", 1, kMaxHidden)
-                                         : r.Int("n_embed", 1, kMaxHidden);
-    m.num_attention_heads = r.Has("n_head") ? r.Int("n_head", 1, kMaxHeads)
-                                            : r.Int("num_attention_heads", 1, kMaxHeads);
-    m.ffn_hidden_size = 4 * m.hidden_size;
-    m.vocab_size = r.Int("vocab_size", 1, kMaxVocab);
-    m.max_position_embeddings = 2048;  // BLOOM's training length; ALiBi has no position table
-    m.normalization = Normalization::kLayerNorm;
-    m.activation = Activation::kGelu;
-    m.position_embedding = PositionEmbedding::kAlibi;
-    m.tie_embeddings = true;
-    m.dropout = HfDropout(r, {"attention_dropout", "hidden_dropout"}, 0.0);
-  } else {
-    throw InputError::Field(file, "/model_type", "\"" + type + "\"",
-                            "a supported Hugging Face model_type: llama, mistral, qwen2, qwen3, gpt2, "
-                            "gpt_neox, mpt, bloom, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, llama4, "
-                            "gpt_oss");
-  }
-  if (type != "gpt2" && type != "mpt" && type != "bloom" && type != "gpt_neox") {
-    // llama-family already set biases above
-  } else {
-    m.add_qkv_bias = m.add_bias_linear;
-  }
+  ReadHfFamily(r, type, file, &m, &names);
   if (m.kv_channels == 0) {
     if (m.hidden_size % m.num_attention_heads != 0) {
       throw InputError::Field(file, "/num_attention_heads", std::to_string(m.num_attention_heads),
