@@ -134,6 +134,109 @@ static void ApplyZeroKnobs(const SimulateArgs& a, ParallelConfig* c) {
   ApplyDeepSpeedKnobs(a.opt, /*refuse=*/true, c);
 }
 
+namespace {
+
+/// --recompute / --recompute-granularity / --recompute-modules into `c` (exit 2 when they disagree).
+void ApplyRecomputeArgs(const SimulateArgs& a, const Model& m, ParallelConfig* c) {
+  if (!a.recompute_granularity.empty() && a.recompute != "none" && a.recompute != a.recompute_granularity) {
+    throw InputError("command line: --recompute-granularity: got \"" + a.recompute_granularity +
+                     "\", expected the same as --recompute \"" + a.recompute + "\" (give one of them)");
+  }
+  std::string rc = a.recompute_granularity.empty() ? a.recompute : a.recompute_granularity;
+  c->recompute = rc == "none" ? Recompute::kNone : rc == "selective" ? Recompute::kSelective : Recompute::kFull;
+  if (!a.recompute_modules.empty()) {
+    if (c->recompute == Recompute::kFull) {
+      throw InputError("command line: --recompute-modules: given with --recompute full, expected --recompute selective "
+                       "(Megatron-Core's recompute modules are a selective granularity)");
+    }
+    c->recompute = Recompute::kSelective;
+    c->recompute_modules = ParseRecomputeModules(a.recompute_modules, "command line: --recompute-modules");
+    RequireRecomputeModules(m, c->recompute_modules, "command line: --recompute-modules");
+  }
+}
+
+/// --cross-entropy and Megatron-LM's --cross-entropy-loss-fusion / --cross-entropy-fusion-impl into `c`.
+void ApplyCrossEntropyArgs(const SimulateArgs& a, ParallelConfig* c) {
+  if (!a.ce_impl.empty() && !a.ce_fusion) {
+    throw InputError("command line: --cross-entropy-fusion-impl: got \"" + a.ce_impl +
+                     "\" without --cross-entropy-loss-fusion, expected both (Megatron-Core reads the impl only then)");
+  }
+  if (a.ce_fusion) c->cross_entropy = a.ce_impl == "te" ? CrossEntropyImpl::kTe : CrossEntropyImpl::kNative;
+  if (!a.cross_entropy.empty()) {
+    if (a.ce_fusion) {
+      throw InputError("command line: --cross-entropy: got \"" + a.cross_entropy +
+                       "\" with --cross-entropy-loss-fusion, expected one of them (the Megatron flags name "
+                       "--cross-entropy native or te)");
+    }
+    c->cross_entropy = CrossEntropyImplNamed(a.cross_entropy).value_or(c->cross_entropy);  // CLI11 checked the name
+  }
+}
+
+/// The pipeline split's flags into `c`: embedding and loss slots, first/last stage layers, even chunks.
+void ApplyStageLayoutArgs(const SimulateArgs& a, ParallelConfig* c) {
+  // Megatron-LM's two flags each add one slot; the model has both (the embedding and the output
+  // layer as slots), so one alone would be a split it cannot represent.
+  if (a.mcore_account_embedding != a.mcore_account_loss) {
+    throw InputError(std::string("command line: ") +
+                     (a.mcore_account_embedding ? "--account-for-embedding-in-pipeline-split"
+                                                : "--account-for-loss-in-pipeline-split") +
+                     ": given alone, expected both --account-for-embedding-in-pipeline-split and "
+                     "--account-for-loss-in-pipeline-split (the embedding and the output layer as pipeline slots; one "
+                     "slot alone is not modelled)");
+  }
+  c->embedding_slots = a.emb_slots || a.mcore_account_embedding;
+  c->first_stage_layers = a.first_stage_layers;
+  c->last_stage_layers = a.last_stage_layers;
+  c->even_chunks = a.even_chunks;
+}
+
+/// --framework and --no-scatter-gather into `c` (Megatron-Core's defaults unless megatron-2022).
+void ApplyFrameworkArgs(const SimulateArgs& a, ParallelConfig* c) {
+  if (a.no_scatter_gather && a.framework != "megatron-2022") {
+    throw InputError("command line: --no-scatter-gather: given with --framework " +
+                     (a.framework.empty() ? std::string("megatron-core (the default)") : a.framework) +
+                     ", expected --framework megatron-2022 (Megatron-Core's pipeline messages always carry the whole "
+                     "activation)");
+  }
+  c->scatter_gather = !a.no_scatter_gather;
+  if (a.framework.empty() || a.framework == "megatron-core") {
+    ApplyMegatronCoreDefaults(c);
+    c->p2p_blocking = c->p2p_blocking || a.p2p_blocking;
+  }
+}
+
+/// --optimizer, --zero3-impl and the ZeRO knobs into `c` (after --zero), exit 2 on combinations the
+/// frameworks do not have.
+void ApplyOptimizerArgs(const SimulateArgs& a, ParallelConfig* c) {
+  c->optimizer_impl = ParseOptimizerImpl(a.opt.optimizer);
+  if (c->optimizer_impl == OptimizerImpl::kDeepSpeedZero && c->zero_stage < 1) {
+    throw InputError("command line: --zero: got " + std::to_string(c->zero_stage) +
+                     ", expected 1, 2 or 3 with --optimizer deepspeed-zero (DeepSpeed ZeRO-1/2/3)");
+  }
+  c->zero3_impl = ParseZero3Impl(a.opt.zero3_impl);
+  // DeepSpeed's stage 3 keeps DeepSpeed's optimizer state unless --optimizer says otherwise.
+  if (c->zero3_impl == Zero3Impl::kDeepSpeed && c->zero_stage == 3 && a.opt.optimizer.empty()) {
+    c->optimizer_impl = OptimizerImpl::kDeepSpeedZero;
+  }
+  if (!a.opt.zero3_impl.empty() && c->zero_stage != 3) {
+    throw InputError("command line: --zero3-impl: got " + a.opt.zero3_impl + " with --zero " + std::to_string(c->zero_stage) +
+                     ", expected --zero 3 (it says how ZeRO-3 gathers and reduces)");
+  }
+  if (c->optimizer_impl == OptimizerImpl::kDeepSpeedBf16 && c->zero_stage != 1) {
+    throw InputError("command line: --zero: got " + std::to_string(c->zero_stage) +
+                     ", expected 1 with --optimizer deepspeed-bf16 (the BF16_Optimizer shards its optimizer state "
+                     "like ZeRO-1 while DeepSpeed's own config says stage 0)");
+  }
+  ApplyZeroKnobs(a, c);
+  CheckOptimizerPrecision(c->optimizer_impl, c->precision);
+  if (a.bf16_grads && c->optimizer_impl != OptimizerImpl::kMegatron) {
+    throw InputError("command line: --bf16-main-grads: only applies to --optimizer megatron (got --optimizer " +
+                     std::string(ToString(c->optimizer_impl)) + ", whose gradient buffers are fixed)");
+  }
+}
+
+}  // namespace
+
 ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t gpus) {
   ParallelConfig c;
   c.tp = a.tp;
@@ -145,21 +248,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.global_batch_size = a.gbs > 0 ? a.gbs : c.dp * a.mbs;
   c.seq_length = a.seq > 0 ? a.seq : m.seq_length;
   c.sequence_parallel = a.sp;
-  if (!a.recompute_granularity.empty() && a.recompute != "none" && a.recompute != a.recompute_granularity) {
-    throw InputError("command line: --recompute-granularity: got \"" + a.recompute_granularity +
-                     "\", expected the same as --recompute \"" + a.recompute + "\" (give one of them)");
-  }
-  std::string rc = a.recompute_granularity.empty() ? a.recompute : a.recompute_granularity;
-  c.recompute = rc == "none" ? Recompute::kNone : rc == "selective" ? Recompute::kSelective : Recompute::kFull;
-  if (!a.recompute_modules.empty()) {
-    if (c.recompute == Recompute::kFull) {
-      throw InputError("command line: --recompute-modules: given with --recompute full, expected --recompute selective "
-                       "(Megatron-Core's recompute modules are a selective granularity)");
-    }
-    c.recompute = Recompute::kSelective;
-    c.recompute_modules = ParseRecomputeModules(a.recompute_modules, "command line: --recompute-modules");
-    RequireRecomputeModules(m, c.recompute_modules, "command line: --recompute-modules");
-  }
+  ApplyRecomputeArgs(a, m, &c);
   if (a.delay_wgrad && !a.moe_a2a_overlap) {
     throw InputError("command line: --delay-wgrad-compute: given alone, expected it with "
                      "--overlap-moe-expert-parallel-comm (the only use the simulator models)");
@@ -181,35 +270,10 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.overlap_grad_reduce = !a.no_overlap_grad;
   c.async_tp_grad_reduce = !a.no_async_tp;
   c.tp_comm_overlap = a.tp_comm_overlap;
-  if (!a.ce_impl.empty() && !a.ce_fusion) {
-    throw InputError("command line: --cross-entropy-fusion-impl: got \"" + a.ce_impl +
-                     "\" without --cross-entropy-loss-fusion, expected both (Megatron-Core reads the impl only then)");
-  }
-  if (a.ce_fusion) c.cross_entropy = a.ce_impl == "te" ? CrossEntropyImpl::kTe : CrossEntropyImpl::kNative;
-  if (!a.cross_entropy.empty()) {
-    if (a.ce_fusion) {
-      throw InputError("command line: --cross-entropy: got \"" + a.cross_entropy +
-                       "\" with --cross-entropy-loss-fusion, expected one of them (the Megatron flags name "
-                       "--cross-entropy native or te)");
-    }
-    c.cross_entropy = CrossEntropyImplNamed(a.cross_entropy).value_or(c.cross_entropy);  // CLI11 checked the name
-  }
+  ApplyCrossEntropyArgs(a, &c);
   c.overlap_param_gather = !a.no_overlap_param;
   c.fp32_main_grads = !a.bf16_grads;
-  // Megatron-LM's two flags each add one slot; the model has both (the embedding and the output
-  // layer as slots), so one alone would be a split it cannot represent.
-  if (a.mcore_account_embedding != a.mcore_account_loss) {
-    throw InputError(std::string("command line: ") +
-                     (a.mcore_account_embedding ? "--account-for-embedding-in-pipeline-split"
-                                                : "--account-for-loss-in-pipeline-split") +
-                     ": given alone, expected both --account-for-embedding-in-pipeline-split and "
-                     "--account-for-loss-in-pipeline-split (the embedding and the output layer as pipeline slots; one "
-                     "slot alone is not modelled)");
-  }
-  c.embedding_slots = a.emb_slots || a.mcore_account_embedding;
-  c.first_stage_layers = a.first_stage_layers;
-  c.last_stage_layers = a.last_stage_layers;
-  c.even_chunks = a.even_chunks;
+  ApplyStageLayoutArgs(a, &c);
   c.ep = a.ep;
   c.etp = a.etp;
   c.moe_dispatcher = a.moe_dispatcher == "allgather" ? MoeDispatcher::kAllGather
@@ -222,42 +286,8 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   ApplyContextParallelArgs(a, &c);
   CheckPipelineSplitArgs(a, m, c);
   c.p2p_blocking = a.p2p_blocking;
-  if (a.no_scatter_gather && a.framework != "megatron-2022") {
-    throw InputError("command line: --no-scatter-gather: given with --framework " +
-                     (a.framework.empty() ? std::string("megatron-core (the default)") : a.framework) +
-                     ", expected --framework megatron-2022 (Megatron-Core's pipeline messages always carry the whole "
-                     "activation)");
-  }
-  c.scatter_gather = !a.no_scatter_gather;
-  if (a.framework.empty() || a.framework == "megatron-core") {
-    ApplyMegatronCoreDefaults(&c);
-    c.p2p_blocking = c.p2p_blocking || a.p2p_blocking;
-  }
-  c.optimizer_impl = ParseOptimizerImpl(a.opt.optimizer);
-  if (c.optimizer_impl == OptimizerImpl::kDeepSpeedZero && c.zero_stage < 1) {
-    throw InputError("command line: --zero: got " + std::to_string(c.zero_stage) +
-                     ", expected 1, 2 or 3 with --optimizer deepspeed-zero (DeepSpeed ZeRO-1/2/3)");
-  }
-  c.zero3_impl = ParseZero3Impl(a.opt.zero3_impl);
-  // DeepSpeed's stage 3 keeps DeepSpeed's optimizer state unless --optimizer says otherwise.
-  if (c.zero3_impl == Zero3Impl::kDeepSpeed && c.zero_stage == 3 && a.opt.optimizer.empty()) {
-    c.optimizer_impl = OptimizerImpl::kDeepSpeedZero;
-  }
-  if (!a.opt.zero3_impl.empty() && c.zero_stage != 3) {
-    throw InputError("command line: --zero3-impl: got " + a.opt.zero3_impl + " with --zero " + std::to_string(c.zero_stage) +
-                     ", expected --zero 3 (it says how ZeRO-3 gathers and reduces)");
-  }
-  if (c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16 && c.zero_stage != 1) {
-    throw InputError("command line: --zero: got " + std::to_string(c.zero_stage) +
-                     ", expected 1 with --optimizer deepspeed-bf16 (the BF16_Optimizer shards its optimizer state "
-                     "like ZeRO-1 while DeepSpeed's own config says stage 0)");
-  }
-  ApplyZeroKnobs(a, &c);
-  CheckOptimizerPrecision(c.optimizer_impl, c.precision);
-  if (a.bf16_grads && c.optimizer_impl != OptimizerImpl::kMegatron) {
-    throw InputError("command line: --bf16-main-grads: only applies to --optimizer megatron (got --optimizer " +
-                     std::string(ToString(c.optimizer_impl)) + ", whose gradient buffers are fixed)");
-  }
+  ApplyFrameworkArgs(a, &c);
+  ApplyOptimizerArgs(a, &c);
   ApplyHybridShard(a, &c);
   return c;
 }
