@@ -20,7 +20,12 @@ std::string CsvTable::Get(std::size_t r, const std::string& name) const {
   return rows[r][static_cast<std::size_t>(c)];
 }
 
-CsvTable ParseCsv(const std::string& text, const std::string& file) {
+CsvTable ParseCsv(const std::string& raw, const std::string& file) {
+  // A UTF-8 byte-order mark (spreadsheet programs write one) is not part of the first column's name.
+  const std::string text = raw.rfind("\xEF\xBB\xBF", 0) == 0 ? raw.substr(3) : raw;
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
+    throw InputError(file + ": empty file, expected a CSV header line and rows under it");
+  }
   CsvTable t;
   std::vector<std::string> row;
   std::string field;

@@ -18,7 +18,8 @@ struct CsvTable {
   std::string Get(std::size_t r, const std::string& name) const;
 };
 
-/// Parses CSV text (RFC 4180 quoting) from `file` (for messages). InputError naming the file and
+/// Parses CSV text (RFC 4180 quoting; a leading UTF-8 byte-order mark is skipped) from `file` (for
+/// messages). InputError naming the file: an empty file; with the
 /// line on an unterminated quote or a row with more or fewer fields than the header.
 CsvTable ParseCsv(const std::string& text, const std::string& file);
 CsvTable ReadCsvFile(const std::string& path);

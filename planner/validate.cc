@@ -85,6 +85,87 @@ void RequireColumns(const CsvTable& t, const std::string& file, std::initializer
   }
 }
 
+/// The columns of a runs CSV (validation/README.md): those of the project's published_runs.csv.
+const std::vector<std::string>& RunsColumns() {
+  static const std::vector<std::string> cols = {
+      "row_id", "source_id", "source", "source_locator", "model", "params_B", "arch_family", "num_layers",
+      "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size", "vocab_size", "seq_len", "mlp_activation",
+      "arch_source", "gpu_type", "num_gpus", "interconnect", "tp", "pp", "dp", "cp", "ep", "vp", "micro_batch_size",
+      "global_batch_size", "tokens_per_batch", "recompute", "sequence_parallel", "dp_sharding", "precision",
+      "framework", "outcome", "iter_time_s", "tflops_per_gpu", "tflops_basis", "mfu_pct", "hfu_pct", "pct_of_peak",
+      "tokens_per_s_per_gpu", "aggregate_pflops", "peak_mem_gb", "mem_definition", "step_time_s_derived",
+      "derived_fields", "flops_convention", "confidence", "missing_key_fields", "notes"};
+  return cols;
+}
+
+/// The columns of a memory-points CSV (validation/README.md): those of published_memory.csv.
+const std::vector<std::string>& MemoryColumns() {
+  static const std::vector<std::string> cols = {"model", "num_layers", "hidden_size", "num_heads", "seq_len",
+                                                "micro_batch_size", "tp", "pp", "gpu_type", "quantity", "setting",
+                                                "value_gib", "source", "notes"};
+  return cols;
+}
+
+/// InputError naming a header column outside `known` (a misspelled column would otherwise be read
+/// as absent, and its rows as taking the defaults), or one given twice.
+void RejectUnknownColumns(const CsvTable& t, const std::string& file, const std::vector<std::string>& known) {
+  for (std::size_t i = 0; i < t.header.size(); ++i) {
+    const std::string& col = t.header[i];
+    if (std::find(known.begin(), known.end(), col) == known.end()) {
+      const auto near = ClosestMatches(col, known, 1);
+      throw InputError(file + ": header: unknown column '" + col + "'" +
+                       (near.empty() ? std::string() : " (did you mean '" + near[0] + "'?)") +
+                       ", expected the columns of validation/README.md: " + Join(known, ", "));
+    }
+    if (std::find(t.header.begin(), t.header.begin() + static_cast<std::ptrdiff_t>(i), col) !=
+        t.header.begin() + static_cast<std::ptrdiff_t>(i)) {
+      throw InputError(file + ": header: column '" + col + "' given twice, expected each column once");
+    }
+  }
+}
+
+/// The quantity, setting and GPU of memory point `r` (validation/README.md): quantity
+/// params_and_optimizer_per_gpu (setting any), activations_per_gpu or activations_relative_to_none
+/// (setting: no recompute no SP, SP only, selective recompute only, SP + selective recompute, full
+/// recompute, SP + full recompute); gpu_type empty or an A100 (the points are Korthikanti et al.'s
+/// on DGX A100). InputError naming the line and column otherwise.
+void CheckMemoryPointKind(const CsvTable& t, std::size_t r, const std::string& file) {
+  const std::string q = t.Get(r, "quantity"), st = t.Get(r, "setting");
+  const std::vector<std::string> quantities = {"params_and_optimizer_per_gpu", "activations_per_gpu",
+                                               "activations_relative_to_none"};
+  if (std::find(quantities.begin(), quantities.end(), q) == quantities.end()) {
+    throw InputError(file + ": " + RowLabel(t, r) + ", column quantity: got \"" + q + "\", expected " +
+                     Join(quantities, ", "));
+  }
+  const std::vector<std::string> settings =
+      q == "params_and_optimizer_per_gpu"
+          ? std::vector<std::string>{"any"}
+          : std::vector<std::string>{"no recompute no SP",      "SP only",        "selective recompute only",
+                                     "SP + selective recompute", "full recompute", "SP + full recompute"};
+  if (std::find(settings.begin(), settings.end(), st) == settings.end()) {
+    throw InputError(file + ": " + RowLabel(t, r) + ", column setting: got \"" + st + "\", expected for " + q + ": " +
+                     Join(settings, ", "));
+  }
+  const std::string gpu = t.Get(r, "gpu_type");
+  if (!gpu.empty() && gpu.rfind("A100", 0) != 0) {
+    throw InputError(file + ": " + RowLabel(t, r) + ", column gpu_type: got \"" + gpu +
+                     "\", expected empty or an A100 (memory points are modelled on DGX A100, as Korthikanti et al. "
+                     "2022 measured them)");
+  }
+}
+
+/// The precision of a row (column precision, validation/README.md): empty or starting with fp16,
+/// bf16, amp_bf16, amp_fp16, mixed, fp8, FP8 or MXFP8; MXFP8 where it says so, else FP8 where it
+/// says fp8 or FP8, else bf16 where it says bf16, else fp16. InputError naming the row otherwise.
+Precision RowPrecision(const CsvTable& t, std::size_t r, const std::string& file) {
+  ChoiceField(t, r, "precision", file, {"", "fp16", "bf16", "amp_bf16", "amp_fp16", "mixed", "fp8", "FP8", "MXFP8"});
+  const std::string prec = t.Get(r, "precision");
+  return Contains(prec, "MXFP8")                           ? Precision::kMxfp8
+         : Contains(prec, "fp8") || Contains(prec, "FP8") ? Precision::kFp8
+         : Contains(prec, "bf16")                         ? Precision::kBf16
+                                                          : Precision::kFp16;
+}
+
 /// The `key=value` words of a row's notes (the MoE rows' architecture; validation/README.md):
 /// "num_experts=256; top_k=8; attention=MLA q_lora_rank=1536" gives num_experts, top_k,
 /// attention and q_lora_rank. A value ends at a space, ';', ',' or '('.
@@ -194,7 +275,13 @@ Model RowModel(const CsvTable& t, std::size_t r, const std::string& file) {
   } else {
     m.position_embedding = PositionEmbedding::kLearned;
   }
-  if (t.Get(r, "mlp_activation") == "swiglu") m.activation = Activation::kSwiglu;
+  // mlp_activation, where given, overrides the family's; squared-ReLU is costed as GELU (one up
+  // projection, one element-wise activation).
+  switch (ChoiceField(t, r, "mlp_activation", file, {"", "gelu", "swiglu", "squared-relu"})) {
+    case 1: case 3: m.activation = Activation::kGelu; break;
+    case 2: m.activation = Activation::kSwiglu; break;
+    default: break;
+  }
   const auto notes = NoteValues(t.Get(r, "notes"));
   if (notes.count("num_experts")) {
     RowExperts(notes, file + ": " + RowLabel(t, r), &m);
@@ -472,6 +559,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
   }
   ValidationReport rep;
   const CsvTable t = ReadCsvFile(runs_csv);
+  RejectUnknownColumns(t, runs_csv, RunsColumns());
   RequireColumns(t, runs_csv, {"row_id", "source_id", "model", "num_layers", "hidden_size", "num_heads", "vocab_size",
                                "seq_len", "gpu_type", "num_gpus", "tp", "pp", "dp", "micro_batch_size",
                                "global_batch_size", "outcome", "iter_time_s"});
@@ -577,11 +665,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     // FlexAttention) of the newer PyTorch-side rows.
     c.flash_attention = Contains(t.Get(r, "framework"), "FlashAttention") || Contains(t.Get(r, "framework"), "TE ") ||
                         Contains(t.Get(r, "framework"), "FlexA");
-    const std::string prec = t.Get(r, "precision");
-    c.precision = Contains(prec, "MXFP8")                           ? Precision::kMxfp8
-                  : Contains(prec, "fp8") || Contains(prec, "FP8") ? Precision::kFp8
-                  : Contains(prec, "bf16")                         ? Precision::kBf16
-                                                                   : Precision::kFp16;
+    c.precision = RowPrecision(t, r, runs_csv);
     c.embedding_slots = Contains(t.Get(r, "notes"), "PP slots");
     // What the frameworks did: Megatron-LM of 2021-22 (S1, S3) and DeepSpeed's pipeline engine
     // (S12) reduce gradients after the backward pass.
@@ -666,6 +750,9 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
         c.cross_entropy = CrossEntropyImpl::kNative;
       }
     }
+    // The defaults of a row that leaves these columns empty, stated (docs/validate.md).
+    if (rc == 0 && !mcore) row.assumptions.push_back("full activation recompute (not stated)");
+    if (t.Get(r, "precision").empty()) row.assumptions.push_back("fp16 (precision not stated)");
     // llm-foundry's MPT computes the loss with its default loss_fn, fused_crossentropy (flash-attn's
     // Triton cross-entropy: one kernel over the 16-bit logits).
     if (Contains(fw, "llm-foundry")) c.cross_entropy = CrossEntropyImpl::kFlashAttn;
@@ -696,6 +783,14 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     // 2024-04), so their flash-attention rows ran FlashAttention-2; the default profile assumes
     // FA3 on Hopper. Transformer Engine's fused attention on Megatron-Core (NeMo 24.x) runs
     // cuDNN 9's flash attention, at FlashAttention-3-class rates on Hopper (the default's).
+    if (!cl.gpu.Runs(c.precision)) {
+      row.skipped = true;
+      row.assumptions.clear();
+      row.skip_reason = fmt::format("precision {} is not supported by the {}; it runs: {}", ToString(c.precision),
+                                    cl.gpu.display_name, cl.gpu.PrecisionList());
+      rep.rows.push_back(row);
+      continue;
+    }
     HardwareProfile prof = DefaultProfile(cl);
     if (c.flash_attention && cl.gpu.arch == "hopper" && !mcore) {
       prof = WithAttentionKernel(prof, cl.gpu.arch, "fa2");
@@ -756,17 +851,22 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
 
   if (!memory_csv.empty()) {
     const CsvTable mt = ReadCsvFile(memory_csv);
+    RejectUnknownColumns(mt, memory_csv, MemoryColumns());
     RequireColumns(mt, memory_csv, {"model", "num_layers", "hidden_size", "num_heads", "seq_len", "micro_batch_size",
                                     "tp", "pp", "quantity", "setting", "value_gib"});
+    if (mt.rows.empty()) throw InputError(memory_csv + ": no rows, expected at least one memory point under the header");
     for (std::size_t r = 0; r < mt.rows.size(); ++r) {
       MemoryPoint pt;
       pt.model = mt.Get(r, "model");
       pt.quantity = mt.Get(r, "quantity");
       pt.setting = mt.Get(r, "setting");
       pt.source = mt.Get(r, "source");
+      CheckMemoryPointKind(mt, r, memory_csv);
       auto v = Num(mt.Get(r, "value_gib"));
-      if (!v) throw InputError(memory_csv + ": " + RowLabel(mt, r) + ", column value_gib: got \"" +
-                               mt.Get(r, "value_gib") + "\", expected a number");
+      if (!v || !(*v > 0) || !std::isfinite(*v)) {
+        throw InputError(memory_csv + ": " + RowLabel(mt, r) + ", column value_gib: got \"" + mt.Get(r, "value_gib") +
+                         "\", expected a positive number (GiB, or a fraction for activations_relative_to_none)");
+      }
       pt.published_GiB = *v;
       // The configuration of the matching Korthikanti run (same layers, hidden, tp, pp).
       Json j = {{"name", pt.model}, {"num_layers", IntField(mt, r, "num_layers", memory_csv)},
@@ -793,6 +893,11 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       }
       c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
       const Cluster cl = LoadCluster("dgx-a100");
+      if (const auto why = InfeasibilityReasons(m, c, c.tp * c.pp, cl); !why.empty()) {
+        throw InputError(memory_csv + ": " + RowLabel(mt, r) + ": tp " + std::to_string(c.tp) + " and pp " +
+                         std::to_string(c.pp) + " cannot run this model (" + Join(why, "; ") +
+                         "), expected a configuration of Korthikanti et al. 2022");
+      }
       const HardwareProfile prof = DefaultProfile(cl);
       // Fig. 1's parameter-and-optimizer bars and Fig. 7's fractions count the transformer layers
       // alone (Fig. 1's activation bars are the whole first stage, below). The parameter bars are
@@ -811,7 +916,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       const Recompute rc = Contains(st, "full")        ? Recompute::kFull
                            : Contains(st, "selective") ? Recompute::kSelective
                                                        : Recompute::kNone;
-      if (pt.quantity == "params_and_optimizer_per_gpu") {
+      if (pt.quantity == "params_and_optimizer_per_gpu") {  // CheckMemoryPointKind allowed these three
         pt.predicted_GiB =
             ParametersOfStage(m, c.tp, c.pp, 0).layer_params * BytesPerParam(c).total() / 1073741824.0;
       } else if (pt.quantity == "activations_per_gpu") {
@@ -824,8 +929,6 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
             Simulate(m, x, cl, c.tp * c.pp, prof).stages.at(0).memory.saved_activations_bytes / 1073741824.0;
       } else if (pt.quantity == "activations_relative_to_none") {
         pt.predicted_GiB = layer_saved(sp, rc) / layer_saved(false, Recompute::kNone);
-      } else {
-        continue;
       }
       pt.error = pt.predicted_GiB / pt.published_GiB - 1.0;
       rep.memory_points.push_back(pt);

@@ -1,6 +1,7 @@
 #include "report/validate_report.h"
 
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <ostream>
 
@@ -188,7 +189,9 @@ namespace {
 // What the rows are and how to read the table.
 void WriteValidationHeader(std::ostream& out, const ValidationReport& rep, const std::string& runs) {
   if (rep.logs.empty()) {
-    out << "Published training runs: " << runs << "\n";
+    // The project's CSVs (published_runs*.csv) are published runs; a --runs file of one's own is not.
+    const bool published = std::filesystem::path(runs).filename().string().rfind("published_runs", 0) == 0;
+    out << (published ? "Published training runs: " : "Your runs: ") << runs << "\n";
     out << "error = predicted / measured - 1; memory is the peak over pipeline stages (r: a measured nvidia-smi or\n"
            "reserved peak against the predicted reserved figure); * measured step time derived\n"
            "from the source's reported throughput (TFLOP/s or tokens/s), not a reported iteration time; [fit] a built-in\n"

@@ -95,7 +95,39 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
   using testing::InputErrorOf;
   const std::string runs = testing::FixturesDir() + "/validation/runs_small.csv";
   const std::string wrong = testing::WriteTemp("memory_wrong_header.csv", "foo,bar\n1,2\n");
-  EXPECT_EQ(InputErrorOf([&] { RunValidation(runs, wrong); }), wrong + ": header: missing column 'model'");
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(runs, wrong); }).rfind(wrong + ": header: unknown column 'foo', expected the "
+                                                                    "columns of validation/README.md: model, num_layers", 0),
+            0u);
+  const std::string short_header = testing::WriteTemp("memory_short_header.csv", "model,tp\nx,1\n");
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(runs, short_header); }), short_header + ": header: missing column 'num_layers'");
+  // A memory point's quantity, setting, value and configuration are checked, not passed over or
+  // compared as they come.
+  const std::string mem_header =
+      "model,num_layers,hidden_size,num_heads,seq_len,micro_batch_size,tp,pp,gpu_type,quantity,setting,value_gib\n";
+  auto mem = [&](const std::string& name, const std::string& line) {
+    return testing::WriteTemp(name, mem_header + line + "\n");
+  };
+  const std::string quantity = mem("memory_quantity.csv", "M,48,6144,64,2048,4,8,1,,params_per_gpu,any,45.56");
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(runs, quantity); }),
+            quantity + ": line 2, column quantity: got \"params_per_gpu\", expected params_and_optimizer_per_gpu, "
+                       "activations_per_gpu, activations_relative_to_none");
+  const std::string setting = mem("memory_setting.csv", "M,48,6144,64,2048,4,8,1,,activations_per_gpu,whatever,9.5");
+  EXPECT_NE(InputErrorOf([&] { RunValidation(runs, setting); })
+                .find(", column setting: got \"whatever\", expected for activations_per_gpu: no recompute no SP, SP only"),
+            std::string::npos);
+  const std::string negative_gib = mem("memory_negative.csv", "M,48,6144,64,2048,4,8,1,,activations_per_gpu,SP only,-1");
+  EXPECT_NE(InputErrorOf([&] { RunValidation(runs, negative_gib); }).find(", column value_gib: got \"-1\", expected a "
+                                                                          "positive number"),
+            std::string::npos);
+  const std::string v100 = mem("memory_v100.csv", "M,48,6144,64,2048,4,8,1,V100,params_and_optimizer_per_gpu,any,45.56");
+  EXPECT_NE(InputErrorOf([&] { RunValidation(runs, v100); }).find("column gpu_type: got \"V100\", expected empty or an A100"),
+            std::string::npos);
+  const std::string tp3 = mem("memory_tp3.csv", "M,48,6144,64,2048,4,3,1,,params_and_optimizer_per_gpu,any,45.56");
+  EXPECT_NE(InputErrorOf([&] { RunValidation(runs, tp3); }).find(tp3 + ": line 2: tp 3 and pp 1 cannot run this model ("),
+            std::string::npos);
+  const std::string no_points = testing::WriteTemp("memory_no_points.csv", mem_header);
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(runs, no_points); }),
+            no_points + ": no rows, expected at least one memory point under the header");
   const std::string bad = testing::WriteTemp(
       "memory_bad_value.csv",
       "model,num_layers,hidden_size,num_heads,seq_len,micro_batch_size,tp,pp,quantity,setting,value_gib\n"
@@ -115,7 +147,7 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
   };
   auto row = [&](const std::string& col, const std::string& value) {
     std::vector<std::string> cells = t.rows[0];
-    if (!col.empty()) cells[static_cast<std::size_t>(t.Column(col))] = value;
+    if (!col.empty()) cells.at(static_cast<std::size_t>(t.Column(col))) = value;
     std::string line;
     for (std::size_t i = 0; i < cells.size(); ++i) {
       // Appended piecewise: GCC 12 at -O3 warns falsely (-Wrestrict) on const char* + std::string&&.
@@ -164,7 +196,57 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
   std::string renamed = header();
   renamed.replace(renamed.find("iter_time_s"), 11, "iter_time");
   const std::string no_time = testing::WriteTemp("runs_no_time.csv", renamed + row("", ""));
-  EXPECT_EQ(InputErrorOf([&] { RunValidation(no_time, ""); }), no_time + ": header: missing column 'iter_time_s'");
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(no_time, ""); }).rfind(no_time + ": header: unknown column 'iter_time' (did "
+                                                                     "you mean 'iter_time_s'?)", 0),
+            0u);
+  std::string without_time = header();
+  without_time.replace(without_time.find(",iter_time_s"), 12, "");
+  std::string row_without_time = row("", "");
+  {
+    const CsvTable one = ParseCsv(header() + row_without_time, "x.csv");
+    std::vector<std::string> cells = one.rows[0];
+    cells.erase(cells.begin() + one.Column("iter_time_s"));
+    row_without_time.clear();
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      if (i) row_without_time += ',';
+      row_without_time += CsvQuote(cells[i]);
+    }
+    row_without_time += "\n";
+  }
+  const std::string missing_time = testing::WriteTemp("runs_missing_time.csv", without_time + row_without_time);
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(missing_time, ""); }), missing_time + ": header: missing column 'iter_time_s'");
+  // A misspelled optional column would leave its rows on the defaults: refused like a typo'd value.
+  std::string misspelled = header();
+  misspelled.replace(misspelled.find("recompute"), 9, "recompte");
+  const std::string typo = testing::WriteTemp("runs_typo_column.csv", misspelled + row("", ""));
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(typo, ""); }).rfind(typo + ": header: unknown column 'recompte' (did you "
+                                                                  "mean 'recompute'?)", 0),
+            0u);
+  // Precision and activation take the documented values; another exits 2 instead of reading as fp16.
+  const std::string fp32 = testing::WriteTemp("runs_fp32.csv", header() + row("precision", "garbage"));
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(fp32, ""); }),
+            fp32 + ": row_id " + row_id + " (line 2), column precision: got \"garbage\", expected empty, \"fp16...\", "
+                   "\"bf16...\", \"amp_bf16...\", \"amp_fp16...\", \"mixed...\", \"fp8...\", \"FP8...\", \"MXFP8...\"");
+  std::string with_activation = header(), relu_row = row("", "");
+  with_activation.insert(with_activation.size() - 1, ",mlp_activation");
+  relu_row.insert(relu_row.size() - 1, ",relu");
+  const std::string relu = testing::WriteTemp("runs_relu.csv", with_activation + relu_row);
+  EXPECT_NE(InputErrorOf([&] { RunValidation(relu, ""); }).find("column mlp_activation: got \"relu\", expected empty, "
+                                                                "\"gelu...\", \"swiglu...\", \"squared-relu...\""),
+            std::string::npos);
+  // A precision the GPU does not run skips the row with the reason (it used to stop the whole run).
+  const std::string fp8 = testing::WriteTemp("runs_fp8_a100.csv", header() + row("precision", "fp8"));
+  const ValidationReport fp8_rep = RunValidation(fp8, "");
+  ASSERT_EQ(fp8_rep.rows.size(), 1u);
+  EXPECT_TRUE(fp8_rep.rows[0].skipped);
+  EXPECT_NE(fp8_rep.rows[0].skip_reason.find("precision fp8 is not supported by the NVIDIA A100"), std::string::npos)
+      << fp8_rep.rows[0].skip_reason;
+  // A spreadsheet's byte-order mark is not part of the first column; an empty file says so.
+  const std::string bom = testing::WriteTemp("runs_bom.csv", "\xEF\xBB\xBF" + header() + row("", ""));
+  EXPECT_EQ(RunValidation(bom, "").rows.size(), 1u);
+  const std::string nothing = testing::WriteTemp("runs_nothing.csv", "");
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(nothing, ""); }),
+            nothing + ": empty file, expected a CSV header line and rows under it");
 }
 
 // --csv has the JSON rows' fields; a skipped row leaves its predictions empty.
