@@ -34,6 +34,17 @@ AlphaBeta FitAlphaBeta(const std::vector<CurvePoint>& pts) {
   return f;
 }
 
+double TimeAboveLaunch(double measured_s, double launch_s) {
+  return std::max(measured_s - launch_s, 0.1 * measured_s);
+}
+
+double FitLaunchOverhead(const std::vector<CurvePoint>& pts) {
+  if (pts.size() < 2) return 0;  // one size cannot tell the overhead from the bandwidth
+  double shortest = pts.front().y;
+  for (const auto& s : pts) shortest = std::min(shortest, s.y);
+  return std::clamp(FitAlphaBeta(pts).alpha_s, 0.0, 0.9 * shortest);
+}
+
 void FitAttention(const std::vector<cuda::AttentionSample>& samples, double peak_tflops, HardwareProfile* p,
                   int main_head_dim) {
   if (samples.empty()) throw InputError("attention fit: got no samples, expected at least 1");
@@ -46,8 +57,10 @@ void FitAttention(const std::vector<cuda::AttentionSample>& samples, double peak
                        " has a size or time that is not positive");
     }
     const double flops = 0.5 * 4 * b * s * s * h * d;
-    fwd[a.head_dim].push_back({s, flops / a.fwd_s / (peak_tflops * 1e12)});
-    bwd[a.head_dim].push_back({s, 2.5 * flops / a.bwd_s / (peak_tflops * 1e12)});
+    const double fwd_s = TimeAboveLaunch(a.fwd_s, p->launch_overhead_s);
+    const double bwd_s = TimeAboveLaunch(a.bwd_s, p->launch_overhead_s);
+    fwd[a.head_dim].push_back({s, flops / fwd_s / (peak_tflops * 1e12)});
+    bwd[a.head_dim].push_back({s, 2.5 * flops / bwd_s / (peak_tflops * 1e12)});
   }
   auto by_seq = [](const CurvePoint& x, const CurvePoint& y) { return x.x < y.x; };
   for (auto* m : {&fwd, &bwd}) {
@@ -73,11 +86,12 @@ void FitAttention(const std::vector<cuda::AttentionSample>& samples, double peak
 void FitMemoryBound(std::vector<CurvePoint> pts, HardwareProfile* p) {
   if (pts.empty()) throw InputError("memory-bound fit: got no samples, expected at least 1");
   double best = 0;
-  for (const auto& s : pts) {
+  for (auto& s : pts) {
     if (!(s.x > 0) || !(s.y > 0)) {
       throw InputError("memory-bound fit: a sample has bytes " + std::to_string(s.x) + " and seconds " +
                        std::to_string(s.y) + ", expected both positive");
     }
+    s.y = TimeAboveLaunch(s.y, p->launch_overhead_s);  // MemoryBoundTime adds the launch back
     best = std::max(best, s.x / s.y / 1e9);
   }
   std::sort(pts.begin(), pts.end(), [](const CurvePoint& a, const CurvePoint& b) { return a.x < b.x; });

@@ -21,6 +21,19 @@ struct AlphaBeta {
 /// throws InputError otherwise.
 AlphaBeta FitAlphaBeta(const std::vector<CurvePoint>& size_to_seconds);
 
+/// The part of a measured kernel time that the cost model's rates explain: the time above the
+/// per-kernel overhead `launch_s` (GemmTime, MemoryBoundTime and AttentionTime add
+/// launch_overhead_s to every kernel, so a fit that kept it would count it twice), and at least a
+/// tenth of the measured time.
+double TimeAboveLaunch(double measured_s, double launch_s);
+
+/// The per-kernel overhead of a memory-bound sweep (x = bytes moved, y = seconds): the latency of
+/// the alpha-beta fit t = alpha + bytes / beta over the samples (FitAlphaBeta), within [0, 0.9 x
+/// the shortest time]; 0 with fewer than two samples. With it as launch_overhead_s,
+/// FitMemoryBound's curve gives back every measured time: each sample's time above it sets its
+/// efficiency, and the cost model adds it back.
+double FitLaunchOverhead(const std::vector<CurvePoint>& bytes_to_seconds);
+
 /// Fused attention efficiencies from timed causal attention calls (`samples`, each at one
 /// sequence length): forward FLOPs 0.5 x 4 b s^2 h d (causal half of QK^T and PV, the
 /// simulator's convention, docs/simulator.md) over seconds over `peak_tflops`, backward 2.5x
@@ -28,8 +41,9 @@ AlphaBeta FitAlphaBeta(const std::vector<CurvePoint>& size_to_seconds);
 /// figure (interpolated in log(seq) when 2,048 was not timed; at most 1) and the two
 /// efficiency-vs-seq curves relative to it, all from the samples at `main_head_dim` (else the
 /// smallest head dim timed). With more than one head dim, the head-dim factors: each head dim's
-/// 2,048-token efficiency over the main one's. Throws InputError without samples or with a time,
-/// size or peak that is not positive.
+/// 2,048-token efficiency over the main one's. Each time counts above p->launch_overhead_s
+/// (TimeAboveLaunch; set it first). Throws InputError without samples or with a time, size or
+/// peak that is not positive.
 void FitAttention(const std::vector<cuda::AttentionSample>& samples, double peak_tflops, HardwareProfile* p,
                   int main_head_dim = 128);
 
@@ -40,7 +54,8 @@ inline constexpr double kMemoryBoundVsMemcpyTarget = 0.9;
 
 /// The memory-bound curve from measured (x = bytes moved, y = seconds) samples: sets
 /// `p->hbm_GBps` to the highest rate (bytes / seconds / 1e9) and `p->memory_efficiency_vs_bytes`
-/// to each sample's rate over it, sorted by bytes. Throws InputError without a sample or with a
+/// to each sample's rate over it, sorted by bytes, the seconds counted above p->launch_overhead_s
+/// (TimeAboveLaunch; set it first, e.g. from FitLaunchOverhead). Throws InputError without a sample or with a
 /// time or size that is not positive.
 void FitMemoryBound(std::vector<CurvePoint> bytes_to_seconds, HardwareProfile* p);
 
