@@ -652,6 +652,29 @@ HardwareProfile RunCalibration(const CalibrateOptions& o) {
   return p;
 }
 
+/// The node count of an imported table. A log that names no hosts (its Rank lines cut away)
+/// spans ceil(ranks / GPUs per node) nodes of the cluster, said in `warnings`: taking more ranks
+/// than a node holds as one node would file an inter-node rate as NVLink's. A log whose hosts hold
+/// more ranks each than the cluster's nodes have GPUs ran on another machine: InputError.
+void PlaceOnNodes(const NcclTestsRun& run, const std::string& path, int gpus_per_node, CollectiveTable* t,
+                  std::vector<std::string>* warnings) {
+  const int per_node = std::max(1, gpus_per_node);
+  if (!run.hosts_named) {
+    t->nodes = (run.ranks + per_node - 1) / per_node;
+    if (t->nodes > 1 && warnings) {
+      warnings->push_back(fmt::format("{}: {} over {} ranks names no hosts (no 'Rank ... on HOST' lines): taken as {} "
+                                      "nodes of the cluster's {} GPUs",
+                                      path, ToString(t->op), run.ranks, t->nodes, per_node));
+    }
+    return;
+  }
+  if (run.ranks > run.nodes * per_node) {
+    throw InputError(fmt::format("{}: {} ranks on {} host(s), but the cluster has {} GPUs per node; expected the "
+                                 "--cluster the log ran on (at most {} ranks per host)",
+                                 path, run.ranks, run.nodes, per_node, per_node));
+  }
+}
+
 HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwareProfile p,
                                 const std::string& expected_device, std::vector<std::string>* warnings) {
   p.kind = "measured";
@@ -676,6 +699,7 @@ HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwarePr
                             "': the profile pairs that GPU's defaults with these collectives");
       }
       CollectiveTable t = ToCollectiveTable(run);
+      PlaceOnNodes(run, path, p.gpus_per_node, &t, warnings);
       if (t.bytes_to_seconds.empty()) {
         throw InputError(path + ": " + ToString(t.op) + " has no row with a size > 0 and a time > 0, expected at least "
                          "one measured size");

@@ -177,6 +177,7 @@ std::vector<NcclTestsRun> ParseJson(const Json& j, const std::string& file) {
     run.ranks = static_cast<int>(j["devices"].size()) * per_process;
   }
   run.nodes = std::max<int>(1, static_cast<int>(hosts.size()));
+  run.hosts_named = !hosts.empty();
   if (!j.contains("results") || !j["results"].is_array()) {
     throw InputError(file + ": /results: missing, expected an array of nccl-tests results");
   }
@@ -232,6 +233,7 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
     cur.ranks = rank_lines;
     cur.split_groups = groups.size() > 1;
     cur.nodes = std::max<int>(1, static_cast<int>(hosts.size()));
+    cur.hosts_named = !hosts.empty();
     CheckRanksAgreeWithBusBw(cur, file);
     if (cur.ranks == 0) cur.ranks = RanksFromRows(cur);
     runs.push_back(cur);

@@ -23,7 +23,8 @@ struct NcclTestsRun {
   CollectiveOp op = CollectiveOp::kAllReduce;
   std::string binary;  ///< e.g. all_reduce_perf
   int ranks = 0;       ///< from the "Rank" lines, else from busbw/algbw
-  int nodes = 1;       ///< distinct hosts in the "Rank" lines
+  int nodes = 1;       ///< distinct hosts in the "Rank" lines (1 when they name none)
+  bool hosts_named = false;  ///< whether the log named its hosts (Rank lines or JSON devices)
   bool split_groups = false;  ///< the Rank lines name more than one Group (NCCL_TESTS_SPLIT_MASK)
   std::string device;  ///< the GPU: the first "Rank" line's (text logs) or device_info (JSON), e.g. "NVIDIA H100 80GB HBM3"
   std::vector<NcclTestsRow> rows;

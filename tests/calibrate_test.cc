@@ -164,6 +164,40 @@ TEST(NcclTests, ImportRefusesTheSameTableTwice) {
                 ", expected one measurement of each collective, rank and node count");
 }
 
+// A log without its Rank lines (grep'd or tailed) names no hosts: its ranks fill the cluster's
+// nodes, so 8 ranks on nodes of 4 GPUs are an inter-node table and not the NVLink rate (they were
+// filed as one node, a 2-node busbw becoming the intra-node one). Hosts holding more ranks than
+// the cluster's nodes have GPUs mean another machine: refused.
+TEST(NcclTests, RanksBeyondANodeAreNotFiledAsOneNode) {
+  const std::string text = ReadTextFile(kNccl + "all_reduce_h200_8.log");
+  HardwareProfile four_per_node = DefaultProfile(LoadCluster("dgx-h200"));
+  four_per_node.gpus_per_node = 4;
+  const std::string log = kNccl + "all_reduce_h200_8.log";
+  EXPECT_EQ(testing::InputErrorOf([&] { ImportNcclTests({log}, four_per_node, "", nullptr); }),
+            log + ": 8 ranks on 1 host(s), but the cluster has 4 GPUs per node; expected the --cluster the log ran on "
+                  "(at most 4 ranks per host)");
+  std::string no_ranks;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("Rank ") == std::string::npos) no_ranks += line + "\n";
+  }
+  const std::string bare = testing::WriteTemp("all_reduce_perf_no_ranks.log", no_ranks);
+  std::vector<std::string> warnings;
+  const HardwareProfile p = ImportNcclTests({bare}, four_per_node, "", &warnings);
+  ASSERT_EQ(p.collective_tables.size(), 1u);
+  EXPECT_EQ(p.collective_tables[0].ranks, 8);
+  EXPECT_EQ(p.collective_tables[0].nodes, 2);
+  EXPECT_EQ(p.intra_busbw_GBps, four_per_node.intra_busbw_GBps);  // not the measured 368 GB/s
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_EQ(warnings[0], bare + ": all_reduce over 8 ranks names no hosts (no 'Rank ... on HOST' lines): taken as 2 "
+                                "nodes of the cluster's 4 GPUs");
+  // On the cluster it ran on (8 GPUs per node) the same log is one node's NVLink table.
+  warnings.clear();
+  const HardwareProfile one = ImportNcclTests({bare}, DefaultProfile(LoadCluster("dgx-h200")), "", &warnings);
+  EXPECT_EQ(one.collective_tables[0].nodes, 1);
+  EXPECT_TRUE(warnings.empty());
+}
+
 TEST(NcclTests, RanksFromBusbwRatioWithoutRankLines) {
   // 4 ranks: all-reduce factor 2*3/4 = 1.5.
   auto runs = ParseNcclTestsLog(
