@@ -328,7 +328,17 @@ Json MeasureOverlap(const Ctx& c) {
     comm.join();
   }
   c.Progress("overlap", 1, 1);
-  return {{"gemm_alone_seconds", MaxOverRanks(alone)}, {"gemm_with_comm_seconds", MaxOverRanks(with)}};
+  // How many ranks share this node's cores: each runs a GEMM and, here, a streaming thread.
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+  int local_ranks = 1;
+  MPI_Comm_size(local, &local_ranks);
+  MPI_Comm_free(&local);
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  return {{"gemm_alone_seconds", MaxOverRanks(alone)},
+          {"gemm_with_comm_seconds", MaxOverRanks(with)},
+          {"ranks_per_node", MaxOverRanks(local_ranks)},
+          {"cores_per_node", -MaxOverRanks(-cores)}};
 }
 
 double MemTotalBytes() {
@@ -348,7 +358,8 @@ HardwareProfile BuildCpuProfile(const Json& g, int ranks) {
   HardwareProfile p;
   p.kind = "measured";
   p.gpu = "cpu";
-  p.source = "shardcast calibrate --backend cpu (Eigen fp32 GEMMs, axpy, naive attention, MPI collectives)";
+  p.source = "shardcast calibrate --backend cpu (Eigen fp32 GEMMs, filed as the bf16/fp16 and the fp32 rate; axpy, "
+             "naive attention, MPI collectives)";
   p.date = TodayUtc();
   // The per-kernel overhead from the memory-bound sweep (at most 5 us: a CPU "kernel" is a call);
   // every fit counts the time above it, which the cost model adds back per kernel.
@@ -364,6 +375,10 @@ HardwareProfile BuildCpuProfile(const Json& g, int ranks) {
   for (const auto& s : g["gemm"]) best = std::max(best, gemm_tflops(s));
   p.gemm_peak_tflops = best;
   p.gemm_max_efficiency = 1.0;
+  // Eigen's GEMMs are fp32, and the CPU executor runs every precision in fp32: the measured rate
+  // is the base (16-bit) rate and the fp32 one alike, so --precision fp32 takes it as measured
+  // instead of scaling a built-in default.
+  p.gemm_rates.push_back({Precision::kFp32, best, 1.0});
   std::map<double, double> by_gflop;
   for (const auto& s : g["gemm"]) {
     const double flops = 2.0 * s["m"].get<double>() * s["n"].get<double>() * s["k"].get<double>();
@@ -419,9 +434,23 @@ HardwareProfile BuildCpuProfile(const Json& g, int ranks) {
   }
   if (p.p2p_intra_GBps <= 0) p.p2p_intra_GBps = p.intra_busbw_GBps;
   p.nic_effective_GBps = p.intra_busbw_GBps;
+  if (fitted_ranks == 0) {
+    p.source += fmt::format("; collective rates not measured ({} rank{}, no all-reduce within a node): intra-node, p2p "
+                            "and NIC busbw estimated as half the memory-bound peak, {:.4g} GB/s",
+                            ranks, ranks == 1 ? "" : "s", p.intra_busbw_GBps);
+  }
   const auto& ov = g["overlap"];
   const double slow = std::max(0.0, ov["gemm_with_comm_seconds"].get<double>() / ov["gemm_alone_seconds"].get<double>() - 1.0);
   p.overlap_slowdown_nvlink = p.overlap_slowdown_network = slow;
+  if (ov.contains("ranks_per_node") && ov.contains("cores_per_node")) {
+    const double r = ov["ranks_per_node"].get<double>(), cores = ov["cores_per_node"].get<double>();
+    if (2 * r > cores) {
+      p.source += fmt::format("; the overlap slowdown ({:.1f}%) was measured with {:g} ranks and {:g} memory-streaming "
+                              "threads on {:g} cores: oversubscribed, it measures contention for cores as much as for "
+                              "memory (run fewer ranks per node for a figure to trust)",
+                              100 * slow, r, r, cores);
+    }
+  }
   p.framework_overhead_bytes = 0.1 * 1073741824.0;  // [est] MPI buffers and allocator slack
   ProfileMachine m;
   m.name = fmt::format("{} CPU ranks on {}", ranks, co["host"].get<std::string>());
@@ -615,11 +644,25 @@ HardwareProfile RunCalibration(const CalibrateOptions& o) {
   if (c.rank == 0 && o.resume && access(partial_path.c_str(), R_OK) == 0) {
     Json p = ReadJsonFile(partial_path);
     JsonReader r(p, partial_path);
-    if (r.String("format") != "shardcast-calibration-partial" || p.value("quick", false) != o.quick ||
-        p.value("ranks", 0) != c.size || p.value("backend", "") != o.backend ||
-        p.value("model_shapes", Json::array()) != Json(o.model_shapes)) {
-      throw InputError(partial_path + ": partial results of a different sweep (backend, --quick, --model or rank "
-                                      "count differ); delete it or run without --resume");
+    if (r.String("format") != "shardcast-calibration-partial") {
+      throw InputError(partial_path + ": /format: got " + p["format"].dump() +
+                       ", expected \"shardcast-calibration-partial\" (an interrupted sweep's results)");
+    }
+    // What the sweep must share with the saved one, named where they differ.
+    std::vector<std::string> differ;
+    const std::vector<std::pair<const char*, Json>> now = {
+        {"backend", o.backend}, {"quick", o.quick}, {"ranks", c.size}, {"model_shapes", o.model_shapes}};
+    for (const auto& [key, value] : now) {
+      const Json saved = p.contains(key) ? p[key] : Json();
+      if (saved != value) differ.push_back(fmt::format("{} saved {}, now {}", key, saved.dump(), value.dump()));
+    }
+    if (!differ.empty()) {
+      throw InputError(partial_path + ": partial results of a different sweep (" + Join(differ, "; ") +
+                       "; model_shapes follow --model and --tp-values); delete it or run without --resume");
+    }
+    if (!p.contains("groups") || !p["groups"].is_object()) {
+      throw InputError(partial_path + ": /groups: missing or not an object, expected the measured groups of an "
+                                      "interrupted sweep; delete it or run without --resume");
     }
     partial = p;
     loaded = 1;
@@ -644,7 +687,18 @@ HardwareProfile RunCalibration(const CalibrateOptions& o) {
     if (group == o.stop_after) return HardwareProfile{};  // as if interrupted here
   }
   if (c.rank != 0) return HardwareProfile{};
-  HardwareProfile p = BuildCpuProfile(partial["groups"], c.size);
+  HardwareProfile p;
+  try {
+    p = BuildCpuProfile(partial["groups"], c.size);
+    // What is written must load (a resumed file could hold anything).
+    ProfileFromJson(ProfileToJson(p), o.out);
+  } catch (const Json::exception& e) {
+    throw InputError(partial_path + ": the measured groups do not have the expected shape (" + e.what() +
+                     "); delete it or run without --resume");
+  } catch (const InputError& e) {
+    throw InputError(std::string(e.what()) + " (from the measurements" + (loaded ? " resumed from " + partial_path : "") +
+                     "; nothing written)");
+  }
   // A harness test's profile must not pass for a measurement.
   if (o.fake_timer) p.source += "; SYNTHETIC: timings from --fake-timer formulas (a test of the harness), not measured";
   WriteFileAtomic(o.out, ProfileToJson(p).dump(2) + "\n");
@@ -738,6 +792,37 @@ HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwarePr
   return p;
 }
 
+namespace {
+
+/// profile show's attention part: the efficiencies, their curves by sequence length and head
+/// dim, the kernels' head dims and the unfused core's correction.
+std::string DescribeAttention(const HardwareProfile& p) {
+  std::string s = fmt::format("\nAttention (fused): forward {:.3f}, backward {:.3f} of the bf16 GEMM peak", p.attention_fwd_efficiency,
+                              p.attention_bwd_efficiency);
+  s += p.attention_head_dim > 0 ? fmt::format(", at head dim {}", p.attention_head_dim) : std::string();
+  s += p.attention_tiles.empty() ? std::string(" (the head dim as given)\n")
+                                 : fmt::format(" ({} kernels' head dims)\n", p.attention_tiles);
+  auto curve = [&](const char* what, const std::vector<CurvePoint>& c) {
+    if (c.empty()) return;
+    s += fmt::format("  {}:", what);
+    for (const auto& pt : c) s += fmt::format(" {:g} -> {:.3f}", pt.x, pt.y);
+    s += "\n";
+  };
+  curve("forward factor by sequence length (1 at the reference length)", p.attention_efficiency_vs_seq);
+  if (p.attention_bwd_efficiency_vs_seq.empty()) {
+    s += "  backward factor by sequence length: the forward's\n";
+  } else {
+    curve("backward factor by sequence length", p.attention_bwd_efficiency_vs_seq);
+  }
+  curve("forward factor by head dim", p.attention_fwd_head_dim_factor);
+  curve("backward factor by head dim", p.attention_bwd_head_dim_factor);
+  s += fmt::format("  unfused attention core (no flash): its GEMM and memory-bound times / {:.3f}\n",
+                   p.unfused_attention_core_efficiency);
+  return s;
+}
+
+}  // namespace
+
 std::string DescribeProfile(const HardwareProfile& p) {
   std::string s;
   s += fmt::format("Profile: {} ({}), GPU/device: {}, date {}\n  source: {}\n", p.kind, "version " + std::to_string(p.version),
@@ -746,7 +831,12 @@ std::string DescribeProfile(const HardwareProfile& p) {
     s += fmt::format("  machine: {} ({} per node x {} nodes, {} per device)\n", p.machine->name,
                      p.machine->devices_per_node, p.machine->nodes, FormatGiB(p.machine->memory_bytes_per_device));
   }
-  s += fmt::format("\nGEMM: peak {:.4g} TFLOP/s, max efficiency {:.3f}\n", p.gemm_peak_tflops, p.gemm_max_efficiency);
+  s += fmt::format("\nGEMM: bf16/fp16 peak {:.4g} TFLOP/s, max efficiency {:.3f}\n", p.gemm_peak_tflops,
+                   p.gemm_max_efficiency);
+  for (const auto& r : p.gemm_rates) {
+    s += fmt::format("  {}: peak {:.4g} TFLOP/s, max efficiency {:.3f} (the shape curve below scaled by {:.3f} / {:.3f})\n",
+                     ToString(r.precision), r.peak_tflops, r.max_efficiency, r.max_efficiency, p.gemm_max_efficiency);
+  }
   s += "  GFLOP per GEMM -> efficiency (of max)\n";
   for (const auto& pt : p.gemm_efficiency_vs_gflop) s += fmt::format("    {:>12.4g} -> {:.3f}\n", pt.x, pt.y);
   if (!p.gemm_samples.empty()) {
@@ -755,12 +845,10 @@ std::string DescribeProfile(const HardwareProfile& p) {
       s += fmt::format("    {:>6} x {:>6} x {:>6} -> {:.4g} ({:.0f}%)\n", g.m, g.n, g.k, g.tflops, 100 * g.tflops / p.gemm_peak_tflops);
     }
   }
-  s += fmt::format("\nAttention: forward {:.3f}, backward {:.3f} of the GEMM peak\n", p.attention_fwd_efficiency,
-                   p.attention_bwd_efficiency);
-  s += fmt::format("\nMemory-bound: peak {:.4g} GB/s; per-kernel overhead {:.2f} us (added to every kernel, the rates "
-                   "count the time above it)\n  bytes -> efficiency\n",
-                   p.hbm_GBps,
-                   p.launch_overhead_s * 1e6);
+  s += DescribeAttention(p);
+  s += fmt::format("\nMemory-bound: peak {:.4g} GB/s; per-kernel overhead {:.2f} us (added to every kernel's time)\n"
+                   "  bytes -> efficiency\n",
+                   p.hbm_GBps, p.launch_overhead_s * 1e6);
   if (p.memcpy_d2d_GBps > 0) {
     const double share = p.hbm_GBps / p.memcpy_d2d_GBps;
     s += fmt::format("  {:.0f}% of a device-to-device cudaMemcpy in the same run ({:.4g} GB/s read + write){}\n",

@@ -31,12 +31,6 @@ void RunCalibrate(const CalibrateArgs& a) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   try {
     CalibrateOptions o = a.o;
-    // The default --out is not checked with the command line (CLI11 checks given values only):
-    // check it on rank 0, the writer, before the sweep.
-    if (rank == 0) {
-      std::string out = o.out;
-      if (const std::string why = OutputFile()(out); !why.empty()) throw InputError("command line: --out: " + why);
-    }
     if (!a.model.empty()) {
       std::vector<int> tps;
       for (const auto& t : Split(a.tps, ',')) {
@@ -86,13 +80,18 @@ void RegisterCalibrate(CLI::App& app) {
       ->transform(CLI::IsMember({"cpu", "cuda"}, CLI::ignore_case));
   cmd->add_flag("--quick", a->o.quick, "reduced sweep, under a minute");
   cmd->add_flag("--resume", a->o.resume, "continue an interrupted sweep from OUT.partial.json");
-  cmd->add_option("--out", a->o.out, "profile to write (atomically)")->check(OutputFile());
+  cmd->add_option("--out", a->o.out, "profile to write (atomically; required)")->check(OutputFile());
   cmd->add_option("--model", a->model, "also time this model's GEMM shapes (preset name or JSON path)");
   cmd->add_option("--tp-values", a->tps, "tensor-parallel sizes for --model's shapes (default 1,2,4,8)");
   cmd->add_flag("--fake-timer", a->o.fake_timer, "deterministic timings from formulas (for tests)")->group("");
   cmd->add_option("--stop-after", a->o.stop_after, "stop after a measurement group (for tests)")->group("");
   cmd->callback([a, cmd] {
-    if (cmd->get_subcommands().empty()) RunCalibrate(*a);
+    if (!cmd->get_subcommands().empty()) return;
+    // No default file: a sweep that silently replaced ./profile.json would lose a profile.
+    if (cmd->count("--out") == 0) {
+      throw InputError("command line: --out: missing, expected the profile file to write (e.g. --out cpu.json)");
+    }
+    RunCalibrate(*a);
   });
   auto* imp = cmd->add_subcommand("import", "Build a profile from nccl-tests logs (text or -J JSON).\n"
                                             "Example: shardcast calibrate import ar.log ag.log --cluster dgx-h100 --out h100.json");

@@ -2,11 +2,15 @@
 /// \file options.h
 /// Option helpers shared by the subcommands.
 
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
+
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -99,7 +103,8 @@ inline CLI::Validator IntegerRange(std::int64_t min, std::int64_t max) {
 
 /// A validator for an output file option, checked when the command line is read so a long run
 /// (a calibration sweep, a plan search) does not end in an unwritable path: the value must not
-/// be "-" (unless `allow_stdout`: --csv), nor a folder, and its folder must exist. The error
+/// be "-" (unless `allow_stdout`: --csv), nor a folder, and its folder must exist (not be a
+/// file) and be writable. The error
 /// reads `--trace: got "out/", a folder; expected the path of a file to write`.
 inline CLI::Validator OutputFile(bool allow_stdout = false) {
   return CLI::Validator(
@@ -118,9 +123,18 @@ inline CLI::Validator OutputFile(bool allow_stdout = false) {
         if (s.empty()) return "got an empty path, expected the path of a file to write";
         if (std::filesystem::is_directory(p, ec)) return "got \"" + s + "\", a folder; expected the path of a file to write";
         const auto parent = p.parent_path();
+        if (!parent.empty() && std::filesystem::exists(parent, ec) && !std::filesystem::is_directory(parent, ec)) {
+          return "got \"" + s + "\", whose folder " + parent.string() + " is a file; expected a file in an existing folder";
+        }
         if (!parent.empty() && !std::filesystem::is_directory(parent, ec)) {
           return "got \"" + s + "\", whose folder " + parent.string() + " does not exist; expected a file in an existing "
                  "folder";
+        }
+        // The file is written beside itself and renamed into place: its folder must take new files.
+        const std::string folder = parent.empty() ? std::string(".") : parent.string();
+        if (::access(folder.c_str(), W_OK) != 0) {
+          return "got \"" + s + "\", whose folder " + folder + " cannot be written (" + std::strerror(errno) +
+                 "); expected a file in a writable folder";
         }
         return "";
       },

@@ -1,5 +1,6 @@
 #include "common/file_util.h"
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -78,9 +79,14 @@ void WriteFileAtomic(const std::string& path, const std::string& contents) {
   std::lock_guard<std::mutex> lock(g_write_mutex);
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   TmpFileGuard guard(tmp);
+  errno = 0;
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(path + ": cannot open for writing (is the directory writable?)");
+    if (!out) {
+      const int err = errno;
+      throw InputError(path + ": cannot open for writing (" +
+                       (err != 0 ? std::string(std::strerror(err)) : std::string("is the folder writable?")) + ")");
+    }
     out << contents;
     out.flush();
     if (!out) {

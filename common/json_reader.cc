@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -13,6 +14,8 @@
 namespace shardcast {
 
 std::string ReadTextFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) throw InputError(path + ": is a folder, expected a file to read");
   errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) {

@@ -3,8 +3,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <random>
-
 #include <sstream>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -688,17 +689,67 @@ TEST(CalibrateCpu, ResumedSweepEqualsUninterrupted) {
   EXPECT_NE(LoadProfile(a).source.find("SYNTHETIC: timings from --fake-timer formulas"), std::string::npos);
 }
 
+// A resume file from another sweep names what differs; one whose groups were edited is refused
+// with the file named (it used to give a bare library exception, or write a profile that did not
+// load).
+TEST(CalibrateCpu, ResumeFileIsCheckedLikeInput) {
+  const auto dir = shardcast::testing::TestTempDir();
+  std::filesystem::create_directories(dir);
+  const std::string out = (dir / "resume_checked.json").string(), partial = out + ".partial.json";
+  std::filesystem::remove(out);
+  std::filesystem::remove(partial);
+  ASSERT_EQ(RunShell(Mpirun(1) + " calibrate --backend cpu --quick --fake-timer --stop-after memory --out " + out), 0);
+  const std::string saved = ReadTextFile(partial);
+  const auto two = testing::RunCommand(Mpirun(2) + " calibrate --backend cpu --quick --fake-timer --resume --out " + out);
+  EXPECT_NE(two.exit_code, 0);
+  EXPECT_NE(two.out.find(partial + ": partial results of a different sweep (ranks saved 1, now 2;"), std::string::npos)
+      << two.out;
+  Json edited = Json::parse(saved);
+  edited["groups"]["gemm"] = "oops";
+  testing::WriteTemp("resume_checked.json.partial.json", edited.dump());
+  const auto oops = testing::RunCommand(Mpirun(1) + " calibrate --backend cpu --quick --fake-timer --resume --out " + out);
+  EXPECT_EQ(oops.exit_code, 2);
+  EXPECT_NE(oops.out.find(partial + ": the measured groups do not have the expected shape ("), std::string::npos)
+      << oops.out;
+  edited["groups"]["gemm"] = Json::array();
+  testing::WriteTemp("resume_checked.json.partial.json", edited.dump());
+  const auto empty = testing::RunCommand(Mpirun(1) + " calibrate --backend cpu --quick --fake-timer --resume --out " + out);
+  EXPECT_EQ(empty.exit_code, 2);
+  EXPECT_NE(empty.out.find("(from the measurements resumed from " + partial + "; nothing written)"), std::string::npos)
+      << empty.out;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
 TEST(CalibrateCpu, BadInput) {
   auto r = testing::RunShardcast("calibrate --backend cuda --out /tmp/shardcast_tests/x.json");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--backend cuda"), std::string::npos) << r.err;
-  // The default --out (profile.json) is checked before the sweep too.
+  // --out is required (there is no default file to replace silently) and checked before the sweep:
+  // a folder, a folder that is a file, or a folder that cannot be written.
   const auto folder = shardcast::testing::TestTempDir() / "calibrate_out_folder";
   std::filesystem::create_directories(folder / "profile.json");
+  const auto none = testing::RunCommand("cd " + folder.string() + " && " + SHARDCAST_BINARY + " calibrate --backend cpu --quick");
+  EXPECT_EQ(none.exit_code, 2);
+  EXPECT_NE(none.out.find("--out: missing, expected the profile file to write"), std::string::npos) << none.out;
   const auto cal = testing::RunCommand("cd " + folder.string() + " && " + SHARDCAST_BINARY +
-                                       " calibrate --backend cpu --quick");
+                                       " calibrate --backend cpu --quick --out profile.json");
   EXPECT_EQ(cal.exit_code, 2);
   EXPECT_NE(cal.out.find("--out: got \"profile.json\", a folder"), std::string::npos) << cal.out;
+  testing::WriteTemp("calibrate_plain_file", "x");
+  const std::string under_file = (shardcast::testing::TestTempDir() / "calibrate_plain_file" / "cpu.json").string();
+  const auto file_folder = testing::RunShardcast("calibrate --backend cpu --quick --out " + under_file);
+  EXPECT_EQ(file_folder.exit_code, 2);
+  EXPECT_NE(file_folder.err.find("calibrate_plain_file is a file; expected a file in an existing folder"), std::string::npos)
+      << file_folder.err;
+  if (::geteuid() != 0) {  // root writes anywhere
+    const auto locked = shardcast::testing::TestTempDir() / "calibrate_read_only";
+    std::filesystem::create_directories(locked);
+    std::filesystem::permissions(locked, std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
+    const auto ro = testing::RunShardcast("calibrate --backend cpu --quick --out " + (locked / "cpu.json").string());
+    EXPECT_EQ(ro.exit_code, 2);
+    EXPECT_NE(ro.err.find("cannot be written (Permission denied)"), std::string::npos) << ro.err;
+    std::filesystem::permissions(locked, std::filesystem::perms::owner_all);
+  }
   auto bad = testing::RunShardcast("profile show " + kNccl + "all_reduce.json");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("/format"), std::string::npos) << bad.err;
