@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/plan_common.h"
 #include "cli/config_args.h"
 #include "common/error.h"
 #include "common/text.h"
@@ -63,6 +64,15 @@ void RunExecute(const ExecuteArgs& a) {
       throw InputError(fmt::format("command line: --precision {}: not executed (execute runs its GEMMs in 16 bits on "
                                    "the cuda backend and fp32 on the cpu one); simulate and plan predict it", pr));
     }
+    // The ranks are the GPUs (or CPU workers): a --gpus that disagrees would be ignored.
+    if (a.cfg.gpus > 0 && a.cfg.gpus != size) {
+      throw InputError(fmt::format("command line: --gpus: got {}, but {} this program; expected --gpus {} or no "
+                                   "--gpus (mpirun -np N sets it)",
+                                   a.cfg.gpus, size == 1 ? std::string("1 rank runs") : fmt::format("{} ranks run", size),
+                                   size));
+    }
+    // The trace must not replace what this command reads.
+    CheckOutputFiles({{"--trace", a.o.trace}}, {a.cfg.model, a.cfg.profile, a.cfg.cluster});
     const ParallelConfig c = BuildConfig(cfg, m, size);
     CheckRanksAgree(ProgramSettings(m, c, a.o));
     if (c.p2p_blocking) {
@@ -145,9 +155,9 @@ void RegisterExecute(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "execute",
       "Run a configuration's per-rank op program for real and compare with the prediction.\n"
-      "Example: mpirun -np 2 shardcast execute --model tiny.json --profile cpu.json --tp 2 --mbs 1 --gbs 4");
+      "Example: mpirun -np 2 shardcast execute --model docs/examples/tiny.json --profile cpu.json --tp 2 --mbs 1 --gbs 4");
   cmd->add_option("--model", a->cfg.model, "model preset name or JSON / HF config.json path")->required();
-  cmd->add_option("--profile", a->cfg.profile, "hardware profile of this machine (shardcast calibrate)");
+  cmd->add_option("--profile", a->cfg.profile, "hardware profile of this machine (shardcast calibrate; required)");
   cmd->add_option("--cluster", a->cfg.cluster, "cluster (default: the machine the profile measured)");
   AddConfigOptions(cmd, &a->cfg);
   cmd->add_option("--backend", a->o.backend, "cpu (MPI + Eigen, any TP/PP/DP) or cuda (one GPU, one rank; docs/executor.md)")

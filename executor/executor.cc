@@ -422,7 +422,7 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
         const double s0 = step_start.load();
         if (s0 > 0 && Secs(origin, Clock::now()) - s0 > opts.timeout_s) {
           const int op = run.current.load();
-          std::fprintf(stderr, "shardcast: error: rank %d (stage %d) timed out after %.0f s in op %d (%s)\n", rank,
+          std::fprintf(stderr, "shardcast: error: rank %d (stage %d) timed out after %.3g s in op %d (%s)\n", rank,
                        stage, opts.timeout_s, op,
                        op >= 0 ? Runner::OpLabel(prog.ops[static_cast<std::size_t>(op)]).c_str() : "?");
           MPI_Abort(MPI_COMM_WORLD, 3);

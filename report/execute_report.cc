@@ -26,6 +26,16 @@ void WriteOpTable(std::ostream& out, const ExecuteReport& r, bool waits, const c
 
 }  // namespace
 
+namespace {
+
+/// The predicted peak that a stage's measured peak compares with: the allocations alone, without
+/// the framework's context and NCCL's buffers, which the allocator's high-water mark does not hold.
+double ComparedPeakBytes(const StageResult& st) {
+  return st.memory.peak_bytes - st.memory.framework_bytes - st.memory.comm_buffer_bytes;
+}
+
+}  // namespace
+
 Json ExecuteJson(const ExecuteReport& r, const Model& m, const Cluster& cl, int ranks) {
   Json j;
   j["predicted"] = ResultToJson(r.predicted, m, r.config, cl, ranks);
@@ -33,6 +43,15 @@ Json ExecuteJson(const ExecuteReport& r, const Model& m, const Cluster& cl, int 
                    {"step_times_s", r.step_times_s},
                    {"bubble_fraction", r.measured_bubble_fraction},
                    {"peak_memory_bytes", r.measured_peak_memory_bytes}};
+  // What the text's peak-memory rows compare, per stage (the predicted peak less the framework
+  // overhead and communication buffers, as the measured high-water mark leaves them out).
+  j["peak_memory_compared"] = Json::array();
+  for (std::size_t s = 0; s < r.predicted.stages.size(); ++s) {
+    const double meas = s < r.measured_peak_memory_bytes.size() ? r.measured_peak_memory_bytes[s] : 0;
+    const double pred = ComparedPeakBytes(r.predicted.stages[s]);
+    j["peak_memory_compared"].push_back({{"stage", s}, {"predicted_allocated_bytes", pred}, {"measured_bytes", meas},
+                                         {"error", meas > 0 ? Json(pred / meas - 1) : Json()}});
+  }
   j["ops"] = Json::array();
   for (const auto& o : r.ops) {
     j["ops"].push_back({{"name", o.name}, {"count", o.count}, {"predicted_s", o.predicted_s},
@@ -57,11 +76,12 @@ void WriteExecuteReport(std::ostream& out, const ExecuteReport& r, const Model& 
   for (std::size_t s = 0; s < p.stages.size(); ++s) {
     // The allocator's high-water mark holds neither the framework's context nor NCCL's buffers.
     const double meas = s < r.measured_peak_memory_bytes.size() ? r.measured_peak_memory_bytes[s] : 0;
-    const double pred =
-        p.stages[s].memory.peak_bytes - p.stages[s].memory.framework_bytes - p.stages[s].memory.comm_buffer_bytes;
+    const double pred = ComparedPeakBytes(p.stages[s]);
     out << fmt::format("{:<24} {:>12} {:>12} {:>+7.1f}%\n", fmt::format("stage {} peak memory", s), FormatGiB(pred),
                        FormatGiB(meas), 100 * (pred / meas - 1));
   }
+  out << "(peak memory: the predicted peak less the framework overhead and communication buffers, which the\n"
+         " measured allocations leave out; --json's predicted.stages[].memory has the whole figure)\n";
   std::string times;
   for (double x : r.step_times_s) times += FormatSeconds(x) + " ";
   out << fmt::format("\nmeasured step times: {}\n", times);

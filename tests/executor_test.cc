@@ -249,6 +249,32 @@ TEST(ExecuteCpu, DeepSpeedZero3IsRefused) {
   EXPECT_NE(fp32.out.find("--precision fp32: not executed"), std::string::npos) << fp32.out;
 }
 
+// --gpus must be the rank count (it used to be ignored), and --trace may not replace an input.
+TEST(ExecuteCpu, GpusAndTraceAreChecked) {
+  const std::string prof = FakeTimerCpuProfile();
+  const std::string model = testing::WriteTemp("tiny.json", kTinyJson);
+  const std::string run = "timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 " + std::string(SHARDCAST_BINARY) +
+                          " execute --model " + model + " --profile " + prof + " --mbs 1 --gbs 1 --steps 1 --warmup 0";
+  const auto gpus = testing::RunCommand(run + " --gpus 4");
+  EXPECT_EQ(gpus.exit_code, 2) << gpus.out;
+  EXPECT_NE(gpus.out.find("--gpus: got 4, but 1 rank runs this program; expected --gpus 1 or no --gpus"),
+            std::string::npos)
+      << gpus.out;
+  for (const std::string& input : {prof, model}) {
+    const std::string before = ReadTextFile(input);
+    const auto trace = testing::RunCommand(run + " --trace " + input);
+    EXPECT_EQ(trace.exit_code, 2) << trace.out;
+    EXPECT_NE(trace.out.find("--trace: got " + input + ", which is an input of this command"), std::string::npos)
+        << trace.out;
+    EXPECT_EQ(ReadTextFile(input), before);
+  }
+  // The documented example model is the tests' tiny GPT.
+  const Model example = LoadModel(testing::FixturesDir() + "/../../docs/examples/tiny.json");
+  const Model tiny = Tiny();
+  EXPECT_EQ(example.Parameters().total, tiny.Parameters().total);
+  EXPECT_EQ(example.seq_length, tiny.seq_length);
+}
+
 // A GPU's profile cannot predict a run on CPU ranks: refused before anything runs.
 TEST(ExecuteCpu, GpuProfileOnCpuRanksIsRefused) {
   const std::string gpu_prof = testing::WriteTemp("h100_profile.json", ProfileToJson(DefaultProfile(LoadCluster("dgx-h100"))).dump());
