@@ -549,6 +549,381 @@ bool RowIdBefore(const std::string& a, const std::string& b) {
   return a < b;
 }
 
+/// The built-in constant fitted on row `r` (FitsOnValidationRows), or "" for a held-out row.
+std::string RowFittedConstant(const CsvTable& t, std::size_t r, const std::string& runs_csv, const ValidationRow& row) {
+  const std::int64_t seq = t.Column("seq_len") >= 0 && !t.Get(r, "seq_len").empty() ? IntField(t, r, "seq_len", runs_csv) : 0;
+  std::string constant;
+  for (const ValidationFit& f : FitsOnValidationRows()) {
+    if (f.source_id == row.source_id && f.model == row.model &&
+        std::find(f.gpus.begin(), f.gpus.end(), row.gpus) != f.gpus.end() &&
+        (f.seq_lengths.empty() || std::find(f.seq_lengths.begin(), f.seq_lengths.end(), seq) != f.seq_lengths.end()) &&
+        (f.dp_sharding.empty() || Contains(t.Get(r, "dp_sharding"), f.dp_sharding))) {
+      constant = f.constant;
+    }
+  }
+  return constant;
+}
+
+/// A runs CSV with its header checked (known columns, the required ones), at least one row and
+/// unique row ids; InputError naming the file otherwise.
+CsvTable ReadRunsTable(const std::string& runs_csv) {
+const CsvTable t = ReadCsvFile(runs_csv);
+RejectUnknownColumns(t, runs_csv, RunsColumns());
+RequireColumns(t, runs_csv, {"row_id", "source_id", "model", "num_layers", "hidden_size", "num_heads", "vocab_size",
+                             "seq_len", "gpu_type", "num_gpus", "tp", "pp", "dp", "micro_batch_size",
+                             "global_batch_size", "outcome", "iter_time_s"});
+if (t.rows.empty()) throw InputError(runs_csv + ": no rows, expected at least one run under the header");
+std::map<std::string, std::size_t> first_line;  // row_id -> the line it first appears on
+for (std::size_t r = 0; r < t.rows.size(); ++r) {
+  const auto [it, fresh] = first_line.emplace(t.Get(r, "row_id"), r < t.lines.size() ? t.lines[r] : r + 2);
+  if (!fresh) {
+    throw InputError(runs_csv + ": " + RowLabel(t, r) + ", column row_id: got \"" + it->first +
+                     "\" again (first on line " + std::to_string(it->second) + "), expected a unique row_id");
+  }
+}
+  return t;
+}
+
+/// Why row `r` is not simulated, found before its model is read: a GPU without a preset, no
+/// num_heads, no micro-batch size (NeMo's long-sequence rows read as 1: *assume_mbs1), a DeepEP
+/// row without ep; "" when it is simulated.
+std::string EarlySkipReason(const CsvTable& t, std::size_t r, bool* assume_mbs1) {
+  const std::string gpu = t.Get(r, "gpu_type");
+  if (gpu.rfind("A100", 0) != 0 && gpu.rfind("H100", 0) != 0 && gpu.rfind("H800", 0) != 0 &&
+      gpu.rfind("GB200", 0) != 0) {
+    return "GPU type '" + gpu + "' has no preset mapping (A100, H100, H800 and GB200 rows are modelled)";
+  }
+  if (t.Get(r, "num_heads").empty()) return "the row does not give num_heads";
+  // NeMo's long-sequence table (S7) gives no micro-batch size: at 4M tokens per batch its runs
+  // have 1 to 64 sequences per data-parallel replica, and NeMo's long-context recipes run one
+  // sequence per micro-batch, which validate assumes and says.
+  *assume_mbs1 = t.Get(r, "micro_batch_size").empty() && Contains(t.Get(r, "missing_key_fields"), "micro_batch_size") &&
+                 Contains(t.Get(r, "framework"), "Megatron-Core");
+  if (t.Get(r, "micro_batch_size").empty() && !*assume_mbs1) return "the row does not give micro_batch_size";
+  // A MoE row on DeepEP (or HybridEP) that leaves ep blank: those dispatchers exchange tokens
+  // over an expert-parallel group, so ep > 1, but which ep is not known (NeMo Automodel's
+  // table prints "-"); the experts' sharding and its traffic decide the step.
+  const std::string notes = t.Get(r, "notes");
+  if (t.Column("ep") >= 0 && t.Get(r, "ep").empty() && NoteValues(notes).count("num_experts") &&
+      (Contains(notes, "DeepEP") || Contains(notes, "HybridEP"))) {
+    return "the row does not give ep (its DeepEP dispatcher needs expert parallelism, ep > 1)";
+  }
+  return "";
+}
+
+/// What a row's recompute and dp_sharding cells chose (ChoiceField indices), for the framework
+/// rules that read them.
+struct RowChoices {
+  std::size_t recompute = 0;  ///< 0 unstated, 1 full, 2 selective, 3 none
+  std::size_t sharding = 0;   ///< index in the dp_sharding prefixes; 0 unstated
+};
+
+/// The row's sizes, recompute, sequence parallelism, sharding, attention kernel and precision.
+RowChoices MapRowBasics(const CsvTable& t, std::size_t r, const std::string& runs_csv, const Model& m, bool assume_mbs1,
+                        ParallelConfig* c) {
+  c->tp = IntField(t, r, "tp", runs_csv);
+  c->pp = IntField(t, r, "pp", runs_csv);
+  c->dp = IntField(t, r, "dp", runs_csv);
+  c->vp = t.Get(r, "vp").empty() ? 1 : IntField(t, r, "vp", runs_csv);
+  c->schedule = c->vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+  c->cp = t.Get(r, "cp").empty() ? 1 : IntField(t, r, "cp", runs_csv);
+  if (t.Column("ep") >= 0 && !t.Get(r, "ep").empty()) c->ep = IntField(t, r, "ep", runs_csv);
+  c->micro_batch_size = assume_mbs1 ? 1 : IntField(t, r, "micro_batch_size", runs_csv);
+  c->global_batch_size = IntField(t, r, "global_batch_size", runs_csv);
+  c->seq_length = m.seq_length;
+  // SC21 Table 2 rows leave recompute unstated; the paper's Table 1 runs, whose FLOP count
+  // (eq. 3) they share, used full recompute.
+  const std::size_t rc =
+      ChoiceField(t, r, "recompute", runs_csv, {"", "full", "selective", "none", "not stated"}) % 4;  // not stated: as empty
+  c->recompute = rc <= 1 ? Recompute::kFull : rc == 2 ? Recompute::kSelective : Recompute::kNone;
+  if (c->recompute == Recompute::kSelective) c->recompute_modules = RowRecomputeModules(t.Get(r, "recompute"), m);
+  c->sequence_parallel = ChoiceField(t, r, "sequence_parallel", runs_csv, {"", "no", "yes", "n/a"}) == 2;
+  const std::size_t sh = ChoiceField(t, r, "dp_sharding", runs_csv,
+                                     {"", "none", "ZeRO-1", "PyTorch FSDP SHARD_GRAD_OP", "PyTorch FSDP FULL_SHARD",
+                                      "distributed optimizer", "PyTorch FSDP2", "Megatron-FSDP", "ZeRO-3"});
+  c->zero_stage = sh >= 6 || sh == 4 ? 3 : sh == 3 ? 2 : sh == 2 || sh == 5 ? 1 : 0;
+  // Fused attention: FlashAttention, or Transformer Engine's fused (cuDNN) attention ("TE",
+  // FlexAttention) of the newer PyTorch-side rows.
+  c->flash_attention = Contains(t.Get(r, "framework"), "FlashAttention") || Contains(t.Get(r, "framework"), "TE ") ||
+                      Contains(t.Get(r, "framework"), "FlexA");
+  c->precision = RowPrecision(t, r, runs_csv);
+  c->embedding_slots = Contains(t.Get(r, "notes"), "PP slots");
+  return {rc, sh};
+}
+
+/// What Megatron-LM of 2021-22 (S1, S3) and DeepSpeed (S12, S15) did: gradient reduction after
+/// the backward pass, blocking pipeline transfers, the synchronous TP input-gradient all-reduce,
+/// DeepSpeed's optimizer and buckets of that time.
+void MapLegacyFrameworks(const CsvTable& t, std::size_t r, const std::string& runs_csv, ParallelConfig* c) {
+  // What the frameworks did: Megatron-LM of 2021-22 (S1, S3) and DeepSpeed's pipeline engine
+  // (S12) reduce gradients after the backward pass.
+  const std::string fw = t.Get(r, "framework");
+  const bool mcore = Contains(fw, "Megatron-Core");
+  if (Contains(fw, "Megatron") && !mcore) {
+    c->overlap_grad_reduce = false;
+    // Megatron-LM's p2p_communication of 2021-22 (and Megatron-DeepSpeed's) waits on every
+    // batch_isend_irecv request and then calls torch.cuda.synchronize() "to protect against
+    // race condition": pipeline transfers block the stage like DeepSpeed's.
+    c->p2p_blocking = true;
+  }
+  // The input-gradient TP all-reduce ran synchronously in SC21's Megatron-LM (PTD-P, commit
+  // 6985e58, April 2021; the asynchronous one came later in 2021) and in Megatron-DeepSpeed, whose
+  // ColumnParallelLinear uses copy_to_tensor_model_parallel_region. Korthikanti's 2022 runs
+  // overlapped it with the weight-gradient GEMM.
+  if (Contains(fw, "6985e58") || Contains(fw, "PTD-P") || Contains(fw, "DeepSpeed")) c->async_tp_grad_reduce = false;
+  if (Contains(fw, "DeepSpeed")) {
+    // DeepSpeed's pipeline engine: sends/receives are blocking and run in order with the
+    // compute; activations are partitioned over the tensor-parallel ranks (pipe_partitioned,
+    // on by default), like Megatron's scatter/gather.
+    c->p2p_blocking = true;
+    // DeepSpeed gathers the updated 16-bit parameters inside optimizer.step()
+    // (all_gather_dp_groups), before the next step starts.
+    c->overlap_param_gather = false;
+    // fp16 runs used DeepSpeed's ZeRO-1 (16-bit gradients reduced to their owners); from
+    // 2022-02-28 BLOOM ran the BF16_Optimizer (ZeRO stage 0 + its own optimizer sharding).
+    c->optimizer_impl = Contains(t.Get(r, "dp_sharding"), "BF16_Optimizer") ? OptimizerImpl::kDeepSpeedBf16 : OptimizerImpl::kDeepSpeedZero;
+    // SC21's ZeRO-3 comparison (April 2021) ran DeepSpeed's stage 3 of that time: per-tensor,
+    // synchronized list collectives (Zero3Impl::kDeepSpeed2021).
+    if (c->zero_stage >= 3) c->zero3_impl = Zero3Impl::kDeepSpeed2021;
+    // These runs (2021-22) ran DeepSpeed before v0.13, whose engine turned contiguous_gradients
+    // off at ZeRO-1 (PR 1246; GPT-NeoX's pinned DeeperSpeed eb7f5cff ran the legacy stage-1
+    // optimizer, which has none): no gradient bucket is held.
+    if (c->zero_stage == 1) c->ds_contiguous_gradients = false;
+    // ... and before v0.12.4, whose ZeRO-1/2 reduced each rank's gradient slices to it alone
+    // where contiguous gradients were on (use_multi_rank_bucket_allreduce came with PR 4695).
+    c->ds_multi_rank_bucket_allreduce = false;
+    // A reduce_bucket_size other than DeepSpeed's 5e8 (GPT-NeoX's 20B.yml: 1.26e9), from the notes.
+    if (const auto kv = NoteValues(t.Get(r, "notes")); kv.count("reduce_bucket_size")) {
+      const auto b = Num(kv.at("reduce_bucket_size"));
+      if (!b || !(*b > 0) || *b > 1e12) {
+        throw InputError(runs_csv + ": " + RowLabel(t, r) + ", column notes: reduce_bucket_size=" +
+                         kv.at("reduce_bucket_size") + ", expected a positive number of elements up to 1e12");
+      }
+      c->ds_reduce_bucket_elems = *b;
+    }
+  }
+}
+
+/// NeMo's performance recipes on Megatron-Core (S6, S7 and the MoE rows).
+void MapNemoMegatronCore(const CsvTable& t, std::size_t r, RowChoices ch, ParallelConfig* c, ValidationRow* row) {
+  const std::size_t rc = ch.recompute, sh = ch.sharding;
+  // NeMo's performance recipes on Megatron-Core (NeMo 24.x, S6 and S7): sequence parallelism
+  // and Transformer Engine's TP communication overlap wherever tp > 1, the distributed
+  // optimizer with gradient reduction and parameter gathering overlapped, non-blocking
+  // pipeline transfers, Transformer Engine's fused (cuDNN) attention, no activation recompute
+  // where the row does not state one (their TFLOP/s match the formula without it), FP8 with
+  // delayed scaling over an amax history of 1024 (NeMo's fp8_amax_history_len, "max").
+  c->flash_attention = true;
+  c->sequence_parallel = c->tp > 1;
+  c->tp_comm_overlap = c->tp > 1;
+  if (rc == 0) {
+    c->recompute = Recompute::kNone;
+    if (Contains(t.Get(r, "missing_key_fields"), "recompute")) row->assumptions.push_back("no activation recompute (not stated)");
+  }
+  if (sh == 0) c->zero_stage = c->dp > 1 ? 1 : 0;
+  c->fp8_recipe = Fp8Recipe::kDelayed;
+  c->fp8_amax_history_len = 1024;
+  // NeMo's FP8 precision recipe (bf16_with_fp8_mixed in nemo/collections/llm/recipes/
+  // precision/mixed_precision.py) keeps the parameters in FP8 (fp8_params): no 16-bit
+  // weight copy, the parameter all-gather in FP8.
+  c->fp8_param_gather = c->precision == Precision::kFp8 && c->zero_stage >= 1;
+  c->overlap_grad_reduce = true;
+  c->overlap_param_gather = true;
+  // Megatron-Core sends whole pipeline messages (no scatter/gather); its non-interleaved
+  // 1F1B waits on each send and receive (schedules.py), the interleaved one does not.
+  c->scatter_gather = false;
+  c->p2p_blocking = c->pp > 1 && c->vp == 1;
+  // NeMo-Framework-Launcher's training configs at tag 24.07 set cross_entropy_loss_fusion: true
+  // for Llama 3 8B/70B and Nemotron 8B/22B (their "perf optimizations" of 2024-06), not for
+  // GPT-3, Llama 2 or Nemotron-340B; NeMo 24.07 ships Megatron-Core 0.8, whose fused loss is
+  // the native one.
+  const std::string model = t.Get(r, "model");
+  if (Contains(model, "LLAMA3") || model == "Nemotron-8B" || model == "Nemotron-22B") {
+    c->cross_entropy = CrossEntropyImpl::kNative;
+  }
+}
+
+/// Where the chunks do not divide the layers and the row gives no layout: Megatron-Core's
+/// embedding and loss slots where they make the chunks divide, else an even spread; stated.
+void MapPipelineLayoutAssumption(const Model& m, bool mcore, ParallelConfig* c, ValidationRow* row) {
+  const std::int64_t chunks = c->pp * std::max<std::int64_t>(1, c->vp);
+  if (mcore && c->pp > 1 && m.num_layers % chunks != 0 && (m.num_layers + 2) % chunks == 0 && !c->uneven_pipeline() &&
+      !c->embedding_slots) {
+    // Megatron-Core needs the chunks to divide the layers; the layout it offers that makes
+    // them divide here counts the embedding and the loss as one layer each
+    // (--account-for-embedding-in-pipeline-split / -loss-), as the ModelZoo's Qwen3-235B-A22B
+    // does (runtime.conf: 96 = 94 layers + embedding + loss).
+    c->embedding_slots = true;
+    row->assumptions.push_back("embedding and loss counted as one pipeline layer each (num_layers + 2 divides the "
+                              "pp*vp chunks; the run's layout is not given)");
+  } else if (c->vp > 1 && m.num_layers % (c->pp * c->vp) != 0 && !c->uneven_pipeline()) {
+    c->even_chunks = true;
+    row->assumptions.push_back("layers spread evenly over the pp*vp chunks (the run's pipeline layout is not given)");
+  }
+}
+
+/// The parallel configuration of row `r` as its framework ran it (assumptions into `row`).
+void MapRowConfig(const CsvTable& t, std::size_t r, const std::string& runs_csv, const Model& m, bool assume_mbs1,
+                  ValidationRow* row) {
+  ParallelConfig* c = &row->config;
+  const RowChoices ch = MapRowBasics(t, r, runs_csv, m, assume_mbs1, c);
+  const std::string fw = t.Get(r, "framework");
+  const bool mcore = Contains(fw, "Megatron-Core");
+  MapLegacyFrameworks(t, r, runs_csv, c);
+  if (mcore) MapNemoMegatronCore(t, r, ch, c, row);
+  const std::size_t rc = ch.recompute;
+  // The defaults of a row that leaves these columns empty, stated (docs/validate.md).
+  if (rc == 0 && !mcore) row->assumptions.push_back("full activation recompute (not stated)");
+  if (t.Get(r, "precision").empty()) row->assumptions.push_back("fp16 (precision not stated)");
+  // llm-foundry's MPT computes the loss with its default loss_fn, fused_crossentropy (flash-attn's
+  // Triton cross-entropy: one kernel over the 16-bit logits).
+  if (Contains(fw, "llm-foundry")) c->cross_entropy = CrossEntropyImpl::kFlashAttn;
+  if (Contains(t.Get(r, "notes"), "MP Mode DEFAULT")) {
+    // Composer's FSDP mixed precision 'DEFAULT' since composer PR 2047 (2023-03): parameters
+    // all-gathered in the autocast precision (bf16), gradients reduce-scattered in fp32 (made
+    // explicit by PR 2628, 2023-10). The >= 128-GPU table came after both (it follows the FP8
+    // tables of late 2023).
+    c->param_gather_bytes = 2.0;
+    c->fp32_main_grads = true;
+  }
+  if (m.moe.enabled()) MapExpertSettings(t, r, runs_csv, c);
+  MapPipelineLayoutAssumption(m, mcore, c, row);
+}
+
+/// The row's measured step time (iter_time_s, step_time_s_derived, or from tflops_per_gpu in the
+/// row's FLOP convention) and peak memory, and their errors against the prediction `res`.
+void FillMeasured(const CsvTable& t, std::size_t r, const std::string& runs_csv, const SimulationResult& res,
+                  ValidationRow* row) {
+  // Measured values, when given, must be positive numbers.
+  auto measured = [&](const char* col) -> std::optional<double> {
+    const std::string v = t.Get(r, col);
+    if (v.empty()) return std::nullopt;
+    const auto d = Num(v);
+    if (!d || !(*d > 0) || !std::isfinite(*d)) {
+      throw InputError(runs_csv + ": " + RowLabel(t, r) + ", column " + col + ": got \"" + v +
+                       "\", expected a positive finite number or an empty cell");
+    }
+    return d;
+  };
+  row->measured_step_time_s = measured("iter_time_s");
+  if (!row->measured_step_time_s) {
+    row->measured_step_time_s = measured("step_time_s_derived");
+    row->step_time_derived = row->measured_step_time_s.has_value();
+  }
+  // The FLOPs per step in the row's convention (validation/README.md): its TFLOP/s compare with
+  // the prediction's in the same convention, and a row with only TFLOP/s (S7) derives its step time.
+  const bool causal = Contains(t.Get(r, "flops_convention"), "causal");
+  row->flops_convention_causal = causal;
+  row->model_flops_per_step = causal ? res.model_flops_causal_per_step : res.model_flops_per_step;
+  if (!row->measured_step_time_s) {
+    if (const auto tf = measured("tflops_per_gpu")) {
+      row->measured_step_time_s = row->model_flops_per_step / (*tf * 1e12 * static_cast<double>(row->gpus));
+      row->step_time_derived = true;
+    }
+  }
+  if (row->measured_step_time_s) {
+    row->step_time_error = *row->predicted_step_time_s / *row->measured_step_time_s - 1.0;
+  }
+  if (auto mem = measured("peak_mem_gb")) {
+    // nvidia-smi reports MiB; the source's "GB" are GiB. nvidia-smi shows what the caching
+    // allocator reserves (plus the CUDA context and libraries): compared with the reserved figure.
+    row->measured_peak_memory_bytes = *mem * 1073741824.0;
+    row->memory_is_reserved = Contains(t.Get(r, "mem_definition"), "nvidia-smi") ||
+                             Contains(t.Get(r, "mem_definition"), "reserved");
+    const double predicted = row->memory_is_reserved ? *row->predicted_reserved_bytes : *row->predicted_peak_memory_bytes;
+    row->memory_error = predicted / *row->measured_peak_memory_bytes - 1.0;
+  }
+}
+
+/// The memory points of `memory_csv` (Korthikanti et al. 2022's figures) against the predictions;
+/// the S3 rows of the runs CSV give each point's global batch and virtual stages.
+void CompareMemoryPoints(const std::string& memory_csv, const CsvTable& t, const std::string& runs_csv,
+                         ValidationReport* rep) {
+  const CsvTable mt = ReadCsvFile(memory_csv);
+  RejectUnknownColumns(mt, memory_csv, MemoryColumns());
+  RequireColumns(mt, memory_csv, {"model", "num_layers", "hidden_size", "num_heads", "seq_len", "micro_batch_size",
+                                  "tp", "pp", "quantity", "setting", "value_gib"});
+  if (mt.rows.empty()) throw InputError(memory_csv + ": no rows, expected at least one memory point under the header");
+  for (std::size_t r = 0; r < mt.rows.size(); ++r) {
+    MemoryPoint pt;
+    pt.model = mt.Get(r, "model");
+    pt.quantity = mt.Get(r, "quantity");
+    pt.setting = mt.Get(r, "setting");
+    pt.source = mt.Get(r, "source");
+    CheckMemoryPointKind(mt, r, memory_csv);
+    auto v = Num(mt.Get(r, "value_gib"));
+    if (!v || !(*v > 0) || !std::isfinite(*v)) {
+      throw InputError(memory_csv + ": " + RowLabel(mt, r) + ", column value_gib: got \"" + mt.Get(r, "value_gib") +
+                       "\", expected a positive number (GiB, or a fraction for activations_relative_to_none)");
+    }
+    pt.published_GiB = *v;
+    // The configuration of the matching Korthikanti run (same layers, hidden, tp, pp).
+    Json j = {{"name", pt.model}, {"num_layers", IntField(mt, r, "num_layers", memory_csv)},
+              {"hidden_size", IntField(mt, r, "hidden_size", memory_csv)},
+              {"ffn_hidden_size", 4 * IntField(mt, r, "hidden_size", memory_csv)},
+              {"num_attention_heads", IntField(mt, r, "num_heads", memory_csv)}, {"vocab_size", 51200},
+              {"seq_length", IntField(mt, r, "seq_len", memory_csv)}, {"normalization", "layernorm"},
+              {"activation", "gelu"}, {"position_embedding", "learned"}, {"tie_embeddings", true}};
+    const Model m = ModelFromJson(j, memory_csv);
+    ParallelConfig c;
+    c.tp = IntField(mt, r, "tp", memory_csv);
+    c.pp = IntField(mt, r, "pp", memory_csv);
+    c.dp = 1;
+    c.micro_batch_size = IntField(mt, r, "micro_batch_size", memory_csv);
+    c.global_batch_size = c.micro_batch_size * c.pp * 8;
+    c.seq_length = m.seq_length;
+    c.flash_attention = false;
+    for (std::size_t q = 0; q < t.rows.size(); ++q) {
+      if (t.Get(q, "source_id") == "S3" && t.Get(q, "num_layers") == mt.Get(r, "num_layers") &&
+          t.Get(q, "tp") == mt.Get(r, "tp") && t.Get(q, "pp") == mt.Get(r, "pp")) {
+        c.vp = t.Get(q, "vp").empty() ? 1 : IntField(t, q, "vp", runs_csv);
+        c.global_batch_size = IntField(t, q, "global_batch_size", runs_csv);
+      }
+    }
+    c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+    const Cluster cl = LoadCluster("dgx-a100");
+    if (const auto why = InfeasibilityReasons(m, c, c.tp * c.pp, cl); !why.empty()) {
+      throw InputError(memory_csv + ": " + RowLabel(mt, r) + ": tp " + std::to_string(c.tp) + " and pp " +
+                       std::to_string(c.pp) + " cannot run this model (" + Join(why, "; ") +
+                       "), expected a configuration of Korthikanti et al. 2022");
+    }
+    const HardwareProfile prof = DefaultProfile(cl);
+    // Fig. 1's parameter-and-optimizer bars and Fig. 7's fractions count the transformer layers
+    // alone (Fig. 1's activation bars are the whole first stage, below). The parameter bars are
+    // 18 bytes times the first stage's transformer-layer parameters to four digits for all four
+    // models (45.56, 45.56, 31.64, 32.96 GiB), so the embedding is not in them; Fig. 7's
+    // fractions are the per-layer formulas of Table 2 (e.g. full recompute 2 / (10 + 24/t +
+    // 5as/(ht)) = 0.0870 for GPT-3 at t = 8 vs 0.0871 published).
+    auto layer_saved = [&](bool sp, Recompute rc) {
+      ParallelConfig x = c;
+      x.sequence_parallel = sp;
+      x.recompute = rc;
+      return BuildCostModel(m, x, cl, prof).layer_saved_bytes;
+    };
+    const std::string& st = pt.setting;
+    const bool sp = Contains(st, "SP") && !Contains(st, "no SP");
+    const Recompute rc = Contains(st, "full")        ? Recompute::kFull
+                         : Contains(st, "selective") ? Recompute::kSelective
+                                                     : Recompute::kNone;
+    if (pt.quantity == "params_and_optimizer_per_gpu") {  // CheckMemoryPointKind allowed these three
+      pt.predicted_GiB =
+          ParametersOfStage(m, c.tp, c.pp, 0).layer_params * BytesPerParam(c).total() / 1073741824.0;
+    } else if (pt.quantity == "activations_per_gpu") {
+      // Fig. 1's bars are the first stage's activations with p micro-batches in flight
+      // (1F1B), embedding and all, as the simulator tracks them (no working memory).
+      ParallelConfig x = c;
+      x.sequence_parallel = sp;
+      x.recompute = rc;
+      pt.predicted_GiB =
+          Simulate(m, x, cl, c.tp * c.pp, prof).stages.at(0).memory.saved_activations_bytes / 1073741824.0;
+    } else if (pt.quantity == "activations_relative_to_none") {
+      pt.predicted_GiB = layer_saved(sp, rc) / layer_saved(false, Recompute::kNone);
+    }
+    pt.error = pt.predicted_GiB / pt.published_GiB - 1.0;
+    rep->memory_points.push_back(pt);
+  }
+}
+
 }  // namespace
 
 ValidationReport RunValidation(const std::string& runs_csv, const std::string& memory_csv,
@@ -558,20 +933,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     throw InputError("--explain: got '" + explain_row_arg + "', expected a row_id such as 1");
   }
   ValidationReport rep;
-  const CsvTable t = ReadCsvFile(runs_csv);
-  RejectUnknownColumns(t, runs_csv, RunsColumns());
-  RequireColumns(t, runs_csv, {"row_id", "source_id", "model", "num_layers", "hidden_size", "num_heads", "vocab_size",
-                               "seq_len", "gpu_type", "num_gpus", "tp", "pp", "dp", "micro_batch_size",
-                               "global_batch_size", "outcome", "iter_time_s"});
-  if (t.rows.empty()) throw InputError(runs_csv + ": no rows, expected at least one run under the header");
-  std::map<std::string, std::size_t> first_line;  // row_id -> the line it first appears on
-  for (std::size_t r = 0; r < t.rows.size(); ++r) {
-    const auto [it, fresh] = first_line.emplace(t.Get(r, "row_id"), r < t.lines.size() ? t.lines[r] : r + 2);
-    if (!fresh) {
-      throw InputError(runs_csv + ": " + RowLabel(t, r) + ", column row_id: got \"" + it->first +
-                       "\" again (first on line " + std::to_string(it->second) + "), expected a unique row_id");
-    }
-  }
+  const CsvTable t = ReadRunsTable(runs_csv);
   for (std::size_t r = 0; r < t.rows.size(); ++r) {
     ValidationRow row;
     row.row_id = t.Get(r, "row_id");
@@ -584,44 +946,14 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
                        "\", expected ok or OOM (ran out of memory)");
     }
     if (auto g = Num(t.Get(r, "num_gpus"))) row.gpus = static_cast<std::int64_t>(*g);  // also for skipped rows
-    const std::string gpu = row.gpu_type;
-    if (gpu.rfind("A100", 0) != 0 && gpu.rfind("H100", 0) != 0 && gpu.rfind("H800", 0) != 0 &&
-        gpu.rfind("GB200", 0) != 0) {
+    bool assume_mbs1 = false;
+    row.skip_reason = EarlySkipReason(t, r, &assume_mbs1);
+    if (!row.skip_reason.empty()) {
       row.skipped = true;
-      row.skip_reason = "GPU type '" + gpu + "' has no preset mapping (A100, H100, H800 and GB200 rows are modelled)";
-      rep.rows.push_back(row);
-      continue;
-    }
-    if (t.Get(r, "num_heads").empty()) {
-      row.skipped = true;
-      row.skip_reason = "the row does not give num_heads";
-      rep.rows.push_back(row);
-      continue;
-    }
-    // NeMo's long-sequence table (S7) gives no micro-batch size: at 4M tokens per batch its runs
-    // have 1 to 64 sequences per data-parallel replica, and NeMo's long-context recipes run one
-    // sequence per micro-batch, which validate assumes and says.
-    const bool assume_mbs1 =
-        t.Get(r, "micro_batch_size").empty() && Contains(t.Get(r, "missing_key_fields"), "micro_batch_size") &&
-        Contains(t.Get(r, "framework"), "Megatron-Core");
-    if (t.Get(r, "micro_batch_size").empty() && !assume_mbs1) {
-      row.skipped = true;
-      row.skip_reason = "the row does not give micro_batch_size";
       rep.rows.push_back(row);
       continue;
     }
     if (assume_mbs1) row.assumptions.push_back("micro-batch size 1 (not stated)");
-    // A MoE row on DeepEP (or HybridEP) that leaves ep blank: those dispatchers exchange tokens
-    // over an expert-parallel group, so ep > 1, but which ep is not known (NeMo Automodel's
-    // table prints "-"); the experts' sharding and its traffic decide the step.
-    const std::string notes = t.Get(r, "notes");
-    if (t.Column("ep") >= 0 && t.Get(r, "ep").empty() && NoteValues(notes).count("num_experts") &&
-        (Contains(notes, "DeepEP") || Contains(notes, "HybridEP"))) {
-      row.skipped = true;
-      row.skip_reason = "the row does not give ep (its DeepEP dispatcher needs expert parallelism, ep > 1)";
-      rep.rows.push_back(row);
-      continue;
-    }
     const Model m = RowModel(t, r, runs_csv);
     const Cluster cl = RowCluster(t, r);
     row.gpus = IntField(t, r, "num_gpus", runs_csv);
@@ -630,159 +962,10 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       // low-confidence: a row its source contradicts (the notes say how), reported apart.
       row.low_confidence = ChoiceField(t, r, "confidence", runs_csv, {"", "high", "medium", "low"}) == 3;
     }
-    const std::int64_t seq = t.Column("seq_len") >= 0 && !t.Get(r, "seq_len").empty() ? IntField(t, r, "seq_len", runs_csv) : 0;
-    for (const ValidationFit& f : FitsOnValidationRows()) {
-      if (f.source_id == row.source_id && f.model == row.model &&
-          std::find(f.gpus.begin(), f.gpus.end(), row.gpus) != f.gpus.end() &&
-          (f.seq_lengths.empty() || std::find(f.seq_lengths.begin(), f.seq_lengths.end(), seq) != f.seq_lengths.end()) &&
-          (f.dp_sharding.empty() || Contains(t.Get(r, "dp_sharding"), f.dp_sharding))) {
-        row.fitted_constant = f.constant;
-      }
-    }
-    ParallelConfig& c = row.config;
-    c.tp = IntField(t, r, "tp", runs_csv);
-    c.pp = IntField(t, r, "pp", runs_csv);
-    c.dp = IntField(t, r, "dp", runs_csv);
-    c.vp = t.Get(r, "vp").empty() ? 1 : IntField(t, r, "vp", runs_csv);
-    c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
-    c.cp = t.Get(r, "cp").empty() ? 1 : IntField(t, r, "cp", runs_csv);
-    if (t.Column("ep") >= 0 && !t.Get(r, "ep").empty()) c.ep = IntField(t, r, "ep", runs_csv);
-    c.micro_batch_size = assume_mbs1 ? 1 : IntField(t, r, "micro_batch_size", runs_csv);
-    c.global_batch_size = IntField(t, r, "global_batch_size", runs_csv);
-    c.seq_length = m.seq_length;
-    // SC21 Table 2 rows leave recompute unstated; the paper's Table 1 runs, whose FLOP count
-    // (eq. 3) they share, used full recompute.
-    const std::size_t rc =
-        ChoiceField(t, r, "recompute", runs_csv, {"", "full", "selective", "none", "not stated"}) % 4;  // not stated: as empty
-    c.recompute = rc <= 1 ? Recompute::kFull : rc == 2 ? Recompute::kSelective : Recompute::kNone;
-    if (c.recompute == Recompute::kSelective) c.recompute_modules = RowRecomputeModules(t.Get(r, "recompute"), m);
-    c.sequence_parallel = ChoiceField(t, r, "sequence_parallel", runs_csv, {"", "no", "yes", "n/a"}) == 2;
-    const std::size_t sh = ChoiceField(t, r, "dp_sharding", runs_csv,
-                                       {"", "none", "ZeRO-1", "PyTorch FSDP SHARD_GRAD_OP", "PyTorch FSDP FULL_SHARD",
-                                        "distributed optimizer", "PyTorch FSDP2", "Megatron-FSDP", "ZeRO-3"});
-    c.zero_stage = sh >= 6 || sh == 4 ? 3 : sh == 3 ? 2 : sh == 2 || sh == 5 ? 1 : 0;
-    // Fused attention: FlashAttention, or Transformer Engine's fused (cuDNN) attention ("TE",
-    // FlexAttention) of the newer PyTorch-side rows.
-    c.flash_attention = Contains(t.Get(r, "framework"), "FlashAttention") || Contains(t.Get(r, "framework"), "TE ") ||
-                        Contains(t.Get(r, "framework"), "FlexA");
-    c.precision = RowPrecision(t, r, runs_csv);
-    c.embedding_slots = Contains(t.Get(r, "notes"), "PP slots");
-    // What the frameworks did: Megatron-LM of 2021-22 (S1, S3) and DeepSpeed's pipeline engine
-    // (S12) reduce gradients after the backward pass.
-    const std::string fw = t.Get(r, "framework");
-    const bool mcore = Contains(fw, "Megatron-Core");
-    if (Contains(fw, "Megatron") && !mcore) {
-      c.overlap_grad_reduce = false;
-      // Megatron-LM's p2p_communication of 2021-22 (and Megatron-DeepSpeed's) waits on every
-      // batch_isend_irecv request and then calls torch.cuda.synchronize() "to protect against
-      // race condition": pipeline transfers block the stage like DeepSpeed's.
-      c.p2p_blocking = true;
-    }
-    // The input-gradient TP all-reduce ran synchronously in SC21's Megatron-LM (PTD-P, commit
-    // 6985e58, April 2021; the asynchronous one came later in 2021) and in Megatron-DeepSpeed, whose
-    // ColumnParallelLinear uses copy_to_tensor_model_parallel_region. Korthikanti's 2022 runs
-    // overlapped it with the weight-gradient GEMM.
-    if (Contains(fw, "6985e58") || Contains(fw, "PTD-P") || Contains(fw, "DeepSpeed")) c.async_tp_grad_reduce = false;
-    if (Contains(fw, "DeepSpeed")) {
-      // DeepSpeed's pipeline engine: sends/receives are blocking and run in order with the
-      // compute; activations are partitioned over the tensor-parallel ranks (pipe_partitioned,
-      // on by default), like Megatron's scatter/gather.
-      c.p2p_blocking = true;
-      // DeepSpeed gathers the updated 16-bit parameters inside optimizer.step()
-      // (all_gather_dp_groups), before the next step starts.
-      c.overlap_param_gather = false;
-      // fp16 runs used DeepSpeed's ZeRO-1 (16-bit gradients reduced to their owners); from
-      // 2022-02-28 BLOOM ran the BF16_Optimizer (ZeRO stage 0 + its own optimizer sharding).
-      c.optimizer_impl = Contains(t.Get(r, "dp_sharding"), "BF16_Optimizer") ? OptimizerImpl::kDeepSpeedBf16 : OptimizerImpl::kDeepSpeedZero;
-      // SC21's ZeRO-3 comparison (April 2021) ran DeepSpeed's stage 3 of that time: per-tensor,
-      // synchronized list collectives (Zero3Impl::kDeepSpeed2021).
-      if (c.zero_stage >= 3) c.zero3_impl = Zero3Impl::kDeepSpeed2021;
-      // These runs (2021-22) ran DeepSpeed before v0.13, whose engine turned contiguous_gradients
-      // off at ZeRO-1 (PR 1246; GPT-NeoX's pinned DeeperSpeed eb7f5cff ran the legacy stage-1
-      // optimizer, which has none): no gradient bucket is held.
-      if (c.zero_stage == 1) c.ds_contiguous_gradients = false;
-      // ... and before v0.12.4, whose ZeRO-1/2 reduced each rank's gradient slices to it alone
-      // where contiguous gradients were on (use_multi_rank_bucket_allreduce came with PR 4695).
-      c.ds_multi_rank_bucket_allreduce = false;
-      // A reduce_bucket_size other than DeepSpeed's 5e8 (GPT-NeoX's 20B.yml: 1.26e9), from the notes.
-      if (const auto kv = NoteValues(t.Get(r, "notes")); kv.count("reduce_bucket_size")) {
-        const auto b = Num(kv.at("reduce_bucket_size"));
-        if (!b || !(*b > 0) || *b > 1e12) {
-          throw InputError(runs_csv + ": " + RowLabel(t, r) + ", column notes: reduce_bucket_size=" +
-                           kv.at("reduce_bucket_size") + ", expected a positive number of elements up to 1e12");
-        }
-        c.ds_reduce_bucket_elems = *b;
-      }
-    }
-    if (mcore) {
-      // NeMo's performance recipes on Megatron-Core (NeMo 24.x, S6 and S7): sequence parallelism
-      // and Transformer Engine's TP communication overlap wherever tp > 1, the distributed
-      // optimizer with gradient reduction and parameter gathering overlapped, non-blocking
-      // pipeline transfers, Transformer Engine's fused (cuDNN) attention, no activation recompute
-      // where the row does not state one (their TFLOP/s match the formula without it), FP8 with
-      // delayed scaling over an amax history of 1024 (NeMo's fp8_amax_history_len, "max").
-      c.flash_attention = true;
-      c.sequence_parallel = c.tp > 1;
-      c.tp_comm_overlap = c.tp > 1;
-      if (rc == 0) {
-        c.recompute = Recompute::kNone;
-        if (Contains(t.Get(r, "missing_key_fields"), "recompute")) row.assumptions.push_back("no activation recompute (not stated)");
-      }
-      if (sh == 0) c.zero_stage = c.dp > 1 ? 1 : 0;
-      c.fp8_recipe = Fp8Recipe::kDelayed;
-      c.fp8_amax_history_len = 1024;
-      // NeMo's FP8 precision recipe (bf16_with_fp8_mixed in nemo/collections/llm/recipes/
-      // precision/mixed_precision.py) keeps the parameters in FP8 (fp8_params): no 16-bit
-      // weight copy, the parameter all-gather in FP8.
-      c.fp8_param_gather = c.precision == Precision::kFp8 && c.zero_stage >= 1;
-      c.overlap_grad_reduce = true;
-      c.overlap_param_gather = true;
-      // Megatron-Core sends whole pipeline messages (no scatter/gather); its non-interleaved
-      // 1F1B waits on each send and receive (schedules.py), the interleaved one does not.
-      c.scatter_gather = false;
-      c.p2p_blocking = c.pp > 1 && c.vp == 1;
-      // NeMo-Framework-Launcher's training configs at tag 24.07 set cross_entropy_loss_fusion: true
-      // for Llama 3 8B/70B and Nemotron 8B/22B (their "perf optimizations" of 2024-06), not for
-      // GPT-3, Llama 2 or Nemotron-340B; NeMo 24.07 ships Megatron-Core 0.8, whose fused loss is
-      // the native one.
-      const std::string model = t.Get(r, "model");
-      if (Contains(model, "LLAMA3") || model == "Nemotron-8B" || model == "Nemotron-22B") {
-        c.cross_entropy = CrossEntropyImpl::kNative;
-      }
-    }
-    // The defaults of a row that leaves these columns empty, stated (docs/validate.md).
-    if (rc == 0 && !mcore) row.assumptions.push_back("full activation recompute (not stated)");
-    if (t.Get(r, "precision").empty()) row.assumptions.push_back("fp16 (precision not stated)");
-    // llm-foundry's MPT computes the loss with its default loss_fn, fused_crossentropy (flash-attn's
-    // Triton cross-entropy: one kernel over the 16-bit logits).
-    if (Contains(fw, "llm-foundry")) c.cross_entropy = CrossEntropyImpl::kFlashAttn;
-    if (Contains(t.Get(r, "notes"), "MP Mode DEFAULT")) {
-      // Composer's FSDP mixed precision 'DEFAULT' since composer PR 2047 (2023-03): parameters
-      // all-gathered in the autocast precision (bf16), gradients reduce-scattered in fp32 (made
-      // explicit by PR 2628, 2023-10). The >= 128-GPU table came after both (it follows the FP8
-      // tables of late 2023).
-      c.param_gather_bytes = 2.0;
-      c.fp32_main_grads = true;
-    }
-    if (m.moe.enabled()) MapExpertSettings(t, r, runs_csv, &c);
-    const std::int64_t chunks = c.pp * std::max<std::int64_t>(1, c.vp);
-    if (mcore && c.pp > 1 && m.num_layers % chunks != 0 && (m.num_layers + 2) % chunks == 0 && !c.uneven_pipeline() &&
-        !c.embedding_slots) {
-      // Megatron-Core needs the chunks to divide the layers; the layout it offers that makes
-      // them divide here counts the embedding and the loss as one layer each
-      // (--account-for-embedding-in-pipeline-split / -loss-), as the ModelZoo's Qwen3-235B-A22B
-      // does (runtime.conf: 96 = 94 layers + embedding + loss).
-      c.embedding_slots = true;
-      row.assumptions.push_back("embedding and loss counted as one pipeline layer each (num_layers + 2 divides the "
-                                "pp*vp chunks; the run's layout is not given)");
-    } else if (c.vp > 1 && m.num_layers % (c.pp * c.vp) != 0 && !c.uneven_pipeline()) {
-      c.even_chunks = true;
-      row.assumptions.push_back("layers spread evenly over the pp*vp chunks (the run's pipeline layout is not given)");
-    }
-    // The PyTorch-side runs here predate FlashAttention-3 (July 2024; the newest is from
-    // 2024-04), so their flash-attention rows ran FlashAttention-2; the default profile assumes
-    // FA3 on Hopper. Transformer Engine's fused attention on Megatron-Core (NeMo 24.x) runs
-    // cuDNN 9's flash attention, at FlashAttention-3-class rates on Hopper (the default's).
+    row.fitted_constant = RowFittedConstant(t, r, runs_csv, row);
+    MapRowConfig(t, r, runs_csv, m, assume_mbs1, &row);
+    const ParallelConfig& c = row.config;
+    const bool mcore = Contains(t.Get(r, "framework"), "Megatron-Core");
     if (!cl.gpu.Runs(c.precision)) {
       row.skipped = true;
       row.assumptions.clear();
@@ -791,6 +974,10 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       rep.rows.push_back(row);
       continue;
     }
+    // The PyTorch-side runs here predate FlashAttention-3 (July 2024; the newest is from
+    // 2024-04), so their flash-attention rows ran FlashAttention-2; the default profile assumes
+    // FA3 on Hopper. Transformer Engine's fused attention on Megatron-Core (NeMo 24.x) runs
+    // cuDNN 9's flash attention, at FlashAttention-3-class rates on Hopper (the default's).
     HardwareProfile prof = DefaultProfile(cl);
     if (c.flash_attention && cl.gpu.arch == "hopper" && !mcore) {
       prof = WithAttentionKernel(prof, cl.gpu.arch, "fa2");
@@ -807,134 +994,10 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       rep.explained = ExplainedRow{row.row_id, m, cl, prof, res};
     }
     FillPrediction(res, &row);
-    // Measured values, when given, must be positive numbers.
-    auto measured = [&](const char* col) -> std::optional<double> {
-      const std::string v = t.Get(r, col);
-      if (v.empty()) return std::nullopt;
-      const auto d = Num(v);
-      if (!d || !(*d > 0) || !std::isfinite(*d)) {
-        throw InputError(runs_csv + ": " + RowLabel(t, r) + ", column " + col + ": got \"" + v +
-                         "\", expected a positive finite number or an empty cell");
-      }
-      return d;
-    };
-    row.measured_step_time_s = measured("iter_time_s");
-    if (!row.measured_step_time_s) {
-      row.measured_step_time_s = measured("step_time_s_derived");
-      row.step_time_derived = row.measured_step_time_s.has_value();
-    }
-    // The FLOPs per step in the row's convention (validation/README.md): its TFLOP/s compare with
-    // the prediction's in the same convention, and a row with only TFLOP/s (S7) derives its step time.
-    const bool causal = Contains(t.Get(r, "flops_convention"), "causal");
-    row.flops_convention_causal = causal;
-    row.model_flops_per_step = causal ? res.model_flops_causal_per_step : res.model_flops_per_step;
-    if (!row.measured_step_time_s) {
-      if (const auto tf = measured("tflops_per_gpu")) {
-        row.measured_step_time_s = row.model_flops_per_step / (*tf * 1e12 * static_cast<double>(row.gpus));
-        row.step_time_derived = true;
-      }
-    }
-    if (row.measured_step_time_s) {
-      row.step_time_error = *row.predicted_step_time_s / *row.measured_step_time_s - 1.0;
-    }
-    if (auto mem = measured("peak_mem_gb")) {
-      // nvidia-smi reports MiB; the source's "GB" are GiB. nvidia-smi shows what the caching
-      // allocator reserves (plus the CUDA context and libraries): compared with the reserved figure.
-      row.measured_peak_memory_bytes = *mem * 1073741824.0;
-      row.memory_is_reserved = Contains(t.Get(r, "mem_definition"), "nvidia-smi") ||
-                               Contains(t.Get(r, "mem_definition"), "reserved");
-      const double predicted = row.memory_is_reserved ? *row.predicted_reserved_bytes : *row.predicted_peak_memory_bytes;
-      row.memory_error = predicted / *row.measured_peak_memory_bytes - 1.0;
-    }
+    FillMeasured(t, r, runs_csv, res, &row);
     rep.rows.push_back(row);
   }
-
-  if (!memory_csv.empty()) {
-    const CsvTable mt = ReadCsvFile(memory_csv);
-    RejectUnknownColumns(mt, memory_csv, MemoryColumns());
-    RequireColumns(mt, memory_csv, {"model", "num_layers", "hidden_size", "num_heads", "seq_len", "micro_batch_size",
-                                    "tp", "pp", "quantity", "setting", "value_gib"});
-    if (mt.rows.empty()) throw InputError(memory_csv + ": no rows, expected at least one memory point under the header");
-    for (std::size_t r = 0; r < mt.rows.size(); ++r) {
-      MemoryPoint pt;
-      pt.model = mt.Get(r, "model");
-      pt.quantity = mt.Get(r, "quantity");
-      pt.setting = mt.Get(r, "setting");
-      pt.source = mt.Get(r, "source");
-      CheckMemoryPointKind(mt, r, memory_csv);
-      auto v = Num(mt.Get(r, "value_gib"));
-      if (!v || !(*v > 0) || !std::isfinite(*v)) {
-        throw InputError(memory_csv + ": " + RowLabel(mt, r) + ", column value_gib: got \"" + mt.Get(r, "value_gib") +
-                         "\", expected a positive number (GiB, or a fraction for activations_relative_to_none)");
-      }
-      pt.published_GiB = *v;
-      // The configuration of the matching Korthikanti run (same layers, hidden, tp, pp).
-      Json j = {{"name", pt.model}, {"num_layers", IntField(mt, r, "num_layers", memory_csv)},
-                {"hidden_size", IntField(mt, r, "hidden_size", memory_csv)},
-                {"ffn_hidden_size", 4 * IntField(mt, r, "hidden_size", memory_csv)},
-                {"num_attention_heads", IntField(mt, r, "num_heads", memory_csv)}, {"vocab_size", 51200},
-                {"seq_length", IntField(mt, r, "seq_len", memory_csv)}, {"normalization", "layernorm"},
-                {"activation", "gelu"}, {"position_embedding", "learned"}, {"tie_embeddings", true}};
-      const Model m = ModelFromJson(j, memory_csv);
-      ParallelConfig c;
-      c.tp = IntField(mt, r, "tp", memory_csv);
-      c.pp = IntField(mt, r, "pp", memory_csv);
-      c.dp = 1;
-      c.micro_batch_size = IntField(mt, r, "micro_batch_size", memory_csv);
-      c.global_batch_size = c.micro_batch_size * c.pp * 8;
-      c.seq_length = m.seq_length;
-      c.flash_attention = false;
-      for (std::size_t q = 0; q < t.rows.size(); ++q) {
-        if (t.Get(q, "source_id") == "S3" && t.Get(q, "num_layers") == mt.Get(r, "num_layers") &&
-            t.Get(q, "tp") == mt.Get(r, "tp") && t.Get(q, "pp") == mt.Get(r, "pp")) {
-          c.vp = t.Get(q, "vp").empty() ? 1 : IntField(t, q, "vp", runs_csv);
-          c.global_batch_size = IntField(t, q, "global_batch_size", runs_csv);
-        }
-      }
-      c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
-      const Cluster cl = LoadCluster("dgx-a100");
-      if (const auto why = InfeasibilityReasons(m, c, c.tp * c.pp, cl); !why.empty()) {
-        throw InputError(memory_csv + ": " + RowLabel(mt, r) + ": tp " + std::to_string(c.tp) + " and pp " +
-                         std::to_string(c.pp) + " cannot run this model (" + Join(why, "; ") +
-                         "), expected a configuration of Korthikanti et al. 2022");
-      }
-      const HardwareProfile prof = DefaultProfile(cl);
-      // Fig. 1's parameter-and-optimizer bars and Fig. 7's fractions count the transformer layers
-      // alone (Fig. 1's activation bars are the whole first stage, below). The parameter bars are
-      // 18 bytes times the first stage's transformer-layer parameters to four digits for all four
-      // models (45.56, 45.56, 31.64, 32.96 GiB), so the embedding is not in them; Fig. 7's
-      // fractions are the per-layer formulas of Table 2 (e.g. full recompute 2 / (10 + 24/t +
-      // 5as/(ht)) = 0.0870 for GPT-3 at t = 8 vs 0.0871 published).
-      auto layer_saved = [&](bool sp, Recompute rc) {
-        ParallelConfig x = c;
-        x.sequence_parallel = sp;
-        x.recompute = rc;
-        return BuildCostModel(m, x, cl, prof).layer_saved_bytes;
-      };
-      const std::string& st = pt.setting;
-      const bool sp = Contains(st, "SP") && !Contains(st, "no SP");
-      const Recompute rc = Contains(st, "full")        ? Recompute::kFull
-                           : Contains(st, "selective") ? Recompute::kSelective
-                                                       : Recompute::kNone;
-      if (pt.quantity == "params_and_optimizer_per_gpu") {  // CheckMemoryPointKind allowed these three
-        pt.predicted_GiB =
-            ParametersOfStage(m, c.tp, c.pp, 0).layer_params * BytesPerParam(c).total() / 1073741824.0;
-      } else if (pt.quantity == "activations_per_gpu") {
-        // Fig. 1's bars are the first stage's activations with p micro-batches in flight
-        // (1F1B), embedding and all, as the simulator tracks them (no working memory).
-        ParallelConfig x = c;
-        x.sequence_parallel = sp;
-        x.recompute = rc;
-        pt.predicted_GiB =
-            Simulate(m, x, cl, c.tp * c.pp, prof).stages.at(0).memory.saved_activations_bytes / 1073741824.0;
-      } else if (pt.quantity == "activations_relative_to_none") {
-        pt.predicted_GiB = layer_saved(sp, rc) / layer_saved(false, Recompute::kNone);
-      }
-      pt.error = pt.predicted_GiB / pt.published_GiB - 1.0;
-      rep.memory_points.push_back(pt);
-    }
-  }
-
+  if (!memory_csv.empty()) CompareMemoryPoints(memory_csv, t, runs_csv, &rep);
   Summarize(&rep);
   if (!explain_row.empty() && !rep.explained) {
     std::string why = "no row has that row_id";
