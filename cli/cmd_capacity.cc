@@ -153,8 +153,9 @@ std::vector<CapacityOption> ParseOptions(const std::vector<std::string>& specs, 
   return out;
 }
 
-void RunCapacityCommand(const CapacityArgs& a) {
-  const Model m = LoadModel(a.model, "--model");
+/// The capacity options the flags give (tokens, batch, deadline, prices, goodput, the plan's
+/// precision, optimizer and routing); InputError for flags that conflict.
+CapacityOptions CapacityOptionsFrom(const CapacityArgs& a, const Model& m) {
   CapacityOptions o;
   o.tokens = ParseTokens(a.tokens);
   o.global_batch_size = a.gbs;
@@ -197,7 +198,11 @@ void RunCapacityCommand(const CapacityArgs& a) {
   if (a.solve && !(a.days > 0)) {
     throw InputError("command line: --solve: given without --days, expected the deadline in days to solve for");
   }
-  const auto options = ParseOptions(a.options, a.solve);
+  return o;
+}
+
+/// InputError for a --price-per-gpu-hour GPU that no --gpus-options cluster has.
+void CheckPricedGpusAreOffered(const std::vector<CapacityOption>& options, const CapacityOptions& o) {
   std::set<std::string> offered;  // GPU presets of the options
   for (const auto& opt : options) offered.insert(LoadCluster(opt.cluster).gpu.name);
   for (const auto& [gpu, usd] : o.price_per_gpu_hour) {
@@ -207,8 +212,12 @@ void RunCapacityCommand(const CapacityArgs& a) {
                                    Join(std::vector<std::string>(offered.begin(), offered.end()), ", ")));
     }
   }
-  // --profile [CLUSTER=]FILE: a profile describes one machine (its GPU and its network), so it
-  // applies to one cluster of the options: the one named, or the only one with its GPU.
+}
+
+/// --profile [CLUSTER=]FILE into o.profiles: a profile describes one machine (its GPU and its
+/// network), so it applies to one cluster of the options: the one named, or the only one with its
+/// GPU. InputError naming the file or flag otherwise.
+void AssignProfiles(const CapacityArgs& a, const std::vector<CapacityOption>& options, CapacityOptions* o) {
   std::vector<std::string> clusters;  // of the options, in order, once each
   for (const auto& opt : options) {
     if (std::find(clusters.begin(), clusters.end(), opt.cluster) == clusters.end()) clusters.push_back(opt.cluster);
@@ -252,16 +261,28 @@ void RunCapacityCommand(const CapacityArgs& a) {
       throw InputError(fmt::format("{}: /gpu: got \"{}\", expected {}'s GPU {}", path, prof.gpu, cluster,
                                    LoadCluster(cluster).gpu.name));
     }
-    if (o.profiles.count(cluster)) {
+    if (o->profiles.count(cluster)) {
       throw InputError(fmt::format("command line: --profile: {} and {} both for cluster {}, expected one profile each",
-                                   o.profiles.at(cluster).first, path, cluster));
+                                   o->profiles.at(cluster).first, path, cluster));
     }
     std::int64_t most = 0;  // the largest GPU count of the cluster's options
     for (const auto& opt : options) {
       if (opt.cluster == cluster) most = std::max(most, a.solve ? a.max_gpus : opt.gpus);
     }
     WarnIfProfileIsAnotherMachine(prof, path, LoadCluster(cluster), most);
-    o.profiles.emplace(cluster, std::make_pair(path, std::move(prof)));
+    o->profiles.emplace(cluster, std::make_pair(path, std::move(prof)));
+  }
+}
+
+void RunCapacityCommand(const CapacityArgs& a) {
+  const Model m = LoadModel(a.model, "--model");
+  CapacityOptions o = CapacityOptionsFrom(a, m);
+  const auto options = ParseOptions(a.options, a.solve);
+  CheckPricedGpusAreOffered(options, o);
+  AssignProfiles(a, options, &o);
+  std::vector<std::string> clusters;  // of the options, in order, once each
+  for (const auto& opt : options) {
+    if (std::find(clusters.begin(), clusters.end(), opt.cluster) == clusters.end()) clusters.push_back(opt.cluster);
   }
   std::vector<SolveResult> solved;
   std::vector<CapacityRow> rows;
