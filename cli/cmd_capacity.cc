@@ -201,6 +201,15 @@ CapacityOptions CapacityOptionsFrom(const CapacityArgs& a, const Model& m) {
   return o;
 }
 
+/// The clusters of the options, in order, once each.
+std::vector<std::string> ClustersOf(const std::vector<CapacityOption>& options) {
+  std::vector<std::string> clusters;
+  for (const auto& opt : options) {
+    if (std::find(clusters.begin(), clusters.end(), opt.cluster) == clusters.end()) clusters.push_back(opt.cluster);
+  }
+  return clusters;
+}
+
 /// InputError for a --price-per-gpu-hour GPU that no --gpus-options cluster has.
 void CheckPricedGpusAreOffered(const std::vector<CapacityOption>& options, const CapacityOptions& o) {
   std::set<std::string> offered;  // GPU presets of the options
@@ -218,10 +227,7 @@ void CheckPricedGpusAreOffered(const std::vector<CapacityOption>& options, const
 /// network), so it applies to one cluster of the options: the one named, or the only one with its
 /// GPU. InputError naming the file or flag otherwise.
 void AssignProfiles(const CapacityArgs& a, const std::vector<CapacityOption>& options, CapacityOptions* o) {
-  std::vector<std::string> clusters;  // of the options, in order, once each
-  for (const auto& opt : options) {
-    if (std::find(clusters.begin(), clusters.end(), opt.cluster) == clusters.end()) clusters.push_back(opt.cluster);
-  }
+  const std::vector<std::string> clusters = ClustersOf(options);
   for (const auto& spec : a.profiles) {
     // CLUSTER=FILE when the spec starts with an option's cluster and "=" (the longest such, so
     // a cluster path may hold "="); else FILE, which may hold "=" too.
@@ -280,10 +286,7 @@ void RunCapacityCommand(const CapacityArgs& a) {
   const auto options = ParseOptions(a.options, a.solve);
   CheckPricedGpusAreOffered(options, o);
   AssignProfiles(a, options, &o);
-  std::vector<std::string> clusters;  // of the options, in order, once each
-  for (const auto& opt : options) {
-    if (std::find(clusters.begin(), clusters.end(), opt.cluster) == clusters.end()) clusters.push_back(opt.cluster);
-  }
+  const std::vector<std::string> clusters = ClustersOf(options);
   std::vector<SolveResult> solved;
   std::vector<CapacityRow> rows;
   if (a.solve) {
