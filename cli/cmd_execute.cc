@@ -26,6 +26,44 @@ struct ExecuteArgs {
   ExecuteOptions o;
 };
 
+/// InputError for a configuration execute does not run (simulate and plan predict it): blocking
+/// pipeline transfers, precisions below 16 bits, TP communication overlap, context parallelism,
+/// hybrid sharding, DeepSpeed's ZeRO-3 gathers, FSDP without its rate limiter.
+void RefuseWhatExecuteDoesNotRun(const ParallelConfig& c) {
+  if (c.p2p_blocking) {
+    throw InputError("command line: --p2p-blocking: not supported by execute (its pipeline sends are MPI_Isend "
+                     "on their own; simulate models the blocking transfers of DeepSpeed and of Megatron-LM 2021-22)");
+  }
+  if (c.precision != Precision::kBf16 && c.precision != Precision::kFp16) {
+    throw InputError(fmt::format("command line: --precision {}: not executed (execute runs its GEMMs in 16 bits on "
+                                 "the cuda backend and fp32 on the cpu one); simulate and plan predict it",
+                                 ToString(c.precision)));
+  }
+  if (c.tp_comm_overlap) {
+    throw InputError("command line: --tp-comm-overlap: not supported by execute (its TP collectives are whole NCCL "
+                     "or MPI calls); simulate and plan model Transformer Engine's userbuffers overlap");
+  }
+  if (c.cp > 1) {
+    throw InputError(fmt::format("command line: --cp {}: context parallelism is not executed (execute's attention "
+                                 "kernel runs whole sequences on one rank); simulate and plan model it",
+                                 c.cp));
+  }
+  if (c.hybrid_shard()) {
+    throw InputError(fmt::format("command line: --dp-shard {}: hybrid sharding is not executed (execute's "
+                                 "data-parallel collectives span every rank); simulate and plan model it",
+                                 c.dp_shard));
+  }
+  if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) {
+    throw InputError(fmt::format("command line: --zero3-impl {}: not executed (execute gathers ZeRO-3 parameters "
+                                 "layer by layer); simulate and plan model DeepSpeed's own gathers",
+                                 ToString(c.zero3_impl)));
+  }
+  if (c.zero_stage >= 3 && !c.zero3_limit_all_gathers) {
+    throw InputError("command line: --no-limit-all-gathers: not executed (execute's ZeRO-3 gathers run in program "
+                     "order, like the rate limiter); simulate models FSDP without it");
+  }
+}
+
 void RunExecute(const ExecuteArgs& a) {
   int inited = 0;
   MPI_Initialized(&inited);
@@ -75,38 +113,7 @@ void RunExecute(const ExecuteArgs& a) {
     CheckOutputFiles({{"--trace", a.o.trace}}, {a.cfg.model, a.cfg.profile, a.cfg.cluster});
     const ParallelConfig c = BuildConfig(cfg, m, size);
     CheckRanksAgree(ProgramSettings(m, c, a.o));
-    if (c.p2p_blocking) {
-      throw InputError("command line: --p2p-blocking: not supported by execute (its pipeline sends are MPI_Isend "
-                       "on their own; simulate models the blocking transfers of DeepSpeed and of Megatron-LM 2021-22)");
-    }
-    if (c.precision != Precision::kBf16 && c.precision != Precision::kFp16) {
-      throw InputError(fmt::format("command line: --precision {}: not executed (execute runs its GEMMs in 16 bits on "
-                                   "the cuda backend and fp32 on the cpu one); simulate and plan predict it",
-                                   ToString(c.precision)));
-    }
-    if (c.tp_comm_overlap) {
-      throw InputError("command line: --tp-comm-overlap: not supported by execute (its TP collectives are whole NCCL "
-                       "or MPI calls); simulate and plan model Transformer Engine's userbuffers overlap");
-    }
-    if (c.cp > 1) {
-      throw InputError(fmt::format("command line: --cp {}: context parallelism is not executed (execute's attention "
-                                   "kernel runs whole sequences on one rank); simulate and plan model it",
-                                   c.cp));
-    }
-    if (c.hybrid_shard()) {
-      throw InputError(fmt::format("command line: --dp-shard {}: hybrid sharding is not executed (execute's "
-                                   "data-parallel collectives span every rank); simulate and plan model it",
-                                   c.dp_shard));
-    }
-    if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) {
-      throw InputError(fmt::format("command line: --zero3-impl {}: not executed (execute gathers ZeRO-3 parameters "
-                                   "layer by layer); simulate and plan model DeepSpeed's own gathers",
-                                   ToString(c.zero3_impl)));
-    }
-    if (c.zero_stage >= 3 && !c.zero3_limit_all_gathers) {
-      throw InputError("command line: --no-limit-all-gathers: not executed (execute's ZeRO-3 gathers run in program "
-                       "order, like the rate limiter); simulate models FSDP without it");
-    }
+    RefuseWhatExecuteDoesNotRun(c);
     ExecuteReport r = Execute(m, c, cl, prof, a.o);
     if (rank == 0) {
       if (a.cfg.json) {
