@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -122,6 +123,9 @@ inline CLI::Validator OutputFile(bool allow_stdout = false) {
         const std::filesystem::path p(s);
         if (s.empty()) return "got an empty path, expected the path of a file to write";
         if (std::filesystem::is_directory(p, ec)) return "got \"" + s + "\", a folder; expected the path of a file to write";
+        if (std::filesystem::exists(p, ec) && !std::filesystem::is_regular_file(p, ec)) {
+          return "got \"" + s + "\", not a regular file (a device, FIFO or socket); expected the path of a file to write";
+        }
         const auto parent = p.parent_path();
         if (!parent.empty() && std::filesystem::exists(parent, ec) && !std::filesystem::is_directory(parent, ec)) {
           return "got \"" + s + "\", whose folder " + parent.string() + " is a file; expected a file in an existing folder";
@@ -130,12 +134,17 @@ inline CLI::Validator OutputFile(bool allow_stdout = false) {
           return "got \"" + s + "\", whose folder " + parent.string() + " does not exist; expected a file in an existing "
                  "folder";
         }
-        // The file is written beside itself and renamed into place: its folder must take new files.
+        // The file is written beside itself and renamed into place: its folder must take a new
+        // file (tried: permissions, read-only mounts and pseudo file systems like /proc alike).
         const std::string folder = parent.empty() ? std::string(".") : parent.string();
-        if (::access(folder.c_str(), W_OK) != 0) {
+        const std::string probe = folder + "/.shardcast-write-check." + std::to_string(::getpid());
+        const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+        if (fd < 0) {
           return "got \"" + s + "\", whose folder " + folder + " cannot be written (" + std::strerror(errno) +
                  "); expected a file in a writable folder";
         }
+        ::close(fd);
+        ::unlink(probe.c_str());
         return "";
       },
       "FILE");

@@ -76,8 +76,16 @@ void WriteFileAtomic(const std::string& path, const std::string& contents) {
   if (std::filesystem::is_directory(path, ec)) {
     throw InputError(path + ": is a folder, expected the path of a file to write");
   }
+  // The temporary file is renamed over the target: a symbolic link is followed to its file (the
+  // rename would replace the link), and a device, FIFO or socket is refused (it would be replaced
+  // by a regular file: /dev/null, /dev/stdout).
+  std::string target = path;
+  if (std::filesystem::is_symlink(path, ec)) target = std::filesystem::weakly_canonical(path, ec).string();
+  if (std::filesystem::exists(target, ec) && !std::filesystem::is_regular_file(target, ec)) {
+    throw InputError(path + ": is not a regular file (a device, FIFO or socket), expected the path of a file to write");
+  }
   std::lock_guard<std::mutex> lock(g_write_mutex);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = target + ".tmp." + std::to_string(::getpid());
   TmpFileGuard guard(tmp);
   errno = 0;
   {
@@ -94,7 +102,7 @@ void WriteFileAtomic(const std::string& path, const std::string& contents) {
       throw InputError(path + ": write failed (disk full?)");
     }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::rename(tmp.c_str(), target.c_str()) != 0) {
     std::remove(tmp.c_str());
     throw InputError(path + ": cannot rename temporary file into place");
   }

@@ -1052,6 +1052,15 @@ ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cl
                                      FormatGiB(cluster.gpu.memory_bytes), cluster.name));
       }
     }
+    // What the log measured, kept for a run that is then skipped too (its CSV and JSON rows say it).
+    row.measured_step_time_s = run.measured_step_time_s;
+    row.step_time_derived = run.format == "torchtitan";  // from tokens per second
+    if (run.max_allocated_bytes) {
+      row.measured_peak_memory_bytes = *run.max_allocated_bytes;
+    } else if (run.max_reserved_bytes) {
+      row.measured_peak_memory_bytes = *run.max_reserved_bytes;
+      row.memory_is_reserved = true;
+    }
     SimulationResult res;
     try {
       RequirePrecision(cluster.gpu, run.config, "the log's configuration");
@@ -1071,15 +1080,10 @@ ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cl
     if (!explain_row.empty() && row.row_id == explain_row) rep.explained = ExplainedRow{row.row_id, run.model, cluster, profile, res};
     FillPrediction(res, &row);
     row.model_flops_per_step = res.model_flops_per_step;
-    row.measured_step_time_s = run.measured_step_time_s;
-    row.step_time_derived = run.format == "torchtitan";  // from tokens per second
     row.step_time_error = res.step_time_s / run.measured_step_time_s - 1.0;
     if (run.max_allocated_bytes) {
-      row.measured_peak_memory_bytes = *run.max_allocated_bytes;
       row.memory_error = res.peak_memory_bytes / *run.max_allocated_bytes - 1.0;
     } else if (run.max_reserved_bytes) {
-      row.measured_peak_memory_bytes = *run.max_reserved_bytes;
-      row.memory_is_reserved = true;
       row.memory_error = res.peak_reserved_bytes / *run.max_reserved_bytes - 1.0;
     }
     rep.rows.push_back(row);

@@ -69,6 +69,9 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
               {"skipped", r.skipped}};
     if (r.skipped) {
       x["skip_reason"] = r.skip_reason;
+      // What was measured stays (a logged run the simulator cannot run still measured its step).
+      x["measured_step_time_s"] = opt(r.measured_step_time_s);
+      x["measured_peak_memory_bytes"] = opt(r.measured_peak_memory_bytes);
     } else {
       x["config"] = r.config.Summary();
       x["predicted_step_time_s"] = opt(r.predicted_step_time_s);

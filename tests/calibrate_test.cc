@@ -741,6 +741,11 @@ TEST(CalibrateCpu, BadInput) {
   EXPECT_EQ(file_folder.exit_code, 2);
   EXPECT_NE(file_folder.err.find("calibrate_plain_file is a file; expected a file in an existing folder"), std::string::npos)
       << file_folder.err;
+  // A folder that takes no new file, for root as well (a pseudo file system): found by trying.
+  const auto proc = testing::RunShardcast("calibrate --backend cpu --quick --out /proc/cpu.json");
+  EXPECT_EQ(proc.exit_code, 2);
+  EXPECT_NE(proc.err.find("--out: got \"/proc/cpu.json\", whose folder /proc cannot be written ("), std::string::npos)
+      << proc.err;
   if (::geteuid() != 0) {  // root writes anywhere
     const auto locked = shardcast::testing::TestTempDir() / "calibrate_read_only";
     std::filesystem::create_directories(locked);

@@ -164,5 +164,32 @@ TEST(FileUtil, SignalDuringAtomicWriteRemovesTheTemporaryFile) {
   std::filesystem::remove(tmp);
 }
 
+// An output never replaces a device, FIFO or socket with a regular file (calibrate --out
+// /dev/full did), and a symbolic link is followed to its file instead of being replaced.
+TEST(FileUtil, AtomicWriteRefusesNonRegularFilesAndFollowsLinks) {
+  const auto dir = shardcast::testing::TestTempDir();
+  std::filesystem::create_directories(dir);
+  const std::string fifo = (dir / "out_fifo").string();
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_EQ(testing::InputErrorOf([&] { WriteFileAtomic(fifo, "x"); }),
+            fifo + ": is not a regular file (a device, FIFO or socket), expected the path of a file to write");
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  // The command line refuses it before any work (here: a plan's --csv).
+  const auto r = testing::RunShardcast("plan --model gpt3-175b --cluster dgx-a100 --gpus 64 --gbs 64 --csv " + fifo);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--csv: got \"" + fifo + "\", not a regular file (a device, FIFO or socket)"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  const std::string target = (dir / "link_target.json").string(), link = (dir / "out_link.json").string();
+  std::filesystem::remove(link);
+  testing::WriteTemp("link_target.json", "old");
+  std::filesystem::create_symlink(target, link);
+  WriteFileAtomic(link, "new");
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  EXPECT_EQ(ReadTextFile(target), "new");
+  std::filesystem::remove(fifo);
+}
+
 }  // namespace
 }  // namespace shardcast

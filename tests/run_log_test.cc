@@ -14,6 +14,7 @@
 #include "models/loader.h"
 #include "planner/run_log.h"
 #include "planner/validate.h"
+#include "report/validate_report.h"
 #include "simulator/profile.h"
 #include "simulator/simulate.h"
 #include "tests/test_util.h"
@@ -243,6 +244,10 @@ TEST(RunLog, WhatWouldMismeasureTheRunIsRefusedOrLeftOut) {
   EXPECT_TRUE(rep.rows[0].skipped);
   EXPECT_NE(rep.rows[0].skip_reason.find("precision bf16 is not supported by the NVIDIA Tesla V100"), std::string::npos)
       << rep.rows[0].skip_reason;
+  // The measured step stays on the skipped row (its CSV and JSON rows show it).
+  ASSERT_TRUE(rep.rows[0].measured_step_time_s.has_value());
+  EXPECT_DOUBLE_EQ(*rep.rows[0].measured_step_time_s, v.measured_step_time_s);
+  EXPECT_EQ(ValidationJson(rep, "")["rows"][0]["measured_step_time_s"].get<double>(), v.measured_step_time_s);
   const std::string copy = testing::WriteTemp("copy.log", text);
   EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + copy + " --cluster dgx-h100 --csv " + copy,
                                            "--csv: got " + copy + ", which is an input of this command"));
