@@ -549,7 +549,7 @@ HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
                                   : "attention: " + m.attention_note);
   p.date = TodayUtc();
   // The per-kernel overhead from the memory-bound sweep; every fit counts the time above it,
-  // which the cost model adds back per kernel (the preset's where the sweep has no memory cases).
+  // which the cost model adds back per kernel (the preset's where the sweep has under two sizes).
   std::vector<CurvePoint> mem;
   for (const auto& s : m.memory) mem.push_back({s.bytes, s.seconds});
   if (mem.size() >= 2) p.launch_overhead_s = FitLaunchOverhead(mem);

@@ -85,15 +85,20 @@ void FitAttention(const std::vector<cuda::AttentionSample>& samples, double peak
 
 void FitMemoryBound(std::vector<CurvePoint> pts, HardwareProfile* p) {
   if (pts.empty()) throw InputError("memory-bound fit: got no samples, expected at least 1");
-  double best = 0;
+  double best = 0, best_any = 0;  // GB/s: over bandwidth-bound samples, over all
   for (auto& s : pts) {
     if (!(s.x > 0) || !(s.y > 0)) {
       throw InputError("memory-bound fit: a sample has bytes " + std::to_string(s.x) + " and seconds " +
                        std::to_string(s.y) + ", expected both positive");
     }
+    const double measured = s.y;
     s.y = TimeAboveLaunch(s.y, p->launch_overhead_s);  // MemoryBoundTime adds the launch back
-    best = std::max(best, s.x / s.y / 1e9);
+    best_any = std::max(best_any, s.x / s.y / 1e9);
+    // The peak comes from samples the bandwidth dominates (at least half their time above the
+    // overhead): a launch-bound one's small remainder would make it look faster than memory.
+    if (s.y >= 0.5 * measured) best = std::max(best, s.x / s.y / 1e9);
   }
+  if (!(best > 0)) best = best_any;
   std::sort(pts.begin(), pts.end(), [](const CurvePoint& a, const CurvePoint& b) { return a.x < b.x; });
   p->hbm_GBps = best;
   p->memory_efficiency_vs_bytes.clear();

@@ -24,7 +24,9 @@ AlphaBeta FitAlphaBeta(const std::vector<CurvePoint>& size_to_seconds);
 /// The part of a measured kernel time that the cost model's rates explain: the time above the
 /// per-kernel overhead `launch_s` (GemmTime, MemoryBoundTime and AttentionTime add
 /// launch_overhead_s to every kernel, so a fit that kept it would count it twice), and at least a
-/// tenth of the measured time.
+/// tenth of the measured time. The simulator then gives back each measured memory-bound and
+/// attention time; a GEMM's where its compute term decides GemmTime and its time is above
+/// launch_s / 0.9 (a shorter one keeps a tenth of its time, and comes back longer).
 double TimeAboveLaunch(double measured_s, double launch_s);
 
 /// The per-kernel overhead of a memory-bound sweep (x = bytes moved, y = seconds): the latency of
@@ -52,10 +54,12 @@ void FitAttention(const std::vector<cuda::AttentionSample>& samples, double peak
 /// rate); `calibrate` says so in its summary when a GPU's sweep stays under it.
 inline constexpr double kMemoryBoundVsMemcpyTarget = 0.9;
 
-/// The memory-bound curve from measured (x = bytes moved, y = seconds) samples: sets
-/// `p->hbm_GBps` to the highest rate (bytes / seconds / 1e9) and `p->memory_efficiency_vs_bytes`
-/// to each sample's rate over it, sorted by bytes, the seconds counted above p->launch_overhead_s
-/// (TimeAboveLaunch; set it first, e.g. from FitLaunchOverhead). Throws InputError without a sample or with a
+/// The memory-bound curve from measured (x = bytes moved, y = seconds) samples, each time counted
+/// above p->launch_overhead_s (TimeAboveLaunch; set it first, e.g. from FitLaunchOverhead): sets
+/// `p->hbm_GBps` to the highest rate (bytes / seconds / 1e9) among the samples the bandwidth
+/// dominates (at least half the measured time above the overhead; all samples when none is) and
+/// `p->memory_efficiency_vs_bytes` to each sample's rate over it, sorted by bytes (above 1 where a
+/// small case ran faster, from caches). MemoryBoundTime then gives back every measured time. Throws InputError without a sample or with a
 /// time or size that is not positive.
 void FitMemoryBound(std::vector<CurvePoint> bytes_to_seconds, HardwareProfile* p);
 

@@ -361,6 +361,16 @@ TEST(Fit, MemoryBoundPeakIsTheFastestSampleAndTheCurveIsSorted) {
   EXPECT_DOUBLE_EQ(p.memory_efficiency_vs_bytes.back().y, 1.0);
   EXPECT_THROW(FitMemoryBound({}, &p), InputError);
   EXPECT_THROW(FitMemoryBound({{1e6, 0}}, &p), InputError);
+  // With a 4 us overhead, a case that is mostly overhead (4.5 us for 3 MB: 0.5 us above it)
+  // does not set the peak (its remainder would read 6 TB/s); the bandwidth-bound one does, and
+  // the curve still gives back both measured times.
+  HardwareProfile q;
+  q.launch_overhead_s = 4e-6;
+  const std::vector<CurvePoint> two = {{3e6, 4.5e-6}, {1.2e9, 4e-6 + 1.2e9 / 4e12}};
+  FitMemoryBound(two, &q);
+  EXPECT_NEAR(q.hbm_GBps, 4000, 1e-6);
+  EXPECT_NEAR(q.memory_efficiency_vs_bytes.front().y, 3e6 / 0.5e-6 / 4e12, 1e-9);  // 1.5: above 1
+  for (const auto& s : two) EXPECT_NEAR(MemoryBoundTime(q, s.x) / s.y, 1.0, 1e-9) << s.x;
 }
 
 TEST(Fit, AttentionIsTheCausalFlopRateOverThePeakRelativeTo2k) {
