@@ -609,6 +609,69 @@ HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
   return p;
 }
 
+namespace {
+
+/// InputError naming the partial file and the field unless each saved group has the shape its
+/// measurement writes: a hand-edited or truncated file is refused before the sweep goes on.
+void CheckPartialGroups(const Json& groups, const std::string& file) {
+  auto positive = [&](const Json& v, const std::string& ptr) {
+    if (!v.is_number() || !(v.get<double>() > 0) || !std::isfinite(v.get<double>())) {
+      throw InputError::Field(file, ptr, JsonForMessage(v), "a positive number, as the measurement wrote it");
+    }
+  };
+  auto object_with = [&](const Json& o, const std::string& ptr, std::initializer_list<const char*> keys) {
+    if (!o.is_object()) throw InputError::Field(file, ptr, JsonForMessage(o), "an object, as the measurement wrote it");
+    for (const char* k : keys) positive(o.contains(k) ? o[k] : Json(), ptr + "/" + k);
+  };
+  auto samples = [&](const Json& a, const std::string& ptr, std::initializer_list<const char*> keys) {
+    if (!a.is_array() || a.empty()) {
+      throw InputError::Field(file, ptr, JsonForMessage(a), "a non-empty array of samples, as the measurement wrote it");
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) object_with(a[i], ptr + "/" + std::to_string(i), keys);
+  };
+  for (auto it = groups.begin(); it != groups.end(); ++it) {
+    const std::string ptr = "/groups/" + it.key();
+    const Json& g = it.value();
+    if (it.key() == "gemm") {
+      samples(g, ptr, {"m", "n", "k", "seconds"});
+    } else if (it.key() == "memory") {
+      samples(g, ptr, {"bytes", "seconds"});
+    } else if (it.key() == "attention") {
+      object_with(g, ptr, {"fwd_flops", "fwd_seconds", "bwd_seconds", "seq"});
+    } else if (it.key() == "overlap") {
+      object_with(g, ptr, {"gemm_alone_seconds", "gemm_with_comm_seconds"});
+    } else if (it.key() == "collectives") {
+      object_with(g, ptr, {"nodes"});
+      if (!g.contains("host") || !g["host"].is_string()) {
+        throw InputError::Field(file, ptr + "/host", JsonForMessage(g.value("host", Json())), "the host name");
+      }
+      if (!g.contains("tables") || !g["tables"].is_array()) {
+        throw InputError::Field(file, ptr + "/tables", JsonForMessage(g.value("tables", Json())), "an array of tables");
+      }
+      for (std::size_t t = 0; t < g["tables"].size(); ++t) {
+        const Json& tab = g["tables"][t];
+        const std::string tp = ptr + "/tables/" + std::to_string(t);
+        if (!tab.is_object() || !tab.contains("op") || !tab["op"].is_string() || !tab.contains("points") ||
+            !tab["points"].is_array()) {
+          throw InputError::Field(file, tp, JsonForMessage(tab), "an object with op and points");
+        }
+        for (std::size_t k = 0; k < tab["points"].size(); ++k) {
+          const Json& pt = tab["points"][k];
+          const std::string pp = tp + "/points/" + std::to_string(k);
+          if (!pt.is_array() || pt.size() != 2) throw InputError::Field(file, pp, JsonForMessage(pt), "a pair [bytes, seconds]");
+          positive(pt[0], pp + "/0");
+          positive(pt[1], pp + "/1");
+        }
+      }
+    } else {
+      throw InputError::Field(file, ptr, JsonForMessage(g), "a group of the sweep (gemm, memory, attention, collectives, "
+                              "overlap)");
+    }
+  }
+}
+
+}  // namespace
+
 HardwareProfile RunCalibration(const CalibrateOptions& o) {
   if (o.backend != "cpu" && o.backend != "cuda") {
     throw InputError("command line: --backend: got \"" + o.backend + "\", expected cpu or cuda");
@@ -654,16 +717,23 @@ HardwareProfile RunCalibration(const CalibrateOptions& o) {
         {"backend", o.backend}, {"quick", o.quick}, {"ranks", c.size}, {"model_shapes", o.model_shapes}};
     for (const auto& [key, value] : now) {
       const Json saved = p.contains(key) ? p[key] : Json();
-      if (saved != value) differ.push_back(fmt::format("{} saved {}, now {}", key, saved.dump(), value.dump()));
+      if (saved == value) continue;
+      if (std::string(key) == "model_shapes") {  // a count, not the lists
+        differ.push_back(fmt::format("model_shapes (from --model and --tp-values) saved {} shapes, now {}",
+                                     saved.is_array() ? saved.size() : 0, value.size()));
+      } else {
+        differ.push_back(fmt::format("{} saved {}, now {}", key, JsonForMessage(saved), JsonForMessage(value)));
+      }
     }
     if (!differ.empty()) {
       throw InputError(partial_path + ": partial results of a different sweep (" + Join(differ, "; ") +
-                       "; model_shapes follow --model and --tp-values); delete it or run without --resume");
+                       "); delete it or run without --resume");
     }
     if (!p.contains("groups") || !p["groups"].is_object()) {
       throw InputError(partial_path + ": /groups: missing or not an object, expected the measured groups of an "
                                       "interrupted sweep; delete it or run without --resume");
     }
+    CheckPartialGroups(p["groups"], partial_path);
     partial = p;
     loaded = 1;
   }

@@ -712,21 +712,32 @@ TEST(CalibrateCpu, ResumeFileIsCheckedLikeInput) {
   const std::string saved = ReadTextFile(partial);
   const auto two = testing::RunCommand(Mpirun(2) + " calibrate --backend cpu --quick --fake-timer --resume --out " + out);
   EXPECT_NE(two.exit_code, 0);
-  EXPECT_NE(two.out.find(partial + ": partial results of a different sweep (ranks saved 1, now 2;"), std::string::npos)
+  EXPECT_NE(two.out.find(partial + ": partial results of a different sweep (ranks saved 1, now 2)"), std::string::npos)
       << two.out;
   Json edited = Json::parse(saved);
   edited["groups"]["gemm"] = "oops";
   testing::WriteTemp("resume_checked.json.partial.json", edited.dump());
   const auto oops = testing::RunCommand(Mpirun(1) + " calibrate --backend cpu --quick --fake-timer --resume --out " + out);
+  // Checked when read, before anything more is measured or the partial file rewritten.
   EXPECT_EQ(oops.exit_code, 2);
-  EXPECT_NE(oops.out.find(partial + ": the measured groups do not have the expected shape ("), std::string::npos)
+  EXPECT_NE(oops.out.find(partial + ": /groups/gemm: got \"oops\", expected a non-empty array of samples"),
+            std::string::npos)
       << oops.out;
+  EXPECT_EQ(ReadTextFile(partial), edited.dump());
   edited["groups"]["gemm"] = Json::array();
   testing::WriteTemp("resume_checked.json.partial.json", edited.dump());
   const auto empty = testing::RunCommand(Mpirun(1) + " calibrate --backend cpu --quick --fake-timer --resume --out " + out);
   EXPECT_EQ(empty.exit_code, 2);
-  EXPECT_NE(empty.out.find("(from the measurements resumed from " + partial + "; nothing written)"), std::string::npos)
+  EXPECT_NE(empty.out.find(partial + ": /groups/gemm: got [], expected a non-empty array of samples"), std::string::npos)
       << empty.out;
+  edited = Json::parse(saved);
+  edited["groups"]["memory"][0]["seconds"] = -1;
+  testing::WriteTemp("resume_checked.json.partial.json", edited.dump());
+  const auto negative = testing::RunCommand(Mpirun(1) + " calibrate --backend cpu --quick --fake-timer --resume --out " + out);
+  EXPECT_EQ(negative.exit_code, 2);
+  EXPECT_NE(negative.out.find(partial + ": /groups/memory/0/seconds: got -1, expected a positive number"),
+            std::string::npos)
+      << negative.out;
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
