@@ -111,6 +111,17 @@ const std::vector<std::string>& MemoryColumns() {
 void RejectUnknownColumns(const CsvTable& t, const std::string& file, const std::vector<std::string>& known) {
   for (std::size_t i = 0; i < t.header.size(); ++i) {
     const std::string& col = t.header[i];
+    if (col.empty()) {
+      // A trailing comma (spreadsheet exports): a nameless column is fine while it holds nothing.
+      for (std::size_t r = 0; r < t.rows.size(); ++r) {
+        if (!t.rows[r][i].empty()) {
+          throw InputError(fmt::format("{}: {}: a value \"{}\" in column {}, which the header leaves unnamed; expected "
+                                       "a named column (or an empty one)",
+                                       file, RowLabel(t, r), t.rows[r][i], i + 1));
+        }
+      }
+      continue;
+    }
     if (std::find(known.begin(), known.end(), col) == known.end()) {
       const auto near = ClosestMatches(col, known, 1);
       throw InputError(file + ": header: unknown column '" + col + "'" +
@@ -627,6 +638,14 @@ RowChoices MapRowBasics(const CsvTable& t, std::size_t r, const std::string& run
   c->vp = t.Get(r, "vp").empty() ? 1 : IntField(t, r, "vp", runs_csv);
   c->schedule = c->vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
   c->cp = t.Get(r, "cp").empty() ? 1 : IntField(t, r, "cp", runs_csv);
+  // The sizes must multiply to the GPUs (a typo in one of them is bad input, not a run that
+  // cannot be simulated).
+  const std::int64_t gpus = IntField(t, r, "num_gpus", runs_csv);
+  if (c->tp * c->pp * c->cp * c->dp != gpus) {
+    throw InputError(fmt::format("{}: {}, columns tp, pp, cp, dp: got {} x {} x {} x {} = {}, expected num_gpus = {}",
+                                 runs_csv, RowLabel(t, r), c->tp, c->pp, c->cp, c->dp, c->tp * c->pp * c->cp * c->dp,
+                                 gpus));
+  }
   if (t.Column("ep") >= 0 && !t.Get(r, "ep").empty()) c->ep = IntField(t, r, "ep", runs_csv);
   c->micro_batch_size = assume_mbs1 ? 1 : IntField(t, r, "micro_batch_size", runs_csv);
   c->global_batch_size = IntField(t, r, "global_batch_size", runs_csv);

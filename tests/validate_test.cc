@@ -241,6 +241,24 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
   EXPECT_TRUE(fp8_rep.rows[0].skipped);
   EXPECT_NE(fp8_rep.rows[0].skip_reason.find("precision fp8 is not supported by the NVIDIA A100"), std::string::npos)
       << fp8_rep.rows[0].skip_reason;
+  // Sizes that do not multiply to the GPUs are a typo, refused naming the row (not a skipped run).
+  const std::string dp3 = testing::WriteTemp("runs_dp3.csv", header() + row("dp", "3"));
+  EXPECT_EQ(InputErrorOf([&] { RunValidation(dp3, ""); }),
+            dp3 + ": row_id " + row_id + " (line 2), columns tp, pp, cp, dp: got " + t.Get(0, "tp") + " x " +
+                t.Get(0, "pp") + " x 1 x 3 = " + std::to_string(std::stoi(t.Get(0, "tp")) * std::stoi(t.Get(0, "pp")) * 3) +
+                ", expected num_gpus = " + t.Get(0, "num_gpus"));
+  // A trailing comma (a nameless, empty column) is accepted; a value under a nameless column is not.
+  std::string trailing = header(), trailing_row = row("", "");
+  trailing.insert(trailing.size() - 1, ",");
+  trailing_row.insert(trailing_row.size() - 1, ",");
+  EXPECT_EQ(RunValidation(testing::WriteTemp("runs_trailing.csv", trailing + trailing_row), "").rows.size(), 1u);
+  std::string valued_row = row("", "");
+  valued_row.insert(valued_row.size() - 1, ",x");
+  const std::string valued = testing::WriteTemp("runs_nameless.csv", trailing + valued_row);
+  EXPECT_NE(InputErrorOf([&] { RunValidation(valued, ""); }).find("a value \"x\" in column " +
+                                                                  std::to_string(t.header.size() + 1) +
+                                                                  ", which the header leaves unnamed"),
+            std::string::npos);
   // A spreadsheet's byte-order mark is not part of the first column; an empty file says so.
   const std::string bom = testing::WriteTemp("runs_bom.csv", "\xEF\xBB\xBF" + header() + row("", ""));
   EXPECT_EQ(RunValidation(bom, "").rows.size(), 1u);
