@@ -892,12 +892,21 @@ void CompareMemoryPoints(const std::string& memory_csv, const CsvTable& t, const
     c.global_batch_size = c.micro_batch_size * c.pp * 8;
     c.seq_length = m.seq_length;
     c.flash_attention = false;
+    bool matched = false;
     for (std::size_t q = 0; q < t.rows.size(); ++q) {
       if (t.Get(q, "source_id") == "S3" && t.Get(q, "num_layers") == mt.Get(r, "num_layers") &&
           t.Get(q, "tp") == mt.Get(r, "tp") && t.Get(q, "pp") == mt.Get(r, "pp")) {
         c.vp = t.Get(q, "vp").empty() ? 1 : IntField(t, q, "vp", runs_csv);
         c.global_batch_size = IntField(t, q, "global_batch_size", runs_csv);
+        matched = true;
       }
+    }
+    pt.tp = c.tp;
+    pt.pp = c.pp;
+    if (!matched) {
+      pt.assumption = fmt::format("global batch {} (micro-batch x pp x 8), no virtual stages: no S3 run of {} layers at "
+                                  "tp {} pp {} in {}",
+                                  c.global_batch_size, m.num_layers, c.tp, c.pp, runs_csv);
     }
     c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
     const Cluster cl = LoadCluster("dgx-a100");
@@ -1016,7 +1025,10 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     FillMeasured(t, r, runs_csv, res, &row);
     rep.rows.push_back(row);
   }
-  if (!memory_csv.empty()) CompareMemoryPoints(memory_csv, t, runs_csv, &rep);
+  if (!memory_csv.empty()) {
+    rep.memory_csv = memory_csv;
+    CompareMemoryPoints(memory_csv, t, runs_csv, &rep);
+  }
   Summarize(&rep);
   if (!explain_row.empty() && !rep.explained) {
     std::string why = "no row has that row_id";

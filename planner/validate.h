@@ -62,6 +62,10 @@ struct MemoryPoint {
   std::string model, quantity, setting;
   double published_GiB = 0, predicted_GiB = 0, error = 0;
   std::string source;
+  std::int64_t tp = 1, pp = 1;
+  /// What was assumed for the point (empty when an S3 run of the same layers, tp and pp gave its
+  /// global batch and virtual stages).
+  std::string assumption;
 };
 
 struct ValidationSummary {
@@ -113,6 +117,7 @@ struct ValidationReport {
   std::vector<ValidationRow> rows;
   std::optional<ExplainedRow> explained;  ///< the row named by `explain_row`, if simulated
   std::vector<MemoryPoint> memory_points;
+  std::string memory_csv;  ///< the file the memory points came from
   ValidationSummary summary;
 };
 

@@ -100,7 +100,8 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
   }
   j["memory_points"] = Json::array();
   for (const auto& p : rep.memory_points) {
-    j["memory_points"].push_back({{"model", p.model}, {"quantity", p.quantity}, {"setting", p.setting},
+    j["memory_points"].push_back({{"model", p.model}, {"tp", p.tp}, {"pp", p.pp}, {"assumption", p.assumption},
+                                  {"quantity", p.quantity}, {"setting", p.setting},
                                   {"published_GiB", p.published_GiB}, {"predicted_GiB", p.predicted_GiB},
                                   {"error", p.error}});
   }
@@ -241,13 +242,22 @@ void WriteValidationRows(std::ostream& out, const ValidationReport& rep) {
 // Korthikanti's memory figure points.
 void WriteMemoryPoints(std::ostream& out, const ValidationReport& rep) {
   if (!rep.memory_points.empty()) {
-    out << fmt::format("\nMemory points (first pipeline stage, Korthikanti et al. 2022 figures; GiB, fractions unitless)\n");
-    out << fmt::format("  {:<14} {:<30} {:<26} {:>10} {:>10} {:>7}\n", "model", "quantity", "setting", "published",
-                             "predicted", "error");
+    // The project's file holds Korthikanti et al.'s published figures; another is the user's own.
+    const bool published = rep.memory_csv.empty() ||
+                           std::filesystem::path(rep.memory_csv).filename().string() == "published_memory.csv";
+    out << (published ? "\nMemory points (first pipeline stage, Korthikanti et al. 2022 figures; GiB, fractions unitless)\n"
+                      : fmt::format("\nMemory points of {} (first pipeline stage; GiB, fractions unitless)\n",
+                                    rep.memory_csv));
+    out << fmt::format("  {:<14} {:<30} {:<26} {:>10} {:>10} {:>7}\n", "model", "quantity", "setting",
+                       published ? "published" : "given", "predicted", "error");
+    std::vector<std::string> notes;
     for (const auto& p : rep.memory_points) {
-      out << fmt::format("  {:<14} {:<30} {:<26} {:>10.4g} {:>10.4g} {:>+6.1f}%\n", p.model, p.quantity, p.setting,
-                               p.published_GiB, p.predicted_GiB, 100 * p.error);
+      out << fmt::format("  {:<14} {:<30} {:<26} {:>10.4g} {:>10.4g} {:>+6.1f}%{}\n", p.model, p.quantity, p.setting,
+                         p.published_GiB, p.predicted_GiB, 100 * p.error,
+                         p.assumption.empty() ? "" : fmt::format("  [{}]", notes.size() + 1));
+      if (!p.assumption.empty()) notes.push_back(fmt::format("  [{}] {} tp {} pp {}: {}", notes.size() + 1, p.model, p.tp, p.pp, p.assumption));
     }
+    for (const auto& n : notes) out << n << "\n";
   }
 }
 

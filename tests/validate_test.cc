@@ -125,6 +125,17 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
   const std::string tp3 = mem("memory_tp3.csv", "M,48,6144,64,2048,4,3,1,,params_and_optimizer_per_gpu,any,45.56");
   EXPECT_NE(InputErrorOf([&] { RunValidation(runs, tp3); }).find(tp3 + ": line 2: tp 3 and pp 1 cannot run this model ("),
             std::string::npos);
+  // A point of one's own: headed as the user's file, and a point no S3 run matches says what was
+  // assumed for its global batch and virtual stages.
+  const std::string own = mem("memory_own.csv", "Mine,24,2048,16,2048,1,2,1,,params_and_optimizer_per_gpu,any,10");
+  const ValidationReport own_rep = RunValidation(runs, own);
+  ASSERT_EQ(own_rep.memory_points.size(), 1u);
+  EXPECT_EQ(own_rep.memory_points[0].assumption,
+            "global batch 8 (micro-batch x pp x 8), no virtual stages: no S3 run of 24 layers at tp 2 pp 1 in " + runs);
+  const auto own_cli = RunShardcast("validate --runs " + runs + " --memory " + own);
+  EXPECT_EQ(own_cli.exit_code, 0) << own_cli.err;
+  EXPECT_NE(own_cli.out.find("Memory points of " + own + " (first pipeline stage"), std::string::npos) << own_cli.out;
+  EXPECT_NE(own_cli.out.find("[1] Mine tp 2 pp 1: global batch 8"), std::string::npos) << own_cli.out;
   const std::string no_points = testing::WriteTemp("memory_no_points.csv", mem_header);
   EXPECT_EQ(InputErrorOf([&] { RunValidation(runs, no_points); }),
             no_points + ": no rows, expected at least one memory point under the header");
