@@ -985,7 +985,8 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     const Model m = RowModel(t, r, runs_csv);
     const Cluster cl = RowCluster(t, r);
     row.gpus = IntField(t, r, "num_gpus", runs_csv);
-    row.group = row.model + " @" + std::to_string(row.gpus);
+    // Runs are ranked against runs of the same model on as many GPUs of the same type.
+    row.group = row.model + " @" + std::to_string(row.gpus) + " " + cl.gpu.name;
     if (t.Column("confidence") >= 0) {
       // low-confidence: a row its source contradicts (the notes say how), reported apart.
       row.low_confidence = ChoiceField(t, r, "confidence", runs_csv, {"", "high", "medium", "low"}) == 3;

@@ -73,7 +73,7 @@ struct ValidationSummary {
   double step_time_mape = 0, step_time_max_abs_error = 0, within_5pct = 0, within_10pct = 0;
   double kendall_tau = 0;
   std::size_t kendall_pairs = 0;
-  /// Per group of runs with the same model and GPU count (two rows or more): Kendall tau of
+  /// Per group of runs with the same model, GPU type and count (two rows or more): Kendall tau of
   /// predicted vs measured throughput and its pairs.
   std::map<std::string, std::pair<double, std::size_t>> kendall_by_group;
   /// Kendall tau and pairs as kendall_tau, over the rows that are not low-confidence (the issue's

@@ -1,5 +1,6 @@
 #include "report/validate_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -314,9 +315,9 @@ void WriteValidationSummary(std::ostream& out, const ValidationReport& rep) {
     }
   }
   if (s.kendall_pairs == 0) {
-    out << "  ranking: no two runs with the same model and GPU count, so no Kendall tau\n";
+    out << "  ranking: no two runs with the same model, GPU type and count, so no Kendall tau\n";
   } else {
-    out << fmt::format("  ranking: Kendall tau {:.2f} over {} pairs of runs with the same model and GPU count\n",
+    out << fmt::format("  ranking: Kendall tau {:.2f} over {} pairs of runs with the same model, GPU type and count\n",
                        s.kendall_tau, s.kendall_pairs);
   }
   if (!s.low_confidence_rows.empty()) {
@@ -325,8 +326,10 @@ void WriteValidationSummary(std::ostream& out, const ValidationReport& rep) {
                 : fmt::format("    without the low-confidence rows: tau {:.2f} over {} pairs\n",
                               s.confident_kendall_tau, s.confident_kendall_pairs));
   }
+  std::size_t group_width = 32;
+  for (const auto& kv : s.kendall_by_group) group_width = std::max(group_width, kv.first.size());
   for (const auto& [g, v] : s.kendall_by_group) {
-    out << fmt::format("    {:<32} tau {:+.2f} over {} pairs\n", g, v.first, v.second);
+    out << fmt::format("    {:<{}} tau {:+.2f} over {} pairs\n", g, group_width, v.first, v.second);
   }
   if (s.memory_points > 0) {
     out << fmt::format("  memory: MAPE {:.1f}% over {} points\n", 100 * s.memory_mape, s.memory_points);

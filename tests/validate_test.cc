@@ -270,6 +270,23 @@ TEST(Validate, BadCsvsNameFileRowAndColumn) {
                                                                   std::to_string(t.header.size() + 1) +
                                                                   ", which the header leaves unnamed"),
             std::string::npos);
+  // Runs on different GPU types are not ranked against each other (one pair of the same model and
+  // count on A100 and H100 used to give a tau).
+  {
+    std::vector<std::string> cells = t.rows[0];
+    cells.at(static_cast<std::size_t>(t.Column("row_id"))) = "h100-copy";
+    cells.at(static_cast<std::size_t>(t.Column("gpu_type"))) = "H100 80GB";
+    std::string second;
+    for (std::size_t i = 0; i < cells.size(); ++i) {
+      if (i) second += ',';
+      second += CsvQuote(cells[i]);
+    }
+    const ValidationReport mixed =
+        RunValidation(testing::WriteTemp("runs_two_gpus.csv", header() + row("", "") + second + "\n"), "");
+    ASSERT_EQ(mixed.rows.size(), 2u);
+    EXPECT_NE(mixed.rows[0].group, mixed.rows[1].group);
+    EXPECT_EQ(mixed.summary.kendall_pairs, 0u);
+  }
   // A spreadsheet's byte-order mark is not part of the first column; an empty file says so.
   const std::string bom = testing::WriteTemp("runs_bom.csv", "\xEF\xBB\xBF" + header() + row("", ""));
   EXPECT_EQ(RunValidation(bom, "").rows.size(), 1u);
