@@ -870,7 +870,7 @@ std::string DescribeAttention(const HardwareProfile& p) {
   std::string s = fmt::format("\nAttention (fused): forward {:.3f}, backward {:.3f} of the bf16 GEMM peak", p.attention_fwd_efficiency,
                               p.attention_bwd_efficiency);
   s += p.attention_head_dim > 0 ? fmt::format(", at head dim {}", p.attention_head_dim) : std::string();
-  s += p.attention_tiles.empty() ? std::string(" (the head dim as given)\n")
+  s += p.attention_tiles.empty() ? std::string(" (the model's head dim as given: no flash kernel's head-dim rounding)\n")
                                  : fmt::format(" ({} kernels' head dims)\n", p.attention_tiles);
   auto curve = [&](const char* what, const std::vector<CurvePoint>& c) {
     if (c.empty()) return;
@@ -904,8 +904,12 @@ std::string DescribeProfile(const HardwareProfile& p) {
   s += fmt::format("\nGEMM: bf16/fp16 peak {:.4g} TFLOP/s, max efficiency {:.3f}\n", p.gemm_peak_tflops,
                    p.gemm_max_efficiency);
   for (const auto& r : p.gemm_rates) {
-    s += fmt::format("  {}: peak {:.4g} TFLOP/s, max efficiency {:.3f} (the shape curve below scaled by {:.3f} / {:.3f})\n",
-                     ToString(r.precision), r.peak_tflops, r.max_efficiency, r.max_efficiency, p.gemm_max_efficiency);
+    s += fmt::format("  {}: peak {:.4g} TFLOP/s, max efficiency {:.3f}{}\n", ToString(r.precision), r.peak_tflops,
+                     r.max_efficiency,
+                     r.max_efficiency == p.gemm_max_efficiency
+                         ? std::string(" (the shape curve below as is)")
+                         : fmt::format(" (the shape curve below scaled by {:.3f} / {:.3f})", r.max_efficiency,
+                                       p.gemm_max_efficiency));
   }
   s += "  GFLOP per GEMM -> efficiency (of max)\n";
   for (const auto& pt : p.gemm_efficiency_vs_gflop) s += fmt::format("    {:>12.4g} -> {:.3f}\n", pt.x, pt.y);

@@ -66,8 +66,9 @@ void WriteExecuteReport(std::ostream& out, const ExecuteReport& r, const Model& 
   const auto& p = r.predicted;
   const ParallelConfig& c = r.config;
   out << fmt::format("{} on {} rank(s): {}\n", m.name, ranks, c.Summary());
-  out << (c.overlap_grad_reduce ? "(gradient buckets reduced on a worker thread, overlapping the backward pass)\n\n"
-                                : "(gradient reduction after the backward pass)\n\n");
+  out << (c.dp * c.cp <= 1            ? "(no data-parallel gradient reduction: dp = 1)\n\n"
+          : c.overlap_grad_reduce ? "(gradient buckets reduced on a worker thread, overlapping the backward pass)\n\n"
+                                  : "(gradient reduction after the backward pass)\n\n");
   out << fmt::format("{:<24} {:>12} {:>12} {:>8}\n", "", "predicted", "measured", "error");
   out << fmt::format("{:<24} {:>12} {:>12} {:>+7.1f}%\n", "step time", FormatSeconds(p.step_time_s),
                      FormatSeconds(r.measured_step_time_s), 100 * (p.step_time_s / r.measured_step_time_s - 1));
