@@ -670,6 +670,41 @@ void CheckPartialGroups(const Json& groups, const std::string& file) {
   }
 }
 
+/// An interrupted sweep's partial results from `partial_path`, checked against this sweep
+/// (`now`: backend, --quick, rank count, model shapes; each difference named, saved and now) and
+/// for the shape of its groups (CheckPartialGroups). InputError naming the file otherwise.
+Json ReadPartialResults(const std::string& partial_path, const Json& now_sweep) {
+  Json p = ReadJsonFile(partial_path);
+  JsonReader r(p, partial_path);
+  if (r.String("format") != "shardcast-calibration-partial") {
+    throw InputError(partial_path + ": /format: got " + p["format"].dump() +
+                     ", expected \"shardcast-calibration-partial\" (an interrupted sweep's results)");
+  }
+  // What the sweep must share with the saved one, named where they differ.
+  std::vector<std::string> differ;
+  for (const char* key : {"backend", "quick", "ranks", "model_shapes"}) {
+    const Json& value = now_sweep[key];
+    const Json saved = p.contains(key) ? p[key] : Json();
+    if (saved == value) continue;
+    if (std::string(key) == "model_shapes") {  // a count, not the lists
+      differ.push_back(fmt::format("model_shapes (from --model and --tp-values) saved {} shapes, now {}",
+                                   saved.is_array() ? saved.size() : 0, value.size()));
+    } else {
+      differ.push_back(fmt::format("{} saved {}, now {}", key, JsonForMessage(saved), JsonForMessage(value)));
+    }
+  }
+  if (!differ.empty()) {
+    throw InputError(partial_path + ": partial results of a different sweep (" + Join(differ, "; ") +
+                     "); delete it or run without --resume");
+  }
+  if (!p.contains("groups") || !p["groups"].is_object()) {
+    throw InputError(partial_path + ": /groups: missing or not an object, expected the measured groups of an "
+                                    "interrupted sweep; delete it or run without --resume");
+  }
+  CheckPartialGroups(p["groups"], partial_path);
+  return p;
+}
+
 }  // namespace
 
 HardwareProfile RunCalibration(const CalibrateOptions& o) {
@@ -705,36 +740,7 @@ HardwareProfile RunCalibration(const CalibrateOptions& o) {
                   {"ranks", c.size}, {"model_shapes", o.model_shapes}, {"groups", Json::object()}};
   int loaded = 0;
   if (c.rank == 0 && o.resume && access(partial_path.c_str(), R_OK) == 0) {
-    Json p = ReadJsonFile(partial_path);
-    JsonReader r(p, partial_path);
-    if (r.String("format") != "shardcast-calibration-partial") {
-      throw InputError(partial_path + ": /format: got " + p["format"].dump() +
-                       ", expected \"shardcast-calibration-partial\" (an interrupted sweep's results)");
-    }
-    // What the sweep must share with the saved one, named where they differ.
-    std::vector<std::string> differ;
-    const std::vector<std::pair<const char*, Json>> now = {
-        {"backend", o.backend}, {"quick", o.quick}, {"ranks", c.size}, {"model_shapes", o.model_shapes}};
-    for (const auto& [key, value] : now) {
-      const Json saved = p.contains(key) ? p[key] : Json();
-      if (saved == value) continue;
-      if (std::string(key) == "model_shapes") {  // a count, not the lists
-        differ.push_back(fmt::format("model_shapes (from --model and --tp-values) saved {} shapes, now {}",
-                                     saved.is_array() ? saved.size() : 0, value.size()));
-      } else {
-        differ.push_back(fmt::format("{} saved {}, now {}", key, JsonForMessage(saved), JsonForMessage(value)));
-      }
-    }
-    if (!differ.empty()) {
-      throw InputError(partial_path + ": partial results of a different sweep (" + Join(differ, "; ") +
-                       "); delete it or run without --resume");
-    }
-    if (!p.contains("groups") || !p["groups"].is_object()) {
-      throw InputError(partial_path + ": /groups: missing or not an object, expected the measured groups of an "
-                                      "interrupted sweep; delete it or run without --resume");
-    }
-    CheckPartialGroups(p["groups"], partial_path);
-    partial = p;
+    partial = ReadPartialResults(partial_path, partial);
     loaded = 1;
   }
   MPI_Bcast(&loaded, 1, MPI_INT, 0, MPI_COMM_WORLD);

@@ -2,20 +2,16 @@
 /// \file options.h
 /// Option helpers shared by the subcommands.
 
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <string>
-
-#include <fcntl.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include "common/file_util.h"
 #include "models/model.h"
 #include "models/parallel.h"
 
@@ -120,8 +116,14 @@ inline CLI::Validator OutputFile(bool allow_stdout = false) {
           return allow_stdout ? "" : "got \"-\", expected a file name (only --csv takes - for standard output)";
         }
         std::error_code ec;
-        const std::filesystem::path p(s);
         if (s.empty()) return "got an empty path, expected the path of a file to write";
+        // A symbolic link writes its file: the checks are on that file and its folder.
+        std::filesystem::path p;
+        try {
+          p = OutputTarget(s);
+        } catch (const std::exception& e) {
+          return std::string("got \"") + s + "\": " + e.what();
+        }
         if (std::filesystem::is_directory(p, ec)) return "got \"" + s + "\", a folder; expected the path of a file to write";
         if (std::filesystem::exists(p, ec) && !std::filesystem::is_regular_file(p, ec)) {
           return "got \"" + s + "\", not a regular file (a device, FIFO or socket); expected the path of a file to write";
@@ -137,14 +139,10 @@ inline CLI::Validator OutputFile(bool allow_stdout = false) {
         // The file is written beside itself and renamed into place: its folder must take a new
         // file (tried: permissions, read-only mounts and pseudo file systems like /proc alike).
         const std::string folder = parent.empty() ? std::string(".") : parent.string();
-        const std::string probe = folder + "/.shardcast-write-check." + std::to_string(::getpid());
-        const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-        if (fd < 0) {
-          return "got \"" + s + "\", whose folder " + folder + " cannot be written (" + std::strerror(errno) +
+        if (const std::string why = FolderWriteError(folder); !why.empty()) {
+          return "got \"" + s + "\", whose folder " + folder + " cannot be written (" + why +
                  "); expected a file in a writable folder";
         }
-        ::close(fd);
-        ::unlink(probe.c_str());
         return "";
       },
       "FILE");

@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <csignal>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -67,6 +68,28 @@ void RefuseOverwritingInput(const std::string& option, const std::string& path, 
   }
 }
 
+std::string OutputTarget(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p(path);
+  std::error_code ec;
+  for (int hops = 0; fs::is_symlink(p, ec); ++hops) {
+    if (hops == 40) throw InputError(path + ": a symbolic link loop (or more than 40 links), expected a file to write");
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) throw InputError(path + ": cannot read the symbolic link (" + ec.message() + ")");
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+  return p.string();
+}
+
+std::string FolderWriteError(const std::string& folder) {
+  std::string probe = (folder.empty() ? std::string(".") : folder) + "/.shardcast-write-check.XXXXXX";
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) return std::strerror(errno);
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return "";
+}
+
 void WriteFileAtomic(const std::string& path, const std::string& contents) {
   if (path == "-") {
     throw InputError("-: expected a file name to write; standard output ('-') is taken only by --csv, where the "
@@ -79,8 +102,10 @@ void WriteFileAtomic(const std::string& path, const std::string& contents) {
   // The temporary file is renamed over the target: a symbolic link is followed to its file (the
   // rename would replace the link), and a device, FIFO or socket is refused (it would be replaced
   // by a regular file: /dev/null, /dev/stdout).
-  std::string target = path;
-  if (std::filesystem::is_symlink(path, ec)) target = std::filesystem::weakly_canonical(path, ec).string();
+  const std::string target = OutputTarget(path);
+  if (std::filesystem::is_directory(target, ec)) {
+    throw InputError(path + ": leads to a folder (" + target + "), expected the path of a file to write");
+  }
   if (std::filesystem::exists(target, ec) && !std::filesystem::is_regular_file(target, ec)) {
     throw InputError(path + ": is not a regular file (a device, FIFO or socket), expected the path of a file to write");
   }

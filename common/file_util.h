@@ -10,10 +10,19 @@
 
 namespace shardcast {
 
-/// Writes `contents` to `path` atomically. InputError (exit 2) naming the path when the directory
-/// is not writable, when `path` is a folder, or when it is "-" (standard output is not a file
-/// here). The command line checks output paths first (cli/options.h OutputFile).
+/// Writes `contents` to `path` atomically (a symbolic link: to its file, OutputTarget). InputError
+/// (exit 2) naming the path when the directory is not writable, when `path` is a folder or a
+/// device, FIFO or socket, or when it is "-" (standard output is not a file here). The command line checks output paths first (cli/options.h OutputFile).
 void WriteFileAtomic(const std::string& path, const std::string& contents);
+
+/// The file an output `path` writes: `path` itself, or, for a symbolic link, the file it points to
+/// (followed link by link, a relative target from the link's folder, the target possibly not yet
+/// existing). InputError naming `path` for a loop or more than 40 links.
+std::string OutputTarget(const std::string& path);
+
+/// An empty string when a new file can be created in `folder` (tried with a temporary file that
+/// is removed at once), else the system's reason ("Permission denied", "Read-only file system").
+std::string FolderWriteError(const std::string& folder);
 
 /// InputError (exit 2) when the output `path` of `option` is one of the existing `inputs` (the
 /// same file, by device and inode): writing it would replace what the command reads. "-" and

@@ -854,6 +854,48 @@ void FillMeasured(const CsvTable& t, std::size_t r, const std::string& runs_csv,
   }
 }
 
+/// Memory point `r`'s model (Korthikanti et al.'s GPT layer: GELU MLP of 4h, learned positions,
+/// vocabulary 51200) and configuration: the global batch and virtual stages of the S3 run of the
+/// same layers, tp and pp in the runs CSV, else micro-batch x pp x 8 and none (said in
+/// pt->assumption).
+std::pair<Model, ParallelConfig> MemoryPointRun(const CsvTable& mt, std::size_t r, const std::string& memory_csv,
+                                                const CsvTable& t, const std::string& runs_csv, MemoryPoint* pt) {
+  // The configuration of the matching Korthikanti run (same layers, hidden, tp, pp).
+  Json j = {{"name", pt->model}, {"num_layers", IntField(mt, r, "num_layers", memory_csv)},
+            {"hidden_size", IntField(mt, r, "hidden_size", memory_csv)},
+            {"ffn_hidden_size", 4 * IntField(mt, r, "hidden_size", memory_csv)},
+            {"num_attention_heads", IntField(mt, r, "num_heads", memory_csv)}, {"vocab_size", 51200},
+            {"seq_length", IntField(mt, r, "seq_len", memory_csv)}, {"normalization", "layernorm"},
+            {"activation", "gelu"}, {"position_embedding", "learned"}, {"tie_embeddings", true}};
+  const Model m = ModelFromJson(j, memory_csv);
+  ParallelConfig c;
+  c.tp = IntField(mt, r, "tp", memory_csv);
+  c.pp = IntField(mt, r, "pp", memory_csv);
+  c.dp = 1;
+  c.micro_batch_size = IntField(mt, r, "micro_batch_size", memory_csv);
+  c.global_batch_size = c.micro_batch_size * c.pp * 8;
+  c.seq_length = m.seq_length;
+  c.flash_attention = false;
+  bool matched = false;
+  for (std::size_t q = 0; q < t.rows.size(); ++q) {
+    if (t.Get(q, "source_id") == "S3" && t.Get(q, "num_layers") == mt.Get(r, "num_layers") &&
+        t.Get(q, "tp") == mt.Get(r, "tp") && t.Get(q, "pp") == mt.Get(r, "pp")) {
+      c.vp = t.Get(q, "vp").empty() ? 1 : IntField(t, q, "vp", runs_csv);
+      c.global_batch_size = IntField(t, q, "global_batch_size", runs_csv);
+      matched = true;
+    }
+  }
+  pt->tp = c.tp;
+  pt->pp = c.pp;
+  if (!matched) {
+    pt->assumption = fmt::format("global batch {} (micro-batch x pp x 8), no virtual stages: no S3 run of {} layers at "
+                                "tp {} pp {} in {}",
+                                c.global_batch_size, m.num_layers, c.tp, c.pp, runs_csv);
+  }
+  c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+  return {m, c};
+}
+
 /// The memory points of `memory_csv` (Korthikanti et al. 2022's figures) against the predictions;
 /// the S3 rows of the runs CSV give each point's global batch and virtual stages.
 void CompareMemoryPoints(const std::string& memory_csv, const CsvTable& t, const std::string& runs_csv,
@@ -876,39 +918,7 @@ void CompareMemoryPoints(const std::string& memory_csv, const CsvTable& t, const
                        "\", expected a positive number (GiB, or a fraction for activations_relative_to_none)");
     }
     pt.published_GiB = *v;
-    // The configuration of the matching Korthikanti run (same layers, hidden, tp, pp).
-    Json j = {{"name", pt.model}, {"num_layers", IntField(mt, r, "num_layers", memory_csv)},
-              {"hidden_size", IntField(mt, r, "hidden_size", memory_csv)},
-              {"ffn_hidden_size", 4 * IntField(mt, r, "hidden_size", memory_csv)},
-              {"num_attention_heads", IntField(mt, r, "num_heads", memory_csv)}, {"vocab_size", 51200},
-              {"seq_length", IntField(mt, r, "seq_len", memory_csv)}, {"normalization", "layernorm"},
-              {"activation", "gelu"}, {"position_embedding", "learned"}, {"tie_embeddings", true}};
-    const Model m = ModelFromJson(j, memory_csv);
-    ParallelConfig c;
-    c.tp = IntField(mt, r, "tp", memory_csv);
-    c.pp = IntField(mt, r, "pp", memory_csv);
-    c.dp = 1;
-    c.micro_batch_size = IntField(mt, r, "micro_batch_size", memory_csv);
-    c.global_batch_size = c.micro_batch_size * c.pp * 8;
-    c.seq_length = m.seq_length;
-    c.flash_attention = false;
-    bool matched = false;
-    for (std::size_t q = 0; q < t.rows.size(); ++q) {
-      if (t.Get(q, "source_id") == "S3" && t.Get(q, "num_layers") == mt.Get(r, "num_layers") &&
-          t.Get(q, "tp") == mt.Get(r, "tp") && t.Get(q, "pp") == mt.Get(r, "pp")) {
-        c.vp = t.Get(q, "vp").empty() ? 1 : IntField(t, q, "vp", runs_csv);
-        c.global_batch_size = IntField(t, q, "global_batch_size", runs_csv);
-        matched = true;
-      }
-    }
-    pt.tp = c.tp;
-    pt.pp = c.pp;
-    if (!matched) {
-      pt.assumption = fmt::format("global batch {} (micro-batch x pp x 8), no virtual stages: no S3 run of {} layers at "
-                                  "tp {} pp {} in {}",
-                                  c.global_batch_size, m.num_layers, c.tp, c.pp, runs_csv);
-    }
-    c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
+    const auto [m, c] = MemoryPointRun(mt, r, memory_csv, t, runs_csv, &pt);
     const Cluster cl = LoadCluster("dgx-a100");
     if (const auto why = InfeasibilityReasons(m, c, c.tp * c.pp, cl); !why.empty()) {
       throw InputError(memory_csv + ": " + RowLabel(mt, r) + ": tp " + std::to_string(c.tp) + " and pp " +

@@ -33,7 +33,8 @@ std::string ValidationCsv(const ValidationReport& rep) {
   // empty cell; bytes are whole numbers.
   auto Cell = [](const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string(); };
   auto Bytes = [](const std::optional<double>& v) { return v ? fmt::format("{}", std::llround(*v)) : std::string(); };
-  auto Bool = [](bool skipped, bool v) { return skipped ? std::string() : std::string(v ? "true" : "false"); };
+  // A flag with nothing to qualify (a skipped row's predictions, a measurement not given) is empty.
+  auto Bool = [](bool empty, bool v) { return empty ? std::string() : std::string(v ? "true" : "false"); };
   std::string csv = "row_id,source_id,model,gpus,config,measured_step_time_s,measured_step_time_derived,"
                     "predicted_step_time_s,step_time_error,measured_peak_memory_bytes,predicted_peak_memory_bytes,"
                     "outcome,predicted_fits,predicted_memory_at_risk,predicted_mfu,skipped,skip_reason,fitted_constant,"
@@ -41,12 +42,12 @@ std::string ValidationCsv(const ValidationReport& rep) {
   for (const auto& r : rep.rows) {
     csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", CsvQuote(r.row_id),
                        CsvQuote(r.source_id), CsvQuote(r.model), r.gpus, CsvQuote(r.skipped ? "" : r.config.Summary()),
-                       Cell(r.measured_step_time_s), Bool(r.skipped, r.step_time_derived),
+                       Cell(r.measured_step_time_s), Bool(!r.measured_step_time_s, r.step_time_derived),
                        Cell(r.predicted_step_time_s), Cell(r.step_time_error), Bytes(r.measured_peak_memory_bytes),
                        Bytes(r.predicted_peak_memory_bytes), CsvQuote(r.outcome), Bool(r.skipped, r.predicted_fits),
                        Bool(r.skipped, r.predicted_at_risk), r.skipped ? "" : fmt::format("{}", r.predicted_mfu),
                        r.skipped ? "true" : "false", CsvQuote(r.skip_reason), CsvQuote(r.fitted_constant),
-                       Bytes(r.predicted_reserved_bytes), Bool(r.skipped, r.memory_is_reserved));
+                       Bytes(r.predicted_reserved_bytes), Bool(!r.measured_peak_memory_bytes, r.memory_is_reserved));
   }
   return csv;
 }
@@ -72,7 +73,9 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
       x["skip_reason"] = r.skip_reason;
       // What was measured stays (a logged run the simulator cannot run still measured its step).
       x["measured_step_time_s"] = opt(r.measured_step_time_s);
+      x["measured_step_time_derived"] = r.step_time_derived;
       x["measured_peak_memory_bytes"] = opt(r.measured_peak_memory_bytes);
+      x["measured_memory_is_reserved"] = r.memory_is_reserved;
     } else {
       x["config"] = r.config.Summary();
       x["predicted_step_time_s"] = opt(r.predicted_step_time_s);

@@ -188,6 +188,28 @@ TEST(FileUtil, AtomicWriteRefusesNonRegularFilesAndFollowsLinks) {
   WriteFileAtomic(link, "new");
   EXPECT_TRUE(std::filesystem::is_symlink(link));
   EXPECT_EQ(ReadTextFile(target), "new");
+  // A link whose file does not exist yet (relative, from the link's folder) creates that file.
+  const std::string dangling = (dir / "out_dangling.json").string(), later = (dir / "created_later.json").string();
+  std::filesystem::remove(dangling);
+  std::filesystem::remove(later);
+  std::filesystem::create_symlink("created_later.json", dangling);
+  WriteFileAtomic(dangling, "made");
+  EXPECT_TRUE(std::filesystem::is_symlink(dangling));
+  EXPECT_EQ(ReadTextFile(later), "made");
+  // A loop says so.
+  const std::string loop = (dir / "out_loop.json").string();
+  std::filesystem::remove(loop);
+  std::filesystem::create_symlink("out_loop.json", loop);
+  EXPECT_EQ(testing::InputErrorOf([&] { WriteFileAtomic(loop, "x"); }),
+            loop + ": a symbolic link loop (or more than 40 links), expected a file to write");
+  // The command line checks the folder the link leads to (here one that takes no new file).
+  const std::string to_proc = (dir / "out_to_proc.json").string();
+  std::filesystem::remove(to_proc);
+  std::filesystem::create_symlink("/proc/shardcast_nothing.json", to_proc);
+  const auto p = testing::RunShardcast("plan --model gpt3-175b --cluster dgx-a100 --gpus 64 --gbs 64 --csv " + to_proc);
+  EXPECT_EQ(p.exit_code, 2);
+  EXPECT_NE(p.err.find("whose folder /proc cannot be written"), std::string::npos) << p.err;
+  EXPECT_TRUE(std::filesystem::is_symlink(to_proc));
   std::filesystem::remove(fifo);
 }
 

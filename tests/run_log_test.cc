@@ -248,6 +248,7 @@ TEST(RunLog, WhatWouldMismeasureTheRunIsRefusedOrLeftOut) {
   ASSERT_TRUE(rep.rows[0].measured_step_time_s.has_value());
   EXPECT_DOUBLE_EQ(*rep.rows[0].measured_step_time_s, v.measured_step_time_s);
   EXPECT_EQ(ValidationJson(rep, "")["rows"][0]["measured_step_time_s"].get<double>(), v.measured_step_time_s);
+  EXPECT_FALSE(ValidationJson(rep, "")["rows"][0]["measured_step_time_derived"].get<bool>());  // a Megatron log's
   const std::string copy = testing::WriteTemp("copy.log", text);
   EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + copy + " --cluster dgx-h100 --csv " + copy,
                                            "--csv: got " + copy + ", which is an input of this command"));
