@@ -611,6 +611,43 @@ HardwareProfile BuildCudaProfile(const cuda::Measurements& m) {
 
 namespace {
 
+/// An interrupted sweep's partial results from `partial_path`, checked against this sweep
+/// (`now`: backend, --quick, rank count, model shapes; each difference named, saved and now) and
+/// for the shape of its groups (CheckPartialGroups). InputError naming the file otherwise.
+Json ReadPartialResults(const std::string& partial_path, const Json& now_sweep) {
+  Json p = ReadJsonFile(partial_path);
+  JsonReader r(p, partial_path);
+  if (r.String("format") != "shardcast-calibration-partial") {
+    throw InputError(partial_path + ": /format: got " + p["format"].dump() +
+                     ", expected \"shardcast-calibration-partial\" (an interrupted sweep's results)");
+  }
+  // What the sweep must share with the saved one, named where they differ.
+  std::vector<std::string> differ;
+  for (const char* key : {"backend", "quick", "ranks", "model_shapes"}) {
+    const Json& value = now_sweep[key];
+    const Json saved = p.contains(key) ? p[key] : Json();
+    if (saved == value) continue;
+    if (std::string(key) == "model_shapes") {  // a count, not the lists
+      differ.push_back(fmt::format("model_shapes (from --model and --tp-values) saved {} shapes, now {}",
+                                   saved.is_array() ? saved.size() : 0, value.size()));
+    } else {
+      differ.push_back(fmt::format("{} saved {}, now {}", key, JsonForMessage(saved), JsonForMessage(value)));
+    }
+  }
+  if (!differ.empty()) {
+    throw InputError(partial_path + ": partial results of a different sweep (" + Join(differ, "; ") +
+                     "); delete it or run without --resume");
+  }
+  if (!p.contains("groups") || !p["groups"].is_object()) {
+    throw InputError(partial_path + ": /groups: missing or not an object, expected the measured groups of an "
+                                    "interrupted sweep; delete it or run without --resume");
+  }
+  CheckPartialGroups(p["groups"], partial_path);
+  return p;
+}
+
+}  // namespace
+
 /// InputError naming the partial file and the field unless each saved group has the shape its
 /// measurement writes: a hand-edited or truncated file is refused before the sweep goes on.
 void CheckPartialGroups(const Json& groups, const std::string& file) {
@@ -669,43 +706,6 @@ void CheckPartialGroups(const Json& groups, const std::string& file) {
     }
   }
 }
-
-/// An interrupted sweep's partial results from `partial_path`, checked against this sweep
-/// (`now`: backend, --quick, rank count, model shapes; each difference named, saved and now) and
-/// for the shape of its groups (CheckPartialGroups). InputError naming the file otherwise.
-Json ReadPartialResults(const std::string& partial_path, const Json& now_sweep) {
-  Json p = ReadJsonFile(partial_path);
-  JsonReader r(p, partial_path);
-  if (r.String("format") != "shardcast-calibration-partial") {
-    throw InputError(partial_path + ": /format: got " + p["format"].dump() +
-                     ", expected \"shardcast-calibration-partial\" (an interrupted sweep's results)");
-  }
-  // What the sweep must share with the saved one, named where they differ.
-  std::vector<std::string> differ;
-  for (const char* key : {"backend", "quick", "ranks", "model_shapes"}) {
-    const Json& value = now_sweep[key];
-    const Json saved = p.contains(key) ? p[key] : Json();
-    if (saved == value) continue;
-    if (std::string(key) == "model_shapes") {  // a count, not the lists
-      differ.push_back(fmt::format("model_shapes (from --model and --tp-values) saved {} shapes, now {}",
-                                   saved.is_array() ? saved.size() : 0, value.size()));
-    } else {
-      differ.push_back(fmt::format("{} saved {}, now {}", key, JsonForMessage(saved), JsonForMessage(value)));
-    }
-  }
-  if (!differ.empty()) {
-    throw InputError(partial_path + ": partial results of a different sweep (" + Join(differ, "; ") +
-                     "); delete it or run without --resume");
-  }
-  if (!p.contains("groups") || !p["groups"].is_object()) {
-    throw InputError(partial_path + ": /groups: missing or not an object, expected the measured groups of an "
-                                    "interrupted sweep; delete it or run without --resume");
-  }
-  CheckPartialGroups(p["groups"], partial_path);
-  return p;
-}
-
-}  // namespace
 
 HardwareProfile RunCalibration(const CalibrateOptions& o) {
   if (o.backend != "cpu" && o.backend != "cuda") {

@@ -59,6 +59,11 @@ HardwareProfile ImportNcclTests(const std::vector<std::string>& logs, HardwarePr
 /// Human-readable summary of a profile (`shardcast profile show`).
 std::string DescribeProfile(const HardwareProfile& p);
 
+/// InputError naming `file` and the field unless each group of an interrupted CPU sweep's partial
+/// results (`groups`: gemm, memory, attention, collectives, overlap) has the shape its measurement
+/// writes (positive numbers, non-empty sample lists); `--resume` checks them when it reads them.
+void CheckPartialGroups(const Json& groups, const std::string& file);
+
 /// The GEMM shapes of `model` at micro-batch 1 and its sequence length, for each tensor-parallel
 /// size in `tps` (deduplicated, in a stable order).
 std::vector<std::array<int, 3>> ModelGemmShapes(const Model& model, const std::vector<int>& tps);

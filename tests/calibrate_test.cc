@@ -710,26 +710,28 @@ TEST(CalibrateCpu, ResumeFileIsCheckedLikeInput) {
   std::filesystem::remove(partial);
   ASSERT_EQ(RunShell(Mpirun(1) + " calibrate --backend cpu --quick --fake-timer --stop-after memory --out " + out), 0);
   const std::string saved = ReadTextFile(partial);
-  const auto two = testing::RunCommand(Mpirun(2) + " calibrate --backend cpu --quick --fake-timer --resume --out " + out);
-  EXPECT_NE(two.exit_code, 0);
-  EXPECT_NE(two.out.find(partial + ": partial results of a different sweep (ranks saved 1, now 2)"), std::string::npos)
-      << two.out;
+  // Without --quick: another sweep, named setting by setting (1 rank, so no sweep starts).
+  const auto full = testing::RunCommand(Mpirun(1) + " calibrate --backend cpu --fake-timer --resume --out " + out);
+  EXPECT_EQ(full.exit_code, 2);
+  EXPECT_NE(full.out.find(partial + ": partial results of a different sweep (quick saved true, now false)"),
+            std::string::npos)
+      << full.out;
+  // Edited groups are refused naming the field (CheckPartialGroups, which --resume runs when it reads
+  // the file, before anything more is measured or the file rewritten).
   Json edited = Json::parse(saved);
   edited["groups"]["gemm"] = "oops";
-  testing::WriteTemp("resume_checked.json.partial.json", edited.dump());
-  const auto oops = testing::RunCommand(Mpirun(1) + " calibrate --backend cpu --quick --fake-timer --resume --out " + out);
-  // Checked when read, before anything more is measured or the partial file rewritten.
-  EXPECT_EQ(oops.exit_code, 2);
-  EXPECT_NE(oops.out.find(partial + ": /groups/gemm: got \"oops\", expected a non-empty array of samples"),
-            std::string::npos)
-      << oops.out;
-  EXPECT_EQ(ReadTextFile(partial), edited.dump());
+  EXPECT_EQ(testing::InputErrorOf([&] { CheckPartialGroups(edited["groups"], "p.json"); }),
+            "p.json: /groups/gemm: got \"oops\", expected a non-empty array of samples, as the measurement wrote it");
   edited["groups"]["gemm"] = Json::array();
-  testing::WriteTemp("resume_checked.json.partial.json", edited.dump());
-  const auto empty = testing::RunCommand(Mpirun(1) + " calibrate --backend cpu --quick --fake-timer --resume --out " + out);
-  EXPECT_EQ(empty.exit_code, 2);
-  EXPECT_NE(empty.out.find(partial + ": /groups/gemm: got [], expected a non-empty array of samples"), std::string::npos)
-      << empty.out;
+  EXPECT_NE(testing::InputErrorOf([&] { CheckPartialGroups(edited["groups"], "p.json"); })
+                .find("p.json: /groups/gemm: got [], expected a non-empty array of samples"),
+            std::string::npos);
+  edited = Json::parse(saved);
+  edited["groups"]["extra"] = Json::object();
+  EXPECT_NE(testing::InputErrorOf([&] { CheckPartialGroups(edited["groups"], "p.json"); })
+                .find("/groups/extra: got {}, expected a group of the sweep"),
+            std::string::npos);
+  EXPECT_NO_THROW(CheckPartialGroups(Json::parse(saved)["groups"], "p.json"));
   edited = Json::parse(saved);
   edited["groups"]["memory"][0]["seconds"] = -1;
   testing::WriteTemp("resume_checked.json.partial.json", edited.dump());
@@ -738,6 +740,7 @@ TEST(CalibrateCpu, ResumeFileIsCheckedLikeInput) {
   EXPECT_NE(negative.out.find(partial + ": /groups/memory/0/seconds: got -1, expected a positive number"),
             std::string::npos)
       << negative.out;
+  EXPECT_EQ(ReadTextFile(partial), edited.dump());  // not rewritten
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
