@@ -152,9 +152,16 @@ TEST(Pruning, NeverRemovesAConfigurationThatFits) {
   PlanOptions o;
   o.gpus = 64;
   o.global_batch_size = 64;
-  const BoundsCheck k = CheckBounds(m, cl, o, 5);  // every fifth (763 feasible), to bound the test's time
+  // Every fifth candidate (763 feasible), to bound the test's time; every eleventh under the
+  // sanitizers, which run the simulator about ten times slower (CI's second build).
+#ifdef __SANITIZE_ADDRESS__
+  const std::size_t stride = 11;
+#else
+  const std::size_t stride = 5;
+#endif
+  const BoundsCheck k = CheckBounds(m, cl, o, stride);
   EXPECT_GT(k.pruned, 0u);
-  EXPECT_GT(k.checked, 500u);
+  EXPECT_GT(k.checked, 2500u / stride);
 }
 
 TEST(Ranking, DeterministicAcrossThreadCounts) {

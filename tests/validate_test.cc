@@ -26,6 +26,21 @@ namespace {
 
 using testing::RunShardcast;
 
+// The published validation (published_runs.csv with published_memory.csv) and the text of
+// `shardcast validate --no-memory`, each computed once per process: the ValidatePublished tests
+// read them and run as one ctest entry (tests/CMakeLists.txt), which saves re-running the whole
+// validation per test (about 20 s each under the sanitizers).
+const ValidationReport& Published() {
+  static const ValidationReport rep = RunValidation(testing::SourceDir() + "/validation/published_runs.csv",
+                                                    testing::SourceDir() + "/validation/published_memory.csv");
+  return rep;
+}
+
+const testing::RunResult& PublishedText() {
+  static const testing::RunResult out = RunShardcast("validate --no-memory");
+  return out;
+}
+
 TEST(Csv, QuotedFieldsAndEmptyCells) {
   CsvTable t = ParseCsv("a,b,c\n1,\"x, y\",\n\"he said \"\"hi\"\"\",,3\n", "t.csv");
   ASSERT_EQ(t.rows.size(), 2u);
@@ -371,9 +386,8 @@ TEST(Validate, CliExplainPrintsTheRowAndItsOps) {
 // The simulate command `validate --explain` prints reproduces its row: for every simulated row,
 // the flags SimulateFlags writes, parsed as simulate parses them, give back the row's
 // configuration, every switch simulate --json reports included.
-TEST(Validate, EveryRowsConfigurationRoundTripsThroughSimulateFlags) {
-  const std::string dir = testing::SourceDir() + "/validation/";
-  const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
+TEST(ValidatePublished, EveryRowsConfigurationRoundTripsThroughSimulateFlags) {
+  const ValidationReport& rep = Published();
   const Cluster cl = LoadCluster("dgx-a100");  // the config keys do not depend on the cluster
   int checked = 0;
   for (const auto& r : rep.rows) {
@@ -403,9 +417,8 @@ TEST(Validate, EveryRowsConfigurationRoundTripsThroughSimulateFlags) {
 // DeepSpeed's step makes its fp32 gradient partition (DP1: all of it). SC21's 530B ZeRO-3 run on 640
 // GPUs (row 14), at 99.3% of memory by its allocated peak, finds no room for a request in the
 // replay and is predicted not to fit, with the allocator named in the reason.
-TEST(Validate, FitsAndAtRiskFollowTheAllocatorReplay) {
-  const std::string dir = testing::SourceDir() + "/validation/";
-  const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
+TEST(ValidatePublished, FitsAndAtRiskFollowTheAllocatorReplay) {
+  const ValidationReport& rep = Published();
   int n = 0;
   for (const auto& r : rep.rows) {
     if (r.skipped || !r.measured_peak_memory_bytes || !r.predicted_peak_memory_bytes) continue;
@@ -434,24 +447,23 @@ TEST(Validate, FitsAndAtRiskFollowTheAllocatorReplay) {
 
 // A step time the CSV derives from a throughput is marked as such (SC21's TFLOP/s, MPT's
 // tokens/s); BLOOM's logged iteration times and Korthikanti's reported ones are not.
-TEST(Validate, DerivedStepTimesAreMarked) {
-  const std::string dir = testing::SourceDir() + "/validation/";
-  const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
+TEST(ValidatePublished, DerivedStepTimesAreMarked) {
+  const ValidationReport& rep = Published();
   std::map<std::string, bool> derived;
   for (const auto& r : rep.rows) derived[r.row_id] = r.step_time_derived;
   EXPECT_TRUE(derived.at("1"));
   EXPECT_TRUE(derived.at("205"));
   EXPECT_FALSE(derived.at("128"));
   EXPECT_FALSE(derived.at("32"));
-  auto out = RunShardcast("validate --no-memory");
+  const auto& out = PublishedText();
   EXPECT_NE(out.out.find("3.53 s*"), std::string::npos) << out.out;
 }
 
 // The table's columns hold for every row: the configuration column is as wide as its longest
 // text (SC21's ZeRO-3 rows, "TP1 PP1 DP1536 mbs1 rc-full Z3-ds21 fp16", are 40 characters), so
 // each row's predicted step time ends where the header's "predicted" does.
-TEST(Validate, TableColumnsHoldForLongConfigurations) {
-  const auto out = RunShardcast("validate --no-memory");
+TEST(ValidatePublished, TableColumnsHoldForLongConfigurations) {
+  const auto& out = PublishedText();
   ASSERT_EQ(out.exit_code, 0) << out.err;
   std::istringstream lines(out.out);
   std::string line;
@@ -474,9 +486,9 @@ TEST(Validate, TableColumnsHoldForLongConfigurations) {
 // The summary keeps the rows a built-in constant was fitted on (the MPT-13B step times for the
 // Hopper GEMM ratio; the 22B runs' per-layer times for the A100 ratio and the attention core)
 // apart from the held-out rest; both MAPEs recomputed here from the rows.
-TEST(Validate, HeldOutRowsAreReportedApartFromFittedRows) {
+TEST(ValidatePublished, HeldOutRowsAreReportedApartFromFittedRows) {
   const std::string dir = testing::SourceDir() + "/validation/";
-  const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
+  const ValidationReport& rep = Published();
   std::vector<std::string> fitted;
   double held_sum = 0, fit_sum = 0, held_max = 0;
   std::size_t held_n = 0, fit_n = 0;
@@ -518,15 +530,15 @@ TEST(Validate, HeldOutRowsAreReportedApartFromFittedRows) {
     if (r.row_id == "9211") renumbered_fit = !r.fitted_constant.empty();
   }
   EXPECT_TRUE(renumbered_fit);
-  auto out = RunShardcast("validate --no-memory");
+  const auto& out = PublishedText();
   EXPECT_NE(out.out.find("ok / fits  [fit]"), std::string::npos) << out.out;
   EXPECT_NE(out.out.find("held out (63 rows"), std::string::npos) << out.out;
 }
 
 // BLOOM's contradictory pairs (issue 5) are marked low-confidence in the CSV; the summary gives the
 // MAPE without them, and the rank correlation per group of runs with the same model and GPU count.
-TEST(Validate, LowConfidenceRowsApartAndKendallTauPerGroup) {
-  const ValidationReport rep = RunValidation(testing::SourceDir() + "/validation/published_runs.csv", "");
+TEST(ValidatePublished, LowConfidenceRowsApartAndKendallTauPerGroup) {
+  const ValidationReport& rep = Published();
   const auto& s = rep.summary;
   EXPECT_EQ(s.low_confidence_rows, (std::vector<std::string>{"128", "130", "132", "134"}));
   double sum = 0, held = 0, worst = 0;
@@ -584,7 +596,7 @@ TEST(Validate, LowConfidenceRowsApartAndKendallTauPerGroup) {
   EXPECT_DOUBLE_EQ(s.confident_kendall_tau, KendallTauWithinGroups(conf_groups, conf_pred, conf_meas, &conf_pairs));
   EXPECT_EQ(s.confident_kendall_pairs, conf_pairs);
   EXPECT_EQ(s.kendall_pairs - s.confident_kendall_pairs, 45u - 15u);
-  const auto out = RunShardcast("validate --no-memory");
+  const auto& out = PublishedText();
   EXPECT_NE(out.out.find("without the low-confidence rows: tau"), std::string::npos) << out.out;
   EXPECT_NE(out.out.find("without the 4 low-confidence rows (128, 130, 132, 134"), std::string::npos) << out.out;
   EXPECT_NE(out.out.find("ok / fits  [low confidence]"), std::string::npos);
@@ -593,9 +605,8 @@ TEST(Validate, LowConfidenceRowsApartAndKendallTauPerGroup) {
 
 // The caveat plan and capacity print for plans without recompute quotes the MPT-3B rows: measured
 // over predicted step time 1.21-1.29 (21-29% longer). Fails when the model moves them.
-TEST(Validate, NoRecomputeCaveatQuotesTheMpt3bRows) {
-  const std::string dir = testing::SourceDir() + "/validation/";
-  const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
+TEST(ValidatePublished, NoRecomputeCaveatQuotesTheMpt3bRows) {
+  const ValidationReport& rep = Published();
   double lo = 1e9, hi = 0;
   for (const auto& r : rep.rows) {
     // The caveat names the PyTorch FSDP runs (S14); NeMo's Megatron-Core runs (S6, S7) are not in it.
@@ -657,9 +668,8 @@ TEST(Validate, CliExplainPrintsARunnableSimulateCommand) {
       << bad.err;
 }
 
-TEST(Validate, RowsAreMappedToWhatTheirFrameworkDid) {
-  const std::string dir = testing::SourceDir() + "/validation/";
-  const ValidationReport rep = RunValidation(dir + "published_runs.csv", "");
+TEST(ValidatePublished, RowsAreMappedToWhatTheirFrameworkDid) {
+  const ValidationReport& rep = Published();
   auto row = [&](const std::string& id) -> const ParallelConfig& {
     for (const auto& r : rep.rows) {
       if (r.row_id == id) return r.config;
@@ -709,11 +719,10 @@ TEST(Validate, RowsAreMappedToWhatTheirFrameworkDid) {
   EXPECT_FALSE(row("60").tp_comm_overlap);  // TP1: nothing to overlap
 }
 
-TEST(Validate, RegressionFenceOnPublishedRuns) {
+TEST(ValidatePublished, RegressionFenceOnPublishedRuns) {
   // A fence, not the goal (docs/accuracy.md has the targets and the current figures): fails if a
   // change makes the published-run predictions worse than they are today.
-  const std::string dir = testing::SourceDir() + "/validation/";
-  ValidationReport rep = RunValidation(dir + "published_runs.csv", dir + "published_memory.csv");
+  const ValidationReport& rep = Published();
   const auto& s = rep.summary;
   std::cout << "step-time MAPE " << 100 * s.step_time_mape << "%, max " << 100 * s.step_time_max_abs_error
             << "%, memory MAPE " << 100 * s.memory_mape << "%, S1 " << 100 * s.mape_by_source.at("S1").first
@@ -757,7 +766,7 @@ TEST(Validate, RegressionFenceOnPublishedRuns) {
 
 // S7's TFLOP/s are read in the causal convention, a choice made with those rows: the fit note
 // quotes what the full-matrix reading gives, recomputed here from a copy of the CSV read that way.
-TEST(Validate, LongSequenceConventionNoteQuotesTheFullMatrixReading) {
+TEST(ValidatePublished, LongSequenceConventionNoteQuotesTheFullMatrixReading) {
   const std::string dir = testing::SourceDir() + "/validation/";
   std::ifstream in(dir + "published_runs.csv", std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -778,7 +787,7 @@ TEST(Validate, LongSequenceConventionNoteQuotesTheFullMatrixReading) {
   }
   EXPECT_NE(note.find(fmt::format("MAPE {:.1f}%", 100 * s.mape_by_source.at("S7").first)), std::string::npos) << note;
   EXPECT_NE(note.find(fmt::format("tau of {:.2f}", s.tflops_tau_by_source.at("S7").first)), std::string::npos) << note;
-  const ValidationReport causal_rep = RunValidation(dir + "published_runs.csv", "");
+  const ValidationReport& causal_rep = Published();
   for (const auto& r : causal_rep.rows) {
     if (r.source_id == "S7") {
       EXPECT_FALSE(r.fitted_constant.empty()) << r.row_id;
@@ -786,12 +795,11 @@ TEST(Validate, LongSequenceConventionNoteQuotesTheFullMatrixReading) {
   }
 }
 
-TEST(Validate, KorthikantiFigurePointsCountTransformerLayersOnly) {
+TEST(ValidatePublished, KorthikantiFigurePointsCountTransformerLayersOnly) {
   // Fig. 1's parameter-and-optimizer bar is 18 bytes per transformer-layer parameter of the first
   // stage: GPT-3 175B at TP8 PP8 holds 12 layers of (12 h^2 + 7 h) / 8 sharded weights and biases
   // plus 6 h replicated ones (two LayerNorms, the two row-parallel biases).
-  const std::string dir = testing::SourceDir() + "/validation/";
-  ValidationReport rep = RunValidation(dir + "published_runs.csv", dir + "published_memory.csv");
+  const ValidationReport& rep = Published();
   const double h = 12288;
   const double expected_GiB = 18.0 * 12 * ((12 * h * h + 7 * h) / 8 + 6 * h) / 1073741824.0;
   bool seen = false, seen_full = false;
