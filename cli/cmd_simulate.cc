@@ -569,9 +569,15 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_option("--schedule", a->schedule, "pipeline schedule: gpipe|1f1b|interleaved|zb-h1")
       ->transform(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}, CLI::ignore_case));
   AddPrecisionOptions(cmd, &a->prec);
-  cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention that saves s*s scores (Megatron 2021)");
-  cmd->add_flag("--no-overlap-grad-reduce", a->no_overlap_grad, "reduce gradients after the backward pass");
-  cmd->add_flag("--no-overlap-param-gather", a->no_overlap_param, "gather parameters after the optimizer");
+  cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention that saves s*s scores (Megatron 2021)")
+      ->excludes(cmd->add_flag("--use-flash-attn", a->use_flash_attn, "Megatron-LM's flag for the default: flash attention"));
+  cmd->add_flag("--no-overlap-grad-reduce", a->no_overlap_grad, "reduce gradients after the backward pass")
+      ->excludes(cmd->add_flag("--overlap-grad-reduce", a->overlap_grad,
+                               "Megatron-LM's flag for the default: gradients reduced in buckets during the backward"));
+  cmd->add_flag("--no-overlap-param-gather", a->no_overlap_param, "gather parameters after the optimizer")
+      ->excludes(cmd->add_flag("--overlap-param-gather", a->overlap_param,
+                               "Megatron-LM's flag for the default: the distributed optimizer's parameter all-gather "
+                               "overlapped with the next step's forward"));
   cmd->add_flag("--no-async-tensor-model-parallel-allreduce", a->no_async_tp,
                 "run the backward input-gradient TP all-reduce / reduce-scatter after the weight-gradient GEMM, not "
                 "beside it (Megatron-LM before late 2021, Megatron-DeepSpeed)");

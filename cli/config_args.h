@@ -19,10 +19,10 @@ namespace shardcast::cli {
 
 /// The precision flags shared by every command that takes a configuration: --precision and
 /// Megatron-LM's own (--bf16, --fp16, --fp8-format, --fp8-recipe, --fp4-format, --fp4-recipe,
-/// --fp8-param-gather, --fp8-amax-history-len, --first-last-layers-bf16 with
+/// --fp8-param-gather, --fp8-amax-history-len, --fp8-amax-compute-algo, --first-last-layers-bf16 with
 /// --num-layers-at-start-in-bf16 / --num-layers-at-end-in-bf16).
 struct PrecisionArgs {
-  std::string precision, fp8_format, fp8_recipe, fp4_format, fp4_recipe;
+  std::string precision, fp8_format, fp8_recipe, fp4_format, fp4_recipe, amax_compute_algo;
   bool bf16 = false, fp16 = false, fp8_param_gather = false, first_last_bf16 = false;
   std::int64_t amax_history_len = 0, layers_start_bf16 = 1, layers_end_bf16 = 1;
 };
@@ -102,6 +102,9 @@ struct SimulateArgs {
   std::string framework;
   std::string ce_impl;  ///< --cross-entropy-fusion-impl (with --cross-entropy-loss-fusion)
   std::string cross_entropy;  ///< --cross-entropy (CrossEntropyImpl by name); empty: not given
+  /// Megatron-LM's switches for what simulate does by default (--overlap-grad-reduce,
+  /// --overlap-param-gather, --use-flash-attn), accepted so that plan's printed arguments run.
+  bool overlap_grad = false, overlap_param = false, use_flash_attn = false;
   bool sp = false, dist_opt = false, no_flash = false, no_overlap_grad = false,
        no_overlap_param = false, bf16_grads = false, json = false, full_rank = false, emb_slots = false, mcore_account_embedding = false, mcore_account_loss = false,
        p2p_blocking = false, ops = false, no_async_tp = false, tp_comm_overlap = false, ce_fusion = false,

@@ -30,6 +30,10 @@ void AddPrecisionOptions(CLI::App* cmd, PrecisionArgs* a) {
   cmd->add_option("--fp8-amax-history-len", a->amax_history_len,
                   "amax values kept per tensor by the delayed recipe (default 1024, Transformer Engine's)")
       ->check(IntegerRange(1, 1 << 20));
+  cmd->add_option("--fp8-amax-compute-algo", a->amax_compute_algo,
+                  "Megatron-LM: max (as plan prints it) | most_recent, the delayed recipe's scale from its amax "
+                  "history; either costs the same here")
+      ->transform(CLI::IsMember({"max", "most_recent"}, CLI::ignore_case));
   cmd->add_flag("--first-last-layers-bf16", a->first_last_bf16,
                 "Megatron-LM: keep the first and last transformer layers' GEMMs in bf16 under fp8/mxfp8/nvfp4");
   cmd->add_option("--num-layers-at-start-in-bf16", a->layers_start_bf16,
@@ -87,6 +91,11 @@ void ApplyPrecisionArgs(const PrecisionArgs& a, ParallelConfig* c) {
   if (a.amax_history_len > 0 && !(p == Precision::kFp8 && c->fp8_recipe == Fp8Recipe::kDelayed)) {
     throw InputError(fmt::format("command line: --fp8-amax-history-len: given with precision {}{}, expected fp8's delayed "
                                  "recipe (the only one that keeps an amax history)",
+                                 ToString(p), p == Precision::kFp8 ? " and the " + a.fp8_recipe + " recipe" : ""));
+  }
+  if (!a.amax_compute_algo.empty() && !(p == Precision::kFp8 && c->fp8_recipe == Fp8Recipe::kDelayed)) {
+    throw InputError(fmt::format("command line: --fp8-amax-compute-algo: given with precision {}{}, expected fp8's "
+                                 "delayed recipe (the only one that keeps an amax history)",
                                  ToString(p), p == Precision::kFp8 ? " and the " + a.fp8_recipe + " recipe" : ""));
   }
   if (a.amax_history_len > 0) c->fp8_amax_history_len = a.amax_history_len;

@@ -226,13 +226,14 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   r.RejectUnknownKeys({"name", "num_layers", "hidden_size", "ffn_hidden_size",
                        "num_attention_heads", "num_query_groups", "kv_channels", "vocab_size",
                        "seq_length", "max_position_embeddings", "normalization", "activation",
-                       "position_embedding", "rotary_base", "tie_embeddings", "add_bias_linear",
-                       "add_qkv_bias", "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                       "position_embedding", "rotary_base", "rope_scaling_factor", "tie_embeddings", "add_bias_linear",
+                       "add_qkv_bias", "qk_layernorm", "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                        "moe_shared_expert_intermediate_size", "moe_first_k_dense_layers", "moe_layer_step", "moe_layer_freq",
                        "moe_expert_bias", "moe_router_bias", "moe_router_global_batch_balance", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
                        "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers"});
   Model m;
   m.name = r.OptString("name").value_or(std::filesystem::path(file).stem().string());
+  if (m.name.empty()) throw InputError::Field(file, "/name", "\"\"", "a name, or no name key (the file's name is used)");
   m.num_layers = r.Int("num_layers", 1, kMaxLayers);
   m.hidden_size = r.Int("hidden_size", 1, kMaxHidden);
   m.ffn_hidden_size = r.Int("ffn_hidden_size", 1, kMaxFfn);
@@ -261,9 +262,15 @@ Model ModelFromJson(const Json& j, const std::string& file) {
                          : pe == "rope"  ? PositionEmbedding::kRope
                                          : PositionEmbedding::kAlibi;
   m.rotary_base = r.OptNumber("rotary_base", 1, 1e12).value_or(10000.0);
+  m.rope_scaling_factor = r.OptNumber("rope_scaling_factor", 1, 1e6).value_or(0.0);
+  if (m.rope_scaling_factor > 0 && m.position_embedding != PositionEmbedding::kRope) {
+    throw InputError::Field(file, "/rope_scaling_factor", FormatNumber(m.rope_scaling_factor),
+                            "no such key without rotary positions (position_embedding \"rope\")");
+  }
   m.tie_embeddings = r.Bool("tie_embeddings");
   m.add_bias_linear = r.OptBool("add_bias_linear").value_or(true);
   m.add_qkv_bias = r.OptBool("add_qkv_bias").value_or(m.add_bias_linear);
+  m.qk_layernorm = r.OptBool("qk_layernorm").value_or(false);
   m.dropout = r.OptBool("dropout").value_or(true);
   ModelFieldNames names;
   ReadMoeAndMla(r, &m, &names);
@@ -290,9 +297,11 @@ Json ModelToJson(const Model& m) {
   j["activation"] = ToString(m.activation);
   j["position_embedding"] = ToString(m.position_embedding);
   if (m.position_embedding == PositionEmbedding::kRope) j["rotary_base"] = m.rotary_base;
+  if (m.rope_scaling_factor > 0) j["rope_scaling_factor"] = m.rope_scaling_factor;
   j["tie_embeddings"] = m.tie_embeddings;
   j["add_bias_linear"] = m.add_bias_linear;
   j["add_qkv_bias"] = m.add_qkv_bias;
+  if (m.qk_layernorm) j["qk_layernorm"] = true;
   j["dropout"] = m.dropout;
   if (m.moe.enabled()) {
     j["num_experts"] = m.moe.num_experts;
@@ -500,6 +509,21 @@ double HfRopeTheta(const JsonReader& r, const char* key) {
   return r.NullableNumber(key, 1, 1e12).value_or(10000.0);
 }
 
+/// Llama 3.1's RoPE scaling: rope_scaling's factor where its rope_type (or type) is "llama3", else 0
+/// (no scaling, or another kind: linear, dynamic, yarn, which change no count or time and have
+/// no Megatron-LM flag of this kind).
+double HfLlama3RopeScaling(const JsonReader& r, const std::string& file) {
+  if (!r.Has("rope_scaling") || !r.json()["rope_scaling"].is_object()) return 0;
+  const Json& s = r.json()["rope_scaling"];
+  const Json* type = s.contains("rope_type") ? &s["rope_type"] : s.contains("type") ? &s["type"] : nullptr;
+  if (type == nullptr || !type->is_string() || type->get<std::string>() != "llama3") return 0;
+  if (!s.contains("factor") || !s["factor"].is_number() || !(s["factor"].get<double>() >= 1)) {
+    throw InputError::Field(file, "/rope_scaling/factor", s.contains("factor") ? JsonForMessage(s["factor"]) : "nothing",
+                            "a number of at least 1 (Llama 3.1's RoPE scaling factor)");
+  }
+  return s["factor"].get<double>();
+}
+
 /// Whether any of the dropout probabilities `keys` is above 0 (each in [0, 1], null or absent:
 /// `fallback`, the transformers library's default for the family: 0.1 for GPT-2's resid_pdrop and
 /// attn_pdrop, 0.0 for GPT-NeoX's and BLOOM's attention_dropout and hidden_dropout and MPT's
@@ -556,9 +580,13 @@ void ReadHfLlamaLike(const JsonReader& r, const std::string& type, const std::st
   m->activation = Activation::kSwiglu;
   m->position_embedding = PositionEmbedding::kRope;
   m->rotary_base = HfRopeTheta(r, "rope_theta");
+  m->rope_scaling_factor = HfLlama3RopeScaling(r, file);
   m->tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
   if (j.contains("head_dim") && !j["head_dim"].is_null()) m->kv_channels = r.Int("head_dim", 1, kMaxHeadDim);
   m->dropout = HfDropout(r, {"attention_dropout"}, 0.0);
+  // Qwen3's attention normalizes each head's queries and keys (q_norm, k_norm: RMSNorm over
+  // head_dim; modeling_qwen3.py), which the config does not state.
+  m->qk_layernorm = type == "qwen3" || type == "qwen3_moe";
   names->num_layers = "num_hidden_layers";
   names->kv_channels = "head_dim";
   names->num_query_groups = "num_key_value_heads";
@@ -712,6 +740,7 @@ Gpu GpuFromJson(const Json& j, const std::string& file) {
                        "price_source", "source"});
   Gpu g;
   g.name = r.OptString("name").value_or(std::filesystem::path(file).stem().string());
+  if (g.name.empty()) throw InputError::Field(file, "/name", "\"\"", "a name, or no name key (the file's name is used)");
   g.display_name = r.OptString("display_name").value_or(g.name);
   g.arch = r.OptString("arch").value_or("unknown");
   JsonReader p = r.Object("peak_tflops");
@@ -747,6 +776,7 @@ Cluster ClusterFromJson(const Json& j, const std::string& file) {
                        "source"});
   Cluster c;
   c.name = r.OptString("name").value_or(std::filesystem::path(file).stem().string());
+  if (c.name.empty()) throw InputError::Field(file, "/name", "\"\"", "a name, or no name key (the file's name is used)");
   std::string gpu_spec = r.String("gpu");
   // A relative GPU file path is relative to the cluster file's folder when it is not found from
   // the working directory.

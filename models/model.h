@@ -139,9 +139,18 @@ struct Model {
   /// RoPE's base period theta (Hugging Face's rope_theta, Megatron-LM's --rotary-base; Su et al.
   /// 2021 eq. 15 use 10000). It changes no count or time; kept for the launch configurations.
   double rotary_base = 10000;
+  /// Llama 3.1's RoPE frequency scaling factor (Hugging Face's rope_scaling with rope_type
+  /// "llama3"; Megatron-LM's --use-rope-scaling --rope-scaling-factor), 0 for none. It changes
+  /// no count or time (a precomputed frequency table); launch configurations write it.
+  double rope_scaling_factor = 0;
   bool tie_embeddings = true;
   bool add_bias_linear = true;
   bool add_qkv_bias = true;
+  /// A norm over each head's channels of the queries and keys after the QKV projection
+  /// (Megatron-LM's --qk-layernorm; Qwen3's q_norm and k_norm, OLMo 2): the model's
+  /// normalization, 2 x kv_channels weights a layer (and biases with LayerNorm), replicated on the
+  /// tensor-parallel ranks.
+  bool qk_layernorm = false;
   /// Hidden and attention dropout active in training (Megatron-LM's default 0.1): dropout masks
   /// are saved for backward (Korthikanti et al. 2022 section 4.1). Llama-style models train
   /// without dropout.

@@ -296,10 +296,12 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::opti
   j["position_embedding"] = pe == "rope" ? "rope" : "learned";
   if (pe == "rope") {
     if (const auto base = a.Number("rotary_base")) j["rotary_base"] = *base;
+    if (a.Flag("use_rope_scaling")) j["rope_scaling_factor"] = a.Number("rope_scaling_factor").value_or(8.0);
   }
   j["tie_embeddings"] = !a.Flag("untie_embeddings_and_output_weights");
   j["add_bias_linear"] = a.Get("add_bias_linear").value_or("True") == "True";
   if (a.Get("add_qkv_bias")) j["add_qkv_bias"] = a.Flag("add_qkv_bias") || a.Get("add_bias_linear").value_or("True") == "True";
+  if (a.Flag("qk_layernorm")) j["qk_layernorm"] = true;
   j["dropout"] = a.Number("hidden_dropout").value_or(0.1) > 0 || a.Number("attention_dropout").value_or(0.1) > 0;
   if (const auto e = a.Int("num_experts"); e && *e > 1) {
     j["num_experts"] = *e;

@@ -293,6 +293,9 @@ Model RowModel(const CsvTable& t, std::size_t r, const std::string& file) {
     case 2: m.activation = Activation::kSwiglu; break;
     default: break;
   }
+  // Qwen3's attention normalizes each head's queries and keys (q_norm, k_norm), as the Hugging
+  // Face import of qwen3 and qwen3_moe sets it (models/loader.cc).
+  m.qk_layernorm = arch.rfind("Qwen3", 0) == 0;
   const auto notes = NoteValues(t.Get(r, "notes"));
   if (notes.count("num_experts")) {
     RowExperts(notes, file + ": " + RowLabel(t, r), &m);

@@ -13,13 +13,22 @@ void WriteCatalog(std::ostream& out) {
   out << "Models (models/llm/; use with --model NAME, case-insensitive)\n";
   out << fmt::format("  {:<18} {:>10} {:>6} {:>7} {:>6} {:>5} {:>7}  {}\n", "name", "params",
                            "layers", "hidden", "heads", "kv", "vocab", "source");
+  std::string mtp_notes;
   for (const auto& name : PresetNames(PresetKind::kModel)) {
     Model m = LoadModel(name);
+    const ParameterCounts pc = m.Parameters();
     out << fmt::format("  {:<18} {:>10} {:>6} {:>7} {:>6} {:>5} {:>7}  {}\n", m.name,
-                             FormatCount(static_cast<double>(m.Parameters().total)), m.num_layers,
+                             FormatCount(static_cast<double>(pc.total)), m.num_layers,
                              m.hidden_size, m.num_attention_heads, m.num_query_groups,
                              m.vocab_size, m.source);
+    if (pc.mtp > 0) {
+      mtp_notes += fmt::format("{}{}: {} without its multi-token-prediction modules ({})", mtp_notes.empty() ? "" : "; ",
+                               m.name, FormatCount(static_cast<double>(pc.total - pc.mtp)),
+                               FormatCount(static_cast<double>(pc.mtp)));
+    }
   }
+  out << "  params: every trained parameter, multi-token-prediction modules included";
+  out << (mtp_notes.empty() ? std::string("\n") : " (" + mtp_notes + ")\n");
   out << "\nGPUs (models/gpu/; dense peak TFLOP/s per precision, - where the GPU lacks it)\n";
   out << fmt::format("  {:<16} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>8} {:>9} {:>7} {:>6}  {}\n", "name",
                            "bf16", "fp16", "fp8", "mxfp8", "nvfp4", "tf32", "fp32", "mem GiB", "HBM GB/s", "NVLink",

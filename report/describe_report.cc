@@ -1,5 +1,6 @@
 #include "report/describe_report.h"
 
+#include <cmath>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -65,7 +66,7 @@ Json FitJson(const FitDescription& f) {
   fit["tp"] = f.cfg.tp;
   fit["pp"] = f.cfg.pp;
   fit["cp"] = f.cfg.cp;
-  fit["memory_bytes_per_gpu"] = f.memory_bytes;
+  fit["memory_bytes_per_gpu"] = std::llround(f.memory_bytes);  // whole bytes, as simulate reports them
   Json precisions = Json::object();
   for (const auto& [p, flops] : f.peaks_flops) precisions[ToString(p)] = flops / 1e12;
   fit["precisions_peak_tflops"] = precisions;
@@ -97,9 +98,10 @@ void WriteShape(std::ostream& out, const Model& m) {
   out << fmt::format("  layers {}, hidden {}, ffn {}, heads {} (query groups {}, head dim {}), vocab {}, seq {}\n",
                      m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.num_query_groups,
                      m.kv_channels, m.vocab_size, m.seq_length);
-  out << fmt::format("  {}, {}, {} positions, {} embeddings, {}, {}\n", ToString(m.normalization),
+  out << fmt::format("  {}, {}, {} positions, {} embeddings, {}, {}{}\n", ToString(m.normalization),
                      ToString(m.activation), ToString(m.position_embedding), m.tie_embeddings ? "tied" : "untied",
                      m.add_bias_linear ? "linear biases" : (m.add_qkv_bias ? "QKV bias only" : "no biases"),
+                     m.qk_layernorm && !m.mla.enabled() ? "per-head query/key norms, " : "",
                      m.dropout ? "dropout (its masks count in activation memory)" : "no dropout");
 }
 

@@ -105,7 +105,10 @@ std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, st
   std::string arch = fmt::format("--normalization {}", m.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm");
   if (m.activation == Activation::kSwiglu) arch += " --swiglu";
   switch (m.position_embedding) {
-    case PositionEmbedding::kRope: arch += " --position-embedding-type rope --rotary-base " + Number(m.rotary_base); break;
+    case PositionEmbedding::kRope:
+      arch += " --position-embedding-type rope --rotary-base " + Number(m.rotary_base);
+      if (m.rope_scaling_factor > 0) arch += " --use-rope-scaling --rope-scaling-factor " + Number(m.rope_scaling_factor);
+      break;
     case PositionEmbedding::kLearned: arch += " --position-embedding-type learned_absolute"; break;
     case PositionEmbedding::kAlibi:
       arch += " --position-embedding-type none";
@@ -116,6 +119,10 @@ std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, st
   if (!m.tie_embeddings) arch += " --untie-embeddings-and-output-weights";
   if (!m.add_bias_linear) arch += " --disable-bias-linear";
   if (m.add_qkv_bias && !m.add_bias_linear) arch += " --add-qkv-bias";
+  // Megatron-Core builds multi-latent attention's q and kv norms only with --qk-layernorm
+  // (gpt_layer_specs.py: the up projections fused with their norm; IdentityOp without it), and the
+  // model counts them.
+  if (m.qk_layernorm || m.mla.enabled()) arch += " --qk-layernorm";
   if (!m.dropout) arch += " --attention-dropout 0 --hidden-dropout 0";
   f.push_back(arch);
   if (m.moe.enabled()) {
@@ -206,9 +213,16 @@ void NemoModel(const Model& m, std::int64_t seq, PyLines* p, std::vector<std::st
   if (m.position_embedding == PositionEmbedding::kAlibi) unexpressed->push_back("ALiBi positions: written as none");
   p->Set("model.config.position_embedding_type", PyStr(pe));
   if (m.position_embedding == PositionEmbedding::kRope) p->Set("model.config.rotary_base", Number(m.rotary_base));
+  if (m.rope_scaling_factor > 0) {
+    // NeMo's Llama 3.1 configs scale RoPE in their own configure_model (Llama31Config's
+    // scale_factor), which a GPTConfig override cannot switch on.
+    unexpressed->push_back(fmt::format("Llama 3.1's RoPE scaling (factor {}): start from a Llama31Config recipe",
+                                       Number(m.rope_scaling_factor)));
+  }
   p->Set("model.config.share_embeddings_and_output_weights", Py(m.tie_embeddings));
   p->Set("model.config.add_bias_linear", Py(m.add_bias_linear));
   p->Set("model.config.add_qkv_bias", Py(m.add_qkv_bias));
+  if (m.qk_layernorm || m.mla.enabled()) p->Set("model.config.qk_layernorm", "True");
   p->Set("model.config.hidden_dropout", m.dropout ? "0.1" : "0.0");
   p->Set("model.config.attention_dropout", m.dropout ? "0.1" : "0.0");
   if (m.moe.enabled()) {
@@ -404,7 +418,7 @@ std::string TorchtitanModelName(const Model& m) {
   const bool llama_like = m.normalization == Normalization::kRMSNorm && m.activation == Activation::kSwiglu &&
                           m.position_embedding == PositionEmbedding::kRope;
   if (!llama_like) return "";
-  return m.moe.enabled() || m.kv_channels * m.num_attention_heads != m.hidden_size ? "qwen3" : "llama3";
+  return m.qk_layernorm || m.moe.enabled() || m.kv_channels * m.num_attention_heads != m.hidden_size ? "qwen3" : "llama3";
 }
 
 const char* TorchtitanSchedule(const ParallelConfig& c, std::vector<std::string>* unexpressed) {
@@ -430,11 +444,14 @@ void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, st
     *t += "name = \"llama3\"  # torchtitan has no model of this family\n";
   } else if (name == "qwen3" && m.moe.enabled()) {
     *t += "name = \"qwen3\"  # the nearest torchtitan family with routed experts\n";
-    // Qwen3's own MoE models (their router's global-batch balancing marks them) are that family.
-    if (!m.moe.router_global_batch_balance) {
+    if (!m.qk_layernorm) {
       unexpressed->push_back("the model family: written as torchtitan's qwen3, the nearest with routed experts, whose "
                              "per-head q/k RMSNorms this model does not have");
     }
+  } else if (name == "qwen3" && !m.qk_layernorm) {
+    *t += "name = \"qwen3\"  # the nearest torchtitan family with this head dimension\n";
+    unexpressed->push_back("the model family: written as torchtitan's qwen3, the nearest with a head dimension apart "
+                           "from dim / n_heads, whose per-head q/k RMSNorms this model does not have");
   } else {
     *t += fmt::format("name = \"{}\"\n", name);
   }
@@ -445,8 +462,11 @@ void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, st
                     "vocab_size = {}, {}, tied embeddings = {}\n",
                     m.num_layers, m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels,
                     m.ffn_hidden_size, m.vocab_size,
-                    m.position_embedding == PositionEmbedding::kRope ? "rope_theta = " + Number(m.rotary_base)
-                                                                      : std::string(ToString(m.position_embedding)) + " positions",
+                    m.position_embedding == PositionEmbedding::kRope
+                        ? "rope_theta = " + Number(m.rotary_base) +
+                              (m.rope_scaling_factor > 0 ? ", Llama 3.1 RoPE scaling factor " + Number(m.rope_scaling_factor)
+                                                         : std::string())
+                        : std::string(ToString(m.position_embedding)) + " positions",
                     m.tie_embeddings ? "yes" : "no");
   if (m.moe.enabled()) {
     *t += fmt::format("# experts: num_experts = {}, top_k = {}, expert ffn hidden = {}, shared ffn hidden = {}\n",

@@ -668,6 +668,11 @@ class LayerBuilder {
   if (sp) ob.Quantize(L, "qkv_proj_input_quantize", F, T * h);
   ob.Linear(L, "qkv_proj", F, T, qkv_n, h);
   L.back().saved_bytes = q * T * h / rep;  // QKV input (norm output)
+  if (m.qk_layernorm) {
+    // Megatron-Core's q_layernorm and k_layernorm over each head's d channels: read Q and K,
+    // write them normalized, and keep their input for the backward.
+    ob.Memory(L, "qk_layernorm", F, 2 * qk_bytes, qk_bytes);
+  }
   const double qkv_saved = eb * T * qkv_n;  // Q, K, V
   if (c.flash_attention && x.cp != nullptr && x.cp->cp > 1) {
     CpAttentionForward(ob, L, x, prof, qkv_saved + 4 * T * a / t /* fp32 log-sum-exp */, &out);
@@ -759,6 +764,7 @@ class LayerBuilder {
     ob.Collective(L, "sp_all_gather_attn_input_bwd", B, ag, act);
     L.back().overlapped = true;
   }
+  if (m.qk_layernorm) ob.Memory(L, "qk_layernorm_bwd", B, 3 * qk_bytes);  // reads input and gradient, writes one
   ob.Quantize(L, "qkv_proj_grad_quantize", B, T * qkv_n);
   ob.Linear(L, "qkv_proj_dgrad", B, T, h, qkv_n);
   ob.Linear(L, "qkv_proj_wgrad", W, qkv_n, h, T);
@@ -966,6 +972,7 @@ class LayerBuilder {
                                 ar = CollectiveOp::kAllReduce;
   const double qkv_n = (a + 2 * g) * d / t;
   const double ad_t = a * d / t;
+  const double qk_bytes = eb * T * (a + g) * d / t;  ///< the queries and keys on one GPU
   const double mlp_up_n = (swiglu ? 2 : 1) * f / t;
   const double mask = drop * T * h / rep;  ///< 1-byte dropout mask of a hidden-state tensor
   /// Megatron-LM's async input-gradient collective hides behind the weight-gradient GEMM that

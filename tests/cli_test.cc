@@ -1,3 +1,4 @@
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -46,6 +47,18 @@ TEST(Cli, ModelsListsPresets) {
   for (const char* n : {"gpt3-175b", "llama3.1-405b", "h100-sxm", "dgx-b200", "gb200-nvl72"}) {
     EXPECT_NE(r.out.find(n), std::string::npos) << n;
   }
+  // The params column counts the MTP modules; the note gives the count without them.
+  const ParameterCounts ds = LoadModel("deepseek-v3").Parameters();
+  EXPECT_NE(r.out.find("deepseek-v3: " + FormatCount(static_cast<double>(ds.total - ds.mtp)) +
+                       " without its multi-token-prediction modules (" + FormatCount(static_cast<double>(ds.mtp)) + ")"),
+            std::string::npos)
+      << r.out;
+  // describe's memory per GPU is whole bytes, as simulate's usable memory.
+  const Json d = Json::parse(RunShardcast("describe --model llama3-8b --cluster dgx-h100 --gpus 8 --json").out);
+  const Json s = Json::parse(
+      RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --tp 2 --mbs 1 --gbs 8 --json").out);
+  EXPECT_TRUE(d["fit"]["memory_bytes_per_gpu"].is_number_integer()) << d["fit"];
+  EXPECT_EQ(d["fit"]["memory_bytes_per_gpu"].get<double>(), std::round(s["usable_memory_bytes"].get<double>()));
 }
 
 TEST(Cli, ExitCodes) {
@@ -452,6 +465,26 @@ TEST(CliPlan, JsonKeysAndMegatronArguments) {
   EXPECT_NE(j["plans"][0]["megatron_arguments"].get<std::string>().find("--tensor-model-parallel-size"),
             std::string::npos);
   EXPECT_LE(j["plans"][0]["step_time_s"].get<double>(), j["plans"][1]["step_time_s"].get<double>());
+}
+
+// The Megatron-LM arguments plan prints run in simulate as they are (Megatron's switches for
+// simulate's defaults included: --overlap-grad-reduce, --overlap-param-gather, --use-flash-attn,
+// --fp8-amax-compute-algo) and give the plan's step time; each switch refuses its --no- twin.
+TEST(CliPlan, PrintedMegatronArgumentsRunInSimulate) {
+  const std::string where = "--model gpt3-1.3b --cluster dgx-h100 --gpus 16 ";
+  const Json j = Json::parse(RunShardcast("plan " + where + "--gbs 512 --precision fp8 --top 1 --json").out);
+  ASSERT_EQ(j["plans"].size(), 1u);
+  const std::string args = j["plans"][0]["megatron_arguments"].get<std::string>();
+  for (const char* f : {"--overlap-grad-reduce", "--use-flash-attn", "--fp8-amax-compute-algo max"}) {
+    ASSERT_NE(args.find(f), std::string::npos) << "premise: " << args;
+  }
+  const auto sim = RunShardcast("simulate " + where + args + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_DOUBLE_EQ(Json::parse(sim.out)["step_time_s"].get<double>(), j["plans"][0]["step_time_s"].get<double>());
+  EXPECT_EQ(RunShardcast("simulate " + where + args + " --no-overlap-grad-reduce").exit_code, 2);
+  EXPECT_EQ(RunShardcast("simulate " + where + args + " --no-flash-attention").exit_code, 2);
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate " + where + "--mbs 1 --gbs 16 --fp8-amax-compute-algo max",
+                                    "--fp8-amax-compute-algo: given with precision bf16"));
 }
 
 TEST(CliPlan, TextAndBadInput) {

@@ -150,9 +150,12 @@ MegatronRead ReadMegatron(const std::string& text) {
       const std::string v = next();
       r.m.position_embedding = v == "rope" ? PositionEmbedding::kRope : v == "none" ? PositionEmbedding::kAlibi : PositionEmbedding::kLearned;
     } else if (f == "--rotary-base") r.m.rotary_base = std::stod(next());
+    else if (f == "--use-rope-scaling") r.m.rope_scaling_factor = 8;  // Megatron-LM's default factor
+    else if (f == "--rope-scaling-factor") r.m.rope_scaling_factor = std::stod(next());
     else if (f == "--untie-embeddings-and-output-weights") r.m.tie_embeddings = false;
     else if (f == "--disable-bias-linear") r.m.add_bias_linear = r.m.add_qkv_bias = false;
     else if (f == "--add-qkv-bias") r.m.add_qkv_bias = true;
+    else if (f == "--qk-layernorm") r.m.qk_layernorm = true;
     else if (f == "--attention-dropout" || f == "--hidden-dropout") r.m.dropout = std::stod(next()) > 0;
     else if (f == "--num-experts") r.m.moe.num_experts = num();
     else if (f == "--moe-router-topk") r.m.moe.top_k = num();
@@ -279,6 +282,11 @@ TEST(Launch, MegatronCommandReadsBackAsThePlannedConfiguration) {
     r.m.moe.expert_bias = b.m.moe.expert_bias;
     r.m.moe.router_bias = b.m.moe.router_bias;
     r.m.moe.router_global_batch_balance = b.m.moe.router_global_batch_balance;  // how it was trained: no argument
+    if (b.m.mla.enabled()) {
+      // Megatron-Core builds MLA's q and kv norms, which the model counts, only with --qk-layernorm.
+      EXPECT_TRUE(r.m.qk_layernorm) << where;
+      r.m.qk_layernorm = b.m.qk_layernorm;
+    }
     // A longer training sequence than the model's context gets a position table that long.
     const std::int64_t seq = b.c.seq_length > 0 ? b.c.seq_length : b.m.seq_length;
     EXPECT_EQ(r.m.max_position_embeddings, std::max(seq, b.m.max_position_embeddings)) << where;
@@ -347,6 +355,9 @@ TEST(Launch, NemoOverrideReadsBackAsThePlannedConfiguration) {
     EXPECT_EQ(num("model.config.vocab_size"), b.m.vocab_size) << where;
     EXPECT_EQ(flag("model.config.gated_linear_unit"), b.m.activation == Activation::kSwiglu) << where;
     EXPECT_EQ(flag("model.config.share_embeddings_and_output_weights"), b.m.tie_embeddings) << where;
+    EXPECT_EQ(v.count("model.config.qk_layernorm") > 0 && v["model.config.qk_layernorm"] == "True",
+              b.m.qk_layernorm || b.m.mla.enabled())
+        << where;
     ParallelConfig got;
     got.tp = num("trainer.strategy.tensor_model_parallel_size");
     got.pp = num("trainer.strategy.pipeline_model_parallel_size");
@@ -543,6 +554,23 @@ TEST(Launch, LayoutAndMoeLayerPatterns) {
   c.even_chunks = true;
   // 61 layers over 8 chunks: 7 each, the remainder 5 to the first five chunks.
   EXPECT_EQ(MegatronPipelineLayout(ds, c), "Etttttttt|tttttttt|tttttttt|tttttttt|tttttttt|ttttttt|ttttttt|tttttttmL");
+}
+
+// What a model has beside its shape reaches the launch: Llama 3.1's RoPE scaling (Hugging Face's
+// rope_scaling of rope_type llama3) and Qwen3's per-head query/key norms as Megatron-LM flags, and
+// what NeMo's GPTConfig overrides cannot say is listed.
+TEST(Launch, RopeScalingAndQkNormsAreWritten) {
+  const Built b = Build({"llama3.1-405b", "dgx-h100", 2048, "--tp 8 --pp 16 --mbs 1 --gbs 2048"});
+  EXPECT_EQ(b.m.rope_scaling_factor, 8.0);
+  const LaunchConfig mg = EmitLaunch(LaunchFormat::kMegatron, b.m, b.c, b.cl, 2048);
+  EXPECT_EQ(ReadMegatron(mg.text).m.rope_scaling_factor, 8.0) << mg.text;
+  EXPECT_EQ(mg.text.find("--qk-layernorm"), std::string::npos);
+  const LaunchConfig nemo = EmitLaunch(LaunchFormat::kNemo, b.m, b.c, b.cl, 2048);
+  EXPECT_TRUE(std::any_of(nemo.unexpressed.begin(), nemo.unexpressed.end(),
+                          [](const std::string& u) { return u.find("RoPE scaling (factor 8)") != std::string::npos; }));
+  const Built q = Build({"qwen3-30b-a3b", "dgx-h100", 8, "--ep 8 --mbs 1 --gbs 8"});
+  EXPECT_TRUE(ReadMegatron(EmitLaunch(LaunchFormat::kMegatron, q.m, q.c, q.cl, 8).text).m.qk_layernorm);
+  EXPECT_EQ(ReadMegatron(EmitLaunch(LaunchFormat::kMegatron, q.m, q.c, q.cl, 8).text).m.rope_scaling_factor, 0.0);
 }
 
 TEST(Launch, EmitOnTheCommandLine) {

@@ -174,6 +174,37 @@ TEST(Model, HuggingFaceDropoutFollowsTheFamilysDefaults) {
   EXPECT_THROW(with("gpt-neox-20b.json", [](Json& j) { j["hidden_dropout"] = 1.5; }), InputError);
 }
 
+// Llama 3.1's RoPE scaling is read from rope_scaling where its rope_type (or legacy type) is
+// "llama3"; other kinds (yarn, linear, dynamic) change no count or time and are left; a llama3
+// scaling without a factor of at least 1 exits 2. Qwen3's q_norm/k_norm are qk_layernorm.
+TEST(Model, HuggingFaceRopeScalingAndQkNorms) {
+  const std::string dir = testing::FixturesDir() + "/hf/";
+  auto read = [&](const std::function<void(Json&)>& edit) {
+    Json j = ReadJsonFile(dir + "llama3-8b.json");
+    edit(j);
+    return ModelFromHuggingFace(j, "llama.json");
+  };
+  EXPECT_EQ(read([](Json&) {}).rope_scaling_factor, 0.0);
+  EXPECT_EQ(read([](Json& j) { j["rope_scaling"] = Json::parse(R"({"rope_type": "llama3", "factor": 8.0})"); })
+                .rope_scaling_factor,
+            8.0);
+  EXPECT_EQ(read([](Json& j) { j["rope_scaling"] = Json::parse(R"({"type": "llama3", "factor": 32})"); })
+                .rope_scaling_factor,
+            32.0);
+  EXPECT_EQ(read([](Json& j) { j["rope_scaling"] = Json::parse(R"({"rope_type": "yarn", "factor": 4})"); })
+                .rope_scaling_factor,
+            0.0);
+  EXPECT_EQ(testing::InputErrorOf([&] {
+              read([](Json& j) { j["rope_scaling"] = Json::parse(R"({"rope_type": "llama3", "factor": 0.5})"); });
+            }),
+            "llama.json: /rope_scaling/factor: got 0.5, expected a number of at least 1 (Llama 3.1's RoPE scaling factor)");
+  EXPECT_FALSE(read([](Json&) {}).qk_layernorm);
+  EXPECT_TRUE(read([](Json& j) { j["model_type"] = "qwen3"; }).qk_layernorm);
+  // Our JSON: the key round-trips, and needs rotary positions.
+  Model m = read([](Json& j) { j["rope_scaling"] = Json::parse(R"({"rope_type": "llama3", "factor": 8})"); });
+  EXPECT_EQ(ModelFromJson(ModelToJson(m), "m.json").rope_scaling_factor, 8.0);
+}
+
 // ---- the bad-input catalogue: each message checked exactly ---------------------------------
 
 const char* kGoodModel = R"({
@@ -252,8 +283,10 @@ TEST(BadInput, UnknownKeyIsAnError) {
             "max_position_embeddings, moe_expert_bias, moe_ffn_hidden_size, moe_first_k_dense_layers, "
             "moe_layer_freq, moe_layer_step, moe_router_bias, moe_router_global_batch_balance, moe_router_topk, moe_shared_expert_intermediate_size, "
             "mtp_num_layers, name, normalization, num_attention_heads, num_experts, num_layers, "
-            "num_query_groups, position_embedding, q_lora_rank, qk_head_dim, qk_pos_emb_head_dim, rotary_base, seq_length, "
+            "num_query_groups, position_embedding, q_lora_rank, qk_head_dim, qk_layernorm, qk_pos_emb_head_dim, rope_scaling_factor, rotary_base, seq_length, "
             "source, tie_embeddings, v_head_dim, vocab_size (did you mean 'num_layers'?)");
+  EXPECT_EQ(LoadError("empty_name.json", ModelWith("name", "\"\"")),
+            "empty_name.json: /name: got \"\", expected a name, or no name key (the file's name is used)");
   // Keys starting with '_' are comments.
   EXPECT_EQ(LoadError("ok_comment.json", ModelWith("_comment", "\"a note\"")), "no error");
 }

@@ -326,6 +326,24 @@ TEST(RunLog, MegatronLogReadsTheCrossEntropyFusion) {
   EXPECT_THROW(ParseTrainingLog(fused, "typo.log", {}), InputError);
 }
 
+// Llama 3.1's RoPE scaling and per-head query/key norms in the argument dump reach the model
+// (neither is in the fixture: both off there).
+TEST(RunLog, MegatronLogReadsRopeScalingAndQkLayernorm) {
+  const std::string text = ReadTextFile(kMegatron);
+  const Model plain = ParseTrainingLog(text, "plain.log", {}).model;
+  EXPECT_EQ(plain.rope_scaling_factor, 0.0);
+  EXPECT_FALSE(plain.qk_layernorm);
+  const std::string at = ArgLine("tp_comm_overlap", "False");
+  ASSERT_NE(text.find(at), std::string::npos);
+  std::string more = text;
+  more.insert(more.find(at), ArgLine("use_rope_scaling", "True") + "\n" + ArgLine("rope_scaling_factor", "8.0") + "\n" +
+                                 ArgLine("qk_layernorm", "True") + "\n");
+  const Model m = ParseTrainingLog(more, "more.log", {}).model;
+  EXPECT_EQ(m.rope_scaling_factor, 8.0);
+  EXPECT_TRUE(m.qk_layernorm);
+  EXPECT_EQ(m.Parameters().total - plain.Parameters().total, m.num_layers * 2 * m.kv_channels);  // RMSNorm weights
+}
+
 TEST(RunLog, ValuesOutsideWhatEachFrameworkPrintsAreRefused) {
   const std::string text = ReadTextFile(kMegatron);
   auto with = [&](const std::string& name, const std::string& value) {

@@ -614,6 +614,35 @@ const Op& FindOp(const std::vector<Op>& ops, const std::string& name) {
   return ops.front();
 }
 
+// Per-head query/key norms (Megatron-LM's --qk-layernorm, Qwen3's q_norm/k_norm): 2d weights a
+// layer with RMSNorm (4d with LayerNorm), replicated; a memory-bound op that reads Q and K and
+// writes them (its input saved for the backward), and a backward that reads the input and the
+// gradient and writes one; the rest of the layer is unchanged.
+TEST(CostModel, QkLayernormIsANormOverEachHeadsQueriesAndKeys) {
+  Model m = SmallGpt();
+  Model qk = m;
+  qk.qk_layernorm = true;
+  const std::int64_t d = m.kv_channels, L = m.num_layers;
+  EXPECT_EQ(qk.Parameters().total - m.Parameters().total, L * 4 * d);  // LayerNorm: weight and bias
+  qk.normalization = Normalization::kRMSNorm;
+  Model rms = m;
+  rms.normalization = Normalization::kRMSNorm;
+  EXPECT_EQ(qk.Parameters().total - rms.Parameters().total, L * 2 * d);
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile p = DefaultProfile(cl);
+  const ParallelConfig c = Config(2, 1, 1, 4, 4);
+  const CostModel base = BuildCostModel(rms, c, cl, p), with = BuildCostModel(qk, c, cl, p);
+  ASSERT_EQ(with.layer_ops.size(), base.layer_ops.size() + 2);
+  // Per GPU: b*s tokens of a/t query heads and g/t key heads of d channels, 2 bytes each.
+  const double qk_bytes = 2.0 * 4 * m.seq_length * (m.num_attention_heads + m.num_query_groups) * d / 2;
+  const Op& fwd = FindOp(with.layer_ops, "qk_layernorm");
+  EXPECT_DOUBLE_EQ(fwd.bytes, 2 * qk_bytes);
+  EXPECT_DOUBLE_EQ(fwd.saved_bytes, qk_bytes);
+  EXPECT_DOUBLE_EQ(fwd.duration_s, MemoryBoundTime(p, 2 * qk_bytes));
+  EXPECT_DOUBLE_EQ(FindOp(with.layer_ops, "qk_layernorm_bwd").bytes, 3 * qk_bytes);
+  EXPECT_NEAR(with.layer_saved_bytes - base.layer_saved_bytes, qk_bytes, 1e-6 * qk_bytes);
+}
+
 TEST(CostModel, AsyncTensorParallelGradReduceHidesBehindTheWeightGradient) {
   // Megatron-LM's async_tensor_model_parallel_allreduce: the input-gradient all-reduce after the
   // QKV and MLP-up data-gradient GEMMs runs beside their weight-gradient GEMMs. Exposed part:
