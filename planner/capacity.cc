@@ -129,14 +129,21 @@ std::int64_t DeadlineLowerBoundNodes(const Model& m, const Cluster& cl, const Ca
 
 namespace {
 
-/// Whether any configuration divides `gpus` (GenerateCandidates, no simulation).
-bool HasCandidates(const Model& m, const Cluster& cl, const CapacityOptions& o, std::int64_t gpus) {
+/// Whether any configuration divides `gpus` (GenerateCandidates, no simulation); a count without
+/// one is noted in s->no_configuration.
+bool HasCandidates(const Model& m, const Cluster& cl, const CapacityOptions& o, std::int64_t gpus, SolveResult* s) {
   std::map<std::string, std::size_t> rejected;
+  bool has = false;
   try {
-    return !GenerateCandidates(m, cl, PlanOptionsFor(o, gpus, 1.0), &rejected).empty();
+    has = !GenerateCandidates(m, cl, PlanOptionsFor(o, gpus, 1.0), &rejected).empty();
   } catch (const InputError&) {
-    return false;
+    has = false;
   }
+  auto& skipped = s->no_configuration;
+  if (const auto at = std::lower_bound(skipped.begin(), skipped.end(), gpus); !has && (at == skipped.end() || *at != gpus)) {
+    skipped.insert(at, gpus);
+  }
+  return has;
 }
 
 /// Bisection between `lo` nodes (misses) and `hi` nodes (meets; its row in s->row): a count
@@ -146,10 +153,10 @@ void Bisect(const Model& m, const std::string& name, const Cluster& cl, const Ca
   const std::int64_t g = cl.gpus_per_node;
   while (hi - lo > 1) {
     std::int64_t mid = lo + (hi - lo) / 2;
-    while (mid < hi && !HasCandidates(m, cl, o, mid * g)) ++mid;
+    while (mid < hi && !HasCandidates(m, cl, o, mid * g, s)) ++mid;
     if (mid == hi) {  // no count in [lo + (hi - lo) / 2, hi) has a configuration: look below
       std::int64_t below = lo + (hi - lo) / 2 - 1;
-      while (below > lo && !HasCandidates(m, cl, o, below * g)) --below;
+      while (below > lo && !HasCandidates(m, cl, o, below * g, s)) --below;
       if (below == lo) break;
       mid = below;
     }
@@ -187,7 +194,7 @@ SolveResult SolveForDeadline(const Model& m, const std::string& cluster, const C
   // Bracket: from the count that would need 100% of peak, upward by the estimate that the
   // time falls in proportion to the GPUs (at least 25% more each step), until one meets it.
   for (;;) {
-    while (k < max_nodes && !HasCandidates(m, cl, o, k * g)) ++k;
+    while (k < max_nodes && !HasCandidates(m, cl, o, k * g, &s)) ++k;
     CapacityRow row = EvaluateOption(m, {cluster, k * g}, cl, o);
     const bool meets = row.feasible && row.meets_deadline;
     s.tried.emplace_back(k * g, meets);

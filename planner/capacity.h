@@ -88,6 +88,9 @@ struct SolveResult {
   /// tried (max_gpus unless no count up to it has a configuration).
   CapacityRow row;
   std::vector<std::pair<std::int64_t, bool>> tried;  ///< counts simulated, in order, and whether each met it
+  /// Counts the search reached and stepped over because no configuration divides them, in
+  /// increasing order.
+  std::vector<std::int64_t> no_configuration;
 };
 
 /// Nodes of `cl` below which the deadline cannot be met even at 100% of the dense peak of the

@@ -68,7 +68,8 @@ Json CapacityJson(const Model& m, const CapacityOptions& o, const std::vector<Ca
       Json t = Json::array();
       for (const auto& [gpus, met] : sr.tried) t.push_back({{"gpus", gpus}, {"meets_deadline", met}});
       j["solve"].push_back({{"cluster", sr.cluster}, {"found", sr.found}, {"gpus", sr.found ? Json(sr.row.option.gpus) : Json(nullptr)},
-                            {"max_gpus", sr.max_gpus}, {"lower_bound_gpus", sr.lower_bound_gpus}, {"tried", t}});
+                            {"max_gpus", sr.max_gpus}, {"lower_bound_gpus", sr.lower_bound_gpus}, {"tried", t},
+                            {"no_configuration", sr.no_configuration}});
     }
   }
   return j;
@@ -168,10 +169,22 @@ void WriteSolve(std::ostream& out, const CapacityOptions& o, const std::vector<S
   for (const auto& sr : solved) {
     std::vector<std::string> tried;
     for (const auto& [gpus, met] : sr.tried) tried.push_back(fmt::format("{}{}", gpus, met ? " meets" : " misses"));
-    out << fmt::format("  {:<16} {}  (lower bound {} GPUs; tried {})\n", sr.cluster,
+    // Counts stepped over (no configuration divides them), the first eight named.
+    std::string skipped;
+    if (!sr.no_configuration.empty()) {
+      std::vector<std::string> first;
+      for (std::size_t i = 0; i < sr.no_configuration.size() && i < 8; ++i) {
+        first.push_back(std::to_string(sr.no_configuration[i]));
+      }
+      skipped = fmt::format("; no configuration at {}{}", Join(first, ", "),
+                            sr.no_configuration.size() > 8
+                                ? fmt::format(" and {} more", sr.no_configuration.size() - 8)
+                                : std::string());
+    }
+    out << fmt::format("  {:<16} {}  (lower bound {} GPUs; tried {}{})\n", sr.cluster,
                              sr.found ? fmt::format("{} GPUs", sr.row.option.gpus)
                                       : fmt::format("not met up to {} GPUs", sr.max_gpus),
-                             sr.lower_bound_gpus, Join(tried, ", "));
+                             sr.lower_bound_gpus, Join(tried, ", "), skipped);
   }
   out << "\n";
 }

@@ -403,6 +403,18 @@ TEST(Capacity, SolveFindsTheSmallestCountMeetingTheDeadline) {
   const SolveResult none = SolveForDeadline(m, "dgx-a100", o, 64);
   EXPECT_FALSE(none.found);
   EXPECT_EQ(none.tried.back().first, 64);
+  // A deadline only 96 GPUs meet: the bisection below it reaches 88, which no configuration
+  // divides, and steps over it, saying so.
+  const CapacityRow at96 = RunCapacity(m, {{"dgx-a100", 96}}, o).front();
+  ASSERT_TRUE(at96.feasible);
+  o.days = at96.wall_time_s * 1.000001 / 86400.0;
+  const SolveResult far = SolveForDeadline(m, "dgx-a100", o, 96);
+  ASSERT_TRUE(far.found);
+  EXPECT_EQ(far.row.option.gpus, 96);
+  EXPECT_NE(std::find(far.no_configuration.begin(), far.no_configuration.end(), 88), far.no_configuration.end());
+  for (const std::int64_t g : far.no_configuration) {
+    for (const auto& [gpus, met] : far.tried) EXPECT_NE(gpus, g);  // stepped over, not simulated
+  }
   CapacityOptions no_days = o;
   no_days.days.reset();
   EXPECT_THROW(SolveForDeadline(m, "dgx-a100", no_days, 64), InputError);
