@@ -264,6 +264,11 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
                      ", expected 1 with --use-distributed-optimizer (ZeRO-1; give one of them)");
   }
   c.zero_stage = a.zero >= 0 ? a.zero : (a.dist_opt ? 1 : 0);
+  if (a.overlap_param && c.zero_stage < 1) {
+    // Megatron-LM asserts it: the parameter all-gather is the distributed optimizer's.
+    throw InputError("command line: --overlap-param-gather: given with ZeRO-0, expected --use-distributed-optimizer "
+                     "(or --zero 1-3), whose parameter all-gather it overlaps");
+  }
   ApplyPrecisionArgs(a.prec, &c);
   c.flash_attention = !a.no_flash;
   CheckAttentionPrecision(c.precision, c.flash_attention, "--no-flash-attention as well");

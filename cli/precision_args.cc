@@ -31,9 +31,9 @@ void AddPrecisionOptions(CLI::App* cmd, PrecisionArgs* a) {
                   "amax values kept per tensor by the delayed recipe (default 1024, Transformer Engine's)")
       ->check(IntegerRange(1, 1 << 20));
   cmd->add_option("--fp8-amax-compute-algo", a->amax_compute_algo,
-                  "Megatron-LM: max (as plan prints it) | most_recent, the delayed recipe's scale from its amax "
-                  "history; either costs the same here")
-      ->transform(CLI::IsMember({"max", "most_recent"}, CLI::ignore_case));
+                  "Megatron-LM: max, the delayed recipe's scale from the largest amax of its history, as plan "
+                  "prints it and the launches write it (most_recent is not carried into them)")
+      ->transform(CLI::IsMember({"max"}, CLI::ignore_case));
   cmd->add_flag("--first-last-layers-bf16", a->first_last_bf16,
                 "Megatron-LM: keep the first and last transformer layers' GEMMs in bf16 under fp8/mxfp8/nvfp4");
   cmd->add_option("--num-layers-at-start-in-bf16", a->layers_start_bf16,

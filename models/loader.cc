@@ -301,7 +301,7 @@ Json ModelToJson(const Model& m) {
   j["tie_embeddings"] = m.tie_embeddings;
   j["add_bias_linear"] = m.add_bias_linear;
   j["add_qkv_bias"] = m.add_qkv_bias;
-  if (m.qk_layernorm) j["qk_layernorm"] = true;
+  if (m.qk_layernorm && !m.mla.enabled()) j["qk_layernorm"] = true;  // MLA's own norms are always counted
   j["dropout"] = m.dropout;
   if (m.moe.enabled()) {
     j["num_experts"] = m.moe.num_experts;

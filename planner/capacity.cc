@@ -195,6 +195,12 @@ SolveResult SolveForDeadline(const Model& m, const std::string& cluster, const C
   // time falls in proportion to the GPUs (at least 25% more each step), until one meets it.
   for (;;) {
     while (k < max_nodes && !HasCandidates(m, cl, o, k * g, &s)) ++k;
+    if (k >= max_nodes && !HasCandidates(m, cl, o, k * g, &s)) {
+      // The maximum has no configuration either: stepped over like the others, not met; the row
+      // is the largest count tried, or, where none was, the maximum's (which says why).
+      if (s.tried.empty()) s.row = EvaluateOption(m, {cluster, k * g}, cl, o);
+      return s;
+    }
     CapacityRow row = EvaluateOption(m, {cluster, k * g}, cl, o);
     const bool meets = row.feasible && row.meets_deadline;
     s.tried.emplace_back(k * g, meets);

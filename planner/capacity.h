@@ -85,7 +85,8 @@ struct SolveResult {
   /// attention) misses the deadline (DeadlineLowerBoundNodes), where the search starts.
   std::int64_t lower_bound_gpus = 0;
   /// At the smallest count found to meet the deadline; when none does, at the largest count
-  /// tried (max_gpus unless no count up to it has a configuration).
+  /// tried (max_gpus where it has a configuration; where no count up to it has one, the row of
+  /// max_gpus, which says why).
   CapacityRow row;
   std::vector<std::pair<std::int64_t, bool>> tried;  ///< counts simulated, in order, and whether each met it
   /// Counts the search reached and stepped over because no configuration divides them, in

@@ -94,15 +94,17 @@ double MeanAfterFirst(const std::vector<double>& v) {
 
 // ----- Megatron-LM -----
 
-/// The preset with the same shape as `m` (every field of our model JSON but its name, source and
-/// how its router was trained, which an argument dump does not say), if there is one: two logs
-/// of one model then share its name, and rank against each other.
+/// The preset with the same shape as `m` (every field of our model JSON but its name, source,
+/// how its router was trained, which an argument dump does not say, and the RoPE scaling, which
+/// changes no count or time and benchmark runs often leave off), if there is one: two logs of one
+/// model then share its name, and rank against each other.
 std::optional<std::string> SamePreset(const Model& m) {
   auto shape = [](const Model& x) {
     Json j = ModelToJson(x);
     j.erase("name");
     j.erase("source");
     j.erase("moe_router_global_batch_balance");
+    j.erase("rope_scaling_factor");
     return j;
   };
   const Json mine = shape(m);
@@ -301,7 +303,9 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::opti
   j["tie_embeddings"] = !a.Flag("untie_embeddings_and_output_weights");
   j["add_bias_linear"] = a.Get("add_bias_linear").value_or("True") == "True";
   if (a.Get("add_qkv_bias")) j["add_qkv_bias"] = a.Flag("add_qkv_bias") || a.Get("add_bias_linear").value_or("True") == "True";
-  if (a.Flag("qk_layernorm")) j["qk_layernorm"] = true;
+  // Multi-latent attention's q and kv norms are part of MLA (always counted), which Megatron-Core
+  // builds only with --qk-layernorm: the switch says nothing more there.
+  if (a.Flag("qk_layernorm") && !a.Flag("multi_latent_attention")) j["qk_layernorm"] = true;
   j["dropout"] = a.Number("hidden_dropout").value_or(0.1) > 0 || a.Number("attention_dropout").value_or(0.1) > 0;
   if (const auto e = a.Int("num_experts"); e && *e > 1) {
     j["num_experts"] = *e;

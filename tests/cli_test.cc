@@ -485,6 +485,12 @@ TEST(CliPlan, PrintedMegatronArgumentsRunInSimulate) {
   EXPECT_EQ(RunShardcast("simulate " + where + args + " --no-flash-attention").exit_code, 2);
   EXPECT_TRUE(testing::ExitsTwoWith("simulate " + where + "--mbs 1 --gbs 16 --fp8-amax-compute-algo max",
                                     "--fp8-amax-compute-algo: given with precision bf16"));
+  // most_recent would not reach the launches, which write max: refused, not dropped.
+  EXPECT_EQ(RunShardcast("simulate " + where + "--mbs 1 --gbs 16 --precision fp8 --fp8-amax-compute-algo most_recent")
+                .exit_code,
+            2);
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate " + where + "--mbs 1 --gbs 16 --overlap-param-gather",
+                                    "--overlap-param-gather: given with ZeRO-0, expected --use-distributed-optimizer"));
 }
 
 TEST(CliPlan, TextAndBadInput) {

@@ -568,6 +568,10 @@ TEST(Launch, RopeScalingAndQkNormsAreWritten) {
   const LaunchConfig nemo = EmitLaunch(LaunchFormat::kNemo, b.m, b.c, b.cl, 2048);
   EXPECT_TRUE(std::any_of(nemo.unexpressed.begin(), nemo.unexpressed.end(),
                           [](const std::string& u) { return u.find("RoPE scaling (factor 8)") != std::string::npos; }));
+  // A factor other than Megatron's default 8 is written too.
+  Model scaled = b.m;
+  scaled.rope_scaling_factor = 32;
+  EXPECT_EQ(ReadMegatron(EmitLaunch(LaunchFormat::kMegatron, scaled, b.c, b.cl, 2048).text).m.rope_scaling_factor, 32.0);
   const Built q = Build({"qwen3-30b-a3b", "dgx-h100", 8, "--ep 8 --mbs 1 --gbs 8"});
   EXPECT_TRUE(ReadMegatron(EmitLaunch(LaunchFormat::kMegatron, q.m, q.c, q.cl, 8).text).m.qk_layernorm);
   EXPECT_EQ(ReadMegatron(EmitLaunch(LaunchFormat::kMegatron, q.m, q.c, q.cl, 8).text).m.rope_scaling_factor, 0.0);

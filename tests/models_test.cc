@@ -203,6 +203,13 @@ TEST(Model, HuggingFaceRopeScalingAndQkNorms) {
   // Our JSON: the key round-trips, and needs rotary positions.
   Model m = read([](Json& j) { j["rope_scaling"] = Json::parse(R"({"rope_type": "llama3", "factor": 8})"); });
   EXPECT_EQ(ModelFromJson(ModelToJson(m), "m.json").rope_scaling_factor, 8.0);
+  // Multi-latent attention's own q/kv norms are always counted: the switch adds nothing there,
+  // and its JSON is the preset's (a Megatron log of DeepSeek-V3 with --qk-layernorm still
+  // matches the preset).
+  Model ds = LoadModel("deepseek-v3");
+  ds.qk_layernorm = true;
+  EXPECT_EQ(ModelToJson(ds), ModelToJson(LoadModel("deepseek-v3")));
+  EXPECT_EQ(ds.Parameters().total, LoadModel("deepseek-v3").Parameters().total);
 }
 
 // ---- the bad-input catalogue: each message checked exactly ---------------------------------

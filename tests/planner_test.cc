@@ -403,6 +403,20 @@ TEST(Capacity, SolveFindsTheSmallestCountMeetingTheDeadline) {
   const SolveResult none = SolveForDeadline(m, "dgx-a100", o, 64);
   EXPECT_FALSE(none.found);
   EXPECT_EQ(none.tried.back().first, 64);
+  // A maximum no configuration divides (88) is stepped over too, not simulated as a miss: the
+  // row is the largest count tried (a deadline that 0.6 of the time at 64 GPUs leaves out of
+  // reach of 80, starting below it), or, where the search starts at 88, 88's, which says why.
+  const SolveResult at88 = SolveForDeadline(m, "dgx-a100", o, 88);
+  EXPECT_TRUE(at88.tried.empty());
+  EXPECT_EQ(at88.row.option.gpus, 88);
+  EXPECT_FALSE(at88.row.feasible);
+  o.days = by_count.at(64).wall_time_s * 0.6 / 86400.0;
+  const SolveResult capped = SolveForDeadline(m, "dgx-a100", o, 88);
+  EXPECT_FALSE(capped.found);
+  EXPECT_NE(std::find(capped.no_configuration.begin(), capped.no_configuration.end(), 88), capped.no_configuration.end());
+  ASSERT_FALSE(capped.tried.empty());
+  EXPECT_NE(capped.tried.back().first, 88);
+  EXPECT_EQ(capped.row.option.gpus, capped.tried.back().first);
   // A deadline only 96 GPUs meet: the bisection below it reaches 88, which no configuration
   // divides, and steps over it, saying so.
   const CapacityRow at96 = RunCapacity(m, {{"dgx-a100", 96}}, o).front();

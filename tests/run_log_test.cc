@@ -340,6 +340,10 @@ TEST(RunLog, MegatronLogReadsRopeScalingAndQkLayernorm) {
                                  ArgLine("qk_layernorm", "True") + "\n");
   const Model m = ParseTrainingLog(more, "more.log", {}).model;
   EXPECT_EQ(m.rope_scaling_factor, 8.0);
+  // RoPE scaling changes no count or time: a dump with it alone still names the preset.
+  std::string scaled = text;
+  scaled.insert(scaled.find(at), ArgLine("use_rope_scaling", "True") + "\n");
+  EXPECT_EQ(ParseTrainingLog(scaled, "scaled.log", {}).model.name, plain.name);
   EXPECT_TRUE(m.qk_layernorm);
   EXPECT_EQ(m.Parameters().total - plain.Parameters().total, m.num_layers * 2 * m.kv_channels);  // RMSNorm weights
 }
