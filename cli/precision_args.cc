@@ -33,7 +33,13 @@ void AddPrecisionOptions(CLI::App* cmd, PrecisionArgs* a) {
   cmd->add_option("--fp8-amax-compute-algo", a->amax_compute_algo,
                   "Megatron-LM: max, the delayed recipe's scale from the largest amax of its history, as plan "
                   "prints it and the launches write it (most_recent is not carried into them)")
-      ->transform(CLI::IsMember({"max"}, CLI::ignore_case));
+      ->check(
+          [](const std::string& v) {
+            return v == "max" ? std::string()
+                              : "got " + v + ", expected max: the launches write max, and another value (Megatron-LM "
+                                             "also takes most_recent) would not reach them";
+          },
+          "max");
   cmd->add_flag("--first-last-layers-bf16", a->first_last_bf16,
                 "Megatron-LM: keep the first and last transformer layers' GEMMs in bf16 under fp8/mxfp8/nvfp4");
   cmd->add_option("--num-layers-at-start-in-bf16", a->layers_start_bf16,

@@ -510,13 +510,24 @@ double HfRopeTheta(const JsonReader& r, const char* key) {
 }
 
 /// Llama 3.1's RoPE scaling: rope_scaling's factor where its rope_type (or type) is "llama3", else 0
-/// (no scaling, or another kind: linear, dynamic, yarn, which change no count or time and have
-/// no Megatron-LM flag of this kind).
-double HfLlama3RopeScaling(const JsonReader& r, const std::string& file) {
-  if (!r.Has("rope_scaling") || !r.json()["rope_scaling"].is_object()) return 0;
+/// (none, or another kind: linear, dynamic, yarn, which change no count or time; noted in
+/// m->rope_scaling_unread for the launches and describe to name). A rope_scaling that is neither
+/// an object nor null exits 2.
+double HfLlama3RopeScaling(const JsonReader& r, const std::string& file, Model* m) {
+  if (!r.Has("rope_scaling") || r.json()["rope_scaling"].is_null()) return 0;
   const Json& s = r.json()["rope_scaling"];
+  if (!s.is_object()) {
+    throw InputError::Field(file, "/rope_scaling", JsonForMessage(s), "an object with rope_type and factor, or null");
+  }
   const Json* type = s.contains("rope_type") ? &s["rope_type"] : s.contains("type") ? &s["type"] : nullptr;
-  if (type == nullptr || !type->is_string() || type->get<std::string>() != "llama3") return 0;
+  const std::string kind = type != nullptr && type->is_string() ? type->get<std::string>() : "";
+  if (kind != "llama3") {
+    if (kind != "default") {
+      m->rope_scaling_unread = (kind.empty() ? std::string("of no named kind") : kind) +
+                               (s.contains("factor") ? " (factor " + JsonForMessage(s["factor"]) + ")" : "");
+    }
+    return 0;
+  }
   if (!s.contains("factor") || !s["factor"].is_number() || !(s["factor"].get<double>() >= 1)) {
     throw InputError::Field(file, "/rope_scaling/factor", s.contains("factor") ? JsonForMessage(s["factor"]) : "nothing",
                             "a number of at least 1 (Llama 3.1's RoPE scaling factor)");
@@ -580,7 +591,7 @@ void ReadHfLlamaLike(const JsonReader& r, const std::string& type, const std::st
   m->activation = Activation::kSwiglu;
   m->position_embedding = PositionEmbedding::kRope;
   m->rotary_base = HfRopeTheta(r, "rope_theta");
-  m->rope_scaling_factor = HfLlama3RopeScaling(r, file);
+  m->rope_scaling_factor = HfLlama3RopeScaling(r, file, m);
   m->tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
   if (j.contains("head_dim") && !j["head_dim"].is_null()) m->kv_channels = r.Int("head_dim", 1, kMaxHeadDim);
   m->dropout = HfDropout(r, {"attention_dropout"}, 0.0);

@@ -143,6 +143,10 @@ struct Model {
   /// "llama3"; Megatron-LM's --use-rope-scaling --rope-scaling-factor), 0 for none. It changes
   /// no count or time (a precomputed frequency table); launch configurations write it.
   double rope_scaling_factor = 0;
+  /// A Hugging Face rope_scaling of another kind (yarn, linear, dynamic, ...), as "KIND (factor
+  /// F)": not read into the model (no count or time changes) and not written into launches, which
+  /// say so; empty for none.
+  std::string rope_scaling_unread;
   bool tie_embeddings = true;
   bool add_bias_linear = true;
   bool add_qkv_bias = true;

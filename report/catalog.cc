@@ -22,13 +22,13 @@ void WriteCatalog(std::ostream& out) {
                              m.hidden_size, m.num_attention_heads, m.num_query_groups,
                              m.vocab_size, m.source);
     if (pc.mtp > 0) {
-      mtp_notes += fmt::format("{}{}: {} without its multi-token-prediction modules ({})", mtp_notes.empty() ? "" : "; ",
-                               m.name, FormatCount(static_cast<double>(pc.total - pc.mtp)),
-                               FormatCount(static_cast<double>(pc.mtp)));
+      mtp_notes += fmt::format("{}{}: {} = {} + {} of MTP (sharing the embedding and output layer)",
+                               mtp_notes.empty() ? "" : "; ", m.name, FormatCount(static_cast<double>(pc.total)),
+                               FormatCount(static_cast<double>(pc.total - pc.mtp)), FormatCount(static_cast<double>(pc.mtp)));
     }
   }
-  out << "  params: every trained parameter, multi-token-prediction modules included";
-  out << (mtp_notes.empty() ? std::string("\n") : " (" + mtp_notes + ")\n");
+  out << "  params: every trained parameter, multi-token-prediction (MTP) modules included" +
+             (mtp_notes.empty() ? std::string() : "; " + mtp_notes) + "\n";
   out << "\nGPUs (models/gpu/; dense peak TFLOP/s per precision, - where the GPU lacks it)\n";
   out << fmt::format("  {:<16} {:>7} {:>7} {:>7} {:>7} {:>7} {:>6} {:>6} {:>8} {:>9} {:>7} {:>6}  {}\n", "name",
                            "bf16", "fp16", "fp8", "mxfp8", "nvfp4", "tf32", "fp32", "mem GiB", "HBM GB/s", "NVLink",

@@ -98,8 +98,12 @@ void WriteShape(std::ostream& out, const Model& m) {
   out << fmt::format("  layers {}, hidden {}, ffn {}, heads {} (query groups {}, head dim {}), vocab {}, seq {}\n",
                      m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.num_query_groups,
                      m.kv_channels, m.vocab_size, m.seq_length);
-  out << fmt::format("  {}, {}, {} positions, {} embeddings, {}, {}{}\n", ToString(m.normalization),
-                     ToString(m.activation), ToString(m.position_embedding), m.tie_embeddings ? "tied" : "untied",
+  const std::string positions =
+      std::string(ToString(m.position_embedding)) + " positions" +
+      (m.rope_scaling_factor > 0 ? fmt::format(" (Llama 3.1 scaling, factor {:g})", m.rope_scaling_factor) : "") +
+      (m.rope_scaling_unread.empty() ? "" : " (the config's " + m.rope_scaling_unread + " scaling: not read)");
+  out << fmt::format("  {}, {}, {}, {} embeddings, {}, {}{}\n", ToString(m.normalization),
+                     ToString(m.activation), positions, m.tie_embeddings ? "tied" : "untied",
                      m.add_bias_linear ? "linear biases" : (m.add_qkv_bias ? "QKV bias only" : "no biases"),
                      m.qk_layernorm && !m.mla.enabled() ? "per-head query/key norms, " : "",
                      m.dropout ? "dropout (its masks count in activation memory)" : "no dropout");

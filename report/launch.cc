@@ -94,7 +94,17 @@ std::string Header(const char* comment, const Model& m, const ParallelConfig& c,
 /// The model's shape as Megatron-LM flags (mock data and a NullTokenizer of the model's
 /// vocabulary: Megatron adds one EOD token to --vocab-size and pads to a multiple of
 /// --make-vocab-size-divisible-by x tp).
+/// A Hugging Face RoPE scaling the model did not read (Model::rope_scaling_unread): no launch
+/// format here writes it.
+void RopeScalingUnexpressed(const Model& m, std::vector<std::string>* unexpressed) {
+  if (!m.rope_scaling_unread.empty()) {
+    unexpressed->push_back("the config's RoPE scaling " + m.rope_scaling_unread + ": not written; add your framework's "
+                           "setting for it");
+  }
+}
+
 std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, std::vector<std::string>* unexpressed) {
+  RopeScalingUnexpressed(m, unexpressed);
   std::vector<std::string> f;
   f.push_back(fmt::format("--num-layers {} --hidden-size {} --ffn-hidden-size {} --num-attention-heads {} --kv-channels {}",
                           m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.kv_channels));
@@ -213,6 +223,7 @@ void NemoModel(const Model& m, std::int64_t seq, PyLines* p, std::vector<std::st
   if (m.position_embedding == PositionEmbedding::kAlibi) unexpressed->push_back("ALiBi positions: written as none");
   p->Set("model.config.position_embedding_type", PyStr(pe));
   if (m.position_embedding == PositionEmbedding::kRope) p->Set("model.config.rotary_base", Number(m.rotary_base));
+  RopeScalingUnexpressed(m, unexpressed);
   if (m.rope_scaling_factor > 0) {
     // NeMo's Llama 3.1 configs scale RoPE in their own configure_model (Llama31Config's
     // scale_factor), which a GPTConfig override cannot switch on.
@@ -436,6 +447,7 @@ const char* TorchtitanSchedule(const ParallelConfig& c, std::vector<std::string>
 }
 
 void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, std::vector<std::string>* unexpressed) {
+  RopeScalingUnexpressed(m, unexpressed);
   const std::string name = TorchtitanModelName(m);
   *t += "[model]\n";
   if (name.empty()) {

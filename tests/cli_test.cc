@@ -49,8 +49,9 @@ TEST(Cli, ModelsListsPresets) {
   }
   // The params column counts the MTP modules; the note gives the count without them.
   const ParameterCounts ds = LoadModel("deepseek-v3").Parameters();
-  EXPECT_NE(r.out.find("deepseek-v3: " + FormatCount(static_cast<double>(ds.total - ds.mtp)) +
-                       " without its multi-token-prediction modules (" + FormatCount(static_cast<double>(ds.mtp)) + ")"),
+  EXPECT_NE(r.out.find("deepseek-v3: " + FormatCount(static_cast<double>(ds.total)) + " = " +
+                       FormatCount(static_cast<double>(ds.total - ds.mtp)) + " + " +
+                       FormatCount(static_cast<double>(ds.mtp)) + " of MTP"),
             std::string::npos)
       << r.out;
   // describe's memory per GPU is whole bytes, as simulate's usable memory.

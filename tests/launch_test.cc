@@ -568,6 +568,16 @@ TEST(Launch, RopeScalingAndQkNormsAreWritten) {
   const LaunchConfig nemo = EmitLaunch(LaunchFormat::kNemo, b.m, b.c, b.cl, 2048);
   EXPECT_TRUE(std::any_of(nemo.unexpressed.begin(), nemo.unexpressed.end(),
                           [](const std::string& u) { return u.find("RoPE scaling (factor 8)") != std::string::npos; }));
+  // A scaling the model does not read (yarn) is named as not written, in every format with a model.
+  Model yarn = b.m;
+  yarn.rope_scaling_factor = 0;
+  yarn.rope_scaling_unread = "yarn (factor 4)";
+  for (const LaunchFormat f : {LaunchFormat::kMegatron, LaunchFormat::kNemo, LaunchFormat::kTorchtitan}) {
+    const LaunchConfig l = EmitLaunch(f, yarn, b.c, b.cl, 2048);
+    EXPECT_TRUE(std::any_of(l.unexpressed.begin(), l.unexpressed.end(), [](const std::string& u) {
+      return u.find("RoPE scaling yarn (factor 4): not written") != std::string::npos;
+    })) << ToString(f);
+  }
   // A factor other than Megatron's default 8 is written too.
   Model scaled = b.m;
   scaled.rope_scaling_factor = 32;

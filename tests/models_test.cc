@@ -191,9 +191,12 @@ TEST(Model, HuggingFaceRopeScalingAndQkNorms) {
   EXPECT_EQ(read([](Json& j) { j["rope_scaling"] = Json::parse(R"({"type": "llama3", "factor": 32})"); })
                 .rope_scaling_factor,
             32.0);
-  EXPECT_EQ(read([](Json& j) { j["rope_scaling"] = Json::parse(R"({"rope_type": "yarn", "factor": 4})"); })
-                .rope_scaling_factor,
-            0.0);
+  const Model yarn = read([](Json& j) { j["rope_scaling"] = Json::parse(R"({"rope_type": "yarn", "factor": 4})"); });
+  EXPECT_EQ(yarn.rope_scaling_factor, 0.0);
+  EXPECT_EQ(yarn.rope_scaling_unread, "yarn (factor 4)");  // not read, but named for describe and the launches
+  EXPECT_EQ(read([](Json& j) { j["rope_scaling"] = nullptr; }).rope_scaling_unread, "");
+  EXPECT_EQ(testing::InputErrorOf([&] { read([](Json& j) { j["rope_scaling"] = "llama3"; }); }),
+            "llama.json: /rope_scaling: got \"llama3\", expected an object with rope_type and factor, or null");
   EXPECT_EQ(testing::InputErrorOf([&] {
               read([](Json& j) { j["rope_scaling"] = Json::parse(R"({"rope_type": "llama3", "factor": 0.5})"); });
             }),
