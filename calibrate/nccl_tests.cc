@@ -206,6 +206,77 @@ std::vector<NcclTestsRun> ParseJson(const Json& j, const std::string& file) {
   return {run};
 }
 
+/// One result row of a text log, "size count type redop [root] time algbw busbw #wrong ...",
+/// whose first field `size` has been read: the out-of-place time, algbw and busbw from column
+/// `time_col` (the header's; -1 without one: the first three numeric columns after the type and
+/// redop words). With `wrong_count` (a "#wrong" header, nccl-tests 2.13+), a row whose count of
+/// wrong elements is not 0 (or N/A, -c 0) is an error: a collective that returned wrong data has
+/// no timing worth keeping; older logs' "error" column is a deviation and is not checked.
+/// `where` names the row in errors (InputError).
+NcclTestsRow ParseResultRow(const std::vector<std::string>& f, double size, int time_col, bool wrong_count,
+                            const std::string& where) {
+  int tc = time_col;
+  if (tc < 0 || tc + 2 >= static_cast<int>(f.size())) {
+    // No header seen: find the first three numeric columns after the type/redop words.
+    tc = -1;
+    for (std::size_t i = 2; i + 2 < f.size(); ++i) {
+      double a, b, c;
+      // time, algbw and busbw are never negative (root is -1 for all but rooted collectives).
+      if (ParseDouble(f[i], &a) && ParseDouble(f[i + 1], &b) && ParseDouble(f[i + 2], &c) && i >= 4 && a >= 0 &&
+          b >= 0 && c >= 0) {
+        tc = static_cast<int>(i);
+        break;
+      }
+    }
+  }
+  if (tc < 0 || tc + 2 >= static_cast<int>(f.size())) {
+    throw InputError(where + " is malformed (expected: size count type redop [root] time algbw busbw #wrong ...)");
+  }
+  NcclTestsRow x;
+  x.size_bytes = size;
+  const auto column = [&](int i, const char* name, double* v) {
+    const std::string& cell = f[static_cast<std::size_t>(i)];
+    if (!ParseDouble(cell, v) || !std::isfinite(*v) || *v < 0) {
+      throw InputError(where + ": " + name + " = '" + Quoted(cell) + "', expected a finite number >= 0");
+    }
+  };
+  column(tc, "time", &x.time_us);
+  column(tc + 1, "algbw", &x.algbw_GBps);
+  column(tc + 2, "busbw", &x.busbw_GBps);
+  if (!std::isfinite(x.size_bytes) || x.size_bytes < 0) {
+    throw InputError(where + ": size = '" + Quoted(f[0]) + "', expected a finite number of bytes >= 0");
+  }
+  if (x.size_bytes > 0 && x.time_us <= 0) {
+    throw InputError(where + ": time = '" + Quoted(f[static_cast<std::size_t>(tc)]) + "' for " + f[0] +
+                     " bytes, expected a positive time in us");
+  }
+  double wrong = 0;
+  if (wrong_count && tc + 3 < static_cast<int>(f.size()) && ParseDouble(f[static_cast<std::size_t>(tc) + 3], &wrong) &&
+      wrong != 0) {
+    throw InputError(where + ": #wrong = " + f[static_cast<std::size_t>(tc) + 3] +
+                     ", expected 0 (nccl-tests found wrong results: the collective or the run is broken)");
+  }
+  return x;
+}
+
+/// A "#  Rank  0 Group  0 Pid 65234 on gpu49 device 0 [0x07] NVIDIA A100-SXM4-80GB" line (new;
+/// "#   Rank  0 Pid 920 on node2 ..." old), `f` its fields: its group (NCCL_TESTS_SPLIT_MASK splits
+/// the ranks into communicators, "Group" the colour, and busbw is of one of them), its host, and
+/// the GPU's name after the bus id for `run` where it has none yet.
+void ReadRankLine(const std::string& body, const std::vector<std::string>& f, std::set<std::string>* groups,
+                  std::set<std::string>* hosts, NcclTestsRun* run) {
+  for (std::size_t i = 0; i + 1 < f.size(); ++i) {
+    if (f[i] == "Group") groups->insert(f[i + 1]);
+    if (f[i] == "on") hosts->insert(f[i + 1]);
+  }
+  const auto bus = body.find("] ");
+  if (run->device.empty() && bus != std::string::npos && body.find("device") != std::string::npos) {
+    std::string name = body.substr(bus + 2);
+    while (!name.empty() && (name.back() == ' ' || name.back() == '\r')) name.pop_back();
+    run->device = name;
+  }
+}
+
 }  // namespace
 
 std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::string& file) {
@@ -272,21 +343,7 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
       // "#  Rank  0 Group  0 Pid 65234 on gpu49 device 0 ..." (new) / "#   Rank  0 Pid 920 on node2 ..." (old)
       if (f.size() >= 2 && f[0] == "Rank") {
         ++rank_lines;
-        // NCCL_TESTS_SPLIT_MASK: the ranks split into communicators ("Group" is the colour), and
-        // busbw is of one of them.
-        for (std::size_t i = 0; i + 1 < f.size(); ++i) {
-          if (f[i] == "Group") groups.insert(f[i + 1]);
-        }
-        for (std::size_t i = 0; i + 1 < f.size(); ++i) {
-          if (f[i] == "on") hosts.insert(f[i + 1]);
-        }
-        // "... device  0 [0x07] NVIDIA A100-SXM4-80GB": the name follows the bus id.
-        const auto bus = body.find("] ");
-        if (cur.device.empty() && bus != std::string::npos && body.find("device") != std::string::npos) {
-          std::string name = body.substr(bus + 2);
-          while (!name.empty() && (name.back() == ' ' || name.back() == '\r')) name.pop_back();
-          cur.device = name;
-        }
+        ReadRankLine(body, f, &groups, &hosts, &cur);
         continue;
       }
       // Column header: the first "time" after the key columns is the out-of-place time.
@@ -300,53 +357,8 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
     if (f.empty()) continue;
     double size = 0;
     if (!ParseDouble(f[0], &size)) continue;  // other output (banners, warnings)
-    // Data row: size count type redop [root] time algbw busbw #wrong ...
-    int tc = time_col;
-    if (tc < 0 || tc + 2 >= static_cast<int>(f.size())) {
-      // No header seen: find the first three numeric columns after the type/redop words.
-      tc = -1;
-      for (std::size_t i = 2; i + 2 < f.size(); ++i) {
-        double a, b, c;
-        // time, algbw and busbw are never negative (root is -1 for all but rooted collectives).
-        if (ParseDouble(f[i], &a) && ParseDouble(f[i + 1], &b) && ParseDouble(f[i + 2], &c) && i >= 4 && a >= 0 &&
-            b >= 0 && c >= 0) {
-          tc = static_cast<int>(i);
-          break;
-        }
-      }
-    }
-    const std::string where = file + ":" + std::to_string(lineno) + ": result row '" + Quoted(line) + "'";
-    if (tc < 0 || tc + 2 >= static_cast<int>(f.size())) {
-      throw InputError(where + " is malformed (expected: size count type redop [root] time algbw busbw #wrong ...)");
-    }
-    NcclTestsRow x;
-    x.size_bytes = size;
-    const auto column = [&](int i, const char* name, double* v) {
-      const std::string& cell = f[static_cast<std::size_t>(i)];
-      if (!ParseDouble(cell, v) || !std::isfinite(*v) || *v < 0) {
-        throw InputError(where + ": " + name + " = '" + Quoted(cell) + "', expected a finite number >= 0");
-      }
-    };
-    column(tc, "time", &x.time_us);
-    column(tc + 1, "algbw", &x.algbw_GBps);
-    column(tc + 2, "busbw", &x.busbw_GBps);
-    if (!std::isfinite(x.size_bytes) || x.size_bytes < 0) {
-      throw InputError(where + ": size = '" + Quoted(f[0]) + "', expected a finite number of bytes >= 0");
-    }
-    if (x.size_bytes > 0 && x.time_us <= 0) {
-      throw InputError(where + ": time = '" + Quoted(f[static_cast<std::size_t>(tc)]) + "' for " + f[0] +
-                       " bytes, expected a positive time in us");
-    }
-    // nccl-tests' #wrong: elements that differ from the expected result (N/A when -c 0 turned
-    // the check off). A collective that returned wrong data has no timing worth keeping.
-    // Older logs' "error" column is a deviation and is not checked.
-    double wrong = 0;
-    if (wrong_count && tc + 3 < static_cast<int>(f.size()) && ParseDouble(f[static_cast<std::size_t>(tc) + 3], &wrong) &&
-        wrong != 0) {
-      throw InputError(where + ": #wrong = " + f[static_cast<std::size_t>(tc) + 3] +
-                       ", expected 0 (nccl-tests found wrong results: the collective or the run is broken)");
-    }
-    cur.rows.push_back(x);
+    cur.rows.push_back(ParseResultRow(f, size, time_col, wrong_count,
+                                      file + ":" + std::to_string(lineno) + ": result row '" + Quoted(line) + "'"));
   }
   finish();
   if (runs.empty()) throw InputError(file + ": no nccl-tests result rows found (is this an nccl-tests log?)");
