@@ -93,16 +93,15 @@ void ApplyPrecisionArgs(const PrecisionArgs& a, ParallelConfig* c) {
                   : a.fp8_recipe == "blockwise" ? Fp8Recipe::kBlockwise
                                                 : Fp8Recipe::kDelayed;
   c->fp8_e4m3 = a.fp8_format == "e4m3";
-  // Sub-options that would change nothing are refused rather than ignored.
-  if (a.amax_history_len > 0 && !(p == Precision::kFp8 && c->fp8_recipe == Fp8Recipe::kDelayed)) {
-    throw InputError(fmt::format("command line: --fp8-amax-history-len: given with precision {}{}, expected fp8's delayed "
-                                 "recipe (the only one that keeps an amax history)",
-                                 ToString(p), p == Precision::kFp8 ? " and the " + a.fp8_recipe + " recipe" : ""));
-  }
-  if (!a.amax_compute_algo.empty() && !(p == Precision::kFp8 && c->fp8_recipe == Fp8Recipe::kDelayed)) {
-    throw InputError(fmt::format("command line: --fp8-amax-compute-algo: given with precision {}{}, expected fp8's "
-                                 "delayed recipe (the only one that keeps an amax history)",
-                                 ToString(p), p == Precision::kFp8 ? " and the " + a.fp8_recipe + " recipe" : ""));
+  // Sub-options that would change nothing are refused rather than ignored: the amax history's
+  // exist only under fp8's delayed recipe.
+  for (const auto& [flag, given] : {std::pair<const char*, bool>{"--fp8-amax-history-len", a.amax_history_len > 0},
+                                    {"--fp8-amax-compute-algo", !a.amax_compute_algo.empty()}}) {
+    if (given && !(p == Precision::kFp8 && c->fp8_recipe == Fp8Recipe::kDelayed)) {
+      throw InputError(fmt::format("command line: {}: given with precision {}{}, expected fp8's delayed recipe (the only "
+                                   "one that keeps an amax history)",
+                                   flag, ToString(p), p == Precision::kFp8 ? " and the " + a.fp8_recipe + " recipe" : ""));
+    }
   }
   if (a.amax_history_len > 0) c->fp8_amax_history_len = a.amax_history_len;
   c->fp8_param_gather = a.fp8_param_gather;

@@ -216,6 +216,17 @@ void ReadMoeAndMla(const JsonReader& r, Model* m, ModelFieldNames* n) {
 
 }  // namespace
 
+namespace {
+
+/// A model, GPU or cluster file's "name" (the file's name without it); an empty one exits 2.
+std::string NameOf(const JsonReader& r, const std::string& file) {
+  std::string name = r.OptString("name").value_or(std::filesystem::path(file).stem().string());
+  if (name.empty()) throw InputError::Field(file, "/name", "\"\"", "a name, or no name key (the file's name is used)");
+  return name;
+}
+
+}  // namespace
+
 Model ModelFromJson(const Json& j, const std::string& file) {
   // Our format has neither key, so a file with one is a Hugging Face config even where it has a
   // num_layers key of its own (ChatGLM's).
@@ -232,8 +243,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
                        "moe_expert_bias", "moe_router_bias", "moe_router_global_batch_balance", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
                        "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers"});
   Model m;
-  m.name = r.OptString("name").value_or(std::filesystem::path(file).stem().string());
-  if (m.name.empty()) throw InputError::Field(file, "/name", "\"\"", "a name, or no name key (the file's name is used)");
+  m.name = NameOf(r, file);
   m.num_layers = r.Int("num_layers", 1, kMaxLayers);
   m.hidden_size = r.Int("hidden_size", 1, kMaxHidden);
   m.ffn_hidden_size = r.Int("ffn_hidden_size", 1, kMaxFfn);
@@ -750,8 +760,7 @@ Gpu GpuFromJson(const Json& j, const std::string& file) {
                        "pcie_GBps_per_direction", "tdp_W", "price_usd_per_gpu_hour", "price_date",
                        "price_source", "source"});
   Gpu g;
-  g.name = r.OptString("name").value_or(std::filesystem::path(file).stem().string());
-  if (g.name.empty()) throw InputError::Field(file, "/name", "\"\"", "a name, or no name key (the file's name is used)");
+  g.name = NameOf(r, file);
   g.display_name = r.OptString("display_name").value_or(g.name);
   g.arch = r.OptString("arch").value_or("unknown");
   JsonReader p = r.Object("peak_tflops");
@@ -786,8 +795,7 @@ Cluster ClusterFromJson(const Json& j, const std::string& file) {
   r.RejectUnknownKeys({"name", "gpu", "gpus_per_node", "intra_node", "inter_node", "num_gpus",
                        "source"});
   Cluster c;
-  c.name = r.OptString("name").value_or(std::filesystem::path(file).stem().string());
-  if (c.name.empty()) throw InputError::Field(file, "/name", "\"\"", "a name, or no name key (the file's name is used)");
+  c.name = NameOf(r, file);
   std::string gpu_spec = r.String("gpu");
   // A relative GPU file path is relative to the cluster file's folder when it is not found from
   // the working directory.

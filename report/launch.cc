@@ -91,9 +91,6 @@ std::string Header(const char* comment, const Model& m, const ParallelConfig& c,
 
 // ---- Megatron-LM --------------------------------------------------------------------------
 
-/// The model's shape as Megatron-LM flags (mock data and a NullTokenizer of the model's
-/// vocabulary: Megatron adds one EOD token to --vocab-size and pads to a multiple of
-/// --make-vocab-size-divisible-by x tp).
 /// A Hugging Face RoPE scaling the model did not read (Model::rope_scaling_unread): no launch
 /// format here writes it.
 void RopeScalingUnexpressed(const Model& m, std::vector<std::string>* unexpressed) {
@@ -103,6 +100,14 @@ void RopeScalingUnexpressed(const Model& m, std::vector<std::string>* unexpresse
   }
 }
 
+/// Megatron-Core's qk_layernorm: the per-head query/key norms, and multi-latent attention's q and
+/// kv norms, which it builds only with the switch (gpt_layer_specs.py: the up projections fused
+/// with their norm; IdentityOp without it) and the model counts.
+bool MegatronQkLayernorm(const Model& m) { return m.qk_layernorm || m.mla.enabled(); }
+
+/// The model's shape as Megatron-LM flags (mock data and a NullTokenizer of the model's
+/// vocabulary: Megatron adds one EOD token to --vocab-size and pads to a multiple of
+/// --make-vocab-size-divisible-by x tp).
 std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, std::vector<std::string>* unexpressed) {
   RopeScalingUnexpressed(m, unexpressed);
   std::vector<std::string> f;
@@ -129,10 +134,7 @@ std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, st
   if (!m.tie_embeddings) arch += " --untie-embeddings-and-output-weights";
   if (!m.add_bias_linear) arch += " --disable-bias-linear";
   if (m.add_qkv_bias && !m.add_bias_linear) arch += " --add-qkv-bias";
-  // Megatron-Core builds multi-latent attention's q and kv norms only with --qk-layernorm
-  // (gpt_layer_specs.py: the up projections fused with their norm; IdentityOp without it), and the
-  // model counts them.
-  if (m.qk_layernorm || m.mla.enabled()) arch += " --qk-layernorm";
+  if (MegatronQkLayernorm(m)) arch += " --qk-layernorm";
   if (!m.dropout) arch += " --attention-dropout 0 --hidden-dropout 0";
   f.push_back(arch);
   if (m.moe.enabled()) {
@@ -233,7 +235,7 @@ void NemoModel(const Model& m, std::int64_t seq, PyLines* p, std::vector<std::st
   p->Set("model.config.share_embeddings_and_output_weights", Py(m.tie_embeddings));
   p->Set("model.config.add_bias_linear", Py(m.add_bias_linear));
   p->Set("model.config.add_qkv_bias", Py(m.add_qkv_bias));
-  if (m.qk_layernorm || m.mla.enabled()) p->Set("model.config.qk_layernorm", "True");
+  if (MegatronQkLayernorm(m)) p->Set("model.config.qk_layernorm", "True");
   p->Set("model.config.hidden_dropout", m.dropout ? "0.1" : "0.0");
   p->Set("model.config.attention_dropout", m.dropout ? "0.1" : "0.0");
   if (m.moe.enabled()) {
