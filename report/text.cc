@@ -85,10 +85,12 @@ void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const 
   }
   if (moe_layers > 0) {
     table(fmt::format("one mixture-of-experts layer ({} of {}; the busiest expert rank's {:.0f} tokens an expert: {:.0f} "
-                      "routed x top-{} x etp {} / {:.0f} local experts x load imbalance {:.3f}, {})",
+                      "routed x top-{} x etp {} / {:.0f} local experts x load imbalance {:.3f}, {}{})",
                       moe_layers, m.num_layers, cm.moe.tokens_per_expert, cm.moe.tokens_routed, m.moe.top_k, cm.moe.etp,
-                      cm.moe.local_experts, cm.moe.imbalance,
-                      MoeImbalanceSource(c, m.moe)),
+                      cm.moe.local_experts, cm.moe.imbalance, MoeImbalanceSource(c, m.moe),
+                      cm.moe.node_imbalance != 1
+                          ? fmt::format("; DeepEP's NIC part at the busiest node's {:.3f}", cm.moe.node_imbalance)
+                          : std::string()),
           cm.moe_layer_ops);
   }
   table("embedding (first stage)", cm.embedding_ops);

@@ -1172,6 +1172,16 @@ double MoeImbalance(const ParallelConfig& c, const MoeSpec& moe, double mean_tok
   return std::min(imb, MoeMaxImbalance(moe, ep));
 }
 
+double MoeNodeImbalance(double rank_imbalance, std::int64_t ep, std::int64_t ranks_per_node, std::int64_t nodes) {
+  if (nodes < 2 || ep < 2 || ranks_per_node < 1 || !(rank_imbalance > 1)) return 1.0;
+  // Ranks' excess loads as independent draws: a node's sum of r ranks has 1/sqrt(r) of a rank's
+  // relative deviation, and the busiest of n groups sits about sqrt(2 ln n) deviations above the
+  // mean (the balanced-routing form of MoeImbalance, which this reproduces for binomial shares).
+  const double excess = (rank_imbalance - 1) * std::sqrt(std::log(static_cast<double>(nodes)) / std::log(static_cast<double>(ep))) /
+                        std::sqrt(static_cast<double>(ranks_per_node));
+  return std::min(rank_imbalance, 1 + excess);
+}
+
 double MoeMaxImbalance(const MoeSpec& moe, std::int64_t ep) {
   if (ep < 1 || moe.top_k <= 0) return 1.0;
   const double e = static_cast<double>(ep);
@@ -1228,12 +1238,19 @@ MoePlan PlanMoe(const Model& m, const ParallelConfig& c, std::int64_t gpn, doubl
       // longer of the NIC part, (nodes - 1) * (1 - (1 - 1/nodes)^k) node copies of each routed
       // token through the GPU's NIC share, and the NVLink part, the received copies but the
       // landing GPU's own, at the intra-node busbw.
+      // The RDMA part lands on the same-index GPUs of the destination node, spread over its NICs
+      // by the sender's index: a node's NICs carry the node's share of the copies, so they see
+      // the node's load imbalance, not the busiest rank's (MoeNodeImbalance).
       const double tok_bytes = eb * tokens_routed * h * e.imbalance;
       e.dispatch_bytes = tok_bytes * ep * (1 - std::pow(1 - 1 / ep, k));
       const double nodes = e.ep_group.nodes(), rpn = e.ep_group.ranks_per_node;
       const double nvl_s = e.dispatch_bytes * (rpn - 1) / rpn / (prof.intra_busbw_GBps * 1e9);
       double net_s = 0;
-      if (nodes > 1) net_s = tok_bytes * (nodes - 1) * (1 - std::pow(1 - 1 / nodes, k)) / (prof.NicShareGBps() * 1e9);
+      if (nodes > 1) {
+        e.node_imbalance = MoeNodeImbalance(e.imbalance, c.ep, e.ep_group.ranks_per_node, e.ep_group.nodes());
+        net_s = eb * tokens_routed * h * e.node_imbalance * (nodes - 1) * (1 - std::pow(1 - 1 / nodes, k)) /
+                (prof.NicShareGBps() * 1e9);
+      }
       e.dispatch_s = prof.coll_base_latency_s + (nodes > 1 ? prof.coll_inter_hop_latency_s : prof.coll_intra_hop_latency_s) +
                      std::max(nvl_s, net_s);
       break;

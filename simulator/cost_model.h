@@ -87,6 +87,9 @@ struct MoePlan {
   /// the expert-tensor-parallel group) / local_experts * imbalance.
   double tokens_per_expert = 0;
   double imbalance = 1;          ///< the busiest rank's tokens over the mean (capacity-capped)
+  /// With the flex (DeepEP) dispatcher across nodes: the busiest node's received token copies over
+  /// the mean (MoeNodeImbalance), which load its GPUs' NICs; 1 otherwise.
+  double node_imbalance = 1;
   MoeDispatcher dispatcher = MoeDispatcher::kAllToAll;
   /// The nccl-tests size of one dispatch (and one combine) on the busiest rank: the top-k copies
   /// of the routed tokens (all-to-all; flex: once per destination rank), or the gathered tokens.
@@ -352,6 +355,16 @@ inline constexpr std::int64_t kGlobalBatchRouterImbalanceEp = 8;
 /// The most tokens the busiest of ep ranks can take over the mean: every token's min(k, E/ep)
 /// copies on it, ep * min(1, (E/ep)/k) (1 with one rank).
 double MoeMaxImbalance(const MoeSpec& moe, std::int64_t ep);
+
+/// The busiest node's share of an expert-parallel exchange over the mean, given the busiest
+/// rank's `rank_imbalance` over ep ranks placed ranks_per_node to a node on `nodes` nodes:
+/// 1 + (rank_imbalance - 1) * sqrt(ln(nodes) / ln(ep)) / sqrt(ranks_per_node), at most
+/// rank_imbalance; 1 on one node. The ranks' excess loads taken as independent: a node's sum has
+/// 1/sqrt(r) of a rank's relative deviation and the busiest of n groups sits sqrt(2 ln n)
+/// deviations above the mean, which reproduces balanced routing's binomial form (MoeImbalance)
+/// at the node level. DeepEP's inter-node traffic into a node is spread over the node's NICs, so
+/// this, not the rank's, sets its RDMA time. docs/simulator.md, "One MoE layer on one GPU".
+double MoeNodeImbalance(double rank_imbalance, std::int64_t ep, std::int64_t ranks_per_node, std::int64_t nodes);
 
 /// Where MoeImbalance's value for `c` and `moe` comes from, for reports.
 std::string MoeImbalanceSource(const ParallelConfig& c, const MoeSpec& moe);

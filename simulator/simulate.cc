@@ -1070,7 +1070,10 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   res.samples_per_s = static_cast<double>(c.global_batch_size) / step;
   const FlopCounts fl = m.Flops(c.seq_length);
   res.model_flops_per_step = fl.per_token * tokens;
-  if (m.moe.enabled()) res.moe_load_imbalance = cm.moe.imbalance;
+  if (m.moe.enabled()) {
+    res.moe_load_imbalance = cm.moe.imbalance;
+    res.moe_node_imbalance = cm.moe.node_imbalance;
+  }
   res.model_flops_causal_per_step = fl.per_token_causal() * tokens;
   // Recompute FLOPs in the same convention (full attention matrix).
   const double attn_fwd = 4.0 * static_cast<double>(m.num_layers) * static_cast<double>(c.seq_length) *
@@ -1364,6 +1367,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
     // What the step ran at (the config's moe_load_imbalance when given, else the default) and why.
     j["moe_load_imbalance_applied"] = r.moe_load_imbalance;
     j["moe_load_imbalance_source"] = MoeImbalanceSource(c, m.moe);
+    j["moe_node_imbalance_applied"] = r.moe_node_imbalance;
   }
   if (c.cp > 1) {
     j["config"]["cp_comm_type"] = ToString(c.cp_comm);

@@ -123,6 +123,9 @@ struct SimulationResult {
   /// MoE: the busiest expert-parallel rank's tokens over the mean that the step ran at
   /// (MoeImbalance); 0 for dense models.
   double moe_load_imbalance = 0;
+  /// MoE with the flex (DeepEP) dispatcher across nodes: the busiest node's load over the mean
+  /// that DeepEP's NIC part ran at (MoeNodeImbalance); 1 otherwise, 0 for dense models.
+  double moe_node_imbalance = 0;
   /// FLOPs the kernels execute per step, summed over all GPUs from the cost model's ops: causal
   /// attention at half the full matrix where the kernel skips the masked half (flash attention),
   /// FlashAttention's backward recompute of the scores, every recomputed forward. Unlike MFU/HFU

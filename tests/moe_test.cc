@@ -345,6 +345,7 @@ TEST(Moe, LoadImbalanceDefaultsByHowTheRouterWasTrained) {
   EXPECT_EQ(j["config"]["moe_router_force_load_balancing"], true);
   // The imbalance the step ran at: balanced routing's for 4096 tokens x top-8 over 8 ranks.
   EXPECT_DOUBLE_EQ(j["moe_load_imbalance_applied"].get<double>(), 1 + std::sqrt(2 * std::log(8.0) / (4096.0 * 8)));
+  EXPECT_DOUBLE_EQ(j["moe_node_imbalance_applied"].get<double>(), 1.0);  // one node: no NIC part
   EXPECT_NE(j["moe_load_imbalance_source"].get<std::string>().find("forced load balancing"), std::string::npos);
   // plan's flags reach every candidate: the recommended plan's command carries them.
   const auto p = testing::RunShardcast(
@@ -775,6 +776,41 @@ TEST(MoeExchange, DeepEpAcrossNodesGoesOncePerNode) {
       EXPECT_DOUBLE_EQ(o.duration_s, cm.moe.dispatch_s);
     }
   }
+}
+
+// DeepEP's RDMA into a node lands on its GPUs by the sender's index, so the node's NICs carry the
+// node's share of the copies: with the busiest rank at 1.5x the mean over ep 8 on two nodes of 4,
+// the node's excess is 0.5 * sqrt(ln 2 / ln 8) / sqrt(4), while the NVLink fan-out to the busiest
+// rank keeps the rank's 1.5.
+TEST(MoeExchange, DeepEpNicsSeeTheNodesImbalanceNotTheRanks) {
+  const Model m = LoadModel("mixtral-8x7b");
+  ParallelConfig c = MixtralEp8Selective(kRecomputeCoreAttn);
+  c.recompute = Recompute::kNone;
+  c.dp = 16;
+  c.ep = 8;
+  c.moe_load_imbalance = 1.5;
+  c.moe_dispatcher = MoeDispatcher::kFlex;
+  Cluster four = LoadCluster("dgx-h100");
+  four.gpus_per_node = 4;
+  HardwareProfile p4 = DefaultProfile(four);
+  p4.gpus_per_node = 4;
+  const CostModel cm = BuildCostModel(m, c, four, p4);
+  ASSERT_EQ(cm.moe.ep_group.nodes(), 2);
+  ASSERT_DOUBLE_EQ(cm.moe.imbalance, 1.5);
+  const double node = 1 + 0.5 * std::sqrt(std::log(2.0) / std::log(8.0)) / 2;
+  EXPECT_DOUBLE_EQ(cm.moe.node_imbalance, node);
+  const double tok = 2.0 * 4096 * 4096;
+  const double net = tok * node * (1 - 0.25) / (p4.NicShareGBps() * 1e9);
+  const double nvl = tok * 1.5 * 8 * (1 - 49.0 / 64) * 3 / 4 / (p4.intra_busbw_GBps * 1e9);
+  EXPECT_DOUBLE_EQ(cm.moe.dispatch_s, p4.coll_base_latency_s + p4.coll_inter_hop_latency_s + std::max(net, nvl));
+  // The bound and the one-node case.
+  EXPECT_DOUBLE_EQ(MoeNodeImbalance(1.5, 8, 8, 1), 1.0);
+  EXPECT_DOUBLE_EQ(MoeNodeImbalance(1.0, 32, 8, 4), 1.0);
+  EXPECT_DOUBLE_EQ(MoeNodeImbalance(1.5, 2, 1, 2), 1.5);
+  // Balanced routing's binomial maximum at the rank level gives the node-level one: ep 32 on
+  // 4 nodes, 1000 copies a rank, so 8000 a node.
+  const double rank = 1 + std::sqrt(2 * std::log(32.0) / 1000);
+  EXPECT_NEAR(MoeNodeImbalance(rank, 32, 8, 4), 1 + std::sqrt(2 * std::log(4.0) / 8000), 1e-12);
 }
 
 // Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm): in the 1F1B steady state
