@@ -639,8 +639,12 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
   for (const Infeasibility& x : HybridShardRules(c)) r.push_back(x);
   if (c.zero_stage >= 2 && c.pp > 1) {
     add("ZeRO-2/3 with pipeline parallelism", fmt::format("ZeRO-{} shards gradients{} across data parallelism, which Megatron-LM and DeepSpeed "
-                            "do not support with pipeline parallelism (pp = {})",
-                            c.zero_stage, c.zero_stage == 3 ? " and weights" : "", c.pp));
+                            "do not support with pipeline parallelism (pp = {}){}",
+                            c.zero_stage, c.zero_stage == 3 ? " and weights" : "", c.pp,
+                            c.zero_stage == 3 && c.zero3_impl == Zero3Impl::kPerLayer
+                                ? fmt::format("; PyTorch FSDP2 with pipeline parallelism (torchtitan, NeMo Automodel) "
+                                              "runs as {}", kFsdp2PipelineEquivalent)
+                                : std::string()));
   }
   if (c.deepspeed_zero3() && m.moe.enabled() && c.ep > 1) {
     // DeepSpeed's engine asserts "MoE not supported with Stage 3" for its own MoE layers, the

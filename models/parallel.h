@@ -369,6 +369,19 @@ inline constexpr std::int64_t kMaxGlobalBatchSize = std::int64_t{1} << 24;
 /// and gigabytes.
 inline constexpr std::int64_t kMaxMicrobatchesPerStep = 16384;
 
+/// PyTorch FSDP2 under pipeline parallelism, as ZeRO-1's flags. torchtitan and NeMo Automodel
+/// shard with reshard_after_forward = not pp_enabled, and torch.distributed.pipelining's stage
+/// turns reshard-after-backward and gradient sync off for every backward but the stage's last,
+/// after which it reduce-scatters the accumulated gradients (stage.py,
+/// backward_maybe_with_nosync): parameters are gathered once a step and kept, gradients are
+/// accumulated unsharded (in the reduce dtype) and reduce-scattered once after the backward.
+/// That is ZeRO-1's traffic without the gradient overlap, and its memory but for the fp32
+/// gradient shard FSDP2 adds (4/dp bytes a parameter). ZeRO-3 itself stays refused with pp > 1
+/// (ParallelRules).
+inline constexpr const char* kFsdp2PipelineEquivalent =
+    "--zero 1 --no-overlap-grad-reduce (parameters gathered once a step and kept, gradients accumulated unsharded "
+    "and reduce-scattered once after the stage's last backward; FSDP2 holds 4/dp bytes a parameter more)";
+
 /// The data-parallel size `gpus` GPUs give at tensor-, pipeline- and context-parallel sizes tp,
 /// pp and cp: gpus / (tp*cp*pp), or 0 when tp*cp*pp does not divide gpus (InfeasibilityReasons
 /// says so).

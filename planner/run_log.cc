@@ -689,6 +689,19 @@ void TitanParallelism(const Json& cfg, const std::string& where, const LogDefaul
   // data_parallel_replicate_degree (ParallelConfig::dp_shard).
   c.zero_stage = shard > 1 ? 3 : 0;
   if (shard > 1 && replicate > 1) c.dp_shard = CheckedProduct(shard, c.cp, where);
+  // With pipeline parallelism torchtitan keeps the gathered parameters through the step
+  // (fsdp_reshard_after_forward "default": not pp_enabled) and the pipeline stage reduce-scatters
+  // once after its last backward: ZeRO-1's traffic (kFsdp2PipelineEquivalent). "always" gathers
+  // per micro-batch, ZeRO-3 under a pipeline, which the simulator refuses with its reason.
+  const std::string reshard = TitanString(cfg, "parallelism", "fsdp_reshard_after_forward", "default", where);
+  if (reshard != "default" && reshard != "always" && reshard != "never") {
+    throw InputError(where + ": parallelism.fsdp_reshard_after_forward: got \"" + reshard + "\", expected default, always or never");
+  }
+  if (c.zero_stage == 3 && c.pp > 1 && reshard != "always") {
+    c.zero_stage = 1;
+    c.overlap_grad_reduce = false;
+    run->notes.push_back(std::string("FSDP2 with pipeline parallelism simulated as ") + kFsdp2PipelineEquivalent);
+  }
   const std::string schedule = TitanString(cfg, "parallelism", "pipeline_parallel_schedule", "1F1B");
   if (c.pp > 1) {
     if (schedule == "1F1B") c.schedule = Schedule::k1F1B;
@@ -788,7 +801,9 @@ void TitanBatchAndPrecision(const Json& cfg, const std::string& where, LoggedRun
     run->notes.push_back("fp32 training: attention simulated unfused (PyTorch's SDPA runs fp32 in its memory-efficient "
                          "kernel, which keeps no s x s scores: the predicted memory counts them)");
   }
-  c.overlap_grad_reduce = true;
+  // FSDP2 overlaps its collectives with compute; under a pipeline the gradients wait for the
+  // stage's last backward (TitanParallelism).
+  c.overlap_grad_reduce = !(c.pp > 1 && c.zero_stage == 1);
   c.overlap_param_gather = true;
 }
 

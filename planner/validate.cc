@@ -627,6 +627,9 @@ std::string EarlySkipReason(const CsvTable& t, std::size_t r, bool* assume_mbs1)
 
 /// What a row's recompute and dp_sharding cells chose (ChoiceField indices), for the framework
 /// rules that read them.
+/// The index of "PyTorch FSDP2" among MapRowBasics' dp_sharding prefixes.
+constexpr std::size_t kShardingFsdp2 = 6;
+
 struct RowChoices {
   std::size_t recompute = 0;  ///< 0 unstated, 1 full, 2 selective, 3 none
   std::size_t sharding = 0;   ///< index in the dp_sharding prefixes; 0 unstated
@@ -789,6 +792,14 @@ void MapRowConfig(const CsvTable& t, std::size_t r, const std::string& runs_csv,
                   ValidationRow* row) {
   ParallelConfig* c = &row->config;
   const RowChoices ch = MapRowBasics(t, r, runs_csv, m, assume_mbs1, c);
+  if (ch.sharding == kShardingFsdp2 && c->pp > 1) {
+    // FSDP2 under PyTorch's pipeline schedules (torchtitan, NeMo Automodel: reshard_after_forward
+    // = not pp_enabled; the stage turns reshard-after-backward and gradient sync off until its
+    // last backward, then reduce-scatters once): ZeRO-1's traffic without the overlap.
+    c->zero_stage = 1;
+    c->overlap_grad_reduce = false;
+    row->assumptions.push_back(std::string("FSDP2 with pipeline parallelism read as ") + kFsdp2PipelineEquivalent);
+  }
   const std::string fw = t.Get(r, "framework");
   const bool mcore = Contains(fw, "Megatron-Core");
   MapLegacyFrameworks(t, r, runs_csv, c);

@@ -145,6 +145,24 @@ TEST(HybridShard, RulesNameWhatCannotRun) {
 
 // The search tries one node's data-parallel ranks as the group beside full sharding for ZeRO-2/3,
 // never for ZeRO-0/1 unless fixed, and a fixed dp_shard alone.
+// ZeRO-3 under a pipeline is refused with its reason, and the FSDP2 refusal names what PyTorch's
+// pipeline schedules run instead (kFsdp2PipelineEquivalent), which simulates.
+TEST(HybridShard, Zero3WithAPipelineNamesFsdp2sEquivalent) {
+  const auto refused = testing::RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 64 --pp 4 --zero 3");
+  EXPECT_NE(refused.out.find(std::string("PyTorch FSDP2 with pipeline parallelism (torchtitan, NeMo Automodel) runs as ") +
+                             kFsdp2PipelineEquivalent),
+            std::string::npos)
+      << refused.out;
+  const auto ds = testing::RunShardcast(
+      "simulate --model llama3-8b --cluster dgx-h100 --gpus 64 --pp 4 --zero 3 --zero3-impl deepspeed");
+  EXPECT_NE(ds.out.find("do not support with pipeline parallelism (pp = 4)"), std::string::npos) << ds.out;
+  EXPECT_EQ(ds.out.find("FSDP2"), std::string::npos) << ds.out;
+  const auto ok = testing::RunShardcast(
+      "simulate --model llama3-8b --cluster dgx-h100 --gpus 64 --pp 4 --zero 1 --no-overlap-grad-reduce --json");
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_TRUE(nlohmann::json::parse(ok.out)["feasible"].get<bool>());
+}
+
 TEST(HybridShard, PlanSearchesANodeSizedGroupForZero2And3) {
   const Model m = LoadModel("llama3-8b");
   const Cluster cl = LoadCluster("dgx-h100");

@@ -178,6 +178,38 @@ TEST(RunLog, MalformedLinesNameTheFileAndLine) {
   EXPECT_NE(tps.find("tps (tokens per second per GPU): got \"n/a\""), std::string::npos) << tps;
 }
 
+// FSDP2 under torchtitan's pipeline keeps the gathered parameters through the step and
+// reduce-scatters once after the stage's last backward: read as ZeRO-1 without the gradient
+// overlap, and said so; fsdp_reshard_after_forward "always" stays ZeRO-3 (which a pipeline
+// refuses, with its reason); another value is bad input.
+TEST(RunLog, TorchtitanFsdpWithPipelineReadsAsZero1WithoutOverlap) {
+  std::string titan = ReadTextFile(kTitan);
+  const std::string pp1 = "\"pipeline_parallel_degree\": 1,";
+  ASSERT_NE(titan.find(pp1), std::string::npos);
+  titan.replace(titan.find(pp1), pp1.size(), "\"pipeline_parallel_degree\": 2,");
+  LogDefaults d;
+  d.gpus = 16;
+  const LoggedRun r = ParseTrainingLog(titan, "t.log", d);
+  EXPECT_EQ(r.config.pp, 2);
+  EXPECT_EQ(r.config.dp, 8);
+  EXPECT_EQ(r.config.zero_stage, 1);
+  EXPECT_FALSE(r.config.overlap_grad_reduce);
+  EXPECT_NE(Join(r.notes, "\n").find("FSDP2 with pipeline parallelism simulated as --zero 1 --no-overlap-grad-reduce"),
+            std::string::npos);
+  LogDefaults d8;
+  d8.gpus = 8;
+  EXPECT_EQ(ParseTrainingLog(ReadTextFile(kTitan), "t.log", d8).config.zero_stage, 3);  // no pipeline
+  const std::string deg = "\"enable_async_tensor_parallel\": false";
+  std::string always = titan;
+  always.replace(always.find(deg), deg.size(), deg + ",\n[rank0]:    \"fsdp_reshard_after_forward\": \"always\"");
+  EXPECT_EQ(ParseTrainingLog(always, "t.log", d).config.zero_stage, 3);
+  std::string bad = titan;
+  bad.replace(bad.find(deg), deg.size(), deg + ",\n[rank0]:    \"fsdp_reshard_after_forward\": \"sometimes\"");
+  EXPECT_NE(testing::InputErrorOf([&] { ParseTrainingLog(bad, "t.log", d); })
+                .find("parallelism.fsdp_reshard_after_forward: got \"sometimes\", expected default, always or never"),
+            std::string::npos);
+}
+
 // What would silently give a wrong measured figure is refused or left out, with the reason:
 // iterations of a batch-size ramp-up, a second run in one log, misgrouped thousands separators,
 // a report_memory line without its max allocated, a peak above the GPU's memory, a precision
