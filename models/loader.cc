@@ -227,6 +227,29 @@ std::string NameOf(const JsonReader& r, const std::string& file) {
 
 }  // namespace
 
+namespace {
+/// Our format's window: window_size (tokens, Megatron-LM's --window-size W,0) and
+/// window_attn_skip_freq (--window-attn-skip-freq), which needs it; not with multi-latent
+/// attention, whose cost has no window.
+void ReadWindow(const JsonReader& r, const std::string& file, Model* m) {
+  m->attention_window = r.OptInt("window_size", 1, kMaxSeq).value_or(0);
+  m->window_attn_skip_freq = r.OptInt("window_attn_skip_freq", 1, kMaxLayers).value_or(0);
+  if (m->window_attn_skip_freq > 0 && m->attention_window == 0) {
+    throw InputError::Field(file, "/window_attn_skip_freq", std::to_string(m->window_attn_skip_freq),
+                            "no such key without window_size (the window the other layers attend within)");
+  }
+  if (m->attention_window > 0 && m->mla.enabled()) {
+    throw InputError::Field(file, "/window_size", std::to_string(m->attention_window),
+                            "no window with multi-latent attention (kv_lora_rank > 0): not modelled");
+  }
+  if (m->attention_window > 0) {
+    m->attention_window_modelled = true;
+    m->attention_window_key = "window_size";
+  }
+}
+
+}  // namespace
+
 Model ModelFromJson(const Json& j, const std::string& file) {
   // Our format has neither key, so a file with one is a Hugging Face config even where it has a
   // num_layers key of its own (ChatGLM's).
@@ -241,7 +264,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
                        "add_qkv_bias", "qk_layernorm", "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                        "moe_shared_expert_intermediate_size", "moe_first_k_dense_layers", "moe_layer_step", "moe_layer_freq",
                        "moe_expert_bias", "moe_router_bias", "moe_router_global_batch_balance", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
-                       "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers"});
+                       "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "window_size", "window_attn_skip_freq"});
   Model m;
   m.name = NameOf(r, file);
   m.num_layers = r.Int("num_layers", 1, kMaxLayers);
@@ -285,6 +308,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   ModelFieldNames names;
   ReadMoeAndMla(r, &m, &names);
   if (m.mla.enabled() && !r.Has("kv_channels")) m.kv_channels = m.mla.v_head_dim;
+  ReadWindow(r, file, &m);
   m.source = r.OptString("source").value_or("user file " + file);
   m.origin = file;
   ValidateModel(m, file, names);
@@ -312,6 +336,10 @@ Json ModelToJson(const Model& m) {
   j["add_bias_linear"] = m.add_bias_linear;
   j["add_qkv_bias"] = m.add_qkv_bias;
   if (m.qk_layernorm && !m.mla.enabled()) j["qk_layernorm"] = true;  // MLA's own norms are always counted
+  if (m.attention_window > 0 && m.attention_window_modelled) {
+    j["window_size"] = m.attention_window;
+    if (m.window_attn_skip_freq > 0) j["window_attn_skip_freq"] = m.window_attn_skip_freq;
+  }
   j["dropout"] = m.dropout;
   if (m.moe.enabled()) {
     j["num_experts"] = m.moe.num_experts;
@@ -490,9 +518,38 @@ void ReadHfLlamaBiases(const JsonReader& r, const std::string& type, const std::
   m->add_qkv_bias = attention;
 }
 
-/// The attention window of the llama-like families (Model::attention_window), read but not
-/// modelled: Mistral/Mixtral's sliding_window (null: none), Qwen2/Qwen3's when use_sliding_window
-/// is true, GPT-OSS's sliding_window (its alternate layers), Llama 4's attention_chunk_size.
+/// GPT-OSS's layer_types as Megatron-LM's --window-attn-skip-freq: N where the full-attention
+/// layers are exactly those whose 1-based number is a multiple of N (0: none), nullopt where no
+/// N gives the pattern. Absent: GptOssConfig's default, sliding and full alternating (N = 2).
+std::optional<std::int64_t> HfWindowSkipFreq(const JsonReader& r, std::int64_t layers) {
+  if (!r.Has("layer_types") || r.json().at("layer_types").is_null()) return 2;
+  const Json& t = r.json().at("layer_types");
+  if (!t.is_array() || static_cast<std::int64_t>(t.size()) != layers) {
+    throw InputError::Field(r.file(), r.PointerTo("layer_types"), t.dump().substr(0, 80),
+                            "an array of num_hidden_layers = " + std::to_string(layers) +
+                                " strings, \"sliding_attention\" or \"full_attention\"");
+  }
+  std::vector<bool> full;
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    if (!t[i].is_string() || (t[i] != "sliding_attention" && t[i] != "full_attention")) {
+      throw InputError::Field(r.file(), r.PointerTo("layer_types") + "/" + std::to_string(i), t[i].dump(),
+                              "\"sliding_attention\" or \"full_attention\"");
+    }
+    full.push_back(t[i] == "full_attention");
+  }
+  if (std::none_of(full.begin(), full.end(), [](bool f) { return f; })) return 0;
+  for (std::int64_t n = 1; n <= layers; ++n) {
+    bool match = true;
+    for (std::int64_t i = 0; i < layers && match; ++i) match = full[static_cast<std::size_t>(i)] == ((i + 1) % n == 0);
+    if (match) return n;
+  }
+  return std::nullopt;
+}
+
+/// The attention window of the llama-like families (Model::attention_window): Mistral/Mixtral's
+/// sliding_window (null: none) on every layer and GPT-OSS's on its sliding layers (layer_types),
+/// modelled; Qwen2/Qwen3's when use_sliding_window is true (the layers from max_window_layers on)
+/// and Llama 4's attention_chunk_size (chunked, not sliding), read and named as not modelled.
 void ReadHfAttentionWindow(const JsonReader& r, const std::string& type, Model* m) {
   const char* key = type == "llama4_text" ? "attention_chunk_size" : "sliding_window";
   if (type == "llama" || type == "deepseek_v2" || type == "deepseek_v3") return;  // no window in these families
@@ -509,7 +566,15 @@ void ReadHfAttentionWindow(const JsonReader& r, const std::string& type, Model* 
   } else if (!r.json()[key].is_null()) {
     m->attention_window = r.Int(key, 1, std::int64_t{1} << 40);
   }
-  if (m->attention_window > 0) m->attention_window_key = key;
+  if (m->attention_window <= 0) return;
+  m->attention_window_key = key;
+  if (type == "mistral" || type == "mixtral") {
+    m->attention_window_modelled = true;
+  } else if (type == "gpt_oss") {
+    const auto skip = HfWindowSkipFreq(r, m->num_layers);
+    m->attention_window_modelled = skip.has_value();
+    m->window_attn_skip_freq = skip.value_or(0);
+  }
 }
 
 /// RoPE's base from `key` (rope_theta; GPT-NeoX's rotary_emb_base), 10000 when absent or null

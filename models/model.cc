@@ -108,6 +108,17 @@ bool Model::IsMoeLayer(std::int64_t i) const {
   return moe.enabled() && i >= moe.first_k_dense && counted % std::max<std::int64_t>(1, moe.layer_step) == 0;
 }
 
+std::int64_t Model::WindowedLayers() const {
+  if (!attention_window_modelled || attention_window <= 0) return 0;
+  return window_attn_skip_freq > 0 ? num_layers - num_layers / window_attn_skip_freq : num_layers;
+}
+
+double Model::WindowFlopRatio(std::int64_t seq) const {
+  if (!attention_window_modelled || attention_window <= 0 || attention_window >= seq) return 1.0;
+  const double s = static_cast<double>(seq), w = static_cast<double>(attention_window);
+  return (2 * s * w - w * w) / (s * s);
+}
+
 std::int64_t Model::MoeLayersIn(std::int64_t begin, std::int64_t end) const {
   std::int64_t n = 0;
   for (std::int64_t i = begin; i < end; ++i) n += IsMoeLayer(i) ? 1 : 0;

@@ -162,12 +162,20 @@ struct Model {
   MoeSpec moe;
   MlaSpec mla;
   std::int64_t mtp_num_layers = 0;  ///< multi-token prediction depth (--mtp-num-layers)
-  /// Tokens: the shortest attention window of a Hugging Face config (Mistral's sliding_window,
-  /// Qwen2/3's when use_sliding_window, GPT-OSS's sliding layers, Llama 4's attention_chunk_size);
-  /// 0: every layer attends to the whole sequence. Not modelled: attention is costed over the
-  /// whole causal sequence, and `describe` / `simulate` say so where the window is shorter than it.
+  /// Tokens: the attention window, Megatron-LM's --window-size W,0 (our JSON's window_size; a
+  /// Hugging Face config's sliding_window for Mistral/Mixtral and GPT-OSS, Qwen2/3's when
+  /// use_sliding_window, Llama 4's attention_chunk_size); 0: every layer attends to the whole
+  /// causal sequence. A query attends to the W tokens before it (causal sliding window).
   std::int64_t attention_window = 0;
-  /// The config.json key attention_window came from, for that note.
+  /// Megatron-LM's --window-attn-skip-freq: every N-th layer (1-based) attends to the whole
+  /// sequence, the others within attention_window; 0: every layer within it (Mistral). GPT-OSS: 2.
+  std::int64_t window_attn_skip_freq = 0;
+  /// Whether the window is modelled (flash attention's FLOPs over the window, WindowedLayers());
+  /// false where the config's pattern is none Megatron-LM expresses (Qwen's max_window_layers,
+  /// Llama 4's chunked attention): attention is then costed over the whole causal sequence, and
+  /// `describe` / `simulate` say so.
+  bool attention_window_modelled = false;
+  /// The config.json key attention_window came from, for notes.
   std::string attention_window_key;
   std::string source;
   std::string origin;  ///< "preset", a file path, or "huggingface:PATH"
@@ -182,6 +190,15 @@ struct Model {
   bool IsMoeLayer(std::int64_t i) const;
   /// Transformer layers in [begin, end) that are MoE layers.
   std::int64_t MoeLayersIn(std::int64_t begin, std::int64_t end) const;
+  /// Layers that attend within the window (modelled windows only): num_layers, or with
+  /// window_attn_skip_freq N those whose 1-based number is not a multiple of N,
+  /// num_layers - floor(num_layers / N); 0 without a modelled window.
+  std::int64_t WindowedLayers() const;
+  /// Flash attention's FLOPs over a causal sliding window of `attention_window` tokens at
+  /// sequence length `seq`, over those of the whole causal sequence: (2 s w - w^2) / s^2 for
+  /// w < s (a query attends to min(position, w) keys: s w - w^2 / 2 of the causal s^2 / 2), 1
+  /// otherwise or without a modelled window.
+  double WindowFlopRatio(std::int64_t seq) const;
   ParameterCounts Parameters() const;
   /// The head dimension of the attention FLOP count: kv_channels, or with MLA the mean of the
   /// query/key head (qk_head_dim + qk_pos_emb_head_dim) and the value head.

@@ -1,7 +1,9 @@
 #include "planner/run_log.h"
 
 #include <algorithm>
+#include <cinttypes>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <numeric>
@@ -306,6 +308,21 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::opti
   // Multi-latent attention's q and kv norms are part of MLA (always counted), which Megatron-Core
   // builds only with --qk-layernorm: the switch says nothing more there.
   if (a.Flag("qk_layernorm") && !a.Flag("multi_latent_attention")) j["qk_layernorm"] = true;
+  // --window-size (left, right), printed as a tuple or None, and --window-attn-skip-freq.
+  if (const std::string w = a.Get("window_size").value_or("None"); w != "None") {
+    std::int64_t left = 0, right = -1;
+    if (std::sscanf(w.c_str(), " %*[([] %" SCNd64 " , %" SCNd64, &left, &right) != 2 || left < 1 || right != 0) {
+      a.Fail("window_size", "a causal window (W, 0) with W >= 1, or None");
+    }
+    j["window_size"] = left;
+    if (const std::string f = a.Get("window_attn_skip_freq").value_or("None"); f != "None") {
+      if (const auto n = a.Int("window_attn_skip_freq"); n && *n >= 1) {
+        j["window_attn_skip_freq"] = *n;
+      } else {
+        a.Fail("window_attn_skip_freq", "an integer N >= 1 (every N-th layer attends to the whole sequence) or None");
+      }
+    }
+  }
   j["dropout"] = a.Number("hidden_dropout").value_or(0.1) > 0 || a.Number("attention_dropout").value_or(0.1) > 0;
   if (const auto e = a.Int("num_experts"); e && *e > 1) {
     j["num_experts"] = *e;

@@ -175,9 +175,16 @@ void WriteFlops(std::ostream& out, const ModelDescription& d) {
                        d.seq, m.max_position_embeddings);
   }
   if (m.attention_window > 0 && m.attention_window < d.seq) {
-    out << fmt::format("  note: {} = {} is shorter than seq {}: windowed attention is not modelled, so the attention "
-                       "terms below (and simulate's attention time) count the whole causal sequence\n",
-                       m.attention_window_key, m.attention_window, d.seq);
+    if (m.WindowedLayers() > 0) {
+      out << fmt::format("  note: {} = {} is shorter than seq {}: the attention terms below count the whole causal "
+                         "sequence (the convention); simulate costs the {} windowed layers' flash attention at {:.3f} "
+                         "of it\n",
+                         m.attention_window_key, m.attention_window, d.seq, m.WindowedLayers(), m.WindowFlopRatio(d.seq));
+    } else {
+      out << fmt::format("  note: {} = {} is shorter than seq {}: this windowed attention is not modelled, so the "
+                         "attention terms below (and simulate's attention time) count the whole causal sequence\n",
+                         m.attention_window_key, m.attention_window, d.seq);
+    }
   }
   out << "  per token = 6*N_gemm + 12*L*s*a*d  (PaLM appendix B; SC21 eq. 3 without recompute;\n"
          "              N_gemm = GEMM weights incl. output projection; full s x s attention)\n";

@@ -100,6 +100,19 @@ void RopeScalingUnexpressed(const Model& m, std::vector<std::string>* unexpresse
   }
 }
 
+/// The modelled attention window as Megatron-Core's window_size (left, right) and
+/// window_attn_skip_freq; "" without one. A window the model does not model (Qwen's
+/// max_window_layers, Llama 4's chunks) is named as not written.
+std::string MegatronWindow(const Model& m, std::vector<std::string>* unexpressed) {
+  if (m.attention_window > 0 && !m.attention_window_modelled) {
+    unexpressed->push_back(fmt::format("the config's {} = {} (not modelled): not written", m.attention_window_key,
+                                       m.attention_window));
+  }
+  if (m.WindowedLayers() == 0) return "";
+  return fmt::format("--window-size {},0", m.attention_window) +
+         (m.window_attn_skip_freq > 0 ? fmt::format(" --window-attn-skip-freq {}", m.window_attn_skip_freq) : "");
+}
+
 /// Megatron-Core's qk_layernorm: the per-head query/key norms, and multi-latent attention's q and
 /// kv norms, which it builds only with the switch (gpt_layer_specs.py: the up projections fused
 /// with their norm; IdentityOp without it) and the model counts.
@@ -135,6 +148,7 @@ std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, st
   if (!m.add_bias_linear) arch += " --disable-bias-linear";
   if (m.add_qkv_bias && !m.add_bias_linear) arch += " --add-qkv-bias";
   if (MegatronQkLayernorm(m)) arch += " --qk-layernorm";
+  if (const std::string w = MegatronWindow(m, unexpressed); !w.empty()) arch += " " + w;
   if (!m.dropout) arch += " --attention-dropout 0 --hidden-dropout 0";
   f.push_back(arch);
   if (m.moe.enabled()) {
@@ -236,6 +250,10 @@ void NemoModel(const Model& m, std::int64_t seq, PyLines* p, std::vector<std::st
   p->Set("model.config.add_bias_linear", Py(m.add_bias_linear));
   p->Set("model.config.add_qkv_bias", Py(m.add_qkv_bias));
   if (MegatronQkLayernorm(m)) p->Set("model.config.qk_layernorm", "True");
+  if (!MegatronWindow(m, unexpressed).empty()) {
+    p->Set("model.config.window_size", fmt::format("({}, 0)", m.attention_window));
+    if (m.window_attn_skip_freq > 0) p->Set("model.config.window_attn_skip_freq", Py(m.window_attn_skip_freq));
+  }
   p->Set("model.config.hidden_dropout", m.dropout ? "0.1" : "0.0");
   p->Set("model.config.attention_dropout", m.dropout ? "0.1" : "0.0");
   if (m.moe.enabled()) {
@@ -450,6 +468,12 @@ const char* TorchtitanSchedule(const ParallelConfig& c, std::vector<std::string>
 
 void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, std::vector<std::string>* unexpressed) {
   RopeScalingUnexpressed(m, unexpressed);
+  if (m.attention_window > 0) {
+    unexpressed->push_back(fmt::format("the attention window ({} = {}{}): torchtitan's llama3 and qwen3 have none",
+                                       m.attention_window_key, m.attention_window,
+                                       m.WindowedLayers() > 0 ? fmt::format(" on {} of {} layers", m.WindowedLayers(), m.num_layers)
+                                                              : std::string(", not modelled")));
+  }
   const std::string name = TorchtitanModelName(m);
   *t += "[model]\n";
   if (name.empty()) {

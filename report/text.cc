@@ -188,10 +188,23 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   }
   if (const std::int64_t seq = c.seq_length > 0 ? c.seq_length : m.seq_length;
       m.attention_window > 0 && m.attention_window < seq) {
-    out << fmt::format("\nNote: {} = {} is shorter than the sequence ({} tokens): windowed attention is not "
-                       "modelled, so attention is costed over the whole causal sequence, more FLOPs and time than "
-                       "the window takes.\n",
-                       m.attention_window_key, m.attention_window, seq);
+    if (m.WindowedLayers() > 0) {
+      out << fmt::format("\nNote: {} = {} is shorter than the sequence ({} tokens): {} of the {} layers attend within "
+                         "the window{}, their flash attention at {:.3f} of the causal sequence's FLOPs and at the "
+                         "efficiency of a {}-token kernel; MFU's model FLOPs count the whole causal sequence (its "
+                         "convention), the executed FLOPs the window.\n",
+                         m.attention_window_key, m.attention_window, seq, m.WindowedLayers(), m.num_layers,
+                         m.window_attn_skip_freq > 0
+                             ? fmt::format(" (the layers numbered a multiple of window_attn_skip_freq = {} attend to all of it)", m.window_attn_skip_freq)
+                             : std::string(),
+                         m.WindowFlopRatio(seq), m.attention_window);
+    } else {
+      out << fmt::format("\nNote: {} = {} is shorter than the sequence ({} tokens): this windowed attention (a pattern "
+                         "Megatron-LM's --window-size and --window-attn-skip-freq do not express) is not modelled, so "
+                         "attention is costed over the whole causal sequence, more FLOPs and time than the window "
+                         "takes.\n",
+                         m.attention_window_key, m.attention_window, seq);
+    }
   }
   if (c.tp > cl.gpus_per_node) {
     out << fmt::format("\nNote: tensor parallelism spans nodes (tp = {} > {} GPUs per node): its collectives, on "

@@ -278,6 +278,15 @@ class OpBuilder {
     head_dim_ = qk;
     v_head_dim_ = v;
   }
+  /// A sliding attention window on `fraction` of the layers (Model::WindowedLayers over
+  /// num_layers), whose flash kernels run `ratio` of the causal FLOPs (Model::WindowFlopRatio) at
+  /// the efficiency of a sequence of `tokens` (the window, when shorter than the kernel's
+  /// sequence): Attention() costs the mean layer.
+  void set_attention_window(double fraction, double ratio, double tokens) {
+    window_fraction_ = fraction;
+    window_ratio_ = ratio;
+    window_tokens_ = tokens;
+  }
   const LinearFormat& linear_format() const { return linear_; }
 
   /// A GEMM outside the linear layers (the output layer, attention's batched GEMMs).
@@ -328,7 +337,16 @@ class OpBuilder {
     o.pass = pass;
     o.flops = flops;
     o.saved_bytes = saved;
-    o.duration_s = AttentionTime(p_, flops, seq, pass == Pass::kBackwardInput, head_dim_, v_head_dim_);
+    const bool bwd = pass == Pass::kBackwardInput;
+    o.duration_s = AttentionTime(p_, flops, seq, bwd, head_dim_, v_head_dim_);
+    if (window_fraction_ > 0 && window_ratio_ < 1) {
+      // The mean of the full layers' kernel and the windowed layers', which skips the key blocks
+      // outside the window and runs at the window's length.
+      const double windowed_s =
+          AttentionTime(p_, flops * window_ratio_, std::min(seq, window_tokens_), bwd, head_dim_, v_head_dim_);
+      o.duration_s = (1 - window_fraction_) * o.duration_s + window_fraction_ * windowed_s;
+      o.flops = flops * (1 - window_fraction_ + window_fraction_ * window_ratio_);
+    }
     out.push_back(o);
   }
   /// Megatron-LM's asynchronous input-gradient collective: the last op of `out` (a TP
@@ -450,6 +468,7 @@ class OpBuilder {
   double eb_;
   LinearFormat linear_;
   double head_dim_ = 0, v_head_dim_ = 0;
+  double window_fraction_ = 0, window_ratio_ = 1, window_tokens_ = 0;
 };
 
 /// Sums op durations of one pass; the TP, context-parallel and expert-parallel collective parts
@@ -560,7 +579,7 @@ void CpAttentionForward(OpBuilder& ob, std::vector<Op>& L, const LayerShape& x, 
   ob.Attention(L, "flash_attention", F, flops / calls, lookup, saved);
   Op& attn = L.back();
   const double step_s = attn.duration_s;
-  attn.flops = flops;
+  attn.flops *= calls;  // (over a window's share of the layers, its FLOPs: OpBuilder::Attention)
   attn.duration_s = calls * step_s;
   attn.bytes = x.eb * x.T * x.d * (2 * x.a + 2 * x.g * ring) / x.t;  // Q, O, and every K/V block read
   if (ring > 1) {
@@ -597,7 +616,7 @@ void CpAttentionBackward(OpBuilder& ob, std::vector<Op>& L, const LayerShape& x,
   ob.Attention(L, "flash_attention_bwd", B, flops / calls, lookup);
   Op& attn = L.back();
   const double step_s = attn.duration_s;
-  attn.flops = flops;
+  attn.flops *= calls;
   attn.duration_s = calls * step_s;
   attn.bytes = x.eb * x.T * x.d * (4 * x.a + 4 * x.g * ring) / x.t;
   if (ring > 1) {
@@ -1570,6 +1589,10 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
                                static_cast<double>(m.mla.v_head_dim));
   } else {
     ob.set_attention_head_dims(m.AttentionHeadDim(), m.AttentionHeadDim());
+    if (m.WindowedLayers() > 0) {
+      ob.set_attention_window(static_cast<double>(m.WindowedLayers()) / static_cast<double>(m.num_layers),
+                              m.WindowFlopRatio(static_cast<std::int64_t>(s)), static_cast<double>(m.attention_window));
+    }
   }
   const Pass F = Pass::kForward, B = Pass::kBackwardInput, W = Pass::kBackwardWeight;
   const double act = eb * T * h;  // one hidden-state tensor in the model dtype, unsharded

@@ -135,18 +135,28 @@ TEST(Cli, ExitCodes) {
                         "(1 x 1 x 2), which ep = 8 must divide, with cp x tp dividing ep"),
             std::string::npos)
       << ep.out << ep.err;
-  // A window shorter than the sequence is read, not modelled, and said so (Mistral-7B v0.1: 4096).
+  // A window shorter than the sequence is modelled and said so (Mistral-7B v0.1: 4096 on every
+  // layer, 3/4 of the causal FLOPs at 8192); Qwen's max_window_layers pattern is read, not modelled.
   const std::string mistral = testing::WriteTemp("mistral-window.json", R"({"model_type": "mistral",
     "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
     "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096})");
   const auto described = RunShardcast("describe --model " + mistral);
-  EXPECT_NE(described.out.find("note: sliding_window = 4096 is shorter than seq 8192: windowed attention is not "
-                               "modelled"),
+  EXPECT_NE(described.out.find("note: sliding_window = 4096 is shorter than seq 8192: the attention terms below count "
+                               "the whole causal sequence (the convention); simulate costs the 32 windowed layers' flash "
+                               "attention at 0.750 of it"),
             std::string::npos)
       << described.out;
+  const std::string qwen = testing::WriteTemp("qwen-window.json", R"({"model_type": "qwen2",
+    "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+    "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096,
+    "use_sliding_window": true, "max_window_layers": 8})");
+  EXPECT_NE(RunShardcast("describe --model " + qwen).out.find("note: sliding_window = 4096 is shorter than seq 8192: this "
+                                                             "windowed attention is not modelled"),
+            std::string::npos);
   EXPECT_EQ(RunShardcast("describe --model " + mistral + " --seq 4096").out.find("sliding_window"), std::string::npos);
   const auto simulated = RunShardcast("simulate --model " + mistral + " --cluster dgx-h100 --gpus 8 --tp 8 --gbs 8");
-  EXPECT_NE(simulated.out.find("Note: sliding_window = 4096 is shorter than the sequence (8192 tokens)"),
+  EXPECT_NE(simulated.out.find("Note: sliding_window = 4096 is shorter than the sequence (8192 tokens): 32 of the 32 "
+                               "layers attend within the window, their flash attention at 0.750"),
             std::string::npos)
       << simulated.out << simulated.err;
   // --no-scatter-gather describes Megatron-LM 2021-22's pipeline messages; Megatron-Core has none to turn off.

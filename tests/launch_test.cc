@@ -156,6 +156,12 @@ MegatronRead ReadMegatron(const std::string& text) {
     else if (f == "--disable-bias-linear") r.m.add_bias_linear = r.m.add_qkv_bias = false;
     else if (f == "--add-qkv-bias") r.m.add_qkv_bias = true;
     else if (f == "--qk-layernorm") r.m.qk_layernorm = true;
+    else if (f == "--window-size") {
+      const std::string v = next();
+      r.m.attention_window = std::stoll(v.substr(0, v.find(',')));
+      r.m.attention_window_modelled = true;
+      EXPECT_EQ(v.substr(v.find(',')), ",0") << "a causal window: nothing to the right";
+    } else if (f == "--window-attn-skip-freq") r.m.window_attn_skip_freq = num();
     else if (f == "--attention-dropout" || f == "--hidden-dropout") r.m.dropout = std::stod(next()) > 0;
     else if (f == "--num-experts") r.m.moe.num_experts = num();
     else if (f == "--moe-router-topk") r.m.moe.top_k = num();
@@ -584,6 +590,30 @@ TEST(Launch, RopeScalingAndQkNormsAreWritten) {
   EXPECT_EQ(ReadMegatron(EmitLaunch(LaunchFormat::kMegatron, scaled, b.c, b.cl, 2048).text).m.rope_scaling_factor, 32.0);
   const Built q = Build({"qwen3-30b-a3b", "dgx-h100", 8, "--ep 8 --mbs 1 --gbs 8"});
   EXPECT_TRUE(ReadMegatron(EmitLaunch(LaunchFormat::kMegatron, q.m, q.c, q.cl, 8).text).m.qk_layernorm);
+  // A sliding window (GPT-OSS's: 128 tokens, every 2nd layer full) as --window-size 128,0
+  // --window-attn-skip-freq 2, NeMo's window_size / window_attn_skip_freq; torchtitan names it.
+  Model oss = q.m;
+  oss.attention_window = 128;
+  oss.window_attn_skip_freq = 2;
+  oss.attention_window_modelled = true;
+  oss.attention_window_key = "sliding_window";
+  const MegatronRead w = ReadMegatron(EmitLaunch(LaunchFormat::kMegatron, oss, q.c, q.cl, 8).text);
+  EXPECT_EQ(w.m.attention_window, 128);
+  EXPECT_EQ(w.m.window_attn_skip_freq, 2);
+  const LaunchConfig wn = EmitLaunch(LaunchFormat::kNemo, oss, q.c, q.cl, 8);
+  EXPECT_NE(wn.text.find("model.config.window_size = (128, 0)"), std::string::npos) << wn.text;
+  EXPECT_NE(wn.text.find("model.config.window_attn_skip_freq = 2"), std::string::npos) << wn.text;
+  const LaunchConfig wt = EmitLaunch(LaunchFormat::kTorchtitan, oss, q.c, q.cl, 8);
+  EXPECT_TRUE(std::any_of(wt.unexpressed.begin(), wt.unexpressed.end(), [](const std::string& u) {
+    return u.find("the attention window (sliding_window = 128 on 24 of 48 layers)") != std::string::npos;
+  })) << wt.text;
+  // One the model does not model is named as not written.
+  oss.attention_window_modelled = false;
+  const LaunchConfig un = EmitLaunch(LaunchFormat::kMegatron, oss, q.c, q.cl, 8);
+  EXPECT_EQ(un.text.find("--window-size"), std::string::npos);
+  EXPECT_TRUE(std::any_of(un.unexpressed.begin(), un.unexpressed.end(), [](const std::string& u) {
+    return u.find("sliding_window = 128 (not modelled): not written") != std::string::npos;
+  }));
   EXPECT_EQ(ReadMegatron(EmitLaunch(LaunchFormat::kMegatron, q.m, q.c, q.cl, 8).text).m.rope_scaling_factor, 0.0);
 }
 

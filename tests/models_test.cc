@@ -215,6 +215,78 @@ TEST(Model, HuggingFaceRopeScalingAndQkNorms) {
   EXPECT_EQ(ds.Parameters().total, LoadModel("deepseek-v3").Parameters().total);
 }
 
+// Sliding attention windows: Megatron-LM's --window-size W,0 and --window-attn-skip-freq N in our
+// JSON; Mistral's sliding_window on every layer and GPT-OSS's on its sliding layer_types
+// (GptOssConfig's default alternation: N = 2), modelled; Qwen's max_window_layers pattern read
+// but not modelled. A query attends to min(position, W) keys: (2sW - W^2) / s^2 of the causal FLOPs.
+TEST(Model, AttentionWindowsAsMegatronExpressesThem) {
+  Json j = ModelToJson(LoadModel("llama3-8b"));
+  j["window_size"] = 1024;
+  j["window_attn_skip_freq"] = 4;
+  const Model w = ModelFromJson(j, "w.json");
+  EXPECT_TRUE(w.attention_window_modelled);
+  EXPECT_EQ(w.WindowedLayers(), 32 - 32 / 4);
+  EXPECT_DOUBLE_EQ(w.WindowFlopRatio(8192), (2.0 * 8192 * 1024 - 1024.0 * 1024) / (8192.0 * 8192));
+  EXPECT_DOUBLE_EQ(w.WindowFlopRatio(1024), 1.0);  // the window covers the sequence
+  EXPECT_EQ(ModelToJson(ModelFromJson(ModelToJson(w), "w2.json")), ModelToJson(w));
+  EXPECT_EQ(LoadModel("llama3-8b").WindowedLayers(), 0);
+  j.erase("window_size");
+  EXPECT_EQ(testing::InputErrorOf([&] { ModelFromJson(j, "w.json"); }),
+            "w.json: /window_attn_skip_freq: got 4, expected no such key without window_size (the window the other "
+            "layers attend within)");
+  Json ds = ModelToJson(LoadModel("deepseek-v3"));
+  ds["window_size"] = 4096;
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(ds, "ds.json"); }).find("no window with multi-latent attention"),
+            std::string::npos);
+  // Hugging Face configs.
+  const std::string dir = testing::FixturesDir() + "/hf/";
+  auto hf = [&](const std::function<void(Json&)>& edit) {
+    Json h = ReadJsonFile(dir + "llama3-8b.json");
+    edit(h);
+    return ModelFromHuggingFace(h, "hf.json");
+  };
+  const Model mistral = hf([](Json& h) { h["model_type"] = "mistral"; h["sliding_window"] = 4096; });
+  EXPECT_EQ(mistral.WindowedLayers(), 32);
+  EXPECT_EQ(mistral.window_attn_skip_freq, 0);
+  EXPECT_EQ(hf([](Json& h) { h["model_type"] = "mistral"; h["sliding_window"] = nullptr; }).WindowedLayers(), 0);
+  auto oss_hf = [&](const std::function<void(Json&)>& edit) {
+    Json h = Json::parse(R"({"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
+      "num_local_experts": 128, "num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8,
+      "head_dim": 64, "vocab_size": 201088, "max_position_embeddings": 131072})");
+    edit(h);
+    return ModelFromHuggingFace(h, "oss.json");
+  };
+  const Model oss = oss_hf([](Json&) {});
+  EXPECT_EQ(oss.attention_window, 128);  // GptOssConfig's defaults: sliding_window 128, alternating layers
+  EXPECT_EQ(oss.window_attn_skip_freq, 2);
+  EXPECT_EQ(oss.WindowedLayers(), 18);
+  auto types = [](int n, int every) {
+    Json t = Json::array();
+    for (int i = 0; i < n; ++i) t.push_back((i + 1) % every == 0 ? "full_attention" : "sliding_attention");
+    return t;
+  };
+  const Model every3 = oss_hf([&](Json& h) { h["layer_types"] = types(36, 3); });
+  EXPECT_EQ(every3.window_attn_skip_freq, 3);
+  EXPECT_EQ(every3.WindowedLayers(), 36 - 12);
+  Json odd = types(36, 2);
+  odd[0] = "full_attention";  // no skip frequency gives this pattern: read, not modelled
+  const Model irregular = oss_hf([&](Json& h) { h["layer_types"] = odd; });
+  EXPECT_EQ(irregular.attention_window, 128);
+  EXPECT_FALSE(irregular.attention_window_modelled);
+  EXPECT_EQ(irregular.WindowedLayers(), 0);
+  EXPECT_NE(testing::InputErrorOf([&] { oss_hf([&](Json& h) { h["layer_types"] = types(35, 2); }); })
+                .find("oss.json: /layer_types: got"),
+            std::string::npos);
+  const Model qwen = hf([](Json& h) {
+    h["model_type"] = "qwen2";
+    h["use_sliding_window"] = true;
+    h["sliding_window"] = 4096;
+    h["max_window_layers"] = 8;
+  });
+  EXPECT_EQ(qwen.attention_window, 4096);
+  EXPECT_EQ(qwen.WindowedLayers(), 0);  // layers 8-31 slide: not a --window-attn-skip-freq pattern
+}
+
 // ---- the bad-input catalogue: each message checked exactly ---------------------------------
 
 const char* kGoodModel = R"({
@@ -294,7 +366,7 @@ TEST(BadInput, UnknownKeyIsAnError) {
             "moe_layer_freq, moe_layer_step, moe_router_bias, moe_router_global_batch_balance, moe_router_topk, moe_shared_expert_intermediate_size, "
             "mtp_num_layers, name, normalization, num_attention_heads, num_experts, num_layers, "
             "num_query_groups, position_embedding, q_lora_rank, qk_head_dim, qk_layernorm, qk_pos_emb_head_dim, rope_scaling_factor, rotary_base, seq_length, "
-            "source, tie_embeddings, v_head_dim, vocab_size (did you mean 'num_layers'?)");
+            "source, tie_embeddings, v_head_dim, vocab_size, window_attn_skip_freq, window_size (did you mean 'num_layers'?)");
   EXPECT_EQ(LoadError("empty_name.json", ModelWith("name", "\"\"")),
             "empty_name.json: /name: got \"\", expected a name, or no name key (the file's name is used)");
   // Keys starting with '_' are comments.

@@ -378,6 +378,20 @@ TEST(RunLog, MegatronLogReadsRopeScalingAndQkLayernorm) {
   EXPECT_EQ(ParseTrainingLog(scaled, "scaled.log", {}).model.name, plain.name);
   EXPECT_TRUE(m.qk_layernorm);
   EXPECT_EQ(m.Parameters().total - plain.Parameters().total, m.num_layers * 2 * m.kv_channels);  // RMSNorm weights
+  // --window-size (W, 0) and --window-attn-skip-freq, as the dump prints them.
+  std::string windowed = text;
+  windowed.insert(windowed.find(at), ArgLine("window_size", "(128, 0)") + "\n" + ArgLine("window_attn_skip_freq", "2") + "\n");
+  const Model w = ParseTrainingLog(windowed, "w.log", {}).model;
+  EXPECT_EQ(w.attention_window, 128);
+  EXPECT_EQ(w.window_attn_skip_freq, 2);
+  EXPECT_EQ(w.WindowedLayers(), w.num_layers - w.num_layers / 2);
+  std::string plain_window = text;
+  plain_window.insert(plain_window.find(at), ArgLine("window_size", "None") + "\n");
+  EXPECT_EQ(ParseTrainingLog(plain_window, "n.log", {}).model.attention_window, 0);
+  std::string both_sides = text;
+  both_sides.insert(both_sides.find(at), ArgLine("window_size", "(128, 128)") + "\n");
+  EXPECT_NE(testing::InputErrorOf([&] { ParseTrainingLog(both_sides, "b.log", {}); }).find("a causal window (W, 0)"),
+            std::string::npos);
 }
 
 TEST(RunLog, ValuesOutsideWhatEachFrameworkPrintsAreRefused) {

@@ -643,6 +643,40 @@ TEST(CostModel, QkLayernormIsANormOverEachHeadsQueriesAndKeys) {
   EXPECT_NEAR(with.layer_saved_bytes - base.layer_saved_bytes, qk_bytes, 1e-6 * qk_bytes);
 }
 
+// A sliding window on all layers but every 4th (Megatron-LM's --window-size 1024,0
+// --window-attn-skip-freq 4) at seq 8192: the flash attention ops cost the mean layer, 1/4 of the
+// causal kernel at 8192 and 3/4 of the windowed one, (2sw - w^2)/s^2 of its FLOPs at 1024's
+// efficiency; with context parallelism the ring steps carry the same mean FLOPs.
+TEST(CostModel, SlidingWindowAttentionCostsTheMeanLayer) {
+  Model full = LoadModel("llama3-8b");
+  full.seq_length = 8192;
+  Json j = ModelToJson(full);
+  j["window_size"] = 1024;
+  j["window_attn_skip_freq"] = 4;
+  const Model win = ModelFromJson(j, "w.json");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile p = DefaultProfile(cl);
+  const ParallelConfig c = Config(1, 1, 8, 1, 8);
+  const CostModel a = BuildCostModel(full, c, cl, p), b = BuildCostModel(win, c, cl, p);
+  const double f = 24.0 / 32, r = (2.0 * 8192 * 1024 - 1024.0 * 1024) / (8192.0 * 8192);
+  const double hd = full.AttentionHeadDim();
+  for (const char* name : {"flash_attention", "flash_attention_bwd"}) {
+    const Op& causal = FindOp(a.layer_ops, name);
+    const Op& mean = FindOp(b.layer_ops, name);
+    const bool bwd = std::string(name) == "flash_attention_bwd";
+    EXPECT_NEAR(mean.flops, causal.flops * (1 - f + f * r), 1e-9 * causal.flops) << name;
+    const double windowed_s = AttentionTime(p, causal.flops * r, 1024, bwd, hd, hd);
+    EXPECT_NEAR(mean.duration_s, (1 - f) * causal.duration_s + f * windowed_s, 1e-12) << name;
+    EXPECT_LT(mean.duration_s, causal.duration_s) << name;
+  }
+  EXPECT_DOUBLE_EQ(FindOp(b.layer_ops, "qkv_proj").duration_s, FindOp(a.layer_ops, "qkv_proj").duration_s);
+  ParallelConfig cp = Config(1, 1, 4, 1, 4);
+  cp.cp = 2;
+  const CostModel acp = BuildCostModel(full, cp, cl, p), bcp = BuildCostModel(win, cp, cl, p);
+  EXPECT_NEAR(FindOp(bcp.layer_ops, "flash_attention").flops, FindOp(acp.layer_ops, "flash_attention").flops * (1 - f + f * r),
+              1e-9 * FindOp(acp.layer_ops, "flash_attention").flops);
+}
+
 TEST(CostModel, AsyncTensorParallelGradReduceHidesBehindTheWeightGradient) {
   // Megatron-LM's async_tensor_model_parallel_allreduce: the input-gradient all-reduce after the
   // QKV and MLP-up data-gradient GEMMs runs beside their weight-gradient GEMMs. Exposed part:
