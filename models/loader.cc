@@ -233,10 +233,29 @@ namespace {
 /// attention, whose cost has no window.
 void ReadWindow(const JsonReader& r, const std::string& file, Model* m) {
   m->attention_window = r.OptInt("window_size", 1, kMaxSeq).value_or(0);
-  m->window_attn_skip_freq = r.OptInt("window_attn_skip_freq", 1, kMaxLayers).value_or(0);
-  if (m->window_attn_skip_freq > 0 && m->attention_window == 0) {
-    throw InputError::Field(file, "/window_attn_skip_freq", std::to_string(m->window_attn_skip_freq),
+  const bool list = r.Has("window_attn_skip_freq") && r.json().at("window_attn_skip_freq").is_array();
+  if (r.Has("window_attn_skip_freq") && m->attention_window == 0) {
+    throw InputError::Field(file, "/window_attn_skip_freq", r.json().at("window_attn_skip_freq").dump().substr(0, 40),
                             "no such key without window_size (the window the other layers attend within)");
+  }
+  if (list) {
+    // Megatron-LM's list form: one 0 or 1 a layer, 1 where the layer attends within the window.
+    const Json& l = r.json().at("window_attn_skip_freq");
+    std::vector<bool> windowed;
+    for (std::size_t i = 0; i < l.size(); ++i) {
+      if (!l[i].is_number_integer() || (l[i] != 0 && l[i] != 1)) {
+        throw InputError::Field(file, "/window_attn_skip_freq/" + std::to_string(i), l[i].dump(),
+                                "0 (the layer attends to the whole sequence) or 1 (within the window)");
+      }
+      windowed.push_back(l[i] == 1);
+    }
+    if (static_cast<std::int64_t>(windowed.size()) != m->num_layers) {
+      throw InputError::Field(file, "/window_attn_skip_freq", "a list of " + std::to_string(windowed.size()) + " entries",
+                              "an integer N or a list of num_layers = " + std::to_string(m->num_layers) + " entries");
+    }
+    SetWindowLayers(windowed, m);
+  } else {
+    m->window_attn_skip_freq = r.OptInt("window_attn_skip_freq", 1, kMaxLayers).value_or(0);
   }
   if (m->attention_window > 0 && m->mla.enabled()) {
     throw InputError::Field(file, "/window_size", std::to_string(m->attention_window),
@@ -338,7 +357,13 @@ Json ModelToJson(const Model& m) {
   if (m.qk_layernorm && !m.mla.enabled()) j["qk_layernorm"] = true;  // MLA's own norms are always counted
   if (m.attention_window > 0 && m.attention_window_modelled) {
     j["window_size"] = m.attention_window;
-    if (m.window_attn_skip_freq > 0) j["window_attn_skip_freq"] = m.window_attn_skip_freq;
+    if (!m.window_layer_pattern.empty()) {
+      Json l = Json::array();
+      for (bool w : m.window_layer_pattern) l.push_back(w ? 1 : 0);
+      j["window_attn_skip_freq"] = l;
+    } else if (m.window_attn_skip_freq > 0) {
+      j["window_attn_skip_freq"] = m.window_attn_skip_freq;
+    }
   }
   j["dropout"] = m.dropout;
   if (m.moe.enabled()) {
@@ -518,47 +543,43 @@ void ReadHfLlamaBiases(const JsonReader& r, const std::string& type, const std::
   m->add_qkv_bias = attention;
 }
 
-/// GPT-OSS's layer_types as Megatron-LM's --window-attn-skip-freq: N where the full-attention
-/// layers are exactly those whose 1-based number is a multiple of N (0: none), nullopt where no
-/// N gives the pattern. Absent: GptOssConfig's default, sliding and full alternating (N = 2).
-std::optional<std::int64_t> HfWindowSkipFreq(const JsonReader& r, std::int64_t layers) {
-  if (!r.Has("layer_types") || r.json().at("layer_types").is_null()) return 2;
+/// GPT-OSS's layer_types: per layer, whether it slides ("sliding_attention") or attends to the
+/// whole sequence ("full_attention"). Absent or null: GptOssConfig's default, alternating with
+/// the first layer sliding.
+std::vector<bool> HfSlidingLayers(const JsonReader& r, std::int64_t layers) {
+  std::vector<bool> sliding;
+  if (!r.Has("layer_types") || r.json().at("layer_types").is_null()) {
+    for (std::int64_t i = 0; i < layers; ++i) sliding.push_back((i + 1) % 2 != 0);
+    return sliding;
+  }
   const Json& t = r.json().at("layer_types");
   if (!t.is_array() || static_cast<std::int64_t>(t.size()) != layers) {
-    throw InputError::Field(r.file(), r.PointerTo("layer_types"), t.dump().substr(0, 80),
+    throw InputError::Field(r.file(), r.PointerTo("layer_types"),
+                            t.is_array() ? "an array of " + std::to_string(t.size()) + " entries" : t.dump().substr(0, 80),
                             "an array of num_hidden_layers = " + std::to_string(layers) +
                                 " strings, \"sliding_attention\" or \"full_attention\"");
   }
-  std::vector<bool> full;
   for (std::size_t i = 0; i < t.size(); ++i) {
     if (!t[i].is_string() || (t[i] != "sliding_attention" && t[i] != "full_attention")) {
       throw InputError::Field(r.file(), r.PointerTo("layer_types") + "/" + std::to_string(i), t[i].dump(),
                               "\"sliding_attention\" or \"full_attention\"");
     }
-    full.push_back(t[i] == "full_attention");
+    sliding.push_back(t[i] == "sliding_attention");
   }
-  if (std::none_of(full.begin(), full.end(), [](bool f) { return f; })) return 0;
-  for (std::int64_t n = 1; n <= layers; ++n) {
-    bool match = true;
-    for (std::int64_t i = 0; i < layers && match; ++i) match = full[static_cast<std::size_t>(i)] == ((i + 1) % n == 0);
-    if (match) return n;
-  }
-  return std::nullopt;
+  return sliding;
 }
 
 /// The attention window of the llama-like families (Model::attention_window): Mistral/Mixtral's
-/// sliding_window (null: none) on every layer and GPT-OSS's on its sliding layers (layer_types),
-/// modelled; Qwen2/Qwen3's when use_sliding_window is true (the layers from max_window_layers on)
-/// and Llama 4's attention_chunk_size (chunked, not sliding), read and named as not modelled.
+/// sliding_window (null: none) on every layer, GPT-OSS's on its sliding layer_types, Qwen2/Qwen3's
+/// when use_sliding_window is true on the layers from max_window_layers (default 28) on, all
+/// modelled (SetWindowLayers); Llama 4's attention_chunk_size (chunked, not sliding) read and
+/// named as not modelled.
 void ReadHfAttentionWindow(const JsonReader& r, const std::string& type, Model* m) {
   const char* key = type == "llama4_text" ? "attention_chunk_size" : "sliding_window";
   if (type == "llama" || type == "deepseek_v2" || type == "deepseek_v3") return;  // no window in these families
   const bool qwen = type == "qwen2" || type == "qwen3" || type == "qwen2_moe" || type == "qwen3_moe";
-  // Qwen slides the layers from max_window_layers (default 28) on, when use_sliding_window is set.
-  if (qwen && (!r.OptBool("use_sliding_window").value_or(false) ||
-               r.OptInt("max_window_layers", 0, kMaxLayers).value_or(28) >= m->num_layers)) {
-    return;
-  }
+  const std::int64_t qwen_from = r.OptInt("max_window_layers", 0, kMaxLayers).value_or(28);
+  if (qwen && (!r.OptBool("use_sliding_window").value_or(false) || qwen_from >= m->num_layers)) return;
   // Absent: the config class's default (MistralConfig 4096, GptOssConfig 128; the others none).
   const std::int64_t absent = type == "mistral" ? 4096 : type == "gpt_oss" ? 128 : 0;
   if (!r.Has(key)) {
@@ -568,13 +589,13 @@ void ReadHfAttentionWindow(const JsonReader& r, const std::string& type, Model* 
   }
   if (m->attention_window <= 0) return;
   m->attention_window_key = key;
-  if (type == "mistral" || type == "mixtral") {
-    m->attention_window_modelled = true;
-  } else if (type == "gpt_oss") {
-    const auto skip = HfWindowSkipFreq(r, m->num_layers);
-    m->attention_window_modelled = skip.has_value();
-    m->window_attn_skip_freq = skip.value_or(0);
+  if (type == "llama4_text") return;  // chunked attention: not modelled
+  std::vector<bool> sliding(static_cast<std::size_t>(m->num_layers), true);
+  if (type == "gpt_oss") sliding = HfSlidingLayers(r, m->num_layers);
+  if (qwen) {
+    for (std::int64_t i = 0; i < m->num_layers; ++i) sliding[static_cast<std::size_t>(i)] = i >= qwen_from;
   }
+  SetWindowLayers(sliding, m);
 }
 
 /// RoPE's base from `key` (rope_theta; GPT-NeoX's rotary_emb_base), 10000 when absent or null

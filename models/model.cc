@@ -110,6 +110,9 @@ bool Model::IsMoeLayer(std::int64_t i) const {
 
 std::int64_t Model::WindowedLayers() const {
   if (!attention_window_modelled || attention_window <= 0) return 0;
+  if (!window_layer_pattern.empty()) {
+    return static_cast<std::int64_t>(std::count(window_layer_pattern.begin(), window_layer_pattern.end(), true));
+  }
   return window_attn_skip_freq > 0 ? num_layers - num_layers / window_attn_skip_freq : num_layers;
 }
 
@@ -117,6 +120,23 @@ double Model::WindowFlopRatio(std::int64_t seq) const {
   if (!attention_window_modelled || attention_window <= 0 || attention_window >= seq) return 1.0;
   const double s = static_cast<double>(seq), w = static_cast<double>(attention_window);
   return (2 * s * w - w * w) / (s * s);
+}
+
+void SetWindowLayers(const std::vector<bool>& windowed, Model* m) {
+  m->attention_window_modelled = true;
+  m->window_layer_pattern.clear();
+  m->window_attn_skip_freq = 0;
+  const std::size_t n = windowed.size();
+  if (std::all_of(windowed.begin(), windowed.end(), [](bool w) { return w; })) return;
+  for (std::size_t freq = 1; freq <= n; ++freq) {
+    bool match = true;
+    for (std::size_t i = 0; i < n && match; ++i) match = windowed[i] == ((i + 1) % freq != 0);
+    if (match) {
+      m->window_attn_skip_freq = static_cast<std::int64_t>(freq);
+      return;
+    }
+  }
+  m->window_layer_pattern = windowed;
 }
 
 std::int64_t Model::MoeLayersIn(std::int64_t begin, std::int64_t end) const {

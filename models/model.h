@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace shardcast {
 
@@ -170,10 +171,13 @@ struct Model {
   /// Megatron-LM's --window-attn-skip-freq: every N-th layer (1-based) attends to the whole
   /// sequence, the others within attention_window; 0: every layer within it (Mistral). GPT-OSS: 2.
   std::int64_t window_attn_skip_freq = 0;
+  /// Megatron-LM's list form of --window-attn-skip-freq: per layer, whether it attends within the
+  /// window (1) or to the whole sequence (0); when not empty (num_layers entries) it replaces
+  /// window_attn_skip_freq. Qwen's max_window_layers, GPT-OSS's irregular layer_types.
+  std::vector<bool> window_layer_pattern;
   /// Whether the window is modelled (flash attention's FLOPs over the window, WindowedLayers());
-  /// false where the config's pattern is none Megatron-LM expresses (Qwen's max_window_layers,
-  /// Llama 4's chunked attention): attention is then costed over the whole causal sequence, and
-  /// `describe` / `simulate` say so.
+  /// false for Llama 4's chunked attention (not a sliding window): attention is then costed over
+  /// the whole causal sequence, and `describe` / `simulate` say so.
   bool attention_window_modelled = false;
   /// The config.json key attention_window came from, for notes.
   std::string attention_window_key;
@@ -206,5 +210,11 @@ struct Model {
   /// FLOPs per token at sequence length `seq` (see FlopCounts).
   FlopCounts Flops(std::int64_t seq) const;
 };
+
+/// Sets `m`'s windowed layers (num_layers entries, true: within attention_window) the way
+/// Megatron-LM writes them: no skip frequency when all slide, the integer N of
+/// --window-attn-skip-freq where the full layers are exactly the multiples of N (1-based; all
+/// full: 1), else the per-layer list. Marks the window modelled.
+void SetWindowLayers(const std::vector<bool>& windowed, Model* m);
 
 }  // namespace shardcast

@@ -393,6 +393,14 @@ std::vector<Infeasibility> ContextParallelRules(const Model& m, const ParallelCo
                     "2*cp-1-i): seq_length = {} is not a multiple of {}",
                     2 * c.cp, seq, 2 * c.cp));
   }
+  if (m.WindowedLayers() > 0 && (c.cp_comm == CpComm::kP2P || c.cp_comm == CpComm::kA2AP2P)) {
+    // Transformer Engine's context parallelism (attention.py, cp_comm_type checks): "The context
+    // parallel running configs cannot support sliding window attention" outside a2a and all_gather.
+    add("sliding-window attention needs cp-comm-type a2a or allgather",
+        fmt::format("Transformer Engine runs sliding-window attention ({} = {}) under context parallelism only with "
+                    "--cp-comm-type a2a or allgather (got {})",
+                    m.attention_window_key, m.attention_window, ToString(c.cp_comm)));
+  }
   if (!c.flash_attention) {
     add("context parallelism needs fused attention",
         fmt::format("cp = {} needs fused (flash) attention: Megatron-Core runs context parallelism only with "

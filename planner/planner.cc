@@ -352,6 +352,9 @@ void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o
           c.ep = ep;
           c.etp = m.moe.enabled() ? etp : 0;
           ApplyPlanWideSettings(o, *l.split, cl.gpus_per_node, &c);
+          // Transformer Engine runs sliding-window attention under CP only with a2a or all-gather
+          // (ContextParallelRules): the all-gather, which any head count allows, unless fixed.
+          if (m.WindowedLayers() > 0 && c.cp > 1 && !o.fixed.count("cp_comm")) c.cp_comm = CpComm::kAllGather;
           const std::vector<std::int64_t> shards = HybridShards(c, cl.gpus_per_node, FixedInt(o, "dp_shard"));
           if (shards.empty()) {
             ++(*rejected)["(dp, ZeRO) choices: the fixed dp_shard does not divide dp*cp, or ZeRO-0 shards nothing"];

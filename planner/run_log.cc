@@ -316,10 +316,19 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::opti
     }
     j["window_size"] = left;
     if (const std::string f = a.Get("window_attn_skip_freq").value_or("None"); f != "None") {
-      if (const auto n = a.Int("window_attn_skip_freq"); n && *n >= 1) {
+      if (!f.empty() && f.front() == '[') {
+        // The list form: one 0 or 1 a layer, 1 where it attends within the window.
+        Json l = Json::array();
+        for (const std::string& v : a.List("window_attn_skip_freq")) {
+          if (v != "0" && v != "1") a.Fail("window_attn_skip_freq", "a list of 0s and 1s (1: the layer slides), an integer N or None");
+          l.push_back(v == "1" ? 1 : 0);
+        }
+        j["window_attn_skip_freq"] = l;
+      } else if (const auto n = a.Int("window_attn_skip_freq"); n && *n >= 1) {
         j["window_attn_skip_freq"] = *n;
       } else {
-        a.Fail("window_attn_skip_freq", "an integer N >= 1 (every N-th layer attends to the whole sequence) or None");
+        a.Fail("window_attn_skip_freq", "an integer N >= 1 (every N-th layer attends to the whole sequence), a list of "
+                                        "0s and 1s, or None");
       }
     }
   }
@@ -718,6 +727,15 @@ void TitanParallelism(const Json& cfg, const std::string& where, const LogDefaul
     c.zero_stage = 1;
     c.overlap_grad_reduce = false;
     run->notes.push_back(std::string("FSDP2 with pipeline parallelism simulated as ") + kFsdp2PipelineEquivalent);
+  } else if (c.zero_stage == 3 && c.pp > 1) {
+    run->notes.push_back("fsdp_reshard_after_forward = \"always\" with pipeline parallelism: FSDP2 gathers the "
+                         "parameters again for every micro-batch, ZeRO-3 under a pipeline, which is not modelled");
+  } else if (c.zero_stage == 3 && reshard == "never") {
+    // Without a pipeline, "never" keeps the gathered parameters from the forward to the backward:
+    // FSDP's SHARD_GRAD_OP, which the simulator runs as ZeRO-2 (as validate reads SHARD_GRAD_OP rows).
+    c.zero_stage = 2;
+    run->notes.push_back("fsdp_reshard_after_forward = \"never\": parameters kept gathered from the forward to the "
+                         "backward (FSDP's SHARD_GRAD_OP), simulated as ZeRO-2");
   }
   const std::string schedule = TitanString(cfg, "parallelism", "pipeline_parallel_schedule", "1F1B");
   if (c.pp > 1) {

@@ -792,18 +792,19 @@ void MapRowConfig(const CsvTable& t, std::size_t r, const std::string& runs_csv,
                   ValidationRow* row) {
   ParallelConfig* c = &row->config;
   const RowChoices ch = MapRowBasics(t, r, runs_csv, m, assume_mbs1, c);
-  if (ch.sharding == kShardingFsdp2 && c->pp > 1) {
-    // FSDP2 under PyTorch's pipeline schedules (torchtitan, NeMo Automodel: reshard_after_forward
-    // = not pp_enabled; the stage turns reshard-after-backward and gradient sync off until its
-    // last backward, then reduce-scatters once): ZeRO-1's traffic without the overlap.
-    c->zero_stage = 1;
-    c->overlap_grad_reduce = false;
-    row->assumptions.push_back(std::string("FSDP2 with pipeline parallelism read as ") + kFsdp2PipelineEquivalent);
-  }
   const std::string fw = t.Get(r, "framework");
   const bool mcore = Contains(fw, "Megatron-Core");
   MapLegacyFrameworks(t, r, runs_csv, c);
   if (mcore) MapNemoMegatronCore(t, r, ch, c, row);
+  if (ch.sharding == kShardingFsdp2 && c->pp > 1 && !mcore) {
+    // FSDP2 under PyTorch's pipeline schedules (torchtitan, NeMo Automodel: reshard_after_forward
+    // = not pp_enabled; the stage turns reshard-after-backward and gradient sync off until its
+    // last backward, then reduce-scatters once): ZeRO-1's traffic without the overlap. After the
+    // framework's settings, which would turn the overlap back on.
+    c->zero_stage = 1;
+    c->overlap_grad_reduce = false;
+    row->assumptions.push_back(std::string("FSDP2 with pipeline parallelism read as ") + kFsdp2PipelineEquivalent);
+  }
   const std::size_t rc = ch.recompute;
   // The defaults of a row that leaves these columns empty, stated (docs/validate.md).
   if (rc == 0 && !mcore) row->assumptions.push_back("full activation recompute (not stated)");

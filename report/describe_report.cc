@@ -180,7 +180,7 @@ void WriteFlops(std::ostream& out, const ModelDescription& d) {
                          "sequence (the convention); simulate costs the {} windowed layers' flash attention at {:.3f} "
                          "of it\n",
                          m.attention_window_key, m.attention_window, d.seq, m.WindowedLayers(), m.WindowFlopRatio(d.seq));
-    } else {
+    } else if (!m.attention_window_modelled) {
       out << fmt::format("  note: {} = {} is shorter than seq {}: this windowed attention is not modelled, so the "
                          "attention terms below (and simulate's attention time) count the whole causal sequence\n",
                          m.attention_window_key, m.attention_window, d.seq);

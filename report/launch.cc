@@ -42,6 +42,21 @@ std::string MegatronPipelineLayout(const Model& m, const ParallelConfig& c) {
   return s;
 }
 
+/// Model::window_layer_pattern as Megatron-LM's list expression for --window-attn-skip-freq,
+/// run-length coded like MegatronMoeLayerFreq: "([1]*3+[0]*1+...)", 1 where a layer slides.
+std::string MegatronWindowPattern(const Model& m) {
+  const auto& p = m.window_layer_pattern;
+  std::string s = "(";
+  for (std::size_t i = 0; i < p.size();) {
+    std::size_t j = i;
+    while (j < p.size() && p[j] == p[i]) ++j;
+    if (i > 0) s += "+";
+    s += fmt::format("[{}]*{}", p[i] ? 1 : 0, j - i);
+    i = j;
+  }
+  return s + ")";
+}
+
 std::string MegatronMoeLayerFreq(const Model& m) {
   if (!m.moe.enabled() || m.MoeLayersIn(0, m.num_layers) == m.num_layers) return "1";
   std::string s = "(";
@@ -110,7 +125,9 @@ std::string MegatronWindow(const Model& m, std::vector<std::string>* unexpressed
   }
   if (m.WindowedLayers() == 0) return "";
   return fmt::format("--window-size {},0", m.attention_window) +
-         (m.window_attn_skip_freq > 0 ? fmt::format(" --window-attn-skip-freq {}", m.window_attn_skip_freq) : "");
+         (!m.window_layer_pattern.empty() ? " --window-attn-skip-freq '" + MegatronWindowPattern(m) + "'"
+          : m.window_attn_skip_freq > 0   ? fmt::format(" --window-attn-skip-freq {}", m.window_attn_skip_freq)
+                                          : std::string());
 }
 
 /// Megatron-Core's qk_layernorm: the per-head query/key norms, and multi-latent attention's q and
@@ -252,7 +269,11 @@ void NemoModel(const Model& m, std::int64_t seq, PyLines* p, std::vector<std::st
   if (MegatronQkLayernorm(m)) p->Set("model.config.qk_layernorm", "True");
   if (!MegatronWindow(m, unexpressed).empty()) {
     p->Set("model.config.window_size", fmt::format("({}, 0)", m.attention_window));
-    if (m.window_attn_skip_freq > 0) p->Set("model.config.window_attn_skip_freq", Py(m.window_attn_skip_freq));
+    if (!m.window_layer_pattern.empty()) {
+      p->Set("model.config.window_attn_skip_freq", MegatronWindowPattern(m));
+    } else if (m.window_attn_skip_freq > 0) {
+      p->Set("model.config.window_attn_skip_freq", Py(m.window_attn_skip_freq));
+    }
   }
   p->Set("model.config.hidden_dropout", m.dropout ? "0.1" : "0.0");
   p->Set("model.config.attention_dropout", m.dropout ? "0.1" : "0.0");
@@ -469,7 +490,8 @@ const char* TorchtitanSchedule(const ParallelConfig& c, std::vector<std::string>
 void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, std::vector<std::string>* unexpressed) {
   RopeScalingUnexpressed(m, unexpressed);
   if (m.attention_window > 0) {
-    unexpressed->push_back(fmt::format("the attention window ({} = {}{}): torchtitan's llama3 and qwen3 have none",
+    unexpressed->push_back(fmt::format("the attention window ({} = {}{}): not written; set it in the flavor's model "
+                                       "arguments where the torchtitan model has one",
                                        m.attention_window_key, m.attention_window,
                                        m.WindowedLayers() > 0 ? fmt::format(" on {} of {} layers", m.WindowedLayers(), m.num_layers)
                                                               : std::string(", not modelled")));

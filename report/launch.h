@@ -69,5 +69,8 @@ std::string MegatronPipelineLayout(const Model& m, const ParallelConfig& c);
 /// Megatron-LM's --moe-layer-freq pattern of `m`'s layers, run-length encoded: "([0]*3+[1]*58)"
 /// (1: MoE layer); "1" when every layer is MoE (or the model is dense).
 std::string MegatronMoeLayerFreq(const Model& m);
+/// Model::window_layer_pattern as Megatron-LM's list expression for --window-attn-skip-freq
+/// ("([1]*3+[0]*1+...)", 1 where a layer attends within the window).
+std::string MegatronWindowPattern(const Model& m);
 
 }  // namespace shardcast

@@ -152,6 +152,11 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   if (m.moe.enabled() && r.feasible && c.ep > 1) {
     out << fmt::format("  expert load: the busiest expert-parallel rank takes {:.3f} x the mean tokens ({})\n",
                        r.moe_load_imbalance, MoeImbalanceSource(c, m.moe));
+    if (r.moe_node_imbalance > 1) {
+      out << fmt::format("  DeepEP across nodes: the busiest node's NICs carry {:.3f} x the mean (MoeNodeImbalance, "
+                         "docs/simulator.md)\n",
+                         r.moe_node_imbalance);
+    }
   }
   if (!r.feasible) {
     out << "\nThis configuration cannot run:\n";
@@ -194,13 +199,15 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
                          "efficiency of a {}-token kernel; MFU's model FLOPs count the whole causal sequence (its "
                          "convention), the executed FLOPs the window.\n",
                          m.attention_window_key, m.attention_window, seq, m.WindowedLayers(), m.num_layers,
-                         m.window_attn_skip_freq > 0
-                             ? fmt::format(" (the layers numbered a multiple of window_attn_skip_freq = {} attend to all of it)", m.window_attn_skip_freq)
+                         !m.window_layer_pattern.empty() ? std::string(" (the layers window_attn_skip_freq's list marks 1)")
+                         : m.window_attn_skip_freq > 0
+                             ? fmt::format(" (the layers numbered a multiple of window_attn_skip_freq = {} attend to all of it)",
+                                           m.window_attn_skip_freq)
                              : std::string(),
                          m.WindowFlopRatio(seq), m.attention_window);
-    } else {
-      out << fmt::format("\nNote: {} = {} is shorter than the sequence ({} tokens): this windowed attention (a pattern "
-                         "Megatron-LM's --window-size and --window-attn-skip-freq do not express) is not modelled, so "
+    } else if (!m.attention_window_modelled) {
+      out << fmt::format("\nNote: {} = {} is shorter than the sequence ({} tokens): this windowed attention is not "
+                         "modelled, so "
                          "attention is costed over the whole causal sequence, more FLOPs and time than the window "
                          "takes.\n",
                          m.attention_window_key, m.attention_window, seq);

@@ -109,19 +109,21 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
                                   {"published_GiB", p.published_GiB}, {"predicted_GiB", p.predicted_GiB},
                                   {"error", p.error}});
   }
-  j["summary"] = {{"step_time_mape", s.step_time_mape},
-                  {"step_time_max_abs_error", s.step_time_max_abs_error},
-                  {"within_5pct", s.within_5pct},
-                  {"within_10pct", s.within_10pct},
+  // An error over no rows is null, not a perfect score.
+  const auto over = [](double v, auto rows) { return rows > 0 ? Json(v) : Json(nullptr); };
+  j["summary"] = {{"step_time_mape", over(s.step_time_mape, s.timed)},
+                  {"step_time_max_abs_error", over(s.step_time_max_abs_error, s.timed)},
+                  {"within_5pct", over(s.within_5pct, s.timed)},
+                  {"within_10pct", over(s.within_10pct, s.timed)},
                   {"timed_rows", s.timed},
-                  {"step_time_mape_held_out", s.held_out_mape},
-                  {"step_time_max_abs_error_held_out", s.held_out_max_abs_error},
+                  {"step_time_mape_held_out", over(s.held_out_mape, s.held_out_timed)},
+                  {"step_time_max_abs_error_held_out", over(s.held_out_max_abs_error, s.held_out_timed)},
                   {"held_out_rows", s.held_out_timed},
-                  {"step_time_mape_fitted", s.fitted_mape},
+                  {"step_time_mape_fitted", over(s.fitted_mape, s.fitted_timed)},
                   {"fitted_rows", s.fitted_timed},
                   {"kendall_tau", s.kendall_pairs > 0 ? Json(s.kendall_tau) : Json(nullptr)},
                   {"kendall_pairs", s.kendall_pairs},
-                  {"memory_mape", s.memory_mape},
+                  {"memory_mape", over(s.memory_mape, s.memory_points)},
                   {"memory_points", s.memory_points},
                   {"oom_rows", s.oom_rows},
                   // Fractions of no rows are null, not a perfect or a zero score.
@@ -139,9 +141,9 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
   }
   for (const auto& [g, v] : s.kendall_by_group) j["summary"]["kendall_tau_by_group"][g] = {{"tau", v.first}, {"pairs", v.second}};
   j["summary"]["low_confidence_rows"] = s.low_confidence_rows;
-  j["summary"]["step_time_mape_without_low_confidence"] = s.confident_mape;
-  j["summary"]["step_time_max_abs_error_without_low_confidence"] = s.confident_max_abs_error;
-  j["summary"]["step_time_mape_held_out_without_low_confidence"] = s.confident_held_out_mape;
+  j["summary"]["step_time_mape_without_low_confidence"] = over(s.confident_mape, s.confident_timed);
+  j["summary"]["step_time_max_abs_error_without_low_confidence"] = over(s.confident_max_abs_error, s.confident_timed);
+  j["summary"]["step_time_mape_held_out_without_low_confidence"] = over(s.confident_held_out_mape, s.confident_held_out_timed);
   j["summary"]["rows_without_low_confidence"] = s.confident_timed;
   j["summary"]["kendall_tau_without_low_confidence"] =
       s.confident_kendall_pairs > 0 ? Json(s.confident_kendall_tau) : Json(nullptr);

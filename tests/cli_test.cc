@@ -136,7 +136,7 @@ TEST(Cli, ExitCodes) {
             std::string::npos)
       << ep.out << ep.err;
   // A window shorter than the sequence is modelled and said so (Mistral-7B v0.1: 4096 on every
-  // layer, 3/4 of the causal FLOPs at 8192); Qwen's max_window_layers pattern is read, not modelled.
+  // layer, 3/4 of the causal FLOPs at 8192); Qwen's from max_window_layers on (24 of 32 layers).
   const std::string mistral = testing::WriteTemp("mistral-window.json", R"({"model_type": "mistral",
     "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
     "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096})");
@@ -150,9 +150,23 @@ TEST(Cli, ExitCodes) {
     "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
     "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096,
     "use_sliding_window": true, "max_window_layers": 8})");
-  EXPECT_NE(RunShardcast("describe --model " + qwen).out.find("note: sliding_window = 4096 is shorter than seq 8192: this "
-                                                             "windowed attention is not modelled"),
+  EXPECT_NE(RunShardcast("describe --model " + qwen).out.find("simulate costs the 24 windowed layers' flash attention at "
+                                                             "0.750 of it"),
             std::string::npos);
+  // A skip frequency of 1 windows no layer: no note.
+  Json one = ModelToJson(LoadModel("llama3-8b"));
+  one["window_size"] = 1024;
+  one["window_attn_skip_freq"] = 1;
+  const std::string one_file = testing::WriteTemp("window-skip1.json", one.dump());
+  EXPECT_EQ(RunShardcast("describe --model " + one_file + " --seq 8192").out.find("window"), std::string::npos);
+  // Transformer Engine runs a sliding window under context parallelism only with a2a or
+  // all-gather: p2p is refused with the reason, and plan searches the all-gather.
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model " + mistral + " --cluster dgx-h100 --gpus 8 --cp 2 --gbs 4 --seq 16384",
+                                    "Transformer Engine runs sliding-window attention (sliding_window = 4096) under "
+                                    "context parallelism only with --cp-comm-type a2a or allgather (got p2p)"));
+  EXPECT_EQ(RunShardcast("simulate --model " + mistral + " --cluster dgx-h100 --gpus 8 --cp 2 --gbs 4 --seq 16384 "
+                         "--cp-comm-type allgather --json").exit_code,
+            0);
   EXPECT_EQ(RunShardcast("describe --model " + mistral + " --seq 4096").out.find("sliding_window"), std::string::npos);
   const auto simulated = RunShardcast("simulate --model " + mistral + " --cluster dgx-h100 --gpus 8 --tp 8 --gbs 8");
   EXPECT_NE(simulated.out.find("Note: sliding_window = 4096 is shorter than the sequence (8192 tokens): 32 of the 32 "

@@ -607,6 +607,14 @@ TEST(Launch, RopeScalingAndQkNormsAreWritten) {
   EXPECT_TRUE(std::any_of(wt.unexpressed.begin(), wt.unexpressed.end(), [](const std::string& u) {
     return u.find("the attention window (sliding_window = 128 on 24 of 48 layers)") != std::string::npos;
   })) << wt.text;
+  // A pattern no skip frequency gives: Megatron-LM's list expression (1 where a layer slides).
+  Model listed = oss;
+  listed.window_layer_pattern.assign(48, true);
+  listed.window_layer_pattern[0] = false;
+  listed.window_layer_pattern[47] = false;
+  EXPECT_EQ(MegatronWindowPattern(listed), "([0]*1+[1]*46+[0]*1)");
+  const LaunchConfig wl = EmitLaunch(LaunchFormat::kMegatron, listed, q.c, q.cl, 8);
+  EXPECT_NE(wl.text.find("--window-size 128,0 --window-attn-skip-freq '([0]*1+[1]*46+[0]*1)'"), std::string::npos) << wl.text;
   // One the model does not model is named as not written.
   oss.attention_window_modelled = false;
   const LaunchConfig un = EmitLaunch(LaunchFormat::kMegatron, oss, q.c, q.cl, 8);

@@ -217,8 +217,8 @@ TEST(Model, HuggingFaceRopeScalingAndQkNorms) {
 
 // Sliding attention windows: Megatron-LM's --window-size W,0 and --window-attn-skip-freq N in our
 // JSON; Mistral's sliding_window on every layer and GPT-OSS's on its sliding layer_types
-// (GptOssConfig's default alternation: N = 2), modelled; Qwen's max_window_layers pattern read
-// but not modelled. A query attends to min(position, W) keys: (2sW - W^2) / s^2 of the causal FLOPs.
+// (GptOssConfig's default alternation: N = 2) and Qwen's from max_window_layers on (the list
+// form), modelled. A query attends to min(position, W) keys: (2sW - W^2) / s^2 of the causal FLOPs.
 TEST(Model, AttentionWindowsAsMegatronExpressesThem) {
   Json j = ModelToJson(LoadModel("llama3-8b"));
   j["window_size"] = 1024;
@@ -269,14 +269,35 @@ TEST(Model, AttentionWindowsAsMegatronExpressesThem) {
   EXPECT_EQ(every3.window_attn_skip_freq, 3);
   EXPECT_EQ(every3.WindowedLayers(), 36 - 12);
   Json odd = types(36, 2);
-  odd[0] = "full_attention";  // no skip frequency gives this pattern: read, not modelled
+  odd[0] = "full_attention";  // no skip frequency gives this pattern: Megatron-LM's list form
   const Model irregular = oss_hf([&](Json& h) { h["layer_types"] = odd; });
   EXPECT_EQ(irregular.attention_window, 128);
-  EXPECT_FALSE(irregular.attention_window_modelled);
-  EXPECT_EQ(irregular.WindowedLayers(), 0);
-  EXPECT_NE(testing::InputErrorOf([&] { oss_hf([&](Json& h) { h["layer_types"] = types(35, 2); }); })
-                .find("oss.json: /layer_types: got"),
-            std::string::npos);
+  EXPECT_TRUE(irregular.attention_window_modelled);
+  EXPECT_EQ(irregular.window_layer_pattern.size(), 36u);
+  EXPECT_EQ(irregular.WindowedLayers(), 17);
+  EXPECT_EQ(ModelToJson(ModelFromJson(ModelToJson(irregular), "i.json")), ModelToJson(irregular));  // the list round-trips
+  Json all_full = Json::array();
+  for (int i = 0; i < 36; ++i) all_full.push_back("full_attention");
+  const Model none = oss_hf([&](Json& h) { h["layer_types"] = all_full; });
+  EXPECT_EQ(none.window_attn_skip_freq, 1);  // every layer full: nothing windowed
+  EXPECT_EQ(none.WindowedLayers(), 0);
+  EXPECT_EQ(testing::InputErrorOf([&] { oss_hf([&](Json& h) { h["layer_types"] = types(35, 2); }); }),
+            "oss.json: /layer_types: got an array of 35 entries, expected an array of num_hidden_layers = 36 strings, "
+            "\"sliding_attention\" or \"full_attention\"");
+  // Our JSON's list form of window_attn_skip_freq (1: the layer slides).
+  Json listed = ModelToJson(LoadModel("llama3-8b"));
+  listed["window_size"] = 512;
+  listed["window_attn_skip_freq"] = Json::array();
+  for (int i = 0; i < 32; ++i) listed["window_attn_skip_freq"].push_back(i < 30 ? 1 : 0);
+  EXPECT_EQ(ModelFromJson(listed, "l.json").WindowedLayers(), 30);
+  listed["window_attn_skip_freq"][3] = 2;
+  EXPECT_EQ(testing::InputErrorOf([&] { ModelFromJson(listed, "l.json"); }),
+            "l.json: /window_attn_skip_freq/3: got 2, expected 0 (the layer attends to the whole sequence) or 1 (within "
+            "the window)");
+  listed["window_attn_skip_freq"] = Json::array({1, 0});
+  EXPECT_EQ(testing::InputErrorOf([&] { ModelFromJson(listed, "l.json"); }),
+            "l.json: /window_attn_skip_freq: got a list of 2 entries, expected an integer N or a list of num_layers = 32 "
+            "entries");
   const Model qwen = hf([](Json& h) {
     h["model_type"] = "qwen2";
     h["use_sliding_window"] = true;
@@ -284,7 +305,9 @@ TEST(Model, AttentionWindowsAsMegatronExpressesThem) {
     h["max_window_layers"] = 8;
   });
   EXPECT_EQ(qwen.attention_window, 4096);
-  EXPECT_EQ(qwen.WindowedLayers(), 0);  // layers 8-31 slide: not a --window-attn-skip-freq pattern
+  EXPECT_EQ(qwen.WindowedLayers(), 24);  // layers 8-31 slide: Megatron-LM's list form
+  EXPECT_FALSE(qwen.window_layer_pattern[7]);
+  EXPECT_TRUE(qwen.window_layer_pattern[8]);
 }
 
 // ---- the bad-input catalogue: each message checked exactly ---------------------------------

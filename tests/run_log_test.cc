@@ -202,7 +202,15 @@ TEST(RunLog, TorchtitanFsdpWithPipelineReadsAsZero1WithoutOverlap) {
   const std::string deg = "\"enable_async_tensor_parallel\": false";
   std::string always = titan;
   always.replace(always.find(deg), deg.size(), deg + ",\n[rank0]:    \"fsdp_reshard_after_forward\": \"always\"");
-  EXPECT_EQ(ParseTrainingLog(always, "t.log", d).config.zero_stage, 3);
+  const LoggedRun a = ParseTrainingLog(always, "t.log", d);
+  EXPECT_EQ(a.config.zero_stage, 3);
+  EXPECT_NE(Join(a.notes, "\n").find("fsdp_reshard_after_forward = \"always\" with pipeline parallelism"), std::string::npos);
+  // Without a pipeline, "never" keeps the gathered parameters to the backward: ZeRO-2.
+  std::string never = ReadTextFile(kTitan);
+  never.replace(never.find(deg), deg.size(), deg + ",\n[rank0]:    \"fsdp_reshard_after_forward\": \"never\"");
+  const LoggedRun n = ParseTrainingLog(never, "t.log", d8);
+  EXPECT_EQ(n.config.zero_stage, 2);
+  EXPECT_NE(Join(n.notes, "\n").find("simulated as ZeRO-2"), std::string::npos);
   std::string bad = titan;
   bad.replace(bad.find(deg), deg.size(), deg + ",\n[rank0]:    \"fsdp_reshard_after_forward\": \"sometimes\"");
   EXPECT_NE(testing::InputErrorOf([&] { ParseTrainingLog(bad, "t.log", d); })
@@ -292,6 +300,10 @@ TEST(RunLog, WhatWouldMismeasureTheRunIsRefusedOrLeftOut) {
   EXPECT_TRUE(summary["kendall_tau"].is_null());
   EXPECT_TRUE(summary["oom_rows_predicted_oom"].is_null());
   EXPECT_DOUBLE_EQ(summary["ok_rows_predicted_fit"].get<double>(), 1.0);
+  // Errors over no rows are null too: no fitted row; the one timed row has its MAPE.
+  EXPECT_TRUE(summary["step_time_mape_fitted"].is_null());
+  EXPECT_EQ(summary["fitted_rows"], 0);
+  EXPECT_FALSE(summary["step_time_mape"].is_null());
 }
 
 // A Megatron-LM log of an MoE run: the expert grid, the dispatcher and forced balancing from the
@@ -385,6 +397,11 @@ TEST(RunLog, MegatronLogReadsRopeScalingAndQkLayernorm) {
   EXPECT_EQ(w.attention_window, 128);
   EXPECT_EQ(w.window_attn_skip_freq, 2);
   EXPECT_EQ(w.WindowedLayers(), w.num_layers - w.num_layers / 2);
+  std::string listed = text;
+  listed.insert(listed.find(at), ArgLine("window_size", "(128, 0)") + "\n" +
+                                     ArgLine("window_attn_skip_freq", "[1, 1, 0" + std::string(", 1") + "]") + "\n");
+  const std::string short_list = testing::InputErrorOf([&] { ParseTrainingLog(listed, "l.log", {}); });
+  EXPECT_NE(short_list.find("/window_attn_skip_freq: got a list of 4 entries"), std::string::npos) << short_list;
   std::string plain_window = text;
   plain_window.insert(plain_window.find(at), ArgLine("window_size", "None") + "\n");
   EXPECT_EQ(ParseTrainingLog(plain_window, "n.log", {}).model.attention_window, 0);
