@@ -42,34 +42,31 @@ std::string MegatronPipelineLayout(const Model& m, const ParallelConfig& c) {
   return s;
 }
 
-/// Model::window_layer_pattern as Megatron-LM's list expression for --window-attn-skip-freq,
-/// run-length coded like MegatronMoeLayerFreq: "([1]*3+[0]*1+...)", 1 where a layer slides.
-std::string MegatronWindowPattern(const Model& m) {
-  const auto& p = m.window_layer_pattern;
+namespace {
+/// Megatron-LM's run-length list expression for a per-layer 0/1 flag over `n` layers:
+/// "([1]*3+[0]*1+...)", 1 where `on(i)`.
+template <typename On>
+std::string RunLengthLayerList(std::int64_t n, On on) {
   std::string s = "(";
-  for (std::size_t i = 0; i < p.size();) {
-    std::size_t j = i;
-    while (j < p.size() && p[j] == p[i]) ++j;
+  for (std::int64_t i = 0; i < n;) {
+    std::int64_t j = i;
+    while (j < n && on(j) == on(i)) ++j;
     if (i > 0) s += "+";
-    s += fmt::format("[{}]*{}", p[i] ? 1 : 0, j - i);
+    s += fmt::format("[{}]*{}", on(i) ? 1 : 0, j - i);
     i = j;
   }
   return s + ")";
 }
+}  // namespace
+
+std::string MegatronWindowPattern(const Model& m) {
+  const auto& p = m.window_layer_pattern;
+  return RunLengthLayerList(static_cast<std::int64_t>(p.size()), [&](std::int64_t i) { return static_cast<bool>(p[static_cast<std::size_t>(i)]); });
+}
 
 std::string MegatronMoeLayerFreq(const Model& m) {
   if (!m.moe.enabled() || m.MoeLayersIn(0, m.num_layers) == m.num_layers) return "1";
-  std::string s = "(";
-  std::int64_t i = 0;
-  while (i < m.num_layers) {
-    const bool moe = m.IsMoeLayer(i);
-    std::int64_t j = i;
-    while (j < m.num_layers && m.IsMoeLayer(j) == moe) ++j;
-    if (i > 0) s += "+";
-    s += fmt::format("[{}]*{}", moe ? 1 : 0, j - i);
-    i = j;
-  }
-  return s + ")";
+  return RunLengthLayerList(m.num_layers, [&](std::int64_t i) { return m.IsMoeLayer(i); });
 }
 
 namespace {
@@ -116,8 +113,8 @@ void RopeScalingUnexpressed(const Model& m, std::vector<std::string>* unexpresse
 }
 
 /// The modelled attention window as Megatron-Core's window_size (left, right) and
-/// window_attn_skip_freq; "" without one. A window the model does not model (Qwen's
-/// max_window_layers, Llama 4's chunks) is named as not written.
+/// window_attn_skip_freq (the integer, or its list form); "" without one. A window the model
+/// does not model (Llama 4's chunked attention) is named as not written.
 std::string MegatronWindow(const Model& m, std::vector<std::string>* unexpressed) {
   if (m.attention_window > 0 && !m.attention_window_modelled) {
     unexpressed->push_back(fmt::format("the config's {} = {} (not modelled): not written", m.attention_window_key,
