@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <regex>
 
 #include <fmt/format.h>
 
@@ -16,6 +17,20 @@ namespace shardcast {
 namespace {
 
 bool Contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
+
+/// Whether a Hopper row's flash attention is Transformer Engine's fused attention, which runs
+/// cuDNN 9's flash kernel at FlashAttention-3-class rates (the default profile's): Megatron-Core
+/// (NeMo 24.x on) and frameworks whose row names TE's kernels (NeMo Automodel's `attn: te`
+/// backend, "kernels: TE + DeepEP"). The other PyTorch-side runs here predate FlashAttention-3
+/// (July 2024) and ran FlashAttention-2, and a row naming FlexAttention (GPT-OSS's attention
+/// sinks) runs PyTorch's FlexAttention, FA2-class on Hopper (about 90% / 85% of FA2's forward /
+/// backward, PyTorch's FlexAttention post, 2024-08): both at FA2's rates.
+bool RowRunsTeAttention(const std::string& framework, bool mcore) {
+  if (Contains(framework, "FlexAttn")) return false;
+  if (mcore || Contains(framework, "Transformer Engine")) return true;
+  static const std::regex te_word("(^|[^A-Za-z])TE([^A-Za-z]|$)");
+  return std::regex_search(framework, te_word);
+}
 
 std::optional<double> Num(const std::string& s) {
   if (s.empty()) return std::nullopt;
@@ -1028,13 +1043,11 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       rep.rows.push_back(row);
       continue;
     }
-    // The PyTorch-side runs here predate FlashAttention-3 (July 2024; the newest is from
-    // 2024-04), so their flash-attention rows ran FlashAttention-2; the default profile assumes
-    // FA3 on Hopper. Transformer Engine's fused attention on Megatron-Core (NeMo 24.x) runs
-    // cuDNN 9's flash attention, at FlashAttention-3-class rates on Hopper (the default's).
     HardwareProfile prof = DefaultProfile(cl);
-    if (c.flash_attention && cl.gpu.arch == "hopper" && !mcore) {
+    if (c.flash_attention && cl.gpu.arch == "hopper" && !RowRunsTeAttention(t.Get(r, "framework"), mcore)) {
       prof = WithAttentionKernel(prof, cl.gpu.arch, "fa2");
+      row.assumptions.push_back("FlashAttention-2's attention rates on Hopper (a PyTorch-side run without "
+                                "Transformer Engine's kernels)");
     }
     const SimulationResult res = Simulate(m, c, cl, row.gpus, prof);
     if (!res.feasible) {
