@@ -188,6 +188,7 @@ void ApplyStageLayoutArgs(const SimulateArgs& a, ParallelConfig* c) {
   c->first_stage_layers = a.first_stage_layers;
   c->last_stage_layers = a.last_stage_layers;
   c->even_chunks = a.even_chunks;
+  if (a.pipeline_flushes > 0) c->pipeline_flushes = a.pipeline_flushes;
 }
 
 /// --framework and --no-scatter-gather into `c` (Megatron-Core's defaults unless megatron-2022).
@@ -325,6 +326,7 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.last_stage_layers >= 0) f += fmt::format(" --decoder-last-pipeline-num-layers {}", c.last_stage_layers);
   if (c.even_chunks) f += " --pipeline-layout-even";
   f += fmt::format(" --mbs {} --gbs {}", c.micro_batch_size, c.global_batch_size);
+  if (c.pipeline_flushes > 1) f += fmt::format(" --pipeline-flushes {}", c.pipeline_flushes);
   if (c.seq_length > 0 && c.seq_length != m.seq_length) f += fmt::format(" --seq {}", c.seq_length);
   if (c.recompute != Recompute::kNone) f += fmt::format(" --recompute {}", ToString(c.recompute));
   if (c.recompute == Recompute::kSelective && c.recompute_modules != kRecomputeCoreAttn) {
@@ -545,6 +547,11 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
               "transformer layers of the last pipeline stage", kMaxLayers);
   AddPositive(cmd, "--num-layers-per-virtual-pipeline-stage", a->layers_per_vp, "Megatron-LM's way to set vp", kMaxLayers);
   AddPositive(cmd, "--mbs,--micro-batch-size", a->mbs, "micro-batch size", kMaxMicroBatchSize);
+  AddPositive(cmd, "--pipeline-flushes", a->pipeline_flushes,
+              "run the step's micro-batches as this many pipeline schedules in turn, each filling and draining the "
+              "pipeline (PyTorch pipelining as torchtitan and NeMo Automodel drive it: their gradient-accumulation "
+              "steps); default 1, Megatron-LM's one schedule",
+              kMaxMicroBatchSize);
   AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (default dp*mbs)", kMaxGlobalBatchSize);
   AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)", kMaxSeq);
   cmd->add_option("--recompute", a->recompute, "activation recompute: none|selective|full")

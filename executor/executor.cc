@@ -335,7 +335,8 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
   }
   const CostModel cm = BuildCostModel(model, c, cluster, profile);
   const PipelineSchedule sched = MakeSchedule(c.schedule, static_cast<int>(c.pp), static_cast<int>(c.num_microbatches()),
-                                              static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1));
+                                              static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1),
+                                              static_cast<int>(c.pipeline_flushes));
   // Rank order: tensor-parallel innermost, then data, then pipeline (Megatron-LM).
   const int tp = static_cast<int>(c.tp), dp = static_cast<int>(c.dp);
   const int tp_rank = rank % tp, dp_rank = (rank / tp) % dp, stage = rank / (tp * dp);

@@ -163,6 +163,7 @@ std::string ParallelConfig::Summary() const {
   }
   if (vp > 1) s += fmt::format(" VP{}", vp);
   s += fmt::format(" mbs{} gbs{}", micro_batch_size, gbs);
+  if (pipeline_flushes > 1) s += fmt::format(" flushes{}", pipeline_flushes);
   if (sequence_parallel) s += " SP";
   s += fmt::format(" recompute={}{} ZeRO-{} {}", ToString(recompute),
                    recompute == Recompute::kSelective && recompute_modules != kRecomputeCoreAttn
@@ -202,6 +203,7 @@ std::string ParallelConfig::Short() const {
   }
   if (vp > 1) s += fmt::format(" VP{}", vp);
   s += fmt::format(" mbs{}", micro_batch_size);
+  if (pipeline_flushes > 1) s += fmt::format(" flushes{}", pipeline_flushes);
   if (sequence_parallel) s += tp_comm_overlap ? " SP+ov" : " SP";
   if (recompute != Recompute::kNone) s += recompute == Recompute::kFull ? " rc-full" : " rc-sel";
   if (zero_stage > 0) s += fmt::format(" Z{}", zero_stage);
@@ -638,11 +640,17 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
   } else if (c.global_batch_size % per_replica != 0) {
     add("global batch not a multiple of micro-batch * dp", fmt::format("global batch {} is not a multiple of micro-batch {} * dp {} = {}",
                             c.global_batch_size, c.micro_batch_size, c.dp, per_replica));
+  } else if (c.pipeline_flushes < 1 || c.num_microbatches() % c.pipeline_flushes != 0) {
+    add("pipeline flushes do not divide the micro-batches", fmt::format("pipeline flushes {} do not divide the step's {} micro-batches (each flush runs a "
+                            "schedule of an equal share)", c.pipeline_flushes, c.num_microbatches()));
   } else if (c.schedule == Schedule::kInterleaved && c.pp > 1 &&
-             c.num_microbatches() % c.pp != 0) {
+             (c.num_microbatches() / c.pipeline_flushes) % c.pp != 0) {
     // Megatron-LM requires this for the interleaved schedule.
-    add("interleaved schedule needs micro-batches divisible by pp", fmt::format("interleaved schedule needs micro-batches ({}) divisible by pp ({})",
-                            c.num_microbatches(), c.pp));
+    add("interleaved schedule needs micro-batches divisible by pp",
+        c.pipeline_flushes > 1
+            ? fmt::format("interleaved schedule needs micro-batches per flush ({} / {} flushes = {}) divisible by pp ({})",
+                          c.num_microbatches(), c.pipeline_flushes, c.num_microbatches() / c.pipeline_flushes, c.pp)
+            : fmt::format("interleaved schedule needs micro-batches ({}) divisible by pp ({})", c.num_microbatches(), c.pp));
   }
   for (const Infeasibility& x : HybridShardRules(c)) r.push_back(x);
   if (c.zero_stage >= 2 && c.pp > 1) {

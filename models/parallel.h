@@ -208,6 +208,15 @@ struct ParallelConfig {
   /// "ZeRO-3").
   bool zero3_limit_all_gathers = true;
   Schedule schedule = Schedule::k1F1B;
+  /// The step's micro-batches run as this many pipeline schedules in turn, each of
+  /// num_microbatches() / pipeline_flushes micro-batches that fills and drains the pipeline
+  /// before the next begins; gradients are reduced and the optimizer steps once, after the last.
+  /// PyTorch's pipelining as torchtitan and NeMo Automodel drive it: their gradient-accumulation
+  /// loop calls the schedule's step() once per local batch, so this is their gradient
+  /// accumulation steps (global batch / (local batch * dp)). 1: Megatron-LM and DeepSpeed, one
+  /// schedule over all the step's micro-batches. Must divide num_microbatches() (and leave a
+  /// multiple of pp per schedule for interleaved 1F1B).
+  std::int64_t pipeline_flushes = 1;
   Precision precision = Precision::kBf16;
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< with precision kFp8
   /// --fp8-format e4m3 (every tensor E4M3) instead of hybrid (E5M2 gradients): the same bytes

@@ -786,6 +786,14 @@ void TitanBatchAndPrecision(const Json& cfg, const std::string& where, LoggedRun
   if (global == 0 || global < -1) throw InputError(fmt::format("{}: training.global_batch_size: got {}, expected -1 or a positive integer", where, global));
   c.global_batch_size = global > 0 ? global : CheckedProduct(local, c.dp, where + ": training.local_batch_size x dp");
   c.micro_batch_size = c.pp > 1 ? TitanInt(cfg, "parallelism", "pipeline_parallel_microbatch_size", 1, where) : local;
+  // torchtitan's gradient-accumulation loop runs the pipeline schedule once per local batch.
+  const std::int64_t per_step = local * c.dp;
+  if (c.pp > 1 && per_step > 0 && c.global_batch_size % per_step == 0 && c.global_batch_size / per_step > 1) {
+    c.pipeline_flushes = c.global_batch_size / per_step;
+    run->notes.push_back(fmt::format("{} gradient-accumulation steps (global batch {} / (local batch {} x dp {})), each "
+                                     "a pipeline schedule of its own: simulated as --pipeline-flushes {}",
+                                     c.pipeline_flushes, c.global_batch_size, local, c.dp, c.pipeline_flushes));
+  }
   c.seq_length = TitanInt(cfg, "training", "seq_len", run->model.seq_length, where);
   if (c.seq_length < 1 || c.seq_length > kMaxDegree) {
     throw InputError(fmt::format("{}: training.seq_len: got {}, expected 1 to {}", where, c.seq_length, kMaxDegree));

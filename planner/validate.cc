@@ -802,6 +802,24 @@ void MapPipelineLayoutAssumption(const Model& m, bool mcore, ParallelConfig* c, 
   }
 }
 
+/// PyTorch's pipelining under a gradient-accumulation loop (NeMo Automodel's benchmark recipe,
+/// torchtitan) calls the schedule's step() once per local batch: a row whose notes give its
+/// gradient-accumulation steps ("GA=4") runs that many pipeline flushes a step.
+void MapGradientAccumulationFlushes(const CsvTable& t, std::size_t r, ValidationRow* row) {
+  static const std::regex ga_re("(^|[^A-Za-z])GA=([0-9]+)");
+  std::smatch mt;
+  const std::string notes = t.Get(r, "notes");
+  if (!std::regex_search(notes, mt, ga_re)) return;
+  ParallelConfig* c = &row->config;
+  const std::int64_t ga = std::stoll(mt[2].str().substr(0, 6));
+  const std::int64_t m = c->num_microbatches();
+  if (ga <= 1 || m <= 0 || m % ga != 0) return;
+  c->pipeline_flushes = ga;
+  row->assumptions.push_back(fmt::format("its {} gradient-accumulation steps as {} pipeline flushes of {} micro-batches "
+                                         "(PyTorch pipelining: one schedule step() per local batch)",
+                                         ga, ga, m / ga));
+}
+
 /// The parallel configuration of row `r` as its framework ran it (assumptions into `row`).
 void MapRowConfig(const CsvTable& t, std::size_t r, const std::string& runs_csv, const Model& m, bool assume_mbs1,
                   ValidationRow* row) {
@@ -819,6 +837,7 @@ void MapRowConfig(const CsvTable& t, std::size_t r, const std::string& runs_csv,
     c->zero_stage = 1;
     c->overlap_grad_reduce = false;
     row->assumptions.push_back(std::string("FSDP2 with pipeline parallelism read as ") + kFsdp2PipelineEquivalent);
+    MapGradientAccumulationFlushes(t, r, row);
   }
   const std::size_t rc = ch.recompute;
   // The defaults of a row that leaves these columns empty, stated (docs/validate.md).

@@ -91,6 +91,15 @@ std::string Number(double v) {
                                                     : fmt::format("{}", v);
 }
 
+/// Megatron-LM, NeMo and DeepSpeed's pipeline engine run all of a step's micro-batches in one
+/// schedule: pipeline flushes (PyTorch pipelining's gradient-accumulation loop) have no setting.
+void OneScheduleUnexpressed(const ParallelConfig& c, const char* framework, std::vector<std::string>* unexpressed) {
+  if (c.pipeline_flushes <= 1 || c.pp <= 1) return;
+  unexpressed->push_back(fmt::format("{} pipeline flushes a step ({} runs the step's micro-batches in one schedule): "
+                                     "written as one schedule",
+                                     c.pipeline_flushes, framework));
+}
+
 std::string Header(const char* comment, const Model& m, const ParallelConfig& c, const Cluster& cl,
                    std::int64_t gpus, const char* version, const std::vector<std::string>& unexpressed) {
   const Nodes n = NodesOf(cl, gpus);
@@ -202,6 +211,7 @@ LaunchConfig EmitMegatron(const Model& m, const ParallelConfig& c, const Cluster
   lines.push_back("--train-iters 100 --lr 1.0e-4 --min-lr 1.0e-5 --lr-decay-style cosine --log-interval 1 "
                   "--eval-iters 0");
   const Nodes n = NodesOf(cl, gpus);
+  OneScheduleUnexpressed(c, "Megatron-LM", &l.unexpressed);
   std::string t = Header("#", m, c, cl, gpus, kMegatronVersion, l.unexpressed);
   t += "# Mock data and 100 steps: give your --data-path, tokenizer, schedule and checkpoints for a real run.\n";
   // Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 where tp or cp is above 1
@@ -453,6 +463,7 @@ LaunchConfig EmitNemo(const Model& m, const ParallelConfig& c, const Cluster& cl
   p.Set("data.micro_batch_size", Py(c.micro_batch_size));
   p.Set("data.global_batch_size", Py(c.global_batch_size));
   p.Set("data.seq_length", Py(seq));
+  OneScheduleUnexpressed(c, "NeMo (Megatron-Core)", &l.unexpressed);
   l.text = Header("#", m, c, cl, gpus, kNemoVersion, l.unexpressed) + p.text;
   return l;
 }
@@ -647,9 +658,12 @@ void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string*
 
 void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, std::vector<std::string>* unexpressed) {
   *t += "\n[training]\n";
-  // local_batch_size is one data-parallel rank's batch per step; the pipeline splits it into
-  // micro-batches, and without a pipeline the global batch makes gradient accumulation.
-  *t += fmt::format("local_batch_size = {}\n", c.pp > 1 ? c.global_batch_size / std::max<std::int64_t>(1, c.dp) : c.micro_batch_size);
+  // local_batch_size is one data-parallel rank's batch per schedule; the pipeline splits it into
+  // micro-batches, and the global batch makes gradient accumulation: without a pipeline one
+  // micro-batch a step, with one a pipeline flush (ParallelConfig::pipeline_flushes) each.
+  const std::int64_t flushes = std::max<std::int64_t>(1, c.pipeline_flushes);
+  *t += fmt::format("local_batch_size = {}\n",
+                    c.pp > 1 ? c.global_batch_size / std::max<std::int64_t>(1, c.dp) / flushes : c.micro_batch_size);
   *t += fmt::format("global_batch_size = {}\n", c.global_batch_size);
   *t += fmt::format("seq_len = {}\n", seq);
   const bool fp32 = c.precision == Precision::kFp32 || c.precision == Precision::kTf32;
@@ -798,6 +812,7 @@ LaunchConfig EmitDeepSpeed(const Model& m, const ParallelConfig& c, const Cluste
   j["zero_optimization"] = DeepSpeedZeroJson(c);
   DeepSpeedUnexpressed(c, &l.unexpressed);
   const Nodes n = NodesOf(cl, gpus);
+  OneScheduleUnexpressed(c, "DeepSpeed's pipeline engine", &l.unexpressed);
   std::string head = Header("#", m, c, cl, gpus, kDeepSpeedVersion, l.unexpressed);
   head += fmt::format("# Run with: deepspeed --num_nodes {} --num_gpus {} TRAINING_SCRIPT ... --deepspeed_config "
                       "ds_config.json (Megatron-DeepSpeed: add --deepspeed)\n",

@@ -260,13 +260,17 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   if (c.pp > 1 && nmb > 0 && c.schedule != Schedule::kZbH1) {
     // Narayanan et al. 2021 eq. 1 and section 2.2: (p-1)/(v*m) of the ideal time, so
     // (p-1)/(v*m + p-1) of the step, with equal stages and free transfers.
+    // With f pipeline flushes each of the f schedules fills and drains: f*(p-1) idle slots.
     const double v = c.schedule == Schedule::kInterleaved ? static_cast<double>(c.vp) : 1.0;
     const double p1 = static_cast<double>(c.pp - 1);
-    out << fmt::format("                   equal stages and free transfers would give {} = (p-1)/(v*m+p-1) (p {}, v {:g}, "
-                             "m {});\n                   unequal stages (work and communication) and waits on transfers raise the measured "
+    const double f = static_cast<double>(std::max<std::int64_t>(1, c.pipeline_flushes));
+    const std::string form = f > 1 ? fmt::format("f*(p-1)/(v*m+f*(p-1)) (p {}, v {:g}, m {}, f {:g} flushes)", c.pp, v, nmb, f)
+                                   : fmt::format("(p-1)/(v*m+p-1) (p {}, v {:g}, m {})", c.pp, v, nmb);
+    out << fmt::format("                   equal stages and free transfers would give {} = {};\n"
+                             "                   unequal stages (work and communication) and waits on transfers raise the measured "
                              "figure;\n                   the optimizer step and data-parallel tail, in its step time "
                              "but not in the closed form, lower it\n",
-                             Pct(p1 / (v * static_cast<double>(nmb) + p1)), c.pp, v, nmb);
+                             Pct(f * p1 / (v * static_cast<double>(nmb) + f * p1)), form);
   }
   out << "\nTime breakdown (mean over stages; parts add up to the step time)\n";
   const auto& b = r.breakdown;

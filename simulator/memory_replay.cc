@@ -331,7 +331,8 @@ class Replayer {
 };
 
 int ReplayedMicrobatches(const ParallelConfig& c) {
-  const int m = static_cast<int>(c.num_microbatches());
+  // With pipeline flushes each schedule drains before the next: one flush's peak is the step's.
+  const int m = static_cast<int>(c.num_microbatches() / std::max<std::int64_t>(1, c.pipeline_flushes));
   const int p = static_cast<int>(c.pp);
   if (c.schedule == Schedule::kGpipe) return m;
   int cap = std::max(2 * p, 4);

@@ -83,7 +83,25 @@ std::vector<ScheduleItem> ZbH1(int i, int p, int m) {
 
 }  // namespace
 
-PipelineSchedule MakeSchedule(Schedule kind, int p, int m, int v) {
+PipelineSchedule MakeSchedule(Schedule kind, int p, int m, int v, int flushes) {
+  if (flushes > 1) {
+    Check(m % flushes == 0, "pipeline flushes must divide the micro-batches");
+    const int per = m / flushes;
+    PipelineSchedule s = MakeSchedule(kind, p, per, v);
+    s.microbatches = m;
+    for (auto& o : s.order) {
+      const std::size_t n = o.size();
+      o.reserve(n * static_cast<std::size_t>(flushes));
+      for (int k = 1; k < flushes; ++k) {
+        for (std::size_t i = 0; i < n; ++i) {
+          ScheduleItem it = o[i];
+          it.microbatch += k * per;
+          o.push_back(it);
+        }
+      }
+    }
+    return s;
+  }
   PipelineSchedule s;
   s.stages = p;
   s.microbatches = m;
@@ -134,25 +152,25 @@ SteadyPeriod SteadyPeriodOf(const std::vector<ScheduleItem>& order) {
   return {};
 }
 
-const PipelineSchedule& SharedSchedule(Schedule kind, int p, int m, int v) {
+const PipelineSchedule& SharedSchedule(Schedule kind, int p, int m, int v, int flushes) {
   // Most recent first; the planner bounds thousands of candidates with a handful of shapes.
   constexpr std::size_t kKept = 8;
   struct Entry {
     Schedule kind;
-    int p, m, v;
+    int p, m, v, flushes;
     std::shared_ptr<const PipelineSchedule> sched;
   };
   thread_local std::vector<Entry> cache;
   for (std::size_t i = 0; i < cache.size(); ++i) {
     const Entry& e = cache[i];
-    if (e.kind != kind || e.p != p || e.m != m || e.v != v) continue;
+    if (e.kind != kind || e.p != p || e.m != m || e.v != v || e.flushes != flushes) continue;
     std::rotate(cache.begin(), cache.begin() + static_cast<std::ptrdiff_t>(i),
                 cache.begin() + static_cast<std::ptrdiff_t>(i) + 1);
     return *cache.front().sched;
   }
-  auto made = std::make_shared<const PipelineSchedule>(MakeSchedule(kind, p, m, v));
+  auto made = std::make_shared<const PipelineSchedule>(MakeSchedule(kind, p, m, v, flushes));
   if (cache.size() >= kKept) cache.pop_back();
-  cache.insert(cache.begin(), Entry{kind, p, m, v, std::move(made)});
+  cache.insert(cache.begin(), Entry{kind, p, m, v, flushes, std::move(made)});
   return *cache.front().sched;
 }
 

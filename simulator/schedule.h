@@ -51,11 +51,16 @@ inline bool SplitsWeightGradients(Schedule kind) { return kind == Schedule::kZbH
 /// ZB-H1: the 1F1B order with each backward split into B then W (Qi et al. 2024), W passes of
 ///   the first p-i-1 steady-state backwards deferred to the drain (two W after each drain B),
 ///   where 1F1B waits for gradients.
-PipelineSchedule MakeSchedule(Schedule kind, int stages, int microbatches, int chunks);
+///
+/// `flushes` > 1 (ParallelConfig::pipeline_flushes, PyTorch pipelining's gradient-accumulation
+/// loop): the micro-batches run as that many schedules of microbatches / flushes each, one after
+/// the other on every stage (micro-batches k*m/flushes .. (k+1)*m/flushes - 1 in the k-th), so
+/// each fills and drains the pipeline. Needs flushes to divide microbatches.
+PipelineSchedule MakeSchedule(Schedule kind, int stages, int microbatches, int chunks, int flushes = 1);
 
-/// MakeSchedule's result, kept for the last few (kind, stages, micro-batches, chunks) asked for
-/// on this thread (the planner's bounds ask for the same few thousands of times). The reference
-/// stays valid until the ninth different schedule is asked for on the same thread.
-const PipelineSchedule& SharedSchedule(Schedule kind, int stages, int microbatches, int chunks);
+/// MakeSchedule's result, kept for the last few (kind, stages, micro-batches, chunks, flushes)
+/// asked for on this thread (the planner's bounds ask for the same few thousands of times). The
+/// reference stays valid until the ninth different schedule is asked for on the same thread.
+const PipelineSchedule& SharedSchedule(Schedule kind, int stages, int microbatches, int chunks, int flushes = 1);
 
 }  // namespace shardcast

@@ -304,7 +304,7 @@ class Builder {
 };
 
 std::vector<std::int64_t> Builder::ShapeOf() const {
-  std::vector<std::int64_t> s = {p_, v_, mb_, R_, static_cast<std::int64_t>(c_.schedule), zero3_, zero3_sync_, dp_comm_,
+  std::vector<std::int64_t> s = {p_, v_, mb_, c_.pipeline_flushes, R_, static_cast<std::int64_t>(c_.schedule), zero3_, zero3_sync_, dp_comm_,
                                  c_.overlap_grad_reduce, c_.overlap_param_gather,
                                  c_.zero_stage == 1 || c_.zero_stage == 2, c_.p2p_blocking,
                                  zero3_ && c_.zero3_limit_all_gathers, m_.tie_embeddings && p_ > 1 && !FreeComm(), FreeComm(),
@@ -459,7 +459,7 @@ void Builder::Build(Skeleton& sk) {
   g_ = &sk.graph;
   sk.graph.Clear();
   sk.cost_keys.clear();
-  sk.sched = SharedSchedule(c_.schedule, p_, mb_, v_);
+  sk.sched = SharedSchedule(c_.schedule, p_, mb_, v_, static_cast<int>(c_.pipeline_flushes));
   const int devices = p_ * R_;
   sk.device_stage.assign(static_cast<std::size_t>(devices), 0);
   last_on_stream_.assign(static_cast<std::size_t>(devices * kNumStreams), -1);
@@ -946,7 +946,8 @@ Bounds LowerBounds(const Model& m, const ParallelConfig& cfg, const Cluster& cl,
   const CostModel cm = BuildCostModel(m, c, cl, prof);
   const int v = static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1);
   const PipelineSchedule& sched = SharedSchedule(c.schedule, static_cast<int>(c.pp),
-                                                static_cast<int>(c.num_microbatches()), v);
+                                                static_cast<int>(c.num_microbatches()), v,
+                                                static_cast<int>(c.pipeline_flushes));
   const bool split = sched.split_weight;
   for (int i = 0; i < c.pp; ++i) {
     const auto& chunks = cm.chunks[static_cast<std::size_t>(i)];
@@ -1374,6 +1375,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
     if (c.cp_comm == CpComm::kA2AP2P) j["config"]["cp_a2a_ranks"] = CpA2aGroup(c, cl.gpus_per_node);
   }
   j["config"]["pipeline_layout_even"] = c.even_chunks;
+  j["config"]["pipeline_flushes"] = c.pipeline_flushes;
   j["config"]["decoder_first_pipeline_num_layers"] =
       c.first_stage_layers >= 0 ? Json(c.first_stage_layers) : Json(nullptr);
   j["config"]["decoder_last_pipeline_num_layers"] =

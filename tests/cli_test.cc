@@ -302,6 +302,16 @@ TEST(CliSimulate, HumanOutputAndTrace) {
   // The schedule's own bubble beside the simulated one: p 8, v 3, m 64 -> 7 / (3*64 + 7).
   const std::string ideal = fmt::format("would give {:.1f}% = (p-1)/(v*m+p-1) (p 8, v 3, m 64)", 100.0 * 7 / (3 * 64 + 7));
   EXPECT_NE(r.out.find(ideal), std::string::npos) << ideal << "\n" << r.out;
+  // Four pipeline flushes of 16 micro-batches: 4 * 7 / (3*64 + 4*7), in the header and JSON.
+  auto f = RunShardcast(std::string(kDoneCommand) + " --pipeline-flushes 4");
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  const std::string flushed =
+      fmt::format("would give {:.1f}% = f*(p-1)/(v*m+f*(p-1)) (p 8, v 3, m 64, f 4 flushes)", 100.0 * 28 / (3 * 64 + 28));
+  EXPECT_NE(f.out.find(flushed), std::string::npos) << flushed << "\n" << f.out;
+  EXPECT_NE(f.out.find(" flushes4 "), std::string::npos);
+  auto fj = RunShardcast(std::string(kDoneCommand) + " --pipeline-flushes 4 --json");
+  ASSERT_EQ(fj.exit_code, 0) << fj.err;
+  EXPECT_EQ(Json::parse(fj.out)["config"]["pipeline_flushes"], 4);
   Json t = ReadJsonFile(trace);
   ASSERT_TRUE(t["traceEvents"].is_array());
   EXPECT_GT(t["traceEvents"].size(), 1000u);

@@ -674,6 +674,8 @@ TEST(MoeValidation, RowsAreModelledOrSkippedAndFenced) {
       EXPECT_NE(Join(r.assumptions, "\n").find(std::string("FSDP2 with pipeline parallelism read as ") + kFsdp2PipelineEquivalent),
                 std::string::npos)
           << r.row_id;
+      // Automodel's gradient-accumulation loop: GA=4 (row 41), 1 (42), 2 (43) schedules a step.
+      EXPECT_EQ(r.config.pipeline_flushes, r.row_id == "41" ? 4 : r.row_id == "43" ? 2 : 1) << r.row_id;
     }
     if (r.row_id == "44") {
       EXPECT_EQ(r.config.zero_stage, 3);

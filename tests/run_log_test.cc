@@ -211,6 +211,21 @@ TEST(RunLog, TorchtitanFsdpWithPipelineReadsAsZero1WithoutOverlap) {
   const LoggedRun n = ParseTrainingLog(never, "t.log", d8);
   EXPECT_EQ(n.config.zero_stage, 2);
   EXPECT_NE(Join(n.notes, "\n").find("simulated as ZeRO-2"), std::string::npos);
+  // Gradient accumulation under a pipeline: global 64 over local 2 x dp 8 is 4 steps, each
+  // a schedule of local 2 / pipeline micro-batch 1 = 2 micro-batches.
+  std::string ga = titan;
+  const std::string gbs = "\"global_batch_size\": -1", init = "global batch size 16, gradient accumulation steps 1";
+  ASSERT_NE(ga.find(init), std::string::npos);
+  ga.replace(ga.find(gbs), gbs.size(), "\"global_batch_size\": 64");
+  ga.replace(ga.find(init), init.size(), "global batch size 64, gradient accumulation steps 4");
+  const LoggedRun g = ParseTrainingLog(ga, "t.log", d);
+  EXPECT_EQ(g.config.global_batch_size, 64);
+  EXPECT_EQ(g.config.num_microbatches(), 8);
+  EXPECT_EQ(g.config.pipeline_flushes, 4);
+  EXPECT_NE(Join(g.notes, "\n").find("4 gradient-accumulation steps (global batch 64 / (local batch 2 x dp 8)), each a "
+                                     "pipeline schedule of its own: simulated as --pipeline-flushes 4"),
+            std::string::npos);
+  EXPECT_EQ(r.config.pipeline_flushes, 1);  // one local batch a step
   std::string bad = titan;
   bad.replace(bad.find(deg), deg.size(), deg + ",\n[rank0]:    \"fsdp_reshard_after_forward\": \"sometimes\"");
   EXPECT_NE(testing::InputErrorOf([&] { ParseTrainingLog(bad, "t.log", d); })

@@ -9,6 +9,7 @@
 #include "common/text.h"
 #include "models/loader.h"
 #include "simulator/cost_model.h"
+#include "simulator/schedule.h"
 #include "simulator/simulate.h"
 #include "bench/gpt3_config.h"
 #include "cli/config_args.h"
@@ -43,10 +44,11 @@ ParallelConfig Config(std::int64_t tp, std::int64_t pp, std::int64_t dp, std::in
 struct BubbleCase {
   Schedule schedule;
   int p, m, v;
+  int f = 1;  ///< pipeline flushes
 };
 
 void PrintTo(const BubbleCase& k, std::ostream* os) {
-  *os << ToString(k.schedule) << " p" << k.p << " m" << k.m << " v" << k.v;
+  *os << ToString(k.schedule) << " p" << k.p << " m" << k.m << " v" << k.v << " f" << k.f;
 }
 
 class ClosedFormBubble : public ::testing::TestWithParam<BubbleCase> {};
@@ -56,13 +58,15 @@ TEST_P(ClosedFormBubble, EqualStagesFreeCommunication) {
   Model m = SmallGpt();
   Cluster cl = LoadCluster("dgx-a100");
   ParallelConfig c = Config(1, k.p, 1, 1, k.m, k.schedule, k.v);
+  c.pipeline_flushes = k.f;
   SimulateOptions o;
   o.ideal_pipeline = true;
   SimulationResult r = Simulate(m, c, cl, k.p, DefaultProfile(cl), o);
   ASSERT_TRUE(r.feasible) << r.reasons[0];
   // Narayanan et al. 2021: 1F1B (p-1)/(m+p-1); interleaved (p-1)/(v*m+p-1). Every stage idles
-  // the same (p-1)(F+B)/v, so the per-stage fraction equals the mean.
-  const double expected = static_cast<double>(k.p - 1) / (k.v * k.m + k.p - 1);
+  // the same (p-1)(F+B)/v, so the per-stage fraction equals the mean. With f flushes each of
+  // the f schedules of m/f micro-batches fills and drains: f*(p-1)/(v*m+f*(p-1)).
+  const double expected = static_cast<double>(k.f * (k.p - 1)) / (k.v * k.m + k.f * (k.p - 1));
   EXPECT_NEAR(r.bubble_fraction, expected, 1e-9);
   for (const auto& s : r.stages) EXPECT_NEAR(s.bubble_fraction, expected, 1e-9) << "stage " << s.stage;
 }
@@ -74,7 +78,52 @@ INSTANTIATE_TEST_SUITE_P(Schedules, ClosedFormBubble,
                                            BubbleCase{Schedule::kGpipe, 4, 8, 1},
                                            BubbleCase{Schedule::kInterleaved, 4, 8, 3},
                                            BubbleCase{Schedule::kInterleaved, 4, 16, 2},
-                                           BubbleCase{Schedule::kInterleaved, 2, 4, 6}));
+                                           BubbleCase{Schedule::kInterleaved, 2, 4, 6},
+                                           BubbleCase{Schedule::k1F1B, 4, 8, 1, 2},
+                                           BubbleCase{Schedule::kGpipe, 4, 8, 1, 4},
+                                           BubbleCase{Schedule::kInterleaved, 4, 16, 2, 2},
+                                           BubbleCase{Schedule::k1F1B, 4, 6, 1, 6}));
+
+// Pipeline flushes (PyTorch pipelining's gradient-accumulation loop): the stage's order is f
+// copies of the m/f schedule, micro-batches renumbered; micro-batches in flight at the peak are
+// one flush's, and a flush count that does not divide the micro-batches (or leaves an
+// interleaved flush short of a multiple of pp) is a reason, not a crash.
+TEST(ClosedForm, PipelineFlushesRunTheirSchedulesInTurn) {
+  const PipelineSchedule one = MakeSchedule(Schedule::k1F1B, 4, 4, 1);
+  const PipelineSchedule two = MakeSchedule(Schedule::k1F1B, 4, 8, 1, 2);
+  EXPECT_EQ(two.microbatches, 8);
+  for (int i = 0; i < 4; ++i) {
+    const auto& a = one.order[static_cast<std::size_t>(i)];
+    const auto& b = two.order[static_cast<std::size_t>(i)];
+    ASSERT_EQ(b.size(), 2 * a.size());
+    for (std::size_t k = 0; k < b.size(); ++k) {
+      const ScheduleItem& want = a[k % a.size()];
+      EXPECT_EQ(b[k].kind, want.kind);
+      EXPECT_EQ(b[k].chunk, want.chunk);
+      EXPECT_EQ(b[k].microbatch, want.microbatch + (k < a.size() ? 0 : 4));
+    }
+  }
+  Model m = SmallGpt();
+  Cluster cl = LoadCluster("dgx-a100");
+  ParallelConfig g = Config(1, 4, 1, 1, 8, Schedule::kGpipe);
+  const SimulationResult whole = Simulate(m, g, cl, 4, DefaultProfile(cl));
+  g.pipeline_flushes = 4;
+  const SimulationResult flushed = Simulate(m, g, cl, 4, DefaultProfile(cl));
+  ASSERT_TRUE(whole.feasible && flushed.feasible);
+  EXPECT_EQ(whole.stages[0].memory.peak_inflight_microbatches, 8);
+  EXPECT_EQ(flushed.stages[0].memory.peak_inflight_microbatches, 2);
+  EXPECT_GT(flushed.step_time_s, whole.step_time_s);
+  g.pipeline_flushes = 3;
+  const SimulationResult bad = Simulate(m, g, cl, 4, DefaultProfile(cl));
+  EXPECT_FALSE(bad.feasible);
+  EXPECT_NE(Join(bad.reasons, "; ").find("pipeline flushes 3 do not divide the step's 8 micro-batches"), std::string::npos);
+  ParallelConfig il = Config(1, 4, 1, 1, 8, Schedule::kInterleaved, 2);
+  il.pipeline_flushes = 4;
+  const SimulationResult short_flush = Simulate(m, il, cl, 4, DefaultProfile(cl));
+  EXPECT_FALSE(short_flush.feasible);
+  EXPECT_NE(Join(short_flush.reasons, "; ").find("micro-batches per flush (8 / 4 flushes = 2) divisible by pp (4)"),
+            std::string::npos);
+}
 
 TEST(ClosedForm, ZeroBubbleH1BeatsOneFOneB) {
   // ZB-H1 (Qi et al. 2024): with F, B, W the bubble shrinks from (p-1)(F+B+W) to about
