@@ -189,6 +189,7 @@ void ApplyStageLayoutArgs(const SimulateArgs& a, ParallelConfig* c) {
   c->last_stage_layers = a.last_stage_layers;
   c->even_chunks = a.even_chunks;
   if (a.pipeline_flushes > 0) c->pipeline_flushes = a.pipeline_flushes;
+  c->flush_grad_reduce = a.flush_grad_reduce != "last";
 }
 
 /// --framework and --no-scatter-gather into `c` (Megatron-Core's defaults unless megatron-2022).
@@ -327,6 +328,7 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.even_chunks) f += " --pipeline-layout-even";
   f += fmt::format(" --mbs {} --gbs {}", c.micro_batch_size, c.global_batch_size);
   if (c.pipeline_flushes > 1) f += fmt::format(" --pipeline-flushes {}", c.pipeline_flushes);
+  if (c.pipeline_flushes > 1 && !c.flush_grad_reduce) f += " --flush-grad-reduce last";
   if (c.seq_length > 0 && c.seq_length != m.seq_length) f += fmt::format(" --seq {}", c.seq_length);
   if (c.recompute != Recompute::kNone) f += fmt::format(" --recompute {}", ToString(c.recompute));
   if (c.recompute == Recompute::kSelective && c.recompute_modules != kRecomputeCoreAttn) {
@@ -552,6 +554,11 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
               "pipeline (PyTorch pipelining as torchtitan and NeMo Automodel drive it: their gradient-accumulation "
               "steps); default 1, Megatron-LM's one schedule",
               kMaxMicroBatchSize);
+  cmd->add_option("--flush-grad-reduce", a->flush_grad_reduce,
+                  "with --pipeline-flushes: every (default: gradients reduced after each flush and FSDP2's parameters "
+                  "gathered again, as PyTorch's pipeline stage does at the end of each step() call) | last (once, "
+                  "after the last flush: NeMo Automodel's MoE FSDP mixin)")
+      ->transform(CLI::IsMember({"every", "last"}, CLI::ignore_case));
   AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (default dp*mbs)", kMaxGlobalBatchSize);
   AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)", kMaxSeq);
   cmd->add_option("--recompute", a->recompute, "activation recompute: none|selective|full")

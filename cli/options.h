@@ -22,17 +22,21 @@ namespace shardcast::cli {
 inline constexpr std::int64_t kMaxGpus = kMaxParallelSize;
 
 /// Adds an integer option that must be an integer from `min` to `max`; otherwise the error reads
-/// `--tp: got "abc", expected a <what> integer up to N`.
+/// `--tp: got "abc", expected a <what> integer up to N`. The value is read in decimal and handed
+/// on as such (CLI11 itself would read "064" as octal 52).
 inline CLI::Option* AddBoundedInt(CLI::App* cmd, const std::string& names, std::int64_t& value,
                                   const std::string& help, std::int64_t min, std::int64_t max, const std::string& what,
                                   const std::string& type_name) {
   return cmd->add_option(names, value, help)
-      ->check(CLI::Validator(
+      ->transform(CLI::Validator(
           [min, max, what](std::string& s) -> std::string {
             try {
               std::size_t pos = 0;
-              const long long v = std::stoll(s, &pos);
-              if (pos == s.size() && v >= min && v <= max) return "";
+              const long long v = std::stoll(s, &pos, 10);
+              if (pos == s.size() && v >= min && v <= max) {
+                s = std::to_string(v);
+                return "";
+              }
             } catch (const std::exception&) {
             }
             return "got \"" + s + "\", expected a " + what + " integer up to " + std::to_string(max);

@@ -163,7 +163,7 @@ std::string ParallelConfig::Summary() const {
   }
   if (vp > 1) s += fmt::format(" VP{}", vp);
   s += fmt::format(" mbs{} gbs{}", micro_batch_size, gbs);
-  if (pipeline_flushes > 1) s += fmt::format(" flushes{}", pipeline_flushes);
+  if (pipeline_flushes > 1) s += fmt::format(" flushes{}{}", pipeline_flushes, flush_grad_reduce ? "" : "(reduce-last)");
   if (sequence_parallel) s += " SP";
   s += fmt::format(" recompute={}{} ZeRO-{} {}", ToString(recompute),
                    recompute == Recompute::kSelective && recompute_modules != kRecomputeCoreAttn
@@ -305,6 +305,12 @@ std::vector<Infeasibility> ExpertParallelRules(const Model& m, const ParallelCon
                     "schedule {} has none",
                     ToString(c.schedule)));
   }
+  if (c.moe_a2a_overlap && c.pipeline_flushes > 1) {
+    add("EP A2A overlap with pipeline flushes",
+        fmt::format("--overlap-moe-expert-parallel-comm is Megatron-Core's, which runs one schedule a step; pipeline "
+                    "flushes ({}) are PyTorch pipelining's",
+                    c.pipeline_flushes));
+  }
   if (!m.moe.enabled()) {
     if (c.ep > 1 || c.etp > 1) {
       add("expert parallelism without experts",
@@ -343,7 +349,8 @@ void RequireExpertParallel(const Model& m, const ParallelConfig& c, const std::s
   if (b.rule == std::string("MoE with tp > 1 needs sequence parallelism")) flag = fmt::format("--tp: got {}", c.tp);
   if (b.rule == std::string("etp*ep does not divide tp*cp*dp")) flag = fmt::format("--ep {} --etp {}", c.ep, c.expert_tp());
   if (b.rule == std::string("EP A2A overlap without expert parallelism") ||
-      b.rule == std::string("EP A2A overlap needs a 1F1B schedule")) {
+      b.rule == std::string("EP A2A overlap needs a 1F1B schedule") ||
+      b.rule == std::string("EP A2A overlap with pipeline flushes")) {
     flag = "--overlap-moe-expert-parallel-comm: given";
   }
   throw InputError(fmt::format("{}: {}; {}", where, flag, b.text));
@@ -640,9 +647,13 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
   } else if (c.global_batch_size % per_replica != 0) {
     add("global batch not a multiple of micro-batch * dp", fmt::format("global batch {} is not a multiple of micro-batch {} * dp {} = {}",
                             c.global_batch_size, c.micro_batch_size, c.dp, per_replica));
+  } else if (c.pipeline_flushes > 1 && c.pp <= 1) {
+    add("pipeline flushes without pipeline parallelism", fmt::format("pipeline flushes: got {} with pp = {}, expected 1 without pipeline "
+                            "parallelism (a flush fills and drains a pipeline; gradient accumulation without one is the "
+                            "micro-batches themselves)", c.pipeline_flushes, c.pp));
   } else if (c.pipeline_flushes < 1 || c.num_microbatches() % c.pipeline_flushes != 0) {
-    add("pipeline flushes do not divide the micro-batches", fmt::format("pipeline flushes {} do not divide the step's {} micro-batches (each flush runs a "
-                            "schedule of an equal share)", c.pipeline_flushes, c.num_microbatches()));
+    add("pipeline flushes do not divide the micro-batches", fmt::format("pipeline flushes: got {}, expected a positive divisor of the step's {} "
+                            "micro-batches (each flush runs a schedule of an equal share)", c.pipeline_flushes, c.num_microbatches()));
   } else if (c.schedule == Schedule::kInterleaved && c.pp > 1 &&
              (c.num_microbatches() / c.pipeline_flushes) % c.pp != 0) {
     // Megatron-LM requires this for the interleaved schedule.

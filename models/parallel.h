@@ -210,13 +210,21 @@ struct ParallelConfig {
   Schedule schedule = Schedule::k1F1B;
   /// The step's micro-batches run as this many pipeline schedules in turn, each of
   /// num_microbatches() / pipeline_flushes micro-batches that fills and drains the pipeline
-  /// before the next begins; gradients are reduced and the optimizer steps once, after the last.
+  /// before the next begins; the optimizer steps once, after the last (gradients are reduced
+  /// after each flush or after the last: flush_grad_reduce).
   /// PyTorch's pipelining as torchtitan and NeMo Automodel drive it: their gradient-accumulation
   /// loop calls the schedule's step() once per local batch, so this is their gradient
   /// accumulation steps (global batch / (local batch * dp)). 1: Megatron-LM and DeepSpeed, one
   /// schedule over all the step's micro-batches. Must divide num_microbatches() (and leave a
-  /// multiple of pp per schedule for interleaved 1F1B).
+  /// multiple of pp per schedule for interleaved 1F1B); needs pp > 1.
   std::int64_t pipeline_flushes = 1;
+  /// With pipeline_flushes > 1: gradients are reduced after every flush, as PyTorch's pipeline
+  /// stage does at the end of each step() call (torch/distributed/pipelining stage.py: the last
+  /// backward of the call syncs DDP, and FSDP2 reduce-scatters and reshards, so its parameters
+  /// are gathered again for the next flush), and the next flush's compute waits for the reduce.
+  /// false: once, after the last flush (NeMo Automodel's MoE FSDP mixin syncs only on the
+  /// optimizer step). `--flush-grad-reduce every|last`.
+  bool flush_grad_reduce = true;
   Precision precision = Precision::kBf16;
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< with precision kFp8
   /// --fp8-format e4m3 (every tensor E4M3) instead of hybrid (E5M2 gradients): the same bytes
@@ -382,14 +390,16 @@ inline constexpr std::int64_t kMaxMicrobatchesPerStep = 16384;
 /// shard with reshard_after_forward = not pp_enabled, and torch.distributed.pipelining's stage
 /// turns reshard-after-backward and gradient sync off for every backward but the stage's last,
 /// after which it reduce-scatters the accumulated gradients (stage.py,
-/// backward_maybe_with_nosync): parameters are gathered once a step and kept, gradients are
-/// accumulated unsharded (in the reduce dtype) and reduce-scattered once after the backward.
-/// That is ZeRO-1's traffic without the gradient overlap, and its memory but for the fp32
-/// gradient shard FSDP2 adds (4/dp bytes a parameter). ZeRO-3 itself stays refused with pp > 1
-/// (ParallelRules).
+/// backward_maybe_with_nosync, perform_reduce_grad): parameters are gathered once per schedule
+/// (step() call) and kept, gradients are accumulated unsharded (in the reduce dtype) and
+/// reduce-scattered after the schedule's last backward. That is ZeRO-1's traffic without the
+/// gradient overlap, once a step or once a pipeline flush (ParallelConfig::pipeline_flushes),
+/// and its memory but for the fp32 gradient shard FSDP2 adds (4/dp bytes a parameter). ZeRO-3
+/// itself stays refused with pp > 1 (ParallelRules).
 inline constexpr const char* kFsdp2PipelineEquivalent =
-    "--zero 1 --no-overlap-grad-reduce (parameters gathered once a step and kept, gradients accumulated unsharded "
-    "and reduce-scattered once after the stage's last backward; FSDP2 holds 4/dp bytes a parameter more)";
+    "--zero 1 --no-overlap-grad-reduce (parameters gathered once a schedule and kept, gradients accumulated "
+    "unsharded and reduce-scattered after the stage's last backward, once a step or with --pipeline-flushes once a "
+    "flush; FSDP2 holds 4/dp bytes a parameter more)";
 
 /// The data-parallel size `gpus` GPUs give at tensor-, pipeline- and context-parallel sizes tp,
 /// pp and cp: gpus / (tp*cp*pp), or 0 when tp*cp*pp does not divide gpus (InfeasibilityReasons

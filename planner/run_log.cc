@@ -715,9 +715,10 @@ void TitanParallelism(const Json& cfg, const std::string& where, const LogDefaul
   // data_parallel_replicate_degree (ParallelConfig::dp_shard).
   c.zero_stage = shard > 1 ? 3 : 0;
   if (shard > 1 && replicate > 1) c.dp_shard = CheckedProduct(shard, c.cp, where);
-  // With pipeline parallelism torchtitan keeps the gathered parameters through the step
+  // With pipeline parallelism torchtitan keeps the gathered parameters through a schedule
   // (fsdp_reshard_after_forward "default": not pp_enabled) and the pipeline stage reduce-scatters
-  // once after its last backward: ZeRO-1's traffic (kFsdp2PipelineEquivalent). "always" gathers
+  // after the schedule's last backward: ZeRO-1's traffic (kFsdp2PipelineEquivalent), once a
+  // gradient-accumulation step (pipeline flush, TitanBatchAndPrecision). "always" gathers
   // per micro-batch, ZeRO-3 under a pipeline, which the simulator refuses with its reason.
   const std::string reshard = TitanString(cfg, "parallelism", "fsdp_reshard_after_forward", "default", where);
   if (reshard != "default" && reshard != "always" && reshard != "never") {
@@ -791,7 +792,8 @@ void TitanBatchAndPrecision(const Json& cfg, const std::string& where, LoggedRun
   if (c.pp > 1 && per_step > 0 && c.global_batch_size % per_step == 0 && c.global_batch_size / per_step > 1) {
     c.pipeline_flushes = c.global_batch_size / per_step;
     run->notes.push_back(fmt::format("{} gradient-accumulation steps (global batch {} / (local batch {} x dp {})), each "
-                                     "a pipeline schedule of its own: simulated as --pipeline-flushes {}",
+                                     "a pipeline schedule of its own that reduces its gradients: simulated as "
+                                     "--pipeline-flushes {}",
                                      c.pipeline_flushes, c.global_batch_size, local, c.dp, c.pipeline_flushes));
   }
   c.seq_length = TitanInt(cfg, "training", "seq_len", run->model.seq_length, where);

@@ -25,11 +25,16 @@ bool Contains(const std::string& s, const std::string& what) { return s.find(wha
 /// (July 2024) and ran FlashAttention-2, and a row naming FlexAttention (GPT-OSS's attention
 /// sinks) runs PyTorch's FlexAttention, FA2-class on Hopper (about 90% / 85% of FA2's forward /
 /// backward, PyTorch's FlexAttention post, 2024-08): both at FA2's rates.
+bool RowNamesFlexAttention(const std::string& framework) {
+  static const std::regex flex("flexattn|flex[ _-]?attention", std::regex::icase);
+  return std::regex_search(framework, flex);
+}
+
 bool RowRunsTeAttention(const std::string& framework, bool mcore) {
-  if (Contains(framework, "FlexAttn")) return false;
-  if (mcore || Contains(framework, "Transformer Engine")) return true;
-  static const std::regex te_word("(^|[^A-Za-z])TE([^A-Za-z]|$)");
-  return std::regex_search(framework, te_word);
+  if (RowNamesFlexAttention(framework)) return false;
+  if (mcore) return true;
+  static const std::regex te("(^|[^A-Za-z])(TE|Transformer[ _-]?Engine)([^A-Za-z]|$)", std::regex::icase);
+  return std::regex_search(framework, te);
 }
 
 std::optional<double> Num(const std::string& s) {
@@ -804,8 +809,10 @@ void MapPipelineLayoutAssumption(const Model& m, bool mcore, ParallelConfig* c, 
 
 /// PyTorch's pipelining under a gradient-accumulation loop (NeMo Automodel's benchmark recipe,
 /// torchtitan) calls the schedule's step() once per local batch: a row whose notes give its
-/// gradient-accumulation steps ("GA=4") runs that many pipeline flushes a step.
-void MapGradientAccumulationFlushes(const CsvTable& t, std::size_t r, ValidationRow* row) {
+/// gradient-accumulation steps ("GA=4") runs that many pipeline flushes a step. PyTorch's stage
+/// reduces gradients at the end of each step() call; NeMo Automodel's MoE models patch that to
+/// the optimizer step (MoEFSDPSyncMixin, components/moe/fsdp_mixin.py), so theirs reduce once.
+void MapGradientAccumulationFlushes(const CsvTable& t, std::size_t r, const Model& model, ValidationRow* row) {
   static const std::regex ga_re("(^|[^A-Za-z])GA=([0-9]+)");
   std::smatch mt;
   const std::string notes = t.Get(r, "notes");
@@ -813,11 +820,20 @@ void MapGradientAccumulationFlushes(const CsvTable& t, std::size_t r, Validation
   ParallelConfig* c = &row->config;
   const std::int64_t ga = std::stoll(mt[2].str().substr(0, 6));
   const std::int64_t m = c->num_microbatches();
-  if (ga <= 1 || m <= 0 || m % ga != 0) return;
+  if (ga <= 1) return;
+  if (m <= 0 || m % ga != 0) {
+    row->assumptions.push_back(fmt::format("one pipeline schedule a step: the notes' GA={} does not divide its {} "
+                                           "micro-batches",
+                                           ga, m));
+    return;
+  }
   c->pipeline_flushes = ga;
+  c->flush_grad_reduce = !(Contains(t.Get(r, "framework"), "Automodel") && model.moe.enabled());
   row->assumptions.push_back(fmt::format("its {} gradient-accumulation steps as {} pipeline flushes of {} micro-batches "
-                                         "(PyTorch pipelining: one schedule step() per local batch)",
-                                         ga, ga, m / ga));
+                                         "(PyTorch pipelining: one schedule step() per local batch), gradients reduced {}",
+                                         ga, ga, m / ga,
+                                         c->flush_grad_reduce ? "after each (PyTorch's pipeline stage)"
+                                                              : "once, after the last (NeMo Automodel's MoE FSDP mixin)"));
 }
 
 /// The parallel configuration of row `r` as its framework ran it (assumptions into `row`).
@@ -837,7 +853,7 @@ void MapRowConfig(const CsvTable& t, std::size_t r, const std::string& runs_csv,
     c->zero_stage = 1;
     c->overlap_grad_reduce = false;
     row->assumptions.push_back(std::string("FSDP2 with pipeline parallelism read as ") + kFsdp2PipelineEquivalent);
-    MapGradientAccumulationFlushes(t, r, row);
+    MapGradientAccumulationFlushes(t, r, m, row);
   }
   const std::size_t rc = ch.recompute;
   // The defaults of a row that leaves these columns empty, stated (docs/validate.md).
@@ -1065,8 +1081,11 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     HardwareProfile prof = DefaultProfile(cl);
     if (c.flash_attention && cl.gpu.arch == "hopper" && !RowRunsTeAttention(t.Get(r, "framework"), mcore)) {
       prof = WithAttentionKernel(prof, cl.gpu.arch, "fa2");
-      row.assumptions.push_back("FlashAttention-2's attention rates on Hopper (a PyTorch-side run without "
-                                "Transformer Engine's kernels)");
+      row.assumptions.push_back(RowNamesFlexAttention(t.Get(r, "framework"))
+                                    ? "FlashAttention-2's attention rates on Hopper (the row names FlexAttention, "
+                                      "FA2-class)"
+                                    : "FlashAttention-2's attention rates on Hopper (a PyTorch-side run without "
+                                      "Transformer Engine's kernels)");
     }
     const SimulationResult res = Simulate(m, c, cl, row.gpus, prof);
     if (!res.feasible) {

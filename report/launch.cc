@@ -577,8 +577,11 @@ void TorchtitanStartupChecks(const ParallelConfig& c, std::int64_t replicate, st
 
 void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string* t, std::vector<std::string>* unexpressed,
                            std::vector<std::string>* warnings) {
-  // FSDP2 shards over data_parallel_shard_degree; plain DDP replicates.
-  const bool shard = c.zero_stage >= 2;
+  // FSDP2 shards over data_parallel_shard_degree; plain DDP replicates. Under a pipeline FSDP2
+  // keeps its gathered parameters through the schedule and reduce-scatters after its last
+  // backward, which the simulator runs as ZeRO-1 (kFsdp2PipelineEquivalent): written as FSDP2.
+  const bool fsdp2_pp = c.zero_stage == 1 && c.pp > 1;
+  const bool shard = c.zero_stage >= 2 || fsdp2_pp;
   *t += "\n[parallelism]\n";
   // Hybrid sharding: FSDP2 over a (replicate, shard) mesh; torchtitan's shard degree times its
   // context-parallel degree is the group the state is sharded over.
@@ -593,17 +596,28 @@ void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string*
                                          "as full sharding", c.dp_shard, c.cp));
     }
   }
-  if (c.zero_stage == 1 && c.hybrid_shard()) {
+  if (c.zero_stage == 1 && c.hybrid_shard() && !fsdp2_pp) {
     unexpressed->push_back("hybrid sharding of the distributed optimizer (torchtitan has no ZeRO-1)");
   }
   *t += fmt::format("data_parallel_replicate_degree = {}\n", replicate);
   *t += fmt::format("data_parallel_shard_degree = {}\n", shard_degree);
-  if (shard) *t += fmt::format("fsdp_reshard_after_forward = \"{}\"\n", c.zero_stage == 3 ? "always" : "never");
+  if (fsdp2_pp) {
+    *t += "# FSDP2 under the pipeline (\"default\": parameters kept through each schedule, gradients reduce-scattered "
+          "after its last backward): the simulated ZeRO-1's traffic\n";
+  }
+  if (shard) {
+    *t += fmt::format("fsdp_reshard_after_forward = \"{}\"\n",
+                      fsdp2_pp ? "default" : c.zero_stage == 3 ? "always" : "never");
+  }
+  if (fsdp2_pp && c.overlap_grad_reduce && c.cp == 1) {
+    unexpressed->push_back("gradient reduction overlapped with the backward: FSDP2 under a pipeline reduce-scatters "
+                           "after the schedule's last backward (simulate with --no-overlap-grad-reduce)");
+  }
   if (c.zero_stage <= 1 && c.cp > 1) {
     unexpressed->push_back(fmt::format("ZeRO-{} with context parallelism: torchtitan shards the state with FSDP2 over "
                                        "the {} context-parallel ranks (ZeRO-3 there), which the simulation did not",
                                        c.zero_stage, c.cp));
-  } else if (c.zero_stage == 1) {
+  } else if (c.zero_stage == 1 && !fsdp2_pp) {
     unexpressed->push_back("ZeRO-1 (the distributed optimizer): torchtitan shards with FSDP2 (ZeRO-2/3) or "
                            "replicates; written as replication");
   }

@@ -179,8 +179,10 @@ void WriteExplainedRow(std::ostream& out, const ValidationRow& r, const Explaine
                      FormatOptional(r.step_time_error, "{:+.1f}%", 100));
   out << fmt::format("  measured peak memory {}  outcome {}\n",
                      FormatOptional(r.measured_peak_memory_bytes, "{:.1f} GiB", 1 / 1073741824.0), r.outcome);
-  out << (r.fitted_constant.empty() ? std::string("  held out: no built-in constant was fitted on this run\n\n")
-                                    : "  [fit] " + r.fitted_constant + "\n\n");
+  out << (r.fitted_constant.empty() ? std::string("  held out: no built-in constant was fitted on this run\n")
+                                    : "  [fit] " + r.fitted_constant + "\n");
+  for (const std::string& a : r.assumptions) out << "  assumed " << a << "\n";
+  out << "\n";
   WriteConfigurationLine(out, ResultToJson(e.result, e.model, r.config, e.cluster, r.gpus)["config"]);
   out << fmt::format("\n  the same from simulate{}:\n    shardcast simulate --model {} --cluster {} {}\n",
                      cmd.model_written ? "" : " (MODEL.json: add --write-model MODEL.json to write the row's model)",
@@ -312,7 +314,9 @@ void WriteValidationSummary(std::ostream& out, const ValidationReport& rep) {
     for (const auto& x : r.assumptions) assumed[x].push_back(r.row_id);
   }
   if (rep.logs.empty()) {
-    for (const auto& [x, ids] : assumed) out << fmt::format("  assumed {} for rows {}\n", x, Join(ids, ", "));
+    for (const auto& [x, ids] : assumed) {
+      out << fmt::format("  assumed {} for row{} {}\n", x, ids.size() == 1 ? "" : "s", Join(ids, ", "));
+    }
   } else {
     // How each log was read, row by row.
     for (const auto& r : rep.rows) {

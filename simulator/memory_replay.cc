@@ -330,14 +330,21 @@ class Replayer {
   double gather_bytes_ = 0;  ///< one layer's gathered parameters when the replay makes them
 };
 
-int ReplayedMicrobatches(const ParallelConfig& c) {
-  // With pipeline flushes each schedule drains before the next: one flush's peak is the step's.
-  const int m = static_cast<int>(c.num_microbatches() / std::max<std::int64_t>(1, c.pipeline_flushes));
+/// Micro-batches and pipeline flushes replayed per step: the step's, up to a cap past which the
+/// steady state repeats (whole flushes with pipeline flushes: as many as the cap holds, at least
+/// one, each a schedule of the step's micro-batches per flush).
+std::pair<int, int> ReplayedMicrobatches(const ParallelConfig& c) {
+  const int m = static_cast<int>(c.num_microbatches());
+  const int f = static_cast<int>(std::max<std::int64_t>(1, c.pipeline_flushes));
   const int p = static_cast<int>(c.pp);
-  if (c.schedule == Schedule::kGpipe) return m;
   int cap = std::max(2 * p, 4);
   if (c.schedule == Schedule::kInterleaved) cap = ((cap + p - 1) / p) * p;
-  return std::max(1, std::min(m, cap));
+  if (f > 1 && m % f == 0) {
+    const int per = m / f, flushes = std::clamp(cap / per, 1, f);
+    return {per * flushes, flushes};
+  }
+  if (c.schedule == Schedule::kGpipe) return {m, 1};
+  return {std::max(1, std::min(m, cap)), 1};
 }
 
 }  // namespace
@@ -349,9 +356,10 @@ AllocatorReplay ReplayStageAllocations(const CostModel& cm, const ParallelConfig
     throw std::out_of_range("ReplayStageAllocations: no such stage");
   }
   AllocatorReplay r;
-  r.microbatches = ReplayedMicrobatches(c);
+  const auto [replayed, flushes] = ReplayedMicrobatches(c);
+  r.microbatches = replayed;
   const int v = c.schedule == Schedule::kInterleaved ? static_cast<int>(c.vp) : 1;
-  const PipelineSchedule sched = MakeSchedule(c.schedule, static_cast<int>(c.pp), r.microbatches, v);
+  const PipelineSchedule sched = MakeSchedule(c.schedule, static_cast<int>(c.pp), r.microbatches, v, flushes);
   Replayer rp(cm, c, stage, capacity_bytes);
   rp.allocator().set_trace(trace);
   // The lazily allocated gradients are part of the stage's static bytes; the trace makes them.

@@ -304,7 +304,7 @@ class Builder {
 };
 
 std::vector<std::int64_t> Builder::ShapeOf() const {
-  std::vector<std::int64_t> s = {p_, v_, mb_, c_.pipeline_flushes, R_, static_cast<std::int64_t>(c_.schedule), zero3_, zero3_sync_, dp_comm_,
+  std::vector<std::int64_t> s = {p_, v_, mb_, c_.pipeline_flushes, c_.flush_grad_reduce, R_, static_cast<std::int64_t>(c_.schedule), zero3_, zero3_sync_, dp_comm_,
                                  c_.overlap_grad_reduce, c_.overlap_param_gather,
                                  c_.zero_stage == 1 || c_.zero_stage == 2, c_.p2p_blocking,
                                  zero3_ && c_.zero3_limit_all_gathers, m_.tie_embeddings && p_ > 1 && !FreeComm(), FreeComm(),
@@ -505,12 +505,18 @@ void Builder::BuildStage(int i, int r) {
   const auto& chunks = cm_.chunks[static_cast<std::size_t>(i)];
   const bool split = sk_->sched.split_weight;
   const ItemKind grad_kind = split ? ItemKind::kWeight : ItemKind::kBackward;
-  // Position of the last gradient-producing item of each chunk (buckets hang off it).
-  std::vector<int> last_grad_pos(static_cast<std::size_t>(v_), -1);
+  // With pipeline flushes that reduce gradients after each flush (PyTorch's pipeline stage at
+  // the end of every step() call), each flush has its own last gradient item per chunk.
+  const int flushes = static_cast<int>(std::max<std::int64_t>(1, c_.pipeline_flushes));
+  const bool flush_sync = flushes > 1 && c_.flush_grad_reduce && dp_comm_ && !zero3_;
+  const int per_flush = std::max(1, mb_ / flushes);
+  auto flush_of = [&](const ScheduleItem& it) { return flush_sync ? it.microbatch / per_flush : 0; };
+  // Position of the last gradient-producing item of each chunk (of each flush; buckets hang off it).
+  std::vector<int> last_grad_pos(static_cast<std::size_t>(v_ * (flush_sync ? flushes : 1)), -1);
+  auto grad_slot = [&](const ScheduleItem& it) { return static_cast<std::size_t>(flush_of(it) * v_ + it.chunk); };
   for (int pos = 0; pos < static_cast<int>(order.size()); ++pos) {
-    if (order[static_cast<std::size_t>(pos)].kind == grad_kind) {
-      last_grad_pos[static_cast<std::size_t>(order[static_cast<std::size_t>(pos)].chunk)] = pos;
-    }
+    const ScheduleItem& it = order[static_cast<std::size_t>(pos)];
+    if (it.kind == grad_kind) last_grad_pos[grad_slot(it)] = pos;
   }
   const int dev = Device(i, r);
   dp_key_ = 0;  // replicas create the same collectives in the same order
@@ -537,6 +543,8 @@ void Builder::BuildStage(int i, int r) {
   const bool gathers_params = (c_.zero_stage == 1 || c_.zero_stage == 2) && dp_comm_;
   std::vector<std::vector<std::int32_t>> gathers(static_cast<std::size_t>(v_));
   if (gathers_params && c_.overlap_param_gather) gathers = add_param_gathers(-1);
+  int gated_microbatch = 0;  // whose forwards wait for `gathers` (a later flush's after a reshard)
+  std::vector<std::int32_t> flush_waits;  // a flush's reduces, which the next compute waits for
   std::vector<int> reduce_after;  // chunks of the non-overlapped reduce
   std::vector<std::int32_t> item_first(order.size());  // the first task of each item
   // FSDP without its rate limiter: the CPU, at most one pass ahead of the GPU, issues a pass's
@@ -552,9 +560,9 @@ void Builder::BuildStage(int i, int r) {
     const ScheduleItem& it = order[static_cast<std::size_t>(pos)];
     item_first[static_cast<std::size_t>(pos)] = static_cast<std::int32_t>(g_->num_tasks());
     const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
-    const bool is_last_grad = pos == last_grad_pos[static_cast<std::size_t>(it.chunk)];
+    const bool is_last_grad = pos == last_grad_pos[grad_slot(it)];
     const auto& chunk_gathers = gathers[static_cast<std::size_t>(it.chunk)];
-    const bool gated_forward = it.kind == ItemKind::kForward && it.microbatch == 0 && !chunk_gathers.empty();
+    const bool gated_forward = it.kind == ItemKind::kForward && it.microbatch == gated_microbatch && !chunk_gathers.empty();
     int units = 1;
     if (zero3_) units = std::max(1, cc.layers);
     else if (is_last_grad && c_.overlap_grad_reduce && dp_comm_) units = NBuckets(i, it.chunk);
@@ -621,6 +629,9 @@ void Builder::BuildStage(int i, int r) {
         g_->AddEdge(ds_host_sync, ds_prefetch);
         ds_host_sync = -1;
       }
+      // FSDP2's end of backward (each step() call) waits for its reduce-scatters.
+      for (std::int32_t w : flush_waits) g_->AddEdge(w, id);
+      flush_waits.clear();
       compute_seq.push_back(id);
       if (u == 0) {
         itk.first = id;
@@ -663,6 +674,34 @@ void Builder::BuildStage(int i, int r) {
       }
     }
     if (is_last_grad && dp_comm_ && !c_.overlap_grad_reduce && !zero3_) reduce_after.push_back(it.chunk);
+    const bool flush_ends = flush_sync && pos + 1 < static_cast<int>(order.size()) &&
+                            flush_of(order[static_cast<std::size_t>(pos + 1)]) != flush_of(it);
+    if (flush_ends) {
+      // PyTorch's pipeline stage at the end of a step() call: the flush's gradients reduced
+      // (reduce-scattered, and FSDP2's parameters resharded: gathered again before the next
+      // flush's first forward of each chunk, bucket by bucket as ZeRO-1's gathers).
+      std::int32_t last = compute_seq.empty() ? -1 : compute_seq.back();
+      for (int k : reduce_after) {
+        const int nb = NBuckets(i, k);
+        for (int b = 0; b < nb; ++b) {
+          const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kReduceAfter, ItemKind::kForward, dev, k, nb},
+                                       kDpStream, -1, k, b);
+          g_->AddEdge(compute_seq.empty() ? -1 : compute_seq.back(), rid);
+          Sync(i, {compute_seq.empty() ? -1 : compute_seq.back(), rid});
+          flush_waits.push_back(rid);
+          last = rid;
+        }
+      }
+      reduce_after.clear();
+      if (c_.overlap_grad_reduce) {  // the flush's overlapped reduces, waited for likewise
+        last = LastOn(dev, kDpStream);
+        if (last >= 0) flush_waits.push_back(last);
+      }
+      if (gathers_params) {
+        gathers = add_param_gathers(last);
+        gated_microbatch = (flush_of(it) + 1) * per_flush;
+      }
+    }
     // Pipeline sends (the receiver's dependency is added once all stages exist).
     const int mc = it.chunk * p_ + i;
     const int idx = Index(it.kind, it.microbatch, it.chunk);
@@ -1376,6 +1415,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   }
   j["config"]["pipeline_layout_even"] = c.even_chunks;
   j["config"]["pipeline_flushes"] = c.pipeline_flushes;
+  j["config"]["flush_grad_reduce"] = c.pipeline_flushes > 1 ? Json(c.flush_grad_reduce ? "every" : "last") : Json(nullptr);
   j["config"]["decoder_first_pipeline_num_layers"] =
       c.first_stage_layers >= 0 ? Json(c.first_stage_layers) : Json(nullptr);
   j["config"]["decoder_last_pipeline_num_layers"] =

@@ -129,12 +129,18 @@ TEST(Cli, ExitCodes) {
       << ddp.out;
   EXPECT_EQ(RunShardcast(titan + " --zero 3").out.find("# WARNING"), std::string::npos);
   // Expert parallelism wider than data_parallel_shard_degree x cp x tp: torchtitan's ParallelDims refuses it.
-  const auto ep = RunShardcast("simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 64 --tp 2 --pp 4 --ep 8 --etp 1 "
-                               "--mbs 1 --gbs 256 --sequence-parallel --zero 1 --emit torchtitan");
+  const std::string mixtral = "simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 64 --tp 2 --pp 4 --ep 8 --etp 1 "
+                              "--mbs 1 --gbs 256 --sequence-parallel --emit torchtitan";
+  const auto ep = RunShardcast(mixtral + " --zero 0");
   EXPECT_NE(ep.out.find("# WARNING: torchtitan borrows expert-parallel ranks from data_parallel_shard_degree x cp x tp "
                         "(1 x 1 x 2), which ep = 8 must divide, with cp x tp dividing ep"),
             std::string::npos)
       << ep.out << ep.err;
+  // ZeRO-1 under a pipeline is FSDP2's equivalent: written as FSDP2 over the 8 data-parallel ranks.
+  const auto fsdp2 = RunShardcast(mixtral + " --zero 1 --no-overlap-grad-reduce");
+  EXPECT_NE(fsdp2.out.find("data_parallel_shard_degree = 8"), std::string::npos) << fsdp2.out;
+  EXPECT_NE(fsdp2.out.find("fsdp_reshard_after_forward = \"default\""), std::string::npos) << fsdp2.out;
+  EXPECT_EQ(fsdp2.out.find("# WARNING"), std::string::npos) << fsdp2.out;
   // A window shorter than the sequence is modelled and said so (Mistral-7B v0.1: 4096 on every
   // layer, 3/4 of the causal FLOPs at 8192); Qwen's from max_window_layers on (24 of 32 layers).
   const std::string mistral = testing::WriteTemp("mistral-window.json", R"({"model_type": "mistral",
@@ -312,6 +318,22 @@ TEST(CliSimulate, HumanOutputAndTrace) {
   auto fj = RunShardcast(std::string(kDoneCommand) + " --pipeline-flushes 4 --json");
   ASSERT_EQ(fj.exit_code, 0) << fj.err;
   EXPECT_EQ(Json::parse(fj.out)["config"]["pipeline_flushes"], 4);
+  EXPECT_EQ(Json::parse(fj.out)["config"]["flush_grad_reduce"], "every");
+  // Integers are decimal: a leading zero is not octal (CLI11 alone reads 064 as 52).
+  auto dec = RunShardcast("simulate --model llama2-7b --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 064 --json");
+  ASSERT_EQ(dec.exit_code, 0) << dec.err;
+  EXPECT_EQ(Json::parse(dec.out)["config"]["global_batch_size"], 64);
+  // Flushes need a pipeline; Megatron-Core's EP A2A overlap runs one schedule a step.
+  auto nopp = RunShardcast("simulate --model llama2-7b --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 64 --pipeline-flushes 2");
+  EXPECT_NE(nopp.out.find("pipeline flushes: got 2 with pp = 1, expected 1 without pipeline parallelism"), std::string::npos)
+      << nopp.out;
+  auto a2a = RunShardcast("simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 16 --pp 2 --ep 8 --mbs 1 --gbs 16 "
+                          "--pipeline-flushes 2 --overlap-moe-expert-parallel-comm");
+  EXPECT_EQ(a2a.exit_code, 2);
+  EXPECT_NE(a2a.err.find("--overlap-moe-expert-parallel-comm is Megatron-Core's, which runs one schedule a step; "
+                         "pipeline flushes (2) are PyTorch pipelining's"),
+            std::string::npos)
+      << a2a.err;
   Json t = ReadJsonFile(trace);
   ASSERT_TRUE(t["traceEvents"].is_array());
   EXPECT_GT(t["traceEvents"].size(), 1000u);

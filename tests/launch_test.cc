@@ -449,10 +449,13 @@ TEST(Launch, TorchtitanTomlParsesAndReadsBackAsThePlannedConfiguration) {
     const std::int64_t replicate = num("parallelism", "data_parallel_replicate_degree");
     const std::int64_t shard = num("parallelism", "data_parallel_shard_degree");
     got.dp = replicate * shard;
-    if (b.c.zero_stage >= 2) {  // FSDP2 shards over data_parallel_shard_degree x cp
+    // FSDP2 shards over data_parallel_shard_degree x cp; under a pipeline ZeRO-1 is FSDP2's
+    // equivalent (kFsdp2PipelineEquivalent) and is written as FSDP2.
+    const bool fsdp2 = b.c.zero_stage >= 2 || (b.c.zero_stage == 1 && b.c.pp > 1);
+    if (fsdp2) {
       EXPECT_EQ(shard * got.cp, b.c.shard_dp()) << where;
     }
-    EXPECT_EQ(shard > 1 || (b.c.zero_stage >= 2 && b.c.dp == 1), b.c.zero_stage >= 2) << where;
+    EXPECT_EQ(shard > 1 || (fsdp2 && b.c.dp == 1), fsdp2) << where;
     got.ep = b.m.moe.enabled() ? num("parallelism", "expert_parallel_degree") : 1;
     got.etp = b.m.moe.enabled() ? num("parallelism", "expert_tensor_parallel_degree") : 0;
     got.micro_batch_size = num("parallelism", "pipeline_parallel_microbatch_size");

@@ -706,12 +706,23 @@ TEST(MoeValidation, AttentionKernelFollowsWhatTheRowNames) {
   const std::string te_kernels = "kernels: TE + DeepEP\"";
   const auto at = row44.find(te_kernels);
   ASSERT_NE(at, std::string::npos);
+  std::string spelled = row44, lower = row44;
   row44.replace(at, te_kernels.size(), "kernels: TE + DeepEP + FlexAttn\"");
   const ValidationReport flex = RunValidation(testing::WriteTemp("flexattn_row.csv", header + "\n" + row44 + "\n"), "", "44");
   ASSERT_TRUE(flex.explained.has_value());
   EXPECT_EQ(flex.explained->profile.attention_kernel, "fa2");
   EXPECT_EQ(flex.explained->profile.attention_fwd_efficiency, 0.28);
   EXPECT_GT(flex.explained->result.step_time_s, te.explained->result.step_time_s);
+  EXPECT_NE(Join(flex.rows.at(0).assumptions, "\n").find("the row names FlexAttention"), std::string::npos);
+  // Spelled out, and TE named in lower case (Automodel's `attn: te`), alone: the default rates.
+  spelled.replace(at, te_kernels.size(), "kernels: TE + FlexAttention\"");
+  lower.replace(at, te_kernels.size(), "backend attn: te\"");
+  EXPECT_EQ(RunValidation(testing::WriteTemp("flex2_row.csv", header + "\n" + spelled + "\n"), "", "44")
+                .explained->profile.attention_kernel,
+            "fa2");
+  EXPECT_EQ(RunValidation(testing::WriteTemp("te_lower_row.csv", header + "\n" + lower + "\n"), "", "44")
+                .explained->profile.attention_kernel,
+            "default");
 
   const ValidationReport mpt = RunValidation(dir + "published_runs.csv", "", "205");
   ASSERT_TRUE(mpt.explained.has_value());

@@ -222,8 +222,10 @@ TEST(RunLog, TorchtitanFsdpWithPipelineReadsAsZero1WithoutOverlap) {
   EXPECT_EQ(g.config.global_batch_size, 64);
   EXPECT_EQ(g.config.num_microbatches(), 8);
   EXPECT_EQ(g.config.pipeline_flushes, 4);
+  EXPECT_TRUE(g.config.flush_grad_reduce);
   EXPECT_NE(Join(g.notes, "\n").find("4 gradient-accumulation steps (global batch 64 / (local batch 2 x dp 8)), each a "
-                                     "pipeline schedule of its own: simulated as --pipeline-flushes 4"),
+                                     "pipeline schedule of its own that reduces its gradients: simulated as "
+                                     "--pipeline-flushes 4"),
             std::string::npos);
   EXPECT_EQ(r.config.pipeline_flushes, 1);  // one local batch a step
   std::string bad = titan;

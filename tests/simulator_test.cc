@@ -113,10 +113,35 @@ TEST(ClosedForm, PipelineFlushesRunTheirSchedulesInTurn) {
   EXPECT_EQ(whole.stages[0].memory.peak_inflight_microbatches, 8);
   EXPECT_EQ(flushed.stages[0].memory.peak_inflight_microbatches, 2);
   EXPECT_GT(flushed.step_time_s, whole.step_time_s);
+  // Gradients reduced after every flush (PyTorch's pipeline stage at the end of each step()):
+  // F reductions of every chunk's buckets, and with ZeRO-1 (FSDP2's equivalent under a pipeline)
+  // the parameters gathered again before each later flush; once, after the last, otherwise.
+  ParallelConfig z = Config(1, 4, 2, 1, 16);
+  z.zero_stage = 1;
+  z.overlap_grad_reduce = false;
+  z.overlap_param_gather = true;
+  z.pipeline_flushes = 4;
+  SimulateOptions keep;
+  keep.keep_graph = true;
+  auto count = [&](const SimulationResult& r, TaskType t) {
+    int n = 0;
+    for (const auto& node : r.graph.nodes()) n += node.type == t && node.device == 0;
+    return n;
+  };
+  const SimulationResult every = Simulate(m, z, cl, 8, DefaultProfile(cl), keep);
+  z.flush_grad_reduce = false;
+  const SimulationResult last = Simulate(m, z, cl, 8, DefaultProfile(cl), keep);
+  ASSERT_TRUE(every.feasible && last.feasible);
+  const int reduces = count(last, TaskType::kDpReduce), gathers = count(last, TaskType::kParamGather);
+  EXPECT_GT(reduces, 0);
+  EXPECT_EQ(count(every, TaskType::kDpReduce), 4 * reduces);
+  EXPECT_EQ(count(every, TaskType::kParamGather), 4 * gathers);
+  EXPECT_GT(every.step_time_s, last.step_time_s);
+  EXPECT_GT(every.stages[0].time.dp_comm_s, last.stages[0].time.dp_comm_s);
   g.pipeline_flushes = 3;
   const SimulationResult bad = Simulate(m, g, cl, 4, DefaultProfile(cl));
   EXPECT_FALSE(bad.feasible);
-  EXPECT_NE(Join(bad.reasons, "; ").find("pipeline flushes 3 do not divide the step's 8 micro-batches"), std::string::npos);
+  EXPECT_NE(Join(bad.reasons, "; ").find("pipeline flushes: got 3, expected a positive divisor of the step's 8 micro-batches"), std::string::npos);
   ParallelConfig il = Config(1, 4, 1, 1, 8, Schedule::kInterleaved, 2);
   il.pipeline_flushes = 4;
   const SimulationResult short_flush = Simulate(m, il, cl, 4, DefaultProfile(cl));
@@ -1518,6 +1543,20 @@ TEST(EnginePeriods, SimulateGivesTheSameResultsWithPeriodsCopied) {
   moe.ep = 8;
   moe.zero_stage = 1;
   add(moe, 64, nullptr, {}, &mixtral);
+  // Pipeline flushes: interleaved with ZeRO-1 reduced and re-gathered after every flush, 1F1B
+  // reduced once, and ZB-H1 (its deferred W passes inside each flush).
+  ParallelConfig flushed = Config(2, 4, 4, 1, 256, Schedule::kInterleaved, 3);
+  flushed.zero_stage = 1;
+  flushed.overlap_grad_reduce = false;
+  flushed.pipeline_flushes = 4;
+  add(flushed, 32);
+  ParallelConfig once = Config(1, 4, 2, 1, 256);
+  once.pipeline_flushes = 8;
+  once.flush_grad_reduce = false;
+  add(once, 8);
+  ParallelConfig zbf = Config(2, 4, 2, 1, 128, Schedule::kZbH1);
+  zbf.pipeline_flushes = 4;
+  add(zbf, 16);
   const Model gpt3 = LoadModel("gpt3-175b");
   const std::size_t bench = cases.size();
   add(Gpt3BenchConfig(8, 1024), 1024, nullptr, {}, &gpt3);
