@@ -62,6 +62,12 @@ void RefuseWhatExecuteDoesNotRun(const ParallelConfig& c) {
     throw InputError("command line: --no-limit-all-gathers: not executed (execute's ZeRO-3 gathers run in program "
                      "order, like the rate limiter); simulate models FSDP without it");
   }
+  if (c.pipeline_flushes > 1 && c.flush_grad_reduce && c.dp_cp() > 1) {
+    throw InputError(fmt::format("command line: --pipeline-flushes {} with --flush-grad-reduce every (the default): "
+                                 "not executed (execute reduces gradients once, after the step's last backward); give "
+                                 "--flush-grad-reduce last, or simulate it",
+                                 c.pipeline_flushes));
+  }
 }
 
 void RunExecute(const ExecuteArgs& a) {

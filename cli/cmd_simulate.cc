@@ -190,6 +190,11 @@ void ApplyStageLayoutArgs(const SimulateArgs& a, ParallelConfig* c) {
   c->even_chunks = a.even_chunks;
   if (a.pipeline_flushes > 0) c->pipeline_flushes = a.pipeline_flushes;
   c->flush_grad_reduce = a.flush_grad_reduce != "last";
+  if (!a.flush_grad_reduce.empty() && a.pipeline_flushes <= 1) {
+    throw InputError("command line: --flush-grad-reduce " + a.flush_grad_reduce +
+                     ": given without --pipeline-flushes, expected with --pipeline-flushes 2 or more (it says when "
+                     "each flush's gradients are reduced)");
+  }
 }
 
 /// --framework and --no-scatter-gather into `c` (Megatron-Core's defaults unless megatron-2022).

@@ -609,11 +609,11 @@ void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string*
     *t += fmt::format("fsdp_reshard_after_forward = \"{}\"\n",
                       fsdp2_pp ? "default" : c.zero_stage == 3 ? "always" : "never");
   }
-  if (fsdp2_pp && c.overlap_grad_reduce && c.cp == 1) {
+  if (fsdp2_pp && c.overlap_grad_reduce) {
     unexpressed->push_back("gradient reduction overlapped with the backward: FSDP2 under a pipeline reduce-scatters "
                            "after the schedule's last backward (simulate with --no-overlap-grad-reduce)");
   }
-  if (c.zero_stage <= 1 && c.cp > 1) {
+  if (c.zero_stage <= 1 && c.cp > 1 && !fsdp2_pp) {
     unexpressed->push_back(fmt::format("ZeRO-{} with context parallelism: torchtitan shards the state with FSDP2 over "
                                        "the {} context-parallel ranks (ZeRO-3 there), which the simulation did not",
                                        c.zero_stage, c.cp));
@@ -698,9 +698,17 @@ void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, s
   }
   if (c.precision == Precision::kFp8) {
     *t += "\n[quantize.linear.float8]\n";
-    const char* recipe = c.fp8_recipe == Fp8Recipe::kTensorwise ? "tensorwise" : "rowwise";
-    *t += fmt::format("recipe_name = \"{}\"\n", recipe);
-    *t += fmt::format("enable_fsdp_float8_all_gather = {}\n", c.fp8_param_gather ? "true" : "false");
+    // torchtitan's float8 converter refuses enable_fsdp_float8_all_gather beside a recipe_name;
+    // without one it runs tensorwise scaling, the only recipe with FP8 parameter all-gathers.
+    if (c.fp8_recipe == Fp8Recipe::kTensorwise) {
+      *t += fmt::format("enable_fsdp_float8_all_gather = {}\n", c.fp8_param_gather ? "true" : "false");
+    } else {
+      *t += "recipe_name = \"rowwise\"\n";
+      if (c.fp8_param_gather) {
+        unexpressed->push_back("FP8 parameter all-gathers with rowwise scaling (torchtitan gathers FP8 parameters only "
+                               "with tensorwise scaling, without a recipe_name): written without them");
+      }
+    }
     *t += "filter_fqns = [\"output\"]\n";
     if (c.fp8_recipe != Fp8Recipe::kTensorwise) {
       unexpressed->push_back(fmt::format("FP8 {} scaling: written as torchtitan's rowwise recipe", ToString(c.fp8_recipe)));

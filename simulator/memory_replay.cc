@@ -339,10 +339,12 @@ std::pair<int, int> ReplayedMicrobatches(const ParallelConfig& c) {
   const int p = static_cast<int>(c.pp);
   int cap = std::max(2 * p, 4);
   if (c.schedule == Schedule::kInterleaved) cap = ((cap + p - 1) / p) * p;
-  if (f > 1 && m % f == 0) {
+  if (f > 1 && m % f == 0 && m / f <= cap) {
     const int per = m / f, flushes = std::clamp(cap / per, 1, f);
     return {per * flushes, flushes};
   }
+  // A flush at least the cap long: one capped flush, as one schedule (GPipe: the whole flush).
+  if (f > 1 && m % f == 0) return {c.schedule == Schedule::kGpipe ? m / f : cap, 1};
   if (c.schedule == Schedule::kGpipe) return {m, 1};
   return {std::max(1, std::min(m, cap)), 1};
 }

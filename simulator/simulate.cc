@@ -304,7 +304,7 @@ class Builder {
 };
 
 std::vector<std::int64_t> Builder::ShapeOf() const {
-  std::vector<std::int64_t> s = {p_, v_, mb_, c_.pipeline_flushes, c_.flush_grad_reduce, R_, static_cast<std::int64_t>(c_.schedule), zero3_, zero3_sync_, dp_comm_,
+  std::vector<std::int64_t> s = {p_, v_, mb_, c_.pipeline_flushes, c_.pipeline_flushes > 1 && c_.flush_grad_reduce, R_, static_cast<std::int64_t>(c_.schedule), zero3_, zero3_sync_, dp_comm_,
                                  c_.overlap_grad_reduce, c_.overlap_param_gather,
                                  c_.zero_stage == 1 || c_.zero_stage == 2, c_.p2p_blocking,
                                  zero3_ && c_.zero3_limit_all_gathers, m_.tie_embeddings && p_ > 1 && !FreeComm(), FreeComm(),

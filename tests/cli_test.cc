@@ -327,6 +327,9 @@ TEST(CliSimulate, HumanOutputAndTrace) {
   auto nopp = RunShardcast("simulate --model llama2-7b --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 64 --pipeline-flushes 2");
   EXPECT_NE(nopp.out.find("pipeline flushes: got 2 with pp = 1, expected 1 without pipeline parallelism"), std::string::npos)
       << nopp.out;
+  auto alone = RunShardcast("simulate --model llama2-7b --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 8 --flush-grad-reduce last");
+  EXPECT_EQ(alone.exit_code, 2);
+  EXPECT_NE(alone.err.find("--flush-grad-reduce last: given without --pipeline-flushes"), std::string::npos) << alone.err;
   auto a2a = RunShardcast("simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 16 --pp 2 --ep 8 --mbs 1 --gbs 16 "
                           "--pipeline-flushes 2 --overlap-moe-expert-parallel-comm");
   EXPECT_EQ(a2a.exit_code, 2);

@@ -247,6 +247,14 @@ TEST(ExecuteCpu, DeepSpeedZero3IsRefused) {
                                         " --mbs 1 --gbs 1 --precision fp32");
   EXPECT_EQ(fp32.exit_code, 2) << fp32.out;
   EXPECT_NE(fp32.out.find("--precision fp32: not executed"), std::string::npos) << fp32.out;
+  // A reduce after every pipeline flush (simulate's default) is not what execute's program runs.
+  const auto flushes = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 4 " +
+                                           std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " +
+                                           prof + " --pp 2 --mbs 1 --gbs 4 --pipeline-flushes 2");
+  EXPECT_EQ(flushes.exit_code, 2) << flushes.out;
+  EXPECT_NE(flushes.out.find("--pipeline-flushes 2 with --flush-grad-reduce every (the default): not executed"),
+            std::string::npos)
+      << flushes.out;
 }
 
 // --gpus must be the rank count (it used to be ignored), and --trace may not replace an input.
