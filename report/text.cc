@@ -309,11 +309,16 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
       "  (docs/simulator.md, \"Reserved memory\"). Fits: the peak within usable memory, and room in the\n"
       "  replay for every request, releasing the cache where it must (PyTorch runs out of memory otherwise).\n",
       chunks ? "forward chunk passes (each 1/vp of the stage's layers)" : "micro-batches");
+  const std::int64_t nmb_all = c.num_microbatches();
   for (const auto& s : r.stages) {
     if (s.memory.allocator_retries > 0) {
-      out << fmt::format("  stage {}: the caching allocator runs out of room and releases its cache {} times per step\n"
+      const std::int64_t replayed = s.memory.allocator_replayed_microbatches;
+      const std::string over = replayed > 0 && replayed < nmb_all
+                                   ? fmt::format("in a replayed step of {} of the step's {} micro-batches", replayed, nmb_all)
+                                   : std::string("per step");
+      out << fmt::format("  stage {}: the caching allocator runs out of room and releases its cache {} times {}\n"
                          "  (num_alloc_retries; each a device synchronization and cudaFree/cudaMalloc calls)\n",
-                         s.stage, s.memory.allocator_retries);
+                         s.stage, s.memory.allocator_retries, over);
     }
     if (s.memory.reserved_unlimited_bytes > s.memory.reserved_bytes) {
       out << fmt::format("  stage {}: without this GPU's limit the allocator would reserve {} (what a GPU with more\n"

@@ -304,7 +304,8 @@ class Builder {
 };
 
 std::vector<std::int64_t> Builder::ShapeOf() const {
-  std::vector<std::int64_t> s = {p_, v_, mb_, c_.pipeline_flushes, c_.pipeline_flushes > 1 && c_.flush_grad_reduce, R_, static_cast<std::int64_t>(c_.schedule), zero3_, zero3_sync_, dp_comm_,
+  std::vector<std::int64_t> s = {p_, v_, mb_, c_.pipeline_flushes, c_.pipeline_flushes > 1 && c_.flush_grad_reduce,
+                                 R_, static_cast<std::int64_t>(c_.schedule), zero3_, zero3_sync_, dp_comm_,
                                  c_.overlap_grad_reduce, c_.overlap_param_gather,
                                  c_.zero_stage == 1 || c_.zero_stage == 2, c_.p2p_blocking,
                                  zero3_ && c_.zero3_limit_all_gathers, m_.tie_embeddings && p_ > 1 && !FreeComm(), FreeComm(),
@@ -898,6 +899,7 @@ void RecordReplay(const AllocatorReplay& replay, StageMemory* mem) {
                                              : mem->peak_bytes + std::max(0.0, replay.overhead_bytes());
   mem->reserved_unlimited_bytes = std::max(mem->reserved_unlimited_bytes, mem->reserved_bytes);
   mem->allocator_retries = replay.retries;
+  mem->allocator_replayed_microbatches = replay.microbatches;
 }
 
 /// Fits as PyTorch runs it: the allocated peak within usable memory, and no request the caching
@@ -1495,6 +1497,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                   {"reserved_memory_bytes", s.memory.reserved_bytes},
                   {"reserved_unlimited_memory_bytes", s.memory.reserved_unlimited_bytes},
                   {"allocator_retries", s.memory.allocator_retries},
+                  {"allocator_replayed_microbatches", s.memory.allocator_replayed_microbatches},
                   {"fits", s.fits},
                   {"memory_at_risk", s.at_risk},
                   {"bubble_fraction", s.bubble_fraction},

@@ -88,9 +88,12 @@ struct StageMemory {
   /// what it held under that limit, and this is larger). Where the replay ran out of room,
   /// reserved_bytes is this figure too (a replay stopped part-way gives none).
   double reserved_unlimited_bytes = 0;
-  /// The replay's cache releases per step (num_alloc_retries: each a device synchronization and
-  /// cudaFree/cudaMalloc calls; near the memory limit).
+  /// The replay's cache releases per replayed step (num_alloc_retries: each a device
+  /// synchronization and cudaFree/cudaMalloc calls; near the memory limit).
   int allocator_retries = 0;
+  /// Micro-batches of the replayed step: the step's, or fewer where the steady state repeats
+  /// past a cap (memory_replay.cc; whole pipeline flushes), which allocator_retries count over.
+  int allocator_replayed_microbatches = 0;
   int peak_inflight_microbatches = 0;
 };
 

@@ -617,11 +617,20 @@ TEST(CliPlan, AtRiskPlansAreMarkedAndNotRecommended) {
     ++at_risk;
     EXPECT_LE(p["peak_memory_bytes"].get<double>(), p["usable_memory_bytes"].get<double>());
     int retries = 0;
-    for (const auto& st : p["stages"]) retries += st["allocator_retries"].get<int>();
+    for (const auto& st : p["stages"]) {
+      retries += st["allocator_retries"].get<int>();
+      // The retries count over the replayed step's micro-batches (a cap past the steady state).
+      EXPECT_GE(st["allocator_replayed_microbatches"].get<int>(), 1);
+    }
     EXPECT_GT(retries, 0) << "what \"at risk\" means: the replay released its cache";
     EXPECT_LE(p["peak_reserved_memory_bytes"].get<double>(), p["usable_memory_bytes"].get<double>());
   }
   ASSERT_GT(at_risk, 0u) << "premise: some plan shown is at risk";
+  // The text names the replayed micro-batches the releases are counted over: the replay's cap of
+  // max(2p, 4) = 16 of the step's 1536 / (2 * 8) = 96 (premise: this plan releases its cache).
+  const auto zb = RunShardcast("simulate --model gpt3-175b --cluster dgx-h100 --gpus 256 --tp 4 --pp 8 --mbs 2 --gbs 1536 "
+                               "--sequence-parallel --zero 1 --tp-comm-overlap --schedule zb-h1");
+  EXPECT_NE(zb.out.find("times in a replayed step of 16 of the step's 96 micro-batches"), std::string::npos) << zb.out;
   ASSERT_LT(first_safe, j["plans"].size()) << "premise: some plan shown is not";
   EXPECT_EQ(j["recommended_rank"], first_safe + 1);
   const Json ex = Json::parse(RunShardcast(base + " --exclude-at-risk --json").out);
