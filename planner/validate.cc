@@ -4,7 +4,6 @@
 #include <cctype>
 #include <cmath>
 #include <map>
-#include <regex>
 
 #include <fmt/format.h>
 
@@ -18,6 +17,39 @@ namespace {
 
 bool Contains(const std::string& s, const std::string& what) { return s.find(what) != std::string::npos; }
 
+bool IsLetter(char ch) { return std::isalpha(static_cast<unsigned char>(ch)) != 0; }
+
+/// Length of `word` matched case-insensitively at `pos` of `s`, where `word` may be followed by
+/// one optional separator (' ', '_' or '-') and `next` (both given lower-case); 0 where no match.
+std::size_t MatchAt(const std::string& s, std::size_t pos, const std::string& word, const std::string& next = "") {
+  auto at = [&](std::size_t i, const std::string& w) {
+    if (i + w.size() > s.size()) return false;
+    for (std::size_t k = 0; k < w.size(); ++k) {
+      if (std::tolower(static_cast<unsigned char>(s[i + k])) != w[k]) return false;
+    }
+    return true;
+  };
+  if (!at(pos, word)) return 0;
+  std::size_t end = pos + word.size();
+  if (next.empty()) return word.size();
+  if (end < s.size() && (s[end] == ' ' || s[end] == '_' || s[end] == '-') && at(end + 1, next)) {
+    return word.size() + 1 + next.size();
+  }
+  return at(end, next) ? word.size() + next.size() : 0;
+}
+
+/// Whether `s` holds a match of `word` [separator] `next` bounded by non-letters on both sides
+/// (case-insensitive); `bounded` false accepts a match inside a longer word.
+bool HasMatch(const std::string& s, const std::string& word, const std::string& next, bool bounded) {
+  for (std::size_t pos = 0; pos < s.size(); ++pos) {
+    if (bounded && pos > 0 && IsLetter(s[pos - 1])) continue;
+    const std::size_t len = MatchAt(s, pos, word, next);
+    if (len == 0) continue;
+    if (!bounded || pos + len == s.size() || !IsLetter(s[pos + len])) return true;
+  }
+  return false;
+}
+
 /// Whether a Hopper row's flash attention is Transformer Engine's fused attention, which runs
 /// cuDNN 9's flash kernel at FlashAttention-3-class rates (the default profile's): Megatron-Core
 /// (NeMo 24.x on) and frameworks whose row names TE's kernels (NeMo Automodel's `attn: te`
@@ -26,15 +58,13 @@ bool Contains(const std::string& s, const std::string& what) { return s.find(wha
 /// sinks) runs PyTorch's FlexAttention, FA2-class on Hopper (about 90% / 85% of FA2's forward /
 /// backward, PyTorch's FlexAttention post, 2024-08): both at FA2's rates.
 bool RowNamesFlexAttention(const std::string& framework) {
-  static const std::regex flex("flexattn|flex[ _-]?attention", std::regex::icase);
-  return std::regex_search(framework, flex);
+  return HasMatch(framework, "flexattn", "", false) || HasMatch(framework, "flex", "attention", false);
 }
 
 bool RowRunsTeAttention(const std::string& framework, bool mcore) {
   if (RowNamesFlexAttention(framework)) return false;
   if (mcore) return true;
-  static const std::regex te("(^|[^A-Za-z])(TE|Transformer[ _-]?Engine)([^A-Za-z]|$)", std::regex::icase);
-  return std::regex_search(framework, te);
+  return HasMatch(framework, "te", "", true) || HasMatch(framework, "transformer", "engine", true);
 }
 
 std::optional<double> Num(const std::string& s) {
@@ -813,12 +843,17 @@ void MapPipelineLayoutAssumption(const Model& m, bool mcore, ParallelConfig* c, 
 /// reduces gradients at the end of each step() call; NeMo Automodel's MoE models patch that to
 /// the optimizer step (MoEFSDPSyncMixin, components/moe/fsdp_mixin.py), so theirs reduce once.
 void MapGradientAccumulationFlushes(const CsvTable& t, std::size_t r, const Model& model, ValidationRow* row) {
-  static const std::regex ga_re("(^|[^A-Za-z])GA=([0-9]+)");
-  std::smatch mt;
   const std::string notes = t.Get(r, "notes");
-  if (!std::regex_search(notes, mt, ga_re)) return;
+  std::string digits;
+  for (std::size_t pos = notes.find("GA="); pos != std::string::npos && digits.empty(); pos = notes.find("GA=", pos + 1)) {
+    if (pos > 0 && IsLetter(notes[pos - 1])) continue;
+    for (std::size_t k = pos + 3; k < notes.size() && std::isdigit(static_cast<unsigned char>(notes[k])); ++k) {
+      digits += notes[k];
+    }
+  }
+  if (digits.empty()) return;
   ParallelConfig* c = &row->config;
-  const std::int64_t ga = std::stoll(mt[2].str().substr(0, 6));
+  const std::int64_t ga = std::stoll(digits.substr(0, 6));
   const std::int64_t m = c->num_microbatches();
   if (ga <= 1) return;
   if (m <= 0 || m % ga != 0) {
