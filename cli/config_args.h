@@ -97,6 +97,10 @@ struct SimulateArgs {
   OptimizerArgs opt;  ///< --optimizer, --zero3-impl and DeepSpeed's buckets and stage-3 limits
   /// --recompute-modules (Megatron-Core's names; implies --recompute selective).
   std::vector<std::string> recompute_modules;
+  /// --offload-modules (Megatron-Core's fine-grained activation offloading;
+  /// --fine-grained-activation-offloading is accepted with it).
+  std::vector<std::string> offload_modules;
+  bool fine_grained_offloading = false;
   /// --overlap-moe-expert-parallel-comm (--delay-wgrad-compute is accepted with it).
   bool moe_a2a_overlap = false, delay_wgrad = false;
   /// megatron-core (Megatron-Core's defaults: whole pipeline messages, blocking 1F1B transfers)

@@ -55,7 +55,10 @@ struct Gpu {
   double hbm_bandwidth_GBps = 0;
   std::int64_t sm_count = 0;
   double nvlink_GBps_per_direction = 0;
-  double pcie_GBps_per_direction = 0;
+  double pcie_GBps_per_direction = 0;  ///< the host link (PCIe, or NVLink-C2C on Grace superchips)
+  /// GPUs that share that host link and use it at once (2 on a GB200/GB300 superchip: one Grace,
+  /// two GPUs, one C2C link); 1 where each GPU has its own.
+  int host_link_shared_by = 1;
   double tdp_W = 0;
   double price_usd_per_gpu_hour = 0;
   std::string price_date;

@@ -843,8 +843,8 @@ Gpu GpuFromJson(const Json& j, const std::string& file) {
   JsonReader r(j, file);
   r.RejectUnknownKeys({"name", "display_name", "arch", "peak_tflops", "memory_GiB",
                        "hbm_bandwidth_GBps", "sm_count", "nvlink_GBps_per_direction",
-                       "pcie_GBps_per_direction", "tdp_W", "price_usd_per_gpu_hour", "price_date",
-                       "price_source", "source"});
+                       "pcie_GBps_per_direction", "host_link_shared_by", "tdp_W", "price_usd_per_gpu_hour",
+                       "price_date", "price_source", "source"});
   Gpu g;
   g.name = NameOf(r, file);
   g.display_name = r.OptString("display_name").value_or(g.name);
@@ -868,6 +868,7 @@ Gpu GpuFromJson(const Json& j, const std::string& file) {
   g.sm_count = r.OptInt("sm_count", 1, 1 << 20).value_or(0);
   g.nvlink_GBps_per_direction = r.OptNumber("nvlink_GBps_per_direction", 0, 1e6).value_or(0);
   g.pcie_GBps_per_direction = r.OptNumber("pcie_GBps_per_direction", 0, 1e6).value_or(0);
+  g.host_link_shared_by = static_cast<int>(r.OptInt("host_link_shared_by", 1, 64).value_or(1));
   g.tdp_W = r.OptNumber("tdp_W", 0, 1e6).value_or(0);
   g.price_usd_per_gpu_hour = r.OptNumber("price_usd_per_gpu_hour", 0, 1e6).value_or(0);
   g.price_date = r.OptString("price_date").value_or("");

@@ -1,6 +1,7 @@
 #include "models/parallel.h"
 
 #include <numeric>
+#include <span>
 #include <utility>
 
 #include "common/error.h"
@@ -52,26 +53,35 @@ constexpr std::pair<unsigned, const char*> kRecomputeModuleNames[] = {
     {kRecomputeCoreAttn, "core_attn"}, {kRecomputeMoeAct, "moe_act"}, {kRecomputeLayernorm, "layernorm"},
     {kRecomputeMlaUpProj, "mla_up_proj"}, {kRecomputeMlp, "mlp"}, {kRecomputeMoe, "moe"},
     {kRecomputeSharedExperts, "shared_experts"}};
-}  // namespace
 
-std::string RecomputeModulesName(unsigned modules) {
+/// A (bit, name) table's names of the bits set, comma-separated, in the table's order.
+std::string NamesOfBits(unsigned bits, std::span<const std::pair<unsigned, const char*>> table) {
   std::string s;
-  for (const auto& [bit, name] : kRecomputeModuleNames) {
-    if ((modules & bit) == 0) continue;
+  for (const auto& [bit, name] : table) {
+    if ((bits & bit) == 0) continue;
     if (!s.empty()) s += ",";
     s += name;
   }
   return s;
 }
 
+/// The bit of `n` in a (bit, name) table; 0 for a name it does not have.
+unsigned BitOfName(const std::string& n, std::span<const std::pair<unsigned, const char*>> table) {
+  for (const auto& [bit, name] : table) {
+    if (n == name) return bit;
+  }
+  return 0;
+}
+}  // namespace
+
+std::string RecomputeModulesName(unsigned modules) { return NamesOfBits(modules, kRecomputeModuleNames); }
+
 unsigned ParseRecomputeModules(const std::vector<std::string>& names, const std::string& where) {
   unsigned out = 0;
   for (const std::string& n : names) {
-    bool found = false;
-    for (const auto& [bit, name] : kRecomputeModuleNames) {
-      if (n == name) out |= bit, found = true;
-    }
-    if (!found) {
+    const unsigned bit = BitOfName(n, kRecomputeModuleNames);
+    out |= bit;
+    if (bit == 0) {
       throw InputError(where + ": got \"" + n +
                        "\", expected Megatron-Core's recompute modules: core_attn, moe_act, layernorm, mla_up_proj, mlp, "
                        "moe, shared_experts");
@@ -92,6 +102,41 @@ void RequireRecomputeModules(const Model& m, unsigned modules, const std::string
   need(kRecomputeSharedExperts, m.moe.enabled() && m.moe.shared_ffn_hidden_size > 0, "shared experts");
   need(kRecomputeMlaUpProj, m.mla.enabled(), "multi-head latent attention");
   need(kRecomputeMlp, m.MoeLayersIn(0, m.num_layers) < m.num_layers, "dense MLP layers");
+}
+
+namespace {
+constexpr std::pair<unsigned, const char*> kOffloadModuleNames[] = {
+    {kOffloadCoreAttn, "core_attn"}, {kOffloadAttnProj, "attn_proj"}, {kOffloadExpertFc1, "expert_fc1"},
+    {kOffloadMoeAct, "moe_act"}};
+}  // namespace
+
+std::string OffloadModulesName(unsigned modules) { return NamesOfBits(modules, kOffloadModuleNames); }
+
+unsigned ParseOffloadModules(const std::vector<std::string>& names, const std::string& where) {
+  unsigned out = 0;
+  for (const std::string& n : names) {
+    const unsigned bit = BitOfName(n, kOffloadModuleNames);
+    out |= bit;
+    if (bit != 0) continue;
+    if (n == "attn_norm" || n == "mlp_norm" || n == "qkv_linear") {
+      throw InputError(where + ": got \"" + n +
+                       "\", a module Megatron-Core offloads that the simulator does not model (what a norm saves "
+                       "depends on whether Transformer Engine fuses it into the next GEMM); expected core_attn, "
+                       "attn_proj, expert_fc1 or moe_act");
+    }
+    throw InputError(where + ": got \"" + n +
+                     "\", expected Megatron-Core's offload modules: core_attn, attn_proj, expert_fc1, moe_act");
+  }
+  if (out == 0) throw InputError(where + ": got no module, expected at least one of core_attn, attn_proj, expert_fc1, moe_act");
+  return out;
+}
+
+void RequireOffloadModules(const Model& m, unsigned modules, const std::string& where) {
+  const unsigned moe_only = kOffloadExpertFc1 | kOffloadMoeAct;
+  if ((modules & moe_only) != 0 && !m.moe.enabled()) {
+    throw InputError(fmt::format("{}: got {}, but {} has no mixture-of-experts layers", where,
+                                 OffloadModulesName(modules & moe_only), m.name));
+  }
 }
 
 const char* ToString(Schedule s) {
@@ -171,6 +216,7 @@ std::string ParallelConfig::Summary() const {
                        : std::string(),
                    zero_stage, ToString(schedule));
   if (hybrid_shard()) s += fmt::format(" HSDP(shard {} x {})", dp_shard, dp_replicas());
+  if (offload_modules != 0) s += fmt::format(" offload({})", OffloadModulesName(offload_modules));
   if (moe_a2a_overlap) s += " ep-a2a-overlap";
   if (moe_force_load_balancing) s += " forced-balance";
   if (moe_load_imbalance > 0) s += fmt::format(" imbalance={}", moe_load_imbalance);
@@ -206,6 +252,7 @@ std::string ParallelConfig::Short() const {
   if (pipeline_flushes > 1) s += fmt::format(" flushes{}", pipeline_flushes);
   if (sequence_parallel) s += tp_comm_overlap ? " SP+ov" : " SP";
   if (recompute != Recompute::kNone) s += recompute == Recompute::kFull ? " rc-full" : " rc-sel";
+  if (offload_modules != 0) s += " offload";
   if (zero_stage > 0) s += fmt::format(" Z{}", zero_stage);
   if (hybrid_shard()) s += fmt::format("/{}", dp_shard);
   if (deepspeed2021_zero3()) s += "-ds21";
@@ -626,6 +673,17 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
   }
   if (c.vp > 1 && c.schedule != Schedule::kInterleaved) {
     add("vp > 1 needs the interleaved schedule", fmt::format("vp = {} needs the interleaved schedule", c.vp));
+  }
+  if (c.offload_modules != 0 && c.recompute == Recompute::kFull) {
+    add("activation offloading under full recompute",
+        fmt::format("offloading {} under full recompute: a layer keeps only its input, so the modules save nothing "
+                    "to offload (use selective recompute or none)",
+                    OffloadModulesName(c.offload_modules)));
+  }
+  if (c.offload_modules != 0 && cl.gpu.pcie_GBps_per_direction <= 0) {
+    add("activation offloading without a host link rate",
+        fmt::format("offloading {} needs the GPU's host link rate, which {} does not give (pcie_GBps_per_direction)",
+                    OffloadModulesName(c.offload_modules), cl.gpu.name));
   }
   if (c.pp <= m.num_layers) {
     const PipelineLayout layout = PipelineLayoutOf(m, c);

@@ -135,6 +135,31 @@ unsigned ParseRecomputeModules(const std::vector<std::string>& names, const std:
 /// mixture-of-experts layers, shared_experts without shared experts, mla_up_proj without MLA,
 /// mlp without dense layers.
 void RequireRecomputeModules(const Model& m, unsigned modules, const std::string& where);
+/// The modules of Megatron-Core's fine-grained activation offloading (--fine-grained-activation-
+/// offloading --offload-modules; TransformerConfig.offload_modules; a bit set): the tensors the
+/// module saves for its backward go to pinned host memory after its forward, on a device-to-host
+/// stream beside the compute, and come back before its backward, on a host-to-device stream one
+/// module ahead (megatron/core/pipeline_parallel/fine_grained_activation_offload.py;
+/// docs/simulator.md, "Activation offloading"). Modelled:
+///  - core_attn: the attention core's saved tensors (flash attention's Q, K, V, output);
+///  - attn_proj: the attention output projection's input;
+///  - expert_fc1: the routed experts' first grouped GEMM's input (the dispatched tokens);
+///  - moe_act: the experts' activation function's input (the first GEMM's output).
+/// Megatron's attn_norm, mlp_norm and qkv_linear are refused as not modelled.
+enum OffloadModule : unsigned {
+  kOffloadCoreAttn = 1u << 0,
+  kOffloadAttnProj = 1u << 1,
+  kOffloadExpertFc1 = 1u << 2,
+  kOffloadMoeAct = 1u << 3,
+};
+/// "expert_fc1,moe_act" for a bit set, in the order above; "" for none.
+std::string OffloadModulesName(unsigned modules);
+/// The bit set of a list of Megatron's offload module names; InputError naming `where` for an
+/// unknown one or one the simulator does not model (attn_norm, mlp_norm, qkv_linear).
+unsigned ParseOffloadModules(const std::vector<std::string>& names, const std::string& where);
+/// InputError naming `where` for expert_fc1 or moe_act on a model without mixture-of-experts
+/// layers.
+void RequireOffloadModules(const Model& m, unsigned modules, const std::string& where);
 const char* ToString(Schedule s);
 const char* ToString(OptimizerImpl o);
 const char* ToString(Zero3Impl z);
@@ -181,6 +206,9 @@ struct ParallelConfig {
   /// With recompute == kSelective: which modules (RecomputeModule bits; Megatron's default
   /// --recompute-modules is core_attn).
   unsigned recompute_modules = kRecomputeCoreAttn;
+  /// Megatron-Core's fine-grained activation offloading: the modules whose saved tensors go to
+  /// host memory (OffloadModule bits; 0: none).
+  unsigned offload_modules = 0;
   /// Megatron-Core's --overlap-moe-expert-parallel-comm (with --delay-wgrad-compute): the 1F1B
   /// steady state runs one micro-batch's forward and another's backward together, layer by
   /// layer, each one's token dispatch and combine beside the other's compute (docs/simulator.md,

@@ -411,6 +411,16 @@ void MegatronRecompute(const MegatronArgs& a, const Model& m, ParallelConfig* c,
   } else {
     a.Fail("recompute_granularity", "None, full or selective");
   }
+  // Fine-grained activation offloading (Megatron-Core, 2025-26).
+  if (a.Flag("fine_grained_activation_offloading")) {
+    const auto names = a.List("offload_modules");
+    try {
+      c->offload_modules = ParseOffloadModules(names, "argument offload_modules");
+      RequireOffloadModules(m, c->offload_modules, "argument offload_modules");
+    } catch (const InputError& e) {
+      a.Fail("offload_modules", std::string("modules the simulator offloads (") + e.what() + ")");
+    }
+  }
 }
 
 /// Data-parallel sharding: Megatron's distributed optimizer (ZeRO-1), Megatron-FSDP, FSDP2.

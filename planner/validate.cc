@@ -837,6 +837,29 @@ void MapPipelineLayoutAssumption(const Model& m, bool mcore, ParallelConfig* c, 
   }
 }
 
+/// Megatron-Core's fine-grained activation offloading where the row's notes name it ("activation
+/// offloading of expert_fc1 and moe_act"): the modules named up to the next ';'. A module the
+/// simulator does not model is said, and nothing is offloaded.
+void MapActivationOffloading(const std::string& notes, const Model& m, ValidationRow* row) {
+  const std::size_t at = notes.find("activation offloading of ");
+  if (at == std::string::npos) return;
+  const std::size_t end = notes.find(';', at);
+  const std::string span = notes.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  std::vector<std::string> names;
+  for (const char* n : {"core_attn", "attn_proj", "expert_fc1", "moe_act", "attn_norm", "mlp_norm", "qkv_linear"}) {
+    if (Contains(span, n)) names.emplace_back(n);
+  }
+  try {
+    const unsigned mods = ParseOffloadModules(names, "the notes' activation offloading");
+    RequireOffloadModules(m, mods, "the notes' activation offloading");
+    row->config.offload_modules = mods;
+    row->assumptions.push_back(fmt::format("the notes' activation offloading as Megatron-Core's --offload-modules {}",
+                                           OffloadModulesName(mods)));
+  } catch (const InputError& e) {
+    row->assumptions.push_back(std::string("no activation offloading: ") + e.what());
+  }
+}
+
 /// PyTorch's pipelining under a gradient-accumulation loop (NeMo Automodel's benchmark recipe,
 /// torchtitan) calls the schedule's step() once per local batch: a row whose notes give its
 /// gradient-accumulation steps ("GA=4") runs that many pipeline flushes a step. PyTorch's stage
@@ -880,6 +903,7 @@ void MapRowConfig(const CsvTable& t, std::size_t r, const std::string& runs_csv,
   const bool mcore = Contains(fw, "Megatron-Core");
   MapLegacyFrameworks(t, r, runs_csv, c);
   if (mcore) MapNemoMegatronCore(t, r, ch, c, row);
+  if (mcore) MapActivationOffloading(t.Get(r, "notes"), m, row);
   if (ch.sharding == kShardingFsdp2 && c->pp > 1 && !mcore) {
     // FSDP2 under PyTorch's pipeline schedules (torchtitan, NeMo Automodel: reshard_after_forward
     // = not pp_enabled; the stage turns reshard-after-backward and gradient sync off until its

@@ -417,6 +417,18 @@ void NemoParallel(const Model& m, const ParallelConfig& c, PyLines* p, std::vect
   }
 }
 
+/// A Python list of strings from comma-separated names: "a,b" -> ["a", "b"] (PyStr quoting).
+std::string PyStrList(const std::string& names) {
+  std::string list;
+  std::size_t start = 0;
+  while (start <= names.size()) {
+    const std::size_t end = std::min(names.find(',', start), names.size());
+    list += (list.empty() ? "" : ", ") + PyStr(names.substr(start, end - start));
+    start = end + 1;
+  }
+  return "[" + list + "]";
+}
+
 void NemoRecompute(const ParallelConfig& c, PyLines* p) {
   p->Comment("Activation recompute");
   if (c.recompute == Recompute::kNone) {
@@ -427,14 +439,12 @@ void NemoRecompute(const ParallelConfig& c, PyLines* p) {
     p->Set("model.config.recompute_num_layers", "1");
   } else {
     p->Set("model.config.recompute_granularity", PyStr("selective"));
-    std::string mods = RecomputeModulesName(c.recompute_modules), list;
-    std::size_t start = 0;
-    while (start <= mods.size()) {
-      const std::size_t end = std::min(mods.find(',', start), mods.size());
-      list += (list.empty() ? "" : ", ") + PyStr(mods.substr(start, end - start));
-      start = end + 1;
-    }
-    p->Set("model.config.recompute_modules", "[" + list + "]");
+    p->Set("model.config.recompute_modules", PyStrList(RecomputeModulesName(c.recompute_modules)));
+  }
+  if (c.offload_modules != 0) {
+    p->Comment("Fine-grained activation offloading");
+    p->Set("model.config.fine_grained_activation_offloading", "True");
+    p->Set("model.config.offload_modules", PyStrList(OffloadModulesName(c.offload_modules)));
   }
 }
 
@@ -685,6 +695,11 @@ void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, s
   *t += "mixed_precision_reduce = \"float32\"\n";
   if (c.precision == Precision::kFp16) unexpressed->push_back("fp16 training: written as bf16");
   if (!c.fp32_main_grads) unexpressed->push_back("16-bit gradient reduction (torchtitan reduces in float32)");
+  if (c.offload_modules != 0) {
+    unexpressed->push_back(fmt::format("activation offloading of {} (Megatron-Core's fine-grained offloading; "
+                                       "torchtitan has none): the run holds those tensors on the GPU",
+                                       OffloadModulesName(c.offload_modules)));
+  }
   *t += "\n[activation_checkpoint]\n";
   switch (c.recompute) {
     case Recompute::kNone: *t += "mode = \"none\"\n"; break;
@@ -778,6 +793,11 @@ Json DeepSpeedZeroJson(const ParallelConfig& c) {
 /// model code sets, and settings of the simulation DeepSpeed's own ZeRO does not run.
 void DeepSpeedUnexpressed(const ParallelConfig& c, std::vector<std::string>* u) {
   u->push_back("the model (DeepSpeed's config has no model shape)");
+  if (c.offload_modules != 0) {
+    u->push_back(fmt::format("activation offloading of {} (Megatron-Core's fine-grained offloading; DeepSpeed's "
+                             "cpu_checkpointing offloads checkpoints under full recompute instead)",
+                             OffloadModulesName(c.offload_modules)));
+  }
   if (c.tp > 1 || c.pp > 1 || c.sequence_parallel) {
     u->push_back(fmt::format("tensor-parallel size {} and pipeline-parallel size {}{} (the launcher's: Megatron-DeepSpeed's "
                              "--tensor-model-parallel-size {} --pipeline-model-parallel-size {}{}), which leave DeepSpeed a "

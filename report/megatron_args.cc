@@ -92,6 +92,11 @@ std::string RecomputeFlags(const ParallelConfig& c) {
     }
   }
   if (c.moe_a2a_overlap) a += " --delay-wgrad-compute --overlap-moe-expert-parallel-comm";
+  if (c.offload_modules != 0) {
+    std::string mods = OffloadModulesName(c.offload_modules);
+    std::replace(mods.begin(), mods.end(), ',', ' ');
+    a += " --fine-grained-activation-offloading --offload-modules " + mods;
+  }
   if (c.recompute == Recompute::kFull) {
     a += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   }

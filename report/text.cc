@@ -29,6 +29,15 @@ std::string StageRuns(const std::vector<std::int64_t>& v) {
 
 }  // namespace
 
+namespace {
+/// What an op's hidden part runs beside, for the ops table.
+const char* HiddenBehind(const Op& o) {
+  if (o.name == "activation_offload") return "the forward (host link, device to host)";
+  if (o.name == "activation_reload") return "the backward of the layer above (host link, host to device)";
+  return o.context_parallel ? "attention" : "the wgrad GEMM";
+}
+}  // namespace
+
 void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof) {
   const CostModel cm = BuildCostModel(m, c, cl, prof);
   out << fmt::format("\nOps per micro-batch on one GPU (mbs {}, {} tokens; time from the profile)\n",
@@ -71,7 +80,7 @@ void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const 
                                o.duration_s * 1e6, achieved,
                                o.overlapped      ? "  (overlapped: not in the sum)"
                                : o.hidden_s > 0 ? fmt::format("  (+{:.1f} us hidden behind {})", o.hidden_s * 1e6,
-                                                              o.context_parallel ? "attention" : "the wgrad GEMM")
+                                                              HiddenBehind(o))
                                                 : std::string());
       if (!o.overlapped) total += o.duration_s;
     }

@@ -510,6 +510,7 @@ struct LayerShape {
   bool sp, swiglu;
   double drop;
   const ContextParallelPlan* cp = nullptr;  ///< how attention runs over the context-parallel group
+  double host_copy_GBps = 0;  ///< one GPU's achieved host-link copy rate, per direction (HostCopyGBps)
 };
 
 /// One transformer layer, all passes, with its bytes kept for the backward pass.
@@ -660,6 +661,7 @@ class LayerBuilder {
     }
     AttentionBackward();
     Finish();
+    Offload();
     if (moe != nullptr && c.moe_a2a_overlap) A2aOverlapSavings();
     // Weight gradients need the inputs of the linear GEMMs: QKV and MLP-up (or experts') inputs,
     // the attention output and the activation output (their quantized copies under a
@@ -897,6 +899,63 @@ class LayerBuilder {
     out.a2a_overlap_bwd_s = hidden(dur("moe_combine_bwd"), attn_f) + hidden(dur("moe_dispatch_bwd"), mlp_f);
   }
 
+  /// Bytes of op `o`'s saved tensors that the offload modules `mods` send to host memory: what
+  /// the module saves in its forward and the recompute policy keeps (a module that selective
+  /// recompute reruns saves nothing; moe_act keeps its input under moe_act's own recompute, which
+  /// drops only its output).
+  double OffloadedBytesOf(const Op& o, unsigned mods) const {
+    if (o.pass != F || o.saved_bytes <= 0) return 0;
+    if ((mods & kOffloadMoeAct) && (o.name == "moe_swiglu" || o.name == "moe_gelu")) {
+      return (SelectiveModules() & kRecomputeMoe) ? 0.0 : std::min(o.saved_bytes, moe_act_in_saved);
+    }
+    if (o.rebuilt) return 0;
+    if ((mods & kOffloadCoreAttn) && RecomputeModuleOf(o.name) == kRecomputeCoreAttn) return o.saved_bytes;
+    if ((mods & kOffloadAttnProj) && o.name == "attn_out_proj") return o.saved_bytes;
+    if ((mods & kOffloadExpertFc1) && o.name == "moe_expert_up") return o.saved_bytes;
+    return 0;
+  }
+
+  /// Megatron-Core's fine-grained activation offloading (--offload-modules): after a module's
+  /// forward its saved tensors are copied to pinned host memory on a device-to-host stream and
+  /// freed; before its backward they are copied back on a host-to-device stream, one module
+  /// ahead (fine_grained_activation_offload.py: the reload of the next group is issued when a
+  /// group's backward starts). The forward never waits for its copies; a layer's reload runs
+  /// while the layer above it does its backward, so max(0, copy - that backward) is exposed (a
+  /// backward of equal layers). The layer keeps the rest for its backward; while one runs, its
+  /// own reloaded tensors and the next layer's prefetched ones are on the GPU (two layers'
+  /// worth, the offload margin Megatron keeps on the GPU among them).
+  void Offload() {
+    if (c.offload_modules == 0 || c.recompute == Recompute::kFull || x.host_copy_GBps <= 0) return;
+    double bytes = 0;
+    for (Op& o : L) {
+      o.offloaded_bytes = OffloadedBytesOf(o, c.offload_modules);
+      bytes += o.offloaded_bytes;
+    }
+    if (bytes <= 0) return;
+    double backward_s = 0;
+    for (const Op& o : L) {
+      if (o.pass != F && !o.overlapped) backward_s += o.duration_s;
+    }
+    const double copy_s = bytes / (x.host_copy_GBps * 1e9);
+    Op off;
+    off.name = "activation_offload";
+    off.kind = OpKind::kMemory;
+    off.pass = F;
+    off.bytes = bytes;
+    off.hidden_s = copy_s;
+    Op reload = off;
+    reload.name = "activation_reload";
+    reload.pass = B;
+    reload.duration_s = std::max(0.0, copy_s - backward_s);
+    reload.hidden_s = copy_s - reload.duration_s;
+    const auto first_backward = std::find_if(L.begin(), L.end(), [](const Op& o) { return o.pass != F; });
+    const auto at = L.insert(first_backward, reload);
+    L.insert(at, off);
+    out.saved_bytes -= bytes;
+    out.transient_bytes += 2 * bytes;
+    out.fwd_transient_bytes = std::max(out.fwd_transient_bytes, bytes);
+  }
+
   /// The selective-recompute modules that apply to this layer (RecomputeModule bits; 0 unless
   /// --recompute selective): layernorm only where the norm is a module of its own (the MoE
   /// layer's pre-MLP norm, MLA's input norm), mlp only in dense layers, the MoE ones only in MoE
@@ -997,6 +1056,7 @@ class LayerBuilder {
   /// Megatron-LM's async input-gradient collective hides behind the weight-gradient GEMM that
   /// follows it; ZB-H1 defers that GEMM (W) to a later slot, so nothing is hidden there.
   const bool hide_tp_grad = c.async_tp_grad_reduce && c.schedule != Schedule::kZbH1;
+  double moe_act_in_saved = 0;  ///< the experts' activation's saved input (the first GEMM's output)
   double mlp_weight_inputs = 0;  ///< the MLP's weight-gradient GEMM inputs
   /// What selective recompute can discard (SelectiveDroppedBytes): the output of the norm that is
   /// a module of its own, as the next GEMMs save it; the experts' activation output; the shared
@@ -1107,6 +1167,7 @@ void LayerBuilder::MoeMlpForward() {
   L.back().saved_bytes = q * tok * h;
   ob.Memory(L, swiglu ? "moe_swiglu" : "moe_gelu", F, eb * tok * (up_n + fe), eb * tok * up_n + q * tok * fe);
   moe_act_out_saved = q * tok * fe;
+  moe_act_in_saved = eb * tok * up_n;
   ob.Quantize(L, "moe_expert_down_input_quantize", F, tok * fe);
   ob.GroupedLinear(L, "moe_expert_down", F, e.local_experts, e.tokens_per_expert, h, fe);
   ob.EpCollective(L, "moe_etp_reduce_scatter", F, rs, eb * tok * h, e.etp_group);
@@ -1173,6 +1234,15 @@ LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape
 }
 
 }  // namespace
+
+/// Pinned-memory copies between a GPU and its host reach about 0.8 of the link's rate one way
+/// (stas00/ml-engineering's GH200 NVLink-C2C measurement, in the gh200 preset's notes).
+constexpr double kHostCopyEfficiency = 0.8;
+
+double HostCopyGBps(const Gpu& g) {
+  return g.pcie_GBps_per_direction * kHostCopyEfficiency / static_cast<double>(std::max(1, g.host_link_shared_by));
+}
+
 
 double MoeImbalance(const ParallelConfig& c, const MoeSpec& moe, double mean_tokens, std::int64_t ep) {
   double imb = c.moe_load_imbalance;
@@ -1600,7 +1670,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   const CollectiveOp ag = CollectiveOp::kAllGather, rs = CollectiveOp::kReduceScatter,
                      ar = CollectiveOp::kAllReduce;
 
-  const LayerShape shape{b, s, h, f, a, g, d, t, T, rep, eb, sp, swiglu, drop, &cm.cp};
+  const LayerShape shape{b, s, h, f, a, g, d, t, T, rep, eb, sp, swiglu, drop, &cm.cp, HostCopyGBps(cl.gpu)};
   LayerOps layer = BuildLayerOps(m, c, shape, prof, ob);
   cm.layer_ops = layer.ops;
   const double layer_saved = layer.saved_bytes;

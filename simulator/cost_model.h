@@ -111,6 +111,9 @@ struct Op {
   double batch = 1;             ///< independent matrices of a batched GEMM (attention scores/context)
   double bytes = 0;             ///< bytes read and written (memory ops, GEMMs) or collective size (nccl-tests size)
   double saved_bytes = 0;       ///< activation bytes kept for backward (forward ops)
+  /// Part of saved_bytes that activation offloading (--offload-modules) moves to host memory
+  /// between the forward and the backward.
+  double offloaded_bytes = 0;
   /// Forward op whose saved bytes the recompute policy drops and the backward rebuilds (every
   /// forward op under full recompute; the selected modules' under selective).
   bool rebuilt = false;
@@ -379,5 +382,11 @@ CostModel BuildCostModel(const Model& model, const ParallelConfig& cfg, const Cl
 /// s*b*h*(10 + 24/t + 5*a*s/(h*t)) with TP, /t with TP+SP, 34*s*b*h/t with SP + selective.
 double KorthikantiLayerActivationBytes(double s, double b, double h, double a, double t, bool sp,
                                        Recompute recompute);
+
+/// One GPU's achieved host-link copy rate per direction, GB/s, for activation offloading: the
+/// link's rate (Gpu::pcie_GBps_per_direction) x 0.8 (pinned copies one way, stas00's GH200
+/// NVLink-C2C measurement), split among the GPUs that share the link and copy at once
+/// (host_link_shared_by: a GB200 superchip's two GPUs); 0 without a rate.
+double HostCopyGBps(const Gpu& g);
 
 }  // namespace shardcast

@@ -32,6 +32,17 @@ LayerTensorsSaved SavedTensorsOf(const std::vector<Op>& ops) {
       t.rebuilt.push_back(o.rebuilt);
       continue;
     }
+    // Activation offloading: the offloaded part leaves after the forward and comes back before
+    // the backward, as a rebuilt tensor does; the rest stays.
+    if (o.offloaded_bytes > 0 && !o.rebuilt) {
+      t.bytes.push_back(o.offloaded_bytes);
+      t.rebuilt.push_back(true);
+      if (o.saved_bytes - o.offloaded_bytes > 0) {
+        t.bytes.push_back(o.saved_bytes - o.offloaded_bytes);
+        t.rebuilt.push_back(false);
+      }
+      continue;
+    }
     t.bytes.push_back(o.saved_bytes);
     t.rebuilt.push_back(o.rebuilt);
   }

@@ -1378,6 +1378,7 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
                  {"cross_entropy", ToString(c.cross_entropy)},
                  {"recompute", ToString(c.recompute)},
                  {"recompute_modules", c.recompute == Recompute::kSelective ? Json(RecomputeModulesName(c.recompute_modules)) : Json()},
+                 {"offload_modules", c.offload_modules != 0 ? Json(OffloadModulesName(c.offload_modules)) : Json()},
                  {"moe_a2a_overlap", c.moe_a2a_overlap},
                  {"zero_stage", c.zero_stage}, {"dp_shard", c.zero_stage >= 1 ? Json(c.shard_dp()) : Json()},
                  {"zero3_impl", c.zero_stage >= 3 ? Json(ToString(c.zero3_impl)) : Json()},

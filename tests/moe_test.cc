@@ -680,6 +680,9 @@ TEST(MoeValidation, RowsAreModelledOrSkippedAndFenced) {
     if (r.row_id == "44") {
       EXPECT_EQ(r.config.zero_stage, 3);
     }
+    // Row 61's notes: "fine-grained activation offloading of expert_fc1 and moe_act (required)".
+    EXPECT_EQ(r.config.offload_modules, r.row_id == "61" ? static_cast<unsigned>(kOffloadExpertFc1 | kOffloadMoeAct) : 0u)
+        << r.row_id;
   }
   EXPECT_EQ(fitted, (std::vector<std::string>{"52", "53"}));
 }
@@ -1026,6 +1029,90 @@ TEST(MoeDescribe, LastStageHoldsTheMtpModules) {
   const auto r = testing::RunShardcast("describe --model deepseek-v3 --cluster dgx-h100 --gpus 1024 --ep 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("(61 layers + embedding + output layer + 1 MTP module)"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace shardcast
+
+namespace shardcast {
+namespace {
+
+const Op* FindOp(const std::vector<Op>& ops, const std::string& name) {
+  for (const Op& o : ops) {
+    if (o.name == name) return &o;
+  }
+  return nullptr;
+}
+
+// Megatron-Core's fine-grained activation offloading on Mixtral-8x7B (bf16, ep 8, no recompute,
+// 8192 tokens at each expert rank): expert_fc1 sends the experts' first GEMM input (eb * 8192 *
+// h) to host memory, moe_act the activation's input (eb * 8192 * 2 * 14336, SwiGLU's two
+// halves). The layer keeps that much less; the copy takes bytes / (64 GB/s PCIe x 0.8) each way;
+// the reload is exposed where it is longer than the backward of the layer above.
+TEST(ActivationOffload, ModulesSendTheirSavedTensorsToHostMemory) {
+  const Model m = LoadModel("mixtral-8x7b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  ParallelConfig c = MixtralEp8();
+  const CostModel base = BuildCostModel(m, c, cl, prof);
+  c.offload_modules = kOffloadExpertFc1 | kOffloadMoeAct;
+  const CostModel off = BuildCostModel(m, c, cl, prof);
+  const double L = 32, eb = 2, tok = 8192, h = 4096, fe = 14336;
+  const double bytes = eb * tok * h + eb * tok * 2 * fe;
+  EXPECT_NEAR(base.chunks[0][0].saved_bytes - off.chunks[0][0].saved_bytes, L * bytes, 1.0);
+  EXPECT_DOUBLE_EQ(HostCopyGBps(cl.gpu), 64 * 0.8);
+  EXPECT_DOUBLE_EQ(HostCopyGBps(LoadCluster("gb200-nvl72").gpu), 450 * 0.8 / 2);  // two GPUs share the C2C link
+  const Op* o = FindOp(off.moe_layer_ops, "activation_offload");
+  const Op* r = FindOp(off.moe_layer_ops, "activation_reload");
+  ASSERT_NE(o, nullptr);
+  ASSERT_NE(r, nullptr);
+  const double copy_s = bytes / (64 * 0.8 * 1e9);
+  EXPECT_NEAR(o->bytes, bytes, 1.0);
+  EXPECT_EQ(o->duration_s, 0.0);
+  EXPECT_NEAR(o->hidden_s, copy_s, 1e-12);
+  double backward_s = 0;
+  for (const Op& x : off.moe_layer_ops) {
+    if (x.pass != Pass::kForward && !x.overlapped && x.name != "activation_reload") backward_s += x.duration_s;
+  }
+  EXPECT_NEAR(r->duration_s, std::max(0.0, copy_s - backward_s), 1e-12);
+  EXPECT_NEAR(r->duration_s + r->hidden_s, copy_s, 1e-12);
+  // The dense attention keeps its tensors: only the MoE modules were named.
+  EXPECT_EQ(FindOp(off.layer_ops, "activation_offload"), nullptr);
+  // Under moe_act's own recompute the activation's output is dropped and its input offloaded:
+  // the experts keep nothing of either.
+  c.recompute = Recompute::kSelective;
+  c.recompute_modules = kRecomputeMoeAct;
+  const CostModel both = BuildCostModel(m, c, cl, prof);
+  EXPECT_NEAR(base.chunks[0][0].saved_bytes - both.chunks[0][0].saved_bytes, L * (bytes + eb * tok * fe), 1.0);
+  // The whole MoE layer rerun: nothing of it is saved, so nothing is offloaded.
+  c.recompute_modules = kRecomputeMoe;
+  EXPECT_EQ(FindOp(BuildCostModel(m, c, cl, prof).moe_layer_ops, "activation_offload"), nullptr);
+  c.recompute = Recompute::kFull;
+  const auto why = InfeasibilityReasons(m, c, 8, cl);
+  ASSERT_FALSE(why.empty());
+  EXPECT_NE(Join(why, "\n").find("under full recompute"), std::string::npos) << Join(why, "\n");
+}
+
+TEST(ActivationOffload, CommandLineAndLaunch) {
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 8 --ep 8 --offload-modules attn_norm",
+                                    "a module Megatron-Core offloads that the simulator does not model"));
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --offload-modules expert_fc1",
+                                    "has no mixture-of-experts layers"));
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 8 --ep 8 "
+                                    "--fine-grained-activation-offloading",
+                                    "expected it with --offload-modules"));
+  const std::string cmd = "simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 8 --ep 8 --seq 4096 "
+                          "--fine-grained-activation-offloading --offload-modules expert_fc1 moe_act";
+  const auto json = testing::RunShardcast(cmd + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_EQ(Json::parse(json.out)["config"]["offload_modules"], "expert_fc1,moe_act");
+  const auto text = testing::RunShardcast(cmd + " --ops --emit megatron");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("offload(expert_fc1,moe_act)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("activation_reload"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("host link, host to device"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("--fine-grained-activation-offloading --offload-modules expert_fc1 moe_act"),
+            std::string::npos) << text.out;
 }
 
 }  // namespace

@@ -337,12 +337,15 @@ TEST(RunLog, MegatronMoeLogReadsTheExpertSettings) {
   set("expert_model_parallel_size", "1", "2");
   const std::string extra = ArgLine("moe_router_topk", "2") + "\n" + ArgLine("moe_ffn_hidden_size", "14336") + "\n" +
                             ArgLine("moe_layer_freq", "1") + "\n" + ArgLine("moe_token_dispatcher_type", "alltoall") +
-                            "\n" + ArgLine("moe_router_force_load_balancing", "True") + "\n";
+                            "\n" + ArgLine("moe_router_force_load_balancing", "True") + "\n" +
+                            ArgLine("fine_grained_activation_offloading", "True") + "\n" +
+                            ArgLine("offload_modules", "['expert_fc1', 'moe_act']") + "\n";
   text.insert(text.find(ArgLine("num_experts", "8")), extra);
   const LoggedRun r = ParseTrainingLog(text, "moe.log", {});
   EXPECT_EQ(r.model.moe.num_experts, 8);
   EXPECT_EQ(r.config.ep, 2);
   EXPECT_TRUE(r.config.moe_force_load_balancing);
+  EXPECT_EQ(r.config.offload_modules, static_cast<unsigned>(kOffloadExpertFc1 | kOffloadMoeAct));
   EXPECT_FALSE(r.model.moe.router_global_batch_balance);  // no preset of this shape
   // --moe-layer-freq 2: Megatron-LM's layer i is MoE when i % 2 == 0, so 0, 2, 4, ... of L layers.
   const std::string freq1 = ArgLine("moe_layer_freq", "1");
