@@ -128,6 +128,12 @@ unsigned ParseOffloadModules(const std::vector<std::string>& names, const std::s
                      "\", expected Megatron-Core's offload modules: core_attn, attn_proj, expert_fc1, moe_act");
   }
   if (out == 0) throw InputError(where + ": got no module, expected at least one of core_attn, attn_proj, expert_fc1, moe_act");
+  if ((out & kOffloadAttnProj) && !(out & kOffloadCoreAttn)) {
+    // Megatron-Core's TransformerConfig raises the same ("attn_proj cannot be set to
+    // offload_modules alone without core_attn").
+    throw InputError(where + ": got attn_proj without core_attn, expected core_attn with it (Megatron-Core offloads the "
+                             "attention projection's input only together with the attention core's tensors)");
+  }
   return out;
 }
 
@@ -679,6 +685,14 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
         fmt::format("offloading {} under full recompute: a layer keeps only its input, so the modules save nothing "
                     "to offload (use selective recompute or none)",
                     OffloadModulesName(c.offload_modules)));
+  }
+  if ((c.offload_modules & (kOffloadExpertFc1 | kOffloadMoeAct)) != 0 && c.Recomputes(kRecomputeMoe)) {
+    // Megatron-Core's TransformerConfig asserts it ("Cannot offload ... while recomputing the
+    // entire MoE layer").
+    add("offloading MoE modules while recomputing the MoE layer",
+        fmt::format("offloading {} while selective recompute reruns the whole MoE layer (moe): Megatron-Core refuses it, "
+                    "the layer saves only its input",
+                    OffloadModulesName(c.offload_modules & (kOffloadExpertFc1 | kOffloadMoeAct))));
   }
   if (c.offload_modules != 0 && cl.gpu.pcie_GBps_per_direction <= 0) {
     add("activation offloading without a host link rate",

@@ -416,7 +416,8 @@ void MegatronRecompute(const MegatronArgs& a, const Model& m, ParallelConfig* c,
     const auto names = a.List("offload_modules");
     try {
       c->offload_modules = ParseOffloadModules(names, "argument offload_modules");
-      RequireOffloadModules(m, c->offload_modules, "argument offload_modules");
+      // Megatron offloads expert_fc1/moe_act in MoE layers only; a dense model's run ignores them.
+      if (!m.moe.enabled()) c->offload_modules &= ~static_cast<unsigned>(kOffloadExpertFc1 | kOffloadMoeAct);
     } catch (const InputError& e) {
       a.Fail("offload_modules", std::string("modules the simulator offloads (") + e.what() + ")");
     }

@@ -223,6 +223,9 @@ LaunchConfig EmitMegatron(const Model& m, const ParallelConfig& c, const Cluster
   } else if (c.tp > 1 || c.cp > 1) {
     env = "CUDA_DEVICE_MAX_CONNECTIONS=1 ";
   }
+  // Megatron-LM asserts NVTE_CPU_OFFLOAD_V1=1 with fine-grained activation offloading on
+  // Transformer Engine 2.10 and later (arguments.py), so that TE offloads activations, not weights.
+  if (c.offload_modules != 0) env += "NVTE_CPU_OFFLOAD_V1=1 ";
   t += fmt::format("{}torchrun --nnodes {} --nproc-per-node {} --node-rank ${{NODE_RANK:-0}} "
                    "--master-addr ${{MASTER_ADDR:-localhost}} --master-port ${{MASTER_PORT:-6000}} \\\n"
                    "  pretrain_gpt.py --use-mcore-models --transformer-impl transformer_engine",
@@ -442,7 +445,8 @@ void NemoRecompute(const ParallelConfig& c, PyLines* p) {
     p->Set("model.config.recompute_modules", PyStrList(RecomputeModulesName(c.recompute_modules)));
   }
   if (c.offload_modules != 0) {
-    p->Comment("Fine-grained activation offloading");
+    p->Comment("Fine-grained activation offloading (Megatron-LM asserts NVTE_CPU_OFFLOAD_V1=1 in the environment "
+               "on Transformer Engine 2.10 and later)");
     p->Set("model.config.fine_grained_activation_offloading", "True");
     p->Set("model.config.offload_modules", PyStrList(OffloadModulesName(c.offload_modules)));
   }

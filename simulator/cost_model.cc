@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 
 #include "common/error.h"
 
@@ -899,44 +900,122 @@ class LayerBuilder {
     out.a2a_overlap_bwd_s = hidden(dur("moe_combine_bwd"), attn_f) + hidden(dur("moe_dispatch_bwd"), mlp_f);
   }
 
-  /// Bytes of op `o`'s saved tensors that the offload modules `mods` send to host memory: what
-  /// the module saves in its forward and the recompute policy keeps (a module that selective
-  /// recompute reruns saves nothing; moe_act keeps its input under moe_act's own recompute, which
-  /// drops only its output).
-  double OffloadedBytesOf(const Op& o, unsigned mods) const {
-    if (o.pass != F || o.saved_bytes <= 0) return 0;
-    if ((mods & kOffloadMoeAct) && (o.name == "moe_swiglu" || o.name == "moe_gelu")) {
-      return (SelectiveModules() & kRecomputeMoe) ? 0.0 : std::min(o.saved_bytes, moe_act_in_saved);
-    }
-    if (o.rebuilt) return 0;
-    if ((mods & kOffloadCoreAttn) && RecomputeModuleOf(o.name) == kRecomputeCoreAttn) return o.saved_bytes;
-    if ((mods & kOffloadAttnProj) && o.name == "attn_out_proj") return o.saved_bytes;
-    if ((mods & kOffloadExpertFc1) && o.name == "moe_expert_up") return o.saved_bytes;
-    return 0;
+  /// Megatron's min_offloaded_tensor_size: tensors of fewer elements stay on the GPU.
+  static constexpr double kMinOffloadElements = 1024.0 * 1024.0;
+  static double Eligible(double elements, double bytes) { return elements >= kMinOffloadElements ? bytes : 0.0; }
+
+  /// The offload module (OffloadModule bit) whose saved tensors forward op `o` holds, 0 for none.
+  unsigned OffloadModuleOf(const Op& o) const {
+    if (o.name == "moe_swiglu" || o.name == "moe_gelu") return kOffloadMoeAct;
+    if (o.name == "moe_expert_up") return kOffloadExpertFc1;
+    if (o.name == "attn_out_proj") return kOffloadAttnProj;
+    return RecomputeModuleOf(o.name) == kRecomputeCoreAttn ? static_cast<unsigned>(kOffloadCoreAttn) : 0u;
   }
 
-  /// Megatron-Core's fine-grained activation offloading (--offload-modules): after a module's
-  /// forward its saved tensors are copied to pinned host memory on a device-to-host stream and
-  /// freed; before its backward they are copied back on a host-to-device stream, one module
-  /// ahead (fine_grained_activation_offload.py: the reload of the next group is issued when a
-  /// group's backward starts). The forward never waits for its copies; a layer's reload runs
-  /// while the layer above it does its backward, so max(0, copy - that backward) is exposed (a
-  /// backward of equal layers). The layer keeps the rest for its backward; while one runs, its
-  /// own reloaded tensors and the next layer's prefetched ones are on the GPU (two layers'
-  /// worth, the offload margin Megatron keeps on the GPU among them).
+  /// The offload module whose backward backward-pass op `o` runs, 0 for none.
+  unsigned OffloadModuleOfBackward(const Op& o) const {
+    const std::string& n = o.name;
+    if (n == "moe_swiglu_bwd" || n == "moe_gelu_bwd") return kOffloadMoeAct;
+    if (n.rfind("moe_expert_up_", 0) == 0) return kOffloadExpertFc1;
+    if (n.rfind("attn_out_proj_", 0) == 0) return kOffloadAttnProj;
+    const std::string base = n.size() > 4 && n.compare(n.size() - 4, 4, "_bwd") == 0 ? n.substr(0, n.size() - 4) : n;
+    return RecomputeModuleOf(base) == kRecomputeCoreAttn ? static_cast<unsigned>(kOffloadCoreAttn) : 0u;
+  }
+
+  /// Bytes of forward op `o`'s saved tensors that the offload modules `mods` send to host memory:
+  /// what the module saves and the recompute policy keeps, tensor by tensor from 1M elements
+  /// (a module that selective recompute reruns saves nothing; moe_act keeps its input under its
+  /// own recompute, which drops only its output). expert_fc1 under a per-tensor FP8 recipe saves
+  /// the 16-bit input instead of its FP8 copy (experts.py: set_save_original_input unless MXFP8
+  /// or NVFP4) and requantizes it in the backward: `o`'s saved bytes become the 16-bit input.
+  double OffloadedBytesOf(Op& o, unsigned mods) const {
+    const unsigned mod = o.pass == F && o.saved_bytes > 0 ? OffloadModuleOf(o) & mods : 0u;
+    if (mod == kOffloadMoeAct) {
+      const double elements = moe_act_in_saved / eb;
+      return (SelectiveModules() & kRecomputeMoe) ? 0.0 : Eligible(elements, std::min(o.saved_bytes, moe_act_in_saved));
+    }
+    if (mod == 0 || o.rebuilt) return 0;
+    if (mod == kOffloadExpertFc1) {
+      const double elements = moe->local_experts * moe->tokens_per_expert * h;
+      if (low && c.precision != Precision::kMxfp8 && c.precision != Precision::kNvfp4) o.saved_bytes = eb * elements;
+      return Eligible(elements, o.saved_bytes);
+    }
+    if (mod == kOffloadAttnProj) return Eligible(T * ad_t, o.saved_bytes);
+    if (o.name == "flash_attention" && !m.mla.enabled()) {
+      // Q (a/t heads) and K, V (g/t groups each), in the model dtype; the fp32 log-sum-exp is small.
+      const double q_el = T * ad_t, kv_el = T * g * d / t;
+      return std::min(o.saved_bytes, Eligible(q_el, eb * q_el) + 2 * Eligible(kv_el, eb * kv_el));
+    }
+    return Eligible(o.saved_bytes / eb, o.saved_bytes);
+  }
+
+  /// Megatron-Core's fine-grained activation offloading (--offload-modules;
+  /// fine_grained_activation_offload.py). Each offloaded module is a group: after its forward its
+  /// saved tensors are copied to pinned host memory on a device-to-host stream (the forward never
+  /// waits; the memory is released when the copy has run, record_stream). In the backward, when
+  /// a group's backward ends, the group before it in forward order starts its reload on a
+  /// host-to-device stream, and that group's backward waits for it: a group's reload hides
+  /// behind the backward ops between the two groups (none between core_attn and attn_proj, or
+  /// between expert_fc1 and moe_act, which are adjacent), the layer's first group's behind the
+  /// rest of the layer above and this layer's backward up to it (with the layer's recompute).
+  /// What does not fit is exposed (`activation_reload`). Memory: the layer keeps the rest, and the
+  /// share of the offloaded tensors a copy slower than the forward has not yet moved; in its
+  /// backward, its own reloaded tensors and the next prefetched ones are on the GPU (two layers'
+  /// worth at most); in the forward, the copy in flight. Op::offloaded_bytes is what leaves.
   void Offload() {
     if (c.offload_modules == 0 || c.recompute == Recompute::kFull || x.host_copy_GBps <= 0) return;
-    double bytes = 0;
+    const double rate = x.host_copy_GBps * 1e9;
+    std::vector<unsigned> groups;  // forward order
+    std::map<unsigned, double> group_bytes;
+    double bytes = 0, forward_s = 0;
     for (Op& o : L) {
+      const double saved_before = o.saved_bytes;
       o.offloaded_bytes = OffloadedBytesOf(o, c.offload_modules);
+      out.saved_bytes += o.saved_bytes - saved_before;  // expert_fc1's 16-bit input under FP8
+      if (o.pass == F && !o.overlapped) forward_s += o.duration_s;
+      if (o.offloaded_bytes <= 0) continue;
+      const unsigned mod = OffloadModuleOf(o);
+      if (group_bytes.count(mod) == 0) groups.push_back(mod);
+      group_bytes[mod] += o.offloaded_bytes;
       bytes += o.offloaded_bytes;
     }
     if (bytes <= 0) return;
-    double backward_s = 0;
+    // The backward in execution order (pass B and W, as L lists them), each group's span in it,
+    // and the recompute, which runs inside the layer's backward.
+    std::vector<double> bwd;
+    std::map<unsigned, std::pair<std::size_t, std::size_t>> span;
+    double recompute_s = 0;
     for (const Op& o : L) {
-      if (o.pass != F && !o.overlapped) backward_s += o.duration_s;
+      if (o.pass == Pass::kRecompute) recompute_s += o.duration_s;
+      if ((o.pass != B && o.pass != W) || o.overlapped) continue;
+      const unsigned mod = OffloadModuleOfBackward(o);
+      if (group_bytes.count(mod) != 0) {
+        auto it = span.find(mod);
+        if (it == span.end()) span[mod] = {bwd.size(), bwd.size()};
+        else it->second.second = bwd.size();
+      }
+      bwd.push_back(o.duration_s);
     }
-    const double copy_s = bytes / (x.host_copy_GBps * 1e9);
+    auto sum = [&](std::size_t from, std::size_t to) {  // [from, to)
+      double total = 0;
+      for (std::size_t j = from; j < to && j < bwd.size(); ++j) total += bwd[j];
+      return total;
+    };
+    double exposed = 0;
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      const double copy_s = group_bytes[groups[i]] / rate;
+      double window = 0;
+      if (span.count(groups[i]) == 0 || span.count(groups.front()) == 0) {
+        window = sum(0, bwd.size()) + recompute_s;  // no backward op found for the group: the layer's
+      } else if (i + 1 < groups.size() && span.count(groups[i + 1]) != 0) {
+        const std::size_t after = span[groups[i + 1]].second + 1, until = span[groups[i]].first;
+        window = after < until ? sum(after, until) : 0.0;
+      } else {
+        window = sum(span[groups.front()].second + 1, bwd.size()) + sum(0, span[groups[i]].first) + recompute_s;
+      }
+      exposed += std::max(0.0, copy_s - window);
+    }
+    const double copy_s = bytes / rate;
     Op off;
     off.name = "activation_offload";
     off.kind = OpKind::kMemory;
@@ -946,12 +1025,22 @@ class LayerBuilder {
     Op reload = off;
     reload.name = "activation_reload";
     reload.pass = B;
-    reload.duration_s = std::max(0.0, copy_s - backward_s);
-    reload.hidden_s = copy_s - reload.duration_s;
+    reload.duration_s = exposed;
+    reload.hidden_s = copy_s - exposed;
     const auto first_backward = std::find_if(L.begin(), L.end(), [](const Op& o) { return o.pass != F; });
     const auto at = L.insert(first_backward, reload);
     L.insert(at, off);
-    out.saved_bytes -= bytes;
+    // A copy longer than the layer's forward falls behind by 1 - forward / copy of each layer's
+    // bytes; forwards run back to back up to the activation peak (the pipeline's warm-up), so
+    // that share of every pass's offloaded tensors is still on the GPU there (record_stream keeps
+    // a tensor until its copy has run). The rest leaves.
+    const double backlog = std::max(0.0, 1.0 - forward_s / copy_s);
+    double freed = 0;
+    for (Op& o : L) {
+      o.offloaded_bytes *= 1.0 - backlog;
+      freed += o.offloaded_bytes;
+    }
+    out.saved_bytes -= freed;
     out.transient_bytes += 2 * bytes;
     out.fwd_transient_bytes = std::max(out.fwd_transient_bytes, bytes);
   }

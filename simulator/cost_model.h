@@ -111,8 +111,9 @@ struct Op {
   double batch = 1;             ///< independent matrices of a batched GEMM (attention scores/context)
   double bytes = 0;             ///< bytes read and written (memory ops, GEMMs) or collective size (nccl-tests size)
   double saved_bytes = 0;       ///< activation bytes kept for backward (forward ops)
-  /// Part of saved_bytes that activation offloading (--offload-modules) moves to host memory
-  /// between the forward and the backward.
+  /// Part of saved_bytes that activation offloading (--offload-modules) takes off the GPU between
+  /// the forward and the backward (what is copied, less the share a copy slower than the forward
+  /// still holds at the activation peak).
   double offloaded_bytes = 0;
   /// Forward op whose saved bytes the recompute policy drops and the backward rebuilds (every
   /// forward op under full recompute; the selected modules' under selective).
