@@ -35,6 +35,7 @@ struct CapacityArgs {
   OptimizerArgs opt;  ///< --optimizer, --zero3-impl and DeepSpeed's knobs for every plan
   std::string framework = "megatron-core";
   ParallelConfig moe_routing;  ///< --moe-load-imbalance, --moe-router-force-load-balancing, --cross-entropy
+  OffloadArgs offload;         ///< --offload-modules for every plan
 };
 
 /// "300e9", "300B", "1.5T", "2M" -> tokens.
@@ -183,6 +184,7 @@ CapacityOptions CapacityOptionsFrom(const CapacityArgs& a, const Model& m) {
   o.plan.base.moe_force_load_balancing = a.moe_routing.moe_force_load_balancing;
   o.plan.base.cross_entropy = a.moe_routing.cross_entropy;
   CheckMoeRoutingOptions(m, o.plan.base);
+  ApplyOffloadArgs(a.offload, m, &o.plan.base);
   o.plan.megatron_core = a.framework == "megatron-core";
   // Goodput needs all three: without a checkpoint cost a failure would lose nothing (goodput
   // 100% however often GPUs fail), and checkpoint times without an MTBF would be ignored.
@@ -351,6 +353,7 @@ void RegisterCapacity(CLI::App& app) {
   AddFrameworkOption(cmd, &a->framework);
   AddMoeRoutingOptions(cmd, &a->moe_routing.moe_load_imbalance, &a->moe_routing.moe_force_load_balancing);
   AddCrossEntropyOption(cmd, &a->moe_routing.cross_entropy);
+  AddOffloadOptions(cmd, &a->offload);
   cmd->add_flag("--solve", a->solve,
                 "with --days: for each --gpus-options cluster (given without counts), the smallest GPU count (whole "
                 "nodes) whose best plan meets the deadline, with its cost");

@@ -33,6 +33,7 @@ struct PlanArgs {
   double min_headroom_gib = 2.0;
   bool json = false, no_flash = false, exclude_at_risk = false;
   ParallelConfig moe_routing;  ///< --moe-load-imbalance, --moe-router-force-load-balancing, --cross-entropy
+  OffloadArgs offload;         ///< --offload-modules for every plan
   PrecisionArgs prec;
   OptimizerArgs opt;  ///< --optimizer, --zero3-impl and DeepSpeed's knobs for every plan
   std::string framework = "megatron-core";
@@ -66,6 +67,7 @@ PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl
   o.base.moe_force_load_balancing = a.moe_routing.moe_force_load_balancing;
   o.base.cross_entropy = a.moe_routing.cross_entropy;
   CheckMoeRoutingOptions(m, o.base);
+  ApplyOffloadArgs(a.offload, m, &o.base);
   o.megatron_core = a.framework == "megatron-core";
   RequirePrecision(cl.gpu, o.base, "command line");
   o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
@@ -197,6 +199,7 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention (saves s*s scores)");
   AddMoeRoutingOptions(cmd, &a->moe_routing.moe_load_imbalance, &a->moe_routing.moe_force_load_balancing);
   AddCrossEntropyOption(cmd, &a->moe_routing.cross_entropy);
+  AddOffloadOptions(cmd, &a->offload);
   AddPrecisionOptions(cmd, &a->prec);
   AddFrameworkOption(cmd, &a->framework);
   cmd->add_flag("--exclude-at-risk", a->exclude_at_risk,

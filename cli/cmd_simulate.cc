@@ -256,14 +256,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.seq_length = a.seq > 0 ? a.seq : m.seq_length;
   c.sequence_parallel = a.sp;
   ApplyRecomputeArgs(a, m, &c);
-  if (a.fine_grained_offloading && a.offload_modules.empty()) {
-    throw InputError("command line: --fine-grained-activation-offloading: given alone, expected it with "
-                     "--offload-modules (the modules whose saved tensors go to host memory)");
-  }
-  if (!a.offload_modules.empty()) {
-    c.offload_modules = ParseOffloadModules(a.offload_modules, "command line: --offload-modules");
-    RequireOffloadModules(m, c.offload_modules, "command line: --offload-modules");
-  }
+  ApplyOffloadArgs(a.offload, m, &c);
   if (a.delay_wgrad && !a.moe_a2a_overlap) {
     throw InputError("command line: --delay-wgrad-compute: given alone, expected it with "
                      "--overlap-moe-expert-parallel-comm (the only use the simulator models)");
@@ -587,12 +580,7 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                   "selective recompute of these modules (Megatron-Core's names, space-separated): core_attn (the "
                   "default), moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; implies --recompute selective")
       ->expected(1, 7);
-  cmd->add_option("--offload-modules", a->offload_modules,
-                  "fine-grained activation offloading of these modules' saved tensors to host memory (Megatron-Core's "
-                  "names, space-separated): core_attn, attn_proj, expert_fc1, moe_act")
-      ->expected(1, 4);
-  cmd->add_flag("--fine-grained-activation-offloading", a->fine_grained_offloading,
-                "accepted with --offload-modules, as Megatron-Core needs it");
+  AddOffloadOptions(cmd, &a->offload);
   cmd->add_flag("--overlap-moe-expert-parallel-comm", a->moe_a2a_overlap,
                 "MoE: run one micro-batch's token dispatch/combine beside another's compute in the 1F1B steady state "
                 "(Megatron-Core's EP A2A overlap)");

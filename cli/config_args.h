@@ -73,6 +73,13 @@ std::vector<std::string> ApplyDeepSpeedKnobs(const OptimizerArgs& a, bool refuse
 /// bf16 weights (runtime/bf16_optimizer.py).
 void CheckOptimizerPrecision(OptimizerImpl impl, Precision precision);
 
+/// Megatron-Core's fine-grained activation offloading: --offload-modules M ... (Megatron's names)
+/// and --fine-grained-activation-offloading (accepted with it).
+struct OffloadArgs {
+  std::vector<std::string> modules;
+  bool flag = false;
+};
+
 struct SimulateArgs {
   PrecisionArgs prec;
   std::string model, cluster, profile, trace, attention_kernel = "default";
@@ -97,10 +104,7 @@ struct SimulateArgs {
   OptimizerArgs opt;  ///< --optimizer, --zero3-impl and DeepSpeed's buckets and stage-3 limits
   /// --recompute-modules (Megatron-Core's names; implies --recompute selective).
   std::vector<std::string> recompute_modules;
-  /// --offload-modules (Megatron-Core's fine-grained activation offloading;
-  /// --fine-grained-activation-offloading is accepted with it).
-  std::vector<std::string> offload_modules;
-  bool fine_grained_offloading = false;
+  OffloadArgs offload;  ///< --offload-modules, --fine-grained-activation-offloading
   /// --overlap-moe-expert-parallel-comm (--delay-wgrad-compute is accepted with it).
   bool moe_a2a_overlap = false, delay_wgrad = false;
   /// megatron-core (Megatron-Core's defaults: whole pipeline messages, blocking 1F1B transfers)

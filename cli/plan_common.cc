@@ -247,6 +247,25 @@ void CheckMoeRoutingOptions(const Model& m, const ParallelConfig& c) {
   }
 }
 
+void AddOffloadOptions(CLI::App* cmd, OffloadArgs* a) {
+  cmd->add_option("--offload-modules", a->modules,
+                  "fine-grained activation offloading of these modules' saved tensors to host memory (Megatron-Core's "
+                  "names, space-separated): core_attn, attn_proj, expert_fc1, moe_act")
+      ->expected(1, 4);
+  cmd->add_flag("--fine-grained-activation-offloading", a->flag,
+                "accepted with --offload-modules, as Megatron-Core needs it");
+}
+
+void ApplyOffloadArgs(const OffloadArgs& a, const Model& m, ParallelConfig* c) {
+  if (a.flag && a.modules.empty()) {
+    throw InputError("command line: --fine-grained-activation-offloading: given alone, expected it with "
+                     "--offload-modules (the modules whose saved tensors go to host memory)");
+  }
+  if (a.modules.empty()) return;
+  c->offload_modules = ParseOffloadModules(a.modules, "command line: --offload-modules");
+  RequireOffloadModules(m, c->offload_modules, "command line: --offload-modules");
+}
+
 void AddEmitOptions(CLI::App* cmd, EmitArgs* a) {
   cmd->add_option("--emit", a->format,
                   "also write a launch configuration: megatron (a Megatron-LM command line), nemo (a NeMo 2 recipe "

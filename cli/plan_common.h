@@ -75,6 +75,14 @@ void AddCrossEntropyOption(CLI::App* cmd, CrossEntropyImpl* impl);
 /// min(k, E/ep) copies on it, ep * min(1, (E/ep)/k) times the mean.
 void CheckMoeRoutingOptions(const Model& m, const ParallelConfig& c);
 
+/// Megatron-Core's fine-grained activation offloading on `simulate` and on every plan of `plan`
+/// and `capacity` (OffloadArgs, cli/config_args.h).
+void AddOffloadOptions(CLI::App* cmd, OffloadArgs* a);
+/// The offload modules into c->offload_modules; InputError (exit 2) for the flag alone, a name
+/// Megatron-Core has not or the simulator does not model, attn_proj without core_attn, and
+/// expert_fc1 or moe_act on a model without routed experts.
+void ApplyOffloadArgs(const OffloadArgs& a, const Model& m, ParallelConfig* c);
+
 /// Refuses (InputError, exit 2, before anything is written) an output file (option, path; empty
 /// or "-": none) that is one of `inputs` or that another output also names.
 void CheckOutputFiles(const std::vector<std::pair<std::string, std::string>>& outputs,

@@ -215,6 +215,7 @@ void ApplyPlanWideSettings(const PlanOptions& o, const PipelineSplit& split, std
   c->moe_load_imbalance = o.base.moe_load_imbalance;
   c->moe_force_load_balancing = o.base.moe_force_load_balancing;
   c->cross_entropy = o.base.cross_entropy;
+  c->offload_modules = o.base.offload_modules;
   c->optimizer_impl = o.optimizer_impl;
   c->zero3_impl = c->zero_stage >= 3 ? o.zero3_impl : Zero3Impl::kPerLayer;
   CopyDeepSpeedKnobs(o.base, c);

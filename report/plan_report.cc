@@ -266,6 +266,12 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
     out << "  recompute selective: --recompute-modules " << mods
         << " (Megatron-Core's MoE choice: the experts' activation and the norms rerun, their outputs freed)\n";
   }
+  if (!r.plans.empty() && r.plans.front().config.offload_modules != 0) {
+    std::string mods = OffloadModulesName(r.plans.front().config.offload_modules);
+    std::replace(mods.begin(), mods.end(), ',', ' ');
+    out << "  every plan offloads activations: --offload-modules " << mods
+        << " (their saved tensors in host memory between forward and backward)\n";
+  }
 }
 
 /// What the search left out by default, and how far to trust the figures.

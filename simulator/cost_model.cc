@@ -946,7 +946,11 @@ class LayerBuilder {
       const double q_el = T * ad_t, kv_el = T * g * d / t;
       return std::min(o.saved_bytes, Eligible(q_el, eb * q_el) + 2 * Eligible(kv_el, eb * kv_el));
     }
-    return Eligible(o.saved_bytes / eb, o.saved_bytes);
+    // MLA's flash attention and the context-parallel cores: their 16-bit tensors as one, the fp32
+    // log-sum-exp apart (under 1M elements it stays).
+    const double lse = o.name == "flash_attention" ? 4 * T * a / t : 0.0;
+    const double rest = std::max(0.0, o.saved_bytes - lse);
+    return Eligible(rest / eb, rest) + Eligible(lse / 4, std::min(lse, o.saved_bytes));
   }
 
   /// Megatron-Core's fine-grained activation offloading (--offload-modules;
@@ -987,7 +991,8 @@ class LayerBuilder {
     double recompute_s = 0;
     for (const Op& o : L) {
       if (o.pass == Pass::kRecompute) recompute_s += o.duration_s;
-      if ((o.pass != B && o.pass != W) || o.overlapped) continue;
+      // ZB-H1 defers the weight-gradient passes to later slots: they are not in these windows.
+      if ((o.pass != B && o.pass != W) || o.overlapped || (o.pass == W && c.schedule == Schedule::kZbH1)) continue;
       const unsigned mod = OffloadModuleOfBackward(o);
       if (group_bytes.count(mod) != 0) {
         auto it = span.find(mod);

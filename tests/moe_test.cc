@@ -1137,6 +1137,13 @@ TEST(ActivationOffload, CommandLineAndLaunch) {
   EXPECT_NE(text.out.find("--fine-grained-activation-offloading --offload-modules expert_fc1 moe_act"),
             std::string::npos) << text.out;
   EXPECT_NE(text.out.find("NVTE_CPU_OFFLOAD_V1=1 "), std::string::npos) << text.out;
+  // plan: every candidate offloads; full recompute is set aside with its reason.
+  const auto plan = testing::RunShardcast("plan --model mixtral-8x7b --cluster dgx-h100 --gpus 64 --gbs 256 --seq 4096 "
+                                          "--top 2 --offload-modules expert_fc1 moe_act");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("cannot run: activation offloading under full recompute"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("every plan offloads activations: --offload-modules expert_fc1 moe_act"), std::string::npos)
+      << plan.out;
 }
 
 }  // namespace
