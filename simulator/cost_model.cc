@@ -969,63 +969,16 @@ class LayerBuilder {
   void Offload() {
     if (c.offload_modules == 0 || c.recompute == Recompute::kFull || x.host_copy_GBps <= 0) return;
     const double rate = x.host_copy_GBps * 1e9;
-    std::vector<unsigned> groups;  // forward order
-    std::map<unsigned, double> group_bytes;
-    double bytes = 0, forward_s = 0;
-    for (Op& o : L) {
-      const double saved_before = o.saved_bytes;
-      o.offloaded_bytes = OffloadedBytesOf(o, c.offload_modules);
-      out.saved_bytes += o.saved_bytes - saved_before;  // expert_fc1's 16-bit input under FP8
-      if (o.pass == F && !o.overlapped) forward_s += o.duration_s;
-      if (o.offloaded_bytes <= 0) continue;
-      const unsigned mod = OffloadModuleOf(o);
-      if (group_bytes.count(mod) == 0) groups.push_back(mod);
-      group_bytes[mod] += o.offloaded_bytes;
-      bytes += o.offloaded_bytes;
-    }
-    if (bytes <= 0) return;
-    // The backward in execution order (pass B and W, as L lists them), each group's span in it,
-    // and the recompute, which runs inside the layer's backward.
-    std::vector<double> bwd;
-    std::map<unsigned, std::pair<std::size_t, std::size_t>> span;
-    double recompute_s = 0;
-    for (const Op& o : L) {
-      if (o.pass == Pass::kRecompute) recompute_s += o.duration_s;
-      // ZB-H1 defers the weight-gradient passes to later slots: they are not in these windows.
-      if ((o.pass != B && o.pass != W) || o.overlapped || (o.pass == W && c.schedule == Schedule::kZbH1)) continue;
-      const unsigned mod = OffloadModuleOfBackward(o);
-      if (group_bytes.count(mod) != 0) {
-        auto it = span.find(mod);
-        if (it == span.end()) span[mod] = {bwd.size(), bwd.size()};
-        else it->second.second = bwd.size();
-      }
-      bwd.push_back(o.duration_s);
-    }
-    auto sum = [&](std::size_t from, std::size_t to) {  // [from, to)
-      double total = 0;
-      for (std::size_t j = from; j < to && j < bwd.size(); ++j) total += bwd[j];
-      return total;
-    };
-    double exposed = 0;
-    for (std::size_t i = 0; i < groups.size(); ++i) {
-      const double copy_s = group_bytes[groups[i]] / rate;
-      double window = 0;
-      if (span.count(groups[i]) == 0 || span.count(groups.front()) == 0) {
-        window = sum(0, bwd.size()) + recompute_s;  // no backward op found for the group: the layer's
-      } else if (i + 1 < groups.size() && span.count(groups[i + 1]) != 0) {
-        const std::size_t after = span[groups[i + 1]].second + 1, until = span[groups[i]].first;
-        window = after < until ? sum(after, until) : 0.0;
-      } else {
-        window = sum(span[groups.front()].second + 1, bwd.size()) + sum(0, span[groups[i]].first) + recompute_s;
-      }
-      exposed += std::max(0.0, copy_s - window);
-    }
-    const double copy_s = bytes / rate;
+    double forward_s = 0;
+    const OffloadGroups groups = MarkOffloadedTensors(&forward_s);
+    if (groups.total_bytes <= 0) return;
+    const double copy_s = groups.total_bytes / rate;
+    const double exposed = ReloadExposed(groups, rate);
     Op off;
     off.name = "activation_offload";
     off.kind = OpKind::kMemory;
     off.pass = F;
-    off.bytes = bytes;
+    off.bytes = groups.total_bytes;
     off.hidden_s = copy_s;
     Op reload = off;
     reload.name = "activation_reload";
@@ -1046,8 +999,76 @@ class LayerBuilder {
       freed += o.offloaded_bytes;
     }
     out.saved_bytes -= freed;
-    out.transient_bytes += 2 * bytes;
-    out.fwd_transient_bytes = std::max(out.fwd_transient_bytes, bytes);
+    out.transient_bytes += 2 * groups.total_bytes;
+    out.fwd_transient_bytes = std::max(out.fwd_transient_bytes, groups.total_bytes);
+  }
+
+  /// The layer's offload groups in forward order with their bytes.
+  struct OffloadGroups {
+    std::vector<unsigned> order;  ///< OffloadModule bits, forward order
+    std::map<unsigned, double> bytes;
+    double total_bytes = 0;
+  };
+
+  /// Sets every op's Op::offloaded_bytes (OffloadedBytesOf) and groups them; `forward_s` gets the
+  /// layer's forward time.
+  OffloadGroups MarkOffloadedTensors(double* forward_s) {
+    OffloadGroups grp;
+    for (Op& o : L) {
+      const double saved_before = o.saved_bytes;
+      o.offloaded_bytes = OffloadedBytesOf(o, c.offload_modules);
+      out.saved_bytes += o.saved_bytes - saved_before;  // expert_fc1's 16-bit input under FP8
+      if (o.pass == F && !o.overlapped) *forward_s += o.duration_s;
+      if (o.offloaded_bytes <= 0) continue;
+      const unsigned mod = OffloadModuleOf(o);
+      if (grp.bytes.count(mod) == 0) grp.order.push_back(mod);
+      grp.bytes[mod] += o.offloaded_bytes;
+      grp.total_bytes += o.offloaded_bytes;
+    }
+    return grp;
+  }
+
+  /// The reloads' exposed time in one layer's backward: per group, max(0, copy - its window),
+  /// the window being the backward between the next group's (forward order) and its own, or for
+  /// the layer's first group the rest of the layer above, this layer's backward up to it and the
+  /// recompute (Offload).
+  double ReloadExposed(const OffloadGroups& grp, double rate) const {
+    // The backward in execution order (pass B and W, as L lists them) and each group's span in it.
+    std::vector<double> bwd;
+    std::map<unsigned, std::pair<std::size_t, std::size_t>> span;
+    double recompute_s = 0;
+    for (const Op& o : L) {
+      if (o.pass == Pass::kRecompute) recompute_s += o.duration_s;
+      // ZB-H1 defers the weight-gradient passes to later slots: they are not in these windows.
+      if ((o.pass != B && o.pass != W) || o.overlapped || (o.pass == W && c.schedule == Schedule::kZbH1)) continue;
+      const unsigned mod = OffloadModuleOfBackward(o);
+      if (grp.bytes.count(mod) != 0) {
+        auto it = span.find(mod);
+        if (it == span.end()) span[mod] = {bwd.size(), bwd.size()};
+        else it->second.second = bwd.size();
+      }
+      bwd.push_back(o.duration_s);
+    }
+    auto sum = [&](std::size_t from, std::size_t to) {  // [from, to)
+      double total = 0;
+      for (std::size_t j = from; j < to && j < bwd.size(); ++j) total += bwd[j];
+      return total;
+    };
+    const std::vector<unsigned>& order = grp.order;
+    double exposed = 0;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      double window = 0;
+      if (span.count(order[i]) == 0 || span.count(order.front()) == 0) {
+        window = sum(0, bwd.size()) + recompute_s;  // no backward op found for the group: the layer's
+      } else if (i + 1 < order.size() && span.count(order[i + 1]) != 0) {
+        const std::size_t after = span.at(order[i + 1]).second + 1, until = span.at(order[i]).first;
+        window = after < until ? sum(after, until) : 0.0;
+      } else {
+        window = sum(span.at(order.front()).second + 1, bwd.size()) + sum(0, span.at(order[i]).first) + recompute_s;
+      }
+      exposed += std::max(0.0, grp.bytes.at(order[i]) / rate - window);
+    }
+    return exposed;
   }
 
   /// The selective-recompute modules that apply to this layer (RecomputeModule bits; 0 unless
@@ -1336,7 +1357,6 @@ constexpr double kHostCopyEfficiency = 0.8;
 double HostCopyGBps(const Gpu& g) {
   return g.pcie_GBps_per_direction * kHostCopyEfficiency / static_cast<double>(std::max(1, g.host_link_shared_by));
 }
-
 
 double MoeImbalance(const ParallelConfig& c, const MoeSpec& moe, double mean_tokens, std::int64_t ep) {
   double imb = c.moe_load_imbalance;
