@@ -19,18 +19,12 @@ bool Contains(const std::string& s, const std::string& what) { return s.find(wha
 
 bool IsLetter(char ch) { return std::isalpha(static_cast<unsigned char>(ch)) != 0; }
 
-/// Length of `word` matched case-insensitively at `pos` of `s`, where `word` may be followed by
-/// one optional separator (' ', '_' or '-') and `next` (both given lower-case); 0 where no match.
-std::size_t MatchAt(const std::string& s, std::size_t pos, const std::string& word, const std::string& next = "") {
-  auto at = [&](std::size_t i, const std::string& w) {
-    if (i + w.size() > s.size()) return false;
-    for (std::size_t k = 0; k < w.size(); ++k) {
-      if (std::tolower(static_cast<unsigned char>(s[i + k])) != w[k]) return false;
-    }
-    return true;
-  };
+/// Length of `word` at `pos` of the lower-case `s`, where `word` may be followed by one optional
+/// separator (' ', '_' or '-') and `next` (both lower-case); 0 where no match.
+std::size_t MatchAt(const std::string& s, std::size_t pos, const std::string& word, const std::string& next) {
+  auto at = [&](std::size_t i, const std::string& w) { return i <= s.size() && s.compare(i, w.size(), w) == 0; };
   if (!at(pos, word)) return 0;
-  std::size_t end = pos + word.size();
+  const std::size_t end = pos + word.size();
   if (next.empty()) return word.size();
   if (end < s.size() && (s[end] == ' ' || s[end] == '_' || s[end] == '-') && at(end + 1, next)) {
     return word.size() + 1 + next.size();
@@ -38,9 +32,10 @@ std::size_t MatchAt(const std::string& s, std::size_t pos, const std::string& wo
   return at(end, next) ? word.size() + next.size() : 0;
 }
 
-/// Whether `s` holds a match of `word` [separator] `next` bounded by non-letters on both sides
-/// (case-insensitive); `bounded` false accepts a match inside a longer word.
-bool HasMatch(const std::string& s, const std::string& word, const std::string& next, bool bounded) {
+/// Whether `text` holds `word` [separator] `next` (case-insensitive), bounded by non-letters on
+/// both sides unless `bounded` is false (then a match inside a longer word counts).
+bool HasMatch(const std::string& text, const std::string& word, const std::string& next, bool bounded) {
+  const std::string s = ToLower(text);
   for (std::size_t pos = 0; pos < s.size(); ++pos) {
     if (bounded && pos > 0 && IsLetter(s[pos - 1])) continue;
     const std::size_t len = MatchAt(s, pos, word, next);
@@ -865,7 +860,8 @@ void MapActivationOffloading(const std::string& notes, const Model& m, Validatio
 /// gradient-accumulation steps ("GA=4") runs that many pipeline flushes a step. PyTorch's stage
 /// reduces gradients at the end of each step() call; NeMo Automodel's MoE models patch that to
 /// the optimizer step (MoEFSDPSyncMixin, components/moe/fsdp_mixin.py), so theirs reduce once.
-void MapGradientAccumulationFlushes(const CsvTable& t, std::size_t r, const Model& model, ValidationRow* row) {
+void MapGradientAccumulationFlushes(const CsvTable& t, std::size_t r, const std::string& fw, const Model& model,
+                                    ValidationRow* row) {
   const std::string notes = t.Get(r, "notes");
   std::string digits;
   for (std::size_t pos = notes.find("GA="); pos != std::string::npos && digits.empty(); pos = notes.find("GA=", pos + 1)) {
@@ -886,7 +882,7 @@ void MapGradientAccumulationFlushes(const CsvTable& t, std::size_t r, const Mode
     return;
   }
   c->pipeline_flushes = ga;
-  c->flush_grad_reduce = !(Contains(t.Get(r, "framework"), "Automodel") && model.moe.enabled());
+  c->flush_grad_reduce = !(Contains(fw, "Automodel") && model.moe.enabled());
   row->assumptions.push_back(fmt::format("its {} gradient-accumulation steps as {} pipeline flushes of {} micro-batches "
                                          "(PyTorch pipelining: one schedule step() per local batch), gradients reduced {}",
                                          ga, ga, m / ga,
@@ -912,7 +908,7 @@ void MapRowConfig(const CsvTable& t, std::size_t r, const std::string& runs_csv,
     c->zero_stage = 1;
     c->overlap_grad_reduce = false;
     row->assumptions.push_back(std::string("FSDP2 with pipeline parallelism read as ") + kFsdp2PipelineEquivalent);
-    MapGradientAccumulationFlushes(t, r, m, row);
+    MapGradientAccumulationFlushes(t, r, fw, m, row);
   }
   const std::size_t rc = ch.recompute;
   // The defaults of a row that leaves these columns empty, stated (docs/validate.md).
@@ -1128,7 +1124,8 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
     row.fitted_constant = RowFittedConstant(t, r, runs_csv, row);
     MapRowConfig(t, r, runs_csv, m, assume_mbs1, &row);
     const ParallelConfig& c = row.config;
-    const bool mcore = Contains(t.Get(r, "framework"), "Megatron-Core");
+    const std::string fw = t.Get(r, "framework");
+    const bool mcore = Contains(fw, "Megatron-Core");
     if (!cl.gpu.Runs(c.precision)) {
       row.skipped = true;
       row.assumptions.clear();
@@ -1138,9 +1135,9 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
       continue;
     }
     HardwareProfile prof = DefaultProfile(cl);
-    if (c.flash_attention && cl.gpu.arch == "hopper" && !RowRunsTeAttention(t.Get(r, "framework"), mcore)) {
+    if (c.flash_attention && cl.gpu.arch == "hopper" && !RowRunsTeAttention(fw, mcore)) {
       prof = WithAttentionKernel(prof, cl.gpu.arch, "fa2");
-      row.assumptions.push_back(RowNamesFlexAttention(t.Get(r, "framework"))
+      row.assumptions.push_back(RowNamesFlexAttention(fw)
                                     ? "FlashAttention-2's attention rates on Hopper (the row names FlexAttention, "
                                       "FA2-class)"
                                     : "FlashAttention-2's attention rates on Hopper (a PyTorch-side run without "
