@@ -18,6 +18,7 @@
 #include "report/text.h"
 #include "simulator/cost_model.h"
 #include "simulator/simulate.h"
+#include "simulator/straggler.h"
 
 namespace shardcast::cli {
 
@@ -435,8 +436,27 @@ HardwareProfile SimulationProfile(const SimulateArgs& a, const std::optional<Har
   return prof;
 }
 
-void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<std::string>& what_if_flags,
-                 const std::string& html) {
+/// `--straggler FACTOR [--straggler-stage N]`.
+struct StragglerArgs {
+  double slowdown = 1;
+  int stage = -1;
+  CLI::Option* slowdown_opt = nullptr;
+  CLI::Option* stage_opt = nullptr;
+  bool given() const { return slowdown_opt->count() > 0; }
+};
+
+void AddStragglerOptions(CLI::App* cmd, StragglerArgs* s) {
+  s->slowdown_opt = cmd->add_option(
+      "--straggler", s->slowdown,
+      "also run with one slow GPU whose kernels take FACTOR times as long (>= 1, e.g. 1.1), and print the "
+      "result beside the baseline; its groups wait for it (docs/simulator.md, \"Stragglers\")");
+  s->stage_opt = cmd->add_option("--straggler-stage", s->stage,
+                                 "the pipeline stage of --straggler's GPU (default: each stage is tried and "
+                                 "the one that lengthens the step most is reported)");
+}
+
+void RunSimulate(const SimulateArgs& a, const StragglerArgs& straggler, const EmitArgs& emit,
+                 const std::vector<std::string>& what_if_flags, const std::string& html) {
   const std::vector<WhatIf> what_if = ParseWhatIfs(what_if_flags);
   CheckOutputFiles({{"--trace", a.trace}, {"--allocator-trace", a.allocator_trace}, {"--html", html},
                     {"--emit-file", emit.file}},
@@ -460,6 +480,15 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
   if (a.ops && a.json) {
     throw InputError("command line: --ops: the op table is text; not combined with --json (run them separately)");
   }
+  if (straggler.stage_opt->count() > 0 && !straggler.given()) {
+    throw InputError(fmt::format("command line: --straggler-stage: {}, needs --straggler FACTOR (how much slower the "
+                                 "GPU is)",
+                                 straggler.stage));
+  }
+  if (straggler.given()) {
+    RequireStraggler(straggler.slowdown, straggler.stage_opt->count() > 0 ? std::optional<int>(straggler.stage) : std::nullopt,
+                     c.pp, "command line: --straggler");
+  }
   const HardwareProfile prof = SimulationProfile(a, loaded, cl, c);
   SimulateOptions opts;
   opts.full_rank = a.full_rank;
@@ -476,6 +505,13 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
     hw = ApplyWhatIfs(what_if, cl, prof);
     changed = Simulate(m, c, hw->cl, gpus, hw->prof, opts);
   }
+  std::optional<StragglerRun> slow;
+  if (straggler.given() && r.feasible) {
+    SimulateOptions so = opts;
+    so.keep_graph = false;  // --trace and --html show the baseline
+    slow = SimulateStraggler(m, c, cl, gpus, prof, so, straggler.slowdown,
+                             straggler.stage_opt->count() > 0 ? straggler.stage : -1);
+  }
   if (!a.trace.empty() && r.feasible) WriteFileAtomic(a.trace, ChromeTrace(r));
   // What --json prints; the HTML page carries the same object.
   auto result_json = [&] {
@@ -488,6 +524,10 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
       j["what_if"]["changes"] = what_if_flags;
       j["what_if"]["adjustments"] = hw->prof.adjustments;
       j["what_if"]["result"] = ResultToJson(*changed, m, c, hw->cl, gpus);
+    }
+    if (slow) {
+      j["straggler"] = StragglerJson(r, *slow);
+      j["straggler"]["result"] = ResultToJson(slow->result, m, c, cl, gpus);
     }
     return WithIntegerBytes(j);
   };
@@ -505,6 +545,8 @@ void RunSimulate(const SimulateArgs& a, const EmitArgs& emit, const std::vector<
     if (a.ops && !r.feasible) std::cout << "\nNo op table: the configuration cannot run.\n";
     if (!a.trace.empty() && r.feasible) std::cout << "\nTrace written to " << a.trace << " (open in ui.perfetto.dev)\n";
     if (!allocator_traces.empty()) std::cout << "\nAllocator trace written to " << a.allocator_trace << "\n";
+    if (slow) WriteStraggler(std::cout, r, *slow);
+    if (straggler.given() && !r.feasible) std::cout << "\nNo straggler run: the configuration cannot run.\n";
     if (changed) {
       std::cout << "\nWhat if " << Join(what_if_flags, ", ") << ":\n";
       for (std::size_t i = prof.adjustments.size(); i < hw->prof.adjustments.size(); ++i) {
@@ -696,9 +738,11 @@ void RegisterSimulate(CLI::App& app) {
   AddEmitOptions(cmd, emit.get());
   auto what_if = std::make_shared<std::vector<std::string>>();
   AddWhatIfOption(cmd, what_if.get());
+  auto straggler = std::make_shared<StragglerArgs>();
+  AddStragglerOptions(cmd, straggler.get());
   auto html = std::make_shared<std::string>();
   AddHtmlOption(cmd, html.get());
-  cmd->callback([a, emit, what_if, html] { RunSimulate(*a, *emit, *what_if, *html); });
+  cmd->callback([a, straggler, emit, what_if, html] { RunSimulate(*a, *straggler, *emit, *what_if, *html); });
 }
 
 }  // namespace shardcast::cli

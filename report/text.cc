@@ -409,4 +409,71 @@ Json BesideJson(const SimulationResult& base, const SimulationResult& what_if) {
               {"tokens_per_s_change", both ? Json(what_if.tokens_per_s / base.tokens_per_s - 1) : Json(nullptr)}};
 }
 
+namespace {
+
+/// A stage's own work: compute, recompute and optimizer step (what a straggler slows).
+double StageWork(const SimulationResult& r, int stage) {
+  if (stage < 0 || stage >= static_cast<int>(r.stages.size())) return 0;
+  const StageBreakdown& t = r.stages[static_cast<std::size_t>(stage)].time;
+  return t.compute_s + t.recompute_s + t.optimizer_s;
+}
+
+/// The mean over stages other than `stage` of `part` (seconds).
+template <typename Part>
+double OthersMean(const SimulationResult& r, int stage, Part part) {
+  double sum = 0;
+  int n = 0;
+  for (const auto& s : r.stages) {
+    if (s.stage == stage) continue;
+    sum += part(s.time);
+    ++n;
+  }
+  return n > 0 ? sum / n : 0;
+}
+
+}  // namespace
+
+void WriteStraggler(std::ostream& out, const SimulationResult& base, const StragglerRun& run) {
+  out << fmt::format("\nWith a straggler: one GPU of stage {} runs its kernels {:.3g}x as long", run.stage,
+                     run.slowdown);
+  out << (run.stage_given ? " (--straggler-stage)\n" : ", the stage where it costs the step most\n");
+  out << "  (its tensor-, context- and expert-parallel peers wait for it at every collective, the other stages at\n"
+         "  the pipeline transfers, the other data-parallel replicas at the gradient reduction)\n";
+  if (!run.step_time_by_stage_s.empty()) {
+    out << "  step with it on stage";
+    for (std::size_t s = 0; s < run.step_time_by_stage_s.size(); ++s) {
+      if (s > 0 && s % 6 == 0) out << "\n   ";
+      out << fmt::format(" {}: {}{}", s, FormatSeconds(run.step_time_by_stage_s[s]),
+                         s + 1 < run.step_time_by_stage_s.size() ? "," : "");
+    }
+    out << "\n";
+  }
+  WriteBeside(out, base, run.result, "all at speed", "with straggler");
+  if (!base.feasible || !run.result.feasible) return;
+  out << fmt::format("  stage {} compute, recompute and optimizer {} -> {}\n", run.stage,
+                     FormatSeconds(StageWork(base, run.stage)), FormatSeconds(StageWork(run.result, run.stage)));
+  if (run.result.stages.size() > 1) {
+    auto bubble = [](const StageBreakdown& t) { return t.bubble_s + t.pp_comm_s; };
+    auto dp = [](const StageBreakdown& t) { return t.dp_comm_s; };
+    out << fmt::format("  other stages' mean wait on other stages (bubble, pipeline transfers) {} -> {}, on\n"
+                       "  data-parallel collectives {} -> {}\n",
+                       FormatSeconds(OthersMean(base, run.stage, bubble)),
+                       FormatSeconds(OthersMean(run.result, run.stage, bubble)),
+                       FormatSeconds(OthersMean(base, run.stage, dp)), FormatSeconds(OthersMean(run.result, run.stage, dp)));
+  }
+}
+
+Json StragglerJson(const SimulationResult& base, const StragglerRun& run) {
+  Json j = BesideJson(base, run.result);
+  j["with_straggler"] = j["what_if"];
+  j.erase("what_if");
+  j["slowdown"] = run.slowdown;
+  j["stage"] = run.stage;
+  j["stage_given"] = run.stage_given;
+  j["step_time_by_stage_s"] = run.step_time_by_stage_s;
+  j["stage_compute_baseline_s"] = StageWork(base, run.stage);
+  j["stage_compute_s"] = StageWork(run.result, run.stage);
+  return j;
+}
+
 }  // namespace shardcast

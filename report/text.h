@@ -12,6 +12,7 @@
 #include "models/parallel.h"
 #include "simulator/profile.h"
 #include "simulator/simulate.h"
+#include "simulator/straggler.h"
 
 namespace shardcast {
 
@@ -35,5 +36,17 @@ void WriteBeside(std::ostream& out, const SimulationResult& base, const Simulati
 /// {"baseline": ..., "what_if": ..., "step_time_change": what_if / baseline - 1 (null when either
 /// cannot run), "tokens_per_s_change": ...} of two results' headline figures.
 Json BesideJson(const SimulationResult& base, const SimulationResult& what_if);
+
+/// `simulate --straggler`: which stage holds the slow GPU (and, when the stage was not given,
+/// the step with it on each stage), the result beside `base` (WriteBeside), and where the time
+/// went: the slow stage's compute, recompute and optimizer before and after, and the other
+/// stages' mean wait on other stages (bubble) and on data-parallel collectives.
+void WriteStraggler(std::ostream& out, const SimulationResult& base, const StragglerRun& run);
+/// The --json "straggler" object: BesideJson(base, run.result), its "what_if" named
+/// "with_straggler", with "slowdown", "stage",
+/// "stage_given", "step_time_by_stage_s" (empty when the stage was given) and
+/// "stage_compute_s" / "stage_compute_baseline_s" (the slow stage's compute + recompute +
+/// optimizer).
+Json StragglerJson(const SimulationResult& base, const StragglerRun& run);
 
 }  // namespace shardcast

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/text.h"
 #include "simulator/memory_replay.h"
+#include "simulator/straggler.h"
 
 namespace shardcast {
 namespace {
@@ -406,9 +407,11 @@ TaskCost Builder::CostOf(const CostKey& k) const {
       double quantized = 0;
       for (const auto& x : chunks) quantized += x.quantized_params_per_gpu;
       TaskCost t;
+      // A straggler's stage runs its optimizer kernels slower too (SimulateOptions).
+      const double slow = stage == opts_.straggler_stage ? opts_.straggler_slowdown : 1.0;
       t.work_ns = FreeComm() ? 0.0
-                                       : Ns(OptimizerTime(prof_, c_, params, experts) +
-                                            WeightQuantizeTime(prof_, c_, lf_, quantized));
+                             : Ns(slow * (OptimizerTime(prof_, c_, params, experts) +
+                                          WeightQuantizeTime(prof_, c_, lf_, quantized)));
       return t;
     }
     case CostKind::kParamGather: {
@@ -1042,6 +1045,9 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     return res;
   }
   CostModel cm = BuildCostModel(m, c, cl, prof);
+  if (opts.straggler_stage >= 0 || opts.straggler_slowdown != 1) {
+    SlowStageCompute(&cm, opts.straggler_stage, opts.straggler_slowdown);
+  }
   if (opts.ideal_pipeline) {
     double f = 0, bi = 0, bw = 0, n = 0;
     for (const auto& st : cm.chunks) {

@@ -47,6 +47,16 @@ struct SimulateOptions {
   /// With allocator_replay: receives each stage's replayed allocator calls (not owned; nullptr:
   /// none kept). `simulate --allocator-trace`.
   std::vector<StageAllocatorTrace>* allocator_traces = nullptr;
+  /// A straggler: one GPU of pipeline stage `straggler_stage` (0 .. pp - 1; -1: none) runs its
+  /// kernels `straggler_slowdown` times longer (>= 1). Its tensor-, context- and expert-parallel
+  /// peers wait for it at every collective, so the stage's compute (forward, backward,
+  /// recompute, optimizer step) takes that much longer in every data-parallel replica of the
+  /// stage that is simulated: the replica holding the slow GPU sets the pace, as the gradient
+  /// reduction waits for it (docs/simulator.md, "Stragglers"). Collectives, transfers and host
+  /// work keep their times. std::invalid_argument for a stage outside the pipeline or a
+  /// slowdown below 1 (the command line checks both first).
+  int straggler_stage = -1;
+  double straggler_slowdown = 1;
 };
 
 /// Time of one stage, in seconds; the parts add up to the step time.

@@ -1,0 +1,174 @@
+// One slow GPU (simulator/straggler.h, `simulate --straggler`): the slow stage's compute takes
+// FACTOR times as long, collectives keep their times, the step grows by no more than the added
+// work and no less than the slow stage's own busy time, and the worst stage is the one reported.
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "common/error.h"
+#include "common/json_reader.h"
+#include "models/loader.h"
+#include "simulator/simulate.h"
+#include "simulator/straggler.h"
+#include "tests/test_util.h"
+
+namespace shardcast {
+namespace {
+
+ParallelConfig Config(std::int64_t tp, std::int64_t pp, std::int64_t gbs) {
+  ParallelConfig c;
+  c.tp = tp;
+  c.pp = pp;
+  c.dp = 1;
+  c.micro_batch_size = 1;
+  c.global_batch_size = gbs;
+  c.sequence_parallel = tp > 1;
+  c.recompute = Recompute::kSelective;
+  ApplyMegatronCoreDefaults(&c);
+  return c;
+}
+
+double Work(const StageBreakdown& t) { return t.compute_s + t.recompute_s + t.optimizer_s; }
+
+// Without parallelism the step is all the GPU's own work: FACTOR times as long, to the
+// engine's nanosecond rounding per task.
+TEST(Straggler, OneGpuAloneTakesFactorTimesAsLong) {
+  const Model m = LoadModel("gpt3-350m");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile p = DefaultProfile(cl);
+  const ParallelConfig c = Config(1, 1, 4);
+  const SimulationResult base = Simulate(m, c, cl, 1, p);
+  ASSERT_TRUE(base.feasible);
+  SimulateOptions o;
+  o.straggler_stage = 0;
+  o.straggler_slowdown = 1.25;
+  const SimulationResult slow = Simulate(m, c, cl, 1, p, o);
+  ASSERT_TRUE(slow.feasible);
+  const double tolerance = 1e-9 * static_cast<double>(base.num_tasks + slow.num_tasks);
+  EXPECT_NEAR(slow.step_time_s, 1.25 * base.step_time_s, 1.25 * tolerance);
+  EXPECT_EQ(slow.peak_memory_bytes, base.peak_memory_bytes);  // timing only
+  // Slowdown 1 is the baseline to the bit.
+  o.straggler_slowdown = 1;
+  EXPECT_EQ(Simulate(m, c, cl, 1, p, o).step_time_s, base.step_time_s);
+}
+
+// Tensor parallelism on one node: the stage's compute, recompute and optimizer scale, the
+// tensor-parallel collectives (which wait for the slow GPU, then run at NVLink's rate) do not.
+TEST(Straggler, TensorParallelCollectivesKeepTheirTime) {
+  const Model m = LoadModel("gpt3-6.7b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile p = DefaultProfile(cl);
+  const ParallelConfig c = Config(8, 1, 8);
+  const SimulationResult base = Simulate(m, c, cl, 8, p);
+  SimulateOptions o;
+  o.straggler_stage = 0;
+  o.straggler_slowdown = 1.5;
+  const SimulationResult slow = Simulate(m, c, cl, 8, p, o);
+  ASSERT_TRUE(base.feasible && slow.feasible);
+  const StageBreakdown& a = base.stages[0].time;
+  const StageBreakdown& b = slow.stages[0].time;
+  ASSERT_GT(a.tp_comm_s, 0);
+  const double tolerance = 1e-9 * static_cast<double>(base.num_tasks);
+  EXPECT_NEAR(Work(b), 1.5 * Work(a), 2 * tolerance);
+  EXPECT_NEAR(b.tp_comm_s, a.tp_comm_s, 2 * tolerance);
+  EXPECT_NEAR(slow.step_time_s - base.step_time_s, 0.5 * Work(a), 2 * tolerance);
+}
+
+// A pipeline with communication free (a DAG of the stages' passes): the step grows by at most
+// the work added to the slow stage (the longest path gains at most what its tasks gain) and
+// lasts at least the slow stage's own busy time; the other stages' work is unchanged and they
+// wait longer. The sweep reports the stage that lengthens the step most.
+TEST(Straggler, ThePipelineRunsAtTheSlowStagesPace) {
+  const Model m = LoadModel("gpt3-13b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile p = DefaultProfile(cl);
+  const ParallelConfig c = Config(2, 4, 32);
+  SimulateOptions o;
+  o.free_communication = true;
+  const SimulationResult base = Simulate(m, c, cl, 8, p, o);
+  ASSERT_TRUE(base.feasible);
+  const double f = 1.2;
+  const StragglerRun run = SimulateStraggler(m, c, cl, 8, p, o, f, -1);
+  ASSERT_EQ(run.step_time_by_stage_s.size(), 4u);
+  EXPECT_FALSE(run.stage_given);
+  const double tolerance = 1e-9 * static_cast<double>(base.num_tasks);
+  double worst = 0;
+  for (int s = 0; s < 4; ++s) {
+    SimulateOptions so = o;
+    so.straggler_stage = s;
+    so.straggler_slowdown = f;
+    const SimulationResult r = Simulate(m, c, cl, 8, p, so);
+    EXPECT_EQ(r.step_time_s, run.step_time_by_stage_s[static_cast<std::size_t>(s)]) << s;
+    const double added = (f - 1) * Work(base.stages[static_cast<std::size_t>(s)].time);
+    EXPECT_GE(r.step_time_s, base.step_time_s - tolerance) << s;
+    EXPECT_LE(r.step_time_s, base.step_time_s + added + tolerance) << s;
+    EXPECT_GE(r.step_time_s, Work(r.stages[static_cast<std::size_t>(s)].time) - tolerance) << s;
+    EXPECT_NEAR(Work(r.stages[static_cast<std::size_t>(s)].time), f * Work(base.stages[static_cast<std::size_t>(s)].time),
+                2 * tolerance)
+        << s;
+    for (int other = 0; other < 4; ++other) {
+      if (other == s) continue;
+      const auto& bt = base.stages[static_cast<std::size_t>(other)].time;
+      const auto& rt = r.stages[static_cast<std::size_t>(other)].time;
+      EXPECT_NEAR(Work(rt), Work(bt), 2 * tolerance) << s << " " << other;
+    }
+    worst = std::max(worst, r.step_time_s);
+  }
+  EXPECT_GT(worst, base.step_time_s * (1 + (f - 1) / 2));  // the bottleneck stage slowed: most of f shows
+  EXPECT_EQ(run.result.step_time_s, worst);
+  EXPECT_EQ(run.step_time_by_stage_s[static_cast<std::size_t>(run.stage)], worst);
+  // A given stage is simulated alone.
+  const StragglerRun given = SimulateStraggler(m, c, cl, 8, p, o, f, 2);
+  EXPECT_TRUE(given.stage_given);
+  EXPECT_EQ(given.stage, 2);
+  EXPECT_TRUE(given.step_time_by_stage_s.empty());
+  EXPECT_EQ(given.result.step_time_s, run.step_time_by_stage_s[2]);
+}
+
+TEST(Straggler, BadValuesAreRefused) {
+  EXPECT_NE(testing::InputErrorOf([] { RequireStraggler(0.9, std::nullopt, 4, "command line: --straggler"); })
+                .find("command line: --straggler: 0.9, expected a slowdown factor of at least 1"),
+            std::string::npos);
+  EXPECT_NE(testing::InputErrorOf([] { RequireStraggler(1.1, 4, 4, "command line: --straggler"); })
+                .find("command line: --straggler-stage: 4, expected a pipeline stage from 0 to 3"),
+            std::string::npos);
+  EXPECT_NE(testing::InputErrorOf([] { RequireStraggler(1.1, -1, 4, "w"); }).find("w-stage: -1"), std::string::npos);
+  EXPECT_EQ(testing::InputErrorOf([] { RequireStraggler(1, 3, 4, "w"); }), "(no error)");
+  const Model m = LoadModel("gpt3-350m");
+  const Cluster cl = LoadCluster("dgx-h100");
+  SimulateOptions o;
+  o.straggler_stage = 1;  // a one-stage pipeline
+  o.straggler_slowdown = 1.1;
+  EXPECT_THROW(Simulate(m, Config(1, 1, 4), cl, 1, DefaultProfile(cl), o), std::invalid_argument);
+}
+
+TEST(Straggler, CommandLine) {
+  const std::string base =
+      "simulate --model gpt3-13b --cluster dgx-a100 --gpus 8 --tp 2 --pp 4 --mbs 1 --gbs 32 --sequence-parallel "
+      "--recompute selective";
+  EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler 0.5", "--straggler: 0.5, expected a slowdown factor"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler 1.1 --straggler-stage 4", "--straggler-stage: 4"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler-stage 1", "needs --straggler FACTOR"));
+  const testing::RunResult text = testing::RunShardcast(base + " --straggler 1.1");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("With a straggler: one GPU of stage"), std::string::npos);
+  EXPECT_NE(text.out.find("step with it on stage 0:"), std::string::npos);
+  EXPECT_NE(text.out.find("with straggler"), std::string::npos);
+  const testing::RunResult js = testing::RunShardcast(base + " --straggler 1.1 --straggler-stage 1 --json");
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  const Json j = Json::parse(js.out);
+  ASSERT_TRUE(j.contains("straggler"));
+  const Json& s = j["straggler"];
+  EXPECT_EQ(s["stage"], 1);
+  EXPECT_EQ(s["stage_given"], true);
+  EXPECT_DOUBLE_EQ(s["slowdown"].get<double>(), 1.1);
+  EXPECT_TRUE(s["step_time_by_stage_s"].empty());
+  EXPECT_GT(s["with_straggler"]["step_time_s"].get<double>(), s["baseline"]["step_time_s"].get<double>());
+  EXPECT_NEAR(s["stage_compute_s"].get<double>(), 1.1 * s["stage_compute_baseline_s"].get<double>(), 1e-5);
+  EXPECT_EQ(s["result"]["step_time_s"], s["with_straggler"]["step_time_s"]);
+}
+
+}  // namespace
+}  // namespace shardcast
