@@ -40,7 +40,22 @@ struct PlanArgs {
   EmitArgs emit;
   std::vector<std::string> what_if;
   std::string html;
+  double straggler = 1;                   ///< --straggler FACTOR
+  CLI::Option* straggler_opt = nullptr;   ///< given when count() > 0
 };
+
+/// `--straggler`: each ranked plan run with one slow GPU at its worst stage (timing only).
+std::vector<PlanStraggler> RunStragglers(const Model& m, const Cluster& cl, const HardwareProfile& prof,
+                                         const PlanOptions& o, const PlanResult& r, double slowdown) {
+  std::vector<PlanStraggler> runs;
+  SimulateOptions so;
+  so.allocator_replay = false;  // the plans' memory is already judged; a straggler changes no bytes
+  for (std::size_t i = 0; i < r.plans.size(); ++i) {
+    const Plan& p = r.plans[i];
+    runs.push_back({i + 1, &p, SimulateStraggler(m, p.config, cl, o.gpus, prof, so, slowdown, -1)});
+  }
+  return runs;
+}
 
 /// The search the flags ask for (InputError naming the flag for a bad value).
 PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl) {
@@ -116,6 +131,8 @@ void RunPlanCommand(const PlanArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   o.progress = ProgressBar(::isatty(2) != 0 && !a.json, t0);
   const std::vector<WhatIf> what_if = ParseWhatIfs(a.what_if);
+  const bool straggler = a.straggler_opt->count() > 0;
+  if (straggler) RequireStraggler(a.straggler, std::nullopt, 1, "command line: --straggler");
   PlanResult r = RunPlan(m, cl, prof, o);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // With --what-if, the same search on the changed hardware.
@@ -132,6 +149,8 @@ void RunPlanCommand(const PlanArgs& a) {
       recommended ? EmitIfAsked(a.emit, m, recommended->config, cl, o.gpus, recommended->result) : std::nullopt;
   const PlanView view{m, cl, o, r, recommended, RankOf(r, recommended),
                       a.profile.empty() ? "built-in default" : a.profile};
+  const std::vector<PlanStraggler> stragglers =
+      straggler ? RunStragglers(m, cl, prof, o, r, a.straggler) : std::vector<PlanStraggler>{};
 
   // `recommended` marks the plan the text recommends (the best not at risk of running out of
   // memory); no row has it when that plan ranks below --top.
@@ -143,6 +162,7 @@ void RunPlanCommand(const PlanArgs& a) {
     Json j = PlanJson(view);
     if (!a.emit.format.empty()) j["launch"] = launch ? LaunchJson(*launch, a.emit.file) : Json(nullptr);
     if (r_changed) j["what_if"] = PlanWhatIfJson(view, a.what_if, hw->prof, RecommendedPlan(*r_changed));
+    if (straggler) j["straggler"] = PlanStragglerJson(stragglers, a.straggler);
     if (!a.html.empty()) {
       WriteHtmlReport(a.html, fmt::format("shardcast plan: {} on {} x {}", m.name, o.gpus, cl.gpu.display_name),
                       fmt::format("global batch {}, sequence {}, objective {}; {} candidates generated, {} simulated",
@@ -157,6 +177,7 @@ void RunPlanCommand(const PlanArgs& a) {
   }
   const std::string label = WritePlanText(std::cout, view, elapsed);
   if (label.empty()) return;  // nothing fits: the text said why
+  if (straggler) WritePlanStragglers(std::cout, stragglers, a.straggler);
   const Plan& chosen = *recommended;
   std::vector<std::string> unexpressed;  // plans set nothing simulate has no flag for
   std::cout << "\nDetails: shardcast simulate --model " << a.model << " --cluster " << a.cluster << " "
@@ -210,6 +231,10 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_flag("--json", a->json, "print JSON");
   AddEmitOptions(cmd, &a->emit);
   AddWhatIfOption(cmd, &a->what_if);
+  a->straggler_opt = cmd->add_option("--straggler", a->straggler,
+                                     "also run each ranked plan with one slow GPU whose kernels take FACTOR times as "
+                                     "long (>= 1), at the plan's stage where it costs most, and print the steps "
+                                     "(docs/simulator.md, \"Stragglers\")");
   AddHtmlOption(cmd, &a->html);
   cmd->callback([a] { RunPlanCommand(*a); });
 }

@@ -376,4 +376,49 @@ void WritePlanWhatIf(std::ostream& out, const std::vector<std::string>& changes,
   WriteBeside(out, base.result, best->result, "baseline best", "what-if best");
 }
 
+namespace {
+
+double StragglerChange(const PlanStraggler& p) {
+  return p.plan->result.step_time_s > 0 ? p.run.result.step_time_s / p.plan->result.step_time_s - 1 : 0;
+}
+
+}  // namespace
+
+void WritePlanStragglers(std::ostream& out, const std::vector<PlanStraggler>& runs, double slowdown) {
+  out << fmt::format("\nWith one straggler (one GPU's kernels {:.3g}x as long, on each plan's stage where it costs the "
+                     "step most;\ndocs/simulator.md, \"Stragglers\"):\n",
+                     slowdown);
+  out << fmt::format("{:>4}  {:>10} {:>15} {:>7}  {:>8}  {}\n", "rank", "step", "with straggler", "change", "stage/pp",
+                     "configuration");
+  const PlanStraggler* robust = nullptr;
+  const PlanStraggler* fastest = nullptr;
+  for (const auto& p : runs) {
+    if (!p.run.result.feasible) continue;
+    out << fmt::format("{:>4}  {:>10} {:>15} {:>+6.1f}%  {:>8}  {}\n", p.rank, FormatSeconds(p.plan->result.step_time_s),
+                       FormatSeconds(p.run.result.step_time_s), 100 * StragglerChange(p),
+                       fmt::format("{}/{}", p.run.stage, p.plan->config.pp), p.plan->config.Summary());
+    if (!robust || StragglerChange(p) < StragglerChange(*robust)) robust = &p;
+    if (!fastest || p.run.result.step_time_s < fastest->run.result.step_time_s) fastest = &p;
+  }
+  if (robust && fastest) {
+    out << fmt::format("  least slowed: rank {} ({:+.1f}%); fastest with the straggler: rank {} ({})\n", robust->rank,
+                       100 * StragglerChange(*robust), fastest->rank, FormatSeconds(fastest->run.result.step_time_s));
+  }
+}
+
+Json PlanStragglerJson(const std::vector<PlanStraggler>& runs, double slowdown) {
+  Json plans = Json::array();
+  for (const auto& p : runs) {
+    if (!p.run.result.feasible) continue;
+    plans.push_back({{"rank", p.rank},
+                     {"config_summary", p.plan->config.Summary()},
+                     {"step_time_s", p.plan->result.step_time_s},
+                     {"with_straggler_step_time_s", p.run.result.step_time_s},
+                     {"step_time_change", StragglerChange(p)},
+                     {"stage", p.run.stage},
+                     {"step_time_by_stage_s", p.run.step_time_by_stage_s}});
+  }
+  return Json{{"slowdown", slowdown}, {"plans", plans}};
+}
+
 }  // namespace shardcast

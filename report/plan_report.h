@@ -10,6 +10,7 @@
 
 #include "common/json_reader.h"
 #include "planner/planner.h"
+#include "simulator/straggler.h"
 
 namespace shardcast {
 
@@ -58,5 +59,19 @@ Json PlanWhatIfJson(const PlanView& v, const std::vector<std::string>& changes, 
 /// of `prof`) beside the baseline's `base`; `best` null when nothing fits there.
 void WritePlanWhatIf(std::ostream& out, const std::vector<std::string>& changes, const HardwareProfile& prof,
                      const HardwareProfile& changed, const Plan& base, const Plan* best);
+
+/// A ranked plan run with one straggler (`plan --straggler`): SimulateStraggler on the plan's
+/// configuration, at the stage where it lengthens the step most.
+struct PlanStraggler {
+  std::size_t rank = 0;  ///< 1-based, as in the table
+  const Plan* plan = nullptr;
+  StragglerRun run;
+};
+/// The ranked plans' steps with the straggler beside their own, the change, the stage, and the
+/// plans least slowed and fastest with it.
+void WritePlanStragglers(std::ostream& out, const std::vector<PlanStraggler>& runs, double slowdown);
+/// The --json "straggler" object: "slowdown" and "plans" (rank, config_summary, step_time_s,
+/// with_straggler_step_time_s, step_time_change, stage, step_time_by_stage_s).
+Json PlanStragglerJson(const std::vector<PlanStraggler>& runs, double slowdown);
 
 }  // namespace shardcast

@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
+#include <vector>
 
 #include "common/error.h"
 #include "common/json_reader.h"
@@ -168,6 +170,36 @@ TEST(Straggler, CommandLine) {
   EXPECT_GT(s["with_straggler"]["step_time_s"].get<double>(), s["baseline"]["step_time_s"].get<double>());
   EXPECT_NEAR(s["stage_compute_s"].get<double>(), 1.1 * s["stage_compute_baseline_s"].get<double>(), 1e-5);
   EXPECT_EQ(s["result"]["step_time_s"], s["with_straggler"]["step_time_s"]);
+}
+
+// plan --straggler: each ranked plan's step with the slow GPU at its worst stage.
+TEST(Straggler, PlanRunsEachRankedPlanWithIt) {
+  const std::string base = "plan --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 32 --top 3";
+  EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler 0.5", "--straggler: 0.5, expected a slowdown factor"));
+  const testing::RunResult js = testing::RunShardcast(base + " --straggler 1.3 --json");
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  const Json j = Json::parse(js.out);
+  ASSERT_TRUE(j.contains("straggler"));
+  const Json& plans = j["straggler"]["plans"];
+  ASSERT_EQ(plans.size(), j["plans"].size());
+  ASSERT_FALSE(plans.empty());
+  for (std::size_t i = 0; i < plans.size(); ++i) {
+    const Json& p = plans[i];
+    EXPECT_EQ(p["rank"], i + 1);
+    EXPECT_EQ(p["config_summary"], j["plans"][i]["config_summary"]);
+    const double step = p["step_time_s"].get<double>(), slow = p["with_straggler_step_time_s"].get<double>();
+    EXPECT_DOUBLE_EQ(step, j["plans"][i]["step_time_s"].get<double>());
+    EXPECT_GT(slow, step);
+    EXPECT_NEAR(p["step_time_change"].get<double>(), slow / step - 1, 1e-12);
+    const auto by = p["step_time_by_stage_s"].get<std::vector<double>>();
+    ASSERT_FALSE(by.empty());
+    EXPECT_EQ(*std::max_element(by.begin(), by.end()), slow);
+    EXPECT_EQ(by[p["stage"].get<std::size_t>()], slow);
+  }
+  const testing::RunResult text = testing::RunShardcast(base + " --straggler 1.3");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("With one straggler (one GPU's kernels 1.3x as long"), std::string::npos);
+  EXPECT_NE(text.out.find("least slowed: rank"), std::string::npos);
 }
 
 }  // namespace
