@@ -133,6 +133,10 @@ void RunPlanCommand(const PlanArgs& a) {
   const std::vector<WhatIf> what_if = ParseWhatIfs(a.what_if);
   const bool straggler = a.straggler_opt->count() > 0;
   if (straggler) RequireStraggler(a.straggler, std::nullopt, 1, "command line: --straggler");
+  if (straggler && a.csv == "-") {
+    throw InputError("command line: --straggler: not with --csv - (the CSV holds the plans alone); use --csv FILE, "
+                     "whose text report has the straggler runs, or --json");
+  }
   PlanResult r = RunPlan(m, cl, prof, o);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // With --what-if, the same search on the changed hardware.

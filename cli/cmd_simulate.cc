@@ -528,6 +528,8 @@ void RunSimulate(const SimulateArgs& a, const StragglerArgs& straggler, const Em
     if (slow) {
       j["straggler"] = StragglerJson(r, *slow);
       j["straggler"]["result"] = ResultToJson(slow->result, m, c, cl, gpus);
+    } else if (straggler.given()) {
+      j["straggler"] = nullptr;  // the configuration cannot run
     }
     return WithIntegerBytes(j);
   };

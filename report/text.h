@@ -30,7 +30,7 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
 void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof);
 
 /// One result beside another, for --what-if: step time, tokens/s, MFU, bubble, peak memory and
-/// whether it fits, with the change in percent.
+/// whether it fits, with the change in percent; why the second cannot run, after its label.
 void WriteBeside(std::ostream& out, const SimulationResult& base, const SimulationResult& what_if,
                  const std::string& base_label, const std::string& what_if_label);
 /// {"baseline": ..., "what_if": ..., "step_time_change": what_if / baseline - 1 (null when either
@@ -39,14 +39,15 @@ Json BesideJson(const SimulationResult& base, const SimulationResult& what_if);
 
 /// `simulate --straggler`: which stage holds the slow GPU (and, when the stage was not given,
 /// the step with it on each stage), the result beside `base` (WriteBeside), and where the time
-/// went: the slow stage's compute, recompute and optimizer before and after, and the other
-/// stages' mean wait on other stages (bubble) and on data-parallel collectives.
+/// went: the slow stage's compute and optimizer step before and after (FACTOR times as long,
+/// less where an overlapped collective's constant slowdown sits in them), its recompute with the
+/// recomputed forward's collectives, and the other stages' mean wait on other stages.
 void WriteStraggler(std::ostream& out, const SimulationResult& base, const StragglerRun& run);
 /// The --json "straggler" object: BesideJson(base, run.result), its "what_if" named
 /// "with_straggler", with "slowdown", "stage",
-/// "stage_given", "step_time_by_stage_s" (empty when the stage was given) and
-/// "stage_compute_s" / "stage_compute_baseline_s" (the slow stage's compute + recompute +
-/// optimizer).
+/// "stage_given", "step_time_by_stage_s" (empty when the stage was given),
+/// "stage_compute_s" / "stage_compute_baseline_s" (the slow stage's compute + optimizer) and
+/// "stage_recompute_s" / "stage_recompute_baseline_s".
 Json StragglerJson(const SimulationResult& base, const StragglerRun& run);
 
 }  // namespace shardcast

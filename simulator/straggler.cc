@@ -23,7 +23,7 @@ double Slowed(double total, double comm, double slowdown) {
 void SlowStageCompute(CostModel* cm, int stage, double slowdown) {
   if (stage < 0 || stage >= static_cast<int>(cm->chunks.size()) || !(slowdown >= 1) || !std::isfinite(slowdown)) {
     throw std::invalid_argument(fmt::format("straggler on stage {} with slowdown {} (stages 0..{}, slowdown >= 1)",
-                                            stage, slowdown, cm->chunks.size() - 1));
+                                            stage, slowdown, static_cast<int>(cm->chunks.size()) - 1));
   }
   for (ChunkCost& cc : cm->chunks[static_cast<std::size_t>(stage)]) {
     cc.fwd_s = Slowed(cc.fwd_s, cc.fwd_tp_s + cc.fwd_cp_s + cc.fwd_ep_s, slowdown);
@@ -39,10 +39,10 @@ void SlowStageCompute(CostModel* cm, int stage, double slowdown) {
 }
 
 void RequireStraggler(double slowdown, std::optional<int> stage, std::int64_t pp, const std::string& where) {
-  if (!std::isfinite(slowdown) || slowdown < 1) {
-    throw InputError(fmt::format("{}: {:g}, expected a slowdown factor of at least 1 (1.1: the GPU's kernels take "
+  if (!std::isfinite(slowdown) || slowdown < 1 || slowdown > kMaxStragglerSlowdown) {
+    throw InputError(fmt::format("{}: {:g}, expected a slowdown factor from 1 to {:g} (1.1: the GPU's kernels take "
                                  "10% longer)",
-                                 where, slowdown));
+                                 where, slowdown, kMaxStragglerSlowdown));
   }
   if (stage && (*stage < 0 || *stage >= pp)) {
     throw InputError(fmt::format("{}-stage: {}, expected a pipeline stage from 0 to {} (the configuration has {} "
@@ -68,7 +68,8 @@ StragglerRun SimulateStraggler(const Model& model, const ParallelConfig& cfg, co
     for (int s = 0; s < cfg.pp; ++s) {
       sweep.straggler_stage = s;
       const SimulationResult r = Simulate(model, cfg, cluster, gpus, profile, sweep);
-      if (!r.feasible) {  // the configuration itself cannot run: no stage changes that
+      if (!r.feasible) {  // cannot run with the straggler here: the reasons say why
+        run.stage = s;
         run.result = r;
         run.step_time_by_stage_s.clear();
         return run;

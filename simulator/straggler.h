@@ -23,8 +23,12 @@ namespace shardcast {
 /// rates once the slow GPU reaches them. Preconditions as SimulateOptions::straggler_stage.
 void SlowStageCompute(CostModel* cm, int stage, double slowdown);
 
+/// The largest slowdown the command line takes: a GPU 100 times slower than its peers is a
+/// failed part, not a straggler.
+constexpr double kMaxStragglerSlowdown = 100;
+
 /// InputError naming `where` (e.g. "command line: --straggler") and the value unless `slowdown`
-/// is finite and at least 1; naming `where` + "-stage" unless `stage`, when given, is a stage of
+/// is finite and from 1 to kMaxStragglerSlowdown; naming `where` + "-stage" unless `stage`, when given, is a stage of
 /// a `pp`-stage pipeline (0 .. pp - 1).
 void RequireStraggler(double slowdown, std::optional<int> stage, std::int64_t pp, const std::string& where);
 
@@ -43,8 +47,9 @@ struct StragglerRun {
 /// Simulates `cfg` with one GPU of `stage` running its kernels `slowdown` times longer
 /// (SimulateOptions::straggler_stage); `stage` -1: each stage in turn, keeping the one that
 /// lengthens the step most (the first of equals). `opts`' other settings apply to the returned
-/// result (its allocator traces excepted: none are kept). A configuration that cannot run gives
-/// its reasons in `result` (stage -1, no sweep). std::invalid_argument as SimulateOptions.
+/// result (its allocator traces excepted: none are kept). A run that cannot go on gives its
+/// reasons in `result`, with the stage it was tried on (the sweep stops there).
+/// std::invalid_argument as SimulateOptions.
 StragglerRun SimulateStraggler(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
                                std::int64_t gpus, const HardwareProfile& profile, const SimulateOptions& opts,
                                double slowdown, int stage);

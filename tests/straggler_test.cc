@@ -32,6 +32,9 @@ ParallelConfig Config(std::int64_t tp, std::int64_t pp, std::int64_t gbs) {
   return c;
 }
 
+// What a straggler scales: compute, recompute and the optimizer step. (recompute_s also holds
+// the recomputed forward's collectives: these tests use selective recompute, which reruns the
+// attention core alone, without collectives.)
 double Work(const StageBreakdown& t) { return t.compute_s + t.recompute_s + t.optimizer_s; }
 
 // Without parallelism the step is all the GPU's own work: FACTOR times as long, to the
@@ -131,7 +134,10 @@ TEST(Straggler, ThePipelineRunsAtTheSlowStagesPace) {
 
 TEST(Straggler, BadValuesAreRefused) {
   EXPECT_NE(testing::InputErrorOf([] { RequireStraggler(0.9, std::nullopt, 4, "command line: --straggler"); })
-                .find("command line: --straggler: 0.9, expected a slowdown factor of at least 1"),
+                .find("command line: --straggler: 0.9, expected a slowdown factor from 1 to 100"),
+            std::string::npos);
+  EXPECT_NE(testing::InputErrorOf([] { RequireStraggler(kMaxStragglerSlowdown * 1.01, std::nullopt, 4, "w"); })
+                .find("w: 101, expected a slowdown factor from 1 to 100"),
             std::string::npos);
   EXPECT_NE(testing::InputErrorOf([] { RequireStraggler(1.1, 4, 4, "command line: --straggler"); })
                 .find("command line: --straggler-stage: 4, expected a pipeline stage from 0 to 3"),
@@ -170,12 +176,33 @@ TEST(Straggler, CommandLine) {
   EXPECT_GT(s["with_straggler"]["step_time_s"].get<double>(), s["baseline"]["step_time_s"].get<double>());
   EXPECT_NEAR(s["stage_compute_s"].get<double>(), 1.1 * s["stage_compute_baseline_s"].get<double>(), 1e-5);
   EXPECT_EQ(s["result"]["step_time_s"], s["with_straggler"]["step_time_s"]);
+  // With full recompute the stage's compute and optimizer still scale exactly; its recompute
+  // (which holds the recomputed forward's tensor-parallel collectives) by less.
+  const testing::RunResult full = testing::RunShardcast(
+      "simulate --model gpt3-13b --cluster dgx-a100 --gpus 8 --tp 2 --pp 4 --mbs 1 --gbs 32 --recompute full "
+      "--straggler 2 --straggler-stage 3 --json");
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const Json fj = Json::parse(full.out);
+  const Json& f = fj["straggler"];
+  EXPECT_NEAR(f["stage_compute_s"].get<double>(), 2 * f["stage_compute_baseline_s"].get<double>(), 1e-5);
+  const double rc0 = f["stage_recompute_baseline_s"].get<double>(), rc = f["stage_recompute_s"].get<double>();
+  EXPECT_GT(rc0, 0);
+  EXPECT_GT(rc, rc0);
+  EXPECT_LE(rc, 2 * rc0 + 1e-5);
+  // A configuration that cannot run has no straggler run: null in --json.
+  const testing::RunResult none = testing::RunShardcast(
+      "simulate --model gpt3-13b --cluster dgx-a100 --gpus 8 --tp 3 --pp 1 --mbs 1 --gbs 32 --straggler 1.1 --json");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  const Json n = Json::parse(none.out);
+  EXPECT_FALSE(n["feasible"].get<bool>());
+  EXPECT_TRUE(n["straggler"].is_null());
 }
 
 // plan --straggler: each ranked plan's step with the slow GPU at its worst stage.
 TEST(Straggler, PlanRunsEachRankedPlanWithIt) {
   const std::string base = "plan --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 32 --top 3";
   EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler 0.5", "--straggler: 0.5, expected a slowdown factor"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler 1.1 --csv -", "--straggler: not with --csv -"));
   const testing::RunResult js = testing::RunShardcast(base + " --straggler 1.3 --json");
   ASSERT_EQ(js.exit_code, 0) << js.err;
   const Json j = Json::parse(js.out);
