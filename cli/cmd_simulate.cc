@@ -339,14 +339,10 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.seq_length > 0 && c.seq_length != m.seq_length) f += fmt::format(" --seq {}", c.seq_length);
   if (c.recompute != Recompute::kNone) f += fmt::format(" --recompute {}", ToString(c.recompute));
   if (c.recompute == Recompute::kSelective && c.recompute_modules != kRecomputeCoreAttn) {
-    std::string mods = RecomputeModulesName(c.recompute_modules);
-    std::replace(mods.begin(), mods.end(), ',', ' ');
-    f += " --recompute-modules " + mods;
+    f += " --recompute-modules " + RecomputeModulesArgs(c.recompute_modules);
   }
   if (c.offload_modules != 0) {
-    std::string mods = OffloadModulesName(c.offload_modules);
-    std::replace(mods.begin(), mods.end(), ',', ' ');
-    f += " --offload-modules " + mods;
+    f += " --offload-modules " + OffloadModulesArgs(c.offload_modules);
   }
   if (c.moe_a2a_overlap) f += " --overlap-moe-expert-parallel-comm";
   if (c.sequence_parallel) f += " --sequence-parallel";

@@ -54,12 +54,13 @@ constexpr std::pair<unsigned, const char*> kRecomputeModuleNames[] = {
     {kRecomputeMlaUpProj, "mla_up_proj"}, {kRecomputeMlp, "mlp"}, {kRecomputeMoe, "moe"},
     {kRecomputeSharedExperts, "shared_experts"}};
 
-/// A (bit, name) table's names of the bits set, comma-separated, in the table's order.
-std::string NamesOfBits(unsigned bits, std::span<const std::pair<unsigned, const char*>> table) {
+/// A (bit, name) table's names of the bits set, separated by `sep`, in the table's order.
+std::string NamesOfBits(unsigned bits, std::span<const std::pair<unsigned, const char*>> table,
+                        const char* sep = ",") {
   std::string s;
   for (const auto& [bit, name] : table) {
     if ((bits & bit) == 0) continue;
-    if (!s.empty()) s += ",";
+    if (!s.empty()) s += sep;
     s += name;
   }
   return s;
@@ -75,6 +76,7 @@ unsigned BitOfName(const std::string& n, std::span<const std::pair<unsigned, con
 }  // namespace
 
 std::string RecomputeModulesName(unsigned modules) { return NamesOfBits(modules, kRecomputeModuleNames); }
+std::string RecomputeModulesArgs(unsigned modules) { return NamesOfBits(modules, kRecomputeModuleNames, " "); }
 
 unsigned ParseRecomputeModules(const std::vector<std::string>& names, const std::string& where) {
   unsigned out = 0;
@@ -111,6 +113,7 @@ constexpr std::pair<unsigned, const char*> kOffloadModuleNames[] = {
 }  // namespace
 
 std::string OffloadModulesName(unsigned modules) { return NamesOfBits(modules, kOffloadModuleNames); }
+std::string OffloadModulesArgs(unsigned modules) { return NamesOfBits(modules, kOffloadModuleNames, " "); }
 
 unsigned ParseOffloadModules(const std::vector<std::string>& names, const std::string& where) {
   unsigned out = 0;
@@ -201,6 +204,17 @@ const char* ToString(Fp8Recipe r) {
   return "?";
 }
 
+namespace {
+
+/// " flushesF" (with "(reduce-last)" when gradients are reduced after the last flush alone), or
+/// "" for one schedule a step: Summary's and Short's word for the pipeline flushes.
+std::string FlushesText(const ParallelConfig& c) {
+  if (c.pipeline_flushes <= 1) return "";
+  return fmt::format(" flushes{}{}", c.pipeline_flushes, c.flush_grad_reduce ? "" : "(reduce-last)");
+}
+
+}  // namespace
+
 std::string ParallelConfig::Summary() const {
   // "?" marks a size the GPU count does not determine (tp*pp does not divide it).
   const std::string dps = dp > 0 ? std::to_string(dp) : "?";
@@ -214,7 +228,7 @@ std::string ParallelConfig::Summary() const {
   }
   if (vp > 1) s += fmt::format(" VP{}", vp);
   s += fmt::format(" mbs{} gbs{}", micro_batch_size, gbs);
-  if (pipeline_flushes > 1) s += fmt::format(" flushes{}{}", pipeline_flushes, flush_grad_reduce ? "" : "(reduce-last)");
+  s += FlushesText(*this);
   if (sequence_parallel) s += " SP";
   s += fmt::format(" recompute={}{} ZeRO-{} {}", ToString(recompute),
                    recompute == Recompute::kSelective && recompute_modules != kRecomputeCoreAttn
@@ -255,7 +269,7 @@ std::string ParallelConfig::Short() const {
   }
   if (vp > 1) s += fmt::format(" VP{}", vp);
   s += fmt::format(" mbs{}", micro_batch_size);
-  if (pipeline_flushes > 1) s += fmt::format(" flushes{}", pipeline_flushes);
+  s += FlushesText(*this);
   if (sequence_parallel) s += tp_comm_overlap ? " SP+ov" : " SP";
   if (recompute != Recompute::kNone) s += recompute == Recompute::kFull ? " rc-full" : " rc-sel";
   if (offload_modules != 0) s += " offload";

@@ -129,6 +129,8 @@ enum RecomputeModule : unsigned {
 };
 /// "core_attn,moe" for a bit set, in Megatron's order of the names above.
 std::string RecomputeModulesName(unsigned modules);
+/// "core_attn moe": the names as `--recompute-modules`' argument list (Megatron's nargs='*').
+std::string RecomputeModulesArgs(unsigned modules);
 /// The bit set of a list of Megatron's module names; InputError naming `where` for an unknown one.
 unsigned ParseRecomputeModules(const std::vector<std::string>& names, const std::string& where);
 /// InputError naming `where` for modules the model does not have: moe, moe_act without
@@ -154,6 +156,8 @@ enum OffloadModule : unsigned {
 };
 /// "expert_fc1,moe_act" for a bit set, in the order above; "" for none.
 std::string OffloadModulesName(unsigned modules);
+/// "expert_fc1 moe_act": the names as `--offload-modules`' argument list.
+std::string OffloadModulesArgs(unsigned modules);
 /// The bit set of a list of Megatron's offload module names; InputError naming `where` for an
 /// unknown one or one the simulator does not model (attn_norm, mlp_norm, qkv_linear).
 unsigned ParseOffloadModules(const std::vector<std::string>& names, const std::string& where);

@@ -86,16 +86,12 @@ std::string RecomputeFlags(const ParallelConfig& c) {
   if (c.recompute == Recompute::kSelective) {
     a += " --recompute-granularity selective";
     if (c.recompute_modules != kRecomputeCoreAttn) {
-      std::string mods = RecomputeModulesName(c.recompute_modules);
-      std::replace(mods.begin(), mods.end(), ',', ' ');
-      a += " --recompute-modules " + mods;
+      a += " --recompute-modules " + RecomputeModulesArgs(c.recompute_modules);
     }
   }
   if (c.moe_a2a_overlap) a += " --delay-wgrad-compute --overlap-moe-expert-parallel-comm";
   if (c.offload_modules != 0) {
-    std::string mods = OffloadModulesName(c.offload_modules);
-    std::replace(mods.begin(), mods.end(), ',', ' ');
-    a += " --fine-grained-activation-offloading --offload-modules " + mods;
+    a += " --fine-grained-activation-offloading --offload-modules " + OffloadModulesArgs(c.offload_modules);
   }
   if (c.recompute == Recompute::kFull) {
     a += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";

@@ -251,9 +251,7 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
   }
   for (const auto& p : r.plans) {
     if (p.config.recompute == Recompute::kSelective && p.config.recompute_modules != kRecomputeCoreAttn) {
-      std::string mods = RecomputeModulesName(p.config.recompute_modules);
-      std::replace(mods.begin(), mods.end(), ',', ' ');
-      modules.insert(mods);
+      modules.insert(RecomputeModulesArgs(p.config.recompute_modules));
     }
   }
   for (const auto& sp : splits) {
@@ -267,9 +265,8 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
         << " (Megatron-Core's MoE choice: the experts' activation and the norms rerun, their outputs freed)\n";
   }
   if (!r.plans.empty() && r.plans.front().config.offload_modules != 0) {
-    std::string mods = OffloadModulesName(r.plans.front().config.offload_modules);
-    std::replace(mods.begin(), mods.end(), ',', ' ');
-    out << "  every plan offloads activations: --offload-modules " << mods
+    out << "  every plan offloads activations: --offload-modules "
+        << OffloadModulesArgs(r.plans.front().config.offload_modules)
         << " (their saved tensors in host memory between forward and backward)\n";
   }
 }

@@ -132,6 +132,9 @@ TEST(ClosedForm, PipelineFlushesRunTheirSchedulesInTurn) {
   z.flush_grad_reduce = false;
   const SimulationResult last = Simulate(m, z, cl, 8, DefaultProfile(cl), keep);
   ASSERT_TRUE(every.feasible && last.feasible);
+  // Both summaries name the reduce policy (the validate and capacity tables use Short()).
+  EXPECT_NE(z.Short().find(" flushes4(reduce-last)"), std::string::npos) << z.Short();
+  EXPECT_NE(z.Summary().find(" flushes4(reduce-last)"), std::string::npos) << z.Summary();
   const int reduces = count(last, TaskType::kDpReduce), gathers = count(last, TaskType::kParamGather);
   EXPECT_GT(reduces, 0);
   EXPECT_EQ(count(every, TaskType::kDpReduce), 4 * reduces);
