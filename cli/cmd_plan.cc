@@ -180,13 +180,17 @@ void RunPlanCommand(const PlanArgs& a) {
     }
   }
   const std::string label = WritePlanText(std::cout, view, elapsed);
-  if (label.empty()) return;  // nothing fits: the text said why
+  if (label.empty()) {  // nothing fits: the text said why
+    if (straggler) std::cout << "\nNo straggler runs: no plan fits.\n";
+    return;
+  }
   if (straggler) WritePlanStragglers(std::cout, stragglers, a.straggler);
   const Plan& chosen = *recommended;
   std::vector<std::string> unexpressed;  // plans set nothing simulate has no flag for
   std::cout << "\nDetails: shardcast simulate --model " << a.model << " --cluster " << a.cluster << " "
             << (a.profile.empty() ? "" : "--profile " + a.profile + " ")
-            << SimulateFlags(chosen.config, m, o.gpus, &unexpressed) << "\n";
+            << SimulateFlags(chosen.config, m, o.gpus, &unexpressed)
+            << (straggler ? fmt::format(" --straggler {:g}", a.straggler) : std::string()) << "\n";
   for (const auto& u : unexpressed) std::cout << "  (not reproduced: " << u << ")\n";
   if (launch) WriteLaunch(std::cout, *launch, a.emit.file, label);
   if (r_changed) WritePlanWhatIf(std::cout, a.what_if, prof, hw->prof, chosen, RecommendedPlan(*r_changed));
@@ -237,8 +241,10 @@ void RegisterPlan(CLI::App& app) {
   AddWhatIfOption(cmd, &a->what_if);
   a->straggler_opt = cmd->add_option("--straggler", a->straggler,
                                      "also run each ranked plan with one slow GPU whose kernels take FACTOR times as "
-                                     "long (>= 1), at the plan's stage where it costs most, and print the steps "
-                                     "(docs/simulator.md, \"Stragglers\")");
+                                     "long (1 to 100), at the plan's stage where it costs most, and print the steps "
+                                     "(docs/simulator.md, \"Stragglers\")")
+                         ->check(BoundedNumber(1, kMaxStragglerSlowdown))
+                         ->type_name("FACTOR");
   AddHtmlOption(cmd, &a->html);
   cmd->callback([a] { RunPlanCommand(*a); });
 }

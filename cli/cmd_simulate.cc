@@ -442,13 +442,17 @@ struct StragglerArgs {
 };
 
 void AddStragglerOptions(CLI::App* cmd, StragglerArgs* s) {
-  s->slowdown_opt = cmd->add_option(
-      "--straggler", s->slowdown,
-      "also run with one slow GPU whose kernels take FACTOR times as long (>= 1, e.g. 1.1), and print the "
-      "result beside the baseline; its groups wait for it (docs/simulator.md, \"Stragglers\")");
+  s->slowdown_opt = cmd->add_option("--straggler", s->slowdown,
+                                    "also run with one slow GPU whose kernels take FACTOR times as long (1 to 100, "
+                                    "e.g. 1.1), on the baseline's hardware, and print the result beside the "
+                                    "baseline; its groups wait for it (docs/simulator.md, \"Stragglers\")")
+                          ->check(BoundedNumber(1, kMaxStragglerSlowdown))
+                          ->type_name("FACTOR");
   s->stage_opt = cmd->add_option("--straggler-stage", s->stage,
-                                 "the pipeline stage of --straggler's GPU (default: each stage is tried and "
-                                 "the one that lengthens the step most is reported)");
+                                 "the pipeline stage (0 .. pp-1) of --straggler's GPU (default: each stage is "
+                                 "tried and the one that lengthens the step most is reported)")
+                     ->check(IntegerRange(0, kMaxParallelSize))
+                     ->type_name("N");
 }
 
 void RunSimulate(const SimulateArgs& a, const StragglerArgs& straggler, const EmitArgs& emit,

@@ -385,7 +385,7 @@ void WritePlanStragglers(std::ostream& out, const std::vector<PlanStraggler>& ru
   out << fmt::format("\nWith one straggler (one GPU's kernels {:.3g}x as long, on each plan's stage where it costs the "
                      "step most;\ndocs/simulator.md, \"Stragglers\"):\n",
                      slowdown);
-  out << fmt::format("{:>4}  {:>10} {:>15} {:>7}  {:>8}  {}\n", "rank", "step", "with straggler", "change", "stage/pp",
+  out << fmt::format("{:>4}  {:>10} {:>15} {:>7}  {:>8}  {}\n", "rank", "step", "with straggler", "change", "stage",
                      "configuration");
   const PlanStraggler* robust = nullptr;
   const PlanStraggler* fastest = nullptr;
@@ -393,7 +393,7 @@ void WritePlanStragglers(std::ostream& out, const std::vector<PlanStraggler>& ru
     if (!p.run.result.feasible) continue;
     out << fmt::format("{:>4}  {:>10} {:>15} {:>+6.1f}%  {:>8}  {}\n", p.rank, FormatSeconds(p.plan->result.step_time_s),
                        FormatSeconds(p.run.result.step_time_s), 100 * StragglerChange(p),
-                       fmt::format("{}/{}", p.run.stage, p.plan->config.pp), p.plan->config.Summary());
+                       fmt::format("{} of 0-{}", p.run.stage, p.plan->config.pp - 1), p.plan->config.Summary());
     if (!robust || StragglerChange(p) < StragglerChange(*robust)) robust = &p;
     if (!fastest || p.run.result.step_time_s < fastest->run.result.step_time_s) fastest = &p;
   }

@@ -1,6 +1,7 @@
 #include "report/text.h"
 
 #include <algorithm>
+#include <cmath>
 #include <ostream>
 
 #include <fmt/format.h>
@@ -388,7 +389,11 @@ void WriteBeside(std::ostream& out, const SimulationResult& base, const Simulati
   row("peak memory", base.peak_memory_bytes, what_if.peak_memory_bytes, FormatGiB(base.peak_memory_bytes),
       FormatGiB(what_if.peak_memory_bytes));
   out << fmt::format("  {:<16} {:>22} {:>22}\n", "fits", base.fits ? "yes" : "no", what_if.fits ? "yes" : "no");
-  for (const auto& why : what_if.reasons) out << "  " << what_if_label << " cannot run: " << why << "\n";
+  for (const auto& why : what_if.reasons) {  // what the baseline does not share
+    if (std::find(base.reasons.begin(), base.reasons.end(), why) == base.reasons.end()) {
+      out << "  " << what_if_label << " cannot run: " << why << "\n";
+    }
+  }
 }
 
 Json BesideJson(const SimulationResult& base, const SimulationResult& what_if) {
@@ -443,13 +448,24 @@ double OthersMean(const SimulationResult& r, int stage, Part part) {
 
 }  // namespace
 
+/// " (x1.1)" when `after` is `factor` x `before`, else " (x1.1 but for N of WHAT, not scaled)":
+/// the unscaled part follows from the two figures, (f x before - after) / (f - 1).
+std::string ScaledNote(double before, double after, double factor, const char* what) {
+  const double fixed = factor > 1 ? (factor * before - after) / (factor - 1) : 0;
+  if (std::fabs(fixed) < 1e-5 + 1e-6 * before) return fmt::format(" (x{:g})", factor);
+  return fmt::format(" (x{:g} but for {} of {}, not scaled)", factor, FormatSeconds(fixed), what);
+}
+
 void WriteStraggler(std::ostream& out, const SimulationResult& base, const StragglerRun& run) {
-  out << fmt::format("\nWith a straggler: one GPU of stage {} runs its kernels {:.3g}x as long", run.stage,
-                     run.slowdown);
-  out << (run.stage_given ? " (--straggler-stage)\n" : ", the stage where it costs the step most\n");
+  const bool one_stage = base.stages.size() <= 1;
+  out << fmt::format("\nWith a straggler: one GPU of stage {} runs its kernels {:g}x as long", run.stage, run.slowdown);
+  out << (run.slowdown == 1 ? " (no slowdown: the baseline)\n"
+          : run.stage_given  ? " (--straggler-stage)\n"
+          : one_stage        ? "\n"
+                             : ", the stage where it costs the step most\n");
   out << "  (its tensor-, context- and expert-parallel peers wait for it at every collective, the other stages at\n"
          "  the pipeline transfers, the other data-parallel replicas at the gradient reduction)\n";
-  if (!run.step_time_by_stage_s.empty()) {
+  if (run.step_time_by_stage_s.size() > 1) {
     out << "  step with it on stage";
     for (std::size_t s = 0; s < run.step_time_by_stage_s.size(); ++s) {
       if (s > 0 && s % 6 == 0) out << "\n   ";
@@ -460,14 +476,15 @@ void WriteStraggler(std::ostream& out, const SimulationResult& base, const Strag
   }
   WriteBeside(out, base, run.result, "all at speed", "with straggler");
   if (!base.feasible || !run.result.feasible) return;
-  out << fmt::format("  stage {} compute and optimizer {} -> {}", run.stage, FormatSeconds(StageWork(base, run.stage)),
-                     FormatSeconds(StageWork(run.result, run.stage)));
-  if (StageRecompute(base, run.stage) > 0) {
-    out << fmt::format("; recompute (with its collectives) {} -> {}", FormatSeconds(StageRecompute(base, run.stage)),
-                       FormatSeconds(StageRecompute(run.result, run.stage)));
+  const double w0 = StageWork(base, run.stage), w1 = StageWork(run.result, run.stage);
+  out << fmt::format("  stage {} compute and optimizer {} -> {}{}\n", run.stage, FormatSeconds(w0), FormatSeconds(w1),
+                     ScaledNote(w0, w1, run.slowdown, "slowdown by collectives overlapped with it"));
+  const double r0 = StageRecompute(base, run.stage), r1 = StageRecompute(run.result, run.stage);
+  if (r0 > 0) {
+    out << fmt::format("  stage {} recompute {} -> {}{}\n", run.stage, FormatSeconds(r0), FormatSeconds(r1),
+                       ScaledNote(r0, r1, run.slowdown, "the recomputed forward's collectives"));
   }
-  out << "\n";
-  if (run.result.stages.size() > 1) {
+  if (!one_stage) {
     auto wait = [](const StageBreakdown& t) { return t.bubble_s + t.pp_comm_s; };
     out << fmt::format("  other stages' mean wait on other stages (bubble, pipeline transfers) {} -> {}\n",
                        FormatSeconds(OthersMean(base, run.stage, wait)),

@@ -30,7 +30,8 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
 void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof);
 
 /// One result beside another, for --what-if: step time, tokens/s, MFU, bubble, peak memory and
-/// whether it fits, with the change in percent; why the second cannot run, after its label.
+/// whether it fits, with the change in percent; why the second cannot run where the first
+/// runs (its reasons the first does not share), after its label.
 void WriteBeside(std::ostream& out, const SimulationResult& base, const SimulationResult& what_if,
                  const std::string& base_label, const std::string& what_if_label);
 /// {"baseline": ..., "what_if": ..., "step_time_change": what_if / baseline - 1 (null when either

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/json_reader.h"
+#include "common/text.h"
 #include "models/loader.h"
 #include "simulator/simulate.h"
 #include "simulator/straggler.h"
@@ -156,8 +157,12 @@ TEST(Straggler, CommandLine) {
   const std::string base =
       "simulate --model gpt3-13b --cluster dgx-a100 --gpus 8 --tp 2 --pp 4 --mbs 1 --gbs 32 --sequence-parallel "
       "--recompute selective";
-  EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler 0.5", "--straggler: 0.5, expected a slowdown factor"));
-  EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler 1.1 --straggler-stage 4", "--straggler-stage: 4"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler 0.5", "--straggler: got \"0.5\", expected a number from 1 to 100"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler x1.1", "--straggler: got \"x1.1\", expected a number from 1"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler 1.1 --straggler-stage 2.5",
+                                    "--straggler-stage: got \"2.5\", expected an integer"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler 1.1 --straggler-stage 4",
+                                    "--straggler-stage: 4, expected a pipeline stage from 0 to 3"));
   EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler-stage 1", "needs --straggler FACTOR"));
   const testing::RunResult text = testing::RunShardcast(base + " --straggler 1.1");
   ASSERT_EQ(text.exit_code, 0) << text.err;
@@ -189,6 +194,23 @@ TEST(Straggler, CommandLine) {
   EXPECT_GT(rc0, 0);
   EXPECT_GT(rc, rc0);
   EXPECT_LE(rc, 2 * rc0 + 1e-5);
+  // The text says which part did not scale, and by how much: (f x before - after) / (f - 1).
+  const testing::RunResult full_text = testing::RunShardcast(
+      "simulate --model gpt3-13b --cluster dgx-a100 --gpus 8 --tp 2 --pp 4 --mbs 1 --gbs 32 --recompute full "
+      "--straggler 2 --straggler-stage 3");
+  ASSERT_EQ(full_text.exit_code, 0) << full_text.err;
+  EXPECT_NE(full_text.out.find(fmt::format("stage 3 recompute {} -> {} (x2 but for {} of the recomputed forward's "
+                                           "collectives, not scaled)",
+                                           FormatSeconds(rc0), FormatSeconds(rc), FormatSeconds(2 * rc0 - rc))),
+            std::string::npos)
+      << full_text.out;
+  // Slowdown 1 is said to be none; a memory shortfall the baseline shares is not repeated.
+  const testing::RunResult one = testing::RunShardcast(
+      "simulate --model gpt3-175b --cluster dgx-a100 --gpus 8 --tp 8 --pp 1 --mbs 1 --gbs 8 --straggler 1");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.out.find("runs its kernels 1x as long (no slowdown: the baseline)"), std::string::npos);
+  EXPECT_EQ(one.out.find("with straggler cannot run"), std::string::npos) << one.out;
+  EXPECT_EQ(one.out.find("step with it on stage"), std::string::npos);  // one stage: no sweep line
   // A configuration that cannot run has no straggler run: null in --json.
   const testing::RunResult none = testing::RunShardcast(
       "simulate --model gpt3-13b --cluster dgx-a100 --gpus 8 --tp 3 --pp 1 --mbs 1 --gbs 32 --straggler 1.1 --json");
@@ -201,7 +223,7 @@ TEST(Straggler, CommandLine) {
 // plan --straggler: each ranked plan's step with the slow GPU at its worst stage.
 TEST(Straggler, PlanRunsEachRankedPlanWithIt) {
   const std::string base = "plan --model gpt3-1.3b --cluster dgx-a100 --gpus 8 --gbs 32 --top 3";
-  EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler 0.5", "--straggler: 0.5, expected a slowdown factor"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler 0.5", "--straggler: got \"0.5\", expected a number from 1 to 100"));
   EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler 1.1 --csv -", "--straggler: not with --csv -"));
   const testing::RunResult js = testing::RunShardcast(base + " --straggler 1.3 --json");
   ASSERT_EQ(js.exit_code, 0) << js.err;
@@ -227,6 +249,7 @@ TEST(Straggler, PlanRunsEachRankedPlanWithIt) {
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("With one straggler (one GPU's kernels 1.3x as long"), std::string::npos);
   EXPECT_NE(text.out.find("least slowed: rank"), std::string::npos);
+  EXPECT_NE(text.out.find("--straggler 1.3\n"), std::string::npos);  // the Details line reproduces it
 }
 
 }  // namespace
