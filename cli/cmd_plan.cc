@@ -239,12 +239,9 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_flag("--json", a->json, "print JSON");
   AddEmitOptions(cmd, &a->emit);
   AddWhatIfOption(cmd, &a->what_if);
-  a->straggler_opt = cmd->add_option("--straggler", a->straggler,
-                                     "also run each ranked plan with one slow GPU whose kernels take FACTOR times as "
-                                     "long (1 to 100), at the plan's stage where it costs most, and print the steps "
-                                     "(docs/simulator.md, \"Stragglers\")")
-                         ->check(BoundedNumber(1, kMaxStragglerSlowdown))
-                         ->type_name("FACTOR");
+  a->straggler_opt = AddStragglerOption(cmd, &a->straggler,
+                                        ": also run each ranked plan with it, at the plan's stage where it costs "
+                                        "most, and print the steps");
   AddHtmlOption(cmd, &a->html);
   cmd->callback([a] { RunPlanCommand(*a); });
 }

@@ -442,12 +442,9 @@ struct StragglerArgs {
 };
 
 void AddStragglerOptions(CLI::App* cmd, StragglerArgs* s) {
-  s->slowdown_opt = cmd->add_option("--straggler", s->slowdown,
-                                    "also run with one slow GPU whose kernels take FACTOR times as long (1 to 100, "
-                                    "e.g. 1.1), on the baseline's hardware, and print the result beside the "
-                                    "baseline; its groups wait for it (docs/simulator.md, \"Stragglers\")")
-                          ->check(BoundedNumber(1, kMaxStragglerSlowdown))
-                          ->type_name("FACTOR");
+  s->slowdown_opt = AddStragglerOption(cmd, &s->slowdown,
+                                       ", e.g. 1.1: also run the step with it, on the baseline's hardware, and print "
+                                       "the result beside the baseline; its groups wait for it");
   s->stage_opt = cmd->add_option("--straggler-stage", s->stage,
                                  "the pipeline stage (0 .. pp-1) of --straggler's GPU (default: each stage is "
                                  "tried and the one that lengthens the step most is reported)")

@@ -330,6 +330,16 @@ void AddWhatIfOption(CLI::App* cmd, std::vector<std::string>* changes) {
                       " (repeatable; e.g. --what-if nic_Gbps=800 --what-if hbm_GBps=x1.5)");
 }
 
+CLI::Option* AddStragglerOption(CLI::App* cmd, double* factor, const std::string& what) {
+  return cmd
+      ->add_option("--straggler", *factor,
+                   fmt::format("one slow GPU whose kernels take FACTOR times as long (1 to {:g}){} "
+                               "(docs/simulator.md, \"Stragglers\")",
+                               kMaxStragglerSlowdown, what))
+      ->check(BoundedNumber(1, kMaxStragglerSlowdown))
+      ->type_name("FACTOR");
+}
+
 std::vector<WhatIf> ParseWhatIfs(const std::vector<std::string>& changes) {
   std::vector<WhatIf> w;
   for (const auto& s : changes) w.push_back(ParseWhatIf(s));
