@@ -6,6 +6,7 @@
 #include <iostream>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -40,19 +41,21 @@ struct PlanArgs {
   EmitArgs emit;
   std::vector<std::string> what_if;
   std::string html;
-  double straggler = 1;                   ///< --straggler FACTOR
-  CLI::Option* straggler_opt = nullptr;   ///< given when count() > 0
+  double straggler = 1, straggler_nic = 1;  ///< --straggler FACTOR, --straggler-nic FACTOR
+  CLI::Option* straggler_opt = nullptr;     ///< given when count() > 0
+  CLI::Option* straggler_nic_opt = nullptr;
 };
 
 /// `--straggler`: each ranked plan run with one slow GPU at its worst stage (timing only).
 std::vector<PlanStraggler> RunStragglers(const Model& m, const Cluster& cl, const HardwareProfile& prof,
-                                         const PlanOptions& o, const PlanResult& r, double slowdown) {
+                                         const PlanOptions& o, const PlanResult& r, double slowdown,
+                                         double nic_slowdown) {
   std::vector<PlanStraggler> runs;
   SimulateOptions so;
   so.allocator_replay = false;  // the plans' memory is already judged; a straggler changes no bytes
   for (std::size_t i = 0; i < r.plans.size(); ++i) {
     const Plan& p = r.plans[i];
-    runs.push_back({i + 1, &p, SimulateStraggler(m, p.config, cl, o.gpus, prof, so, slowdown, -1)});
+    runs.push_back({i + 1, &p, SimulateStraggler(m, p.config, cl, o.gpus, prof, so, slowdown, nic_slowdown, -1)});
   }
   return runs;
 }
@@ -131,7 +134,7 @@ void RunPlanCommand(const PlanArgs& a) {
   const auto t0 = std::chrono::steady_clock::now();
   o.progress = ProgressBar(::isatty(2) != 0 && !a.json, t0);
   const std::vector<WhatIf> what_if = ParseWhatIfs(a.what_if);
-  const bool straggler = a.straggler_opt->count() > 0;
+  const bool straggler = a.straggler_opt->count() > 0 || a.straggler_nic_opt->count() > 0;
   if (straggler) RequireStraggler(a.straggler, std::nullopt, 1, "command line: --straggler");
   if (straggler && a.csv == "-") {
     throw InputError("command line: --straggler: not with --csv - (the CSV holds the plans alone); use --csv FILE, "
@@ -154,7 +157,7 @@ void RunPlanCommand(const PlanArgs& a) {
   const PlanView view{m, cl, o, r, recommended, RankOf(r, recommended),
                       a.profile.empty() ? "built-in default" : a.profile};
   const std::vector<PlanStraggler> stragglers =
-      straggler ? RunStragglers(m, cl, prof, o, r, a.straggler) : std::vector<PlanStraggler>{};
+      straggler ? RunStragglers(m, cl, prof, o, r, a.straggler, a.straggler_nic) : std::vector<PlanStraggler>{};
 
   // `recommended` marks the plan the text recommends (the best not at risk of running out of
   // memory); no row has it when that plan ranks below --top.
@@ -166,7 +169,7 @@ void RunPlanCommand(const PlanArgs& a) {
     Json j = PlanJson(view);
     if (!a.emit.format.empty()) j["launch"] = launch ? LaunchJson(*launch, a.emit.file) : Json(nullptr);
     if (r_changed) j["what_if"] = PlanWhatIfJson(view, a.what_if, hw->prof, RecommendedPlan(*r_changed));
-    if (straggler) j["straggler"] = PlanStragglerJson(stragglers, a.straggler);
+    if (straggler) j["straggler"] = PlanStragglerJson(stragglers, a.straggler, a.straggler_nic);
     if (!a.html.empty()) {
       WriteHtmlReport(a.html, fmt::format("shardcast plan: {} on {} x {}", m.name, o.gpus, cl.gpu.display_name),
                       fmt::format("global batch {}, sequence {}, objective {}; {} candidates generated, {} simulated",
@@ -184,13 +187,15 @@ void RunPlanCommand(const PlanArgs& a) {
     if (straggler) std::cout << "\nNo straggler runs: no plan fits.\n";
     return;
   }
-  if (straggler) WritePlanStragglers(std::cout, stragglers, a.straggler);
+  if (straggler) WritePlanStragglers(std::cout, stragglers, a.straggler, a.straggler_nic);
   const Plan& chosen = *recommended;
   std::vector<std::string> unexpressed;  // plans set nothing simulate has no flag for
   std::cout << "\nDetails: shardcast simulate --model " << a.model << " --cluster " << a.cluster << " "
             << (a.profile.empty() ? "" : "--profile " + a.profile + " ")
             << SimulateFlags(chosen.config, m, o.gpus, &unexpressed)
-            << (straggler ? fmt::format(" --straggler {:g}", a.straggler) : std::string()) << "\n";
+            << (a.straggler_opt->count() > 0 ? fmt::format(" --straggler {:g}", a.straggler) : std::string())
+            << (a.straggler_nic_opt->count() > 0 ? fmt::format(" --straggler-nic {:g}", a.straggler_nic) : std::string())
+            << "\n";
   for (const auto& u : unexpressed) std::cout << "  (not reproduced: " << u << ")\n";
   if (launch) WriteLaunch(std::cout, *launch, a.emit.file, label);
   if (r_changed) WritePlanWhatIf(std::cout, a.what_if, prof, hw->prof, chosen, RecommendedPlan(*r_changed));
@@ -239,9 +244,10 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_flag("--json", a->json, "print JSON");
   AddEmitOptions(cmd, &a->emit);
   AddWhatIfOption(cmd, &a->what_if);
-  a->straggler_opt = AddStragglerOption(cmd, &a->straggler,
-                                        ": also run each ranked plan with it, at the plan's stage where it costs "
-                                        "most, and print the steps");
+  std::tie(a->straggler_opt, a->straggler_nic_opt) =
+      AddStragglerOptions(cmd, &a->straggler, &a->straggler_nic,
+                          ": also run each ranked plan with it, at the plan's stage where it costs most, and print "
+                          "the steps");
   AddHtmlOption(cmd, &a->html);
   cmd->callback([a] { RunPlanCommand(*a); });
 }

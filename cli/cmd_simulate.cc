@@ -434,20 +434,23 @@ HardwareProfile SimulationProfile(const SimulateArgs& a, const std::optional<Har
 
 /// `--straggler FACTOR [--straggler-stage N]`.
 struct StragglerArgs {
-  double slowdown = 1;
+  double slowdown = 1, nic_slowdown = 1;
   int stage = -1;
   CLI::Option* slowdown_opt = nullptr;
+  CLI::Option* nic_opt = nullptr;
   CLI::Option* stage_opt = nullptr;
-  bool given() const { return slowdown_opt->count() > 0; }
+  bool given() const { return slowdown_opt->count() > 0 || nic_opt->count() > 0; }
 };
 
-void AddStragglerOptions(CLI::App* cmd, StragglerArgs* s) {
-  s->slowdown_opt = AddStragglerOption(cmd, &s->slowdown,
-                                       ", e.g. 1.1: also run the step with it, on the baseline's hardware, and print "
-                                       "the result beside the baseline; its groups wait for it");
+void AddSimulateStragglerOptions(CLI::App* cmd, StragglerArgs* s) {
+  std::tie(s->slowdown_opt, s->nic_opt) =
+      AddStragglerOptions(cmd, &s->slowdown, &s->nic_slowdown,
+                          ", e.g. 1.1: also run the step with it, on the baseline's hardware, and print the result "
+                          "beside the baseline; its groups wait for it");
   s->stage_opt = cmd->add_option("--straggler-stage", s->stage,
-                                 "the pipeline stage (0 .. pp-1) of --straggler's GPU (default: each stage is "
-                                 "tried and the one that lengthens the step most is reported)")
+                                 "the pipeline stage (0 .. pp-1) of --straggler's GPU or --straggler-nic's node "
+                                 "(default: each stage is tried and the one that lengthens the step most is "
+                                 "reported)")
                      ->check(IntegerRange(0, kMaxParallelSize))
                      ->type_name("N");
 }
@@ -479,7 +482,7 @@ void RunSimulate(const SimulateArgs& a, const StragglerArgs& straggler, const Em
   }
   if (straggler.stage_opt->count() > 0 && !straggler.given()) {
     throw InputError(fmt::format("command line: --straggler-stage: {}, needs --straggler FACTOR (how much slower the "
-                                 "GPU is)",
+                                 "GPU is) or --straggler-nic FACTOR (its node's network links)",
                                  straggler.stage));
   }
   if (straggler.given()) {
@@ -506,7 +509,7 @@ void RunSimulate(const SimulateArgs& a, const StragglerArgs& straggler, const Em
   if (straggler.given() && r.feasible) {
     SimulateOptions so = opts;
     so.keep_graph = false;  // --trace and --html show the baseline
-    slow = SimulateStraggler(m, c, cl, gpus, prof, so, straggler.slowdown,
+    slow = SimulateStraggler(m, c, cl, gpus, prof, so, straggler.slowdown, straggler.nic_slowdown,
                              straggler.stage_opt->count() > 0 ? straggler.stage : -1);
   }
   if (!a.trace.empty() && r.feasible) WriteFileAtomic(a.trace, ChromeTrace(r));
@@ -738,7 +741,7 @@ void RegisterSimulate(CLI::App& app) {
   auto what_if = std::make_shared<std::vector<std::string>>();
   AddWhatIfOption(cmd, what_if.get());
   auto straggler = std::make_shared<StragglerArgs>();
-  AddStragglerOptions(cmd, straggler.get());
+  AddSimulateStragglerOptions(cmd, straggler.get());
   auto html = std::make_shared<std::string>();
   AddHtmlOption(cmd, html.get());
   cmd->callback([a, straggler, emit, what_if, html] { RunSimulate(*a, *straggler, *emit, *what_if, *html); });

@@ -330,14 +330,18 @@ void AddWhatIfOption(CLI::App* cmd, std::vector<std::string>* changes) {
                       " (repeatable; e.g. --what-if nic_Gbps=800 --what-if hbm_GBps=x1.5)");
 }
 
-CLI::Option* AddStragglerOption(CLI::App* cmd, double* factor, const std::string& what) {
-  return cmd
-      ->add_option("--straggler", *factor,
-                   fmt::format("one slow GPU whose kernels take FACTOR times as long (1 to {:g}){} "
-                               "(docs/simulator.md, \"Stragglers\")",
-                               kMaxStragglerSlowdown, what))
-      ->check(BoundedNumber(1, kMaxStragglerSlowdown))
-      ->type_name("FACTOR");
+std::pair<CLI::Option*, CLI::Option*> AddStragglerOptions(CLI::App* cmd, double* factor, double* nic_factor,
+                                                          const std::string& what) {
+  auto add = [&](const char* name, double* value, const char* straggler) {
+    return cmd
+        ->add_option(name, *value,
+                     fmt::format("{} FACTOR times (1 to {:g}){} (docs/simulator.md, \"Stragglers\")", straggler,
+                                 kMaxStragglerSlowdown, what))
+        ->check(BoundedNumber(1, kMaxStragglerSlowdown))
+        ->type_name("FACTOR");
+  };
+  return {add("--straggler", factor, "one slow GPU: its kernels take longer"),
+          add("--straggler-nic", nic_factor, "one slow node: its network links (NICs) run slower")};
 }
 
 std::vector<WhatIf> ParseWhatIfs(const std::vector<std::string>& changes) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cli/config_args.h"
@@ -104,10 +105,11 @@ std::optional<LaunchConfig> EmitIfAsked(const EmitArgs& a, const Model& m, const
 /// --what-if KEY=VALUE|KEY=xFACTOR (repeatable) of `simulate` and `plan` (simulator/what_if.h).
 void AddWhatIfOption(CLI::App* cmd, std::vector<std::string>* changes);
 std::vector<WhatIf> ParseWhatIfs(const std::vector<std::string>& changes);
-/// `--straggler FACTOR` (docs/simulator.md, "Stragglers"): a number from 1 to
-/// kMaxStragglerSlowdown, checked when the command line is read; `what` ends the help text
-/// after "one slow GPU whose kernels take FACTOR times as long (1 to 100)".
-CLI::Option* AddStragglerOption(CLI::App* cmd, double* factor, const std::string& what);
+/// `--straggler FACTOR` and `--straggler-nic FACTOR` (docs/simulator.md, "Stragglers"): a
+/// number from 1 to kMaxStragglerSlowdown, checked when the command line is read; `what` ends
+/// the help texts (what the command does with the straggler). Returns the two options.
+std::pair<CLI::Option*, CLI::Option*> AddStragglerOptions(CLI::App* cmd, double* factor, double* nic_factor,
+                                                          const std::string& what);
 /// The what-if cluster and profile: copies of the baseline's with `w` applied.
 struct WhatIfHardware {
   Cluster cl;

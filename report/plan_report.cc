@@ -381,10 +381,11 @@ double StragglerChange(const PlanStraggler& p) {
 
 }  // namespace
 
-void WritePlanStragglers(std::ostream& out, const std::vector<PlanStraggler>& runs, double slowdown) {
-  out << fmt::format("\nWith one straggler (one GPU's kernels {:.3g}x as long, on each plan's stage where it costs the "
-                     "step most;\ndocs/simulator.md, \"Stragglers\"):\n",
-                     slowdown);
+void WritePlanStragglers(std::ostream& out, const std::vector<PlanStraggler>& runs, double slowdown,
+                         double nic_slowdown) {
+  out << fmt::format("\nWith one straggler ({}, on each plan's stage where it costs the step most;\n"
+                     "docs/simulator.md, \"Stragglers\"):\n",
+                     StragglerWhat(slowdown, nic_slowdown));
   out << fmt::format("{:>4}  {:>10} {:>15} {:>7}  {:>8}  {}\n", "rank", "step", "with straggler", "change", "stage",
                      "configuration");
   const PlanStraggler* robust = nullptr;
@@ -403,7 +404,7 @@ void WritePlanStragglers(std::ostream& out, const std::vector<PlanStraggler>& ru
   }
 }
 
-Json PlanStragglerJson(const std::vector<PlanStraggler>& runs, double slowdown) {
+Json PlanStragglerJson(const std::vector<PlanStraggler>& runs, double slowdown, double nic_slowdown) {
   Json plans = Json::array();
   for (const auto& p : runs) {
     if (!p.run.result.feasible) continue;
@@ -415,7 +416,7 @@ Json PlanStragglerJson(const std::vector<PlanStraggler>& runs, double slowdown) 
                      {"stage", p.run.stage},
                      {"step_time_by_stage_s", p.run.step_time_by_stage_s}});
   }
-  return Json{{"slowdown", slowdown}, {"plans", plans}};
+  return Json{{"slowdown", slowdown}, {"nic_slowdown", nic_slowdown}, {"plans", plans}};
 }
 
 }  // namespace shardcast

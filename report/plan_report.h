@@ -69,9 +69,10 @@ struct PlanStraggler {
 };
 /// The ranked plans' steps with the straggler beside their own, the change, the stage, and the
 /// plans least slowed and fastest with it.
-void WritePlanStragglers(std::ostream& out, const std::vector<PlanStraggler>& runs, double slowdown);
-/// The --json "straggler" object: "slowdown" and "plans" (rank, config_summary, step_time_s,
-/// with_straggler_step_time_s, step_time_change, stage, step_time_by_stage_s).
-Json PlanStragglerJson(const std::vector<PlanStraggler>& runs, double slowdown);
+void WritePlanStragglers(std::ostream& out, const std::vector<PlanStraggler>& runs, double slowdown,
+                         double nic_slowdown);
+/// The --json "straggler" object: "slowdown", "nic_slowdown" and "plans" (rank, config_summary,
+/// step_time_s, with_straggler_step_time_s, step_time_change, stage, step_time_by_stage_s).
+Json PlanStragglerJson(const std::vector<PlanStraggler>& runs, double slowdown, double nic_slowdown);
 
 }  // namespace shardcast

@@ -456,15 +456,29 @@ std::string ScaledNote(double before, double after, double factor, const char* w
   return fmt::format(" (x{:g} but for {} of {}, not scaled)", factor, FormatSeconds(fixed), what);
 }
 
+std::string StragglerWhat(double slowdown, double nic_slowdown) {
+  if (nic_slowdown > 1 && slowdown > 1) {
+    return fmt::format("one GPU's kernels {:g}x as long and its node's network links {:g}x slower", slowdown, nic_slowdown);
+  }
+  if (nic_slowdown > 1) return fmt::format("one node's network links {:g}x slower", nic_slowdown);
+  return fmt::format("one GPU's kernels {:g}x as long", slowdown);
+}
+
 void WriteStraggler(std::ostream& out, const SimulationResult& base, const StragglerRun& run) {
   const bool one_stage = base.stages.size() <= 1;
-  out << fmt::format("\nWith a straggler: one GPU of stage {} runs its kernels {:g}x as long", run.stage, run.slowdown);
-  out << (run.slowdown == 1 ? " (no slowdown: the baseline)\n"
-          : run.stage_given  ? " (--straggler-stage)\n"
-          : one_stage        ? "\n"
-                             : ", the stage where it costs the step most\n");
-  out << "  (its tensor-, context- and expert-parallel peers wait for it at every collective, the other stages at\n"
-         "  the pipeline transfers, the other data-parallel replicas at the gradient reduction)\n";
+  out << fmt::format("\nWith a straggler on stage {}: {}", run.stage, StragglerWhat(run.slowdown, run.nic_slowdown));
+  out << (run.slowdown == 1 && run.nic_slowdown == 1 ? " (no slowdown: the baseline)\n"
+          : run.stage_given                          ? " (--straggler-stage)\n"
+          : one_stage                                ? "\n"
+                                                     : " (the stage where it costs the step most)\n");
+  if (run.slowdown > 1) {
+    out << "  (the GPU's tensor-, context- and expert-parallel peers wait for it at every collective, the other\n"
+           "  stages at the pipeline transfers, the other data-parallel replicas at the gradient reduction)\n";
+  }
+  if (run.nic_slowdown > 1) {
+    out << "  (the node's links carry its stage's data-parallel collectives and the pipeline transfers into and\n"
+           "  out of it: they run at the slow links' rate, and every rank in them waits)\n";
+  }
   if (run.step_time_by_stage_s.size() > 1) {
     out << "  step with it on stage";
     for (std::size_t s = 0; s < run.step_time_by_stage_s.size(); ++s) {
@@ -477,12 +491,23 @@ void WriteStraggler(std::ostream& out, const SimulationResult& base, const Strag
   WriteBeside(out, base, run.result, "all at speed", "with straggler");
   if (!base.feasible || !run.result.feasible) return;
   const double w0 = StageWork(base, run.stage), w1 = StageWork(run.result, run.stage);
-  out << fmt::format("  stage {} compute and optimizer {} -> {}{}\n", run.stage, FormatSeconds(w0), FormatSeconds(w1),
-                     ScaledNote(w0, w1, run.slowdown, "slowdown by collectives overlapped with it"));
+  if (run.slowdown > 1 || run.nic_slowdown == 1) {
+    out << fmt::format("  stage {} compute and optimizer {} -> {}{}\n", run.stage, FormatSeconds(w0), FormatSeconds(w1),
+                       ScaledNote(w0, w1, run.slowdown, "slowdown by collectives overlapped with it"));
+  }
   const double r0 = StageRecompute(base, run.stage), r1 = StageRecompute(run.result, run.stage);
-  if (r0 > 0) {
+  if (r0 > 0 && run.slowdown > 1) {
     out << fmt::format("  stage {} recompute {} -> {}{}\n", run.stage, FormatSeconds(r0), FormatSeconds(r1),
                        ScaledNote(r0, r1, run.slowdown, "the recomputed forward's collectives"));
+  }
+  if (run.nic_slowdown > 1) {
+    const StageBreakdown* a = StageTime(base, run.stage);
+    const StageBreakdown* b = StageTime(run.result, run.stage);
+    if (a && b) {
+      out << fmt::format("  stage {} waiting on data-parallel collectives {} -> {}, on pipeline transfers {} -> {}\n",
+                         run.stage, FormatSeconds(a->dp_comm_s), FormatSeconds(b->dp_comm_s),
+                         FormatSeconds(a->pp_comm_s), FormatSeconds(b->pp_comm_s));
+    }
   }
   if (!one_stage) {
     auto wait = [](const StageBreakdown& t) { return t.bubble_s + t.pp_comm_s; };
@@ -497,6 +522,7 @@ Json StragglerJson(const SimulationResult& base, const StragglerRun& run) {
   j["with_straggler"] = j["what_if"];
   j.erase("what_if");
   j["slowdown"] = run.slowdown;
+  j["nic_slowdown"] = run.nic_slowdown;
   j["stage"] = run.stage;
   j["stage_given"] = run.stage_given;
   j["step_time_by_stage_s"] = run.step_time_by_stage_s;

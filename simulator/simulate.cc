@@ -5,6 +5,8 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -12,6 +14,7 @@
 #include "common/text.h"
 #include "simulator/memory_replay.h"
 #include "simulator/straggler.h"
+#include "simulator/what_if.h"
 
 namespace shardcast {
 namespace {
@@ -123,6 +126,18 @@ class Builder {
     grad_bytes_per_param_ = GradReduceBytesPerParam(c);
     bucket_ = c.BucketParams();
     all_one_node_ = c.tp * c.cp * c.dp * c.pp <= cl.gpus_per_node;
+    if (opts.straggler_stage >= 0 && opts.straggler_nic_slowdown > 1) {
+      // The straggler's node: its NICs at 1/F of their rate (what --what-if nic_Gbps=x(1/F)
+      // gives every node), for the collectives and transfers of its stage.
+      Cluster slow_cl = cl;
+      slow_nic_prof_ = prof;
+      WhatIf w;
+      w.key = "nic_Gbps";
+      w.value = 1 / opts.straggler_nic_slowdown;
+      w.scale = true;
+      w.text = fmt::format("nic_Gbps=x{:g}", w.value);
+      if (cl.nic_Gbps > 0) ApplyWhatIf({w}, &slow_cl, &*slow_nic_prof_);
+    }
   }
 
   /// Everything Build's structure depends on; equal shapes give equal graphs up to the numbers.
@@ -136,6 +151,12 @@ class Builder {
   int Device(int stage, int replica) const { return stage * R_ + replica; }
   /// Communication, data parallelism and the optimizer cost nothing (SimulateOptions).
   bool FreeComm() const { return opts_.ideal_pipeline || opts_.free_communication; }
+  /// The profile of `stage`'s network traffic: the straggler's slow-NIC profile on its stage
+  /// (SimulateOptions::straggler_nic_slowdown), else the run's.
+  const HardwareProfile& ProfOf(int stage) const {
+    return slow_nic_prof_ && stage == opts_.straggler_stage ? *slow_nic_prof_ : prof_;
+  }
+  int StageOf(int device) const { return device / R_; }
   /// A chunk's gradient buckets (Megatron-LM's bucket_size, ParallelConfig::BucketParams): at
   /// least 1, at most 2^31 - 1.
   double Buckets(int stage, int chunk) const {
@@ -167,7 +188,8 @@ class Builder {
   TaskCost PerTensorCost(int device, CollectiveOp op, ItemKind item, double params, double experts, bool prefetched) const {
     const bool gather = op == CollectiveOp::kAllGather;
     const double bpp = gather ? c_.param_gather_bytes : grad_bytes_per_param_;
-    const Zero3TensorCost x = Zero3PerTensorCost(prof_, op, cm_.layer_tensors, cm_.dp_group, cm_.edp_group, params, bpp);
+    const Zero3TensorCost x =
+        Zero3PerTensorCost(ProfOf(StageOf(device)), op, cm_.layer_tensors, cm_.dp_group, cm_.edp_group, params, bpp);
     const double share = prefetched ? x.prefetched_share : 1 - x.prefetched_share;
     const double n = prefetched ? x.prefetched_tensors : x.tensors - x.prefetched_tensors;
     if (!(share > 0) || !(n > 0)) return Wait(device, 0);
@@ -210,7 +232,7 @@ class Builder {
     // runs in the switch, or a measured table's small group) moves proportionally fewer bytes
     // through it at the link's rate: alone it still ends at latency + bytes / its own busbw,
     // and beside other flows it takes that smaller share (the link no longer caps it).
-    const double link = (t.network ? NetworkLink() : IntraLink()).capacity_GBps;
+    const double link = (t.network ? NetworkLink(StageOf(device)) : IntraLink()).capacity_GBps;
     if (link > 0 && t.rate_cap_GBps > link) {
       t.bytes *= link / t.rate_cap_GBps;
       t.rate_cap_GBps = link;
@@ -222,12 +244,14 @@ class Builder {
   /// over the expert-data-parallel group, as one serial flow at the slower one's link
   /// (SerialCollectives).
   TaskCost DpComm(int device, CollectiveOp op, double bytes, double experts) const {
-    const CollectiveCost a = DataParallelCostOf(prof_, cm_, op, bytes - experts);
+    const HardwareProfile& prof = ProfOf(StageOf(device));
+    const CollectiveCost a = DataParallelCostOf(prof, cm_, op, bytes - experts);
     if (experts <= 0) return Comm(device, a);
-    return Comm(device, SerialCollectives(a, CollectiveCostOf(prof_, op, experts, cm_.edp_group)));
+    return Comm(device, SerialCollectives(a, CollectiveCostOf(prof, op, experts, cm_.edp_group)));
   }
   Link IntraLink() const { return {std::max(prof_.intra_busbw_GBps, prof_.p2p_intra_GBps)}; }
-  Link NetworkLink() const { return {prof_.NicShareGBps()}; }
+  /// A device's share of its node's NICs; on the straggler's stage, of its slow NICs.
+  Link NetworkLink(int stage) const { return {ProfOf(stage).NicShareGBps()}; }
   shardcast::Device DeviceOf() const {
     shardcast::Device d;
     d.overlap_slowdown_nvlink = prof_.overlap_slowdown_nvlink;
@@ -260,6 +284,7 @@ class Builder {
   const Model& m_;
   const ParallelConfig& c_;
   const HardwareProfile& prof_;
+  std::optional<HardwareProfile> slow_nic_prof_;  ///< SimulateOptions::straggler_nic_slowdown
   const CostModel& cm_;
   const SimulateOptions& opts_;
   LinearFormat lf_;
@@ -389,7 +414,11 @@ TaskCost Builder::CostOf(const CostKey& k) const {
       const bool fwd = k.kind == CostKind::kSendForward;
       const bool same = fwd ? (stage + 1 < p_ ? cm_.pp_next_same_node[static_cast<std::size_t>(stage)] : all_one_node_)
                             : (stage > 0 ? cm_.pp_next_same_node[static_cast<std::size_t>(stage - 1)] : all_one_node_);
-      TaskCost t = Comm(k.device, same ? cm_.pp_send_intra : cm_.pp_send_inter);
+      // A transfer into or out of the straggler's slow-NIC node runs at its rate.
+      const int peer = fwd ? stage + 1 : stage - 1;
+      const bool slow = slow_nic_prof_ && !same && (stage == opts_.straggler_stage || peer == opts_.straggler_stage);
+      TaskCost t = Comm(k.device, same ? cm_.pp_send_intra
+                                       : slow ? P2PCostOf(*slow_nic_prof_, cm_.pp_message_bytes, false) : cm_.pp_send_inter);
       t.slows_compute = false;
       return t;
     }
@@ -398,7 +427,10 @@ TaskCost Builder::CostOf(const CostKey& k) const {
       GroupPlacement pair;
       pair.ranks = 2;
       pair.ranks_per_node = all_one_node_ ? 2 : 1;
-      return Comm(k.device, CollectiveCostOf(prof_, CollectiveOp::kAllReduce, bytes, pair));
+      // Both ends wait on the one all-reduce: at the slow NIC's rate when either end has it.
+      const int other = stage == 0 ? p_ - 1 : 0;
+      const HardwareProfile& prof = ProfOf(stage == opts_.straggler_stage ? stage : other);
+      return Comm(k.device, CollectiveCostOf(prof, CollectiveOp::kAllReduce, bytes, pair));
     }
     case CostKind::kOptimizer: {
       double params = 0, experts = 0;
@@ -454,7 +486,9 @@ void Builder::Refill(Skeleton& sk) const {
   auto& costs = sk.graph.mutable_costs();
   for (std::size_t i = 0; i < costs.size(); ++i) costs[i] = CostOf(sk.cost_keys[i]);
   auto& links = sk.graph.mutable_links();
-  for (std::size_t l = 0; l < links.size(); ++l) links[l] = l % 2 == 0 ? IntraLink() : NetworkLink();
+  for (std::size_t l = 0; l < links.size(); ++l) {
+    links[l] = l % 2 == 0 ? IntraLink() : NetworkLink(StageOf(static_cast<int>(l / 2)));
+  }
   for (auto& d : sk.graph.mutable_devices()) d = DeviceOf();
 }
 
@@ -475,7 +509,7 @@ void Builder::Build(Skeleton& sk) {
       const int id = g_->AddDevice(DeviceOf());
       sk.device_stage[static_cast<std::size_t>(id)] = i;
       g_->AddLink(IntraLink().capacity_GBps);   // link 2 * id
-      g_->AddLink(NetworkLink().capacity_GBps);  // link 2 * id + 1
+      g_->AddLink(NetworkLink(StageOf(static_cast<int>(id))).capacity_GBps);  // link 2 * id + 1
     }
   }
   const int nitems = 3 * mb_ * v_;
@@ -1045,8 +1079,11 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     return res;
   }
   CostModel cm = BuildCostModel(m, c, cl, prof);
-  if (opts.straggler_stage >= 0 || opts.straggler_slowdown != 1) {
+  if (opts.straggler_stage >= 0 || opts.straggler_slowdown != 1 || opts.straggler_nic_slowdown != 1) {
     SlowStageCompute(&cm, opts.straggler_stage, opts.straggler_slowdown);
+    if (!(opts.straggler_nic_slowdown >= 1) || !std::isfinite(opts.straggler_nic_slowdown)) {
+      throw std::invalid_argument(fmt::format("straggler NIC slowdown {} (expected >= 1)", opts.straggler_nic_slowdown));
+    }
   }
   if (opts.ideal_pipeline) {
     double f = 0, bi = 0, bw = 0, n = 0;

@@ -57,6 +57,13 @@ struct SimulateOptions {
   /// slowdown below 1 (the command line checks both first).
   int straggler_stage = -1;
   double straggler_slowdown = 1;
+  /// With straggler_stage: the network links (NICs) of the node holding that stage's slow GPU
+  /// run `straggler_nic_slowdown` times slower (>= 1): the stage's data-parallel collectives and
+  /// the pipeline transfers into and out of it that cross nodes, and the tied-embedding
+  /// all-reduce when it has an end there, run at the rates `--what-if nic_Gbps=x(1/F)` gives
+  /// (docs/simulator.md, "Stragglers"). Context- and expert-parallel collectives across nodes
+  /// keep their rates.
+  double straggler_nic_slowdown = 1;
 };
 
 /// Time of one stage, in seconds; the parts add up to the step time.

@@ -53,13 +53,15 @@ void RequireStraggler(double slowdown, std::optional<int> stage, std::int64_t pp
 
 StragglerRun SimulateStraggler(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
                                std::int64_t gpus, const HardwareProfile& profile, const SimulateOptions& opts,
-                               double slowdown, int stage) {
+                               double slowdown, double nic_slowdown, int stage) {
   StragglerRun run;
   run.slowdown = slowdown;
+  run.nic_slowdown = nic_slowdown;
   run.stage_given = stage >= 0;
   SimulateOptions o = opts;
   o.allocator_traces = nullptr;
   o.straggler_slowdown = slowdown;
+  o.straggler_nic_slowdown = nic_slowdown;
   if (stage < 0) {
     // Each stage in turn, timing only: the allocator replay reads no times.
     SimulateOptions sweep = o;

@@ -1,8 +1,9 @@
 #pragma once
 /// \file straggler.h
-/// One slow GPU in a synchronous job (`simulate --straggler FACTOR [--straggler-stage N]`): a GPU
-/// whose kernels take FACTOR times as long (lower clocks under a power or thermal limit, a
-/// degraded part) holds back every group it belongs to. Its tensor-, context- and
+/// One slow GPU in a synchronous job (`simulate --straggler FACTOR [--straggler-nic FACTOR]
+/// [--straggler-stage N]`): a GPU whose kernels take FACTOR times as long (lower clocks under a
+/// power or thermal limit, a degraded part), or whose node's NICs run slower (a link trained
+/// down to a lower rate), holds back every group it belongs to. Its tensor-, context- and
 /// expert-parallel peers wait for it at each collective, its pipeline neighbours at each
 /// transfer, and the other data-parallel replicas at the gradient reduction, so the step runs at
 /// the pace of the replica that holds it (docs/simulator.md, "Stragglers").
@@ -36,7 +37,8 @@ void RequireStraggler(double slowdown, std::optional<int> stage, std::int64_t pp
 struct StragglerRun {
   int stage = -1;            ///< the pipeline stage holding the slow GPU
   bool stage_given = false;  ///< the caller chose it; else the stage where it lengthens the step most
-  double slowdown = 1;
+  double slowdown = 1;       ///< its kernels' (SimulateOptions::straggler_slowdown)
+  double nic_slowdown = 1;   ///< its node's NICs' (SimulateOptions::straggler_nic_slowdown)
   /// Without a given stage: the step time with the straggler on each stage in turn, seconds
   /// ([stage]; simulated without the allocator replay, which timing does not change). Empty
   /// when the stage was given.
@@ -44,14 +46,15 @@ struct StragglerRun {
   SimulationResult result;  ///< the step with the straggler on `stage`
 };
 
-/// Simulates `cfg` with one GPU of `stage` running its kernels `slowdown` times longer
-/// (SimulateOptions::straggler_stage); `stage` -1: each stage in turn, keeping the one that
+/// Simulates `cfg` with one GPU of `stage` running its kernels `slowdown` times longer and its
+/// node's NICs `nic_slowdown` times slower (SimulateOptions::straggler_stage and the two
+/// slowdowns); `stage` -1: each stage in turn, keeping the one that
 /// lengthens the step most (the first of equals). `opts`' other settings apply to the returned
 /// result (its allocator traces excepted: none are kept). A run that cannot go on gives its
 /// reasons in `result`, with the stage it was tried on (the sweep stops there).
 /// std::invalid_argument as SimulateOptions.
 StragglerRun SimulateStraggler(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
                                std::int64_t gpus, const HardwareProfile& profile, const SimulateOptions& opts,
-                               double slowdown, int stage);
+                               double slowdown, double nic_slowdown, int stage);
 
 }  // namespace shardcast

@@ -15,6 +15,7 @@
 #include "models/loader.h"
 #include "simulator/simulate.h"
 #include "simulator/straggler.h"
+#include "simulator/what_if.h"
 #include "tests/test_util.h"
 
 namespace shardcast {
@@ -96,7 +97,7 @@ TEST(Straggler, ThePipelineRunsAtTheSlowStagesPace) {
   const SimulationResult base = Simulate(m, c, cl, 8, p, o);
   ASSERT_TRUE(base.feasible);
   const double f = 1.2;
-  const StragglerRun run = SimulateStraggler(m, c, cl, 8, p, o, f, -1);
+  const StragglerRun run = SimulateStraggler(m, c, cl, 8, p, o, f, 1, -1);
   ASSERT_EQ(run.step_time_by_stage_s.size(), 4u);
   EXPECT_FALSE(run.stage_given);
   const double tolerance = 1e-9 * static_cast<double>(base.num_tasks);
@@ -126,11 +127,67 @@ TEST(Straggler, ThePipelineRunsAtTheSlowStagesPace) {
   EXPECT_EQ(run.result.step_time_s, worst);
   EXPECT_EQ(run.step_time_by_stage_s[static_cast<std::size_t>(run.stage)], worst);
   // A given stage is simulated alone.
-  const StragglerRun given = SimulateStraggler(m, c, cl, 8, p, o, f, 2);
+  const StragglerRun given = SimulateStraggler(m, c, cl, 8, p, o, f, 1, 2);
   EXPECT_TRUE(given.stage_given);
   EXPECT_EQ(given.stage, 2);
   EXPECT_TRUE(given.step_time_by_stage_s.empty());
   EXPECT_EQ(given.result.step_time_s, run.step_time_by_stage_s[2]);
+}
+
+// A slow node's NICs: with one pipeline stage every data-parallel ring runs through it, so the
+// step is the one --what-if nic_Gbps=x(1/F) gives the whole cluster; with three stages on a node
+// each, a slow node of stage 0 slows only the transfers at its boundary: between the baseline and
+// the whole cluster's slow links.
+TEST(Straggler, ASlowNodesLinksSlowItsStagesTraffic) {
+  const Model m = LoadModel("gpt3-6.7b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile p = DefaultProfile(cl);
+  auto what_if = [&](const Model& mm, const ParallelConfig& c, std::int64_t gpus) {
+    Cluster wcl = cl;
+    HardwareProfile wp = p;
+    ApplyWhatIf({ParseWhatIf("nic_Gbps=x0.25")}, &wcl, &wp);
+    return Simulate(mm, c, wcl, gpus, wp);
+  };
+  SimulateOptions o;
+  o.straggler_stage = 0;
+  o.straggler_nic_slowdown = 4;
+  ParallelConfig dp = Config(8, 1, 64);
+  dp.dp = 4;
+  dp.zero_stage = 1;
+  dp.overlap_grad_reduce = false;  // the reduction exposed after the backward
+  const SimulationResult base = Simulate(m, dp, cl, 32, p);
+  const SimulationResult slow = Simulate(m, dp, cl, 32, p, o);
+  const SimulationResult all = what_if(m, dp, 32);
+  ASSERT_TRUE(base.feasible && slow.feasible && all.feasible);
+  EXPECT_GT(slow.stages[0].time.dp_comm_s, 2 * base.stages[0].time.dp_comm_s);
+  EXPECT_NEAR(slow.step_time_s, all.step_time_s, 1e-9 * all.step_time_s);
+  EXPECT_EQ(slow.stages[0].time.compute_s, base.stages[0].time.compute_s);  // kernels at speed
+  ParallelConfig pp = Config(8, 3, 24);
+  pp.pp = 3;
+  Model m3 = m;
+  m3.num_layers = 33;
+  const SimulationResult base3 = Simulate(m3, pp, cl, 24, p);
+  const SimulationResult slow3 = Simulate(m3, pp, cl, 24, p, o);
+  const SimulationResult all3 = what_if(m3, pp, 24);
+  ASSERT_TRUE(base3.feasible && slow3.feasible && all3.feasible);
+  EXPECT_GT(slow3.step_time_s, base3.step_time_s);
+  EXPECT_LT(slow3.step_time_s, all3.step_time_s);
+  // Through the sweep and the command line.
+  const StragglerRun run = SimulateStraggler(m3, pp, cl, 24, p, SimulateOptions{}, 1, 4, -1);
+  ASSERT_EQ(run.step_time_by_stage_s.size(), 3u);
+  EXPECT_EQ(run.nic_slowdown, 4);
+  EXPECT_EQ(run.step_time_by_stage_s[0], slow3.step_time_s);
+  EXPECT_GE(run.result.step_time_s, slow3.step_time_s);
+  const testing::RunResult text = testing::RunShardcast(
+      "simulate --model gpt3-6.7b --cluster dgx-a100 --gpus 32 --tp 8 --dp 4 --mbs 1 --gbs 64 --zero 1 "
+      "--sequence-parallel --recompute selective --no-overlap-grad-reduce --straggler-nic 4");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("With a straggler on stage 0: one node's network links 4x slower"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("stage 0 waiting on data-parallel collectives"), std::string::npos);
+  EXPECT_TRUE(testing::ExitsTwoWith(
+      "simulate --model gpt3-6.7b --cluster dgx-a100 --gpus 32 --tp 8 --gbs 64 --straggler-nic 0.5",
+      "--straggler-nic: got \"0.5\", expected a number from 1 to 100"));
 }
 
 TEST(Straggler, BadValuesAreRefused) {
@@ -166,7 +223,8 @@ TEST(Straggler, CommandLine) {
   EXPECT_TRUE(testing::ExitsTwoWith(base + " --straggler-stage 1", "needs --straggler FACTOR"));
   const testing::RunResult text = testing::RunShardcast(base + " --straggler 1.1");
   ASSERT_EQ(text.exit_code, 0) << text.err;
-  EXPECT_NE(text.out.find("With a straggler: one GPU of stage"), std::string::npos);
+  EXPECT_NE(text.out.find("With a straggler on stage"), std::string::npos);
+  EXPECT_NE(text.out.find(": one GPU's kernels 1.1x as long"), std::string::npos);
   EXPECT_NE(text.out.find("step with it on stage 0:"), std::string::npos);
   EXPECT_NE(text.out.find("with straggler"), std::string::npos);
   const testing::RunResult js = testing::RunShardcast(base + " --straggler 1.1 --straggler-stage 1 --json");
@@ -208,7 +266,7 @@ TEST(Straggler, CommandLine) {
   const testing::RunResult one = testing::RunShardcast(
       "simulate --model gpt3-175b --cluster dgx-a100 --gpus 8 --tp 8 --pp 1 --mbs 1 --gbs 8 --straggler 1");
   ASSERT_EQ(one.exit_code, 0) << one.err;
-  EXPECT_NE(one.out.find("runs its kernels 1x as long (no slowdown: the baseline)"), std::string::npos);
+  EXPECT_NE(one.out.find("one GPU's kernels 1x as long (no slowdown: the baseline)"), std::string::npos);
   EXPECT_EQ(one.out.find("with straggler cannot run"), std::string::npos) << one.out;
   EXPECT_EQ(one.out.find("step with it on stage"), std::string::npos);  // one stage: no sweep line
   // A configuration that cannot run has no straggler run: null in --json.
