@@ -137,8 +137,9 @@ void RunPlanCommand(const PlanArgs& a) {
   const bool straggler = a.straggler_opt->count() > 0 || a.straggler_nic_opt->count() > 0;
   if (straggler) RequireStraggler(a.straggler, std::nullopt, 1, "command line: --straggler");
   if (straggler && a.csv == "-") {
-    throw InputError("command line: --straggler: not with --csv - (the CSV holds the plans alone); use --csv FILE, "
-                     "whose text report has the straggler runs, or --json");
+    throw InputError(fmt::format("command line: {}: not with --csv - (the CSV holds the plans alone); use --csv FILE, "
+                                 "whose text report has the straggler runs, or --json",
+                                 a.straggler_opt->count() > 0 ? "--straggler" : "--straggler-nic"));
   }
   PlanResult r = RunPlan(m, cl, prof, o);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -445,8 +445,8 @@ struct StragglerArgs {
 void AddSimulateStragglerOptions(CLI::App* cmd, StragglerArgs* s) {
   std::tie(s->slowdown_opt, s->nic_opt) =
       AddStragglerOptions(cmd, &s->slowdown, &s->nic_slowdown,
-                          ", e.g. 1.1: also run the step with it, on the baseline's hardware, and print the result "
-                          "beside the baseline; its groups wait for it");
+                          ": also run the step with it, on the baseline's hardware, and print the result beside "
+                          "the baseline");
   s->stage_opt = cmd->add_option("--straggler-stage", s->stage,
                                  "the pipeline stage (0 .. pp-1) of --straggler's GPU or --straggler-nic's node "
                                  "(default: each stage is tried and the one that lengthens the step most is "

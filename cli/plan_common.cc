@@ -335,13 +335,14 @@ std::pair<CLI::Option*, CLI::Option*> AddStragglerOptions(CLI::App* cmd, double*
   auto add = [&](const char* name, double* value, const char* straggler) {
     return cmd
         ->add_option(name, *value,
-                     fmt::format("{} FACTOR times (1 to {:g}){} (docs/simulator.md, \"Stragglers\")", straggler,
-                                 kMaxStragglerSlowdown, what))
+                     fmt::format(fmt::runtime(straggler), kMaxStragglerSlowdown) + what +
+                         " (docs/simulator.md, \"Stragglers\")")
         ->check(BoundedNumber(1, kMaxStragglerSlowdown))
         ->type_name("FACTOR");
   };
-  return {add("--straggler", factor, "one slow GPU: its kernels take longer"),
-          add("--straggler-nic", nic_factor, "one slow node: its network links (NICs) run slower")};
+  return {add("--straggler", factor, "one slow GPU, whose kernels take FACTOR times as long (1 to {:g}, e.g. 1.1)"),
+          add("--straggler-nic", nic_factor,
+              "one slow node, whose network links (NICs) run FACTOR times slower (1 to {:g}, e.g. 2)")};
 }
 
 std::vector<WhatIf> ParseWhatIfs(const std::vector<std::string>& changes) {

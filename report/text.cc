@@ -457,6 +457,7 @@ std::string ScaledNote(double before, double after, double factor, const char* w
 }
 
 std::string StragglerWhat(double slowdown, double nic_slowdown) {
+  if (slowdown == 1 && nic_slowdown == 1) return "no slowdown";
   if (nic_slowdown > 1 && slowdown > 1) {
     return fmt::format("one GPU's kernels {:g}x as long and its node's network links {:g}x slower", slowdown, nic_slowdown);
   }
@@ -467,7 +468,7 @@ std::string StragglerWhat(double slowdown, double nic_slowdown) {
 void WriteStraggler(std::ostream& out, const SimulationResult& base, const StragglerRun& run) {
   const bool one_stage = base.stages.size() <= 1;
   out << fmt::format("\nWith a straggler on stage {}: {}", run.stage, StragglerWhat(run.slowdown, run.nic_slowdown));
-  out << (run.slowdown == 1 && run.nic_slowdown == 1 ? " (no slowdown: the baseline)\n"
+  out << (run.slowdown == 1 && run.nic_slowdown == 1 ? " (the baseline)\n"
           : run.stage_given                          ? " (--straggler-stage)\n"
           : one_stage                                ? "\n"
                                                      : " (the stage where it costs the step most)\n");
@@ -488,6 +489,7 @@ void WriteStraggler(std::ostream& out, const SimulationResult& base, const Strag
     }
     out << "\n";
   }
+  for (const auto& n : run.notes) out << "  note: " << n << "\n";
   WriteBeside(out, base, run.result, "all at speed", "with straggler");
   if (!base.feasible || !run.result.feasible) return;
   const double w0 = StageWork(base, run.stage), w1 = StageWork(run.result, run.stage);
@@ -523,6 +525,7 @@ Json StragglerJson(const SimulationResult& base, const StragglerRun& run) {
   j.erase("what_if");
   j["slowdown"] = run.slowdown;
   j["nic_slowdown"] = run.nic_slowdown;
+  j["notes"] = run.notes;
   j["stage"] = run.stage;
   j["stage_given"] = run.stage_given;
   j["step_time_by_stage_s"] = run.step_time_by_stage_s;

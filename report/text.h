@@ -38,8 +38,8 @@ void WriteBeside(std::ostream& out, const SimulationResult& base, const Simulati
 /// cannot run), "tokens_per_s_change": ...} of two results' headline figures.
 Json BesideJson(const SimulationResult& base, const SimulationResult& what_if);
 
-/// "one GPU's kernels 1.1x as long", "one node's network links 2x slower", or both ("... and
-/// its node's network links 2x slower"): what a straggler of these slowdowns is, for reports.
+/// "one GPU's kernels 1.1x as long", "one node's network links 2x slower", both ("... and its
+/// node's network links 2x slower"), or "no slowdown": what a straggler of these slowdowns is.
 std::string StragglerWhat(double slowdown, double nic_slowdown);
 /// `simulate --straggler`: which stage holds the slow GPU (and, when the stage was not given,
 /// the step with it on each stage), the result beside `base` (WriteBeside), and where the time

@@ -415,7 +415,7 @@ TaskCost Builder::CostOf(const CostKey& k) const {
       const bool same = fwd ? (stage + 1 < p_ ? cm_.pp_next_same_node[static_cast<std::size_t>(stage)] : all_one_node_)
                             : (stage > 0 ? cm_.pp_next_same_node[static_cast<std::size_t>(stage - 1)] : all_one_node_);
       // A transfer into or out of the straggler's slow-NIC node runs at its rate.
-      const int peer = fwd ? stage + 1 : stage - 1;
+      const int peer = ((fwd ? stage + 1 : stage - 1) + p_) % p_;  // interleaved chunks wrap p-1 <-> 0
       const bool slow = slow_nic_prof_ && !same && (stage == opts_.straggler_stage || peer == opts_.straggler_stage);
       TaskCost t = Comm(k.device, same ? cm_.pp_send_intra
                                        : slow ? P2PCostOf(*slow_nic_prof_, cm_.pp_message_bytes, false) : cm_.pp_send_inter);

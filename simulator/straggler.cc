@@ -84,6 +84,22 @@ StragglerRun SimulateStraggler(const Model& model, const ParallelConfig& cfg, co
   run.stage = stage;
   o.straggler_stage = stage;
   run.result = Simulate(model, cfg, cluster, gpus, profile, o);
+  if (nic_slowdown > 1) {
+    const std::int64_t node = cluster.gpus_per_node;
+    if (gpus <= node) {
+      run.notes.push_back("the job runs on one node: no traffic crosses its network links, so the slow links change "
+                          "nothing");
+    } else {
+      if (cfg.cp > 1 && cfg.tp * cfg.cp > node) {
+        run.notes.push_back("the context-parallel groups span nodes; their exchanges keep their rates here, so the "
+                            "slow links cost more than shown");
+      }
+      if (model.moe.enabled() && cfg.ep > 1 && cfg.expert_tp() * cfg.ep > node) {
+        run.notes.push_back("the expert-parallel groups span nodes; their all-to-alls keep their rates here, so the "
+                            "slow links cost more than shown");
+      }
+    }
+  }
   return run;
 }
 

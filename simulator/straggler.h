@@ -44,6 +44,9 @@ struct StragglerRun {
   /// when the stage was given.
   std::vector<double> step_time_by_stage_s;
   SimulationResult result;  ///< the step with the straggler on `stage`
+  /// What the run leaves out for this configuration (slow NICs on one node, context- or
+  /// expert-parallel groups across nodes), one sentence each.
+  std::vector<std::string> notes;
 };
 
 /// Simulates `cfg` with one GPU of `stage` running its kernels `slowdown` times longer and its

@@ -102,10 +102,15 @@ void ApplyNetwork(const WhatIf& w, Cluster* cl, HardwareProfile* p) {
     p->nvls_allreduce_busbw_GBps *= f;
     p->p2p_intra_GBps *= f;
   }
-  if (!p->collective_tables.empty()) {
-    p->collective_tables.clear();
-    p->adjustments.push_back("what if: the measured collective tables dropped (they time the old links); "
-                             "collectives follow the alpha-beta model");
+  // The tables that time the changed links go: all of them for NVLink (every table crosses it),
+  // the multi-node ones for a NIC change (a one-node table never touches a NIC).
+  const bool network_only = w.key != "nvlink_GBps";
+  const auto before = p->collective_tables.size();
+  std::erase_if(p->collective_tables, [&](const CollectiveTable& t) { return !network_only || t.nodes > 1; });
+  if (p->collective_tables.size() != before) {
+    p->adjustments.push_back(fmt::format("what if: the measured collective tables {}dropped (they time the old links); "
+                                         "those collectives follow the alpha-beta model",
+                                         network_only ? "across nodes " : ""));
   }
 }
 

@@ -24,8 +24,9 @@ namespace shardcast {
 ///  - gemm_efficiency: the best fraction of the peak GEMMs reach, every precision (at most 1);
 ///  - attention_efficiency: flash attention's fraction of peak, forward and backward (at most 1);
 ///  - memory_GiB: each GPU's memory (cluster), which decides what fits.
-/// Changing nic_Gbps, nics_per_node or nvlink_GBps drops a measured profile's collective tables
-/// (they describe the old links), so collectives follow the alpha-beta model on the new rates.
+/// Changing nvlink_GBps drops a measured profile's collective tables, nic_Gbps or nics_per_node
+/// its tables across nodes (they describe the old links), so those collectives follow the
+/// alpha-beta model on the new rates.
 struct WhatIf {
   std::string key;
   double value = 0;

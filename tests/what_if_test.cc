@@ -47,6 +47,27 @@ TEST(WhatIf, ALineRateGivesWhatEditingTheClusterGives) {
   }
 }
 
+// A NIC change drops the measured tables across nodes only; an NVLink change drops them all.
+TEST(WhatIf, ALinkChangeDropsTheTablesThatTimeIt) {
+  const Cluster base = LoadCluster("dgx-a100");
+  HardwareProfile measured = DefaultProfile(base);
+  CollectiveTable one_node, two_nodes;
+  one_node.ranks = 8;
+  two_nodes.ranks = 16;
+  two_nodes.nodes = 2;
+  measured.collective_tables = {one_node, two_nodes};
+  Cluster cl = base;
+  HardwareProfile p = measured;
+  ApplyWhatIf({ParseWhatIf("nic_Gbps=x0.5")}, &cl, &p);
+  ASSERT_EQ(p.collective_tables.size(), 1u);
+  EXPECT_EQ(p.collective_tables[0].nodes, 1);
+  EXPECT_NE(p.adjustments.back().find("tables across nodes dropped"), std::string::npos);
+  cl = base;
+  p = measured;
+  ApplyWhatIf({ParseWhatIf("nvlink_GBps=x0.5")}, &cl, &p);
+  EXPECT_TRUE(p.collective_tables.empty());
+}
+
 TEST(WhatIf, ComputeAndMemoryFiguresScaleOrReplace) {
   const Cluster base = LoadCluster("dgx-h100");
   Cluster cl = base;
