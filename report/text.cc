@@ -506,9 +506,12 @@ void WriteStraggler(std::ostream& out, const SimulationResult& base, const Strag
     const StageBreakdown* a = StageTime(base, run.stage);
     const StageBreakdown* b = StageTime(run.result, run.stage);
     if (a && b) {
-      out << fmt::format("  stage {} waiting on data-parallel collectives {} -> {}, on pipeline transfers {} -> {}\n",
-                         run.stage, FormatSeconds(a->dp_comm_s), FormatSeconds(b->dp_comm_s),
-                         FormatSeconds(a->pp_comm_s), FormatSeconds(b->pp_comm_s));
+      out << fmt::format("  stage {} waiting on data-parallel collectives {} -> {}", run.stage,
+                         FormatSeconds(a->dp_comm_s), FormatSeconds(b->dp_comm_s));
+      if (!one_stage) {
+        out << fmt::format(", on pipeline transfers {} -> {}", FormatSeconds(a->pp_comm_s), FormatSeconds(b->pp_comm_s));
+      }
+      out << "\n";
     }
   }
   if (!one_stage) {
