@@ -402,6 +402,12 @@ void WritePlanStragglers(std::ostream& out, const std::vector<PlanStraggler>& ru
     out << fmt::format("  least slowed: rank {} ({:+.1f}%); fastest with the straggler: rank {} ({})\n", robust->rank,
                        100 * StragglerChange(*robust), fastest->rank, FormatSeconds(fastest->run.result.step_time_s));
   }
+  // What the runs leave out, once each, with the ranks it concerns.
+  std::map<std::string, std::vector<std::string>> notes;
+  for (const auto& p : runs) {
+    for (const auto& n : p.run.notes) notes[n].push_back(std::to_string(p.rank));
+  }
+  for (const auto& [n, ranks] : notes) out << "  note (rank " << Join(ranks, ", ") << "): " << n << "\n";
 }
 
 Json PlanStragglerJson(const std::vector<PlanStraggler>& runs, double slowdown, double nic_slowdown) {
@@ -414,7 +420,8 @@ Json PlanStragglerJson(const std::vector<PlanStraggler>& runs, double slowdown, 
                      {"with_straggler_step_time_s", p.run.result.step_time_s},
                      {"step_time_change", StragglerChange(p)},
                      {"stage", p.run.stage},
-                     {"step_time_by_stage_s", p.run.step_time_by_stage_s}});
+                     {"step_time_by_stage_s", p.run.step_time_by_stage_s},
+                     {"notes", p.run.notes}});
   }
   return Json{{"slowdown", slowdown}, {"nic_slowdown", nic_slowdown}, {"plans", plans}};
 }

@@ -72,7 +72,8 @@ struct PlanStraggler {
 void WritePlanStragglers(std::ostream& out, const std::vector<PlanStraggler>& runs, double slowdown,
                          double nic_slowdown);
 /// The --json "straggler" object: "slowdown", "nic_slowdown" and "plans" (rank, config_summary,
-/// step_time_s, with_straggler_step_time_s, step_time_change, stage, step_time_by_stage_s).
+/// step_time_s, with_straggler_step_time_s, step_time_change, stage, step_time_by_stage_s,
+/// notes).
 Json PlanStragglerJson(const std::vector<PlanStraggler>& runs, double slowdown, double nic_slowdown);
 
 }  // namespace shardcast

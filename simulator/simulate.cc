@@ -136,7 +136,7 @@ class Builder {
       w.value = 1 / opts.straggler_nic_slowdown;
       w.scale = true;
       w.text = fmt::format("nic_Gbps=x{:g}", w.value);
-      if (cl.nic_Gbps > 0) ApplyWhatIf({w}, &slow_cl, &*slow_nic_prof_);
+      if (cl.HasInterNodeNetwork()) ApplyWhatIf({w}, &slow_cl, &*slow_nic_prof_);  // else no NIC to slow
     }
   }
 

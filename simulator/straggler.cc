@@ -86,7 +86,7 @@ StragglerRun SimulateStraggler(const Model& model, const ParallelConfig& cfg, co
   run.result = Simulate(model, cfg, cluster, gpus, profile, o);
   if (nic_slowdown > 1) {
     const std::int64_t node = cluster.gpus_per_node;
-    if (gpus <= node) {
+    if (gpus <= node || !cluster.HasInterNodeNetwork()) {
       run.notes.push_back("the job runs on one node: no traffic crosses its network links, so the slow links change "
                           "nothing");
     } else {

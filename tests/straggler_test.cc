@@ -337,6 +337,19 @@ TEST(Straggler, PlanRunsEachRankedPlanWithIt) {
   EXPECT_NE(text.out.find("With one straggler (one GPU's kernels 1.3x as long"), std::string::npos);
   EXPECT_NE(text.out.find("least slowed: rank"), std::string::npos);
   EXPECT_NE(text.out.find("--straggler 1.3\n"), std::string::npos);  // the Details line reproduces it
+  // A slow node's links on one node: each plan says nothing crosses them, the text once.
+  const testing::RunResult nic = testing::RunShardcast(base + " --straggler-nic 2 --json");
+  ASSERT_EQ(nic.exit_code, 0) << nic.err;
+  const Json nj = Json::parse(nic.out);
+  ASSERT_FALSE(nj["straggler"]["plans"].empty());
+  for (const auto& p : nj["straggler"]["plans"]) {
+    EXPECT_DOUBLE_EQ(p["with_straggler_step_time_s"].get<double>(), p["step_time_s"].get<double>());
+    ASSERT_EQ(p["notes"].size(), 1u);
+    EXPECT_NE(p["notes"][0].get<std::string>().find("the job runs on one node"), std::string::npos);
+  }
+  const testing::RunResult nic_text = testing::RunShardcast(base + " --straggler-nic 2");
+  ASSERT_EQ(nic_text.exit_code, 0) << nic_text.err;
+  EXPECT_NE(nic_text.out.find("note (rank 1, 2, 3): the job runs on one node"), std::string::npos) << nic_text.out;
 }
 
 }  // namespace
