@@ -391,18 +391,20 @@ Json ModelToJson(const Model& m) {
 
 namespace {
 
-/// A non-negative integer that may be null or absent (Hugging Face writes null for "none").
-std::optional<std::int64_t> HfNullableInt(const JsonReader& r, const std::string& key, std::int64_t max) {
+/// An integer in [min, max] that may be null or absent (Hugging Face writes null for "none"; a
+/// value outside the range, 0 where min is 1, exits 2 rather than reading as "none").
+std::optional<std::int64_t> HfNullableInt(const JsonReader& r, const std::string& key, std::int64_t min,
+                                          std::int64_t max) {
   if (!r.Has(key) || r.json()[key].is_null()) return std::nullopt;
-  return r.Int(key, 0, max);
+  return r.Int(key, min, max);
 }
 
 /// A nullable integer whose absence means the config class's default `absent` (null stays None:
 /// nullopt).
-std::optional<std::int64_t> HfNullableInt(const JsonReader& r, const std::string& key, std::int64_t max,
-                                          std::int64_t absent) {
+std::optional<std::int64_t> HfNullableInt(const JsonReader& r, const std::string& key, std::int64_t min,
+                                          std::int64_t max, std::int64_t absent) {
   if (!r.Has(key)) return absent;
-  return HfNullableInt(r, key, max);
+  return HfNullableInt(r, key, min, max);
 }
 
 /// Llama 4's text_config as a config of its own (model_type llama4_text), keeping the outer
@@ -427,23 +429,23 @@ void ReadHfDeepSeek(const JsonReader& r, const std::string& type, const std::str
   // dense layers; DeepseekV3Config's 256 routed experts, top-8, one shared expert and 3 leading
   // dense layers. A null stays None.
   const bool v3 = type == "deepseek_v3";
-  e.num_experts = HfNullableInt(r, "n_routed_experts", kMaxHeads, v3 ? 256 : 0).value_or(0);
-  const auto top_k = v3 ? HfNullableInt(r, "num_experts_per_tok", kMaxHeads, 8)
-                        : HfNullableInt(r, "num_experts_per_tok", kMaxHeads);  // V2: absent is None
+  e.num_experts = HfNullableInt(r, "n_routed_experts", 1, kMaxHeads, v3 ? 256 : 0).value_or(0);
+  const auto top_k = v3 ? HfNullableInt(r, "num_experts_per_tok", 1, kMaxHeads, 8)
+                        : HfNullableInt(r, "num_experts_per_tok", 1, kMaxHeads);  // V2: absent is None
   if (e.num_experts > 1 && !top_k) {
     throw InputError::Field(file, "/num_experts_per_tok", r.Has("num_experts_per_tok") ? "null" : "absent",
                             "1 to n_routed_experts = " + std::to_string(e.num_experts) + " experts per token");
   }
   e.top_k = top_k.value_or(0);
   e.ffn_hidden_size = r.Int("moe_intermediate_size", 1, kMaxFfn);
-  e.shared_ffn_hidden_size = HfNullableInt(r, "n_shared_experts", kMaxHeads, v3 ? 1 : 0).value_or(0) * e.ffn_hidden_size;
+  e.shared_ffn_hidden_size = HfNullableInt(r, "n_shared_experts", 0, kMaxHeads, v3 ? 1 : 0).value_or(0) * e.ffn_hidden_size;
   e.first_k_dense = r.OptInt("first_k_dense_replace", 0, kMaxLayers).value_or(v3 ? 3 : 0);
   // DeepSeek's layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0
   // (modeling_deepseek.py's DecoderLayer).
   e.layer_step = r.OptInt("moe_layer_freq", 1, kMaxLayers).value_or(1);
   e.step_from_layer0 = true;
   MlaSpec& a = m->mla;
-  a.q_lora_rank = HfNullableInt(r, "q_lora_rank", kMaxHidden).value_or(0);
+  a.q_lora_rank = HfNullableInt(r, "q_lora_rank", 1, kMaxHidden).value_or(0);
   a.kv_lora_rank = r.Int("kv_lora_rank", 1, kMaxHidden);
   a.qk_head_dim = r.Int("qk_nope_head_dim", 1, kMaxHeadDim);
   a.qk_pos_emb_head_dim = r.Int("qk_rope_head_dim", 0, kMaxHeadDim);
@@ -511,6 +513,12 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     n->moe_layer_step = "interleave_moe_layer_step";
   } else if (type == "deepseek_v2" || type == "deepseek_v3") {
     ReadHfDeepSeek(r, type, file, m, n);
+  }
+  // One expert routed to by every token is a dense MLP (read as one); more experts per token than
+  // there are is a mistake, not a dense model (ValidateModel checks the same for 2 or more).
+  if (e.num_experts == 1 && e.top_k != 1) {
+    throw InputError::Field(file, "/" + n->moe_top_k, std::to_string(e.top_k),
+                            "1 to " + n->num_experts + " = 1 experts per token");
   }
   if (e.num_experts <= 1) e = MoeSpec{};
 }

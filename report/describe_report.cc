@@ -155,7 +155,8 @@ void WriteParameters(std::ostream& out, const Model& m, const ParameterCounts& p
   if (m.mla.enabled()) {
     out << fmt::format("  multi-latent attention: q rank {}, kv rank {}, head dims {} + {} (rope) / v {}; K/V cache "
                        "{} values a token a layer\n",
-                       m.mla.q_lora_rank, m.mla.kv_lora_rank, m.mla.qk_head_dim, m.mla.qk_pos_emb_head_dim,
+                       m.mla.q_lora_rank > 0 ? std::to_string(m.mla.q_lora_rank) : std::string("none (full-rank q)"),
+                       m.mla.kv_lora_rank, m.mla.qk_head_dim, m.mla.qk_pos_emb_head_dim,
                        m.mla.v_head_dim, m.mla.kv_lora_rank + m.mla.qk_pos_emb_head_dim);
   }
   out << fmt::format("  word embedding      {:>12}  (V*h = {}*{})\n", FormatCount(double(pc.word_embedding)),

@@ -43,7 +43,7 @@ ParallelConfig CpConfig(std::int64_t tp, std::int64_t cp, std::int64_t seq, CpCo
   return c;
 }
 
-const Op* Find(const std::vector<Op>& ops, const std::string& name) {
+const Op* FindCpOp(const std::vector<Op>& ops, const std::string& name) {
   for (const Op& o : ops) {
     if (o.name == name) return &o;
   }
@@ -62,8 +62,8 @@ TEST(ContextParallel, AttentionFlopsPerRankWithLoadBalancing) {
   const double whole = 0.5 * 4 * 1.0 * s * s * 32 * 128 / 2;  // b 1, a 32, d 128, t 2
   for (std::int64_t cp : {1, 2, 4, 8}) {
     const CostModel cm = BuildCostModel(m, CpConfig(2, cp, s), cl, prof);
-    const Op* f = Find(cm.layer_ops, "flash_attention");
-    const Op* b = Find(cm.layer_ops, "flash_attention_bwd");
+    const Op* f = FindCpOp(cm.layer_ops, "flash_attention");
+    const Op* b = FindCpOp(cm.layer_ops, "flash_attention_bwd");
     ASSERT_TRUE(f && b) << cp;
     EXPECT_DOUBLE_EQ(f->flops, whole / cp) << cp;
     EXPECT_DOUBLE_EQ(b->flops, 2.5 * whole / cp) << cp;
@@ -80,8 +80,8 @@ TEST(ContextParallel, RingExchangeBytesPerLayer) {
   const Cluster cl = LoadCluster("dgx-h100");
   const CostModel cm = BuildCostModel(m, CpConfig(t, cp, s), cl, DefaultProfile(cl));
   const double block = 2.0 * 2 * (1.0 * s / cp) * (8.0 / t) * 128;
-  const Op* f = Find(cm.layer_ops, "cp_ring_kv_exchange");
-  const Op* b = Find(cm.layer_ops, "cp_ring_kv_exchange_bwd");
+  const Op* f = FindCpOp(cm.layer_ops, "cp_ring_kv_exchange");
+  const Op* b = FindCpOp(cm.layer_ops, "cp_ring_kv_exchange_bwd");
   ASSERT_TRUE(f && b);
   EXPECT_DOUBLE_EQ(f->bytes, (cp - 1) * block);
   EXPECT_DOUBLE_EQ(b->bytes, (cp - 1) * 2 * block);
@@ -104,8 +104,8 @@ TEST(ContextParallel, ExposedWhenTheTransferIsLongerThanTheBlocksAttention) {
     const double step = AttentionTime(prof, flops / cp, static_cast<double>(s) / cp, false);
     const double block = 2.0 * 2 * (1.0 * s / cp) * 8 * 128;
     const double xfer = P2PCostOf(prof, block, true).time_s();
-    const Op* attn = Find(cm.layer_ops, "flash_attention");
-    const Op* ex = Find(cm.layer_ops, "cp_ring_kv_exchange");
+    const Op* attn = FindCpOp(cm.layer_ops, "flash_attention");
+    const Op* ex = FindCpOp(cm.layer_ops, "cp_ring_kv_exchange");
     ASSERT_TRUE(attn && ex);
     EXPECT_NEAR(attn->duration_s, cp * step, 1e-15);
     EXPECT_NEAR(ex->duration_s, (cp - 1) * std::max(0.0, xfer - step), 1e-15) << p2p_GBps;
@@ -128,24 +128,24 @@ TEST(ContextParallel, AllGatherAndAllToAllMoveTheirBytes) {
   const HardwareProfile prof = DefaultProfile(cl);
   const double local = 1.0 * s / cp, kv = 2.0 * 2 * local * 8 * 128;
   const CostModel ag = BuildCostModel(m, CpConfig(t, cp, s, CpComm::kAllGather), cl, prof);
-  ASSERT_TRUE(Find(ag.layer_ops, "cp_all_gather_kv") && Find(ag.layer_ops, "cp_reduce_scatter_kv_grad"));
-  EXPECT_DOUBLE_EQ(Find(ag.layer_ops, "cp_all_gather_kv")->bytes, kv * cp);
-  EXPECT_DOUBLE_EQ(Find(ag.layer_ops, "cp_reduce_scatter_kv_grad")->bytes, kv * cp);
-  EXPECT_EQ(Find(ag.layer_ops, "cp_ring_kv_exchange"), nullptr);
+  ASSERT_TRUE(FindCpOp(ag.layer_ops, "cp_all_gather_kv") && FindCpOp(ag.layer_ops, "cp_reduce_scatter_kv_grad"));
+  EXPECT_DOUBLE_EQ(FindCpOp(ag.layer_ops, "cp_all_gather_kv")->bytes, kv * cp);
+  EXPECT_DOUBLE_EQ(FindCpOp(ag.layer_ops, "cp_reduce_scatter_kv_grad")->bytes, kv * cp);
+  EXPECT_EQ(FindCpOp(ag.layer_ops, "cp_ring_kv_exchange"), nullptr);
   GroupPlacement g;
   g.ranks = cp;
   g.ranks_per_node = cp;
-  EXPECT_DOUBLE_EQ(Find(ag.layer_ops, "cp_all_gather_kv")->duration_s,
+  EXPECT_DOUBLE_EQ(FindCpOp(ag.layer_ops, "cp_all_gather_kv")->duration_s,
                    CollectiveCostOf(prof, CollectiveOp::kAllGather, kv * cp, g).time_s());
   for (CpComm comm : {CpComm::kA2A, CpComm::kUlysses}) {
     const CostModel a2a = BuildCostModel(m, CpConfig(t, cp, s, comm), cl, prof);
-    ASSERT_TRUE(Find(a2a.layer_ops, "cp_all_to_all_qkv") && Find(a2a.layer_ops, "cp_all_to_all_out"));
-    EXPECT_DOUBLE_EQ(Find(a2a.layer_ops, "cp_all_to_all_qkv")->bytes, 2.0 * local * (32 + 2 * 8) * 128);
-    EXPECT_DOUBLE_EQ(Find(a2a.layer_ops, "cp_all_to_all_out")->bytes, 2.0 * local * 32 * 128);
-    EXPECT_DOUBLE_EQ(Find(a2a.layer_ops, "cp_all_to_all_qkv_grad")->bytes, 2.0 * local * (32 + 2 * 8) * 128);
+    ASSERT_TRUE(FindCpOp(a2a.layer_ops, "cp_all_to_all_qkv") && FindCpOp(a2a.layer_ops, "cp_all_to_all_out"));
+    EXPECT_DOUBLE_EQ(FindCpOp(a2a.layer_ops, "cp_all_to_all_qkv")->bytes, 2.0 * local * (32 + 2 * 8) * 128);
+    EXPECT_DOUBLE_EQ(FindCpOp(a2a.layer_ops, "cp_all_to_all_out")->bytes, 2.0 * local * 32 * 128);
+    EXPECT_DOUBLE_EQ(FindCpOp(a2a.layer_ops, "cp_all_to_all_qkv_grad")->bytes, 2.0 * local * (32 + 2 * 8) * 128);
     // One kernel over the whole sequence: its efficiency is read at s.
     const double flops = 0.5 * 4 * 1.0 * s * s * 32 * 128 / cp;
-    EXPECT_DOUBLE_EQ(Find(a2a.layer_ops, "flash_attention")->duration_s,
+    EXPECT_DOUBLE_EQ(FindCpOp(a2a.layer_ops, "flash_attention")->duration_s,
                      AttentionTime(prof, flops, static_cast<double>(s), false));
   }
 }

@@ -604,6 +604,12 @@ TEST(HuggingFace, ExpertsUnderDenseTypesAreRefusedAndFoldersWork) {
     "vocab_size": 32000, "max_position_embeddings": 32768, "num_local_experts": 8})");
   EXPECT_EQ(LoadModel(path).moe.num_experts, 8);
   EXPECT_EQ(LoadModel(path).moe.top_k, 2);  // transformers' MixtralConfig default
+  // One local expert is a dense MLP, but not with MixtralConfig's two experts per token.
+  path = testing::WriteTemp("mixtral_one.json", R"({"model_type": "mixtral", "num_hidden_layers": 32,
+    "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+    "vocab_size": 32000, "max_position_embeddings": 32768, "num_local_experts": 1})");
+  EXPECT_EQ(testing::InputErrorOf([&] { LoadModel(path); }),
+            path + ": /num_experts_per_tok: got 2, expected 1 to num_local_experts = 1 experts per token");
   // Experts under a dense model_type: the pointer names the expert count; one expert is dense.
   // The same Mistral config with one extra key each time.
   auto mistral = [](const std::string& name, const std::string& extra) {

@@ -523,6 +523,21 @@ TEST(MoeHuggingFace, EveryFamilyMapsItsKeys) {
   EXPECT_NE(hf_error("\"first_k_dense_replace\": 1", "\"first_k_dense_replace\": 27")
                 .find("/first_k_dense_replace: got 27, expected fewer than num_hidden_layers = 27"),
             std::string::npos);
+  // Zero where the config class takes null for "none" is a mistake, not a dense model or an
+  // uncompressed query: DeepSeek's modelling code builds a gate of zero experts, a rank-0 q_a_proj.
+  EXPECT_NE(hf_error("\"n_routed_experts\": 64", "\"n_routed_experts\": 0")
+                .find("/n_routed_experts: got 0, expected an integer in [1, "),
+            std::string::npos);
+  EXPECT_NE(hf_error("\"q_lora_rank\": null", "\"q_lora_rank\": 0").find("/q_lora_rank: got 0, expected an integer in [1, "),
+            std::string::npos);
+  // One expert is a dense MLP; two experts per token of one is an error, as of eight.
+  EXPECT_NE(hf_error("\"n_routed_experts\": 64", "\"n_routed_experts\": 1")
+                .find("/num_experts_per_tok: got 6, expected 1 to n_routed_experts = 1 experts per token"),
+            std::string::npos);
+  std::string one_expert = lite_json;
+  one_expert.replace(one_expert.find("\"n_routed_experts\": 64"), 22, "\"n_routed_experts\": 1");
+  one_expert.replace(one_expert.find("\"num_experts_per_tok\": 6"), 24, "\"num_experts_per_tok\": 1");
+  EXPECT_FALSE(FromHf("dsv2lite_one.json", one_expert).moe.enabled());
   // Our format refuses query groups beside MLA rather than ignoring them.
   Json dj = ModelToJson(LoadModel("deepseek-v3"));
   dj["num_query_groups"] = 8;
