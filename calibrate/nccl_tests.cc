@@ -206,15 +206,65 @@ std::vector<NcclTestsRun> ParseJson(const Json& j, const std::string& file) {
   return {run};
 }
 
+/// The message sizes a test sweeps, from its "# nThread 1 nGpus 1 minBytes 8 maxBytes 8589934592
+/// step: 2(factor) ..." line (or "step: 1048576(bytes)"); 0 where the line does not say.
+struct SizeSweep {
+  double max_bytes = 0;
+  double factor = 0;      ///< sizes multiply by it ...
+  double step_bytes = 0;  ///< ... or grow by it
+};
+
+SizeSweep ReadSizeSweep(const std::vector<std::string>& f) {
+  SizeSweep w;
+  for (std::size_t i = 0; i + 1 < f.size(); ++i) {
+    if (f[i] == "maxBytes" && !ParseDouble(f[i + 1], &w.max_bytes)) w.max_bytes = 0;
+    if (f[i] != "step:") continue;
+    const std::string& v = f[i + 1];
+    const auto paren = v.find('(');
+    double x = 0;
+    if (paren == std::string::npos || !ParseDouble(v.substr(0, paren), &x) || !(x > 0)) continue;
+    if (v.compare(paren, 8, "(factor)") == 0 && x > 1) w.factor = x;
+    if (v.compare(paren, 7, "(bytes)") == 0) w.step_bytes = x;
+  }
+  return w;
+}
+
+/// A log whose rows stop well before the sweep's maxBytes was cut off (a pasted part, a killed
+/// run): its largest size's rate would stand for every larger message, the bandwidth of a 1 MiB
+/// message for a 1 GiB one. The next size the sweep would have run (nccl-tests rounds a size down
+/// to whole elements per rank, hence the 10% slack) must lie past maxBytes.
+void CheckSweepIsComplete(const NcclTestsRun& run, const SizeSweep& w, const std::string& file) {
+  if (w.max_bytes <= 0 || (w.factor <= 0 && w.step_bytes <= 0) || run.rows.empty()) return;
+  double last = 0;
+  for (const auto& r : run.rows) last = std::max(last, r.size_bytes);
+  const double next = w.factor > 0 ? last * w.factor : last + w.step_bytes;
+  if (next >= 0.9 * w.max_bytes) return;
+  throw InputError(fmt::format(
+      "{}: {}: the result rows stop at {:.0f} B but the test's header sweeps to maxBytes {:.0f} B: the log looks "
+      "cut off, and its largest messages would take the rate of {:.0f}-byte ones (expected the whole log; a sweep "
+      "that ends there was run with -e {:.0f})",
+      file, run.binary.empty() ? std::string(ToString(run.op)) : run.binary, last, w.max_bytes,
+      last, last));
+}
+
 /// One result row of a text log, "size count type redop [root] time algbw busbw #wrong ...",
 /// whose first field `size` has been read: the out-of-place time, algbw and busbw from column
 /// `time_col` (the header's; -1 without one: the first three numeric columns after the type and
 /// redop words). With `wrong_count` (a "#wrong" header, nccl-tests 2.13+), a row whose count of
 /// wrong elements is not 0 (or N/A, -c 0) is an error: a collective that returned wrong data has
 /// no timing worth keeping; older logs' "error" column is a deviation and is not checked.
+/// `header` (the column header's names, empty before one) gives the row's column count.
 /// `where` names the row in errors (InputError).
 NcclTestsRow ParseResultRow(const std::vector<std::string>& f, double size, int time_col, bool wrong_count,
-                            const std::string& where) {
+                            const std::vector<std::string>& header, const std::string& where) {
+  // Under a column header every row has its columns: a row with one missing or one too many would
+  // be read shifted (an in-place time as #wrong).
+  if (!header.empty() && f.size() != header.size()) {
+    std::string names;
+    for (const auto& h : header) names += (names.empty() ? "" : " ") + h;
+    throw InputError(where + " has " + std::to_string(f.size()) + " columns, expected the header's " +
+                     std::to_string(header.size()) + " (" + names + ")");
+  }
   int tc = time_col;
   if (tc < 0 || tc + 2 >= static_cast<int>(f.size())) {
     // No header seen: find the first three numeric columns after the type/redop words.
@@ -289,6 +339,8 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
   std::set<std::string> hosts, groups;
   int rank_lines = 0;
   int time_col = -1;  // index of the out-of-place time column in a data row
+  std::vector<std::string> header;  // the column header's names
+  SizeSweep sweep;                  // the "# nThread ... maxBytes ... step:" line's
   // Whether the header names the column after busbw "#wrong" (a count of wrong elements, since
   // nccl-tests 2.13); older logs have "error", the largest deviation, small but not 0 in 16-bit.
   bool wrong_count = false;
@@ -306,9 +358,11 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
     cur.nodes = std::max<int>(1, static_cast<int>(hosts.size()));
     cur.hosts_named = !hosts.empty();
     CheckRanksAgreeWithBusBw(cur, file);
+    CheckSweepIsComplete(cur, sweep, file);
     if (cur.ranks == 0) cur.ranks = RanksFromRows(cur);
     runs.push_back(cur);
     cur.rows.clear();
+    sweep = SizeSweep{};
   };
   while (std::getline(in, raw)) {
     ++lineno;
@@ -340,6 +394,7 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
         continue;
       }
       const auto f = Fields(body);
+      if (!f.empty() && f[0] == "nThread") sweep = ReadSizeSweep(f);
       // "#  Rank  0 Group  0 Pid 65234 on gpu49 device 0 ..." (new) / "#   Rank  0 Pid 920 on node2 ..." (old)
       if (f.size() >= 2 && f[0] == "Rank") {
         ++rank_lines;
@@ -348,6 +403,7 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
       }
       // Column header: the first "time" after the key columns is the out-of-place time.
       if (!f.empty() && f[0] == "size" && std::find(f.begin(), f.end(), "time") != f.end()) {
+        header = f;
         time_col = static_cast<int>(std::find(f.begin(), f.end(), "time") - f.begin());
         wrong_count = static_cast<std::size_t>(time_col) + 3 < f.size() && f[static_cast<std::size_t>(time_col) + 3] == "#wrong";
       }
@@ -357,7 +413,7 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
     if (f.empty()) continue;
     double size = 0;
     if (!ParseDouble(f[0], &size)) continue;  // other output (banners, warnings)
-    cur.rows.push_back(ParseResultRow(f, size, time_col, wrong_count,
+    cur.rows.push_back(ParseResultRow(f, size, time_col, wrong_count, header,
                                       file + ":" + std::to_string(lineno) + ": result row '" + Quoted(line) + "'"));
   }
   finish();

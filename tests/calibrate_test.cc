@@ -276,8 +276,9 @@ TEST(NcclTests, MeasuredAllReduceReplacesTheNvlsEstimate) {
         slow += line + "\n";
         continue;
       }
-      line = fmt::format("{:.0f} {:.0f} {} {} {:.0f} {:.1f} {:.2f} {:.2f} 0", size, count, type, op, root, 3.7 * t,
-                         size / (3.7 * t) / 1e3, size / (3.7 * t) / 1e3 * 1.75);
+      const std::string half = fmt::format("{:.1f} {:.2f} {:.2f} 0", 3.7 * t, size / (3.7 * t) / 1e3,
+                                           size / (3.7 * t) / 1e3 * 1.75);
+      line = fmt::format("{:.0f} {:.0f} {} {} {:.0f} {} {}", size, count, type, op, root, half, half);
     }
     slow += line + "\n";
   }
@@ -298,15 +299,48 @@ TEST(NcclTests, MeasuredAllReduceReplacesTheNvlsEstimate) {
   EXPECT_EQ(DescribeProfile(p).find("NVLink SHARP"), std::string::npos);
 }
 
+// A log cut off before its sweep's maxBytes would give every larger message the rate of its last
+// row: the fixture sweeps 1 MiB to 1 GiB by 4x; without its last two rows it stops at 64 MiB,
+// whose next size (256 MiB) the sweep would have run.
+TEST(NcclTests, ALogCutBeforeItsMaxBytesIsRefused) {
+  const std::string text = ReadTextFile(kNccl + "all_reduce_h200_8.log");
+  EXPECT_EQ(ParseNcclTestsLog(text, "whole.log")[0].rows.size(), 6u);
+  std::string cut;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const bool row = line.find("bfloat16") != std::string::npos;
+    if (row && (line.find(" 268435456 ") != std::string::npos || line.find(" 1073741824 ") != std::string::npos)) break;
+    cut += line + "\n";
+  }
+  EXPECT_EQ(testing::InputErrorOf([&] { ParseNcclTestsLog(cut, "cut.log"); }),
+            "cut.log: all_reduce_perf: the result rows stop at 67108864 B but the test's header sweeps to maxBytes "
+            "1073741824 B: the log looks cut off, and its largest messages would take the rate of 67108864-byte ones "
+            "(expected the whole log; a sweep that ends there was run with -e 67108864)");
+  // The same rows under a header whose sweep ends there (-e 64M), or without the sweep line, are whole.
+  std::string ends_there = cut;
+  ends_there.replace(ends_there.find("maxBytes 1073741824"), 19, "maxBytes 67108864");
+  EXPECT_EQ(ParseNcclTestsLog(ends_there, "e.log")[0].rows.size(), 4u);
+  std::string linear = cut;  // -i 64M: 64 MiB steps, the next one (128 MiB) still below 1 GiB
+  linear.replace(linear.find("step: 4(factor)"), 15, "step: 67108864(bytes)");
+  EXPECT_NE(testing::InputErrorOf([&] { ParseNcclTestsLog(linear, "l.log"); }).find("the log looks cut off"),
+            std::string::npos);
+}
+
 TEST(NcclTests, CorruptLogsAreClearErrors) {
   try {
     ReadNcclTestsLog(kNccl + "truncated.log");
     FAIL();
   } catch (const InputError& e) {
     EXPECT_EQ(std::string(e.what()), kNccl + "truncated.log:3: result row '     1048576        262144     "
-                                             "float     sum      -1   40.5   25.89' is malformed (expected: size count "
-                                             "type redop [root] time algbw busbw #wrong ...)");
+                                             "float     sum      -1   40.5   25.89' has 7 columns, expected the "
+                                             "header's 9 (size count type redop root time algbw busbw #wrong)");
   }
+  // Without a header the row is still read by its numbers, and one missing them is malformed.
+  EXPECT_NE(testing::InputErrorOf([] {
+              ParseNcclTestsLog("# Collective test starting: all_reduce_perf\n 1048576 262144 float sum -1 40.5\n", "h.log");
+            }).find("h.log:2: result row ' 1048576 262144 float sum -1 40.5' is malformed (expected: size count type "
+                    "redop [root] time algbw busbw #wrong ...)"),
+            std::string::npos);
   // A bad value is named with its column; a zero time and nccl-tests' own #wrong are refused.
   const std::string head = "# Collective test starting: all_reduce_perf\n"
                            "#       size         count      type   redop    root     time   algbw   busbw #wrong\n";
@@ -329,6 +363,24 @@ TEST(NcclTests, CorruptLogsAreClearErrors) {
   // -c 0 turns the check off: N/A is no error.
   EXPECT_EQ(ParseNcclTestsLog(head + "     1048576        262144     float     sum      -1  100.0   10.49   15.73    N/A\n",
                               "x.log")[0].rows.size(), 1u);
+  // A row with a column missing or one too many would be read shifted (here the in-place time as
+  // #wrong): it is named as the wrong column count, whichever column is gone.
+  const std::string two_halves =
+      "# Collective test starting: all_reduce_perf\n"
+      "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw "
+      "#wrong\n";
+  const std::string shifted = testing::InputErrorOf([&] {
+    ParseNcclTestsLog(two_halves + "  65536  16384  float  sum  -1  30.54  2.15  0  30.54  2.15  3.76  0\n", "s.log");
+  });
+  EXPECT_NE(shifted.find("s.log:3: result row '  65536  16384  float  sum  -1  30.54  2.15  0  30.54  2.15  3.76  0' "
+                         "has 12 columns, expected the header's 13 (size count type redop root time algbw busbw "
+                         "#wrong time algbw busbw #wrong)"),
+            std::string::npos)
+      << shifted;
+  EXPECT_NE(testing::InputErrorOf([&] {
+              ParseNcclTestsLog(two_halves + "  65536 16384 float sum -1 30.5 2.15 3.76 0 30.5 2.15 3.76 0 7\n", "s.log");
+            }).find("has 14 columns, expected the header's 13"),
+            std::string::npos);
   EXPECT_THROW(ParseNcclTestsLog("hello\nworld\n", "empty.log"), InputError);
   EXPECT_THROW(ParseNcclTestsLog("{\"results\": 3}", "bad.json"), InputError);
 }
