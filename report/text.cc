@@ -15,6 +15,10 @@ namespace {
 
 std::string Pct(double x) { return fmt::format("{:.1f}%", 100.0 * x); }
 
+/// A rate (tokens or samples a second): whole units, or three significant digits below 100 (a
+/// huge model's 0.274 samples/s is not 0).
+std::string Rate(double x) { return x >= 100 ? fmt::format("{:.0f}", x) : fmt::format("{:.3g}", x); }
+
 /// Layers per stage in stage order with runs of equal counts shortened: {7, 8, 8, 7} gives
 /// "1 stage of 7, then 2 stages of 8, then 1 stage of 7".
 std::string StageRuns(const std::vector<std::int64_t>& v) {
@@ -243,9 +247,7 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   WriteDeepSpeedZero3(out, r, c, m);
   out << "\nStep\n";
   out << fmt::format("  step time        {}\n", FormatSeconds(r.step_time_s));
-  // Whole tokens, or three significant digits below 100 (a huge model's 0.274 is not 0).
-  const auto rate = [](double x) { return x >= 100 ? fmt::format("{:.0f}", x) : fmt::format("{:.3g}", x); };
-  out << fmt::format("  throughput       {} tokens/s, {} samples/s\n", rate(r.tokens_per_s), rate(r.samples_per_s));
+  out << fmt::format("  throughput       {} tokens/s, {} samples/s\n", Rate(r.tokens_per_s), Rate(r.samples_per_s));
   out << fmt::format("  MFU (causal)     {}   (model FLOPs 6*N_gemm + 6*L*s*a*d per token: causal attention, half the\n"
                            "                   matrix, as current Megatron-LM counts it; dense {} peak {:.4g} TFLOP/s per GPU)\n",
                            Pct(r.mfu_causal), ToString(MfuPeakPrecision(c.precision)),
@@ -376,8 +378,7 @@ void WriteBeside(std::ostream& out, const SimulationResult& base, const Simulati
   };
   row("step time", base.step_time_s, what_if.step_time_s, FormatSeconds(base.step_time_s),
       FormatSeconds(what_if.step_time_s));
-  row("tokens/s", base.tokens_per_s, what_if.tokens_per_s, fmt::format("{:.4g}", base.tokens_per_s),
-      fmt::format("{:.4g}", what_if.tokens_per_s));
+  row("tokens/s", base.tokens_per_s, what_if.tokens_per_s, Rate(base.tokens_per_s), Rate(what_if.tokens_per_s));
   // Fractions change in percentage points.
   auto fraction = [&](const char* name, double b, double w) {
     out << fmt::format("  {:<16} {:>22} {:>22} {:>8}\n", name, cell(base, fmt::format("{:.1f}%", 100 * b)),

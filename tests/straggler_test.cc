@@ -256,6 +256,10 @@ TEST(Straggler, CommandLine) {
   EXPECT_NE(text.out.find(": one GPU's kernels 1.1x as long"), std::string::npos);
   EXPECT_NE(text.out.find("step with it on stage 0:"), std::string::npos);
   EXPECT_NE(text.out.find("with straggler"), std::string::npos);
+  // tokens/s beside the baseline in whole tokens, as the report's throughput line prints them.
+  const Json plain = Json::parse(testing::RunShardcast(base + " --json").out);
+  EXPECT_NE(text.out.find(fmt::format("{:.0f}", plain["tokens_per_s"].get<double>())), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("e+0"), std::string::npos) << text.out;
   const testing::RunResult js = testing::RunShardcast(base + " --straggler 1.1 --straggler-stage 1 --json");
   ASSERT_EQ(js.exit_code, 0) << js.err;
   const Json j = Json::parse(js.out);
