@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <ostream>
 #include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -120,8 +123,18 @@ void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions&
       out << fmt::format("{:<24}  (every plan that fits is at risk of running out of memory: it fits only by "
                                "releasing the caching allocator's cache)\n", "");
     }
-    if (const std::string bias = KnownBias(r.best.config); !bias.empty()) out << fmt::format("{:<24}  ({})\n", "", bias);
   }
+  // A known bias once, naming its rows, rather than under each row it concerns.
+  std::vector<std::pair<std::string, std::vector<std::string>>> biases;
+  for (const auto& r : rows) {
+    const std::string bias = r.feasible ? KnownBias(r.best.config) : "";
+    if (bias.empty()) continue;
+    auto it = std::find_if(biases.begin(), biases.end(), [&](const auto& b) { return b.first == bias; });
+    if (it == biases.end()) it = biases.insert(biases.end(), {bias, {}});
+    it->second.push_back(fmt::format("{}:{}", r.option.cluster, r.option.gpus));
+  }
+  for (const auto& [bias, which] : biases) out << fmt::format("\nKnown bias ({}): {}.", Join(which, ", "), bias);
+  if (!biases.empty()) out << "\n";
   out << "\nMFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "
                "--json has both conventions.";
   if (IsLowPrecision(o.plan.base.precision)) {

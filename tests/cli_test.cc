@@ -760,6 +760,20 @@ TEST(CliCapacity, ThreeGpuTypes) {
       EXPECT_TRUE(o["profile_estimates"].empty());  // A100 on NVLink is measured
     }
   }
+  // The text gives a known bias once, naming the rows whose best plan it concerns (those without
+  // activation recompute), as --json gives it per option.
+  auto text = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:64 dgx-h100:32,64 "
+                           "dgx-b200:32 --days 30");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  std::vector<std::string> biased;
+  for (const auto& o : j["options"]) {
+    if (!o["known_bias"].is_null()) biased.push_back(fmt::format("{}:{}", o["cluster"].get<std::string>(), o["gpus"].get<int>()));
+  }
+  ASSERT_FALSE(biased.empty());
+  const std::string once = "Known bias (" + Join(biased, ", ") + "): without activation recompute";
+  const auto at = text.out.find(once);
+  ASSERT_NE(at, std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("without activation recompute", at + once.size()), std::string::npos) << text.out;
   EXPECT_TRUE(testing::ExitsTwoWith("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options dgx-a100:64 dgx-a100:32,64",
                                     "--gpus-options: got dgx-a100:64 twice, expected each option once"));
 }
