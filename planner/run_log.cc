@@ -364,6 +364,8 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::opti
 }
 
 void MegatronPrecision(const MegatronArgs& a, ParallelConfig* c) {
+  // Megatron-LM asserts that not both are set (validate_args): a dump with both was edited.
+  if (a.RequiredFlag("fp16") && a.RequiredFlag("bf16")) a.Fail("bf16", "False beside fp16 True (Megatron-LM refuses both)");
   c->precision = a.RequiredFlag("fp16") ? Precision::kFp16 : a.RequiredFlag("bf16") ? Precision::kBf16 : Precision::kFp32;
   if (a.Get("fp4")) {
     if (*a.Get("fp4") != "e2m1") a.Fail("fp4", "None or e2m1");
@@ -450,12 +452,28 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
     a.Fail("world_size", fmt::format("a multiple of tensor x pipeline x context parallel sizes ({} x {} x {})", c.tp, c.pp, c.cp));
   }
   c.dp = *gpus / (c.tp * c.pp * c.cp);
-  if (const auto vp = a.Bounded("virtual_pipeline_model_parallel_size", 1, m.num_layers)) {
-    c.vp = *vp;
-  } else if (const auto per = a.Bounded("num_layers_per_virtual_pipeline_stage", 1, m.num_layers)) {
+  // Megatron-LM derives data_parallel_size from the others (initialize_model_parallel): one that
+  // disagrees is an edited dump.
+  if (const auto dp = a.Int("data_parallel_size"); dp && *dp != c.dp) {
+    a.Fail("data_parallel_size", fmt::format("world_size / (tensor x pipeline x context parallel) = {} / ({} x {} x {}) = {}",
+                                             *gpus, c.tp, c.pp, c.cp, c.dp));
+  }
+  // The virtual size as printed, else from the layers per virtual stage. Megatron-LM sets the
+  // first from the second: a dump where they disagree was edited. (Uneven first/last stages
+  // change the split: there the printed size stands alone, as before.)
+  const auto vp = a.Bounded("virtual_pipeline_model_parallel_size", 1, m.num_layers);
+  const bool uneven = a.Int("decoder_first_pipeline_num_layers") || a.Int("decoder_last_pipeline_num_layers");
+  const auto per = vp && uneven ? std::nullopt : a.Bounded("num_layers_per_virtual_pipeline_stage", 1, m.num_layers);
+  if (per) {
     if (c.pp > m.num_layers || m.num_layers % (*per * c.pp) != 0) a.Fail("num_layers_per_virtual_pipeline_stage", "a divisor of num_layers / pp");
     c.vp = m.num_layers / (*per * c.pp);
+    if (vp && *vp != c.vp) {
+      a.Fail("virtual_pipeline_model_parallel_size",
+             fmt::format("num_layers / (num_layers_per_virtual_pipeline_stage x pp) = {} / ({} x {}) = {}", m.num_layers,
+                         *per, c.pp, c.vp));
+    }
   }
+  if (vp) c.vp = *vp;
   c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
   c.micro_batch_size = a.RequiredBounded("micro_batch_size", 1, kMaxDegree);
   c.global_batch_size = a.RequiredBounded("global_batch_size", 1, std::int64_t{1} << 40);
@@ -517,18 +535,50 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
   return c;
 }
 
-/// Iteration times and memory peaks. An iteration logged at another global batch size than the
-/// dump's (rampup_batch_size ramps it up over the first samples) is not the configured step and
-/// is left out, with a note.
-void ReadMegatronMeasurements(const std::vector<std::string>& lines, const std::string& path, LoggedRun* run) {
-  std::size_t ramp = 0;
+/// The iteration number of a Megatron-LM training line (" [date] iteration       10/    1000 |"),
+/// if it has one.
+std::optional<std::int64_t> IterationNumber(const std::string& l) {
+  for (auto at = l.find("iteration "); at != std::string::npos; at = l.find("iteration ", at + 1)) {
+    const auto digits = l.find_first_not_of(' ', at + 10);
+    const auto end = digits == std::string::npos ? std::string::npos : l.find_first_not_of("0123456789", digits);
+    if (end == std::string::npos || end == digits || end - digits > 18 || l[end] != '/') continue;
+    return std::stoll(l.substr(digits, end - digits));
+  }
+  return std::nullopt;
+}
+
+/// Iteration times and memory peaks from the lines after the argument dump (line `dump_line`,
+/// 1-based; lines above it belong to an earlier run in the same file and are left out, with a
+/// note). Iteration numbers must rise: one that goes back is a second run appended without its
+/// own dump (InputError). An iteration logged at another global batch size than the dump's is not
+/// the configured step and is left out, with a note: a ramp-up where the dump has
+/// rampup_batch_size (`rampup`), else a sign of another run's lines.
+void ReadMegatronMeasurements(const std::vector<std::string>& lines, const std::string& path, std::size_t dump_line,
+                              bool rampup, LoggedRun* run) {
+  std::size_t other_batch = 0, before = 0;
+  std::optional<std::int64_t> last_iteration;
+  std::size_t last_line = 0;
   for (std::size_t i = 0; i < lines.size(); ++i) {
     const std::string& l = lines[i];
-    if (const auto t = FieldAfter(l, "elapsed time per iteration (ms):")) {
+    const auto t = FieldAfter(l, "elapsed time per iteration (ms):");
+    if (i + 1 < dump_line) {
+      before += t ? 1 : 0;
+      continue;
+    }
+    if (t) {
+      if (const auto it = IterationNumber(l)) {
+        if (last_iteration && *it <= *last_iteration) {
+          FailAt(path, i + 1, fmt::format("iteration {} after iteration {} (line {}): a second run appended without its own "
+                                          "argument dump; expected one run per log (split it where the second begins)",
+                                          *it, *last_iteration, last_line));
+        }
+        last_iteration = it;
+        last_line = i + 1;
+      }
       const double step_s = PositiveNumber(*t, path, i + 1, "elapsed time per iteration (ms)") / 1000.0;
       const auto g = FieldAfter(l, "global batch size:");
       if (g && PositiveNumber(*g, path, i + 1, "global batch size") != static_cast<double>(run->config.global_batch_size)) {
-        ++ramp;
+        ++other_batch;
       } else {
         run->step_times_s.push_back(step_s);
       }
@@ -543,15 +593,19 @@ void ReadMegatronMeasurements(const std::vector<std::string>& lines, const std::
       run->max_reserved_bytes = std::max(run->max_reserved_bytes.value_or(0.0), b);
     }
   }
-  if (ramp > 0) {
-    if (run->step_times_s.empty()) {
-      throw InputError(fmt::format("{}: all {} logged iterations ran at another global batch size than the argument "
-                                   "dump's {} (batch-size ramp-up): expected at least one at {}",
-                                   path, ramp, run->config.global_batch_size, run->config.global_batch_size));
-    }
-    run->notes.push_back(fmt::format("{} logged iteration{} at another global batch size than {} (batch-size ramp-up) "
-                                     "left out", ramp, ramp == 1 ? "" : "s", run->config.global_batch_size));
+  if (before > 0) {
+    run->notes.push_back(fmt::format("{} iteration line{} above the argument dump (line {}; an earlier run's) left out", before,
+                                     before == 1 ? "" : "s", dump_line));
   }
+  if (other_batch == 0) return;
+  const std::string why = rampup ? "batch-size ramp-up" : "the dump has no rampup_batch_size: another run's lines?";
+  if (run->step_times_s.empty()) {
+    throw InputError(fmt::format("{}: all {} logged iterations ran at another global batch size than the argument "
+                                 "dump's {} ({}): expected at least one at {}",
+                                 path, other_batch, run->config.global_batch_size, why, run->config.global_batch_size));
+  }
+  run->notes.push_back(fmt::format("{} logged iteration{} at another global batch size than {} ({}) left out", other_batch,
+                                   other_batch == 1 ? "" : "s", run->config.global_batch_size, why));
 }
 
 LoggedRun ParseMegatron(const std::vector<std::string>& lines, const std::string& path, const LogDefaults& d) {
@@ -588,7 +642,7 @@ LoggedRun ParseMegatron(const std::vector<std::string>& lines, const std::string
                                  path, run.gpus, *d.gpus));
   }
   run.notes.push_back("Megatron-Core's pipeline transfers (whole messages; the non-interleaved schedule waits on each)");
-  ReadMegatronMeasurements(lines, path, &run);
+  ReadMegatronMeasurements(lines, path, a.dump_line(0), a.Get("rampup_batch_size").has_value(), &run);
   return run;
 }
 
@@ -1000,6 +1054,15 @@ LoggedRun ParseTrainingLog(const std::string& text, const std::string& path, con
   if (!megatron && !titan) {
     throw InputError(path + ": neither a Megatron-LM log (its \"---- arguments ----\" dump) nor a torchtitan log "
                      "(\"Running with configs:\" and \"step: ... tps:\" lines)");
+  }
+  if (megatron && text.find("Running with configs:") != std::string::npos) {
+    const auto line_of = [&](const std::string& key) {
+      return std::find_if(lines.begin(), lines.end(), [&](const std::string& l) { return l.find(key) != std::string::npos; }) -
+             lines.begin() + 1;
+    };
+    throw InputError(fmt::format("{}: a Megatron-LM argument dump (line {}) and a torchtitan job configuration (line {}): "
+                                 "expected one run per log (split the log)",
+                                 path, line_of("---- arguments ----"), line_of("Running with configs:")));
   }
   LoggedRun run = megatron ? ParseMegatron(lines, path, defaults) : ParseTorchtitan(lines, path, defaults);
   if (run.step_times_s.empty()) {

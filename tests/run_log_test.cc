@@ -245,7 +245,9 @@ TEST(RunLog, WhatWouldMismeasureTheRunIsRefusedOrLeftOut) {
     return testing::InputErrorOf([&] { ParseTrainingLog(s, "run.log", d); });
   };
   // rampup_batch_size: the first two logged iterations ran at 16, not the dump's 32.
+  const std::string dp_line = "  data_parallel_size .............................. 2\n";
   std::string ramp = text;
+  ramp.insert(ramp.find(dp_line) + dp_line.size(), "  rampup_batch_size ............................... ['16', '16', '64']\n");
   for (int k = 0; k < 2; ++k) ramp.replace(ramp.find("global batch size:    32"), 24, "global batch size:    16");
   const LoggedRun r = ParseTrainingLog(ramp, "ramp.log", {});
   ASSERT_EQ(r.step_times_s.size(), 3u);
@@ -257,8 +259,57 @@ TEST(RunLog, WhatWouldMismeasureTheRunIsRefusedOrLeftOut) {
   std::string all_ramp = text;
   for (auto at = all_ramp.find("global batch size:    32"); at != std::string::npos; at = all_ramp.find("global batch size:    32"))
     all_ramp.replace(at, 24, "global batch size:    16");
-  EXPECT_NE(error(all_ramp).find("all 5 logged iterations ran at another global batch size than the argument dump's 32"),
+  EXPECT_NE(error(all_ramp).find("all 5 logged iterations ran at another global batch size than the argument dump's 32 "
+                                 "(the dump has no rampup_batch_size: another run's lines?)"),
             std::string::npos);
+  // Without rampup_batch_size a batch that differs is not called a ramp-up.
+  std::string other = text;
+  other.replace(other.find("global batch size:    32"), 24, "global batch size:    16");
+  EXPECT_NE(Join(ParseTrainingLog(other, "o.log", {}).notes, "\n")
+                .find("1 logged iteration at another global batch size than 32 (the dump has no rampup_batch_size: "
+                      "another run's lines?) left out"),
+            std::string::npos);
+  // Iteration lines above the argument dump are an earlier run's: left out, with a note.
+  const std::string first_iter = text.substr(text.find(" [2026-11-20 10:03:00"),
+                                             text.find('\n', text.find(" [2026-11-20 10:03:00")) -
+                                                 text.find(" [2026-11-20 10:03:00") + 1);
+  const std::string slow_first = std::string(first_iter).replace(first_iter.find("5210.3"), 6, "9999.9");
+  const LoggedRun above = ParseTrainingLog(slow_first + slow_first + text, "above.log", {});
+  EXPECT_DOUBLE_EQ(above.measured_step_time_s, ParseTrainingLog(text, "t.log", {}).measured_step_time_s);
+  EXPECT_NE(Join(above.notes, "\n").find("2 iteration lines above the argument dump (line 4; an earlier run's) left out"),
+            std::string::npos);
+  // A second run appended without its own dump: its iteration count starts again.
+  EXPECT_NE(error(text + first_iter).find("run.log:71: iteration 10 after iteration 50 (line 70): a second run appended "
+                                          "without its own argument dump"),
+            std::string::npos);
+  // One file with a Megatron-LM run and a torchtitan run.
+  EXPECT_NE(error(text + ReadTextFile(kTitan)).find("a Megatron-LM argument dump (line 2) and a torchtitan job "
+                                                    "configuration (line "),
+            std::string::npos);
+  // Arguments Megatron-LM would never print together: an edited dump.
+  auto edited = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    t.replace(t.find(from), from.size(), to);
+    return error(t);
+  };
+  EXPECT_NE(edited("  fp16 ............................................ False", "  fp16 ............................................ True")
+                .find("argument bf16: got \"True\", expected False beside fp16 True"),
+            std::string::npos);
+  EXPECT_NE(edited(dp_line, "  data_parallel_size .............................. 4\n")
+                .find("argument data_parallel_size: got \"4\", expected world_size / (tensor x pipeline x context "
+                      "parallel) = 8 / (2 x 2 x 1) = 2"),
+            std::string::npos);
+  const std::string per = "  num_layers_per_virtual_pipeline_stage ........... None";
+  const std::string vps = "  virtual_pipeline_model_parallel_size ............ None";
+  std::string both = text;
+  both.replace(both.find(per), per.size(), "  num_layers_per_virtual_pipeline_stage ........... 8");
+  both.replace(both.find(vps), vps.size(), "  virtual_pipeline_model_parallel_size ............ 4");
+  EXPECT_NE(error(both).find("argument virtual_pipeline_model_parallel_size: got \"4\", expected num_layers / "
+                             "(num_layers_per_virtual_pipeline_stage x pp) = 32 / (8 x 2) = 2"),
+            std::string::npos);
+  const std::string vp4 = "virtual_pipeline_model_parallel_size ............ 4";
+  both.replace(both.find(vp4), vp4.size(), "virtual_pipeline_model_parallel_size ............ 2");
+  EXPECT_EQ(ParseTrainingLog(both, "vp.log", {}).config.vp, 2);
   // A restarted torchtitan job: its configuration printed twice.
   const std::string titan = ReadTextFile(kTitan);
   LogDefaults d;
