@@ -641,7 +641,11 @@ LoggedRun ParseMegatron(const std::vector<std::string>& lines, const std::string
     throw InputError(fmt::format("{}: argument world_size: {} GPUs, but --gpus {} (leave --gpus out for a Megatron-LM log)",
                                  path, run.gpus, *d.gpus));
   }
-  run.notes.push_back("Megatron-Core's pipeline transfers (whole messages; the non-interleaved schedule waits on each)");
+  if (run.config.pp > 1) {
+    run.notes.push_back(run.config.vp > 1 ? "Megatron-Core's pipeline transfers (whole messages)"
+                                          : "Megatron-Core's pipeline transfers (whole messages; the non-interleaved "
+                                            "schedule waits on each)");
+  }
   ReadMegatronMeasurements(lines, path, a.dump_line(0), a.Get("rampup_batch_size").has_value(), &run);
   return run;
 }
@@ -839,7 +843,7 @@ void TitanCheckpointing(const Json& cfg, const std::string& where, LoggedRun* ru
   }
   c.recompute = Recompute::kFull;
   if (opt != "1") {
-    run->notes.push_back("torchtitan checkpoints every " + opt + "-th layer; simulated as full recompute of every layer "
+    run->notes.push_back("torchtitan checkpoints one layer in " + opt + "; simulated as full recompute of every layer "
                          "(the simulator recomputes all or none)");
   }
 }
