@@ -253,13 +253,14 @@ void CheckSweepIsComplete(const NcclTestsRun& run, const SizeSweep& w, const std
 /// redop words). With `wrong_count` (a "#wrong" header, nccl-tests 2.13+), a row whose count of
 /// wrong elements is not 0 (or N/A, -c 0) is an error: a collective that returned wrong data has
 /// no timing worth keeping; older logs' "error" column is a deviation and is not checked.
-/// `header` (the column header's names, empty before one) gives the row's column count.
+/// `header` (the column header's names, empty before one) gives the row's least column count.
 /// `where` names the row in errors (InputError).
 NcclTestsRow ParseResultRow(const std::vector<std::string>& f, double size, int time_col, bool wrong_count,
                             const std::vector<std::string>& header, const std::string& where) {
-  // Under a column header every row has its columns: a row with one missing or one too many would
-  // be read shifted (an in-place time as #wrong).
-  if (!header.empty() && f.size() != header.size()) {
+  // Under a column header every row has its columns: a row with one missing would be read
+  // shifted (an in-place time as #wrong). More are read by position (another process's output
+  // can land at the end of a row under mpirun).
+  if (!header.empty() && f.size() < header.size()) {
     std::string names;
     for (const auto& h : header) names += (names.empty() ? "" : " ") + h;
     throw InputError(where + " has " + std::to_string(f.size()) + " columns, expected the header's " +
@@ -377,8 +378,11 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
       const std::string body = line.substr(1);
       if (auto p = body.find("Collective test starting:"); p != std::string::npos) {
         finish();
-        // A new test (logs concatenated): its own Rank lines follow.
+        // A new test (logs concatenated): its own Rank lines and column header follow.
         rank_lines = 0;
+        header.clear();
+        time_col = -1;
+        wrong_count = false;
         hosts.clear();
         groups.clear();
         cur.device.clear();
@@ -395,6 +399,12 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
       }
       const auto f = Fields(body);
       if (!f.empty() && f[0] == "nThread") sweep = ReadSizeSweep(f);
+      // "# Reducing maxBytes to 25769803776 due to memory limitation": the sweep ends there.
+      if (const auto r = body.find("Reducing maxBytes to "); r != std::string::npos) {
+        const auto g = Fields(body.substr(r + 21));
+        double reduced = 0;
+        if (!g.empty() && ParseDouble(g[0], &reduced) && reduced > 0) sweep.max_bytes = reduced;
+      }
       // "#  Rank  0 Group  0 Pid 65234 on gpu49 device 0 ..." (new) / "#   Rank  0 Pid 920 on node2 ..." (old)
       if (f.size() >= 2 && f[0] == "Rank") {
         ++rank_lines;

@@ -70,6 +70,30 @@ void RefuseWhatExecuteDoesNotRun(const ParallelConfig& c) {
   }
 }
 
+/// CPU ranks share their host's memory: a CPU profile gives each of the ranks it was calibrated
+/// with (devices_per_node) MemTotal / devices_per_node. More ranks on a host than that (mpirun
+/// --oversubscribe, a profile from fewer ranks) get the host's memory over the ranks on the
+/// busiest host, so that the check before allocating does not count the RAM twice. Rank 0 says
+/// so on stderr. Collective over MPI_COMM_WORLD.
+void ShareHostMemory(const HardwareProfile& prof, int rank, Cluster* cl) {
+  if (prof.gpu != "cpu" || !prof.machine) return;
+  MPI_Comm host = MPI_COMM_NULL;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host);
+  int local = 1, busiest = 1;
+  MPI_Comm_size(host, &local);
+  MPI_Comm_free(&host);
+  MPI_Allreduce(&local, &busiest, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  const int measured = prof.machine->devices_per_node;
+  if (busiest <= measured || measured <= 0) return;
+  const double before = cl->gpu.memory_bytes;
+  cl->gpu.memory_bytes = before * measured / busiest;
+  if (rank == 0) {
+    std::cerr << fmt::format("shardcast: note: {} ranks on one host, whose profile was measured with {}: each rank's "
+                             "memory is the host's share, {} (the profile's {} x {} / {})\n",
+                             busiest, measured, FormatGiB(cl->gpu.memory_bytes), FormatGiB(before), measured, busiest);
+  }
+}
+
 void RunExecute(const ExecuteArgs& a) {
   int inited = 0;
   MPI_Initialized(&inited);
@@ -98,7 +122,8 @@ void RunExecute(const ExecuteArgs& a) {
                                              : std::string("a GPU: the cuda backend runs on this machine's GPU "
                                                            "(shardcast calibrate --backend cuda writes its profile)")));
     }
-    const Cluster cl = a.cfg.cluster.empty() ? ClusterFromProfile(prof, a.cfg.profile) : LoadCluster(a.cfg.cluster, "--cluster");
+    Cluster cl = a.cfg.cluster.empty() ? ClusterFromProfile(prof, a.cfg.profile) : LoadCluster(a.cfg.cluster, "--cluster");
+    ShareHostMemory(prof, rank, &cl);
     // The executor's own program: non-blocking pipeline transfers, scatter/gather messages
     // (Megatron-LM 2021-22's pipeline behaviour) unless --framework says otherwise.
     SimulateArgs cfg = a.cfg;

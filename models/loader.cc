@@ -517,8 +517,16 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
   // One expert routed to by every token is a dense MLP (read as one); more experts per token than
   // there are is a mistake, not a dense model (ValidateModel checks the same for 2 or more).
   if (e.num_experts == 1 && e.top_k != 1) {
-    throw InputError::Field(file, "/" + n->moe_top_k, std::to_string(e.top_k),
+    throw InputError::Field(file, "/" + n->moe_top_k,
+                            e.top_k > 0 ? std::to_string(e.top_k) : r.Has(n->moe_top_k) ? "null" : "absent",
                             "1 to " + n->num_experts + " = 1 experts per token");
+  }
+  // Beside shared experts one routed expert would be a dense MLP of their summed width, which the
+  // dense layers' width does not give.
+  if (e.num_experts == 1 && e.shared_ffn_hidden_size > 0) {
+    throw InputError::Field(file, "/" + n->num_experts, "1",
+                            "2 or more routed experts beside the shared expert" + std::string(" (") +
+                                n->moe_shared_ffn_hidden_size + "), or null for a dense model");
   }
   if (e.num_experts <= 1) e = MoeSpec{};
 }

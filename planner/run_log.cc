@@ -459,17 +459,21 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
                                              *gpus, c.tp, c.pp, c.cp, c.dp));
   }
   // The virtual size as printed, else from the layers per virtual stage. Megatron-LM sets the
-  // first from the second: a dump where they disagree was edited. (Uneven first/last stages
-  // change the split: there the printed size stands alone, as before.)
+  // first from the second, counting a slot for the embedding and one for the loss where
+  // account_for_*_in_pipeline_split is set (older releases with floor division): where both are
+  // printed and that count divides evenly, a disagreement is an edited dump; otherwise the
+  // printed size stands.
   const auto vp = a.Bounded("virtual_pipeline_model_parallel_size", 1, m.num_layers);
-  const bool uneven = a.Int("decoder_first_pipeline_num_layers") || a.Int("decoder_last_pipeline_num_layers");
-  const auto per = vp && uneven ? std::nullopt : a.Bounded("num_layers_per_virtual_pipeline_stage", 1, m.num_layers);
-  if (per) {
-    if (c.pp > m.num_layers || m.num_layers % (*per * c.pp) != 0) a.Fail("num_layers_per_virtual_pipeline_stage", "a divisor of num_layers / pp");
-    c.vp = m.num_layers / (*per * c.pp);
-    if (vp && *vp != c.vp) {
+  if (const auto per = a.Bounded("num_layers_per_virtual_pipeline_stage", 1, m.num_layers)) {
+    const std::int64_t slots = m.num_layers + (a.Flag("account_for_embedding_in_pipeline_split") ? 1 : 0) +
+                               (a.Flag("account_for_loss_in_pipeline_split") ? 1 : 0);
+    const bool even = c.pp <= slots && slots % (*per * c.pp) == 0;
+    if (!vp && !even) a.Fail("num_layers_per_virtual_pipeline_stage", "a divisor of num_layers / pp");
+    if (even) c.vp = slots / (*per * c.pp);
+    if (vp && even && *vp != c.vp) {
       a.Fail("virtual_pipeline_model_parallel_size",
-             fmt::format("num_layers / (num_layers_per_virtual_pipeline_stage x pp) = {} / ({} x {}) = {}", m.num_layers,
+             fmt::format("{} / (num_layers_per_virtual_pipeline_stage x pp) = {} / ({} x {}) = {}",
+                         slots > m.num_layers ? "(num_layers + the embedding and loss slots)" : "num_layers", slots,
                          *per, c.pp, c.vp));
     }
   }
@@ -549,13 +553,13 @@ std::optional<std::int64_t> IterationNumber(const std::string& l) {
 
 /// Iteration times and memory peaks from the lines after the argument dump (line `dump_line`,
 /// 1-based; lines above it belong to an earlier run in the same file and are left out, with a
-/// note). Iteration numbers must rise: one that goes back is a second run appended without its
-/// own dump (InputError). An iteration logged at another global batch size than the dump's is not
+/// note). Iteration numbers must rise (a line repeated word for word is read once): one that
+/// goes back is a second run appended without its own dump (InputError). An iteration logged at another global batch size than the dump's is not
 /// the configured step and is left out, with a note: a ramp-up where the dump has
 /// rampup_batch_size (`rampup`), else a sign of another run's lines.
 void ReadMegatronMeasurements(const std::vector<std::string>& lines, const std::string& path, std::size_t dump_line,
                               bool rampup, LoggedRun* run) {
-  std::size_t other_batch = 0, before = 0;
+  std::size_t other_batch = 0, before = 0, repeated = 0;
   std::optional<std::int64_t> last_iteration;
   std::size_t last_line = 0;
   for (std::size_t i = 0; i < lines.size(); ++i) {
@@ -567,6 +571,11 @@ void ReadMegatronMeasurements(const std::vector<std::string>& lines, const std::
     }
     if (t) {
       if (const auto it = IterationNumber(l)) {
+        // The same line twice (a console captured into the file too) is one iteration.
+        if (last_iteration && *it == *last_iteration && l == lines[last_line - 1]) {
+          ++repeated;
+          continue;
+        }
         if (last_iteration && *it <= *last_iteration) {
           FailAt(path, i + 1, fmt::format("iteration {} after iteration {} (line {}): a second run appended without its own "
                                           "argument dump; expected one run per log (split it where the second begins)",
@@ -592,6 +601,10 @@ void ReadMegatronMeasurements(const std::vector<std::string>& lines, const std::
       const double b = PositiveNumber(*r, path, i + 1, "max reserved (MB)") * kMiB;
       run->max_reserved_bytes = std::max(run->max_reserved_bytes.value_or(0.0), b);
     }
+  }
+  if (repeated > 0) {
+    run->notes.push_back(fmt::format("{} iteration line{} repeated word for word, read once", repeated,
+                                     repeated == 1 ? "" : "s"));
   }
   if (before > 0) {
     run->notes.push_back(fmt::format("{} iteration line{} above the argument dump (line {}; an earlier run's) left out", before,

@@ -373,7 +373,7 @@ TEST(MemoryReplay, WhichFrameworksAllocateGradientsLazilyAndFlattenWeights) {
 }
 
 /// A GPT of 8 layers, hidden 1024, for the replays run through Simulate.
-Model SmallGpt() {
+Model SmallAllocGpt() {
   return ModelFromJson(Json::parse(R"({"name": "small-gpt", "num_layers": 8, "hidden_size": 1024,
     "ffn_hidden_size": 4096, "num_attention_heads": 16, "vocab_size": 51200, "seq_length": 1024,
     "normalization": "layernorm", "activation": "gelu", "position_embedding": "learned",
@@ -391,7 +391,7 @@ ParallelConfig Batches(std::int64_t pp, std::int64_t dp, std::int64_t mbs, std::
 }
 
 TEST(MemoryReplay, SimulateReportsReservedAtLeastTheAllocatedPeakAndFitsByIt) {
-  const Model m = SmallGpt();
+  const Model m = SmallAllocGpt();
   const ParallelConfig c = Batches(2, 2, 2, 16);
   const Cluster cl = LoadCluster("dgx-a100");
   const HardwareProfile prof = DefaultProfile(cl);
@@ -416,7 +416,7 @@ TEST(MemoryReplay, SimulateReportsReservedAtLeastTheAllocatedPeakAndFitsByIt) {
 // room it reports that need. reserved_unlimited_bytes keeps what the step reserves on a larger
 // GPU (the need the planner's advice quotes): the reserved figure of the stage on that GPU.
 TEST(MemoryReplay, ReservedWithoutTheLimitIsWhatALargerGpuReserves) {
-  const Model m = SmallGpt();
+  const Model m = SmallAllocGpt();
   ParallelConfig c = Batches(1, 1, 8, 16);
   c.flash_attention = false;
   Cluster cl = LoadCluster("dgx-a100");

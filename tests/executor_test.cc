@@ -255,6 +255,11 @@ TEST(ExecuteCpu, DeepSpeedZero3IsRefused) {
   EXPECT_NE(flushes.out.find("--pipeline-flushes 2 with --flush-grad-reduce every (the default): not executed"),
             std::string::npos)
       << flushes.out;
+  // Four ranks on a host whose profile was measured with one share its memory: a quarter each.
+  EXPECT_NE(flushes.out.find("note: 4 ranks on one host, whose profile was measured with 1: each rank's memory is the "
+                             "host's share"),
+            std::string::npos)
+      << flushes.out;
 }
 
 // --gpus must be the rank count (it used to be ignored), and --trace may not replace an input.

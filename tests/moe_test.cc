@@ -537,7 +537,18 @@ TEST(MoeHuggingFace, EveryFamilyMapsItsKeys) {
   std::string one_expert = lite_json;
   one_expert.replace(one_expert.find("\"n_routed_experts\": 64"), 22, "\"n_routed_experts\": 1");
   one_expert.replace(one_expert.find("\"num_experts_per_tok\": 6"), 24, "\"num_experts_per_tok\": 1");
+  // ... but not beside shared experts, whose width the dense layers' MLP does not have.
+  EXPECT_NE(testing::InputErrorOf([&] { FromHf("dsv2lite_one_shared.json", one_expert); })
+                .find("/n_routed_experts: got 1, expected 2 or more routed experts beside the shared expert "
+                      "(n_shared_experts), or null for a dense model"),
+            std::string::npos);
+  one_expert.replace(one_expert.find("\"n_shared_experts\": 2"), 21, "\"n_shared_experts\": 0");
   EXPECT_FALSE(FromHf("dsv2lite_one.json", one_expert).moe.enabled());
+  std::string null_topk = one_expert;
+  null_topk.replace(null_topk.find("\"num_experts_per_tok\": 1"), 24, "\"num_experts_per_tok\": null");
+  EXPECT_NE(testing::InputErrorOf([&] { FromHf("dsv2lite_null.json", null_topk); })
+                .find("/num_experts_per_tok: got null, expected 1 to n_routed_experts = 1"),
+            std::string::npos);
   // Our format refuses query groups beside MLA rather than ignoring them.
   Json dj = ModelToJson(LoadModel("deepseek-v3"));
   dj["num_query_groups"] = 8;
@@ -1052,7 +1063,7 @@ TEST(MoeDescribe, LastStageHoldsTheMtpModules) {
 namespace shardcast {
 namespace {
 
-const Op* FindOp(const std::vector<Op>& ops, const std::string& name) {
+const Op* FindMoeOp(const std::vector<Op>& ops, const std::string& name) {
   for (const Op& o : ops) {
     if (o.name == name) return &o;
   }
@@ -1090,8 +1101,8 @@ TEST(ActivationOffload, ModulesSendTheirSavedTensorsToHostMemory) {
   EXPECT_LT(left(off), bytes);  // on H100's PCIe the copy is longer than the layer's forward
   EXPECT_DOUBLE_EQ(HostCopyGBps(cl.gpu), 64 * 0.8);
   EXPECT_DOUBLE_EQ(HostCopyGBps(LoadCluster("gb200-nvl72").gpu), 450 * 0.8 / 2);  // two GPUs share the C2C link
-  const Op* o = FindOp(off.moe_layer_ops, "activation_offload");
-  const Op* r = FindOp(off.moe_layer_ops, "activation_reload");
+  const Op* o = FindMoeOp(off.moe_layer_ops, "activation_offload");
+  const Op* r = FindMoeOp(off.moe_layer_ops, "activation_reload");
   ASSERT_NE(o, nullptr);
   ASSERT_NE(r, nullptr);
   const double rate = 64 * 0.8 * 1e9, copy_s = bytes / rate;
@@ -1108,7 +1119,7 @@ TEST(ActivationOffload, ModulesSendTheirSavedTensorsToHostMemory) {
   EXPECT_GT(r->duration_s, fc1_s);  // on H100's PCIe moe_act's reload does not fit either
   EXPECT_NEAR(r->duration_s + r->hidden_s, copy_s, 1e-12);
   // The dense attention keeps its tensors: only the MoE modules were named.
-  EXPECT_EQ(FindOp(off.layer_ops, "activation_offload"), nullptr);
+  EXPECT_EQ(FindMoeOp(off.layer_ops, "activation_offload"), nullptr);
   // Under moe_act's own recompute the activation's output is dropped and its input offloaded:
   // the experts keep nothing of either.
   c.recompute = Recompute::kSelective;
@@ -1126,7 +1137,7 @@ TEST(ActivationOffload, ModulesSendTheirSavedTensorsToHostMemory) {
   ParallelConfig f = MixtralEp8();
   f.precision = Precision::kFp8;
   f.offload_modules = kOffloadExpertFc1;
-  EXPECT_NEAR(FindOp(BuildCostModel(m, f, cl, prof).moe_layer_ops, "activation_offload")->bytes, eb * tok * h, 1.0);
+  EXPECT_NEAR(FindMoeOp(BuildCostModel(m, f, cl, prof).moe_layer_ops, "activation_offload")->bytes, eb * tok * h, 1.0);
 }
 
 TEST(ActivationOffload, CommandLineAndLaunch) {

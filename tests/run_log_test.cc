@@ -278,6 +278,10 @@ TEST(RunLog, WhatWouldMismeasureTheRunIsRefusedOrLeftOut) {
   EXPECT_DOUBLE_EQ(above.measured_step_time_s, ParseTrainingLog(text, "t.log", {}).measured_step_time_s);
   EXPECT_NE(Join(above.notes, "\n").find("2 iteration lines above the argument dump (line 4; an earlier run's) left out"),
             std::string::npos);
+  // A line repeated word for word (a console captured into the file too) is one iteration.
+  const LoggedRun twice = ParseTrainingLog(text + text.substr(text.rfind(" [2026-11-20 10:07:00")), "twice.log", {});
+  EXPECT_EQ(twice.step_times_s.size(), 5u);
+  EXPECT_NE(Join(twice.notes, "\n").find("1 iteration line repeated word for word, read once"), std::string::npos);
   // A second run appended without its own dump: its iteration count starts again.
   EXPECT_NE(error(text + first_iter).find("run.log:71: iteration 10 after iteration 50 (line 70): a second run appended "
                                           "without its own argument dump"),
@@ -310,6 +314,22 @@ TEST(RunLog, WhatWouldMismeasureTheRunIsRefusedOrLeftOut) {
   const std::string vp4 = "virtual_pipeline_model_parallel_size ............ 4";
   both.replace(both.find(vp4), vp4.size(), "virtual_pipeline_model_parallel_size ............ 2");
   EXPECT_EQ(ParseTrainingLog(both, "vp.log", {}).config.vp, 2);
+  // With a slot each for the embedding and the loss Megatron-LM splits 32 + 2 layers: 34 / (1 x 2)
+  // gives 17 virtual stages of one layer, which the printed size must then be.
+  const std::string acc_e = "  account_for_embedding_in_pipeline_split ......... True\n";
+  const std::string acc_l = "  account_for_loss_in_pipeline_split .............. True\n";
+  std::string slots = text;
+  slots.insert(slots.find(dp_line), acc_e + acc_l);
+  slots.replace(slots.find(per), per.size(), "  num_layers_per_virtual_pipeline_stage ........... 1");
+  slots.replace(slots.find(vps), vps.size(), "  virtual_pipeline_model_parallel_size ............ 17");
+  const LoggedRun seventeen = ParseTrainingLog(slots, "slots.log", {});
+  EXPECT_EQ(seventeen.config.vp, 17);
+  EXPECT_TRUE(seventeen.config.embedding_slots);
+  const std::string vp17 = "virtual_pipeline_model_parallel_size ............ 17";
+  slots.replace(slots.find(vp17), vp17.size(), "virtual_pipeline_model_parallel_size ............ 16");
+  EXPECT_NE(error(slots).find("expected (num_layers + the embedding and loss slots) / "
+                              "(num_layers_per_virtual_pipeline_stage x pp) = 34 / (1 x 2) = 17"),
+            std::string::npos);
   // A restarted torchtitan job: its configuration printed twice.
   const std::string titan = ReadTextFile(kTitan);
   LogDefaults d;
