@@ -143,7 +143,12 @@ void RunExecute(const ExecuteArgs& a) {
     // The trace must not replace what this command reads.
     CheckOutputFiles({{"--trace", a.o.trace}}, {a.cfg.model, a.cfg.profile, a.cfg.cluster});
     const ParallelConfig c = BuildConfig(cfg, m, size);
-    CheckRanksAgree(ProgramSettings(m, c, a.o));
+    // Rank 0 writes the report and the trace: an output option given to another rank alone
+    // would be dropped without a word.
+    std::vector<std::string> settings = ProgramSettings(m, c, a.o);
+    settings.push_back("trace=" + (a.o.trace.empty() ? std::string("(none)") : a.o.trace));
+    settings.push_back(fmt::format("json={}", a.cfg.json));
+    CheckRanksAgree(settings);
     RefuseWhatExecuteDoesNotRun(c);
     ExecuteReport r = Execute(m, c, cl, prof, a.o);
     if (rank == 0) {

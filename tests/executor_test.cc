@@ -207,10 +207,14 @@ TEST(ExecuteCpu, RanksWithDifferentFlagsExitTwoSayingHow) {
                        "pp=2 (rank 0: pp=1)"),
             std::string::npos)
       << r.out;
+  // Output options too: rank 0 writes, so a --trace given to rank 1 alone would be dropped.
+  const std::string trace = (testing::TestTempDir() / "rank1_trace.json").string();
   const auto g = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 " + bin +
-                                     "--gbs 4 : -np 1 " + bin + "--gbs 8");
+                                     "--gbs 4 : -np 1 " + bin + "--gbs 8 --trace " + trace);
   EXPECT_EQ(g.exit_code, 2) << g.out;
-  EXPECT_NE(g.out.find("global_batch_size=8 (rank 0: global_batch_size=4)"), std::string::npos) << g.out;
+  EXPECT_NE(g.out.find("global_batch_size=8 (rank 0: global_batch_size=4); trace=" + trace + " (rank 0: trace=(none))"),
+            std::string::npos)
+      << g.out;
 }
 
 TEST(Execute, SettingsDifferenceNamesEachField) {
