@@ -29,8 +29,8 @@ std::string Opt(const std::optional<double>& v, const char* fmtstr, double scale
 }  // namespace
 
 std::string ValidationCsv(const ValidationReport& rep) {
-  // The JSON row's fields, one column each; a missing value (a skipped row's predictions) is an
-  // empty cell; bytes are whole numbers.
+  // The JSON row's fields, one column each; a missing value (a skipped row's predictions, a
+  // published row's log) is an empty cell; bytes are whole numbers.
   auto Cell = [](const std::optional<double>& v) { return v ? fmt::format("{}", *v) : std::string(); };
   auto Bytes = [](const std::optional<double>& v) { return v ? fmt::format("{}", std::llround(*v)) : std::string(); };
   // A flag with nothing to qualify (a skipped row's predictions, a measurement not given) is empty.
@@ -38,16 +38,17 @@ std::string ValidationCsv(const ValidationReport& rep) {
   std::string csv = "row_id,source_id,model,gpus,config,measured_step_time_s,measured_step_time_derived,"
                     "predicted_step_time_s,step_time_error,measured_peak_memory_bytes,predicted_peak_memory_bytes,"
                     "outcome,predicted_fits,predicted_memory_at_risk,predicted_mfu,skipped,skip_reason,fitted_constant,"
-                    "predicted_reserved_memory_bytes,measured_memory_is_reserved\n";
+                    "predicted_reserved_memory_bytes,measured_memory_is_reserved,log\n";
   for (const auto& r : rep.rows) {
-    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", CsvQuote(r.row_id),
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", CsvQuote(r.row_id),
                        CsvQuote(r.source_id), CsvQuote(r.model), r.gpus, CsvQuote(r.skipped ? "" : r.config.Summary()),
                        Cell(r.measured_step_time_s), Bool(!r.measured_step_time_s, r.step_time_derived),
                        Cell(r.predicted_step_time_s), Cell(r.step_time_error), Bytes(r.measured_peak_memory_bytes),
                        Bytes(r.predicted_peak_memory_bytes), CsvQuote(r.outcome), Bool(r.skipped, r.predicted_fits),
                        Bool(r.skipped, r.predicted_at_risk), r.skipped ? "" : fmt::format("{}", r.predicted_mfu),
                        r.skipped ? "true" : "false", CsvQuote(r.skip_reason), CsvQuote(r.fitted_constant),
-                       Bytes(r.predicted_reserved_bytes), Bool(!r.measured_peak_memory_bytes, r.memory_is_reserved));
+                       Bytes(r.predicted_reserved_bytes), Bool(!r.measured_peak_memory_bytes, r.memory_is_reserved),
+                       CsvQuote(r.log));
   }
   return csv;
 }

@@ -596,6 +596,13 @@ TEST(RunLog, CommandLineNeedsTheClusterAndKeepsLogsApartFromPublishedRuns) {
   EXPECT_NEAR(j["rows"][1]["measured_reserved_bytes"].get<double>(), 61.60 * 1073741824.0, 1.0);  // whole bytes
   EXPECT_EQ(j["rows"][1]["measured_peak_memory_bytes"], j["rows"][1]["measured_reserved_bytes"]);
   EXPECT_TRUE(j["rows"][1]["measured_memory_is_reserved"].get<bool>());
+  // The CSV names each row's log, as the JSON does.
+  const auto csv = testing::RunShardcast("validate --log " + kMegatron + " " + kTitan + " --cluster dgx-h100 --gpus 8 --csv -");
+  ASSERT_EQ(csv.exit_code, 0) << csv.err;
+  const std::string header = csv.out.substr(0, csv.out.find('\n'));
+  EXPECT_EQ(header.substr(header.rfind(',')), ",log") << header;
+  EXPECT_NE(csv.out.find(",\"" + kMegatron + "\"\n"), std::string::npos) << csv.out;
+  EXPECT_NE(csv.out.find(",\"" + kTitan + "\"\n"), std::string::npos) << csv.out;
   const auto text = testing::RunShardcast("validate --log " + kMegatron + " --cluster dgx-h100");
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("Training logs"), std::string::npos);

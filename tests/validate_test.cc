@@ -328,6 +328,7 @@ TEST(Validate, CsvHasTheJsonFieldsAndEmptyCellsForSkippedRows) {
   EXPECT_EQ(t.Get(0, "skipped"), "false");
   EXPECT_EQ(t.Get(0, "predicted_fits"), "true");
   EXPECT_EQ(t.Get(0, "config"), RunValidation(runs, "").rows[0].config.Summary());
+  EXPECT_EQ(t.Get(0, "log"), "");  // a published row has no log of its own
 }
 
 TEST(Validate, ExplainKeepsWhatARowWasSimulatedWith) {
