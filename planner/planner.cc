@@ -376,6 +376,7 @@ void AddMicroBatchCandidates(const Model& m, const Cluster& cl, const PlanOption
                              std::map<std::string, std::size_t>* rejected, std::vector<ParallelConfig>* out) {
   const bool deepspeed = o.optimizer_impl != OptimizerImpl::kMegatron;
   const std::int64_t per_replica = o.global_batch_size / l.dp;
+  const std::int64_t fixed_vp = FixedInt(o, "vp");  // 0: not fixed
   for (std::int64_t mbs : Divisors(per_replica)) {
     if (mbs > o.max_micro_batch_size) break;
     l.mbs = mbs;
@@ -384,6 +385,11 @@ void AddMicroBatchCandidates(const Model& m, const Cluster& cl, const PlanOption
       if (s != Schedule::k1F1B && l.pp == 1) continue;  // nothing to pipeline
       if (s != Schedule::k1F1B && deepspeed) {
         ++(*rejected)["(tp, pp, mbs) choices: DeepSpeed's pipeline engine runs 1F1B only"];
+        continue;
+      }
+      // A fixed vp the schedule cannot run is counted, not dropped unsaid by --fix's filter.
+      if (fixed_vp > 1 && s != Schedule::kInterleaved) {
+        ++(*rejected)["(tp, pp, mbs) choices: the fixed vp > 1 needs the interleaved schedule"];
         continue;
       }
       l.schedule = s;
@@ -396,6 +402,11 @@ void AddMicroBatchCandidates(const Model& m, const Cluster& cl, const PlanOption
         }
         for (std::int64_t v : Divisors(l.split->vp_divisible)) {
           if (v >= 2) vps.push_back(v);
+        }
+        if (fixed_vp > 0 && std::find(vps.begin(), vps.end(), fixed_vp) == vps.end()) {
+          ++(*rejected)["(tp, pp, mbs) choices: the fixed vp does not split each pipeline stage's layers into equal "
+                        "chunks"];
+          continue;
         }
       }
       for (std::int64_t vp : vps) {

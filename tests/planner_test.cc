@@ -228,6 +228,27 @@ TEST(Plan, BadInputIsAnError) {
   EXPECT_GT(r.not_generated.at("(tp, pp) pairs: dp = GPUs/(tp*pp) does not divide the global batch"), 0u);
 }
 
+// A fixed vp that no candidate can take is a counted reason, not an empty search without one:
+// GPT-3's 96 layers over pp 4 are 24 a stage, which 5 chunks do not split; 1F1B has no chunks.
+TEST(Plan, AFixedVirtualSizeNoCandidateTakesIsAReason) {
+  const Model m = LoadModel("gpt3-175b");
+  const Cluster cl = LoadCluster("dgx-a100");
+  PlanOptions o;
+  o.gpus = 64;
+  o.global_batch_size = 64;
+  o.fixed = {{"pp", "4"}, {"vp", "5"}};
+  std::map<std::string, std::size_t> why;
+  EXPECT_TRUE(GenerateCandidates(m, cl, o, &why).empty());
+  EXPECT_GT(why["(tp, pp, mbs) choices: the fixed vp does not split each pipeline stage's layers into equal chunks"], 0u);
+  o.fixed = {{"pp", "4"}, {"vp", "2"}, {"schedule", "1f1b"}};
+  why.clear();
+  EXPECT_TRUE(GenerateCandidates(m, cl, o, &why).empty());
+  EXPECT_GT(why["(tp, pp, mbs) choices: the fixed vp > 1 needs the interleaved schedule"], 0u);
+  o.fixed = {{"pp", "4"}, {"vp", "2"}};  // 24 layers a stage: two chunks of 12
+  why.clear();
+  EXPECT_FALSE(GenerateCandidates(m, cl, o, &why).empty());
+}
+
 TEST(Plan, MegatronArguments) {
   const Model m = LoadModel("gpt3-175b");
   ParallelConfig c = testing::Gpt3_175bConfig();
