@@ -554,9 +554,10 @@ std::optional<std::int64_t> IterationNumber(const std::string& l) {
 /// Iteration times and memory peaks from the lines after the argument dump (line `dump_line`,
 /// 1-based; lines above it belong to an earlier run in the same file and are left out, with a
 /// note). Iteration numbers must rise (a line repeated word for word is read once): one that
-/// goes back is a second run appended without its own dump (InputError). An iteration logged at another global batch size than the dump's is not
-/// the configured step and is left out, with a note: a ramp-up where the dump has
-/// rampup_batch_size (`rampup`), else a sign of another run's lines.
+/// goes back is a second run appended without its own dump (InputError). An iteration logged at
+/// another global batch size than the dump's is not the configured step and is left out, with a
+/// note: a ramp-up where the dump has rampup_batch_size (`rampup`), else a sign of another run's
+/// lines.
 void ReadMegatronMeasurements(const std::vector<std::string>& lines, const std::string& path, std::size_t dump_line,
                               bool rampup, LoggedRun* run) {
   std::size_t other_batch = 0, before = 0, repeated = 0;

@@ -187,7 +187,9 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
                      r.candidates_generated, elapsed, set_aside, r.candidates_generated - set_aside,
                      FormatGiB(o.min_headroom_bytes));
   for (const auto& [reason, count] : r.rejected) out << fmt::format("  {:>7}  {}\n", count, reason);
-  if (r.candidates_replayed == 0) {
+  if (r.candidates_generated == 0) {
+    out << "  (none could be formed: see \"Not generated\")\n";
+  } else if (r.candidates_replayed == 0) {
     out << fmt::format("  ({} simulated in all; none fit by its allocated peak, so the caching allocator's replay\n"
                        "  ran on none)\n", r.candidates_simulated);
   } else {

@@ -698,6 +698,8 @@ TEST(Cli, OutOfRangeSizesAreReasonsOrErrors) {
   ASSERT_EQ(f.exit_code, 0) << f.err;
   EXPECT_NE(f.out.find("the fixed mbs does not divide the batch per data-parallel replica"), std::string::npos)
       << f.out;
+  EXPECT_NE(f.out.find("(none could be formed: see \"Not generated\")"), std::string::npos) << f.out;
+  EXPECT_EQ(f.out.find("simulated in all"), std::string::npos) << f.out;
 }
 
 // A sequence longer than a learned position table: nothing is generated, and plan says why
