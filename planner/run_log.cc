@@ -464,9 +464,10 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
   // printed and that count divides evenly, a disagreement is an edited dump; otherwise the
   // printed size stands.
   const auto vp = a.Bounded("virtual_pipeline_model_parallel_size", 1, m.num_layers);
+  const bool embedding_slot = a.Flag("account_for_embedding_in_pipeline_split");
+  const bool loss_slot = a.Flag("account_for_loss_in_pipeline_split");
   if (const auto per = a.Bounded("num_layers_per_virtual_pipeline_stage", 1, m.num_layers)) {
-    const std::int64_t slots = m.num_layers + (a.Flag("account_for_embedding_in_pipeline_split") ? 1 : 0) +
-                               (a.Flag("account_for_loss_in_pipeline_split") ? 1 : 0);
+    const std::int64_t slots = m.num_layers + (embedding_slot ? 1 : 0) + (loss_slot ? 1 : 0);
     const bool even = c.pp <= slots && slots % (*per * c.pp) == 0;
     if (!vp && !even) a.Fail("num_layers_per_virtual_pipeline_stage", "a divisor of num_layers / pp");
     if (even) c.vp = slots / (*per * c.pp);
@@ -531,7 +532,7 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
   }
   c.first_stage_layers = a.Bounded("decoder_first_pipeline_num_layers", 0, m.num_layers).value_or(-1);
   c.last_stage_layers = a.Bounded("decoder_last_pipeline_num_layers", 0, m.num_layers).value_or(-1);
-  c.embedding_slots = a.Flag("account_for_embedding_in_pipeline_split") || a.Flag("account_for_loss_in_pipeline_split");
+  c.embedding_slots = embedding_slot || loss_slot;
   if (a.Get("pipeline_model_parallel_layout")) a.Fail("pipeline_model_parallel_layout", "None (a layout string is not read yet)");
   // Megatron-Core: whole pipeline messages; its non-interleaved 1F1B waits on each transfer.
   c.scatter_gather = false;
