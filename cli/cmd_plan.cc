@@ -136,10 +136,18 @@ void RunPlanCommand(const PlanArgs& a) {
   const std::vector<WhatIf> what_if = ParseWhatIfs(a.what_if);
   const bool straggler = a.straggler_opt->count() > 0 || a.straggler_nic_opt->count() > 0;
   if (straggler) RequireStraggler(a.straggler, std::nullopt, 1, "command line: --straggler");
-  if (straggler && a.csv == "-") {
-    throw InputError(fmt::format("command line: {}: not with --csv - (the CSV holds the plans alone); use --csv FILE, "
-                                 "whose text report has the straggler runs, or --json",
-                                 a.straggler_opt->count() > 0 ? "--straggler" : "--straggler-nic"));
+  if (a.csv == "-") {
+    // Standard output holds the CSV alone: what only the text or JSON report would show is refused.
+    std::string what;
+    if (straggler) what = a.straggler_opt->count() > 0 ? "--straggler" : "--straggler-nic";
+    else if (!what_if.empty()) what = "--what-if";
+    else if (!a.emit.format.empty() && a.emit.file.empty()) what = "--emit without --emit-file";
+    if (!what.empty()) {
+      throw InputError(fmt::format("command line: {}: not with --csv - (the CSV holds the plans alone); use --csv FILE, "
+                                   "whose text report has {}, or --json",
+                                   what, what == "--what-if" ? "the changed hardware's plan"
+                                         : what.rfind("--emit", 0) == 0 ? "the launch command" : "the straggler runs"));
+    }
   }
   PlanResult r = RunPlan(m, cl, prof, o);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -162,10 +170,8 @@ void RunPlanCommand(const PlanArgs& a) {
 
   // `recommended` marks the plan the text recommends (the best not at risk of running out of
   // memory); no row has it when that plan ranks below --top.
-  if (!a.csv.empty() && WriteCsvOption(a.csv, PlanCsv(view))) {
-    ExplainCsvOnStderr(view);  // the CSV was all of standard output
-    return;
-  }
+  const bool csv_to_stdout = a.csv == "-";
+  if (!a.csv.empty() && !csv_to_stdout) WriteCsvOption(a.csv, PlanCsv(view));
   if (a.json || !a.html.empty()) {
     Json j = PlanJson(view);
     if (!a.emit.format.empty()) j["launch"] = launch ? LaunchJson(*launch, a.emit.file) : Json(nullptr);
@@ -182,6 +188,11 @@ void RunPlanCommand(const PlanArgs& a) {
       std::cout << WithIntegerBytes(j).dump(2) << "\n";
       return;
     }
+  }
+  if (csv_to_stdout) {  // after the HTML page, which --csv - does not replace
+    WriteCsvOption(a.csv, PlanCsv(view));
+    ExplainCsvOnStderr(view);  // the CSV was all of standard output
+    return;
   }
   const std::string label = WritePlanText(std::cout, view, elapsed);
   if (label.empty()) {  // nothing fits: the text said why

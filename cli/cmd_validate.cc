@@ -106,10 +106,7 @@ void RunValidate(const ValidateArgs& a) {
     return;
   }
   const ValidationSummary& s = rep.summary;
-  if (!a.csv.empty()) {
-    const std::string csv = ValidationCsv(rep);
-    if (WriteCsvOption(a.csv, csv)) return;
-  }
+  if (!a.csv.empty() && a.csv != "-") WriteCsvOption(a.csv, ValidationCsv(rep));
   if (a.json || !a.html.empty()) {
     const Json j = ValidationJson(rep, source);
     if (!a.html.empty()) {
@@ -126,6 +123,10 @@ void RunValidate(const ValidateArgs& a) {
       std::cout << WithIntegerBytes(j).dump(2) << "\n";
       return;
     }
+  }
+  if (a.csv == "-") {  // after the HTML page, which --csv - does not replace
+    WriteCsvOption(a.csv, ValidationCsv(rep));
+    return;
   }
   WriteValidationText(std::cout, rep, source);
 }

@@ -415,6 +415,11 @@ void RequireExpertParallel(const Model& m, const ParallelConfig& c, const std::s
   if (b.rule == std::string("etp does not divide the expert FFN")) flag = fmt::format("--etp: got {}", c.expert_tp());
   if (b.rule == std::string("MoE with tp > 1 needs sequence parallelism")) flag = fmt::format("--tp: got {}", c.tp);
   if (b.rule == std::string("etp*ep does not divide tp*cp*dp")) flag = fmt::format("--ep {} --etp {}", c.ep, c.expert_tp());
+  if (b.rule == std::string("expert parallelism without experts")) {
+    flag = c.ep > 1 && c.etp > 1 ? fmt::format("--ep {} --etp {}", c.ep, c.etp)
+           : c.ep > 1            ? fmt::format("--ep: got {}", c.ep)
+                                 : fmt::format("--etp: got {}", c.etp);
+  }
   if (b.rule == std::string("EP A2A overlap without expert parallelism") ||
       b.rule == std::string("EP A2A overlap needs a 1F1B schedule") ||
       b.rule == std::string("EP A2A overlap with pipeline flushes")) {

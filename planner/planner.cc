@@ -306,6 +306,10 @@ void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o
                          std::map<std::string, std::size_t>* rejected, std::vector<ParallelConfig>* out) {
   // DeepSpeed's optimizers run under Megatron-DeepSpeed: its pipeline engine, no TE userbuffers.
   const bool deepspeed = o.optimizer_impl != OptimizerImpl::kMegatron;
+  if (ExpertGrids(m, o, l.tp, l.tp * l.cp * l.dp).empty()) {  // only a fixed ep or etp leaves none
+    ++(*rejected)["(tp, pp, cp, vp, mbs) layouts: the fixed ep x etp does not divide the stage's tp*cp*dp GPUs"];
+    return;
+  }
   for (Recompute rc : o.recomputes) {
     unsigned modules = 0;
     if (!RecomputeChoice(m, o, rc, &modules)) continue;

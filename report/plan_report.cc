@@ -176,10 +176,7 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
   out << fmt::format("Plan for {} on {} x {} ({}), global batch {}, seq {}, objective {}\n", v.m.name, o.gpus,
                      v.cl.gpu.display_name, v.cl.name, o.global_batch_size, o.seq_length, ToString(o.objective));
   out << SearchOptimizerLine(o);
-  if (const std::int64_t per = v.cl.gpus_per_node; per > 0 && o.gpus % per != 0) {
-    out << fmt::format("Partial node: {} GPUs are {:.2f} nodes of {}; whole nodes are {} GPUs\n", o.gpus,
-                       static_cast<double>(o.gpus) / static_cast<double>(per), per, (o.gpus + per - 1) / per * per);
-  }
+  out << PartialNodeLine(o.gpus, v.cl.gpus_per_node);
   std::size_t set_aside = 0;
   for (const auto& [reason, count] : r.rejected) set_aside += count;
   out << fmt::format("Candidates: {} generated in {:.2f} s = {} set aside + {} simulated that fit "

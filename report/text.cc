@@ -152,6 +152,13 @@ void WriteDeepSpeedZero3(std::ostream& out, const SimulationResult& r, const Par
                      d.on_demand_elems[0] + d.on_demand_elems[1]);
 }
 
+std::string PartialNodeLine(std::int64_t gpus, std::int64_t gpus_per_node) {
+  if (gpus_per_node <= 0 || gpus % gpus_per_node == 0) return "";
+  return fmt::format("Partial node: {} GPUs are {:.2f} nodes of {}; whole nodes are {} GPUs\n", gpus,
+                     static_cast<double>(gpus) / static_cast<double>(gpus_per_node), gpus_per_node,
+                     (gpus + gpus_per_node - 1) / gpus_per_node * gpus_per_node);
+}
+
 void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,
                      const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {
   out << fmt::format("{} on {} x {} ({}), profile: {}\n", m.name, gpus, cl.gpu.display_name, cl.name,
@@ -163,6 +170,7 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   const std::int64_t mb = c.num_microbatches();
   out << fmt::format("  {}  seq {}  micro-batches per step {}\n", c.Summary(),
                            c.seq_length > 0 ? c.seq_length : m.seq_length, mb > 0 ? std::to_string(mb) : "?");
+  if (const std::string partial = PartialNodeLine(gpus, cl.gpus_per_node); !partial.empty()) out << "  " << partial;
   if (m.moe.enabled() && r.feasible && c.ep > 1) {
     out << fmt::format("  expert load: the busiest expert-parallel rank takes {:.3f} x the mean tokens ({})\n",
                        r.moe_load_imbalance, MoeImbalanceSource(c, m.moe));

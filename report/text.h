@@ -21,6 +21,10 @@ namespace shardcast {
 /// toward small ep; "" when neither applies (a dense model, or an imbalance given).
 std::string MoeRoutingCaveat(const Model& m, const ParallelConfig& base);
 
+/// "Partial node: 12 GPUs are 1.50 nodes of 8; whole nodes are 16 GPUs\n" when `gpus` is not a
+/// whole number of nodes of `gpus_per_node`; "" when it is.
+std::string PartialNodeLine(std::int64_t gpus, std::int64_t gpus_per_node);
+
 /// `simulate`'s report of one result: step time, MFU/HFU, the time breakdown, memory by stage and
 /// the critical path (or the reasons it cannot run), on `out`.
 void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,

@@ -38,9 +38,9 @@ std::string ValidationCsv(const ValidationReport& rep) {
   std::string csv = "row_id,source_id,model,gpus,config,measured_step_time_s,measured_step_time_derived,"
                     "predicted_step_time_s,step_time_error,measured_peak_memory_bytes,predicted_peak_memory_bytes,"
                     "outcome,predicted_fits,predicted_memory_at_risk,predicted_mfu,skipped,skip_reason,fitted_constant,"
-                    "predicted_reserved_memory_bytes,measured_memory_is_reserved,log\n";
+                    "predicted_reserved_memory_bytes,measured_memory_is_reserved,log,low_confidence,predicted_mfu_causal\n";
   for (const auto& r : rep.rows) {
-    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", CsvQuote(r.row_id),
+    csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", CsvQuote(r.row_id),
                        CsvQuote(r.source_id), CsvQuote(r.model), r.gpus, CsvQuote(r.skipped ? "" : r.config.Summary()),
                        Cell(r.measured_step_time_s), Bool(!r.measured_step_time_s, r.step_time_derived),
                        Cell(r.predicted_step_time_s), Cell(r.step_time_error), Bytes(r.measured_peak_memory_bytes),
@@ -48,7 +48,8 @@ std::string ValidationCsv(const ValidationReport& rep) {
                        Bool(r.skipped, r.predicted_at_risk), r.skipped ? "" : fmt::format("{}", r.predicted_mfu),
                        r.skipped ? "true" : "false", CsvQuote(r.skip_reason), CsvQuote(r.fitted_constant),
                        Bytes(r.predicted_reserved_bytes), Bool(!r.measured_peak_memory_bytes, r.memory_is_reserved),
-                       CsvQuote(r.log));
+                       CsvQuote(r.log), r.low_confidence ? "true" : "false",
+                       r.skipped ? "" : fmt::format("{}", r.predicted_mfu_causal));
   }
   return csv;
 }

@@ -1,6 +1,7 @@
 #include "simulator/cost_model.h"
 
 #include <algorithm>
+#include <iterator>
 #include <cmath>
 #include <map>
 
@@ -328,7 +329,7 @@ class OpBuilder {
     o.bytes = bytes;
     o.saved_bytes = saved;
     o.duration_s = MemoryBoundTime(p_, bytes);
-    out.push_back(o);
+    out.push_back(std::move(o));
   }
   void Attention(std::vector<Op>& out, const std::string& name, Pass pass, double flops,
                  double seq, double saved = 0) {
@@ -348,7 +349,7 @@ class OpBuilder {
       o.duration_s = (1 - window_fraction_) * o.duration_s + window_fraction_ * windowed_s;
       o.flops = flops * (1 - window_fraction_ + window_fraction_ * window_ratio_);
     }
-    out.push_back(o);
+    out.push_back(std::move(o));
   }
   /// Megatron-LM's asynchronous input-gradient collective: the last op of `out` (a TP
   /// collective) runs beside the weight-gradient GEMM `gemm_name` emitted just before it. Only
@@ -446,7 +447,7 @@ class OpBuilder {
     o.flops = 2 * m * n * k;
     o.bytes = in_bytes * (m * k + k * n) + eb_ * m * n;
     o.duration_s = GemmTime(p_, m, n, k, 1, prec, in_bytes, eb_);
-    out.push_back(o);
+    out.push_back(std::move(o));
   }
 
   /// A collective over the group `g` (nothing for a group of one).
@@ -460,7 +461,7 @@ class OpBuilder {
     o.collective = op;
     o.bytes = size;
     o.duration_s = CollectiveCostOf(p_, op, size, g).time_s();
-    out.push_back(o);
+    out.push_back(std::move(o));
   }
 
   const HardwareProfile& p_;
@@ -549,7 +550,7 @@ void AddRingExchange(std::vector<Op>& L, const std::string& name, Pass pass, dou
   o.bytes = (ring - 1) * bytes;
   o.duration_s = exposed;
   o.hidden_s = (ring - 1) * xfer - exposed;
-  L.push_back(o);
+  L.push_back(std::move(o));
 }
 
 /// Causal flash attention of one micro-batch on one rank under context parallelism
@@ -649,9 +650,11 @@ class LayerBuilder {
  public:
   LayerBuilder(const Model& model, const ParallelConfig& cfg, const LayerShape& shape, const HardwareProfile& profile,
                OpBuilder& op_builder, const MoePlan* moe_plan)
-      : m(model), c(cfg), x(shape), prof(profile), ob(op_builder), moe(moe_plan), L(out.ops) {}
+      : m(model), c(cfg), x(shape), prof(profile), ob(op_builder), moe(moe_plan), L(out.ops) {
+    L.reserve(128);  // a layer's ops with their recompute copies, without regrowing
+  }
 
-  LayerOps Build() {
+  LayerOps Build() && {
     AttentionForward();
     if (moe != nullptr) {
       MoeMlpForward();
@@ -669,7 +672,7 @@ class LayerBuilder {
     // low-precision format).
     out.weight_inputs_bytes = moe != nullptr ? q * (T * h / rep + T * ad_t) + mlp_weight_inputs
                                              : q * (2 * T * h / rep + T * ad_t + T * f / t);
-    return out;
+    return std::move(out);  // built once: BuildLayerOps calls Build on a temporary
   }
 
  private:
@@ -837,6 +840,7 @@ class LayerBuilder {
   // Full: rerun the whole forward. Selective: the modules of --recompute-modules (Megatron-Core;
   // default core_attn, Korthikanti et al. 2022 section 5's attention core).
   std::vector<Op> recompute;
+  recompute.reserve(L.size());
   for (auto& o : L) {
     if (o.pass != F || !(c.recompute == Recompute::kFull || (RecomputeModuleOf(o.name) & SelectiveModules()) != 0)) continue;
     o.rebuilt = o.saved_bytes > 0;
@@ -845,9 +849,9 @@ class LayerBuilder {
     r.pass = Pass::kRecompute;
     r.name = o.name + "_recompute";
     r.saved_bytes = 0;
-    recompute.push_back(r);
+    recompute.push_back(std::move(r));
   }
-  L.insert(L.end(), recompute.begin(), recompute.end());
+  L.insert(L.end(), std::make_move_iterator(recompute.begin()), std::make_move_iterator(recompute.end()));
 
   // Per-layer saved bytes after the recompute policy.
   const double layer_saved_all = SavedBytes(L);

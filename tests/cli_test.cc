@@ -887,6 +887,18 @@ TEST(CliPlan, CsvToStandardOutput) {
   EXPECT_FALSE(std::filesystem::exists("-"));
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--csv - --json",
                                     "command line: --csv -: writes the CSV to standard output, where --json also writes"));
+  // Files beside it are still written (the HTML page, the launch file); what only the text report
+  // would print (a launch without its file, the what-if search) is refused, not dropped.
+  const std::string page = (dir / "plan_beside_csv.html").string(), launch = (dir / "plan_beside_csv.sh").string();
+  auto with_files = RunShardcast(base + "--csv - --html " + page + " --emit megatron --emit-file " + launch);
+  ASSERT_EQ(with_files.exit_code, 0) << with_files.err;
+  EXPECT_EQ(with_files.out, read(plan_csv));
+  EXPECT_NE(read(page).find("<html"), std::string::npos);
+  EXPECT_NE(read(launch).find("--tensor-model-parallel-size"), std::string::npos);
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--csv - --emit megatron",
+                                    "command line: --emit without --emit-file: not with --csv - (the CSV holds the plans "
+                                    "alone); use --csv FILE, whose text report has the launch command, or --json"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--csv - --what-if nic_Gbps=x2", "command line: --what-if: not with --csv -"));
   // Nothing fits: the CSV is a header alone, and standard error says why.
   auto none = RunShardcast("plan --model gpt3-175b --cluster dgx-a100 --gpus 8 --gbs 64 --csv -");
   EXPECT_EQ(none.exit_code, 0);
@@ -908,6 +920,18 @@ TEST(CliPlan, CsvToStandardOutput) {
   ASSERT_EQ(v.exit_code, 0) << v.err;
   EXPECT_EQ(v.out, read(validate_csv));
   EXPECT_EQ(RunShardcast("validate --runs " + runs + " --csv - --json").exit_code, 2);
+  const std::string validate_page = (dir / "validate_beside_csv.html").string();
+  auto vh = RunShardcast("validate --runs " + runs + " --csv - --html " + validate_page);
+  ASSERT_EQ(vh.exit_code, 0) << vh.err;
+  EXPECT_EQ(vh.out, read(validate_csv));
+  EXPECT_NE(read(validate_page).find("<html"), std::string::npos);
+  // The CSV has the JSON's row flags too: one low_confidence cell a row, true or false.
+  const CsvTable vt = ParseCsv(v.out, "stdout");
+  ASSERT_FALSE(vt.rows.empty());
+  for (std::size_t i = 0; i < vt.rows.size(); ++i) {
+    const std::string lc = vt.Get(i, "low_confidence");
+    EXPECT_TRUE(lc == "true" || lc == "false") << lc;
+  }
 }
 
 // Without a price or a board power the cost and energy objectives would rank every plan as 0.
@@ -942,6 +966,13 @@ TEST(CliCapacity, PartialNodesAndTheMfuPeakAreSaid) {
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_NE(plan.out.find("Partial node: 12 GPUs are 1.50 nodes of 8; whole nodes are 16 GPUs"), std::string::npos)
       << plan.out;
+  const auto sim = RunShardcast("simulate --model gpt3-1.3b --cluster dgx-h100 --gpus 12 --tp 4 --mbs 1 --gbs 48");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_NE(sim.out.find("\n  Partial node: 12 GPUs are 1.50 nodes of 8; whole nodes are 16 GPUs\n"), std::string::npos)
+      << sim.out;
+  EXPECT_EQ(RunShardcast("simulate --model gpt3-1.3b --cluster dgx-h100 --gpus 16 --tp 4 --mbs 1 --gbs 48")
+                .out.find("Partial node"),
+            std::string::npos);
   EXPECT_NE(plan.out.find("MFU is against the GPU's dense bf16 peak, as the field reports fp8 runs"), std::string::npos);
   // The CSV says which run it is: precision, the peak MFU is against, cluster and GPUs; a dense
   // model has no expert sizes.

@@ -1031,6 +1031,23 @@ TEST(MoePlan, UnevenSplitsShareTheRestEveryWayAndFixChecksTheExperts) {
                                     "--fix: got \"ep=3\", expected a divisor of num_experts = 8"));
   EXPECT_TRUE(testing::ExitsTwoWith("plan --model llama3-8b --cluster dgx-h100 --gpus 32 --gbs 256 --fix ep=2",
                                     "has no mixture-of-experts layers"));
+  // An etp on a dense model names --etp, the flag given (not --ep).
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --etp 2 --mbs 1 --gbs 8",
+                                    "command line: --etp: got 2; ep = 1, etp = 2: llama3-8b has no mixture-of-experts"));
+  // A fixed ep no stage can hold (16 on 8 GPUs) leaves no candidate, and the reason says so: each
+  // layout (tp, pp, cp, vp, mbs) whose stage it does not divide is counted under it.
+  o.gpus = 8;
+  o.global_batch_size = 256;
+  o.fixed = {{"ep", "8"}};
+  std::map<std::string, std::size_t> formed;
+  const std::size_t with_ep8 = GenerateCandidates(m, cl, o, &formed).size();
+  EXPECT_GT(with_ep8, 0u);
+  o.fixed = {{"ep", "16"}};
+  std::map<std::string, std::size_t> none;
+  EXPECT_TRUE(GenerateCandidates(m, cl, o, &none).empty());
+  const std::string why = "(tp, pp, cp, vp, mbs) layouts: the fixed ep x etp does not divide the stage's tp*cp*dp GPUs";
+  EXPECT_GT(none[why], 0u);
+  EXPECT_LT(formed[why], none[why]);  // with ep 8, only the layouts whose stage has fewer than 8 GPUs (pp > 1)
   EXPECT_TRUE(testing::ExitsTwoWith("plan --model deepseek-v3 --cluster dgx-h100 --gpus 1024 --gbs 256 --fix decoder_first=61",
                                     "expected fewer than num_layers = 61"));
 }

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "common/csv.h"
 #include "common/error.h"
 #include "common/json_reader.h"
 #include "common/text.h"
@@ -599,10 +600,11 @@ TEST(RunLog, CommandLineNeedsTheClusterAndKeepsLogsApartFromPublishedRuns) {
   // The CSV names each row's log, as the JSON does.
   const auto csv = testing::RunShardcast("validate --log " + kMegatron + " " + kTitan + " --cluster dgx-h100 --gpus 8 --csv -");
   ASSERT_EQ(csv.exit_code, 0) << csv.err;
-  const std::string header = csv.out.substr(0, csv.out.find('\n'));
-  EXPECT_EQ(header.substr(header.rfind(',')), ",log") << header;
-  EXPECT_NE(csv.out.find(",\"" + kMegatron + "\"\n"), std::string::npos) << csv.out;
-  EXPECT_NE(csv.out.find(",\"" + kTitan + "\"\n"), std::string::npos) << csv.out;
+  const CsvTable rows = ParseCsv(csv.out, "stdout");
+  ASSERT_EQ(rows.rows.size(), 2u) << csv.out;
+  EXPECT_EQ(rows.Get(0, "log"), kMegatron);
+  EXPECT_EQ(rows.Get(1, "log"), kTitan);
+  EXPECT_EQ(rows.Get(1, "low_confidence"), "false");
   const auto text = testing::RunShardcast("validate --log " + kMegatron + " --cluster dgx-h100");
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("Training logs"), std::string::npos);
