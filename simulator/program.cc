@@ -146,26 +146,38 @@ RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
     }
     return out;
   };
-  if (c.dp > 1 && c.overlap_grad_reduce) {
-    // After the last gradient-producing item of each chunk.
+  // ZeRO-2 reduces after every micro-batch's gradient item (it keeps only its shard of the
+  // gradients, as the simulator's Builder::BuildStage); otherwise after each chunk's last one.
+  const bool every_microbatch = c.zero_stage == 2;
+  if (c.dp > 1 && (c.overlap_grad_reduce || every_microbatch)) {
     const ItemKind grad_item = sched.split_weight ? ItemKind::kWeight : ItemKind::kBackward;
-    std::vector<std::size_t> last(static_cast<std::size_t>(v), 0);
-    for (std::size_t i = 0; i < rp.ops.size(); ++i) {
-      if (rp.ops[i].kind == ProgKind::kCompute && rp.ops[i].item == grad_item) {
-        last[static_cast<std::size_t>(rp.ops[i].chunk)] = i;
-      }
-    }
+    auto is_grad = [&](std::size_t i) { return rp.ops[i].kind == ProgKind::kCompute && rp.ops[i].item == grad_item; };
     std::vector<std::pair<std::size_t, int>> at;  // insert position, chunk (latest first)
-    for (int k = 0; k < v; ++k) at.emplace_back(last[static_cast<std::size_t>(k)] + 1, k);
+    if (every_microbatch) {
+      for (std::size_t i = 0; i < rp.ops.size(); ++i) {
+        if (!is_grad(i)) continue;
+        const bool item_ends = i + 1 == rp.ops.size() || !is_grad(i + 1) || rp.ops[i + 1].chunk != rp.ops[i].chunk ||
+                               rp.ops[i + 1].microbatch != rp.ops[i].microbatch;
+        if (item_ends) at.emplace_back(i + 1, rp.ops[i].chunk);
+      }
+    } else {
+      std::vector<std::size_t> last(static_cast<std::size_t>(v), 0);
+      for (std::size_t i = 0; i < rp.ops.size(); ++i) {
+        if (is_grad(i)) last[static_cast<std::size_t>(rp.ops[i].chunk)] = i;
+      }
+      for (int k = 0; k < v; ++k) at.emplace_back(last[static_cast<std::size_t>(k)] + 1, k);
+    }
     std::sort(at.rbegin(), at.rend());
     for (const auto& [pos, k] : at) {
-      const auto ops = buckets(k, true);
+      const auto ops = buckets(k, c.overlap_grad_reduce);
       rp.ops.insert(rp.ops.begin() + static_cast<std::ptrdiff_t>(pos), ops.begin(), ops.end());
     }
-    ProgOp w;
-    w.kind = ProgKind::kDpWait;
-    w.op.name = "dp_wait";
-    rp.ops.push_back(w);
+    if (c.overlap_grad_reduce) {
+      ProgOp w;
+      w.kind = ProgKind::kDpWait;
+      w.op.name = "dp_wait";
+      rp.ops.push_back(w);
+    }
   } else if (c.dp > 1) {
     for (int k = 0; k < v; ++k) {
       const auto ops = buckets(k, false);

@@ -41,7 +41,8 @@ struct RankProgram {
 /// data is needed. Gradients are reduced per bucket (Megatron-LM's bucket size): with
 /// `overlap_grad_reduce`, each chunk's buckets are issued asynchronously right after the chunk's
 /// last backward and waited for before the optimizer; without, they run after the last
-/// backward. Then the optimizer, then ZeRO-1/2's parameter all-gather.
+/// backward. ZeRO-2 reduces them after every micro-batch's backward of the chunk (inline
+/// without overlap_grad_reduce). Then the optimizer, then ZeRO-1/2's parameter all-gather.
 /// Tags: (microbatch * chunks + chunk) * 2 + direction.
 RankProgram BuildRankProgram(const ParallelConfig& cfg, const CostModel& cm,
                              const PipelineSchedule& sched, const HardwareProfile& profile, int stage);

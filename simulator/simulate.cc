@@ -333,7 +333,7 @@ std::vector<std::int64_t> Builder::ShapeOf() const {
   std::vector<std::int64_t> s = {p_, v_, mb_, c_.pipeline_flushes, c_.pipeline_flushes > 1 && c_.flush_grad_reduce,
                                  R_, static_cast<std::int64_t>(c_.schedule), zero3_, zero3_sync_, dp_comm_,
                                  c_.overlap_grad_reduce, c_.overlap_param_gather,
-                                 c_.zero_stage == 1 || c_.zero_stage == 2, c_.p2p_blocking,
+                                 c_.zero_stage == 1 || c_.zero_stage == 2, c_.zero_stage == 2, c_.p2p_blocking,
                                  zero3_ && c_.zero3_limit_all_gathers, m_.tie_embeddings && p_ > 1 && !FreeComm(), FreeComm(),
                                  ds_lead_[0], ds_lead_[1], ds_kept_, ds_bucket_layers_, ds_share_[0][1] > 0,
                                  ds_share_[1][1] > 0};
@@ -551,6 +551,7 @@ void Builder::BuildStage(int i, int r) {
   auto flush_of = [&](const ScheduleItem& it) { return flush_sync ? it.microbatch / per_flush : 0; };
   // Position of the last gradient-producing item of each chunk (of each flush; buckets hang off it).
   std::vector<int> last_grad_pos(static_cast<std::size_t>(v_ * (flush_sync ? flushes : 1)), -1);
+  const bool reduce_each_microbatch = c_.zero_stage == 2 && dp_comm_;
   auto grad_slot = [&](const ScheduleItem& it) { return static_cast<std::size_t>(flush_of(it) * v_ + it.chunk); };
   for (int pos = 0; pos < static_cast<int>(order.size()); ++pos) {
     const ScheduleItem& it = order[static_cast<std::size_t>(pos)];
@@ -598,12 +599,17 @@ void Builder::BuildStage(int i, int r) {
     const ScheduleItem& it = order[static_cast<std::size_t>(pos)];
     item_first[static_cast<std::size_t>(pos)] = static_cast<std::int32_t>(g_->num_tasks());
     const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
+    // ZeRO-2 holds only its shard of the gradients, so every micro-batch's backward reduces
+    // (reduce-scatters) its gradients: DeepSpeed stage 2's gradient hooks at every micro-step,
+    // FSDP's SHARD_GRAD_OP and Megatron-FSDP's optim_grads after each backward. ZeRO-1 keeps the
+    // whole gradients and reduces once, after the last micro-batch.
+    const bool reduces_grads = it.kind == grad_kind && (pos == last_grad_pos[grad_slot(it)] || reduce_each_microbatch);
     const bool is_last_grad = pos == last_grad_pos[grad_slot(it)];
     const auto& chunk_gathers = gathers[static_cast<std::size_t>(it.chunk)];
     const bool gated_forward = it.kind == ItemKind::kForward && it.microbatch == gated_microbatch && !chunk_gathers.empty();
     int units = 1;
     if (zero3_) units = std::max(1, cc.layers);
-    else if (is_last_grad && c_.overlap_grad_reduce && dp_comm_) units = NBuckets(i, it.chunk);
+    else if (reduces_grads && c_.overlap_grad_reduce && dp_comm_) units = NBuckets(i, it.chunk);
     // Megatron-LM's overlap_param_gather: the chunk's first forward runs bucket by bucket,
     // each part waiting only for its own bucket's all-gather (forward pre-hooks).
     else if (gated_forward) units = static_cast<int>(chunk_gathers.size());
@@ -704,14 +710,28 @@ void Builder::BuildStage(int i, int r) {
           }
           ds_pending.clear();
         }
-      } else if (produces_grads && is_last_grad && dp_comm_ && c_.overlap_grad_reduce) {
+      } else if (produces_grads && reduces_grads && dp_comm_ && c_.overlap_grad_reduce) {
         const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kOverlapReduce, ItemKind::kForward, dev, it.chunk, units},
-                                     kDpStream, -1, it.chunk, u);
+                                     kDpStream, reduce_each_microbatch ? it.microbatch : -1, it.chunk, u);
         g_->AddEdge(id, rid);
         Sync(i, {id, rid});
       }
     }
-    if (is_last_grad && dp_comm_ && !c_.overlap_grad_reduce && !zero3_) reduce_after.push_back(it.chunk);
+    if (reduces_grads && dp_comm_ && !c_.overlap_grad_reduce && !zero3_) {
+      if (reduce_each_microbatch && !is_last_grad) {
+        // Not overlapped: the micro-batch's buckets reduced after its backward, the compute
+        // stream waiting for them.
+        const int nb = NBuckets(i, it.chunk);
+        for (int b = 0; b < nb; ++b) {
+          const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kReduceAfter, ItemKind::kForward, dev, it.chunk, nb},
+                                       kComputeStream, it.microbatch, it.chunk, b);
+          g_->AddEdge(itk.last, rid);
+          Sync(i, {itk.last, rid});
+        }
+      } else {
+        reduce_after.push_back(it.chunk);
+      }
+    }
     const bool flush_ends = flush_sync && pos + 1 < static_cast<int>(order.size()) &&
                             flush_of(order[static_cast<std::size_t>(pos + 1)]) != flush_of(it);
     if (flush_ends) {

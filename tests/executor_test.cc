@@ -93,6 +93,45 @@ TEST(Program, FollowsTheSimulatorsScheduleOnEveryStage) {
   }
 }
 
+// ZeRO-2 keeps a shard of the gradients: the program reduces the buckets after every
+// micro-batch's backward, as the simulator schedules them (as many reduction tasks as the
+// program's gradient collectives), overlapped or inline.
+TEST(Program, ZeroTwoReducesAfterEveryMicroBatch) {
+  const Model m = Tiny();
+  const Cluster cl = LoadCluster("dgx-a100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  for (bool overlap : {true, false}) {
+    ParallelConfig c;
+    c.dp = 2;
+    c.zero_stage = 2;
+    c.overlap_grad_reduce = overlap;
+    c.micro_batch_size = 1;
+    c.global_batch_size = 8;
+    c.seq_length = 128;
+    SimulateOptions o;
+    o.keep_graph = true;
+    const SimulationResult r = Simulate(m, c, cl, 2, prof, o);
+    ASSERT_TRUE(r.feasible);
+    const CostModel cm = BuildCostModel(m, c, cl, prof);
+    const RankProgram prog = BuildRankProgram(c, cm, MakeSchedule(Schedule::k1F1B, 1, 4, 1), prof, 0);
+    int grad_collectives = 0, after_backward = 0;
+    for (std::size_t i = 0; i < prog.ops.size(); ++i) {
+      const ProgOp& x = prog.ops[i];
+      if (x.kind != ProgKind::kDpCollective || x.op.name.rfind("dp_grad", 0) != 0) continue;
+      ++grad_collectives;
+      EXPECT_EQ(x.async, overlap);
+      // Right after a backward compute op, or after another bucket of the same reduction.
+      const ProgOp& prev = prog.ops[i - 1];
+      after_backward += prev.kind == ProgKind::kCompute && prev.item == ItemKind::kBackward;
+    }
+    int sim_reduces = 0;
+    for (const TaskNode& t : r.graph.nodes()) sim_reduces += t.device == 0 && t.type == TaskType::kDpReduce;
+    EXPECT_EQ(after_backward, 4) << overlap;  // one reduction per micro-batch
+    EXPECT_EQ(grad_collectives % 4, 0) << overlap;
+    EXPECT_EQ(grad_collectives, sim_reduces) << overlap;
+  }
+}
+
 TEST(ShardedMath, TensorParallelMlpEqualsUnsharded) {
   // Megatron-LM's MLP: Y = GeLU(X A) B with A split by columns and B by rows over t ranks; the
   // partial outputs summed (the all-reduce) equal the unsharded result.
