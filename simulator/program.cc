@@ -1,6 +1,7 @@
 #include "simulator/program.h"
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 
 namespace shardcast {
@@ -154,12 +155,16 @@ RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
     auto is_grad = [&](std::size_t i) { return rp.ops[i].kind == ProgKind::kCompute && rp.ops[i].item == grad_item; };
     std::vector<std::pair<std::size_t, int>> at;  // insert position, chunk (latest first)
     if (every_microbatch) {
+      // After each gradient item's last op of its pass (its compute ops and the tensor-parallel
+      // collectives between them), before its release and pipeline send.
+      std::map<std::pair<int, int>, std::size_t> item_end;  // (micro-batch, chunk) -> last op
       for (std::size_t i = 0; i < rp.ops.size(); ++i) {
-        if (!is_grad(i)) continue;
-        const bool item_ends = i + 1 == rp.ops.size() || !is_grad(i + 1) || rp.ops[i + 1].chunk != rp.ops[i].chunk ||
-                               rp.ops[i + 1].microbatch != rp.ops[i].microbatch;
-        if (item_ends) at.emplace_back(i + 1, rp.ops[i].chunk);
+        const ProgOp& x = rp.ops[i];
+        if ((x.kind == ProgKind::kCompute || x.kind == ProgKind::kTpCollective) && x.item == grad_item) {
+          item_end[{x.microbatch, x.chunk}] = i;
+        }
       }
+      for (const auto& [key, i] : item_end) at.emplace_back(i + 1, key.second);
     } else {
       std::vector<std::size_t> last(static_cast<std::size_t>(v), 0);
       for (std::size_t i = 0; i < rp.ops.size(); ++i) {

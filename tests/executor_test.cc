@@ -100,8 +100,10 @@ TEST(Program, ZeroTwoReducesAfterEveryMicroBatch) {
   const Model m = Tiny();
   const Cluster cl = LoadCluster("dgx-a100");
   const HardwareProfile prof = DefaultProfile(cl);
-  for (bool overlap : {true, false}) {
+  for (const auto& [overlap, tp] : {std::pair{true, 1}, std::pair{false, 1}, std::pair{true, 2}, std::pair{false, 2}}) {
     ParallelConfig c;
+    c.tp = tp;
+    c.sequence_parallel = tp > 1;  // TP collectives inside the backward, between its compute ops
     c.dp = 2;
     c.zero_stage = 2;
     c.overlap_grad_reduce = overlap;
@@ -110,25 +112,31 @@ TEST(Program, ZeroTwoReducesAfterEveryMicroBatch) {
     c.seq_length = 128;
     SimulateOptions o;
     o.keep_graph = true;
-    const SimulationResult r = Simulate(m, c, cl, 2, prof, o);
+    const SimulationResult r = Simulate(m, c, cl, 2 * tp, prof, o);
     ASSERT_TRUE(r.feasible);
     const CostModel cm = BuildCostModel(m, c, cl, prof);
     const RankProgram prog = BuildRankProgram(c, cm, MakeSchedule(Schedule::k1F1B, 1, 4, 1), prof, 0);
-    int grad_collectives = 0, after_backward = 0;
+    int grad_collectives = 0, reductions = 0;
     for (std::size_t i = 0; i < prog.ops.size(); ++i) {
       const ProgOp& x = prog.ops[i];
       if (x.kind != ProgKind::kDpCollective || x.op.name.rfind("dp_grad", 0) != 0) continue;
       ++grad_collectives;
       EXPECT_EQ(x.async, overlap);
-      // Right after a backward compute op, or after another bucket of the same reduction.
+      // A reduction starts right after a backward's last op (compute or its TP collective) and
+      // none of that backward's ops follows it before the next forward.
       const ProgOp& prev = prog.ops[i - 1];
-      after_backward += prev.kind == ProgKind::kCompute && prev.item == ItemKind::kBackward;
+      if (prev.kind == ProgKind::kDpCollective) continue;
+      ++reductions;
+      EXPECT_EQ(prev.item, ItemKind::kBackward);
+      for (std::size_t j = i + 1; j < prog.ops.size() && prog.ops[j].item == ItemKind::kBackward; ++j) {
+        const bool same_pass = prog.ops[j].kind == ProgKind::kCompute || prog.ops[j].kind == ProgKind::kTpCollective;
+        EXPECT_FALSE(same_pass && prog.ops[j].microbatch == prev.microbatch) << "tp " << tp << " op " << j;
+      }
     }
     int sim_reduces = 0;
     for (const TaskNode& t : r.graph.nodes()) sim_reduces += t.device == 0 && t.type == TaskType::kDpReduce;
-    EXPECT_EQ(after_backward, 4) << overlap;  // one reduction per micro-batch
-    EXPECT_EQ(grad_collectives % 4, 0) << overlap;
-    EXPECT_EQ(grad_collectives, sim_reduces) << overlap;
+    EXPECT_EQ(reductions, 4) << overlap << " tp " << tp;  // one reduction per micro-batch
+    EXPECT_EQ(grad_collectives, sim_reduces) << overlap << " tp " << tp;
   }
 }
 
