@@ -5,6 +5,8 @@
 #include <initializer_list>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 #include "common/text.h"
 #include "models/presets_embedded.h"
@@ -165,6 +167,53 @@ void ValidateModel(const Model& m, const std::string& file, const ModelFieldName
 
 namespace {
 
+/// Group-limited routing (`groups_key`, `topk_key` name its two sizes in `file`): both or
+/// neither, the groups dividing the experts, the groups a token may reach among them and holding
+/// its top-k experts.
+void CheckRouterGroups(const MoeSpec& e, const std::string& file, const std::string& groups_key,
+                       const std::string& topk_key) {
+  if ((e.router_num_groups > 0) != (e.router_group_topk > 0)) {
+    const bool groups = e.router_num_groups > 0;
+    throw InputError::Field(file, groups ? topk_key : groups_key, "absent or null",
+                            "a value beside " + (groups ? groups_key : topk_key).substr(1) +
+                                " (group-limited routing needs both)");
+  }
+  if (e.router_num_groups == 0) return;
+  if (e.num_experts % e.router_num_groups != 0) {
+    throw InputError::Field(file, groups_key, std::to_string(e.router_num_groups),
+                            "a divisor of the " + std::to_string(e.num_experts) + " routed experts");
+  }
+  if (e.router_group_topk > e.router_num_groups) {
+    throw InputError::Field(file, topk_key, std::to_string(e.router_group_topk),
+                            "1 to " + groups_key.substr(1) + " = " + std::to_string(e.router_num_groups));
+  }
+  if (e.router_group_topk * (e.num_experts / e.router_num_groups) < e.top_k) {
+    throw InputError::Field(file, topk_key, std::to_string(e.router_group_topk),
+                            fmt::format("groups holding the {} experts a token is routed to ({} experts a group)",
+                                        e.top_k, e.num_experts / e.router_num_groups));
+  }
+}
+
+/// The router's fields of our JSON format (Megatron-Core's --moe-router-* flags, MoeSpec).
+void ReadMoeRouter(const JsonReader& r, Model* m) {
+  MoeSpec& e = m->moe;
+  e.router_score = r.OptString("moe_router_score_function").value_or("softmax");
+  if (e.router_score != "softmax" && e.router_score != "sigmoid") {
+    throw InputError::Field(r.file(), "/moe_router_score_function", JsonForMessage(r.json()["moe_router_score_function"]),
+                            "\"softmax\" or \"sigmoid\"");
+  }
+  e.router_pre_softmax = r.OptBool("moe_router_pre_softmax").value_or(false);
+  if (e.router_pre_softmax && e.router_score != "softmax") {
+    throw InputError::Field(r.file(), "/moe_router_pre_softmax", "true",
+                            "false with moe_router_score_function \"sigmoid\" (it orders the softmax)");
+  }
+  e.router_topk_scaling = r.OptNumber("moe_router_topk_scaling_factor", 1e-6, 1e6).value_or(0);
+  e.router_num_groups = r.OptInt("moe_router_num_groups", 1, kMaxHeads).value_or(0);
+  e.router_group_topk = r.OptInt("moe_router_group_topk", 1, kMaxHeads).value_or(0);
+  CheckRouterGroups(e, r.file(), "/moe_router_num_groups", "/moe_router_group_topk");
+  e.router_expert_bias = r.OptBool("moe_router_enable_expert_bias").value_or(false);
+}
+
 /// The MoE and MLA fields of our JSON format (Megatron-Core's argument names).
 void ReadMoeAndMla(const JsonReader& r, Model* m, ModelFieldNames* n) {
   m->moe.num_experts = r.OptInt("num_experts", 0, kMaxHeads).value_or(0);
@@ -175,7 +224,9 @@ void ReadMoeAndMla(const JsonReader& r, Model* m, ModelFieldNames* n) {
     // Without experts the MoE keys would be dropped: refuse them rather than read a dense model.
     for (const char* key : {"moe_router_topk", "moe_ffn_hidden_size", "moe_shared_expert_intermediate_size",
                             "moe_first_k_dense_layers", "moe_layer_step", "moe_layer_freq", "moe_expert_bias",
-                            "moe_router_bias", "moe_router_global_batch_balance"}) {
+                            "moe_router_bias", "moe_router_global_batch_balance", "moe_router_score_function",
+                            "moe_router_pre_softmax", "moe_router_topk_scaling_factor", "moe_router_num_groups",
+                            "moe_router_group_topk", "moe_router_enable_expert_bias"}) {
       if (r.Has(key)) {
         throw InputError::Field(r.file(), std::string("/") + key, JsonForMessage(r.json()[key]),
                                 "no such key without experts: num_experts is " +
@@ -197,6 +248,7 @@ void ReadMoeAndMla(const JsonReader& r, Model* m, ModelFieldNames* n) {
   m->moe.expert_bias = r.OptBool("moe_expert_bias").value_or(false);
   m->moe.router_bias = r.OptBool("moe_router_bias").value_or(false);
   m->moe.router_global_batch_balance = r.OptBool("moe_router_global_batch_balance").value_or(false);
+  ReadMoeRouter(r, m);
   m->mla.kv_lora_rank = r.OptInt("kv_lora_rank", 0, kMaxHidden).value_or(0);
   m->mla.q_lora_rank = r.OptInt("q_lora_rank", 0, kMaxHidden).value_or(0);
   m->mla.qk_head_dim = r.OptInt("qk_head_dim", 0, kMaxHeadDim).value_or(0);
@@ -282,7 +334,9 @@ Model ModelFromJson(const Json& j, const std::string& file) {
                        "position_embedding", "rotary_base", "rope_scaling_factor", "tie_embeddings", "add_bias_linear",
                        "add_qkv_bias", "qk_layernorm", "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                        "moe_shared_expert_intermediate_size", "moe_first_k_dense_layers", "moe_layer_step", "moe_layer_freq",
-                       "moe_expert_bias", "moe_router_bias", "moe_router_global_batch_balance", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
+                       "moe_expert_bias", "moe_router_bias", "moe_router_global_batch_balance",
+                       "moe_router_score_function", "moe_router_pre_softmax", "moe_router_topk_scaling_factor",
+                       "moe_router_num_groups", "moe_router_group_topk", "moe_router_enable_expert_bias", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
                        "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "window_size", "window_attn_skip_freq"});
   Model m;
   m.name = NameOf(r, file);
@@ -376,6 +430,14 @@ Json ModelToJson(const Model& m) {
     j["moe_expert_bias"] = m.moe.expert_bias;
     j["moe_router_bias"] = m.moe.router_bias;
     j["moe_router_global_batch_balance"] = m.moe.router_global_batch_balance;
+    j["moe_router_score_function"] = m.moe.router_score;
+    j["moe_router_pre_softmax"] = m.moe.router_pre_softmax;
+    if (m.moe.router_topk_scaling > 0) j["moe_router_topk_scaling_factor"] = m.moe.router_topk_scaling;
+    if (m.moe.router_num_groups > 0) {
+      j["moe_router_num_groups"] = m.moe.router_num_groups;
+      j["moe_router_group_topk"] = m.moe.router_group_topk;
+    }
+    j["moe_router_enable_expert_bias"] = m.moe.router_expert_bias;
   }
   if (m.mla.enabled()) {
     j["q_lora_rank"] = m.mla.q_lora_rank;
@@ -422,6 +484,33 @@ Json HfLlama4Text(const Json& j, const std::string& file) {
 
 /// DeepSeek-V2/V3's experts, MLA and MTP; absent keys take DeepseekV2Config's / DeepseekV3Config's
 /// defaults.
+/// DeepSeek's router (modeling_deepseek.py's MoEGate; the config classes' defaults where a key is
+/// absent: V3 sigmoid scores, "noaux_tc" with a score-correction bias, 8 groups of which 4,
+/// normalized weights times 2.5; V2 softmax, "greedy", not normalized, times 1). Megatron-Core's
+/// softmax runs after the top-k (normalized) or, with --moe-router-pre-softmax, before it (not);
+/// its sigmoid weights are always normalized. V2 scales only weights it does not normalize.
+void ReadHfDeepSeekRouter(const JsonReader& r, bool v3, const std::string& file, MoeSpec* e) {
+  e->router_score = r.OptString("scoring_func").value_or(v3 ? "sigmoid" : "softmax");
+  if (e->router_score != "softmax" && e->router_score != "sigmoid") {
+    throw InputError::Field(file, "/scoring_func", JsonForMessage(r.json()["scoring_func"]), "\"softmax\" or \"sigmoid\"");
+  }
+  const std::string method = r.OptString("topk_method").value_or(v3 ? "noaux_tc" : "greedy");
+  if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc") {
+    throw InputError::Field(file, "/topk_method", JsonForMessage(r.json()["topk_method"]),
+                            "\"greedy\", \"group_limited_greedy\" or \"noaux_tc\"");
+  }
+  e->router_expert_bias = method == "noaux_tc";
+  if (method != "greedy") {
+    e->router_num_groups = HfNullableInt(r, "n_group", 1, kMaxHeads, v3 ? 8 : 0).value_or(0);
+    e->router_group_topk = HfNullableInt(r, "topk_group", 1, kMaxHeads, v3 ? 4 : 0).value_or(0);
+    CheckRouterGroups(*e, file, "/n_group", "/topk_group");
+  }
+  const bool normalized = r.OptBool("norm_topk_prob").value_or(v3) && e->top_k > 1;
+  e->router_pre_softmax = e->router_score == "softmax" && !normalized && e->top_k > 1;
+  const double scale = r.OptNumber("routed_scaling_factor", 1e-6, 1e6).value_or(v3 ? 2.5 : 1.0);
+  if (scale != 1.0 && (v3 || !normalized)) e->router_topk_scaling = scale;
+}
+
 void ReadHfDeepSeek(const JsonReader& r, const std::string& type, const std::string& file, Model* m,
                     ModelFieldNames* n) {
   MoeSpec& e = m->moe;
@@ -444,6 +533,7 @@ void ReadHfDeepSeek(const JsonReader& r, const std::string& type, const std::str
   // (modeling_deepseek.py's DecoderLayer).
   e.layer_step = r.OptInt("moe_layer_freq", 1, kMaxLayers).value_or(1);
   e.step_from_layer0 = true;
+  ReadHfDeepSeekRouter(r, v3, file, &e);
   MlaSpec& a = m->mla;
   a.q_lora_rank = HfNullableInt(r, "q_lora_rank", 1, kMaxHidden).value_or(0);
   a.kv_lora_rank = r.Int("kv_lora_rank", 1, kMaxHidden);
@@ -497,6 +587,9 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     // "Demons in the Detail": "Global-batch LBL is also used in Qwen3-MoEs"); Qwen2-MoE's
     // balancing is not published.
     e.router_global_batch_balance = type == "qwen3_moe";
+    // Qwen2MoeConfig and Qwen3MoeConfig: norm_topk_prob false by default, the top-k of a softmax
+    // over all experts (Megatron-Core's --moe-router-pre-softmax); true renormalizes them.
+    e.router_pre_softmax = !r.OptBool("norm_topk_prob").value_or(false) && e.top_k > 1;
     if (r.Has("mlp_only_layers") && r.json()["mlp_only_layers"].is_array() && !r.json()["mlp_only_layers"].empty()) {
       throw InputError::Field(file, "/mlp_only_layers", JsonForMessage(r.json()["mlp_only_layers"]),
                               "an empty list (dense layers at arbitrary positions are not modelled)");
@@ -511,6 +604,7 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     n->num_experts = "num_local_experts";
     n->moe_ffn_hidden_size = n->moe_shared_ffn_hidden_size = "intermediate_size";
     n->moe_layer_step = "interleave_moe_layer_step";
+    e.router_score = "sigmoid";  // Llama4TextMoe: the sigmoid of the chosen logits
   } else if (type == "deepseek_v2" || type == "deepseek_v3") {
     ReadHfDeepSeek(r, type, file, m, n);
   }

@@ -1,8 +1,25 @@
 #include "models/model.h"
 
 #include <algorithm>
+#include <cstdio>
 
 namespace shardcast {
+
+std::string RouterSummary(const MoeSpec& e) {
+  std::string s = e.router_score == "sigmoid" ? "sigmoid"
+                  : e.router_pre_softmax      ? "softmax over all experts (top-k not renormalized)"
+                                              : "softmax over the top-k";
+  if (e.router_topk_scaling > 0) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", e.router_topk_scaling);
+    s += std::string(", times ") + buf;
+  }
+  if (e.router_num_groups > 0) {
+    s += ", top-k within " + std::to_string(e.router_group_topk) + " of " + std::to_string(e.router_num_groups) + " groups";
+  }
+  if (e.router_expert_bias) s += ", expert bias (auxiliary-loss-free balancing)";
+  return s;
+}
 
 const char* ToString(Normalization n) {
   return n == Normalization::kLayerNorm ? "layernorm" : "rmsnorm";

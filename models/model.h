@@ -91,8 +91,28 @@ struct MoeSpec {
   /// Detail", used for Qwen3's MoE models): its experts specialize by domain and a micro-batch's
   /// tokens reach them unevenly (MoeImbalance). Our JSON's moe_router_global_batch_balance.
   bool router_global_batch_balance = false;
+  /// How the router turns its logits into the chosen experts' weights, as Megatron-Core's flags
+  /// say it. These set what a launch (--emit) trains; the step's time does not depend on them
+  /// (the router's GEMM is the same). "softmax" (default) or "sigmoid"
+  /// (--moe-router-score-function; DeepSeek-V3, Llama 4).
+  std::string router_score = "softmax";
+  /// Softmax over all experts before the top-k, the weights not renormalized
+  /// (--moe-router-pre-softmax; Qwen-MoE and DeepSeek-V2 without norm_topk_prob); by default the
+  /// softmax runs over the top-k logits (Mixtral).
+  bool router_pre_softmax = false;
+  double router_topk_scaling = 0;      ///< weights times this (--moe-router-topk-scaling-factor; 0: none)
+  std::int64_t router_num_groups = 0;  ///< expert groups of group-limited routing (--moe-router-num-groups; 0: none)
+  std::int64_t router_group_topk = 0;  ///< groups a token may reach (--moe-router-group-topk)
+  /// A per-expert bias added to the scores for the choice alone, updated to balance the load
+  /// (--moe-router-enable-expert-bias: DeepSeek-V3's auxiliary-loss-free balancing).
+  bool router_expert_bias = false;
   bool enabled() const { return num_experts > 1; }
 };
+
+/// The router in words: "softmax over the top-k", "softmax over all experts (top-k not
+/// renormalized)" or "sigmoid", then ", times F", ", top-k within G of N groups" and ", expert
+/// bias (auxiliary-loss-free balancing)" where they apply.
+std::string RouterSummary(const MoeSpec& e);
 
 /// Multi-head Latent Attention (DeepSeek-V2/V3; Megatron-Core's --multi-latent-attention).
 /// kv_lora_rank 0: standard attention. Queries go through a low-rank down/up projection when

@@ -97,15 +97,20 @@ double MeanAfterFirst(const std::vector<double>& v) {
 // ----- Megatron-LM -----
 
 /// The preset with the same shape as `m` (every field of our model JSON but its name, source,
-/// how its router was trained, which an argument dump does not say, and the RoPE scaling, which
-/// changes no count or time and benchmark runs often leave off), if there is one: two logs of one
-/// model then share its name, and rank against each other.
+/// how its router was trained, which an argument dump does not say, the router's scoring, which
+/// changes no count or time and is not read from the dump, and the RoPE scaling, which changes no
+/// count or time and benchmark runs often leave off), if there is one: two logs of one model then
+/// share its name, and rank against each other.
 std::optional<std::string> SamePreset(const Model& m) {
   auto shape = [](const Model& x) {
     Json j = ModelToJson(x);
     j.erase("name");
     j.erase("source");
     j.erase("moe_router_global_batch_balance");
+    for (const char* key : {"moe_router_score_function", "moe_router_pre_softmax", "moe_router_topk_scaling_factor",
+                            "moe_router_num_groups", "moe_router_group_topk", "moe_router_enable_expert_bias"}) {
+      j.erase(key);
+    }
     j.erase("rope_scaling_factor");
     return j;
   };

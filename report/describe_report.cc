@@ -41,7 +41,8 @@ Json ExpertsJson(const Model& m, const ParameterCounts& pc) {
           {"routed_expert_parameters", routed},
           {"routed_expert_bf16_bytes", 2.0 * static_cast<double>(routed)},
           {"mtp_parameters", pc.mtp},
-          {"router_global_batch_balance", e.router_global_batch_balance}};
+          {"router_global_batch_balance", e.router_global_batch_balance},
+          {"router", RouterSummary(e)}};
 }
 
 Json FlopsJson(const ModelDescription& d) {
@@ -130,6 +131,7 @@ void WriteExperts(std::ostream& out, const Model& m, const ParameterCounts& pc) 
                      FormatCount(double(pc.moe_layer.expert / e.num_experts)));
   out << fmt::format("  routed experts      {:>12}  ({} in bf16, split over expert-parallel ranks)\n",
                      FormatCount(double(routed)), FormatGiB(2.0 * static_cast<double>(routed)));
+  out << "  router weights      " << RouterSummary(e) << "\n";
   out << (e.router_global_batch_balance
               ? fmt::format("  router              trained with global-batch load balancing: with ep > 1 the busiest "
                             "expert rank takes {}x the mean tokens (docs/simulator.md)\n",

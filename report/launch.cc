@@ -182,6 +182,14 @@ std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, st
     }
     const std::string freq = MegatronMoeLayerFreq(m);
     if (freq != "1") moe += " --moe-layer-freq '" + freq + "'";
+    const MoeSpec& e = m.moe;  // the router, where it is not Megatron-Core's default
+    if (e.router_score != "softmax") moe += " --moe-router-score-function " + e.router_score;
+    if (e.router_pre_softmax) moe += " --moe-router-pre-softmax";
+    if (e.router_topk_scaling > 0) moe += " --moe-router-topk-scaling-factor " + Number(e.router_topk_scaling);
+    if (e.router_num_groups > 0) {
+      moe += fmt::format(" --moe-router-num-groups {} --moe-router-group-topk {}", e.router_num_groups, e.router_group_topk);
+    }
+    if (e.router_expert_bias) moe += " --moe-router-enable-expert-bias";
     f.push_back(moe);
     if (m.moe.expert_bias && !m.add_bias_linear) {
       unexpressed->push_back("biases in the experts' linear layers without biases elsewhere (Megatron's "
@@ -297,6 +305,13 @@ void NemoModel(const Model& m, std::int64_t seq, PyLines* p, std::vector<std::st
     const std::string freq = MegatronMoeLayerFreq(m);
     p->Set("model.config.moe_layer_freq", freq == "1" ? "1" : freq.substr(1, freq.size() - 2));
     p->Set("model.config.moe_grouped_gemm", "True");
+    const MoeSpec& e = m.moe;
+    p->Set("model.config.moe_router_score_function", PyStr(e.router_score));
+    p->Set("model.config.moe_router_pre_softmax", Py(e.router_pre_softmax));
+    p->Set("model.config.moe_router_topk_scaling_factor", e.router_topk_scaling > 0 ? Number(e.router_topk_scaling) : "None");
+    p->Set("model.config.moe_router_num_groups", e.router_num_groups > 0 ? Py(e.router_num_groups) : "None");
+    p->Set("model.config.moe_router_group_topk", e.router_group_topk > 0 ? Py(e.router_group_topk) : "None");
+    p->Set("model.config.moe_router_enable_expert_bias", Py(e.router_expert_bias));
     if (m.moe.router_bias) unexpressed->push_back("a bias in the router's linear layer");
   }
   if (m.mla.enabled()) {
@@ -551,8 +566,9 @@ void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, st
                         : std::string(ToString(m.position_embedding)) + " positions",
                     m.tie_embeddings ? "yes" : "no");
   if (m.moe.enabled()) {
-    *t += fmt::format("# experts: num_experts = {}, top_k = {}, expert ffn hidden = {}, shared ffn hidden = {}\n",
-                      m.moe.num_experts, m.moe.top_k, m.moe.ffn_hidden_size, m.moe.shared_ffn_hidden_size);
+    *t += fmt::format("# experts: num_experts = {}, top_k = {}, expert ffn hidden = {}, shared ffn hidden = {}; router: {}\n",
+                      m.moe.num_experts, m.moe.top_k, m.moe.ffn_hidden_size, m.moe.shared_ffn_hidden_size,
+                      RouterSummary(m.moe));
   }
   if (c.precision == Precision::kFp8) *t += "converters = [\"quantize.linear.float8\"]\n";
   if (IsLowPrecision(c.precision) && m.moe.enabled()) {

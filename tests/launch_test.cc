@@ -169,6 +169,12 @@ MegatronRead ReadMegatron(const std::string& text) {
     else if (f == "--moe-ffn-hidden-size") r.m.moe.ffn_hidden_size = num();
     else if (f == "--moe-shared-expert-intermediate-size") r.m.moe.shared_ffn_hidden_size = num();
     else if (f == "--moe-layer-freq") r.moe_layer_freq = next();
+    else if (f == "--moe-router-score-function") r.m.moe.router_score = next();
+    else if (f == "--moe-router-pre-softmax") r.m.moe.router_pre_softmax = true;
+    else if (f == "--moe-router-topk-scaling-factor") r.m.moe.router_topk_scaling = std::stod(next());
+    else if (f == "--moe-router-num-groups") r.m.moe.router_num_groups = num();
+    else if (f == "--moe-router-group-topk") r.m.moe.router_group_topk = num();
+    else if (f == "--moe-router-enable-expert-bias") r.m.moe.router_expert_bias = true;
     else if (f == "--q-lora-rank") r.m.mla.q_lora_rank = num();
     else if (f == "--kv-lora-rank") r.m.mla.kv_lora_rank = num();
     else if (f == "--qk-head-dim") r.m.mla.qk_head_dim = num();

@@ -18,6 +18,7 @@
 #include "models/parallel.h"
 #include "simulator/cost_model.h"
 #include "planner/validate.h"
+#include "report/launch.h"
 #include "simulator/simulate.h"
 #include "tests/test_util.h"
 
@@ -580,6 +581,107 @@ TEST(MoeHuggingFace, EveryFamilyMapsItsKeys) {
   EXPECT_NEAR(static_cast<double>(oss.Parameters().total) / 1e9, 116.8, 0.3);  // OpenAI: 116.8B total
   const ParameterCounts op = oss.Parameters();
   EXPECT_NEAR(static_cast<double>(op.active - op.word_embedding) / 1e9, 5.13, 0.02);  // 5.13B active
+}
+
+// The router as Megatron-Core's flags say it, from each family's keys and the config classes'
+// defaults: DeepSeek-V3 sigmoid with its score-correction bias, 4 of 8 groups, times 2.5;
+// DeepSeek-V2 a softmax over all experts (not renormalized) times routed_scaling_factor, in groups
+// when group-limited; Qwen-MoE pre-softmax unless norm_topk_prob; Llama 4 sigmoid; Mixtral the
+// default. The launch writes the flags; our JSON keeps them (ModelToJson round trip).
+TEST(MoeHuggingFace, RouterFlagsFollowEachFamily) {
+  const Model v3 = LoadModel("deepseek-v3");
+  EXPECT_EQ(v3.moe.router_score, "sigmoid");
+  EXPECT_TRUE(v3.moe.router_expert_bias);
+  EXPECT_EQ(v3.moe.router_num_groups, 8);
+  EXPECT_EQ(v3.moe.router_group_topk, 4);
+  EXPECT_DOUBLE_EQ(v3.moe.router_topk_scaling, 2.5);
+  EXPECT_FALSE(v3.moe.router_pre_softmax);
+  const std::string v3_keys = R"("model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+    "moe_intermediate_size": 2048, "n_routed_experts": 256, "n_shared_experts": 1, "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3, "moe_layer_freq": 1, "num_hidden_layers": 61, "num_attention_heads": 128,
+    "num_key_value_heads": 128, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
+    "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 129280, "max_position_embeddings": 163840,
+    "num_nextn_predict_layers": 1, "tie_word_embeddings": false)";
+  // Absent router keys take DeepseekV3Config's defaults, which are the released config's.
+  const Model d = FromHf("dsv3_router.json", "{" + v3_keys + "}");
+  auto router_of = [](const Model& x) {
+    Json j = ModelToJson(x), r;
+    for (const auto& [key, value] : j.items()) {
+      if (key.rfind("moe_router_", 0) == 0 && key != "moe_router_topk") r[key] = value;
+    }
+    return r;
+  };
+  EXPECT_EQ(router_of(d), router_of(v3));
+  EXPECT_EQ(router_of(d).size(), 8u);  // the six router keys, the router bias, the balancing
+  EXPECT_EQ(router_of(ModelFromJson(ModelToJson(d), "round_trip.json")), router_of(d));
+  // DeepSeek-V2: group-limited greedy over 8 groups of which 3, softmax not renormalized, times 16.
+  const std::string v2 = R"("model_type": "deepseek_v2", "hidden_size": 5120, "intermediate_size": 12288,
+    "moe_intermediate_size": 1536, "n_routed_experts": 160, "n_shared_experts": 2, "num_experts_per_tok": 6,
+    "first_k_dense_replace": 1, "num_hidden_layers": 60, "num_attention_heads": 128, "num_key_value_heads": 128,
+    "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+    "vocab_size": 102400, "max_position_embeddings": 163840, "tie_word_embeddings": false, "scoring_func": "softmax",
+    "routed_scaling_factor": 16.0)";
+  const Model d2 = FromHf("dsv2.json", "{" + v2 + R"(, "norm_topk_prob": false, "topk_method": "group_limited_greedy",
+    "n_group": 8, "topk_group": 3})");
+  EXPECT_EQ(d2.moe.router_score, "softmax");
+  EXPECT_TRUE(d2.moe.router_pre_softmax);
+  EXPECT_DOUBLE_EQ(d2.moe.router_topk_scaling, 16.0);
+  EXPECT_EQ(d2.moe.router_num_groups, 8);
+  EXPECT_EQ(d2.moe.router_group_topk, 3);
+  EXPECT_FALSE(d2.moe.router_expert_bias);
+  // Normalized, V2 does not scale (modeling_deepseek.py scales only in the other branch).
+  const Model d2n = FromHf("dsv2n.json", "{" + v2 + R"(, "topk_method": "greedy", "norm_topk_prob": true})");
+  EXPECT_FALSE(d2n.moe.router_pre_softmax);
+  EXPECT_EQ(d2n.moe.router_topk_scaling, 0.0);
+  EXPECT_EQ(d2n.moe.router_num_groups, 0);
+  // Qwen-MoE: without norm_topk_prob the top-k of a softmax over all experts.
+  const std::string qwen = R"("hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768,
+    "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_attention_heads": 32,
+    "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960)";
+  EXPECT_TRUE(FromHf("q3_nonorm.json", R"({"model_type": "qwen3_moe", )" + qwen + "}").moe.router_pre_softmax);
+  EXPECT_FALSE(FromHf("q3_norm.json", R"({"model_type": "qwen3_moe", "norm_topk_prob": true, )" + qwen + "}")
+                   .moe.router_pre_softmax);
+  EXPECT_EQ(LoadModel("mixtral-8x7b").moe.router_score, "softmax");
+  EXPECT_FALSE(LoadModel("mixtral-8x7b").moe.router_pre_softmax);
+  // The launch: only what differs from Megatron-Core's default router.
+  const ParallelConfig c = [] {
+    ParallelConfig x;
+    x.pp = 16;
+    x.ep = 8;
+    x.dp = 16;
+    x.micro_batch_size = 1;
+    x.global_batch_size = 256;
+    return x;
+  }();
+  const std::string args = EmitLaunch(LaunchFormat::kMegatron, v3, c, LoadCluster("dgx-h100"), 256).text;
+  EXPECT_NE(args.find("--moe-router-score-function sigmoid --moe-router-topk-scaling-factor 2.5 --moe-router-num-groups 8 "
+                      "--moe-router-group-topk 4 --moe-router-enable-expert-bias"),
+            std::string::npos)
+      << args;
+  const std::string mixtral =
+      EmitLaunch(LaunchFormat::kMegatron, LoadModel("mixtral-8x7b"), c, LoadCluster("dgx-h100"), 256).text;
+  EXPECT_EQ(mixtral.find("--moe-router-"), mixtral.find("--moe-router-topk"));  // topk alone
+  // Bad router keys name the key, the value and what was expected.
+  EXPECT_NE(testing::InputErrorOf([&] { FromHf("dsv3_score.json", "{" + v3_keys + R"(, "scoring_func": "relu"})"); })
+                .find("/scoring_func: got \"relu\", expected \"softmax\" or \"sigmoid\""),
+            std::string::npos);
+  EXPECT_NE(testing::InputErrorOf([&] { FromHf("dsv3_groups.json", "{" + v3_keys + R"(, "n_group": 7})"); })
+                .find("/n_group: got 7, expected a divisor of the 256 routed experts"),
+            std::string::npos);
+  EXPECT_NE(testing::InputErrorOf([&] { FromHf("dsv3_gtopk.json", "{" + v3_keys + R"(, "topk_group": 9})"); })
+                .find("/topk_group: got 9, expected 1 to n_group = 8"),
+            std::string::npos);
+  Json ours = ModelToJson(v3);
+  ours["moe_router_num_groups"] = 64;
+  ours["moe_router_group_topk"] = 1;  // 4 experts a group: fewer than the top-8
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(ours, "v3.json"); })
+                .find("/moe_router_group_topk: got 1, expected groups holding the 8 experts a token is routed to (4 "
+                      "experts a group)"),
+            std::string::npos);
+  ours = ModelToJson(v3);
+  ours.erase("moe_router_group_topk");
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(ours, "v3.json"); }).find("/moe_router_group_topk"),
+            std::string::npos);
 }
 
 TEST(MoeHuggingFace, AbsentKeysTakeTheConfigClassDefaults) {
