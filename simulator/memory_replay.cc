@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "models/hardware.h"
 #include "simulator/allocator.h"
 #include "simulator/schedule.h"
 
@@ -70,9 +71,29 @@ LazyGradients LazyGradientsOf(const ParallelConfig& c) {
 double Zero3GatheredLayerBytes(const CostModel& cm, double param_gather_bytes, int stage) {
   double layer_params_max = 0;
   for (const auto& cc : cm.chunks.at(static_cast<std::size_t>(stage))) {
-    if (cc.layers > 0) layer_params_max = std::max(layer_params_max, cc.params_per_gpu / cc.layers);
+    if (cc.layers <= 0) continue;
+    const double own = cc.params_per_gpu - (cc.has_embedding ? cm.embedding_params_per_gpu : 0.0) -
+                       (cc.has_output ? cm.output_params_per_gpu : 0.0);
+    layer_params_max = std::max(layer_params_max, own / cc.layers);
   }
   return param_gather_bytes * layer_params_max;
+}
+
+double Zero3GatheredStaticBytes(const CostModel& cm, const ParallelConfig& c, int stage) {
+  const double layer = Zero3GatheredLayerBytes(cm, c.param_gather_bytes, stage);
+  // The embedding and the output layer gather in the model's 16-bit (or fp32) width, not the
+  // linear layers' FP8 copies.
+  const double unit_bytes = c.fp8_param_gather ? ModelDtypeBytes(c.precision) : c.param_gather_bytes;
+  double first = 0, last = 0;
+  for (const auto& cc : cm.chunks.at(static_cast<std::size_t>(stage))) {
+    if (cc.has_embedding) first = unit_bytes * cm.embedding_params_per_gpu;
+    // A tied output layer without a pipeline is the embedding's unit again.
+    if (cc.has_output) {
+      last = unit_bytes * (cm.output_params_per_gpu > 0 ? cm.output_params_per_gpu
+                                                        : cc.has_embedding ? cm.embedding_params_per_gpu : 0.0);
+    }
+  }
+  return std::max({2 * layer, layer + first, layer + last});
 }
 
 bool ReplaysZero3Gathers(const ParallelConfig& c) {
@@ -379,6 +400,7 @@ AllocatorReplay ReplayStageAllocations(const CostModel& cm, const ParallelConfig
   double params = 0;
   for (const ChunkCost& cc : cm.chunks[static_cast<std::size_t>(stage)]) params += cc.params_per_gpu;
   // With the gathers replayed one by one, the two layers StaticStageMemory counts are theirs.
+  // (The embedding's or output layer's unit beyond a layer stays in the static bytes.)
   const double gathers = ReplaysZero3Gathers(c) ? 2.0 * Zero3GatheredLayerBytes(cm, c.param_gather_bytes, stage) : 0.0;
   const double rest = static_bytes - LazyGradientsOf(c).bytes_per_param * params - gathers;
   if (FlattensWeightsAtInit(c)) {

@@ -57,12 +57,20 @@ LazyGradients LazyGradientsOf(const ParallelConfig& c);
 /// back) and the BF16_Optimizer (the flat buffer made on the GPU, the tensors then pointed into it).
 bool FlattensWeightsAtInit(const ParallelConfig& c);
 
-/// One layer's gathered parameters under per-layer ZeRO-3, bytes: the stage's largest layer (its
-/// chunks' parameters per GPU over their layers) at `param_gather_bytes` per parameter (the
-/// configuration's gather width as RunConfig sets it: 2 for 16-bit, 1 with --fp8-param-gather, 4
-/// for fp32 parameters). StaticStageMemory holds two of them (the running layer's and the
-/// prefetched one's).
+/// One layer's gathered parameters under per-layer ZeRO-3, bytes: the stage's largest transformer
+/// layer (its chunks' parameters per GPU, without the embedding and the output layer, over their
+/// layers) at `param_gather_bytes` per parameter (the configuration's gather width as RunConfig
+/// sets it: 2 for 16-bit, 1 with --fp8-param-gather, 4 for fp32 parameters).
 double Zero3GatheredLayerBytes(const CostModel& cm, double param_gather_bytes, int stage);
+
+/// The most gathered parameters per-layer ZeRO-3 holds at once, bytes, which StaticStageMemory
+/// counts: the running unit and the prefetched next, the units being each transformer layer, the
+/// embedding and the output layer (with the final norm), as PyTorch FSDP2 wraps them
+/// (torchtitan's apply_fsdp: the embedding, each block, the norm with the output): two layers,
+/// or a layer beside the embedding (the first forward) or beside the output layer (which stays
+/// gathered from its forward into its backward). The embedding and output gather 16-bit weights
+/// even with --fp8-param-gather.
+double Zero3GatheredStaticBytes(const CostModel& cm, const ParallelConfig& c, int stage);
 
 /// Whether the replay makes the per-layer ZeRO-3 gathers one by one, each block held by the
 /// allocator until its pass is done (ParallelConfig::zero3_limit_all_gathers off), instead of

@@ -1014,7 +1014,7 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
   mem.optimizer_bytes = (params - experts) * bpp.optimizer + experts * bpe.optimizer;
   // ZeRO-3 holds gathered parameters of the running and the prefetched layer; pipeline stages
   // hold send and receive buffers for both directions.
-  mem.comm_buffer_bytes = c.zero_stage >= 3 ? 2.0 * Zero3GatheredLayerBytes(cm, c.param_gather_bytes, stage) : 0.0;
+  mem.comm_buffer_bytes = c.zero_stage >= 3 ? Zero3GatheredStaticBytes(cm, c, stage) : 0.0;
   // DeepSpeed keeps the tensors under its persistence threshold whole on every rank. Its ZeRO-3
   // of 2021 gathers tensor by tensor (Zero3GatheredPeakBytes); that of 2023-25 holds the most its
   // coordinator keeps gathered (cm.ds_zero3) and the contiguous reduce bucket (reduce_bucket_size
