@@ -202,16 +202,30 @@ void ReadMoeRouter(const JsonReader& r, Model* m) {
     throw InputError::Field(r.file(), "/moe_router_score_function", JsonForMessage(r.json()["moe_router_score_function"]),
                             "\"softmax\" or \"sigmoid\"");
   }
-  e.router_pre_softmax = r.OptBool("moe_router_pre_softmax").value_or(false);
+  // Top-1 softmax routing after the top-k would weight every token's expert 1, which Megatron-Core
+  // refuses: there the softmax comes first.
+  const bool top1_softmax = e.router_score == "softmax" && e.top_k == 1;
+  e.router_pre_softmax = r.OptBool("moe_router_pre_softmax").value_or(top1_softmax);
   if (e.router_pre_softmax && e.router_score != "softmax") {
     throw InputError::Field(r.file(), "/moe_router_pre_softmax", "true",
                             "false with moe_router_score_function \"sigmoid\" (it orders the softmax)");
+  }
+  if (top1_softmax && !e.router_pre_softmax) {
+    throw InputError::Field(r.file(), "/moe_router_pre_softmax", "false",
+                            "true with one expert a token and softmax scores (after the top-1 the weight is always "
+                            "1; Megatron-Core refuses it)");
   }
   e.router_topk_scaling = r.OptNumber("moe_router_topk_scaling_factor", 1e-6, 1e6).value_or(0);
   e.router_num_groups = r.OptInt("moe_router_num_groups", 1, kMaxHeads).value_or(0);
   e.router_group_topk = r.OptInt("moe_router_group_topk", 1, kMaxHeads).value_or(0);
   CheckRouterGroups(e, r.file(), "/moe_router_num_groups", "/moe_router_group_topk");
   e.router_expert_bias = r.OptBool("moe_router_enable_expert_bias").value_or(false);
+  if (e.router_expert_bias && e.router_score != "sigmoid") {
+    // Megatron-Core's TransformerConfig refuses it: the bias is for sigmoid scores.
+    throw InputError::Field(r.file(), "/moe_router_enable_expert_bias", "true",
+                            "false with moe_router_score_function \"" + e.router_score +
+                                "\" (the expert bias goes with \"sigmoid\" scores)");
+  }
 }
 
 /// The MoE and MLA fields of our JSON format (Megatron-Core's argument names).
@@ -490,14 +504,19 @@ Json HfLlama4Text(const Json& j, const std::string& file) {
 /// softmax runs after the top-k (normalized) or, with --moe-router-pre-softmax, before it (not);
 /// its sigmoid weights are always normalized. V2 scales only weights it does not normalize.
 void ReadHfDeepSeekRouter(const JsonReader& r, bool v3, const std::string& file, MoeSpec* e) {
+  // The modelling code of each version implements one scoring and its own top-k methods (others
+  // raise NotImplementedError): V3 sigmoid with "noaux_tc", V2 softmax with "greedy" or
+  // "group_limited_greedy".
   e->router_score = r.OptString("scoring_func").value_or(v3 ? "sigmoid" : "softmax");
-  if (e->router_score != "softmax" && e->router_score != "sigmoid") {
-    throw InputError::Field(file, "/scoring_func", JsonForMessage(r.json()["scoring_func"]), "\"softmax\" or \"sigmoid\"");
+  if (e->router_score != (v3 ? "sigmoid" : "softmax")) {
+    throw InputError::Field(file, "/scoring_func", JsonForMessage(r.json()["scoring_func"]),
+                            v3 ? "\"sigmoid\" (DeepSeek-V3's MoEGate)" : "\"softmax\" (DeepSeek-V2's MoEGate)");
   }
   const std::string method = r.OptString("topk_method").value_or(v3 ? "noaux_tc" : "greedy");
-  if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc") {
+  if (v3 ? method != "noaux_tc" : method != "greedy" && method != "group_limited_greedy") {
     throw InputError::Field(file, "/topk_method", JsonForMessage(r.json()["topk_method"]),
-                            "\"greedy\", \"group_limited_greedy\" or \"noaux_tc\"");
+                            v3 ? "\"noaux_tc\" (DeepSeek-V3's MoEGate)"
+                               : "\"greedy\" or \"group_limited_greedy\" (DeepSeek-V2's MoEGate)");
   }
   e->router_expert_bias = method == "noaux_tc";
   if (method != "greedy") {
@@ -505,8 +524,10 @@ void ReadHfDeepSeekRouter(const JsonReader& r, bool v3, const std::string& file,
     e->router_group_topk = HfNullableInt(r, "topk_group", 1, kMaxHeads, v3 ? 4 : 0).value_or(0);
     CheckRouterGroups(*e, file, "/n_group", "/topk_group");
   }
+  // Unnormalized weights (and any top-1 weight: MoEGate normalizes only with top_k > 1) are the
+  // chosen experts' scores: with softmax scores Megatron-Core's --moe-router-pre-softmax.
   const bool normalized = r.OptBool("norm_topk_prob").value_or(v3) && e->top_k > 1;
-  e->router_pre_softmax = e->router_score == "softmax" && !normalized && e->top_k > 1;
+  e->router_pre_softmax = e->router_score == "softmax" && !normalized;
   const double scale = r.OptNumber("routed_scaling_factor", 1e-6, 1e6).value_or(v3 ? 2.5 : 1.0);
   if (scale != 1.0 && (v3 || !normalized)) e->router_topk_scaling = scale;
 }
@@ -589,7 +610,7 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     e.router_global_batch_balance = type == "qwen3_moe";
     // Qwen2MoeConfig and Qwen3MoeConfig: norm_topk_prob false by default, the top-k of a softmax
     // over all experts (Megatron-Core's --moe-router-pre-softmax); true renormalizes them.
-    e.router_pre_softmax = !r.OptBool("norm_topk_prob").value_or(false) && e.top_k > 1;
+    e.router_pre_softmax = !r.OptBool("norm_topk_prob").value_or(false);
     if (r.Has("mlp_only_layers") && r.json()["mlp_only_layers"].is_array() && !r.json()["mlp_only_layers"].empty()) {
       throw InputError::Field(file, "/mlp_only_layers", JsonForMessage(r.json()["mlp_only_layers"]),
                               "an empty list (dense layers at arbitrary positions are not modelled)");
@@ -623,6 +644,8 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
                                 n->moe_shared_ffn_hidden_size + "), or null for a dense model");
   }
   if (e.num_experts <= 1) e = MoeSpec{};
+  // Megatron-Core runs top-1 softmax routing only with the softmax before the top-k.
+  if (e.router_score == "softmax" && e.top_k == 1) e.router_pre_softmax = true;
 }
 
 /// The linear biases of the llama-like families. Qwen2's attention has Q/K/V biases and nothing

@@ -343,6 +343,18 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::opti
     j["moe_router_topk"] = a.Int("moe_router_topk").value_or(2);
     j["moe_ffn_hidden_size"] = a.Int("moe_ffn_hidden_size").value_or(j["ffn_hidden_size"].get<std::int64_t>());
     if (const auto s = a.Int("moe_shared_expert_intermediate_size")) j["moe_shared_expert_intermediate_size"] = *s;
+    // The router as the run trained it (what --emit and describe of the run say; no time).
+    if (const auto sf = a.Get("moe_router_score_function")) {
+      if (*sf != "softmax" && *sf != "sigmoid") a.Fail("moe_router_score_function", "softmax or sigmoid");
+      j["moe_router_score_function"] = *sf;
+    }
+    // (False is the default; left out, a top-1 softmax router of an older Megatron-LM, which did
+    // not refuse it, reads as the pre-softmax Megatron-Core needs now.)
+    if (a.Flag("moe_router_pre_softmax")) j["moe_router_pre_softmax"] = true;
+    if (const auto x = a.Number("moe_router_topk_scaling_factor")) j["moe_router_topk_scaling_factor"] = *x;
+    if (const auto g = a.Int("moe_router_num_groups")) j["moe_router_num_groups"] = *g;
+    if (const auto g = a.Int("moe_router_group_topk")) j["moe_router_group_topk"] = *g;
+    if (a.Flag("moe_router_enable_expert_bias")) j["moe_router_enable_expert_bias"] = true;
     // moe_layer_freq: an int N (every N-th layer) or a per-layer list of 0/1.
     const std::string freq = a.Get("moe_layer_freq").value_or("");
     if (freq.empty()) {

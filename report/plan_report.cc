@@ -169,6 +169,19 @@ std::string SearchOptimizerLine(const PlanOptions& o) {
 
 namespace {
 
+/// "Fixed beyond --max-tp 4: tp = 8 is searched as --fix gives it\n" when a fixed tp is above the
+/// search's limit (--max-tp, else the GPUs of a node), which --fix overrides; "" otherwise.
+std::string FixedBeyondLimitsLine(const PlanOptions& o, const Cluster& cl) {
+  const auto it = o.fixed.find("tp");
+  const std::int64_t limit = o.max_tp > 0 ? o.max_tp : cl.gpus_per_node;
+  if (it == o.fixed.end() || limit <= 0 || std::stoll(it->second) <= limit) return "";
+  return fmt::format("Fixed beyond {}: tp = {} is searched as --fix gives it\n",
+                     o.max_tp > 0 ? fmt::format("--max-tp {}", o.max_tp)
+                                  : fmt::format("the default --max-tp ({} GPUs a node: tensor parallelism across nodes)",
+                                                cl.gpus_per_node),
+                     it->second);
+}
+
 /// The title and where the candidates went: set aside (by reason), simulated, not generated.
 void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) {
   const PlanOptions& o = v.o;
@@ -177,6 +190,7 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
                      v.cl.gpu.display_name, v.cl.name, o.global_batch_size, o.seq_length, ToString(o.objective));
   out << SearchOptimizerLine(o);
   out << PartialNodeLine(o.gpus, v.cl.gpus_per_node);
+  out << FixedBeyondLimitsLine(o, v.cl);
   std::size_t set_aside = 0;
   for (const auto& [reason, count] : r.rejected) set_aside += count;
   out << fmt::format("Candidates: {} generated in {:.2f} s = {} set aside + {} simulated that fit "

@@ -57,10 +57,11 @@ LazyGradients LazyGradientsOf(const ParallelConfig& c);
 /// back) and the BF16_Optimizer (the flat buffer made on the GPU, the tensors then pointed into it).
 bool FlattensWeightsAtInit(const ParallelConfig& c);
 
-/// One layer's gathered parameters under per-layer ZeRO-3, bytes: the stage's largest transformer
-/// layer (its chunks' parameters per GPU, without the embedding and the output layer, over their
-/// layers) at `param_gather_bytes` per parameter (the configuration's gather width as RunConfig
-/// sets it: 2 for 16-bit, 1 with --fp8-param-gather, 4 for fp32 parameters).
+/// One layer's gathered parameters under per-layer ZeRO-3, bytes: the largest over the stage's
+/// chunks of a chunk's mean transformer layer (its parameters per GPU without the embedding and
+/// the output layer, over its layers: every layer of a dense model; dense and MoE layers, or an
+/// MTP module, averaged) at `param_gather_bytes` per parameter (the configuration's gather width
+/// as RunConfig sets it: 2 for 16-bit, 1 with --fp8-param-gather, 4 for fp32 parameters).
 double Zero3GatheredLayerBytes(const CostModel& cm, double param_gather_bytes, int stage);
 
 /// The most gathered parameters per-layer ZeRO-3 holds at once, bytes, which StaticStageMemory

@@ -934,6 +934,22 @@ TEST(CliPlan, CsvToStandardOutput) {
   }
 }
 
+// A fixed tp above the search's limit is searched as given, and the report says it overrode the
+// limit (--max-tp, or by default a node's GPUs).
+TEST(CliPlan, FixedTpBeyondTheLimitIsSaid) {
+  const std::string base = "plan --model gpt3-6.7b --cluster dgx-a100 --gpus 64 --gbs 512 --top 1 ";
+  const auto over = RunShardcast(base + "--fix tp=8 --max-tp 4");
+  ASSERT_EQ(over.exit_code, 0) << over.err;
+  EXPECT_NE(over.out.find("\nFixed beyond --max-tp 4: tp = 8 is searched as --fix gives it\n"), std::string::npos)
+      << over.out;
+  const auto nodes = RunShardcast(base + "--fix tp=16");
+  ASSERT_EQ(nodes.exit_code, 0) << nodes.err;
+  EXPECT_NE(nodes.out.find("Fixed beyond the default --max-tp (8 GPUs a node: tensor parallelism across nodes): tp = 16"),
+            std::string::npos)
+      << nodes.out;
+  EXPECT_EQ(RunShardcast(base + "--fix tp=4 --max-tp 4").out.find("Fixed beyond"), std::string::npos);
+}
+
 // Without a price or a board power the cost and energy objectives would rank every plan as 0.
 TEST(CliPlan, CostObjectiveNeedsAPrice) {
   const std::string gpu = WriteTemp("noprice_gpu.json", R"({"name": "no-price", "display_name": "No Price", "arch": "hopper",

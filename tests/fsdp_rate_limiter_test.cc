@@ -52,9 +52,12 @@ TEST(FsdpRateLimiter, WithoutItTheAllocatorHoldsEveryLayersGatherOfAPass) {
   c.seq_length = m.seq_length;
   const CostModel cm = BuildCostModel(m, c, cl, prof);
   const double layer = Zero3GatheredLayerBytes(cm, c.param_gather_bytes, 0);
-  // A transformer layer: the stage's parameters without the embedding and the output layer.
-  EXPECT_DOUBLE_EQ(layer, 2.0 * (cm.chunks[0][0].params_per_gpu - cm.embedding_params_per_gpu - cm.output_params_per_gpu) /
-                              static_cast<double>(m.num_layers));
+  // A Llama-2 layer from its shape (Q, K, V, O of h x h, SwiGLU's three h x f, two RMSNorms),
+  // with the final norm's h shared over the layers: the embedding and output layer are units of
+  // their own.
+  const double h = static_cast<double>(m.hidden_size), f = static_cast<double>(m.ffn_hidden_size),
+               n = static_cast<double>(m.num_layers);
+  EXPECT_DOUBLE_EQ(layer, 2.0 * (4 * h * h + 3 * h * f + 2 * h + h / n));
   const double segment = static_cast<double>(AllocatorSegmentBytes(AllocatorRoundedBytes(static_cast<std::int64_t>(layer))));
   const double static_rest = b.weights_bytes + b.grads_bytes + b.optimizer_bytes + b.comm_buffer_bytes - 2 * layer;
   EXPECT_GE(b.reserved_bytes - b.framework_bytes, static_rest + static_cast<double>(m.num_layers) * segment);

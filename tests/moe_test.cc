@@ -662,8 +662,37 @@ TEST(MoeHuggingFace, RouterFlagsFollowEachFamily) {
       EmitLaunch(LaunchFormat::kMegatron, LoadModel("mixtral-8x7b"), c, LoadCluster("dgx-h100"), 256).text;
   EXPECT_EQ(mixtral.find("--moe-router-"), mixtral.find("--moe-router-topk"));  // topk alone
   // Bad router keys name the key, the value and what was expected.
-  EXPECT_NE(testing::InputErrorOf([&] { FromHf("dsv3_score.json", "{" + v3_keys + R"(, "scoring_func": "relu"})"); })
-                .find("/scoring_func: got \"relu\", expected \"softmax\" or \"sigmoid\""),
+  // Each version's MoEGate implements one scoring and its own methods.
+  EXPECT_NE(testing::InputErrorOf([&] { FromHf("dsv3_score.json", "{" + v3_keys + R"(, "scoring_func": "softmax"})"); })
+                .find("/scoring_func: got \"softmax\", expected \"sigmoid\" (DeepSeek-V3's MoEGate)"),
+            std::string::npos);
+  EXPECT_NE(testing::InputErrorOf([&] { FromHf("dsv2_method.json", "{" + v2 + R"(, "topk_method": "noaux_tc"})"); })
+                .find("/topk_method: got \"noaux_tc\", expected \"greedy\" or \"group_limited_greedy\" "
+                      "(DeepSeek-V2's MoEGate)"),
+            std::string::npos);
+  // A top-1 router's weight is the chosen expert's score unless normalized to 1: pre-softmax, the
+  // only top-1 softmax Megatron-Core runs (Qwen2-MoE, DeepSeek-V2 and Mixtral alike).
+  const std::string q_top1 = qwen;
+  EXPECT_TRUE(FromHf("q3_top1.json", R"({"model_type": "qwen3_moe", "norm_topk_prob": true, )" +
+                                         std::string(q_top1).replace(q_top1.find("\"num_experts_per_tok\": 8"),
+                                                                     std::string("\"num_experts_per_tok\": 8").size(),
+                                                                     "\"num_experts_per_tok\": 1") +
+                                         "}")
+                  .moe.router_pre_softmax);
+  Json top1 = ModelToJson(LoadModel("mixtral-8x7b"));
+  top1["moe_router_topk"] = 1;
+  top1.erase("moe_router_pre_softmax");
+  EXPECT_TRUE(ModelFromJson(top1, "top1.json").moe.router_pre_softmax);
+  top1["moe_router_pre_softmax"] = false;
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(top1, "top1.json"); })
+                .find("/moe_router_pre_softmax: got false, expected true with one expert a token and softmax scores"),
+            std::string::npos);
+  // Megatron-Core's expert bias goes with sigmoid scores only.
+  Json bias = ModelToJson(LoadModel("mixtral-8x7b"));
+  bias["moe_router_enable_expert_bias"] = true;
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(bias, "bias.json"); })
+                .find("/moe_router_enable_expert_bias: got true, expected false with moe_router_score_function "
+                      "\"softmax\""),
             std::string::npos);
   EXPECT_NE(testing::InputErrorOf([&] { FromHf("dsv3_groups.json", "{" + v3_keys + R"(, "n_group": 7})"); })
                 .find("/n_group: got 7, expected a divisor of the 256 routed experts"),

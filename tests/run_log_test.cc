@@ -419,6 +419,17 @@ TEST(RunLog, MegatronMoeLogReadsTheExpertSettings) {
   EXPECT_TRUE(r.config.moe_force_load_balancing);
   EXPECT_EQ(r.config.offload_modules, static_cast<unsigned>(kOffloadExpertFc1 | kOffloadMoeAct));
   EXPECT_FALSE(r.model.moe.router_global_batch_balance);  // no preset of this shape
+  EXPECT_EQ(r.model.moe.router_score, "softmax");            // the dump has no router arguments: the defaults
+  // The router arguments as the run printed them.
+  std::string routed = text;
+  const std::string router = ArgLine("moe_router_score_function", "sigmoid") + "\n" +
+                             ArgLine("moe_router_topk_scaling_factor", "2.5") + "\n" +
+                             ArgLine("moe_router_num_groups", "4") + "\n" + ArgLine("moe_router_group_topk", "2") +
+                             "\n" + ArgLine("moe_router_enable_expert_bias", "True") + "\n" +
+                             ArgLine("moe_router_pre_softmax", "False") + "\n";
+  routed.insert(routed.find(ArgLine("num_experts", "8")), router);
+  const LoggedRun with_router = ParseTrainingLog(routed, "moe_router.log", {});
+  EXPECT_EQ(RouterSummary(with_router.model.moe), "sigmoid, times 2.5, top-k within 2 of 4 groups, expert bias (auxiliary-loss-free balancing)");
   // --moe-layer-freq 2: Megatron-LM's layer i is MoE when i % 2 == 0, so 0, 2, 4, ... of L layers.
   const std::string freq1 = ArgLine("moe_layer_freq", "1");
   text.replace(text.find(freq1), freq1.size(), ArgLine("moe_layer_freq", "2"));
