@@ -220,6 +220,7 @@ void ReadMoeRouter(const JsonReader& r, Model* m) {
   e.router_group_topk = r.OptInt("moe_router_group_topk", 1, kMaxHeads).value_or(0);
   CheckRouterGroups(e, r.file(), "/moe_router_num_groups", "/moe_router_group_topk");
   e.router_expert_bias = r.OptBool("moe_router_enable_expert_bias").value_or(false);
+  e.probs_on_input = r.OptBool("moe_apply_probs_on_input").value_or(false);
   if (e.router_expert_bias && e.router_score != "sigmoid") {
     // Megatron-Core's TransformerConfig refuses it: the bias is for sigmoid scores.
     throw InputError::Field(r.file(), "/moe_router_enable_expert_bias", "true",
@@ -240,7 +241,7 @@ void ReadMoeAndMla(const JsonReader& r, Model* m, ModelFieldNames* n) {
                             "moe_first_k_dense_layers", "moe_layer_step", "moe_layer_freq", "moe_expert_bias",
                             "moe_router_bias", "moe_router_global_batch_balance", "moe_router_score_function",
                             "moe_router_pre_softmax", "moe_router_topk_scaling_factor", "moe_router_num_groups",
-                            "moe_router_group_topk", "moe_router_enable_expert_bias"}) {
+                            "moe_router_group_topk", "moe_router_enable_expert_bias", "moe_apply_probs_on_input"}) {
       if (r.Has(key)) {
         throw InputError::Field(r.file(), std::string("/") + key, JsonForMessage(r.json()[key]),
                                 "no such key without experts: num_experts is " +
@@ -350,7 +351,8 @@ Model ModelFromJson(const Json& j, const std::string& file) {
                        "moe_shared_expert_intermediate_size", "moe_first_k_dense_layers", "moe_layer_step", "moe_layer_freq",
                        "moe_expert_bias", "moe_router_bias", "moe_router_global_batch_balance",
                        "moe_router_score_function", "moe_router_pre_softmax", "moe_router_topk_scaling_factor",
-                       "moe_router_num_groups", "moe_router_group_topk", "moe_router_enable_expert_bias", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
+                       "moe_router_num_groups", "moe_router_group_topk", "moe_router_enable_expert_bias",
+                       "moe_apply_probs_on_input", "q_lora_rank", "kv_lora_rank", "qk_head_dim",
                        "qk_pos_emb_head_dim", "v_head_dim", "mtp_num_layers", "window_size", "window_attn_skip_freq"});
   Model m;
   m.name = NameOf(r, file);
@@ -452,6 +454,7 @@ Json ModelToJson(const Model& m) {
       j["moe_router_group_topk"] = m.moe.router_group_topk;
     }
     j["moe_router_enable_expert_bias"] = m.moe.router_expert_bias;
+    j["moe_apply_probs_on_input"] = m.moe.probs_on_input;
   }
   if (m.mla.enabled()) {
     j["q_lora_rank"] = m.mla.q_lora_rank;
@@ -625,7 +628,8 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     n->num_experts = "num_local_experts";
     n->moe_ffn_hidden_size = n->moe_shared_ffn_hidden_size = "intermediate_size";
     n->moe_layer_step = "interleave_moe_layer_step";
-    e.router_score = "sigmoid";  // Llama4TextMoe: the sigmoid of the chosen logits
+    e.router_score = "sigmoid";  // Llama4TextMoe: the sigmoid of the chosen logits,
+    e.probs_on_input = true;     // which scale the expert's input (routed_in = hidden * scores)
   } else if (type == "deepseek_v2" || type == "deepseek_v3") {
     ReadHfDeepSeek(r, type, file, m, n);
   }

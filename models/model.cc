@@ -18,6 +18,7 @@ std::string RouterSummary(const MoeSpec& e) {
     s += ", top-k within " + std::to_string(e.router_group_topk) + " of " + std::to_string(e.router_num_groups) + " groups";
   }
   if (e.router_expert_bias) s += ", expert bias (auxiliary-loss-free balancing)";
+  if (e.probs_on_input) s += ", weights on the experts' input";
   return s;
 }
 

@@ -106,12 +106,15 @@ struct MoeSpec {
   /// A per-expert bias added to the scores for the choice alone, updated to balance the load
   /// (--moe-router-enable-expert-bias: DeepSeek-V3's auxiliary-loss-free balancing).
   bool router_expert_bias = false;
+  /// The chosen experts' weights scale their input, not their output (--moe-apply-probs-on-input:
+  /// Llama 4's experts).
+  bool probs_on_input = false;
   bool enabled() const { return num_experts > 1; }
 };
 
 /// The router in words: "softmax over the top-k", "softmax over all experts (top-k not
-/// renormalized)" or "sigmoid", then ", times F", ", top-k within G of N groups" and ", expert
-/// bias (auxiliary-loss-free balancing)" where they apply.
+/// renormalized)" or "sigmoid", then ", times F", ", top-k within G of N groups", ", expert
+/// bias (auxiliary-loss-free balancing)" and ", weights on the experts' input" where they apply.
 std::string RouterSummary(const MoeSpec& e);
 
 /// Multi-head Latent Attention (DeepSeek-V2/V3; Megatron-Core's --multi-latent-attention).

@@ -108,7 +108,8 @@ std::optional<std::string> SamePreset(const Model& m) {
     j.erase("source");
     j.erase("moe_router_global_batch_balance");
     for (const char* key : {"moe_router_score_function", "moe_router_pre_softmax", "moe_router_topk_scaling_factor",
-                            "moe_router_num_groups", "moe_router_group_topk", "moe_router_enable_expert_bias"}) {
+                            "moe_router_num_groups", "moe_router_group_topk", "moe_router_enable_expert_bias",
+                            "moe_apply_probs_on_input"}) {
       j.erase(key);
     }
     j.erase("rope_scaling_factor");
@@ -280,6 +281,34 @@ std::vector<std::string> MegatronArgs::List(const std::string& name) const {
 
 /// The model's shape from the argument dump, in our model JSON (whose keys are Megatron-LM's
 /// names where Megatron-LM has them).
+/// The router as the run trained it (what --emit and describe of the run say; no time), into our
+/// model JSON `j`; combinations Megatron-Core refuses fail here, naming the dump's line.
+void MegatronRouterJson(const MegatronArgs& a, Json* j) {
+  const std::string score = a.Get("moe_router_score_function").value_or("softmax");
+  if (score != "softmax" && score != "sigmoid") a.Fail("moe_router_score_function", "softmax or sigmoid");
+  (*j)["moe_router_score_function"] = score;
+  // (False is the default; left out, a top-1 softmax router of an older Megatron-LM, which did not
+  // refuse it, reads as the pre-softmax Megatron-Core needs now.)
+  if (a.Flag("moe_router_pre_softmax")) {
+    if (score != "softmax") a.Fail("moe_router_pre_softmax", "False with moe_router_score_function " + score);
+    (*j)["moe_router_pre_softmax"] = true;
+  }
+  if (const auto x = a.Number("moe_router_topk_scaling_factor")) (*j)["moe_router_topk_scaling_factor"] = *x;
+  const auto groups = a.Int("moe_router_num_groups"), group_topk = a.Int("moe_router_group_topk");
+  if (groups && group_topk) {
+    (*j)["moe_router_num_groups"] = *groups;
+    (*j)["moe_router_group_topk"] = *group_topk;
+  }
+  if (a.Flag("moe_router_enable_expert_bias")) {
+    if (score != "sigmoid") {
+      a.Fail("moe_router_enable_expert_bias",
+             "False with moe_router_score_function " + score + " (Megatron-Core's expert bias needs sigmoid scores)");
+    }
+    (*j)["moe_router_enable_expert_bias"] = true;
+  }
+  if (a.Flag("moe_apply_probs_on_input")) (*j)["moe_apply_probs_on_input"] = true;
+}
+
 Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::optional<std::int64_t> padded_vocab) {
   Json j;
   j["name"] = name;
@@ -343,18 +372,7 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::opti
     j["moe_router_topk"] = a.Int("moe_router_topk").value_or(2);
     j["moe_ffn_hidden_size"] = a.Int("moe_ffn_hidden_size").value_or(j["ffn_hidden_size"].get<std::int64_t>());
     if (const auto s = a.Int("moe_shared_expert_intermediate_size")) j["moe_shared_expert_intermediate_size"] = *s;
-    // The router as the run trained it (what --emit and describe of the run say; no time).
-    if (const auto sf = a.Get("moe_router_score_function")) {
-      if (*sf != "softmax" && *sf != "sigmoid") a.Fail("moe_router_score_function", "softmax or sigmoid");
-      j["moe_router_score_function"] = *sf;
-    }
-    // (False is the default; left out, a top-1 softmax router of an older Megatron-LM, which did
-    // not refuse it, reads as the pre-softmax Megatron-Core needs now.)
-    if (a.Flag("moe_router_pre_softmax")) j["moe_router_pre_softmax"] = true;
-    if (const auto x = a.Number("moe_router_topk_scaling_factor")) j["moe_router_topk_scaling_factor"] = *x;
-    if (const auto g = a.Int("moe_router_num_groups")) j["moe_router_num_groups"] = *g;
-    if (const auto g = a.Int("moe_router_group_topk")) j["moe_router_group_topk"] = *g;
-    if (a.Flag("moe_router_enable_expert_bias")) j["moe_router_enable_expert_bias"] = true;
+    MegatronRouterJson(a, &j);
     // moe_layer_freq: an int N (every N-th layer) or a per-layer list of 0/1.
     const std::string freq = a.Get("moe_layer_freq").value_or("");
     if (freq.empty()) {

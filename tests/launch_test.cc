@@ -175,6 +175,7 @@ MegatronRead ReadMegatron(const std::string& text) {
     else if (f == "--moe-router-num-groups") r.m.moe.router_num_groups = num();
     else if (f == "--moe-router-group-topk") r.m.moe.router_group_topk = num();
     else if (f == "--moe-router-enable-expert-bias") r.m.moe.router_expert_bias = true;
+    else if (f == "--moe-apply-probs-on-input") r.m.moe.probs_on_input = true;
     else if (f == "--q-lora-rank") r.m.mla.q_lora_rank = num();
     else if (f == "--kv-lora-rank") r.m.mla.kv_lora_rank = num();
     else if (f == "--qk-head-dim") r.m.mla.qk_head_dim = num();

@@ -385,7 +385,7 @@ TEST(BadInput, UnknownKeyIsAnError) {
   EXPECT_EQ(LoadError("bad9.json", ModelWith("num_layer", "4")),
             "bad9.json: /num_layer: unknown key 'num_layer', expected one of activation, "
             "add_bias_linear, add_qkv_bias, dropout, ffn_hidden_size, hidden_size, kv_channels, kv_lora_rank, "
-            "max_position_embeddings, moe_expert_bias, moe_ffn_hidden_size, moe_first_k_dense_layers, "
+            "max_position_embeddings, moe_apply_probs_on_input, moe_expert_bias, moe_ffn_hidden_size, moe_first_k_dense_layers, "
             "moe_layer_freq, moe_layer_step, moe_router_bias, moe_router_enable_expert_bias, moe_router_global_batch_balance, "
             "moe_router_group_topk, moe_router_num_groups, moe_router_pre_softmax, moe_router_score_function, moe_router_topk, "
             "moe_router_topk_scaling_factor, moe_shared_expert_intermediate_size, "

@@ -569,6 +569,7 @@ TEST(MoeHuggingFace, EveryFamilyMapsItsKeys) {
   EXPECT_EQ(scout.moe.shared_ffn_hidden_size, 8192);
   EXPECT_NEAR(static_cast<double>(scout.Parameters().total) / 1e9, 107.8, 0.5);  // the text model of the 109B
   EXPECT_NEAR(static_cast<double>(scout.Parameters().active) / 1e9, 17.2, 0.2);  // "17B active"
+  EXPECT_EQ(RouterSummary(scout.moe), "sigmoid, weights on the experts' input");  // Llama4TextMoe's router
   // GPT-OSS-120B: 128 experts of 2880, top-4, biases in attention, experts and router.
   Model oss = FromHf("gptoss.json", R"({"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
     "num_local_experts": 128, "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_attention_heads": 64,

@@ -430,6 +430,16 @@ TEST(RunLog, MegatronMoeLogReadsTheExpertSettings) {
   routed.insert(routed.find(ArgLine("num_experts", "8")), router);
   const LoggedRun with_router = ParseTrainingLog(routed, "moe_router.log", {});
   EXPECT_EQ(RouterSummary(with_router.model.moe), "sigmoid, times 2.5, top-k within 2 of 4 groups, expert bias (auxiliary-loss-free balancing)");
+  // A combination Megatron-Core refuses names the dump's line: the expert bias under the default
+  // softmax scores.
+  std::string softmax_bias = text;
+  softmax_bias.insert(softmax_bias.find(ArgLine("num_experts", "8")), ArgLine("moe_router_enable_expert_bias", "True") + "\n");
+  const std::string err = testing::InputErrorOf([&] { ParseTrainingLog(softmax_bias, "bias.log", {}); });
+  EXPECT_NE(err.find("bias.log:"), std::string::npos) << err;
+  EXPECT_NE(err.find(": argument moe_router_enable_expert_bias: got \"True\", expected False with "
+                     "moe_router_score_function softmax (Megatron-Core's expert bias needs sigmoid scores)"),
+            std::string::npos)
+      << err;
   // --moe-layer-freq 2: Megatron-LM's layer i is MoE when i % 2 == 0, so 0, 2, 4, ... of L layers.
   const std::string freq1 = ArgLine("moe_layer_freq", "1");
   text.replace(text.find(freq1), freq1.size(), ArgLine("moe_layer_freq", "2"));
