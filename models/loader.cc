@@ -707,7 +707,7 @@ std::vector<bool> HfSlidingLayers(const JsonReader& r, std::int64_t layers) {
 }
 
 /// The attention window of the llama-like families (Model::attention_window): Mistral/Mixtral's
-/// sliding_window (null: none) on every layer, GPT-OSS's on its sliding layer_types, Qwen2/Qwen3's
+/// (and Phi-3's) sliding_window (null: none) on every layer, GPT-OSS's on its sliding layer_types, Qwen2/Qwen3's
 /// when use_sliding_window is true on the layers from max_window_layers (default 28) on, all
 /// modelled (SetWindowLayers); Llama 4's attention_chunk_size (chunked, not sliding) read and
 /// named as not modelled.
@@ -804,7 +804,7 @@ void CheckHfModelType(const Json& j, const std::string& type, const std::string&
 }
 
 bool IsHfLlamaLike(const std::string& type) {
-  return type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen3" ||
+  return type == "llama" || type == "mistral" || type == "qwen2" || type == "phi3" || type == "mixtral" || type == "qwen3" ||
          type == "qwen2_moe" || type == "qwen3_moe" || type == "llama4_text" || type == "gpt_oss" ||
          type == "deepseek_v2" || type == "deepseek_v3";
 }
@@ -827,7 +827,9 @@ void ReadHfLlamaLike(const JsonReader& r, const std::string& type, const std::st
   m->rope_scaling_factor = HfLlama3RopeScaling(r, file, m);
   m->tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
   if (j.contains("head_dim") && !j["head_dim"].is_null()) m->kv_channels = r.Int("head_dim", 1, kMaxHeadDim);
-  m->dropout = HfDropout(r, {"attention_dropout"}, 0.0);
+  // Phi3Config has a residual dropout too (resid_pdrop, 0.0 by default).
+  m->dropout = type == "phi3" ? HfDropout(r, {"attention_dropout", "resid_pdrop"}, 0.0)
+                              : HfDropout(r, {"attention_dropout"}, 0.0);
   // Qwen3's attention normalizes each head's queries and keys (q_norm, k_norm: RMSNorm over
   // head_dim; modeling_qwen3.py), which the config does not state.
   m->qk_layernorm = type == "qwen3" || type == "qwen3_moe";
@@ -922,7 +924,7 @@ void ReadHfFamily(const JsonReader& r, const std::string& type, const std::strin
     ReadHfBloom(r, m);
   } else {
     throw InputError::Field(file, "/model_type", "\"" + type + "\"",
-                            "a supported Hugging Face model_type: llama, mistral, qwen2, qwen3, gpt2, "
+                            "a supported Hugging Face model_type: llama, mistral, qwen2, qwen3, phi3, gpt2, "
                             "gpt_neox, mpt, bloom, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, llama4, "
                             "gpt_oss");
   }

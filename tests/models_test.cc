@@ -133,6 +133,13 @@ TEST(Model, HuggingFaceFamiliesMap) {
   EXPECT_EQ(LoadModel(dir + "gpt2.json").Parameters().total, 124439808);
   // Mistral 7B: 7,241,732,096.
   EXPECT_EQ(LoadModel(dir + "mistral-7b.json").Parameters().total, 7241732096);
+  // Phi-3-mini: 3,821,079,552 (fused qkv_proj and gate_up_proj hold the same weights as separate
+  // ones), its 2047-token sliding window on every layer, no dropout.
+  const Model phi3 = LoadModel(dir + "phi-3-mini-4k.json");
+  EXPECT_EQ(phi3.Parameters().total, 3821079552);
+  EXPECT_EQ(phi3.attention_window, 2047);
+  EXPECT_EQ(phi3.WindowedLayers(), phi3.num_layers);
+  EXPECT_FALSE(phi3.dropout);
   // Qwen2-7B has QKV biases only: 7,615,616,512.
   EXPECT_EQ(LoadModel(dir + "qwen2-7b.json").Parameters().total, 7615616512);
   // MPT-7B: 6,649,286,656 (no biases; layernorm counted with bias here: +2*h per norm).
@@ -418,7 +425,7 @@ TEST(BadInput, UnknownPresetListsCloseOnes) {
 TEST(BadInput, UnsupportedHuggingFaceType) {
   EXPECT_EQ(LoadError("hfbad.json", R"({"model_type": "t5", "d_model": 512})"),
             "hfbad.json: /model_type: got \"t5\", expected a supported Hugging Face model_type: "
-            "llama, mistral, qwen2, qwen3, gpt2, gpt_neox, mpt, bloom, mixtral, qwen2_moe, qwen3_moe, "
+            "llama, mistral, qwen2, qwen3, phi3, gpt2, gpt_neox, mpt, bloom, mixtral, qwen2_moe, qwen3_moe, "
             "deepseek_v2, deepseek_v3, llama4, gpt_oss");
 }
 
