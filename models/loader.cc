@@ -531,6 +531,15 @@ void ReadHfDeepSeekRouter(const JsonReader& r, bool v3, const std::string& file,
   // chosen experts' scores: with softmax scores Megatron-Core's --moe-router-pre-softmax.
   const bool normalized = r.OptBool("norm_topk_prob").value_or(v3) && e->top_k > 1;
   e->router_pre_softmax = e->router_score == "softmax" && !normalized;
+  if (e->router_score == "sigmoid" && !normalized && e->top_k > 1) {
+    e->router_approximations.push_back(
+        "the router's sigmoid weights without norm_topk_prob: Megatron-Core renormalizes them over the chosen experts");
+  }
+  if (method == "group_limited_greedy") {
+    e->router_approximations.push_back(
+        "group_limited_greedy ranks the expert groups by their best expert; Megatron-Core's group-limited routing "
+        "by the sum of their best top-k / group-top-k");
+  }
   const double scale = r.OptNumber("routed_scaling_factor", 1e-6, 1e6).value_or(v3 ? 2.5 : 1.0);
   if (scale != 1.0 && (v3 || !normalized)) e->router_topk_scaling = scale;
 }
@@ -649,7 +658,12 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
   }
   if (e.num_experts <= 1) e = MoeSpec{};
   // Megatron-Core runs top-1 softmax routing only with the softmax before the top-k.
-  if (e.router_score == "softmax" && e.top_k == 1) e.router_pre_softmax = true;
+  if (e.router_score == "softmax" && e.top_k == 1 && !e.router_pre_softmax) {
+    e.router_pre_softmax = true;
+    e.router_approximations.push_back(
+        "the top-1 weight renormalized to 1: Megatron-Core's top-1 softmax router weights the expert by its "
+        "probability (--moe-router-pre-softmax)");
+  }
 }
 
 /// The linear biases of the llama-like families. Qwen2's attention has Q/K/V biases and nothing

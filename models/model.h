@@ -109,6 +109,10 @@ struct MoeSpec {
   /// The chosen experts' weights scale their input, not their output (--moe-apply-probs-on-input:
   /// Llama 4's experts).
   bool probs_on_input = false;
+  /// What the config.json's router does that Megatron-Core's flags cannot say, each a sentence
+  /// (set by the Hugging Face import; not part of our JSON): the launches list them as not
+  /// expressed.
+  std::vector<std::string> router_approximations;
   bool enabled() const { return num_experts > 1; }
 };
 

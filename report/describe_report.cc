@@ -132,6 +132,7 @@ void WriteExperts(std::ostream& out, const Model& m, const ParameterCounts& pc) 
   out << fmt::format("  routed experts      {:>12}  ({} in bf16, split over expert-parallel ranks)\n",
                      FormatCount(double(routed)), FormatGiB(2.0 * static_cast<double>(routed)));
   out << "  router weights      " << RouterSummary(e) << "\n";
+  for (const auto& a : e.router_approximations) out << "                      (a launch cannot say " << a << ")\n";
   out << (e.router_global_batch_balance
               ? fmt::format("  router              trained with global-batch load balancing: with ep > 1 the busiest "
                             "expert rank takes {}x the mean tokens (docs/simulator.md)\n",

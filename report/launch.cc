@@ -192,6 +192,7 @@ std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, st
     if (e.router_expert_bias) moe += " --moe-router-enable-expert-bias";
     if (e.probs_on_input) moe += " --moe-apply-probs-on-input";
     f.push_back(moe);
+    unexpressed->insert(unexpressed->end(), e.router_approximations.begin(), e.router_approximations.end());
     if (m.moe.expert_bias && !m.add_bias_linear) {
       unexpressed->push_back("biases in the experts' linear layers without biases elsewhere (Megatron's "
                              "--add-bias-linear sets both)");
@@ -314,6 +315,7 @@ void NemoModel(const Model& m, std::int64_t seq, PyLines* p, std::vector<std::st
     p->Set("model.config.moe_router_group_topk", e.router_group_topk > 0 ? Py(e.router_group_topk) : "None");
     p->Set("model.config.moe_router_enable_expert_bias", Py(e.router_expert_bias));
     p->Set("model.config.moe_apply_probs_on_input", Py(e.probs_on_input));
+    unexpressed->insert(unexpressed->end(), e.router_approximations.begin(), e.router_approximations.end());
     if (m.moe.router_bias) unexpressed->push_back("a bias in the router's linear layer");
   }
   if (m.mla.enabled()) {

@@ -624,6 +624,20 @@ TEST(MoeHuggingFace, RouterFlagsFollowEachFamily) {
     "routed_scaling_factor": 16.0)";
   const Model d2 = FromHf("dsv2.json", "{" + v2 + R"(, "norm_topk_prob": false, "topk_method": "group_limited_greedy",
     "n_group": 8, "topk_group": 3})");
+  // What Megatron-Core's flags cannot say is listed for the launches: V2's groups ranked by their
+  // best expert.
+  ASSERT_EQ(d2.moe.router_approximations.size(), 1u);
+  EXPECT_NE(d2.moe.router_approximations[0].find("group_limited_greedy ranks the expert groups by their best expert"),
+            std::string::npos);
+  ParallelConfig ep8;
+  ep8.ep = 8;
+  ep8.dp = 8;
+  ep8.micro_batch_size = 1;
+  ep8.global_batch_size = 8;
+  EXPECT_NE(EmitLaunch(LaunchFormat::kMegatron, d2, ep8, LoadCluster("dgx-h100"), 8)
+                .text.find("Not expressed: group_limited_greedy ranks the expert groups"),
+            std::string::npos);
+  EXPECT_TRUE(v3.moe.router_approximations.empty());  // DeepSeek-V3's router is Megatron-Core's
   EXPECT_EQ(d2.moe.router_score, "softmax");
   EXPECT_TRUE(d2.moe.router_pre_softmax);
   EXPECT_DOUBLE_EQ(d2.moe.router_topk_scaling, 16.0);
@@ -674,12 +688,14 @@ TEST(MoeHuggingFace, RouterFlagsFollowEachFamily) {
   // A top-1 router's weight is the chosen expert's score unless normalized to 1: pre-softmax, the
   // only top-1 softmax Megatron-Core runs (Qwen2-MoE, DeepSeek-V2 and Mixtral alike).
   const std::string q_top1 = qwen;
-  EXPECT_TRUE(FromHf("q3_top1.json", R"({"model_type": "qwen3_moe", "norm_topk_prob": true, )" +
-                                         std::string(q_top1).replace(q_top1.find("\"num_experts_per_tok\": 8"),
-                                                                     std::string("\"num_experts_per_tok\": 8").size(),
-                                                                     "\"num_experts_per_tok\": 1") +
-                                         "}")
-                  .moe.router_pre_softmax);
+  const Model q_one = FromHf("q3_top1.json", R"({"model_type": "qwen3_moe", "norm_topk_prob": true, )" +
+                                                 std::string(q_top1).replace(q_top1.find("\"num_experts_per_tok\": 8"),
+                                                                             std::string("\"num_experts_per_tok\": 8").size(),
+                                                                             "\"num_experts_per_tok\": 1") +
+                                                 "}");
+  EXPECT_TRUE(q_one.moe.router_pre_softmax);
+  ASSERT_EQ(q_one.moe.router_approximations.size(), 1u);  // its renormalized weight of 1 is not expressible
+  EXPECT_NE(q_one.moe.router_approximations[0].find("the top-1 weight renormalized to 1"), std::string::npos);
   Json top1 = ModelToJson(LoadModel("mixtral-8x7b"));
   top1["moe_router_topk"] = 1;
   top1.erase("moe_router_pre_softmax");
