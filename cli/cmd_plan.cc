@@ -138,16 +138,14 @@ void RunPlanCommand(const PlanArgs& a) {
   if (straggler) RequireStraggler(a.straggler, std::nullopt, 1, "command line: --straggler");
   if (a.csv == "-") {
     // Standard output holds the CSV alone: what only the text or JSON report would show is refused.
-    std::string what;
-    if (straggler) what = a.straggler_opt->count() > 0 ? "--straggler" : "--straggler-nic";
-    else if (!what_if.empty()) what = "--what-if";
-    else if (!a.emit.format.empty() && a.emit.file.empty()) what = "--emit without --emit-file";
-    if (!what.empty()) {
+    auto refuse = [](const std::string& option, const char* shown) {
       throw InputError(fmt::format("command line: {}: not with --csv - (the CSV holds the plans alone); use --csv FILE, "
                                    "whose text report has {}, or --json",
-                                   what, what == "--what-if" ? "the changed hardware's plan"
-                                         : what.rfind("--emit", 0) == 0 ? "the launch command" : "the straggler runs"));
-    }
+                                   option, shown));
+    };
+    if (straggler) refuse(a.straggler_opt->count() > 0 ? "--straggler" : "--straggler-nic", "the straggler runs");
+    if (!what_if.empty()) refuse("--what-if", "the changed hardware's plan");
+    if (!a.emit.format.empty() && a.emit.file.empty()) refuse("--emit without --emit-file", "the launch command");
   }
   PlanResult r = RunPlan(m, cl, prof, o);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
