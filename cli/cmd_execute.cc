@@ -76,13 +76,22 @@ void RefuseWhatExecuteDoesNotRun(const ParallelConfig& c) {
 /// busiest host, so that the check before allocating does not count the RAM twice. Rank 0 says
 /// so on stderr. Collective over MPI_COMM_WORLD.
 void ShareHostMemory(const HardwareProfile& prof, int rank, Cluster* cl) {
-  if (prof.gpu != "cpu" || !prof.machine) return;
+  if (prof.gpu != "cpu") return;
   MPI_Comm host = MPI_COMM_NULL;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &host);
   int local = 1, busiest = 1;
   MPI_Comm_size(host, &local);
   MPI_Comm_free(&host);
   MPI_Allreduce(&local, &busiest, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  // Each CPU rank runs its GEMMs on one core; more ranks than cores time the wait for a core.
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (rank == 0 && cores > 0 && static_cast<unsigned>(busiest) > cores) {
+    std::cerr << fmt::format("shardcast: warning: {} ranks on one host of {} cores: oversubscribed, the measured "
+                             "steps include waiting for a core and will be slower and more uneven than predicted "
+                             "(run at most {} ranks a host)\n",
+                             busiest, cores, cores);
+  }
+  if (!prof.machine) return;
   const int measured = prof.machine->devices_per_node;
   if (busiest <= measured || measured <= 0) return;
   const double before = cl->gpu.memory_bytes;

@@ -1194,12 +1194,13 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   } else if (c.recompute == Recompute::kSelective) {
     // The attention core (full matrix, as model FLOPs count it) and the recomputed modules' GEMMs:
     // an op's FLOPs on one GPU times the tp ranks sharing its T = b*s/cp tokens, per token (the
-    // experts' at the mean rank's load).
+    // experts' at the mean rank's load). The unfused core's two batched GEMMs are attn_fwd's.
     if (c.recompute_modules & kRecomputeCoreAttn) recompute_per_token = attn_fwd;
     auto gemm_recompute = [&](const std::vector<Op>& ops) {
       double f = 0;
       for (const Op& o : ops) {
         if (o.pass != Pass::kRecompute || o.kind != OpKind::kGemm) continue;
+        if (o.name == "attn_scores_qk_recompute" || o.name == "attn_context_v_recompute") continue;
         f += mean_rank_flops(o);
       }
       return f * static_cast<double>(c.tp) / cm.tokens_per_microbatch;

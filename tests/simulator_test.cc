@@ -1084,6 +1084,25 @@ TEST(Golden, ExecutedFlopsAreWhatTheKernelsRun) {
   }
 }
 
+// HFU's recomputed FLOPs under selective recompute of the attention core: one forward of the
+// core over the full matrix, 4*s*(a*d) per token and layer (docs/simulator.md), whether flash
+// attention reruns it or the unfused core's two batched GEMMs do.
+TEST(Golden, SelectiveRecomputeAddsOneAttentionCoreToHfu) {
+  const Model m = SmallGpt();
+  const Cluster cl = LoadCluster("dgx-a100");
+  for (const bool flash : {true, false}) {
+    ParallelConfig c = Config(2, 2, 2, 2, 16);
+    c.recompute = Recompute::kSelective;
+    c.flash_attention = flash;
+    const SimulationResult r = Simulate(m, c, cl, 8, DefaultProfile(cl));
+    ASSERT_TRUE(r.feasible);
+    const double s = 1024, h = 1024, L = 24, tokens = 16 * s;
+    EXPECT_NEAR(r.hardware_flops_per_step - r.model_flops_per_step, 4 * L * s * h * tokens,
+                1e-9 * r.model_flops_per_step)
+        << flash;
+  }
+}
+
 TEST(Golden, InfeasibleAndTooLargeAreResults) {
   Model m = LoadModel("gpt3-175b");
   Cluster cl = LoadCluster("dgx-a100");
