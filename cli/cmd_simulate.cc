@@ -74,6 +74,13 @@ std::int64_t VirtualStages(const SimulateArgs& a, const Model& m) {
 /// Exit 2 when the pipeline split flags given do not add up (PipelineLayoutOf), naming them.
 void CheckPipelineSplitArgs(const SimulateArgs& a, const Model& m, const ParallelConfig& c) {
   const bool uneven = a.first_stage_layers >= 0 || a.last_stage_layers >= 0;
+  if (uneven && a.even_chunks) {
+    // Megatron-Core refuses a --pipeline-model-parallel-layout beside first/last stage counts.
+    throw InputError(fmt::format("command line: --pipeline-layout-even: given with {}, expected one of them (the "
+                                 "layout string it writes sets every stage's layers; Megatron-Core refuses both)",
+                                 a.first_stage_layers >= 0 ? "--decoder-first-pipeline-num-layers"
+                                                           : "--decoder-last-pipeline-num-layers"));
+  }
   if (!uneven && !(c.embedding_slots && c.vp > 1)) return;
   if (c.pp > m.num_layers) return;  // InfeasibilityReasons says so
   const PipelineLayout layout = PipelineLayoutOf(m, c);
@@ -596,8 +603,9 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size,--num-virtual-stages-per-pipeline-rank", a->vp,
               "virtual stages per pipeline rank", kMaxVirtualStages);
   cmd->add_flag("--pipeline-layout-even", a->even_chunks,
-                "with --vp: spread the layers over the pp*vp model chunks as evenly as possible, the remainder to the "
-                "first chunks (a --pipeline-model-parallel-layout of even chunks), when pp*vp does not divide them");
+                "spread the layers over the pp*vp model chunks (pp stages without --vp) as evenly as possible, the "
+                "remainder to the first chunks (a --pipeline-model-parallel-layout of even chunks), when pp*vp does "
+                "not divide them");
   AddPositive(cmd, "--decoder-first-pipeline-num-layers", a->first_stage_layers,
               "transformer layers of the first pipeline stage (the other stages share the rest equally)", kMaxLayers);
   AddPositive(cmd, "--decoder-last-pipeline-num-layers", a->last_stage_layers,

@@ -570,7 +570,7 @@ PipelineLayout PipelineLayoutOf(const Model& m, const ParallelConfig& c) {
                               "pp = {}", L + 2, pp));
     }
     for (std::int64_t i = 0; i < pp; ++i) stage[static_cast<std::size_t>(i)] = (L + 2) / pp + (i < (L + 2) % pp ? 1 : 0);
-  } else if (c.even_chunks && v > 1) {
+  } else if (c.even_chunks) {
     // Each model chunk k*pp + i gets L / (pp*vp) layers, the first L % (pp*vp) chunks one more.
     const std::int64_t chunks = pp * v;
     if (L < chunks) return fail(fmt::format("pipeline layout: {} layers for pp*vp = {} chunks", L, chunks));

@@ -371,7 +371,7 @@ void NemoParallel(const Model& m, const ParallelConfig& c, PyLines* p, std::vect
   p->Set("trainer.strategy.tensor_model_parallel_size", Py(c.tp));
   p->Set("trainer.strategy.pipeline_model_parallel_size", Py(c.pp));
   p->Set("trainer.strategy.pipeline_dtype", c.pp > 1 ? "torch.bfloat16" : "None");
-  const bool layout = c.even_chunks && c.vp > 1;
+  const bool layout = c.even_chunks;
   p->Set("trainer.strategy.virtual_pipeline_model_parallel_size", c.vp > 1 && !layout ? Py(c.vp) : "None");
   if (layout) p->Set("trainer.strategy.pipeline_model_parallel_layout", PyStr(MegatronPipelineLayout(m, c)));
   if (c.first_stage_layers >= 0) p->Set("trainer.strategy.num_layers_in_first_pipeline_stage", Py(c.first_stage_layers));

@@ -64,7 +64,7 @@ std::string SizeFlags(const ParallelConfig& c, const Model& m) {
 /// given instead, and an even spread over chunks that do not divide the layers is a layout.
 std::string PipelineSplitFlags(const ParallelConfig& c, const Model& m) {
   std::string a;
-  if (c.even_chunks && c.vp > 1) {
+  if (c.even_chunks) {
     a += " --pipeline-model-parallel-layout '" + MegatronPipelineLayout(m, c) + "'";
   } else if (c.schedule == Schedule::kInterleaved && c.vp > 1) {
     a += c.uneven_pipeline() ? fmt::format(" --num-virtual-stages-per-pipeline-rank {}", c.vp)
@@ -75,7 +75,7 @@ std::string PipelineSplitFlags(const ParallelConfig& c, const Model& m) {
   // The embedding and the output layer each take a layer's slot in the pipeline split, (L + 2) / pp
   // per stage: Megatron-LM's --account-for-embedding/loss-in-pipeline-split (BLOOM's
   // Megatron-DeepSpeed called it --pp-partition-method 'type:transformer|embedding').
-  if (c.embedding_slots && !(c.even_chunks && c.vp > 1)) {
+  if (c.embedding_slots && !c.even_chunks) {
     a += " --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split";
   }
   return a.empty() ? a : a.substr(1);

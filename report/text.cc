@@ -197,8 +197,10 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
     out << fmt::format("\nPipeline split (transformer layers per stage): {} ({})", StageRuns(layers),
                              first_last ? "Megatron-LM's --decoder-first/last-pipeline-num-layers"
                              : c.embedding_slots ? "embedding and loss as layer slots, (L + 2) / pp"
+                             : c.even_chunks     ? "even chunks, the remainder to the first: a "
+                                                   "--pipeline-model-parallel-layout for Megatron-LM"
                                                  : "uneven");
-    if (!first_last && slots % c.pp != 0) {
+    if (!first_last && !c.even_chunks && slots % c.pp != 0) {
       out << fmt::format(": {} {} over pp = {} do not divide; DeepSpeed's uniform partition gives the remainder to "
                                "the first stages, Megatron-LM needs them to divide (or first/last stage layer counts)",
                                slots, c.embedding_slots ? "layer slots" : "layers", c.pp);

@@ -591,6 +591,27 @@ TEST(Launch, LayoutAndMoeLayerPatterns) {
   EXPECT_EQ(MegatronPipelineLayout(ds, c), "Etttttttt|tttttttt|tttttttt|tttttttt|tttttttt|ttttttt|ttttttt|tttttttmL");
 }
 
+// --pipeline-layout-even without --vp: the stages are the chunks, and the launch carries the
+// layout string (without it Megatron-LM refuses 126 layers over 16 stages); with first/last
+// stage counts it exits 2, since Megatron-Core takes one or the other.
+TEST(Launch, EvenLayoutWithoutVirtualStagesIsWritten) {
+  const Built b = Build({"llama3.1-405b", "dgx-h100", 2048, "--tp 8 --pp 16 --mbs 1 --gbs 2048 --pipeline-layout-even"});
+  const std::string even8(8, 't'), even7(7, 't');
+  std::string expected = "E" + even8;
+  for (int i = 1; i < 16; ++i) expected += "|" + (i < 14 ? even8 : even7);
+  expected += "L";
+  EXPECT_EQ(MegatronPipelineLayout(b.m, b.c), expected);
+  const LaunchConfig mg = EmitLaunch(LaunchFormat::kMegatron, b.m, b.c, b.cl, 2048);
+  EXPECT_NE(mg.text.find("--pipeline-model-parallel-layout '" + expected + "'"), std::string::npos) << mg.text;
+  EXPECT_FALSE(MegatronCannotSplit(b.m, b.c));  // no "this launch fails at start-up" warning
+  ParallelConfig plain = b.c;
+  plain.even_chunks = false;
+  EXPECT_TRUE(MegatronCannotSplit(b.m, plain));
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3.1-405b --cluster dgx-h100 --gpus 2048 --tp 8 --pp 16 "
+                                    "--mbs 1 --gbs 2048 --pipeline-layout-even --decoder-last-pipeline-num-layers 6",
+                                    "--pipeline-layout-even: given with --decoder-last-pipeline-num-layers"));
+}
+
 // What a model has beside its shape reaches the launch: Llama 3.1's RoPE scaling (Hugging Face's
 // rope_scaling of rope_type llama3) and Qwen3's per-head query/key norms as Megatron-LM flags, and
 // what NeMo's GPTConfig overrides cannot say is listed.
