@@ -907,10 +907,10 @@ std::string DescribeProfile(const HardwareProfile& p) {
     s += fmt::format("  machine: {} ({} per node x {} nodes, {} per device)\n", p.machine->name,
                      p.machine->devices_per_node, p.machine->nodes, FormatGiB(p.machine->memory_bytes_per_device));
   }
-  s += fmt::format("\nGEMM: bf16/fp16 peak {:.4g} TFLOP/s, max efficiency {:.3f}\n", p.gemm_peak_tflops,
+  s += fmt::format("\nGEMM: bf16/fp16 peak {} TFLOP/s, max efficiency {:.3f}\n", FormatRate(p.gemm_peak_tflops),
                    p.gemm_max_efficiency);
   for (const auto& r : p.gemm_rates) {
-    s += fmt::format("  {}: peak {:.4g} TFLOP/s, max efficiency {:.3f}{}\n", ToString(r.precision), r.peak_tflops,
+    s += fmt::format("  {}: peak {} TFLOP/s, max efficiency {:.3f}{}\n", ToString(r.precision), FormatRate(r.peak_tflops),
                      r.max_efficiency,
                      r.max_efficiency == p.gemm_max_efficiency
                          ? std::string(" (the shape curve below as is)")

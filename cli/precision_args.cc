@@ -76,15 +76,24 @@ void ApplyPrecisionArgs(const PrecisionArgs& a, ParallelConfig* c) {
   Precision p = Precision::kBf16;
   std::string by;
   if (!a.precision.empty()) Choose(*ParsePrecision(a.precision), "--precision " + a.precision, &p, &by);
-  if (a.fp16) Choose(Precision::kFp16, "--fp16", &p, &by);
   if (!a.fp8_format.empty()) {
-    Choose(a.fp8_recipe == "mxfp8" ? Precision::kMxfp8 : Precision::kFp8, "--fp8-format " + a.fp8_format, &p, &by);
+    // An FP8 element format: of fp8, or of mxfp8 where the recipe or --precision says so.
+    const bool mx = a.fp8_recipe == "mxfp8" || (!by.empty() && p == Precision::kMxfp8);
+    Choose(mx ? Precision::kMxfp8 : Precision::kFp8, "--fp8-format " + a.fp8_format, &p, &by);
   }
   if (!a.fp8_recipe.empty()) {
     Choose(a.fp8_recipe == "mxfp8" ? Precision::kMxfp8 : Precision::kFp8, "--fp8-recipe " + a.fp8_recipe, &p, &by);
   }
   if (!a.fp4_format.empty()) Choose(Precision::kNvfp4, "--fp4-format " + a.fp4_format, &p, &by);
   if (!a.fp4_recipe.empty()) Choose(Precision::kNvfp4, "--fp4-recipe " + a.fp4_recipe, &p, &by);
+  if (a.fp16 && IsLowPrecision(p)) {
+    // Megatron-LM takes --fp16 beside --fp8-format; the model runs the formats beside bf16 only.
+    throw InputError(fmt::format("command line: --fp16: given with {}, expected --bf16 or neither: {} GEMMs with fp16 "
+                                 "weights, loss scaling and the rest of the step in fp16 are not modelled (the "
+                                 "low-precision formats run beside bf16)",
+                                 by, ToString(p)));
+  }
+  if (a.fp16) Choose(Precision::kFp16, "--fp16", &p, &by);
   if (a.bf16 && (p == Precision::kFp16 || p == Precision::kTf32 || p == Precision::kFp32)) {
     throw InputError(fmt::format("command line: --bf16: contradicts {} (precision {})", by, ToString(p)));
   }
@@ -92,7 +101,9 @@ void ApplyPrecisionArgs(const PrecisionArgs& a, ParallelConfig* c) {
   c->fp8_recipe = a.fp8_recipe == "tensorwise"  ? Fp8Recipe::kTensorwise
                   : a.fp8_recipe == "blockwise" ? Fp8Recipe::kBlockwise
                                                 : Fp8Recipe::kDelayed;
-  c->fp8_e4m3 = a.fp8_format == "e4m3";
+  c->fp8_format = a.fp8_format == "e4m3"    ? Fp8Format::kE4m3
+                  : a.fp8_format == "hybrid" ? Fp8Format::kHybrid
+                                             : Fp8Format::kDefault;
   // Sub-options that would change nothing are refused rather than ignored: the amax history's
   // exist only under fp8's delayed recipe.
   for (const auto& [flag, given] : {std::pair<const char*, bool>{"--fp8-amax-history-len", a.amax_history_len > 0},
@@ -128,7 +139,10 @@ std::string PrecisionFlags(const ParallelConfig& c) {
   std::string f;
   if (c.precision != Precision::kBf16) f += fmt::format(" --precision {}", ToString(c.precision));
   if (c.precision == Precision::kFp8 && c.fp8_recipe != d.fp8_recipe) f += fmt::format(" --fp8-recipe {}", ToString(c.fp8_recipe));
-  if (c.precision == Precision::kFp8 && c.fp8_e4m3) f += " --fp8-format e4m3";
+  if ((c.precision == Precision::kFp8 || c.precision == Precision::kMxfp8) &&
+      std::string(c.Fp8FormatName()) != DefaultFp8FormatName(c.precision)) {
+    f += fmt::format(" --fp8-format {}", c.Fp8FormatName());
+  }
   if (c.precision == Precision::kFp8 && c.fp8_amax_history_len != d.fp8_amax_history_len) {
     f += fmt::format(" --fp8-amax-history-len {}", c.fp8_amax_history_len);
   }

@@ -88,6 +88,10 @@ std::string FormatNumber(double v) {
   return ss.str();
 }
 
+std::string FormatRate(double v) {
+  return std::fabs(v) >= 1e4 ? fmt::format("{:.0f}", v) : fmt::format("{:.4g}", v);
+}
+
 std::string FormatGiB(double bytes) { return fmt::format("{:.2f} GiB", bytes / 1073741824.0); }
 
 std::string FormatCount(double count, int decimals) {

@@ -27,6 +27,9 @@ std::string FormatGiB(double bytes);
 std::string FormatCount(double count, int decimals = 2);
 /// FLOPs with an SI prefix: 1.0765e12 -> "1.077 TFLOP".
 std::string FormatFlops(double flops);
+/// A rate such as TFLOP/s with 4 significant digits, never in exponent notation: 989.4 -> "989.4",
+/// 1978.9 -> "1979", 14000 -> "14000".
+std::string FormatRate(double v);
 /// Seconds scaled to s/ms/us as fits.
 std::string FormatSeconds(double seconds);
 /// Lines of a text table: every cell right-aligned to its column's width, which is the larger of

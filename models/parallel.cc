@@ -296,7 +296,7 @@ bool HasMegatronCoreDefaults(const ParallelConfig& c) {
 void CopyPrecisionSettings(const ParallelConfig& from, ParallelConfig* to) {
   to->precision = from.precision;
   to->fp8_recipe = from.fp8_recipe;
-  to->fp8_e4m3 = from.fp8_e4m3;
+  to->fp8_format = from.fp8_format;
   to->fp8_amax_history_len = from.fp8_amax_history_len;
   to->fp8_param_gather = from.fp8_param_gather;
   to->bf16_layers_start = from.bf16_layers_start;

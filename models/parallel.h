@@ -84,6 +84,12 @@ enum class CrossEntropyImpl { kUnfused, kNative, kTe, kFlashAttn, kTorch };
 /// activations and gradients and per 128x128 block of weights (kBlockwise, DeepSeek-V3's
 /// recipe). kMxfp8 and kNvfp4 are precisions of their own (--fp8-recipe mxfp8, --fp4-recipe).
 enum class Fp8Recipe { kDelayed, kTensorwise, kBlockwise };
+/// Megatron-LM's --fp8-format: hybrid (E4M3 forward, E5M2 gradients) or e4m3 (every tensor);
+/// kDefault is the format's usual one: hybrid for fp8, e4m3 for mxfp8 (Transformer Engine's
+/// MXFP8BlockScaling default). The same bytes and rates; kept for the launch arguments.
+enum class Fp8Format { kDefault, kHybrid, kE4m3 };
+/// Fp8Format::kDefault's name under precision `p`: "e4m3" for mxfp8, else "hybrid".
+inline const char* DefaultFp8FormatName(Precision p) { return p == Precision::kMxfp8 ? "e4m3" : "hybrid"; }
 /// How the ranks of a context-parallel group exchange keys and values for attention
 /// (Megatron-Core's --cp-comm-type, run by Transformer Engine's attention with context
 /// parallelism; docs/simulator.md, "Context parallelism"):
@@ -259,9 +265,13 @@ struct ParallelConfig {
   bool flush_grad_reduce = true;
   Precision precision = Precision::kBf16;
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< with precision kFp8
-  /// --fp8-format e4m3 (every tensor E4M3) instead of hybrid (E5M2 gradients): the same bytes
-  /// and rates; kept for the launch arguments.
-  bool fp8_e4m3 = false;
+  /// --fp8-format as given (Fp8Format); Fp8FormatName() resolves the default.
+  Fp8Format fp8_format = Fp8Format::kDefault;
+  /// "hybrid" or "e4m3": fp8_format, or where it is kDefault, hybrid for fp8 and e4m3 for mxfp8.
+  const char* Fp8FormatName() const {
+    if (fp8_format == Fp8Format::kDefault) return DefaultFp8FormatName(precision);
+    return fp8_format == Fp8Format::kE4m3 ? "e4m3" : "hybrid";
+  }
   /// Megatron-LM's --fp8-amax-history-len (delayed scaling keeps this many amax values per tensor).
   std::int64_t fp8_amax_history_len = 1024;
   /// Megatron-LM's --fp8-param-gather: with the distributed optimizer the model weights are kept

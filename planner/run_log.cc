@@ -419,7 +419,8 @@ void MegatronPrecision(const MegatronArgs& a, ParallelConfig* c) {
     else if (recipe == "blockwise") c->fp8_recipe = Fp8Recipe::kBlockwise;
     else a.Fail("fp8_recipe", "delayed, tensorwise, blockwise or mxfp8");
   }
-  c->fp8_e4m3 = a.Get("fp8").value_or("") == "e4m3";
+  const std::string format = a.Get("fp8").value_or("");
+  c->fp8_format = format == "e4m3" ? Fp8Format::kE4m3 : format == "hybrid" ? Fp8Format::kHybrid : Fp8Format::kDefault;
   if (const auto h = a.Bounded("fp8_amax_history_len", 1, kMaxDegree)) c->fp8_amax_history_len = *h;
   c->fp8_param_gather = a.Flag("fp8_param_gather");
 }

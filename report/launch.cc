@@ -341,14 +341,14 @@ void NemoPrecision(const ParallelConfig& c, PyLines* p, std::vector<std::string>
     default: p->Set("trainer.plugins", "bf16_mixed()"); break;
   }
   if (c.precision == Precision::kFp8) {
-    p->Set("trainer.plugins.fp8", PyStr(c.fp8_e4m3 ? "e4m3" : "hybrid"));
+    p->Set("trainer.plugins.fp8", PyStr(c.Fp8FormatName()));
     p->Set("trainer.plugins.fp8_recipe", PyStr(ToString(c.fp8_recipe)));
     if (c.fp8_recipe == Fp8Recipe::kDelayed) {
       p->Set("trainer.plugins.fp8_amax_history_len", Py(c.fp8_amax_history_len));
       p->Set("trainer.plugins.fp8_amax_compute_algo", PyStr("max"));
     }
   } else if (c.precision == Precision::kMxfp8) {
-    p->Set("trainer.plugins.fp8", PyStr("e4m3"));
+    p->Set("trainer.plugins.fp8", PyStr(c.Fp8FormatName()));
     p->Set("trainer.plugins.fp8_recipe", PyStr("mxfp8"));
   } else if (c.precision == Precision::kNvfp4) {
     p->Set("trainer.plugins.fp4", PyStr("e2m1"));
@@ -754,6 +754,13 @@ void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, s
     }
   } else if (c.precision == Precision::kMxfp8) {
     *t += "\n[quantize.linear.mx]\nrecipe_name = \"mxfp8_cublas\"\nfilter_fqns = [\"output\"]\n";
+    if (c.fp8_param_gather) {
+      unexpressed->push_back("MXFP8 parameter all-gathers (torchtitan's MX converter gathers bf16 parameters): "
+                             "written without them");
+    }
+    if (c.fp8_format == Fp8Format::kHybrid) {
+      unexpressed->push_back("E5M2 gradients (--fp8-format hybrid): torchao's MXFP8 recipe casts every tensor to E4M3");
+    }
   } else if (c.precision == Precision::kNvfp4) {
     unexpressed->push_back("NVFP4 training (not in torchtitan v0.2.2): written as bf16");
   }

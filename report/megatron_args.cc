@@ -18,12 +18,12 @@ std::string MegatronPrecisionArgs(const ParallelConfig& c) {
   }
   std::string a = " --bf16";
   if (c.precision == Precision::kFp8) {
-    a += fmt::format(" --fp8-format {} --fp8-recipe {}", c.fp8_e4m3 ? "e4m3" : "hybrid", ToString(c.fp8_recipe));
+    a += fmt::format(" --fp8-format {} --fp8-recipe {}", c.Fp8FormatName(), ToString(c.fp8_recipe));
     if (c.fp8_recipe == Fp8Recipe::kDelayed) {
       a += fmt::format(" --fp8-amax-history-len {} --fp8-amax-compute-algo max", c.fp8_amax_history_len);
     }
   } else if (c.precision == Precision::kMxfp8) {
-    a += " --fp8-format e4m3 --fp8-recipe mxfp8";
+    a += fmt::format(" --fp8-format {} --fp8-recipe mxfp8", c.Fp8FormatName());
   } else if (c.precision == Precision::kNvfp4) {
     a += " --fp4-format e2m1 --fp4-recipe nvfp4";
   }

@@ -259,16 +259,16 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   out << fmt::format("  step time        {}\n", FormatSeconds(r.step_time_s));
   out << fmt::format("  throughput       {} tokens/s, {} samples/s\n", Rate(r.tokens_per_s), Rate(r.samples_per_s));
   out << fmt::format("  MFU (causal)     {}   (model FLOPs 6*N_gemm + 6*L*s*a*d per token: causal attention, half the\n"
-                           "                   matrix, as current Megatron-LM counts it; dense {} peak {:.4g} TFLOP/s per GPU)\n",
+                           "                   matrix, as current Megatron-LM counts it; dense {} peak {} TFLOP/s per GPU)\n",
                            Pct(r.mfu_causal), ToString(MfuPeakPrecision(c.precision)),
-                           cl.gpu.PeakFlops(MfuPeakPrecision(c.precision)) / 1e12);
+                           FormatRate(cl.gpu.PeakFlops(MfuPeakPrecision(c.precision)) / 1e12));
   out << fmt::format("  MFU / HFU        {} / {}   (PaLM / SC21: 6*N_gemm + 12*L*s*a*d per token, the full attention\n"
                            "                   matrix; HFU adds recompute)\n",
                            Pct(r.mfu), Pct(r.hfu));
   if (IsLowPrecision(c.precision)) {
-    out << fmt::format("                   the linear layers' GEMMs run in {} (dense peak {:.4g} TFLOP/s), so MFU\n"
+    out << fmt::format("                   the linear layers' GEMMs run in {} (dense peak {} TFLOP/s), so MFU\n"
                              "                   and executed FLOPs may pass 100% of the {} peak\n",
-                             ToString(c.precision), cl.gpu.PeakFlops(c.precision) / 1e12,
+                             ToString(c.precision), FormatRate(cl.gpu.PeakFlops(c.precision) / 1e12),
                              ToString(MfuPeakPrecision(c.precision)));
   }
   out << fmt::format("  executed FLOPs   {} of peak   (what the kernels run: {},\n"

@@ -1492,15 +1492,15 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   if (IsLowPrecision(c.precision)) {
     const LinearFormat lf = LinearFormatOf(c, cl.gpu.arch);
     Json lp = {{"gemm_precision", ToString(lf.gemm)},
-               {"element_bytes", lf.element_bytes},
+               {"bytes_per_element", lf.element_bytes},
                {"scale_bytes_per_element", lf.scale_bytes_per_element},
                {"second_copy", lf.second_copy},
                {"fp8_param_gather", c.fp8_param_gather},
                {"bf16_layers_start", c.bf16_layers_start},
                {"bf16_layers_end", c.bf16_layers_end}};
+    if (c.precision == Precision::kFp8 || c.precision == Precision::kMxfp8) lp["fp8_format"] = c.Fp8FormatName();
     if (c.precision == Precision::kFp8) {
       lp["fp8_recipe"] = ToString(c.fp8_recipe);
-      lp["fp8_format"] = c.fp8_e4m3 ? "e4m3" : "hybrid";
       if (c.fp8_recipe == Fp8Recipe::kDelayed) lp["fp8_amax_history_len"] = c.fp8_amax_history_len;
     }
     j["config"]["low_precision"] = lp;

@@ -117,12 +117,12 @@ void ApplyNetwork(const WhatIf& w, Cluster* cl, HardwareProfile* p) {
 void ApplyCompute(const WhatIf& w, Cluster* cl, HardwareProfile* p) {
   if (w.key == "hbm_GBps") {
     const double now = Changed(w, p->hbm_GBps);
-    p->adjustments.push_back(fmt::format("what if {}: HBM {:.4g} -> {:.4g} GB/s", w.text, p->hbm_GBps, now));
+    p->adjustments.push_back(fmt::format("what if {}: HBM {} -> {} GB/s", w.text, FormatRate(p->hbm_GBps), FormatRate(now)));
     p->hbm_GBps = now;
   } else if (w.key == "gemm_tflops") {
     const double now = Changed(w, p->gemm_peak_tflops), f = now / p->gemm_peak_tflops;
-    p->adjustments.push_back(fmt::format("what if {}: GEMM peak {:.4g} -> {:.4g} TFLOP/s (every precision x{:.4g})",
-                                         w.text, p->gemm_peak_tflops, now, f));
+    p->adjustments.push_back(fmt::format("what if {}: GEMM peak {} -> {} TFLOP/s (every precision x{:.4g})", w.text,
+                                         FormatRate(p->gemm_peak_tflops), FormatRate(now), f));
     p->gemm_peak_tflops = now;
     for (auto& r : p->gemm_rates) r.peak_tflops *= f;
   } else if (w.key == "gemm_efficiency") {

@@ -227,10 +227,10 @@ MegatronRead ReadMegatron(const std::string& text) {
     else if (f == "--tp-comm-overlap") r.c.tp_comm_overlap = true;
     else if (f == "--bf16") r.c.precision = Precision::kBf16;
     else if (f == "--fp16") r.c.precision = Precision::kFp16;
-    else if (f == "--fp8-format") { r.c.fp8_e4m3 = next() == "e4m3"; r.c.precision = Precision::kFp8; }
+    else if (f == "--fp8-format") { r.c.fp8_format = next() == "e4m3" ? Fp8Format::kE4m3 : Fp8Format::kHybrid; r.c.precision = Precision::kFp8; }
     else if (f == "--fp8-recipe") {
       const std::string v = next();
-      if (v == "mxfp8") r.c.precision = Precision::kMxfp8, r.c.fp8_e4m3 = false;
+      if (v == "mxfp8") r.c.precision = Precision::kMxfp8;
       r.c.fp8_recipe = v == "tensorwise" ? Fp8Recipe::kTensorwise : v == "blockwise" ? Fp8Recipe::kBlockwise : Fp8Recipe::kDelayed;
     } else if (f == "--fp8-amax-history-len") r.c.fp8_amax_history_len = num();
     else if (f == "--fp4-format") { EXPECT_EQ(next(), "e2m1"); r.c.precision = Precision::kNvfp4; }
@@ -589,6 +589,22 @@ TEST(Launch, LayoutAndMoeLayerPatterns) {
   c.even_chunks = true;
   // 61 layers over 8 chunks: 7 each, the remainder 5 to the first five chunks.
   EXPECT_EQ(MegatronPipelineLayout(ds, c), "Etttttttt|tttttttt|tttttttt|tttttttt|tttttttt|ttttttt|ttttttt|tttttttmL");
+}
+
+// torchtitan's MX converter gathers bf16 parameters and casts every tensor to E4M3: an MXFP8 plan's
+// low-precision gathers and hybrid format are said, not dropped.
+TEST(Launch, TorchtitanSaysWhatItsMxfp8RecipeCannot) {
+  Built b = Build({"llama3-8b", "dgx-b200", 8, "--mbs 1 --gbs 8 --zero 1 --precision mxfp8 --fp8-param-gather"});
+  auto has = [](const LaunchConfig& l, const std::string& what) {
+    return std::any_of(l.unexpressed.begin(), l.unexpressed.end(),
+                       [&](const std::string& u) { return u.find(what) != std::string::npos; });
+  };
+  LaunchConfig t = EmitLaunch(LaunchFormat::kTorchtitan, b.m, b.c, b.cl, 8);
+  EXPECT_TRUE(has(t, "MXFP8 parameter all-gathers")) << t.text;
+  EXPECT_FALSE(has(t, "E5M2 gradients")) << t.text;
+  b.c.fp8_format = Fp8Format::kHybrid;
+  t = EmitLaunch(LaunchFormat::kTorchtitan, b.m, b.c, b.cl, 8);
+  EXPECT_TRUE(has(t, "E5M2 gradients")) << t.text;
 }
 
 // --pipeline-layout-even without --vp: the stages are the chunks, and the launch carries the

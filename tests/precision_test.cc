@@ -244,6 +244,36 @@ TEST(Precision, FlagsThatWouldChangeNothingAreRefused) {
             0);
 }
 
+// --fp8-format is kept as given under mxfp8 too (Transformer Engine's MXFP8 recipe takes
+// hybrid), e4m3 where it is not given; fp16 beside a low-precision format is refused as not
+// modelled; the JSON gives FP4's half byte per element (not rounded as a byte count).
+TEST(Precision, Fp8FormatAndFp16AreSaidAsGiven) {
+  const std::string base = "simulate --model llama3-8b --cluster dgx-b200 --gpus 8 --mbs 1 --gbs 8 ";
+  const auto hybrid = testing::RunShardcast(base + "--precision mxfp8 --fp8-format hybrid --emit megatron");
+  ASSERT_EQ(hybrid.exit_code, 0) << hybrid.err;
+  EXPECT_NE(hybrid.out.find("--fp8-format hybrid --fp8-recipe mxfp8"), std::string::npos) << hybrid.out;
+  const auto dflt = testing::RunShardcast(base + "--fp8-recipe mxfp8 --emit megatron");
+  EXPECT_NE(dflt.out.find("--fp8-format e4m3 --fp8-recipe mxfp8"), std::string::npos) << dflt.out;
+  ParallelConfig c;
+  c.precision = Precision::kMxfp8;
+  EXPECT_STREQ(c.Fp8FormatName(), "e4m3");
+  c.precision = Precision::kFp8;
+  EXPECT_STREQ(c.Fp8FormatName(), "hybrid");
+  c.fp8_format = Fp8Format::kE4m3;
+  EXPECT_STREQ(c.Fp8FormatName(), "e4m3");
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--fp16 --fp8-format hybrid",
+                                    "--fp16: given with --fp8-format hybrid, expected --bf16 or neither"));
+  const auto fp4 = testing::RunShardcast(base + "--precision nvfp4 --json");
+  ASSERT_EQ(fp4.exit_code, 0) << fp4.err;
+  const Json lp = Json::parse(fp4.out)["config"]["low_precision"];
+  EXPECT_DOUBLE_EQ(lp["bytes_per_element"].get<double>(), 0.5);
+  EXPECT_DOUBLE_EQ(lp["scale_bytes_per_element"].get<double>(), 1.0 / 16);
+  EXPECT_NE(testing::RunShardcast("simulate --model llama3-8b --cluster gb200-nvl72 --gpus 8 --mbs 1 --gbs 8 "
+                                  "--precision nvfp4")
+                .out.find("(dense peak 10000 TFLOP/s)"),
+            std::string::npos);
+}
+
 // NCCL's NVLS all-reduce inside an H100 NVSwitch node: 480 of 450 GB/s line where rings reach
 // 370; reduce-scatter, all-gather and A100 nodes keep the ring rate.
 TEST(Framework, NvlsAllReduceInsideNvSwitchNodes) {
