@@ -93,6 +93,13 @@ int main(int argc, char** argv) {
       const std::string arg = argv[i];
       if (!extra.count(arg) || arg.rfind("--", 0) != 0) continue;
       const std::string name = arg.substr(0, arg.find('='));
+      // Megatron-LM flags whose values are not read, with what expresses them here.
+      if (name == "--pipeline-model-parallel-layout") {
+        hint += "; " + name + " strings are not read: --pipeline-layout-even (the layers spread evenly over the "
+                "chunks, written as such a string by --emit) or --decoder-first/last-pipeline-num-layers give uneven "
+                "splits";
+        continue;
+      }
       auto close = shardcast::ClosestMatches(name, longs, 3);
       if (close.empty()) {
         // An option of another command that extends one of this command's (--zero-stages, --zero).

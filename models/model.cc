@@ -183,6 +183,7 @@ ParameterCounts Model::Parameters() const {
   c.total = c.layers + c.word_embedding + c.position_embedding + c.output_layer + c.final_norm + c.mtp;
   const std::int64_t idle_experts = moe.enabled() ? c.moe_layer.expert - moe.top_k * MlpParameters(*this, moe.ffn_hidden_size, moe.expert_bias).total() : 0;
   c.active = c.total - (c.moe_layers + (moe.enabled() ? mtp_num_layers : 0)) * idle_experts;
+  c.mtp_active = c.mtp - (moe.enabled() ? mtp_num_layers : 0) * idle_experts;
   c.gemm_weights = c.dense_layers * c.per_layer.active_gemm_weights + c.moe_layers * c.moe_layer.active_gemm_weights +
                    vocab_size * hidden_size +
                    mtp_num_layers * (mtp_proj + mtp_layer.active_gemm_weights + vocab_size * hidden_size);

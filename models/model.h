@@ -53,6 +53,7 @@ struct ParameterCounts {
   /// Multi-token prediction modules (DeepSeek-V3): each one transformer layer (MoE where the model
   /// is) plus its 2h x h projection and two norms; they share the embedding and the output layer.
   std::int64_t mtp = 0;
+  std::int64_t mtp_active = 0;  ///< of `mtp`, what one token uses (its layer's top-k routed experts)
   std::int64_t layers = 0;             ///< the transformer layers' parameters (MTP excluded)
   std::int64_t word_embedding = 0;     ///< V*h
   std::int64_t position_embedding = 0; ///< max_position_embeddings*h when learned, else 0

@@ -590,10 +590,10 @@ PipelineLayout PipelineLayoutOf(const Model& m, const ParallelConfig& c) {
   }
   for (std::int64_t i = 0; i < pp; ++i) {
     if (v > 1 && stage[static_cast<std::size_t>(i)] % v != 0) {
-      return fail(fmt::format("pipeline split: stage {} holds {} {}, not a multiple of vp = {} (each virtual stage "
+      const std::int64_t n = stage[static_cast<std::size_t>(i)];
+      return fail(fmt::format("pipeline split: stage {} holds {} {}{}, not a multiple of vp = {} (each virtual stage "
                               "holds 1/vp of them)",
-                              i, stage[static_cast<std::size_t>(i)], c.embedding_slots && pp > 1 ? "layer slots" : "layers",
-                              v));
+                              i, n, c.embedding_slots && pp > 1 ? "layer slot" : "layer", n == 1 ? "" : "s", v));
     }
   }
   out.chunk_layers.assign(static_cast<std::size_t>(pp * v), 0);

@@ -141,8 +141,11 @@ void WriteExperts(std::ostream& out, const Model& m, const ParameterCounts& pc) 
                             "routing's few percent over the mean\n"));
   if (pc.mtp > 0) {
     out << fmt::format("  MTP modules         {:>12}  ({} x (2h x h projection + norms + one layer); embedding and "
-                       "output layer shared)\n",
-                       FormatCount(double(pc.mtp)), m.mtp_num_layers);
+                       "output layer shared; {} active per token)\n",
+                       FormatCount(double(pc.mtp)), m.mtp_num_layers, FormatCount(double(pc.mtp_active)));
+    out << fmt::format("  without MTP         {:>12}  (the main model, as published counts give it; {} active per "
+                       "token)\n",
+                       FormatCount(double(pc.total - pc.mtp)), FormatCount(double(pc.active - pc.mtp_active)));
   }
 }
 
@@ -269,7 +272,9 @@ Json DescribeJson(const ModelDescription& d) {
                                 {"output_layer", pc.output_layer},
                                 {"final_norm", pc.final_norm},
                                 {"embedding", pc.word_embedding + pc.position_embedding},
-                                {"gemm_weights", pc.gemm_weights}};
+                                {"gemm_weights", pc.gemm_weights},
+                                {"mtp", pc.mtp},
+                                {"mtp_active", pc.mtp_active}};
   if (pc.moe_layers > 0) out["moe"] = ExpertsJson(d.model, pc);
   if (d.model.mla.enabled()) {
     const MlaSpec& a = d.model.mla;

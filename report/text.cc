@@ -109,6 +109,9 @@ void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const 
   }
   table("embedding (first stage)", cm.embedding_ops);
   table("output layer and loss (last stage)", cm.output_ops);
+  table(fmt::format("multi-token prediction module (last stage, {} of them; each adds a {} transformer layer as above)",
+                    m.mtp_num_layers, m.moe.enabled() ? "mixture-of-experts" : "dense"),
+        cm.mtp_ops);
   table("pipeline receive (scatter/gather all-gather; forward after the first chunk, backward before the last)",
         cm.pp_recv_ops);
 }
@@ -305,7 +308,10 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   if (m.moe.enabled()) line("expert-parallel comm", b.ep_comm_s, "MoE token dispatch and combine (and expert-TP gathers)");
   if (c.cp > 1) line("context-parallel comm", b.cp_comm_s, "K/V exchange not hidden behind attention");
   line("pipeline comm", b.pp_comm_s, "waiting on a stage-to-stage transfer in flight");
-  line("data-parallel comm", b.dp_comm_s, "waiting on own gradient/parameter collectives (and the tied-embedding all-reduce; DeepSpeed 2021 ZeRO-3: their host work and copies)");
+  std::string dp_note = "waiting on own gradient/parameter collectives";
+  if (m.tie_embeddings && c.pp > 1) dp_note += " (and the tied-embedding all-reduce)";
+  if (c.deepspeed2021_zero3()) dp_note += " (and their host work and copies: DeepSpeed 2021 ZeRO-3)";
+  line("data-parallel comm", b.dp_comm_s, dp_note.c_str());
   line("bubble", b.bubble_s, "waiting on other stages (fill, drain, imbalance)");
   line("optimizer", b.optimizer_s, "Adam step and gradient norm");
   out << "\nMemory per GPU by pipeline stage (usable " << FormatGiB(r.usable_memory_bytes) << ")\n";

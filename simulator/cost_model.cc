@@ -1856,7 +1856,7 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   // ---- multi-token prediction (DeepSeek-V3; Megatron-Core's MTP): per module, the two input norms,
   // the 2h -> h projection of [next token's embedding; hidden state], one transformer layer (its
   // ops added with the chunk's layers below) and another pass through the shared output head.
-  std::vector<Op> mtp_ops;
+  std::vector<Op>& mtp_ops = cm.mtp_ops;
   if (m.mtp_num_layers > 0) {
     ob.Memory(mtp_ops, "mtp_input_norms", F, 2 * norm_bytes, 2 * act / rep);
     if (sp) ob.Collective(mtp_ops, "mtp_all_gather", F, ag, 2 * act);

@@ -252,6 +252,10 @@ struct CostModel {
   std::vector<Op> bf16_layer_ops;
   std::vector<Op> embedding_ops;  ///< first stage
   std::vector<Op> output_ops;     ///< last stage
+  /// One multi-token-prediction module on the last stage (its norms, the 2h -> h projection and
+  /// its pass through the shared output layer and loss), without its transformer layer, which
+  /// runs as layer_ops / moe_layer_ops; empty without MTP.
+  std::vector<Op> mtp_ops;
   /// Receive-side TP all-gather of a scatter/gather pipeline message (forward: before every chunk
   /// but the first; backward: before every chunk but the last). Empty without it.
   std::vector<Op> pp_recv_ops;

@@ -1555,9 +1555,20 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   };
   j["breakdown_s"] = bd(r.breakdown);
   Json st = Json::array();
+  // Each stage's model chunks (k*pp + stage, k < vp) and their transformer layers, in order.
+  const PipelineLayout layout = PipelineLayoutOf(m, c);
+  auto chunk_layers = [&](int stage) {
+    Json a = Json::array();
+    if (!layout.error.empty() || c.pp < 1) return a;
+    for (std::size_t k = static_cast<std::size_t>(stage); k < layout.chunk_layers.size(); k += static_cast<std::size_t>(c.pp)) {
+      a.push_back(layout.chunk_layers[k]);
+    }
+    return a;
+  };
   for (const auto& s : r.stages) {
     st.push_back({{"stage", s.stage},
                   {"layers", s.layers},
+                  {"chunk_layers", chunk_layers(s.stage)},
                   {"peak_memory_bytes", s.memory.peak_bytes},
                   {"reserved_memory_bytes", s.memory.reserved_bytes},
                   {"reserved_unlimited_memory_bytes", s.memory.reserved_unlimited_bytes},

@@ -291,6 +291,8 @@ TEST(CliSimulate, JsonHasThePinnedKeys) {
   }
   ASSERT_EQ(j["stages"].size(), 8u);
   EXPECT_TRUE(j["stages"][0]["peak_memory_bytes"].is_number());
+  // 96 layers over pp 8 x vp 3 chunks: every stage holds 3 chunks of 4 layers.
+  for (const auto& s : j["stages"]) EXPECT_EQ(s["chunk_layers"], Json::parse("[4, 4, 4]")) << s["stage"];
   // tokens/s is gbs * seq / step time.
   EXPECT_NEAR(j["tokens_per_s"].get<double>(), 64.0 * 2048 / j["step_time_s"].get<double>(), 1e-6);
   double sum = 0;

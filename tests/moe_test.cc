@@ -65,8 +65,17 @@ TEST(Moe, DeepSeekV3ParametersTotalAndActive) {
   const double main_model = static_cast<double>(pc.total - pc.mtp);
   EXPECT_EQ(pc.total - pc.mtp, 3 * dense + 58 * moe + 2 * V * h + h);
   EXPECT_NEAR(main_model / 1e9, 671, 1.0);
-  const double main_active = static_cast<double>(pc.active) - static_cast<double>(pc.mtp - 248 * expert);
+  EXPECT_EQ(pc.mtp_active, pc.mtp - 248 * expert);  // the MTP layer's top-8 of 256 routed experts
+  const double main_active = static_cast<double>(pc.active - pc.mtp_active);
   EXPECT_NEAR(main_active / 1e9, 37.6, 0.1);  // published: "37B activated"
+  // describe gives the main model as the report counts it, beside the total with MTP.
+  const auto d = testing::RunShardcast("describe --model deepseek-v3");
+  EXPECT_NE(d.out.find(fmt::format("without MTP         {:>12}", FormatCount(main_model))), std::string::npos) << d.out;
+  // --ops shows the MTP module's own ops (its projection, norms and pass through the output layer).
+  const auto ops = testing::RunShardcast("simulate --model deepseek-v3 --cluster dgx-h100 --gpus 64 --pp 8 --ep 8 "
+                                         "--mbs 1 --gbs 8 --ops");
+  EXPECT_NE(ops.out.find("multi-token prediction module (last stage, 1 of them"), std::string::npos) << ops.out;
+  EXPECT_NE(ops.out.find("mtp_eh_proj "), std::string::npos) << ops.out;
   // MLA's attention FLOPs use the mean of the query/key head (192) and the value head (128).
   EXPECT_DOUBLE_EQ(m.AttentionHeadDim(), 160.0);
   EXPECT_NEAR(m.Flops(4096).per_token_attention, 12.0 * (61 + 1) * 4096 * 128 * 160, 1.0);
