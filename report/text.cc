@@ -43,6 +43,26 @@ const char* HiddenBehind(const Op& o) {
 }
 }  // namespace
 
+/// The stage that waits least on the others (the least bubble) and what it holds beside its layers:
+/// the pipeline runs at its pace.
+static std::string BusiestStageLine(const Model& m, const SimulationResult& r) {
+  const StageResult* busiest = &r.stages.front();
+  for (const auto& s : r.stages) {
+    if (s.time.bubble_s < busiest->time.bubble_s) busiest = &s;
+  }
+  std::vector<std::string> beside;
+  if (busiest->stage == 0) beside.push_back("the embedding");
+  if (busiest->stage + 1 == static_cast<int>(r.stages.size())) {
+    beside.push_back("the output layer and loss");
+    if (m.mtp_num_layers > 0) beside.push_back(fmt::format("{} MTP module{}", m.mtp_num_layers, m.mtp_num_layers == 1 ? "" : "s"));
+  }
+  const double bubble = busiest->time.bubble_s;
+  return fmt::format("  busiest: stage {} ({} layer{}{}), the least bubble ({}): the others wait on it and on the "
+                     "pipeline's fill and drain\n",
+                     busiest->stage, busiest->layers, busiest->layers == 1 ? "" : "s",
+                     beside.empty() ? std::string() : " with " + Join(beside, ", "), FormatSeconds(bubble));
+}
+
 void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof) {
   const CostModel cm = BuildCostModel(m, c, cl, prof);
   out << fmt::format("\nOps per micro-batch on one GPU (mbs {}, {} tokens; time from the profile)\n",
@@ -372,6 +392,7 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
                              FormatSeconds(t.bubble_s), FormatSeconds(t.pp_comm_s), FormatSeconds(t.dp_comm_s),
                              FormatSeconds(t.optimizer_s), Pct(s.bubble_fraction));
   }
+  if (r.stages.size() > 1) out << BusiestStageLine(m, r);
   out << "\nCritical path\n";
   for (const auto& l : r.critical_path) out << "  " << l << "\n";
 }

@@ -293,6 +293,13 @@ TEST(CliSimulate, JsonHasThePinnedKeys) {
   EXPECT_TRUE(j["stages"][0]["peak_memory_bytes"].is_number());
   // 96 layers over pp 8 x vp 3 chunks: every stage holds 3 chunks of 4 layers.
   for (const auto& s : j["stages"]) EXPECT_EQ(s["chunk_layers"], Json::parse("[4, 4, 4]")) << s["stage"];
+  // The text names the stage with the least bubble as the busiest, the first of equals.
+  std::size_t least = 0;
+  for (std::size_t i = 1; i < j["stages"].size(); ++i) {
+    if (j["stages"][i]["breakdown_s"]["bubble"].get<double>() < j["stages"][least]["breakdown_s"]["bubble"].get<double>()) least = i;
+  }
+  const auto text = RunShardcast(kDoneCommand);
+  EXPECT_NE(text.out.find(fmt::format("busiest: stage {} (", least)), std::string::npos) << text.out;
   // tokens/s is gbs * seq / step time.
   EXPECT_NEAR(j["tokens_per_s"].get<double>(), 64.0 * 2048 / j["step_time_s"].get<double>(), 1e-6);
   double sum = 0;
