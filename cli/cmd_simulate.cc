@@ -74,12 +74,20 @@ std::int64_t VirtualStages(const SimulateArgs& a, const Model& m) {
 /// Exit 2 when the pipeline split flags given do not add up (PipelineLayoutOf), naming them.
 void CheckPipelineSplitArgs(const SimulateArgs& a, const Model& m, const ParallelConfig& c) {
   const bool uneven = a.first_stage_layers >= 0 || a.last_stage_layers >= 0;
-  if (uneven && a.even_chunks) {
-    // Megatron-Core refuses a --pipeline-model-parallel-layout beside first/last stage counts.
+  if (a.even_chunks && (uneven || c.embedding_slots)) {
+    // Megatron-Core refuses a --pipeline-model-parallel-layout beside first/last stage counts or
+    // the account-for flags.
     throw InputError(fmt::format("command line: --pipeline-layout-even: given with {}, expected one of them (the "
                                  "layout string it writes sets every stage's layers; Megatron-Core refuses both)",
-                                 a.first_stage_layers >= 0 ? "--decoder-first-pipeline-num-layers"
-                                                           : "--decoder-last-pipeline-num-layers"));
+                                 a.first_stage_layers >= 0  ? "--decoder-first-pipeline-num-layers"
+                                 : a.last_stage_layers >= 0 ? "--decoder-last-pipeline-num-layers"
+                                 : a.emb_slots              ? "--embedding-pipeline-slots"
+                                                            : "--account-for-embedding-in-pipeline-split"));
+  }
+  if (a.even_chunks && c.pp < 2) {
+    throw InputError(fmt::format("command line: --pipeline-layout-even: given with --pp {}, expected --pp 2 or more "
+                                 "(it spreads the layers over pipeline stages)",
+                                 c.pp));
   }
   if (!uneven && !(c.embedding_slots && c.vp > 1)) return;
   if (c.pp > m.num_layers) return;  // InfeasibilityReasons says so

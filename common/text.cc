@@ -89,7 +89,8 @@ std::string FormatNumber(double v) {
 }
 
 std::string FormatRate(double v) {
-  return std::fabs(v) >= 1e4 ? fmt::format("{:.0f}", v) : fmt::format("{:.4g}", v);
+  // {:.4g} turns 9999.5 and above into 1e+04.
+  return std::fabs(v) >= 9999.5 ? fmt::format("{:.0f}", v) : fmt::format("{:.4g}", v);
 }
 
 std::string FormatGiB(double bytes) { return fmt::format("{:.2f} GiB", bytes / 1073741824.0); }

@@ -402,6 +402,12 @@ void MegatronPrecision(const MegatronArgs& a, ParallelConfig* c) {
   // Megatron-LM asserts that not both are set (validate_args): a dump with both was edited.
   if (a.RequiredFlag("fp16") && a.RequiredFlag("bf16")) a.Fail("bf16", "False beside fp16 True (Megatron-LM refuses both)");
   c->precision = a.RequiredFlag("fp16") ? Precision::kFp16 : a.RequiredFlag("bf16") ? Precision::kBf16 : Precision::kFp32;
+  // As on the command line (ApplyPrecisionArgs): the low-precision formats are modelled beside bf16.
+  if (c->precision == Precision::kFp16 && (a.Get("fp4") || a.Get("fp8"))) {
+    a.Fail("fp16", fmt::format("False beside {} {} (fp8/fp4 GEMMs with fp16 weights and loss scaling are not "
+                               "modelled: the formats run beside bf16)",
+                               a.Get("fp4") ? "fp4" : "fp8", *a.Get(a.Get("fp4") ? "fp4" : "fp8")));
+  }
   if (a.Get("fp4")) {
     if (*a.Get("fp4") != "e2m1") a.Fail("fp4", "None or e2m1");
     c->precision = Precision::kNvfp4;

@@ -255,6 +255,12 @@ void WriteFit(std::ostream& out, const FitDescription& f, const ModelDescription
                        FormatGiB(z.optimizer_bytes),
                        !z.supported ? "not with pp > 1" : z.fits ? "fits" : "does NOT fit");
   }
+  const bool low = std::any_of(f.peaks_flops.begin(), f.peaks_flops.end(),
+                               [](const auto& p) { return IsLowPrecision(p.first); });
+  if (low) {
+    out << "  (bf16 training; an fp8, mxfp8 or nvfp4 run also keeps quantized copies of the linear layers' weights,\n"
+           "  1 to 2.1 bytes per parameter by format and GPU: `shardcast simulate --precision` counts them)\n";
+  }
 }
 
 }  // namespace

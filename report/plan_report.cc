@@ -342,6 +342,9 @@ std::string WriteRecommendation(std::ostream& out, const PlanView& v) {
   }
   out << "\n" << label << " as Megatron-LM arguments:\n  " << MegatronArguments(chosen.config, v.m) << "\n";
   if (const std::string bias = KnownBias(chosen.config); !bias.empty()) out << "  (" << bias << ")\n";
+  if (const std::string s = StraddlingGroupsLine(chosen.config, o.gpus, v.cl.gpus_per_node); !s.empty()) {
+    out << "  " << s;
+  }
   return label;
 }
 

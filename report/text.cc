@@ -182,6 +182,22 @@ std::string PartialNodeLine(std::int64_t gpus, std::int64_t gpus_per_node) {
                      (gpus + gpus_per_node - 1) / gpus_per_node * gpus_per_node);
 }
 
+std::string StraddlingGroupsLine(const ParallelConfig& c, std::int64_t gpus, std::int64_t gpus_per_node) {
+  if (gpus_per_node <= 0 || gpus <= gpus_per_node) return "";
+  // Blocks of consecutive ranks that each group needs inside one node: tp, and the expert grid's
+  // ep x etp (Megatron's rank order; etp innermost).
+  std::vector<std::string> names;
+  auto tiles = [&](std::int64_t n) { return n <= 1 || gpus_per_node % n == 0 || n % gpus_per_node == 0; };
+  if (!tiles(c.tp)) names.push_back(fmt::format("tp {}", c.tp));
+  const std::int64_t expert_block = c.ep * c.expert_tp();
+  if (c.ep > 1 && !tiles(expert_block)) names.push_back(fmt::format("ep x etp {}", expert_block));
+  if (names.empty()) return "";
+  return fmt::format("Node boundaries: {} {} not tile the {} GPUs of a node, so with ranks filling the nodes in "
+                     "order some groups would straddle two nodes; the simulation places each group inside a node, "
+                     "as a topology-aware scheduler does by leaving each node's remainder idle (Slurm's --segment)\n",
+                     Join(names, " and "), names.size() > 1 ? "do" : "does", gpus_per_node);
+}
+
 void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,
                      const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {
   out << fmt::format("{} on {} x {} ({}), profile: {}\n", m.name, gpus, cl.gpu.display_name, cl.name,
@@ -194,6 +210,7 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   out << fmt::format("  {}  seq {}  micro-batches per step {}\n", c.Summary(),
                            c.seq_length > 0 ? c.seq_length : m.seq_length, mb > 0 ? std::to_string(mb) : "?");
   if (const std::string partial = PartialNodeLine(gpus, cl.gpus_per_node); !partial.empty()) out << "  " << partial;
+  if (const std::string s = StraddlingGroupsLine(c, gpus, cl.gpus_per_node); !s.empty()) out << "  " << s;
   if (m.moe.enabled() && r.feasible && c.ep > 1) {
     out << fmt::format("  expert load: the busiest expert-parallel rank takes {:.3f} x the mean tokens ({})\n",
                        r.moe_load_imbalance, MoeImbalanceSource(c, m.moe));

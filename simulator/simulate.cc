@@ -1180,9 +1180,10 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     res.moe_node_imbalance = cm.moe.node_imbalance;
   }
   res.model_flops_causal_per_step = fl.per_token_causal() * tokens;
-  // Recompute FLOPs in the same convention (full attention matrix).
+  // Recompute FLOPs in the same convention (full attention matrix, MLA's mean head dim): one
+  // forward of the L transformer layers' attention core.
   const double attn_fwd = 4.0 * static_cast<double>(m.num_layers) * static_cast<double>(c.seq_length) *
-                          static_cast<double>(m.num_attention_heads * m.kv_channels);
+                          static_cast<double>(m.num_attention_heads) * m.AttentionHeadDim();
   // An op's FLOPs on the mean rank: the expert ops carry the busiest rank's load (they time the
   // step), so their FLOPs are divided by the imbalance; every other op is the same on each rank.
   auto mean_rank_flops = [&](const Op& o) {
@@ -1190,7 +1191,11 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   };
   double recompute_per_token = 0;
   if (c.recompute == Recompute::kFull) {
-    recompute_per_token = 2.0 * static_cast<double>(m.num_layers * m.Parameters().per_layer.gemm_weights) + attn_fwd;
+    // One forward of every layer's GEMMs a token multiplies (an MoE layer's top-k experts).
+    const ParameterCounts pc = m.Parameters();
+    recompute_per_token = 2.0 * static_cast<double>(pc.dense_layers * pc.per_layer.active_gemm_weights +
+                                                    pc.moe_layers * pc.moe_layer.active_gemm_weights) +
+                          attn_fwd;
   } else if (c.recompute == Recompute::kSelective) {
     // The attention core (full matrix, as model FLOPs count it) and the recomputed modules' GEMMs:
     // an op's FLOPs on one GPU times the tp ranks sharing its T = b*s/cp tokens, per token (the

@@ -10,6 +10,7 @@
 #include "common/text.h"
 #include "models/loader.h"
 #include "models/parallel.h"
+#include "report/text.h"
 #include "simulator/simulate.h"
 #include "tests/test_util.h"
 
@@ -982,6 +983,27 @@ TEST(CliPlan, CostObjectiveNeedsAPrice) {
   auto json = RunShardcast(base + "--json");
   ASSERT_EQ(json.exit_code, 0) << json.err;
   EXPECT_TRUE(Json::parse(json.out)["recommended"]["usd_per_million_tokens"].is_null());
+}
+
+// Groups that do not tile a node (tp 16 or ep 64 on a 72-GPU rack, tp 6 on 8-GPU nodes) are said
+// to be placed inside nodes; groups that tile, and jobs of one node, say nothing.
+TEST(CliSimulate, GroupsThatDoNotTileANodeAreSaid) {
+  ParallelConfig c;
+  c.tp = 16;
+  EXPECT_NE(StraddlingGroupsLine(c, 2048, 72).find("tp 16 does not tile the 72 GPUs of a node"), std::string::npos);
+  EXPECT_EQ(StraddlingGroupsLine(c, 72, 72), "");  // one node holds everything
+  EXPECT_EQ(StraddlingGroupsLine(c, 2048, 8), "");  // two whole nodes a group
+  c.tp = 6;
+  EXPECT_NE(StraddlingGroupsLine(c, 48, 8).find("tp 6 does not"), std::string::npos);
+  c.tp = 8;
+  EXPECT_EQ(StraddlingGroupsLine(c, 2048, 72), "");
+  c.tp = 1;
+  c.ep = 64;
+  EXPECT_NE(StraddlingGroupsLine(c, 256, 72).find("ep x etp 64 does not"), std::string::npos);
+  const auto sim = RunShardcast("simulate --model deepseek-v3 --cluster gb200-nvl72 --gpus 2048 --tp 16 "
+                                "--sequence-parallel --pp 8 --ep 64 --etp 1 --mbs 1 --gbs 4096");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_NE(sim.out.find("Node boundaries: tp 16 and ep x etp 64 do not tile the 72 GPUs"), std::string::npos) << sim.out;
 }
 
 // A GPU count that is not whole nodes is said, with the whole-node count (ceil(N / per node) x per node);

@@ -26,6 +26,13 @@ TEST(Text, EditDistanceAndClosest) {
   EXPECT_EQ(close.size(), 2u);
 }
 
+TEST(Text, FormatRateNeverUsesAnExponent) {
+  EXPECT_EQ(FormatRate(989.4), "989.4");
+  EXPECT_EQ(FormatRate(1978.9), "1979");
+  EXPECT_EQ(FormatRate(9999.7), "10000");  // {:.4g} would print 1e+04
+  EXPECT_EQ(FormatRate(14000), "14000");
+}
+
 TEST(Text, AlignColumnsWidensAColumnForItsWidestCell) {
   // Column 0 keeps its minimum width 5; column 1 widens from 4 to the 6 characters of "123456";
   // the last column is a left-aligned note after two spaces.

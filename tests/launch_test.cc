@@ -626,6 +626,12 @@ TEST(Launch, EvenLayoutWithoutVirtualStagesIsWritten) {
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3.1-405b --cluster dgx-h100 --gpus 2048 --tp 8 --pp 16 "
                                     "--mbs 1 --gbs 2048 --pipeline-layout-even --decoder-last-pipeline-num-layers 6",
                                     "--pipeline-layout-even: given with --decoder-last-pipeline-num-layers"));
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3.1-405b --cluster dgx-h100 --gpus 2048 --tp 8 --pp 16 "
+                                    "--mbs 1 --gbs 2048 --pipeline-layout-even --embedding-pipeline-slots",
+                                    "--pipeline-layout-even: given with --embedding-pipeline-slots"));
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 8 "
+                                    "--pipeline-layout-even",
+                                    "--pipeline-layout-even: given with --pp 1, expected --pp 2 or more"));
 }
 
 // What a model has beside its shape reaches the launch: Llama 3.1's RoPE scaling (Hugging Face's

@@ -987,6 +987,15 @@ TEST(MoeRecompute, ModulesRerunTheirOpsAndFreeTheirTensors) {
   const double tokens = 8 * 4096;
   EXPECT_NEAR(r.hardware_flops_per_step - r.model_flops_per_step, tokens * L * (2 * h * 8 + 2 * 2 * 3 * h * fe),
               1e-6 * r.model_flops_per_step);
+  // Full recompute reruns every layer's forward: the GEMMs a token multiplies (attention, router,
+  // top-2 experts) and the attention core, 4*s*(a*d) a layer.
+  ParallelConfig full = MixtralEp8();
+  full.recompute = Recompute::kFull;
+  const SimulationResult rf = Simulate(m, full, cl, 8, prof);
+  ASSERT_TRUE(rf.feasible);
+  const double layer_gemm = static_cast<double>(m.Parameters().moe_layer.active_gemm_weights);
+  EXPECT_NEAR(rf.hardware_flops_per_step - rf.model_flops_per_step,
+              tokens * L * (2 * layer_gemm + 4.0 * 4096 * 32 * 128), 1e-6 * rf.model_flops_per_step);
   EXPECT_NE(MixtralEp8Selective(kRecomputeMoe | kRecomputeLayernorm).Summary().find("selective(layernorm,moe)"),
             std::string::npos);
 }

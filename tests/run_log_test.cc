@@ -540,6 +540,17 @@ TEST(RunLog, ValuesOutsideWhatEachFrameworkPrintsAreRefused) {
   EXPECT_NE(error(with("sequence_parallel", "Yes")).find("argument sequence_parallel: got \"Yes\", expected True or False"),
             std::string::npos);
   EXPECT_NE(error(with("fp8", "e5m2")).find("argument fp8: got \"e5m2\", expected None, hybrid or e4m3"), std::string::npos);
+  // fp16 beside fp8 (Megatron-LM takes it; the formats are modelled beside bf16 only), as the
+  // command line refuses --fp16 with --fp8-format.
+  std::string fp16_fp8 = with("fp8", "hybrid");
+  for (const char* name : {"fp16", "bf16"}) {
+    const std::string old_line = ArgLine(name, "");
+    const auto at = fp16_fp8.find(old_line.substr(0, old_line.size() - 1));
+    ASSERT_NE(at, std::string::npos) << name;
+    fp16_fp8.replace(at, fp16_fp8.find('\n', at) - at, ArgLine(name, std::string(name) == "fp16" ? "True" : "False"));
+  }
+  EXPECT_NE(error(fp16_fp8).find("argument fp16: got \"True\", expected False beside fp8 hybrid"), std::string::npos)
+      << error(fp16_fp8);
   EXPECT_NE(error(with("cp_comm_type", "['p2p', 'a2a']")).find("one communication type for every layer"), std::string::npos);
   // A missing argument Megatron-LM always prints: a cut dump, not a default.
   std::string cut = text;
