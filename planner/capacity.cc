@@ -40,7 +40,7 @@ PlanOptions PlanOptionsFor(const CapacityOptions& o, std::int64_t gpus, double p
 }
 
 /// Time, goodput, GPU-hours, cost and energy of a row whose best plan is set.
-void FillRowFromPlan(const CapacityOptions& o, const Cluster& cl, CapacityRow* row) {
+void FillRowFromPlan(const CapacityOptions& o, CapacityRow* row) {
   row->step_time_s = row->best.result.step_time_s;
   row->tokens_per_step = static_cast<double>(row->best.config.global_batch_size * row->best.config.seq_length);
   row->steps = std::ceil(o.tokens / row->tokens_per_step);
@@ -55,7 +55,7 @@ void FillRowFromPlan(const CapacityOptions& o, const Cluster& cl, CapacityRow* r
   row->wall_time_s = row->goodput > 0 ? row->train_time_s / row->goodput : INFINITY;
   row->gpu_hours = static_cast<double>(row->option.gpus) * row->wall_time_s / 3600.0;
   row->cost_usd = row->gpu_hours * row->price_usd_per_gpu_hour;
-  row->energy_kwh = static_cast<double>(row->option.gpus) * cl.gpu.tdp_W * o.energy_overhead * row->wall_time_s / 3.6e6;
+  row->energy_kwh = static_cast<double>(row->option.gpus) * row->tdp_W * o.energy_overhead * row->wall_time_s / 3.6e6;
   row->meets_deadline = !o.days || row->wall_time_s <= *o.days * 86400.0;
 }
 
@@ -68,6 +68,7 @@ CapacityRow EvaluateOption(const Model& m, const CapacityOption& opt, const Clus
   row.gpus_per_node = cl.gpus_per_node;
   row.price_date = cl.gpu.price_date;
   row.price_source = cl.gpu.price_source;
+  row.tdp_W = cl.gpu.tdp_W;
   auto price = o.price_per_gpu_hour.find(cl.gpu.name);
   row.price_usd_per_gpu_hour = price != o.price_per_gpu_hour.end() ? price->second : cl.gpu.price_usd_per_gpu_hour;
   if (!(row.price_usd_per_gpu_hour > 0)) {
@@ -98,7 +99,7 @@ CapacityRow EvaluateOption(const Model& m, const CapacityOption& opt, const Clus
   // The best plan not at risk of running out of memory; if there is none, the best at risk.
   row.memory_at_risk = !pr.best_not_at_risk.has_value();
   row.best = pr.best_not_at_risk ? *pr.best_not_at_risk : pr.plans.front();
-  FillRowFromPlan(o, cl, &row);
+  FillRowFromPlan(o, &row);
   return row;
 }
 

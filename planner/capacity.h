@@ -39,6 +39,7 @@ struct CapacityRow {
   std::string gpu;
   std::int64_t gpus_per_node = 0;  ///< of the option's cluster (an NVL72 rack counts as one node of 72)
   std::string price_date, price_source;  ///< of the GPU's built-in price (its preset or file)
+  double tdp_W = 0;                      ///< the GPU's board power (its preset or file), for energy
   std::string profile = "built-in default";  ///< the profile simulated with: a file path or the default
   /// The built-in default's values carried over from another GPU or estimated, that this option's
   /// plans use (HardwareProfile::Estimates); empty with a measured profile.

@@ -59,6 +59,7 @@ Json CapacityJson(const Model& m, const CapacityOptions& o, const std::vector<Ca
       x["price_usd_per_gpu_hour"] = r.price_usd_per_gpu_hour;
       x["cost_usd"] = r.cost_usd;
       x["energy_kwh"] = r.energy_kwh;
+      x["tdp_W"] = r.tdp_W;
       if (o.days) x["meets_deadline"] = r.meets_deadline;
       x["price_date"] = o.price_per_gpu_hour.count(r.gpu) ? "command line" : r.price_date;
       x["price_source"] = o.price_per_gpu_hour.count(r.gpu) ? "--price-per-gpu-hour" : r.price_source;
@@ -163,6 +164,12 @@ void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions&
                                r.price_date.empty() ? "no date" : r.price_date,
                                r.price_source.empty() ? "no source given" : r.price_source);
     }
+  }
+  out << fmt::format("\nBoard power (W per GPU, the GPU preset's tdp_W; energy = GPUs x W x {:g} x wall time):\n",
+                     o.energy_overhead);
+  seen.clear();
+  for (const auto& r : rows) {
+    if (seen.insert(r.gpu).second) out << fmt::format("  {:<16} {:>6.0f}\n", r.gpu, r.tdp_W);
   }
   out << "\nHardware profiles (--profile [CLUSTER=]FILE for a measured one):\n";
   seen.clear();

@@ -765,6 +765,10 @@ TEST(CliCapacity, ThreeGpuTypes) {
     EXPECT_NEAR(o["train_time_s"].get<double>(), o["steps"].get<double>() * o["step_time_s"].get<double>(), 1e-6);
     EXPECT_TRUE(o["goodput"].is_null());  // no failure model given
     EXPECT_TRUE(o["checkpoint_interval_s"].is_null());
+    // Energy = GPUs x board power x 1.3 x wall time, the board power the GPU preset's.
+    EXPECT_DOUBLE_EQ(o["tdp_W"].get<double>(), LoadGpu(o["gpu"].get<std::string>()).tdp_W);
+    EXPECT_NEAR(o["energy_kwh"].get<double>(),
+                o["gpus"].get<double>() * o["tdp_W"].get<double>() * 1.3 * o["wall_time_s"].get<double>() / 3.6e6, 1e-6);
     if (o["gpu"] == "b200") {
       EXPECT_EQ(o["profile_estimates"], b200_estimates);
     }
@@ -782,6 +786,8 @@ TEST(CliCapacity, ThreeGpuTypes) {
     if (!o["known_bias"].is_null()) biased.push_back(fmt::format("{}:{}", o["cluster"].get<std::string>(), o["gpus"].get<int>()));
   }
   ASSERT_FALSE(biased.empty());
+  EXPECT_NE(text.out.find(fmt::format("  {:<16} {:>6.0f}\n", "h100-sxm", LoadGpu("h100-sxm").tdp_W)), std::string::npos)
+      << text.out;  // under "Board power"
   const std::string once = "Known bias (" + Join(biased, ", ") + "): without activation recompute";
   const auto at = text.out.find(once);
   ASSERT_NE(at, std::string::npos) << text.out;
