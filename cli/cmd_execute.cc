@@ -86,14 +86,17 @@ void ShareHostMemory(const HardwareProfile& prof, int rank, Cluster* cl) {
   // Each CPU rank runs its GEMMs on one core; more ranks than cores time the wait for a core.
   // Each host compares its own ranks with its own cores; rank 0 says the worst.
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  int over[2] = {cores > 0 ? local - cores : 0, 0}, worst[2] = {0, 0};
-  over[1] = over[0] > 0 ? local : 0;
-  MPI_Allreduce(over, worst, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (rank == 0 && worst[0] > 0) {
-    std::cerr << fmt::format("shardcast: warning: a host runs {} more ranks than it has cores ({} ranks at most on a "
-                             "host): oversubscribed, the measured steps include waiting for a core and will be slower "
-                             "and more uneven than predicted (run at most one rank a core)\n",
-                             worst[0], worst[1]);
+  struct {
+    int excess, rank;
+  } mine{cores > 0 ? local - cores : 0, rank}, worst{0, 0};
+  MPI_Allreduce(&mine, &worst, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD);
+  int busy[2] = {local, cores};  // the worst host's ranks and cores, from one of its ranks
+  MPI_Bcast(busy, 2, MPI_INT, worst.rank, MPI_COMM_WORLD);
+  if (rank == 0 && worst.excess > 0) {
+    std::cerr << fmt::format("shardcast: warning: {} ranks on a host of {} cores: oversubscribed, the measured steps "
+                             "include waiting for a core and will be slower and more uneven than predicted (run at "
+                             "most one rank a core)\n",
+                             busy[0], busy[1]);
   }
   if (!prof.machine) return;
   const int measured = prof.machine->devices_per_node;

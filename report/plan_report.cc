@@ -43,8 +43,9 @@ std::string ZeroCell(const ParallelConfig& c) {
 std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective objective) {
   const auto& c = p.config;
   const auto& r = p.result;
-  const std::string ranked = objective == Objective::kCost     ? fmt::format(" {:>10.4f}", p.usd_per_million_tokens)
-                             : objective == Objective::kEnergy ? fmt::format(" {:>10.4f}", p.joules_per_token)
+  // Four significant digits, trailing zeros kept (a column of equal precision, small values too).
+  const std::string ranked = objective == Objective::kCost     ? fmt::format(" {:>#10.4g}", p.usd_per_million_tokens)
+                             : objective == Objective::kEnergy ? fmt::format(" {:>#10.4g}", p.joules_per_token)
                                                                : "";
   // Headroom: usable memory less what the caching allocator reserves (its replay).
   return fmt::format("{:>4}  {:>2} {:>3} {:>2} {:>5} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11.0f}{} {:>6} {:>6}  {:>10} {:>10} {:>10}{}",

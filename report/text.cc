@@ -186,15 +186,19 @@ std::string StraddlingGroupsLine(const ParallelConfig& c, std::int64_t gpus, std
   if (gpus_per_node <= 0 || gpus <= gpus_per_node) return "";
   // Blocks of consecutive ranks that each group needs inside one node: tp, and the expert grid's
   // ep x etp (Megatron's rank order; etp innermost).
+  // Groups larger than a node span nodes in the simulation too (and tp says so); a smaller one that
+  // does not divide the node is placed inside one.
   std::vector<std::string> names;
-  auto tiles = [&](std::int64_t n) { return n <= 1 || gpus_per_node % n == 0 || n % gpus_per_node == 0; };
-  if (!tiles(c.tp)) names.push_back(fmt::format("tp {}", c.tp));
+  auto straddles = [&](std::int64_t n) { return n > 1 && n < gpus_per_node && gpus_per_node % n != 0; };
+  if (straddles(c.tp)) names.push_back(fmt::format("tp {}", c.tp));
+  if (c.cp > 1 && !straddles(c.tp) && straddles(c.tp * c.cp)) names.push_back(fmt::format("tp x cp {}", c.tp * c.cp));
   const std::int64_t expert_block = c.ep * c.expert_tp();
-  if (c.ep > 1 && !tiles(expert_block)) names.push_back(fmt::format("ep x etp {}", expert_block));
+  if (c.ep > 1 && straddles(expert_block)) names.push_back(fmt::format("ep x etp {}", expert_block));
   if (names.empty()) return "";
   return fmt::format("Node boundaries: {} {} not tile the {} GPUs of a node, so with ranks filling the nodes in "
                      "order some groups would straddle two nodes; the simulation places each group inside a node, "
-                     "as a topology-aware scheduler does by leaving each node's remainder idle (Slurm's --segment)\n",
+                     "as a topology-aware scheduler does by leaving each node's remainder idle (Slurm's --segment; "
+                     "the GPU count, cost and energy here leave those idle GPUs out)\n",
                      Join(names, " and "), names.size() > 1 ? "do" : "does", gpus_per_node);
 }
 

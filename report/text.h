@@ -24,9 +24,10 @@ std::string MoeRoutingCaveat(const Model& m, const ParallelConfig& base);
 /// "Partial node: 12 GPUs are 1.50 nodes of 8; whole nodes are 16 GPUs\n" when `gpus` is not a
 /// whole number of nodes of `gpus_per_node`; "" when it is.
 std::string PartialNodeLine(std::int64_t gpus, std::int64_t gpus_per_node);
-/// Where tp or the expert grid's ep x etp does not tile a node of `gpus_per_node` (tp 16 on a
-/// 72-GPU NVL72 rack, tp 6 on 8-GPU nodes) and the job spans nodes: the line saying that the
-/// simulation places every group inside one node, as a topology-aware scheduler does; else "".
+/// Where tp, tp x cp or the expert grid's ep x etp is smaller than a node of `gpus_per_node` and
+/// does not divide it (tp 16 on a 72-GPU NVL72 rack, tp 6 on 8-GPU nodes) and the job spans
+/// nodes: the line saying that the simulation places every group inside one node, as a
+/// topology-aware scheduler does; else "".
 std::string StraddlingGroupsLine(const ParallelConfig& c, std::int64_t gpus, std::int64_t gpus_per_node);
 
 /// `simulate`'s report of one result: step time, MFU/HFU, the time breakdown, memory by stage and

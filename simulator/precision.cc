@@ -1,5 +1,7 @@
 #include "simulator/precision.h"
 
+#include <algorithm>
+
 namespace shardcast {
 
 LinearFormat LinearFormatOf(const ParallelConfig& c, const std::string& arch) {
@@ -40,7 +42,9 @@ double QuantizedWeightBytesPerParam(const ParallelConfig& c, const LinearFormat&
 }
 
 double ParamGatherBytesPerParam(const ParallelConfig& c, const LinearFormat& f) {
-  return c.fp8_param_gather && f.low_precision() ? f.CopyBytes() : c.param_gather_bytes;
+  if (c.fp8_param_gather && f.low_precision()) return f.CopyBytes();
+  // fp32/tf32 training gathers its fp32 weights.
+  return std::max(c.param_gather_bytes, ModelDtypeBytes(c.precision));
 }
 
 double ScalingStateBytesPerLayer(const ParallelConfig& c) {

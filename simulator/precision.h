@@ -46,7 +46,8 @@ LinearFormat LinearFormatOf(const ParallelConfig& c, const std::string& arch);
 double QuantizedWeightBytesPerParam(const ParallelConfig& c, const LinearFormat& f);
 
 /// Bytes per parameter that the parameter all-gather moves: the quantized copy with
-/// --fp8-param-gather, else the configuration's param_gather_bytes.
+/// --fp8-param-gather, else the configuration's param_gather_bytes (at least 4 in fp32/tf32
+/// training, whose weights are fp32).
 double ParamGatherBytesPerParam(const ParallelConfig& c, const LinearFormat& f);
 
 /// Bytes of scaling state per transformer layer under delayed scaling: each of the four linear

@@ -1003,6 +1003,12 @@ TEST(CliSimulate, GroupsThatDoNotTileANodeAreSaid) {
   EXPECT_NE(StraddlingGroupsLine(c, 48, 8).find("tp 6 does not"), std::string::npos);
   c.tp = 8;
   EXPECT_EQ(StraddlingGroupsLine(c, 2048, 72), "");
+  c.tp = 12;  // larger than a node: it spans nodes, as simulated
+  EXPECT_EQ(StraddlingGroupsLine(c, 96, 8), "");
+  c.tp = 2;
+  c.cp = 3;
+  EXPECT_NE(StraddlingGroupsLine(c, 48, 8).find("tp x cp 6 does not"), std::string::npos);
+  c.cp = 1;
   c.tp = 1;
   c.ep = 64;
   EXPECT_NE(StraddlingGroupsLine(c, 256, 72).find("ep x etp 64 does not"), std::string::npos);

@@ -244,6 +244,28 @@ TEST(Precision, FlagsThatWouldChangeNothingAreRefused) {
             0);
 }
 
+// fp32 and tf32 training keep fp32 weights and gradients beside Adam's m and v, with no master
+// copy: 4 + 4 + 8 bytes per parameter, sharded by the ZeRO stage; ZeRO-1 gathers 4-byte weights.
+TEST(Precision, Fp32TrainingStateIsSixteenBytesAParameter) {
+  for (const Precision p : {Precision::kFp32, Precision::kTf32}) {
+    ParallelConfig c;
+    c.precision = p;
+    c.dp = 8;
+    const StateBytesPerParam z0 = BytesPerParam(c);
+    EXPECT_DOUBLE_EQ(z0.weights, 4.0);
+    EXPECT_DOUBLE_EQ(z0.grads, 4.0);
+    EXPECT_DOUBLE_EQ(z0.optimizer, 8.0);
+    c.zero_stage = 1;
+    EXPECT_DOUBLE_EQ(BytesPerParam(c).total(), 4.0 + 4.0 + 8.0 / 8);
+    c.zero_stage = 3;
+    EXPECT_DOUBLE_EQ(BytesPerParam(c).total(), 16.0 / 8);
+    EXPECT_DOUBLE_EQ(ParamGatherBytesPerParam(c, LinearFormatOf(c, "hopper")), 4.0);
+  }
+  ParallelConfig bf16;
+  EXPECT_DOUBLE_EQ(BytesPerParam(bf16).total(), 18.0);  // 2 + 4 + 12
+  EXPECT_DOUBLE_EQ(ParamGatherBytesPerParam(bf16, LinearFormatOf(bf16, "hopper")), 2.0);
+}
+
 // --fp8-format is kept as given under mxfp8 too (Transformer Engine's MXFP8 recipe takes
 // hybrid), e4m3 where it is not given; fp16 beside a low-precision format is refused as not
 // modelled; the JSON gives FP4's half byte per element (not rounded as a byte count).
