@@ -76,6 +76,19 @@ TEST(Moe, DeepSeekV3ParametersTotalAndActive) {
                                          "--mbs 1 --gbs 8 --ops");
   EXPECT_NE(ops.out.find("multi-token prediction module (last stage, 1 of them"), std::string::npos) << ops.out;
   EXPECT_NE(ops.out.find("mtp_eh_proj "), std::string::npos) << ops.out;
+  // HFU under full recompute: each layer's active GEMMs again (3 dense, 58 MoE with the top-8 and
+  // the shared expert) and MLA's attention core at its mean head dim (128 + 64 + 128) / 2.
+  const auto full = testing::RunShardcast("simulate --model deepseek-v3 --cluster dgx-h100 --gpus 64 --pp 8 --ep 8 "
+                                          "--mbs 1 --gbs 8 --recompute full --json");
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  const Json fj = Json::parse(full.out);
+  // MLA's GEMM weights are its parameters less the q and kv low-rank norms (1536 + 512).
+  const double mla_gemm = static_cast<double>(mla - 1536 - 512), tokens = 8.0 * 4096;
+  const double dense_active = mla_gemm + 3.0 * h * 18432;
+  const double moe_active = mla_gemm + static_cast<double>(256 * h + expert + 8 * expert);
+  EXPECT_NEAR(fj["hardware_flops_per_step"].get<double>() - fj["model_flops_per_step"].get<double>(),
+              tokens * (2 * (3 * dense_active + 58 * moe_active) + 4.0 * 61 * 4096 * 128 * 160),
+              1e-9 * fj["model_flops_per_step"].get<double>());
   // MLA's attention FLOPs use the mean of the query/key head (192) and the value head (128).
   EXPECT_DOUBLE_EQ(m.AttentionHeadDim(), 160.0);
   EXPECT_NEAR(m.Flops(4096).per_token_attention, 12.0 * (61 + 1) * 4096 * 128 * 160, 1.0);
@@ -993,7 +1006,9 @@ TEST(MoeRecompute, ModulesRerunTheirOpsAndFreeTheirTensors) {
   full.recompute = Recompute::kFull;
   const SimulationResult rf = Simulate(m, full, cl, 8, prof);
   ASSERT_TRUE(rf.feasible);
-  const double layer_gemm = static_cast<double>(m.Parameters().moe_layer.active_gemm_weights);
+  // q and o (h x a*d each), k and v (h x g*d each, 8 groups of 128), the router (h x 8), the top-2
+  // experts' SwiGLU (3 x h x f each).
+  const double layer_gemm = 2 * h * h + 2 * h * 8 * 128 + h * 8 + 2 * 3 * h * 14336.0;
   EXPECT_NEAR(rf.hardware_flops_per_step - rf.model_flops_per_step,
               tokens * L * (2 * layer_gemm + 4.0 * 4096 * 32 * 128), 1e-6 * rf.model_flops_per_step);
   EXPECT_NE(MixtralEp8Selective(kRecomputeMoe | kRecomputeLayernorm).Summary().find("selective(layernorm,moe)"),
