@@ -32,6 +32,7 @@ struct PlanArgs {
   std::int64_t gpus = 0, gbs = 0, seq = 0, max_tp = 0, max_mbs = 16;
   int top = 10, threads = 0;
   double min_headroom_gib = 2.0;
+  double price = 0;  ///< --price-per-gpu-hour; 0: the GPU preset's
   bool json = false, no_flash = false, exclude_at_risk = false;
   ParallelConfig moe_routing;  ///< --moe-load-imbalance, --moe-router-force-load-balancing, --cross-entropy
   OffloadArgs offload;         ///< --offload-modules for every plan
@@ -77,6 +78,7 @@ PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl
   ApplySearchOptimizerArgs(a.opt, a.zero, &o);
   ApplyFixedToSearch(&o);
   o.threads = a.threads;
+  o.price_usd_per_gpu_hour = a.price;
   o.flash_attention = !a.no_flash;
   ApplyPrecisionArgs(a.prec, &o.base);
   CheckAttentionPrecision(o.base.precision, o.flash_attention, "--no-flash-attention as well");
@@ -227,6 +229,9 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_option("--top", a->top, "plans to show")->check(IntegerRange(1, 1000));
   cmd->add_option("--objective", a->objective, "rank by throughput|cost|energy")
       ->transform(CLI::IsMember({"throughput", "cost", "energy"}, CLI::ignore_case));
+  cmd->add_option("--price-per-gpu-hour", a->price,
+                  "USD per GPU-hour for the cost column and --objective cost (default: the GPU preset's dated price)")
+      ->check(BoundedNumber(0.001, 1e5));
   AddPositive(cmd, "--max-tp", a->max_tp, "largest tensor-parallel size (default: GPUs per node)", kMaxParallelSize);
   AddPositive(cmd, "--max-mbs", a->max_mbs, "largest micro-batch size (default 16)", kMaxMicroBatchSize);
   cmd->add_option("--min-headroom", a->min_headroom_gib,

@@ -589,8 +589,7 @@ void CheckPlanOptions(const Cluster& cl, const PlanOptions& o, double price) {
   if (o.objective == Objective::kCost && !(price > 0)) {
     throw InputError("command line: --objective cost: GPU '" + cl.gpu.name +
                      "' has no price_usd_per_gpu_hour, expected a price in its GPU file (a cluster JSON whose gpu object has "
-                     "price_usd_per_gpu_hour; docs/inputs.md), or rank by time and price with `shardcast capacity "
-                     "--price-per-gpu-hour`");
+                     "price_usd_per_gpu_hour; docs/inputs.md) or --price-per-gpu-hour USD");
   }
   if (o.objective == Objective::kEnergy && !(cl.gpu.tdp_W > 0)) {
     throw InputError("command line: --objective energy: GPU '" + cl.gpu.name +
@@ -666,9 +665,13 @@ void ExplainNothingFits(const Model& m, const Cluster& cl, const HardwareProfile
 
 }  // namespace
 
+double PlanPrice(const PlanOptions& o, const Cluster& cl) {
+  return o.price_usd_per_gpu_hour > 0 ? o.price_usd_per_gpu_hour : cl.gpu.price_usd_per_gpu_hour;
+}
+
 PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& prof,
                    const PlanOptions& o) {
-  const double price = o.price_usd_per_gpu_hour > 0 ? o.price_usd_per_gpu_hour : cl.gpu.price_usd_per_gpu_hour;
+  const double price = PlanPrice(o, cl);
   CheckPlanOptions(cl, o, price);
   PlanResult res;
   std::vector<ParallelConfig> cands = GenerateCandidates(m, cl, o, &res.not_generated);

@@ -60,7 +60,7 @@ struct PlanOptions {
   OptimizerImpl optimizer_impl = OptimizerImpl::kMegatron;
   /// How ZeRO-3 candidates gather and reduce (ParallelConfig::zero3_impl).
   Zero3Impl zero3_impl = Zero3Impl::kPerLayer;
-  double price_usd_per_gpu_hour = 0;  ///< 0: the GPU preset's
+  double price_usd_per_gpu_hour = 0;  ///< 0: the GPU preset's (PlanPrice)
   double energy_overhead = 1.3;       ///< facility and host power over GPU board power
   /// Memory a plan must leave free per GPU beyond what the caching allocator's replay reserves
   /// (NCCL's lazily grown buffers, spikes the model does not trace, run-to-run variation).
@@ -130,6 +130,10 @@ struct PlanResult {
 std::vector<ParallelConfig> GenerateCandidates(const Model& model, const Cluster& cluster,
                                                const PlanOptions& opts,
                                                std::map<std::string, std::size_t>* rejected);
+
+/// USD per GPU-hour the plans are priced at: --price-per-gpu-hour, else the GPU preset's (0 when
+/// it has none).
+double PlanPrice(const PlanOptions& o, const Cluster& cluster);
 
 /// Runs the search. Throws InputError for bad options (no GPUs, batch not divisible...).
 PlanResult RunPlan(const Model& model, const Cluster& cluster, const HardwareProfile& profile,

@@ -123,6 +123,8 @@ Json PlanJson(const PlanView& v) {
   j["gpus"] = o.gpus;
   j["global_batch_size"] = o.global_batch_size;
   j["objective"] = ToString(o.objective);
+  const double price = PlanPrice(o, v.cl);
+  j["price_usd_per_gpu_hour"] = price > 0 ? Json(price) : Json(nullptr);
   j["zero_stages"] = o.zero_stages;
   j["optimizer_impl"] = ToString(o.optimizer_impl);
   j["zero3_impl"] = ToString(o.zero3_impl);
@@ -338,8 +340,16 @@ std::string WriteRecommendation(std::ostream& out, const PlanView& v) {
     label = "Best plan not at risk (not in the table)";
   }
   if (o.objective != Objective::kThroughput) {
-    out << fmt::format("\n{} by {}: {:.4g} {}\n", label, ToString(o.objective), ObjectiveValue(chosen, o.objective),
-                       o.objective == Objective::kCost ? "USD per million tokens" : "J per token");
+    const double price = PlanPrice(o, v.cl);
+    const std::string basis =
+        o.objective == Objective::kCost
+            ? fmt::format("at {:.2f} USD per GPU-hour, {}", price,
+                          o.price_usd_per_gpu_hour > 0 ? std::string("--price-per-gpu-hour")
+                                                       : fmt::format("{}'s price of {}", v.cl.gpu.name,
+                                                                     v.cl.gpu.price_date.empty() ? "no date" : v.cl.gpu.price_date))
+            : fmt::format("at {:.0f} W per GPU x {:g}", v.cl.gpu.tdp_W, o.energy_overhead);
+    out << fmt::format("\n{} by {}: {:.4g} {} ({})\n", label, ToString(o.objective), ObjectiveValue(chosen, o.objective),
+                       o.objective == Objective::kCost ? "USD per million tokens" : "J per token", basis);
   }
   out << "\n" << label << " as Megatron-LM arguments:\n  " << MegatronArguments(chosen.config, v.m) << "\n";
   if (const std::string bias = KnownBias(chosen.config); !bias.empty()) out << "  (" << bias << ")\n";

@@ -989,6 +989,18 @@ TEST(CliPlan, CostObjectiveNeedsAPrice) {
   auto json = RunShardcast(base + "--json");
   ASSERT_EQ(json.exit_code, 0) << json.err;
   EXPECT_TRUE(Json::parse(json.out)["recommended"]["usd_per_million_tokens"].is_null());
+  EXPECT_TRUE(Json::parse(json.out)["price_usd_per_gpu_hour"].is_null());
+  // --price-per-gpu-hour gives the price: cost = GPUs x price / 3600 x step / tokens x 1e6.
+  auto priced = RunShardcast(base + "--objective cost --price-per-gpu-hour 3 --json");
+  ASSERT_EQ(priced.exit_code, 0) << priced.err;
+  const Json pj = Json::parse(priced.out);
+  EXPECT_EQ(pj["price_usd_per_gpu_hour"].get<double>(), 3.0);
+  const Json& best = pj["recommended"];
+  EXPECT_NEAR(best["usd_per_million_tokens"].get<double>(),
+              8 * 3.0 / 3600 * best["step_time_s"].get<double>() / (64.0 * 2048) * 1e6, 1e-12);
+  const auto text = RunShardcast(base + "--objective cost --price-per-gpu-hour 3");
+  EXPECT_NE(text.out.find("USD per million tokens (at 3.00 USD per GPU-hour, --price-per-gpu-hour)"), std::string::npos)
+      << text.out;
 }
 
 // Groups that do not tile a node (tp 16 or ep 64 on a 72-GPU rack, tp 6 on 8-GPU nodes) are said
