@@ -278,6 +278,13 @@ void ReadMoeAndMla(const JsonReader& r, Model* m, ModelFieldNames* n) {
                                 "needs kv_lora_rank of 1 or more");
       }
     }
+  } else {
+    for (const char* key : {"qk_head_dim", "v_head_dim"}) {
+      if (!r.Has(key)) {
+        throw InputError::Field(r.file(), std::string("/") + key, "absent",
+                                "a positive head dimension with multi-latent attention (kv_lora_rank > 0)");
+      }
+    }
   }
 }
 
@@ -361,16 +368,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   m.ffn_hidden_size = r.Int("ffn_hidden_size", 1, kMaxFfn);
   m.num_attention_heads = r.Int("num_attention_heads", 1, kMaxHeads);
   m.num_query_groups = r.OptInt("num_query_groups", 1, kMaxHeads).value_or(m.num_attention_heads);
-  if (auto kv = r.OptInt("kv_channels", 1, kMaxHeadDim)) {
-    m.kv_channels = *kv;
-  } else {
-    if (m.hidden_size % m.num_attention_heads != 0) {
-      throw InputError::Field(file, "/num_attention_heads", std::to_string(m.num_attention_heads),
-                              "a divisor of hidden_size = " + std::to_string(m.hidden_size) +
-                                  " (or give kv_channels explicitly)");
-    }
-    m.kv_channels = m.hidden_size / m.num_attention_heads;
-  }
+  m.kv_channels = r.OptInt("kv_channels", 1, kMaxHeadDim).value_or(0);  // default below
   m.vocab_size = r.Int("vocab_size", 1, kMaxVocab);
   m.seq_length = r.Int("seq_length", 1, kMaxSeq);
   m.max_position_embeddings = r.OptInt("max_position_embeddings", 1, kMaxSeq).value_or(m.seq_length);
@@ -385,9 +383,12 @@ Model ModelFromJson(const Json& j, const std::string& file) {
                                          : PositionEmbedding::kAlibi;
   m.rotary_base = r.OptNumber("rotary_base", 1, 1e12).value_or(10000.0);
   m.rope_scaling_factor = r.OptNumber("rope_scaling_factor", 1, 1e6).value_or(0.0);
-  if (m.rope_scaling_factor > 0 && m.position_embedding != PositionEmbedding::kRope) {
-    throw InputError::Field(file, "/rope_scaling_factor", FormatNumber(m.rope_scaling_factor),
-                            "no such key without rotary positions (position_embedding \"rope\")");
+  // Rotary keys without rotary positions would be dropped (ModelToJson writes them only with rope).
+  for (const char* key : {"rotary_base", "rope_scaling_factor"}) {
+    if (r.Has(key) && m.position_embedding != PositionEmbedding::kRope) {
+      throw InputError::Field(file, std::string("/") + key, JsonForMessage(r.json()[key]),
+                              "no such key without rotary positions (position_embedding \"rope\")");
+    }
   }
   m.tie_embeddings = r.Bool("tie_embeddings");
   m.add_bias_linear = r.OptBool("add_bias_linear").value_or(true);
@@ -396,7 +397,19 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   m.dropout = r.OptBool("dropout").value_or(true);
   ModelFieldNames names;
   ReadMoeAndMla(r, &m, &names);
-  if (m.mla.enabled() && !r.Has("kv_channels")) m.kv_channels = m.mla.v_head_dim;
+  // kv_channels by default: MLA's value head dim (its head dims set the attention; kv_channels
+  // is not read there), else hidden_size / num_attention_heads.
+  if (m.mla.enabled() && !r.Has("kv_channels")) {
+    m.kv_channels = m.mla.v_head_dim;
+    names.kv_channels = "v_head_dim";
+  } else if (!r.Has("kv_channels")) {
+    if (m.hidden_size % m.num_attention_heads != 0) {
+      throw InputError::Field(file, "/num_attention_heads", std::to_string(m.num_attention_heads),
+                              "a divisor of hidden_size = " + std::to_string(m.hidden_size) +
+                                  " (or give kv_channels explicitly)");
+    }
+    m.kv_channels = m.hidden_size / m.num_attention_heads;
+  }
   ReadWindow(r, file, &m);
   m.source = r.OptString("source").value_or("user file " + file);
   m.origin = file;

@@ -153,6 +153,23 @@ TEST(Moe, OurJsonFormatAndBadInput) {
   EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(dense, "d.json"); })
                 .find("/q_lora_rank: got 1536, expected no such key without multi-latent attention"),
             std::string::npos);
+  // Rotary keys without rotary positions would be dropped: refused.
+  Json learned = ModelToJson(LoadModel("gpt3-1.3b"));
+  learned["rotary_base"] = 500000;
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(learned, "l.json"); })
+                .find("l.json: /rotary_base: got 500000, expected no such key without rotary positions"),
+            std::string::npos);
+  // With MLA the head dims set the attention: kv_channels defaults to v_head_dim and heads need
+  // not divide the hidden size; a missing head dim is said to be absent.
+  Json mla = ModelToJson(LoadModel("deepseek-v3"));
+  mla.erase("kv_channels");
+  mla.erase("num_query_groups");
+  mla["num_attention_heads"] = 96;  // 7168 / 96 is not whole
+  EXPECT_EQ(ModelFromJson(mla, "mla.json").kv_channels, 128);
+  mla.erase("v_head_dim");
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(mla, "mla.json"); })
+                .find("mla.json: /v_head_dim: got absent, expected a positive head dimension"),
+            std::string::npos);
   // moe_layer_freq (from layer 0) round-trips and excludes moe_layer_step.
   j = base;
   j.erase("moe_layer_step");
