@@ -252,6 +252,11 @@ void ApplyOptimizerArgs(const SimulateArgs& a, ParallelConfig* c) {
   }
   ApplyZeroKnobs(a, c);
   CheckOptimizerPrecision(c->optimizer_impl, c->precision);
+  if (a.bf16_grads && ModelDtypeBytes(c->precision) == 4.0) {
+    throw InputError(fmt::format("command line: --bf16-main-grads: got it with precision {}, expected a 16-bit or "
+                                 "low-precision run (fp32 training keeps fp32 gradients)",
+                                 ToString(c->precision)));
+  }
   if (a.bf16_grads && c->optimizer_impl != OptimizerImpl::kMegatron) {
     throw InputError("command line: --bf16-main-grads: only applies to --optimizer megatron (got --optimizer " +
                      std::string(ToString(c->optimizer_impl)) + ", whose gradient buffers are fixed)");

@@ -126,6 +126,14 @@ std::vector<std::string> ApplyDeepSpeedKnobs(const OptimizerArgs& a, bool refuse
 }
 
 void CheckOptimizerPrecision(OptimizerImpl impl, Precision precision) {
+  if (impl == OptimizerImpl::kDeepSpeedZero && (precision == Precision::kFp32 || precision == Precision::kTf32)) {
+    // DeepSpeed's ZeRO keeps its fp32 master partition beside fp32 weights; its buffers and
+    // replay are modelled with 16-bit weights only.
+    throw InputError(fmt::format("command line: --optimizer deepspeed-zero: got it with precision {}, expected bf16 or "
+                                 "fp16 (DeepSpeed's ZeRO in fp32 is not modelled; --optimizer megatron models fp32 "
+                                 "training)",
+                                 ToString(precision)));
+  }
   if (impl != OptimizerImpl::kDeepSpeedBf16) return;
   if (precision == Precision::kFp16 || precision == Precision::kFp32 || precision == Precision::kTf32) {
     throw InputError(fmt::format("command line: --optimizer deepspeed-bf16: got it with precision {}, expected bf16 "

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -102,6 +103,9 @@ std::vector<std::string> PresetNames(PresetKind kind) {
 void ValidateModel(const Model& m, const std::string& file, const ModelFieldNames& n) {
   // Field-range checks happen while reading; these are the cross-field rules.
   const auto ptr = [](const std::string& key) { return "/" + key; };
+  if (m.kv_channels < 1) {
+    throw InputError::Field(file, ptr(n.kv_channels), std::to_string(m.kv_channels), "a head dimension of 1 or more");
+  }
   if (m.kv_channels * m.num_attention_heads > kMaxFfn) {
     throw InputError::Field(file, ptr(n.kv_channels), std::to_string(m.kv_channels),
                             n.kv_channels + " * num_attention_heads <= " + std::to_string(kMaxFfn));
@@ -280,8 +284,8 @@ void ReadMoeAndMla(const JsonReader& r, Model* m, ModelFieldNames* n) {
     }
   } else {
     for (const char* key : {"qk_head_dim", "v_head_dim"}) {
-      if (!r.Has(key)) {
-        throw InputError::Field(r.file(), std::string("/") + key, "absent",
+      if (!r.Has(key) || r.json()[key].is_null()) {
+        throw InputError::Field(r.file(), std::string("/") + key, r.Has(key) ? "null" : "absent",
                                 "a positive head dimension with multi-latent attention (kv_lora_rank > 0)");
       }
     }
@@ -368,7 +372,8 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   m.ffn_hidden_size = r.Int("ffn_hidden_size", 1, kMaxFfn);
   m.num_attention_heads = r.Int("num_attention_heads", 1, kMaxHeads);
   m.num_query_groups = r.OptInt("num_query_groups", 1, kMaxHeads).value_or(m.num_attention_heads);
-  m.kv_channels = r.OptInt("kv_channels", 1, kMaxHeadDim).value_or(0);  // default below
+  const std::optional<std::int64_t> kv_channels = r.OptInt("kv_channels", 1, kMaxHeadDim);  // null: absent
+  m.kv_channels = kv_channels.value_or(0);  // default below
   m.vocab_size = r.Int("vocab_size", 1, kMaxVocab);
   m.seq_length = r.Int("seq_length", 1, kMaxSeq);
   m.max_position_embeddings = r.OptInt("max_position_embeddings", 1, kMaxSeq).value_or(m.seq_length);
@@ -399,10 +404,10 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   ReadMoeAndMla(r, &m, &names);
   // kv_channels by default: MLA's value head dim (its head dims set the attention; kv_channels
   // is not read there), else hidden_size / num_attention_heads.
-  if (m.mla.enabled() && !r.Has("kv_channels")) {
+  if (m.mla.enabled() && !kv_channels) {
     m.kv_channels = m.mla.v_head_dim;
     names.kv_channels = "v_head_dim";
-  } else if (!r.Has("kv_channels")) {
+  } else if (!kv_channels) {
     if (m.hidden_size % m.num_attention_heads != 0) {
       throw InputError::Field(file, "/num_attention_heads", std::to_string(m.num_attention_heads),
                               "a divisor of hidden_size = " + std::to_string(m.hidden_size) +

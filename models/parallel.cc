@@ -810,7 +810,7 @@ StateBytesPerParam BytesPerParam(const ParallelConfig& c, std::int64_t shards) {
   shards = std::max<std::int64_t>(1, shards);
   const double d = static_cast<double>(shards);
   StateBytesPerParam b;
-  if (ModelDtypeBytes(c.precision) == 4.0 && c.optimizer_impl != OptimizerImpl::kDeepSpeedBf16) {
+  if (ModelDtypeBytes(c.precision) == 4.0 && c.optimizer_impl == OptimizerImpl::kMegatron) {
     // The fp32 weights are the optimizer's own: no master copy, gradients in fp32.
     b.weights = c.zero_stage >= 3 ? 4.0 / d : 4.0;
     b.grads = c.zero_stage >= 2 ? 4.0 / d : 4.0;

@@ -559,8 +559,8 @@ struct StateBytesPerParam {
 StateBytesPerParam BytesPerParam(int zero_stage, std::int64_t dp, bool fp32_main_grads);
 /// The same for the configuration's optimizer implementation (see OptimizerImpl):
 /// kDeepSpeedZero 2 / 2 (2/dp at ZeRO-2) / 16/dp; kDeepSpeedBf16 2 / 6 / 12/dp. fp32 and tf32
-/// training (4-byte model dtype) keep fp32 weights and gradients and no master copy: 4 / 4 / 8
-/// (Adam's m and v), sharded as above.
+/// training (4-byte model dtype, Megatron's optimizer) keep fp32 weights and gradients and no
+/// master copy: 4 / 4 / 8 (Adam's m and v), sharded as above.
 StateBytesPerParam BytesPerParam(const ParallelConfig& c);
 /// The same sharded over `shards` ranks instead of dp x cp (routed experts: the expert-data-parallel
 /// size).

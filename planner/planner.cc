@@ -553,8 +553,9 @@ std::vector<std::string> ClosestCandidateAdvice(const Model& m, const PlanOption
   }
   // ZeRO-3 over all the GPUs is the least state per GPU any sharding gives; advise it only when
   // this candidate's peak with that state instead of its own would leave the headroom.
-  const double zero3_state = static_cast<double>(m.Parameters().total) *
-                             BytesPerParam(3, o.gpus, c.config.fp32_main_grads).total();
+  ParallelConfig zero3 = c.config;
+  zero3.zero_stage = 3;
+  const double zero3_state = static_cast<double>(m.Parameters().total) * BytesPerParam(zero3, o.gpus).total();
   const double own_state = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes;
   if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end() && !o.fixed.count("zero") &&
       need - own_state + zero3_state <= usable - o.min_headroom_bytes) {

@@ -343,12 +343,12 @@ std::string WriteRecommendation(std::ostream& out, const PlanView& v) {
     const double price = PlanPrice(o, v.cl);
     const std::string basis =
         o.objective == Objective::kCost
-            ? fmt::format("at {:.2f} USD per GPU-hour, {}", price,
+            ? fmt::format("at {:g} USD per GPU-hour, {}", price,
                           o.price_usd_per_gpu_hour > 0 ? std::string("--price-per-gpu-hour")
                                                        : fmt::format("{}'s price of {}", v.cl.gpu.name,
                                                                      v.cl.gpu.price_date.empty() ? "no date" : v.cl.gpu.price_date))
             : fmt::format("at {:.0f} W per GPU x {:g}", v.cl.gpu.tdp_W, o.energy_overhead);
-    out << fmt::format("\n{} by {}: {:.4g} {} ({})\n", label, ToString(o.objective), ObjectiveValue(chosen, o.objective),
+    out << fmt::format("\n{} by {}: {:#.4g} {} ({})\n", label, ToString(o.objective), ObjectiveValue(chosen, o.objective),
                        o.objective == Objective::kCost ? "USD per million tokens" : "J per token", basis);
   }
   out << "\n" << label << " as Megatron-LM arguments:\n  " << MegatronArguments(chosen.config, v.m) << "\n";

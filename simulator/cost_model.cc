@@ -125,7 +125,9 @@ double OptimizerShard(const ParallelConfig& c, double local_params) {
   return c.zero_stage >= 1 ? local_params / static_cast<double>(c.shard_dp()) : local_params;
 }
 double OptimizerShardBytesPerParam(const ParallelConfig& c) {
-  return (c.precision == Precision::kFp16 ? 8.0 : 0.0) + 4.0 + 28.0 + 6.0;
+  // fp32 training has no 16-bit weights to copy the updated master into (the last 6 bytes).
+  const double copy = ModelDtypeBytes(c.precision) == 4.0 ? 0.0 : 6.0;
+  return (c.precision == Precision::kFp16 ? 8.0 : 0.0) + 4.0 + 28.0 + copy;
 }
 }  // namespace
 

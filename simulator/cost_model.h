@@ -172,6 +172,7 @@ double AttentionTime(const HardwareProfile& p, double flops, double seq, bool ba
 ///   gradient norm (read the fp32 gradient)                                      4
 ///   Adam, apex multi_tensor_adam (read g, p, m, v; write p, m, v)              28
 ///   copy the fp32 master weight to the 16-bit model weight (read 4, write 2)    6
+///     (none in fp32/tf32 training: the fp32 weights are the master)
 /// plus zeroing the gradient buffers for the next step over all local parameters (their
 /// BytesPerParam grads). DeepSpeed's optimizers make the same passes.
 double OptimizerBytes(const ParallelConfig& c, double local_params);

@@ -166,6 +166,8 @@ TEST(Moe, OurJsonFormatAndBadInput) {
   mla.erase("num_query_groups");
   mla["num_attention_heads"] = 96;  // 7168 / 96 is not whole
   EXPECT_EQ(ModelFromJson(mla, "mla.json").kv_channels, 128);
+  mla["kv_channels"] = nullptr;  // null is absent
+  EXPECT_EQ(ModelFromJson(mla, "mla.json").kv_channels, 128);
   mla.erase("v_head_dim");
   EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(mla, "mla.json"); })
                 .find("mla.json: /v_head_dim: got absent, expected a positive head dimension"),

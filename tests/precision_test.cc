@@ -261,7 +261,19 @@ TEST(Precision, Fp32TrainingStateIsSixteenBytesAParameter) {
     EXPECT_DOUBLE_EQ(BytesPerParam(c).total(), 16.0 / 8);
     EXPECT_DOUBLE_EQ(ParamGatherBytesPerParam(c, LinearFormatOf(c, "hopper")), 4.0);
   }
+  // The optimizer step over a shard: norm 4 + Adam 28 B a parameter, no copy to 16-bit weights
+  // (bf16: + 6); zeroing the gradients adds their bytes over all local parameters.
+  ParallelConfig fp32;
+  fp32.precision = Precision::kFp32;
   ParallelConfig bf16;
+  EXPECT_DOUBLE_EQ(OptimizerBytes(fp32, 1000), 1000 * (32.0 + 4.0));
+  EXPECT_DOUBLE_EQ(OptimizerBytes(bf16, 1000), 1000 * (38.0 + 4.0));
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-125m --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 8 --precision "
+                                    "fp32 --no-flash-attention --optimizer deepspeed-zero --zero 1",
+                                    "--optimizer deepspeed-zero: got it with precision fp32"));
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-125m --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 8 --precision "
+                                    "fp32 --no-flash-attention --bf16-main-grads",
+                                    "--bf16-main-grads: got it with precision fp32"));
   EXPECT_DOUBLE_EQ(BytesPerParam(bf16).total(), 18.0);  // 2 + 4 + 12
   EXPECT_DOUBLE_EQ(ParamGatherBytesPerParam(bf16, LinearFormatOf(bf16, "hopper")), 2.0);
 }
