@@ -41,11 +41,10 @@ const char* HiddenBehind(const Op& o) {
   if (o.name == "activation_reload") return "the backward of the layer above (host link, host to device)";
   return o.context_parallel ? "attention" : "the wgrad GEMM";
 }
-}  // namespace
 
 /// The stage that waits least on the others (the least bubble) and what it holds beside its layers:
 /// the pipeline runs at its pace.
-static std::string BusiestStageLine(const Model& m, const SimulationResult& r) {
+std::string BusiestStageLine(const Model& m, const SimulationResult& r) {
   const StageResult* busiest = &r.stages.front();
   for (const auto& s : r.stages) {
     if (s.time.bubble_s < busiest->time.bubble_s) busiest = &s;
@@ -56,12 +55,13 @@ static std::string BusiestStageLine(const Model& m, const SimulationResult& r) {
     beside.push_back("the output layer and loss");
     if (m.mtp_num_layers > 0) beside.push_back(fmt::format("{} MTP module{}", m.mtp_num_layers, m.mtp_num_layers == 1 ? "" : "s"));
   }
-  const double bubble = busiest->time.bubble_s;
   return fmt::format("  busiest: stage {} ({} layer{}{}), the least bubble ({}): the others wait on it and on the "
                      "pipeline's fill and drain\n",
                      busiest->stage, busiest->layers, busiest->layers == 1 ? "" : "s",
-                     beside.empty() ? std::string() : " with " + Join(beside, ", "), FormatSeconds(bubble));
+                     beside.empty() ? std::string() : " with " + Join(beside, ", "),
+                     FormatSeconds(busiest->time.bubble_s));
 }
+}  // namespace
 
 void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof) {
   const CostModel cm = BuildCostModel(m, c, cl, prof);
@@ -184,10 +184,9 @@ std::string PartialNodeLine(std::int64_t gpus, std::int64_t gpus_per_node) {
 
 std::string StraddlingGroupsLine(const ParallelConfig& c, std::int64_t gpus, std::int64_t gpus_per_node) {
   if (gpus_per_node <= 0 || gpus <= gpus_per_node) return "";
-  // Blocks of consecutive ranks that each group needs inside one node: tp, and the expert grid's
-  // ep x etp (Megatron's rank order; etp innermost).
-  // Groups larger than a node span nodes in the simulation too (and tp says so); a smaller one that
-  // does not divide the node is placed inside one.
+  // Blocks of consecutive ranks a group needs inside one node (Megatron's rank order): tp, tp x cp,
+  // the expert grid's ep x etp. One larger than a node spans nodes in the simulation too (the tp
+  // note says so); a smaller one that does not divide the node is placed inside one.
   std::vector<std::string> names;
   auto straddles = [&](std::int64_t n) { return n > 1 && n < gpus_per_node && gpus_per_node % n != 0; };
   if (straddles(c.tp)) names.push_back(fmt::format("tp {}", c.tp));
