@@ -278,7 +278,16 @@ class Builder {
   int Index(ItemKind k, int mb, int chunk) const {
     return (static_cast<int>(k) * mb_ + mb) * v_ + chunk;
   }
+  struct StageBuild;
+  /// Builds stage `stage`'s replica `replica`: its schedule's items in order, then FinishStage.
   void BuildStage(int stage, int replica);
+  std::vector<std::vector<std::int32_t>> AddParamGathers(const StageBuild& s, std::int32_t after);
+  void BuildItem(StageBuild& s, int pos);
+  std::pair<std::int32_t, std::int32_t> AddZero3Gathers(StageBuild& s, const ScheduleItem& it, int u, int units);
+  void AddUnitReduce(StageBuild& s, const ScheduleItem& it, int u, int units, std::int32_t id, bool reduces_grads);
+  void EndFlush(StageBuild& s, const ScheduleItem& it);
+  void AddPipelineSends(const StageBuild& s, const ScheduleItem& it, const ItemTasks& itk);
+  void FinishStage(StageBuild& s, int replica);
   void AddPipelineEdges();
 
   const Model& m_;
@@ -538,272 +547,323 @@ void Builder::Build(Skeleton& sk) {
   }
 }
 
-void Builder::BuildStage(int i, int r) {
-  const auto& order = sk_->sched.order[static_cast<std::size_t>(i)];
-  const auto& chunks = cm_.chunks[static_cast<std::size_t>(i)];
-  const bool split = sk_->sched.split_weight;
-  const ItemKind grad_kind = split ? ItemKind::kWeight : ItemKind::kBackward;
+/// One stage replica's graph under construction: the state BuildStage's steps share, in the
+/// order of the stage's schedule.
+struct Builder::StageBuild {
+  int stage = 0, dev = 0, v = 1;
+  const std::vector<ScheduleItem>* order = nullptr;
+  const std::vector<ChunkCost>* chunks = nullptr;
+  ItemKind grad_kind = ItemKind::kBackward;  ///< the item that produces weight gradients
   // With pipeline flushes that reduce gradients after each flush (PyTorch's pipeline stage at
   // the end of every step() call), each flush has its own last gradient item per chunk.
-  const int flushes = static_cast<int>(std::max<std::int64_t>(1, c_.pipeline_flushes));
-  const bool flush_sync = flushes > 1 && c_.flush_grad_reduce && dp_comm_ && !zero3_;
-  const int per_flush = std::max(1, mb_ / flushes);
-  auto flush_of = [&](const ScheduleItem& it) { return flush_sync ? it.microbatch / per_flush : 0; };
-  // Position of the last gradient-producing item of each chunk (of each flush; buckets hang off it).
-  std::vector<int> last_grad_pos(static_cast<std::size_t>(v_ * (flush_sync ? flushes : 1)), -1);
-  const bool reduce_each_microbatch = c_.zero_stage == 2 && dp_comm_;
-  auto grad_slot = [&](const ScheduleItem& it) { return static_cast<std::size_t>(flush_of(it) * v_ + it.chunk); };
-  for (int pos = 0; pos < static_cast<int>(order.size()); ++pos) {
-    const ScheduleItem& it = order[static_cast<std::size_t>(pos)];
-    if (it.kind == grad_kind) last_grad_pos[grad_slot(it)] = pos;
-  }
-  const int dev = Device(i, r);
-  dp_key_ = 0;  // replicas create the same collectives in the same order
-  auto& its = items_[static_cast<std::size_t>(dev)];
-  std::vector<std::int32_t> compute_seq;  // compute-stream tasks in order (for ZeRO-3 prefetch)
-  // ZeRO-1/2 parameter all-gathers, per chunk and bucket, after task `after` (-1: none). With
-  // overlap_param_gather they belong to the previous optimizer step and overlap this step's
-  // first forward (steady state): the first two may start with the step, later ones are
-  // chained to the forward units below.
-  auto add_param_gathers = [&](std::int32_t after) {
-    std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(v_));
-    for (int k = 0; k < v_; ++k) {
-      const int nb = NBuckets(i, k);
-      for (int b = 0; b < nb; ++b) {
-        const std::int32_t id = Add(TaskType::kParamGather, {CostKind::kParamGather, ItemKind::kForward, dev, k, nb},
-                                    kDpStream, -1, k, b);
-        g_->AddEdge(after, id);
-        ids[static_cast<std::size_t>(k)].push_back(id);
-        Sync(i, {after, id});
-      }
-    }
-    return ids;
-  };
-  const bool gathers_params = (c_.zero_stage == 1 || c_.zero_stage == 2) && dp_comm_;
-  std::vector<std::vector<std::int32_t>> gathers(static_cast<std::size_t>(v_));
-  if (gathers_params && c_.overlap_param_gather) gathers = add_param_gathers(-1);
-  int gated_microbatch = 0;  // whose forwards wait for `gathers` (a later flush's after a reshard)
-  std::vector<std::int32_t> flush_waits;  // a flush's reduces, which the next compute waits for
-  std::vector<int> reduce_after;  // chunks of the non-overlapped reduce
-  std::vector<std::int32_t> item_first(order.size());  // the first task of each item
-  // FSDP without its rate limiter: the CPU, at most one pass ahead of the GPU, issues a pass's
-  // gathers once the GPU has run the previous pass's first unit (the replay's assumption too).
+  bool flush_sync = false;
+  int per_flush = 1;  ///< micro-batches per flush
+  /// ZeRO-2: every micro-batch's backward reduces its gradients.
+  bool reduce_each_microbatch = false;
+  /// ZeRO-1/2 gather the updated parameters (per chunk and bucket).
+  bool gathers_params = false;
+  /// Position of the last gradient-producing item of each chunk (of each flush; buckets hang off it).
+  std::vector<int> last_grad_pos;
+  std::vector<std::int32_t> compute_seq;  ///< compute-stream tasks in order (for ZeRO-3 prefetch)
+  /// ZeRO-1/2 parameter all-gathers [chunk][bucket] that forwards of `gated_microbatch` wait for
+  /// (a later flush's after a reshard).
+  std::vector<std::vector<std::int32_t>> gathers;
+  int gated_microbatch = 0;
+  std::vector<std::int32_t> flush_waits;  ///< a flush's reduces, which the next compute waits for
+  std::vector<int> reduce_after;          ///< chunks of the non-overlapped reduce
+  std::vector<std::int32_t> item_first;   ///< the first task of each item
+  /// FSDP without its rate limiter: the CPU, at most one pass ahead of the GPU, issues a pass's
+  /// gathers once the GPU has run the previous pass's first unit (the replay's assumption too).
   std::int32_t prev_pass_first = -1, pass_first = -1;
-  // DeepSpeed stage 3: the layers whose gradients wait in the reduce bucket, and the bucket's
-  // last reduce-scatter at the end of a backward, which the host waits for before going on.
+  /// DeepSpeed stage 3: the layers whose gradients wait in the reduce bucket, and the bucket's
+  /// last reduce-scatter at the end of a backward, which the host waits for before going on.
   std::vector<int> ds_pending;
   std::int32_t ds_host_sync = -1;
-  for (int pos = 0; pos < static_cast<int>(order.size()); ++pos) {
-    prev_pass_first = pass_first;
-    pass_first = -1;
-    const ScheduleItem& it = order[static_cast<std::size_t>(pos)];
-    item_first[static_cast<std::size_t>(pos)] = static_cast<std::int32_t>(g_->num_tasks());
-    const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
-    // ZeRO-2 holds only its shard of the gradients, so every micro-batch's backward reduces
-    // (reduce-scatters) its gradients: DeepSpeed stage 2's gradient hooks at every micro-step,
-    // FSDP's SHARD_GRAD_OP and Megatron-FSDP's optim_grads after each backward. ZeRO-1 keeps the
-    // whole gradients and reduces once, after the last micro-batch.
-    const bool reduces_grads = it.kind == grad_kind && (pos == last_grad_pos[grad_slot(it)] || reduce_each_microbatch);
-    const bool is_last_grad = pos == last_grad_pos[grad_slot(it)];
-    const auto& chunk_gathers = gathers[static_cast<std::size_t>(it.chunk)];
-    const bool gated_forward = it.kind == ItemKind::kForward && it.microbatch == gated_microbatch && !chunk_gathers.empty();
-    int units = 1;
-    if (zero3_) units = std::max(1, cc.layers);
-    else if (reduces_grads && c_.overlap_grad_reduce && dp_comm_) units = NBuckets(i, it.chunk);
-    // Megatron-LM's overlap_param_gather: the chunk's first forward runs bucket by bucket,
-    // each part waiting only for its own bucket's all-gather (forward pre-hooks).
-    else if (gated_forward) units = static_cast<int>(chunk_gathers.size());
-    const TaskType type = it.kind == ItemKind::kForward    ? TaskType::kForward
-                          : it.kind == ItemKind::kBackward ? TaskType::kBackward
-                                                           : TaskType::kWeight;
-    ItemTasks& itk = its[static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))];
-    for (int u = 0; u < units; ++u) {
-      std::int32_t gather = -1, ds_prefetch = -1;
-      if (zero3_ && dp_comm_ && it.kind != ItemKind::kWeight && zero3_sync_) {
-        // DeepSpeed 2021: the layer's tensors gathered one by one on a synchronized device,
-        // after the previous unit (the compute stream's program order).
-        // The tensors DeepSpeed prefetches (Zero3TensorCost::prefetched_share) are gathered on
-        // the communication stream while the previous unit computes; the rest, and the host's
-        // list handling of all of them, hold the compute stream.
-        const std::int32_t prev2 = compute_seq.size() >= 2 ? compute_seq[compute_seq.size() - 2] : -1;
-        const std::int32_t pre = Add(TaskType::kParamGather, {CostKind::kZero3Prefetch, it.kind, dev, it.chunk, units},
-                                     kDpGatherStream, it.microbatch, it.chunk, u);
-        g_->AddEdge(prev2, pre);
-        Sync(i, {prev2, pre});
-        Add(TaskType::kParamGather, {CostKind::kZero3GatherHost, it.kind, dev, it.chunk, units}, kComputeStream,
-            it.microbatch, it.chunk, u);
-        gather = Add(TaskType::kParamGather, {CostKind::kZero3Gather, it.kind, dev, it.chunk, units}, kComputeStream,
-                     it.microbatch, it.chunk, u);
-        g_->AddEdge(pre, gather);
-        Sync(i, {compute_seq.empty() ? -1 : compute_seq.back(), gather});
-      } else if (zero3_ && dp_comm_ && it.kind != ItemKind::kWeight &&
-                 !(ds_ && it.kind == ItemKind::kBackward && u < ds_kept_)) {
-        // FSDP: gather this layer's parameters, prefetched while the previous unit runs; the rate
-        // limiter (limit_all_gathers) holds the gather until the unit two back is done. Without
-        // it the CPU, up to a pass ahead, issues them once the previous pass has begun.
-        // DeepSpeed: issued `lead` layers ahead (the unit lead + 1 back is done); the layers its
-        // reuse distance keeps at the turn to the backward are not gathered again.
-        gather = Add(TaskType::kParamGather, {ds_ ? CostKind::kZero3Prefetch : CostKind::kZero3Gather,
-                                              ds_ ? it.kind : ItemKind::kForward, dev, it.chunk, units},
-                     kDpGatherStream, it.microbatch, it.chunk, u);
-        const std::size_t lead = ds_ ? static_cast<std::size_t>(ds_lead_[it.kind == ItemKind::kBackward]) : 1;
-        const std::int32_t after = ds_ || c_.zero3_limit_all_gathers
-                                       ? (compute_seq.size() > lead ? compute_seq[compute_seq.size() - 1 - lead] : -1)
-                                       : prev_pass_first;
-        g_->AddEdge(after, gather);
-        Sync(i, {after, gather});
-        if (ds_ && ds_share_[it.kind == ItemKind::kBackward][1] > 0) {
-          // What the coordinator fetches on demand: issued when the module is reached (the
-          // unit before is done), and waited for.
-          ds_prefetch = gather;
-          const std::int32_t prev = compute_seq.empty() ? -1 : compute_seq.back();
-          gather = Add(TaskType::kParamGather, {CostKind::kZero3Gather, it.kind, dev, it.chunk, units}, kDpGatherStream,
-                       it.microbatch, it.chunk, u);
-          g_->AddEdge(ds_prefetch, gather);
-          g_->AddEdge(prev, gather);
-          Sync(i, {prev, gather});
-        }
-      }
-      const std::int32_t id = Add(type, {CostKind::kItem, it.kind, dev, it.chunk, units}, kComputeStream,
-                                  it.microbatch, it.chunk, u);
-      g_->AddEdge(gather, id);
-      if (ds_host_sync >= 0) {  // DeepSpeed's host waited for the reduction stream after the backward
-        g_->AddEdge(ds_host_sync, id);
-        g_->AddEdge(ds_host_sync, gather);
-        g_->AddEdge(ds_host_sync, ds_prefetch);
-        ds_host_sync = -1;
-      }
-      // FSDP2's end of backward (each step() call) waits for its reduce-scatters.
-      for (std::int32_t w : flush_waits) g_->AddEdge(w, id);
-      flush_waits.clear();
-      compute_seq.push_back(id);
-      if (u == 0) {
-        itk.first = id;
-        pass_first = id;
-      }
-      itk.last = id;
-      if (gated_forward) {
-        g_->AddEdge(chunk_gathers[static_cast<std::size_t>(u)], id);
-        // Megatron chains the gathers: a bucket's forward pre-hook waits for its own gather
-        // and dispatches the next bucket's. So gather u+2 starts once unit u is done, i.e.
-        // when unit u+1 may start (gather u+1 done on the stream before it).
-        if (u + 2 < units) g_->AddEdge(id, chunk_gathers[static_cast<std::size_t>(u + 2)]);
-      }
-      // Gradient reduction of this unit.
-      const bool produces_grads = it.kind == grad_kind;
-      if (produces_grads && dp_comm_ && zero3_) {
-        if (zero3_sync_) {
-          Add(TaskType::kDpReduce, {CostKind::kZero3ReduceHost, ItemKind::kForward, dev, it.chunk, units}, kComputeStream,
-              it.microbatch, it.chunk, u);
-        }
-        // DeepSpeed: the layers' gradients wait in the reduce bucket until it is full or the
-        // backward ends (independent_gradient_partition_epilogue, which synchronizes).
-        // Other frameworks reduce-scatter each layer's gradients after its backward.
-        ds_pending.push_back(u);
-        if (!ds_ || static_cast<int>(ds_pending.size()) >= ds_bucket_layers_ || u + 1 == units) {
-          for (int pu : ds_pending) {
-            const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kZero3Reduce, ItemKind::kForward, dev, it.chunk, units},
-                                         zero3_sync_ ? kComputeStream : kDpStream, it.microbatch, it.chunk, pu);
-            g_->AddEdge(id, rid);
-            Sync(i, {id, rid});
-            if (ds_ && u + 1 == units) ds_host_sync = rid;
-          }
-          ds_pending.clear();
-        }
-      } else if (produces_grads && reduces_grads && dp_comm_ && c_.overlap_grad_reduce) {
-        const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kOverlapReduce, ItemKind::kForward, dev, it.chunk, units},
-                                     kDpStream, reduce_each_microbatch ? it.microbatch : -1, it.chunk, u);
-        g_->AddEdge(id, rid);
-        Sync(i, {id, rid});
-      }
-    }
-    if (reduces_grads && dp_comm_ && !c_.overlap_grad_reduce && !zero3_) {
-      if (reduce_each_microbatch && !is_last_grad) {
-        // Not overlapped: the micro-batch's buckets reduced after its backward, the compute
-        // stream waiting for them.
-        const int nb = NBuckets(i, it.chunk);
-        for (int b = 0; b < nb; ++b) {
-          const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kReduceAfter, ItemKind::kForward, dev, it.chunk, nb},
-                                       kComputeStream, it.microbatch, it.chunk, b);
-          g_->AddEdge(itk.last, rid);
-          Sync(i, {itk.last, rid});
-        }
-      } else {
-        reduce_after.push_back(it.chunk);
-      }
-    }
-    const bool flush_ends = flush_sync && pos + 1 < static_cast<int>(order.size()) &&
-                            flush_of(order[static_cast<std::size_t>(pos + 1)]) != flush_of(it);
-    if (flush_ends) {
-      // PyTorch's pipeline stage at the end of a step() call: the flush's gradients reduced
-      // (reduce-scattered, and FSDP2's parameters resharded: gathered again before the next
-      // flush's first forward of each chunk, bucket by bucket as ZeRO-1's gathers).
-      std::int32_t last = compute_seq.empty() ? -1 : compute_seq.back();
-      for (int k : reduce_after) {
-        const int nb = NBuckets(i, k);
-        for (int b = 0; b < nb; ++b) {
-          const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kReduceAfter, ItemKind::kForward, dev, k, nb},
-                                       kDpStream, -1, k, b);
-          g_->AddEdge(compute_seq.empty() ? -1 : compute_seq.back(), rid);
-          Sync(i, {compute_seq.empty() ? -1 : compute_seq.back(), rid});
-          flush_waits.push_back(rid);
-          last = rid;
-        }
-      }
-      reduce_after.clear();
-      if (c_.overlap_grad_reduce) {  // the flush's overlapped reduces, waited for likewise
-        last = LastOn(dev, kDpStream);
-        if (last >= 0) flush_waits.push_back(last);
-      }
-      if (gathers_params) {
-        gathers = add_param_gathers(last);
-        gated_microbatch = (flush_of(it) + 1) * per_flush;
-      }
-    }
-    // Pipeline sends (the receiver's dependency is added once all stages exist).
-    const int mc = it.chunk * p_ + i;
-    const int idx = Index(it.kind, it.microbatch, it.chunk);
-    if (it.kind == ItemKind::kForward && mc < p_ * v_ - 1 && p_ > 1) {
-      const std::int32_t sid = Add(TaskType::kPpSend, {CostKind::kSendForward, ItemKind::kForward, dev, -1, 1},
-                                   c_.p2p_blocking ? kComputeStream : kSendFwdStream, it.microbatch, it.chunk);
-      g_->AddEdge(itk.last, sid);
-      fwd_send_[static_cast<std::size_t>(dev)][static_cast<std::size_t>(idx)] = sid;
-    }
-    if (it.kind == ItemKind::kBackward && mc > 0 && p_ > 1) {
-      const std::int32_t sid = Add(TaskType::kPpSend, {CostKind::kSendBackward, ItemKind::kForward, dev, -1, 1},
-                                   c_.p2p_blocking ? kComputeStream : kSendBwdStream, it.microbatch, it.chunk);
-      g_->AddEdge(itk.last, sid);
-      bwd_send_[static_cast<std::size_t>(dev)][static_cast<std::size_t>(idx)] = sid;
+
+  int FlushOf(const ScheduleItem& it) const { return flush_sync ? it.microbatch / per_flush : 0; }
+  std::size_t GradSlot(const ScheduleItem& it) const { return static_cast<std::size_t>(FlushOf(it) * v + it.chunk); }
+  std::int32_t LastCompute() const { return compute_seq.empty() ? -1 : compute_seq.back(); }
+};
+
+void Builder::BuildStage(int i, int r) {
+  StageBuild s;
+  s.stage = i;
+  s.dev = Device(i, r);
+  s.v = v_;
+  s.order = &sk_->sched.order[static_cast<std::size_t>(i)];
+  s.chunks = &cm_.chunks[static_cast<std::size_t>(i)];
+  s.grad_kind = sk_->sched.split_weight ? ItemKind::kWeight : ItemKind::kBackward;
+  const int flushes = static_cast<int>(std::max<std::int64_t>(1, c_.pipeline_flushes));
+  s.flush_sync = flushes > 1 && c_.flush_grad_reduce && dp_comm_ && !zero3_;
+  s.per_flush = std::max(1, mb_ / flushes);
+  s.last_grad_pos.assign(static_cast<std::size_t>(v_ * (s.flush_sync ? flushes : 1)), -1);
+  s.reduce_each_microbatch = c_.zero_stage == 2 && dp_comm_;
+  const int n = static_cast<int>(s.order->size());
+  for (int pos = 0; pos < n; ++pos) {
+    const ScheduleItem& it = (*s.order)[static_cast<std::size_t>(pos)];
+    if (it.kind == s.grad_kind) s.last_grad_pos[s.GradSlot(it)] = pos;
+  }
+  dp_key_ = 0;  // replicas create the same collectives in the same order
+  s.gathers_params = (c_.zero_stage == 1 || c_.zero_stage == 2) && dp_comm_;
+  s.gathers.resize(static_cast<std::size_t>(v_));
+  if (s.gathers_params && c_.overlap_param_gather) s.gathers = AddParamGathers(s, -1);
+  s.item_first.resize(static_cast<std::size_t>(n));
+  for (int pos = 0; pos < n; ++pos) BuildItem(s, pos);
+  FinishStage(s, r);
+}
+
+// ZeRO-1/2 parameter all-gathers, per chunk and bucket, after task `after` (-1: none). With
+// overlap_param_gather they belong to the previous optimizer step and overlap this step's
+// first forward (steady state): the first two may start with the step, later ones are
+// chained to the forward units (BuildItem).
+std::vector<std::vector<std::int32_t>> Builder::AddParamGathers(const StageBuild& s, std::int32_t after) {
+  std::vector<std::vector<std::int32_t>> ids(static_cast<std::size_t>(v_));
+  for (int k = 0; k < v_; ++k) {
+    const int nb = NBuckets(s.stage, k);
+    for (int b = 0; b < nb; ++b) {
+      const std::int32_t id = Add(TaskType::kParamGather, {CostKind::kParamGather, ItemKind::kForward, s.dev, k, nb},
+                                  kDpStream, -1, k, b);
+      g_->AddEdge(after, id);
+      ids[static_cast<std::size_t>(k)].push_back(id);
+      Sync(s.stage, {after, id});
     }
   }
-  // Non-overlapped gradient reduction after the stage's last backward.
-  const std::int32_t last_compute = compute_seq.empty() ? -1 : compute_seq.back();
-  for (int k : reduce_after) {
+  return ids;
+}
+
+void Builder::BuildItem(StageBuild& s, int pos) {
+  s.prev_pass_first = s.pass_first;
+  s.pass_first = -1;
+  const ScheduleItem& it = (*s.order)[static_cast<std::size_t>(pos)];
+  s.item_first[static_cast<std::size_t>(pos)] = static_cast<std::int32_t>(g_->num_tasks());
+  const ChunkCost& cc = (*s.chunks)[static_cast<std::size_t>(it.chunk)];
+  // ZeRO-2 holds only its shard of the gradients, so every micro-batch's backward reduces
+  // (reduce-scatters) its gradients: DeepSpeed stage 2's gradient hooks at every micro-step,
+  // FSDP's SHARD_GRAD_OP and Megatron-FSDP's optim_grads after each backward. ZeRO-1 keeps the
+  // whole gradients and reduces once, after the last micro-batch.
+  const bool is_last_grad = pos == s.last_grad_pos[s.GradSlot(it)];
+  const bool reduces_grads = it.kind == s.grad_kind && (is_last_grad || s.reduce_each_microbatch);
+  // (EndFlush replaces s.gathers after the units: this reference is not used past them.)
+  const std::vector<std::int32_t>& chunk_gathers = s.gathers[static_cast<std::size_t>(it.chunk)];
+  const bool gated_forward = it.kind == ItemKind::kForward && it.microbatch == s.gated_microbatch && !chunk_gathers.empty();
+  int units = 1;
+  if (zero3_) units = std::max(1, cc.layers);
+  else if (reduces_grads && c_.overlap_grad_reduce && dp_comm_) units = NBuckets(s.stage, it.chunk);
+  // Megatron-LM's overlap_param_gather: the chunk's first forward runs bucket by bucket,
+  // each part waiting only for its own bucket's all-gather (forward pre-hooks).
+  else if (gated_forward) units = static_cast<int>(chunk_gathers.size());
+  const TaskType type = it.kind == ItemKind::kForward    ? TaskType::kForward
+                        : it.kind == ItemKind::kBackward ? TaskType::kBackward
+                                                         : TaskType::kWeight;
+  ItemTasks& itk = items_[static_cast<std::size_t>(s.dev)][static_cast<std::size_t>(Index(it.kind, it.microbatch, it.chunk))];
+  for (int u = 0; u < units; ++u) {
+    const auto [gather, ds_prefetch] = AddZero3Gathers(s, it, u, units);
+    const std::int32_t id = Add(type, {CostKind::kItem, it.kind, s.dev, it.chunk, units}, kComputeStream,
+                                it.microbatch, it.chunk, u);
+    g_->AddEdge(gather, id);
+    if (s.ds_host_sync >= 0) {  // DeepSpeed's host waited for the reduction stream after the backward
+      g_->AddEdge(s.ds_host_sync, id);
+      g_->AddEdge(s.ds_host_sync, gather);
+      g_->AddEdge(s.ds_host_sync, ds_prefetch);
+      s.ds_host_sync = -1;
+    }
+    // FSDP2's end of backward (each step() call) waits for its reduce-scatters.
+    for (std::int32_t w : s.flush_waits) g_->AddEdge(w, id);
+    s.flush_waits.clear();
+    s.compute_seq.push_back(id);
+    if (u == 0) {
+      itk.first = id;
+      s.pass_first = id;
+    }
+    itk.last = id;
+    if (gated_forward) {
+      g_->AddEdge(chunk_gathers[static_cast<std::size_t>(u)], id);
+      // Megatron chains the gathers: a bucket's forward pre-hook waits for its own gather
+      // and dispatches the next bucket's. So gather u+2 starts once unit u is done, i.e.
+      // when unit u+1 may start (gather u+1 done on the stream before it).
+      if (u + 2 < units) g_->AddEdge(id, chunk_gathers[static_cast<std::size_t>(u + 2)]);
+    }
+    if (it.kind == s.grad_kind) AddUnitReduce(s, it, u, units, id, reduces_grads);
+  }
+  if (reduces_grads && dp_comm_ && !c_.overlap_grad_reduce && !zero3_) {
+    if (s.reduce_each_microbatch && !is_last_grad) {
+      // Not overlapped: the micro-batch's buckets reduced after its backward, the compute
+      // stream waiting for them.
+      const int nb = NBuckets(s.stage, it.chunk);
+      for (int b = 0; b < nb; ++b) {
+        const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kReduceAfter, ItemKind::kForward, s.dev, it.chunk, nb},
+                                     kComputeStream, it.microbatch, it.chunk, b);
+        g_->AddEdge(itk.last, rid);
+        Sync(s.stage, {itk.last, rid});
+      }
+    } else {
+      s.reduce_after.push_back(it.chunk);
+    }
+  }
+  const bool flush_ends = s.flush_sync && pos + 1 < static_cast<int>(s.order->size()) &&
+                          s.FlushOf((*s.order)[static_cast<std::size_t>(pos + 1)]) != s.FlushOf(it);
+  if (flush_ends) EndFlush(s, it);
+  AddPipelineSends(s, it, itk);
+}
+
+// The ZeRO-3 parameter gathers unit `u` of `units` of item `it` waits for: (gather, prefetch);
+// -1 where there is none.
+std::pair<std::int32_t, std::int32_t> Builder::AddZero3Gathers(StageBuild& s, const ScheduleItem& it, int u, int units) {
+  if (!zero3_ || !dp_comm_ || it.kind == ItemKind::kWeight) return {-1, -1};
+  const int i = s.stage;
+  const std::vector<std::int32_t>& seq = s.compute_seq;
+  if (zero3_sync_) {
+    // DeepSpeed 2021: the layer's tensors gathered one by one on a synchronized device,
+    // after the previous unit (the compute stream's program order).
+    // The tensors DeepSpeed prefetches (Zero3TensorCost::prefetched_share) are gathered on
+    // the communication stream while the previous unit computes; the rest, and the host's
+    // list handling of all of them, hold the compute stream.
+    const std::int32_t prev2 = seq.size() >= 2 ? seq[seq.size() - 2] : -1;
+    const std::int32_t pre = Add(TaskType::kParamGather, {CostKind::kZero3Prefetch, it.kind, s.dev, it.chunk, units},
+                                 kDpGatherStream, it.microbatch, it.chunk, u);
+    g_->AddEdge(prev2, pre);
+    Sync(i, {prev2, pre});
+    Add(TaskType::kParamGather, {CostKind::kZero3GatherHost, it.kind, s.dev, it.chunk, units}, kComputeStream,
+        it.microbatch, it.chunk, u);
+    const std::int32_t gather = Add(TaskType::kParamGather, {CostKind::kZero3Gather, it.kind, s.dev, it.chunk, units},
+                                    kComputeStream, it.microbatch, it.chunk, u);
+    g_->AddEdge(pre, gather);
+    Sync(i, {s.LastCompute(), gather});
+    return {gather, -1};
+  }
+  if (ds_ && it.kind == ItemKind::kBackward && u < ds_kept_) return {-1, -1};
+  // FSDP: gather this layer's parameters, prefetched while the previous unit runs; the rate
+  // limiter (limit_all_gathers) holds the gather until the unit two back is done. Without
+  // it the CPU, up to a pass ahead, issues them once the previous pass has begun.
+  // DeepSpeed: issued `lead` layers ahead (the unit lead + 1 back is done); the layers its
+  // reuse distance keeps at the turn to the backward are not gathered again.
+  std::int32_t gather = Add(TaskType::kParamGather, {ds_ ? CostKind::kZero3Prefetch : CostKind::kZero3Gather,
+                                                     ds_ ? it.kind : ItemKind::kForward, s.dev, it.chunk, units},
+                            kDpGatherStream, it.microbatch, it.chunk, u);
+  const std::size_t lead = ds_ ? static_cast<std::size_t>(ds_lead_[it.kind == ItemKind::kBackward]) : 1;
+  const std::int32_t after = ds_ || c_.zero3_limit_all_gathers ? (seq.size() > lead ? seq[seq.size() - 1 - lead] : -1)
+                                                               : s.prev_pass_first;
+  g_->AddEdge(after, gather);
+  Sync(i, {after, gather});
+  if (!ds_ || !(ds_share_[it.kind == ItemKind::kBackward][1] > 0)) return {gather, -1};
+  // What the coordinator fetches on demand: issued when the module is reached (the unit
+  // before is done), and waited for.
+  const std::int32_t ds_prefetch = gather;
+  const std::int32_t prev = s.LastCompute();
+  gather = Add(TaskType::kParamGather, {CostKind::kZero3Gather, it.kind, s.dev, it.chunk, units}, kDpGatherStream,
+               it.microbatch, it.chunk, u);
+  g_->AddEdge(ds_prefetch, gather);
+  g_->AddEdge(prev, gather);
+  Sync(i, {prev, gather});
+  return {gather, ds_prefetch};
+}
+
+// The gradient reduction of unit `u` (task `id`) of a gradient-producing item.
+void Builder::AddUnitReduce(StageBuild& s, const ScheduleItem& it, int u, int units, std::int32_t id, bool reduces_grads) {
+  if (!dp_comm_) return;
+  if (zero3_) {
+    if (zero3_sync_) {
+      Add(TaskType::kDpReduce, {CostKind::kZero3ReduceHost, ItemKind::kForward, s.dev, it.chunk, units}, kComputeStream,
+          it.microbatch, it.chunk, u);
+    }
+    // DeepSpeed: the layers' gradients wait in the reduce bucket until it is full or the
+    // backward ends (independent_gradient_partition_epilogue, which synchronizes).
+    // Other frameworks reduce-scatter each layer's gradients after its backward.
+    s.ds_pending.push_back(u);
+    if (ds_ && static_cast<int>(s.ds_pending.size()) < ds_bucket_layers_ && u + 1 != units) return;
+    for (int pu : s.ds_pending) {
+      const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kZero3Reduce, ItemKind::kForward, s.dev, it.chunk, units},
+                                   zero3_sync_ ? kComputeStream : kDpStream, it.microbatch, it.chunk, pu);
+      g_->AddEdge(id, rid);
+      Sync(s.stage, {id, rid});
+      if (ds_ && u + 1 == units) s.ds_host_sync = rid;
+    }
+    s.ds_pending.clear();
+  } else if (reduces_grads && c_.overlap_grad_reduce) {
+    const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kOverlapReduce, ItemKind::kForward, s.dev, it.chunk, units},
+                                 kDpStream, s.reduce_each_microbatch ? it.microbatch : -1, it.chunk, u);
+    g_->AddEdge(id, rid);
+    Sync(s.stage, {id, rid});
+  }
+}
+
+// PyTorch's pipeline stage at the end of a step() call (item `it` ends its flush): the flush's
+// gradients reduced (reduce-scattered, and FSDP2's parameters resharded: gathered again before
+// the next flush's first forward of each chunk, bucket by bucket as ZeRO-1's gathers).
+void Builder::EndFlush(StageBuild& s, const ScheduleItem& it) {
+  std::int32_t last = s.LastCompute();
+  for (int k : s.reduce_after) {
+    const int nb = NBuckets(s.stage, k);
+    for (int b = 0; b < nb; ++b) {
+      const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kReduceAfter, ItemKind::kForward, s.dev, k, nb},
+                                   kDpStream, -1, k, b);
+      g_->AddEdge(s.LastCompute(), rid);
+      Sync(s.stage, {s.LastCompute(), rid});
+      s.flush_waits.push_back(rid);
+      last = rid;
+    }
+  }
+  s.reduce_after.clear();
+  if (c_.overlap_grad_reduce) {  // the flush's overlapped reduces, waited for likewise
+    last = LastOn(s.dev, kDpStream);
+    if (last >= 0) s.flush_waits.push_back(last);
+  }
+  if (s.gathers_params) {
+    s.gathers = AddParamGathers(s, last);
+    s.gated_microbatch = (s.FlushOf(it) + 1) * s.per_flush;
+  }
+}
+
+// Pipeline sends of item `it` (the receiver's dependency is added once all stages exist).
+void Builder::AddPipelineSends(const StageBuild& s, const ScheduleItem& it, const ItemTasks& itk) {
+  const int mc = it.chunk * p_ + s.stage;
+  const int idx = Index(it.kind, it.microbatch, it.chunk);
+  if (it.kind == ItemKind::kForward && mc < p_ * v_ - 1 && p_ > 1) {
+    const std::int32_t sid = Add(TaskType::kPpSend, {CostKind::kSendForward, ItemKind::kForward, s.dev, -1, 1},
+                                 c_.p2p_blocking ? kComputeStream : kSendFwdStream, it.microbatch, it.chunk);
+    g_->AddEdge(itk.last, sid);
+    fwd_send_[static_cast<std::size_t>(s.dev)][static_cast<std::size_t>(idx)] = sid;
+  }
+  if (it.kind == ItemKind::kBackward && mc > 0 && p_ > 1) {
+    const std::int32_t sid = Add(TaskType::kPpSend, {CostKind::kSendBackward, ItemKind::kForward, s.dev, -1, 1},
+                                 c_.p2p_blocking ? kComputeStream : kSendBwdStream, it.microbatch, it.chunk);
+    g_->AddEdge(itk.last, sid);
+    bwd_send_[static_cast<std::size_t>(s.dev)][static_cast<std::size_t>(idx)] = sid;
+  }
+}
+
+// After the stage's last item: the non-overlapped gradient reduction, the tied embedding's
+// all-reduce, the optimizer step and ZeRO-1/2's parameter gathers after it, and the steady
+// state's period (the engine's hint).
+void Builder::FinishStage(StageBuild& s, int r) {
+  const int i = s.stage;
+  const std::int32_t last_compute = s.LastCompute();
+  for (int k : s.reduce_after) {
     const int nb = NBuckets(i, k);
     for (int b = 0; b < nb; ++b) {
-      const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kReduceAfter, ItemKind::kForward, dev, k, nb},
+      const std::int32_t rid = Add(TaskType::kDpReduce, {CostKind::kReduceAfter, ItemKind::kForward, s.dev, k, nb},
                                    kDpStream, -1, k, b);
       g_->AddEdge(last_compute, rid);
       Sync(i, {last_compute, rid});
     }
   }
   // Tied embedding: first and last stage all-reduce the embedding gradient (Megatron-LM).
-  std::int32_t before_opt = LastOn(dev, kDpStream);
+  std::int32_t before_opt = LastOn(s.dev, kDpStream);
   if (m_.tie_embeddings && p_ > 1 && !FreeComm() && (i == 0 || i == p_ - 1)) {
-    const std::int32_t eid = Add(TaskType::kEmbeddingSync, {CostKind::kEmbeddingSync, ItemKind::kForward, dev, -1, 1}, kDpStream);
+    const std::int32_t eid = Add(TaskType::kEmbeddingSync, {CostKind::kEmbeddingSync, ItemKind::kForward, s.dev, -1, 1}, kDpStream);
     g_->AddEdge(last_compute, eid);
     before_opt = eid;
   }
-  const std::int32_t oid = Add(TaskType::kOptimizer, {CostKind::kOptimizer, ItemKind::kForward, dev, -1, 1}, kComputeStream);
+  const std::int32_t oid = Add(TaskType::kOptimizer, {CostKind::kOptimizer, ItemKind::kForward, s.dev, -1, 1}, kComputeStream);
   g_->AddEdge(before_opt, oid);
   // Without overlap_param_gather, ZeRO-1/2 gather the updated parameters after the step.
-  if (gathers_params && !c_.overlap_param_gather) add_param_gathers(oid);
+  if (s.gathers_params && !c_.overlap_param_gather) AddParamGathers(s, oid);
   // The tasks built per period of the schedule's steady state (the engine's hint, which it checks).
-  if (r == 0) steady_ = SteadyPeriodOf(order);  // replicas run the same order
+  if (r == 0) steady_ = SteadyPeriodOf(*s.order);  // replicas run the same order
   const SteadyPeriod& sp = steady_;
   if (sp.items > 0) {
-    periods_[static_cast<std::size_t>(dev)] = item_first[static_cast<std::size_t>(sp.at + sp.items)] -
-                                              item_first[static_cast<std::size_t>(sp.at)];
+    periods_[static_cast<std::size_t>(s.dev)] = s.item_first[static_cast<std::size_t>(sp.at + sp.items)] -
+                                                s.item_first[static_cast<std::size_t>(sp.at)];
   }
 }
 
