@@ -524,26 +524,31 @@ Json HfLlama4Text(const Json& j, const std::string& file) {
 /// normalized weights times 2.5; V2 softmax, "greedy", not normalized, times 1). Megatron-Core's
 /// softmax runs after the top-k (normalized) or, with --moe-router-pre-softmax, before it (not);
 /// its sigmoid weights are always normalized. V2 scales only weights it does not normalize.
-void ReadHfDeepSeekRouter(const JsonReader& r, bool v3, const std::string& file, MoeSpec* e) {
+void ReadHfDeepSeekRouter(const JsonReader& r, const std::string& type, const std::string& file, MoeSpec* e) {
   // The modelling code of each version implements one scoring and its own top-k methods (others
   // raise NotImplementedError): V3 sigmoid with "noaux_tc", V2 softmax with "greedy" or
-  // "group_limited_greedy".
+  // "group_limited_greedy". GLM-4.5's Glm4MoeTopkRouter is V3's (it reads neither key) with
+  // Glm4MoeConfig's defaults: one group, weights times 1.
+  const bool v3 = type != "deepseek_v2", glm = type == "glm4_moe";
+  const char* gate = glm ? "GLM-4.5's Glm4MoeTopkRouter" : v3 ? "DeepSeek-V3's MoEGate" : "DeepSeek-V2's MoEGate";
   e->router_score = r.OptString("scoring_func").value_or(v3 ? "sigmoid" : "softmax");
   if (e->router_score != (v3 ? "sigmoid" : "softmax")) {
     throw InputError::Field(file, "/scoring_func", JsonForMessage(r.json()["scoring_func"]),
-                            v3 ? "\"sigmoid\" (DeepSeek-V3's MoEGate)" : "\"softmax\" (DeepSeek-V2's MoEGate)");
+                            fmt::format("\"{}\" ({})", v3 ? "sigmoid" : "softmax", gate));
   }
   const std::string method = r.OptString("topk_method").value_or(v3 ? "noaux_tc" : "greedy");
   if (v3 ? method != "noaux_tc" : method != "greedy" && method != "group_limited_greedy") {
     throw InputError::Field(file, "/topk_method", JsonForMessage(r.json()["topk_method"]),
-                            v3 ? "\"noaux_tc\" (DeepSeek-V3's MoEGate)"
+                            v3 ? fmt::format("\"noaux_tc\" ({})", gate)
                                : "\"greedy\" or \"group_limited_greedy\" (DeepSeek-V2's MoEGate)");
   }
   e->router_expert_bias = method == "noaux_tc";
   if (method != "greedy") {
-    e->router_num_groups = HfNullableInt(r, "n_group", 1, kMaxHeads, v3 ? 8 : 0).value_or(0);
-    e->router_group_topk = HfNullableInt(r, "topk_group", 1, kMaxHeads, v3 ? 4 : 0).value_or(0);
+    e->router_num_groups = HfNullableInt(r, "n_group", 1, kMaxHeads, glm ? 1 : v3 ? 8 : 0).value_or(0);
+    e->router_group_topk = HfNullableInt(r, "topk_group", 1, kMaxHeads, glm ? 1 : v3 ? 4 : 0).value_or(0);
     CheckRouterGroups(*e, file, "/n_group", "/topk_group");
+    // One group limits nothing (GLM-4.5's and Kimi K2's n_group 1): no group-limited routing.
+    if (e->router_num_groups == 1) e->router_num_groups = e->router_group_topk = 0;
   }
   // Unnormalized weights (and any top-1 weight: MoEGate normalizes only with top_k > 1) are the
   // chosen experts' scores: with softmax scores Megatron-Core's --moe-router-pre-softmax.
@@ -558,33 +563,49 @@ void ReadHfDeepSeekRouter(const JsonReader& r, bool v3, const std::string& file,
         "group_limited_greedy ranks the expert groups by their best expert; Megatron-Core's group-limited routing "
         "by the sum of their best top-k / group-top-k");
   }
-  const double scale = r.OptNumber("routed_scaling_factor", 1e-6, 1e6).value_or(v3 ? 2.5 : 1.0);
+  const double scale = r.OptNumber("routed_scaling_factor", 1e-6, 1e6).value_or(v3 && !glm ? 2.5 : 1.0);
   if (scale != 1.0 && (v3 || !normalized)) e->router_topk_scaling = scale;
 }
 
-void ReadHfDeepSeek(const JsonReader& r, const std::string& type, const std::string& file, Model* m,
-                    ModelFieldNames* n) {
+/// The experts, router and MTP of DeepSeek-V2/V3 and GLM-4.5 (model_type glm4_moe, DeepSeek-V3's
+/// MoE with grouped-query attention); absent keys take the config classes' defaults.
+void ReadHfDeepSeekExperts(const JsonReader& r, const std::string& type, const std::string& file, Model* m,
+                           ModelFieldNames* n) {
   MoeSpec& e = m->moe;
   // Absent keys take the config class's defaults: DeepseekV2Config's None (dense) and 0 leading
   // dense layers; DeepseekV3Config's 256 routed experts, top-8, one shared expert and 3 leading
-  // dense layers. A null stays None.
-  const bool v3 = type == "deepseek_v3";
-  e.num_experts = HfNullableInt(r, "n_routed_experts", 1, kMaxHeads, v3 ? 256 : 0).value_or(0);
-  const auto top_k = v3 ? HfNullableInt(r, "num_experts_per_tok", 1, kMaxHeads, 8)
-                        : HfNullableInt(r, "num_experts_per_tok", 1, kMaxHeads);  // V2: absent is None
+  // dense layers; Glm4MoeConfig's 128 routed experts, top-8, one shared expert and 1 leading dense
+  // layer. A null stays None.
+  const bool v3 = type == "deepseek_v3", glm = type == "glm4_moe";
+  e.num_experts = HfNullableInt(r, "n_routed_experts", 1, kMaxHeads, v3 ? 256 : glm ? 128 : 0).value_or(0);
+  const auto top_k = v3 || glm ? HfNullableInt(r, "num_experts_per_tok", 1, kMaxHeads, 8)
+                               : HfNullableInt(r, "num_experts_per_tok", 1, kMaxHeads);  // V2: absent is None
   if (e.num_experts > 1 && !top_k) {
     throw InputError::Field(file, "/num_experts_per_tok", r.Has("num_experts_per_tok") ? "null" : "absent",
                             "1 to n_routed_experts = " + std::to_string(e.num_experts) + " experts per token");
   }
   e.top_k = top_k.value_or(0);
   e.ffn_hidden_size = r.Int("moe_intermediate_size", 1, kMaxFfn);
-  e.shared_ffn_hidden_size = HfNullableInt(r, "n_shared_experts", 0, kMaxHeads, v3 ? 1 : 0).value_or(0) * e.ffn_hidden_size;
-  e.first_k_dense = r.OptInt("first_k_dense_replace", 0, kMaxLayers).value_or(v3 ? 3 : 0);
+  e.shared_ffn_hidden_size =
+      HfNullableInt(r, "n_shared_experts", 0, kMaxHeads, v3 || glm ? 1 : 0).value_or(0) * e.ffn_hidden_size;
+  e.first_k_dense = r.OptInt("first_k_dense_replace", 0, kMaxLayers).value_or(v3 ? 3 : glm ? 1 : 0);
   // DeepSeek's layer i is MoE when i >= first_k_dense_replace and i % moe_layer_freq == 0
-  // (modeling_deepseek.py's DecoderLayer).
-  e.layer_step = r.OptInt("moe_layer_freq", 1, kMaxLayers).value_or(1);
+  // (modeling_deepseek.py's DecoderLayer); GLM-4.5's from first_k_dense_replace on.
+  e.layer_step = glm ? 1 : r.OptInt("moe_layer_freq", 1, kMaxLayers).value_or(1);
   e.step_from_layer0 = true;
-  ReadHfDeepSeekRouter(r, v3, file, &e);
+  ReadHfDeepSeekRouter(r, type, file, &e);
+  m->mtp_num_layers = r.OptInt("num_nextn_predict_layers", 0, 64).value_or(0);
+  n->num_experts = "n_routed_experts";
+  n->moe_ffn_hidden_size = "moe_intermediate_size";
+  n->moe_shared_ffn_hidden_size = "n_shared_experts";
+  n->moe_first_k_dense = "first_k_dense_replace";
+  n->moe_layer_step = "moe_layer_freq";
+}
+
+/// DeepSeek-V2/V3's experts (ReadHfDeepSeekExperts) and multi-latent attention.
+void ReadHfDeepSeek(const JsonReader& r, const std::string& type, const std::string& file, Model* m,
+                    ModelFieldNames* n) {
+  ReadHfDeepSeekExperts(r, type, file, m, n);
   MlaSpec& a = m->mla;
   a.q_lora_rank = HfNullableInt(r, "q_lora_rank", 1, kMaxHidden).value_or(0);
   a.kv_lora_rank = r.Int("kv_lora_rank", 1, kMaxHidden);
@@ -592,15 +613,9 @@ void ReadHfDeepSeek(const JsonReader& r, const std::string& type, const std::str
   a.qk_pos_emb_head_dim = r.Int("qk_rope_head_dim", 0, kMaxHeadDim);
   a.v_head_dim = r.Int("v_head_dim", 1, kMaxHeadDim);
   m->kv_channels = a.v_head_dim;
-  m->mtp_num_layers = r.OptInt("num_nextn_predict_layers", 0, 64).value_or(0);
   // Multi-latent attention gives every head its own K and V (kv_b_proj); num_key_value_heads,
   // which DeepSeek's configs set to num_attention_heads, groups nothing.
   m->num_query_groups = m->num_attention_heads;
-  n->num_experts = "n_routed_experts";
-  n->moe_ffn_hidden_size = "moe_intermediate_size";
-  n->moe_shared_ffn_hidden_size = "n_shared_experts";
-  n->moe_first_k_dense = "first_k_dense_replace";
-  n->moe_layer_step = "moe_layer_freq";
   n->qk_head_dim = "qk_nope_head_dim";
   n->kv_channels = "v_head_dim";
   n->qk_pos_emb_head_dim = "qk_rope_head_dim";
@@ -659,6 +674,8 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     e.probs_on_input = true;     // which scale the expert's input (routed_in = hidden * scores)
   } else if (type == "deepseek_v2" || type == "deepseek_v3") {
     ReadHfDeepSeek(r, type, file, m, n);
+  } else if (type == "glm4_moe") {
+    ReadHfDeepSeekExperts(r, type, file, m, n);
   }
   // One expert routed to by every token is a dense MLP (read as one); more experts per token than
   // there are is a mistake, not a dense model (ValidateModel checks the same for 2 or more).
@@ -745,7 +762,9 @@ std::vector<bool> HfSlidingLayers(const JsonReader& r, std::int64_t layers) {
 /// named as not modelled.
 void ReadHfAttentionWindow(const JsonReader& r, const std::string& type, Model* m) {
   const char* key = type == "llama4_text" ? "attention_chunk_size" : "sliding_window";
-  if (type == "llama" || type == "deepseek_v2" || type == "deepseek_v3") return;  // no window in these families
+  if (type == "llama" || type == "deepseek_v2" || type == "deepseek_v3" || type == "glm4_moe") {
+    return;  // no window in these families
+  }
   const bool qwen = type == "qwen2" || type == "qwen3" || type == "qwen2_moe" || type == "qwen3_moe";
   const std::int64_t qwen_from = r.OptInt("max_window_layers", 0, kMaxLayers).value_or(28);
   if (qwen && (!r.OptBool("use_sliding_window").value_or(false) || qwen_from >= m->num_layers)) return;
@@ -812,15 +831,28 @@ bool HfDropout(const JsonReader& r, std::initializer_list<const char*> keys, dou
   return false;
 }
 
+/// The families ReadHfLlamaLike reads (LlamaConfig's keys).
+bool IsHfLlamaLike(const std::string& type) {
+  return type == "llama" || type == "mistral" || type == "qwen2" || type == "phi3" || type == "mixtral" || type == "qwen3" ||
+         type == "qwen2_moe" || type == "qwen3_moe" || type == "llama4_text" || type == "gpt_oss" ||
+         type == "deepseek_v2" || type == "deepseek_v3" || type == "glm4_moe";
+}
+
 /// Refuses model types shardcast does not map (DBRX) and an expert count above 1 under a dense
 /// model_type (null, 0 or 1 experts is a dense model): its experts would be dropped silently.
 void CheckHfModelType(const Json& j, const std::string& type, const std::string& file) {
   if (type == "dbrx") {
     throw InputError(file + ": /model_type: got \"dbrx\", expected a supported model_type: DBRX's fused expert "
-                     "layout is not mapped (mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, llama4, gpt_oss are)");
+                     "layout is not mapped (mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, llama4, gpt_oss are)");
+  }
+  if (!IsHfLlamaLike(type) && type != "gpt2" && type != "gpt_neox" && type != "mpt" && type != "bloom") {
+    throw InputError::Field(file, "/model_type", "\"" + type + "\"",
+                            "a supported Hugging Face model_type: llama, mistral, qwen2, qwen3, phi3, gpt2, "
+                            "gpt_neox, mpt, bloom, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3 (and "
+                            "kimi_k2, its architecture), glm4_moe, llama4, gpt_oss");
   }
   const bool moe_type = type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v2" ||
-                        type == "deepseek_v3" || type == "llama4_text" || type == "gpt_oss";
+                        type == "deepseek_v3" || type == "llama4_text" || type == "gpt_oss" || type == "glm4_moe";
   for (const char* key : {"num_local_experts", "num_experts", "n_routed_experts", "moe_num_experts"}) {
     if (moe_type || !j.contains(key) || j[key].is_null()) continue;
     if (!j[key].is_number()) {
@@ -830,15 +862,9 @@ void CheckHfModelType(const Json& j, const std::string& type, const std::string&
     if (j[key].get<double>() > 1) {
       throw InputError(file + ": /" + key + ": got " + j[key].dump() + ", expected a dense model for model_type \"" +
                        type + "\" (its experts would be ignored; the mixture-of-experts types are mixtral, qwen2_moe, "
-                       "qwen3_moe, deepseek_v2, deepseek_v3, llama4, gpt_oss)");
+                       "qwen3_moe, deepseek_v2, deepseek_v3, glm4_moe, llama4, gpt_oss)");
     }
   }
-}
-
-bool IsHfLlamaLike(const std::string& type) {
-  return type == "llama" || type == "mistral" || type == "qwen2" || type == "phi3" || type == "mixtral" || type == "qwen3" ||
-         type == "qwen2_moe" || type == "qwen3_moe" || type == "llama4_text" || type == "gpt_oss" ||
-         type == "deepseek_v2" || type == "deepseek_v3";
 }
 
 /// The llama-like families (LlamaConfig's keys, with each family's MoE, bias and window keys).
@@ -865,6 +891,8 @@ void ReadHfLlamaLike(const JsonReader& r, const std::string& type, const std::st
   // Qwen3's attention normalizes each head's queries and keys (q_norm, k_norm: RMSNorm over
   // head_dim; modeling_qwen3.py), which the config does not state.
   m->qk_layernorm = type == "qwen3" || type == "qwen3_moe";
+  // GLM-4.5's use_qk_norm: the same per-head norms (Glm4MoeAttention; false when absent).
+  if (type == "glm4_moe") m->qk_layernorm = r.OptBool("use_qk_norm").value_or(false);
   names->num_layers = "num_hidden_layers";
   names->kv_channels = "head_dim";
   names->num_query_groups = "num_key_value_heads";
@@ -955,10 +983,7 @@ void ReadHfFamily(const JsonReader& r, const std::string& type, const std::strin
   } else if (type == "bloom") {
     ReadHfBloom(r, m);
   } else {
-    throw InputError::Field(file, "/model_type", "\"" + type + "\"",
-                            "a supported Hugging Face model_type: llama, mistral, qwen2, qwen3, phi3, gpt2, "
-                            "gpt_neox, mpt, bloom, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, llama4, "
-                            "gpt_oss");
+    throw std::logic_error("ReadHfFamily: model_type " + type + " passed CheckHfModelType unread");
   }
   m->add_qkv_bias = m->add_bias_linear;
 }
@@ -971,6 +996,10 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     throw InputError(file + ": /model_type: missing required field (a Hugging Face config.json names its model_type)");
   }
   std::string type = ToLower(r.String("model_type"));
+  // Kimi K2's checkpoint names its own model_type over DeepSeek-V3's architecture (its auto_map:
+  // DeepseekV3Config, DeepseekV3ForCausalLM) and keys.
+  const bool kimi = type == "kimi_k2";
+  if (kimi) type = "deepseek_v3";
   // Llama 4 checkpoints nest the language model's keys under text_config (its vision tower is
   // not modelled).
   if (type == "llama4") {
@@ -993,7 +1022,7 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
     m.name = std::filesystem::path(*n).filename().string();
   }
   m.origin = "huggingface:" + file;
-  m.source = "Hugging Face config.json (" + (type.empty() ? std::string("?") : type) + "): " + file;
+  m.source = "Hugging Face config.json (" + (kimi ? std::string("kimi_k2, DeepSeek-V3's architecture") : type.empty() ? std::string("?") : type) + "): " + file;
   ReadHfFamily(r, type, file, &m, &names);
   if (m.kv_channels == 0) {
     if (m.hidden_size % m.num_attention_heads != 0) {
@@ -1020,6 +1049,10 @@ Gpu GpuFromJson(const Json& j, const std::string& file) {
   g.name = NameOf(r, file);
   g.display_name = r.OptString("display_name").value_or(g.name);
   g.arch = r.OptString("arch").value_or("unknown");
+  if (g.arch.empty()) {
+    throw InputError::Field(file, "/arch", "\"\"", "an architecture name (ampere, hopper, blackwell, cdna3, or any "
+                                                  "other name for the generic estimates), or the key left out");
+  }
   JsonReader p = r.Object("peak_tflops");
   p.RejectUnknownKeys({"fp32", "tf32", "bf16", "fp16", "fp8", "mxfp8", "nvfp4"});
   // bf16 may be absent (V100: fp16 tensor cores only); one 16-bit peak is required.
@@ -1040,7 +1073,7 @@ Gpu GpuFromJson(const Json& j, const std::string& file) {
   g.nvlink_GBps_per_direction = r.OptNumber("nvlink_GBps_per_direction", 0, 1e6).value_or(0);
   g.pcie_GBps_per_direction = r.OptNumber("pcie_GBps_per_direction", 0, 1e6).value_or(0);
   g.host_link_shared_by = static_cast<int>(r.OptInt("host_link_shared_by", 1, 64).value_or(1));
-  g.tdp_W = r.OptNumber("tdp_W", 0, 1e6).value_or(0);
+  g.tdp_W = r.OptNumber("tdp_W", 1, 1e6).value_or(0);  // 0: not given (no energy figures)
   g.price_usd_per_gpu_hour = r.OptNumber("price_usd_per_gpu_hour", 0, 1e6).value_or(0);
   g.price_date = r.OptString("price_date").value_or("");
   g.price_source = r.OptString("price_source").value_or("");

@@ -58,8 +58,9 @@ Json CapacityJson(const Model& m, const CapacityOptions& o, const std::vector<Ca
       x["gpu_hours"] = r.gpu_hours;
       x["price_usd_per_gpu_hour"] = r.price_usd_per_gpu_hour;
       x["cost_usd"] = r.cost_usd;
-      x["energy_kwh"] = r.energy_kwh;
-      x["tdp_W"] = r.tdp_W;
+      // null: the GPU file gives no board power (tdp_W), so no energy.
+      x["energy_kwh"] = r.tdp_W > 0 ? Json(r.energy_kwh) : Json(nullptr);
+      x["tdp_W"] = r.tdp_W > 0 ? Json(r.tdp_W) : Json(nullptr);
       if (o.days) x["meets_deadline"] = r.meets_deadline;
       x["price_date"] = o.price_per_gpu_hour.count(r.gpu) ? "command line" : r.price_date;
       x["price_source"] = o.price_per_gpu_hour.count(r.gpu) ? "--price-per-gpu-hour" : r.price_source;
@@ -113,7 +114,8 @@ void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions&
                              FormatSeconds(r.step_time_s), fmt::format("{:.1f}%", 100 * r.best.result.mfu_causal),
                              small(r.wall_time_s / 86400.0), o.mtbf_hours ? fmt::format("{:.1f}%", 100 * r.goodput) : "-",
                              r.gpu_hours >= 100 ? fmt::format("{:.0f}", r.gpu_hours) : small(r.gpu_hours),
-                             r.price_usd_per_gpu_hour, fmt::format("${:.0f}", r.cost_usd), small(r.energy_kwh / 1000.0),
+                             r.price_usd_per_gpu_hour, fmt::format("${:.0f}", r.cost_usd),
+                             r.tdp_W > 0 ? small(r.energy_kwh / 1000.0) : "-",
                              o.days ? (r.meets_deadline ? "meets" : "misses") : "");
     if (!(r.goodput > 0)) {
       out << fmt::format("{:<24}  (never finishes: with one failure every {:.2g} h across {} GPUs, checkpoints "
@@ -169,7 +171,9 @@ void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions&
                      o.energy_overhead);
   seen.clear();
   for (const auto& r : rows) {
-    if (seen.insert(r.gpu).second) out << fmt::format("  {:<16} {:>6.0f}\n", r.gpu, r.tdp_W);
+    if (!seen.insert(r.gpu).second) continue;
+    out << (r.tdp_W > 0 ? fmt::format("  {:<16} {:>6.0f}\n", r.gpu, r.tdp_W)
+                        : fmt::format("  {:<16} {:>6}  (its GPU file has no tdp_W: no energy)\n", r.gpu, "-"));
   }
   out << "\nHardware profiles (--profile [CLUSTER=]FILE for a measured one):\n";
   seen.clear();

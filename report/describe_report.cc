@@ -36,7 +36,8 @@ Json ExpertsJson(const Model& m, const ParameterCounts& pc) {
           {"shared_expert_ffn_hidden_size", e.shared_ffn_hidden_size},
           {"dense_layers", pc.dense_layers},
           {"moe_layers", pc.moe_layers},
-          {"dense_layer_parameters", pc.per_layer.total()},
+          // null where every layer is MoE (the dense layer's count would describe no layer).
+          {"dense_layer_parameters", pc.dense_layers > 0 ? Json(pc.per_layer.total()) : Json(nullptr)},
           {"moe_layer_parameters", pc.moe_layer.total()},
           {"routed_expert_parameters", routed},
           {"routed_expert_bf16_bytes", 2.0 * static_cast<double>(routed)},
@@ -271,7 +272,9 @@ Json DescribeJson(const ModelDescription& d) {
   out["model"] = ModelToJson(d.model);  // the fields a model file has, and its source
   out["parameters"] = pc.total;
   out["parameters_active"] = pc.active;
-  out["parameter_breakdown"] = {{"per_layer", pc.per_layer.total()},
+  // per_layer: a dense layer's; null where every layer is MoE (moe.moe_layer_parameters).
+  const bool no_dense = pc.moe_layers > 0 && pc.dense_layers == 0;
+  out["parameter_breakdown"] = {{"per_layer", no_dense ? Json(nullptr) : Json(pc.per_layer.total())},
                                 {"layers", pc.layers},
                                 {"word_embedding", pc.word_embedding},
                                 {"position_embedding", pc.position_embedding},

@@ -746,6 +746,32 @@ TEST(CliCapacity, CustomGpuFile) {
                         ":16 --price-per-gpu-hour my-h100=2 --json");
   ASSERT_EQ(j.exit_code, 0) << j.err;
   EXPECT_EQ(Json::parse(j.out)["options"][0]["price_usd_per_gpu_hour"].get<double>(), 2.0);
+  // Without tdp_W there is no energy: "-" and nulls, not 0 MWh; a board power of 0 and an empty
+  // arch exit 2.
+  const std::string gpu_text = ReadTextFile(gpu);
+  auto variant = [&](const std::string& name, const std::string& from, const std::string& to) {
+    std::string text = gpu_text;
+    text.replace(text.find(from), from.size(), to);
+    WriteTemp(name + "_gpu.json", text);
+    std::string c = ReadTextFile(cluster);
+    c.replace(c.find(gpu_name), gpu_name.size(), name + "_gpu.json");
+    return WriteTemp(name + "_cluster.json", c);
+  };
+  const std::string no_tdp = variant("cap_notdp", R"("tdp_W": 400, )", "");
+  auto n = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options " + no_tdp + ":16");
+  ASSERT_EQ(n.exit_code, 0) << n.err;
+  EXPECT_NE(n.out.find("my-h100               -  (its GPU file has no tdp_W: no energy)"), std::string::npos) << n.out;
+  auto nj = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options " + no_tdp + ":16 --json");
+  ASSERT_EQ(nj.exit_code, 0) << nj.err;
+  EXPECT_TRUE(Json::parse(nj.out)["options"][0]["energy_kwh"].is_null());
+  EXPECT_TRUE(Json::parse(nj.out)["options"][0]["tdp_W"].is_null());
+  EXPECT_TRUE(testing::ExitsTwoWith(
+      "capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options " +
+          variant("cap_tdp0", R"("tdp_W": 400)", R"("tdp_W": 0)") + ":16",
+      "/tdp_W: got 0, expected a number in [1, 1e+06]"));
+  EXPECT_TRUE(testing::ExitsTwoWith(
+      "simulate --model gpt3-1.3b --gpus 16 --cluster " + variant("cap_arch", R"("arch": "hopper")", R"("arch": "")"),
+      R"(/arch: got "", expected an architecture name)"));
 }
 
 TEST(CliCapacity, ThreeGpuTypes) {

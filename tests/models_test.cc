@@ -426,7 +426,7 @@ TEST(BadInput, UnsupportedHuggingFaceType) {
   EXPECT_EQ(LoadError("hfbad.json", R"({"model_type": "t5", "d_model": 512})"),
             "hfbad.json: /model_type: got \"t5\", expected a supported Hugging Face model_type: "
             "llama, mistral, qwen2, qwen3, phi3, gpt2, gpt_neox, mpt, bloom, mixtral, qwen2_moe, qwen3_moe, "
-            "deepseek_v2, deepseek_v3, llama4, gpt_oss");
+            "deepseek_v2, deepseek_v3 (and kimi_k2, its architecture), glm4_moe, llama4, gpt_oss");
 }
 
 // docs/inputs.md: the shape keys are required (no transformers placeholder shape); the keys with
@@ -630,7 +630,7 @@ TEST(HuggingFace, ExpertsUnderDenseTypesAreRefusedAndFoldersWork) {
   EXPECT_EQ(testing::InputErrorOf([&] { LoadModel(path); }),
             path + ": /num_local_experts: got 8, expected a dense model for model_type \"mistral\" (its experts "
                    "would be ignored; the mixture-of-experts types are mixtral, qwen2_moe, qwen3_moe, deepseek_v2, "
-                   "deepseek_v3, llama4, gpt_oss)");
+                   "deepseek_v3, glm4_moe, llama4, gpt_oss)");
   EXPECT_EQ(LoadModel(mistral("mistral_one_expert.json", R"("num_local_experts": 1)")).num_layers, 32);
   path = mistral("mistral_string_experts.json", R"("n_routed_experts": "8")");
   EXPECT_EQ(testing::InputErrorOf([&] { LoadModel(path); }),

@@ -824,6 +824,65 @@ TEST(MoeHuggingFace, AbsentKeysTakeTheConfigClassDefaults) {
             std::string::npos);
 }
 
+// GLM-4.5 (glm4_moe) is DeepSeek-V3's MoE with grouped-query attention; Kimi K2 (kimi_k2) names
+// its own type over DeepSeek-V3's architecture and keys.
+TEST(MoeHuggingFace, Glm45AndKimiK2MapOntoDeepSeekV3sMoe) {
+  // GLM-4.5's config.json (zai-org/GLM-4.5).
+  const Model glm = FromHf("glm45.json", R"({"model_type": "glm4_moe", "attention_bias": true, "head_dim": 128,
+    "hidden_size": 5120, "partial_rotary_factor": 0.5, "intermediate_size": 12288, "max_position_embeddings": 131072,
+    "moe_intermediate_size": 1536, "norm_topk_prob": true, "num_attention_heads": 96, "n_group": 1, "topk_group": 1,
+    "n_routed_experts": 160, "n_shared_experts": 1, "routed_scaling_factor": 2.5, "num_experts_per_tok": 8,
+    "first_k_dense_replace": 3, "num_hidden_layers": 92, "num_key_value_heads": 8, "rope_theta": 1000000,
+    "num_nextn_predict_layers": 1, "tie_word_embeddings": false, "use_qk_norm": true, "vocab_size": 151552})");
+  EXPECT_EQ(glm.num_query_groups, 8);  // GQA, not MLA
+  EXPECT_FALSE(glm.mla.enabled());
+  EXPECT_TRUE(glm.qk_layernorm);
+  EXPECT_TRUE(glm.add_qkv_bias);  // Glm4MoeAttention: q/k/v biases, o_proj none
+  EXPECT_FALSE(glm.add_bias_linear);
+  EXPECT_EQ(glm.mtp_num_layers, 1);
+  EXPECT_EQ(glm.moe.router_score, "sigmoid");
+  EXPECT_TRUE(glm.moe.router_expert_bias);
+  EXPECT_DOUBLE_EQ(glm.moe.router_topk_scaling, 2.5);
+  EXPECT_EQ(glm.moe.router_num_groups, 0);  // n_group 1: one group limits nothing
+  // The main model from its shapes: per layer attention (q, o: h x a*d; k, v: h x g*d; Q/K/V
+  // biases; q/k norms) and two RMSNorms; 3 dense layers of a SwiGLU MLP, 89 MoE layers of a router,
+  // 160 experts and one shared expert; untied embedding and output, the final norm.
+  const std::int64_t h = 5120, a = 96, g = 8, d = 128, f = 12288, fe = 1536, E = 160, V = 151552;
+  const std::int64_t attn = 2 * h * a * d + 2 * h * g * d + (a + 2 * g) * d + 2 * d + 2 * h;
+  const std::int64_t dense = attn + 3 * h * f, moe = attn + E * h + (E + 1) * 3 * h * fe;
+  const ParameterCounts pc = glm.Parameters();
+  EXPECT_EQ(pc.total - pc.mtp, 3 * dense + 89 * moe + 2 * V * h + h);
+  EXPECT_EQ(pc.active - pc.mtp_active, 3 * dense + 89 * (attn + E * h + 9 * 3 * h * fe) + 2 * V * h + h);
+  // Absent keys: Glm4MoeConfig's 128 experts, one shared, 1 leading dense layer, weights x 1, no qk norms.
+  const Model air = FromHf("glm_defaults.json", R"({"model_type": "glm4_moe", "hidden_size": 4096,
+    "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 46, "num_attention_heads": 96,
+    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151552, "max_position_embeddings": 131072})");
+  EXPECT_EQ(air.moe.num_experts, 128);
+  EXPECT_EQ(air.moe.top_k, 8);
+  EXPECT_EQ(air.moe.shared_ffn_hidden_size, 1408);
+  EXPECT_EQ(air.moe.first_k_dense, 1);
+  EXPECT_DOUBLE_EQ(air.moe.router_topk_scaling, 0);  // routed_scaling_factor 1: none
+  EXPECT_FALSE(air.qk_layernorm);
+  // Kimi K2's config.json (moonshotai/Kimi-K2-Instruct) reads as the same keys under deepseek_v3.
+  const std::string kimi = R"("first_k_dense_replace": 1, "hidden_size": 7168, "intermediate_size": 18432,
+    "kv_lora_rank": 512, "max_position_embeddings": 131072, "moe_intermediate_size": 2048, "moe_layer_freq": 1,
+    "n_group": 1, "n_routed_experts": 384, "n_shared_experts": 1, "norm_topk_prob": true, "num_attention_heads": 64,
+    "num_experts_per_tok": 8, "num_hidden_layers": 61, "num_key_value_heads": 64, "num_nextn_predict_layers": 0,
+    "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "routed_scaling_factor": 2.827,
+    "scoring_func": "sigmoid", "tie_word_embeddings": false, "topk_group": 1, "topk_method": "noaux_tc",
+    "v_head_dim": 128, "vocab_size": 163840)";
+  const Model k2 = FromHf("kimi.json", R"({"model_type": "kimi_k2", )" + kimi + "}");
+  const Model k2_as_v3 = FromHf("kimi_v3.json", R"({"model_type": "deepseek_v3", )" + kimi + "}");
+  EXPECT_EQ(k2.Parameters().total, k2_as_v3.Parameters().total);
+  EXPECT_EQ(k2.Parameters().active, k2_as_v3.Parameters().active);
+  EXPECT_EQ(k2.moe.num_experts, 384);
+  EXPECT_NE(k2.source.find("kimi_k2, DeepSeek-V3's architecture"), std::string::npos);
+  // An unsupported type with experts says the type, not "expected a dense model".
+  EXPECT_NE(testing::InputErrorOf([] { FromHf("minimax.json", R"({"model_type": "minimax_m2", "n_routed_experts": 256})"); })
+                .find("minimax.json: /model_type: got \"minimax_m2\", expected a supported Hugging Face model_type"),
+            std::string::npos);
+}
+
 TEST(HuggingFace, LlamaBiasesAndUnsupportedTypes) {
   const std::string llama = R"("model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
@@ -1210,6 +1269,10 @@ TEST(MoeDescribe, ExpertMemoryPerGpu) {
   const Json& z1 = j["fit"]["zero"][1];
   EXPECT_NEAR(z1["optimizer_bytes"].get<double>(), 12 * experts / 1 + 12 * dense / 8, 16.0);
   EXPECT_NEAR(z1["weights_bytes"].get<double>(), 2 * sp.total(), 16.0);
+  // Every layer of Qwen3-30B-A3B is MoE: no dense layer's count is given (null), the MoE layer's is.
+  EXPECT_TRUE(j["parameter_breakdown"]["per_layer"].is_null());
+  EXPECT_TRUE(j["moe"]["dense_layer_parameters"].is_null());
+  EXPECT_EQ(j["moe"]["moe_layer_parameters"].get<std::int64_t>(), pc.moe_layer.total());
 }
 
 // DeepSeek-V3's 61 layers over 16 stages: 4 on each of the 14 middle ones, and the other 5
