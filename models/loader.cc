@@ -357,7 +357,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   r.RejectUnknownKeys({"name", "num_layers", "hidden_size", "ffn_hidden_size",
                        "num_attention_heads", "num_query_groups", "kv_channels", "vocab_size",
                        "seq_length", "max_position_embeddings", "normalization", "activation",
-                       "position_embedding", "rotary_base", "rope_scaling_factor", "tie_embeddings", "add_bias_linear",
+                       "position_embedding", "rotary_base", "rotary_percent", "rope_scaling_factor", "tie_embeddings", "add_bias_linear",
                        "add_qkv_bias", "qk_layernorm", "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                        "moe_shared_expert_intermediate_size", "moe_first_k_dense_layers", "moe_layer_step", "moe_layer_freq",
                        "moe_expert_bias", "moe_router_bias", "moe_router_global_batch_balance",
@@ -387,9 +387,10 @@ Model ModelFromJson(const Json& j, const std::string& file) {
                          : pe == "rope"  ? PositionEmbedding::kRope
                                          : PositionEmbedding::kAlibi;
   m.rotary_base = r.OptNumber("rotary_base", 1, 1e12).value_or(10000.0);
+  m.rotary_percent = r.OptNumber("rotary_percent", 1e-6, 1).value_or(1.0);
   m.rope_scaling_factor = r.OptNumber("rope_scaling_factor", 1, 1e6).value_or(0.0);
   // Rotary keys without rotary positions would be dropped (ModelToJson writes them only with rope).
-  for (const char* key : {"rotary_base", "rope_scaling_factor"}) {
+  for (const char* key : {"rotary_base", "rotary_percent", "rope_scaling_factor"}) {
     if (r.Has(key) && m.position_embedding != PositionEmbedding::kRope) {
       throw InputError::Field(file, std::string("/") + key, JsonForMessage(r.json()[key]),
                               "no such key without rotary positions (position_embedding \"rope\")");
@@ -438,6 +439,7 @@ Json ModelToJson(const Model& m) {
   j["activation"] = ToString(m.activation);
   j["position_embedding"] = ToString(m.position_embedding);
   if (m.position_embedding == PositionEmbedding::kRope) j["rotary_base"] = m.rotary_base;
+  if (m.position_embedding == PositionEmbedding::kRope && m.rotary_percent != 1) j["rotary_percent"] = m.rotary_percent;
   if (m.rope_scaling_factor > 0) j["rope_scaling_factor"] = m.rope_scaling_factor;
   j["tie_embeddings"] = m.tie_embeddings;
   j["add_bias_linear"] = m.add_bias_linear;
@@ -882,6 +884,10 @@ void ReadHfLlamaLike(const JsonReader& r, const std::string& type, const std::st
   m->activation = Activation::kSwiglu;
   m->position_embedding = PositionEmbedding::kRope;
   m->rotary_base = HfRopeTheta(r, "rope_theta");
+  // Phi-3/Phi-4's and GLM-4.5's partial_rotary_factor (Phi3Config 1.0, Glm4MoeConfig 0.5 when absent).
+  if (type == "phi3" || type == "glm4_moe") {
+    m->rotary_percent = r.OptNumber("partial_rotary_factor", 1e-6, 1).value_or(type == "glm4_moe" ? 0.5 : 1.0);
+  }
   m->rope_scaling_factor = HfLlama3RopeScaling(r, file, m);
   m->tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
   if (j.contains("head_dim") && !j["head_dim"].is_null()) m->kv_channels = r.Int("head_dim", 1, kMaxHeadDim);
@@ -926,6 +932,7 @@ void ReadHfGptNeox(const JsonReader& r, Model* m) {
   m->activation = Activation::kGelu;
   m->position_embedding = PositionEmbedding::kRope;
   m->rotary_base = HfRopeTheta(r, "rotary_emb_base");
+  m->rotary_percent = r.OptNumber("rotary_pct", 1e-6, 1).value_or(0.25);  // GPTNeoXConfig's default
   m->tie_embeddings = r.OptBool("tie_word_embeddings").value_or(false);
   m->dropout = HfDropout(r, {"attention_dropout", "hidden_dropout"}, 0.0);
 }

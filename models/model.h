@@ -168,6 +168,10 @@ struct Model {
   /// RoPE's base period theta (Hugging Face's rope_theta, Megatron-LM's --rotary-base; Su et al.
   /// 2021 eq. 15 use 10000). It changes no count or time; kept for the launch configurations.
   double rotary_base = 10000;
+  /// The share of each head's dimensions RoPE rotates, in (0, 1] (Megatron-LM's --rotary-percent;
+  /// Hugging Face's partial_rotary_factor, GPT-NeoX's rotary_pct). It changes no count or time
+  /// (RoPE is not costed apart from attention); kept for the launch configurations.
+  double rotary_percent = 1.0;
   /// Llama 3.1's RoPE frequency scaling factor (Hugging Face's rope_scaling with rope_type
   /// "llama3"; Megatron-LM's --use-rope-scaling --rope-scaling-factor), 0 for none. It changes
   /// no count or time (a precomputed frequency table); launch configurations write it.

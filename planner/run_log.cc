@@ -334,6 +334,7 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::opti
   j["position_embedding"] = pe == "rope" ? "rope" : "learned";
   if (pe == "rope") {
     if (const auto base = a.Number("rotary_base")) j["rotary_base"] = *base;
+    if (const auto pct = a.Number("rotary_percent"); pct && *pct != 1) j["rotary_percent"] = *pct;
     if (a.Flag("use_rope_scaling")) j["rope_scaling_factor"] = a.Number("rope_scaling_factor").value_or(8.0);
   }
   j["tie_embeddings"] = !a.Flag("untie_embeddings_and_output_weights");

@@ -102,6 +102,9 @@ void WriteShape(std::ostream& out, const Model& m) {
                      m.kv_channels, m.vocab_size, m.seq_length);
   const std::string positions =
       std::string(ToString(m.position_embedding)) + " positions" +
+      (m.position_embedding == PositionEmbedding::kRope && m.rotary_percent != 1
+           ? fmt::format(" (rotating {:g}% of each head's dims)", 100 * m.rotary_percent)
+           : "") +
       (m.rope_scaling_factor > 0 ? fmt::format(" (Llama 3.1 scaling, factor {:g})", m.rope_scaling_factor) : "") +
       (m.rope_scaling_unread.empty() ? "" : " (the config's " + m.rope_scaling_unread + " scaling: not read)");
   out << fmt::format("  {}, {}, {}, {} embeddings, {}, {}{}\n", ToString(m.normalization),

@@ -158,6 +158,7 @@ std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, st
   switch (m.position_embedding) {
     case PositionEmbedding::kRope:
       arch += " --position-embedding-type rope --rotary-base " + Number(m.rotary_base);
+      if (m.rotary_percent != 1) arch += " --rotary-percent " + Number(m.rotary_percent);
       if (m.rope_scaling_factor > 0) arch += " --use-rope-scaling --rope-scaling-factor " + Number(m.rope_scaling_factor);
       break;
     case PositionEmbedding::kLearned: arch += " --position-embedding-type learned_absolute"; break;
@@ -276,6 +277,9 @@ void NemoModel(const Model& m, std::int64_t seq, PyLines* p, std::vector<std::st
   if (m.position_embedding == PositionEmbedding::kAlibi) unexpressed->push_back("ALiBi positions: written as none");
   p->Set("model.config.position_embedding_type", PyStr(pe));
   if (m.position_embedding == PositionEmbedding::kRope) p->Set("model.config.rotary_base", Number(m.rotary_base));
+  if (m.position_embedding == PositionEmbedding::kRope && m.rotary_percent != 1) {
+    p->Set("model.config.rotary_percent", Number(m.rotary_percent));
+  }
   RopeScalingUnexpressed(m, unexpressed);
   if (m.rope_scaling_factor > 0) {
     // NeMo's Llama 3.1 configs scale RoPE in their own configure_model (Llama31Config's
@@ -399,12 +403,18 @@ void NemoParallel(const Model& m, const ParallelConfig& c, PyLines* p, std::vect
   // Megatron-FSDP shards what ZeRO-2/3 shard; ZeRO-1 is the distributed optimizer.
   const std::string sharding = c.zero_stage == 3 ? "optim_grads_params" : c.zero_stage == 2 ? "optim_grads" : "";
   p->Set("trainer.strategy.fsdp", sharding.empty() ? "None" : PyStr("megatron"));
+  // As Megatron-LM's --overlap-param-gather, only beside the overlapped gradient reduce.
+  const bool nemo_param_gather = c.overlap_param_gather && c.zero_stage >= 1 && c.overlap_grad_reduce;
+  if (c.overlap_param_gather && c.zero_stage >= 1 && !c.overlap_grad_reduce) {
+    unexpressed->push_back("the parameter gather overlapped with the forward pass without the overlapped gradient "
+                           "reduce: written as neither (simulate with --no-overlap-param-gather to match)");
+  }
   p->Set("trainer.strategy.ddp",
          fmt::format("run.Config(DistributedDataParallelConfig, check_for_nan_in_grad=True, grad_reduce_in_fp32={}, "
                      "overlap_grad_reduce={}, overlap_param_gather={}, average_in_collective=True, "
                      "use_distributed_optimizer={}{}{})",
-                     Py(c.fp32_main_grads), Py(c.overlap_grad_reduce && c.dp_cp() > 1),
-                     Py(c.overlap_param_gather && c.zero_stage >= 1), Py(c.zero_stage >= 1),
+                     Py(c.fp32_main_grads), Py(c.overlap_grad_reduce && (c.dp_cp() > 1 || nemo_param_gather)),
+                     Py(nemo_param_gather), Py(c.zero_stage >= 1),
                      sharding.empty() ? "" : ", data_parallel_sharding_strategy=" + PyStr(sharding),
                      !c.hybrid_shard() ? std::string()
                      : c.zero_stage >= 2
@@ -556,6 +566,10 @@ void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, st
   } else {
     *t += fmt::format("name = \"{}\"\n", name);
   }
+  if (m.position_embedding == PositionEmbedding::kRope && m.rotary_percent != 1) {
+    unexpressed->push_back(fmt::format("partial RoPE on {}% of each head's dims: torchtitan's llama3 and qwen3 models "
+                                       "rotate whole heads", Number(100 * m.rotary_percent)));
+  }
   unexpressed->push_back("the model's shape: torchtitan defines it as a flavor in Python "
                          "(torchtitan/models/<name>/__init__.py); add one with the shape in the comments");
   *t += fmt::format("flavor = \"{}\"\n", m.name);
@@ -566,7 +580,8 @@ void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, st
                     m.position_embedding == PositionEmbedding::kRope
                         ? "rope_theta = " + Number(m.rotary_base) +
                               (m.rope_scaling_factor > 0 ? ", Llama 3.1 RoPE scaling factor " + Number(m.rope_scaling_factor)
-                                                         : std::string())
+                                                         : std::string()) +
+                              (m.rotary_percent != 1 ? ", rotary percent " + Number(m.rotary_percent) : std::string())
                         : std::string(ToString(m.position_embedding)) + " positions",
                     m.tie_embeddings ? "yes" : "no");
   if (m.moe.enabled()) {

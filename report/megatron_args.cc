@@ -117,8 +117,12 @@ std::string OptimizerFlags(const ParallelConfig& c) {
     a += fmt::format(" --num-distributed-optimizer-instances {}", c.dp_replicas());
     if (c.zero_stage >= 2) a += " --outer-dp-sharding-strategy no_shard";
   }
-  if (c.overlap_grad_reduce && c.dp_cp() > 1) a += " --overlap-grad-reduce";
-  if (c.overlap_param_gather && c.zero_stage == 1) a += " --overlap-param-gather";
+  // Megatron-LM asserts that --overlap-param-gather comes with --overlap-grad-reduce
+  // (validate_args), also where one data-parallel rank has nothing to reduce; without the
+  // overlapped reduce the gather is not written either (Notes).
+  const bool param_gather = c.overlap_param_gather && c.zero_stage == 1 && c.overlap_grad_reduce;
+  if (c.overlap_grad_reduce && (c.dp_cp() > 1 || param_gather)) a += " --overlap-grad-reduce";
+  if (param_gather) a += " --overlap-param-gather";
   if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) a += " --grad-reduce-in-bf16";
   a += c.flash_attention ? " --use-flash-attn" : " --attention-backend unfused";
   if (c.tp_comm_overlap) a += " --tp-comm-overlap";
@@ -130,6 +134,11 @@ std::string OptimizerFlags(const ParallelConfig& c) {
 }
 
 void Notes(const ParallelConfig& c, std::vector<std::string>* notes) {
+  if (c.overlap_param_gather && c.zero_stage == 1 && !c.overlap_grad_reduce) {
+    notes->push_back("the distributed optimizer's parameter gather overlapped with the forward pass: Megatron-LM "
+                     "allows --overlap-param-gather only with --overlap-grad-reduce, so neither is written "
+                     "(simulate with --no-overlap-param-gather to match)");
+  }
   if (c.cp > 1 && c.cp_comm == CpComm::kA2AP2P && c.cp_a2a <= 0) {
     notes->push_back("--hierarchical-context-parallel-sizes A R: A ranks per all-to-all group, R = cp / A");
   }

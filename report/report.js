@@ -262,7 +262,7 @@
         el("polyline", { fill: "none", stroke: palette[i % 8], points: pts.map((o) => `${c.x(o.wall_time_s / 86400)},${c.y(o.cost_usd)}`).join(" ") }, c.plot);
         pts.forEach((o) => {
           const e = el("circle", { class: "point", r: 5, fill: palette[i % 8], cx: c.x(o.wall_time_s / 86400), cy: c.y(o.cost_usd), "data-cluster": t, "data-gpus": o.gpus }, c.plot);
-          hover(e, `${t}: ${o.gpus} GPUs, ${o.config}\n${(o.wall_time_s / 86400).toFixed(1)} days, $${Math.round(o.cost_usd).toLocaleString()}, ${(o.energy_kwh / 1000).toFixed(1)} MWh`);
+          hover(e, `${t}: ${o.gpus} GPUs, ${o.config}\n${(o.wall_time_s / 86400).toFixed(1)} days, $${Math.round(o.cost_usd).toLocaleString()}, ${o.energy_kwh == null ? "no energy (no tdp_W)" : (o.energy_kwh / 1000).toFixed(1) + " MWh"}`);
         });
       });
       if (dl) {
@@ -282,7 +282,7 @@
     section("Options");
     table(["cluster", "GPUs", "configuration", "days", "cost", "MWh", "deadline"],
           d.options.map((o) => ({ cells: o.feasible ? [o.cluster, String(o.gpus), o.config, (o.wall_time_s / 86400).toFixed(2), "$" + Math.round(o.cost_usd).toLocaleString(),
-                                                       (o.energy_kwh / 1000).toFixed(1), o.meets_deadline === undefined ? "" : o.meets_deadline ? "meets" : "misses"]
+                                                       o.energy_kwh == null ? "-" : (o.energy_kwh / 1000).toFixed(1), o.meets_deadline === undefined ? "" : o.meets_deadline ? "meets" : "misses"]
                                                     : [o.cluster, String(o.gpus), "infeasible: " + o.reason, "", "", "", ""] })), { left: [2] });
   }
 

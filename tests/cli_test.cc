@@ -761,6 +761,11 @@ TEST(CliCapacity, CustomGpuFile) {
   auto n = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options " + no_tdp + ":16");
   ASSERT_EQ(n.exit_code, 0) << n.err;
   EXPECT_NE(n.out.find("my-h100               -  (its GPU file has no tdp_W: no energy)"), std::string::npos) << n.out;
+  const std::size_t row = n.out.find(no_tdp + " ");
+  ASSERT_NE(row, std::string::npos) << n.out;
+  std::string line = n.out.substr(row, n.out.find('\n', row) - row);
+  line.erase(line.find_last_not_of(' ') + 1);
+  EXPECT_EQ(line.back(), '-') << line;  // the MWh cell
   auto nj = RunShardcast("capacity --model gpt3-1.3b --tokens 20B --gbs 512 --gpus-options " + no_tdp + ":16 --json");
   ASSERT_EQ(nj.exit_code, 0) << nj.err;
   EXPECT_TRUE(Json::parse(nj.out)["options"][0]["energy_kwh"].is_null());

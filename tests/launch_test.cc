@@ -151,6 +151,7 @@ MegatronRead ReadMegatron(const std::string& text) {
       const std::string v = next();
       r.m.position_embedding = v == "rope" ? PositionEmbedding::kRope : v == "none" ? PositionEmbedding::kAlibi : PositionEmbedding::kLearned;
     } else if (f == "--rotary-base") r.m.rotary_base = std::stod(next());
+    else if (f == "--rotary-percent") r.m.rotary_percent = std::stod(next());
     else if (f == "--use-rope-scaling") r.m.rope_scaling_factor = 8;  // Megatron-LM's default factor
     else if (f == "--rope-scaling-factor") r.m.rope_scaling_factor = std::stod(next());
     else if (f == "--untie-embeddings-and-output-weights") r.m.tie_embeddings = false;
@@ -695,6 +696,38 @@ TEST(Launch, RopeScalingAndQkNormsAreWritten) {
     return u.find("sliding_window = 128 (not modelled): not written") != std::string::npos;
   }));
   EXPECT_EQ(ReadMegatron(EmitLaunch(LaunchFormat::kMegatron, q.m, q.c, q.cl, 8).text).m.rope_scaling_factor, 0.0);
+  // Partial rotary (GLM-4.5's half of each head): --rotary-percent, NeMo's rotary_percent; torchtitan names it.
+  Model half = q.m;
+  half.rotary_percent = 0.5;
+  EXPECT_DOUBLE_EQ(ReadMegatron(EmitLaunch(LaunchFormat::kMegatron, half, q.c, q.cl, 8).text).m.rotary_percent, 0.5);
+  EXPECT_EQ(EmitLaunch(LaunchFormat::kMegatron, q.m, q.c, q.cl, 8).text.find("--rotary-percent"), std::string::npos);
+  EXPECT_NE(EmitLaunch(LaunchFormat::kNemo, half, q.c, q.cl, 8).text.find("model.config.rotary_percent = 0.5"),
+            std::string::npos);
+  const LaunchConfig ht = EmitLaunch(LaunchFormat::kTorchtitan, half, q.c, q.cl, 8);
+  EXPECT_TRUE(std::any_of(ht.unexpressed.begin(), ht.unexpressed.end(), [](const std::string& u) {
+    return u.find("partial RoPE on 50% of each head's dims") != std::string::npos;
+  })) << ht.text;
+}
+
+// Megatron-LM asserts --overlap-param-gather only beside --overlap-grad-reduce (validate_args):
+// with one data-parallel rank both are written; without the overlapped reduce neither, and a note.
+TEST(Launch, ParamGatherOverlapComesWithTheReduceOverlap) {
+  const Built one = Build({"gpt3-175b", "dgx-h100", 64, "--tp 8 --pp 8 --mbs 1 --gbs 64 --zero 1"});
+  ASSERT_EQ(one.c.dp, 1);
+  const std::string a = EmitLaunch(LaunchFormat::kMegatron, one.m, one.c, one.cl, 64).text;
+  EXPECT_NE(a.find("--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather"), std::string::npos) << a;
+  const Built no = Build({"gpt3-175b", "dgx-h100", 128, "--tp 8 --pp 8 --mbs 1 --gbs 64 --zero 1 --no-overlap-grad-reduce"});
+  ASSERT_TRUE(no.c.overlap_param_gather);
+  const LaunchConfig b = EmitLaunch(LaunchFormat::kMegatron, no.m, no.c, no.cl, 128);
+  const std::vector<std::string> words = ShellWords(b.text);  // the command, not the notes
+  EXPECT_EQ(std::count(words.begin(), words.end(), "--overlap-param-gather"), 0) << b.text;
+  EXPECT_EQ(std::count(words.begin(), words.end(), "--overlap-grad-reduce"), 0) << b.text;
+  EXPECT_NE(b.text.find("allows --overlap-param-gather only with --overlap-grad-reduce"), std::string::npos) << b.text;
+  const LaunchConfig n = EmitLaunch(LaunchFormat::kNemo, no.m, no.c, no.cl, 128);
+  EXPECT_NE(n.text.find("overlap_grad_reduce=False, overlap_param_gather=False"), std::string::npos) << n.text;
+  EXPECT_TRUE(std::any_of(n.unexpressed.begin(), n.unexpressed.end(), [](const std::string& u) {
+    return u.find("without the overlapped gradient reduce: written as neither") != std::string::npos;
+  }));
 }
 
 TEST(Launch, EmitOnTheCommandLine) {

@@ -125,6 +125,27 @@ TEST(Model, HuggingFaceLlama3_8bMatchesPreset) {
   EXPECT_EQ(preset.rotary_base, 500000.0);
   EXPECT_EQ(LoadModel(testing::FixturesDir() + "/hf/qwen2-7b.json").rotary_base, 1e6);
   EXPECT_EQ(LoadModel("gpt3-175b").rotary_base, 10000.0);
+  // Partial rotary: GPT-NeoX's rotary_pct (GPTNeoXConfig's 0.25 when absent), Phi's
+  // partial_rotary_factor (1 when absent); our format's rotary_percent round-trips, and needs rope.
+  const std::string neox = R"({"model_type": "gpt_neox", "num_hidden_layers": 44, "hidden_size": 6144,
+    "num_attention_heads": 64, "intermediate_size": 24576, "vocab_size": 50432, "max_position_embeddings": 2048)";
+  EXPECT_DOUBLE_EQ(ModelFromJson(Json::parse(neox + "}"), "neox.json").rotary_percent, 0.25);
+  EXPECT_DOUBLE_EQ(ModelFromJson(Json::parse(neox + R"(, "rotary_pct": 1})"), "neox1.json").rotary_percent, 1.0);
+  const std::string phi = R"({"model_type": "phi3", "num_hidden_layers": 32, "hidden_size": 3072,
+    "num_attention_heads": 24, "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 200064,
+    "max_position_embeddings": 131072)";
+  EXPECT_DOUBLE_EQ(ModelFromJson(Json::parse(phi + "}"), "phi.json").rotary_percent, 1.0);
+  EXPECT_DOUBLE_EQ(ModelFromJson(Json::parse(phi + R"(, "partial_rotary_factor": 0.75})"), "phi75.json").rotary_percent,
+                   0.75);
+  Json ours = ModelToJson(ModelFromJson(Json::parse(neox + "}"), "neox.json"));
+  EXPECT_DOUBLE_EQ(ours["rotary_percent"].get<double>(), 0.25);
+  EXPECT_DOUBLE_EQ(ModelFromJson(ours, "ours.json").rotary_percent, 0.25);
+  EXPECT_FALSE(ModelToJson(LoadModel("llama3-8b")).contains("rotary_percent"));
+  ours["position_embedding"] = "learned";
+  ours.erase("rotary_base");
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(ours, "learned.json"); })
+                .find("learned.json: /rotary_percent: got 0.25, expected no such key without rotary positions"),
+            std::string::npos);
 }
 
 TEST(Model, HuggingFaceFamiliesMap) {
@@ -397,7 +418,7 @@ TEST(BadInput, UnknownKeyIsAnError) {
             "moe_router_group_topk, moe_router_num_groups, moe_router_pre_softmax, moe_router_score_function, moe_router_topk, "
             "moe_router_topk_scaling_factor, moe_shared_expert_intermediate_size, "
             "mtp_num_layers, name, normalization, num_attention_heads, num_experts, num_layers, "
-            "num_query_groups, position_embedding, q_lora_rank, qk_head_dim, qk_layernorm, qk_pos_emb_head_dim, rope_scaling_factor, rotary_base, seq_length, "
+            "num_query_groups, position_embedding, q_lora_rank, qk_head_dim, qk_layernorm, qk_pos_emb_head_dim, rope_scaling_factor, rotary_base, rotary_percent, seq_length, "
             "source, tie_embeddings, v_head_dim, vocab_size, window_attn_skip_freq, window_size (did you mean 'num_layers'?)");
   EXPECT_EQ(LoadError("empty_name.json", ModelWith("name", "\"\"")),
             "empty_name.json: /name: got \"\", expected a name, or no name key (the file's name is used)");

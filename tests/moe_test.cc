@@ -840,6 +840,7 @@ TEST(MoeHuggingFace, Glm45AndKimiK2MapOntoDeepSeekV3sMoe) {
   EXPECT_TRUE(glm.add_qkv_bias);  // Glm4MoeAttention: q/k/v biases, o_proj none
   EXPECT_FALSE(glm.add_bias_linear);
   EXPECT_EQ(glm.mtp_num_layers, 1);
+  EXPECT_DOUBLE_EQ(glm.rotary_percent, 0.5);  // partial_rotary_factor
   EXPECT_EQ(glm.moe.router_score, "sigmoid");
   EXPECT_TRUE(glm.moe.router_expert_bias);
   EXPECT_DOUBLE_EQ(glm.moe.router_topk_scaling, 2.5);
@@ -853,6 +854,8 @@ TEST(MoeHuggingFace, Glm45AndKimiK2MapOntoDeepSeekV3sMoe) {
   const ParameterCounts pc = glm.Parameters();
   EXPECT_EQ(pc.total - pc.mtp, 3 * dense + 89 * moe + 2 * V * h + h);
   EXPECT_EQ(pc.active - pc.mtp_active, 3 * dense + 89 * (attn + E * h + 9 * 3 * h * fe) + 2 * V * h + h);
+  // The MTP module: one MoE layer, the 2h x h projection and its norms (three of h).
+  EXPECT_EQ(pc.mtp, moe + 2 * h * h + 3 * h);
   // Absent keys: Glm4MoeConfig's 128 experts, one shared, 1 leading dense layer, weights x 1, no qk norms.
   const Model air = FromHf("glm_defaults.json", R"({"model_type": "glm4_moe", "hidden_size": 4096,
     "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 46, "num_attention_heads": 96,
@@ -863,6 +866,14 @@ TEST(MoeHuggingFace, Glm45AndKimiK2MapOntoDeepSeekV3sMoe) {
   EXPECT_EQ(air.moe.first_k_dense, 1);
   EXPECT_DOUBLE_EQ(air.moe.router_topk_scaling, 0);  // routed_scaling_factor 1: none
   EXPECT_FALSE(air.qk_layernorm);
+  EXPECT_EQ(air.moe.router_num_groups, 0);  // n_group 1
+  EXPECT_DOUBLE_EQ(air.rotary_percent, 0.5);
+  // GLM's layers are MoE from first_k_dense_replace on; moe_layer_freq is not its key.
+  EXPECT_EQ(FromHf("glm_freq.json", R"({"model_type": "glm4_moe", "moe_layer_freq": 2, "hidden_size": 4096,
+    "intermediate_size": 10944, "moe_intermediate_size": 1408, "num_hidden_layers": 46, "num_attention_heads": 96,
+    "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151552, "max_position_embeddings": 131072})")
+                .MoeLayersIn(0, 46),
+            45);
   // Kimi K2's config.json (moonshotai/Kimi-K2-Instruct) reads as the same keys under deepseek_v3.
   const std::string kimi = R"("first_k_dense_replace": 1, "hidden_size": 7168, "intermediate_size": 18432,
     "kv_lora_rank": 512, "max_position_embeddings": 131072, "moe_intermediate_size": 2048, "moe_layer_freq": 1,
