@@ -306,6 +306,30 @@ std::string NameOf(const JsonReader& r, const std::string& file) {
 }  // namespace
 
 namespace {
+/// Our format's NoPE layers, Megatron-LM's --no-rope-freq: an integer N >= 2 (every N-th layer,
+/// 1-based, skips RoPE) or a list of num_layers 0/1 (1: the layer skips RoPE).
+void ReadNoRope(const JsonReader& r, const std::string& file, Model* m) {
+  if (!r.Has("no_rope_freq")) return;
+  const Json& v = r.json().at("no_rope_freq");
+  if (!v.is_array()) {
+    const std::int64_t n = r.Int("no_rope_freq", 2, kMaxLayers);
+    for (std::int64_t i = 0; i < m->num_layers; ++i) m->no_rope_layers.push_back((i + 1) % n == 0);
+    return;
+  }
+  if (static_cast<std::int64_t>(v.size()) != m->num_layers) {
+    throw InputError::Field(file, "/no_rope_freq", "a list of " + std::to_string(v.size()) + " entries",
+                            "an integer N >= 2 or a list of num_layers = " + std::to_string(m->num_layers) + " entries");
+  }
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (!v[i].is_number_integer() || (v[i] != 0 && v[i] != 1)) {
+      throw InputError::Field(file, "/no_rope_freq/" + std::to_string(i), v[i].dump(),
+                              "0 (the layer rotates) or 1 (it skips RoPE)");
+    }
+    m->no_rope_layers.push_back(v[i] == 1);
+  }
+  if (std::none_of(m->no_rope_layers.begin(), m->no_rope_layers.end(), [](bool b) { return b; })) m->no_rope_layers.clear();
+}
+
 /// Our format's window: window_size (tokens, Megatron-LM's --window-size W,0) and
 /// window_attn_skip_freq (--window-attn-skip-freq), which needs it; not with multi-latent
 /// attention, whose cost has no window.
@@ -357,8 +381,8 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   r.RejectUnknownKeys({"name", "num_layers", "hidden_size", "ffn_hidden_size",
                        "num_attention_heads", "num_query_groups", "kv_channels", "vocab_size",
                        "seq_length", "max_position_embeddings", "normalization", "activation",
-                       "position_embedding", "rotary_base", "rotary_percent", "rope_scaling_factor", "tie_embeddings", "add_bias_linear",
-                       "add_qkv_bias", "qk_layernorm", "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                       "position_embedding", "rotary_base", "rotary_percent", "rope_scaling_factor", "no_rope_freq", "tie_embeddings",
+                       "add_bias_linear", "add_qkv_bias", "qk_layernorm", "qk_l2_norm", "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                        "moe_shared_expert_intermediate_size", "moe_first_k_dense_layers", "moe_layer_step", "moe_layer_freq",
                        "moe_expert_bias", "moe_router_bias", "moe_router_global_batch_balance",
                        "moe_router_score_function", "moe_router_pre_softmax", "moe_router_topk_scaling_factor",
@@ -390,7 +414,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   m.rotary_percent = r.OptNumber("rotary_percent", 1e-6, 1).value_or(1.0);
   m.rope_scaling_factor = r.OptNumber("rope_scaling_factor", 1, 1e6).value_or(0.0);
   // Rotary keys without rotary positions would be dropped (ModelToJson writes them only with rope).
-  for (const char* key : {"rotary_base", "rotary_percent", "rope_scaling_factor"}) {
+  for (const char* key : {"rotary_base", "rotary_percent", "rope_scaling_factor", "no_rope_freq"}) {
     if (r.Has(key) && m.position_embedding != PositionEmbedding::kRope) {
       throw InputError::Field(file, std::string("/") + key, JsonForMessage(r.json()[key]),
                               "no such key without rotary positions (position_embedding \"rope\")");
@@ -400,6 +424,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   m.add_bias_linear = r.OptBool("add_bias_linear").value_or(true);
   m.add_qkv_bias = r.OptBool("add_qkv_bias").value_or(m.add_bias_linear);
   m.qk_layernorm = r.OptBool("qk_layernorm").value_or(false);
+  m.qk_l2_norm = r.OptBool("qk_l2_norm").value_or(false);
   m.dropout = r.OptBool("dropout").value_or(true);
   ModelFieldNames names;
   ReadMoeAndMla(r, &m, &names);
@@ -417,6 +442,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
     m.kv_channels = m.hidden_size / m.num_attention_heads;
   }
   ReadWindow(r, file, &m);
+  ReadNoRope(r, file, &m);
   m.source = r.OptString("source").value_or("user file " + file);
   m.origin = file;
   ValidateModel(m, file, names);
@@ -445,6 +471,14 @@ Json ModelToJson(const Model& m) {
   j["add_bias_linear"] = m.add_bias_linear;
   j["add_qkv_bias"] = m.add_qkv_bias;
   if (m.qk_layernorm && !m.mla.enabled()) j["qk_layernorm"] = true;  // MLA's own norms are always counted
+  if (m.qk_l2_norm) j["qk_l2_norm"] = true;
+  if (const std::int64_t n = m.NoRopeFreq(); n > 0) {
+    j["no_rope_freq"] = n;
+  } else if (!m.no_rope_layers.empty()) {
+    Json l = Json::array();
+    for (bool nope : m.no_rope_layers) l.push_back(nope ? 1 : 0);
+    j["no_rope_freq"] = l;
+  }
   if (m.attention_window > 0 && m.attention_window_modelled) {
     j["window_size"] = m.attention_window;
     if (!m.window_layer_pattern.empty()) {
@@ -818,6 +852,15 @@ double HfLlama3RopeScaling(const JsonReader& r, const std::string& file, Model* 
     throw InputError::Field(file, "/rope_scaling/factor", s.contains("factor") ? JsonForMessage(s["factor"]) : "nothing",
                             "a number of at least 1 (Llama 3.1's RoPE scaling factor)");
   }
+  // The frequency bands Megatron-Core's --use-rope-scaling fixes at Llama 3.1's (Llama 4 Scout's
+  // high_freq_factor is 1).
+  for (const auto& [key, llama31] : {std::pair<const char*, double>{"low_freq_factor", 1},
+                                     {"high_freq_factor", 4}, {"original_max_position_embeddings", 8192}}) {
+    if (s.contains(key) && s[key].is_number() && s[key].get<double>() != llama31) {
+      m->rope_scaling_differs += (m->rope_scaling_differs.empty() ? "" : ", ") + std::string(key) + " " +
+                                 JsonForMessage(s[key]);
+    }
+  }
   return s["factor"].get<double>();
 }
 
@@ -838,6 +881,31 @@ bool IsHfLlamaLike(const std::string& type) {
   return type == "llama" || type == "mistral" || type == "qwen2" || type == "phi3" || type == "mixtral" || type == "qwen3" ||
          type == "qwen2_moe" || type == "qwen3_moe" || type == "llama4_text" || type == "gpt_oss" ||
          type == "deepseek_v2" || type == "deepseek_v3" || type == "glm4_moe";
+}
+
+/// Llama 4's attention: use_qk_norm (Llama4TextConfig's default true), parameter-free L2 norms of
+/// the queries and keys, as qk_l2_norm; no_rope_layers (1 where a layer uses RoPE; absent, null or
+/// empty: every no_rope_layer_interval-th layer, 4 by default, skips it) as the NoPE layers.
+void ReadHfLlama4Attention(const JsonReader& r, const std::string& file, Model* m) {
+  m->qk_l2_norm = r.OptBool("use_qk_norm").value_or(true);
+  const Json& l = r.json().contains("no_rope_layers") ? r.json().at("no_rope_layers") : Json();
+  if (l.is_array() && !l.empty()) {
+    if (static_cast<std::int64_t>(l.size()) != m->num_layers) {
+      throw InputError::Field(file, r.PointerTo("no_rope_layers"), "a list of " + std::to_string(l.size()) + " entries",
+                              "num_hidden_layers = " + std::to_string(m->num_layers) + " entries of 0 or 1");
+    }
+    for (std::size_t i = 0; i < l.size(); ++i) {
+      if (!l[i].is_number_integer() || (l[i] != 0 && l[i] != 1)) {
+        throw InputError::Field(file, r.PointerTo("no_rope_layers") + "/" + std::to_string(i), l[i].dump(),
+                                "1 (the layer uses RoPE) or 0 (it does not)");
+      }
+      m->no_rope_layers.push_back(l[i] == 0);
+    }
+  } else {
+    const std::int64_t every = r.OptInt("no_rope_layer_interval", 1, kMaxLayers).value_or(4);
+    for (std::int64_t i = 0; i < m->num_layers; ++i) m->no_rope_layers.push_back((i + 1) % every == 0);
+  }
+  if (std::none_of(m->no_rope_layers.begin(), m->no_rope_layers.end(), [](bool b) { return b; })) m->no_rope_layers.clear();
 }
 
 /// Refuses model types shardcast does not map (DBRX) and an expert count above 1 under a dense
@@ -899,6 +967,7 @@ void ReadHfLlamaLike(const JsonReader& r, const std::string& type, const std::st
   m->qk_layernorm = type == "qwen3" || type == "qwen3_moe";
   // GLM-4.5's use_qk_norm: the same per-head norms (Glm4MoeAttention; false when absent).
   if (type == "glm4_moe") m->qk_layernorm = r.OptBool("use_qk_norm").value_or(false);
+  if (type == "llama4_text") ReadHfLlama4Attention(r, file, m);
   names->num_layers = "num_hidden_layers";
   names->kv_channels = "head_dim";
   names->num_query_groups = "num_key_value_heads";

@@ -126,6 +126,17 @@ bool Model::IsMoeLayer(std::int64_t i) const {
   return moe.enabled() && i >= moe.first_k_dense && counted % std::max<std::int64_t>(1, moe.layer_step) == 0;
 }
 
+std::int64_t Model::NoRopeFreq() const {
+  const auto first = std::find(no_rope_layers.begin(), no_rope_layers.end(), true);
+  if (first == no_rope_layers.end()) return 0;
+  const std::int64_t n = (first - no_rope_layers.begin()) + 1;
+  if (n < 2) return 0;
+  for (std::size_t i = 0; i < no_rope_layers.size(); ++i) {
+    if (no_rope_layers[i] != ((static_cast<std::int64_t>(i) + 1) % n == 0)) return 0;
+  }
+  return n;
+}
+
 std::int64_t Model::WindowedLayers() const {
   if (!attention_window_modelled || attention_window <= 0) return 0;
   if (!window_layer_pattern.empty()) {

@@ -172,10 +172,22 @@ struct Model {
   /// Hugging Face's partial_rotary_factor, GPT-NeoX's rotary_pct). It changes no count or time
   /// (RoPE is not costed apart from attention); kept for the launch configurations.
   double rotary_percent = 1.0;
+  /// Per layer, whether it skips RoPE (a NoPE layer: Llama 4's no_rope_layers, Megatron-LM's
+  /// --no-rope-freq); empty: every layer rotates. It changes no count or time; kept for the launch
+  /// configurations.
+  std::vector<bool> no_rope_layers;
+  /// Llama 4's parameter-free L2 norm of each head's queries and keys (Hugging Face's use_qk_norm
+  /// under llama4, Megatron-LM's --qk-l2-norm). No count or time; kept for the launch configurations.
+  bool qk_l2_norm = false;
   /// Llama 3.1's RoPE frequency scaling factor (Hugging Face's rope_scaling with rope_type
   /// "llama3"; Megatron-LM's --use-rope-scaling --rope-scaling-factor), 0 for none. It changes
   /// no count or time (a precomputed frequency table); launch configurations write it.
   double rope_scaling_factor = 0;
+  /// Where a Hugging Face "llama3" rope_scaling's other keys differ from Llama 3.1's
+  /// (low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192, which
+  /// Megatron-Core's --use-rope-scaling fixes): those keys as "KEY VALUE, ..." for the launches to
+  /// name; empty otherwise. No count or time.
+  std::string rope_scaling_differs;
   /// A Hugging Face rope_scaling of another kind (yarn, linear, dynamic, ...), as "KIND (factor
   /// F)": not read into the model (no count or time changes) and not written into launches, which
   /// say so; empty for none.
@@ -230,6 +242,9 @@ struct Model {
   /// window_attn_skip_freq N those whose 1-based number is not a multiple of N,
   /// num_layers - floor(num_layers / N); 0 without a modelled window.
   std::int64_t WindowedLayers() const;
+  /// N where the NoPE layers (no_rope_layers) are exactly those whose 1-based number is a
+  /// multiple of N (Megatron-LM's --no-rope-freq N); 0 otherwise or without NoPE layers.
+  std::int64_t NoRopeFreq() const;
   /// Flash attention's FLOPs over a causal sliding window of `attention_window` tokens at
   /// sequence length `seq`, over those of the whole causal sequence: (2 s w - w^2) / s^2 for
   /// w < s (a query attends to min(position, w) keys: s w - w^2 / 2 of the causal s^2 / 2), 1

@@ -1,5 +1,6 @@
 #include "report/describe_report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <ostream>
 
@@ -105,12 +106,19 @@ void WriteShape(std::ostream& out, const Model& m) {
       (m.position_embedding == PositionEmbedding::kRope && m.rotary_percent != 1
            ? fmt::format(" (rotating {:g}% of each head's dims)", 100 * m.rotary_percent)
            : "") +
+      (m.no_rope_layers.empty()
+           ? ""
+           : fmt::format(" (NoPE: {} of {} layers skip RoPE{})",
+                         std::count(m.no_rope_layers.begin(), m.no_rope_layers.end(), true), m.num_layers,
+                         m.NoRopeFreq() > 0 ? fmt::format(", every {}th", m.NoRopeFreq()) : "")) +
       (m.rope_scaling_factor > 0 ? fmt::format(" (Llama 3.1 scaling, factor {:g})", m.rope_scaling_factor) : "") +
       (m.rope_scaling_unread.empty() ? "" : " (the config's " + m.rope_scaling_unread + " scaling: not read)");
   out << fmt::format("  {}, {}, {}, {} embeddings, {}, {}{}\n", ToString(m.normalization),
                      ToString(m.activation), positions, m.tie_embeddings ? "tied" : "untied",
                      m.add_bias_linear ? "linear biases" : (m.add_qkv_bias ? "QKV bias only" : "no biases"),
-                     m.qk_layernorm && !m.mla.enabled() ? "per-head query/key norms, " : "",
+                     m.qk_layernorm && !m.mla.enabled() ? "per-head query/key norms, "
+                     : m.qk_l2_norm                     ? "query/key L2 norms (no parameters), "
+                                                        : "",
                      m.dropout ? "dropout (its masks count in activation memory)" : "no dropout");
 }
 

@@ -141,6 +141,48 @@ std::string MegatronWindow(const Model& m, std::vector<std::string>* unexpressed
 /// with their norm; IdentityOp without it) and the model counts.
 bool MegatronQkLayernorm(const Model& m) { return m.qk_layernorm || m.mla.enabled(); }
 
+/// Llama 4's NoPE layers as Megatron-LM's --no-rope-freq: N, or the list expression (1 where a
+/// layer skips RoPE).
+std::string MegatronNoRopeFreq(const Model& m) {
+  if (const std::int64_t n = m.NoRopeFreq(); n > 0) return std::to_string(n);
+  return "'" + RunLengthLayerList(static_cast<std::int64_t>(m.no_rope_layers.size()), [&](std::int64_t i) {
+           return static_cast<bool>(m.no_rope_layers[static_cast<std::size_t>(i)]);
+         }) + "'";
+}
+
+/// Llama 3 RoPE scaling whose frequency bands differ from Llama 3.1's, which Megatron-Core's
+/// --use-rope-scaling (and NeMo's Llama 3.1 configs) fix: written as Llama 3.1's, and said.
+void RopeBandsUnexpressed(const Model& m, std::vector<std::string>* unexpressed) {
+  if (m.rope_scaling_factor > 0 && !m.rope_scaling_differs.empty()) {
+    unexpressed->push_back("the config's Llama 3 RoPE scaling bands (" + m.rope_scaling_differs +
+                           "): not written; the frameworks' Llama 3.1 scaling fixes low_freq_factor 1, "
+                           "high_freq_factor 4, original_max_position_embeddings 8192");
+  }
+}
+
+/// RoPE as Megatron-LM flags: the base, partial rotary, Llama 3.1's scaling, NoPE layers.
+std::string MegatronRopeFlags(const Model& m, std::vector<std::string>* unexpressed) {
+  std::string a = " --position-embedding-type rope --rotary-base " + Number(m.rotary_base);
+  if (m.rotary_percent != 1) a += " --rotary-percent " + Number(m.rotary_percent);
+  if (m.rope_scaling_factor > 0) a += " --use-rope-scaling --rope-scaling-factor " + Number(m.rope_scaling_factor);
+  RopeBandsUnexpressed(m, unexpressed);
+  if (!m.no_rope_layers.empty()) a += " --no-rope-freq " + MegatronNoRopeFreq(m);
+  return a;
+}
+
+/// Llama 4's NoPE layers and q/k L2 norms, which `framework`'s launch does not write.
+void Llama4AttentionUnexpressed(const Model& m, const char* framework, std::vector<std::string>* unexpressed) {
+  if (!m.no_rope_layers.empty()) {
+    unexpressed->push_back(fmt::format("NoPE layers ({} of {} skip RoPE; Megatron-LM's --no-rope-freq {}): not "
+                                       "written; {}",
+                                       std::count(m.no_rope_layers.begin(), m.no_rope_layers.end(), true),
+                                       m.num_layers, MegatronNoRopeFreq(m), framework));
+  }
+  if (m.qk_l2_norm) {
+    unexpressed->push_back(fmt::format("Llama 4's q/k L2 norms (Megatron-LM's --qk-l2-norm): not written; {}", framework));
+  }
+}
+
 /// The model's shape as Megatron-LM flags (mock data and a NullTokenizer of the model's
 /// vocabulary: Megatron adds one EOD token to --vocab-size and pads to a multiple of
 /// --make-vocab-size-divisible-by x tp).
@@ -156,11 +198,7 @@ std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, st
   std::string arch = fmt::format("--normalization {}", m.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm");
   if (m.activation == Activation::kSwiglu) arch += " --swiglu";
   switch (m.position_embedding) {
-    case PositionEmbedding::kRope:
-      arch += " --position-embedding-type rope --rotary-base " + Number(m.rotary_base);
-      if (m.rotary_percent != 1) arch += " --rotary-percent " + Number(m.rotary_percent);
-      if (m.rope_scaling_factor > 0) arch += " --use-rope-scaling --rope-scaling-factor " + Number(m.rope_scaling_factor);
-      break;
+    case PositionEmbedding::kRope: arch += MegatronRopeFlags(m, unexpressed); break;
     case PositionEmbedding::kLearned: arch += " --position-embedding-type learned_absolute"; break;
     case PositionEmbedding::kAlibi:
       arch += " --position-embedding-type none";
@@ -172,6 +210,7 @@ std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, st
   if (!m.add_bias_linear) arch += " --disable-bias-linear";
   if (m.add_qkv_bias && !m.add_bias_linear) arch += " --add-qkv-bias";
   if (MegatronQkLayernorm(m)) arch += " --qk-layernorm";
+  if (m.qk_l2_norm) arch += " --qk-l2-norm";
   if (const std::string w = MegatronWindow(m, unexpressed); !w.empty()) arch += " " + w;
   if (!m.dropout) arch += " --attention-dropout 0 --hidden-dropout 0";
   f.push_back(arch);
@@ -280,6 +319,8 @@ void NemoModel(const Model& m, std::int64_t seq, PyLines* p, std::vector<std::st
   if (m.position_embedding == PositionEmbedding::kRope && m.rotary_percent != 1) {
     p->Set("model.config.rotary_percent", Number(m.rotary_percent));
   }
+  RopeBandsUnexpressed(m, unexpressed);
+  Llama4AttentionUnexpressed(m, "start from NeMo's Llama 4 recipe (llm.llama4_*), whose config sets it", unexpressed);
   RopeScalingUnexpressed(m, unexpressed);
   if (m.rope_scaling_factor > 0) {
     // NeMo's Llama 3.1 configs scale RoPE in their own configure_model (Llama31Config's
@@ -517,7 +558,9 @@ LaunchConfig EmitNemo(const Model& m, const ParallelConfig& c, const Cluster& cl
 std::string TorchtitanModelName(const Model& m) {
   if (m.mla.enabled()) return "deepseek_v3";
   if (m.moe.enabled() && m.moe.expert_bias) return "gpt_oss";
-  if (m.moe.enabled() && m.moe.layer_step > 1) return "llama4";
+  // Llama 4: interleaved MoE layers (Maverick) or the router's weights on the experts' input
+  // (Llama4TextMoe, Scout's every-layer MoE too: torchtitan's llama4 17bx16e flavor).
+  if (m.moe.enabled() && (m.moe.layer_step > 1 || m.moe.probs_on_input)) return "llama4";
   const bool llama_like = m.normalization == Normalization::kRMSNorm && m.activation == Activation::kSwiglu &&
                           m.position_embedding == PositionEmbedding::kRope;
   if (!llama_like) return "";
@@ -570,6 +613,8 @@ void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, st
     unexpressed->push_back(fmt::format("partial RoPE on {}% of each head's dims: torchtitan's llama3 and qwen3 models "
                                        "rotate whole heads", Number(100 * m.rotary_percent)));
   }
+  RopeBandsUnexpressed(m, unexpressed);
+  Llama4AttentionUnexpressed(m, "set it in the flavor's model arguments where the torchtitan model has one", unexpressed);
   unexpressed->push_back("the model's shape: torchtitan defines it as a flavor in Python "
                          "(torchtitan/models/<name>/__init__.py); add one with the shape in the comments");
   *t += fmt::format("flavor = \"{}\"\n", m.name);
@@ -839,6 +884,11 @@ Json DeepSpeedZeroJson(const ParallelConfig& c) {
 /// model code sets, and settings of the simulation DeepSpeed's own ZeRO does not run.
 void DeepSpeedUnexpressed(const ParallelConfig& c, std::vector<std::string>* u) {
   u->push_back("the model (DeepSpeed's config has no model shape)");
+  if (c.pp > 1 && c.uneven_pipeline()) {
+    u->push_back(fmt::format("the pipeline split ({}: the launcher's{})", PipelineSplitName(c),
+                             c.embedding_slots ? ", Megatron-DeepSpeed's --pp-partition-method 'type:transformer|embedding'"
+                                               : ""));
+  }
   if (c.offload_modules != 0) {
     u->push_back(fmt::format("activation offloading of {} (Megatron-Core's fine-grained offloading; DeepSpeed's "
                              "cpu_checkpointing offloads checkpoints under full recompute instead)",

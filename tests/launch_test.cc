@@ -590,6 +590,13 @@ TEST(Launch, LayoutAndMoeLayerPatterns) {
   c.even_chunks = true;
   // 61 layers over 8 chunks: 7 each, the remainder 5 to the first five chunks.
   EXPECT_EQ(MegatronPipelineLayout(ds, c), "Etttttttt|tttttttt|tttttttt|tttttttt|tttttttt|ttttttt|ttttttt|tttttttmL");
+  // DeepSpeed's config has no pipeline split: BLOOM's embedding slots are named with the launcher's flag.
+  const Built bloom = Build({"bloom-176b", "dgx-a100", 384, "--tp 4 --pp 12 --mbs 2 --gbs 2048 --embedding-pipeline-slots"});
+  const LaunchConfig l = EmitLaunch(LaunchFormat::kDeepSpeed, bloom.m, bloom.c, bloom.cl, 384);
+  EXPECT_TRUE(std::any_of(l.unexpressed.begin(), l.unexpressed.end(), [](const std::string& u) {
+    return u.find("the pipeline split (emb+loss slots: the launcher's, Megatron-DeepSpeed's --pp-partition-method "
+                  "'type:transformer|embedding')") != std::string::npos;
+  }));
 }
 
 // torchtitan's MX converter gathers bf16 parameters and casts every tensor to E4M3: an MXFP8 plan's
@@ -707,6 +714,68 @@ TEST(Launch, RopeScalingAndQkNormsAreWritten) {
   EXPECT_TRUE(std::any_of(ht.unexpressed.begin(), ht.unexpressed.end(), [](const std::string& u) {
     return u.find("partial RoPE on 50% of each head's dims") != std::string::npos;
   })) << ht.text;
+}
+
+// Llama 4 Scout's attention: every 4th layer without RoPE (Llama4TextConfig's no_rope_layers
+// default, interval 4), parameter-free q/k L2 norms (use_qk_norm), and Llama 3 RoPE scaling whose
+// high_freq_factor (1) is not Llama 3.1's 4. Megatron-LM writes --no-rope-freq and --qk-l2-norm;
+// NeMo and torchtitan name them; the bands are named everywhere; our format round-trips them.
+TEST(Launch, Llama4NoPeLayersAndQkL2NormsAreWritten) {
+  const std::string scout = R"({"model_type": "llama4", "text_config": {"hidden_size": 5120,
+    "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_local_experts": 16, "num_experts_per_tok": 1,
+    "interleave_moe_layer_step": 1, "num_hidden_layers": 48, "num_attention_heads": 40, "num_key_value_heads": 8,
+    "head_dim": 128, "vocab_size": 202048, "max_position_embeddings": 10485760, "tie_word_embeddings": false,
+    "rope_theta": 500000, "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 8192, "rope_type": "llama3"}}})";
+  const Model m = ModelFromJson(Json::parse(scout), "scout.json");
+  ASSERT_EQ(m.no_rope_layers.size(), 48u);
+  EXPECT_EQ(std::count(m.no_rope_layers.begin(), m.no_rope_layers.end(), true), 12);
+  EXPECT_TRUE(m.no_rope_layers[3] && !m.no_rope_layers[2]);  // layers 4, 8, ... (1-based)
+  EXPECT_EQ(m.NoRopeFreq(), 4);
+  EXPECT_TRUE(m.qk_l2_norm);
+  EXPECT_EQ(m.rope_scaling_differs, "high_freq_factor 1.0");
+  const Built b = Build({"llama3-8b", "dgx-h100", 8, "--ep 8 --mbs 1 --gbs 8"});
+  const Cluster& cl = b.cl;
+  ParallelConfig c = b.c;
+  const std::vector<std::string> words = ShellWords(EmitLaunch(LaunchFormat::kMegatron, m, c, cl, 8).text);
+  auto after = [&](const std::string& flag) {
+    const auto it = std::find(words.begin(), words.end(), flag);
+    return it == words.end() ? std::string("absent") : it + 1 == words.end() ? std::string() : *(it + 1);
+  };
+  EXPECT_EQ(after("--no-rope-freq"), "4");
+  EXPECT_NE(after("--qk-l2-norm"), "absent");
+  for (const LaunchFormat f : {LaunchFormat::kMegatron, LaunchFormat::kNemo, LaunchFormat::kTorchtitan}) {
+    const LaunchConfig l = EmitLaunch(f, m, c, cl, 8);
+    EXPECT_TRUE(std::any_of(l.unexpressed.begin(), l.unexpressed.end(), [](const std::string& u) {
+      return u.find("RoPE scaling bands (high_freq_factor 1.0): not written") != std::string::npos;
+    })) << ToString(f);
+    if (f == LaunchFormat::kMegatron) continue;
+    EXPECT_TRUE(std::any_of(l.unexpressed.begin(), l.unexpressed.end(), [](const std::string& u) {
+      return u.find("NoPE layers (12 of 48 skip RoPE; Megatron-LM's --no-rope-freq 4)") != std::string::npos;
+    })) << ToString(f);
+  }
+  // An irregular pattern is Megatron's list expression; our JSON keeps both forms.
+  Model odd = m;
+  odd.no_rope_layers.assign(48, false);
+  odd.no_rope_layers[0] = odd.no_rope_layers[47] = true;
+  EXPECT_EQ(odd.NoRopeFreq(), 0);
+  EXPECT_NE(EmitLaunch(LaunchFormat::kMegatron, odd, c, cl, 8).text.find("--no-rope-freq '([1]*1+[0]*46+[1]*1)'"),
+            std::string::npos);
+  for (const Model& x : {m, odd}) {
+    const Model back = ModelFromJson(ModelToJson(x), "back.json");
+    EXPECT_EQ(back.no_rope_layers, x.no_rope_layers);
+    EXPECT_TRUE(back.qk_l2_norm);
+  }
+  EXPECT_EQ(ModelToJson(m)["no_rope_freq"], 4);
+  // Maverick's use_qk_norm false and an explicit no_rope_layers (1 where a layer rotates).
+  Json mav = Json::parse(scout);
+  mav["text_config"]["use_qk_norm"] = false;
+  mav["text_config"]["no_rope_layers"] = Json::array();
+  for (int i = 0; i < 48; ++i) mav["text_config"]["no_rope_layers"].push_back(i % 2);
+  const Model mv = ModelFromJson(mav, "mav.json");
+  EXPECT_FALSE(mv.qk_l2_norm);
+  EXPECT_EQ(mv.NoRopeFreq(), 0);
+  EXPECT_TRUE(mv.no_rope_layers[0] && !mv.no_rope_layers[1]);
 }
 
 // Megatron-LM asserts --overlap-param-gather only beside --overlap-grad-reduce (validate_args):
