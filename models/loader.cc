@@ -382,7 +382,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
                        "num_attention_heads", "num_query_groups", "kv_channels", "vocab_size",
                        "seq_length", "max_position_embeddings", "normalization", "activation",
                        "position_embedding", "rotary_base", "rotary_percent", "rope_scaling_factor", "no_rope_freq", "tie_embeddings",
-                       "add_bias_linear", "add_qkv_bias", "qk_layernorm", "qk_l2_norm", "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                       "add_bias_linear", "add_qkv_bias", "qk_layernorm", "qk_l2_norm", "attention_sinks", "swiglu_limit", "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                        "moe_shared_expert_intermediate_size", "moe_first_k_dense_layers", "moe_layer_step", "moe_layer_freq",
                        "moe_expert_bias", "moe_router_bias", "moe_router_global_batch_balance",
                        "moe_router_score_function", "moe_router_pre_softmax", "moe_router_topk_scaling_factor",
@@ -425,6 +425,12 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   m.add_qkv_bias = r.OptBool("add_qkv_bias").value_or(m.add_bias_linear);
   m.qk_layernorm = r.OptBool("qk_layernorm").value_or(false);
   m.qk_l2_norm = r.OptBool("qk_l2_norm").value_or(false);
+  m.attention_sinks = r.OptBool("attention_sinks").value_or(false);
+  m.swiglu_limit = r.OptNumber("swiglu_limit", 1e-6, 1e6).value_or(0);
+  if (m.swiglu_limit > 0 && m.activation != Activation::kSwiglu) {
+    throw InputError::Field(file, "/swiglu_limit", JsonForMessage(r.json()["swiglu_limit"]),
+                            "no such key without activation \"swiglu\"");
+  }
   m.dropout = r.OptBool("dropout").value_or(true);
   ModelFieldNames names;
   ReadMoeAndMla(r, &m, &names);
@@ -472,6 +478,8 @@ Json ModelToJson(const Model& m) {
   j["add_qkv_bias"] = m.add_qkv_bias;
   if (m.qk_layernorm && !m.mla.enabled()) j["qk_layernorm"] = true;  // MLA's own norms are always counted
   if (m.qk_l2_norm) j["qk_l2_norm"] = true;
+  if (m.attention_sinks) j["attention_sinks"] = true;
+  if (m.swiglu_limit > 0) j["swiglu_limit"] = m.swiglu_limit;
   if (const std::int64_t n = m.NoRopeFreq(); n > 0) {
     j["no_rope_freq"] = n;
   } else if (!m.no_rope_layers.empty()) {
@@ -672,6 +680,11 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     n->moe_ffn_hidden_size = "intermediate_size";
     e.ffn_hidden_size = m->ffn_hidden_size;
     e.expert_bias = e.router_bias = type == "gpt_oss";  // GPT-OSS's experts and router have biases
+    if (type == "gpt_oss") {
+      // GptOssAttention's sinks; GptOssExperts' SwiGLU clamped at swiglu_limit (GptOssConfig's 7.0).
+      m->attention_sinks = true;
+      m->swiglu_limit = r.OptNumber("swiglu_limit", 1e-6, 1e6).value_or(7.0);
+    }
   } else if (type == "qwen2_moe" || type == "qwen3_moe") {
     e.num_experts = r.Int("num_experts", 1, kMaxHeads);
     e.top_k = r.Int("num_experts_per_tok", 1, kMaxHeads);

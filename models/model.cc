@@ -70,6 +70,7 @@ LayerParameters AttentionParameters(const Model& m) {
   if (m.add_bias_linear || m.add_qkv_bias) p.sharded += qkv_out;  // QKV bias (column)
   if (m.add_bias_linear) p.replicated += h;                      // output bias (row-parallel)
   if (m.qk_layernorm) p.replicated += (m.normalization == Normalization::kLayerNorm ? 2 : 1) * 2 * d;  // q, k norms
+  if (m.attention_sinks) p.sharded += a;  // a sink logit per head, with the heads
   return p;
 }
 

@@ -179,6 +179,12 @@ struct Model {
   /// Llama 4's parameter-free L2 norm of each head's queries and keys (Hugging Face's use_qk_norm
   /// under llama4, Megatron-LM's --qk-l2-norm). No count or time; kept for the launch configurations.
   bool qk_l2_norm = false;
+  /// GPT-OSS's attention sinks: a learned logit per head in each layer's softmax (num_attention_heads
+  /// parameters a layer, counted and split with the heads); no time.
+  bool attention_sinks = false;
+  /// GPT-OSS's clamped SwiGLU (Hugging Face's swiglu_limit, 7.0; with its alpha 1.702 and
+  /// (up + 1)); 0: a plain SwiGLU. No count or time; kept for the launch configurations.
+  double swiglu_limit = 0;
   /// Llama 3.1's RoPE frequency scaling factor (Hugging Face's rope_scaling with rope_type
   /// "llama3"; Megatron-LM's --use-rope-scaling --rope-scaling-factor), 0 for none. It changes
   /// no count or time (a precomputed frequency table); launch configurations write it.

@@ -116,9 +116,11 @@ void WriteShape(std::ostream& out, const Model& m) {
   out << fmt::format("  {}, {}, {}, {} embeddings, {}, {}{}\n", ToString(m.normalization),
                      ToString(m.activation), positions, m.tie_embeddings ? "tied" : "untied",
                      m.add_bias_linear ? "linear biases" : (m.add_qkv_bias ? "QKV bias only" : "no biases"),
-                     m.qk_layernorm && !m.mla.enabled() ? "per-head query/key norms, "
-                     : m.qk_l2_norm                     ? "query/key L2 norms (no parameters), "
-                                                        : "",
+                     std::string(m.qk_layernorm && !m.mla.enabled() ? "per-head query/key norms, "
+                                 : m.qk_l2_norm                     ? "query/key L2 norms (no parameters), "
+                                                                    : "") +
+                         (m.attention_sinks ? "attention sinks (a logit a head), " : "") +
+                         (m.swiglu_limit > 0 ? fmt::format("SwiGLU clamped at {:g}, ", m.swiglu_limit) : ""),
                      m.dropout ? "dropout (its masks count in activation memory)" : "no dropout");
 }
 

@@ -183,11 +183,28 @@ void Llama4AttentionUnexpressed(const Model& m, const char* framework, std::vect
   }
 }
 
+/// GPT-OSS's attention sinks and clamped SwiGLU, which Megatron-Core core_v0.15's launch and
+/// NeMo's overrides here do not write (later Megatron-LM: --softmax-type learnable; --quick-geglu
+/// --glu-linear-offset 1 --activation-func-clamp-value).
+void GptOssUnexpressed(const Model& m, const char* where, std::vector<std::string>* unexpressed) {
+  if (m.attention_sinks) {
+    unexpressed->push_back(fmt::format("attention sinks (a learned logit a head; later Megatron-LM's --softmax-type "
+                                       "learnable): not written; {}", where));
+  }
+  if (m.swiglu_limit > 0) {
+    unexpressed->push_back(fmt::format("the SwiGLU clamped at {} with alpha 1.702 and (up + 1) (later Megatron-LM's "
+                                       "--quick-geglu --glu-linear-offset 1 --activation-func-clamp-value {}): written "
+                                       "as a plain SwiGLU; {}",
+                                       Number(m.swiglu_limit), Number(m.swiglu_limit), where));
+  }
+}
+
 /// The model's shape as Megatron-LM flags (mock data and a NullTokenizer of the model's
 /// vocabulary: Megatron adds one EOD token to --vocab-size and pads to a multiple of
 /// --make-vocab-size-divisible-by x tp).
 std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, std::vector<std::string>* unexpressed) {
   RopeScalingUnexpressed(m, unexpressed);
+  GptOssUnexpressed(m, "a Megatron-LM with GPT-OSS support takes them", unexpressed);
   std::vector<std::string> f;
   f.push_back(fmt::format("--num-layers {} --hidden-size {} --ffn-hidden-size {} --num-attention-heads {} --kv-channels {}",
                           m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.kv_channels));
@@ -321,6 +338,7 @@ void NemoModel(const Model& m, std::int64_t seq, PyLines* p, std::vector<std::st
   }
   RopeBandsUnexpressed(m, unexpressed);
   Llama4AttentionUnexpressed(m, "start from NeMo's Llama 4 recipe (llm.llama4_*), whose config sets it", unexpressed);
+  GptOssUnexpressed(m, "start from NeMo's GPT-OSS recipe, whose config sets it", unexpressed);
   RopeScalingUnexpressed(m, unexpressed);
   if (m.rope_scaling_factor > 0) {
     // NeMo's Llama 3.1 configs scale RoPE in their own configure_model (Llama31Config's
@@ -615,6 +633,7 @@ void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, st
   }
   RopeBandsUnexpressed(m, unexpressed);
   Llama4AttentionUnexpressed(m, "set it in the flavor's model arguments where the torchtitan model has one", unexpressed);
+  if (name != "gpt_oss") GptOssUnexpressed(m, "torchtitan's gpt_oss model has them", unexpressed);
   unexpressed->push_back("the model's shape: torchtitan defines it as a flavor in Python "
                          "(torchtitan/models/<name>/__init__.py); add one with the shape in the comments");
   *t += fmt::format("flavor = \"{}\"\n", m.name);

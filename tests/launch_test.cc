@@ -778,6 +778,28 @@ TEST(Launch, Llama4NoPeLayersAndQkL2NormsAreWritten) {
   EXPECT_TRUE(mv.no_rope_layers[0] && !mv.no_rope_layers[1]);
 }
 
+// GPT-OSS's attention sinks and clamped SwiGLU: named where Megatron-LM's and NeMo's launches do
+// not write them; torchtitan's gpt_oss model has them.
+TEST(Launch, GptOssSinksAndClampAreNamed) {
+  const Built b = Build({"llama3-8b", "dgx-h100", 8, "--mbs 1 --gbs 8"});
+  Model oss = ModelFromJson(Json::parse(R"({"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
+    "num_local_experts": 128, "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_attention_heads": 64,
+    "num_key_value_heads": 8, "head_dim": 64, "vocab_size": 201088, "max_position_embeddings": 131072})"),
+                            "oss.json");
+  ParallelConfig c = b.c;
+  c.ep = 8;
+  for (const LaunchFormat f : {LaunchFormat::kMegatron, LaunchFormat::kNemo, LaunchFormat::kTorchtitan}) {
+    const LaunchConfig l = EmitLaunch(f, oss, c, b.cl, 8);
+    const auto has = [&](const std::string& s) {
+      return std::any_of(l.unexpressed.begin(), l.unexpressed.end(),
+                         [&](const std::string& u) { return u.find(s) != std::string::npos; });
+    };
+    EXPECT_EQ(has("attention sinks (a learned logit a head"), f != LaunchFormat::kTorchtitan) << ToString(f);
+    EXPECT_EQ(has("the SwiGLU clamped at 7 with alpha 1.702"), f != LaunchFormat::kTorchtitan) << ToString(f);
+  }
+  EXPECT_NE(EmitLaunch(LaunchFormat::kTorchtitan, oss, c, b.cl, 8).text.find("name = \"gpt_oss\""), std::string::npos);
+}
+
 // Megatron-LM asserts --overlap-param-gather only beside --overlap-grad-reduce (validate_args):
 // with one data-parallel rank both are written; without the overlapped reduce neither, and a note.
 TEST(Launch, ParamGatherOverlapComesWithTheReduceOverlap) {

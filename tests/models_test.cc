@@ -412,14 +412,14 @@ TEST(BadInput, QueryGroupsMustDivideHeads) {
 TEST(BadInput, UnknownKeyIsAnError) {
   EXPECT_EQ(LoadError("bad9.json", ModelWith("num_layer", "4")),
             "bad9.json: /num_layer: unknown key 'num_layer', expected one of activation, "
-            "add_bias_linear, add_qkv_bias, dropout, ffn_hidden_size, hidden_size, kv_channels, kv_lora_rank, "
+            "add_bias_linear, add_qkv_bias, attention_sinks, dropout, ffn_hidden_size, hidden_size, kv_channels, kv_lora_rank, "
             "max_position_embeddings, moe_apply_probs_on_input, moe_expert_bias, moe_ffn_hidden_size, moe_first_k_dense_layers, "
             "moe_layer_freq, moe_layer_step, moe_router_bias, moe_router_enable_expert_bias, moe_router_global_batch_balance, "
             "moe_router_group_topk, moe_router_num_groups, moe_router_pre_softmax, moe_router_score_function, moe_router_topk, "
             "moe_router_topk_scaling_factor, moe_shared_expert_intermediate_size, "
             "mtp_num_layers, name, no_rope_freq, normalization, num_attention_heads, num_experts, num_layers, "
             "num_query_groups, position_embedding, q_lora_rank, qk_head_dim, qk_l2_norm, qk_layernorm, qk_pos_emb_head_dim, rope_scaling_factor, rotary_base, rotary_percent, seq_length, "
-            "source, tie_embeddings, v_head_dim, vocab_size, window_attn_skip_freq, window_size (did you mean 'num_layers'?)");
+            "source, swiglu_limit, tie_embeddings, v_head_dim, vocab_size, window_attn_skip_freq, window_size (did you mean 'num_layers'?)");
   EXPECT_EQ(LoadError("empty_name.json", ModelWith("name", "\"\"")),
             "empty_name.json: /name: got \"\", expected a name, or no name key (the file's name is used)");
   // Keys starting with '_' are comments.

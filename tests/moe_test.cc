@@ -623,6 +623,15 @@ TEST(MoeHuggingFace, EveryFamilyMapsItsKeys) {
   EXPECT_NEAR(static_cast<double>(oss.Parameters().total) / 1e9, 116.8, 0.3);  // OpenAI: 116.8B total
   const ParameterCounts op = oss.Parameters();
   EXPECT_NEAR(static_cast<double>(op.active - op.word_embedding) / 1e9, 5.13, 0.02);  // 5.13B active
+  // Its attention sinks: a logit a head in each layer (36 x 64); its SwiGLU clamp (GptOssConfig's 7).
+  EXPECT_TRUE(oss.attention_sinks);
+  EXPECT_DOUBLE_EQ(oss.swiglu_limit, 7.0);
+  Model no_sinks = oss;
+  no_sinks.attention_sinks = false;
+  EXPECT_EQ(op.total - no_sinks.Parameters().total, 36 * 64);
+  const Model back = ModelFromJson(ModelToJson(oss), "oss_back.json");
+  EXPECT_EQ(back.Parameters().total, op.total);
+  EXPECT_DOUBLE_EQ(back.swiglu_limit, 7.0);
 }
 
 // The router as Megatron-Core's flags say it, from each family's keys and the config classes'
