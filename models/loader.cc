@@ -306,21 +306,21 @@ std::string NameOf(const JsonReader& r, const std::string& file) {
 }  // namespace
 
 namespace {
-/// Our format's NoPE layers, Megatron-LM's --no-rope-freq: an integer N >= 2 (every N-th layer,
-/// 1-based, skips RoPE) or a list of num_layers 0/1 (1: the layer skips RoPE).
+/// Our format's NoPE layers, Megatron-LM's --no-rope-freq: an integer N >= 1 (every N-th layer,
+/// 1-based, skips RoPE; 1: all) or a list of num_layers 0/1 (1: the layer skips RoPE). A pattern
+/// without a NoPE layer (N above num_layers) is none.
 void ReadNoRope(const JsonReader& r, const std::string& file, Model* m) {
   if (!r.Has("no_rope_freq")) return;
   const Json& v = r.json().at("no_rope_freq");
   if (!v.is_array()) {
-    const std::int64_t n = r.Int("no_rope_freq", 2, kMaxLayers);
+    const std::int64_t n = r.Int("no_rope_freq", 1, kMaxLayers);
     for (std::int64_t i = 0; i < m->num_layers; ++i) m->no_rope_layers.push_back((i + 1) % n == 0);
-    return;
   }
-  if (static_cast<std::int64_t>(v.size()) != m->num_layers) {
+  if (v.is_array() && static_cast<std::int64_t>(v.size()) != m->num_layers) {
     throw InputError::Field(file, "/no_rope_freq", "a list of " + std::to_string(v.size()) + " entries",
-                            "an integer N >= 2 or a list of num_layers = " + std::to_string(m->num_layers) + " entries");
+                            "an integer N >= 1 or a list of num_layers = " + std::to_string(m->num_layers) + " entries");
   }
-  for (std::size_t i = 0; i < v.size(); ++i) {
+  for (std::size_t i = 0; v.is_array() && i < v.size(); ++i) {
     if (!v[i].is_number_integer() || (v[i] != 0 && v[i] != 1)) {
       throw InputError::Field(file, "/no_rope_freq/" + std::to_string(i), v[i].dump(),
                               "0 (the layer rotates) or 1 (it skips RoPE)");
@@ -381,7 +381,9 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   r.RejectUnknownKeys({"name", "num_layers", "hidden_size", "ffn_hidden_size",
                        "num_attention_heads", "num_query_groups", "kv_channels", "vocab_size",
                        "seq_length", "max_position_embeddings", "normalization", "activation",
-                       "position_embedding", "rotary_base", "rotary_percent", "rope_scaling_factor", "no_rope_freq", "tie_embeddings",
+                       "position_embedding", "rotary_base", "rotary_percent", "rope_scaling_factor", "rope_scaling_low_freq_factor",
+                       "rope_scaling_high_freq_factor", "rope_scaling_original_max_position_embeddings", "no_rope_freq",
+                       "tie_embeddings",
                        "add_bias_linear", "add_qkv_bias", "qk_layernorm", "qk_l2_norm", "attention_sinks", "swiglu_limit", "dropout", "source", "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
                        "moe_shared_expert_intermediate_size", "moe_first_k_dense_layers", "moe_layer_step", "moe_layer_freq",
                        "moe_expert_bias", "moe_router_bias", "moe_router_global_batch_balance",
@@ -413,6 +415,16 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   m.rotary_base = r.OptNumber("rotary_base", 1, 1e12).value_or(10000.0);
   m.rotary_percent = r.OptNumber("rotary_percent", 1e-6, 1).value_or(1.0);
   m.rope_scaling_factor = r.OptNumber("rope_scaling_factor", 1, 1e6).value_or(0.0);
+  m.rope_low_freq_factor = r.OptNumber("rope_scaling_low_freq_factor", 1e-6, 1e6).value_or(1);
+  m.rope_high_freq_factor = r.OptNumber("rope_scaling_high_freq_factor", 1e-6, 1e6).value_or(4);
+  m.rope_original_max_positions = r.OptInt("rope_scaling_original_max_position_embeddings", 1, kMaxSeq).value_or(8192);
+  for (const char* key : {"rope_scaling_low_freq_factor", "rope_scaling_high_freq_factor",
+                          "rope_scaling_original_max_position_embeddings"}) {
+    if (r.Has(key) && !r.Has("rope_scaling_factor")) {
+      throw InputError::Field(file, std::string("/") + key, JsonForMessage(r.json()[key]),
+                              "no such key without rope_scaling_factor (the Llama 3 scaling whose band it sets)");
+    }
+  }
   // Rotary keys without rotary positions would be dropped (ModelToJson writes them only with rope).
   for (const char* key : {"rotary_base", "rotary_percent", "rope_scaling_factor", "no_rope_freq"}) {
     if (r.Has(key) && m.position_embedding != PositionEmbedding::kRope) {
@@ -425,6 +437,9 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   m.add_qkv_bias = r.OptBool("add_qkv_bias").value_or(m.add_bias_linear);
   m.qk_layernorm = r.OptBool("qk_layernorm").value_or(false);
   m.qk_l2_norm = r.OptBool("qk_l2_norm").value_or(false);
+  if (m.qk_l2_norm && m.qk_layernorm) {
+    throw InputError::Field(file, "/qk_l2_norm", "true", "false beside qk_layernorm true (one norm of the queries and keys)");
+  }
   m.attention_sinks = r.OptBool("attention_sinks").value_or(false);
   m.swiglu_limit = r.OptNumber("swiglu_limit", 1e-6, 1e6).value_or(0);
   if (m.swiglu_limit > 0 && m.activation != Activation::kSwiglu) {
@@ -449,6 +464,10 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   }
   ReadWindow(r, file, &m);
   ReadNoRope(r, file, &m);
+  if (m.qk_l2_norm && m.mla.enabled()) {
+    throw InputError::Field(file, "/qk_l2_norm", "true",
+                            "false with multi-latent attention (kv_lora_rank > 0; Megatron-Core refuses the pair)");
+  }
   m.source = r.OptString("source").value_or("user file " + file);
   m.origin = file;
   ValidateModel(m, file, names);
@@ -473,6 +492,11 @@ Json ModelToJson(const Model& m) {
   if (m.position_embedding == PositionEmbedding::kRope) j["rotary_base"] = m.rotary_base;
   if (m.position_embedding == PositionEmbedding::kRope && m.rotary_percent != 1) j["rotary_percent"] = m.rotary_percent;
   if (m.rope_scaling_factor > 0) j["rope_scaling_factor"] = m.rope_scaling_factor;
+  if (m.rope_scaling_factor > 0 && !m.RopeBandsAreLlama31()) {
+    j["rope_scaling_low_freq_factor"] = m.rope_low_freq_factor;
+    j["rope_scaling_high_freq_factor"] = m.rope_high_freq_factor;
+    j["rope_scaling_original_max_position_embeddings"] = m.rope_original_max_positions;
+  }
   j["tie_embeddings"] = m.tie_embeddings;
   j["add_bias_linear"] = m.add_bias_linear;
   j["add_qkv_bias"] = m.add_qkv_bias;
@@ -865,15 +889,11 @@ double HfLlama3RopeScaling(const JsonReader& r, const std::string& file, Model* 
     throw InputError::Field(file, "/rope_scaling/factor", s.contains("factor") ? JsonForMessage(s["factor"]) : "nothing",
                             "a number of at least 1 (Llama 3.1's RoPE scaling factor)");
   }
-  // The frequency bands Megatron-Core's --use-rope-scaling fixes at Llama 3.1's (Llama 4 Scout's
-  // high_freq_factor is 1).
-  for (const auto& [key, llama31] : {std::pair<const char*, double>{"low_freq_factor", 1},
-                                     {"high_freq_factor", 4}, {"original_max_position_embeddings", 8192}}) {
-    if (s.contains(key) && s[key].is_number() && s[key].get<double>() != llama31) {
-      m->rope_scaling_differs += (m->rope_scaling_differs.empty() ? "" : ", ") + std::string(key) + " " +
-                                 JsonForMessage(s[key]);
-    }
-  }
+  // The frequency bands (Llama 3.1's when absent; Llama 4 Scout's high_freq_factor is 1).
+  const JsonReader bands(s, file, "/rope_scaling");
+  m->rope_low_freq_factor = bands.OptNumber("low_freq_factor", 1e-6, 1e6).value_or(1);
+  m->rope_high_freq_factor = bands.OptNumber("high_freq_factor", 1e-6, 1e6).value_or(4);
+  m->rope_original_max_positions = bands.OptInt("original_max_position_embeddings", 1, kMaxSeq).value_or(8192);
   return s["factor"].get<double>();
 }
 

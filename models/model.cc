@@ -131,7 +131,8 @@ std::int64_t Model::NoRopeFreq() const {
   const auto first = std::find(no_rope_layers.begin(), no_rope_layers.end(), true);
   if (first == no_rope_layers.end()) return 0;
   const std::int64_t n = (first - no_rope_layers.begin()) + 1;
-  if (n < 2) return 0;
+  // Megatron-Core asserts that the frequency divides num_layers; other patterns are its list form.
+  if (static_cast<std::int64_t>(no_rope_layers.size()) % n != 0) return 0;
   for (std::size_t i = 0; i < no_rope_layers.size(); ++i) {
     if (no_rope_layers[i] != ((static_cast<std::int64_t>(i) + 1) % n == 0)) return 0;
   }

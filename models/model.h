@@ -189,11 +189,16 @@ struct Model {
   /// "llama3"; Megatron-LM's --use-rope-scaling --rope-scaling-factor), 0 for none. It changes
   /// no count or time (a precomputed frequency table); launch configurations write it.
   double rope_scaling_factor = 0;
-  /// Where a Hugging Face "llama3" rope_scaling's other keys differ from Llama 3.1's
-  /// (low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192, which
-  /// Megatron-Core's --use-rope-scaling fixes): those keys as "KEY VALUE, ..." for the launches to
-  /// name; empty otherwise. No count or time.
-  std::string rope_scaling_differs;
+  /// The frequency bands of the Llama 3 RoPE scaling (Hugging Face's rope_scaling low_freq_factor,
+  /// high_freq_factor, original_max_position_embeddings): Llama 3.1's 1, 4 and 8192, which
+  /// Megatron-Core's --use-rope-scaling fixes; Llama 4's high_freq_factor is 1. No count or time;
+  /// the launches name bands their framework cannot take.
+  double rope_low_freq_factor = 1, rope_high_freq_factor = 4;
+  std::int64_t rope_original_max_positions = 8192;
+  /// Whether the scaling's bands are Llama 3.1's.
+  bool RopeBandsAreLlama31() const {
+    return rope_low_freq_factor == 1 && rope_high_freq_factor == 4 && rope_original_max_positions == 8192;
+  }
   /// A Hugging Face rope_scaling of another kind (yarn, linear, dynamic, ...), as "KIND (factor
   /// F)": not read into the model (no count or time changes) and not written into launches, which
   /// say so; empty for none.
@@ -249,7 +254,8 @@ struct Model {
   /// num_layers - floor(num_layers / N); 0 without a modelled window.
   std::int64_t WindowedLayers() const;
   /// N where the NoPE layers (no_rope_layers) are exactly those whose 1-based number is a
-  /// multiple of N (Megatron-LM's --no-rope-freq N); 0 otherwise or without NoPE layers.
+  /// multiple of N and N divides num_layers (Megatron-LM's --no-rope-freq N, which Megatron-Core
+  /// asserts divides them); 0 otherwise or without NoPE layers.
   std::int64_t NoRopeFreq() const;
   /// Flash attention's FLOPs over a causal sliding window of `attention_window` tokens at
   /// sequence length `seq`, over those of the whole causal sequence: (2 s w - w^2) / s^2 for

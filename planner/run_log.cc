@@ -340,7 +340,7 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::opti
       Json l = Json::array();
       for (const std::string& v : a.List("no_rope_freq")) l.push_back(v == "1" ? 1 : v == "0" ? 0 : -1);
       j["no_rope_freq"] = l;  // anything but 0/1 exits 2 naming the entry when the model is read
-    } else if (const auto n = a.Int("no_rope_freq"); n && *n >= 2) {
+    } else if (const auto n = a.Int("no_rope_freq"); n && *n >= 1) {
       j["no_rope_freq"] = *n;
     }
     if (a.Flag("use_rope_scaling")) j["rope_scaling_factor"] = a.Number("rope_scaling_factor").value_or(8.0);
@@ -352,6 +352,12 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::opti
   // builds only with --qk-layernorm: the switch says nothing more there.
   if (a.Flag("qk_layernorm") && !a.Flag("multi_latent_attention")) j["qk_layernorm"] = true;
   if (a.Flag("qk_l2_norm")) j["qk_l2_norm"] = true;
+  // GPT-OSS: learned attention sinks, and the clamped quick-GeGLU (gate and up projections as SwiGLU's).
+  if (a.Get("softmax_type").value_or("vanilla") == "learnable") j["attention_sinks"] = true;
+  if (a.Flag("quick_geglu")) {
+    j["activation"] = "swiglu";
+    if (const auto clamp = a.Number("activation_func_clamp_value"); clamp && *clamp > 0) j["swiglu_limit"] = *clamp;
+  }
   // --window-size (left, right), printed as a tuple or None, and --window-attn-skip-freq.
   if (const std::string w = a.Get("window_size").value_or("None"); w != "None") {
     std::int64_t left = 0, right = -1;

@@ -111,7 +111,14 @@ void WriteShape(std::ostream& out, const Model& m) {
            : fmt::format(" (NoPE: {} of {} layers skip RoPE{})",
                          std::count(m.no_rope_layers.begin(), m.no_rope_layers.end(), true), m.num_layers,
                          m.NoRopeFreq() > 0 ? fmt::format(", every {}th", m.NoRopeFreq()) : "")) +
-      (m.rope_scaling_factor > 0 ? fmt::format(" (Llama 3.1 scaling, factor {:g})", m.rope_scaling_factor) : "") +
+      (m.rope_scaling_factor > 0 && m.RopeBandsAreLlama31()
+           ? fmt::format(" (Llama 3.1 scaling, factor {:g})", m.rope_scaling_factor)
+           : "") +
+      (m.rope_scaling_factor > 0 && !m.RopeBandsAreLlama31()
+           ? fmt::format(" (Llama 3 scaling, factor {:g}, low_freq_factor {:g}, high_freq_factor {:g}, original {})",
+                         m.rope_scaling_factor, m.rope_low_freq_factor, m.rope_high_freq_factor,
+                         m.rope_original_max_positions)
+           : "") +
       (m.rope_scaling_unread.empty() ? "" : " (the config's " + m.rope_scaling_unread + " scaling: not read)");
   out << fmt::format("  {}, {}, {}, {} embeddings, {}, {}{}\n", ToString(m.normalization),
                      ToString(m.activation), positions, m.tie_embeddings ? "tied" : "untied",

@@ -150,14 +150,17 @@ std::string MegatronNoRopeFreq(const Model& m) {
          }) + "'";
 }
 
-/// Llama 3 RoPE scaling whose frequency bands differ from Llama 3.1's, which Megatron-Core's
-/// --use-rope-scaling (and NeMo's Llama 3.1 configs) fix: written as Llama 3.1's, and said.
-void RopeBandsUnexpressed(const Model& m, std::vector<std::string>* unexpressed) {
-  if (m.rope_scaling_factor > 0 && !m.rope_scaling_differs.empty()) {
-    unexpressed->push_back("the config's Llama 3 RoPE scaling bands (" + m.rope_scaling_differs +
-                           "): not written; the frameworks' Llama 3.1 scaling fixes low_freq_factor 1, "
-                           "high_freq_factor 4, original_max_position_embeddings 8192");
-  }
+/// Llama 3 RoPE scaling whose frequency bands differ from those `framework` fixes (Megatron-Core's
+/// --use-rope-scaling and NeMo's Llama 3.1 configs: Llama 3.1's 1, 4, 8192; torchtitan's llama4:
+/// 1, 1, 8192): the factor is written with the framework's bands, and that is said.
+void RopeBandsUnexpressed(const Model& m, const char* framework, double low, double high,
+                          std::vector<std::string>* unexpressed) {
+  if (m.rope_scaling_factor <= 0) return;
+  if (m.rope_low_freq_factor == low && m.rope_high_freq_factor == high && m.rope_original_max_positions == 8192) return;
+  unexpressed->push_back(fmt::format("the model's Llama 3 RoPE scaling bands (low_freq_factor {}, high_freq_factor {}, "
+                                     "original_max_position_embeddings {}): not written; {} fixes {}, {}, 8192",
+                                     Number(m.rope_low_freq_factor), Number(m.rope_high_freq_factor),
+                                     m.rope_original_max_positions, framework, Number(low), Number(high)));
 }
 
 /// RoPE as Megatron-LM flags: the base, partial rotary, Llama 3.1's scaling, NoPE layers.
@@ -165,8 +168,12 @@ std::string MegatronRopeFlags(const Model& m, std::vector<std::string>* unexpres
   std::string a = " --position-embedding-type rope --rotary-base " + Number(m.rotary_base);
   if (m.rotary_percent != 1) a += " --rotary-percent " + Number(m.rotary_percent);
   if (m.rope_scaling_factor > 0) a += " --use-rope-scaling --rope-scaling-factor " + Number(m.rope_scaling_factor);
-  RopeBandsUnexpressed(m, unexpressed);
+  RopeBandsUnexpressed(m, "Megatron-Core's --use-rope-scaling", 1, 4, unexpressed);
   if (!m.no_rope_layers.empty()) a += " --no-rope-freq " + MegatronNoRopeFreq(m);
+  if (m.qk_l2_norm && !m.no_rope_layers.empty()) {
+    unexpressed->push_back("the q/k L2 norms on the RoPE layers alone (Llama 4 skips them on its NoPE layers): "
+                           "Megatron-Core's --qk-l2-norm normalizes on every layer");
+  }
   return a;
 }
 
@@ -183,18 +190,18 @@ void Llama4AttentionUnexpressed(const Model& m, const char* framework, std::vect
   }
 }
 
-/// GPT-OSS's attention sinks and clamped SwiGLU, which Megatron-Core core_v0.15's launch and
-/// NeMo's overrides here do not write (later Megatron-LM: --softmax-type learnable; --quick-geglu
-/// --glu-linear-offset 1 --activation-func-clamp-value).
+/// GPT-OSS's attention sinks and clamped SwiGLU, which a launch without Megatron-Core's fields for
+/// them (softmax_type "learnable"; quick_gelu with glu_linear_offset 1 and
+/// activation_func_clamp_value) does not write: said, with `where` they are set.
 void GptOssUnexpressed(const Model& m, const char* where, std::vector<std::string>* unexpressed) {
   if (m.attention_sinks) {
-    unexpressed->push_back(fmt::format("attention sinks (a learned logit a head; later Megatron-LM's --softmax-type "
-                                       "learnable): not written; {}", where));
+    unexpressed->push_back(fmt::format("attention sinks (a learned logit a head; Megatron-Core's softmax_type "
+                                       "\"learnable\"): not written; {}", where));
   }
   if (m.swiglu_limit > 0) {
-    unexpressed->push_back(fmt::format("the SwiGLU clamped at {} with alpha 1.702 and (up + 1) (later Megatron-LM's "
-                                       "--quick-geglu --glu-linear-offset 1 --activation-func-clamp-value {}): written "
-                                       "as a plain SwiGLU; {}",
+    unexpressed->push_back(fmt::format("the SwiGLU clamped at {} with alpha 1.702 and (up + 1) (Megatron-Core's "
+                                       "quick_gelu with glu_linear_offset 1 and activation_func_clamp_value {}): "
+                                       "written as a plain SwiGLU; {}",
                                        Number(m.swiglu_limit), Number(m.swiglu_limit), where));
   }
 }
@@ -204,7 +211,6 @@ void GptOssUnexpressed(const Model& m, const char* where, std::vector<std::strin
 /// --make-vocab-size-divisible-by x tp).
 std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, std::vector<std::string>* unexpressed) {
   RopeScalingUnexpressed(m, unexpressed);
-  GptOssUnexpressed(m, "a Megatron-LM with GPT-OSS support takes them", unexpressed);
   std::vector<std::string> f;
   f.push_back(fmt::format("--num-layers {} --hidden-size {} --ffn-hidden-size {} --num-attention-heads {} --kv-channels {}",
                           m.num_layers, m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.kv_channels));
@@ -213,7 +219,14 @@ std::vector<std::string> MegatronModelFlags(const Model& m, std::int64_t seq, st
   }
   f.push_back(fmt::format("--max-position-embeddings {}", std::max(seq, m.max_position_embeddings)));
   std::string arch = fmt::format("--normalization {}", m.normalization == Normalization::kRMSNorm ? "RMSNorm" : "LayerNorm");
-  if (m.activation == Activation::kSwiglu) arch += " --swiglu";
+  // GPT-OSS's clamped SwiGLU (gate x sigmoid(1.702 gate) x (up + 1)) is Megatron-Core's
+  // quick-GeGLU with a linear offset and a clamp (fused_bias_geglu.py).
+  if (m.activation == Activation::kSwiglu && m.swiglu_limit > 0) {
+    arch += " --quick-geglu --glu-linear-offset 1 --activation-func-clamp-value " + Number(m.swiglu_limit);
+  } else if (m.activation == Activation::kSwiglu) {
+    arch += " --swiglu";
+  }
+  if (m.attention_sinks) arch += " --softmax-type learnable";
   switch (m.position_embedding) {
     case PositionEmbedding::kRope: arch += MegatronRopeFlags(m, unexpressed); break;
     case PositionEmbedding::kLearned: arch += " --position-embedding-type learned_absolute"; break;
@@ -336,9 +349,19 @@ void NemoModel(const Model& m, std::int64_t seq, PyLines* p, std::vector<std::st
   if (m.position_embedding == PositionEmbedding::kRope && m.rotary_percent != 1) {
     p->Set("model.config.rotary_percent", Number(m.rotary_percent));
   }
-  RopeBandsUnexpressed(m, unexpressed);
-  Llama4AttentionUnexpressed(m, "start from NeMo's Llama 4 recipe (llm.llama4_*), whose config sets it", unexpressed);
-  GptOssUnexpressed(m, "start from NeMo's GPT-OSS recipe, whose config sets it", unexpressed);
+  RopeBandsUnexpressed(m, "NeMo's Llama 3.1 scaling", 1, 4, unexpressed);
+  if (const std::int64_t n = m.NoRopeFreq(); n > 0) {
+    p->Set("model.config.no_rope_freq", Py(n));
+  } else if (!m.no_rope_layers.empty()) {
+    std::string l = "[";
+    for (std::size_t i = 0; i < m.no_rope_layers.size(); ++i) l += (i > 0 ? ", " : "") + std::string(m.no_rope_layers[i] ? "1" : "0");
+    p->Set("model.config.no_rope_freq", l + "]");
+  }
+  if (m.qk_l2_norm) {
+    unexpressed->push_back("Llama 4's q/k L2 norms (Megatron-LM's --qk-l2-norm, a layer-spec choice): not written; "
+                           "start from NeMo's Llama 4 recipe (llm.llama4_*), whose layer spec has them");
+  }
+  GptOssUnexpressed(m, "start from NeMo's GPT-OSS recipe, whose config sets them", unexpressed);
   RopeScalingUnexpressed(m, unexpressed);
   if (m.rope_scaling_factor > 0) {
     // NeMo's Llama 3.1 configs scale RoPE in their own configure_model (Llama31Config's
@@ -631,8 +654,15 @@ void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, st
     unexpressed->push_back(fmt::format("partial RoPE on {}% of each head's dims: torchtitan's llama3 and qwen3 models "
                                        "rotate whole heads", Number(100 * m.rotary_percent)));
   }
-  RopeBandsUnexpressed(m, unexpressed);
-  Llama4AttentionUnexpressed(m, "set it in the flavor's model arguments where the torchtitan model has one", unexpressed);
+  if (name == "llama4") {
+    RopeBandsUnexpressed(m, "torchtitan's llama4 RoPE scaling", 1, 1, unexpressed);
+  } else {
+    RopeBandsUnexpressed(m, "torchtitan's llama3 RoPE scaling", 1, 4, unexpressed);
+  }
+  Llama4AttentionUnexpressed(m,
+                             "set it in the flavor's model arguments where the torchtitan model has one (llama4's "
+                             "every_n_layers_nope skips layers 0, n, 2n, ... counted from 0)",
+                             unexpressed);
   if (name != "gpt_oss") GptOssUnexpressed(m, "torchtitan's gpt_oss model has them", unexpressed);
   unexpressed->push_back("the model's shape: torchtitan defines it as a flavor in Python "
                          "(torchtitan/models/<name>/__init__.py); add one with the shape in the comments");
@@ -643,8 +673,12 @@ void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, st
                     m.ffn_hidden_size, m.vocab_size,
                     m.position_embedding == PositionEmbedding::kRope
                         ? "rope_theta = " + Number(m.rotary_base) +
-                              (m.rope_scaling_factor > 0 ? ", Llama 3.1 RoPE scaling factor " + Number(m.rope_scaling_factor)
-                                                         : std::string()) +
+                              (m.rope_scaling_factor > 0
+                                   ? fmt::format(", Llama 3 RoPE scaling factor {} (low_freq_factor {}, high_freq_factor "
+                                                 "{}, original_max_position_embeddings {})",
+                                                 Number(m.rope_scaling_factor), Number(m.rope_low_freq_factor),
+                                                 Number(m.rope_high_freq_factor), m.rope_original_max_positions)
+                                   : std::string()) +
                               (m.rotary_percent != 1 ? ", rotary percent " + Number(m.rotary_percent) : std::string())
                         : std::string(ToString(m.position_embedding)) + " positions",
                     m.tie_embeddings ? "yes" : "no");

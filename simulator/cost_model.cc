@@ -193,7 +193,7 @@ CollectiveCost CollectiveCostOf(const HardwareProfile& p, CollectiveOp op, doubl
   if (nodes <= 1) {
     c.link = LinkKind::kIntraNode;
     c.bytes_on_link = bytes;
-    c.link_GBps = p.intra_busbw_GBps;
+    c.link_GBps = p.IntraGroupBusbwGBps(n);
     // NCCL picks NVLink SHARP for an all-reduce inside an NVSwitch node where it is faster.
     if (op == CollectiveOp::kAllReduce) c.link_GBps = std::max(c.link_GBps, p.nvls_allreduce_busbw_GBps);
   } else if (op == CollectiveOp::kAllToAll) {
@@ -206,14 +206,14 @@ CollectiveCost CollectiveCostOf(const HardwareProfile& p, CollectiveOp op, doubl
     // Each GPU of the group drives its share of the node's NICs; the ring's inter-node busbw is
     // ranks_per_node times that share, capped by the intra-node busbw.
     const double inter = g.ranks_per_node * p.NicShareGBps();
-    if (inter < p.intra_busbw_GBps) {
+    if (inter < p.IntraGroupBusbwGBps(g.ranks_per_node)) {
       c.link = LinkKind::kNetwork;
       c.bytes_on_link = bytes / g.ranks_per_node;  // per GPU, through its own NIC share
       c.link_GBps = p.NicShareGBps();
     } else {
       c.link = LinkKind::kIntraNode;
       c.bytes_on_link = bytes;
-      c.link_GBps = p.intra_busbw_GBps;
+      c.link_GBps = p.IntraGroupBusbwGBps(g.ranks_per_node);
     }
   }
   return c;
@@ -695,9 +695,9 @@ class LayerBuilder {
   if (sp) ob.Quantize(L, "qkv_proj_input_quantize", F, T * h);
   ob.Linear(L, "qkv_proj", F, T, qkv_n, h);
   L.back().saved_bytes = q * T * h / rep;  // QKV input (norm output)
-  if (m.qk_layernorm) {
-    // Megatron-Core's q_layernorm and k_layernorm over each head's d channels: read Q and K,
-    // write them normalized, and keep their input for the backward.
+  if (m.qk_layernorm || m.qk_l2_norm) {
+    // Megatron-Core's q_layernorm and k_layernorm over each head's d channels (or Llama 4's L2
+    // norms, the same passes): read Q and K, write them normalized, keep their input for the backward.
     ob.Memory(L, "qk_layernorm", F, 2 * qk_bytes, qk_bytes);
   }
   const double qkv_saved = eb * T * qkv_n;  // Q, K, V
@@ -791,7 +791,7 @@ class LayerBuilder {
     ob.Collective(L, "sp_all_gather_attn_input_bwd", B, ag, act);
     L.back().overlapped = true;
   }
-  if (m.qk_layernorm) ob.Memory(L, "qk_layernorm_bwd", B, 3 * qk_bytes);  // reads input and gradient, writes one
+  if (m.qk_layernorm || m.qk_l2_norm) ob.Memory(L, "qk_layernorm_bwd", B, 3 * qk_bytes);  // reads input and gradient, writes one
   ob.Quantize(L, "qkv_proj_grad_quantize", B, T * qkv_n);
   ob.Linear(L, "qkv_proj_dgrad", B, T, h, qkv_n);
   ob.Linear(L, "qkv_proj_wgrad", W, qkv_n, h, T);
@@ -1453,7 +1453,8 @@ MoePlan PlanMoe(const Model& m, const ParallelConfig& c, std::int64_t gpn, doubl
       const double tok_bytes = eb * tokens_routed * h * e.imbalance;
       e.dispatch_bytes = tok_bytes * ep * (1 - std::pow(1 - 1 / ep, k));
       const double nodes = e.ep_group.nodes(), rpn = e.ep_group.ranks_per_node;
-      const double nvl_s = e.dispatch_bytes * (rpn - 1) / rpn / (prof.intra_busbw_GBps * 1e9);
+      const double nvl_s =
+          e.dispatch_bytes * (rpn - 1) / rpn / (prof.IntraGroupBusbwGBps(static_cast<int>(rpn)) * 1e9);
       double net_s = 0;
       if (nodes > 1) {
         e.node_imbalance = MoeNodeImbalance(e.imbalance, c.ep, e.ep_group.ranks_per_node, e.ep_group.nodes());

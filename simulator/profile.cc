@@ -227,10 +227,22 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
   }
   // p2p inside a node: measured pair write bandwidth A100 274/300, H100 376/450 (hardware.md 1.2).
   p.p2p_intra_GBps = cl.intra_GBps_per_direction * (g.arch == "ampere" ? 274.0 / 300.0 : 0.83);
+  // A full mesh (xGMI: one link a peer, the cluster's bandwidth their sum): a pair has one link,
+  // and a group of k GPUs k - 1 of each GPU's links (HardwareProfile::IntraGroupBusbwGBps).
+  if (cl.intra_fabric == "xgmi" && cl.gpus_per_node > 2) {
+    p.intra_mesh_links = static_cast<int>(cl.gpus_per_node - 1);
+    p.p2p_intra_GBps /= p.intra_mesh_links;
+    p.estimates.push_back({fmt::format("a full xGMI mesh of {} links a GPU: a collective over k GPUs of a node at "
+                                       "(k - 1) / {} of the node's busbw, a pair over one link (by link count; "
+                                       "not measured)",
+                                       p.intra_mesh_links, p.intra_mesh_links)});
+  }
   const bool nvlink = cl.intra_fabric == "nvswitch" || cl.intra_fabric == "nvlink";
   if (!nvlink || (g.arch != "ampere" && g.arch != "hopper")) {
-    p.estimates.push_back({fmt::format("intra-node p2p {:.2f} of the {} line rate is the {}'s NVLink pair write bandwidth",
-                                       g.arch == "ampere" ? 274.0 / 300.0 : 0.83, cl.intra_fabric,
+    p.estimates.push_back({fmt::format("intra-node p2p {:.2f} of {} is the {}'s NVLink pair write bandwidth",
+                                       g.arch == "ampere" ? 274.0 / 300.0 : 0.83,
+                                       p.intra_mesh_links > 0 ? "one " + cl.intra_fabric + " link's rate"
+                                                              : "the " + cl.intra_fabric + " line rate",
                                        g.arch == "ampere" ? "A100" : "H100")});
   }
   // Per NIC: 0.92-0.96 of line rate in ring busbw (hardware.md 2.4: HDR ~24 of 25, NDR 46-48).
@@ -442,13 +454,14 @@ HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
   JsonReader c = r.Object("collectives");
   c.RejectUnknownKeys({"intra_busbw_GBps", "p2p_intra_GBps", "nic_effective_GBps", "nics_per_node",
                        "gpus_per_node", "base_latency_us", "intra_hop_latency_us",
-                       "inter_hop_latency_us", "tables", "nvls_allreduce_busbw_GBps"});
+                       "inter_hop_latency_us", "tables", "nvls_allreduce_busbw_GBps", "intra_mesh_links"});
   p.intra_busbw_GBps = c.Number("intra_busbw_GBps", 1e-6, 1e7);
   p.nvls_allreduce_busbw_GBps = c.OptNumber("nvls_allreduce_busbw_GBps", 0, 1e7).value_or(0);
   p.p2p_intra_GBps = c.Number("p2p_intra_GBps", 1e-6, 1e7);
   p.nic_effective_GBps = c.Number("nic_effective_GBps", 0, 1e7);
   p.nics_per_node = static_cast<int>(c.Int("nics_per_node", 0, 1 << 16));
   p.gpus_per_node = static_cast<int>(c.Int("gpus_per_node", 1, 1 << 20));
+  p.intra_mesh_links = static_cast<int>(c.OptInt("intra_mesh_links", 1, 1 << 20).value_or(0));
   p.coll_base_latency_s = c.Number("base_latency_us", 0, 1e6) / 1e6;
   p.coll_intra_hop_latency_s = c.Number("intra_hop_latency_us", 0, 1e6) / 1e6;
   p.coll_inter_hop_latency_s = c.Number("inter_hop_latency_us", 0, 1e6) / 1e6;
@@ -574,6 +587,7 @@ Json ProfileToJson(const HardwareProfile& p) {
                       {"intra_hop_latency_us", p.coll_intra_hop_latency_s * 1e6},
                       {"inter_hop_latency_us", p.coll_inter_hop_latency_s * 1e6}};
   if (p.nvls_allreduce_busbw_GBps > 0) j["collectives"]["nvls_allreduce_busbw_GBps"] = p.nvls_allreduce_busbw_GBps;
+  if (p.intra_mesh_links > 0) j["collectives"]["intra_mesh_links"] = p.intra_mesh_links;
   if (!p.collective_tables.empty()) {
     Json t = Json::array();
     for (const auto& ct : p.collective_tables) {

@@ -4,6 +4,7 @@
 /// `shardcast calibrate` from measurements, or built in as a default per GPU preset from spec
 /// sheets and public measurements (docs/profile.md gives the format and every default's source).
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
@@ -148,6 +149,17 @@ struct HardwareProfile {
   int nics_per_node = 0;
   int gpus_per_node = 0;
   double p2p_intra_GBps = 0;           ///< point-to-point inside a node
+  /// A node whose GPUs are fully meshed without a switch (AMD's Infinity Fabric / xGMI): the links
+  /// of each GPU, one per peer (gpus_per_node - 1); 0 for a switched fabric (NVSwitch, PCIe).
+  /// intra_busbw_GBps is then the whole node's, over all of them.
+  int intra_mesh_links = 0;
+  /// The ring busbw of a collective over `ranks` GPUs of one node: intra_busbw_GBps on a switched
+  /// fabric; on a full mesh the share of it their links carry, intra_busbw_GBps x (ranks - 1) /
+  /// intra_mesh_links (a group of k GPUs drives k - 1 of each GPU's links).
+  double IntraGroupBusbwGBps(int ranks) const {
+    if (intra_mesh_links <= 0 || ranks - 1 >= intra_mesh_links) return intra_busbw_GBps;
+    return intra_busbw_GBps * static_cast<double>(std::max(1, ranks - 1)) / intra_mesh_links;
+  }
   double coll_base_latency_s = 0;      ///< NCCL baseLatencies Ring Simple
   double coll_intra_hop_latency_s = 0; ///< NCCL hwLatencies NVLINK/PCI Ring Simple, per step
   double coll_inter_hop_latency_s = 0; ///< NCCL hwLatencies NET Ring Simple, per step

@@ -733,7 +733,8 @@ TEST(Launch, Llama4NoPeLayersAndQkL2NormsAreWritten) {
   EXPECT_TRUE(m.no_rope_layers[3] && !m.no_rope_layers[2]);  // layers 4, 8, ... (1-based)
   EXPECT_EQ(m.NoRopeFreq(), 4);
   EXPECT_TRUE(m.qk_l2_norm);
-  EXPECT_EQ(m.rope_scaling_differs, "high_freq_factor 1.0");
+  EXPECT_DOUBLE_EQ(m.rope_high_freq_factor, 1.0);
+  EXPECT_FALSE(m.RopeBandsAreLlama31());
   const Built b = Build({"llama3-8b", "dgx-h100", 8, "--ep 8 --mbs 1 --gbs 8"});
   const Cluster& cl = b.cl;
   ParallelConfig c = b.c;
@@ -744,16 +745,31 @@ TEST(Launch, Llama4NoPeLayersAndQkL2NormsAreWritten) {
   };
   EXPECT_EQ(after("--no-rope-freq"), "4");
   EXPECT_NE(after("--qk-l2-norm"), "absent");
+  // The bands: Megatron's and NeMo's Llama 3.1 scaling fix high_freq_factor 4, torchtitan's llama4 (Scout's
+  // family there) fixes 1, Llama 4's own.
   for (const LaunchFormat f : {LaunchFormat::kMegatron, LaunchFormat::kNemo, LaunchFormat::kTorchtitan}) {
     const LaunchConfig l = EmitLaunch(f, m, c, cl, 8);
-    EXPECT_TRUE(std::any_of(l.unexpressed.begin(), l.unexpressed.end(), [](const std::string& u) {
-      return u.find("RoPE scaling bands (high_freq_factor 1.0): not written") != std::string::npos;
-    })) << ToString(f);
-    if (f == LaunchFormat::kMegatron) continue;
-    EXPECT_TRUE(std::any_of(l.unexpressed.begin(), l.unexpressed.end(), [](const std::string& u) {
-      return u.find("NoPE layers (12 of 48 skip RoPE; Megatron-LM's --no-rope-freq 4)") != std::string::npos;
-    })) << ToString(f);
+    const auto has = [&](const std::string& s) {
+      return std::any_of(l.unexpressed.begin(), l.unexpressed.end(),
+                         [&](const std::string& u) { return u.find(s) != std::string::npos; });
+    };
+    EXPECT_EQ(has("RoPE scaling bands (low_freq_factor 1, high_freq_factor 1, original_max_position_embeddings 8192): "
+                  "not written"),
+              f != LaunchFormat::kTorchtitan)
+        << ToString(f);
+    EXPECT_EQ(has("NoPE layers (12 of 48 skip RoPE; Megatron-LM's --no-rope-freq 4)"), f == LaunchFormat::kTorchtitan)
+        << ToString(f);
+    EXPECT_EQ(has("Megatron-Core's --qk-l2-norm normalizes on every layer"), f == LaunchFormat::kMegatron) << ToString(f);
   }
+  EXPECT_NE(EmitLaunch(LaunchFormat::kNemo, m, c, cl, 8).text.find("model.config.no_rope_freq = 4"), std::string::npos);
+  // A frequency that does not divide the layers (Megatron-Core asserts it does) is written as the list.
+  Model ten = m;
+  ten.num_layers = 10;
+  ten.no_rope_layers.assign(10, false);
+  ten.no_rope_layers[3] = ten.no_rope_layers[7] = true;
+  EXPECT_EQ(ten.NoRopeFreq(), 0);
+  EXPECT_NE(EmitLaunch(LaunchFormat::kMegatron, ten, c, cl, 8).text.find("--no-rope-freq '([0]*3+[1]*1+[0]*3+[1]*1+[0]*2)'"),
+            std::string::npos);
   // An irregular pattern is Megatron's list expression; our JSON keeps both forms.
   Model odd = m;
   odd.no_rope_layers.assign(48, false);
@@ -765,7 +781,18 @@ TEST(Launch, Llama4NoPeLayersAndQkL2NormsAreWritten) {
     const Model back = ModelFromJson(ModelToJson(x), "back.json");
     EXPECT_EQ(back.no_rope_layers, x.no_rope_layers);
     EXPECT_TRUE(back.qk_l2_norm);
+    EXPECT_DOUBLE_EQ(back.rope_high_freq_factor, 1.0);  // the bands round-trip
   }
+  // Our format: N above the layers is no NoPE layer; 1 is every layer; the L2 norms refuse MLA and qk_layernorm.
+  Json ours = ModelToJson(m);
+  ours["no_rope_freq"] = 100;
+  EXPECT_TRUE(ModelFromJson(ours, "n100.json").no_rope_layers.empty());
+  ours["no_rope_freq"] = 1;
+  EXPECT_EQ(ModelFromJson(ours, "n1.json").NoRopeFreq(), 1);
+  ours["qk_layernorm"] = true;
+  EXPECT_NE(testing::InputErrorOf([&] { ModelFromJson(ours, "both.json"); })
+                .find("both.json: /qk_l2_norm: got true, expected false beside qk_layernorm true"),
+            std::string::npos);
   EXPECT_EQ(ModelToJson(m)["no_rope_freq"], 4);
   // Maverick's use_qk_norm false and an explicit no_rope_layers (1 where a layer rotates).
   Json mav = Json::parse(scout);
@@ -794,9 +821,20 @@ TEST(Launch, GptOssSinksAndClampAreNamed) {
       return std::any_of(l.unexpressed.begin(), l.unexpressed.end(),
                          [&](const std::string& u) { return u.find(s) != std::string::npos; });
     };
-    EXPECT_EQ(has("attention sinks (a learned logit a head"), f != LaunchFormat::kTorchtitan) << ToString(f);
-    EXPECT_EQ(has("the SwiGLU clamped at 7 with alpha 1.702"), f != LaunchFormat::kTorchtitan) << ToString(f);
+    EXPECT_EQ(has("attention sinks (a learned logit a head"), f == LaunchFormat::kNemo) << ToString(f);
+    EXPECT_EQ(has("the SwiGLU clamped at 7 with alpha 1.702"), f == LaunchFormat::kNemo) << ToString(f);
   }
+  // Megatron-LM core_v0.15 writes both: learned softmax offsets, and quick-GeGLU with the offset and clamp.
+  const std::vector<std::string> w = ShellWords(EmitLaunch(LaunchFormat::kMegatron, oss, c, b.cl, 8).text);
+  auto after = [&](const std::string& flag) {
+    const auto it = std::find(w.begin(), w.end(), flag);
+    return it == w.end() ? std::string("absent") : it + 1 == w.end() ? std::string() : *(it + 1);
+  };
+  EXPECT_EQ(after("--softmax-type"), "learnable");
+  EXPECT_EQ(after("--glu-linear-offset"), "1");
+  EXPECT_EQ(after("--activation-func-clamp-value"), "7");
+  EXPECT_NE(after("--quick-geglu"), "absent");
+  EXPECT_EQ(after("--swiglu"), "absent");
   EXPECT_NE(EmitLaunch(LaunchFormat::kTorchtitan, oss, c, b.cl, 8).text.find("name = \"gpt_oss\""), std::string::npos);
 }
 

@@ -418,7 +418,8 @@ TEST(BadInput, UnknownKeyIsAnError) {
             "moe_router_group_topk, moe_router_num_groups, moe_router_pre_softmax, moe_router_score_function, moe_router_topk, "
             "moe_router_topk_scaling_factor, moe_shared_expert_intermediate_size, "
             "mtp_num_layers, name, no_rope_freq, normalization, num_attention_heads, num_experts, num_layers, "
-            "num_query_groups, position_embedding, q_lora_rank, qk_head_dim, qk_l2_norm, qk_layernorm, qk_pos_emb_head_dim, rope_scaling_factor, rotary_base, rotary_percent, seq_length, "
+            "num_query_groups, position_embedding, q_lora_rank, qk_head_dim, qk_l2_norm, qk_layernorm, qk_pos_emb_head_dim, rope_scaling_factor, rope_scaling_high_freq_factor, rope_scaling_low_freq_factor, "
+            "rope_scaling_original_max_position_embeddings, rotary_base, rotary_percent, seq_length, "
             "source, swiglu_limit, tie_embeddings, v_head_dim, vocab_size, window_attn_skip_freq, window_size (did you mean 'num_layers'?)");
   EXPECT_EQ(LoadError("empty_name.json", ModelWith("name", "\"\"")),
             "empty_name.json: /name: got \"\", expected a name, or no name key (the file's name is used)");

@@ -1281,6 +1281,28 @@ TEST(Profile, OmniPathUsesTheMeasuredNcclRatePerPort) {
   EXPECT_NEAR(c.link_GBps, 4 * (40.6 / 8.0) / 8, 1e-12);
 }
 
+// AMD's 8-GPU xGMI node is a full mesh of 64 GB/s links (448 the node's, 7 a GPU): a group of k
+// GPUs drives k - 1 of each GPU's links, a pair one; a switched node gives any group the whole rate.
+TEST(Profile, FullMeshGroupsGetTheirLinksShare) {
+  const Cluster mesh = LoadCluster("mi325x-8gpu");
+  const HardwareProfile p = DefaultProfile(mesh);
+  EXPECT_EQ(p.intra_mesh_links, 7);
+  EXPECT_DOUBLE_EQ(p.p2p_intra_GBps, 448.0 * 0.83 / 7);
+  GroupPlacement g;
+  for (int k : {2, 4, 8}) {
+    g.ranks = g.ranks_per_node = k;
+    EXPECT_DOUBLE_EQ(CollectiveCostOf(p, CollectiveOp::kAllGather, 1e9, g).link_GBps,
+                     p.intra_busbw_GBps * std::min(1.0, (k - 1) / 7.0))
+        << k;
+  }
+  const HardwareProfile back = ProfileFromJson(ProfileToJson(p), "mesh.json");
+  EXPECT_EQ(back.intra_mesh_links, 7);
+  const HardwareProfile nv = DefaultProfile(LoadCluster("dgx-h100"));
+  EXPECT_EQ(nv.intra_mesh_links, 0);
+  g.ranks = g.ranks_per_node = 2;
+  EXPECT_DOUBLE_EQ(CollectiveCostOf(nv, CollectiveOp::kAllGather, 1e9, g).link_GBps, nv.intra_busbw_GBps);
+}
+
 TEST(Profile, CollectiveCostIsNcclAlphaBeta) {
   // 8 GPUs in one node, all-reduce of 1 GiB: latency 8.4 + 14 * 3.4 us, 2*7/8 * size / 230 GB/s.
   HardwareProfile p = DefaultProfile(LoadCluster("dgx-a100"));
