@@ -495,6 +495,14 @@ void RunSimulate(const SimulateArgs& a, const StragglerArgs& straggler, const Em
   ParallelConfig c = BuildConfig(a, m, gpus);
   ResolveCpA2a(&c, cl.gpus_per_node);
   RequirePrecision(cl.gpu, c, "command line");
+  if (c.flash_attention && !cl.gpu.HasFlashAttention()) {
+    if (a.use_flash_attn) {
+      throw InputError(fmt::format("command line: --use-flash-attn: given on {} ({}), expected a GPU FlashAttention "
+                                   "runs on (Turing or later): leave it out for the unfused attention",
+                                   cl.gpu.name, cl.gpu.arch));
+    }
+    c.flash_attention = false;  // said in the report's attention line
+  }
   RequireContextParallel(m, c, cl.gpus_per_node, "command line");
   RequireExpertParallel(m, c, "command line");
   if (a.ops && a.json) {

@@ -44,6 +44,9 @@ struct Gpu {
   std::string name;
   std::string display_name;
   std::string arch;
+  /// Whether FlashAttention runs on it: FA1 needs Turing (sm75) or later, FA2 Ampere (Dao et al.'s
+  /// flash-attention README), so not Volta (V100, sm70), which runs the unfused attention.
+  bool HasFlashAttention() const { return arch != "volta"; }
   double peak_fp32_tflops = 0;
   double peak_tf32_tflops = 0;
   double peak_bf16_tflops = 0;
@@ -60,6 +63,10 @@ struct Gpu {
   /// two GPUs, one C2C link); 1 where each GPU has its own.
   int host_link_shared_by = 1;
   double tdp_W = 0;
+  /// Measured maximum achievable matmul TFLOP/s of this GPU (stas00/ml-engineering's MAMF table),
+  /// 16-bit and FP8; 0 where the GPU file gives none (its architecture's measurement on another
+  /// GPU stands in, said as a profile estimate).
+  double mamf_bf16_tflops = 0, mamf_fp8_tflops = 0;
   double price_usd_per_gpu_hour = 0;
   std::string price_date;
   std::string price_source;

@@ -1152,7 +1152,7 @@ Gpu GpuFromJson(const Json& j, const std::string& file) {
   JsonReader r(j, file);
   r.RejectUnknownKeys({"name", "display_name", "arch", "peak_tflops", "memory_GiB",
                        "hbm_bandwidth_GBps", "sm_count", "nvlink_GBps_per_direction",
-                       "pcie_GBps_per_direction", "host_link_shared_by", "tdp_W", "price_usd_per_gpu_hour",
+                       "pcie_GBps_per_direction", "host_link_shared_by", "tdp_W", "mamf_tflops", "price_usd_per_gpu_hour",
                        "price_date", "price_source", "source"});
   Gpu g;
   g.name = NameOf(r, file);
@@ -1183,6 +1183,21 @@ Gpu GpuFromJson(const Json& j, const std::string& file) {
   g.pcie_GBps_per_direction = r.OptNumber("pcie_GBps_per_direction", 0, 1e6).value_or(0);
   g.host_link_shared_by = static_cast<int>(r.OptInt("host_link_shared_by", 1, 64).value_or(1));
   g.tdp_W = r.OptNumber("tdp_W", 1, 1e6).value_or(0);  // 0: not given (no energy figures)
+  if (r.Has("mamf_tflops")) {
+    JsonReader mamf = r.Object("mamf_tflops");
+    mamf.RejectUnknownKeys({"bf16", "fp8"});
+    g.mamf_bf16_tflops = mamf.OptNumber("bf16", 1e-3, 1e6).value_or(0);
+    g.mamf_fp8_tflops = mamf.OptNumber("fp8", 1e-3, 1e6).value_or(0);
+    const double peak16 = g.peak_bf16_tflops > 0 ? g.peak_bf16_tflops : g.peak_fp16_tflops;
+    if (g.mamf_bf16_tflops > peak16) {
+      throw InputError::Field(file, "/mamf_tflops/bf16", JsonForMessage(mamf.json()["bf16"]),
+                              fmt::format("at most the 16-bit peak {:g} TFLOP/s (a measured rate)", peak16));
+    }
+    if (g.mamf_fp8_tflops > 0 && !(g.peak_fp8_tflops && g.mamf_fp8_tflops <= *g.peak_fp8_tflops)) {
+      throw InputError::Field(file, "/mamf_tflops/fp8", JsonForMessage(mamf.json()["fp8"]),
+                              "at most the FP8 peak (and an FP8 peak in peak_tflops)");
+    }
+  }
   g.price_usd_per_gpu_hour = r.OptNumber("price_usd_per_gpu_hour", 0, 1e6).value_or(0);
   g.price_date = r.OptString("price_date").value_or("");
   g.price_source = r.OptString("price_source").value_or("");

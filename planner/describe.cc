@@ -43,7 +43,7 @@ FitDescription DescribeFit(const Model& m, const DescribeRequest& r, const Clust
   cfg.tp = r.tp;
   cfg.pp = r.pp;
   cfg.cp = r.cp;
-  cfg.flash_attention = true;
+  cfg.flash_attention = cluster.gpu.HasFlashAttention();  // V100: the unfused attention
   cfg.seq_length = r.seq;
   cfg.dp = (f.gpus % (r.tp * r.cp * r.pp) == 0) ? f.gpus / (r.tp * r.cp * r.pp) : 1;
   cfg.global_batch_size = cfg.dp;

@@ -357,6 +357,7 @@ void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o
           c.ep = ep;
           c.etp = m.moe.enabled() ? etp : 0;
           ApplyPlanWideSettings(o, *l.split, cl.gpus_per_node, &c);
+          c.flash_attention = c.flash_attention && cl.gpu.HasFlashAttention();  // V100: unfused
           // Transformer Engine runs sliding-window attention under CP only with a2a or all-gather
           // (ContextParallelRules): the all-gather, which any head count allows, unless fixed.
           if (m.WindowedLayers() > 0 && c.cp > 1 && !o.fixed.count("cp_comm")) c.cp_comm = CpComm::kAllGather;

@@ -356,6 +356,7 @@ std::string WriteRecommendation(std::ostream& out, const PlanView& v) {
   if (const std::string s = StraddlingGroupsLine(chosen.config, o.gpus, v.cl.gpus_per_node); !s.empty()) {
     out << "  " << s;
   }
+  out << UnfusedAttentionLine(v.cl.gpu);
   return label;
 }
 

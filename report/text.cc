@@ -182,6 +182,13 @@ std::string PartialNodeLine(std::int64_t gpus, std::int64_t gpus_per_node) {
                      (gpus + gpus_per_node - 1) / gpus_per_node * gpus_per_node);
 }
 
+std::string UnfusedAttentionLine(const Gpu& g) {
+  if (g.HasFlashAttention()) return "";
+  return fmt::format("  attention: unfused, saving the s x s scores (FlashAttention needs Turing or later; the {} is "
+                     "{})\n",
+                     g.display_name, g.arch);
+}
+
 std::string StraddlingGroupsLine(const ParallelConfig& c, std::int64_t gpus, std::int64_t gpus_per_node) {
   if (gpus_per_node <= 0 || gpus <= gpus_per_node) return "";
   // Blocks of consecutive ranks a group needs inside one node (Megatron's rank order): tp, tp x cp,
@@ -214,6 +221,7 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
                            c.seq_length > 0 ? c.seq_length : m.seq_length, mb > 0 ? std::to_string(mb) : "?");
   if (const std::string partial = PartialNodeLine(gpus, cl.gpus_per_node); !partial.empty()) out << "  " << partial;
   if (const std::string s = StraddlingGroupsLine(c, gpus, cl.gpus_per_node); !s.empty()) out << "  " << s;
+  out << UnfusedAttentionLine(cl.gpu);
   if (m.moe.enabled() && r.feasible && c.ep > 1) {
     out << fmt::format("  expert load: the busiest expert-parallel rank takes {:.3f} x the mean tokens ({})\n",
                        r.moe_load_imbalance, MoeImbalanceSource(c, m.moe));

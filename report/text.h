@@ -29,6 +29,10 @@ std::string PartialNodeLine(std::int64_t gpus, std::int64_t gpus_per_node);
 /// nodes: the line saying that the simulation places every group inside one node, as a
 /// topology-aware scheduler does; else "".
 std::string StraddlingGroupsLine(const ParallelConfig& c, std::int64_t gpus, std::int64_t gpus_per_node);
+/// "  attention: unfused ... (FlashAttention needs Turing or later; the V100 is volta)\n" on a GPU
+/// FlashAttention does not run on (Gpu::HasFlashAttention), where simulate and plan run the
+/// unfused attention; "" elsewhere.
+std::string UnfusedAttentionLine(const Gpu& g);
 
 /// `simulate`'s report of one result: step time, MFU/HFU, the time breakdown, memory by stage and
 /// the critical path (or the reasons it cannot run), on `out`.

@@ -100,12 +100,13 @@ void AddLowPrecisionGemmRates(const Gpu& g, double mamf16, double sustained, Har
   double fp8 = mamf16;
   std::string fp8_est = fmt::format("FP8 GEMMs at the bf16 MAMF fraction {:.3f} of peak (no FP8 measurement for '{}')",
                                     mamf16, g.arch);
-  if (g.arch == "hopper") {
-    fp8 = 1402.6 / 1978.9;
+  if (g.mamf_fp8_tflops > 0 && g.peak_fp8_tflops) {
+    fp8 = g.mamf_fp8_tflops / *g.peak_fp8_tflops;  // the GPU's own measurement
     fp8_est.clear();
-  } else if (g.arch == "blackwell") {
-    fp8 = 3432.5 / 4500.0;
-    fp8_est.clear();
+  } else if (g.arch == "hopper" || g.arch == "blackwell") {
+    fp8 = g.arch == "hopper" ? 1402.6 / 1978.9 : 3432.5 / 4500.0;
+    fp8_est = fmt::format("FP8 GEMMs at the {}'s MAMF fraction {:.3f} of peak (no FP8 measurement for {})",
+                          g.arch == "hopper" ? "H100" : "B200", fp8, g.name);
   }
   auto add = [&](Precision prec, double mamf, const std::string& estimate) {
     if (g.PeakFlops(prec) <= 0) return;
@@ -167,6 +168,19 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
                            g.arch + "')"});
   }
   if (g.arch == "cdna3") p.estimates.push_back({"attention 0.35 / 0.30 of peak (no published in-training measurement)"});
+  // The architecture's MAMF fraction was measured on one GPU (A100 SXM4 80GB, H100 SXM, B200,
+  // MI300X); a GPU file with its own measurement (mamf_tflops) replaces it.
+  const char* mamf_of = g.arch == "ampere"      ? "A100 SXM4 80GB"
+                        : g.arch == "hopper"    ? "H100 SXM"
+                        : g.arch == "blackwell" ? "B200"
+                        : g.arch == "cdna3"     ? "MI300X"
+                                                : nullptr;
+  if (g.mamf_bf16_tflops > 0) {
+    p.gemm_max_efficiency = g.mamf_bf16_tflops / p.gemm_peak_tflops;
+  } else if (mamf_of != nullptr) {
+    p.estimates.push_back({fmt::format("GEMM MAMF {:.3f} of peak is the {}'s measurement (none for {})",
+                                       p.gemm_max_efficiency, mamf_of, g.name)});
+  }
   if (g.arch != "ampere" && g.arch != "hopper") {
     p.estimates.push_back({fmt::format(
         "sustained GEMM efficiency {} of MAMF is Hopper's (fitted on the MPT-13B H100 runs); no training runs of {} to "

@@ -259,6 +259,26 @@ TEST(CliSimulate, DeepSpeedOptimizerFlags) {
   EXPECT_EQ(RunShardcast(base + "--optimizer apex").exit_code, 2);
 }
 
+// FlashAttention does not run on Volta: the V100 simulates and plans the unfused attention (its
+// s x s scores saved), says so, and the launch writes the unfused backend; asking for flash exits 2.
+TEST(CliSimulate, VoltaRunsTheUnfusedAttention) {
+  const std::string base = "simulate --model gpt3-1.3b --cluster dgx-2 --gpus 16 --tp 2 --mbs 1 --gbs 32 --precision fp16 ";
+  auto j = RunShardcast(base + "--json");
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  EXPECT_FALSE(Json::parse(j.out)["config"]["flash_attention"].get<bool>());
+  auto text = RunShardcast(base + "--emit megatron");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("attention: unfused, saving the s x s scores (FlashAttention needs Turing or later; the "),
+            std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("--attention-backend unfused"), std::string::npos);
+  EXPECT_EQ(text.out.find("--use-flash-attn"), std::string::npos);
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--use-flash-attn", "--use-flash-attn: given on v100-sxm2-32gb (volta)"));
+  auto plan = RunShardcast("plan --model gpt3-1.3b --cluster dgx-2 --gpus 16 --gbs 32 --precision fp16 --top 1");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  EXPECT_NE(plan.out.find("--attention-backend unfused"), std::string::npos) << plan.out;
+}
+
 TEST(CliSimulate, UnknownInterNodeFabricIsAnInputError) {
   const std::string bad = testing::WriteTemp("opa_cluster.json", R"({"name": "x", "gpu": "a100-sxm4-80gb",
     "gpus_per_node": 8, "intra_node": {"fabric": "nvswitch", "bandwidth_GBps_per_direction": 300},

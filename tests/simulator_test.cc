@@ -1303,6 +1303,34 @@ TEST(Profile, FullMeshGroupsGetTheirLinksShare) {
   EXPECT_DOUBLE_EQ(CollectiveCostOf(nv, CollectiveOp::kAllGather, 1e9, g).link_GBps, nv.intra_busbw_GBps);
 }
 
+// A GPU file's own MAMF measurement sets its GEMM rate; without one its architecture's (measured on
+// another GPU) stands in, and an estimate line names that GPU.
+TEST(Profile, GemmRateFromTheGpusOwnMamfElseItsArchitecturesSaid) {
+  const Gpu mi325x = LoadGpu("mi325x");
+  ASSERT_GT(mi325x.mamf_bf16_tflops, 0);
+  const double sustained = DefaultProfile(LoadCluster("dgx-h100")).gemm_max_efficiency / (794.5 / 989.4);
+  EXPECT_NEAR(DefaultProfile(LoadCluster("mi325x-8gpu")).gemm_max_efficiency,
+              mi325x.mamf_bf16_tflops / mi325x.peak_bf16_tflops * sustained, 1e-12);
+  auto estimates = [](const std::string& cluster) {
+    std::string all;
+    for (const auto& e : DefaultProfile(LoadCluster(cluster)).Estimates(true, Precision::kFp8)) all += e + "\n";
+    return all;
+  };
+  EXPECT_EQ(estimates("dgx-h100").find("MAMF"), std::string::npos) << estimates("dgx-h100");
+  EXPECT_NE(estimates("hgx-h20").find("GEMM MAMF 0.803 of peak is the H100 SXM's measurement (none for h20)"),
+            std::string::npos)
+      << estimates("hgx-h20");
+  EXPECT_NE(estimates("hgx-h20").find("FP8 GEMMs at the H100's MAMF fraction 0.709 of peak (no FP8 measurement for h20)"),
+            std::string::npos);
+  EXPECT_NE(estimates("dgx-a100-40gb").find("is the A100 SXM4 80GB's measurement"), std::string::npos);
+  // A measurement above the peak is refused.
+  Json g = Json::parse(ReadTextFile(testing::SourceDir() + "/models/gpu/h100-sxm.json"));
+  g["mamf_tflops"]["bf16"] = 1000;
+  EXPECT_NE(testing::InputErrorOf([&] { GpuFromJson(g, "fast.json"); })
+                .find("fast.json: /mamf_tflops/bf16: got 1000, expected at most the 16-bit peak 989.4 TFLOP/s"),
+            std::string::npos);
+}
+
 TEST(Profile, CollectiveCostIsNcclAlphaBeta) {
   // 8 GPUs in one node, all-reduce of 1 GiB: latency 8.4 + 14 * 3.4 us, 2*7/8 * size / 230 GB/s.
   HardwareProfile p = DefaultProfile(LoadCluster("dgx-a100"));
