@@ -496,6 +496,11 @@ void RunSimulate(const SimulateArgs& a, const StragglerArgs& straggler, const Em
   ResolveCpA2a(&c, cl.gpus_per_node);
   RequirePrecision(cl.gpu, c, "command line");
   if (c.flash_attention && !cl.gpu.HasFlashAttention()) {
+    if (c.cp > 1) {
+      throw InputError(fmt::format("command line: --cp: got {}, expected 1 on {} ({}): context parallelism needs fused "
+                                   "(flash) attention, which does not run there",
+                                   c.cp, cl.gpu.name, cl.gpu.arch));
+    }
     if (a.use_flash_attn) {
       throw InputError(fmt::format("command line: --use-flash-attn: given on {} ({}), expected a GPU FlashAttention "
                                    "runs on (Turing or later): leave it out for the unfused attention",

@@ -57,6 +57,13 @@ ValidationReport ValidateLogs(const ValidateArgs& a) {
   if (a.gpus > 0) d.gpus = a.gpus;
   std::vector<LoggedRun> runs;
   for (const auto& f : a.logs) runs.push_back(ReadTrainingLog(f, d));
+  for (LoggedRun& r : runs) {
+    if (r.config.flash_attention && !cl.gpu.HasFlashAttention()) {
+      r.config.flash_attention = false;
+      r.notes.push_back(fmt::format("attention simulated unfused: FlashAttention does not run on the {} ({})",
+                                    cl.gpu.display_name, cl.gpu.arch));
+    }
+  }
   return ValidateLoggedRuns(runs, cl, prof, a.explain);
 }
 

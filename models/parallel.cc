@@ -485,7 +485,8 @@ std::vector<Infeasibility> ContextParallelRules(const Model& m, const ParallelCo
   if (!c.flash_attention) {
     add("context parallelism needs fused attention",
         fmt::format("cp = {} needs fused (flash) attention: Megatron-Core runs context parallelism only with "
-                    "Transformer Engine's fused attention (got unfused attention, --no-flash-attention)",
+                    "Transformer Engine's fused attention (got unfused attention: --no-flash-attention, or a V100, where "
+                    "FlashAttention does not run)",
                     c.cp));
   }
   const std::int64_t group = CpA2aGroup(c, gpn);

@@ -81,7 +81,9 @@ CapacityRow EvaluateOption(const Model& m, const CapacityOption& opt, const Clus
   if (measured != o.profiles.end()) row.profile = measured->second.first;
   const HardwareProfile prof = WithGemmRateFor(measured != o.profiles.end() ? measured->second.second : DefaultProfile(cl),
                                                cl, po.base.precision);
-  if (measured == o.profiles.end()) row.profile_estimates = prof.Estimates(po.flash_attention, po.base.precision);
+  if (measured == o.profiles.end()) {
+    row.profile_estimates = prof.Estimates(po.flash_attention && cl.gpu.HasFlashAttention(), po.base.precision);
+  }
   if (!cl.gpu.Runs(po.base.precision)) {
     // Another option's GPU may run it: this one is a row with the reason, not an error.
     row.feasible = false;

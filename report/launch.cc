@@ -574,6 +574,7 @@ LaunchConfig EmitNemo(const Model& m, const ParallelConfig& c, const Cluster& cl
   if (c.tp_comm_overlap) {
     p.text += "from nemo.lightning.pytorch.callbacks.megatron_comm_overlap import MegatronCommOverlapCallback\n";
   }
+  if (!c.flash_attention) p.text += "from megatron.core.transformer.enums import AttnBackend\n";
   p.text += "\n";
   p.Comment(fmt::format("Apply to your model's recipe, e.g. recipe = llm.<model>.pretrain_recipe(num_nodes={}, "
                         "num_gpus_per_node={})",
@@ -581,6 +582,8 @@ LaunchConfig EmitNemo(const Model& m, const ParallelConfig& c, const Cluster& cl
   p.Set("trainer.num_nodes", Py(n.nodes));
   p.Set("trainer.devices", Py(n.per_node));
   NemoModel(m, seq, &p, &l.unexpressed);
+  // The unfused attention (--no-flash-attention, and V100s): Megatron-Core's attention backend.
+  if (!c.flash_attention) p.Set("model.config.attention_backend", "AttnBackend.unfused");
   NemoParallel(m, c, &p, &l.unexpressed);
   NemoRecompute(c, &p);
   NemoPrecision(c, &p, &l.unexpressed);
@@ -818,6 +821,10 @@ void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string*
 }
 
 void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, std::vector<std::string>* unexpressed) {
+  if (!c.flash_attention) {
+    unexpressed->push_back("the unfused attention, saving the s x s scores (torchtitan's SDPA picks a fused or "
+                           "memory-efficient kernel where one runs)");
+  }
   *t += "\n[training]\n";
   // local_batch_size is one data-parallel rank's batch per schedule; the pipeline splits it into
   // micro-batches, and the global batch makes gradient accumulation: without a pipeline one
@@ -937,6 +944,7 @@ Json DeepSpeedZeroJson(const ParallelConfig& c) {
 /// model code sets, and settings of the simulation DeepSpeed's own ZeRO does not run.
 void DeepSpeedUnexpressed(const ParallelConfig& c, std::vector<std::string>* u) {
   u->push_back("the model (DeepSpeed's config has no model shape)");
+  if (!c.flash_attention) u->push_back("the unfused attention, saving the s x s scores (the model code's choice)");
   if (c.pp > 1 && c.uneven_pipeline()) {
     u->push_back(fmt::format("the pipeline split ({}: the launcher's{})", PipelineSplitName(c),
                              c.embedding_slots ? ", Megatron-DeepSpeed's --pp-partition-method 'type:transformer|embedding'"

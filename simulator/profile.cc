@@ -238,6 +238,14 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
   if (intra_eff == 0.8) {
     p.estimates.push_back({"intra-node collective busbw 0.8 of the " + cl.intra_fabric + " line rate (measured only "
                            "for A100, H100/H200 and B200 on NVLink)"});
+  } else if (g.name != "a100-sxm4-80gb" && g.name != "a100-sxm4-40gb" && g.name != "h100-sxm" && g.name != "h200-sxm" &&
+             g.name != "b200" && g.name != "gb200") {
+    // The fraction was measured on another GPU of the architecture (A800's and H800's NVLink is
+    // narrower than the A100's and H100's).
+    p.estimates.push_back({fmt::format("intra-node collective busbw {:.3f} and p2p {:.3f} of the NVLink line rate "
+                                       "are the {}'s measurements (none for {})",
+                                       intra_eff, g.arch == "ampere" ? 274.0 / 300.0 : 0.83,
+                                       g.arch == "ampere" ? "A100" : g.arch == "hopper" ? "H100" : "B200", g.name)});
   }
   // p2p inside a node: measured pair write bandwidth A100 274/300, H100 376/450 (hardware.md 1.2).
   p.p2p_intra_GBps = cl.intra_GBps_per_direction * (g.arch == "ampere" ? 274.0 / 300.0 : 0.83);
@@ -476,6 +484,11 @@ HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
   p.nics_per_node = static_cast<int>(c.Int("nics_per_node", 0, 1 << 16));
   p.gpus_per_node = static_cast<int>(c.Int("gpus_per_node", 1, 1 << 20));
   p.intra_mesh_links = static_cast<int>(c.OptInt("intra_mesh_links", 1, 1 << 20).value_or(0));
+  if (p.intra_mesh_links > 0 && p.intra_mesh_links != p.gpus_per_node - 1) {
+    throw InputError::Field(file, "/collectives/intra_mesh_links", std::to_string(p.intra_mesh_links),
+                            fmt::format("gpus_per_node - 1 = {} (a full mesh: one link a peer), or the key left out",
+                                        p.gpus_per_node - 1));
+  }
   p.coll_base_latency_s = c.Number("base_latency_us", 0, 1e6) / 1e6;
   p.coll_intra_hop_latency_s = c.Number("intra_hop_latency_us", 0, 1e6) / 1e6;
   p.coll_inter_hop_latency_s = c.Number("inter_hop_latency_us", 0, 1e6) / 1e6;

@@ -156,9 +156,10 @@ struct HardwareProfile {
   /// The ring busbw of a collective over `ranks` GPUs of one node: intra_busbw_GBps on a switched
   /// fabric; on a full mesh the share of it their links carry, intra_busbw_GBps x (ranks - 1) /
   /// intra_mesh_links (a group of k GPUs drives k - 1 of each GPU's links).
+  /// One rank (a group with one GPU a node) crosses no link of the node: no cap, the whole rate.
   double IntraGroupBusbwGBps(int ranks) const {
-    if (intra_mesh_links <= 0 || ranks - 1 >= intra_mesh_links) return intra_busbw_GBps;
-    return intra_busbw_GBps * static_cast<double>(std::max(1, ranks - 1)) / intra_mesh_links;
+    if (intra_mesh_links <= 0 || ranks <= 1 || ranks - 1 >= intra_mesh_links) return intra_busbw_GBps;
+    return intra_busbw_GBps * static_cast<double>(ranks - 1) / intra_mesh_links;
   }
   double coll_base_latency_s = 0;      ///< NCCL baseLatencies Ring Simple
   double coll_intra_hop_latency_s = 0; ///< NCCL hwLatencies NVLINK/PCI Ring Simple, per step

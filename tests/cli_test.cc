@@ -274,6 +274,15 @@ TEST(CliSimulate, VoltaRunsTheUnfusedAttention) {
   EXPECT_NE(text.out.find("--attention-backend unfused"), std::string::npos);
   EXPECT_EQ(text.out.find("--use-flash-attn"), std::string::npos);
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--use-flash-attn", "--use-flash-attn: given on v100-sxm2-32gb (volta)"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--cp 2", "--cp: got 2, expected 1 on v100-sxm2-32gb (volta)"));
+  const std::string nemo = RunShardcast(base + "--emit nemo").out;
+  EXPECT_NE(nemo.find("recipe.model.config.attention_backend = AttnBackend.unfused"), std::string::npos) << nemo;
+  EXPECT_NE(nemo.find("from megatron.core.transformer.enums import AttnBackend"), std::string::npos);
+  auto cap = RunShardcast("capacity --model gpt3-1.3b --tokens 1B --gbs 32 --precision fp16 --gpus-options dgx-2:16 "
+                          "--price-per-gpu-hour v100-sxm2-32gb=1 --json");
+  ASSERT_EQ(cap.exit_code, 0) << cap.err;
+  EXPECT_NE(Json::parse(cap.out)["options"][0]["profile_estimates"].dump().find("unfused attention core"),
+            std::string::npos);
   auto plan = RunShardcast("plan --model gpt3-1.3b --cluster dgx-2 --gpus 16 --gbs 32 --precision fp16 --top 1");
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
   EXPECT_NE(plan.out.find("--attention-backend unfused"), std::string::npos) << plan.out;

@@ -393,6 +393,20 @@ TEST(RunLog, WhatWouldMismeasureTheRunIsRefusedOrLeftOut) {
   EXPECT_TRUE(summary["step_time_mape_fitted"].is_null());
   EXPECT_EQ(summary["fitted_rows"], 0);
   EXPECT_FALSE(summary["step_time_mape"].is_null());
+  // On a V100 (no FlashAttention) the log's fused attention is simulated unfused, and the row says so.
+  std::string volta_log = ReadTextFile(kMegatron);
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"bf16 ............................................ True",
+                                                                     "bf16 ............................................ False"},
+                                 {"fp16 ............................................ False",
+                                  "fp16 ............................................ True"}}) {
+    ASSERT_NE(volta_log.find(from), std::string::npos) << from;
+    volta_log.replace(volta_log.find(from), from.size(), to);
+  }
+  volta_log = volta_log.substr(0, volta_log.find("[Rank 0] (after 10 iterations) memory"));  // no memory lines
+  const std::string v100_log = testing::WriteTemp("v100_megatron.log", volta_log);
+  const auto volta_run = testing::RunShardcast("validate --log " + v100_log + " --cluster dgx-2 --json");
+  ASSERT_EQ(volta_run.exit_code, 0) << volta_run.err;
+  EXPECT_NE(volta_run.out.find("attention simulated unfused: FlashAttention does not run on the"), std::string::npos) << volta_run.out;
 }
 
 // A Megatron-LM log of an MoE run: the expert grid, the dispatcher and forced balancing from the

@@ -1297,6 +1297,19 @@ TEST(Profile, FullMeshGroupsGetTheirLinksShare) {
   }
   const HardwareProfile back = ProfileFromJson(ProfileToJson(p), "mesh.json");
   EXPECT_EQ(back.intra_mesh_links, 7);
+  // The MI325X's link: 64 GB/s a direction x 0.8 (the default busbw fraction) for a pair.
+  g.ranks = g.ranks_per_node = 2;
+  EXPECT_DOUBLE_EQ(CollectiveCostOf(p, CollectiveOp::kAllGather, 1e9, g).link_GBps, 64 * 0.8);
+  // One GPU a node crosses no link of the node: the ring runs on the NICs alone, uncapped.
+  g.ranks = 4;
+  g.ranks_per_node = 1;
+  EXPECT_DOUBLE_EQ(CollectiveCostOf(p, CollectiveOp::kAllGather, 1e9, g).link_GBps, p.NicShareGBps());
+  // A profile's link count must be a full mesh's.
+  Json bad = ProfileToJson(p);
+  bad["collectives"]["intra_mesh_links"] = 3;
+  EXPECT_NE(testing::InputErrorOf([&] { ProfileFromJson(bad, "mesh3.json"); })
+                .find("mesh3.json: /collectives/intra_mesh_links: got 3, expected gpus_per_node - 1 = 7"),
+            std::string::npos);
   const HardwareProfile nv = DefaultProfile(LoadCluster("dgx-h100"));
   EXPECT_EQ(nv.intra_mesh_links, 0);
   g.ranks = g.ranks_per_node = 2;
@@ -1323,6 +1336,11 @@ TEST(Profile, GemmRateFromTheGpusOwnMamfElseItsArchitecturesSaid) {
   EXPECT_NE(estimates("hgx-h20").find("FP8 GEMMs at the H100's MAMF fraction 0.709 of peak (no FP8 measurement for h20)"),
             std::string::npos);
   EXPECT_NE(estimates("dgx-a100-40gb").find("is the A100 SXM4 80GB's measurement"), std::string::npos);
+  EXPECT_NE(estimates("hgx-h800").find("intra-node collective busbw 0.822 and p2p 0.830 of the NVLink line rate are "
+                                       "the H100's measurements (none for h800-sxm)"),
+            std::string::npos)
+      << estimates("hgx-h800");
+  EXPECT_EQ(estimates("dgx-h100").find("intra-node collective"), std::string::npos);
   // A measurement above the peak is refused.
   Json g = Json::parse(ReadTextFile(testing::SourceDir() + "/models/gpu/h100-sxm.json"));
   g["mamf_tflops"]["bf16"] = 1000;
