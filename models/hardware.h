@@ -67,6 +67,9 @@ struct Gpu {
   /// 16-bit and FP8; 0 where the GPU file gives none (its architecture's measurement on another
   /// GPU stands in, said as a profile estimate).
   double mamf_bf16_tflops = 0, mamf_fp8_tflops = 0;
+  /// Measured ring busbw (nccl-tests all-reduce) among the GPUs of one NVLink node, GB/s; 0 where
+  /// the GPU file gives none (its architecture's reference GPU's fraction of the line rate stands in).
+  double nvlink_ring_busbw_GBps = 0;
   double price_usd_per_gpu_hour = 0;
   std::string price_date;
   std::string price_source;

@@ -1152,7 +1152,8 @@ Gpu GpuFromJson(const Json& j, const std::string& file) {
   JsonReader r(j, file);
   r.RejectUnknownKeys({"name", "display_name", "arch", "peak_tflops", "memory_GiB",
                        "hbm_bandwidth_GBps", "sm_count", "nvlink_GBps_per_direction",
-                       "pcie_GBps_per_direction", "host_link_shared_by", "tdp_W", "mamf_tflops", "price_usd_per_gpu_hour",
+                       "pcie_GBps_per_direction", "host_link_shared_by", "tdp_W", "mamf_tflops", "nvlink_ring_busbw_GBps",
+                       "price_usd_per_gpu_hour",
                        "price_date", "price_source", "source"});
   Gpu g;
   g.name = NameOf(r, file);
@@ -1183,6 +1184,12 @@ Gpu GpuFromJson(const Json& j, const std::string& file) {
   g.pcie_GBps_per_direction = r.OptNumber("pcie_GBps_per_direction", 0, 1e6).value_or(0);
   g.host_link_shared_by = static_cast<int>(r.OptInt("host_link_shared_by", 1, 64).value_or(1));
   g.tdp_W = r.OptNumber("tdp_W", 1, 1e6).value_or(0);  // 0: not given (no energy figures)
+  g.nvlink_ring_busbw_GBps = r.OptNumber("nvlink_ring_busbw_GBps", 1e-3, 1e6).value_or(0);
+  if (g.nvlink_ring_busbw_GBps > 0 && !(g.nvlink_ring_busbw_GBps <= g.nvlink_GBps_per_direction)) {
+    throw InputError::Field(file, "/nvlink_ring_busbw_GBps", JsonForMessage(r.json()["nvlink_ring_busbw_GBps"]),
+                            fmt::format("at most nvlink_GBps_per_direction = {:g} (a measured ring over the links)",
+                                        g.nvlink_GBps_per_direction));
+  }
   if (r.Has("mamf_tflops")) {
     JsonReader mamf = r.Object("mamf_tflops");
     mamf.RejectUnknownKeys({"bf16", "fp8"});
@@ -1195,7 +1202,9 @@ Gpu GpuFromJson(const Json& j, const std::string& file) {
     }
     if (g.mamf_fp8_tflops > 0 && !(g.peak_fp8_tflops && g.mamf_fp8_tflops <= *g.peak_fp8_tflops)) {
       throw InputError::Field(file, "/mamf_tflops/fp8", JsonForMessage(mamf.json()["fp8"]),
-                              "at most the FP8 peak (and an FP8 peak in peak_tflops)");
+                              g.peak_fp8_tflops ? fmt::format("at most the FP8 peak {:g} TFLOP/s (a measured rate)",
+                                                              *g.peak_fp8_tflops)
+                                                : std::string("no FP8 rate without an FP8 peak in peak_tflops"));
     }
   }
   g.price_usd_per_gpu_hour = r.OptNumber("price_usd_per_gpu_hour", 0, 1e6).value_or(0);

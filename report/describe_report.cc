@@ -110,7 +110,9 @@ void WriteShape(std::ostream& out, const Model& m) {
            ? ""
            : fmt::format(" (NoPE: {} of {} layers skip RoPE{})",
                          std::count(m.no_rope_layers.begin(), m.no_rope_layers.end(), true), m.num_layers,
-                         m.NoRopeFreq() > 0 ? fmt::format(", every {}th", m.NoRopeFreq()) : "")) +
+                         m.NoRopeFreq() == 1   ? std::string(", all")
+                         : m.NoRopeFreq() > 1 ? fmt::format(", one in {}", m.NoRopeFreq())
+                                               : std::string())) +
       (m.rope_scaling_factor > 0 && m.RopeBandsAreLlama31()
            ? fmt::format(" (Llama 3.1 scaling, factor {:g})", m.rope_scaling_factor)
            : "") +

@@ -91,22 +91,39 @@ const std::vector<ValidationFit>& FitsOnValidationRows() {
 
 namespace {
 
+/// The 16-bit dense peak: bf16, or fp16 on GPUs without bf16 (V100).
+double Peak16(const Gpu& g) { return g.peak_bf16_tflops > 0 ? g.peak_bf16_tflops : g.peak_fp16_tflops; }
+
+/// The GPU preset whose measurements (mamf_tflops, nvlink_ring_busbw_GBps) stand in for the other
+/// GPUs of `g`'s architecture that have none: A100 SXM4 80GB (ampere), H100 SXM (hopper), B200
+/// (blackwell), MI300X (cdna3); none elsewhere.
+std::optional<Gpu> ArchReferenceGpu(const Gpu& g) {
+  const char* name = g.arch == "ampere"      ? "a100-sxm4-80gb"
+                     : g.arch == "hopper"    ? "h100-sxm"
+                     : g.arch == "blackwell" ? "b200"
+                     : g.arch == "cdna3"     ? "mi300x"
+                                             : nullptr;
+  if (name == nullptr) return std::nullopt;
+  return LoadGpu(name);
+}
+
 /// GEMM rates of the GPU's other precisions: its dense peak for each, at the best fraction of it
 /// measured for that precision (MAMF, stas00/ml-engineering's table: FP8 1402.6 of 1978.9 TFLOP/s
 /// on H100, 3432.5 of 4500 on B200) times the sustained-training ratio that bf16 uses. Where no
 /// measurement exists the bf16 (or FP8) fraction stands in, said in an estimate line shown only
 /// to runs in that precision.
-void AddLowPrecisionGemmRates(const Gpu& g, double mamf16, double sustained, HardwareProfile* p) {
+void AddLowPrecisionGemmRates(const Gpu& g, const std::optional<Gpu>& ref, double mamf16, double sustained,
+                              HardwareProfile* p) {
   double fp8 = mamf16;
   std::string fp8_est = fmt::format("FP8 GEMMs at the bf16 MAMF fraction {:.3f} of peak (no FP8 measurement for '{}')",
                                     mamf16, g.arch);
   if (g.mamf_fp8_tflops > 0 && g.peak_fp8_tflops) {
     fp8 = g.mamf_fp8_tflops / *g.peak_fp8_tflops;  // the GPU's own measurement
     fp8_est.clear();
-  } else if (g.arch == "hopper" || g.arch == "blackwell") {
-    fp8 = g.arch == "hopper" ? 1402.6 / 1978.9 : 3432.5 / 4500.0;
+  } else if (ref && ref->mamf_fp8_tflops > 0 && ref->peak_fp8_tflops) {
+    fp8 = ref->mamf_fp8_tflops / *ref->peak_fp8_tflops;
     fp8_est = fmt::format("FP8 GEMMs at the {}'s MAMF fraction {:.3f} of peak (no FP8 measurement for {})",
-                          g.arch == "hopper" ? "H100" : "B200", fp8, g.name);
+                          ref->display_name, fp8, g.name);
   }
   auto add = [&](Precision prec, double mamf, const std::string& estimate) {
     if (g.PeakFlops(prec) <= 0) return;
@@ -143,43 +160,37 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
   // hd128: causal forward 521 and backward 501 TF/s at 2k of 989.4), FA4 in-step on Blackwell
   // ~0.42.
   if (g.arch == "ampere") {
-    p.gemm_max_efficiency = 271.2 / 312.0;
     p.attention_fwd_efficiency = 0.65;
     p.attention_bwd_efficiency = 0.55;
     p.attention_tiles = "fa2";
   } else if (g.arch == "hopper") {
-    p.gemm_max_efficiency = 794.5 / 989.4;
     p.attention_fwd_efficiency = 521.0 / 989.4;
     p.attention_bwd_efficiency = 501.0 / 989.4;
     p.attention_tiles = "fa3";
   } else if (g.arch == "blackwell") {
-    p.gemm_max_efficiency = 1745.0 / 2250.0;
     p.attention_fwd_efficiency = 0.42;
     p.attention_bwd_efficiency = 0.40;
   } else if (g.arch == "cdna3") {
-    p.gemm_max_efficiency = 668.4 / 1307.4;  // ROCm 6.3 MAMF
-    p.attention_fwd_efficiency = 0.35;       // [est]
-    p.attention_bwd_efficiency = 0.30;       // [est]
+    p.attention_fwd_efficiency = 0.35;  // [est]
+    p.attention_bwd_efficiency = 0.30;  // [est]
   } else {
-    p.gemm_max_efficiency = 0.75;  // [est] (Ada and unknown architectures)
     p.attention_fwd_efficiency = 0.45;
     p.attention_bwd_efficiency = 0.40;
-    p.estimates.push_back({"GEMM MAMF 0.75 of peak and attention 0.45 / 0.40 of peak (no published measurement for '" +
-                           g.arch + "')"});
+    p.estimates.push_back({"attention 0.45 / 0.40 of peak (no published measurement for '" + g.arch + "')"});
   }
   if (g.arch == "cdna3") p.estimates.push_back({"attention 0.35 / 0.30 of peak (no published in-training measurement)"});
-  // The architecture's MAMF fraction was measured on one GPU (A100 SXM4 80GB, H100 SXM, B200,
-  // MI300X); a GPU file with its own measurement (mamf_tflops) replaces it.
-  const char* mamf_of = g.arch == "ampere"      ? "A100 SXM4 80GB"
-                        : g.arch == "hopper"    ? "H100 SXM"
-                        : g.arch == "blackwell" ? "B200"
-                        : g.arch == "cdna3"     ? "MI300X"
-                                                : nullptr;
+  // MAMF / peak: the GPU file's measurement (mamf_tflops), else its architecture's reference
+  // GPU's (ArchReferenceGpu), else 0.75 [est].
+  const std::optional<Gpu> ref = ArchReferenceGpu(g);
   if (g.mamf_bf16_tflops > 0) {
     p.gemm_max_efficiency = g.mamf_bf16_tflops / p.gemm_peak_tflops;
-  } else if (mamf_of != nullptr) {
+  } else if (ref && ref->mamf_bf16_tflops > 0) {
+    p.gemm_max_efficiency = ref->mamf_bf16_tflops / Peak16(*ref);
     p.estimates.push_back({fmt::format("GEMM MAMF {:.3f} of peak is the {}'s measurement (none for {})",
-                                       p.gemm_max_efficiency, mamf_of, g.name)});
+                                       p.gemm_max_efficiency, ref->display_name, g.name)});
+  } else {
+    p.gemm_max_efficiency = 0.75;
+    p.estimates.push_back({"GEMM MAMF 0.75 of peak (no published measurement for '" + g.arch + "')"});
   }
   if (g.arch != "ampere" && g.arch != "hopper") {
     p.estimates.push_back({fmt::format(
@@ -201,7 +212,7 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
   const double mamf16 = p.gemm_max_efficiency;
   const double sustained = g.arch == "ampere" ? kSustainedOverMamfAmpere : kSustainedOverMamfHopper;
   p.gemm_max_efficiency *= sustained;
-  AddLowPrecisionGemmRates(g, mamf16, sustained, &p);
+  AddLowPrecisionGemmRates(g, ref, mamf16, sustained, &p);
   // Unfused attention core (Megatron's batched score/context GEMMs, fused softmax, dropout):
   // Korthikanti et al. 2022 Table 4 times the selective recompute of exactly these kernels at
   // 1.3 ms per layer (backward 13.2 vs 11.9 ms, and 13.1 vs 11.8 with SP) where their roofline
@@ -221,12 +232,15 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
   p.launch_overhead_s = 4e-6;  // a few microseconds per kernel (hardware.md 4.2 / 5)
   // Collectives. Intra-node ring busbw as a fraction of the NVLink line rate, measured:
   // A100 230/300, H100/H200 370/450, B200 682/900 (hardware.md 2.4); PCIe and others 0.8 [est].
+  // The GPU file's measured ring (nvlink_ring_busbw_GBps) over its NVLink rate, else its
+  // architecture's reference GPU's fraction (an estimate line names it).
   double intra_eff = 0.8;
-  if (cl.intra_fabric == "nvswitch" || cl.intra_fabric == "nvlink") {
-    if (g.arch == "ampere") intra_eff = 230.0 / 300.0;
-    else if (g.arch == "hopper") intra_eff = 370.0 / 450.0;
-    else if (g.arch == "blackwell") intra_eff = 682.0 / 900.0;
-  }
+  const bool nvlink_node = cl.intra_fabric == "nvswitch" || cl.intra_fabric == "nvlink";
+  const Gpu* ring_of = nvlink_node && g.nvlink_ring_busbw_GBps > 0 && g.nvlink_GBps_per_direction > 0 ? &g
+                       : nvlink_node && ref && ref->nvlink_ring_busbw_GBps > 0 && ref->nvlink_GBps_per_direction > 0
+                           ? &*ref
+                           : nullptr;
+  if (ring_of != nullptr) intra_eff = ring_of->nvlink_ring_busbw_GBps / ring_of->nvlink_GBps_per_direction;
   p.intra_busbw_GBps = cl.intra_GBps_per_direction * intra_eff;
   // NCCL's NVLink SHARP (NVLS) all-reduce on third-generation and later NVSwitch systems: about
   // 480 GB/s busbw on 8 H100 (450 line; nccl-tests reports, the dgx-h100 preset's notes) and
@@ -235,17 +249,20 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
     if (g.arch == "hopper") p.nvls_allreduce_busbw_GBps = cl.intra_GBps_per_direction * 480.0 / 450.0;
     if (g.arch == "blackwell") p.nvls_allreduce_busbw_GBps = cl.intra_GBps_per_direction * 850.0 / 900.0;
   }
-  if (intra_eff == 0.8) {
+  if (ring_of == nullptr) {
     p.estimates.push_back({"intra-node collective busbw 0.8 of the " + cl.intra_fabric + " line rate (measured only "
                            "for A100, H100/H200 and B200 on NVLink)"});
-  } else if (g.name != "a100-sxm4-80gb" && g.name != "a100-sxm4-40gb" && g.name != "h100-sxm" && g.name != "h200-sxm" &&
-             g.name != "b200" && g.name != "gb200") {
-    // The fraction was measured on another GPU of the architecture (A800's and H800's NVLink is
-    // narrower than the A100's and H100's).
-    p.estimates.push_back({fmt::format("intra-node collective busbw {:.3f} and p2p {:.3f} of the NVLink line rate "
-                                       "are the {}'s measurements (none for {})",
-                                       intra_eff, g.arch == "ampere" ? 274.0 / 300.0 : 0.83,
-                                       g.arch == "ampere" ? "A100" : g.arch == "hopper" ? "H100" : "B200", g.name)});
+  } else if (ring_of != &g) {
+    // Measured on another GPU of the architecture (A800's and H800's NVLink is narrower than the
+    // A100's and H100's); so is the p2p fraction on Ampere and Hopper (below).
+    p.estimates.push_back({fmt::format("intra-node collective busbw {:.3f}{} of the NVLink line rate {} the {}'s "
+                                       "measurement{} (none for {})",
+                                       intra_eff,
+                                       g.arch == "ampere" || g.arch == "hopper"
+                                           ? fmt::format(" and p2p {:.3f}", g.arch == "ampere" ? 274.0 / 300.0 : 0.83)
+                                           : "",
+                                       g.arch == "ampere" || g.arch == "hopper" ? "are" : "is", ring_of->display_name,
+                                       g.arch == "ampere" || g.arch == "hopper" ? "s" : "", g.name)});
   }
   // p2p inside a node: measured pair write bandwidth A100 274/300, H100 376/450 (hardware.md 1.2).
   p.p2p_intra_GBps = cl.intra_GBps_per_direction * (g.arch == "ampere" ? 274.0 / 300.0 : 0.83);

@@ -1330,17 +1330,32 @@ TEST(Profile, GemmRateFromTheGpusOwnMamfElseItsArchitecturesSaid) {
     return all;
   };
   EXPECT_EQ(estimates("dgx-h100").find("MAMF"), std::string::npos) << estimates("dgx-h100");
-  EXPECT_NE(estimates("hgx-h20").find("GEMM MAMF 0.803 of peak is the H100 SXM's measurement (none for h20)"),
+  EXPECT_NE(estimates("hgx-h20").find("GEMM MAMF 0.803 of peak is the NVIDIA H100 80GB HBM3's measurement (none for h20)"),
             std::string::npos)
       << estimates("hgx-h20");
-  EXPECT_NE(estimates("hgx-h20").find("FP8 GEMMs at the H100's MAMF fraction 0.709 of peak (no FP8 measurement for h20)"),
+  EXPECT_NE(estimates("hgx-h20").find("FP8 GEMMs at the NVIDIA H100 80GB HBM3's MAMF fraction 0.709 of peak (no FP8 "
+                                      "measurement for h20)"),
             std::string::npos);
-  EXPECT_NE(estimates("dgx-a100-40gb").find("is the A100 SXM4 80GB's measurement"), std::string::npos);
+  EXPECT_NE(estimates("dgx-a100-40gb").find("is the NVIDIA A100-SXM4-80GB's measurement"), std::string::npos);
   EXPECT_NE(estimates("hgx-h800").find("intra-node collective busbw 0.822 and p2p 0.830 of the NVLink line rate are "
-                                       "the H100's measurements (none for h800-sxm)"),
+                                       "the NVIDIA H100 80GB HBM3's measurements (none for h800-sxm)"),
             std::string::npos)
       << estimates("hgx-h800");
   EXPECT_EQ(estimates("dgx-h100").find("intra-node collective"), std::string::npos);
+  EXPECT_EQ(estimates("dgx-h200").find("intra-node collective"), std::string::npos);  // H200's ring is measured
+  // Blackwell: the busbw is the B200's; the p2p fraction is the H100's, said once, by its own line.
+  const std::string b300 = estimates("dgx-b300");
+  EXPECT_NE(b300.find("intra-node collective busbw 0.758 of the NVLink line rate is the NVIDIA B200's measurement "
+                      "(none for b300)"),
+            std::string::npos)
+      << b300;
+  EXPECT_NE(b300.find("intra-node p2p 0.83 of the nvswitch line rate is the H100's NVLink pair write bandwidth"),
+            std::string::npos);
+  // The values: the measured GPUs' ratios are their files' (H100: 794.5 / 989.4; ring 370 / 450).
+  const HardwareProfile h100 = DefaultProfile(LoadCluster("dgx-h100"));
+  EXPECT_NEAR(h100.gemm_max_efficiency, 794.5 / 989.4 * 0.735, 1e-12);
+  EXPECT_NEAR(h100.intra_busbw_GBps, 450 * 370.0 / 450.0, 1e-9);
+  EXPECT_NEAR(DefaultProfile(LoadCluster("mi325x-8gpu")).gemm_max_efficiency, 784.9 / 1307.4 * 0.735, 1e-12);
   // A measurement above the peak is refused.
   Json g = Json::parse(ReadTextFile(testing::SourceDir() + "/models/gpu/h100-sxm.json"));
   g["mamf_tflops"]["bf16"] = 1000;
