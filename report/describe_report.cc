@@ -267,8 +267,9 @@ void WriteFit(std::ostream& out, const FitDescription& f, const ModelDescription
                                       : "");
   if (w.expert_params > 0) {
     out << fmt::format("  of them routed experts {} (split over ep x etp = {} x {}; their state shards over "
-                       "edp = {} expert-data-parallel ranks)\n",
-                       FormatCount(w.expert_params), cfg.ep, cfg.expert_tp(), cfg.expert_dp());
+                       "edp = {} expert-data-parallel ranks{})\n",
+                       FormatCount(w.expert_params), cfg.ep, cfg.expert_tp(), cfg.expert_dp(),
+                       w.mtp_params > 0 && d.model.moe.enabled() ? "; the MTP module's experts included" : "");
   }
   out << "  weights + gradients + optimizer state per GPU (activations not included;\n"
          "  `shardcast simulate` gives the full memory picture):\n";

@@ -1288,11 +1288,15 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     return f;
   };
   const std::int64_t pc_moe_layers = m.MoeLayersIn(0, m.num_layers);
+  // Each MTP module: its projection and pass through the output head (mtp_ops) and one layer of
+  // the model's kind (an MoE layer in an MoE model), on the last stage.
+  const double mtp_flops = static_cast<double>(m.mtp_num_layers) *
+                           (sum_flops(cm.mtp_ops) + sum_flops(m.moe.enabled() ? cm.moe_layer_ops : cm.layer_ops));
   res.executed_flops_per_step =
       static_cast<double>(c.dp_cp()) * static_cast<double>(c.tp) * static_cast<double>(c.num_microbatches()) *
       (static_cast<double>(m.num_layers - pc_moe_layers) * sum_flops(cm.layer_ops) +
        static_cast<double>(pc_moe_layers) * sum_flops(cm.moe_layer_ops) + sum_flops(cm.embedding_ops) +
-       sum_flops(cm.output_ops));
+       sum_flops(cm.output_ops) + mtp_flops);
   res.executed_flops_utilization = res.executed_flops_per_step / (step * peak);
 
   // Per-stage accounting on replica 0.

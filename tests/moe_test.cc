@@ -331,6 +331,16 @@ TEST(Moe, ExecutedFlopsRunTheMeanRanksLoad) {
     EXPECT_GT(r.step_time_s, last_step_s) << imbalance;  // the busiest rank still sets the time
     last_step_s = r.step_time_s;
   }
+  // With an MTP module (one more MoE layer, its projection and a second pass through the output
+  // head, all in the model FLOPs) the kernels run it too.
+  Model mtp = m;
+  mtp.mtp_num_layers = 1;
+  c.moe_load_imbalance = 1.0;
+  const FlopCounts fm = mtp.Flops(4096);
+  const SimulationResult rm = Simulate(mtp, c, cl, 8, DefaultProfile(cl));
+  ASSERT_TRUE(rm.feasible) << rm.reasons.front();
+  EXPECT_NEAR(rm.executed_flops_per_step / (tokens * (fm.per_token_dense + 7.0 / 12.0 * fm.per_token_attention)), 1.0,
+              1e-9);
 }
 
 // The default load imbalance (docs/simulator.md, "load imbalance"): balanced routing's expected
