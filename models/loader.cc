@@ -306,6 +306,31 @@ std::string NameOf(const JsonReader& r, const std::string& file) {
 }  // namespace
 
 namespace {
+/// Our format's RoPE keys (rotary_base, rotary_percent, the Llama 3 scaling and its bands), each
+/// refused without rotary positions or, for a band, without the scaling.
+void ReadRope(const JsonReader& r, const std::string& file, Model* m) {
+  m->rotary_base = r.OptNumber("rotary_base", 1, 1e12).value_or(10000.0);
+  m->rotary_percent = r.OptNumber("rotary_percent", 1e-6, 1).value_or(1.0);
+  m->rope_scaling_factor = r.OptNumber("rope_scaling_factor", 1, 1e6).value_or(0.0);
+  m->rope_low_freq_factor = r.OptNumber("rope_scaling_low_freq_factor", 1e-6, 1e6).value_or(1);
+  m->rope_high_freq_factor = r.OptNumber("rope_scaling_high_freq_factor", 1e-6, 1e6).value_or(4);
+  m->rope_original_max_positions = r.OptInt("rope_scaling_original_max_position_embeddings", 1, kMaxSeq).value_or(8192);
+  for (const char* key : {"rope_scaling_low_freq_factor", "rope_scaling_high_freq_factor",
+                          "rope_scaling_original_max_position_embeddings"}) {
+    if (r.Has(key) && !r.Has("rope_scaling_factor")) {
+      throw InputError::Field(file, std::string("/") + key, JsonForMessage(r.json()[key]),
+                              "no such key without rope_scaling_factor (the Llama 3 scaling whose band it sets)");
+    }
+  }
+  // Rotary keys without rotary positions would be dropped (ModelToJson writes them only with rope).
+  for (const char* key : {"rotary_base", "rotary_percent", "rope_scaling_factor", "no_rope_freq"}) {
+    if (r.Has(key) && m->position_embedding != PositionEmbedding::kRope) {
+      throw InputError::Field(file, std::string("/") + key, JsonForMessage(r.json()[key]),
+                              "no such key without rotary positions (position_embedding \"rope\")");
+    }
+  }
+}
+
 /// Our format's NoPE layers, Megatron-LM's --no-rope-freq: an integer N >= 1 (every N-th layer,
 /// 1-based, skips RoPE; 1: all) or a list of num_layers 0/1 (1: the layer skips RoPE). A pattern
 /// without a NoPE layer (N above num_layers) is none.
@@ -412,26 +437,7 @@ Model ModelFromJson(const Json& j, const std::string& file) {
   m.position_embedding = pe == "learned" ? PositionEmbedding::kLearned
                          : pe == "rope"  ? PositionEmbedding::kRope
                                          : PositionEmbedding::kAlibi;
-  m.rotary_base = r.OptNumber("rotary_base", 1, 1e12).value_or(10000.0);
-  m.rotary_percent = r.OptNumber("rotary_percent", 1e-6, 1).value_or(1.0);
-  m.rope_scaling_factor = r.OptNumber("rope_scaling_factor", 1, 1e6).value_or(0.0);
-  m.rope_low_freq_factor = r.OptNumber("rope_scaling_low_freq_factor", 1e-6, 1e6).value_or(1);
-  m.rope_high_freq_factor = r.OptNumber("rope_scaling_high_freq_factor", 1e-6, 1e6).value_or(4);
-  m.rope_original_max_positions = r.OptInt("rope_scaling_original_max_position_embeddings", 1, kMaxSeq).value_or(8192);
-  for (const char* key : {"rope_scaling_low_freq_factor", "rope_scaling_high_freq_factor",
-                          "rope_scaling_original_max_position_embeddings"}) {
-    if (r.Has(key) && !r.Has("rope_scaling_factor")) {
-      throw InputError::Field(file, std::string("/") + key, JsonForMessage(r.json()[key]),
-                              "no such key without rope_scaling_factor (the Llama 3 scaling whose band it sets)");
-    }
-  }
-  // Rotary keys without rotary positions would be dropped (ModelToJson writes them only with rope).
-  for (const char* key : {"rotary_base", "rotary_percent", "rope_scaling_factor", "no_rope_freq"}) {
-    if (r.Has(key) && m.position_embedding != PositionEmbedding::kRope) {
-      throw InputError::Field(file, std::string("/") + key, JsonForMessage(r.json()[key]),
-                              "no such key without rotary positions (position_embedding \"rope\")");
-    }
-  }
+  ReadRope(r, file, &m);
   m.tie_embeddings = r.Bool("tie_embeddings");
   m.add_bias_linear = r.OptBool("add_bias_linear").value_or(true);
   m.add_qkv_bias = r.OptBool("add_qkv_bias").value_or(m.add_bias_linear);

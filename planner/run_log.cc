@@ -309,6 +309,28 @@ void MegatronRouterJson(const MegatronArgs& a, Json* j) {
   if (a.Flag("moe_apply_probs_on_input")) (*j)["moe_apply_probs_on_input"] = true;
 }
 
+/// --no-rope-freq: N, or its list (1 where a layer skips RoPE), as our format's no_rope_freq.
+void MegatronNoRopeJson(const MegatronArgs& a, Json* j) {
+  if (const auto nope = a.Get("no_rope_freq"); nope && !nope->empty() && nope->front() == '[') {
+    Json l = Json::array();
+    for (const std::string& v : a.List("no_rope_freq")) l.push_back(v == "1" ? 1 : v == "0" ? 0 : -1);
+    (*j)["no_rope_freq"] = l;  // anything but 0/1 exits 2 naming the entry when the model is read
+  } else if (const auto n = a.Int("no_rope_freq"); n && *n >= 1) {
+    (*j)["no_rope_freq"] = *n;
+  }
+}
+
+/// Llama 4's q/k L2 norms; GPT-OSS's learned attention sinks and clamped quick-GeGLU (its gate and
+/// up projections as SwiGLU's), as our format's keys.
+void MegatronAttentionExtrasJson(const MegatronArgs& a, Json* j) {
+  if (a.Flag("qk_l2_norm")) (*j)["qk_l2_norm"] = true;
+  if (a.Get("softmax_type").value_or("vanilla") == "learnable") (*j)["attention_sinks"] = true;
+  if (a.Flag("quick_geglu")) {
+    (*j)["activation"] = "swiglu";
+    if (const auto clamp = a.Number("activation_func_clamp_value"); clamp && *clamp > 0) (*j)["swiglu_limit"] = *clamp;
+  }
+}
+
 Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::optional<std::int64_t> padded_vocab) {
   Json j;
   j["name"] = name;
@@ -335,14 +357,7 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::opti
   if (pe == "rope") {
     if (const auto base = a.Number("rotary_base")) j["rotary_base"] = *base;
     if (const auto pct = a.Number("rotary_percent"); pct && *pct != 1) j["rotary_percent"] = *pct;
-    // --no-rope-freq: N, or its list (1 where a layer skips RoPE), as our format takes them.
-    if (const auto nope = a.Get("no_rope_freq"); nope && !nope->empty() && nope->front() == '[') {
-      Json l = Json::array();
-      for (const std::string& v : a.List("no_rope_freq")) l.push_back(v == "1" ? 1 : v == "0" ? 0 : -1);
-      j["no_rope_freq"] = l;  // anything but 0/1 exits 2 naming the entry when the model is read
-    } else if (const auto n = a.Int("no_rope_freq"); n && *n >= 1) {
-      j["no_rope_freq"] = *n;
-    }
+    MegatronNoRopeJson(a, &j);
     if (a.Flag("use_rope_scaling")) j["rope_scaling_factor"] = a.Number("rope_scaling_factor").value_or(8.0);
   }
   j["tie_embeddings"] = !a.Flag("untie_embeddings_and_output_weights");
@@ -351,13 +366,7 @@ Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::opti
   // Multi-latent attention's q and kv norms are part of MLA (always counted), which Megatron-Core
   // builds only with --qk-layernorm: the switch says nothing more there.
   if (a.Flag("qk_layernorm") && !a.Flag("multi_latent_attention")) j["qk_layernorm"] = true;
-  if (a.Flag("qk_l2_norm")) j["qk_l2_norm"] = true;
-  // GPT-OSS: learned attention sinks, and the clamped quick-GeGLU (gate and up projections as SwiGLU's).
-  if (a.Get("softmax_type").value_or("vanilla") == "learnable") j["attention_sinks"] = true;
-  if (a.Flag("quick_geglu")) {
-    j["activation"] = "swiglu";
-    if (const auto clamp = a.Number("activation_func_clamp_value"); clamp && *clamp > 0) j["swiglu_limit"] = *clamp;
-  }
+  MegatronAttentionExtrasJson(a, &j);
   // --window-size (left, right), printed as a tuple or None, and --window-attn-skip-freq.
   if (const std::string w = a.Get("window_size").value_or("None"); w != "None") {
     std::int64_t left = 0, right = -1;

@@ -327,6 +327,22 @@ struct PyLines {
   void Comment(const std::string& s) { text += "# " + s + "\n"; }
 };
 
+/// Llama 4's NoPE layers as Megatron-Core's no_rope_freq (N or its 0/1 list); its q/k L2 norms, a
+/// layer-spec choice an override cannot make, named.
+void NemoLlama4Attention(const Model& m, PyLines* p, std::vector<std::string>* unexpressed) {
+  if (const std::int64_t n = m.NoRopeFreq(); n > 0) {
+    p->Set("model.config.no_rope_freq", Py(n));
+  } else if (!m.no_rope_layers.empty()) {
+    std::string l = "[";
+    for (std::size_t i = 0; i < m.no_rope_layers.size(); ++i) l += (i > 0 ? ", " : "") + std::string(m.no_rope_layers[i] ? "1" : "0");
+    p->Set("model.config.no_rope_freq", l + "]");
+  }
+  if (m.qk_l2_norm) {
+    unexpressed->push_back("Llama 4's q/k L2 norms (Megatron-LM's --qk-l2-norm, a layer-spec choice): not written; "
+                           "start from NeMo's Llama 4 recipe (llm.llama4_*), whose layer spec has them");
+  }
+}
+
 void NemoModel(const Model& m, std::int64_t seq, PyLines* p, std::vector<std::string>* unexpressed) {
   p->Comment("Model shape (GPTConfig / TransformerConfig fields)");
   p->Set("model.config.num_layers", Py(m.num_layers));
@@ -350,17 +366,7 @@ void NemoModel(const Model& m, std::int64_t seq, PyLines* p, std::vector<std::st
     p->Set("model.config.rotary_percent", Number(m.rotary_percent));
   }
   RopeBandsUnexpressed(m, "NeMo's Llama 3.1 scaling", 1, 4, unexpressed);
-  if (const std::int64_t n = m.NoRopeFreq(); n > 0) {
-    p->Set("model.config.no_rope_freq", Py(n));
-  } else if (!m.no_rope_layers.empty()) {
-    std::string l = "[";
-    for (std::size_t i = 0; i < m.no_rope_layers.size(); ++i) l += (i > 0 ? ", " : "") + std::string(m.no_rope_layers[i] ? "1" : "0");
-    p->Set("model.config.no_rope_freq", l + "]");
-  }
-  if (m.qk_l2_norm) {
-    unexpressed->push_back("Llama 4's q/k L2 norms (Megatron-LM's --qk-l2-norm, a layer-spec choice): not written; "
-                           "start from NeMo's Llama 4 recipe (llm.llama4_*), whose layer spec has them");
-  }
+  NemoLlama4Attention(m, p, unexpressed);
   GptOssUnexpressed(m, "start from NeMo's GPT-OSS recipe, whose config sets them", unexpressed);
   RopeScalingUnexpressed(m, unexpressed);
   if (m.rope_scaling_factor > 0) {

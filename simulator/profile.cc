@@ -141,6 +141,66 @@ void AddLowPrecisionGemmRates(const Gpu& g, const std::optional<Gpu>& ref, doubl
       fmt::format("FP32 GEMMs at the bf16 MAMF fraction {:.3f} of the FP32 peak (no public measurement)", mamf16));
 }
 
+/// The intra-node collectives of the built-in profile (DefaultProfile): ring busbw, NVLS, p2p and
+/// a full mesh's links, with the estimate lines of what was measured on another GPU or not at all.
+void AddIntraNodeCollectives(const Cluster& cl, const std::optional<Gpu>& ref, HardwareProfile* p) {
+  const Gpu& g = cl.gpu;
+  // Collectives. Intra-node ring busbw as a fraction of the NVLink line rate, measured:
+  // A100 230/300, H100/H200 370/450, B200 682/900 (hardware.md 2.4); PCIe and others 0.8 [est].
+  // The GPU file's measured ring (nvlink_ring_busbw_GBps) over its NVLink rate, else its
+  // architecture's reference GPU's fraction (an estimate line names it).
+  double intra_eff = 0.8;
+  const bool nvlink_node = cl.intra_fabric == "nvswitch" || cl.intra_fabric == "nvlink";
+  const Gpu* ring_of = nvlink_node && g.nvlink_ring_busbw_GBps > 0 && g.nvlink_GBps_per_direction > 0 ? &g
+                       : nvlink_node && ref && ref->nvlink_ring_busbw_GBps > 0 && ref->nvlink_GBps_per_direction > 0
+                           ? &*ref
+                           : nullptr;
+  if (ring_of != nullptr) intra_eff = ring_of->nvlink_ring_busbw_GBps / ring_of->nvlink_GBps_per_direction;
+  p->intra_busbw_GBps = cl.intra_GBps_per_direction * intra_eff;
+  // NCCL's NVLink SHARP (NVLS) all-reduce on third-generation and later NVSwitch systems: about
+  // 480 GB/s busbw on 8 H100 (450 line; nccl-tests reports, the dgx-h100 preset's notes) and
+  // about 850 on GB200 NVL72 (900 line; GTC24 S62129), where rings reach 370 and 680.
+  if (cl.intra_fabric == "nvswitch") {
+    if (g.arch == "hopper") p->nvls_allreduce_busbw_GBps = cl.intra_GBps_per_direction * 480.0 / 450.0;
+    if (g.arch == "blackwell") p->nvls_allreduce_busbw_GBps = cl.intra_GBps_per_direction * 850.0 / 900.0;
+  }
+  if (ring_of == nullptr) {
+    p->estimates.push_back({"intra-node collective busbw 0.8 of the " + cl.intra_fabric + " line rate (measured only "
+                           "for A100, H100/H200 and B200 on NVLink)"});
+  } else if (ring_of != &g) {
+    // Measured on another GPU of the architecture (A800's and H800's NVLink is narrower than the
+    // A100's and H100's); so is the p2p fraction on Ampere and Hopper (below).
+    p->estimates.push_back({fmt::format("intra-node collective busbw {:.3f}{} of the NVLink line rate {} the {}'s "
+                                       "measurement{} (none for {})",
+                                       intra_eff,
+                                       g.arch == "ampere" || g.arch == "hopper"
+                                           ? fmt::format(" and p2p {:.3f}", g.arch == "ampere" ? 274.0 / 300.0 : 0.83)
+                                           : "",
+                                       g.arch == "ampere" || g.arch == "hopper" ? "are" : "is", ring_of->display_name,
+                                       g.arch == "ampere" || g.arch == "hopper" ? "s" : "", g.name)});
+  }
+  // p2p inside a node: measured pair write bandwidth A100 274/300, H100 376/450 (hardware.md 1.2).
+  p->p2p_intra_GBps = cl.intra_GBps_per_direction * (g.arch == "ampere" ? 274.0 / 300.0 : 0.83);
+  // A full mesh (xGMI: one link a peer, the cluster's bandwidth their sum): a pair has one link,
+  // and a group of k GPUs k - 1 of each GPU's links (HardwareProfile::IntraGroupBusbwGBps).
+  if (cl.intra_fabric == "xgmi" && cl.gpus_per_node > 2) {
+    p->intra_mesh_links = static_cast<int>(cl.gpus_per_node - 1);
+    p->p2p_intra_GBps /= p->intra_mesh_links;
+    p->estimates.push_back({fmt::format("a full xGMI mesh of {} links a GPU: a collective over k GPUs of a node at "
+                                       "(k - 1) / {} of the node's busbw, a pair over one link (by link count; "
+                                       "not measured)",
+                                       p->intra_mesh_links, p->intra_mesh_links)});
+  }
+  const bool nvlink = cl.intra_fabric == "nvswitch" || cl.intra_fabric == "nvlink";
+  if (!nvlink || (g.arch != "ampere" && g.arch != "hopper")) {
+    p->estimates.push_back({fmt::format("intra-node p2p {:.2f} of {} is the {}'s NVLink pair write bandwidth",
+                                       g.arch == "ampere" ? 274.0 / 300.0 : 0.83,
+                                       p->intra_mesh_links > 0 ? "one " + cl.intra_fabric + " link's rate"
+                                                              : "the " + cl.intra_fabric + " line rate",
+                                       g.arch == "ampere" ? "A100" : "H100")});
+  }
+}
+
 }  // namespace
 
 HardwareProfile DefaultProfile(const Cluster& cl) {
@@ -230,60 +290,7 @@ HardwareProfile DefaultProfile(const Cluster& cl) {
   p.hbm_GBps = g.hbm_bandwidth_GBps;
   p.memory_efficiency_vs_bytes = {{1e5, 0.3}, {1e6, 0.6}, {1e7, 0.75}, {1e8, 0.9}};
   p.launch_overhead_s = 4e-6;  // a few microseconds per kernel (hardware.md 4.2 / 5)
-  // Collectives. Intra-node ring busbw as a fraction of the NVLink line rate, measured:
-  // A100 230/300, H100/H200 370/450, B200 682/900 (hardware.md 2.4); PCIe and others 0.8 [est].
-  // The GPU file's measured ring (nvlink_ring_busbw_GBps) over its NVLink rate, else its
-  // architecture's reference GPU's fraction (an estimate line names it).
-  double intra_eff = 0.8;
-  const bool nvlink_node = cl.intra_fabric == "nvswitch" || cl.intra_fabric == "nvlink";
-  const Gpu* ring_of = nvlink_node && g.nvlink_ring_busbw_GBps > 0 && g.nvlink_GBps_per_direction > 0 ? &g
-                       : nvlink_node && ref && ref->nvlink_ring_busbw_GBps > 0 && ref->nvlink_GBps_per_direction > 0
-                           ? &*ref
-                           : nullptr;
-  if (ring_of != nullptr) intra_eff = ring_of->nvlink_ring_busbw_GBps / ring_of->nvlink_GBps_per_direction;
-  p.intra_busbw_GBps = cl.intra_GBps_per_direction * intra_eff;
-  // NCCL's NVLink SHARP (NVLS) all-reduce on third-generation and later NVSwitch systems: about
-  // 480 GB/s busbw on 8 H100 (450 line; nccl-tests reports, the dgx-h100 preset's notes) and
-  // about 850 on GB200 NVL72 (900 line; GTC24 S62129), where rings reach 370 and 680.
-  if (cl.intra_fabric == "nvswitch") {
-    if (g.arch == "hopper") p.nvls_allreduce_busbw_GBps = cl.intra_GBps_per_direction * 480.0 / 450.0;
-    if (g.arch == "blackwell") p.nvls_allreduce_busbw_GBps = cl.intra_GBps_per_direction * 850.0 / 900.0;
-  }
-  if (ring_of == nullptr) {
-    p.estimates.push_back({"intra-node collective busbw 0.8 of the " + cl.intra_fabric + " line rate (measured only "
-                           "for A100, H100/H200 and B200 on NVLink)"});
-  } else if (ring_of != &g) {
-    // Measured on another GPU of the architecture (A800's and H800's NVLink is narrower than the
-    // A100's and H100's); so is the p2p fraction on Ampere and Hopper (below).
-    p.estimates.push_back({fmt::format("intra-node collective busbw {:.3f}{} of the NVLink line rate {} the {}'s "
-                                       "measurement{} (none for {})",
-                                       intra_eff,
-                                       g.arch == "ampere" || g.arch == "hopper"
-                                           ? fmt::format(" and p2p {:.3f}", g.arch == "ampere" ? 274.0 / 300.0 : 0.83)
-                                           : "",
-                                       g.arch == "ampere" || g.arch == "hopper" ? "are" : "is", ring_of->display_name,
-                                       g.arch == "ampere" || g.arch == "hopper" ? "s" : "", g.name)});
-  }
-  // p2p inside a node: measured pair write bandwidth A100 274/300, H100 376/450 (hardware.md 1.2).
-  p.p2p_intra_GBps = cl.intra_GBps_per_direction * (g.arch == "ampere" ? 274.0 / 300.0 : 0.83);
-  // A full mesh (xGMI: one link a peer, the cluster's bandwidth their sum): a pair has one link,
-  // and a group of k GPUs k - 1 of each GPU's links (HardwareProfile::IntraGroupBusbwGBps).
-  if (cl.intra_fabric == "xgmi" && cl.gpus_per_node > 2) {
-    p.intra_mesh_links = static_cast<int>(cl.gpus_per_node - 1);
-    p.p2p_intra_GBps /= p.intra_mesh_links;
-    p.estimates.push_back({fmt::format("a full xGMI mesh of {} links a GPU: a collective over k GPUs of a node at "
-                                       "(k - 1) / {} of the node's busbw, a pair over one link (by link count; "
-                                       "not measured)",
-                                       p.intra_mesh_links, p.intra_mesh_links)});
-  }
-  const bool nvlink = cl.intra_fabric == "nvswitch" || cl.intra_fabric == "nvlink";
-  if (!nvlink || (g.arch != "ampere" && g.arch != "hopper")) {
-    p.estimates.push_back({fmt::format("intra-node p2p {:.2f} of {} is the {}'s NVLink pair write bandwidth",
-                                       g.arch == "ampere" ? 274.0 / 300.0 : 0.83,
-                                       p.intra_mesh_links > 0 ? "one " + cl.intra_fabric + " link's rate"
-                                                              : "the " + cl.intra_fabric + " line rate",
-                                       g.arch == "ampere" ? "A100" : "H100")});
-  }
+  AddIntraNodeCollectives(cl, ref, &p);
   // Per NIC: 0.92-0.96 of line rate in ring busbw (hardware.md 2.4: HDR ~24 of 25, NDR 46-48).
   p.nic_effective_GBps = 0.94 * cl.nic_Gbps / 8.0;
   if (cl.inter_fabric == "omni-path") {
