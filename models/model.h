@@ -177,7 +177,8 @@ struct Model {
   /// configurations.
   std::vector<bool> no_rope_layers;
   /// Llama 4's parameter-free L2 norm of each head's queries and keys (Hugging Face's use_qk_norm
-  /// under llama4, Megatron-LM's --qk-l2-norm). No count or time; kept for the launch configurations.
+  /// under llama4, Megatron-LM's --qk-l2-norm): no parameters; costed as qk_layernorm's passes
+  /// over Q and K (cost_model.cc); written into the launch configurations.
   bool qk_l2_norm = false;
   /// GPT-OSS's attention sinks: a learned logit per head in each layer's softmax (num_attention_heads
   /// parameters a layer, counted and split with the heads); no time.

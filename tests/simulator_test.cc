@@ -718,6 +718,13 @@ TEST(CostModel, QkLayernormIsANormOverEachHeadsQueriesAndKeys) {
   EXPECT_DOUBLE_EQ(fwd.duration_s, MemoryBoundTime(p, 2 * qk_bytes));
   EXPECT_DOUBLE_EQ(FindOp(with.layer_ops, "qk_layernorm_bwd").bytes, 3 * qk_bytes);
   EXPECT_NEAR(with.layer_saved_bytes - base.layer_saved_bytes, qk_bytes, 1e-6 * qk_bytes);
+  // Llama 4's parameter-free L2 norms: no parameters, the same passes over Q and K.
+  Model l2 = rms;
+  l2.qk_l2_norm = true;
+  EXPECT_EQ(l2.Parameters().total, rms.Parameters().total);
+  const CostModel with_l2 = BuildCostModel(l2, c, cl, p);
+  EXPECT_DOUBLE_EQ(FindOp(with_l2.layer_ops, "qk_layernorm").bytes, 2 * qk_bytes);
+  EXPECT_DOUBLE_EQ(FindOp(with_l2.layer_ops, "qk_layernorm_bwd").bytes, 3 * qk_bytes);
 }
 
 // A sliding window on all layers but every 4th (Megatron-LM's --window-size 1024,0
