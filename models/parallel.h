@@ -412,6 +412,8 @@ struct ParallelConfig {
   std::string Summary() const;
   /// A compact form for tables: "TP4 PP8 DP16 VP12 mbs1 SP Z1".
   std::string Short() const;
+  /// Every field equal (LayerOpsCache's key comparison).
+  bool operator==(const ParallelConfig&) const = default;
 };
 
 // Upper bounds on a configuration's sizes, enforced wherever one is read (command line, --fix,

@@ -700,8 +700,9 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
   }
   // 1. Exact lower bounds; prune what cannot fit in memory.
   std::vector<Bounds> bounds(cands.size());
+  LayerCostCache layer_costs;  // candidates that differ only in pp, vp, dp, ZeRO, ... share their layers
   parallel_for(cands.size(), [&](std::size_t i) {
-    if (runnable[i]) bounds[i] = LowerBounds(m, cands[i], cl, prof);
+    if (runnable[i]) bounds[i] = LowerBounds(m, cands[i], cl, prof, &layer_costs);
   });
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < cands.size(); ++i) {

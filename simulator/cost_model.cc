@@ -3,7 +3,11 @@
 #include <algorithm>
 #include <iterator>
 #include <cmath>
+#include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 
 #include "common/error.h"
 
@@ -517,6 +521,11 @@ struct LayerShape {
   double host_copy_GBps = 0;  ///< one GPU's achieved host-link copy rate, per direction (HostCopyGBps)
 };
 
+}  // namespace
+
+// Named (not anonymous) so that LayerCostCache::Impl may hold them.
+namespace cost_model_internal {
+
 /// One transformer layer, all passes, with its bytes kept for the backward pass.
 struct LayerOps {
   std::vector<Op> ops;
@@ -528,7 +537,26 @@ struct LayerOps {
   /// this layer hides when it runs paired with another micro-batch's backward (forward), less
   /// the compute slowdown the overlap costs (A2aOverlapSavings).
   double a2a_overlap_fwd_s = 0, a2a_overlap_bwd_s = 0;
+  /// One pass's time on the compute stream (ops not overlapped), and the part of it in
+  /// tensor-, context- and expert-parallel collectives (SumPass over `ops`).
+  struct PassTime {
+    double total = 0, tp = 0, cp = 0, ep = 0;
+  };
+  PassTime fwd, bwd_input, bwd_weight, recompute;
 };
+
+/// A configuration's transformer layers: dense and MoE, each in the configuration's linear format
+/// and in bf16 (for the layers --first-last-layers-bf16 keeps; empty without them).
+struct LayerSet {
+  LayerOps layer, layer16, moe_layer, moe_layer16;
+};
+
+}  // namespace cost_model_internal
+
+namespace {
+
+using cost_model_internal::LayerOps;
+using cost_model_internal::LayerSet;
 
 /// Bytes of the keys and values one context-parallel rank holds for one micro-batch: its T tokens
 /// (b*s/cp) of K and V, g/t query groups of head dimension d each.
@@ -1351,10 +1379,152 @@ void LayerBuilder::MoeMlpBackward() {
 
 LayerOps BuildLayerOps(const Model& m, const ParallelConfig& c, const LayerShape& x, const HardwareProfile& prof,
                        OpBuilder& ob, const MoePlan* moe = nullptr) {
-  return LayerBuilder(m, c, x, prof, ob, moe).Build();
+  LayerOps lo = LayerBuilder(m, c, x, prof, ob, moe).Build();
+  const std::pair<Pass, LayerOps::PassTime*> passes[] = {{Pass::kForward, &lo.fwd},
+                                                         {Pass::kBackwardInput, &lo.bwd_input},
+                                                         {Pass::kBackwardWeight, &lo.bwd_weight},
+                                                         {Pass::kRecompute, &lo.recompute}};
+  for (const auto& [pass, t] : passes) SumPass(lo.ops, pass, &t->total, &t->tp, &t->cp, &t->ep);
+  return lo;
+}
+
+/// Builds `c`'s LayerSet; `ob` holds `lf` (the configuration's linear format) on return.
+LayerSet BuildLayerSet(const Model& m, const ParallelConfig& c, const LayerShape& shape, const HardwareProfile& prof,
+                       OpBuilder& ob, const LinearFormat& lf, const std::string& arch, const MoePlan& moe) {
+  LayerSet ls;
+  const bool bf16_layers = c.bf16_layers_start + c.bf16_layers_end > 0;
+  const LinearFormat bf16 = LinearFormatOf(ParallelConfig{}, arch);
+  ls.layer = BuildLayerOps(m, c, shape, prof, ob);
+  if (bf16_layers) {
+    ob.set_linear_format(bf16);
+    ls.layer16 = BuildLayerOps(m, c, shape, prof, ob);
+    ob.set_linear_format(lf);
+  }
+  if (m.moe.enabled()) {
+    ls.moe_layer = BuildLayerOps(m, c, shape, prof, ob, &moe);
+    if (bf16_layers) {
+      ob.set_linear_format(bf16);
+      ls.moe_layer16 = BuildLayerOps(m, c, shape, prof, ob, &moe);
+      ob.set_linear_format(lf);
+    }
+  }
+  return ls;
+}
+
+std::size_t LayerKeyHash(const ParallelConfig& k) {
+  std::size_t h = 0;
+  auto mix = [&h](std::int64_t v) { h = h * 1000003u ^ std::hash<std::int64_t>{}(v); };
+  for (std::int64_t v : {k.tp, k.cp, k.ep, k.etp, k.micro_batch_size, k.seq_length}) mix(v);
+  for (int v : {static_cast<int>(k.recompute), static_cast<int>(k.precision), static_cast<int>(k.schedule),
+                static_cast<int>(k.sequence_parallel), static_cast<int>(k.tp_comm_overlap),
+                static_cast<int>(k.recompute_modules), static_cast<int>(k.offload_modules)}) {
+    mix(v);
+  }
+  return h;
 }
 
 }  // namespace
+
+ParallelConfig LayerCostKey(const ParallelConfig& cfg) {
+  ParallelConfig k = cfg;
+  const ParallelConfig d;
+  k.pp = d.pp;
+  k.dp = d.dp;
+  k.vp = d.vp;
+  k.global_batch_size = d.global_batch_size;
+  k.zero_stage = d.zero_stage;
+  k.dp_shard = d.dp_shard;
+  k.zero3_impl = d.zero3_impl;
+  k.zero3_limit_all_gathers = d.zero3_limit_all_gathers;
+  k.pipeline_flushes = d.pipeline_flushes;
+  k.flush_grad_reduce = d.flush_grad_reduce;
+  k.fp8_amax_history_len = d.fp8_amax_history_len;
+  k.fp8_param_gather = d.fp8_param_gather;
+  k.fp32_main_grads = d.fp32_main_grads;
+  k.optimizer_impl = d.optimizer_impl;
+  k.ds_reduce_bucket_elems = d.ds_reduce_bucket_elems;
+  k.ds_contiguous_gradients = d.ds_contiguous_gradients;
+  k.ds_multi_rank_bucket_allreduce = d.ds_multi_rank_bucket_allreduce;
+  k.ds_max_live_elems = d.ds_max_live_elems;
+  k.ds_persistence_threshold_elems = d.ds_persistence_threshold_elems;
+  k.ds_prefetch_bucket_elems = d.ds_prefetch_bucket_elems;
+  k.ds_max_reuse_distance_elems = d.ds_max_reuse_distance_elems;
+  k.overlap_grad_reduce = d.overlap_grad_reduce;
+  k.overlap_param_gather = d.overlap_param_gather;
+  k.cross_entropy = d.cross_entropy;
+  k.scatter_gather = d.scatter_gather;
+  k.p2p_blocking = d.p2p_blocking;
+  k.embedding_slots = d.embedding_slots;
+  k.first_stage_layers = d.first_stage_layers;
+  k.last_stage_layers = d.last_stage_layers;
+  k.even_chunks = d.even_chunks;
+  k.param_gather_bytes = d.param_gather_bytes;
+  return k;
+}
+
+struct LayerCostCache::Impl {
+  const Model* model = nullptr;
+  const Cluster* cluster = nullptr;
+  const HardwareProfile* profile = nullptr;
+  mutable std::mutex mu;
+  std::unordered_map<std::size_t, std::vector<std::pair<ParallelConfig, std::shared_ptr<const LayerSet>>>> sets;
+  std::size_t entries = 0, hits = 0;
+
+  /// `c`'s layers: the entry of its LayerCostKey, else `build()`'s, kept without their op lists
+  /// (built outside the lock; two threads may build the same key, with the same result). Binds
+  /// the cache to (m, cl, prof) on first use.
+  std::shared_ptr<const LayerSet> Get(const Model& m, const Cluster& cl, const HardwareProfile& prof,
+                                      const ParallelConfig& c, const std::function<LayerSet()>& build) {
+    const ParallelConfig key = LayerCostKey(c);
+    const std::size_t hash = LayerKeyHash(key);
+    {
+      const std::lock_guard<std::mutex> lock(mu);
+      if (model == nullptr) {
+        model = &m;
+        cluster = &cl;
+        profile = &prof;
+      } else if (model != &m || cluster != &cl || profile != &prof) {
+        throw InternalError("LayerCostCache: used with another model, cluster or profile than it was built for");
+      }
+      const auto it = sets.find(hash);
+      if (it != sets.end()) {
+        for (const auto& [k, v] : it->second) {
+          if (k == key) {
+            ++hits;
+            return v;
+          }
+        }
+      }
+    }
+    LayerSet set = build();
+    for (LayerOps* lo : {&set.layer, &set.layer16, &set.moe_layer, &set.moe_layer16}) {
+      lo->ops.clear();
+      lo->ops.shrink_to_fit();  // the bounds read the pass times and bytes, not the list
+    }
+    auto shared = std::make_shared<const LayerSet>(std::move(set));
+    const std::lock_guard<std::mutex> lock(mu);
+    auto& bucket = sets[hash];
+    for (const auto& kv : bucket) {
+      if (kv.first == key) return kv.second;  // another thread built it meanwhile
+    }
+    bucket.emplace_back(key, shared);
+    ++entries;
+    return shared;
+  }
+};
+
+LayerCostCache::LayerCostCache() : impl_(std::make_unique<Impl>()) {}
+LayerCostCache::~LayerCostCache() = default;
+
+std::size_t LayerCostCache::entries() const {
+  const std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->entries;
+}
+
+std::size_t LayerCostCache::hits() const {
+  const std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->hits;
+}
 
 /// Pinned-memory copies between a GPU and its host reach about 0.8 of the link's rate one way
 /// (stas00/ml-engineering's GH200 NVLink-C2C measurement, in the gh200 preset's notes).
@@ -1705,7 +1875,7 @@ Zero3TensorCost Zero3PerTensorCost(const HardwareProfile& p, CollectiveOp op, co
 }
 
 CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster& cl,
-                         const HardwareProfile& prof) {
+                         const HardwareProfile& prof, LayerCostCache* cache) {
   CostModel cm;
   const double b = static_cast<double>(c.micro_batch_size);
   const double s = static_cast<double>(c.seq_length > 0 ? c.seq_length : m.seq_length);
@@ -1792,28 +1962,24 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
                      ar = CollectiveOp::kAllReduce;
 
   const LayerShape shape{b, s, h, f, a, g, d, t, T, rep, eb, sp, swiglu, drop, &cm.cp, HostCopyGBps(cl.gpu)};
-  LayerOps layer = BuildLayerOps(m, c, shape, prof, ob);
-  cm.layer_ops = layer.ops;
-  const double layer_saved = layer.saved_bytes;
+  const auto build = [&] { return BuildLayerSet(m, c, shape, prof, ob, lf, cl.gpu.arch, cm.moe); };
+  std::shared_ptr<const LayerSet> built;
+  if (cache != nullptr) {
+    built = cache->impl_->Get(m, cl, prof, c, build);  // pass times and bytes, no op lists
+  } else {
+    auto own = std::make_shared<LayerSet>(build());
+    cm.layer_ops = std::move(own->layer.ops);
+    cm.bf16_layer_ops = std::move(own->layer16.ops);  // empty without --first-last-layers-bf16
+    cm.moe_layer_ops = std::move(own->moe_layer.ops);  // empty without MoE
+    built = std::move(own);
+  }
+  // What follows reads the layers' pass times and bytes, not their op lists.
+  const LayerOps& layer = built->layer;
   // Layers kept in bf16 under a low-precision format (--first-last-layers-bf16).
-  LayerOps layer16;
-  if (c.bf16_layers_start + c.bf16_layers_end > 0) {
-    ob.set_linear_format(LinearFormatOf(ParallelConfig{}, cl.gpu.arch));
-    layer16 = BuildLayerOps(m, c, shape, prof, ob);
-    ob.set_linear_format(lf);
-    cm.bf16_layer_ops = layer16.ops;
-  }
-  LayerOps moe_layer, moe_layer16;
-  if (m.moe.enabled()) {
-    moe_layer = BuildLayerOps(m, c, shape, prof, ob, &cm.moe);
-    cm.moe_layer_ops = moe_layer.ops;
-    if (c.bf16_layers_start + c.bf16_layers_end > 0) {
-      ob.set_linear_format(LinearFormatOf(ParallelConfig{}, cl.gpu.arch));
-      moe_layer16 = BuildLayerOps(m, c, shape, prof, ob, &cm.moe);
-      ob.set_linear_format(lf);
-    }
-  }
-  cm.layer_saved_bytes = layer_saved;
+  const LayerOps& layer16 = built->layer16;
+  const LayerOps& moe_layer = built->moe_layer;
+  const LayerOps& moe_layer16 = built->moe_layer16;
+  cm.layer_saved_bytes = layer.saved_bytes;
   cm.quantized_weight_bytes_per_param = QuantizedWeightBytesPerParam(c, lf);
 
   // ---- embedding (first stage): lookup + position add + dropout; vocab-parallel all-reduce.
@@ -1922,12 +2088,10 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
       const double paired = PairedPassFraction(c, i, v);
       auto add_layers = [&](const LayerOps& lo, double n) {
         if (n <= 0) return;
-        double fw = 0, fwtp = 0, bi = 0, bitp = 0, bw = 0, bwtp = 0, rc = 0, rctp = 0;
-        double fwcp = 0, bicp = 0, bwcp = 0, rccp = 0, fwep = 0, biep = 0, bwep = 0, rcep = 0;
-        SumPass(lo.ops, F, &fw, &fwtp, &fwcp, &fwep);
-        SumPass(lo.ops, B, &bi, &bitp, &bicp, &biep);
-        SumPass(lo.ops, W, &bw, &bwtp, &bwcp, &bwep);
-        SumPass(lo.ops, Pass::kRecompute, &rc, &rctp, &rccp, &rcep);
+        double fw = lo.fwd.total, fwtp = lo.fwd.tp, fwcp = lo.fwd.cp, fwep = lo.fwd.ep;
+        double bi = lo.bwd_input.total, bitp = lo.bwd_input.tp, bicp = lo.bwd_input.cp, biep = lo.bwd_input.ep;
+        const double bw = lo.bwd_weight.total, bwtp = lo.bwd_weight.tp, bwcp = lo.bwd_weight.cp, bwep = lo.bwd_weight.ep;
+        const double rc = lo.recompute.total, rctp = lo.recompute.tp, rccp = lo.recompute.cp, rcep = lo.recompute.ep;
         // EP A2A overlap: the paired share of this stage's passes hides the layer's exchanges.
         fw -= paired * lo.a2a_overlap_fwd_s;
         fwep -= paired * lo.a2a_overlap_fwd_s;

@@ -4,6 +4,7 @@
 /// under a parallel configuration: shapes, FLOPs, bytes moved, bytes saved for backward, and
 /// durations from a hardware profile. Formulas and sources: DESIGN.md section 3, docs/simulator.md.
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -378,10 +379,48 @@ double MoeNodeImbalance(double rank_imbalance, std::int64_t ep, std::int64_t ran
 /// Where MoeImbalance's value for `c` and `moe` comes from, for reports.
 std::string MoeImbalanceSource(const ParallelConfig& c, const MoeSpec& moe);
 
+/// The transformer layers' costs of the configurations one search has built (their op lists,
+/// BuildCostModel's most expensive part, were 31% of a DeepSeek-V3 plan's time: `perf record`,
+/// docs/performance.md), shared by the threads of the search. It keeps each layer's pass times
+/// and bytes, not its op list. Candidates that differ only in what a layer's ops do not read
+/// (LayerCostKey: pipeline and data-parallel sizes, virtual stages, the pipeline split, the ZeRO
+/// stage and its buckets, the global batch) share one entry. Valid for one model, cluster and
+/// profile: BuildCostModel throws InternalError when a cache first used with others is passed
+/// again. Thread-safe.
+class LayerCostCache {
+ public:
+  LayerCostCache();
+  ~LayerCostCache();
+  LayerCostCache(const LayerCostCache&) = delete;
+  LayerCostCache& operator=(const LayerCostCache&) = delete;
+  /// Distinct keys built so far, and look-ups answered from them.
+  std::size_t entries() const;
+  std::size_t hits() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  friend CostModel BuildCostModel(const Model&, const ParallelConfig&, const Cluster&, const HardwareProfile&,
+                                  LayerCostCache*);
+};
+
+/// `cfg` with the fields a transformer layer's ops do not read set to their defaults: what
+/// LayerCostCache keys on. The layer ops read the tensor, context and expert parallel sizes and
+/// their communication types, the micro-batch and sequence, precision and FP8 recipe, recompute,
+/// offloading, the overlaps, flash attention, the schedule (ZB-H1 splits the weight gradients) and
+/// the layers kept in bf16 (LayerBuilder, OpBuilder, PlanMoe's plan, LinearFormatOf); not pp, dp,
+/// vp, the pipeline split, ZeRO/optimizer fields, gradient-reduce and parameter-gather options,
+/// the cross-entropy implementation or pipeline send options.
+ParallelConfig LayerCostKey(const ParallelConfig& cfg);
+
 /// Builds the op lists and per-chunk costs. The configuration must be feasible
-/// (InfeasibilityReasons empty).
+/// (InfeasibilityReasons empty). With `cache` (LowerBounds in a search), the layers' costs come
+/// from it when a configuration of the same LayerCostKey was built before, and the layers' op
+/// lists (layer_ops, moe_layer_ops, bf16_layer_ops) are left empty; the chunks' costs and memory
+/// are the same as without it.
 CostModel BuildCostModel(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
-                         const HardwareProfile& profile);
+                         const HardwareProfile& profile, LayerCostCache* cache = nullptr);
 
 /// Korthikanti et al. 2022 activation bytes per layer per micro-batch (GPT layer, no flash
 /// attention, with dropout), for tests and docs: s*b*h*(34 + 5*a*s/h) without parallelism,

@@ -1097,11 +1097,11 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
 }
 
 Bounds LowerBounds(const Model& m, const ParallelConfig& cfg, const Cluster& cl,
-                   const HardwareProfile& prof) {
+                   const HardwareProfile& prof, LayerCostCache* cache) {
   ParallelConfig c = cfg;
   if (c.seq_length <= 0) c.seq_length = m.seq_length;
   Bounds bd;
-  const CostModel cm = BuildCostModel(m, c, cl, prof);
+  const CostModel cm = BuildCostModel(m, c, cl, prof, cache);
   const int v = static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1);
   const PipelineSchedule& sched = SharedSchedule(c.schedule, static_cast<int>(c.pp),
                                                 static_cast<int>(c.num_microbatches()), v,

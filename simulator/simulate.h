@@ -240,8 +240,9 @@ struct Bounds {
   double peak_memory_lower_bytes = 0;
   int worst_stage = 0;
 };
+/// `cache` (optional) shares the layers' costs among a search's candidates (LayerCostCache).
 Bounds LowerBounds(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
-                   const HardwareProfile& profile);
+                   const HardwareProfile& profile, LayerCostCache* cache = nullptr);
 
 /// The `simulate --json` document (keys pinned in the simulator issue).
 Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfig& cfg,

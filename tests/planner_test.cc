@@ -117,6 +117,82 @@ TEST(Space, OnlyValidConfigurationsAreGenerated) {
   EXPECT_GT(rej["(tp, pp) pairs: tp*pp does not divide the GPU count"], 0u);  // e.g. pp = 5 with 256 GPUs
 }
 
+/// `a` and `b` have the same chunk costs and layer bytes, field by field.
+void ExpectSameChunks(const CostModel& a, const CostModel& b, const std::string& what) {
+  EXPECT_EQ(a.layer_saved_bytes, b.layer_saved_bytes) << what;
+  ASSERT_EQ(a.chunks.size(), b.chunks.size()) << what;
+  for (std::size_t i = 0; i < a.chunks.size(); ++i) {
+    ASSERT_EQ(a.chunks[i].size(), b.chunks[i].size()) << what;
+    for (std::size_t k = 0; k < a.chunks[i].size(); ++k) {
+      const ChunkCost &x = a.chunks[i][k], &y = b.chunks[i][k];
+      const std::string at = what + fmt::format(" stage {} chunk {}", i, k);
+      EXPECT_EQ(x.layers, y.layers) << at;
+      EXPECT_EQ(x.fwd_s, y.fwd_s) << at;
+      EXPECT_EQ(x.bwd_input_s, y.bwd_input_s) << at;
+      EXPECT_EQ(x.bwd_weight_s, y.bwd_weight_s) << at;
+      EXPECT_EQ(x.recompute_s, y.recompute_s) << at;
+      EXPECT_EQ(x.fwd_tp_s, y.fwd_tp_s) << at;
+      EXPECT_EQ(x.bwd_tp_s, y.bwd_tp_s) << at;
+      EXPECT_EQ(x.recompute_tp_s, y.recompute_tp_s) << at;
+      EXPECT_EQ(x.fwd_cp_s, y.fwd_cp_s) << at;
+      EXPECT_EQ(x.bwd_cp_s, y.bwd_cp_s) << at;
+      EXPECT_EQ(x.fwd_ep_s, y.fwd_ep_s) << at;
+      EXPECT_EQ(x.bwd_ep_s, y.bwd_ep_s) << at;
+      EXPECT_EQ(x.saved_bytes, y.saved_bytes) << at;
+      EXPECT_EQ(x.weight_saved_bytes, y.weight_saved_bytes) << at;
+      EXPECT_EQ(x.transient_bytes, y.transient_bytes) << at;
+      EXPECT_EQ(x.fwd_transient_bytes, y.fwd_transient_bytes) << at;
+      EXPECT_EQ(x.params_per_gpu, y.params_per_gpu) << at;
+    }
+  }
+}
+
+// The search shares layer costs among candidates of one LayerCostKey: every candidate (pipeline
+// depths, virtual stages, uneven splits, ZeRO stages, schedules, recompute, tp/cp/ep, FP8 with
+// bf16 edge layers for the MoE model) gets the chunk costs and bounds it gets built alone, and
+// candidates that differ only in what the layers do not read share an entry.
+TEST(Space, LayerCostCacheGivesEachCandidateItsOwnCosts) {
+  struct Case {
+    const char* model;
+    const char* cluster;
+    std::int64_t gpus, gbs, max_mbs;
+    Precision precision;
+    std::int64_t bf16_edge_layers;
+  };
+  for (const Case& k : {Case{"mixtral-8x7b", "dgx-h100", 16, 64, 1, Precision::kFp8, 1},
+                        Case{"gpt3-2.7b", "dgx-a100", 16, 64, 2, Precision::kBf16, 0}}) {
+    const Model m = LoadModel(k.model);
+    const Cluster cl = LoadCluster(k.cluster);
+    const HardwareProfile prof = DefaultProfile(cl);
+    PlanOptions o;
+    o.gpus = k.gpus;
+    o.global_batch_size = k.gbs;
+    o.max_micro_batch_size = k.max_mbs;
+    o.zero_stages = {0, 1, 2, 3};
+    o.base.precision = k.precision;
+    o.base.bf16_layers_start = o.base.bf16_layers_end = k.bf16_edge_layers;
+    std::map<std::string, std::size_t> rej;
+    const auto cands = GenerateCandidates(m, cl, o, &rej);
+    ASSERT_GT(cands.size(), 100u) << k.model;
+    LayerCostCache cache;
+    for (const ParallelConfig& c : cands) {
+      const std::string what = std::string(k.model) + " " + c.Summary();
+      const CostModel shared = BuildCostModel(m, c, cl, prof, &cache);
+      EXPECT_TRUE(shared.layer_ops.empty() && shared.moe_layer_ops.empty() && shared.bf16_layer_ops.empty()) << what;
+      ExpectSameChunks(shared, BuildCostModel(m, c, cl, prof), what);
+      const Bounds with = LowerBounds(m, c, cl, prof, &cache), without = LowerBounds(m, c, cl, prof);
+      EXPECT_EQ(with.step_time_lower_s, without.step_time_lower_s) << what;
+      EXPECT_EQ(with.peak_memory_lower_bytes, without.peak_memory_lower_bytes) << what;
+      if (::testing::Test::HasFailure()) return;
+    }
+    EXPECT_EQ(cache.entries() + cache.hits(), 2 * cands.size()) << k.model;
+    EXPECT_LT(cache.entries() * 3, cands.size()) << k.model;  // most candidates share their layers
+    // Another model (or cluster, or profile) with the same cache is a programming error.
+    const Model other = m;
+    EXPECT_THROW(BuildCostModel(other, cands.front(), cl, prof, &cache), InternalError);
+  }
+}
+
 /// What CheckBounds saw: the candidates simulated, those the memory bound prunes, the ZeRO-3 ones.
 struct BoundsCheck {
   std::size_t checked = 0, pruned = 0, zero3 = 0;
