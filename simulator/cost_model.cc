@@ -1874,8 +1874,110 @@ Zero3TensorCost Zero3PerTensorCost(const HardwareProfile& p, CollectiveOp op, co
   return x;
 }
 
-CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster& cl,
-                         const HardwareProfile& prof, LayerCostCache* cache) {
+namespace {
+
+/// Bytes per logit of the loss as CrossEntropyImpl runs it, pass by pass over the logits:
+/// forward, backward, kept for the backward, and the working memory beside what is kept in the
+/// forward and the backward: the 16-bit logits (forward) and the 16-bit gradient cast back
+/// (backward) for the others; eager PyTorch (kTorch) also holds the fp32 copy beside
+/// log_softmax's output in the forward, and in the backward nll_loss's dense fp32 gradient and
+/// log_softmax's fp32 input gradient beside the kept log-probabilities (autograd frees neither
+/// until the node after them has run). `eb`: the model dtype's bytes.
+struct CeBytes {
+  double fwd, bwd, saved, fwd_work, bwd_work;
+};
+
+CeBytes CrossEntropyBytes(CrossEntropyImpl impl, double eb) {
+  switch (impl) {
+    case CrossEntropyImpl::kNative: return {eb + 20, 8 + eb, 4, eb, eb};
+    case CrossEntropyImpl::kTe: return {3 * eb, 2 * eb, eb, eb, eb};
+    case CrossEntropyImpl::kFlashAttn: return {eb, 2 * eb, eb, eb, eb};
+    case CrossEntropyImpl::kTorch: return {eb + 20, 24 + eb, 4, eb + 4, 8};
+    default: return {eb + 36, 12 + eb, 4, eb, eb};
+  }
+}
+
+/// The tensor-parallel group's placement: tp ranks, innermost in Megatron-LM's rank order.
+GroupPlacement TpGroupOf(const ParallelConfig& c, int gpn) {
+  GroupPlacement g;
+  g.ranks = static_cast<int>(c.tp);
+  g.ranks_per_node = static_cast<int>(std::min<std::int64_t>(c.tp, gpn));
+  return g;
+}
+
+/// BuildCostModel's steps for one configuration: the groups' placement, the sharded-parameter
+/// and MoE plans and the op builder (constructor), the layers (BuildLayers, or a cache's), then
+/// the embedding, output, MTP and pipeline-receive ops and the chunks (Finish).
+class CostModelBuilder {
+ public:
+  CostModelBuilder(const Model& model, const ParallelConfig& cfg, const Cluster& cluster, const HardwareProfile& profile)
+      : m(model), c(cfg), cl(cluster), prof(profile), ob(prof, TpGroupOf(c, gpn), dense, eb, lf) {
+    cm.tokens_per_microbatch = T;
+    PlanShardedParameters();
+    PlaceGroups();
+    if (m.moe.enabled()) cm.moe = PlanMoe(m, c, gpn, T / rep, eb, prof, cl.gpu.sm_count, &cm.edp_group);
+    if (m.mla.enabled()) {
+      ob.set_attention_head_dims(static_cast<double>(m.mla.qk_head_dim + m.mla.qk_pos_emb_head_dim),
+                                 static_cast<double>(m.mla.v_head_dim));
+    } else {
+      ob.set_attention_head_dims(m.AttentionHeadDim(), m.AttentionHeadDim());
+      if (m.WindowedLayers() > 0) {
+        ob.set_attention_window(static_cast<double>(m.WindowedLayers()) / static_cast<double>(m.num_layers),
+                                m.WindowFlopRatio(static_cast<std::int64_t>(s)), static_cast<double>(m.attention_window));
+      }
+    }
+  }
+  CostModelBuilder(const CostModelBuilder&) = delete;  // shape points into cm
+  CostModelBuilder& operator=(const CostModelBuilder&) = delete;
+
+  /// The configuration's transformer layers, op lists included.
+  LayerSet BuildLayers() { return BuildLayerSet(m, c, shape, prof, ob, lf, cl.gpu.arch, cm.moe); }
+
+  /// Takes `layers`' op lists into the cost model (CostModel::layer_ops, bf16_layer_ops,
+  /// moe_layer_ops; the lists are left empty).
+  void TakeOpLists(LayerSet* layers) {
+    cm.layer_ops = std::move(layers->layer.ops);
+    cm.bf16_layer_ops = std::move(layers->layer16.ops);  // empty without --first-last-layers-bf16
+    cm.moe_layer_ops = std::move(layers->moe_layer.ops);  // empty without MoE
+  }
+
+  /// The cost model with `layers` (read for their pass times and bytes, not their op lists).
+  CostModel Finish(const LayerSet& layers) && {
+    cm.layer_saved_bytes = layers.layer.saved_bytes;
+    cm.quantized_weight_bytes_per_param = QuantizedWeightBytesPerParam(c, lf);
+    AddEmbeddingOps();
+    AddOutputOps();
+    AddMtpOps();
+    AddPipelineRecvOps();
+    BuildChunks(layers);
+    // Pipeline messages: b*s*h activations in the model dtype, split across TP ranks by the
+    // scatter/gather optimization or by sequence parallelism.
+    cm.pp_message_bytes = act / ((sp || c.scatter_gather) ? t : 1.0);
+    cm.pp_send_intra = P2PCostOf(prof, cm.pp_message_bytes, true);
+    cm.pp_send_inter = P2PCostOf(prof, cm.pp_message_bytes, false);
+    return std::move(cm);
+  }
+
+ private:
+  void PlanShardedParameters();
+  void PlaceGroups();
+  void AddEmbeddingOps();
+  void AddOutputOps();
+  void AddMtpOps();
+  void AddPipelineRecvOps();
+  void BuildChunks(const LayerSet& layers);
+  ChunkCost ChunkOf(const LayerSet& layers, const PipelineLayout& layout, std::int64_t stage, std::int64_t k,
+                    std::int64_t v) const;
+  void AddLayerCosts(ChunkCost* cc, const LayerOps& lo, double n, double paired) const;
+  void AddLayerParams(ChunkCost* cc, double layers, double moe_layers, double dense16, double moe_lp,
+                      double n16) const;
+  void AddOpCosts(ChunkCost* cc, const std::vector<Op>& ops) const;
+  void AddChunkEnds(ChunkCost* cc, const LayerSet& layers, double paired) const;
+
+  const Model& m;
+  const ParallelConfig& c;
+  const Cluster& cl;
+  const HardwareProfile& prof;
   CostModel cm;
   const double b = static_cast<double>(c.micro_batch_size);
   const double s = static_cast<double>(c.seq_length > 0 ? c.seq_length : m.seq_length);
@@ -1886,34 +1988,49 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   const double d = static_cast<double>(m.kv_channels);
   const double V = static_cast<double>(m.vocab_size);
   const double t = static_cast<double>(c.tp);
-  // Tokens of one micro-batch on one GPU: context parallelism splits each sequence over cp ranks.
+  /// Tokens of one micro-batch on one GPU: context parallelism splits each sequence over cp ranks.
   const double T = b * s / static_cast<double>(c.cp);
   const bool sp = c.sequence_parallel && c.tp > 1;
-  const double rep = sp ? t : 1.0;  // divisor of the tensors that TP alone replicates
+  const double rep = sp ? t : 1.0;  ///< divisor of the tensors that TP alone replicates
   const bool swiglu = m.activation == Activation::kSwiglu;
-  const double drop = m.dropout ? 1.0 : 0.0;  // 1-byte dropout masks
+  const double drop = m.dropout ? 1.0 : 0.0;  ///< 1-byte dropout masks
   const int gpn = static_cast<int>(cl.gpus_per_node);
-  cm.tokens_per_microbatch = T;
-  if (c.deepspeed2021_zero3() || c.deepspeed_zero3()) cm.layer_tensors = LayerTensorsOf(m, c);
-  if (c.deepspeed_zero3()) {
-    // ZeRO-3 runs without pipeline parallelism: the one stage holds every layer, each traced
-    // with its kind's tensors.
-    std::vector<std::vector<double>> orders;
-    for (std::int64_t l = 0; l < m.num_layers; ++l) {
-      orders.push_back(m.IsMoeLayer(l) ? cm.layer_tensors.moe_order : cm.layer_tensors.dense_order);
-    }
-    cm.ds_zero3 = PlanDeepSpeedZero3(orders, c.recompute == Recompute::kFull, c.ds_prefetch_bucket_elems,
-                                     c.ds_max_live_elems, c.ds_max_reuse_distance_elems);
-  }
+  const LinearFormat lf = LinearFormatOf(c, cl.gpu.arch);
+  const double eb = ModelDtypeBytes(c.precision);
+  const Precision dense = IsLowPrecision(c.precision) ? Precision::kBf16 : c.precision;
+  OpBuilder ob;
+  const double act = eb * T * h;  ///< one hidden-state tensor in the model dtype, unsharded
+  const double norm_bytes = 2 * act / rep;  ///< read + write
+  const double logits = T * V / t;
+  const CeBytes ce = CrossEntropyBytes(c.cross_entropy, eb);
+  const LayerShape shape{b, s, h, f, a, g, d, t, T, rep, eb, sp, swiglu, drop, &cm.cp, HostCopyGBps(cl.gpu)};
+  const ParameterCounts pc = m.Parameters();
+  static constexpr Pass F = Pass::kForward, B = Pass::kBackwardInput, W = Pass::kBackwardWeight;
+  static constexpr CollectiveOp ag = CollectiveOp::kAllGather, rs = CollectiveOp::kReduceScatter,
+                                ar = CollectiveOp::kAllReduce;
+};
 
-  // Placement under Megatron-LM's rank order tp (innermost), cp, dp, pp. Gradients are reduced
-  // (and the distributed optimizer sharded) over the dp x cp ranks of a stage, which hold the
-  // same weights (Megatron's data-parallel group with context parallelism).
-  cm.tp_group.ranks = static_cast<int>(c.tp);
-  cm.tp_group.ranks_per_node = static_cast<int>(std::min<std::int64_t>(c.tp, gpn));
+/// DeepSpeed ZeRO-3's (and its 2021 form's) per-layer tensors, and the current form's gather plan.
+void CostModelBuilder::PlanShardedParameters() {
+  if (c.deepspeed2021_zero3() || c.deepspeed_zero3()) cm.layer_tensors = LayerTensorsOf(m, c);
+  if (!c.deepspeed_zero3()) return;
+  // ZeRO-3 runs without pipeline parallelism: the one stage holds every layer, each traced with
+  // its kind's tensors.
+  std::vector<std::vector<double>> orders;
+  for (std::int64_t l = 0; l < m.num_layers; ++l) {
+    orders.push_back(m.IsMoeLayer(l) ? cm.layer_tensors.moe_order : cm.layer_tensors.dense_order);
+  }
+  cm.ds_zero3 = PlanDeepSpeedZero3(orders, c.recompute == Recompute::kFull, c.ds_prefetch_bucket_elems,
+                                   c.ds_max_live_elems, c.ds_max_reuse_distance_elems);
+}
+
+/// Placement under Megatron-LM's rank order tp (innermost), cp, dp, pp. Gradients are reduced
+/// (and the distributed optimizer sharded) over the dp x cp ranks of a stage, which hold the
+/// same weights (Megatron's data-parallel group with context parallelism).
+void CostModelBuilder::PlaceGroups() {
+  cm.tp_group = TpGroupOf(c, gpn);
   cm.dp_group.ranks = static_cast<int>(c.dp_cp());
-  cm.dp_group.ranks_per_node =
-      static_cast<int>(std::clamp<std::int64_t>(gpn / c.tp, 1, c.dp_cp()));
+  cm.dp_group.ranks_per_node = static_cast<int>(std::clamp<std::int64_t>(gpn / c.tp, 1, c.dp_cp()));
   if (c.hybrid_shard()) {  // shard groups are adjacent dp ranks (inside a node first)
     cm.hybrid_shard = true;
     cm.shard_group.ranks = static_cast<int>(c.dp_shard);
@@ -1939,50 +2056,10 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   for (std::int64_t i = 0; i + 1 < c.pp; ++i) {
     cm.pp_next_same_node[static_cast<std::size_t>(i)] = (i * stride) / gpn == ((i + 1) * stride) / gpn;
   }
+}
 
-  const LinearFormat lf = LinearFormatOf(c, cl.gpu.arch);
-  const double eb = ModelDtypeBytes(c.precision);
-  if (m.moe.enabled()) cm.moe = PlanMoe(m, c, gpn, T / rep, eb, prof, cl.gpu.sm_count, &cm.edp_group);
-  const Precision dense = IsLowPrecision(c.precision) ? Precision::kBf16 : c.precision;
-  OpBuilder ob(prof, cm.tp_group, dense, eb, lf);
-  if (m.mla.enabled()) {
-    ob.set_attention_head_dims(static_cast<double>(m.mla.qk_head_dim + m.mla.qk_pos_emb_head_dim),
-                               static_cast<double>(m.mla.v_head_dim));
-  } else {
-    ob.set_attention_head_dims(m.AttentionHeadDim(), m.AttentionHeadDim());
-    if (m.WindowedLayers() > 0) {
-      ob.set_attention_window(static_cast<double>(m.WindowedLayers()) / static_cast<double>(m.num_layers),
-                              m.WindowFlopRatio(static_cast<std::int64_t>(s)), static_cast<double>(m.attention_window));
-    }
-  }
-  const Pass F = Pass::kForward, B = Pass::kBackwardInput, W = Pass::kBackwardWeight;
-  const double act = eb * T * h;  // one hidden-state tensor in the model dtype, unsharded
-  const double norm_bytes = 2 * act / rep;  // read + write
-  const CollectiveOp ag = CollectiveOp::kAllGather, rs = CollectiveOp::kReduceScatter,
-                     ar = CollectiveOp::kAllReduce;
-
-  const LayerShape shape{b, s, h, f, a, g, d, t, T, rep, eb, sp, swiglu, drop, &cm.cp, HostCopyGBps(cl.gpu)};
-  const auto build = [&] { return BuildLayerSet(m, c, shape, prof, ob, lf, cl.gpu.arch, cm.moe); };
-  std::shared_ptr<const LayerSet> built;
-  if (cache != nullptr) {
-    built = cache->impl_->Get(m, cl, prof, c, build);  // pass times and bytes, no op lists
-  } else {
-    auto own = std::make_shared<LayerSet>(build());
-    cm.layer_ops = std::move(own->layer.ops);
-    cm.bf16_layer_ops = std::move(own->layer16.ops);  // empty without --first-last-layers-bf16
-    cm.moe_layer_ops = std::move(own->moe_layer.ops);  // empty without MoE
-    built = std::move(own);
-  }
-  // What follows reads the layers' pass times and bytes, not their op lists.
-  const LayerOps& layer = built->layer;
-  // Layers kept in bf16 under a low-precision format (--first-last-layers-bf16).
-  const LayerOps& layer16 = built->layer16;
-  const LayerOps& moe_layer = built->moe_layer;
-  const LayerOps& moe_layer16 = built->moe_layer16;
-  cm.layer_saved_bytes = layer.saved_bytes;
-  cm.quantized_weight_bytes_per_param = QuantizedWeightBytesPerParam(c, lf);
-
-  // ---- embedding (first stage): lookup + position add + dropout; vocab-parallel all-reduce.
+/// The embedding (first stage): lookup + position add + dropout; vocab-parallel all-reduce.
+void CostModelBuilder::AddEmbeddingOps() {
   cm.embedding_params_per_gpu = V * h / t;
   cm.output_params_per_gpu = (!m.tie_embeddings || c.pp > 1) ? V * h / t : 0.0;
   auto& E = cm.embedding_ops;
@@ -1990,28 +2067,16 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
             drop * T * h / rep);
   ob.Collective(E, sp ? "embedding_reduce_scatter" : "embedding_all_reduce", F, sp ? rs : ar, act);
   ob.Memory(E, "embedding_grad", W, 2 * act / rep + 2 * act);
-  // ---- output layer + cross-entropy (last stage), the loss as CrossEntropyImpl says.
+}
+
+/// The output layer and cross-entropy (last stage), the loss as CrossEntropyImpl says
+/// (CrossEntropyBytes).
+void CostModelBuilder::AddOutputOps() {
   auto& O = cm.output_ops;
-  const double logits = T * V / t;
   ob.Memory(O, "final_norm", F, norm_bytes, act / rep);
   if (sp) ob.Collective(O, "sp_all_gather_output", F, ag, act);
   ob.Gemm(O, "output_proj", F, T, V / t, h);
   O.back().saved_bytes = act / rep;
-  // The loss as its implementation runs it, pass by pass over the logits; CrossEntropyImpl gives
-  // the bytes per logit (forward, backward, kept for the backward) and their sources.
-  // Working memory beside what is kept, per logit: the 16-bit logits (forward) and the 16-bit
-  // gradient cast back (backward) for the others; eager PyTorch (kTorch) also holds the fp32
-  // copy beside log_softmax's output in the forward, and in the backward nll_loss's dense fp32
-  // gradient and log_softmax's fp32 input gradient beside the kept log-probabilities (autograd
-  // frees neither until the node after them has run).
-  struct CeBytes {
-    double fwd, bwd, saved, fwd_work, bwd_work;
-  };
-  const CeBytes ce = c.cross_entropy == CrossEntropyImpl::kNative ? CeBytes{eb + 20, 8 + eb, 4, eb, eb}
-                     : c.cross_entropy == CrossEntropyImpl::kTe   ? CeBytes{3 * eb, 2 * eb, eb, eb, eb}
-                     : c.cross_entropy == CrossEntropyImpl::kFlashAttn ? CeBytes{eb, 2 * eb, eb, eb, eb}
-                     : c.cross_entropy == CrossEntropyImpl::kTorch     ? CeBytes{eb + 20, 24 + eb, 4, eb + 4, 8}
-                                                                       : CeBytes{eb + 36, 12 + eb, 4, eb, eb};
   ob.Memory(O, "cross_entropy", F, ce.fwd * logits, ce.saved * logits);
   ob.Collective(O, "cross_entropy_all_reduce", F, ar, 3 * 4 * T);
   ob.Memory(O, "cross_entropy_bwd", B, ce.bwd * logits);
@@ -2022,178 +2087,206 @@ CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster&
   ob.Collective(O, sp ? "sp_reduce_scatter_output_bwd" : "tp_all_reduce_output_bwd", B, sp ? rs : ar, act);
   if (c.async_tp_grad_reduce && c.schedule != Schedule::kZbH1) ob.HideBehindGemm(O, "output_proj_wgrad");
   ob.Memory(O, "final_norm_bwd", B, 2 * norm_bytes);
-  // ---- multi-token prediction (DeepSeek-V3; Megatron-Core's MTP): per module, the two input norms,
-  // the 2h -> h projection of [next token's embedding; hidden state], one transformer layer (its
-  // ops added with the chunk's layers below) and another pass through the shared output head.
-  std::vector<Op>& mtp_ops = cm.mtp_ops;
-  if (m.mtp_num_layers > 0) {
-    ob.Memory(mtp_ops, "mtp_input_norms", F, 2 * norm_bytes, 2 * act / rep);
-    if (sp) ob.Collective(mtp_ops, "mtp_all_gather", F, ag, 2 * act);
-    ob.Linear(mtp_ops, "mtp_eh_proj", F, T, h / t, 2 * h);
-    mtp_ops.back().saved_bytes = 2 * q_bytes_of(lf, eb) * T * h / rep;
-    ob.Collective(mtp_ops, sp ? "mtp_reduce_scatter" : "mtp_all_reduce", F, sp ? rs : ar, act);
-    ob.Linear(mtp_ops, "mtp_eh_proj_dgrad", B, T, 2 * h, h / t);
-    ob.Linear(mtp_ops, "mtp_eh_proj_wgrad", W, h / t, 2 * h, T);
-    ob.Memory(mtp_ops, "mtp_input_norms_bwd", B, 4 * norm_bytes);
-    for (const Op& o : O) {
-      Op x = o;
-      x.name = "mtp_" + o.name;
-      mtp_ops.push_back(x);
-    }
-  }
+}
 
-  // ---- pipeline receive (stages after the first / before the last): Megatron's scatter/gather
-  // optimization (SC21 section 4.1, gather_split_1d_tensor) and DeepSpeed's pipe_partitioned
-  // send 1/t of the activation per TP rank; the receiver all-gathers it over NVLink. Not with
-  // sequence parallelism, whose layers take the sequence-sharded tensor as it is.
+/// Multi-token prediction (DeepSeek-V3; Megatron-Core's MTP): per module, the two input norms,
+/// the 2h -> h projection of [next token's embedding; hidden state], one transformer layer (its
+/// costs added with the chunk's layers) and another pass through the shared output head.
+void CostModelBuilder::AddMtpOps() {
+  if (m.mtp_num_layers <= 0) return;
+  std::vector<Op>& mtp_ops = cm.mtp_ops;
+  ob.Memory(mtp_ops, "mtp_input_norms", F, 2 * norm_bytes, 2 * act / rep);
+  if (sp) ob.Collective(mtp_ops, "mtp_all_gather", F, ag, 2 * act);
+  ob.Linear(mtp_ops, "mtp_eh_proj", F, T, h / t, 2 * h);
+  mtp_ops.back().saved_bytes = 2 * q_bytes_of(lf, eb) * T * h / rep;
+  ob.Collective(mtp_ops, sp ? "mtp_reduce_scatter" : "mtp_all_reduce", F, sp ? rs : ar, act);
+  ob.Linear(mtp_ops, "mtp_eh_proj_dgrad", B, T, 2 * h, h / t);
+  ob.Linear(mtp_ops, "mtp_eh_proj_wgrad", W, h / t, 2 * h, T);
+  ob.Memory(mtp_ops, "mtp_input_norms_bwd", B, 4 * norm_bytes);
+  for (const Op& o : cm.output_ops) {
+    Op x = o;
+    x.name = "mtp_" + o.name;
+    mtp_ops.push_back(x);
+  }
+}
+
+/// Pipeline receive (stages after the first / before the last): Megatron's scatter/gather
+/// optimization (SC21 section 4.1, gather_split_1d_tensor) and DeepSpeed's pipe_partitioned send
+/// 1/t of the activation per TP rank; the receiver all-gathers it over NVLink. Not with sequence
+/// parallelism, whose layers take the sequence-sharded tensor as it is.
+void CostModelBuilder::AddPipelineRecvOps() {
   if (c.pp > 1 && c.tp > 1 && c.scatter_gather && !sp) {
     ob.Collective(cm.pp_recv_ops, "pp_recv_all_gather", F, ag, act);
     ob.Collective(cm.pp_recv_ops, "pp_recv_grad_all_gather", B, ag, act);
   }
+}
 
-  // ---- chunks: stage i holds model chunks c*pp + i (Megatron-LM interleaving).
+/// The chunks: stage i holds model chunks k*pp + i (Megatron-LM interleaving).
+void CostModelBuilder::BuildChunks(const LayerSet& layers) {
   const PipelineLayout layout = PipelineLayoutOf(m, c);
   if (!layout.error.empty()) throw InternalError("BuildCostModel: " + layout.error);
   const std::int64_t v = static_cast<std::int64_t>(layout.chunk_layers.size()) / c.pp;
-  const std::int64_t chunks_total = c.pp * v;
   cm.chunks.assign(static_cast<std::size_t>(c.pp), {});
-  const ParameterCounts pc = m.Parameters();
-  const double layer_params_gpu = static_cast<double>(pc.per_layer.sharded) / t +
-                                  static_cast<double>(pc.per_layer.replicated);
   for (std::int64_t i = 0; i < c.pp; ++i) {
-    for (std::int64_t k = 0; k < v; ++k) {
-      const std::int64_t model_chunk = k * c.pp + i;
-      ChunkCost cc;
-      cc.stage = static_cast<int>(i);
-      cc.chunk = static_cast<int>(k);
-      cc.layers = static_cast<int>(layout.chunk_layers[static_cast<std::size_t>(model_chunk)]);
-      cc.has_embedding = model_chunk == 0;
-      cc.has_output = model_chunk == chunks_total - 1;
-      const double nl = cc.layers;
-      // Layers of this chunk kept in bf16 (the first and last layers of the model).
-      const std::int64_t first = layout.first_layer[static_cast<std::size_t>(model_chunk)];
-      const std::int64_t n16 = Overlap(first, first + cc.layers, 0, c.bf16_layers_start) +
-                               Overlap(first, first + cc.layers, m.num_layers - c.bf16_layers_end, m.num_layers);
-      cc.bf16_layers = static_cast<int>(n16);
-      // Of them, MoE layers, and MoE layers kept in bf16.
-      std::int64_t nmoe = 0, nmoe16 = 0;
-      if (m.moe.enabled()) {
-        for (std::int64_t l = first; l < first + cc.layers; ++l) {
-          if (!m.IsMoeLayer(l)) continue;
-          ++nmoe;
-          if (l < c.bf16_layers_start || l >= m.num_layers - c.bf16_layers_end) ++nmoe16;
-        }
-      }
-      cc.moe_layers = static_cast<int>(nmoe);
-      const double paired = PairedPassFraction(c, i, v);
-      auto add_layers = [&](const LayerOps& lo, double n) {
-        if (n <= 0) return;
-        double fw = lo.fwd.total, fwtp = lo.fwd.tp, fwcp = lo.fwd.cp, fwep = lo.fwd.ep;
-        double bi = lo.bwd_input.total, bitp = lo.bwd_input.tp, bicp = lo.bwd_input.cp, biep = lo.bwd_input.ep;
-        const double bw = lo.bwd_weight.total, bwtp = lo.bwd_weight.tp, bwcp = lo.bwd_weight.cp, bwep = lo.bwd_weight.ep;
-        const double rc = lo.recompute.total, rctp = lo.recompute.tp, rccp = lo.recompute.cp, rcep = lo.recompute.ep;
-        // EP A2A overlap: the paired share of this stage's passes hides the layer's exchanges.
-        fw -= paired * lo.a2a_overlap_fwd_s;
-        fwep -= paired * lo.a2a_overlap_fwd_s;
-        bi -= paired * lo.a2a_overlap_bwd_s;
-        biep -= paired * lo.a2a_overlap_bwd_s;
-        cc.fwd_ep_s += n * fwep;
-        cc.bwd_ep_s += n * (biep + bwep);
-        cc.recompute_ep_s += n * rcep;
-        cc.fwd_s += n * fw;
-        cc.fwd_tp_s += n * fwtp;
-        cc.fwd_cp_s += n * fwcp;
-        cc.bwd_input_s += n * bi;
-        cc.bwd_weight_s += n * bw;
-        cc.bwd_tp_s += n * (bitp + bwtp);
-        cc.bwd_cp_s += n * (bicp + bwcp);
-        cc.recompute_s += n * rc;
-        cc.recompute_tp_s += n * rctp;
-        cc.recompute_cp_s += n * rccp;
-        cc.saved_bytes += n * lo.saved_bytes;
-        cc.weight_saved_bytes += n * std::min(lo.saved_bytes, lo.weight_inputs_bytes);
-        cc.transient_bytes = std::max(cc.transient_bytes, lo.transient_bytes);
-        cc.fwd_transient_bytes = std::max(cc.fwd_transient_bytes, lo.fwd_transient_bytes);
-      };
-      const double dense16 = static_cast<double>(n16 - nmoe16), moe_lp = static_cast<double>(nmoe - nmoe16);
-      add_layers(layer, nl - static_cast<double>(n16) - moe_lp);
-      add_layers(layer16, dense16);
-      add_layers(moe_layer, moe_lp);
-      add_layers(moe_layer16, static_cast<double>(nmoe16));
-      const double nd = nl - static_cast<double>(nmoe), nm = static_cast<double>(nmoe);
-      cc.params_per_gpu = nd * layer_params_gpu;
-      double moe_sharded_gpu = 0, expert_gpu = 0;
-      if (nmoe > 0) {
-        moe_sharded_gpu = static_cast<double>(pc.moe_layer.sharded) / t;
-        expert_gpu = static_cast<double>(pc.moe_layer.expert) / static_cast<double>(cm.moe.ep * cm.moe.etp);
-        cc.expert_params_per_gpu = nm * expert_gpu;
-        cc.params_per_gpu += nm * (moe_sharded_gpu + static_cast<double>(pc.moe_layer.replicated)) + cc.expert_params_per_gpu;
-      }
-      // The linear layers' weights (sharded parameters and experts) that the low-precision format copies.
-      if (lf.low_precision()) {
-        cc.quantized_params_per_gpu = (nd - dense16) * static_cast<double>(pc.per_layer.sharded) / t +
-                                      moe_lp * (moe_sharded_gpu + expert_gpu);
-        cc.scaling_state_bytes = (nl - static_cast<double>(n16)) * ScalingStateBytesPerLayer(c);
-      }
-      auto add = [&](const std::vector<Op>& ops) {
-        double x = 0, y = 0;
-        SumPass(ops, F, &x, &y);
-        cc.fwd_s += x;
-        cc.fwd_tp_s += y;
-        x = y = 0;
-        SumPass(ops, B, &x, &y);
-        cc.bwd_input_s += x;
-        cc.bwd_tp_s += y;
-        x = y = 0;
-        SumPass(ops, W, &x, &y);
-        cc.bwd_weight_s += x;
-        cc.bwd_tp_s += y;
-        cc.saved_bytes += SavedBytes(ops);
-      };
-      // A received 1/t slice (scatter/gather) is all-gathered over the TP group before use, on the
-      // receiving rank's compute stream: the activation before the forward of every chunk but the
-      // first, its gradient before the backward of every chunk but the last.
-      for (const Op& o : cm.pp_recv_ops) {
-        if (o.pass == F && model_chunk > 0) {
-          cc.fwd_s += o.duration_s;
-          cc.fwd_tp_s += o.duration_s;
-        }
-        if (o.pass == B && model_chunk < chunks_total - 1) {
-          cc.bwd_input_s += o.duration_s;
-          cc.bwd_tp_s += o.duration_s;
-        }
-      }
-      if (cc.has_embedding) {
-        add(E);
-        cc.params_per_gpu += V * h / t + static_cast<double>(pc.position_embedding);
-      }
-      if (cc.has_output) {
-        add(O);
-        cc.weight_saved_bytes += act / rep;  // output-layer GEMM input
-        // The loss's working memory; the forward figure also covers the layers' (as before).
-        cc.fwd_transient_bytes =
-            std::max({cc.fwd_transient_bytes, cc.transient_bytes, ce.fwd_work * logits});
-        cc.transient_bytes = std::max(cc.transient_bytes, ce.bwd_work * logits);
-        const bool separate_copy = !m.tie_embeddings || c.pp > 1;
-        cc.params_per_gpu += static_cast<double>(pc.final_norm) + (separate_copy ? V * h / t : 0.0);
-        if (m.mtp_num_layers > 0) {
-          const double n = static_cast<double>(m.mtp_num_layers);
-          for (std::int64_t k2 = 0; k2 < m.mtp_num_layers; ++k2) add(mtp_ops);
-          add_layers(m.moe.enabled() ? moe_layer : layer, n);
-          const MtpParametersPerGpu mtp = MtpParametersOfLastStage(m, c.tp, cm.moe.ep * cm.moe.etp);
-          cc.expert_params_per_gpu += mtp.experts;
-          cc.params_per_gpu += mtp.params;
-        }
-      }
-      cm.chunks[static_cast<std::size_t>(i)].push_back(cc);
+    for (std::int64_t k = 0; k < v; ++k) cm.chunks[static_cast<std::size_t>(i)].push_back(ChunkOf(layers, layout, i, k, v));
+  }
+}
+
+/// Chunk k of pipeline stage `stage` (model chunk k*pp + stage) of v a stage.
+ChunkCost CostModelBuilder::ChunkOf(const LayerSet& layers, const PipelineLayout& layout, std::int64_t stage,
+                                    std::int64_t k, std::int64_t v) const {
+  const std::int64_t model_chunk = k * c.pp + stage;
+  const std::int64_t chunks_total = c.pp * v;
+  ChunkCost cc;
+  cc.stage = static_cast<int>(stage);
+  cc.chunk = static_cast<int>(k);
+  cc.layers = static_cast<int>(layout.chunk_layers[static_cast<std::size_t>(model_chunk)]);
+  cc.has_embedding = model_chunk == 0;
+  cc.has_output = model_chunk == chunks_total - 1;
+  const double nl = cc.layers;
+  // Layers of this chunk kept in bf16 (the first and last layers of the model).
+  const std::int64_t first = layout.first_layer[static_cast<std::size_t>(model_chunk)];
+  const std::int64_t n16 = Overlap(first, first + cc.layers, 0, c.bf16_layers_start) +
+                           Overlap(first, first + cc.layers, m.num_layers - c.bf16_layers_end, m.num_layers);
+  cc.bf16_layers = static_cast<int>(n16);
+  // Of them, MoE layers, and MoE layers kept in bf16.
+  std::int64_t nmoe = 0, nmoe16 = 0;
+  if (m.moe.enabled()) {
+    for (std::int64_t l = first; l < first + cc.layers; ++l) {
+      if (!m.IsMoeLayer(l)) continue;
+      ++nmoe;
+      if (l < c.bf16_layers_start || l >= m.num_layers - c.bf16_layers_end) ++nmoe16;
     }
   }
-  // Pipeline messages: b*s*h activations in the model dtype, split across TP ranks by the scatter/gather
-  // optimization or by sequence parallelism.
-  cm.pp_message_bytes = act / ((sp || c.scatter_gather) ? t : 1.0);
-  cm.pp_send_intra = P2PCostOf(prof, cm.pp_message_bytes, true);
-  cm.pp_send_inter = P2PCostOf(prof, cm.pp_message_bytes, false);
-  return cm;
+  cc.moe_layers = static_cast<int>(nmoe);
+  const double paired = PairedPassFraction(c, stage, v);
+  const double dense16 = static_cast<double>(n16 - nmoe16), moe_lp = static_cast<double>(nmoe - nmoe16);
+  AddLayerCosts(&cc, layers.layer, nl - static_cast<double>(n16) - moe_lp, paired);
+  AddLayerCosts(&cc, layers.layer16, dense16, paired);
+  AddLayerCosts(&cc, layers.moe_layer, moe_lp, paired);
+  AddLayerCosts(&cc, layers.moe_layer16, static_cast<double>(nmoe16), paired);
+  AddLayerParams(&cc, nl, static_cast<double>(nmoe), dense16, moe_lp, static_cast<double>(n16));
+  // A received 1/t slice (scatter/gather) is all-gathered over the TP group before use, on the
+  // receiving rank's compute stream: the activation before the forward of every chunk but the
+  // first, its gradient before the backward of every chunk but the last.
+  for (const Op& o : cm.pp_recv_ops) {
+    if (o.pass == F && model_chunk > 0) {
+      cc.fwd_s += o.duration_s;
+      cc.fwd_tp_s += o.duration_s;
+    }
+    if (o.pass == B && model_chunk < chunks_total - 1) {
+      cc.bwd_input_s += o.duration_s;
+      cc.bwd_tp_s += o.duration_s;
+    }
+  }
+  AddChunkEnds(&cc, layers, paired);
+  return cc;
+}
+
+/// Adds n layers of `lo` to `cc`: its passes' times (less what the paired share of the stage's
+/// passes hides of the layer's expert-parallel exchanges, --overlap-moe-expert-parallel-comm)
+/// and its bytes.
+void CostModelBuilder::AddLayerCosts(ChunkCost* cc, const LayerOps& lo, double n, double paired) const {
+  if (n <= 0) return;
+  const double fw = lo.fwd.total - paired * lo.a2a_overlap_fwd_s, fwep = lo.fwd.ep - paired * lo.a2a_overlap_fwd_s;
+  const double bi = lo.bwd_input.total - paired * lo.a2a_overlap_bwd_s,
+               biep = lo.bwd_input.ep - paired * lo.a2a_overlap_bwd_s;
+  cc->fwd_ep_s += n * fwep;
+  cc->bwd_ep_s += n * (biep + lo.bwd_weight.ep);
+  cc->recompute_ep_s += n * lo.recompute.ep;
+  cc->fwd_s += n * fw;
+  cc->fwd_tp_s += n * lo.fwd.tp;
+  cc->fwd_cp_s += n * lo.fwd.cp;
+  cc->bwd_input_s += n * bi;
+  cc->bwd_weight_s += n * lo.bwd_weight.total;
+  cc->bwd_tp_s += n * (lo.bwd_input.tp + lo.bwd_weight.tp);
+  cc->bwd_cp_s += n * (lo.bwd_input.cp + lo.bwd_weight.cp);
+  cc->recompute_s += n * lo.recompute.total;
+  cc->recompute_tp_s += n * lo.recompute.tp;
+  cc->recompute_cp_s += n * lo.recompute.cp;
+  cc->saved_bytes += n * lo.saved_bytes;
+  cc->weight_saved_bytes += n * std::min(lo.saved_bytes, lo.weight_inputs_bytes);
+  cc->transient_bytes = std::max(cc->transient_bytes, lo.transient_bytes);
+  cc->fwd_transient_bytes = std::max(cc->fwd_transient_bytes, lo.fwd_transient_bytes);
+}
+
+/// The parameters of a chunk's `layers` transformer layers on one GPU (`moe_layers` of them MoE),
+/// and those the low-precision format copies (`dense16` dense and n16 in all kept in bf16,
+/// `moe_lp` MoE layers in the low-precision format).
+void CostModelBuilder::AddLayerParams(ChunkCost* cc, double layers, double moe_layers, double dense16, double moe_lp,
+                                      double n16) const {
+  const double layer_params_gpu = static_cast<double>(pc.per_layer.sharded) / t + static_cast<double>(pc.per_layer.replicated);
+  const double nd = layers - moe_layers, nm = moe_layers;
+  cc->params_per_gpu = nd * layer_params_gpu;
+  double moe_sharded_gpu = 0, expert_gpu = 0;
+  if (moe_layers > 0) {
+    moe_sharded_gpu = static_cast<double>(pc.moe_layer.sharded) / t;
+    expert_gpu = static_cast<double>(pc.moe_layer.expert) / static_cast<double>(cm.moe.ep * cm.moe.etp);
+    cc->expert_params_per_gpu = nm * expert_gpu;
+    cc->params_per_gpu += nm * (moe_sharded_gpu + static_cast<double>(pc.moe_layer.replicated)) + cc->expert_params_per_gpu;
+  }
+  // The linear layers' weights (sharded parameters and experts) that the low-precision format copies.
+  if (lf.low_precision()) {
+    cc->quantized_params_per_gpu = (nd - dense16) * static_cast<double>(pc.per_layer.sharded) / t +
+                                   moe_lp * (moe_sharded_gpu + expert_gpu);
+    cc->scaling_state_bytes = (layers - n16) * ScalingStateBytesPerLayer(c);
+  }
+}
+
+/// Adds `ops`' forward, backward-input and backward-weight times and saved bytes to `cc`.
+void CostModelBuilder::AddOpCosts(ChunkCost* cc, const std::vector<Op>& ops) const {
+  double x = 0, y = 0;
+  SumPass(ops, F, &x, &y);
+  cc->fwd_s += x;
+  cc->fwd_tp_s += y;
+  x = y = 0;
+  SumPass(ops, B, &x, &y);
+  cc->bwd_input_s += x;
+  cc->bwd_tp_s += y;
+  x = y = 0;
+  SumPass(ops, W, &x, &y);
+  cc->bwd_weight_s += x;
+  cc->bwd_tp_s += y;
+  cc->saved_bytes += SavedBytes(ops);
+}
+
+/// The embedding on the first chunk; the output layer, the loss and the MTP modules on the last.
+void CostModelBuilder::AddChunkEnds(ChunkCost* cc, const LayerSet& layers, double paired) const {
+  if (cc->has_embedding) {
+    AddOpCosts(cc, cm.embedding_ops);
+    cc->params_per_gpu += V * h / t + static_cast<double>(pc.position_embedding);
+  }
+  if (!cc->has_output) return;
+  AddOpCosts(cc, cm.output_ops);
+  cc->weight_saved_bytes += act / rep;  // output-layer GEMM input
+  // The loss's working memory; the forward figure also covers the layers' (as before).
+  cc->fwd_transient_bytes = std::max({cc->fwd_transient_bytes, cc->transient_bytes, ce.fwd_work * logits});
+  cc->transient_bytes = std::max(cc->transient_bytes, ce.bwd_work * logits);
+  const bool separate_copy = !m.tie_embeddings || c.pp > 1;
+  cc->params_per_gpu += static_cast<double>(pc.final_norm) + (separate_copy ? V * h / t : 0.0);
+  if (m.mtp_num_layers > 0) {
+    const double n = static_cast<double>(m.mtp_num_layers);
+    for (std::int64_t k = 0; k < m.mtp_num_layers; ++k) AddOpCosts(cc, cm.mtp_ops);
+    AddLayerCosts(cc, m.moe.enabled() ? layers.moe_layer : layers.layer, n, paired);
+    const MtpParametersPerGpu mtp = MtpParametersOfLastStage(m, c.tp, cm.moe.ep * cm.moe.etp);
+    cc->expert_params_per_gpu += mtp.experts;
+    cc->params_per_gpu += mtp.params;
+  }
+}
+
+}  // namespace
+
+CostModel BuildCostModel(const Model& m, const ParallelConfig& c, const Cluster& cl, const HardwareProfile& prof,
+                         LayerCostCache* cache) {
+  CostModelBuilder builder(m, c, cl, prof);
+  if (cache != nullptr) {
+    // Pass times and bytes, no op lists.
+    const std::shared_ptr<const LayerSet> layers = cache->impl_->Get(m, cl, prof, c, [&] { return builder.BuildLayers(); });
+    return std::move(builder).Finish(*layers);
+  }
+  LayerSet layers = builder.BuildLayers();
+  builder.TakeOpLists(&layers);
+  return std::move(builder).Finish(layers);
 }
 
 }  // namespace shardcast
