@@ -1431,6 +1431,9 @@ ParallelConfig LayerCostKey(const ParallelConfig& cfg) {
   k.pp = d.pp;
   k.dp = d.dp;
   k.vp = d.vp;
+  // The layers read the schedule only for ZB-H1's split weight gradients (1F1B, interleaved and
+  // GPipe layers are the same).
+  if (k.schedule != Schedule::kZbH1) k.schedule = d.schedule;
   k.global_batch_size = d.global_batch_size;
   k.zero_stage = d.zero_stage;
   k.dp_shard = d.dp_shard;

@@ -408,10 +408,11 @@ class LayerCostCache {
 /// `cfg` with the fields a transformer layer's ops do not read set to their defaults: what
 /// LayerCostCache keys on. The layer ops read the tensor, context and expert parallel sizes and
 /// their communication types, the micro-batch and sequence, precision and FP8 recipe, recompute,
-/// offloading, the overlaps, flash attention, the schedule (ZB-H1 splits the weight gradients) and
-/// the layers kept in bf16 (LayerBuilder, OpBuilder, PlanMoe's plan, LinearFormatOf); not pp, dp,
-/// vp, the pipeline split, ZeRO/optimizer fields, gradient-reduce and parameter-gather options,
-/// the cross-entropy implementation or pipeline send options.
+/// offloading, the overlaps, flash attention, whether the schedule is ZB-H1 (which splits the
+/// weight gradients) and the layers kept in bf16 (LayerBuilder, OpBuilder, PlanMoe's plan,
+/// LinearFormatOf); not pp, dp, vp, the other schedules, the pipeline split, ZeRO/optimizer
+/// fields, gradient-reduce and parameter-gather options, the cross-entropy implementation or
+/// pipeline send options. Space.FieldsLayerCostKeySetsAsideLeaveTheLayersAlone checks each.
 ParallelConfig LayerCostKey(const ParallelConfig& cfg);
 
 /// Builds the op lists and per-chunk costs. The configuration must be feasible

@@ -1140,6 +1140,296 @@ Bounds LowerBounds(const Model& m, const ParallelConfig& cfg, const Cluster& cl,
   return bd;
 }
 
+namespace {
+
+/// The closed forms' pipelines (SimulateOptions::ideal_pipeline, free_communication): chunk costs
+/// rounded to whole nanoseconds, every chunk the mean chunk's (ideal) or its own with recompute
+/// folded into its backward (free communication), no collective time inside them, free pipeline
+/// sends.
+void IdealizeChunks(const SimulateOptions& opts, CostModel* cm) {
+  if (opts.ideal_pipeline) {
+    double f = 0, bi = 0, bw = 0, n = 0;
+    for (const auto& st : cm->chunks) {
+      for (const auto& cc : st) {
+        f += cc.fwd_s;
+        bi += cc.bwd_input_s + cc.recompute_s;
+        bw += cc.bwd_weight_s;
+        n += 1;
+      }
+    }
+    for (auto& st : cm->chunks) {
+      for (auto& cc : st) {
+        cc.fwd_s = std::round(f / n * 1e9) / 1e9;
+        cc.bwd_input_s = std::round(bi / n * 1e9) / 1e9;
+        cc.bwd_weight_s = std::round(bw / n * 1e9) / 1e9;
+        cc.recompute_s = cc.fwd_tp_s = cc.bwd_tp_s = cc.recompute_tp_s = 0;
+        cc.fwd_cp_s = cc.bwd_cp_s = cc.recompute_cp_s = 0;
+        cc.fwd_ep_s = cc.bwd_ep_s = cc.recompute_ep_s = 0;
+      }
+    }
+  } else if (opts.free_communication) {
+    for (auto& st : cm->chunks) {
+      for (auto& cc : st) {
+        cc.fwd_s = std::round(cc.fwd_s * 1e9) / 1e9;
+        cc.bwd_input_s = std::round((cc.bwd_input_s + cc.recompute_s) * 1e9) / 1e9;
+        cc.bwd_weight_s = std::round(cc.bwd_weight_s * 1e9) / 1e9;
+        cc.bwd_tp_s += cc.recompute_tp_s;
+        cc.bwd_cp_s += cc.recompute_cp_s;
+        cc.bwd_ep_s += cc.recompute_ep_s;
+        cc.recompute_s = cc.recompute_tp_s = cc.recompute_cp_s = cc.recompute_ep_s = 0;
+      }
+    }
+  }
+  if (opts.ideal_pipeline || opts.free_communication) cm->pp_send_intra = cm->pp_send_inter = CollectiveCost{};
+}
+
+/// An op's FLOPs on the mean rank: the expert ops carry the busiest rank's load (they time the
+/// step), so their FLOPs are divided by the imbalance; every other op is the same on each rank.
+double MeanRankFlops(const CostModel& cm, const Op& o) { return o.flops / (o.routed_experts ? cm.moe.imbalance : 1.0); }
+
+/// Recomputed FLOPs per token in the model FLOPs' convention (full attention matrix, MLA's mean
+/// head dimension), for HFU.
+double RecomputeFlopsPerToken(const Model& m, const ParallelConfig& c, const CostModel& cm) {
+  // One forward of the L transformer layers' attention core.
+  const double attn_fwd = 4.0 * static_cast<double>(m.num_layers) * static_cast<double>(c.seq_length) *
+                          static_cast<double>(m.num_attention_heads) * m.AttentionHeadDim();
+  double recompute_per_token = 0;
+  if (c.recompute == Recompute::kFull) {
+    // One forward of every layer's GEMMs a token multiplies (an MoE layer's top-k experts).
+    const ParameterCounts pc = m.Parameters();
+    recompute_per_token = 2.0 * static_cast<double>(pc.dense_layers * pc.per_layer.active_gemm_weights +
+                                                    pc.moe_layers * pc.moe_layer.active_gemm_weights) +
+                          attn_fwd;
+  } else if (c.recompute == Recompute::kSelective) {
+    // The attention core (full matrix, as model FLOPs count it) and the recomputed modules' GEMMs:
+    // an op's FLOPs on one GPU times the tp ranks sharing its T = b*s/cp tokens, per token (the
+    // experts' at the mean rank's load). The unfused core's two batched GEMMs are attn_fwd's.
+    if (c.recompute_modules & kRecomputeCoreAttn) recompute_per_token = attn_fwd;
+    auto gemm_recompute = [&](const std::vector<Op>& ops) {
+      double f = 0;
+      for (const Op& o : ops) {
+        if (o.pass != Pass::kRecompute || o.kind != OpKind::kGemm) continue;
+        if (o.name == "attn_scores_qk_recompute" || o.name == "attn_context_v_recompute") continue;
+        f += MeanRankFlops(cm, o);
+      }
+      return f * static_cast<double>(c.tp) / cm.tokens_per_microbatch;
+    };
+    const std::int64_t moe_layers = m.MoeLayersIn(0, m.num_layers);
+    recompute_per_token += static_cast<double>(m.num_layers - moe_layers) * gemm_recompute(cm.layer_ops) +
+                           static_cast<double>(moe_layers) * gemm_recompute(cm.moe_layer_ops);
+  }
+  return recompute_per_token;
+}
+
+/// What the kernels execute in a step: every op's FLOPs (per GPU, already divided by tp) for
+/// every micro-batch on every model-parallel rank and replica; pipeline stages split the layers.
+/// The experts run at the mean rank's load: routing moves tokens between ranks, it adds none.
+double ExecutedFlopsPerStep(const Model& m, const ParallelConfig& c, const CostModel& cm) {
+  auto sum_flops = [&](const std::vector<Op>& ops) {
+    double f = 0;
+    for (const Op& o : ops) f += MeanRankFlops(cm, o);
+    return f;
+  };
+  const std::int64_t pc_moe_layers = m.MoeLayersIn(0, m.num_layers);
+  // Each MTP module: its projection and pass through the output head (mtp_ops) and one layer of
+  // the model's kind (an MoE layer in an MoE model), on the last stage.
+  const double mtp_flops = static_cast<double>(m.mtp_num_layers) *
+                           (sum_flops(cm.mtp_ops) + sum_flops(m.moe.enabled() ? cm.moe_layer_ops : cm.layer_ops));
+  return static_cast<double>(c.dp_cp()) * static_cast<double>(c.tp) * static_cast<double>(c.num_microbatches()) *
+         (static_cast<double>(m.num_layers - pc_moe_layers) * sum_flops(cm.layer_ops) +
+          static_cast<double>(pc_moe_layers) * sum_flops(cm.moe_layer_ops) + sum_flops(cm.embedding_ops) +
+          sum_flops(cm.output_ops) + mtp_flops);
+}
+
+/// The step's throughput, model/hardware/executed FLOPs and utilizations, for a step of `step` s.
+void SetThroughputAndFlops(const Model& m, const ParallelConfig& c, const Cluster& cl, std::int64_t gpus,
+                           const CostModel& cm, double step, SimulationResult* res) {
+  const double tokens = static_cast<double>(c.global_batch_size) * static_cast<double>(c.seq_length);
+  res->tokens_per_s = tokens / step;
+  res->samples_per_s = static_cast<double>(c.global_batch_size) / step;
+  const FlopCounts fl = m.Flops(c.seq_length);
+  res->model_flops_per_step = fl.per_token * tokens;
+  if (m.moe.enabled()) {
+    res->moe_load_imbalance = cm.moe.imbalance;
+    res->moe_node_imbalance = cm.moe.node_imbalance;
+  }
+  res->model_flops_causal_per_step = fl.per_token_causal() * tokens;
+  res->hardware_flops_per_step = res->model_flops_per_step + RecomputeFlopsPerToken(m, c, cm) * tokens;
+  const double peak = cl.gpu.PeakFlops(MfuPeakPrecision(c.precision)) * static_cast<double>(gpus);
+  res->mfu = res->model_flops_per_step / (step * peak);
+  res->mfu_causal = res->model_flops_causal_per_step / (step * peak);
+  res->hfu = res->hardware_flops_per_step / (step * peak);
+  res->executed_flops_per_step = ExecutedFlopsPerStep(m, c, cm);
+  res->executed_flops_utilization = res->executed_flops_per_step / (step * peak);
+}
+
+/// Stage i's time on replica 0's compute stream, split by what each task and each gap was: the
+/// gaps go to the bubble, or to pipeline or data-parallel communication by the task that released
+/// the next one; a pass's time splits by its chunk's share of collectives and recompute. After the
+/// optimizer, the stage's own parameter all-gather (until `dp_last_end`), then waiting for the
+/// others (bubble).
+StageBreakdown StageTimeOf(const ParallelConfig& c, const EngineResult& er, const TaskGraph& g,
+                           const std::vector<std::int32_t>& ids, const std::vector<ChunkCost>& chunks,
+                           SimTime dp_last_end) {
+  const auto& tasks = g.nodes();
+  StageBreakdown bd;
+  SimTime prev_end = 0;
+  // Task ids of one stream are in program order, which is start order.
+  for (std::int32_t id : ids) {
+    const auto u = static_cast<std::size_t>(id);
+    const TaskNode& t = tasks[u];
+    // The gap is positive exactly when its integer nanoseconds are (no division otherwise).
+    if (er.start[u] > prev_end) {
+      const double gap = SimToSeconds(er.start[u] - prev_end);
+      const std::int32_t gp = er.gating_pred[u];
+      const TaskType gt = gp >= 0 ? tasks[static_cast<std::size_t>(gp)].type : TaskType::kForward;
+      if (gp >= 0 && gt == TaskType::kPpSend) {
+        const SimTime send_start = er.start[static_cast<std::size_t>(gp)];
+        const SimTime split = std::clamp(send_start, prev_end, er.start[u]);
+        bd.bubble_s += SimToSeconds(split - prev_end);
+        bd.pp_comm_s += SimToSeconds(er.start[u] - split);
+      } else if (gp >= 0 && (gt == TaskType::kDpReduce || gt == TaskType::kParamGather ||
+                             gt == TaskType::kEmbeddingSync)) {
+        bd.dp_comm_s += gap;
+      } else {
+        bd.bubble_s += gap;
+      }
+    }
+    const double busy = SimToSeconds(er.end[u] - er.start[u]);
+    const ChunkCost& cc = chunks[static_cast<std::size_t>(std::max(0, t.chunk))];
+    if (t.type == TaskType::kOptimizer) {
+      bd.optimizer_s += busy;
+    } else if (t.type == TaskType::kParamGather || t.type == TaskType::kDpReduce) {
+      bd.dp_comm_s += busy;  // ZeRO-3 collectives on the compute stream (Zero3Impl::kDeepSpeed2021)
+    } else if (t.type == TaskType::kPpSend) {
+      bd.pp_comm_s += busy;  // blocking sends (p2p_blocking) occupy the compute stream
+    } else if (t.type == TaskType::kForward) {
+      const double tp = cc.fwd_s > 0 ? busy * cc.fwd_tp_s / cc.fwd_s : 0;
+      const double cpc = cc.fwd_s > 0 ? busy * cc.fwd_cp_s / cc.fwd_s : 0;
+      const double epc = cc.fwd_s > 0 ? busy * cc.fwd_ep_s / cc.fwd_s : 0;
+      bd.tp_comm_s += tp;
+      bd.cp_comm_s += cpc;
+      bd.ep_comm_s += epc;
+      bd.compute_s += busy - tp - cpc - epc;
+    } else {
+      double work = 0, rc = 0, tp = 0, cpc = 0, epc = 0;
+      if (t.type == TaskType::kWeight) {
+        work = cc.bwd_weight_s;
+      } else {
+        const bool fused = c.schedule != Schedule::kZbH1;
+        work = cc.bwd_input_s + (fused ? cc.bwd_weight_s : 0) + cc.recompute_s;
+        rc = cc.recompute_s;
+        tp = cc.bwd_tp_s;
+        cpc = cc.bwd_cp_s;
+        epc = cc.bwd_ep_s;
+      }
+      const double scale = work > 0 ? busy / work : 0;
+      bd.recompute_s += rc * scale;
+      bd.tp_comm_s += tp * scale;
+      bd.cp_comm_s += cpc * scale;
+      bd.ep_comm_s += epc * scale;
+      bd.compute_s += busy - (rc + tp + cpc + epc) * scale;
+    }
+    prev_end = er.end[u];
+  }
+  const SimTime dp_end = std::min(dp_last_end, er.makespan);
+  if (dp_end > prev_end) {
+    bd.dp_comm_s += SimToSeconds(dp_end - prev_end);
+    prev_end = dp_end;
+  }
+  bd.bubble_s += SimToSeconds(er.makespan - prev_end);
+  return bd;
+}
+
+/// Stage i's memory: static memory, the engine's activation peak, and the micro-batches in flight
+/// (forward done, backward not yet) at the peak of the schedule with the saved activations they
+/// hold; reserved = allocated until the allocator's replay (Simulate) says otherwise.
+StageMemory StageMemoryOf(const CostModel& cm, const ParallelConfig& c, const HardwareProfile& prof,
+                          const PipelineSchedule& sched, const EngineResult& er, bool full_rank, int i) {
+  StageMemory mem = StaticStageMemory(cm, c, prof, i);
+  mem.activations_bytes = er.peak_dynamic_bytes[static_cast<std::size_t>(i * (full_rank ? c.dp : 1))];
+  mem.peak_bytes = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes +
+                   mem.activations_bytes + mem.comm_buffer_bytes + mem.framework_bytes;
+  const auto& chunks = cm.chunks[static_cast<std::size_t>(i)];
+  int inflight = 0, peak_inflight = 0;
+  double saved = 0;
+  const bool split_bw = sched.split_weight;
+  for (const auto& it : sched.order[static_cast<std::size_t>(i)]) {
+    const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
+    if (it.kind == ItemKind::kForward) {
+      peak_inflight = std::max(peak_inflight, ++inflight);
+      saved += cc.saved_bytes;
+      mem.saved_activations_bytes = std::max(mem.saved_activations_bytes, saved);
+    } else if (it.kind == ItemKind::kBackward) {
+      --inflight;
+      saved -= split_bw ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes;
+    } else {
+      saved -= cc.weight_saved_bytes;
+    }
+  }
+  mem.peak_inflight_microbatches = peak_inflight;
+  mem.reserved_bytes = mem.reserved_unlimited_bytes = mem.peak_bytes;
+  return mem;
+}
+
+/// The headline breakdown and bubble: the mean over stages.
+void AverageStages(int pp, SimulationResult* res) {
+  const double np = static_cast<double>(pp);
+  for (const auto& s : res->stages) {
+    res->breakdown.compute_s += s.time.compute_s / np;
+    res->breakdown.recompute_s += s.time.recompute_s / np;
+    res->breakdown.tp_comm_s += s.time.tp_comm_s / np;
+    res->breakdown.cp_comm_s += s.time.cp_comm_s / np;
+    res->breakdown.ep_comm_s += s.time.ep_comm_s / np;
+    res->breakdown.pp_comm_s += s.time.pp_comm_s / np;
+    res->breakdown.dp_comm_s += s.time.dp_comm_s / np;
+    res->breakdown.bubble_s += s.time.bubble_s / np;
+    res->breakdown.optimizer_s += s.time.optimizer_s / np;
+    res->bubble_fraction += s.bubble_fraction / np;
+  }
+}
+
+/// The critical path: from the last task back along the dependencies that released each task,
+/// its tasks by (stage, kind) and the largest shares as report lines.
+void AddCriticalPath(const EngineResult& er, const TaskGraph& g, int pp, SimulationResult* res) {
+  const auto& tasks = g.nodes();
+  // The first task ending at the step's end (the makespan is the latest end).
+  const auto last = std::find(er.end.begin(), er.end.end(), er.makespan);
+  std::int32_t cur = last == er.end.end() ? -1 : static_cast<std::int32_t>(last - er.end.begin());
+  // (stage, type) -> tasks, seconds
+  constexpr int kTypes = static_cast<int>(TaskType::kJoin) + 1;
+  std::vector<std::pair<int, double>> agg(static_cast<std::size_t>(pp * kTypes), {0, 0.0});
+  int hops = 0;
+  while (cur >= 0) {
+    const auto u = static_cast<std::size_t>(cur);
+    const TaskNode& t = tasks[u];
+    auto& a = agg[static_cast<std::size_t>(res->device_stage[static_cast<std::size_t>(t.device)] * kTypes +
+                                           static_cast<int>(t.type))];
+    a.first += 1;
+    a.second += SimToSeconds(er.end[u] - er.start[u]);
+    cur = er.gating_pred[u];
+    ++hops;
+  }
+  for (std::size_t k = 0; k < agg.size(); ++k) {
+    if (agg[k].first == 0) continue;
+    res->critical_shares.push_back({static_cast<int>(k) / kTypes, ToString(static_cast<TaskType>(static_cast<int>(k) % kTypes)),
+                                    agg[k].first, agg[k].second});
+  }
+  std::sort(res->critical_shares.begin(), res->critical_shares.end(),
+            [](const auto& x, const auto& y) { return x.seconds > y.seconds; });
+  res->critical_path_tasks = hops;
+  res->critical_path.push_back(fmt::format(
+      "{} tasks on the critical path (units: F/B/W are chunk passes, split per layer or gradient bucket "
+      "where the schedule needs it); the largest shares:", hops));
+  for (std::size_t i = 0; i < res->critical_shares.size() && i < 6; ++i) {
+    const auto& cs = res->critical_shares[i];
+    res->critical_path.push_back(fmt::format("stage {:>3}: {:>5} x {:<26} {}", cs.stage, cs.tasks, cs.kind,
+                                             FormatSeconds(cs.seconds)));
+  }
+}
+
+}  // namespace
+
 SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cluster& cl,
                           std::int64_t gpus, const HardwareProfile& prof,
                           const SimulateOptions& opts) {
@@ -1165,40 +1455,7 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
       throw std::invalid_argument(fmt::format("straggler NIC slowdown {} (expected >= 1)", opts.straggler_nic_slowdown));
     }
   }
-  if (opts.ideal_pipeline) {
-    double f = 0, bi = 0, bw = 0, n = 0;
-    for (const auto& st : cm.chunks) {
-      for (const auto& cc : st) {
-        f += cc.fwd_s;
-        bi += cc.bwd_input_s + cc.recompute_s;
-        bw += cc.bwd_weight_s;
-        n += 1;
-      }
-    }
-    for (auto& st : cm.chunks) {
-      for (auto& cc : st) {
-        cc.fwd_s = std::round(f / n * 1e9) / 1e9;
-        cc.bwd_input_s = std::round(bi / n * 1e9) / 1e9;
-        cc.bwd_weight_s = std::round(bw / n * 1e9) / 1e9;
-        cc.recompute_s = cc.fwd_tp_s = cc.bwd_tp_s = cc.recompute_tp_s = 0;
-        cc.fwd_cp_s = cc.bwd_cp_s = cc.recompute_cp_s = 0;
-        cc.fwd_ep_s = cc.bwd_ep_s = cc.recompute_ep_s = 0;
-      }
-    }
-  } else if (opts.free_communication) {
-    for (auto& st : cm.chunks) {
-      for (auto& cc : st) {
-        cc.fwd_s = std::round(cc.fwd_s * 1e9) / 1e9;
-        cc.bwd_input_s = std::round((cc.bwd_input_s + cc.recompute_s) * 1e9) / 1e9;
-        cc.bwd_weight_s = std::round(cc.bwd_weight_s * 1e9) / 1e9;
-        cc.bwd_tp_s += cc.recompute_tp_s;
-        cc.bwd_cp_s += cc.recompute_cp_s;
-        cc.bwd_ep_s += cc.recompute_ep_s;
-        cc.recompute_s = cc.recompute_tp_s = cc.recompute_cp_s = cc.recompute_ep_s = 0;
-      }
-    }
-  }
-  if (opts.ideal_pipeline || opts.free_communication) cm.pp_send_intra = cm.pp_send_inter = CollectiveCost{};
+  IdealizeChunks(opts, &cm);
   res.num_microbatches = c.num_microbatches();
   res.ds_zero3 = cm.ds_zero3;
   // The graph's structure is reused from the last simulation of the same shape on this thread
@@ -1230,83 +1487,9 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
   res.num_tasks = g.num_tasks();
   res.num_events = er.events;
   res.copied_tasks = er.copied_tasks;
-  const double tokens = static_cast<double>(c.global_batch_size) * static_cast<double>(c.seq_length);
-  res.tokens_per_s = tokens / step;
-  res.samples_per_s = static_cast<double>(c.global_batch_size) / step;
-  const FlopCounts fl = m.Flops(c.seq_length);
-  res.model_flops_per_step = fl.per_token * tokens;
-  if (m.moe.enabled()) {
-    res.moe_load_imbalance = cm.moe.imbalance;
-    res.moe_node_imbalance = cm.moe.node_imbalance;
-  }
-  res.model_flops_causal_per_step = fl.per_token_causal() * tokens;
-  // Recompute FLOPs in the same convention (full attention matrix, MLA's mean head dim): one
-  // forward of the L transformer layers' attention core.
-  const double attn_fwd = 4.0 * static_cast<double>(m.num_layers) * static_cast<double>(c.seq_length) *
-                          static_cast<double>(m.num_attention_heads) * m.AttentionHeadDim();
-  // An op's FLOPs on the mean rank: the expert ops carry the busiest rank's load (they time the
-  // step), so their FLOPs are divided by the imbalance; every other op is the same on each rank.
-  auto mean_rank_flops = [&](const Op& o) {
-    return o.flops / (o.routed_experts ? cm.moe.imbalance : 1.0);
-  };
-  double recompute_per_token = 0;
-  if (c.recompute == Recompute::kFull) {
-    // One forward of every layer's GEMMs a token multiplies (an MoE layer's top-k experts).
-    const ParameterCounts pc = m.Parameters();
-    recompute_per_token = 2.0 * static_cast<double>(pc.dense_layers * pc.per_layer.active_gemm_weights +
-                                                    pc.moe_layers * pc.moe_layer.active_gemm_weights) +
-                          attn_fwd;
-  } else if (c.recompute == Recompute::kSelective) {
-    // The attention core (full matrix, as model FLOPs count it) and the recomputed modules' GEMMs:
-    // an op's FLOPs on one GPU times the tp ranks sharing its T = b*s/cp tokens, per token (the
-    // experts' at the mean rank's load). The unfused core's two batched GEMMs are attn_fwd's.
-    if (c.recompute_modules & kRecomputeCoreAttn) recompute_per_token = attn_fwd;
-    auto gemm_recompute = [&](const std::vector<Op>& ops) {
-      double f = 0;
-      for (const Op& o : ops) {
-        if (o.pass != Pass::kRecompute || o.kind != OpKind::kGemm) continue;
-        if (o.name == "attn_scores_qk_recompute" || o.name == "attn_context_v_recompute") continue;
-        f += mean_rank_flops(o);
-      }
-      return f * static_cast<double>(c.tp) / cm.tokens_per_microbatch;
-    };
-    const std::int64_t moe_layers = m.MoeLayersIn(0, m.num_layers);
-    recompute_per_token += static_cast<double>(m.num_layers - moe_layers) * gemm_recompute(cm.layer_ops) +
-                           static_cast<double>(moe_layers) * gemm_recompute(cm.moe_layer_ops);
-  }
-  res.hardware_flops_per_step = res.model_flops_per_step + recompute_per_token * tokens;
-  const double peak = cl.gpu.PeakFlops(MfuPeakPrecision(c.precision)) * static_cast<double>(gpus);
-  res.mfu = res.model_flops_per_step / (step * peak);
-  res.mfu_causal = res.model_flops_causal_per_step / (step * peak);
-  res.hfu = res.hardware_flops_per_step / (step * peak);
-  // What the kernels execute: every op's FLOPs (per GPU, already divided by tp) for every
-  // micro-batch on every model-parallel rank and replica; pipeline stages split the layers. The
-  // experts run at the mean rank's load: routing moves tokens between ranks, it adds none.
-  auto sum_flops = [&](const std::vector<Op>& ops) {
-    double f = 0;
-    for (const Op& o : ops) f += mean_rank_flops(o);
-    return f;
-  };
-  const std::int64_t pc_moe_layers = m.MoeLayersIn(0, m.num_layers);
-  // Each MTP module: its projection and pass through the output head (mtp_ops) and one layer of
-  // the model's kind (an MoE layer in an MoE model), on the last stage.
-  const double mtp_flops = static_cast<double>(m.mtp_num_layers) *
-                           (sum_flops(cm.mtp_ops) + sum_flops(m.moe.enabled() ? cm.moe_layer_ops : cm.layer_ops));
-  res.executed_flops_per_step =
-      static_cast<double>(c.dp_cp()) * static_cast<double>(c.tp) * static_cast<double>(c.num_microbatches()) *
-      (static_cast<double>(m.num_layers - pc_moe_layers) * sum_flops(cm.layer_ops) +
-       static_cast<double>(pc_moe_layers) * sum_flops(cm.moe_layer_ops) + sum_flops(cm.embedding_ops) +
-       sum_flops(cm.output_ops) + mtp_flops);
-  res.executed_flops_utilization = res.executed_flops_per_step / (step * peak);
+  SetThroughputAndFlops(m, c, cl, gpus, cm, step, &res);
 
   // Per-stage accounting on replica 0.
-  const auto& tasks = g.nodes();
-  std::vector<SimTime> dp_last_end(static_cast<std::size_t>(c.pp), 0);
-  for (int i = 0; i < c.pp; ++i) {
-    for (std::int32_t id : sk.dp_tasks[static_cast<std::size_t>(i)]) {
-      dp_last_end[static_cast<std::size_t>(i)] = std::max(dp_last_end[static_cast<std::size_t>(i)], er.end[static_cast<std::size_t>(id)]);
-    }
-  }
   const PipelineSchedule& sched = sk.sched;
   res.allocator_replayed = opts.allocator_replay;
   for (int i = 0; i < c.pp; ++i) {
@@ -1314,166 +1497,27 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     sr.stage = i;
     const auto& chunks = cm.chunks[static_cast<std::size_t>(i)];
     for (const auto& cc : chunks) sr.layers += cc.layers;
-    StageBreakdown& bd = sr.time;
-    SimTime prev_end = 0;
-    const auto& ids = sk.compute_tasks[static_cast<std::size_t>(i)];
-    // Task ids of one stream are in program order, which is start order.
-    for (std::int32_t id : ids) {
-      const auto u = static_cast<std::size_t>(id);
-      const TaskNode& t = tasks[u];
-      // The gap is positive exactly when its integer nanoseconds are (no division otherwise).
-      if (er.start[u] > prev_end) {
-        const double gap = SimToSeconds(er.start[u] - prev_end);
-        const std::int32_t gp = er.gating_pred[u];
-        const TaskType gt = gp >= 0 ? tasks[static_cast<std::size_t>(gp)].type : TaskType::kForward;
-        if (gp >= 0 && gt == TaskType::kPpSend) {
-          const SimTime send_start = er.start[static_cast<std::size_t>(gp)];
-          const SimTime split = std::clamp(send_start, prev_end, er.start[u]);
-          bd.bubble_s += SimToSeconds(split - prev_end);
-          bd.pp_comm_s += SimToSeconds(er.start[u] - split);
-        } else if (gp >= 0 && (gt == TaskType::kDpReduce || gt == TaskType::kParamGather ||
-                               gt == TaskType::kEmbeddingSync)) {
-          bd.dp_comm_s += gap;
-        } else {
-          bd.bubble_s += gap;
-        }
-      }
-      const double busy = SimToSeconds(er.end[u] - er.start[u]);
-      const ChunkCost& cc = chunks[static_cast<std::size_t>(std::max(0, t.chunk))];
-      if (t.type == TaskType::kOptimizer) {
-        bd.optimizer_s += busy;
-      } else if (t.type == TaskType::kParamGather || t.type == TaskType::kDpReduce) {
-        bd.dp_comm_s += busy;  // ZeRO-3 collectives on the compute stream (Zero3Impl::kDeepSpeed2021)
-      } else if (t.type == TaskType::kPpSend) {
-        bd.pp_comm_s += busy;  // blocking sends (p2p_blocking) occupy the compute stream
-      } else if (t.type == TaskType::kForward) {
-        const double tp = cc.fwd_s > 0 ? busy * cc.fwd_tp_s / cc.fwd_s : 0;
-        const double cpc = cc.fwd_s > 0 ? busy * cc.fwd_cp_s / cc.fwd_s : 0;
-        const double epc = cc.fwd_s > 0 ? busy * cc.fwd_ep_s / cc.fwd_s : 0;
-        bd.tp_comm_s += tp;
-        bd.cp_comm_s += cpc;
-        bd.ep_comm_s += epc;
-        bd.compute_s += busy - tp - cpc - epc;
-      } else {
-        const bool split = t.type == TaskType::kWeight || tasks.size() == 0;
-        (void)split;
-        double work = 0, rc = 0, tp = 0, cpc = 0, epc = 0;
-        if (t.type == TaskType::kWeight) {
-          work = cc.bwd_weight_s;
-        } else {
-          const bool fused = c.schedule != Schedule::kZbH1;
-          work = cc.bwd_input_s + (fused ? cc.bwd_weight_s : 0) + cc.recompute_s;
-          rc = cc.recompute_s;
-          tp = cc.bwd_tp_s;
-          cpc = cc.bwd_cp_s;
-          epc = cc.bwd_ep_s;
-        }
-        const double scale = work > 0 ? busy / work : 0;
-        bd.recompute_s += rc * scale;
-        bd.tp_comm_s += tp * scale;
-        bd.cp_comm_s += cpc * scale;
-        bd.ep_comm_s += epc * scale;
-        bd.compute_s += busy - (rc + tp + cpc + epc) * scale;
-      }
-      prev_end = er.end[u];
+    SimTime dp_last_end = 0;
+    for (std::int32_t id : sk.dp_tasks[static_cast<std::size_t>(i)]) {
+      dp_last_end = std::max(dp_last_end, er.end[static_cast<std::size_t>(id)]);
     }
-    // After the optimizer: the stage's own parameter all-gather, then waiting for the others.
-    const SimTime dp_end = std::min(dp_last_end[static_cast<std::size_t>(i)], er.makespan);
-    if (dp_end > prev_end) {
-      bd.dp_comm_s += SimToSeconds(dp_end - prev_end);
-      prev_end = dp_end;
-    }
-    bd.bubble_s += SimToSeconds(er.makespan - prev_end);
-    sr.bubble_fraction = step > 0 ? bd.bubble_s / step : 0;
-
-    // Memory.
-    StageMemory& mem = sr.memory;
-    mem = StaticStageMemory(cm, c, prof, i);
-    mem.activations_bytes = er.peak_dynamic_bytes[static_cast<std::size_t>(i * (opts.full_rank ? c.dp : 1))];
-    mem.peak_bytes = mem.weights_bytes + mem.grads_bytes + mem.optimizer_bytes +
-                     mem.activations_bytes + mem.comm_buffer_bytes + mem.framework_bytes;
-    // Micro-batches in flight (forward done, backward not yet) at the peak of the schedule, and
-    // the saved activations they hold.
-    int inflight = 0, peak_inflight = 0;
-    double saved = 0;
-    const bool split_bw = sched.split_weight;
-    for (const auto& it : sched.order[static_cast<std::size_t>(i)]) {
-      const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
-      if (it.kind == ItemKind::kForward) {
-        peak_inflight = std::max(peak_inflight, ++inflight);
-        saved += cc.saved_bytes;
-        mem.saved_activations_bytes = std::max(mem.saved_activations_bytes, saved);
-      } else if (it.kind == ItemKind::kBackward) {
-        --inflight;
-        saved -= split_bw ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes;
-      } else {
-        saved -= cc.weight_saved_bytes;
-      }
-    }
-    mem.peak_inflight_microbatches = peak_inflight;
-    mem.reserved_bytes = mem.reserved_unlimited_bytes = mem.peak_bytes;
+    sr.time = StageTimeOf(c, er, g, sk.compute_tasks[static_cast<std::size_t>(i)], chunks, dp_last_end);
+    sr.bubble_fraction = step > 0 ? sr.time.bubble_s / step : 0;
+    sr.memory = StageMemoryOf(cm, c, prof, sched, er, opts.full_rank, i);
     AllocatorReplay replay;
     if (opts.allocator_replay) {
       StageAllocatorTrace* trace = nullptr;
       if (opts.allocator_traces) trace = &opts.allocator_traces->emplace_back();
-      replay = ReplayStageMemory(cm, c, i, mem, res.usable_memory_bytes, trace);
-      RecordReplay(replay, &mem);
+      replay = ReplayStageMemory(cm, c, i, sr.memory, res.usable_memory_bytes, trace);
+      RecordReplay(replay, &sr.memory);
     }
     JudgeStageMemory(i, replay, &sr, &res);
     res.stages.push_back(sr);
   }
   // "At risk" qualifies a configuration that fits; one that does not fit is not also at risk.
   if (!res.fits) res.memory_at_risk = false;
-  // Headline breakdown and bubble: the mean over stages.
-  const double np = static_cast<double>(c.pp);
-  for (const auto& s : res.stages) {
-    res.breakdown.compute_s += s.time.compute_s / np;
-    res.breakdown.recompute_s += s.time.recompute_s / np;
-    res.breakdown.tp_comm_s += s.time.tp_comm_s / np;
-    res.breakdown.cp_comm_s += s.time.cp_comm_s / np;
-    res.breakdown.ep_comm_s += s.time.ep_comm_s / np;
-    res.breakdown.pp_comm_s += s.time.pp_comm_s / np;
-    res.breakdown.dp_comm_s += s.time.dp_comm_s / np;
-    res.breakdown.bubble_s += s.time.bubble_s / np;
-    res.breakdown.optimizer_s += s.time.optimizer_s / np;
-    res.bubble_fraction += s.bubble_fraction / np;
-  }
-  // Critical path: from the last task back along the dependencies that released each task.
-  {
-    // The first task ending at the step's end (the makespan is the latest end).
-    const auto last = std::find(er.end.begin(), er.end.end(), er.makespan);
-    std::int32_t cur = last == er.end.end() ? -1 : static_cast<std::int32_t>(last - er.end.begin());
-    // (stage, type) -> tasks, seconds
-    constexpr int kTypes = static_cast<int>(TaskType::kJoin) + 1;
-    std::vector<std::pair<int, double>> agg(static_cast<std::size_t>(c.pp * kTypes), {0, 0.0});
-    int hops = 0;
-    while (cur >= 0) {
-      const auto u = static_cast<std::size_t>(cur);
-      const TaskNode& t = tasks[u];
-      auto& a = agg[static_cast<std::size_t>(res.device_stage[static_cast<std::size_t>(t.device)] * kTypes +
-                                             static_cast<int>(t.type))];
-      a.first += 1;
-      a.second += SimToSeconds(er.end[u] - er.start[u]);
-      cur = er.gating_pred[u];
-      ++hops;
-    }
-    for (std::size_t k = 0; k < agg.size(); ++k) {
-      if (agg[k].first == 0) continue;
-      res.critical_shares.push_back({static_cast<int>(k) / kTypes, ToString(static_cast<TaskType>(static_cast<int>(k) % kTypes)),
-                                     agg[k].first, agg[k].second});
-    }
-    std::sort(res.critical_shares.begin(), res.critical_shares.end(),
-              [](const auto& x, const auto& y) { return x.seconds > y.seconds; });
-    res.critical_path_tasks = hops;
-    res.critical_path.push_back(fmt::format(
-        "{} tasks on the critical path (units: F/B/W are chunk passes, split per layer or gradient bucket "
-        "where the schedule needs it); the largest shares:", hops));
-    for (std::size_t i = 0; i < res.critical_shares.size() && i < 6; ++i) {
-      const auto& cs = res.critical_shares[i];
-      res.critical_path.push_back(fmt::format("stage {:>3}: {:>5} x {:<26} {}", cs.stage, cs.tasks, cs.kind,
-                                              FormatSeconds(cs.seconds)));
-    }
-  }
+  AverageStages(static_cast<int>(c.pp), &res);
+  AddCriticalPath(er, g, static_cast<int>(c.pp), &res);
   if (opts.keep_graph) res.graph = g;
   return res;
 }

@@ -193,6 +193,95 @@ TEST(Space, LayerCostCacheGivesEachCandidateItsOwnCosts) {
   }
 }
 
+/// `x` and `y` are the same op list, op by op.
+void ExpectSameOps(const std::vector<Op>& x, const std::vector<Op>& y, const std::string& what) {
+  ASSERT_EQ(x.size(), y.size()) << what;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const std::string at = what + " " + x[i].name;
+    EXPECT_EQ(x[i].name, y[i].name) << what << " op " << i;
+    EXPECT_EQ(x[i].duration_s, y[i].duration_s) << at;
+    EXPECT_EQ(x[i].hidden_s, y[i].hidden_s) << at;
+    EXPECT_EQ(x[i].flops, y[i].flops) << at;
+    EXPECT_EQ(x[i].bytes, y[i].bytes) << at;
+    EXPECT_EQ(x[i].saved_bytes, y[i].saved_bytes) << at;
+    EXPECT_EQ(x[i].offloaded_bytes, y[i].offloaded_bytes) << at;
+    EXPECT_EQ(x[i].rebuilt, y[i].rebuilt) << at;
+    EXPECT_EQ(x[i].overlapped, y[i].overlapped) << at;
+  }
+}
+
+// What lets candidates share their layers: every field LayerCostKey sets aside leaves a layer's
+// ops as they were (a guard for the day the layers start reading one of them), including fields
+// a search never varies (the cross-entropy implementation, DeepSpeed's buckets, FP8 options).
+TEST(Space, FieldsLayerCostKeySetsAsideLeaveTheLayersAlone) {
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  ParallelConfig base;
+  base.tp = 2;
+  base.dp = 8;
+  base.global_batch_size = 64;
+  base.seq_length = 4096;
+  base.sequence_parallel = true;
+  base.precision = Precision::kFp8;
+  base.recompute = Recompute::kSelective;
+  base.bf16_layers_start = base.bf16_layers_end = 1;
+  ParallelConfig moe_base = base;
+  moe_base.ep = 2;
+  using Change = void (*)(ParallelConfig&);
+  const std::vector<std::pair<const char*, Change>> changes = {
+      {"pp 4", [](ParallelConfig& c) { c.pp = 4, c.dp = 2; }},
+      {"pp 4 interleaved vp 2", [](ParallelConfig& c) { c.pp = 4, c.dp = 2, c.vp = 2, c.schedule = Schedule::kInterleaved; }},
+      {"GPipe", [](ParallelConfig& c) { c.pp = 4, c.dp = 2, c.schedule = Schedule::kGpipe; }},
+      {"uneven split", [](ParallelConfig& c) { c.pp = 4, c.dp = 2, c.first_stage_layers = 6, c.last_stage_layers = 10; }},
+      {"embedding slots", [](ParallelConfig& c) { c.pp = 4, c.dp = 2, c.embedding_slots = true; }},
+      {"pipeline flushes", [](ParallelConfig& c) { c.pp = 4, c.dp = 2, c.pipeline_flushes = 2; }},
+      {"blocking sends", [](ParallelConfig& c) { c.pp = 4, c.dp = 2, c.p2p_blocking = true, c.scatter_gather = false; }},
+      {"global batch", [](ParallelConfig& c) { c.global_batch_size = 256; }},
+      {"distributed optimizer", [](ParallelConfig& c) { c.zero_stage = 1, c.fp8_param_gather = true; }},
+      {"FSDP", [](ParallelConfig& c) { c.zero_stage = 3, c.zero3_limit_all_gathers = false, c.param_gather_bytes = 4; }},
+      {"HSDP", [](ParallelConfig& c) { c.zero_stage = 3, c.dp_shard = 2; }},
+      {"DeepSpeed ZeRO-1",
+       [](ParallelConfig& c) {
+         c.optimizer_impl = OptimizerImpl::kDeepSpeedZero, c.zero_stage = 1, c.ds_reduce_bucket_elems = 1e8;
+         c.ds_contiguous_gradients = false, c.ds_multi_rank_bucket_allreduce = false;
+       }},
+      {"DeepSpeed ZeRO-3",
+       [](ParallelConfig& c) {
+         c.optimizer_impl = OptimizerImpl::kDeepSpeedZero, c.zero_stage = 3, c.zero3_impl = Zero3Impl::kDeepSpeed;
+         c.ds_max_live_elems = 1e8, c.ds_prefetch_bucket_elems = 1e7, c.ds_max_reuse_distance_elems = 1e8;
+         c.ds_persistence_threshold_elems = 1e4;
+       }},
+      {"gradient reduce", [](ParallelConfig& c) { c.overlap_grad_reduce = false, c.overlap_param_gather = false, c.flush_grad_reduce = false; }},
+      {"fp32 main grads, amax history", [](ParallelConfig& c) { c.fp32_main_grads = false, c.fp8_amax_history_len = 16; }},
+      {"cross entropy", [](ParallelConfig& c) { c.cross_entropy = CrossEntropyImpl::kTe; }},
+      {"even chunks", [](ParallelConfig& c) { c.pp = 4, c.dp = 2, c.vp = 2, c.schedule = Schedule::kInterleaved, c.even_chunks = true; }},
+  };
+  std::map<std::string, int> ran;  // change -> bases it runs on
+  for (const auto& [model, b] : {std::pair<const char*, ParallelConfig>{"mixtral-8x7b", moe_base}, {"llama3-8b", base}}) {
+    const Model m = LoadModel(model);
+    const CostModel want = BuildCostModel(m, b, cl, prof);
+    EXPECT_FALSE(want.bf16_layer_ops.empty()) << model;
+    for (const auto& [name, change] : changes) {
+      ParallelConfig c = b;
+      change(c);
+      if (!InfeasibilityReasons(m, c, c.gpus(), cl).empty()) continue;  // e.g. DeepSpeed's ZeRO-3 with ep 2
+      ++ran[name];
+      const std::string what = std::string(model) + ", " + name;
+      EXPECT_TRUE(LayerCostKey(c) == LayerCostKey(b)) << what;
+      const CostModel got = BuildCostModel(m, c, cl, prof);
+      ExpectSameOps(got.layer_ops, want.layer_ops, what + ", dense");
+      ExpectSameOps(got.moe_layer_ops, want.moe_layer_ops, what + ", MoE");
+      ExpectSameOps(got.bf16_layer_ops, want.bf16_layer_ops, what + ", bf16");
+      EXPECT_EQ(got.layer_saved_bytes, want.layer_saved_bytes) << what;
+    }
+  }
+  for (const auto& [name, change] : changes) EXPECT_GE(ran[name], 1) << name << " ran on neither model";
+  EXPECT_EQ(ran["pp 4"], 2);
+  ParallelConfig zb = base;
+  zb.schedule = Schedule::kZbH1;  // splits the weight gradients: a key of its own
+  EXPECT_FALSE(LayerCostKey(zb) == LayerCostKey(base));
+}
+
 /// What CheckBounds saw: the candidates simulated, those the memory bound prunes, the ZeRO-3 ones.
 struct BoundsCheck {
   std::size_t checked = 0, pruned = 0, zero3 = 0;
