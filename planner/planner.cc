@@ -671,25 +671,75 @@ double PlanPrice(const PlanOptions& o, const Cluster& cl) {
   return o.price_usd_per_gpu_hour > 0 ? o.price_usd_per_gpu_hour : cl.gpu.price_usd_per_gpu_hour;
 }
 
-PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& prof,
-                   const PlanOptions& o) {
-  const double price = PlanPrice(o, cl);
-  CheckPlanOptions(cl, o, price);
-  PlanResult res;
-  std::vector<ParallelConfig> cands = GenerateCandidates(m, cl, o, &res.not_generated);
-  res.candidates_generated = cands.size();
+namespace {
+
+/// RunPlan's search (docs/planner.md, "Pruning and evaluation"): its candidates, their bounds, the
+/// simulated pool and the steps that fill them.
+class PlanSearch {
+ public:
+  PlanSearch(const Model& model, const Cluster& cluster, const HardwareProfile& profile, const PlanOptions& options,
+             double price)
+      : m(model), cl(cluster), prof(profile), o(options), price_usd_per_gpu_hour(price) {}
+
+  PlanResult Run() && {
+    cands = GenerateCandidates(m, cl, o, &res.not_generated);
+    res.candidates_generated = cands.size();
+    SetAsideUnrunnable();
+    SimulateByBound(BoundAndPrune());
+    RankWithReplay();
+    Finish();
+    if (res.plans.empty()) ExplainNothingFits(m, cl, prof, o, cands, runnable, bounds, example, &res);
+    return std::move(res);
+  }
+
+ private:
+  void ForEach(std::size_t count, const std::function<void(std::size_t)>& fn) const { ParallelFor(threads, count, fn); }
+  void SetAsideUnrunnable();
+  std::vector<std::size_t> BoundAndPrune();
+  void SimulateOne(std::size_t i);
+  void SimulateByBound(const std::vector<std::size_t>& order);
+  void Rank();
+  void RankWithReplay();
+  void Finish();
+  /// The replay's verdict: room for every request, and the reserved figure within the headroom.
+  bool FitsReplayed(const SimulationResult& r) const { return r.fits && r.peak_reserved_bytes <= usable - o.min_headroom_bytes; }
+  static bool PlanLess(const Plan& a, const Plan& b) {
+    if (a.result.step_time_s != b.result.step_time_s) return a.result.step_time_s < b.result.step_time_s;
+    return Key(a.config) < Key(b.config);
+  }
+
+  const Model& m;
+  const Cluster& cl;
+  const HardwareProfile& prof;
+  const PlanOptions& o;
+  const double price_usd_per_gpu_hour;
   const double usable = cl.gpu.memory_bytes;
-  const unsigned threads = o.threads > 0 ? static_cast<unsigned>(o.threads)
-                                         : std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads = o.threads > 0 ? static_cast<unsigned>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t k = static_cast<std::size_t>(std::max(1, o.top_k));
+  const std::string no_fit = o.min_headroom_bytes > 0 ? "does not fit with the required headroom (simulated)"
+                                                      : "does not fit in memory (simulated)";
+  PlanResult res;
+  std::vector<ParallelConfig> cands;
+  std::vector<char> runnable;
+  std::map<std::string, std::string> example;  ///< rejection key -> the first candidate's reason, with values
+  std::vector<Bounds> bounds;
+  std::mutex mu;
+  /// Every simulated plan that fits by its allocated peak with the headroom (the caching
+  /// allocator's replay runs later, on the ones the ranking reaches), and the K best of them,
+  /// which bound the search.
+  std::vector<Plan> pool;
+  std::vector<double> top_allocated_s;  ///< the K best step times of the pool, ascending
+  std::vector<std::size_t> pruned;      ///< candidates the bound skipped
+  std::atomic<std::size_t> done{0}, simulated{0};
+  std::size_t replayed = 0;
+  std::map<std::string, std::size_t> rej_local, rej_replay;
+  std::vector<Plan> top;
+};
 
-  auto parallel_for = [&](std::size_t count, const std::function<void(std::size_t)>& fn) {
-    ParallelFor(threads, count, fn);
-  };
-
-  // 0. The rules a configuration must satisfy to run at all (InfeasibilityReasons, the same check
-  //    Simulate makes): set aside before any bound is computed.
-  std::vector<char> runnable(cands.size());
-  std::map<std::string, std::string> example;  // rejection key -> the first candidate's reason, with values
+/// 0. The rules a configuration must satisfy to run at all (InfeasibilityReasons, the same check
+///    Simulate makes): set aside before any bound is computed.
+void PlanSearch::SetAsideUnrunnable() {
+  runnable.assign(cands.size(), 0);
   for (std::size_t i = 0; i < cands.size(); ++i) {
     const auto broken = InfeasibilityRules(m, cands[i], o.gpus, cl);
     runnable[i] = broken.empty();
@@ -698,10 +748,14 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     ++res.rejected[key];
     example.emplace(key, broken.front().text);
   }
-  // 1. Exact lower bounds; prune what cannot fit in memory.
-  std::vector<Bounds> bounds(cands.size());
+}
+
+/// 1. Exact lower bounds; prunes what cannot fit in memory. The rest, most promising first (by
+///    step-time lower bound).
+std::vector<std::size_t> PlanSearch::BoundAndPrune() {
+  bounds.assign(cands.size(), Bounds{});
   LayerCostCache layer_costs;  // candidates that differ only in pp, vp, dp, ZeRO, ... share their layers
-  parallel_for(cands.size(), [&](std::size_t i) {
+  ForEach(cands.size(), [&](std::size_t i) {
     if (runnable[i]) bounds[i] = LowerBounds(m, cands[i], cl, prof, &layer_costs);
   });
   std::vector<std::size_t> order;
@@ -714,61 +768,50 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
       order.push_back(i);
     }
   }
-  // Most promising first: by step-time lower bound.
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     if (bounds[a].step_time_lower_s != bounds[b].step_time_lower_s) {
       return bounds[a].step_time_lower_s < bounds[b].step_time_lower_s;
     }
     return a < b;
   });
-  std::mutex mu;
-  // Every simulated plan that fits by its allocated peak with the headroom (the caching
-  // allocator's replay runs later, on the ones the ranking reaches), and the K best of them,
-  // which bound the search.
-  std::vector<Plan> pool;
-  std::vector<double> top_allocated_s;  // the K best step times of the pool, ascending
-  std::vector<std::size_t> pruned;   // candidates the bound skipped
-  const std::size_t k = static_cast<std::size_t>(std::max(1, o.top_k));
-  std::atomic<std::size_t> done{0}, simulated{0};
-  std::size_t replayed = 0;
-  std::map<std::string, std::size_t> rej_local;
-  auto plan_less = [](const Plan& a, const Plan& b) {
-    if (a.result.step_time_s != b.result.step_time_s) return a.result.step_time_s < b.result.step_time_s;
-    return Key(a.config) < Key(b.config);
-  };
-  const std::string no_fit = o.min_headroom_bytes > 0 ? "does not fit with the required headroom (simulated)"
-                                                      : "does not fit in memory (simulated)";
-  auto simulate = [&](std::size_t i) {
-    Plan p;
-    p.config = cands[i];
-    p.result = Simulate(m, cands[i], cl, o.gpus, prof, SearchOptions());
-    ++simulated;
-    const double tokens = static_cast<double>(cands[i].global_batch_size * cands[i].seq_length);
-    p.usd_per_million_tokens = static_cast<double>(o.gpus) * price / 3600.0 * p.result.step_time_s / tokens * 1e6;
-    p.joules_per_token = static_cast<double>(o.gpus) * cl.gpu.tdp_W * o.energy_overhead * p.result.step_time_s / tokens;
-    const bool fits = p.result.feasible && p.result.fits && p.result.peak_memory_bytes <= usable - o.min_headroom_bytes;
-    std::lock_guard<std::mutex> lock(mu);
-    if (p.result.feasible) {
-      res.points.push_back({p.config.Summary(), p.result.step_time_s, p.result.peak_memory_bytes,
-                            p.result.peak_memory_bytes, fits, false});
-    }
-    if (!p.result.feasible) {
-      // Safeguard: step 0 set these aside already (Simulate checks the same rules).
-      ++rej_local["cannot run: " + (p.result.reasons.empty() ? std::string("?") : p.result.reasons.front())];
-    } else if (!fits) {
-      ++rej_local[no_fit];
-      res.closest.push_back(std::move(p));
-    } else {
-      top_allocated_s.insert(std::upper_bound(top_allocated_s.begin(), top_allocated_s.end(), p.result.step_time_s),
-                          p.result.step_time_s);
-      if (top_allocated_s.size() > k) top_allocated_s.pop_back();
-      pool.push_back(std::move(p));
-    }
-  };
-  // 2. Simulate, most promising first; skip those whose step-time lower bound cannot beat the
-  //    K-th best by allocated peak (never skips a member of that top K: its lower bound is at
-  //    most its step time, which is at most the K-th best at any moment).
-  parallel_for(order.size(), [&](std::size_t j) {
+  return order;
+}
+
+/// Simulates candidate i (without the allocator's replay) into the pool, or the closest, or a
+/// rejection.
+void PlanSearch::SimulateOne(std::size_t i) {
+  Plan p;
+  p.config = cands[i];
+  p.result = Simulate(m, cands[i], cl, o.gpus, prof, SearchOptions());
+  ++simulated;
+  const double tokens = static_cast<double>(cands[i].global_batch_size * cands[i].seq_length);
+  p.usd_per_million_tokens = static_cast<double>(o.gpus) * price_usd_per_gpu_hour / 3600.0 * p.result.step_time_s / tokens * 1e6;
+  p.joules_per_token = static_cast<double>(o.gpus) * cl.gpu.tdp_W * o.energy_overhead * p.result.step_time_s / tokens;
+  const bool fits = p.result.feasible && p.result.fits && p.result.peak_memory_bytes <= usable - o.min_headroom_bytes;
+  std::lock_guard<std::mutex> lock(mu);
+  if (p.result.feasible) {
+    res.points.push_back({p.config.Summary(), p.result.step_time_s, p.result.peak_memory_bytes,
+                          p.result.peak_memory_bytes, fits, false});
+  }
+  if (!p.result.feasible) {
+    // Safeguard: step 0 set these aside already (Simulate checks the same rules).
+    ++rej_local["cannot run: " + (p.result.reasons.empty() ? std::string("?") : p.result.reasons.front())];
+  } else if (!fits) {
+    ++rej_local[no_fit];
+    res.closest.push_back(std::move(p));
+  } else {
+    top_allocated_s.insert(std::upper_bound(top_allocated_s.begin(), top_allocated_s.end(), p.result.step_time_s),
+                           p.result.step_time_s);
+    if (top_allocated_s.size() > k) top_allocated_s.pop_back();
+    pool.push_back(std::move(p));
+  }
+}
+
+/// 2. Simulates, most promising first; skips those whose step-time lower bound cannot beat the
+///    K-th best by allocated peak (never skips a member of that top K: its lower bound is at most
+///    its step time, which is at most the K-th best at any moment).
+void PlanSearch::SimulateByBound(const std::vector<std::size_t>& order) {
+  ForEach(order.size(), [&](std::size_t j) {
     const std::size_t i = order[j];
     bool skip;
     {
@@ -776,48 +819,47 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
       skip = top_allocated_s.size() >= k && bounds[i].step_time_lower_s > top_allocated_s.back();
       if (skip) pruned.push_back(i);
     }
-    if (!skip) simulate(i);
+    if (!skip) SimulateOne(i);
     ++done;
     if (o.progress) o.progress(done, order.size());
   });
-  // 3. Rank with the caching allocator's replay: walk the pool best first, replaying each plan
-  //    (ReplayAllocator), until K plans fit by their reserved figure with the headroom and the
-  //    best plan not at risk is found. When the replay turned plans away, the K-th ranked plan
-  //    (or the best not at risk) is slower than the bound assumed: the skipped candidates whose
-  //    lower bound does not exceed it are simulated and the walk runs again (exact, as above).
-  std::vector<Plan> top;
-  std::map<std::string, std::size_t> rej_replay;
-  // The replay's verdict: room for every request, and the reserved figure within the headroom.
-  auto fits_replayed = [&](const SimulationResult& r) {
-    return r.fits && r.peak_reserved_bytes <= usable - o.min_headroom_bytes;
-  };
-  auto rank = [&] {
-    std::sort(pool.begin(), pool.end(), plan_less);
-    top.clear();
-    rej_replay.clear();
-    res.best_not_at_risk.reset();
-    res.at_risk_excluded = 0;
-    for (std::size_t j = 0; j < pool.size() && (top.size() < k || !res.best_not_at_risk); ++j) {
-      Plan& p = pool[j];
-      if (!p.result.allocator_replayed) {
-        ReplayAllocator(m, p.config, cl, prof, &p.result);
-        ++replayed;
-      }
-      if (!fits_replayed(p.result)) {
-        ++rej_replay[no_fit];
-        continue;
-      }
-      if (!p.result.memory_at_risk && !res.best_not_at_risk) res.best_not_at_risk = p;
-      if (o.exclude_memory_at_risk && p.result.memory_at_risk) {
-        ++rej_replay["at risk of running out of memory (fits only by releasing the allocator's cache; simulated)"];
-        ++res.at_risk_excluded;
-      } else if (top.size() < k) {
-        top.push_back(p);
-      }
+}
+
+/// Walks the pool best first, replaying each plan (ReplayAllocator), until K plans fit by their
+/// reserved figure with the headroom and the best plan not at risk is found.
+void PlanSearch::Rank() {
+  std::sort(pool.begin(), pool.end(), PlanLess);
+  top.clear();
+  rej_replay.clear();
+  res.best_not_at_risk.reset();
+  res.at_risk_excluded = 0;
+  for (std::size_t j = 0; j < pool.size() && (top.size() < k || !res.best_not_at_risk); ++j) {
+    Plan& p = pool[j];
+    if (!p.result.allocator_replayed) {
+      ReplayAllocator(m, p.config, cl, prof, &p.result);
+      ++replayed;
     }
-  };
+    if (!FitsReplayed(p.result)) {
+      ++rej_replay[no_fit];
+      continue;
+    }
+    if (!p.result.memory_at_risk && !res.best_not_at_risk) res.best_not_at_risk = p;
+    if (o.exclude_memory_at_risk && p.result.memory_at_risk) {
+      ++rej_replay["at risk of running out of memory (fits only by releasing the allocator's cache; simulated)"];
+      ++res.at_risk_excluded;
+    } else if (top.size() < k) {
+      top.push_back(p);
+    }
+  }
+}
+
+/// 3. Ranks with the caching allocator's replay (Rank). When the replay turned plans away, the
+///    K-th ranked plan (or the best not at risk) is slower than the bound assumed: the skipped
+///    candidates whose lower bound does not exceed it are simulated and the walk runs again
+///    (exact, as above).
+void PlanSearch::RankWithReplay() {
   for (;;) {
-    rank();
+    Rank();
     const double inf = std::numeric_limits<double>::infinity();
     const double kth_s = top.size() >= k ? top.back().result.step_time_s : inf;
     const double safe_s = res.best_not_at_risk ? res.best_not_at_risk->result.step_time_s : inf;
@@ -827,20 +869,25 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     if (again.empty()) break;
     pruned = std::move(still);
     res.candidates_revisited += again.size();
-    parallel_for(again.size(), [&](std::size_t j) { simulate(again[j]); });
+    ForEach(again.size(), [&](std::size_t j) { SimulateOne(again[j]); });
   }
+}
+
+/// The rejections, the replay's verdict on the plotted points, the counts, the points by step
+/// time and the plans by the objective.
+void PlanSearch::Finish() {
   if (!pruned.empty()) rej_local["cannot beat the top K (step-time lower bound, not simulated)"] += pruned.size();
   for (const auto& [r, c] : rej_replay) rej_local[r] += c;
   std::map<std::string, const Plan*> replayed_plans;
   for (const Plan& p : pool) {
     if (!p.result.allocator_replayed) continue;
     replayed_plans[p.config.Summary()] = &p;
-    if (!fits_replayed(p.result)) res.closest.push_back(p);
+    if (!FitsReplayed(p.result)) res.closest.push_back(p);
   }
   for (auto& pt : res.points) {  // the replay's verdict where it ran
     const auto it = replayed_plans.find(pt.config);
     if (it == replayed_plans.end()) continue;
-    pt.fits = fits_replayed(it->second->result);
+    pt.fits = FitsReplayed(it->second->result);
     pt.peak_reserved_bytes = std::max(pt.peak_memory_bytes, it->second->result.peak_reserved_bytes);
     pt.at_risk = it->second->result.memory_at_risk;
   }
@@ -856,9 +903,15 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
     return Key(a.config) < Key(b.config);
   });
   res.plans = std::move(top);
+}
 
-  if (res.plans.empty()) ExplainNothingFits(m, cl, prof, o, cands, runnable, bounds, example, &res);
-  return res;
+}  // namespace
+
+PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& prof,
+                   const PlanOptions& o) {
+  const double price = PlanPrice(o, cl);
+  CheckPlanOptions(cl, o, price);
+  return PlanSearch(m, cl, prof, o, price).Run();
 }
 
 std::string KnownBias(const ParallelConfig& c) {

@@ -208,8 +208,11 @@ std::string StraddlingGroupsLine(const ParallelConfig& c, std::int64_t gpus, std
                      Join(names, " and "), names.size() > 1 ? "do" : "does", gpus_per_node);
 }
 
-void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,
-                     const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {
+namespace {
+
+/// The simulation's header: model, cluster, profile, configuration and the lines that qualify them.
+void WriteSimulationHeader(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,
+                           const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {
   out << fmt::format("{} on {} x {} ({}), profile: {}\n", m.name, gpus, cl.gpu.display_name, cl.name,
                            prof.kind == "default" ? "built-in default" : prof.source);
   for (const auto& a : prof.adjustments) out << "  profile adjusted: " << a << "\n";
@@ -231,15 +234,12 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
                          r.moe_node_imbalance);
     }
   }
-  if (!r.feasible) {
-    out << "\nThis configuration cannot run:\n";
-    for (const auto& s : r.reasons) out << "  - " << s << "\n";
-    return;
-  }
-  if (!r.fits) {
-    out << "\nDOES NOT FIT in GPU memory (the time below is what it would take with enough memory):\n";
-    for (const auto& s : r.reasons) out << "  - " << s << "\n";
-  }
+}
+
+/// Notes on the configuration: an uneven pipeline split, a vocabulary tp does not divide, a
+/// sliding window, tensor parallelism across nodes, what selective recompute and the EP overlap do.
+void WriteSimulationNotes(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,
+                          const Cluster& cl) {
   const std::int64_t slots = m.num_layers + (c.embedding_slots && c.pp > 1 ? 2 : 0);
   const bool first_last = c.first_stage_layers >= 0 || c.last_stage_layers >= 0;
   if (c.pp > 1 && (first_last || c.embedding_slots || slots % c.pp != 0)) {
@@ -305,7 +305,10 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
                  "      with it (Qwen3-235B, Megatron-MoE-ModelZoo) gained 11% where this model predicts 25%\n"
                  "      (docs/accuracy.md, \"MoE runs\"): read its saving as an upper bound.\n";
   }
-  WriteDeepSpeedZero3(out, r, c, m);
+}
+
+/// The step: time, throughput, MFU/HFU, executed FLOPs and the bubble beside its closed form.
+void WriteStepSummary(std::ostream& out, const SimulationResult& r, const ParallelConfig& c, const Cluster& cl) {
   out << "\nStep\n";
   out << fmt::format("  step time        {}\n", FormatSeconds(r.step_time_s));
   out << fmt::format("  throughput       {} tokens/s, {} samples/s\n", Rate(r.tokens_per_s), Rate(r.samples_per_s));
@@ -345,6 +348,10 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
                              "but not in the closed form, lower it\n",
                              Pct(f * p1 / (v * static_cast<double>(nmb) + f * p1)), form);
   }
+}
+
+/// The time breakdown, mean over stages.
+void WriteTimeBreakdown(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c) {
   out << "\nTime breakdown (mean over stages; parts add up to the step time)\n";
   const auto& b = r.breakdown;
   auto line = [&](const char* name, double s, const char* note) {
@@ -362,6 +369,10 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   line("data-parallel comm", b.dp_comm_s, dp_note.c_str());
   line("bubble", b.bubble_s, "waiting on other stages (fill, drain, imbalance)");
   line("optimizer", b.optimizer_s, "Adam step and gradient norm");
+}
+
+/// Memory per GPU by pipeline stage, with the caching allocator's retries and the at-risk line.
+void WriteStageMemory(std::ostream& out, const SimulationResult& r, const ParallelConfig& c) {
   out << "\nMemory per GPU by pipeline stage (usable " << FormatGiB(r.usable_memory_bytes) << ")\n";
   const bool chunks = c.vp > 1 && c.schedule == Schedule::kInterleaved;
   std::vector<std::vector<std::string>> mem_rows = {
@@ -408,6 +419,10 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
     out << "  at risk: the caching allocator's replay had to release its cache to find room (the retries\n"
            "  above): each release synchronizes the device, and the step is close to out of memory.\n";
   }
+}
+
+/// Time per stage, the busiest stage and the critical path.
+void WriteStageTimes(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c) {
   const bool moe = m.moe.enabled();
   out << fmt::format("\nPer stage: time (compute incl. recompute / tp{}{} / bubble / pp / dp / optimizer)\n",
                            c.cp > 1 ? " / cp" : "", moe ? " / ep" : "");
@@ -423,6 +438,28 @@ void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& 
   if (r.stages.size() > 1) out << BusiestStageLine(m, r);
   out << "\nCritical path\n";
   for (const auto& l : r.critical_path) out << "  " << l << "\n";
+}
+
+}  // namespace
+
+void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,
+                     const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {
+  WriteSimulationHeader(out, r, m, c, cl, gpus, prof);
+  if (!r.feasible) {
+    out << "\nThis configuration cannot run:\n";
+    for (const auto& s : r.reasons) out << "  - " << s << "\n";
+    return;
+  }
+  if (!r.fits) {
+    out << "\nDOES NOT FIT in GPU memory (the time below is what it would take with enough memory):\n";
+    for (const auto& s : r.reasons) out << "  - " << s << "\n";
+  }
+  WriteSimulationNotes(out, r, m, c, cl);
+  WriteDeepSpeedZero3(out, r, c, m);
+  WriteStepSummary(out, r, c, cl);
+  WriteTimeBreakdown(out, r, m, c);
+  WriteStageMemory(out, r, c);
+  WriteStageTimes(out, r, m, c);
 }
 
 namespace {
