@@ -1540,94 +1540,171 @@ void ReplayAllocator(const Model& m, const ParallelConfig& cfg_in, const Cluster
   if (!res->fits) res->memory_at_risk = false;
 }
 
+namespace {
+
+/// A low-precision configuration's linear-layer format and FP8 options (`config.low_precision`).
+Json LowPrecisionJson(const ParallelConfig& c, const std::string& arch) {
+  const LinearFormat lf = LinearFormatOf(c, arch);
+  Json lp = {{"gemm_precision", ToString(lf.gemm)},
+             {"bytes_per_element", lf.element_bytes},
+             {"scale_bytes_per_element", lf.scale_bytes_per_element},
+             {"second_copy", lf.second_copy},
+             {"fp8_param_gather", c.fp8_param_gather},
+             {"bf16_layers_start", c.bf16_layers_start},
+             {"bf16_layers_end", c.bf16_layers_end}};
+  if (c.precision == Precision::kFp8 || c.precision == Precision::kMxfp8) lp["fp8_format"] = c.Fp8FormatName();
+  if (c.precision == Precision::kFp8) {
+    lp["fp8_recipe"] = ToString(c.fp8_recipe);
+    if (c.fp8_recipe == Fp8Recipe::kDelayed) lp["fp8_amax_history_len"] = c.fp8_amax_history_len;
+  }
+  return lp;
+}
+
+/// The `config` object of the `simulate --json` document: the configuration as run, with the
+/// per-parameter state and gradient-reduction bytes it implies.
+Json ConfigJson(const ParallelConfig& c, const Model& m, const Cluster& cl) {
+  const bool ds = c.deepspeed_zero3(), ds3 = c.deepspeed2021_zero3() || ds;
+  Json j = {{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}, {"cp", c.cp}, {"vp", c.vp},
+            {"micro_batch_size", c.micro_batch_size}, {"global_batch_size", c.global_batch_size},
+            {"seq_length", c.seq_length > 0 ? c.seq_length : m.seq_length},
+            {"sequence_parallel", c.sequence_parallel}, {"tp_comm_overlap", c.tp_comm_overlap},
+            {"cross_entropy", ToString(c.cross_entropy)},
+            {"recompute", ToString(c.recompute)},
+            {"recompute_modules", c.recompute == Recompute::kSelective ? Json(RecomputeModulesName(c.recompute_modules)) : Json()},
+            {"offload_modules", c.offload_modules != 0 ? Json(OffloadModulesName(c.offload_modules)) : Json()},
+            {"moe_a2a_overlap", c.moe_a2a_overlap},
+            {"zero_stage", c.zero_stage}, {"dp_shard", c.zero_stage >= 1 ? Json(c.shard_dp()) : Json()},
+            {"zero3_impl", c.zero_stage >= 3 ? Json(ToString(c.zero3_impl)) : Json()},
+            {"contiguous_gradients", c.deepspeed_zero12() ? Json(c.ds_contiguous_gradients) : Json()},
+            {"use_multi_rank_bucket_allreduce",
+             c.deepspeed_zero12() && c.ds_contiguous_gradients ? Json(c.ds_multi_rank_bucket_allreduce) : Json()},
+            {"reduce_bucket_size", c.deepspeed_zero12() || ds3 ? Json(c.ds_reduce_bucket_elems) : Json()},
+            {"schedule", ToString(c.schedule)},
+            {"stage3_max_live_parameters", ds3 ? Json(c.ds_max_live_elems) : Json()},
+            {"stage3_param_persistence_threshold", ds3 ? Json(c.ds_persistence_threshold_elems) : Json()},
+            {"stage3_prefetch_bucket_size", ds ? Json(c.ds_prefetch_bucket_elems) : Json()},
+            {"stage3_max_reuse_distance", ds ? Json(c.ds_max_reuse_distance_elems) : Json()},
+            {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
+            {"overlap_grad_reduce", c.overlap_grad_reduce},
+            {"param_gather_bytes_per_param", ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch))},
+            {"async_tensor_model_parallel_allreduce", c.async_tp_grad_reduce},
+            {"overlap_param_gather", c.overlap_param_gather},
+            {"optimizer_impl", ToString(c.optimizer_impl)}, {"p2p_blocking", c.p2p_blocking},
+            {"zero3_limit_all_gathers", c.zero_stage >= 3 ? Json(c.zero3_limit_all_gathers) : Json()},
+            {"scatter_gather", c.scatter_gather}, {"embedding_slots", c.embedding_slots}};
+  if (m.moe.enabled()) {
+    j["ep"] = c.ep;
+    j["etp"] = c.expert_tp();
+    j["expert_dp"] = c.expert_dp();
+    j["moe_token_dispatcher_type"] = ToString(c.moe_dispatcher);
+    j["moe_expert_capacity_factor"] = c.moe_capacity_factor > 0 ? Json(c.moe_capacity_factor) : Json(nullptr);
+    j["moe_load_imbalance"] = c.moe_load_imbalance > 0 ? Json(c.moe_load_imbalance) : Json(nullptr);
+    j["moe_router_force_load_balancing"] = c.moe_force_load_balancing;
+  }
+  if (c.cp > 1) {
+    j["cp_comm_type"] = ToString(c.cp_comm);
+    if (c.cp_comm == CpComm::kA2AP2P) j["cp_a2a_ranks"] = CpA2aGroup(c, cl.gpus_per_node);
+  }
+  j["pipeline_layout_even"] = c.even_chunks;
+  j["pipeline_flushes"] = c.pipeline_flushes;
+  j["flush_grad_reduce"] = c.pipeline_flushes > 1 ? Json(c.flush_grad_reduce ? "every" : "last") : Json(nullptr);
+  j["decoder_first_pipeline_num_layers"] =
+      c.first_stage_layers >= 0 ? Json(c.first_stage_layers) : Json(nullptr);
+  j["decoder_last_pipeline_num_layers"] =
+      c.last_stage_layers >= 0 ? Json(c.last_stage_layers) : Json(nullptr);
+  if (c.optimizer_impl == OptimizerImpl::kMegatron) j["fp32_main_grads"] = c.fp32_main_grads;
+  j["mfu_peak_precision"] = ToString(MfuPeakPrecision(c.precision));
+  if (IsLowPrecision(c.precision)) j["low_precision"] = LowPrecisionJson(c, cl.gpu.arch);
+  if (c.dp < 1) {
+    // tp*pp does not divide the GPU count (a reason below): no data-parallel size, so no
+    // per-parameter state or gradient-reduction bytes either.
+    j["dp"] = nullptr;
+    if (c.global_batch_size < 1) j["global_batch_size"] = nullptr;
+  } else {
+    const StateBytesPerParam b = BytesPerParam(c);
+    j["state_bytes_per_param"] = {{"weights", b.weights}, {"grads", b.grads}, {"optimizer", b.optimizer}};
+    j["grad_reduce_bytes_per_param"] = GradReduceBytesPerParam(c);
+    j["grad_reduce"] = GradReduceIsAllReduce(c) ? "all_reduce" : "reduce_scatter";
+  }
+  return j;
+}
+
+/// One stage's time breakdown, seconds.
+Json BreakdownJson(const StageBreakdown& b) {
+  return Json{{"compute", b.compute_s},     {"recompute", b.recompute_s},
+              {"tp_comm", b.tp_comm_s},     {"cp_comm", b.cp_comm_s},     {"ep_comm", b.ep_comm_s},
+              {"pp_comm", b.pp_comm_s},
+              {"dp_comm", b.dp_comm_s},     {"bubble", b.bubble_s},
+              {"optimizer", b.optimizer_s}};
+}
+
+/// Each pipeline stage's layers, memory and time (`stages`).
+Json StagesJson(const SimulationResult& r, const Model& m, const ParallelConfig& c) {
+  Json st = Json::array();
+  // Each stage's model chunks (k*pp + stage, k < vp) and their transformer layers, in order.
+  const PipelineLayout layout = PipelineLayoutOf(m, c);
+  auto chunk_layers = [&](int stage) {
+    Json a = Json::array();
+    if (!layout.error.empty() || c.pp < 1) return a;
+    for (std::size_t k = static_cast<std::size_t>(stage); k < layout.chunk_layers.size(); k += static_cast<std::size_t>(c.pp)) {
+      a.push_back(layout.chunk_layers[k]);
+    }
+    return a;
+  };
+  for (const auto& s : r.stages) {
+    st.push_back({{"stage", s.stage},
+                  {"layers", s.layers},
+                  {"chunk_layers", chunk_layers(s.stage)},
+                  {"peak_memory_bytes", s.memory.peak_bytes},
+                  {"reserved_memory_bytes", s.memory.reserved_bytes},
+                  {"reserved_unlimited_memory_bytes", s.memory.reserved_unlimited_bytes},
+                  {"allocator_retries", s.memory.allocator_retries},
+                  {"allocator_replayed_microbatches", s.memory.allocator_replayed_microbatches},
+                  {"fits", s.fits},
+                  {"memory_at_risk", s.at_risk},
+                  {"bubble_fraction", s.bubble_fraction},
+                  {"breakdown_s", BreakdownJson(s.time)},
+                  {"memory_bytes", {{"weights", s.memory.weights_bytes},
+                                    {"grads", s.memory.grads_bytes},
+                                    {"optimizer", s.memory.optimizer_bytes},
+                                    {"activations", s.memory.activations_bytes},
+                                    {"comm_buffers", s.memory.comm_buffer_bytes},
+                                    {"framework", s.memory.framework_bytes}}},
+                  {"quantized_weights_bytes", s.memory.quantized_weights_bytes},
+                  {"peak_inflight_microbatches", s.memory.peak_inflight_microbatches}});
+  }
+  return st;
+}
+
+/// DeepSpeed ZeRO-3's gather plan (`deepspeed_zero3`).
+Json DeepSpeedZero3Json(const DeepSpeedZero3Plan& d, const ParallelConfig& c, const Cluster& cl) {
+  return {{"peak_gathered_elements", d.peak_live_elems},
+          {"peak_gathered_bytes", d.peak_live_elems * ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch))},
+          {"reduce_bucket_bytes", c.ds_reduce_bucket_elems * ModelDtypeBytes(c.precision)},
+          {"forward_lead_layers", d.forward_lead_layers},
+          {"backward_lead_layers", d.backward_lead_layers},
+          {"simulated_lead_layers", {{"forward", d.SimulatedLeadLayers(0)},
+                                     {"backward", d.SimulatedLeadLayers(1)}}},
+          {"kept_layers", d.kept_layers},
+          {"gathered_elements", {{"forward", d.gathered_elems[0]}, {"backward", d.gathered_elems[1]}}},
+          {"on_demand_elements", {{"forward", d.on_demand_elems[0]}, {"backward", d.on_demand_elems[1]}}}};
+}
+
+}  // namespace
+
 Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfig& c,
                   const Cluster& cl, std::int64_t gpus) {
-  const bool ds2021 = c.deepspeed2021_zero3(), ds = c.deepspeed_zero3(), ds3 = ds2021 || ds;
   Json j;
   j["model"] = m.name;
   j["cluster"] = cl.name;
   j["gpu"] = cl.gpu.name;
   j["gpus"] = gpus;
-  j["config"] = {{"tp", c.tp}, {"pp", c.pp}, {"dp", c.dp}, {"cp", c.cp}, {"vp", c.vp},
-                 {"micro_batch_size", c.micro_batch_size}, {"global_batch_size", c.global_batch_size},
-                 {"seq_length", c.seq_length > 0 ? c.seq_length : m.seq_length},
-                 {"sequence_parallel", c.sequence_parallel}, {"tp_comm_overlap", c.tp_comm_overlap},
-                 {"cross_entropy", ToString(c.cross_entropy)},
-                 {"recompute", ToString(c.recompute)},
-                 {"recompute_modules", c.recompute == Recompute::kSelective ? Json(RecomputeModulesName(c.recompute_modules)) : Json()},
-                 {"offload_modules", c.offload_modules != 0 ? Json(OffloadModulesName(c.offload_modules)) : Json()},
-                 {"moe_a2a_overlap", c.moe_a2a_overlap},
-                 {"zero_stage", c.zero_stage}, {"dp_shard", c.zero_stage >= 1 ? Json(c.shard_dp()) : Json()},
-                 {"zero3_impl", c.zero_stage >= 3 ? Json(ToString(c.zero3_impl)) : Json()},
-                 {"contiguous_gradients", c.deepspeed_zero12() ? Json(c.ds_contiguous_gradients) : Json()},
-                 {"use_multi_rank_bucket_allreduce",
-                  c.deepspeed_zero12() && c.ds_contiguous_gradients ? Json(c.ds_multi_rank_bucket_allreduce) : Json()},
-                 {"reduce_bucket_size", c.deepspeed_zero12() || ds3 ? Json(c.ds_reduce_bucket_elems) : Json()},
-                 {"schedule", ToString(c.schedule)},
-                 {"stage3_max_live_parameters", ds3 ? Json(c.ds_max_live_elems) : Json()},
-                 {"stage3_param_persistence_threshold", ds3 ? Json(c.ds_persistence_threshold_elems) : Json()},
-                 {"stage3_prefetch_bucket_size", ds ? Json(c.ds_prefetch_bucket_elems) : Json()},
-                 {"stage3_max_reuse_distance", ds ? Json(c.ds_max_reuse_distance_elems) : Json()},
-                 {"precision", ToString(c.precision)}, {"flash_attention", c.flash_attention},
-                 {"overlap_grad_reduce", c.overlap_grad_reduce},
-                 {"param_gather_bytes_per_param", ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch))},
-                 {"async_tensor_model_parallel_allreduce", c.async_tp_grad_reduce},
-                 {"overlap_param_gather", c.overlap_param_gather},
-                 {"optimizer_impl", ToString(c.optimizer_impl)}, {"p2p_blocking", c.p2p_blocking},
-                 {"zero3_limit_all_gathers", c.zero_stage >= 3 ? Json(c.zero3_limit_all_gathers) : Json()},
-                 {"scatter_gather", c.scatter_gather}, {"embedding_slots", c.embedding_slots}};
+  j["config"] = ConfigJson(c, m, cl);
   if (m.moe.enabled()) {
-    j["config"]["ep"] = c.ep;
-    j["config"]["etp"] = c.expert_tp();
-    j["config"]["expert_dp"] = c.expert_dp();
-    j["config"]["moe_token_dispatcher_type"] = ToString(c.moe_dispatcher);
-    j["config"]["moe_expert_capacity_factor"] = c.moe_capacity_factor > 0 ? Json(c.moe_capacity_factor) : Json(nullptr);
-    j["config"]["moe_load_imbalance"] = c.moe_load_imbalance > 0 ? Json(c.moe_load_imbalance) : Json(nullptr);
-    j["config"]["moe_router_force_load_balancing"] = c.moe_force_load_balancing;
     // What the step ran at (the config's moe_load_imbalance when given, else the default) and why.
     j["moe_load_imbalance_applied"] = r.moe_load_imbalance;
     j["moe_load_imbalance_source"] = MoeImbalanceSource(c, m.moe);
     j["moe_node_imbalance_applied"] = r.moe_node_imbalance;
-  }
-  if (c.cp > 1) {
-    j["config"]["cp_comm_type"] = ToString(c.cp_comm);
-    if (c.cp_comm == CpComm::kA2AP2P) j["config"]["cp_a2a_ranks"] = CpA2aGroup(c, cl.gpus_per_node);
-  }
-  j["config"]["pipeline_layout_even"] = c.even_chunks;
-  j["config"]["pipeline_flushes"] = c.pipeline_flushes;
-  j["config"]["flush_grad_reduce"] = c.pipeline_flushes > 1 ? Json(c.flush_grad_reduce ? "every" : "last") : Json(nullptr);
-  j["config"]["decoder_first_pipeline_num_layers"] =
-      c.first_stage_layers >= 0 ? Json(c.first_stage_layers) : Json(nullptr);
-  j["config"]["decoder_last_pipeline_num_layers"] =
-      c.last_stage_layers >= 0 ? Json(c.last_stage_layers) : Json(nullptr);
-  if (c.optimizer_impl == OptimizerImpl::kMegatron) j["config"]["fp32_main_grads"] = c.fp32_main_grads;
-  j["config"]["mfu_peak_precision"] = ToString(MfuPeakPrecision(c.precision));
-  if (IsLowPrecision(c.precision)) {
-    const LinearFormat lf = LinearFormatOf(c, cl.gpu.arch);
-    Json lp = {{"gemm_precision", ToString(lf.gemm)},
-               {"bytes_per_element", lf.element_bytes},
-               {"scale_bytes_per_element", lf.scale_bytes_per_element},
-               {"second_copy", lf.second_copy},
-               {"fp8_param_gather", c.fp8_param_gather},
-               {"bf16_layers_start", c.bf16_layers_start},
-               {"bf16_layers_end", c.bf16_layers_end}};
-    if (c.precision == Precision::kFp8 || c.precision == Precision::kMxfp8) lp["fp8_format"] = c.Fp8FormatName();
-    if (c.precision == Precision::kFp8) {
-      lp["fp8_recipe"] = ToString(c.fp8_recipe);
-      if (c.fp8_recipe == Fp8Recipe::kDelayed) lp["fp8_amax_history_len"] = c.fp8_amax_history_len;
-    }
-    j["config"]["low_precision"] = lp;
-  }
-  if (c.dp < 1) {
-    // tp*pp does not divide the GPU count (a reason below): no data-parallel size, so no
-    // per-parameter state or gradient-reduction bytes either.
-    j["config"]["dp"] = nullptr;
-    if (c.global_batch_size < 1) j["config"]["global_batch_size"] = nullptr;
-  } else {
-    const StateBytesPerParam b = BytesPerParam(c);
-    j["config"]["state_bytes_per_param"] = {{"weights", b.weights}, {"grads", b.grads}, {"optimizer", b.optimizer}};
-    j["config"]["grad_reduce_bytes_per_param"] = GradReduceBytesPerParam(c);
-    j["config"]["grad_reduce"] = GradReduceIsAllReduce(c) ? "all_reduce" : "reduce_scatter";
   }
   j["feasible"] = r.feasible;
   // null without a whole count: no dp, or gbs no multiple of mbs*dp (num_microbatches() is 0).
@@ -1659,61 +1736,9 @@ Json ResultToJson(const SimulationResult& r, const Model& m, const ParallelConfi
   j["peak_reserved_memory_bytes"] = r.peak_reserved_bytes;
   j["peak_reserved_unlimited_memory_bytes"] = r.peak_reserved_unlimited_bytes;
   j["usable_memory_bytes"] = r.usable_memory_bytes;
-  auto bd = [](const StageBreakdown& b) {
-    return Json{{"compute", b.compute_s},     {"recompute", b.recompute_s},
-                {"tp_comm", b.tp_comm_s},     {"cp_comm", b.cp_comm_s},     {"ep_comm", b.ep_comm_s},
-                {"pp_comm", b.pp_comm_s},
-                {"dp_comm", b.dp_comm_s},     {"bubble", b.bubble_s},
-                {"optimizer", b.optimizer_s}};
-  };
-  j["breakdown_s"] = bd(r.breakdown);
-  Json st = Json::array();
-  // Each stage's model chunks (k*pp + stage, k < vp) and their transformer layers, in order.
-  const PipelineLayout layout = PipelineLayoutOf(m, c);
-  auto chunk_layers = [&](int stage) {
-    Json a = Json::array();
-    if (!layout.error.empty() || c.pp < 1) return a;
-    for (std::size_t k = static_cast<std::size_t>(stage); k < layout.chunk_layers.size(); k += static_cast<std::size_t>(c.pp)) {
-      a.push_back(layout.chunk_layers[k]);
-    }
-    return a;
-  };
-  for (const auto& s : r.stages) {
-    st.push_back({{"stage", s.stage},
-                  {"layers", s.layers},
-                  {"chunk_layers", chunk_layers(s.stage)},
-                  {"peak_memory_bytes", s.memory.peak_bytes},
-                  {"reserved_memory_bytes", s.memory.reserved_bytes},
-                  {"reserved_unlimited_memory_bytes", s.memory.reserved_unlimited_bytes},
-                  {"allocator_retries", s.memory.allocator_retries},
-                  {"allocator_replayed_microbatches", s.memory.allocator_replayed_microbatches},
-                  {"fits", s.fits},
-                  {"memory_at_risk", s.at_risk},
-                  {"bubble_fraction", s.bubble_fraction},
-                  {"breakdown_s", bd(s.time)},
-                  {"memory_bytes", {{"weights", s.memory.weights_bytes},
-                                    {"grads", s.memory.grads_bytes},
-                                    {"optimizer", s.memory.optimizer_bytes},
-                                    {"activations", s.memory.activations_bytes},
-                                    {"comm_buffers", s.memory.comm_buffer_bytes},
-                                    {"framework", s.memory.framework_bytes}}},
-                  {"quantized_weights_bytes", s.memory.quantized_weights_bytes},
-                  {"peak_inflight_microbatches", s.memory.peak_inflight_microbatches}});
-  }
-  j["stages"] = st;
-  if (ds && r.feasible) {
-    const DeepSpeedZero3Plan& d = r.ds_zero3;
-    j["deepspeed_zero3"] = {{"peak_gathered_elements", d.peak_live_elems},
-                            {"peak_gathered_bytes", d.peak_live_elems * ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch))},
-                            {"reduce_bucket_bytes", c.ds_reduce_bucket_elems * ModelDtypeBytes(c.precision)},
-                            {"forward_lead_layers", d.forward_lead_layers},
-                            {"backward_lead_layers", d.backward_lead_layers},
-                            {"simulated_lead_layers", {{"forward", d.SimulatedLeadLayers(0)},
-                                                       {"backward", d.SimulatedLeadLayers(1)}}},
-                            {"kept_layers", d.kept_layers},
-                            {"gathered_elements", {{"forward", d.gathered_elems[0]}, {"backward", d.gathered_elems[1]}}},
-                            {"on_demand_elements", {{"forward", d.on_demand_elems[0]}, {"backward", d.on_demand_elems[1]}}}};
-  }
+  j["breakdown_s"] = BreakdownJson(r.breakdown);
+  j["stages"] = StagesJson(r, m, c);
+  if (c.deepspeed_zero3() && r.feasible) j["deepspeed_zero3"] = DeepSpeedZero3Json(r.ds_zero3, c, cl);
   Json cp = Json::array();
   for (const auto& cs : r.critical_shares) {
     cp.push_back({{"stage", cs.stage}, {"kind", cs.kind}, {"tasks", cs.tasks}, {"seconds", cs.seconds}});
