@@ -287,18 +287,10 @@ class Runner {
   std::map<std::pair<int, int>, std::vector<char>> saved_;
 };
 
-}  // namespace
-
-ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cluster& cluster,
-                      const HardwareProfile& profile, const ExecuteOptions& opts) {
-  if (opts.backend != "cpu" && opts.backend != "cuda") {
-    throw InputError("command line: --backend: got \"" + opts.backend + "\", expected cpu or cuda");
-  }
-  int rank = 0, size = 1;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  const bool on_gpu = opts.backend == "cuda";
-  if (on_gpu) {
+/// The configuration Execute predicts and runs: `cfg_in` (sequence from the model when unset) as
+/// the program runs it, checked against the backend and the `size` MPI ranks.
+ParallelConfig ExecutedConfig(const Model& model, const ParallelConfig& cfg_in, const ExecuteOptions& opts, int size) {
+  if (opts.backend == "cuda") {
     std::string why;
     if (!cuda_exec::Built()) throw InputError("--backend cuda: this build has no CUDA backend");
     if (!cuda_exec::Usable(&why)) throw InputError("--backend cuda: no usable GPU was found: " + why);
@@ -327,136 +319,187 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
     throw InputError(fmt::format("mpirun -np: got {} ranks, expected tp*pp*dp = {}*{}*{} = {}", size, c.tp, c.pp, c.dp,
                                  c.gpus()));
   }
-  ExecuteReport rep;
-  rep.config = c;
-  rep.predicted = Simulate(model, c, cluster, size, profile);
-  if (!rep.predicted.feasible || !rep.predicted.fits) {
-    throw InputError("the configuration cannot run: " + Join(rep.predicted.reasons, "; "));
+  return c;
+}
+
+/// The GPU ops of `prog` (GEMMs, attention, memory-bound passes, activation allocations) and, in
+/// `index`, each program op's GPU op (or npos).
+std::vector<cuda_exec::Op> GpuOpsOf(const RankProgram& prog, const Model& model, const ParallelConfig& c,
+                                    std::vector<std::size_t>* index) {
+  std::vector<cuda_exec::Op> ops;
+  std::map<std::pair<int, int>, int> keys;
+  for (const auto& x : prog.ops) {
+    cuda_exec::Op g;
+    bool use = true;
+    if (x.kind == ProgKind::kCompute && x.op.kind == OpKind::kGemm) {
+      g.kind = cuda_exec::Op::kGemm;
+      g.m = static_cast<int>(x.op.m);
+      g.n = static_cast<int>(x.op.n);
+      g.k = static_cast<int>(x.op.k);
+      g.reps = std::max(1, static_cast<int>(std::lround(x.op.flops / (2.0 * x.op.m * x.op.n * x.op.k))));
+    } else if (x.kind == ProgKind::kCompute && x.op.kind == OpKind::kAttention) {
+      // cuDNN's fused attention of the micro-batch on this GPU's heads (the runner falls back
+      // to the s x s x d GEMMs of the same FLOPs where cuDNN cannot run).
+      const int sq = static_cast<int>(c.seq_length), d = static_cast<int>(model.kv_channels);
+      g.kind = cuda_exec::Op::kAttention;
+      g.m = sq;
+      g.n = sq;
+      g.k = d;
+      g.reps = std::max(1, static_cast<int>(std::lround(x.op.flops / (2.0 * sq * sq * d))));
+      g.batch = static_cast<int>(c.micro_batch_size);
+      g.heads = static_cast<int>(model.num_attention_heads / c.tp);
+      g.kv_heads = static_cast<int>(std::max<std::int64_t>(1, model.num_query_groups / c.tp));
+      g.seq = sq;
+      g.head_dim = d;
+      g.backward = x.op.pass == Pass::kBackwardInput;
+    } else if ((x.kind == ProgKind::kCompute && x.op.kind == OpKind::kMemory) || x.kind == ProgKind::kOptimizer) {
+      g.kind = cuda_exec::Op::kMemory;
+      g.bytes = x.bytes > 0 ? x.bytes : x.op.bytes;
+    } else if (x.kind == ProgKind::kAlloc || x.kind == ProgKind::kFree) {
+      g.kind = x.kind == ProgKind::kAlloc ? cuda_exec::Op::kAlloc : cuda_exec::Op::kFree;
+      g.bytes = x.bytes;
+      auto key = std::make_pair(x.microbatch, x.chunk);
+      if (!keys.count(key)) keys.emplace(key, static_cast<int>(keys.size()));
+      g.key = keys[key];
+    } else {
+      use = false;
+    }
+    index->push_back(use ? ops.size() : std::string::npos);
+    if (use) ops.push_back(g);
   }
-  const CostModel cm = BuildCostModel(model, c, cluster, profile);
-  const PipelineSchedule sched = MakeSchedule(c.schedule, static_cast<int>(c.pp), static_cast<int>(c.num_microbatches()),
-                                              static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1),
-                                              static_cast<int>(c.pipeline_flushes));
+  return ops;
+}
+
+/// One rank's part of Execute: its place in the grid, its program, and what it measured.
+class RankExecution {
+ public:
+  RankExecution(const Model& m, const ParallelConfig& cfg, const Cluster& cl, const HardwareProfile& prof,
+                const ExecuteOptions& options, int rank_index, int ranks)
+      : model(m), c(cfg), profile(prof), opts(options), rank(rank_index), size(ranks),
+        cm(BuildCostModel(m, cfg, cl, prof)),
+        sched(MakeSchedule(c.schedule, static_cast<int>(c.pp), static_cast<int>(c.num_microbatches()),
+                           static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1),
+                           static_cast<int>(c.pipeline_flushes))),
+        prog(BuildRankProgram(c, cm, sched, prof, stage)), sum_secs(prog.ops.size(), 0.0) {
+    MPI_Comm_split(MPI_COMM_WORLD, rank / tp, rank, &tp_comm);
+    MPI_Comm_split(MPI_COMM_WORLD, stage * tp + tp_rank, rank, &dp_comm);
+    // Weights, gradients and optimizer state, really allocated.
+    const StageMemory st = StaticStageMemory(cm, c, profile, stage);
+    state_bytes = st.weights_bytes + st.grads_bytes + st.optimizer_bytes;
+    state = Touched(static_cast<std::size_t>(state_bytes));
+    mem.Add(static_cast<double>(state.size()));
+  }
+  RankExecution(const RankExecution&) = delete;
+  RankExecution& operator=(const RankExecution&) = delete;
+
+  /// Runs the warm-up and timed steps (on the GPU, or on this CPU rank) into `rep`.
+  void Run(ExecuteReport* rep) {
+    if (opts.backend == "cuda") {
+      RunOnGpu(rep);
+    } else {
+      RunOnCpu(rep);
+    }
+  }
+  /// This rank's summary: stage, peak memory, waiting, per-op totals (on a stage's representative
+  /// rank) and its trace events.
+  Json Summary() const;
+  /// Rank 0: every rank's summary merged into `rep` (peaks, bubble, per-op errors), the trace written.
+  void Merge(const std::vector<Json>& summaries, ExecuteReport* rep) const;
+  /// Frees the tensor- and data-parallel communicators (collective: every rank, at the end; a rank
+  /// that throws before it leaves them, as the process ends).
+  void FreeCommunicators() {
+    MPI_Comm_free(&tp_comm);
+    MPI_Comm_free(&dp_comm);
+  }
+
+ private:
+  void RunOnGpu(ExecuteReport* rep);
+  void RunOnCpu(ExecuteReport* rep);
+
+  const Model& model;
+  const ParallelConfig c;  ///< a copy: the report that holds the original is written while this runs
+  const HardwareProfile& profile;
+  const ExecuteOptions& opts;
+  const int rank, size;
   // Rank order: tensor-parallel innermost, then data, then pipeline (Megatron-LM).
   const int tp = static_cast<int>(c.tp), dp = static_cast<int>(c.dp);
   const int tp_rank = rank % tp, dp_rank = (rank / tp) % dp, stage = rank / (tp * dp);
+  const CostModel cm;
+  const PipelineSchedule sched;
+  const RankProgram prog;
   MPI_Comm tp_comm, dp_comm;
-  MPI_Comm_split(MPI_COMM_WORLD, rank / tp, rank, &tp_comm);
-  MPI_Comm_split(MPI_COMM_WORLD, stage * tp + tp_rank, rank, &dp_comm);
-  const RankProgram prog = BuildRankProgram(c, cm, sched, profile, stage);
-
   Tracker mem;
-  // Weights, gradients and optimizer state, really allocated.
-  const StageMemory st = StaticStageMemory(cm, c, profile, stage);
-  std::vector<char> state = Touched(static_cast<std::size_t>(st.weights_bytes + st.grads_bytes + st.optimizer_bytes));
-  mem.Add(static_cast<double>(state.size()));
-  std::vector<double> op_secs, sum_secs(prog.ops.size(), 0.0);
+  double state_bytes = 0;
+  std::vector<char> state;
+  std::vector<double> op_secs, sum_secs;  ///< [program op] last step's, and the timed steps' mean
   std::vector<Event> events;
   double wait_sum = 0;
-  if (on_gpu) {
-    // The same program on one GPU: GEMMs, memory-bound passes, activation allocations.
-    std::vector<cuda_exec::Op> ops;
-    std::vector<std::size_t> index;  // program op -> GPU op (or npos)
-    std::map<std::pair<int, int>, int> keys;
-    for (const auto& x : prog.ops) {
-      cuda_exec::Op g;
-      bool use = true;
-      if (x.kind == ProgKind::kCompute && x.op.kind == OpKind::kGemm) {
-        g.kind = cuda_exec::Op::kGemm;
-        g.m = static_cast<int>(x.op.m);
-        g.n = static_cast<int>(x.op.n);
-        g.k = static_cast<int>(x.op.k);
-        g.reps = std::max(1, static_cast<int>(std::lround(x.op.flops / (2.0 * x.op.m * x.op.n * x.op.k))));
-      } else if (x.kind == ProgKind::kCompute && x.op.kind == OpKind::kAttention) {
-        // cuDNN's fused attention of the micro-batch on this GPU's heads (the runner falls back
-        // to the s x s x d GEMMs of the same FLOPs where cuDNN cannot run).
-        const int sq = static_cast<int>(c.seq_length), d = static_cast<int>(model.kv_channels);
-        g.kind = cuda_exec::Op::kAttention;
-        g.m = sq;
-        g.n = sq;
-        g.k = d;
-        g.reps = std::max(1, static_cast<int>(std::lround(x.op.flops / (2.0 * sq * sq * d))));
-        g.batch = static_cast<int>(c.micro_batch_size);
-        g.heads = static_cast<int>(model.num_attention_heads / c.tp);
-        g.kv_heads = static_cast<int>(std::max<std::int64_t>(1, model.num_query_groups / c.tp));
-        g.seq = sq;
-        g.head_dim = d;
-        g.backward = x.op.pass == Pass::kBackwardInput;
-      } else if ((x.kind == ProgKind::kCompute && x.op.kind == OpKind::kMemory) || x.kind == ProgKind::kOptimizer) {
-        g.kind = cuda_exec::Op::kMemory;
-        g.bytes = x.bytes > 0 ? x.bytes : x.op.bytes;
-      } else if (x.kind == ProgKind::kAlloc || x.kind == ProgKind::kFree) {
-        g.kind = x.kind == ProgKind::kAlloc ? cuda_exec::Op::kAlloc : cuda_exec::Op::kFree;
-        g.bytes = x.bytes;
-        auto key = std::make_pair(x.microbatch, x.chunk);
-        if (!keys.count(key)) keys.emplace(key, static_cast<int>(keys.size()));
-        g.key = keys[key];
-      } else {
-        use = false;
-      }
-      index.push_back(use ? ops.size() : std::string::npos);
-      if (use) ops.push_back(g);
-    }
-    cuda_exec::Result gr;
-    try {
-      gr = cuda_exec::Run(ops, opts.warmup, opts.steps,
-                          st.weights_bytes + st.grads_bytes + st.optimizer_bytes);
-    } catch (const std::runtime_error& e) {
-      throw InputError(std::string("--backend cuda: ") + e.what());
-    }
-    rep.step_times_s = gr.step_s;
-    rep.attention_note = gr.attention_note;
-    for (std::size_t i = 0; i < prog.ops.size(); ++i) {
-      if (index[i] != std::string::npos) sum_secs[i] = gr.op_secs[index[i]];
-    }
-    mem.Add(gr.peak_bytes - mem.peak());
-  } else {
-    Runner run(model, c, prog, tp_comm, dp_comm, rank, tp * dp, mem);
-    run.set_threads_ok(c.overlap_grad_reduce);
-    // Watchdog: a step that overruns the timeout ends every rank, naming this rank and its op.
-    std::atomic<bool> done{false};
-    std::atomic<double> step_start{0};
-    const auto origin = Clock::now();
-    std::thread watchdog([&] {
-      while (!done) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        const double s0 = step_start.load();
-        if (s0 > 0 && Secs(origin, Clock::now()) - s0 > opts.timeout_s) {
-          const int op = run.current.load();
-          std::fprintf(stderr, "shardcast: error: rank %d (stage %d) timed out after %.3g s in op %d (%s)\n", rank,
-                       stage, opts.timeout_s, op,
-                       op >= 0 ? Runner::OpLabel(prog.ops[static_cast<std::size_t>(op)]).c_str() : "?");
-          MPI_Abort(MPI_COMM_WORLD, 3);
-        }
-      }
-    });
-    for (int s = 0; s < opts.warmup + opts.steps; ++s) {
-      MPI_Barrier(MPI_COMM_WORLD);
-      const auto t0 = Clock::now();
-      step_start = Secs(origin, t0);
-      double wait = 0;
-      const bool last = s == opts.warmup + opts.steps - 1;
-      events.clear();
-      run.Step(&op_secs, &wait, last && !opts.trace.empty() ? &events : nullptr, t0);
-      MPI_Barrier(MPI_COMM_WORLD);
-      double t = Secs(t0, Clock::now()), tmax = t;
-      step_start = 0;
-      MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-      if (s >= opts.warmup) {
-        rep.step_times_s.push_back(tmax);
-        for (std::size_t i = 0; i < op_secs.size(); ++i) sum_secs[i] += op_secs[i] / opts.steps;
-        wait_sum += wait / opts.steps;
-      }
-    }
-    done = true;
-    watchdog.join();
-  }
-  std::vector<double> sorted = rep.step_times_s;
-  std::sort(sorted.begin(), sorted.end());
-  const std::size_t mid = sorted.size() / 2;
-  rep.measured_step_time_s = sorted.size() % 2 ? sorted[mid] : 0.5 * (sorted[mid - 1] + sorted[mid]);
+};
 
-  // Per stage (one representative rank per stage): peak memory, pipeline waiting, per-op totals.
+/// The same program on one GPU: GEMMs, memory-bound passes, activation allocations.
+void RankExecution::RunOnGpu(ExecuteReport* rep) {
+  std::vector<std::size_t> index;  // program op -> GPU op (or npos)
+  const std::vector<cuda_exec::Op> ops = GpuOpsOf(prog, model, c, &index);
+  cuda_exec::Result gr;
+  try {
+    gr = cuda_exec::Run(ops, opts.warmup, opts.steps,
+                        state_bytes);
+  } catch (const std::runtime_error& e) {
+    throw InputError(std::string("--backend cuda: ") + e.what());
+  }
+  rep->step_times_s = gr.step_s;
+  rep->attention_note = gr.attention_note;
+  for (std::size_t i = 0; i < prog.ops.size(); ++i) {
+    if (index[i] != std::string::npos) sum_secs[i] = gr.op_secs[index[i]];
+  }
+  mem.Add(gr.peak_bytes - mem.peak());
+}
+
+/// The program on this CPU rank, step by step between barriers; the step time is the slowest
+/// rank's. A watchdog ends every rank when a step overruns the timeout, naming this rank and its op.
+void RankExecution::RunOnCpu(ExecuteReport* rep) {
+  Runner run(model, c, prog, tp_comm, dp_comm, rank, tp * dp, mem);
+  run.set_threads_ok(c.overlap_grad_reduce);
+  // Watchdog: a step that overruns the timeout ends every rank, naming this rank and its op.
+  std::atomic<bool> done{false};
+  std::atomic<double> step_start{0};
+  const auto origin = Clock::now();
+  std::thread watchdog([&] {
+    while (!done) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const double s0 = step_start.load();
+      if (s0 > 0 && Secs(origin, Clock::now()) - s0 > opts.timeout_s) {
+        const int op = run.current.load();
+        std::fprintf(stderr, "shardcast: error: rank %d (stage %d) timed out after %.3g s in op %d (%s)\n", rank,
+                     stage, opts.timeout_s, op,
+                     op >= 0 ? Runner::OpLabel(prog.ops[static_cast<std::size_t>(op)]).c_str() : "?");
+        MPI_Abort(MPI_COMM_WORLD, 3);
+      }
+    }
+  });
+  for (int s = 0; s < opts.warmup + opts.steps; ++s) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const auto t0 = Clock::now();
+    step_start = Secs(origin, t0);
+    double wait = 0;
+    const bool last = s == opts.warmup + opts.steps - 1;
+    events.clear();
+    run.Step(&op_secs, &wait, last && !opts.trace.empty() ? &events : nullptr, t0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t = Secs(t0, Clock::now()), tmax = t;
+    step_start = 0;
+    MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    if (s >= opts.warmup) {
+      rep->step_times_s.push_back(tmax);
+      for (std::size_t i = 0; i < op_secs.size(); ++i) sum_secs[i] += op_secs[i] / opts.steps;
+      wait_sum += wait / opts.steps;
+    }
+  }
+  done = true;
+  watchdog.join();
+}
+
+Json RankExecution::Summary() const {
   const bool rep_rank = tp_rank == 0 && dp_rank == 0;
   std::map<std::string, std::pair<double, double>> per_name;  // name -> (predicted, measured)
   std::map<std::string, int> counts;
@@ -480,6 +523,57 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
                {"events", Json::array()}};
   for (const auto& [name, v] : per_name) mine["ops"].push_back({name, counts[name], v.first, v.second, waits.count(name) > 0});
   for (const auto& e : events) mine["events"].push_back({e.name, e.start_s, e.dur_s, stage, rank});
+  return mine;
+}
+
+void RankExecution::Merge(const std::vector<Json>& summaries, ExecuteReport* rep) const {
+  for (std::size_t i = 0; i < prog.ops.size(); ++i) rep->executed.push_back(Runner::OpLabel(prog.ops[i]));
+  rep->measured_peak_memory_bytes.assign(static_cast<std::size_t>(c.pp), 0.0);
+  std::map<std::string, OpError> merged;
+  Json trace = Json::array();
+  double bubble = 0;
+  for (int r = 0; r < size; ++r) {
+    const Json& j = summaries[static_cast<std::size_t>(r)];
+    const int stg = j["stage"].get<int>();
+    auto& pk = rep->measured_peak_memory_bytes[static_cast<std::size_t>(stg)];
+    pk = std::max(pk, j["peak"].get<double>());
+    for (const auto& e : j["events"]) {
+      trace.push_back({{"name", e[0]}, {"ph", "X"}, {"ts", e[1].get<double>() * 1e6}, {"dur", e[2].get<double>() * 1e6},
+                       {"pid", e[3]}, {"tid", e[4]}});
+    }
+    if (!j["rep"].get<bool>()) continue;
+    bubble += j["wait"].get<double>() / rep->measured_step_time_s / static_cast<double>(c.pp);
+    for (const auto& o : j["ops"]) {
+      auto& m = merged[o[0].get<std::string>()];
+      m.name = o[0].get<std::string>();
+      m.count += o[1].get<int>();
+      m.predicted_s += o[2].get<double>();
+      m.measured_s += o[3].get<double>();
+      m.wait = o[4].get<bool>();
+    }
+  }
+  rep->measured_bubble_fraction = bubble;
+  for (auto& [n, e] : merged) rep->ops.push_back(e);
+  std::sort(rep->ops.begin(), rep->ops.end(), [](const OpError& a, const OpError& b) {
+    return std::fabs(a.measured_s - a.predicted_s) > std::fabs(b.measured_s - b.predicted_s);
+  });
+  // Names for Perfetto: one process per pipeline stage, one thread per rank.
+  std::set<int> stages_named;
+  for (int r = 0; r < size; ++r) {
+    const int stg = r / (tp * dp);  // as `stage` above
+    if (stages_named.insert(stg).second) {
+      trace.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", stg}, {"args", {{"name", fmt::format("stage {}", stg)}}}});
+    }
+    trace.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", stg}, {"tid", r}, {"args", {{"name", fmt::format("rank {}", r)}}}});
+  }
+  if (!opts.trace.empty()) {
+    Json doc = {{"traceEvents", trace}, {"displayTimeUnit", "ms"}};
+    WriteFileAtomic(opts.trace, doc.dump());
+  }
+}
+
+/// Every rank's summary, gathered to rank 0 (empty elsewhere).
+std::vector<Json> GatherSummaries(const Json& mine, int rank, int size) {
   const std::string text = mine.dump();
   int len = static_cast<int>(text.size());
   std::vector<int> lens(static_cast<std::size_t>(size));
@@ -492,54 +586,41 @@ ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cl
   }
   std::vector<char> all(static_cast<std::size_t>(std::max(total, 1)));
   MPI_Gatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0, MPI_COMM_WORLD);
-  if (rank == 0) {
-    for (std::size_t i = 0; i < prog.ops.size(); ++i) rep.executed.push_back(Runner::OpLabel(prog.ops[i]));
-    rep.measured_peak_memory_bytes.assign(static_cast<std::size_t>(c.pp), 0.0);
-    std::map<std::string, OpError> merged;
-    Json trace = Json::array();
-    double bubble = 0;
-    for (int r = 0; r < size; ++r) {
-      Json j = Json::parse(std::string(&all[static_cast<std::size_t>(displs[static_cast<std::size_t>(r)])],
-                                       static_cast<std::size_t>(lens[static_cast<std::size_t>(r)])));
-      const int stg = j["stage"].get<int>();
-      auto& pk = rep.measured_peak_memory_bytes[static_cast<std::size_t>(stg)];
-      pk = std::max(pk, j["peak"].get<double>());
-      for (const auto& e : j["events"]) {
-        trace.push_back({{"name", e[0]}, {"ph", "X"}, {"ts", e[1].get<double>() * 1e6}, {"dur", e[2].get<double>() * 1e6},
-                         {"pid", e[3]}, {"tid", e[4]}});
-      }
-      if (!j["rep"].get<bool>()) continue;
-      bubble += j["wait"].get<double>() / rep.measured_step_time_s / static_cast<double>(c.pp);
-      for (const auto& o : j["ops"]) {
-        auto& m = merged[o[0].get<std::string>()];
-        m.name = o[0].get<std::string>();
-        m.count += o[1].get<int>();
-        m.predicted_s += o[2].get<double>();
-        m.measured_s += o[3].get<double>();
-        m.wait = o[4].get<bool>();
-      }
-    }
-    rep.measured_bubble_fraction = bubble;
-    for (auto& [n, e] : merged) rep.ops.push_back(e);
-    std::sort(rep.ops.begin(), rep.ops.end(), [](const OpError& a, const OpError& b) {
-      return std::fabs(a.measured_s - a.predicted_s) > std::fabs(b.measured_s - b.predicted_s);
-    });
-    // Names for Perfetto: one process per pipeline stage, one thread per rank.
-    std::set<int> stages_named;
-    for (int r = 0; r < size; ++r) {
-      const int stg = r / (tp * dp);  // as `stage` above
-      if (stages_named.insert(stg).second) {
-        trace.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", stg}, {"args", {{"name", fmt::format("stage {}", stg)}}}});
-      }
-      trace.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", stg}, {"tid", r}, {"args", {{"name", fmt::format("rank {}", r)}}}});
-    }
-    if (!opts.trace.empty()) {
-      Json doc = {{"traceEvents", trace}, {"displayTimeUnit", "ms"}};
-      WriteFileAtomic(opts.trace, doc.dump());
-    }
+  std::vector<Json> out;
+  if (rank != 0) return out;
+  for (int r = 0; r < size; ++r) {
+    out.push_back(Json::parse(std::string(&all[static_cast<std::size_t>(displs[static_cast<std::size_t>(r)])],
+                                          static_cast<std::size_t>(lens[static_cast<std::size_t>(r)]))));
   }
-  MPI_Comm_free(&tp_comm);
-  MPI_Comm_free(&dp_comm);
+  return out;
+}
+
+}  // namespace
+
+ExecuteReport Execute(const Model& model, const ParallelConfig& cfg_in, const Cluster& cluster,
+                      const HardwareProfile& profile, const ExecuteOptions& opts) {
+  if (opts.backend != "cpu" && opts.backend != "cuda") {
+    throw InputError("command line: --backend: got \"" + opts.backend + "\", expected cpu or cuda");
+  }
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  ExecuteReport rep;
+  rep.config = ExecutedConfig(model, cfg_in, opts, size);
+  const ParallelConfig& c = rep.config;
+  rep.predicted = Simulate(model, c, cluster, size, profile);
+  if (!rep.predicted.feasible || !rep.predicted.fits) {
+    throw InputError("the configuration cannot run: " + Join(rep.predicted.reasons, "; "));
+  }
+  RankExecution run(model, c, cluster, profile, opts, rank, size);
+  run.Run(&rep);
+  std::vector<double> sorted = rep.step_times_s;
+  std::sort(sorted.begin(), sorted.end());
+  const std::size_t mid = sorted.size() / 2;
+  rep.measured_step_time_s = sorted.size() % 2 ? sorted[mid] : 0.5 * (sorted[mid - 1] + sorted[mid]);
+  const std::vector<Json> summaries = GatherSummaries(run.Summary(), rank, size);
+  if (rank == 0) run.Merge(summaries, &rep);
+  run.FreeCommunicators();
   return rep;
 }
 

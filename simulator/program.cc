@@ -21,16 +21,42 @@ const char* ToString(ProgKind k) {
   return "?";
 }
 
-RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
-                             const PipelineSchedule& sched, const HardwareProfile& prof, int stage) {
-  RankProgram rp;
-  rp.stage = stage;
-  const int p = sched.stages, v = sched.chunks;
-  const auto& chunks = cm.chunks[static_cast<std::size_t>(stage)];
-  auto tag = [&](int mb, int chunk_on_sender, int dir) { return (mb * v + chunk_on_sender) * 2 + dir; };
-  auto add_ops = [&](const std::vector<Op>& ops, Pass pass, const ScheduleItem& it, bool reverse) {
-    auto emit = [&](const Op& o) {
-      if (o.pass != pass || o.overlapped) return;
+namespace {
+
+/// BuildRankProgram's steps for one stage: the schedule's items in order, then the data-parallel
+/// gradient reduction, the optimizer and ZeRO-1/2's parameter all-gather.
+class RankProgramBuilder {
+ public:
+  RankProgramBuilder(const ParallelConfig& cfg, const CostModel& cost, const PipelineSchedule& schedule,
+                     const HardwareProfile& profile, int stage_index)
+      : c(cfg), cm(cost), sched(schedule), prof(profile), stage(stage_index),
+        chunks(cm.chunks[static_cast<std::size_t>(stage_index)]) {
+    rp.stage = stage;
+  }
+
+  RankProgram Build() && {
+    // Layer ops are listed forward then backward in cost-model order (backward already reversed).
+    for (const ScheduleItem& it : sched.order[static_cast<std::size_t>(stage)]) {
+      if (it.kind == ItemKind::kForward) {
+        Forward(it);
+      } else if (it.kind == ItemKind::kBackward) {
+        Backward(it);
+      } else {
+        Weight(it);
+      }
+    }
+    AddGradientReduction();
+    AddOptimizer();
+    return std::move(rp);
+  }
+
+ private:
+  /// A pipeline message's tag: micro-batch, the sender's chunk and the direction (0 forward).
+  int Tag(int mb, int chunk_on_sender, int dir) const { return (mb * v + chunk_on_sender) * 2 + dir; }
+  /// Appends `ops`' ops of `pass` (not the overlapped ones) for schedule item `it`.
+  void AddOps(const std::vector<Op>& ops, Pass pass, const ScheduleItem& it) {
+    for (const auto& o : ops) {
+      if (o.pass != pass || o.overlapped) continue;
       ProgOp x;
       x.kind = o.kind == OpKind::kCollective ? ProgKind::kTpCollective : ProgKind::kCompute;
       x.op = o;
@@ -40,155 +66,171 @@ RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
       x.bytes = o.bytes;
       rp.predicted_busy_s += o.duration_s;
       rp.ops.push_back(x);
-    };
-    if (reverse) {
-      for (auto i = ops.rbegin(); i != ops.rend(); ++i) emit(*i);
-    } else {
-      for (const auto& o : ops) emit(o);
-    }
-  };
-  // Layer ops are listed forward then backward in cost-model order (backward already reversed).
-  for (const ScheduleItem& it : sched.order[static_cast<std::size_t>(stage)]) {
-    const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
-    const int mc = it.chunk * p + stage;
-    const bool first = mc == 0, last = mc == p * v - 1;
-    ProgOp marker;
-    marker.item = it.kind;
-    marker.microbatch = it.microbatch;
-    marker.chunk = it.chunk;
-    if (it.kind == ItemKind::kForward) {
-      if (!first) {
-        ProgOp r = marker;
-        r.kind = ProgKind::kRecv;
-        r.peer_stage = (stage + p - 1) % p;
-        r.bytes = cm.pp_message_bytes;
-        r.tag = tag(it.microbatch, stage == 0 ? it.chunk - 1 : it.chunk, 0);
-        rp.ops.push_back(r);
-        add_ops(cm.pp_recv_ops, Pass::kForward, it, false);  // scatter/gather: re-assemble over TP
-      }
-      if (cc.has_embedding) add_ops(cm.embedding_ops, Pass::kForward, it, false);
-      for (int l = 0; l < cc.layers; ++l) add_ops(cm.layer_ops, Pass::kForward, it, false);
-      if (cc.has_output) add_ops(cm.output_ops, Pass::kForward, it, false);
-      ProgOp a = marker;
-      a.kind = ProgKind::kAlloc;
-      a.bytes = cc.saved_bytes;
-      rp.ops.push_back(a);
-      if (!last) {
-        ProgOp s = marker;
-        s.kind = ProgKind::kSend;
-        s.peer_stage = (stage + 1) % p;
-        s.bytes = cm.pp_message_bytes;
-        s.tag = tag(it.microbatch, it.chunk, 0);
-        rp.ops.push_back(s);
-      }
-    } else if (it.kind == ItemKind::kBackward) {
-      if (!last) {
-        ProgOp r = marker;
-        r.kind = ProgKind::kRecv;
-        r.peer_stage = (stage + 1) % p;
-        r.bytes = cm.pp_message_bytes;
-        r.tag = tag(it.microbatch, stage == p - 1 ? it.chunk + 1 : it.chunk, 1);
-        rp.ops.push_back(r);
-        add_ops(cm.pp_recv_ops, Pass::kBackwardInput, it, false);
-      }
-      if (cc.has_output) {
-        add_ops(cm.output_ops, Pass::kBackwardInput, it, false);
-        if (!sched.split_weight) add_ops(cm.output_ops, Pass::kBackwardWeight, it, false);
-      }
-      for (int l = 0; l < cc.layers; ++l) {
-        add_ops(cm.layer_ops, Pass::kRecompute, it, false);
-        add_ops(cm.layer_ops, Pass::kBackwardInput, it, false);
-        if (!sched.split_weight) add_ops(cm.layer_ops, Pass::kBackwardWeight, it, false);
-      }
-      if (cc.has_embedding && !sched.split_weight) add_ops(cm.embedding_ops, Pass::kBackwardWeight, it, false);
-      ProgOp f = marker;
-      f.kind = ProgKind::kFree;
-      f.bytes = sched.split_weight ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes;
-      rp.ops.push_back(f);
-      if (!first) {
-        ProgOp s = marker;
-        s.kind = ProgKind::kSend;
-        s.peer_stage = (stage + p - 1) % p;
-        s.bytes = cm.pp_message_bytes;
-        s.tag = tag(it.microbatch, it.chunk, 1);
-        rp.ops.push_back(s);
-      }
-    } else {
-      if (cc.has_output) add_ops(cm.output_ops, Pass::kBackwardWeight, it, false);
-      for (int l = 0; l < cc.layers; ++l) add_ops(cm.layer_ops, Pass::kBackwardWeight, it, false);
-      if (cc.has_embedding) add_ops(cm.embedding_ops, Pass::kBackwardWeight, it, false);
-      ProgOp f = marker;
-      f.kind = ProgKind::kFree;
-      f.bytes = cc.weight_saved_bytes;
-      rp.ops.push_back(f);
     }
   }
-  // Data-parallel gradient reduction per bucket, then the optimizer, then ZeRO-1/2's all-gather.
-  double params = 0;
-  for (const auto& cc : chunks) params += cc.params_per_gpu;
+  /// A marker op of `kind` for item `it` (pipeline send/receive, activation alloc/free).
+  ProgOp Marker(const ScheduleItem& it, ProgKind kind, double bytes) const {
+    ProgOp x;
+    x.item = it.kind;
+    x.microbatch = it.microbatch;
+    x.chunk = it.chunk;
+    x.kind = kind;
+    x.bytes = bytes;
+    return x;
+  }
+  bool FirstChunk(const ScheduleItem& it) const { return it.chunk * p + stage == 0; }
+  bool LastChunk(const ScheduleItem& it) const { return it.chunk * p + stage == p * v - 1; }
+  void Forward(const ScheduleItem& it);
+  void Backward(const ScheduleItem& it);
+  void Weight(const ScheduleItem& it);
+  std::vector<ProgOp> Buckets(int chunk, bool async);
+  void AddGradientReduction();
+  void AddOptimizer();
+
+  const ParallelConfig& c;
+  const CostModel& cm;
+  const PipelineSchedule& sched;
+  const HardwareProfile& prof;
+  const int stage;
+  const std::vector<ChunkCost>& chunks;
+  const int p = sched.stages, v = sched.chunks;
+  RankProgram rp;
+};
+
+void RankProgramBuilder::Forward(const ScheduleItem& it) {
+  const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
+  if (!FirstChunk(it)) {
+    ProgOp r = Marker(it, ProgKind::kRecv, cm.pp_message_bytes);
+    r.peer_stage = (stage + p - 1) % p;
+    r.tag = Tag(it.microbatch, stage == 0 ? it.chunk - 1 : it.chunk, 0);
+    rp.ops.push_back(r);
+    AddOps(cm.pp_recv_ops, Pass::kForward, it);  // scatter/gather: re-assemble over TP
+  }
+  if (cc.has_embedding) AddOps(cm.embedding_ops, Pass::kForward, it);
+  for (int l = 0; l < cc.layers; ++l) AddOps(cm.layer_ops, Pass::kForward, it);
+  if (cc.has_output) AddOps(cm.output_ops, Pass::kForward, it);
+  rp.ops.push_back(Marker(it, ProgKind::kAlloc, cc.saved_bytes));
+  if (!LastChunk(it)) {
+    ProgOp s = Marker(it, ProgKind::kSend, cm.pp_message_bytes);
+    s.peer_stage = (stage + 1) % p;
+    s.tag = Tag(it.microbatch, it.chunk, 0);
+    rp.ops.push_back(s);
+  }
+}
+
+void RankProgramBuilder::Backward(const ScheduleItem& it) {
+  const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
+  if (!LastChunk(it)) {
+    ProgOp r = Marker(it, ProgKind::kRecv, cm.pp_message_bytes);
+    r.peer_stage = (stage + 1) % p;
+    r.tag = Tag(it.microbatch, stage == p - 1 ? it.chunk + 1 : it.chunk, 1);
+    rp.ops.push_back(r);
+    AddOps(cm.pp_recv_ops, Pass::kBackwardInput, it);
+  }
+  if (cc.has_output) {
+    AddOps(cm.output_ops, Pass::kBackwardInput, it);
+    if (!sched.split_weight) AddOps(cm.output_ops, Pass::kBackwardWeight, it);
+  }
+  for (int l = 0; l < cc.layers; ++l) {
+    AddOps(cm.layer_ops, Pass::kRecompute, it);
+    AddOps(cm.layer_ops, Pass::kBackwardInput, it);
+    if (!sched.split_weight) AddOps(cm.layer_ops, Pass::kBackwardWeight, it);
+  }
+  if (cc.has_embedding && !sched.split_weight) AddOps(cm.embedding_ops, Pass::kBackwardWeight, it);
+  rp.ops.push_back(
+      Marker(it, ProgKind::kFree, sched.split_weight ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes));
+  if (!FirstChunk(it)) {
+    ProgOp s = Marker(it, ProgKind::kSend, cm.pp_message_bytes);
+    s.peer_stage = (stage + p - 1) % p;
+    s.tag = Tag(it.microbatch, it.chunk, 1);
+    rp.ops.push_back(s);
+  }
+}
+
+/// ZB-H1's deferred weight-gradient pass.
+void RankProgramBuilder::Weight(const ScheduleItem& it) {
+  const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
+  if (cc.has_output) AddOps(cm.output_ops, Pass::kBackwardWeight, it);
+  for (int l = 0; l < cc.layers; ++l) AddOps(cm.layer_ops, Pass::kBackwardWeight, it);
+  if (cc.has_embedding) AddOps(cm.embedding_ops, Pass::kBackwardWeight, it);
+  rp.ops.push_back(Marker(it, ProgKind::kFree, cc.weight_saved_bytes));
+}
+
+/// Chunk `chunk`'s gradient reduction, one collective per bucket (ParallelConfig::BucketParams).
+std::vector<ProgOp> RankProgramBuilder::Buckets(int chunk, bool async) {
   const double grad_per_param = GradReduceBytesPerParam(c);
   const CollectiveOp red = GradReduceIsAllReduce(c) ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter;
-  auto buckets = [&](int chunk, bool async) {
-    std::vector<ProgOp> out;
-    const double cp = chunks[static_cast<std::size_t>(chunk)].params_per_gpu;
-    const int nb = std::max(1, static_cast<int>(std::ceil(cp / static_cast<double>(c.BucketParams()))));
-    for (int b = 0; b < nb; ++b) {
-      ProgOp d;
-      d.kind = ProgKind::kDpCollective;
-      d.async = async;
-      d.chunk = chunk;
-      d.op.name = GradReduceIsAllReduce(c) ? "dp_grad_all_reduce" : "dp_grad_reduce_scatter";
-      d.op.kind = OpKind::kCollective;
-      d.op.collective = red;
-      d.op.bytes = d.bytes = cp * grad_per_param / nb;
-      d.op.duration_s = DataParallelCostOf(prof, cm, red, d.bytes).time_s();
-      rp.predicted_busy_s += async ? 0.0 : d.op.duration_s;
-      out.push_back(d);
-    }
-    return out;
-  };
-  // ZeRO-2 reduces after every micro-batch's gradient item (it keeps only its shard of the
-  // gradients, as the simulator's Builder::BuildStage); otherwise after each chunk's last one.
+  std::vector<ProgOp> out;
+  const double cp = chunks[static_cast<std::size_t>(chunk)].params_per_gpu;
+  const int nb = std::max(1, static_cast<int>(std::ceil(cp / static_cast<double>(c.BucketParams()))));
+  for (int b = 0; b < nb; ++b) {
+    ProgOp d;
+    d.kind = ProgKind::kDpCollective;
+    d.async = async;
+    d.chunk = chunk;
+    d.op.name = GradReduceIsAllReduce(c) ? "dp_grad_all_reduce" : "dp_grad_reduce_scatter";
+    d.op.kind = OpKind::kCollective;
+    d.op.collective = red;
+    d.op.bytes = d.bytes = cp * grad_per_param / nb;
+    d.op.duration_s = DataParallelCostOf(prof, cm, red, d.bytes).time_s();
+    rp.predicted_busy_s += async ? 0.0 : d.op.duration_s;
+    out.push_back(d);
+  }
+  return out;
+}
+
+/// Data-parallel gradient reduction per bucket: ZeRO-2 reduces after every micro-batch's gradient
+/// item (it keeps only its shard of the gradients, as the simulator's Builder); otherwise after
+/// each chunk's last one, overlapped, or at the end.
+void RankProgramBuilder::AddGradientReduction() {
+  if (c.dp <= 1) return;
   const bool every_microbatch = c.zero_stage == 2;
-  if (c.dp > 1 && (c.overlap_grad_reduce || every_microbatch)) {
-    const ItemKind grad_item = sched.split_weight ? ItemKind::kWeight : ItemKind::kBackward;
-    auto is_grad = [&](std::size_t i) { return rp.ops[i].kind == ProgKind::kCompute && rp.ops[i].item == grad_item; };
-    std::vector<std::pair<std::size_t, int>> at;  // insert position, chunk (latest first)
-    if (every_microbatch) {
-      // After each gradient item's last op of its pass (its compute ops and the tensor-parallel
-      // collectives between them), before its release and pipeline send.
-      std::map<std::pair<int, int>, std::size_t> item_end;  // (micro-batch, chunk) -> last op
-      for (std::size_t i = 0; i < rp.ops.size(); ++i) {
-        const ProgOp& x = rp.ops[i];
-        if ((x.kind == ProgKind::kCompute || x.kind == ProgKind::kTpCollective) && x.item == grad_item) {
-          item_end[{x.microbatch, x.chunk}] = i;
-        }
-      }
-      for (const auto& [key, i] : item_end) at.emplace_back(i + 1, key.second);
-    } else {
-      std::vector<std::size_t> last(static_cast<std::size_t>(v), 0);
-      for (std::size_t i = 0; i < rp.ops.size(); ++i) {
-        if (is_grad(i)) last[static_cast<std::size_t>(rp.ops[i].chunk)] = i;
-      }
-      for (int k = 0; k < v; ++k) at.emplace_back(last[static_cast<std::size_t>(k)] + 1, k);
-    }
-    std::sort(at.rbegin(), at.rend());
-    for (const auto& [pos, k] : at) {
-      const auto ops = buckets(k, c.overlap_grad_reduce);
-      rp.ops.insert(rp.ops.begin() + static_cast<std::ptrdiff_t>(pos), ops.begin(), ops.end());
-    }
-    if (c.overlap_grad_reduce) {
-      ProgOp w;
-      w.kind = ProgKind::kDpWait;
-      w.op.name = "dp_wait";
-      rp.ops.push_back(w);
-    }
-  } else if (c.dp > 1) {
+  if (!c.overlap_grad_reduce && !every_microbatch) {
     for (int k = 0; k < v; ++k) {
-      const auto ops = buckets(k, false);
+      const auto ops = Buckets(k, false);
       rp.ops.insert(rp.ops.end(), ops.begin(), ops.end());
     }
+    return;
   }
+  const ItemKind grad_item = sched.split_weight ? ItemKind::kWeight : ItemKind::kBackward;
+  std::vector<std::pair<std::size_t, int>> at;  // insert position, chunk (latest first)
+  if (every_microbatch) {
+    // After each gradient item's last op of its pass (its compute ops and the tensor-parallel
+    // collectives between them), before its release and pipeline send.
+    std::map<std::pair<int, int>, std::size_t> item_end;  // (micro-batch, chunk) -> last op
+    for (std::size_t i = 0; i < rp.ops.size(); ++i) {
+      const ProgOp& x = rp.ops[i];
+      if ((x.kind == ProgKind::kCompute || x.kind == ProgKind::kTpCollective) && x.item == grad_item) {
+        item_end[{x.microbatch, x.chunk}] = i;
+      }
+    }
+    for (const auto& [key, i] : item_end) at.emplace_back(i + 1, key.second);
+  } else {
+    std::vector<std::size_t> last(static_cast<std::size_t>(v), 0);
+    for (std::size_t i = 0; i < rp.ops.size(); ++i) {
+      if (rp.ops[i].kind == ProgKind::kCompute && rp.ops[i].item == grad_item) {
+        last[static_cast<std::size_t>(rp.ops[i].chunk)] = i;
+      }
+    }
+    for (int k = 0; k < v; ++k) at.emplace_back(last[static_cast<std::size_t>(k)] + 1, k);
+  }
+  std::sort(at.rbegin(), at.rend());
+  for (const auto& [pos, k] : at) {
+    const auto ops = Buckets(k, c.overlap_grad_reduce);
+    rp.ops.insert(rp.ops.begin() + static_cast<std::ptrdiff_t>(pos), ops.begin(), ops.end());
+  }
+  if (c.overlap_grad_reduce) {
+    ProgOp w;
+    w.kind = ProgKind::kDpWait;
+    w.op.name = "dp_wait";
+    rp.ops.push_back(w);
+  }
+}
+
+/// The optimizer step, then ZeRO-1/2's parameter all-gather.
+void RankProgramBuilder::AddOptimizer() {
+  double params = 0;
+  for (const auto& cc : chunks) params += cc.params_per_gpu;
   ProgOp o;
   o.kind = ProgKind::kOptimizer;
   o.op.name = "optimizer";
@@ -208,7 +250,13 @@ RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
     rp.predicted_busy_s += g.op.duration_s;
     rp.ops.push_back(g);
   }
-  return rp;
+}
+
+}  // namespace
+
+RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
+                             const PipelineSchedule& sched, const HardwareProfile& prof, int stage) {
+  return RankProgramBuilder(c, cm, sched, prof, stage).Build();
 }
 
 }  // namespace shardcast
