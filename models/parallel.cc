@@ -637,10 +637,12 @@ bool MegatronCannotSplit(const Model& m, const ParallelConfig& c) {
   return slots % (c.pp * std::max<std::int64_t>(1, c.vp)) != 0;
 }
 
-std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConfig& c,
-                                              std::int64_t gpus, const Cluster& cl) {
-  std::vector<Infeasibility> r;
-  auto add = [&r](const char* rule, std::string text) { r.push_back({rule, std::move(text)}); };
+namespace {
+
+/// The grid's rules: tp*cp*pp divides the GPUs and dp is the rest, the expert grid
+/// (ExpertParallelRules), tp divides the heads and query groups.
+void GridRules(const Model& m, const ParallelConfig& c, std::int64_t gpus, std::vector<Infeasibility>* r) {
+  auto add = [r](const char* rule, std::string text) { r->push_back({rule, std::move(text)}); };
   const std::int64_t mp = c.tp * c.cp * c.pp;
   const std::string mp_name = c.cp > 1 ? "tp*cp*pp" : "tp*pp";
   const std::string mp_values =
@@ -654,7 +656,7 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
     add("dp disagrees with GPUs / (tp*cp*pp)",
         fmt::format("dp = {} but {} GPUs / ({} = {}) = {}", c.dp, gpus, mp_name, mp, gpus / mp));
   }
-  for (const Infeasibility& x : ExpertParallelRules(m, c)) r.push_back(x);
+  for (const Infeasibility& x : ExpertParallelRules(m, c)) r->push_back(x);
   if (m.num_attention_heads % c.tp != 0) {
     add("tp does not divide the attention heads", fmt::format("tp = {} does not divide num_attention_heads = {}", c.tp,
                             m.num_attention_heads));
@@ -664,6 +666,13 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
     add("tp does not divide the query groups", fmt::format("tp = {} does not divide num_query_groups = {}", c.tp,
                             m.num_query_groups));
   }
+}
+
+/// What the layers and the sequence need: overlap and sequence parallelism, bf16 and pipeline
+/// layer counts, the interleaved schedule's virtual stages, the learned position table,
+/// activation offloading, the pipeline split (PipelineLayoutOf).
+void LayerRules(const Model& m, const ParallelConfig& c, const Cluster& cl, std::vector<Infeasibility>* r) {
+  auto add = [r](const char* rule, std::string text) { r->push_back({rule, std::move(text)}); };
   if (c.tp_comm_overlap && !(c.sequence_parallel && c.tp > 1)) {
     add("tp comm overlap without sequence parallelism",
         fmt::format("--tp-comm-overlap needs sequence parallelism with tp > 1 (got tp = {}, sequence parallel {})", c.tp,
@@ -726,7 +735,12 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
           layout.error);
     }
   }
-  for (const Infeasibility& x : ContextParallelRules(m, c, cl.gpus_per_node)) r.push_back(x);
+}
+
+/// The batch's rules: micro-batches per step, the global batch a multiple of micro-batch * dp,
+/// pipeline flushes, the interleaved schedule's micro-batch count.
+void BatchRules(const ParallelConfig& c, std::vector<Infeasibility>* r) {
+  auto add = [r](const char* rule, std::string text) { r->push_back({rule, std::move(text)}); };
   const std::int64_t per_replica = c.micro_batch_size * c.dp;
   if (per_replica >= 1 && c.global_batch_size / per_replica > kMaxMicrobatchesPerStep) {
     add("more micro-batches per step than the simulator expands (16384)", fmt::format("global batch {} / (micro-batch {} * dp {}) = {} micro-batches per step, more than the {} "
@@ -755,7 +769,13 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
                           c.num_microbatches(), c.pipeline_flushes, c.num_microbatches() / c.pipeline_flushes, c.pp)
             : fmt::format("interleaved schedule needs micro-batches ({}) divisible by pp ({})", c.num_microbatches(), c.pp));
   }
-  for (const Infeasibility& x : HybridShardRules(c)) r.push_back(x);
+}
+
+/// ZeRO-2/3 beside pipeline or expert parallelism, sequence parallelism without tp, GPUs across
+/// nodes without a network.
+void ShardingAndClusterRules(const Model& m, const ParallelConfig& c, std::int64_t gpus, const Cluster& cl,
+                             std::vector<Infeasibility>* r) {
+  auto add = [r](const char* rule, std::string text) { r->push_back({rule, std::move(text)}); };
   if (c.zero_stage >= 2 && c.pp > 1) {
     add("ZeRO-2/3 with pipeline parallelism", fmt::format("ZeRO-{} shards gradients{} across data parallelism, which Megatron-LM and DeepSpeed "
                             "do not support with pipeline parallelism (pp = {}){}",
@@ -783,6 +803,20 @@ std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConf
                     gpus, (gpus + cl.gpus_per_node - 1) / cl.gpus_per_node, cl.gpus_per_node, cl.name,
                     cl.inter_fabric.empty() ? "unset" : cl.inter_fabric, cl.nics_per_node, cl.nic_Gbps));
   }
+}
+
+}  // namespace
+
+std::vector<Infeasibility> InfeasibilityRules(const Model& m, const ParallelConfig& c,
+                                              std::int64_t gpus, const Cluster& cl) {
+  // In this order: a plan's rejection names a candidate's first broken rule.
+  std::vector<Infeasibility> r;
+  GridRules(m, c, gpus, &r);
+  LayerRules(m, c, cl, &r);
+  for (const Infeasibility& x : ContextParallelRules(m, c, cl.gpus_per_node)) r.push_back(x);
+  BatchRules(c, &r);
+  for (const Infeasibility& x : HybridShardRules(c)) r.push_back(x);
+  ShardingAndClusterRules(m, c, gpus, cl, &r);
   return r;
 }
 
