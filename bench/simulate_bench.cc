@@ -86,15 +86,17 @@ void RunPlanBenchmark(benchmark::State& state, const char* model, const char* cl
   const Cluster cl = LoadCluster(cluster);
   const HardwareProfile prof = DefaultProfile(cl);
   o.threads = static_cast<int>(state.range(0));
-  std::size_t generated = 0, simulated = 0;
+  std::size_t generated = 0, simulated = 0, layer_sets = 0;
   for (auto _ : state) {
     PlanResult r = RunPlan(m, cl, prof, o);
     benchmark::DoNotOptimize(r.plans.data());
     generated = r.candidates_generated;
     simulated = r.candidates_simulated;
+    layer_sets = r.layer_sets_built;
   }
   state.counters["candidates"] = static_cast<double>(generated);
   state.counters["simulated"] = static_cast<double>(simulated);
+  state.counters["layer_sets"] = static_cast<double>(layer_sets);
   state.counters["candidates_per_s"] =
       benchmark::Counter(static_cast<double>(generated), benchmark::Counter::kIsIterationInvariantRate);
 }

@@ -475,23 +475,26 @@ void AddSimulateStragglerOptions(CLI::App* cmd, StragglerArgs* s) {
                      ->type_name("N");
 }
 
-void RunSimulate(const SimulateArgs& a, const StragglerArgs& straggler, const EmitArgs& emit,
-                 const std::vector<std::string>& what_if_flags, const std::string& html) {
-  const std::vector<WhatIf> what_if = ParseWhatIfs(what_if_flags);
-  CheckOutputFiles({{"--trace", a.trace}, {"--allocator-trace", a.allocator_trace}, {"--html", html},
-                    {"--emit-file", emit.file}},
-                   {a.model, a.cluster, a.profile});
-  const Model m = LoadModel(a.model, "--model");
-  if (a.cluster.empty() && a.profile.empty()) {
-    throw InputError("command line: --cluster: missing, expected a cluster preset name or JSON path (or --profile FILE "
-                     "of a measured machine)");
-  }
-  std::optional<HardwareProfile> loaded;
-  if (!a.profile.empty()) loaded = LoadProfile(a.profile);
-  // A measured profile says which machine it measured; an explicit --cluster overrides.
-  const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster, "--cluster");
-  const std::int64_t gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
-  if (loaded && !a.cluster.empty()) WarnIfProfileIsAnotherMachine(*loaded, a.profile, cl, gpus);
+/// One simulate command's inputs and runs: the baseline, and the launch, what-if and straggler
+/// runs where asked.
+struct SimulatedRuns {
+  const Model& m;
+  const ParallelConfig& c;
+  const Cluster& cl;
+  std::int64_t gpus;
+  const HardwareProfile& prof;
+  const SimulationResult& r;
+  const std::optional<LaunchConfig>& launch;
+  const std::optional<SimulationResult>& changed;
+  const std::optional<WhatIfHardware>& hw;
+  const std::optional<StragglerRun>& slow;
+};
+
+/// The configuration `a` gives for `m` on `cl` (BuildConfig), with the context-parallel a2a group
+/// resolved and unfused attention on a GPU flash attention does not run on, checked against the
+/// GPU's precisions, context and expert parallelism, --ops and the straggler flags.
+ParallelConfig SimulatedConfig(const SimulateArgs& a, const StragglerArgs& straggler, const Model& m, const Cluster& cl,
+                               std::int64_t gpus) {
   ParallelConfig c = BuildConfig(a, m, gpus);
   ResolveCpA2a(&c, cl.gpus_per_node);
   RequirePrecision(cl.gpu, c, "command line");
@@ -522,6 +525,92 @@ void RunSimulate(const SimulateArgs& a, const StragglerArgs& straggler, const Em
     RequireStraggler(straggler.slowdown, straggler.stage_opt->count() > 0 ? std::optional<int>(straggler.stage) : std::nullopt,
                      c.pp, "command line: --straggler");
   }
+  return c;
+}
+
+/// What simulate --json prints (the HTML page carries the same object): the result, the profile,
+/// the launch, the what-if and straggler runs beside it.
+Json SimulateJson(const SimulateArgs& a, const StragglerArgs& straggler, const EmitArgs& emit,
+                  const std::vector<std::string>& what_if_flags, const SimulatedRuns& runs) {
+  const SimulationResult& r = runs.r;
+  const Model& m = runs.m;
+  const ParallelConfig& c = runs.c;
+  const Cluster& cl = runs.cl;
+  const std::int64_t gpus = runs.gpus;
+  const HardwareProfile& prof = runs.prof;
+  const std::optional<LaunchConfig>& launch = runs.launch;
+  const std::optional<SimulationResult>& changed = runs.changed;
+  const std::optional<WhatIfHardware>& hw = runs.hw;
+  const std::optional<StragglerRun>& slow = runs.slow;
+  Json j = ResultToJson(r, m, c, cl, gpus);
+  j["profile"] = a.profile.empty() ? "built-in default" : a.profile;
+  j["profile_estimates"] = prof.kind == "default" ? Json(prof.Estimates(c.flash_attention, c.precision)) : Json::array();
+  if (launch) j["launch"] = LaunchJson(*launch, emit.file);
+  if (changed) {
+    j["what_if"] = BesideJson(r, *changed);
+    j["what_if"]["changes"] = what_if_flags;
+    j["what_if"]["adjustments"] = hw->prof.adjustments;
+    j["what_if"]["result"] = ResultToJson(*changed, m, c, hw->cl, gpus);
+  }
+  if (slow) {
+    j["straggler"] = StragglerJson(r, *slow);
+    j["straggler"]["result"] = ResultToJson(slow->result, m, c, cl, gpus);
+  } else if (straggler.given()) {
+    j["straggler"] = nullptr;  // the configuration cannot run
+  }
+  return WithIntegerBytes(j);
+}
+
+/// What simulate prints without --json: the simulation, the op table, the files written, the
+/// straggler and what-if runs beside it, the launch.
+void WriteSimulateText(const SimulateArgs& a, const StragglerArgs& straggler, const EmitArgs& emit,
+                       const std::vector<std::string>& what_if_flags, const SimulatedRuns& runs,
+                       const std::vector<StageAllocatorTrace>& allocator_traces) {
+  const SimulationResult& r = runs.r;
+  const Model& m = runs.m;
+  const ParallelConfig& c = runs.c;
+  const Cluster& cl = runs.cl;
+  const std::int64_t gpus = runs.gpus;
+  const HardwareProfile& prof = runs.prof;
+  const std::optional<SimulationResult>& changed = runs.changed;
+  const std::optional<WhatIfHardware>& hw = runs.hw;
+  const std::optional<StragglerRun>& slow = runs.slow;
+  const std::optional<LaunchConfig>& launch = runs.launch;
+  WriteSimulation(std::cout, r, m, c, cl, gpus, prof);
+  if (a.ops && r.feasible) WriteOps(std::cout, m, c, cl, prof);
+  if (a.ops && !r.feasible) std::cout << "\nNo op table: the configuration cannot run.\n";
+  if (!a.trace.empty() && r.feasible) std::cout << "\nTrace written to " << a.trace << " (open in ui.perfetto.dev)\n";
+  if (!allocator_traces.empty()) std::cout << "\nAllocator trace written to " << a.allocator_trace << "\n";
+  if (slow) WriteStraggler(std::cout, r, *slow);
+  if (straggler.given() && !r.feasible) std::cout << "\nNo straggler run: the configuration cannot run.\n";
+  if (changed) {
+    std::cout << "\nWhat if " << Join(what_if_flags, ", ") << ":\n";
+    for (std::size_t i = prof.adjustments.size(); i < hw->prof.adjustments.size(); ++i) {
+      std::cout << "  " << hw->prof.adjustments[i] << "\n";
+    }
+    WriteBeside(std::cout, r, *changed, "baseline", "what-if");
+  }
+  if (launch) WriteLaunch(std::cout, *launch, emit.file, "This configuration");
+}
+
+void RunSimulate(const SimulateArgs& a, const StragglerArgs& straggler, const EmitArgs& emit,
+                 const std::vector<std::string>& what_if_flags, const std::string& html) {
+  const std::vector<WhatIf> what_if = ParseWhatIfs(what_if_flags);
+  CheckOutputFiles({{"--trace", a.trace}, {"--allocator-trace", a.allocator_trace}, {"--html", html},
+                    {"--emit-file", emit.file}},
+                   {a.model, a.cluster, a.profile});
+  const Model m = LoadModel(a.model, "--model");
+  if (a.cluster.empty() && a.profile.empty()) {
+    throw InputError("command line: --cluster: missing, expected a cluster preset name or JSON path (or --profile FILE "
+                     "of a measured machine)");
+  }
+  std::optional<HardwareProfile> loaded;
+  if (!a.profile.empty()) loaded = LoadProfile(a.profile);
+  // A measured profile says which machine it measured; an explicit --cluster overrides.
+  const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster, "--cluster");
+  const std::int64_t gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
+  if (loaded && !a.cluster.empty()) WarnIfProfileIsAnotherMachine(*loaded, a.profile, cl, gpus);
+  const ParallelConfig c = SimulatedConfig(a, straggler, m, cl, gpus);
   const HardwareProfile prof = SimulationProfile(a, loaded, cl, c);
   SimulateOptions opts;
   opts.full_rank = a.full_rank;
@@ -546,26 +635,8 @@ void RunSimulate(const SimulateArgs& a, const StragglerArgs& straggler, const Em
                              straggler.stage_opt->count() > 0 ? straggler.stage : -1);
   }
   if (!a.trace.empty() && r.feasible) WriteFileAtomic(a.trace, ChromeTrace(r));
-  // What --json prints; the HTML page carries the same object.
-  auto result_json = [&] {
-    Json j = ResultToJson(r, m, c, cl, gpus);
-    j["profile"] = a.profile.empty() ? "built-in default" : a.profile;
-    j["profile_estimates"] = prof.kind == "default" ? Json(prof.Estimates(c.flash_attention, c.precision)) : Json::array();
-    if (launch) j["launch"] = LaunchJson(*launch, emit.file);
-    if (changed) {
-      j["what_if"] = BesideJson(r, *changed);
-      j["what_if"]["changes"] = what_if_flags;
-      j["what_if"]["adjustments"] = hw->prof.adjustments;
-      j["what_if"]["result"] = ResultToJson(*changed, m, c, hw->cl, gpus);
-    }
-    if (slow) {
-      j["straggler"] = StragglerJson(r, *slow);
-      j["straggler"]["result"] = ResultToJson(slow->result, m, c, cl, gpus);
-    } else if (straggler.given()) {
-      j["straggler"] = nullptr;  // the configuration cannot run
-    }
-    return WithIntegerBytes(j);
-  };
+  const SimulatedRuns runs{m, c, cl, gpus, prof, r, launch, changed, hw, slow};
+  auto result_json = [&] { return SimulateJson(a, straggler, emit, what_if_flags, runs); };
   if (!html.empty()) {
     Json data = {{"kind", "simulate"}, {"result", result_json()}, {"timeline", TimelineJson(r)}};
     WriteHtmlReport(html, fmt::format("shardcast simulate: {} on {} x {}", m.name, gpus, cl.gpu.display_name),
@@ -575,27 +646,16 @@ void RunSimulate(const SimulateArgs& a, const StragglerArgs& straggler, const Em
   if (a.json) {
     std::cout << result_json().dump(2) << "\n";
   } else {
-    WriteSimulation(std::cout, r, m, c, cl, gpus, prof);
-    if (a.ops && r.feasible) WriteOps(std::cout, m, c, cl, prof);
-    if (a.ops && !r.feasible) std::cout << "\nNo op table: the configuration cannot run.\n";
-    if (!a.trace.empty() && r.feasible) std::cout << "\nTrace written to " << a.trace << " (open in ui.perfetto.dev)\n";
-    if (!allocator_traces.empty()) std::cout << "\nAllocator trace written to " << a.allocator_trace << "\n";
-    if (slow) WriteStraggler(std::cout, r, *slow);
-    if (straggler.given() && !r.feasible) std::cout << "\nNo straggler run: the configuration cannot run.\n";
-    if (changed) {
-      std::cout << "\nWhat if " << Join(what_if_flags, ", ") << ":\n";
-      for (std::size_t i = prof.adjustments.size(); i < hw->prof.adjustments.size(); ++i) {
-        std::cout << "  " << hw->prof.adjustments[i] << "\n";
-      }
-      WriteBeside(std::cout, r, *changed, "baseline", "what-if");
-    }
-    if (launch) WriteLaunch(std::cout, *launch, emit.file, "This configuration");
+    WriteSimulateText(a, straggler, emit, what_if_flags, runs, allocator_traces);
   }
 }
 
 }  // namespace
 
-void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
+namespace {
+
+/// simulate's (and execute's) configuration options, in --help order: the parallel sizes: GPUs, tp, pp, dp, cp and its communication, ep/etp and MoE routing, vp.
+void AddGridOptions(CLI::App* cmd, SimulateArgs* a) {
   AddPositive(cmd, "--gpus", a->gpus, "number of GPUs", kMaxGpus);
   AddPositive(cmd, "--tp,--tensor-model-parallel-size", a->tp, "tensor-parallel size", kMaxParallelSize);
   AddPositive(cmd, "--pp,--pipeline-model-parallel-size", a->pp, "pipeline-parallel size", kMaxParallelSize);
@@ -628,6 +688,10 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
   AddMoeRoutingOptions(cmd, &a->moe_load_imbalance, &a->moe_force_load_balancing);
   AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size,--num-virtual-stages-per-pipeline-rank", a->vp,
               "virtual stages per pipeline rank", kMaxVirtualStages);
+}
+
+/// simulate's (and execute's) configuration options, in --help order: the pipeline split, the batch and the sequence, pipeline flushes.
+void AddPipelineAndBatchOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--pipeline-layout-even", a->even_chunks,
                 "spread the layers over the pp*vp model chunks (pp stages without --vp) as evenly as possible, the "
                 "remainder to the first chunks (a --pipeline-model-parallel-layout of even chunks), when pp*vp does "
@@ -650,6 +714,10 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
       ->transform(CLI::IsMember({"every", "last"}, CLI::ignore_case));
   AddPositive(cmd, "--gbs,--global-batch-size", a->gbs, "global batch size (default dp*mbs)", kMaxGlobalBatchSize);
   AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)", kMaxSeq);
+}
+
+/// simulate's (and execute's) configuration options, in --help order: recompute, offloading, the MoE overlap, sequence parallelism, ZeRO and HSDP, the schedule.
+void AddRecomputeAndShardingOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_option("--recompute", a->recompute, "activation recompute: none|selective|full")
       ->transform(CLI::IsMember({"none", "selective", "full"}, CLI::ignore_case));
   cmd->add_option("--recompute-granularity", a->recompute_granularity, "Megatron-LM alias of --recompute")
@@ -677,6 +745,10 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
               kMaxParallelSize);
   cmd->add_option("--schedule", a->schedule, "pipeline schedule: gpipe|1f1b|interleaved|zb-h1")
       ->transform(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}, CLI::ignore_case));
+}
+
+/// simulate's (and execute's) configuration options, in --help order: precision, attention, the overlaps of collectives, the framework, the cross-entropy loss.
+void AddKernelAndOverlapOptions(CLI::App* cmd, SimulateArgs* a) {
   AddPrecisionOptions(cmd, &a->prec);
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention that saves s*s scores (Megatron 2021)")
       ->excludes(cmd->add_flag("--use-flash-attn", a->use_flash_attn, "Megatron-LM's flag for the default: flash attention"));
@@ -713,6 +785,10 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                   "fused_crossentropy) | torch (PyTorch's eager F.cross_entropy on fp32 logits: Hugging Face, "
                   "torchtitan)")
       ->transform(CLI::IsMember({"unfused", "native", "te", "flash-attn", "torch"}, CLI::ignore_case));
+}
+
+/// simulate's (and execute's) configuration options, in --help order: the optimizer and DeepSpeed/FSDP knobs, pipeline sends, the embedding slots.
+void AddOptimizerAndFrameworkOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
   cmd->add_option("--optimizer", a->opt.optimizer,
                   "whose optimizer keeps the state: megatron (default; deepspeed-zero with --zero3-impl deepspeed) | "
@@ -744,6 +820,16 @@ void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
                 "Megatron-LM: the embedding as a pipeline slot (with --account-for-loss-in-pipeline-split)");
   cmd->add_flag("--account-for-loss-in-pipeline-split", a->mcore_account_loss,
                 "Megatron-LM: the output layer and loss as a pipeline slot (with the flag above)");
+}
+
+}  // namespace
+
+void AddConfigOptions(CLI::App* cmd, SimulateArgs* a) {
+  AddGridOptions(cmd, a);
+  AddPipelineAndBatchOptions(cmd, a);
+  AddRecomputeAndShardingOptions(cmd, a);
+  AddKernelAndOverlapOptions(cmd, a);
+  AddOptimizerAndFrameworkOptions(cmd, a);
 }
 
 void RegisterSimulate(CLI::App& app) {

@@ -758,6 +758,7 @@ std::vector<std::size_t> PlanSearch::BoundAndPrune() {
   ForEach(cands.size(), [&](std::size_t i) {
     if (runnable[i]) bounds[i] = LowerBounds(m, cands[i], cl, prof, &layer_costs);
   });
+  res.layer_sets_built = layer_costs.entries();
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < cands.size(); ++i) {
     if (!runnable[i]) continue;

@@ -104,6 +104,9 @@ struct PlanResult {
   /// or every plan shown is at risk and the best one that is not lies further); like the
   /// simulated count, it can depend on the thread count.
   std::size_t candidates_revisited = 0;
+  /// Layer sets the bounds kept (LayerCostCache): one per distinct LayerCostKey among the
+  /// candidates whose bounds were computed; the other candidates share them.
+  std::size_t layer_sets_built = 0;
   /// Candidates set aside, by reason; with the plans that fit they add up to the generated
   /// count: generated = sum(rejected) + fitting simulated.
   std::map<std::string, std::size_t> rejected;

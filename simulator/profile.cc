@@ -418,6 +418,116 @@ CollectiveOp ParseOp(const JsonReader& r, const std::string& key) {
   return CollectiveOp::kSendRecv;
 }
 
+/// The profile's `gemm` object: peak and efficiency curve, the other precisions' rates, samples.
+void ReadGemm(const JsonReader& g, const std::string& file, HardwareProfile* p) {
+  g.RejectUnknownKeys({"peak_tflops", "max_efficiency", "efficiency_vs_gflop", "samples", "precisions"});
+  p->gemm_peak_tflops = g.Number("peak_tflops", 1e-6, 1e6);
+  p->gemm_max_efficiency = g.Number("max_efficiency", 1e-4, 1.0);
+  p->gemm_efficiency_vs_gflop = ReadCurve(g, "efficiency_vs_gflop");
+  if (g.Has("precisions")) {
+    JsonReader pr = g.Object("precisions");
+    for (Precision prec : AllPrecisions()) {
+      if (prec == Precision::kBf16 || prec == Precision::kFp16 || !pr.Has(ToString(prec))) continue;
+      JsonReader e = pr.Object(ToString(prec));
+      e.RejectUnknownKeys({"peak_tflops", "max_efficiency"});
+      p->gemm_rates.push_back({prec, e.Number("peak_tflops", 1e-6, 1e6), e.Number("max_efficiency", 1e-4, 1.0)});
+    }
+    std::set<std::string> names;
+    for (Precision prec : AllPrecisions()) {
+      if (prec != Precision::kBf16 && prec != Precision::kFp16) names.insert(ToString(prec));
+    }
+    pr.RejectUnknownKeys(names);
+  }
+  if (g.Has("samples")) {
+    const Json& arr = g.json().at("samples");
+    if (!arr.is_array()) {
+      throw InputError::Field(file, "/gemm/samples", JsonForMessage(arr), "an array");
+    }
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+      JsonReader s(arr[i], file, "/gemm/samples/" + std::to_string(i));
+      s.RejectUnknownKeys({"m", "n", "k", "tflops", "dtype"});
+      p->gemm_samples.push_back({static_cast<double>(s.Int("m", 1, 1 << 24)),
+                                static_cast<double>(s.Int("n", 1, 1 << 24)),
+                                static_cast<double>(s.Int("k", 1, 1 << 24)),
+                                s.Number("tflops", 1e-9, 1e6)});
+    }
+  }
+}
+
+/// The profile's `attention` object: flash attention's efficiencies and their curves, the head
+/// dimension and its factors, the unfused core's efficiency.
+void ReadAttention(const JsonReader& a, HardwareProfile* p) {
+  a.RejectUnknownKeys({"forward_efficiency", "backward_efficiency", "efficiency_vs_seq", "backward_efficiency_vs_seq",
+                       "unfused_core_efficiency", "head_dim", "head_dim_factors", "kernel_head_dims"});
+  if (a.Has("head_dim")) p->attention_head_dim = static_cast<int>(a.Int("head_dim", 1, 4096));
+  if (a.Has("kernel_head_dims")) p->attention_tiles = a.Enum("kernel_head_dims", {"fa2", "fa3"});
+  if (a.Has("head_dim_factors")) {
+    JsonReader f = a.Object("head_dim_factors");
+    f.RejectUnknownKeys({"forward", "backward"});
+    p->attention_fwd_head_dim_factor = ReadCurve(f, "forward");
+    p->attention_bwd_head_dim_factor = ReadCurve(f, "backward");
+  }
+  p->attention_fwd_efficiency = a.Number("forward_efficiency", 1e-4, 1.0);
+  p->attention_bwd_efficiency = a.Number("backward_efficiency", 1e-4, 1.0);
+  p->attention_efficiency_vs_seq = ReadCurve(a, "efficiency_vs_seq");
+  if (a.Has("backward_efficiency_vs_seq")) p->attention_bwd_efficiency_vs_seq = ReadCurve(a, "backward_efficiency_vs_seq");
+  if (a.Has("unfused_core_efficiency")) {
+    p->unfused_attention_core_efficiency = a.Number("unfused_core_efficiency", 1e-3, 1.0);
+  }
+}
+
+/// The profile's `collectives` object: bus bandwidths, NICs, latencies, a full mesh's links and
+/// measured tables.
+void ReadCollectives(const JsonReader& c, const std::string& file, HardwareProfile* p) {
+  c.RejectUnknownKeys({"intra_busbw_GBps", "p2p_intra_GBps", "nic_effective_GBps", "nics_per_node",
+                       "gpus_per_node", "base_latency_us", "intra_hop_latency_us",
+                       "inter_hop_latency_us", "tables", "nvls_allreduce_busbw_GBps", "intra_mesh_links"});
+  p->intra_busbw_GBps = c.Number("intra_busbw_GBps", 1e-6, 1e7);
+  p->nvls_allreduce_busbw_GBps = c.OptNumber("nvls_allreduce_busbw_GBps", 0, 1e7).value_or(0);
+  p->p2p_intra_GBps = c.Number("p2p_intra_GBps", 1e-6, 1e7);
+  p->nic_effective_GBps = c.Number("nic_effective_GBps", 0, 1e7);
+  p->nics_per_node = static_cast<int>(c.Int("nics_per_node", 0, 1 << 16));
+  p->gpus_per_node = static_cast<int>(c.Int("gpus_per_node", 1, 1 << 20));
+  p->intra_mesh_links = static_cast<int>(c.OptInt("intra_mesh_links", 1, 1 << 20).value_or(0));
+  if (p->intra_mesh_links > 0 && p->intra_mesh_links != p->gpus_per_node - 1) {
+    throw InputError::Field(file, "/collectives/intra_mesh_links", std::to_string(p->intra_mesh_links),
+                            fmt::format("gpus_per_node - 1 = {} (a full mesh: one link a peer), or the key left out",
+                                        p->gpus_per_node - 1));
+  }
+  p->coll_base_latency_s = c.Number("base_latency_us", 0, 1e6) / 1e6;
+  p->coll_intra_hop_latency_s = c.Number("intra_hop_latency_us", 0, 1e6) / 1e6;
+  p->coll_inter_hop_latency_s = c.Number("inter_hop_latency_us", 0, 1e6) / 1e6;
+  if (c.Has("tables")) {
+    const Json& arr = c.json().at("tables");
+    if (!arr.is_array()) {
+      throw InputError::Field(file, "/collectives/tables", JsonForMessage(arr), "an array");
+    }
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+      JsonReader t(arr[i], file, "/collectives/tables/" + std::to_string(i));
+      t.RejectUnknownKeys({"op", "ranks", "nodes", "bytes_to_seconds", "busbw_GBps", "alpha_us",
+                           "beta_GBps"});
+      CollectiveTable ct;
+      ct.op = ParseOp(t, "op");
+      ct.ranks = static_cast<int>(t.Int("ranks", 1, 1 << 24));
+      ct.nodes = static_cast<int>(t.Int("nodes", 1, 1 << 24));
+      ct.bytes_to_seconds = ReadCurve(t, "bytes_to_seconds", /*y_may_be_zero=*/true);
+      p->collective_tables.push_back(std::move(ct));
+    }
+  }
+}
+
+/// The profile's `cluster` object: the machine it measured.
+ProfileMachine ReadProfileMachine(const JsonReader& c) {
+  c.RejectUnknownKeys({"name", "devices_per_node", "nodes", "memory_GiB_per_device", "tdp_W"});
+  ProfileMachine pm;
+  pm.name = c.OptString("name").value_or("measured machine");
+  pm.devices_per_node = static_cast<int>(c.Int("devices_per_node", 1, 1 << 20));
+  pm.nodes = static_cast<int>(c.Int("nodes", 1, 1 << 24));
+  pm.memory_bytes_per_device = c.Number("memory_GiB_per_device", 1e-6, 1e7) * 1073741824.0;
+  pm.tdp_W = c.OptNumber("tdp_W", 0, 1e6).value_or(0);
+  return pm;
+}
+
 }  // namespace
 
 HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
@@ -438,57 +548,8 @@ HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
     p.source = c.OptString("source").value_or("");
     p.date = c.OptString("date").value_or("");
   }
-  JsonReader g = r.Object("gemm");
-  g.RejectUnknownKeys({"peak_tflops", "max_efficiency", "efficiency_vs_gflop", "samples", "precisions"});
-  p.gemm_peak_tflops = g.Number("peak_tflops", 1e-6, 1e6);
-  p.gemm_max_efficiency = g.Number("max_efficiency", 1e-4, 1.0);
-  p.gemm_efficiency_vs_gflop = ReadCurve(g, "efficiency_vs_gflop");
-  if (g.Has("precisions")) {
-    JsonReader pr = g.Object("precisions");
-    for (Precision prec : AllPrecisions()) {
-      if (prec == Precision::kBf16 || prec == Precision::kFp16 || !pr.Has(ToString(prec))) continue;
-      JsonReader e = pr.Object(ToString(prec));
-      e.RejectUnknownKeys({"peak_tflops", "max_efficiency"});
-      p.gemm_rates.push_back({prec, e.Number("peak_tflops", 1e-6, 1e6), e.Number("max_efficiency", 1e-4, 1.0)});
-    }
-    std::set<std::string> names;
-    for (Precision prec : AllPrecisions()) {
-      if (prec != Precision::kBf16 && prec != Precision::kFp16) names.insert(ToString(prec));
-    }
-    pr.RejectUnknownKeys(names);
-  }
-  if (g.Has("samples")) {
-    const Json& arr = g.json().at("samples");
-    if (!arr.is_array()) {
-      throw InputError::Field(file, "/gemm/samples", JsonForMessage(arr), "an array");
-    }
-    for (std::size_t i = 0; i < arr.size(); ++i) {
-      JsonReader s(arr[i], file, "/gemm/samples/" + std::to_string(i));
-      s.RejectUnknownKeys({"m", "n", "k", "tflops", "dtype"});
-      p.gemm_samples.push_back({static_cast<double>(s.Int("m", 1, 1 << 24)),
-                                static_cast<double>(s.Int("n", 1, 1 << 24)),
-                                static_cast<double>(s.Int("k", 1, 1 << 24)),
-                                s.Number("tflops", 1e-9, 1e6)});
-    }
-  }
-  JsonReader a = r.Object("attention");
-  a.RejectUnknownKeys({"forward_efficiency", "backward_efficiency", "efficiency_vs_seq", "backward_efficiency_vs_seq",
-                       "unfused_core_efficiency", "head_dim", "head_dim_factors", "kernel_head_dims"});
-  if (a.Has("head_dim")) p.attention_head_dim = static_cast<int>(a.Int("head_dim", 1, 4096));
-  if (a.Has("kernel_head_dims")) p.attention_tiles = a.Enum("kernel_head_dims", {"fa2", "fa3"});
-  if (a.Has("head_dim_factors")) {
-    JsonReader f = a.Object("head_dim_factors");
-    f.RejectUnknownKeys({"forward", "backward"});
-    p.attention_fwd_head_dim_factor = ReadCurve(f, "forward");
-    p.attention_bwd_head_dim_factor = ReadCurve(f, "backward");
-  }
-  p.attention_fwd_efficiency = a.Number("forward_efficiency", 1e-4, 1.0);
-  p.attention_bwd_efficiency = a.Number("backward_efficiency", 1e-4, 1.0);
-  p.attention_efficiency_vs_seq = ReadCurve(a, "efficiency_vs_seq");
-  if (a.Has("backward_efficiency_vs_seq")) p.attention_bwd_efficiency_vs_seq = ReadCurve(a, "backward_efficiency_vs_seq");
-  if (a.Has("unfused_core_efficiency")) {
-    p.unfused_attention_core_efficiency = a.Number("unfused_core_efficiency", 1e-3, 1.0);
-  }
+  ReadGemm(r.Object("gemm"), file, &p);
+  ReadAttention(r.Object("attention"), &p);
   JsonReader m = r.Object("memory");
   m.RejectUnknownKeys({"hbm_GBps", "efficiency_vs_bytes", "memcpy_d2d_GBps"});
   p.hbm_GBps = m.Number("hbm_GBps", 1e-3, 1e7);
@@ -497,58 +558,13 @@ HardwareProfile ProfileFromJson(const Json& j, const std::string& file) {
   // Microsecond fields are divided by 1e6, not multiplied by 1e-6: the writer's * 1e6 then reads
   // back to the same double far more often (the built-in defaults all do).
   p.launch_overhead_s = r.Number("launch_overhead_us", 0, 1e6) / 1e6;
-  JsonReader c = r.Object("collectives");
-  c.RejectUnknownKeys({"intra_busbw_GBps", "p2p_intra_GBps", "nic_effective_GBps", "nics_per_node",
-                       "gpus_per_node", "base_latency_us", "intra_hop_latency_us",
-                       "inter_hop_latency_us", "tables", "nvls_allreduce_busbw_GBps", "intra_mesh_links"});
-  p.intra_busbw_GBps = c.Number("intra_busbw_GBps", 1e-6, 1e7);
-  p.nvls_allreduce_busbw_GBps = c.OptNumber("nvls_allreduce_busbw_GBps", 0, 1e7).value_or(0);
-  p.p2p_intra_GBps = c.Number("p2p_intra_GBps", 1e-6, 1e7);
-  p.nic_effective_GBps = c.Number("nic_effective_GBps", 0, 1e7);
-  p.nics_per_node = static_cast<int>(c.Int("nics_per_node", 0, 1 << 16));
-  p.gpus_per_node = static_cast<int>(c.Int("gpus_per_node", 1, 1 << 20));
-  p.intra_mesh_links = static_cast<int>(c.OptInt("intra_mesh_links", 1, 1 << 20).value_or(0));
-  if (p.intra_mesh_links > 0 && p.intra_mesh_links != p.gpus_per_node - 1) {
-    throw InputError::Field(file, "/collectives/intra_mesh_links", std::to_string(p.intra_mesh_links),
-                            fmt::format("gpus_per_node - 1 = {} (a full mesh: one link a peer), or the key left out",
-                                        p.gpus_per_node - 1));
-  }
-  p.coll_base_latency_s = c.Number("base_latency_us", 0, 1e6) / 1e6;
-  p.coll_intra_hop_latency_s = c.Number("intra_hop_latency_us", 0, 1e6) / 1e6;
-  p.coll_inter_hop_latency_s = c.Number("inter_hop_latency_us", 0, 1e6) / 1e6;
-  if (c.Has("tables")) {
-    const Json& arr = c.json().at("tables");
-    if (!arr.is_array()) {
-      throw InputError::Field(file, "/collectives/tables", JsonForMessage(arr), "an array");
-    }
-    for (std::size_t i = 0; i < arr.size(); ++i) {
-      JsonReader t(arr[i], file, "/collectives/tables/" + std::to_string(i));
-      t.RejectUnknownKeys({"op", "ranks", "nodes", "bytes_to_seconds", "busbw_GBps", "alpha_us",
-                           "beta_GBps"});
-      CollectiveTable ct;
-      ct.op = ParseOp(t, "op");
-      ct.ranks = static_cast<int>(t.Int("ranks", 1, 1 << 24));
-      ct.nodes = static_cast<int>(t.Int("nodes", 1, 1 << 24));
-      ct.bytes_to_seconds = ReadCurve(t, "bytes_to_seconds", /*y_may_be_zero=*/true);
-      p.collective_tables.push_back(std::move(ct));
-    }
-  }
+  ReadCollectives(r.Object("collectives"), file, &p);
   JsonReader o = r.Object("overlap");
   o.RejectUnknownKeys({"compute_slowdown_nvlink", "compute_slowdown_network"});
   p.overlap_slowdown_nvlink = o.Number("compute_slowdown_nvlink", 0, 10);
   p.overlap_slowdown_network = o.Number("compute_slowdown_network", 0, 10);
   p.framework_overhead_bytes = r.Number("framework_overhead_GiB", 0, 1e4) * 1073741824.0;
-  if (r.Has("cluster")) {
-    JsonReader c2 = r.Object("cluster");
-    c2.RejectUnknownKeys({"name", "devices_per_node", "nodes", "memory_GiB_per_device", "tdp_W"});
-    ProfileMachine pm;
-    pm.name = c2.OptString("name").value_or("measured machine");
-    pm.devices_per_node = static_cast<int>(c2.Int("devices_per_node", 1, 1 << 20));
-    pm.nodes = static_cast<int>(c2.Int("nodes", 1, 1 << 24));
-    pm.memory_bytes_per_device = c2.Number("memory_GiB_per_device", 1e-6, 1e7) * 1073741824.0;
-    pm.tdp_W = c2.OptNumber("tdp_W", 0, 1e6).value_or(0);
-    p.machine = pm;
-  }
+  if (r.Has("cluster")) p.machine = ReadProfileMachine(r.Object("cluster"));
   return p;
 }
 

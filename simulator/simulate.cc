@@ -180,6 +180,9 @@ class Builder {
     return one;
   }
   TaskCost CostOf(const CostKey& k) const;
+  TaskCost ItemCost(const CostKey& k, const ChunkCost& cc) const;
+  TaskCost SendCost(const CostKey& k, int stage) const;
+  TaskCost OptimizerCost(int stage) const;
   /// Zero3Impl::kDeepSpeed2021: a layer's per-tensor collectives (Zero3PerTensorCost) of
   /// `params` parameters (`experts` of them routed experts'): the tensors DeepSpeed prefetches
   /// (`prefetched`) or the others, one flow of their bytes plus the latencies of all but one of
@@ -355,38 +358,76 @@ std::vector<std::int64_t> Builder::ShapeOf() const {
   return s;
 }
 
+/// A chunk pass (forward, backward, or ZB-H1's weight pass) split in k.units tasks: its work and
+/// the activation bytes it allocates, frees and holds while it runs.
+TaskCost Builder::ItemCost(const CostKey& k, const ChunkCost& cc) const {
+  double work = 0, alloc = 0, freed = 0, transient = 0;
+  const bool split = SplitsWeightGradients(c_.schedule);
+  switch (k.item) {
+    case ItemKind::kForward:
+      work = cc.fwd_s;
+      alloc = cc.saved_bytes;
+      transient = cc.fwd_transient_bytes;
+      break;
+    case ItemKind::kBackward:
+      work = cc.bwd_input_s + cc.recompute_s + (split ? 0 : cc.bwd_weight_s);
+      freed = split ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes;
+      transient = cc.transient_bytes;
+      break;
+    case ItemKind::kWeight:
+      work = cc.bwd_weight_s;
+      freed = cc.weight_saved_bytes;
+      break;
+  }
+  TaskCost t;
+  t.work_ns = Ns(work / k.units);
+  t.alloc_bytes = alloc / k.units;
+  t.free_bytes = freed / k.units;
+  t.transient_bytes = transient;
+  return t;
+}
+
+/// A pipeline send from `stage` (forward) or to the stage before it (backward), inside a node or
+/// across nodes, at the straggler's slow-NIC rate when either end is its node.
+TaskCost Builder::SendCost(const CostKey& k, int stage) const {
+  const bool fwd = k.kind == CostKind::kSendForward;
+  const bool same = fwd ? (stage + 1 < p_ ? cm_.pp_next_same_node[static_cast<std::size_t>(stage)] : all_one_node_)
+                        : (stage > 0 ? cm_.pp_next_same_node[static_cast<std::size_t>(stage - 1)] : all_one_node_);
+  // A transfer into or out of the straggler's slow-NIC node runs at its rate.
+  const int peer = ((fwd ? stage + 1 : stage - 1) + p_) % p_;  // interleaved chunks wrap p-1 <-> 0
+  const bool slow = slow_nic_prof_ && !same && (stage == opts_.straggler_stage || peer == opts_.straggler_stage);
+  TaskCost t = Comm(k.device, same ? cm_.pp_send_intra
+                                   : slow ? P2PCostOf(*slow_nic_prof_, cm_.pp_message_bytes, false) : cm_.pp_send_inter);
+  t.slows_compute = false;
+  return t;
+}
+
+/// The optimizer step of `stage` (and the low-precision weights' quantization), slower on a
+/// straggler's stage.
+TaskCost Builder::OptimizerCost(int stage) const {
+  const auto& chunks = cm_.chunks[static_cast<std::size_t>(stage)];
+  double params = 0, experts = 0;
+  for (const auto& x : chunks) params += x.params_per_gpu;
+  for (const auto& x : chunks) experts += x.expert_params_per_gpu;
+  double quantized = 0;
+  for (const auto& x : chunks) quantized += x.quantized_params_per_gpu;
+  TaskCost t;
+  // A straggler's stage runs its optimizer kernels slower too (SimulateOptions).
+  const double slow = stage == opts_.straggler_stage ? opts_.straggler_slowdown : 1.0;
+  t.work_ns = FreeComm() ? 0.0
+                         : Ns(slow * (OptimizerTime(prof_, c_, params, experts) +
+                                      WeightQuantizeTime(prof_, c_, lf_, quantized)));
+  return t;
+}
+
 TaskCost Builder::CostOf(const CostKey& k) const {
   const int stage = k.device / R_;
   const auto& chunks = cm_.chunks[static_cast<std::size_t>(stage)];
   const ChunkCost& cc = chunks[static_cast<std::size_t>(std::max(0, k.chunk))];
   const CollectiveOp reduce = GradReduceIsAllReduce(c_) ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter;
   switch (k.kind) {
-    case CostKind::kItem: {
-      double work = 0, alloc = 0, freed = 0, transient = 0;
-      const bool split = SplitsWeightGradients(c_.schedule);
-      switch (k.item) {
-        case ItemKind::kForward:
-          work = cc.fwd_s;
-          alloc = cc.saved_bytes;
-          transient = cc.fwd_transient_bytes;
-          break;
-        case ItemKind::kBackward:
-          work = cc.bwd_input_s + cc.recompute_s + (split ? 0 : cc.bwd_weight_s);
-          freed = split ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes;
-          transient = cc.transient_bytes;
-          break;
-        case ItemKind::kWeight:
-          work = cc.bwd_weight_s;
-          freed = cc.weight_saved_bytes;
-          break;
-      }
-      TaskCost t;
-      t.work_ns = Ns(work / k.units);
-      t.alloc_bytes = alloc / k.units;
-      t.free_bytes = freed / k.units;
-      t.transient_bytes = transient;
-      return t;
-    }
+    case CostKind::kItem:
+      return ItemCost(k, cc);
     case CostKind::kZero3Gather:
     case CostKind::kZero3Prefetch: {
       // ZeRO-3: this layer's parameters, gathered flat (kPerLayer) or tensor by tensor.
@@ -419,18 +460,8 @@ TaskCost Builder::CostOf(const CostKey& k) const {
                         nb, k.units);
     }
     case CostKind::kSendForward:
-    case CostKind::kSendBackward: {
-      const bool fwd = k.kind == CostKind::kSendForward;
-      const bool same = fwd ? (stage + 1 < p_ ? cm_.pp_next_same_node[static_cast<std::size_t>(stage)] : all_one_node_)
-                            : (stage > 0 ? cm_.pp_next_same_node[static_cast<std::size_t>(stage - 1)] : all_one_node_);
-      // A transfer into or out of the straggler's slow-NIC node runs at its rate.
-      const int peer = ((fwd ? stage + 1 : stage - 1) + p_) % p_;  // interleaved chunks wrap p-1 <-> 0
-      const bool slow = slow_nic_prof_ && !same && (stage == opts_.straggler_stage || peer == opts_.straggler_stage);
-      TaskCost t = Comm(k.device, same ? cm_.pp_send_intra
-                                       : slow ? P2PCostOf(*slow_nic_prof_, cm_.pp_message_bytes, false) : cm_.pp_send_inter);
-      t.slows_compute = false;
-      return t;
-    }
+    case CostKind::kSendBackward:
+      return SendCost(k, stage);
     case CostKind::kEmbeddingSync: {
       const double bytes = static_cast<double>(m_.vocab_size * m_.hidden_size) / c_.tp * grad_bytes_per_param_;
       GroupPlacement pair;
@@ -441,20 +472,8 @@ TaskCost Builder::CostOf(const CostKey& k) const {
       const HardwareProfile& prof = ProfOf(stage == opts_.straggler_stage ? stage : other);
       return Comm(k.device, CollectiveCostOf(prof, CollectiveOp::kAllReduce, bytes, pair));
     }
-    case CostKind::kOptimizer: {
-      double params = 0, experts = 0;
-      for (const auto& x : chunks) params += x.params_per_gpu;
-      for (const auto& x : chunks) experts += x.expert_params_per_gpu;
-      double quantized = 0;
-      for (const auto& x : chunks) quantized += x.quantized_params_per_gpu;
-      TaskCost t;
-      // A straggler's stage runs its optimizer kernels slower too (SimulateOptions).
-      const double slow = stage == opts_.straggler_stage ? opts_.straggler_slowdown : 1.0;
-      t.work_ns = FreeComm() ? 0.0
-                             : Ns(slow * (OptimizerTime(prof_, c_, params, experts) +
-                                          WeightQuantizeTime(prof_, c_, lf_, quantized)));
-      return t;
-    }
+    case CostKind::kOptimizer:
+      return OptimizerCost(stage);
     case CostKind::kParamGather: {
       const double nb = Buckets(stage, k.chunk);
       return BucketCost(DpComm(k.device, CollectiveOp::kAllGather, cc.params_per_gpu * c_.param_gather_bytes / nb,

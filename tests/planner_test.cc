@@ -190,6 +190,15 @@ TEST(Space, LayerCostCacheGivesEachCandidateItsOwnCosts) {
     // Another model (or cluster, or profile) with the same cache is a programming error.
     const Model other = m;
     EXPECT_THROW(BuildCostModel(other, cands.front(), cl, prof, &cache), InternalError);
+    // The search keeps one set per distinct key, whatever its thread count.
+    std::vector<ParallelConfig> keys;
+    for (const ParallelConfig& c : cands) {
+      const ParallelConfig key = LayerCostKey(c);
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+    }
+    EXPECT_EQ(cache.entries(), keys.size()) << k.model;
+    o.threads = 2;
+    EXPECT_EQ(RunPlan(m, cl, prof, o).layer_sets_built, keys.size()) << k.model;
   }
 }
 
