@@ -521,11 +521,73 @@ void RequireContextParallel(const Model& m, const ParallelConfig& c, std::int64_
   throw InputError(fmt::format("{}: {}; {}", where, flag, b.text));
 }
 
+namespace {
+
+/// Megatron-LM's --decoder-first/last-pipeline-num-layers: the given stages' layers, the others an
+/// equal share of the rest, into `stage` (pp entries). Returns why the split cannot be, or "".
+std::string FirstLastStageSplit(const Model& m, const ParallelConfig& c, std::int64_t pp,
+                                std::vector<std::int64_t>* stage_layers) {
+  const std::int64_t L = m.num_layers;
+  const bool first_set = c.first_stage_layers >= 0, last_set = c.last_stage_layers >= 0;
+  std::vector<std::int64_t>& stage = *stage_layers;
+  if (c.embedding_slots) {
+    return "first/last pipeline stage layer counts cannot be combined with embedding slots (Megatron-Core "
+           "supports one or the other)";
+  }
+  if (pp < 2) return fmt::format("first/last pipeline stage layer counts need pp >= 2 (got pp = {})", pp);
+  std::int64_t rest = L, stages_left = pp;
+  if (first_set) rest -= c.first_stage_layers, --stages_left;
+  if (last_set) rest -= c.last_stage_layers, --stages_left;
+  const std::string given =
+      (first_set ? fmt::format("first stage {}", c.first_stage_layers) : std::string()) +
+      (first_set && last_set ? ", " : "") + (last_set ? fmt::format("last stage {}", c.last_stage_layers) : std::string());
+  if ((first_set && c.first_stage_layers < 1) || (last_set && c.last_stage_layers < 1)) {
+    return fmt::format("pipeline split: {} layers, expected at least 1 (Megatron-Core's TransformerConfig)", given);
+  }
+  if (stages_left > 0 && rest == 0) {
+    return fmt::format("pipeline split: {} layers leave none of num_layers = {} for the {} other stages "
+                       "(Megatron-Core needs layers on every stage)",
+                       given, L, stages_left);
+  }
+  if (rest < 0 || (stages_left == 0 && rest != 0)) {
+    return fmt::format("pipeline split: {} layers leave {} of num_layers = {} for the {} other stages", given,
+                       rest, L, stages_left);
+  }
+  if (stages_left > 0 && rest % stages_left != 0) {
+    return fmt::format("pipeline split: {} layers leave {} of num_layers = {}, which the {} other stages cannot "
+                       "share equally ({} / {} is not an integer)",
+                       given, rest, L, stages_left, rest, stages_left);
+  }
+  for (std::int64_t i = 0; i < pp; ++i) stage[static_cast<std::size_t>(i)] = stages_left > 0 ? rest / stages_left : 0;
+  if (first_set) stage.front() = c.first_stage_layers;
+  if (last_set) stage.back() = c.last_stage_layers;
+  return "";
+}
+
+/// Each model chunk k*pp + i of `L` layers gets L / (pp*vp) layers, the first L % (pp*vp) chunks
+/// one more (a --pipeline-model-parallel-layout of even chunks).
+PipelineLayout EvenChunkLayout(std::int64_t L, std::int64_t chunks) {
+  PipelineLayout out;
+  if (L < chunks) {
+    out.error = fmt::format("pipeline layout: {} layers for pp*vp = {} chunks", L, chunks);
+    return out;
+  }
+  out.chunk_layers.assign(static_cast<std::size_t>(chunks), 0);
+  for (std::int64_t k = 0; k < chunks; ++k) out.chunk_layers[static_cast<std::size_t>(k)] = L / chunks + (k < L % chunks ? 1 : 0);
+  std::int64_t first = 0;
+  for (std::int64_t n : out.chunk_layers) {
+    out.first_layer.push_back(first);
+    first += n;
+  }
+  return out;
+}
+
+}  // namespace
+
 PipelineLayout PipelineLayoutOf(const Model& m, const ParallelConfig& c) {
   PipelineLayout out;
   const std::int64_t L = m.num_layers, pp = std::max<std::int64_t>(1, c.pp);
   const std::int64_t v = c.schedule == Schedule::kInterleaved ? std::max<std::int64_t>(1, c.vp) : 1;
-  const bool first_set = c.first_stage_layers >= 0, last_set = c.last_stage_layers >= 0;
   std::vector<std::int64_t> stage(static_cast<std::size_t>(pp), 0);  // layers per pipeline stage
   auto fail = [&](std::string why) {
     out.error = std::move(why);
@@ -533,38 +595,8 @@ PipelineLayout PipelineLayoutOf(const Model& m, const ParallelConfig& c) {
     out.first_layer.clear();
     return out;
   };
-  if (first_set || last_set) {
-    if (c.embedding_slots) {
-      return fail("first/last pipeline stage layer counts cannot be combined with embedding slots (Megatron-Core "
-                  "supports one or the other)");
-    }
-    if (pp < 2) return fail(fmt::format("first/last pipeline stage layer counts need pp >= 2 (got pp = {})", pp));
-    std::int64_t rest = L, stages_left = pp;
-    if (first_set) rest -= c.first_stage_layers, --stages_left;
-    if (last_set) rest -= c.last_stage_layers, --stages_left;
-    const std::string given =
-        (first_set ? fmt::format("first stage {}", c.first_stage_layers) : std::string()) +
-        (first_set && last_set ? ", " : "") + (last_set ? fmt::format("last stage {}", c.last_stage_layers) : std::string());
-    if ((first_set && c.first_stage_layers < 1) || (last_set && c.last_stage_layers < 1)) {
-      return fail(fmt::format("pipeline split: {} layers, expected at least 1 (Megatron-Core's TransformerConfig)", given));
-    }
-    if (stages_left > 0 && rest == 0) {
-      return fail(fmt::format("pipeline split: {} layers leave none of num_layers = {} for the {} other stages "
-                              "(Megatron-Core needs layers on every stage)",
-                              given, L, stages_left));
-    }
-    if (rest < 0 || (stages_left == 0 && rest != 0)) {
-      return fail(fmt::format("pipeline split: {} layers leave {} of num_layers = {} for the {} other stages", given,
-                              rest, L, stages_left));
-    }
-    if (stages_left > 0 && rest % stages_left != 0) {
-      return fail(fmt::format("pipeline split: {} layers leave {} of num_layers = {}, which the {} other stages cannot "
-                              "share equally ({} / {} is not an integer)",
-                              given, rest, L, stages_left, rest, stages_left));
-    }
-    for (std::int64_t i = 0; i < pp; ++i) stage[static_cast<std::size_t>(i)] = stages_left > 0 ? rest / stages_left : 0;
-    if (first_set) stage.front() = c.first_stage_layers;
-    if (last_set) stage.back() = c.last_stage_layers;
+  if (c.first_stage_layers >= 0 || c.last_stage_layers >= 0) {
+    if (std::string why = FirstLastStageSplit(m, c, pp, &stage); !why.empty()) return fail(std::move(why));
   } else if (c.embedding_slots && pp > 1) {
     if (v > 1 && (L + 2) % pp != 0) {
       return fail(fmt::format("embedding slots with virtual stages: num_layers + 2 = {} slots are not a multiple of "
@@ -572,17 +604,7 @@ PipelineLayout PipelineLayoutOf(const Model& m, const ParallelConfig& c) {
     }
     for (std::int64_t i = 0; i < pp; ++i) stage[static_cast<std::size_t>(i)] = (L + 2) / pp + (i < (L + 2) % pp ? 1 : 0);
   } else if (c.even_chunks) {
-    // Each model chunk k*pp + i gets L / (pp*vp) layers, the first L % (pp*vp) chunks one more.
-    const std::int64_t chunks = pp * v;
-    if (L < chunks) return fail(fmt::format("pipeline layout: {} layers for pp*vp = {} chunks", L, chunks));
-    out.chunk_layers.assign(static_cast<std::size_t>(chunks), 0);
-    for (std::int64_t k = 0; k < chunks; ++k) out.chunk_layers[static_cast<std::size_t>(k)] = L / chunks + (k < L % chunks ? 1 : 0);
-    std::int64_t first = 0;
-    for (std::int64_t n : out.chunk_layers) {
-      out.first_layer.push_back(first);
-      first += n;
-    }
-    return out;
+    return EvenChunkLayout(L, pp * v);
   } else {
     if (v > 1 && L % (pp * v) != 0) {
       return fail(fmt::format("pp*vp = {}*{} does not divide num_layers = {}", pp, v, L));

@@ -80,20 +80,10 @@ Json CapacityJson(const Model& m, const CapacityOptions& o, const std::vector<Ca
   return j;
 }
 
-void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions& o, const std::vector<CapacityRow>& rows) {
-  out << fmt::format("Training {} on {} tokens (global batch {} x seq {} = {} tokens per step)\n", m.name,
-                           FormatCount(o.tokens), o.global_batch_size, o.seq_length,
-                           FormatCount(static_cast<double>(o.global_batch_size * o.seq_length)));
-  out << "Time = steps x simulated step time; GPU-hours and cost over the wall time; energy = GPUs x board power x "
-            << fmt::format("{:g}", o.energy_overhead) << " (host, network, cooling; assumed) x wall time.\n";
-  out << SearchOptimizerLine(o.plan);
-  if (!o.mtbf_hours) out << "No failure model (give --mtbf-hours and --checkpoint-minutes for goodput).\n";
-  if (o.mtbf_hours) {
-    out << fmt::format("Failures: per-GPU MTBF {:g} h, checkpoint {:g} min, restart {:g} min; checkpoint every "
-                             "sqrt(2 x checkpoint x job MTBF) (Young 1974, Daly 2006).\n",
-                             *o.mtbf_hours, o.checkpoint_minutes,
-                             o.restart_minutes > 0 ? o.restart_minutes : o.checkpoint_minutes);
-  }
+namespace {
+
+/// capacity's table: one row per option, columns as wide as their longest entry.
+void WriteCapacityTable(std::ostream& out, const CapacityOptions& o, const std::vector<CapacityRow>& rows) {
   // Columns as wide as their longest entry; small days and MWh keep two significant digits.
   std::size_t cw = 16, fw = std::string("best configuration").size();
   for (const auto& r : rows) {
@@ -127,6 +117,11 @@ void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions&
                                "releasing the caching allocator's cache)\n", "");
     }
   }
+}
+
+/// The notes under capacity's table: known biases (once each, naming their rows), the MFU
+/// convention, the MoE routing caveat, partial nodes, what "best configuration" means.
+void WriteCapacityNotes(std::ostream& out, const Model& m, const CapacityOptions& o, const std::vector<CapacityRow>& rows) {
   // A known bias once, naming its rows, rather than under each row it concerns.
   std::vector<std::pair<std::string, std::vector<std::string>>> biases;
   for (const auto& r : rows) {
@@ -155,6 +150,10 @@ void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions&
   }
   out << "\nBest configuration: the fastest plan that fits without releasing the caching allocator's cache, if one "
          "does\n(docs/planner.md).\n";
+}
+
+/// Where capacity's inputs come from: each GPU's price and board power, each cluster's profile.
+void WriteCapacitySources(std::ostream& out, const CapacityOptions& o, const std::vector<CapacityRow>& rows) {
   out << "\nPrices (USD per GPU-hour; volatile, override with --price-per-gpu-hour GPU=USD):\n";
   std::set<std::string> seen;
   for (const auto& r : rows) {
@@ -184,6 +183,27 @@ void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions&
     // is only as good as these (docs/profile.md).
     for (const auto& e : r.profile_estimates) out << fmt::format("  {:<16}   estimate: {}\n", "", e);
   }
+}
+
+}  // namespace
+
+void WriteCapacityText(std::ostream& out, const Model& m, const CapacityOptions& o, const std::vector<CapacityRow>& rows) {
+  out << fmt::format("Training {} on {} tokens (global batch {} x seq {} = {} tokens per step)\n", m.name,
+                           FormatCount(o.tokens), o.global_batch_size, o.seq_length,
+                           FormatCount(static_cast<double>(o.global_batch_size * o.seq_length)));
+  out << "Time = steps x simulated step time; GPU-hours and cost over the wall time; energy = GPUs x board power x "
+            << fmt::format("{:g}", o.energy_overhead) << " (host, network, cooling; assumed) x wall time.\n";
+  out << SearchOptimizerLine(o.plan);
+  if (!o.mtbf_hours) out << "No failure model (give --mtbf-hours and --checkpoint-minutes for goodput).\n";
+  if (o.mtbf_hours) {
+    out << fmt::format("Failures: per-GPU MTBF {:g} h, checkpoint {:g} min, restart {:g} min; checkpoint every "
+                             "sqrt(2 x checkpoint x job MTBF) (Young 1974, Daly 2006).\n",
+                             *o.mtbf_hours, o.checkpoint_minutes,
+                             o.restart_minutes > 0 ? o.restart_minutes : o.checkpoint_minutes);
+  }
+  WriteCapacityTable(out, o, rows);
+  WriteCapacityNotes(out, m, o, rows);
+  WriteCapacitySources(out, o, rows);
 }
 
 void WriteSolve(std::ostream& out, const CapacityOptions& o, const std::vector<SolveResult>& solved) {
