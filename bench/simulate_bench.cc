@@ -92,7 +92,7 @@ void RunPlanBenchmark(benchmark::State& state, const char* model, const char* cl
     benchmark::DoNotOptimize(r.plans.data());
     generated = r.candidates_generated;
     simulated = r.candidates_simulated;
-    layer_sets = r.layer_sets_built;
+    layer_sets = r.layer_sets_kept;
   }
   state.counters["candidates"] = static_cast<double>(generated);
   state.counters["simulated"] = static_cast<double>(simulated);

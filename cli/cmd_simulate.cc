@@ -475,186 +475,178 @@ void AddSimulateStragglerOptions(CLI::App* cmd, StragglerArgs* s) {
                      ->type_name("N");
 }
 
-/// One simulate command's inputs and runs: the baseline, and the launch, what-if and straggler
-/// runs where asked.
-struct SimulatedRuns {
-  const Model& m;
-  const ParallelConfig& c;
-  const Cluster& cl;
-  std::int64_t gpus;
-  const HardwareProfile& prof;
-  const SimulationResult& r;
-  const std::optional<LaunchConfig>& launch;
-  const std::optional<SimulationResult>& changed;
-  const std::optional<WhatIfHardware>& hw;
-  const std::optional<StragglerRun>& slow;
+/// One simulate command: its flags, then what it loads and runs (the baseline, and the launch,
+/// what-if and straggler runs where asked), then what it prints.
+class SimulateCommand {
+ public:
+  SimulateCommand(const SimulateArgs& args, const StragglerArgs& straggler_args, const EmitArgs& emit_args,
+                  const std::vector<std::string>& what_if, const std::string& html_file)
+      : a_(args), straggler_(straggler_args), emit_(emit_args), what_if_flags_(what_if), html_(html_file) {}
+  void Run();
+
+ private:
+  /// The configuration `a` gives for `m` on `cl` (BuildConfig), with the context-parallel a2a group
+  /// resolved and unfused attention on a GPU flash attention does not run on, checked against the
+  /// GPU's precisions, context and expert parallelism, --ops and the straggler flags.
+  ParallelConfig ResolvedConfig() const;
+  /// What simulate --json prints (the HTML page carries the same object): the result, the profile,
+  /// the launch, the what-if and straggler runs beside it.
+  Json ResultJson() const;
+  /// What simulate prints without --json: the simulation, the op table, the files written, the
+  /// straggler and what-if runs beside it, the launch.
+  void WriteText() const;
+
+  const SimulateArgs& a_;
+  const StragglerArgs& straggler_;
+  const EmitArgs& emit_;
+  const std::vector<std::string>& what_if_flags_;
+  const std::string& html_;
+  Model m_;
+  Cluster cl_;
+  std::int64_t gpus_ = 0;
+  ParallelConfig c_;
+  HardwareProfile prof_;
+  SimulationResult r_;
+  std::vector<StageAllocatorTrace> allocator_traces_;
+  std::optional<LaunchConfig> launch_;
+  std::optional<SimulationResult> changed_;
+  std::optional<WhatIfHardware> hw_;
+  std::optional<StragglerRun> slow_;
 };
 
-/// The configuration `a` gives for `m` on `cl` (BuildConfig), with the context-parallel a2a group
-/// resolved and unfused attention on a GPU flash attention does not run on, checked against the
-/// GPU's precisions, context and expert parallelism, --ops and the straggler flags.
-ParallelConfig SimulatedConfig(const SimulateArgs& a, const StragglerArgs& straggler, const Model& m, const Cluster& cl,
-                               std::int64_t gpus) {
-  ParallelConfig c = BuildConfig(a, m, gpus);
-  ResolveCpA2a(&c, cl.gpus_per_node);
-  RequirePrecision(cl.gpu, c, "command line");
-  if (c.flash_attention && !cl.gpu.HasFlashAttention()) {
-    if (c.cp > 1) {
+ParallelConfig SimulateCommand::ResolvedConfig() const {
+  ParallelConfig cfg = BuildConfig(a_, m_, gpus_);
+  ResolveCpA2a(&cfg, cl_.gpus_per_node);
+  RequirePrecision(cl_.gpu, cfg, "command line");
+  if (cfg.flash_attention && !cl_.gpu.HasFlashAttention()) {
+    if (cfg.cp > 1) {
       throw InputError(fmt::format("command line: --cp: got {}, expected 1 on {} ({}): context parallelism needs fused "
                                    "(flash) attention, which does not run there",
-                                   c.cp, cl.gpu.name, cl.gpu.arch));
+                                   cfg.cp, cl_.gpu.name, cl_.gpu.arch));
     }
-    if (a.use_flash_attn) {
+    if (a_.use_flash_attn) {
       throw InputError(fmt::format("command line: --use-flash-attn: given on {} ({}), expected a GPU FlashAttention "
                                    "runs on (Turing or later): leave it out for the unfused attention",
-                                   cl.gpu.name, cl.gpu.arch));
+                                   cl_.gpu.name, cl_.gpu.arch));
     }
-    c.flash_attention = false;  // said in the report's attention line
+    cfg.flash_attention = false;  // said in the report's attention line
   }
-  RequireContextParallel(m, c, cl.gpus_per_node, "command line");
-  RequireExpertParallel(m, c, "command line");
-  if (a.ops && a.json) {
+  RequireContextParallel(m_, cfg, cl_.gpus_per_node, "command line");
+  RequireExpertParallel(m_, cfg, "command line");
+  if (a_.ops && a_.json) {
     throw InputError("command line: --ops: the op table is text; not combined with --json (run them separately)");
   }
-  if (straggler.stage_opt->count() > 0 && !straggler.given()) {
+  if (straggler_.stage_opt->count() > 0 && !straggler_.given()) {
     throw InputError(fmt::format("command line: --straggler-stage: {}, needs --straggler FACTOR (how much slower the "
                                  "GPU is) or --straggler-nic FACTOR (its node's network links)",
-                                 straggler.stage));
+                                 straggler_.stage));
   }
-  if (straggler.given()) {
-    RequireStraggler(straggler.slowdown, straggler.stage_opt->count() > 0 ? std::optional<int>(straggler.stage) : std::nullopt,
-                     c.pp, "command line: --straggler");
+  if (straggler_.given()) {
+    RequireStraggler(straggler_.slowdown, straggler_.stage_opt->count() > 0 ? std::optional<int>(straggler_.stage) : std::nullopt,
+                     cfg.pp, "command line: --straggler");
   }
-  return c;
+  return cfg;
 }
 
-/// What simulate --json prints (the HTML page carries the same object): the result, the profile,
-/// the launch, the what-if and straggler runs beside it.
-Json SimulateJson(const SimulateArgs& a, const StragglerArgs& straggler, const EmitArgs& emit,
-                  const std::vector<std::string>& what_if_flags, const SimulatedRuns& runs) {
-  const SimulationResult& r = runs.r;
-  const Model& m = runs.m;
-  const ParallelConfig& c = runs.c;
-  const Cluster& cl = runs.cl;
-  const std::int64_t gpus = runs.gpus;
-  const HardwareProfile& prof = runs.prof;
-  const std::optional<LaunchConfig>& launch = runs.launch;
-  const std::optional<SimulationResult>& changed = runs.changed;
-  const std::optional<WhatIfHardware>& hw = runs.hw;
-  const std::optional<StragglerRun>& slow = runs.slow;
-  Json j = ResultToJson(r, m, c, cl, gpus);
-  j["profile"] = a.profile.empty() ? "built-in default" : a.profile;
-  j["profile_estimates"] = prof.kind == "default" ? Json(prof.Estimates(c.flash_attention, c.precision)) : Json::array();
-  if (launch) j["launch"] = LaunchJson(*launch, emit.file);
-  if (changed) {
-    j["what_if"] = BesideJson(r, *changed);
-    j["what_if"]["changes"] = what_if_flags;
-    j["what_if"]["adjustments"] = hw->prof.adjustments;
-    j["what_if"]["result"] = ResultToJson(*changed, m, c, hw->cl, gpus);
+Json SimulateCommand::ResultJson() const {
+  Json j = ResultToJson(r_, m_, c_, cl_, gpus_);
+  j["profile"] = a_.profile.empty() ? "built-in default" : a_.profile;
+  j["profile_estimates"] = prof_.kind == "default" ? Json(prof_.Estimates(c_.flash_attention, c_.precision)) : Json::array();
+  if (launch_) j["launch"] = LaunchJson(*launch_, emit_.file);
+  if (changed_) {
+    j["what_if"] = BesideJson(r_, *changed_);
+    j["what_if"]["changes"] = what_if_flags_;
+    j["what_if"]["adjustments"] = hw_->prof.adjustments;
+    j["what_if"]["result"] = ResultToJson(*changed_, m_, c_, hw_->cl, gpus_);
   }
-  if (slow) {
-    j["straggler"] = StragglerJson(r, *slow);
-    j["straggler"]["result"] = ResultToJson(slow->result, m, c, cl, gpus);
-  } else if (straggler.given()) {
+  if (slow_) {
+    j["straggler"] = StragglerJson(r_, *slow_);
+    j["straggler"]["result"] = ResultToJson(slow_->result, m_, c_, cl_, gpus_);
+  } else if (straggler_.given()) {
     j["straggler"] = nullptr;  // the configuration cannot run
   }
   return WithIntegerBytes(j);
 }
 
-/// What simulate prints without --json: the simulation, the op table, the files written, the
-/// straggler and what-if runs beside it, the launch.
-void WriteSimulateText(const SimulateArgs& a, const StragglerArgs& straggler, const EmitArgs& emit,
-                       const std::vector<std::string>& what_if_flags, const SimulatedRuns& runs,
-                       const std::vector<StageAllocatorTrace>& allocator_traces) {
-  const SimulationResult& r = runs.r;
-  const Model& m = runs.m;
-  const ParallelConfig& c = runs.c;
-  const Cluster& cl = runs.cl;
-  const std::int64_t gpus = runs.gpus;
-  const HardwareProfile& prof = runs.prof;
-  const std::optional<SimulationResult>& changed = runs.changed;
-  const std::optional<WhatIfHardware>& hw = runs.hw;
-  const std::optional<StragglerRun>& slow = runs.slow;
-  const std::optional<LaunchConfig>& launch = runs.launch;
-  WriteSimulation(std::cout, r, m, c, cl, gpus, prof);
-  if (a.ops && r.feasible) WriteOps(std::cout, m, c, cl, prof);
-  if (a.ops && !r.feasible) std::cout << "\nNo op table: the configuration cannot run.\n";
-  if (!a.trace.empty() && r.feasible) std::cout << "\nTrace written to " << a.trace << " (open in ui.perfetto.dev)\n";
-  if (!allocator_traces.empty()) std::cout << "\nAllocator trace written to " << a.allocator_trace << "\n";
-  if (slow) WriteStraggler(std::cout, r, *slow);
-  if (straggler.given() && !r.feasible) std::cout << "\nNo straggler run: the configuration cannot run.\n";
-  if (changed) {
-    std::cout << "\nWhat if " << Join(what_if_flags, ", ") << ":\n";
-    for (std::size_t i = prof.adjustments.size(); i < hw->prof.adjustments.size(); ++i) {
-      std::cout << "  " << hw->prof.adjustments[i] << "\n";
+void SimulateCommand::WriteText() const {
+  WriteSimulation(std::cout, r_, m_, c_, cl_, gpus_, prof_);
+  if (a_.ops && r_.feasible) WriteOps(std::cout, m_, c_, cl_, prof_);
+  if (a_.ops && !r_.feasible) std::cout << "\nNo op table: the configuration cannot run.\n";
+  if (!a_.trace.empty() && r_.feasible) std::cout << "\nTrace written to " << a_.trace << " (open in ui.perfetto.dev)\n";
+  if (!allocator_traces_.empty()) std::cout << "\nAllocator trace written to " << a_.allocator_trace << "\n";
+  if (slow_) WriteStraggler(std::cout, r_, *slow_);
+  if (straggler_.given() && !r_.feasible) std::cout << "\nNo straggler run: the configuration cannot run.\n";
+  if (changed_) {
+    std::cout << "\nWhat if " << Join(what_if_flags_, ", ") << ":\n";
+    for (std::size_t i = prof_.adjustments.size(); i < hw_->prof.adjustments.size(); ++i) {
+      std::cout << "  " << hw_->prof.adjustments[i] << "\n";
     }
-    WriteBeside(std::cout, r, *changed, "baseline", "what-if");
+    WriteBeside(std::cout, r_, *changed_, "baseline", "what-if");
   }
-  if (launch) WriteLaunch(std::cout, *launch, emit.file, "This configuration");
+  if (launch_) WriteLaunch(std::cout, *launch_, emit_.file, "This configuration");
 }
 
-void RunSimulate(const SimulateArgs& a, const StragglerArgs& straggler, const EmitArgs& emit,
-                 const std::vector<std::string>& what_if_flags, const std::string& html) {
-  const std::vector<WhatIf> what_if = ParseWhatIfs(what_if_flags);
-  CheckOutputFiles({{"--trace", a.trace}, {"--allocator-trace", a.allocator_trace}, {"--html", html},
-                    {"--emit-file", emit.file}},
-                   {a.model, a.cluster, a.profile});
-  const Model m = LoadModel(a.model, "--model");
-  if (a.cluster.empty() && a.profile.empty()) {
+void SimulateCommand::Run() {
+  const std::vector<WhatIf> what_if = ParseWhatIfs(what_if_flags_);
+  CheckOutputFiles({{"--trace", a_.trace}, {"--allocator-trace", a_.allocator_trace}, {"--html", html_},
+                    {"--emit-file", emit_.file}},
+                   {a_.model, a_.cluster, a_.profile});
+  m_ = LoadModel(a_.model, "--model");
+  if (a_.cluster.empty() && a_.profile.empty()) {
     throw InputError("command line: --cluster: missing, expected a cluster preset name or JSON path (or --profile FILE "
                      "of a measured machine)");
   }
   std::optional<HardwareProfile> loaded;
-  if (!a.profile.empty()) loaded = LoadProfile(a.profile);
+  if (!a_.profile.empty()) loaded = LoadProfile(a_.profile);
   // A measured profile says which machine it measured; an explicit --cluster overrides.
-  const Cluster cl = a.cluster.empty() ? ClusterFromProfile(*loaded, a.profile) : LoadCluster(a.cluster, "--cluster");
-  const std::int64_t gpus = a.gpus > 0 ? a.gpus : cl.num_gpus.value_or(cl.gpus_per_node);
-  if (loaded && !a.cluster.empty()) WarnIfProfileIsAnotherMachine(*loaded, a.profile, cl, gpus);
-  const ParallelConfig c = SimulatedConfig(a, straggler, m, cl, gpus);
-  const HardwareProfile prof = SimulationProfile(a, loaded, cl, c);
+  cl_ = a_.cluster.empty() ? ClusterFromProfile(*loaded, a_.profile) : LoadCluster(a_.cluster, "--cluster");
+  gpus_ = a_.gpus > 0 ? a_.gpus : cl_.num_gpus.value_or(cl_.gpus_per_node);
+  if (loaded && !a_.cluster.empty()) WarnIfProfileIsAnotherMachine(*loaded, a_.profile, cl_, gpus_);
+  c_ = ResolvedConfig();
+  prof_ = SimulationProfile(a_, loaded, cl_, c_);
   SimulateOptions opts;
-  opts.full_rank = a.full_rank;
-  opts.keep_graph = !a.trace.empty() || !html.empty();
-  std::vector<StageAllocatorTrace> allocator_traces;
-  if (!a.allocator_trace.empty()) opts.allocator_traces = &allocator_traces;
-  SimulationResult r = Simulate(m, c, cl, gpus, prof, opts);
+  opts.full_rank = a_.full_rank;
+  opts.keep_graph = !a_.trace.empty() || !html_.empty();
+  if (!a_.allocator_trace.empty()) opts.allocator_traces = &allocator_traces_;
+  r_ = Simulate(m_, c_, cl_, gpus_, prof_, opts);
   opts.allocator_traces = nullptr;  // the what-if run below keeps none
-  WriteAllocatorTrace(a.allocator_trace, allocator_traces, c);
-  const std::optional<LaunchConfig> launch = EmitIfAsked(emit, m, c, cl, gpus, r);
-  std::optional<SimulationResult> changed;
-  std::optional<WhatIfHardware> hw;
+  WriteAllocatorTrace(a_.allocator_trace, allocator_traces_, c_);
+  launch_ = EmitIfAsked(emit_, m_, c_, cl_, gpus_, r_);
   if (!what_if.empty()) {
-    hw = ApplyWhatIfs(what_if, cl, prof);
-    changed = Simulate(m, c, hw->cl, gpus, hw->prof, opts);
+    hw_ = ApplyWhatIfs(what_if, cl_, prof_);
+    changed_ = Simulate(m_, c_, hw_->cl, gpus_, hw_->prof, opts);
   }
-  std::optional<StragglerRun> slow;
-  if (straggler.given() && r.feasible) {
+  if (straggler_.given() && r_.feasible) {
     SimulateOptions so = opts;
     so.keep_graph = false;  // --trace and --html show the baseline
-    slow = SimulateStraggler(m, c, cl, gpus, prof, so, straggler.slowdown, straggler.nic_slowdown,
-                             straggler.stage_opt->count() > 0 ? straggler.stage : -1);
+    slow_ = SimulateStraggler(m_, c_, cl_, gpus_, prof_, so, straggler_.slowdown, straggler_.nic_slowdown,
+                             straggler_.stage_opt->count() > 0 ? straggler_.stage : -1);
   }
-  if (!a.trace.empty() && r.feasible) WriteFileAtomic(a.trace, ChromeTrace(r));
-  const SimulatedRuns runs{m, c, cl, gpus, prof, r, launch, changed, hw, slow};
-  auto result_json = [&] { return SimulateJson(a, straggler, emit, what_if_flags, runs); };
-  if (!html.empty()) {
-    Json data = {{"kind", "simulate"}, {"result", result_json()}, {"timeline", TimelineJson(r)}};
-    WriteHtmlReport(html, fmt::format("shardcast simulate: {} on {} x {}", m.name, gpus, cl.gpu.display_name),
-                    c.Summary(), data);
+  if (!a_.trace.empty() && r_.feasible) WriteFileAtomic(a_.trace, ChromeTrace(r_));
+  if (!html_.empty()) {
+    Json data = {{"kind", "simulate"}, {"result", ResultJson()}, {"timeline", TimelineJson(r_)}};
+    WriteHtmlReport(html_, fmt::format("shardcast simulate: {} on {} x {}", m_.name, gpus_, cl_.gpu.display_name),
+                    c_.Summary(), data);
   }
-  if (!a.trace.empty() && !r.feasible) std::cerr << "shardcast: no trace written: the configuration cannot run\n";
-  if (a.json) {
-    std::cout << result_json().dump(2) << "\n";
+  if (!a_.trace.empty() && !r_.feasible) std::cerr << "shardcast: no trace written: the configuration cannot run\n";
+  if (a_.json) {
+    std::cout << ResultJson().dump(2) << "\n";
   } else {
-    WriteSimulateText(a, straggler, emit, what_if_flags, runs, allocator_traces);
+    WriteText();
   }
+}
+
+void RunSimulate(const SimulateArgs& a, const StragglerArgs& straggler, const EmitArgs& emit,
+                 const std::vector<std::string>& what_if_flags, const std::string& html) {
+  SimulateCommand(a, straggler, emit, what_if_flags, html).Run();
 }
 
 }  // namespace
 
 namespace {
 
-/// simulate's (and execute's) configuration options, in --help order: the parallel sizes: GPUs, tp, pp, dp, cp and its communication, ep/etp and MoE routing, vp.
+/// simulate's (and execute's) configuration options, in --help order: the parallel sizes: GPUs, tp, pp, dp, cp and
+/// its communication, ep/etp and MoE routing, vp.
 void AddGridOptions(CLI::App* cmd, SimulateArgs* a) {
   AddPositive(cmd, "--gpus", a->gpus, "number of GPUs", kMaxGpus);
   AddPositive(cmd, "--tp,--tensor-model-parallel-size", a->tp, "tensor-parallel size", kMaxParallelSize);
@@ -690,7 +682,8 @@ void AddGridOptions(CLI::App* cmd, SimulateArgs* a) {
               "virtual stages per pipeline rank", kMaxVirtualStages);
 }
 
-/// simulate's (and execute's) configuration options, in --help order: the pipeline split, the batch and the sequence, pipeline flushes.
+/// simulate's (and execute's) configuration options, in --help order: the pipeline split, the batch and the
+/// sequence, pipeline flushes.
 void AddPipelineAndBatchOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--pipeline-layout-even", a->even_chunks,
                 "spread the layers over the pp*vp model chunks (pp stages without --vp) as evenly as possible, the "
@@ -716,7 +709,8 @@ void AddPipelineAndBatchOptions(CLI::App* cmd, SimulateArgs* a) {
   AddPositive(cmd, "--seq,--seq-length", a->seq, "sequence length (default: the model's)", kMaxSeq);
 }
 
-/// simulate's (and execute's) configuration options, in --help order: recompute, offloading, the MoE overlap, sequence parallelism, ZeRO and HSDP, the schedule.
+/// simulate's (and execute's) configuration options, in --help order: recompute, offloading, the MoE overlap,
+/// sequence parallelism, ZeRO and HSDP, the schedule.
 void AddRecomputeAndShardingOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_option("--recompute", a->recompute, "activation recompute: none|selective|full")
       ->transform(CLI::IsMember({"none", "selective", "full"}, CLI::ignore_case));
@@ -747,7 +741,8 @@ void AddRecomputeAndShardingOptions(CLI::App* cmd, SimulateArgs* a) {
       ->transform(CLI::IsMember({"gpipe", "1f1b", "interleaved", "zb-h1"}, CLI::ignore_case));
 }
 
-/// simulate's (and execute's) configuration options, in --help order: precision, attention, the overlaps of collectives, the framework, the cross-entropy loss.
+/// simulate's (and execute's) configuration options, in --help order: precision, attention, the overlaps of
+/// collectives, the framework, the cross-entropy loss.
 void AddKernelAndOverlapOptions(CLI::App* cmd, SimulateArgs* a) {
   AddPrecisionOptions(cmd, &a->prec);
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention that saves s*s scores (Megatron 2021)")
@@ -787,7 +782,8 @@ void AddKernelAndOverlapOptions(CLI::App* cmd, SimulateArgs* a) {
       ->transform(CLI::IsMember({"unfused", "native", "te", "flash-attn", "torch"}, CLI::ignore_case));
 }
 
-/// simulate's (and execute's) configuration options, in --help order: the optimizer and DeepSpeed/FSDP knobs, pipeline sends, the embedding slots.
+/// simulate's (and execute's) configuration options, in --help order: the optimizer and DeepSpeed/FSDP knobs,
+/// pipeline sends, the embedding slots.
 void AddOptimizerAndFrameworkOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
   cmd->add_option("--optimizer", a->opt.optimizer,

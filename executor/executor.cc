@@ -375,26 +375,26 @@ class RankExecution {
  public:
   RankExecution(const Model& m, const ParallelConfig& cfg, const Cluster& cl, const HardwareProfile& prof,
                 const ExecuteOptions& options, int rank_index, int ranks)
-      : model(m), c(cfg), profile(prof), opts(options), rank(rank_index), size(ranks),
-        cm(BuildCostModel(m, cfg, cl, prof)),
-        sched(MakeSchedule(c.schedule, static_cast<int>(c.pp), static_cast<int>(c.num_microbatches()),
-                           static_cast<int>(c.schedule == Schedule::kInterleaved ? c.vp : 1),
-                           static_cast<int>(c.pipeline_flushes))),
-        prog(BuildRankProgram(c, cm, sched, prof, stage)), sum_secs(prog.ops.size(), 0.0) {
-    MPI_Comm_split(MPI_COMM_WORLD, rank / tp, rank, &tp_comm);
-    MPI_Comm_split(MPI_COMM_WORLD, stage * tp + tp_rank, rank, &dp_comm);
+      : model_(m), c_(cfg), profile_(prof), opts_(options), rank_(rank_index), size_(ranks),
+        cm_(BuildCostModel(m, cfg, cl, prof)),
+        sched_(MakeSchedule(c_.schedule, static_cast<int>(c_.pp), static_cast<int>(c_.num_microbatches()),
+                            static_cast<int>(c_.schedule == Schedule::kInterleaved ? c_.vp : 1),
+                            static_cast<int>(c_.pipeline_flushes))),
+        prog_(BuildRankProgram(c_, cm_, sched_, prof, stage_)), sum_secs_(prog_.ops.size(), 0.0) {
+    MPI_Comm_split(MPI_COMM_WORLD, rank_ / tp_, rank_, &tp_comm_);
+    MPI_Comm_split(MPI_COMM_WORLD, stage_ * tp_ + tp_rank_, rank_, &dp_comm_);
     // Weights, gradients and optimizer state, really allocated.
-    const StageMemory st = StaticStageMemory(cm, c, profile, stage);
-    state_bytes = st.weights_bytes + st.grads_bytes + st.optimizer_bytes;
-    state = Touched(static_cast<std::size_t>(state_bytes));
-    mem.Add(static_cast<double>(state.size()));
+    const StageMemory st = StaticStageMemory(cm_, c_, profile_, stage_);
+    state_bytes_ = st.weights_bytes + st.grads_bytes + st.optimizer_bytes;
+    state_ = Touched(static_cast<std::size_t>(state_bytes_));
+    mem_.Add(static_cast<double>(state_.size()));
   }
   RankExecution(const RankExecution&) = delete;
   RankExecution& operator=(const RankExecution&) = delete;
 
   /// Runs the warm-up and timed steps (on the GPU, or on this CPU rank) into `rep`.
   void Run(ExecuteReport* rep) {
-    if (opts.backend == "cuda") {
+    if (opts_.backend == "cuda") {
       RunOnGpu(rep);
     } else {
       RunOnCpu(rep);
@@ -408,58 +408,57 @@ class RankExecution {
   /// Frees the tensor- and data-parallel communicators (collective: every rank, at the end; a rank
   /// that throws before it leaves them, as the process ends).
   void FreeCommunicators() {
-    MPI_Comm_free(&tp_comm);
-    MPI_Comm_free(&dp_comm);
+    MPI_Comm_free(&tp_comm_);
+    MPI_Comm_free(&dp_comm_);
   }
 
  private:
   void RunOnGpu(ExecuteReport* rep);
   void RunOnCpu(ExecuteReport* rep);
 
-  const Model& model;
-  const ParallelConfig c;  ///< a copy: the report that holds the original is written while this runs
-  const HardwareProfile& profile;
-  const ExecuteOptions& opts;
-  const int rank, size;
+  const Model& model_;
+  const ParallelConfig c_;  ///< a copy: the report that holds the original is written while this runs
+  const HardwareProfile& profile_;
+  const ExecuteOptions& opts_;
+  const int rank_, size_;
   // Rank order: tensor-parallel innermost, then data, then pipeline (Megatron-LM).
-  const int tp = static_cast<int>(c.tp), dp = static_cast<int>(c.dp);
-  const int tp_rank = rank % tp, dp_rank = (rank / tp) % dp, stage = rank / (tp * dp);
-  const CostModel cm;
-  const PipelineSchedule sched;
-  const RankProgram prog;
-  MPI_Comm tp_comm, dp_comm;
-  Tracker mem;
-  double state_bytes = 0;
-  std::vector<char> state;
-  std::vector<double> op_secs, sum_secs;  ///< [program op] last step's, and the timed steps' mean
-  std::vector<Event> events;
-  double wait_sum = 0;
+  const int tp_ = static_cast<int>(c_.tp), dp_ = static_cast<int>(c_.dp);
+  const int tp_rank_ = rank_ % tp_, dp_rank_ = (rank_ / tp_) % dp_, stage_ = rank_ / (tp_ * dp_);
+  const CostModel cm_;
+  const PipelineSchedule sched_;
+  const RankProgram prog_;
+  MPI_Comm tp_comm_, dp_comm_;
+  Tracker mem_;
+  double state_bytes_ = 0;
+  std::vector<char> state_;
+  std::vector<double> op_secs_, sum_secs_;  ///< [program op] last step's, and the timed steps' mean
+  std::vector<Event> events_;
+  double wait_sum_ = 0;
 };
 
 /// The same program on one GPU: GEMMs, memory-bound passes, activation allocations.
 void RankExecution::RunOnGpu(ExecuteReport* rep) {
   std::vector<std::size_t> index;  // program op -> GPU op (or npos)
-  const std::vector<cuda_exec::Op> ops = GpuOpsOf(prog, model, c, &index);
+  const std::vector<cuda_exec::Op> ops = GpuOpsOf(prog_, model_, c_, &index);
   cuda_exec::Result gr;
   try {
-    gr = cuda_exec::Run(ops, opts.warmup, opts.steps,
-                        state_bytes);
+    gr = cuda_exec::Run(ops, opts_.warmup, opts_.steps, state_bytes_);
   } catch (const std::runtime_error& e) {
     throw InputError(std::string("--backend cuda: ") + e.what());
   }
   rep->step_times_s = gr.step_s;
   rep->attention_note = gr.attention_note;
-  for (std::size_t i = 0; i < prog.ops.size(); ++i) {
-    if (index[i] != std::string::npos) sum_secs[i] = gr.op_secs[index[i]];
+  for (std::size_t i = 0; i < prog_.ops.size(); ++i) {
+    if (index[i] != std::string::npos) sum_secs_[i] = gr.op_secs[index[i]];
   }
-  mem.Add(gr.peak_bytes - mem.peak());
+  mem_.Add(gr.peak_bytes - mem_.peak());
 }
 
 /// The program on this CPU rank, step by step between barriers; the step time is the slowest
 /// rank's. A watchdog ends every rank when a step overruns the timeout, naming this rank and its op.
 void RankExecution::RunOnCpu(ExecuteReport* rep) {
-  Runner run(model, c, prog, tp_comm, dp_comm, rank, tp * dp, mem);
-  run.set_threads_ok(c.overlap_grad_reduce);
+  Runner run(model_, c_, prog_, tp_comm_, dp_comm_, rank_, tp_ * dp_, mem_);
+  run.set_threads_ok(c_.overlap_grad_reduce);
   // Watchdog: a step that overruns the timeout ends every rank, naming this rank and its op.
   std::atomic<bool> done{false};
   std::atomic<double> step_start{0};
@@ -468,31 +467,31 @@ void RankExecution::RunOnCpu(ExecuteReport* rep) {
     while (!done) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       const double s0 = step_start.load();
-      if (s0 > 0 && Secs(origin, Clock::now()) - s0 > opts.timeout_s) {
+      if (s0 > 0 && Secs(origin, Clock::now()) - s0 > opts_.timeout_s) {
         const int op = run.current.load();
-        std::fprintf(stderr, "shardcast: error: rank %d (stage %d) timed out after %.3g s in op %d (%s)\n", rank,
-                     stage, opts.timeout_s, op,
-                     op >= 0 ? Runner::OpLabel(prog.ops[static_cast<std::size_t>(op)]).c_str() : "?");
+        std::fprintf(stderr, "shardcast: error: rank %d (stage %d) timed out after %.3g s in op %d (%s)\n", rank_,
+                     stage_, opts_.timeout_s, op,
+                     op >= 0 ? Runner::OpLabel(prog_.ops[static_cast<std::size_t>(op)]).c_str() : "?");
         MPI_Abort(MPI_COMM_WORLD, 3);
       }
     }
   });
-  for (int s = 0; s < opts.warmup + opts.steps; ++s) {
+  for (int s = 0; s < opts_.warmup + opts_.steps; ++s) {
     MPI_Barrier(MPI_COMM_WORLD);
     const auto t0 = Clock::now();
     step_start = Secs(origin, t0);
     double wait = 0;
-    const bool last = s == opts.warmup + opts.steps - 1;
-    events.clear();
-    run.Step(&op_secs, &wait, last && !opts.trace.empty() ? &events : nullptr, t0);
+    const bool last = s == opts_.warmup + opts_.steps - 1;
+    events_.clear();
+    run.Step(&op_secs_, &wait, last && !opts_.trace.empty() ? &events_ : nullptr, t0);
     MPI_Barrier(MPI_COMM_WORLD);
     double t = Secs(t0, Clock::now()), tmax = t;
     step_start = 0;
     MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-    if (s >= opts.warmup) {
+    if (s >= opts_.warmup) {
       rep->step_times_s.push_back(tmax);
-      for (std::size_t i = 0; i < op_secs.size(); ++i) sum_secs[i] += op_secs[i] / opts.steps;
-      wait_sum += wait / opts.steps;
+      for (std::size_t i = 0; i < op_secs_.size(); ++i) sum_secs_[i] += op_secs_[i] / opts_.steps;
+      wait_sum_ += wait / opts_.steps;
     }
   }
   done = true;
@@ -500,39 +499,39 @@ void RankExecution::RunOnCpu(ExecuteReport* rep) {
 }
 
 Json RankExecution::Summary() const {
-  const bool rep_rank = tp_rank == 0 && dp_rank == 0;
+  const bool rep_rank = tp_rank_ == 0 && dp_rank_ == 0;
   std::map<std::string, std::pair<double, double>> per_name;  // name -> (predicted, measured)
   std::map<std::string, int> counts;
   std::set<std::string> waits;  // names of receives and data-parallel waits
   if (rep_rank) {
-    for (std::size_t i = 0; i < prog.ops.size(); ++i) {
-      const ProgOp& x = prog.ops[i];
+    for (std::size_t i = 0; i < prog_.ops.size(); ++i) {
+      const ProgOp& x = prog_.ops[i];
       if (x.kind == ProgKind::kAlloc || x.kind == ProgKind::kFree) continue;
       const std::string name = x.kind == ProgKind::kSend || x.kind == ProgKind::kRecv ? ToString(x.kind) : x.op.name;
       if (x.kind == ProgKind::kRecv || x.kind == ProgKind::kDpWait) waits.insert(name);
       per_name[name].first += x.op.duration_s;
-      per_name[name].second += sum_secs[i];
+      per_name[name].second += sum_secs_[i];
       ++counts[name];
     }
   }
-  Json mine = {{"stage", stage},
+  Json mine = {{"stage", stage_},
                {"rep", rep_rank},
-               {"peak", mem.peak()},
-               {"wait", wait_sum},
+               {"peak", mem_.peak()},
+               {"wait", wait_sum_},
                {"ops", Json::array()},
                {"events", Json::array()}};
   for (const auto& [name, v] : per_name) mine["ops"].push_back({name, counts[name], v.first, v.second, waits.count(name) > 0});
-  for (const auto& e : events) mine["events"].push_back({e.name, e.start_s, e.dur_s, stage, rank});
+  for (const auto& e : events_) mine["events"].push_back({e.name, e.start_s, e.dur_s, stage_, rank_});
   return mine;
 }
 
 void RankExecution::Merge(const std::vector<Json>& summaries, ExecuteReport* rep) const {
-  for (std::size_t i = 0; i < prog.ops.size(); ++i) rep->executed.push_back(Runner::OpLabel(prog.ops[i]));
-  rep->measured_peak_memory_bytes.assign(static_cast<std::size_t>(c.pp), 0.0);
+  for (std::size_t i = 0; i < prog_.ops.size(); ++i) rep->executed.push_back(Runner::OpLabel(prog_.ops[i]));
+  rep->measured_peak_memory_bytes.assign(static_cast<std::size_t>(c_.pp), 0.0);
   std::map<std::string, OpError> merged;
   Json trace = Json::array();
   double bubble = 0;
-  for (int r = 0; r < size; ++r) {
+  for (int r = 0; r < size_; ++r) {
     const Json& j = summaries[static_cast<std::size_t>(r)];
     const int stg = j["stage"].get<int>();
     auto& pk = rep->measured_peak_memory_bytes[static_cast<std::size_t>(stg)];
@@ -542,7 +541,7 @@ void RankExecution::Merge(const std::vector<Json>& summaries, ExecuteReport* rep
                        {"pid", e[3]}, {"tid", e[4]}});
     }
     if (!j["rep"].get<bool>()) continue;
-    bubble += j["wait"].get<double>() / rep->measured_step_time_s / static_cast<double>(c.pp);
+    bubble += j["wait"].get<double>() / rep->measured_step_time_s / static_cast<double>(c_.pp);
     for (const auto& o : j["ops"]) {
       auto& m = merged[o[0].get<std::string>()];
       m.name = o[0].get<std::string>();
@@ -559,16 +558,16 @@ void RankExecution::Merge(const std::vector<Json>& summaries, ExecuteReport* rep
   });
   // Names for Perfetto: one process per pipeline stage, one thread per rank.
   std::set<int> stages_named;
-  for (int r = 0; r < size; ++r) {
-    const int stg = r / (tp * dp);  // as `stage` above
+  for (int r = 0; r < size_; ++r) {
+    const int stg = r / (tp_ * dp_);  // as `stage` above
     if (stages_named.insert(stg).second) {
       trace.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", stg}, {"args", {{"name", fmt::format("stage {}", stg)}}}});
     }
     trace.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", stg}, {"tid", r}, {"args", {{"name", fmt::format("rank {}", r)}}}});
   }
-  if (!opts.trace.empty()) {
+  if (!opts_.trace.empty()) {
     Json doc = {{"traceEvents", trace}, {"displayTimeUnit", "ms"}};
-    WriteFileAtomic(opts.trace, doc.dump());
+    WriteFileAtomic(opts_.trace, doc.dump());
   }
 }
 

@@ -412,7 +412,7 @@ struct ParallelConfig {
   std::string Summary() const;
   /// A compact form for tables: "TP4 PP8 DP16 VP12 mbs1 SP Z1".
   std::string Short() const;
-  /// Every field equal (LayerOpsCache's key comparison).
+  /// Every field equal (LayerCostCache's comparison of LayerCostKey keys).
   bool operator==(const ParallelConfig&) const = default;
 };
 

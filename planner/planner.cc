@@ -679,21 +679,21 @@ class PlanSearch {
  public:
   PlanSearch(const Model& model, const Cluster& cluster, const HardwareProfile& profile, const PlanOptions& options,
              double price)
-      : m(model), cl(cluster), prof(profile), o(options), price_usd_per_gpu_hour(price) {}
+      : m_(model), cl_(cluster), prof_(profile), o_(options), price_usd_per_gpu_hour_(price) {}
 
   PlanResult Run() && {
-    cands = GenerateCandidates(m, cl, o, &res.not_generated);
-    res.candidates_generated = cands.size();
+    cands_ = GenerateCandidates(m_, cl_, o_, &res_.not_generated);
+    res_.candidates_generated = cands_.size();
     SetAsideUnrunnable();
     SimulateByBound(BoundAndPrune());
     RankWithReplay();
     Finish();
-    if (res.plans.empty()) ExplainNothingFits(m, cl, prof, o, cands, runnable, bounds, example, &res);
-    return std::move(res);
+    if (res_.plans.empty()) ExplainNothingFits(m_, cl_, prof_, o_, cands_, runnable_, bounds_, example_, &res_);
+    return std::move(res_);
   }
 
  private:
-  void ForEach(std::size_t count, const std::function<void(std::size_t)>& fn) const { ParallelFor(threads, count, fn); }
+  void ForEach(std::size_t count, const std::function<void(std::size_t)>& fn) const { ParallelFor(threads_, count, fn); }
   void SetAsideUnrunnable();
   std::vector<std::size_t> BoundAndPrune();
   void SimulateOne(std::size_t i);
@@ -702,76 +702,76 @@ class PlanSearch {
   void RankWithReplay();
   void Finish();
   /// The replay's verdict: room for every request, and the reserved figure within the headroom.
-  bool FitsReplayed(const SimulationResult& r) const { return r.fits && r.peak_reserved_bytes <= usable - o.min_headroom_bytes; }
+  bool FitsReplayed(const SimulationResult& r) const { return r.fits && r.peak_reserved_bytes <= usable_ - o_.min_headroom_bytes; }
   static bool PlanLess(const Plan& a, const Plan& b) {
     if (a.result.step_time_s != b.result.step_time_s) return a.result.step_time_s < b.result.step_time_s;
     return Key(a.config) < Key(b.config);
   }
 
-  const Model& m;
-  const Cluster& cl;
-  const HardwareProfile& prof;
-  const PlanOptions& o;
-  const double price_usd_per_gpu_hour;
-  const double usable = cl.gpu.memory_bytes;
-  const unsigned threads = o.threads > 0 ? static_cast<unsigned>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
-  const std::size_t k = static_cast<std::size_t>(std::max(1, o.top_k));
-  const std::string no_fit = o.min_headroom_bytes > 0 ? "does not fit with the required headroom (simulated)"
+  const Model& m_;
+  const Cluster& cl_;
+  const HardwareProfile& prof_;
+  const PlanOptions& o_;
+  const double price_usd_per_gpu_hour_;
+  const double usable_ = cl_.gpu.memory_bytes;
+  const unsigned threads_ = o_.threads > 0 ? static_cast<unsigned>(o_.threads) : std::max(1u, std::thread::hardware_concurrency());
+  const std::size_t k_ = static_cast<std::size_t>(std::max(1, o_.top_k));
+  const std::string no_fit_ = o_.min_headroom_bytes > 0 ? "does not fit with the required headroom (simulated)"
                                                       : "does not fit in memory (simulated)";
-  PlanResult res;
-  std::vector<ParallelConfig> cands;
-  std::vector<char> runnable;
-  std::map<std::string, std::string> example;  ///< rejection key -> the first candidate's reason, with values
-  std::vector<Bounds> bounds;
-  std::mutex mu;
+  PlanResult res_;
+  std::vector<ParallelConfig> cands_;
+  std::vector<char> runnable_;
+  std::map<std::string, std::string> example_;  ///< rejection key -> the first candidate's reason, with values
+  std::vector<Bounds> bounds_;
+  std::mutex mu_;
   /// Every simulated plan that fits by its allocated peak with the headroom (the caching
   /// allocator's replay runs later, on the ones the ranking reaches), and the K best of them,
   /// which bound the search.
-  std::vector<Plan> pool;
-  std::vector<double> top_allocated_s;  ///< the K best step times of the pool, ascending
-  std::vector<std::size_t> pruned;      ///< candidates the bound skipped
-  std::atomic<std::size_t> done{0}, simulated{0};
-  std::size_t replayed = 0;
-  std::map<std::string, std::size_t> rej_local, rej_replay;
-  std::vector<Plan> top;
+  std::vector<Plan> pool_;
+  std::vector<double> top_allocated_s_;  ///< the K best step times of the pool, ascending
+  std::vector<std::size_t> pruned_;      ///< candidates the bound skipped
+  std::atomic<std::size_t> done_{0}, simulated_{0};
+  std::size_t replayed_ = 0;
+  std::map<std::string, std::size_t> rej_local_, rej_replay_;
+  std::vector<Plan> top_;
 };
 
 /// 0. The rules a configuration must satisfy to run at all (InfeasibilityReasons, the same check
 ///    Simulate makes): set aside before any bound is computed.
 void PlanSearch::SetAsideUnrunnable() {
-  runnable.assign(cands.size(), 0);
-  for (std::size_t i = 0; i < cands.size(); ++i) {
-    const auto broken = InfeasibilityRules(m, cands[i], o.gpus, cl);
-    runnable[i] = broken.empty();
+  runnable_.assign(cands_.size(), 0);
+  for (std::size_t i = 0; i < cands_.size(); ++i) {
+    const auto broken = InfeasibilityRules(m_, cands_[i], o_.gpus, cl_);
+    runnable_[i] = broken.empty();
     if (broken.empty()) continue;
     const std::string key = "cannot run: " + broken.front().rule;
-    ++res.rejected[key];
-    example.emplace(key, broken.front().text);
+    ++res_.rejected[key];
+    example_.emplace(key, broken.front().text);
   }
 }
 
 /// 1. Exact lower bounds; prunes what cannot fit in memory. The rest, most promising first (by
 ///    step-time lower bound).
 std::vector<std::size_t> PlanSearch::BoundAndPrune() {
-  bounds.assign(cands.size(), Bounds{});
+  bounds_.assign(cands_.size(), Bounds{});
   LayerCostCache layer_costs;  // candidates that differ only in pp, vp, dp, ZeRO, ... share their layers
-  ForEach(cands.size(), [&](std::size_t i) {
-    if (runnable[i]) bounds[i] = LowerBounds(m, cands[i], cl, prof, &layer_costs);
+  ForEach(cands_.size(), [&](std::size_t i) {
+    if (runnable_[i]) bounds_[i] = LowerBounds(m_, cands_[i], cl_, prof_, &layer_costs);
   });
-  res.layer_sets_built = layer_costs.entries();
+  res_.layer_sets_kept = layer_costs.entries();
   std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < cands.size(); ++i) {
-    if (!runnable[i]) continue;
-    if (bounds[i].peak_memory_lower_bytes > usable - o.min_headroom_bytes) {
-      ++res.rejected[o.min_headroom_bytes > 0 ? "does not fit with the required headroom (memory lower bound, not simulated)"
+  for (std::size_t i = 0; i < cands_.size(); ++i) {
+    if (!runnable_[i]) continue;
+    if (bounds_[i].peak_memory_lower_bytes > usable_ - o_.min_headroom_bytes) {
+      ++res_.rejected[o_.min_headroom_bytes > 0 ? "does not fit with the required headroom (memory lower bound, not simulated)"
                                               : "does not fit in memory (memory lower bound, not simulated)"];
     } else {
       order.push_back(i);
     }
   }
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    if (bounds[a].step_time_lower_s != bounds[b].step_time_lower_s) {
-      return bounds[a].step_time_lower_s < bounds[b].step_time_lower_s;
+    if (bounds_[a].step_time_lower_s != bounds_[b].step_time_lower_s) {
+      return bounds_[a].step_time_lower_s < bounds_[b].step_time_lower_s;
     }
     return a < b;
   });
@@ -782,29 +782,29 @@ std::vector<std::size_t> PlanSearch::BoundAndPrune() {
 /// rejection.
 void PlanSearch::SimulateOne(std::size_t i) {
   Plan p;
-  p.config = cands[i];
-  p.result = Simulate(m, cands[i], cl, o.gpus, prof, SearchOptions());
-  ++simulated;
-  const double tokens = static_cast<double>(cands[i].global_batch_size * cands[i].seq_length);
-  p.usd_per_million_tokens = static_cast<double>(o.gpus) * price_usd_per_gpu_hour / 3600.0 * p.result.step_time_s / tokens * 1e6;
-  p.joules_per_token = static_cast<double>(o.gpus) * cl.gpu.tdp_W * o.energy_overhead * p.result.step_time_s / tokens;
-  const bool fits = p.result.feasible && p.result.fits && p.result.peak_memory_bytes <= usable - o.min_headroom_bytes;
-  std::lock_guard<std::mutex> lock(mu);
+  p.config = cands_[i];
+  p.result = Simulate(m_, cands_[i], cl_, o_.gpus, prof_, SearchOptions());
+  ++simulated_;
+  const double tokens = static_cast<double>(cands_[i].global_batch_size * cands_[i].seq_length);
+  p.usd_per_million_tokens = static_cast<double>(o_.gpus) * price_usd_per_gpu_hour_ / 3600.0 * p.result.step_time_s / tokens * 1e6;
+  p.joules_per_token = static_cast<double>(o_.gpus) * cl_.gpu.tdp_W * o_.energy_overhead * p.result.step_time_s / tokens;
+  const bool fits = p.result.feasible && p.result.fits && p.result.peak_memory_bytes <= usable_ - o_.min_headroom_bytes;
+  std::lock_guard<std::mutex> lock(mu_);
   if (p.result.feasible) {
-    res.points.push_back({p.config.Summary(), p.result.step_time_s, p.result.peak_memory_bytes,
+    res_.points.push_back({p.config.Summary(), p.result.step_time_s, p.result.peak_memory_bytes,
                           p.result.peak_memory_bytes, fits, false});
   }
   if (!p.result.feasible) {
     // Safeguard: step 0 set these aside already (Simulate checks the same rules).
-    ++rej_local["cannot run: " + (p.result.reasons.empty() ? std::string("?") : p.result.reasons.front())];
+    ++rej_local_["cannot run: " + (p.result.reasons.empty() ? std::string("?") : p.result.reasons.front())];
   } else if (!fits) {
-    ++rej_local[no_fit];
-    res.closest.push_back(std::move(p));
+    ++rej_local_[no_fit_];
+    res_.closest.push_back(std::move(p));
   } else {
-    top_allocated_s.insert(std::upper_bound(top_allocated_s.begin(), top_allocated_s.end(), p.result.step_time_s),
+    top_allocated_s_.insert(std::upper_bound(top_allocated_s_.begin(), top_allocated_s_.end(), p.result.step_time_s),
                            p.result.step_time_s);
-    if (top_allocated_s.size() > k) top_allocated_s.pop_back();
-    pool.push_back(std::move(p));
+    if (top_allocated_s_.size() > k_) top_allocated_s_.pop_back();
+    pool_.push_back(std::move(p));
   }
 }
 
@@ -816,40 +816,40 @@ void PlanSearch::SimulateByBound(const std::vector<std::size_t>& order) {
     const std::size_t i = order[j];
     bool skip;
     {
-      std::lock_guard<std::mutex> lock(mu);
-      skip = top_allocated_s.size() >= k && bounds[i].step_time_lower_s > top_allocated_s.back();
-      if (skip) pruned.push_back(i);
+      std::lock_guard<std::mutex> lock(mu_);
+      skip = top_allocated_s_.size() >= k_ && bounds_[i].step_time_lower_s > top_allocated_s_.back();
+      if (skip) pruned_.push_back(i);
     }
     if (!skip) SimulateOne(i);
-    ++done;
-    if (o.progress) o.progress(done, order.size());
+    ++done_;
+    if (o_.progress) o_.progress(done_, order.size());
   });
 }
 
 /// Walks the pool best first, replaying each plan (ReplayAllocator), until K plans fit by their
 /// reserved figure with the headroom and the best plan not at risk is found.
 void PlanSearch::Rank() {
-  std::sort(pool.begin(), pool.end(), PlanLess);
-  top.clear();
-  rej_replay.clear();
-  res.best_not_at_risk.reset();
-  res.at_risk_excluded = 0;
-  for (std::size_t j = 0; j < pool.size() && (top.size() < k || !res.best_not_at_risk); ++j) {
-    Plan& p = pool[j];
+  std::sort(pool_.begin(), pool_.end(), PlanLess);
+  top_.clear();
+  rej_replay_.clear();
+  res_.best_not_at_risk.reset();
+  res_.at_risk_excluded = 0;
+  for (std::size_t j = 0; j < pool_.size() && (top_.size() < k_ || !res_.best_not_at_risk); ++j) {
+    Plan& p = pool_[j];
     if (!p.result.allocator_replayed) {
-      ReplayAllocator(m, p.config, cl, prof, &p.result);
-      ++replayed;
+      ReplayAllocator(m_, p.config, cl_, prof_, &p.result);
+      ++replayed_;
     }
     if (!FitsReplayed(p.result)) {
-      ++rej_replay[no_fit];
+      ++rej_replay_[no_fit_];
       continue;
     }
-    if (!p.result.memory_at_risk && !res.best_not_at_risk) res.best_not_at_risk = p;
-    if (o.exclude_memory_at_risk && p.result.memory_at_risk) {
-      ++rej_replay["at risk of running out of memory (fits only by releasing the allocator's cache; simulated)"];
-      ++res.at_risk_excluded;
-    } else if (top.size() < k) {
-      top.push_back(p);
+    if (!p.result.memory_at_risk && !res_.best_not_at_risk) res_.best_not_at_risk = p;
+    if (o_.exclude_memory_at_risk && p.result.memory_at_risk) {
+      ++rej_replay_["at risk of running out of memory (fits only by releasing the allocator's cache; simulated)"];
+      ++res_.at_risk_excluded;
+    } else if (top_.size() < k_) {
+      top_.push_back(p);
     }
   }
 }
@@ -862,14 +862,14 @@ void PlanSearch::RankWithReplay() {
   for (;;) {
     Rank();
     const double inf = std::numeric_limits<double>::infinity();
-    const double kth_s = top.size() >= k ? top.back().result.step_time_s : inf;
-    const double safe_s = res.best_not_at_risk ? res.best_not_at_risk->result.step_time_s : inf;
+    const double kth_s = top_.size() >= k_ ? top_.back().result.step_time_s : inf;
+    const double safe_s = res_.best_not_at_risk ? res_.best_not_at_risk->result.step_time_s : inf;
     const double reach_s = std::max(kth_s, safe_s);
     std::vector<std::size_t> again, still;
-    for (std::size_t i : pruned) (bounds[i].step_time_lower_s <= reach_s ? again : still).push_back(i);
+    for (std::size_t i : pruned_) (bounds_[i].step_time_lower_s <= reach_s ? again : still).push_back(i);
     if (again.empty()) break;
-    pruned = std::move(still);
-    res.candidates_revisited += again.size();
+    pruned_ = std::move(still);
+    res_.candidates_revisited += again.size();
     ForEach(again.size(), [&](std::size_t j) { SimulateOne(again[j]); });
   }
 }
@@ -877,33 +877,33 @@ void PlanSearch::RankWithReplay() {
 /// The rejections, the replay's verdict on the plotted points, the counts, the points by step
 /// time and the plans by the objective.
 void PlanSearch::Finish() {
-  if (!pruned.empty()) rej_local["cannot beat the top K (step-time lower bound, not simulated)"] += pruned.size();
-  for (const auto& [r, c] : rej_replay) rej_local[r] += c;
+  if (!pruned_.empty()) rej_local_["cannot beat the top K (step-time lower bound, not simulated)"] += pruned_.size();
+  for (const auto& [r, c] : rej_replay_) rej_local_[r] += c;
   std::map<std::string, const Plan*> replayed_plans;
-  for (const Plan& p : pool) {
+  for (const Plan& p : pool_) {
     if (!p.result.allocator_replayed) continue;
     replayed_plans[p.config.Summary()] = &p;
-    if (!FitsReplayed(p.result)) res.closest.push_back(p);
+    if (!FitsReplayed(p.result)) res_.closest.push_back(p);
   }
-  for (auto& pt : res.points) {  // the replay's verdict where it ran
+  for (auto& pt : res_.points) {  // the replay's verdict where it ran
     const auto it = replayed_plans.find(pt.config);
     if (it == replayed_plans.end()) continue;
     pt.fits = FitsReplayed(it->second->result);
     pt.peak_reserved_bytes = std::max(pt.peak_memory_bytes, it->second->result.peak_reserved_bytes);
     pt.at_risk = it->second->result.memory_at_risk;
   }
-  for (const auto& [r, c] : rej_local) res.rejected[r] += c;
-  res.candidates_simulated = simulated;
-  res.candidates_replayed = replayed;
-  std::sort(res.points.begin(), res.points.end(), [](const PlanPoint& a, const PlanPoint& b) {
+  for (const auto& [r, c] : rej_local_) res_.rejected[r] += c;
+  res_.candidates_simulated = simulated_;
+  res_.candidates_replayed = replayed_;
+  std::sort(res_.points.begin(), res_.points.end(), [](const PlanPoint& a, const PlanPoint& b) {
     return a.step_time_s != b.step_time_s ? a.step_time_s < b.step_time_s : a.config < b.config;
   });
-  std::sort(top.begin(), top.end(), [&](const Plan& a, const Plan& b) {
-    const double va = ObjectiveValue(a, o.objective), vb = ObjectiveValue(b, o.objective);
+  std::sort(top_.begin(), top_.end(), [&](const Plan& a, const Plan& b) {
+    const double va = ObjectiveValue(a, o_.objective), vb = ObjectiveValue(b, o_.objective);
     if (va != vb) return va < vb;
     return Key(a.config) < Key(b.config);
   });
-  res.plans = std::move(top);
+  res_.plans = std::move(top_);
 }
 
 }  // namespace

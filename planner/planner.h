@@ -105,8 +105,9 @@ struct PlanResult {
   /// simulated count, it can depend on the thread count.
   std::size_t candidates_revisited = 0;
   /// Layer sets the bounds kept (LayerCostCache): one per distinct LayerCostKey among the
-  /// candidates whose bounds were computed; the other candidates share them.
-  std::size_t layer_sets_built = 0;
+  /// candidates whose bounds were computed, the other candidates sharing them; unlike the
+  /// simulated counts, it does not depend on the thread count.
+  std::size_t layer_sets_kept = 0;
   /// Candidates set aside, by reason; with the plans that fit they add up to the generated
   /// count: generated = sum(rejected) + fitting simulated.
   std::map<std::string, std::size_t> rejected;

@@ -379,27 +379,27 @@ double MoeNodeImbalance(double rank_imbalance, std::int64_t ep, std::int64_t ran
 /// Where MoeImbalance's value for `c` and `moe` comes from, for reports.
 std::string MoeImbalanceSource(const ParallelConfig& c, const MoeSpec& moe);
 
-/// The transformer layers' costs of the configurations one search has built (their op lists,
-/// BuildCostModel's most expensive part, were 31% of a DeepSeek-V3 plan's time: `perf record`,
-/// docs/performance.md), shared by the threads of the search. It keeps each layer's pass times
-/// and bytes, not its op list. Candidates that differ only in what a layer's ops do not read
-/// (LayerCostKey: pipeline and data-parallel sizes, virtual stages, the pipeline split, the ZeRO
-/// stage and its buckets, the global batch) share one entry. Valid for one model, cluster and
-/// profile: BuildCostModel throws InternalError when a cache first used with others is passed
-/// again. Thread-safe.
+/// The transformer layers' costs of the configurations one search has built, shared by the
+/// threads of the search (docs/performance.md measures what it saves). It keeps each layer's pass
+/// times and bytes, not its op list. Candidates that differ only in what a layer's ops do not read
+/// (LayerCostKey: pipeline and data-parallel sizes, virtual stages, schedules other than ZB-H1,
+/// the pipeline split, the ZeRO stage and its buckets, the global batch) share one entry. Valid
+/// for one model, cluster and profile object: the first BuildCostModel call binds the cache to
+/// their addresses, and a call with other objects (a copy included) throws InternalError.
+/// Thread-safe.
 class LayerCostCache {
  public:
   LayerCostCache();
   ~LayerCostCache();
   LayerCostCache(const LayerCostCache&) = delete;
   LayerCostCache& operator=(const LayerCostCache&) = delete;
-  /// Distinct keys built so far, and look-ups answered from them.
+  /// Distinct keys kept so far (one entry each, whatever the thread count), and look-ups
+  /// answered from them (a look-up that lost a race to build the same key counts as neither).
   std::size_t entries() const;
   std::size_t hits() const;
 
-  struct Impl;
-
  private:
+  struct Impl;
   std::unique_ptr<Impl> impl_;
   friend CostModel BuildCostModel(const Model&, const ParallelConfig&, const Cluster&, const HardwareProfile&,
                                   LayerCostCache*);
@@ -418,8 +418,9 @@ ParallelConfig LayerCostKey(const ParallelConfig& cfg);
 /// Builds the op lists and per-chunk costs. The configuration must be feasible
 /// (InfeasibilityReasons empty). With `cache` (LowerBounds in a search), the layers' costs come
 /// from it when a configuration of the same LayerCostKey was built before, and the layers' op
-/// lists (layer_ops, moe_layer_ops, bf16_layer_ops) are left empty; the chunks' costs and memory
-/// are the same as without it.
+/// lists (layer_ops, moe_layer_ops, bf16_layer_ops) are always left empty, built or not; the
+/// chunks' costs and memory are the same as without it. InternalError when `cache` was bound to
+/// another model, cluster or profile object.
 CostModel BuildCostModel(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
                          const HardwareProfile& profile, LayerCostCache* cache = nullptr);
 

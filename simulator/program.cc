@@ -29,14 +29,14 @@ class RankProgramBuilder {
  public:
   RankProgramBuilder(const ParallelConfig& cfg, const CostModel& cost, const PipelineSchedule& schedule,
                      const HardwareProfile& profile, int stage_index)
-      : c(cfg), cm(cost), sched(schedule), prof(profile), stage(stage_index),
-        chunks(cm.chunks[static_cast<std::size_t>(stage_index)]) {
-    rp.stage = stage;
+      : c_(cfg), cm_(cost), sched_(schedule), prof_(profile), stage_(stage_index),
+        chunks_(cm_.chunks[static_cast<std::size_t>(stage_index)]) {
+    rp_.stage = stage_;
   }
 
   RankProgram Build() && {
     // Layer ops are listed forward then backward in cost-model order (backward already reversed).
-    for (const ScheduleItem& it : sched.order[static_cast<std::size_t>(stage)]) {
+    for (const ScheduleItem& it : sched_.order[static_cast<std::size_t>(stage_)]) {
       if (it.kind == ItemKind::kForward) {
         Forward(it);
       } else if (it.kind == ItemKind::kBackward) {
@@ -47,12 +47,12 @@ class RankProgramBuilder {
     }
     AddGradientReduction();
     AddOptimizer();
-    return std::move(rp);
+    return std::move(rp_);
   }
 
  private:
   /// A pipeline message's tag: micro-batch, the sender's chunk and the direction (0 forward).
-  int Tag(int mb, int chunk_on_sender, int dir) const { return (mb * v + chunk_on_sender) * 2 + dir; }
+  int Tag(int mb, int chunk_on_sender, int dir) const { return (mb * v_ + chunk_on_sender) * 2 + dir; }
   /// Appends `ops`' ops of `pass` (not the overlapped ones) for schedule item `it`.
   void AddOps(const std::vector<Op>& ops, Pass pass, const ScheduleItem& it) {
     for (const auto& o : ops) {
@@ -64,8 +64,8 @@ class RankProgramBuilder {
       x.microbatch = it.microbatch;
       x.chunk = it.chunk;
       x.bytes = o.bytes;
-      rp.predicted_busy_s += o.duration_s;
-      rp.ops.push_back(x);
+      rp_.predicted_busy_s += o.duration_s;
+      rp_.ops.push_back(x);
     }
   }
   /// A marker op of `kind` for item `it` (pipeline send/receive, activation alloc/free).
@@ -78,8 +78,8 @@ class RankProgramBuilder {
     x.bytes = bytes;
     return x;
   }
-  bool FirstChunk(const ScheduleItem& it) const { return it.chunk * p + stage == 0; }
-  bool LastChunk(const ScheduleItem& it) const { return it.chunk * p + stage == p * v - 1; }
+  bool FirstChunk(const ScheduleItem& it) const { return it.chunk * p_ + stage_ == 0; }
+  bool LastChunk(const ScheduleItem& it) const { return it.chunk * p_ + stage_ == p_ * v_ - 1; }
   void Forward(const ScheduleItem& it);
   void Backward(const ScheduleItem& it);
   void Weight(const ScheduleItem& it);
@@ -87,93 +87,93 @@ class RankProgramBuilder {
   void AddGradientReduction();
   void AddOptimizer();
 
-  const ParallelConfig& c;
-  const CostModel& cm;
-  const PipelineSchedule& sched;
-  const HardwareProfile& prof;
-  const int stage;
-  const std::vector<ChunkCost>& chunks;
-  const int p = sched.stages, v = sched.chunks;
-  RankProgram rp;
+  const ParallelConfig& c_;
+  const CostModel& cm_;
+  const PipelineSchedule& sched_;
+  const HardwareProfile& prof_;
+  const int stage_;
+  const std::vector<ChunkCost>& chunks_;
+  const int p_ = sched_.stages, v_ = sched_.chunks;
+  RankProgram rp_;
 };
 
 void RankProgramBuilder::Forward(const ScheduleItem& it) {
-  const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
+  const ChunkCost& cc = chunks_[static_cast<std::size_t>(it.chunk)];
   if (!FirstChunk(it)) {
-    ProgOp r = Marker(it, ProgKind::kRecv, cm.pp_message_bytes);
-    r.peer_stage = (stage + p - 1) % p;
-    r.tag = Tag(it.microbatch, stage == 0 ? it.chunk - 1 : it.chunk, 0);
-    rp.ops.push_back(r);
-    AddOps(cm.pp_recv_ops, Pass::kForward, it);  // scatter/gather: re-assemble over TP
+    ProgOp r = Marker(it, ProgKind::kRecv, cm_.pp_message_bytes);
+    r.peer_stage = (stage_ + p_ - 1) % p_;
+    r.tag = Tag(it.microbatch, stage_ == 0 ? it.chunk - 1 : it.chunk, 0);
+    rp_.ops.push_back(r);
+    AddOps(cm_.pp_recv_ops, Pass::kForward, it);  // scatter/gather: re-assemble over TP
   }
-  if (cc.has_embedding) AddOps(cm.embedding_ops, Pass::kForward, it);
-  for (int l = 0; l < cc.layers; ++l) AddOps(cm.layer_ops, Pass::kForward, it);
-  if (cc.has_output) AddOps(cm.output_ops, Pass::kForward, it);
-  rp.ops.push_back(Marker(it, ProgKind::kAlloc, cc.saved_bytes));
+  if (cc.has_embedding) AddOps(cm_.embedding_ops, Pass::kForward, it);
+  for (int l = 0; l < cc.layers; ++l) AddOps(cm_.layer_ops, Pass::kForward, it);
+  if (cc.has_output) AddOps(cm_.output_ops, Pass::kForward, it);
+  rp_.ops.push_back(Marker(it, ProgKind::kAlloc, cc.saved_bytes));
   if (!LastChunk(it)) {
-    ProgOp s = Marker(it, ProgKind::kSend, cm.pp_message_bytes);
-    s.peer_stage = (stage + 1) % p;
+    ProgOp s = Marker(it, ProgKind::kSend, cm_.pp_message_bytes);
+    s.peer_stage = (stage_ + 1) % p_;
     s.tag = Tag(it.microbatch, it.chunk, 0);
-    rp.ops.push_back(s);
+    rp_.ops.push_back(s);
   }
 }
 
 void RankProgramBuilder::Backward(const ScheduleItem& it) {
-  const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
+  const ChunkCost& cc = chunks_[static_cast<std::size_t>(it.chunk)];
   if (!LastChunk(it)) {
-    ProgOp r = Marker(it, ProgKind::kRecv, cm.pp_message_bytes);
-    r.peer_stage = (stage + 1) % p;
-    r.tag = Tag(it.microbatch, stage == p - 1 ? it.chunk + 1 : it.chunk, 1);
-    rp.ops.push_back(r);
-    AddOps(cm.pp_recv_ops, Pass::kBackwardInput, it);
+    ProgOp r = Marker(it, ProgKind::kRecv, cm_.pp_message_bytes);
+    r.peer_stage = (stage_ + 1) % p_;
+    r.tag = Tag(it.microbatch, stage_ == p_ - 1 ? it.chunk + 1 : it.chunk, 1);
+    rp_.ops.push_back(r);
+    AddOps(cm_.pp_recv_ops, Pass::kBackwardInput, it);
   }
   if (cc.has_output) {
-    AddOps(cm.output_ops, Pass::kBackwardInput, it);
-    if (!sched.split_weight) AddOps(cm.output_ops, Pass::kBackwardWeight, it);
+    AddOps(cm_.output_ops, Pass::kBackwardInput, it);
+    if (!sched_.split_weight) AddOps(cm_.output_ops, Pass::kBackwardWeight, it);
   }
   for (int l = 0; l < cc.layers; ++l) {
-    AddOps(cm.layer_ops, Pass::kRecompute, it);
-    AddOps(cm.layer_ops, Pass::kBackwardInput, it);
-    if (!sched.split_weight) AddOps(cm.layer_ops, Pass::kBackwardWeight, it);
+    AddOps(cm_.layer_ops, Pass::kRecompute, it);
+    AddOps(cm_.layer_ops, Pass::kBackwardInput, it);
+    if (!sched_.split_weight) AddOps(cm_.layer_ops, Pass::kBackwardWeight, it);
   }
-  if (cc.has_embedding && !sched.split_weight) AddOps(cm.embedding_ops, Pass::kBackwardWeight, it);
-  rp.ops.push_back(
-      Marker(it, ProgKind::kFree, sched.split_weight ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes));
+  if (cc.has_embedding && !sched_.split_weight) AddOps(cm_.embedding_ops, Pass::kBackwardWeight, it);
+  rp_.ops.push_back(
+      Marker(it, ProgKind::kFree, sched_.split_weight ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes));
   if (!FirstChunk(it)) {
-    ProgOp s = Marker(it, ProgKind::kSend, cm.pp_message_bytes);
-    s.peer_stage = (stage + p - 1) % p;
+    ProgOp s = Marker(it, ProgKind::kSend, cm_.pp_message_bytes);
+    s.peer_stage = (stage_ + p_ - 1) % p_;
     s.tag = Tag(it.microbatch, it.chunk, 1);
-    rp.ops.push_back(s);
+    rp_.ops.push_back(s);
   }
 }
 
 /// ZB-H1's deferred weight-gradient pass.
 void RankProgramBuilder::Weight(const ScheduleItem& it) {
-  const ChunkCost& cc = chunks[static_cast<std::size_t>(it.chunk)];
-  if (cc.has_output) AddOps(cm.output_ops, Pass::kBackwardWeight, it);
-  for (int l = 0; l < cc.layers; ++l) AddOps(cm.layer_ops, Pass::kBackwardWeight, it);
-  if (cc.has_embedding) AddOps(cm.embedding_ops, Pass::kBackwardWeight, it);
-  rp.ops.push_back(Marker(it, ProgKind::kFree, cc.weight_saved_bytes));
+  const ChunkCost& cc = chunks_[static_cast<std::size_t>(it.chunk)];
+  if (cc.has_output) AddOps(cm_.output_ops, Pass::kBackwardWeight, it);
+  for (int l = 0; l < cc.layers; ++l) AddOps(cm_.layer_ops, Pass::kBackwardWeight, it);
+  if (cc.has_embedding) AddOps(cm_.embedding_ops, Pass::kBackwardWeight, it);
+  rp_.ops.push_back(Marker(it, ProgKind::kFree, cc.weight_saved_bytes));
 }
 
 /// Chunk `chunk`'s gradient reduction, one collective per bucket (ParallelConfig::BucketParams).
 std::vector<ProgOp> RankProgramBuilder::Buckets(int chunk, bool async) {
-  const double grad_per_param = GradReduceBytesPerParam(c);
-  const CollectiveOp red = GradReduceIsAllReduce(c) ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter;
+  const double grad_per_param = GradReduceBytesPerParam(c_);
+  const CollectiveOp red = GradReduceIsAllReduce(c_) ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter;
   std::vector<ProgOp> out;
-  const double cp = chunks[static_cast<std::size_t>(chunk)].params_per_gpu;
-  const int nb = std::max(1, static_cast<int>(std::ceil(cp / static_cast<double>(c.BucketParams()))));
+  const double cp = chunks_[static_cast<std::size_t>(chunk)].params_per_gpu;
+  const int nb = std::max(1, static_cast<int>(std::ceil(cp / static_cast<double>(c_.BucketParams()))));
   for (int b = 0; b < nb; ++b) {
     ProgOp d;
     d.kind = ProgKind::kDpCollective;
     d.async = async;
     d.chunk = chunk;
-    d.op.name = GradReduceIsAllReduce(c) ? "dp_grad_all_reduce" : "dp_grad_reduce_scatter";
+    d.op.name = GradReduceIsAllReduce(c_) ? "dp_grad_all_reduce" : "dp_grad_reduce_scatter";
     d.op.kind = OpKind::kCollective;
     d.op.collective = red;
     d.op.bytes = d.bytes = cp * grad_per_param / nb;
-    d.op.duration_s = DataParallelCostOf(prof, cm, red, d.bytes).time_s();
-    rp.predicted_busy_s += async ? 0.0 : d.op.duration_s;
+    d.op.duration_s = DataParallelCostOf(prof_, cm_, red, d.bytes).time_s();
+    rp_.predicted_busy_s += async ? 0.0 : d.op.duration_s;
     out.push_back(d);
   }
   return out;
@@ -183,72 +183,72 @@ std::vector<ProgOp> RankProgramBuilder::Buckets(int chunk, bool async) {
 /// item (it keeps only its shard of the gradients, as the simulator's Builder); otherwise after
 /// each chunk's last one, overlapped, or at the end.
 void RankProgramBuilder::AddGradientReduction() {
-  if (c.dp <= 1) return;
-  const bool every_microbatch = c.zero_stage == 2;
-  if (!c.overlap_grad_reduce && !every_microbatch) {
-    for (int k = 0; k < v; ++k) {
+  if (c_.dp <= 1) return;
+  const bool every_microbatch = c_.zero_stage == 2;
+  if (!c_.overlap_grad_reduce && !every_microbatch) {
+    for (int k = 0; k < v_; ++k) {
       const auto ops = Buckets(k, false);
-      rp.ops.insert(rp.ops.end(), ops.begin(), ops.end());
+      rp_.ops.insert(rp_.ops.end(), ops.begin(), ops.end());
     }
     return;
   }
-  const ItemKind grad_item = sched.split_weight ? ItemKind::kWeight : ItemKind::kBackward;
+  const ItemKind grad_item = sched_.split_weight ? ItemKind::kWeight : ItemKind::kBackward;
   std::vector<std::pair<std::size_t, int>> at;  // insert position, chunk (latest first)
   if (every_microbatch) {
     // After each gradient item's last op of its pass (its compute ops and the tensor-parallel
     // collectives between them), before its release and pipeline send.
     std::map<std::pair<int, int>, std::size_t> item_end;  // (micro-batch, chunk) -> last op
-    for (std::size_t i = 0; i < rp.ops.size(); ++i) {
-      const ProgOp& x = rp.ops[i];
+    for (std::size_t i = 0; i < rp_.ops.size(); ++i) {
+      const ProgOp& x = rp_.ops[i];
       if ((x.kind == ProgKind::kCompute || x.kind == ProgKind::kTpCollective) && x.item == grad_item) {
         item_end[{x.microbatch, x.chunk}] = i;
       }
     }
     for (const auto& [key, i] : item_end) at.emplace_back(i + 1, key.second);
   } else {
-    std::vector<std::size_t> last(static_cast<std::size_t>(v), 0);
-    for (std::size_t i = 0; i < rp.ops.size(); ++i) {
-      if (rp.ops[i].kind == ProgKind::kCompute && rp.ops[i].item == grad_item) {
-        last[static_cast<std::size_t>(rp.ops[i].chunk)] = i;
+    std::vector<std::size_t> last(static_cast<std::size_t>(v_), 0);
+    for (std::size_t i = 0; i < rp_.ops.size(); ++i) {
+      if (rp_.ops[i].kind == ProgKind::kCompute && rp_.ops[i].item == grad_item) {
+        last[static_cast<std::size_t>(rp_.ops[i].chunk)] = i;
       }
     }
-    for (int k = 0; k < v; ++k) at.emplace_back(last[static_cast<std::size_t>(k)] + 1, k);
+    for (int k = 0; k < v_; ++k) at.emplace_back(last[static_cast<std::size_t>(k)] + 1, k);
   }
   std::sort(at.rbegin(), at.rend());
   for (const auto& [pos, k] : at) {
-    const auto ops = Buckets(k, c.overlap_grad_reduce);
-    rp.ops.insert(rp.ops.begin() + static_cast<std::ptrdiff_t>(pos), ops.begin(), ops.end());
+    const auto ops = Buckets(k, c_.overlap_grad_reduce);
+    rp_.ops.insert(rp_.ops.begin() + static_cast<std::ptrdiff_t>(pos), ops.begin(), ops.end());
   }
-  if (c.overlap_grad_reduce) {
+  if (c_.overlap_grad_reduce) {
     ProgOp w;
     w.kind = ProgKind::kDpWait;
     w.op.name = "dp_wait";
-    rp.ops.push_back(w);
+    rp_.ops.push_back(w);
   }
 }
 
 /// The optimizer step, then ZeRO-1/2's parameter all-gather.
 void RankProgramBuilder::AddOptimizer() {
   double params = 0;
-  for (const auto& cc : chunks) params += cc.params_per_gpu;
+  for (const auto& cc : chunks_) params += cc.params_per_gpu;
   ProgOp o;
   o.kind = ProgKind::kOptimizer;
   o.op.name = "optimizer";
   o.op.kind = OpKind::kMemory;
-  o.op.bytes = o.bytes = OptimizerBytes(c, params);
-  o.op.duration_s = OptimizerTime(prof, c, params);
-  rp.predicted_busy_s += o.op.duration_s;
-  rp.ops.push_back(o);
-  if (c.dp > 1 && (c.zero_stage == 1 || c.zero_stage == 2)) {
+  o.op.bytes = o.bytes = OptimizerBytes(c_, params);
+  o.op.duration_s = OptimizerTime(prof_, c_, params);
+  rp_.predicted_busy_s += o.op.duration_s;
+  rp_.ops.push_back(o);
+  if (c_.dp > 1 && (c_.zero_stage == 1 || c_.zero_stage == 2)) {
     ProgOp g;
     g.kind = ProgKind::kDpCollective;
     g.op.name = "dp_param_all_gather";
     g.op.kind = OpKind::kCollective;
     g.op.collective = CollectiveOp::kAllGather;
-    g.op.bytes = g.bytes = params * c.param_gather_bytes;
-    g.op.duration_s = DataParallelCostOf(prof, cm, CollectiveOp::kAllGather, g.bytes).time_s();
-    rp.predicted_busy_s += g.op.duration_s;
-    rp.ops.push_back(g);
+    g.op.bytes = g.bytes = params * c_.param_gather_bytes;
+    g.op.duration_s = DataParallelCostOf(prof_, cm_, CollectiveOp::kAllGather, g.bytes).time_s();
+    rp_.predicted_busy_s += g.op.duration_s;
+    rp_.ops.push_back(g);
   }
 }
 

@@ -240,7 +240,8 @@ struct Bounds {
   double peak_memory_lower_bytes = 0;
   int worst_stage = 0;
 };
-/// `cache` (optional) shares the layers' costs among a search's candidates (LayerCostCache).
+/// `cache` (optional) shares the layers' costs among a search's candidates (LayerCostCache; InternalError
+/// when it was bound to another model, cluster or profile object).
 Bounds LowerBounds(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,
                    const HardwareProfile& profile, LayerCostCache* cache = nullptr);
 
