@@ -503,49 +503,108 @@ int MegatronZeroStage(const MegatronArgs& a) {
   return a.RequiredFlag("use_distributed_optimizer") ? 1 : 0;
 }
 
-ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_t* gpus, std::vector<std::string>* notes) {
-  ParallelConfig c;
-  c.tp = a.RequiredBounded("tensor_model_parallel_size", 1, kMaxDegree);
-  c.pp = a.RequiredBounded("pipeline_model_parallel_size", 1, kMaxDegree);
-  c.cp = a.Bounded("context_parallel_size", 1, kMaxDegree).value_or(1);
+namespace {
+
+/// The parallel sizes and the world size (checked against each other and a printed
+/// data_parallel_size), into `c`; `gpus` receives the world size.
+void MegatronGrid(const MegatronArgs& a, const Model& m, std::int64_t* gpus, ParallelConfig* c) {
+  c->tp = a.RequiredBounded("tensor_model_parallel_size", 1, kMaxDegree);
+  c->pp = a.RequiredBounded("pipeline_model_parallel_size", 1, kMaxDegree);
+  c->cp = a.Bounded("context_parallel_size", 1, kMaxDegree).value_or(1);
   if (m.moe.enabled()) {  // Megatron-LM prints an expert TP size (its default: tp) for dense models too
-    c.ep = a.Bounded("expert_model_parallel_size", 1, kMaxDegree).value_or(1);
-    c.etp = a.Bounded("expert_tensor_parallel_size", 1, kMaxDegree).value_or(0);
+    c->ep = a.Bounded("expert_model_parallel_size", 1, kMaxDegree).value_or(1);
+    c->etp = a.Bounded("expert_tensor_parallel_size", 1, kMaxDegree).value_or(0);
   }
   *gpus = a.RequiredBounded("world_size", 1, kMaxDegree);
   // Each size is at most 2^24, so tp x pp fits, and once it is at most world_size so does x cp.
-  const std::int64_t tp_pp = c.tp * c.pp;
-  if (tp_pp > *gpus || tp_pp * c.cp > *gpus || *gpus % (tp_pp * c.cp) != 0) {
-    a.Fail("world_size", fmt::format("a multiple of tensor x pipeline x context parallel sizes ({} x {} x {})", c.tp, c.pp, c.cp));
+  const std::int64_t tp_pp = c->tp * c->pp;
+  if (tp_pp > *gpus || tp_pp * c->cp > *gpus || *gpus % (tp_pp * c->cp) != 0) {
+    a.Fail("world_size", fmt::format("a multiple of tensor x pipeline x context parallel sizes ({} x {} x {})", c->tp, c->pp, c->cp));
   }
-  c.dp = *gpus / (c.tp * c.pp * c.cp);
+  c->dp = *gpus / (c->tp * c->pp * c->cp);
   // Megatron-LM derives data_parallel_size from the others (initialize_model_parallel): one that
   // disagrees is an edited dump.
-  if (const auto dp = a.Int("data_parallel_size"); dp && *dp != c.dp) {
+  if (const auto dp = a.Int("data_parallel_size"); dp && *dp != c->dp) {
     a.Fail("data_parallel_size", fmt::format("world_size / (tensor x pipeline x context parallel) = {} / ({} x {} x {}) = {}",
-                                             *gpus, c.tp, c.pp, c.cp, c.dp));
+                                             *gpus, c->tp, c->pp, c->cp, c->dp));
   }
+}
+
+/// The virtual pipeline size: as printed, else from the layers per virtual stage.
+void MegatronVirtualStages(const MegatronArgs& a, const Model& m, bool embedding_slot, bool loss_slot,
+                           ParallelConfig* c) {
   // The virtual size as printed, else from the layers per virtual stage. Megatron-LM sets the
   // first from the second, counting a slot for the embedding and one for the loss where
   // account_for_*_in_pipeline_split is set (older releases with floor division): where both are
   // printed and that count divides evenly, a disagreement is an edited dump; otherwise the
   // printed size stands.
   const auto vp = a.Bounded("virtual_pipeline_model_parallel_size", 1, m.num_layers);
-  const bool embedding_slot = a.Flag("account_for_embedding_in_pipeline_split");
-  const bool loss_slot = a.Flag("account_for_loss_in_pipeline_split");
   if (const auto per = a.Bounded("num_layers_per_virtual_pipeline_stage", 1, m.num_layers)) {
     const std::int64_t slots = m.num_layers + (embedding_slot ? 1 : 0) + (loss_slot ? 1 : 0);
-    const bool even = c.pp <= slots && slots % (*per * c.pp) == 0;
+    const bool even = c->pp <= slots && slots % (*per * c->pp) == 0;
     if (!vp && !even) a.Fail("num_layers_per_virtual_pipeline_stage", "a divisor of num_layers / pp");
-    if (even) c.vp = slots / (*per * c.pp);
-    if (vp && even && *vp != c.vp) {
+    if (even) c->vp = slots / (*per * c->pp);
+    if (vp && even && *vp != c->vp) {
       a.Fail("virtual_pipeline_model_parallel_size",
              fmt::format("{} / (num_layers_per_virtual_pipeline_stage x pp) = {} / ({} x {}) = {}",
                          slots > m.num_layers ? "(num_layers + the embedding and loss slots)" : "num_layers", slots,
-                         *per, c.pp, c.vp));
+                         *per, c->pp, c->vp));
     }
   }
-  if (vp) c.vp = *vp;
+  if (vp) c->vp = *vp;
+}
+
+/// The loss's and attention's kernels and the context-parallel communication type.
+void MegatronKernels(const MegatronArgs& a, ParallelConfig* c, std::vector<std::string>* notes) {
+  // --cross-entropy-loss-fusion (absent before Megatron-Core 0.8: off) and its impl (native
+  // before the te one came in).
+  if (a.Flag("cross_entropy_loss_fusion")) {
+    const std::string impl = a.Get("cross_entropy_fusion_impl").value_or("native");
+    if (impl != "native" && impl != "te") a.Fail("cross_entropy_fusion_impl", "native or te");
+    c->cross_entropy = impl == "te" ? CrossEntropyImpl::kTe : CrossEntropyImpl::kNative;
+  }
+  // Fused attention unless Megatron's own (local) or the unfused backend was chosen.
+  const std::string backend = a.Get("attention_backend").value_or("");
+  c->flash_attention = backend.find("unfused") == std::string::npos && backend.find("local") == std::string::npos &&
+                      (a.Get("transformer_impl").value_or("transformer_engine") != "local" || a.Flag("use_flash_attn"));
+  // fp32 training: the fused kernels take 16-bit inputs, so attention runs unfused.
+  if (c->precision == Precision::kFp32 && c->flash_attention) {
+    c->flash_attention = false;
+    notes->push_back("fp32 training: attention simulated unfused (the fused attention kernels take 16-bit inputs)");
+  }
+  // cp_comm_type: one type, or a list of one per layer (Megatron-LM's default prints ['p2p']).
+  if (const auto cp = a.Get("cp_comm_type")) {
+    std::vector<std::string> types = !cp->empty() && cp->front() == '[' ? a.List("cp_comm_type") : std::vector<std::string>{*cp};
+    if (types.empty() || std::any_of(types.begin(), types.end(), [&](const std::string& x) { return x != types[0]; })) {
+      a.Fail("cp_comm_type", "one communication type for every layer");
+    }
+    try {
+      c->cp_comm = ParseCpComm(types[0] == "all_gather" ? "allgather" : types[0]);
+    } catch (const InputError&) {
+      a.Fail("cp_comm_type", "p2p, all_gather, a2a or a2a+p2p");
+    }
+  }
+}
+
+/// The MoE token dispatcher, capacity factor, EP overlap and forced balancing.
+void MegatronMoeRouting(const MegatronArgs& a, ParallelConfig* c) {
+  const std::string d = a.Get("moe_token_dispatcher_type").value_or("allgather");
+  c->moe_dispatcher = d == "flex" ? MoeDispatcher::kFlex : d == "alltoall" ? MoeDispatcher::kAllToAll : MoeDispatcher::kAllGather;
+  if (d != "flex" && d != "alltoall" && d != "allgather") a.Fail("moe_token_dispatcher_type", "allgather, alltoall or flex");
+  c->moe_capacity_factor = a.Number("moe_expert_capacity_factor").value_or(0);
+  if (c->moe_capacity_factor < 0) a.Fail("moe_expert_capacity_factor", "None or a positive number");
+  c->moe_a2a_overlap = a.Flag("overlap_moe_expert_parallel_comm");
+  c->moe_force_load_balancing = a.Flag("moe_router_force_load_balancing");
+}
+
+}  // namespace
+
+ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_t* gpus, std::vector<std::string>* notes) {
+  ParallelConfig c;
+  MegatronGrid(a, m, gpus, &c);
+  const bool embedding_slot = a.Flag("account_for_embedding_in_pipeline_split");
+  const bool loss_slot = a.Flag("account_for_loss_in_pipeline_split");
+  MegatronVirtualStages(a, m, embedding_slot, loss_slot, &c);
   c.schedule = c.vp > 1 ? Schedule::kInterleaved : Schedule::k1F1B;
   c.micro_batch_size = a.RequiredBounded("micro_batch_size", 1, kMaxDegree);
   c.global_batch_size = a.RequiredBounded("global_batch_size", 1, std::int64_t{1} << 40);
@@ -560,43 +619,8 @@ ParallelConfig MegatronConfig(const MegatronArgs& a, const Model& m, std::int64_
   c.fp32_main_grads = a.RequiredFlag("accumulate_allreduce_grads_in_fp32");
   MegatronPrecision(a, &c);
   c.tp_comm_overlap = a.Flag("tp_comm_overlap");
-  // --cross-entropy-loss-fusion (absent before Megatron-Core 0.8: off) and its impl (native
-  // before the te one came in).
-  if (a.Flag("cross_entropy_loss_fusion")) {
-    const std::string impl = a.Get("cross_entropy_fusion_impl").value_or("native");
-    if (impl != "native" && impl != "te") a.Fail("cross_entropy_fusion_impl", "native or te");
-    c.cross_entropy = impl == "te" ? CrossEntropyImpl::kTe : CrossEntropyImpl::kNative;
-  }
-  // Fused attention unless Megatron's own (local) or the unfused backend was chosen.
-  const std::string backend = a.Get("attention_backend").value_or("");
-  c.flash_attention = backend.find("unfused") == std::string::npos && backend.find("local") == std::string::npos &&
-                      (a.Get("transformer_impl").value_or("transformer_engine") != "local" || a.Flag("use_flash_attn"));
-  // fp32 training: the fused kernels take 16-bit inputs, so attention runs unfused.
-  if (c.precision == Precision::kFp32 && c.flash_attention) {
-    c.flash_attention = false;
-    notes->push_back("fp32 training: attention simulated unfused (the fused attention kernels take 16-bit inputs)");
-  }
-  // cp_comm_type: one type, or a list of one per layer (Megatron-LM's default prints ['p2p']).
-  if (const auto cp = a.Get("cp_comm_type")) {
-    std::vector<std::string> types = !cp->empty() && cp->front() == '[' ? a.List("cp_comm_type") : std::vector<std::string>{*cp};
-    if (types.empty() || std::any_of(types.begin(), types.end(), [&](const std::string& x) { return x != types[0]; })) {
-      a.Fail("cp_comm_type", "one communication type for every layer");
-    }
-    try {
-      c.cp_comm = ParseCpComm(types[0] == "all_gather" ? "allgather" : types[0]);
-    } catch (const InputError&) {
-      a.Fail("cp_comm_type", "p2p, all_gather, a2a or a2a+p2p");
-    }
-  }
-  if (m.moe.enabled()) {
-    const std::string d = a.Get("moe_token_dispatcher_type").value_or("allgather");
-    c.moe_dispatcher = d == "flex" ? MoeDispatcher::kFlex : d == "alltoall" ? MoeDispatcher::kAllToAll : MoeDispatcher::kAllGather;
-    if (d != "flex" && d != "alltoall" && d != "allgather") a.Fail("moe_token_dispatcher_type", "allgather, alltoall or flex");
-    c.moe_capacity_factor = a.Number("moe_expert_capacity_factor").value_or(0);
-    if (c.moe_capacity_factor < 0) a.Fail("moe_expert_capacity_factor", "None or a positive number");
-    c.moe_a2a_overlap = a.Flag("overlap_moe_expert_parallel_comm");
-    c.moe_force_load_balancing = a.Flag("moe_router_force_load_balancing");
-  }
+  MegatronKernels(a, &c, notes);
+  if (m.moe.enabled()) MegatronMoeRouting(a, &c);
   c.first_stage_layers = a.Bounded("decoder_first_pipeline_num_layers", 0, m.num_layers).value_or(-1);
   c.last_stage_layers = a.Bounded("decoder_last_pipeline_num_layers", 0, m.num_layers).value_or(-1);
   c.embedding_slots = embedding_slot || loss_slot;
