@@ -1084,6 +1084,96 @@ void CompareMemoryPoints(const std::string& memory_csv, const CsvTable& t, const
 
 }  // namespace
 
+namespace {
+
+/// Row r of the published runs in `runs_csv`: its model, cluster and configuration mapped,
+/// simulated and compared with what was measured, or skipped with a reason, into `rep`; kept as
+/// the explained row when it is `explain_row`.
+void ValidateRow(const CsvTable& t, std::size_t r, const std::string& runs_csv, const std::string& explain_row,
+                 ValidationReport* rep) {
+  ValidationRow row;
+  row.row_id = t.Get(r, "row_id");
+  row.source_id = t.Get(r, "source_id");
+  row.model = t.Get(r, "model");
+  row.gpu_type = t.Get(r, "gpu_type");
+  row.outcome = t.Get(r, "outcome");
+  if (row.outcome != "ok" && row.outcome != "OOM") {
+    throw InputError(runs_csv + ": " + RowLabel(t, r) + ", column outcome: got \"" + row.outcome +
+                     "\", expected ok or OOM (ran out of memory)");
+  }
+  if (auto g = Num(t.Get(r, "num_gpus"))) row.gpus = static_cast<std::int64_t>(*g);  // also for skipped rows
+  bool assume_mbs1 = false;
+  row.skip_reason = EarlySkipReason(t, r, &assume_mbs1);
+  if (!row.skip_reason.empty()) {
+    row.skipped = true;
+    rep->rows.push_back(row);
+    return;
+  }
+  if (assume_mbs1) row.assumptions.push_back("micro-batch size 1 (not stated)");
+  const Model m = RowModel(t, r, runs_csv);
+  const Cluster cl = RowCluster(t, r);
+  row.gpus = IntField(t, r, "num_gpus", runs_csv);
+  // Runs are ranked against runs of the same model on as many GPUs of the same type.
+  row.group = row.model + " @" + std::to_string(row.gpus) + " " + cl.gpu.name;
+  if (t.Column("confidence") >= 0) {
+    // low-confidence: a row its source contradicts (the notes say how), reported apart.
+    row.low_confidence = ChoiceField(t, r, "confidence", runs_csv, {"", "high", "medium", "low"}) == 3;
+  }
+  row.fitted_constant = RowFittedConstant(t, r, runs_csv, row);
+  MapRowConfig(t, r, runs_csv, m, assume_mbs1, &row);
+  const ParallelConfig& c = row.config;
+  const std::string fw = t.Get(r, "framework");
+  const bool mcore = Contains(fw, "Megatron-Core");
+  if (!cl.gpu.Runs(c.precision)) {
+    row.skipped = true;
+    row.assumptions.clear();
+    row.skip_reason = fmt::format("precision {} is not supported by the {}; it runs: {}", ToString(c.precision),
+                                  cl.gpu.display_name, cl.gpu.PrecisionList());
+    rep->rows.push_back(row);
+    return;
+  }
+  HardwareProfile prof = DefaultProfile(cl);
+  if (c.flash_attention && cl.gpu.arch == "hopper" && !RowRunsTeAttention(fw, mcore)) {
+    prof = WithAttentionKernel(prof, cl.gpu.arch, "fa2");
+    row.assumptions.push_back(RowNamesFlexAttention(fw)
+                                  ? "FlashAttention-2's attention rates on Hopper (the row names FlexAttention, "
+                                    "FA2-class)"
+                                  : "FlashAttention-2's attention rates on Hopper (a PyTorch-side run without "
+                                    "Transformer Engine's kernels)");
+  }
+  const SimulationResult res = Simulate(m, c, cl, row.gpus, prof);
+  if (!res.feasible) {
+    row.skipped = true;
+    row.assumptions.clear();
+    row.skip_reason = "cannot be simulated: " + Join(res.reasons, "; ");
+    rep->rows.push_back(row);
+    return;
+  }
+  if (!explain_row.empty() && CanonicalRowId(row.row_id) == explain_row) {
+    rep->explained = ExplainedRow{row.row_id, m, cl, prof, res};
+  }
+  FillPrediction(res, &row);
+  FillMeasured(t, r, runs_csv, res, &row);
+  rep->rows.push_back(row);
+}
+
+/// --explain named no simulated row: why (no such row_id, or the row was skipped), with the ids
+/// that would do.
+[[noreturn]] void ThrowNoExplainedRow(const ValidationReport& rep, const std::string& explain_row,
+                                      const std::string& explain_row_arg, const std::string& runs_csv) {
+  std::string why = "no row has that row_id";
+  std::vector<std::string> ids;
+  for (const auto& r : rep.rows) {
+    if (CanonicalRowId(r.row_id) == explain_row) why = "the row was skipped: " + r.skip_reason;
+    if (!r.skipped) ids.push_back(r.row_id);
+  }
+  std::sort(ids.begin(), ids.end(), RowIdBefore);
+  throw InputError(runs_csv + ": row_id '" + explain_row_arg + "' (--explain): " + why +
+                   "; expected the row_id of a simulated row: " + Join(ids, ", "));
+}
+
+}  // namespace
+
 ValidationReport RunValidation(const std::string& runs_csv, const std::string& memory_csv,
                                const std::string& explain_row_arg) {
   const std::string explain_row = CanonicalRowId(explain_row_arg);
@@ -1092,88 +1182,13 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
   }
   ValidationReport rep;
   const CsvTable t = ReadRunsTable(runs_csv);
-  for (std::size_t r = 0; r < t.rows.size(); ++r) {
-    ValidationRow row;
-    row.row_id = t.Get(r, "row_id");
-    row.source_id = t.Get(r, "source_id");
-    row.model = t.Get(r, "model");
-    row.gpu_type = t.Get(r, "gpu_type");
-    row.outcome = t.Get(r, "outcome");
-    if (row.outcome != "ok" && row.outcome != "OOM") {
-      throw InputError(runs_csv + ": " + RowLabel(t, r) + ", column outcome: got \"" + row.outcome +
-                       "\", expected ok or OOM (ran out of memory)");
-    }
-    if (auto g = Num(t.Get(r, "num_gpus"))) row.gpus = static_cast<std::int64_t>(*g);  // also for skipped rows
-    bool assume_mbs1 = false;
-    row.skip_reason = EarlySkipReason(t, r, &assume_mbs1);
-    if (!row.skip_reason.empty()) {
-      row.skipped = true;
-      rep.rows.push_back(row);
-      continue;
-    }
-    if (assume_mbs1) row.assumptions.push_back("micro-batch size 1 (not stated)");
-    const Model m = RowModel(t, r, runs_csv);
-    const Cluster cl = RowCluster(t, r);
-    row.gpus = IntField(t, r, "num_gpus", runs_csv);
-    // Runs are ranked against runs of the same model on as many GPUs of the same type.
-    row.group = row.model + " @" + std::to_string(row.gpus) + " " + cl.gpu.name;
-    if (t.Column("confidence") >= 0) {
-      // low-confidence: a row its source contradicts (the notes say how), reported apart.
-      row.low_confidence = ChoiceField(t, r, "confidence", runs_csv, {"", "high", "medium", "low"}) == 3;
-    }
-    row.fitted_constant = RowFittedConstant(t, r, runs_csv, row);
-    MapRowConfig(t, r, runs_csv, m, assume_mbs1, &row);
-    const ParallelConfig& c = row.config;
-    const std::string fw = t.Get(r, "framework");
-    const bool mcore = Contains(fw, "Megatron-Core");
-    if (!cl.gpu.Runs(c.precision)) {
-      row.skipped = true;
-      row.assumptions.clear();
-      row.skip_reason = fmt::format("precision {} is not supported by the {}; it runs: {}", ToString(c.precision),
-                                    cl.gpu.display_name, cl.gpu.PrecisionList());
-      rep.rows.push_back(row);
-      continue;
-    }
-    HardwareProfile prof = DefaultProfile(cl);
-    if (c.flash_attention && cl.gpu.arch == "hopper" && !RowRunsTeAttention(fw, mcore)) {
-      prof = WithAttentionKernel(prof, cl.gpu.arch, "fa2");
-      row.assumptions.push_back(RowNamesFlexAttention(fw)
-                                    ? "FlashAttention-2's attention rates on Hopper (the row names FlexAttention, "
-                                      "FA2-class)"
-                                    : "FlashAttention-2's attention rates on Hopper (a PyTorch-side run without "
-                                      "Transformer Engine's kernels)");
-    }
-    const SimulationResult res = Simulate(m, c, cl, row.gpus, prof);
-    if (!res.feasible) {
-      row.skipped = true;
-      row.assumptions.clear();
-      row.skip_reason = "cannot be simulated: " + Join(res.reasons, "; ");
-      rep.rows.push_back(row);
-      continue;
-    }
-    if (!explain_row.empty() && CanonicalRowId(row.row_id) == explain_row) {
-      rep.explained = ExplainedRow{row.row_id, m, cl, prof, res};
-    }
-    FillPrediction(res, &row);
-    FillMeasured(t, r, runs_csv, res, &row);
-    rep.rows.push_back(row);
-  }
+  for (std::size_t r = 0; r < t.rows.size(); ++r) ValidateRow(t, r, runs_csv, explain_row, &rep);
   if (!memory_csv.empty()) {
     rep.memory_csv = memory_csv;
     CompareMemoryPoints(memory_csv, t, runs_csv, &rep);
   }
   Summarize(&rep);
-  if (!explain_row.empty() && !rep.explained) {
-    std::string why = "no row has that row_id";
-    std::vector<std::string> ids;
-    for (const auto& r : rep.rows) {
-      if (CanonicalRowId(r.row_id) == explain_row) why = "the row was skipped: " + r.skip_reason;
-      if (!r.skipped) ids.push_back(r.row_id);
-    }
-    std::sort(ids.begin(), ids.end(), RowIdBefore);
-    throw InputError(runs_csv + ": row_id '" + explain_row_arg + "' (--explain): " + why +
-                     "; expected the row_id of a simulated row: " + Join(ids, ", "));
-  }
+  if (!explain_row.empty() && !rep.explained) ThrowNoExplainedRow(rep, explain_row, explain_row_arg, runs_csv);
   return rep;
 }
 
