@@ -1086,6 +1086,15 @@ void CompareMemoryPoints(const std::string& memory_csv, const CsvTable& t, const
 
 namespace {
 
+/// --explain's row_id in canonical form ("" without --explain); InputError for one that is none.
+std::string ExplainRowOf(const std::string& explain_row_arg) {
+  const std::string explain_row = CanonicalRowId(explain_row_arg);
+  if (!explain_row_arg.empty() && explain_row.empty()) {
+    throw InputError("--explain: got '" + explain_row_arg + "', expected a row_id such as 1");
+  }
+  return explain_row;
+}
+
 /// Row r of the published runs in `runs_csv`: its model, cluster and configuration mapped,
 /// simulated and compared with what was measured, or skipped with a reason, into `rep`; kept as
 /// the explained row when it is `explain_row`.
@@ -1176,10 +1185,7 @@ void ValidateRow(const CsvTable& t, std::size_t r, const std::string& runs_csv, 
 
 ValidationReport RunValidation(const std::string& runs_csv, const std::string& memory_csv,
                                const std::string& explain_row_arg) {
-  const std::string explain_row = CanonicalRowId(explain_row_arg);
-  if (!explain_row_arg.empty() && explain_row.empty()) {
-    throw InputError("--explain: got '" + explain_row_arg + "', expected a row_id such as 1");
-  }
+  const std::string explain_row = ExplainRowOf(explain_row_arg);
   ValidationReport rep;
   const CsvTable t = ReadRunsTable(runs_csv);
   for (std::size_t r = 0; r < t.rows.size(); ++r) ValidateRow(t, r, runs_csv, explain_row, &rep);
@@ -1194,10 +1200,7 @@ ValidationReport RunValidation(const std::string& runs_csv, const std::string& m
 
 ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cluster& cluster,
                                     const HardwareProfile& profile, const std::string& explain_row_arg) {
-  const std::string explain_row = CanonicalRowId(explain_row_arg);
-  if (!explain_row_arg.empty() && explain_row.empty()) {
-    throw InputError("--explain: got '" + explain_row_arg + "', expected a row_id such as 1");
-  }
+  const std::string explain_row = ExplainRowOf(explain_row_arg);
   ValidationReport rep;
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const LoggedRun& run = runs[i];

@@ -551,12 +551,28 @@ struct LayerSet {
   LayerOps layer, layer16, moe_layer, moe_layer16;
 };
 
+/// A hash of a LayerCostKey's main fields (equal keys are told apart by operator==).
+struct LayerKeyHasher {
+  std::size_t operator()(const ParallelConfig& k) const {
+    std::size_t h = 0;
+    auto mix = [&h](std::int64_t v) { h = h * 1000003u ^ std::hash<std::int64_t>{}(v); };
+    for (std::int64_t v : {k.tp, k.cp, k.ep, k.etp, k.micro_batch_size, k.seq_length}) mix(v);
+    for (int v : {static_cast<int>(k.recompute), static_cast<int>(k.precision), static_cast<int>(k.schedule),
+                  static_cast<int>(k.sequence_parallel), static_cast<int>(k.tp_comm_overlap),
+                  static_cast<int>(k.recompute_modules), static_cast<int>(k.offload_modules)}) {
+      mix(v);
+    }
+    return h;
+  }
+};
+
 }  // namespace cost_model_internal
 
 namespace {
 
 using cost_model_internal::LayerOps;
 using cost_model_internal::LayerSet;
+using cost_model_internal::LayerKeyHasher;
 
 /// Bytes of the keys and values one context-parallel rank holds for one micro-batch: its T tokens
 /// (b*s/cp) of K and V, g/t query groups of head dimension d each.
@@ -1411,18 +1427,6 @@ LayerSet BuildLayerSet(const Model& m, const ParallelConfig& c, const LayerShape
   return ls;
 }
 
-std::size_t LayerKeyHash(const ParallelConfig& k) {
-  std::size_t h = 0;
-  auto mix = [&h](std::int64_t v) { h = h * 1000003u ^ std::hash<std::int64_t>{}(v); };
-  for (std::int64_t v : {k.tp, k.cp, k.ep, k.etp, k.micro_batch_size, k.seq_length}) mix(v);
-  for (int v : {static_cast<int>(k.recompute), static_cast<int>(k.precision), static_cast<int>(k.schedule),
-                static_cast<int>(k.sequence_parallel), static_cast<int>(k.tp_comm_overlap),
-                static_cast<int>(k.recompute_modules), static_cast<int>(k.offload_modules)}) {
-    mix(v);
-  }
-  return h;
-}
-
 }  // namespace
 
 ParallelConfig LayerCostKey(const ParallelConfig& cfg) {
@@ -1470,8 +1474,8 @@ struct LayerCostCache::Impl {
   const Cluster* cluster = nullptr;
   const HardwareProfile* profile = nullptr;
   mutable std::mutex mu;
-  std::unordered_map<std::size_t, std::vector<std::pair<ParallelConfig, std::shared_ptr<const LayerSet>>>> sets;
-  std::size_t entries = 0, hits = 0;
+  std::unordered_map<ParallelConfig, std::shared_ptr<const LayerSet>, LayerKeyHasher> sets;
+  std::size_t hits = 0;
 
   /// `c`'s layers: the entry of its LayerCostKey, else `build()`'s, kept without their op lists
   /// (built outside the lock; two threads may build the same key, with the same result). Binds
@@ -1479,7 +1483,6 @@ struct LayerCostCache::Impl {
   std::shared_ptr<const LayerSet> Get(const Model& m, const Cluster& cl, const HardwareProfile& prof,
                                       const ParallelConfig& c, const std::function<LayerSet()>& build) {
     const ParallelConfig key = LayerCostKey(c);
-    const std::size_t hash = LayerKeyHash(key);
     {
       const std::lock_guard<std::mutex> lock(mu);
       if (model == nullptr) {
@@ -1489,14 +1492,9 @@ struct LayerCostCache::Impl {
       } else if (model != &m || cluster != &cl || profile != &prof) {
         throw InternalError("LayerCostCache: used with another model, cluster or profile than it was built for");
       }
-      const auto it = sets.find(hash);
-      if (it != sets.end()) {
-        for (const auto& [k, v] : it->second) {
-          if (k == key) {
-            ++hits;
-            return v;
-          }
-        }
+      if (const auto it = sets.find(key); it != sets.end()) {
+        ++hits;
+        return it->second;
       }
     }
     LayerSet set = build();
@@ -1506,13 +1504,8 @@ struct LayerCostCache::Impl {
     }
     auto shared = std::make_shared<const LayerSet>(std::move(set));
     const std::lock_guard<std::mutex> lock(mu);
-    auto& bucket = sets[hash];
-    for (const auto& kv : bucket) {
-      if (kv.first == key) return kv.second;  // another thread built it meanwhile
-    }
-    bucket.emplace_back(key, shared);
-    ++entries;
-    return shared;
+    // Another thread may have built it meanwhile: the first one kept stands.
+    return sets.emplace(key, std::move(shared)).first->second;
   }
 };
 
@@ -1521,7 +1514,7 @@ LayerCostCache::~LayerCostCache() = default;
 
 std::size_t LayerCostCache::entries() const {
   const std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->entries;
+  return impl_->sets.size();
 }
 
 std::size_t LayerCostCache::hits() const {

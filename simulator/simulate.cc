@@ -406,11 +406,12 @@ TaskCost Builder::SendCost(const CostKey& k, int stage) const {
 /// straggler's stage.
 TaskCost Builder::OptimizerCost(int stage) const {
   const auto& chunks = cm_.chunks[static_cast<std::size_t>(stage)];
-  double params = 0, experts = 0;
-  for (const auto& x : chunks) params += x.params_per_gpu;
-  for (const auto& x : chunks) experts += x.expert_params_per_gpu;
-  double quantized = 0;
-  for (const auto& x : chunks) quantized += x.quantized_params_per_gpu;
+  double params = 0, experts = 0, quantized = 0;
+  for (const auto& x : chunks) {
+    params += x.params_per_gpu;
+    experts += x.expert_params_per_gpu;
+    quantized += x.quantized_params_per_gpu;
+  }
   TaskCost t;
   // A straggler's stage runs its optimizer kernels slower too (SimulateOptions).
   const double slow = stage == opts_.straggler_stage ? opts_.straggler_slowdown : 1.0;
