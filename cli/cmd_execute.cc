@@ -28,8 +28,15 @@ struct ExecuteArgs {
 
 /// InputError for a configuration execute does not run (simulate and plan predict it): blocking
 /// pipeline transfers, precisions below 16 bits, TP communication overlap, context parallelism,
-/// hybrid sharding, DeepSpeed's ZeRO-3 gathers, FSDP without its rate limiter.
+/// hybrid sharding, DeepSpeed's ZeRO-3 gathers, FSDP without its rate limiter, expert parallelism
+/// (an MoE layer's experts on other ranks than its tensor-parallel group).
 void RefuseWhatExecuteDoesNotRun(const ParallelConfig& c) {
+  if (c.ep > 1 || c.expert_tp() != c.tp) {
+    throw InputError(fmt::format("command line: --ep {} --etp {}: expert parallelism is not executed (execute runs "
+                                 "every MoE layer's experts on its own tensor-parallel group: ep 1, etp = tp = {}); "
+                                 "simulate and plan model the token dispatch",
+                                 c.ep, c.expert_tp(), c.tp));
+  }
   if (c.p2p_blocking) {
     throw InputError("command line: --p2p-blocking: not supported by execute (its pipeline sends are MPI_Isend "
                      "on their own; simulate models the blocking transfers of DeepSpeed and of Megatron-LM 2021-22)");

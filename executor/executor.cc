@@ -380,7 +380,7 @@ class RankExecution {
         sched_(MakeSchedule(c_.schedule, static_cast<int>(c_.pp), static_cast<int>(c_.num_microbatches()),
                             static_cast<int>(c_.schedule == Schedule::kInterleaved ? c_.vp : 1),
                             static_cast<int>(c_.pipeline_flushes))),
-        prog_(BuildRankProgram(c_, cm_, sched_, prof, stage_)), sum_secs_(prog_.ops.size(), 0.0) {
+        prog_(BuildRankProgram(m, c_, cm_, sched_, prof, stage_)), sum_secs_(prog_.ops.size(), 0.0) {
     MPI_Comm_split(MPI_COMM_WORLD, rank_ / tp_, rank_, &tp_comm_);
     MPI_Comm_split(MPI_COMM_WORLD, stage_ * tp_ + tp_rank_, rank_, &dp_comm_);
     // Weights, gradients and optimizer state, really allocated.
@@ -632,6 +632,9 @@ std::vector<std::string> ProgramSettings(const Model& m, const ParallelConfig& c
       fmt::format("model kind={} {} {} tied={} bias={}/{} qk_layernorm={} dropout={}", ToString(m.normalization),
                   ToString(m.activation), ToString(m.position_embedding), m.tie_embeddings, m.add_bias_linear,
                   m.add_qkv_bias, m.qk_layernorm, m.dropout),
+      fmt::format("model moe=E{} k{} ffn{} shared{} first_dense{} step{}{} mtp{}", m.moe.num_experts, m.moe.top_k,
+                  m.moe.ffn_hidden_size, m.moe.shared_ffn_hidden_size, m.moe.first_k_dense, m.moe.layer_step,
+                  m.moe.step_from_layer0 ? " from layer 0" : "", m.mtp_num_layers),
       fmt::format("tp={}", c.tp), fmt::format("pp={}", c.pp), fmt::format("dp={}", c.dp), fmt::format("vp={}", c.vp),
       fmt::format("micro_batch_size={}", c.micro_batch_size), fmt::format("global_batch_size={}", c.global_batch_size),
       fmt::format("seq_length={}", c.seq_length), fmt::format("sequence_parallel={}", c.sequence_parallel),

@@ -1935,6 +1935,7 @@ class CostModelBuilder {
     cm.layer_ops = std::move(layers->layer.ops);
     cm.bf16_layer_ops = std::move(layers->layer16.ops);  // empty without --first-last-layers-bf16
     cm.moe_layer_ops = std::move(layers->moe_layer.ops);  // empty without MoE
+    cm.moe_bf16_layer_ops = std::move(layers->moe_layer16.ops);  // empty unless both
   }
 
   /// The cost model with `layers` (read for their pass times and bytes, not their op lists).
@@ -2142,6 +2143,7 @@ ChunkCost CostModelBuilder::ChunkOf(const LayerSet& layers, const PipelineLayout
   const double nl = cc.layers;
   // Layers of this chunk kept in bf16 (the first and last layers of the model).
   const std::int64_t first = layout.first_layer[static_cast<std::size_t>(model_chunk)];
+  cc.first_layer = static_cast<int>(first);
   const std::int64_t n16 = Overlap(first, first + cc.layers, 0, c.bf16_layers_start) +
                            Overlap(first, first + cc.layers, m.num_layers - c.bf16_layers_end, m.num_layers);
   cc.bf16_layers = static_cast<int>(n16);

@@ -222,6 +222,7 @@ struct LayerTensors {
 /// output layer where the chunk holds them) of one GPU.
 struct ChunkCost {
   int stage = 0, chunk = 0, layers = 0;
+  int first_layer = 0;  ///< the model's index of the chunk's first transformer layer
   bool has_embedding = false, has_output = false;
   double fwd_s = 0, bwd_input_s = 0, bwd_weight_s = 0, recompute_s = 0;
   double fwd_tp_s = 0, bwd_tp_s = 0, recompute_tp_s = 0;  ///< TP collective time inside the above
@@ -252,6 +253,8 @@ struct CostModel {
   /// One transformer layer kept in bf16 under a low-precision format (--first-last-layers-bf16);
   /// empty otherwise.
   std::vector<Op> bf16_layer_ops;
+  /// One MoE layer kept in bf16 under a low-precision format; empty otherwise.
+  std::vector<Op> moe_bf16_layer_ops;
   std::vector<Op> embedding_ops;  ///< first stage
   std::vector<Op> output_ops;     ///< last stage
   /// One multi-token-prediction module on the last stage (its norms, the 2h -> h projection and
@@ -418,7 +421,7 @@ ParallelConfig LayerCostKey(const ParallelConfig& cfg);
 /// Builds the op lists and per-chunk costs. The configuration must be feasible
 /// (InfeasibilityReasons empty). With `cache` (LowerBounds in a search), the layers' costs come
 /// from it when a configuration of the same LayerCostKey was built before, and the layers' op
-/// lists (layer_ops, moe_layer_ops, bf16_layer_ops) are always left empty, built or not; the
+/// lists (layer_ops, moe_layer_ops, bf16_layer_ops, moe_bf16_layer_ops) are always left empty, built or not; the
 /// chunks' costs and memory are the same as without it. InternalError when `cache` was bound to
 /// another model, cluster or profile object.
 CostModel BuildCostModel(const Model& model, const ParallelConfig& cfg, const Cluster& cluster,

@@ -27,9 +27,9 @@ namespace {
 /// gradient reduction, the optimizer and ZeRO-1/2's parameter all-gather.
 class RankProgramBuilder {
  public:
-  RankProgramBuilder(const ParallelConfig& cfg, const CostModel& cost, const PipelineSchedule& schedule,
-                     const HardwareProfile& profile, int stage_index)
-      : c_(cfg), cm_(cost), sched_(schedule), prof_(profile), stage_(stage_index),
+  RankProgramBuilder(const Model& model, const ParallelConfig& cfg, const CostModel& cost,
+                     const PipelineSchedule& schedule, const HardwareProfile& profile, int stage_index)
+      : m_(model), c_(cfg), cm_(cost), sched_(schedule), prof_(profile), stage_(stage_index),
         chunks_(cm_.chunks[static_cast<std::size_t>(stage_index)]) {
     rp_.stage = stage_;
   }
@@ -78,6 +78,27 @@ class RankProgramBuilder {
     x.bytes = bytes;
     return x;
   }
+  /// The op list of the model's transformer layer `l` (MoE or dense, kept in bf16 or not), as
+  /// CostModelBuilder::ChunkOf counts it.
+  const std::vector<Op>& LayerOps(std::int64_t l) const {
+    const bool moe = m_.moe.enabled() && m_.IsMoeLayer(l);
+    const bool bf16 = l < c_.bf16_layers_start || l >= m_.num_layers - c_.bf16_layers_end;
+    if (bf16) return moe ? cm_.moe_bf16_layer_ops : cm_.bf16_layer_ops;
+    return moe ? cm_.moe_layer_ops : cm_.layer_ops;
+  }
+  /// The transformer layer of each multi-token-prediction module (MoE when the model has MoE).
+  const std::vector<Op>& MtpLayerOps() const { return m_.moe.enabled() ? cm_.moe_layer_ops : cm_.layer_ops; }
+  /// A backward item's gradient passes of `ops`: input gradient and, unless ZB-H1 defers it,
+  /// weight gradient.
+  void AddGradientOps(const std::vector<Op>& ops, const ScheduleItem& it) {
+    AddOps(ops, Pass::kBackwardInput, it);
+    if (!sched_.split_weight) AddOps(ops, Pass::kBackwardWeight, it);
+  }
+  /// A transformer layer's backward: its recomputed forward, then its gradients.
+  void AddLayerBackward(const std::vector<Op>& ops, const ScheduleItem& it) {
+    AddOps(ops, Pass::kRecompute, it);
+    AddGradientOps(ops, it);
+  }
   bool FirstChunk(const ScheduleItem& it) const { return it.chunk * p_ + stage_ == 0; }
   bool LastChunk(const ScheduleItem& it) const { return it.chunk * p_ + stage_ == p_ * v_ - 1; }
   void Forward(const ScheduleItem& it);
@@ -87,6 +108,7 @@ class RankProgramBuilder {
   void AddGradientReduction();
   void AddOptimizer();
 
+  const Model& m_;
   const ParallelConfig& c_;
   const CostModel& cm_;
   const PipelineSchedule& sched_;
@@ -107,8 +129,14 @@ void RankProgramBuilder::Forward(const ScheduleItem& it) {
     AddOps(cm_.pp_recv_ops, Pass::kForward, it);  // scatter/gather: re-assemble over TP
   }
   if (cc.has_embedding) AddOps(cm_.embedding_ops, Pass::kForward, it);
-  for (int l = 0; l < cc.layers; ++l) AddOps(cm_.layer_ops, Pass::kForward, it);
-  if (cc.has_output) AddOps(cm_.output_ops, Pass::kForward, it);
+  for (int l = cc.first_layer; l < cc.first_layer + cc.layers; ++l) AddOps(LayerOps(l), Pass::kForward, it);
+  if (cc.has_output) {
+    AddOps(cm_.output_ops, Pass::kForward, it);
+    for (std::int64_t k = 0; k < m_.mtp_num_layers; ++k) {
+      AddOps(cm_.mtp_ops, Pass::kForward, it);
+      AddOps(MtpLayerOps(), Pass::kForward, it);
+    }
+  }
   rp_.ops.push_back(Marker(it, ProgKind::kAlloc, cc.saved_bytes));
   if (!LastChunk(it)) {
     ProgOp s = Marker(it, ProgKind::kSend, cm_.pp_message_bytes);
@@ -128,14 +156,13 @@ void RankProgramBuilder::Backward(const ScheduleItem& it) {
     AddOps(cm_.pp_recv_ops, Pass::kBackwardInput, it);
   }
   if (cc.has_output) {
-    AddOps(cm_.output_ops, Pass::kBackwardInput, it);
-    if (!sched_.split_weight) AddOps(cm_.output_ops, Pass::kBackwardWeight, it);
+    for (std::int64_t k = 0; k < m_.mtp_num_layers; ++k) {
+      AddLayerBackward(MtpLayerOps(), it);
+      AddGradientOps(cm_.mtp_ops, it);
+    }
+    AddGradientOps(cm_.output_ops, it);
   }
-  for (int l = 0; l < cc.layers; ++l) {
-    AddOps(cm_.layer_ops, Pass::kRecompute, it);
-    AddOps(cm_.layer_ops, Pass::kBackwardInput, it);
-    if (!sched_.split_weight) AddOps(cm_.layer_ops, Pass::kBackwardWeight, it);
-  }
+  for (int l = cc.first_layer + cc.layers - 1; l >= cc.first_layer; --l) AddLayerBackward(LayerOps(l), it);
   if (cc.has_embedding && !sched_.split_weight) AddOps(cm_.embedding_ops, Pass::kBackwardWeight, it);
   rp_.ops.push_back(
       Marker(it, ProgKind::kFree, sched_.split_weight ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes));
@@ -150,8 +177,16 @@ void RankProgramBuilder::Backward(const ScheduleItem& it) {
 /// ZB-H1's deferred weight-gradient pass.
 void RankProgramBuilder::Weight(const ScheduleItem& it) {
   const ChunkCost& cc = chunks_[static_cast<std::size_t>(it.chunk)];
-  if (cc.has_output) AddOps(cm_.output_ops, Pass::kBackwardWeight, it);
-  for (int l = 0; l < cc.layers; ++l) AddOps(cm_.layer_ops, Pass::kBackwardWeight, it);
+  if (cc.has_output) {
+    for (std::int64_t k = 0; k < m_.mtp_num_layers; ++k) {
+      AddOps(MtpLayerOps(), Pass::kBackwardWeight, it);
+      AddOps(cm_.mtp_ops, Pass::kBackwardWeight, it);
+    }
+    AddOps(cm_.output_ops, Pass::kBackwardWeight, it);
+  }
+  for (int l = cc.first_layer + cc.layers - 1; l >= cc.first_layer; --l) {
+    AddOps(LayerOps(l), Pass::kBackwardWeight, it);
+  }
   if (cc.has_embedding) AddOps(cm_.embedding_ops, Pass::kBackwardWeight, it);
   rp_.ops.push_back(Marker(it, ProgKind::kFree, cc.weight_saved_bytes));
 }
@@ -254,9 +289,9 @@ void RankProgramBuilder::AddOptimizer() {
 
 }  // namespace
 
-RankProgram BuildRankProgram(const ParallelConfig& c, const CostModel& cm,
+RankProgram BuildRankProgram(const Model& m, const ParallelConfig& c, const CostModel& cm,
                              const PipelineSchedule& sched, const HardwareProfile& prof, int stage) {
-  return RankProgramBuilder(c, cm, sched, prof, stage).Build();
+  return RankProgramBuilder(m, c, cm, sched, prof, stage).Build();
 }
 
 }  // namespace shardcast

@@ -44,7 +44,11 @@ struct RankProgram {
 /// backward. ZeRO-2 reduces them after every micro-batch's backward of the chunk (inline
 /// without overlap_grad_reduce). Then the optimizer, then ZeRO-1/2's parameter all-gather.
 /// Tags: (microbatch * chunks + chunk) * 2 + direction.
-RankProgram BuildRankProgram(const ParallelConfig& cfg, const CostModel& cm,
+/// Each transformer layer runs its own op list (`m`'s MoE layers the MoE layer's, the layers kept
+/// in bf16 under a low-precision format theirs), and the last chunk runs the output layer, then
+/// the multi-token-prediction modules (each its own ops and a transformer layer); backward passes
+/// run in the reverse order. The ops of one item add up to its chunk's ChunkCost pass times.
+RankProgram BuildRankProgram(const Model& m, const ParallelConfig& cfg, const CostModel& cm,
                              const PipelineSchedule& sched, const HardwareProfile& profile, int stage);
 
 }  // namespace shardcast

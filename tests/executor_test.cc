@@ -2,6 +2,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include <Eigen/Dense>
 #include <gtest/gtest.h>
@@ -50,7 +51,7 @@ TEST(Program, FollowsTheSimulatorsScheduleOnEveryStage) {
     const CostModel cm = BuildCostModel(m, c, cl, prof);
     const PipelineSchedule sched = MakeSchedule(s, 2, 4, static_cast<int>(c.vp));
     for (int stage = 0; stage < 2; ++stage) {
-      const RankProgram prog = BuildRankProgram(c, cm, sched, prof, stage);
+      const RankProgram prog = BuildRankProgram(m, c, cm, sched, prof, stage);
       // Items in the order the program runs their compute ops ...
       std::vector<std::tuple<int, int, int>> from_program;
       for (const auto& x : prog.ops) {
@@ -115,7 +116,7 @@ TEST(Program, ZeroTwoReducesAfterEveryMicroBatch) {
     const SimulationResult r = Simulate(m, c, cl, 2 * tp, prof, o);
     ASSERT_TRUE(r.feasible);
     const CostModel cm = BuildCostModel(m, c, cl, prof);
-    const RankProgram prog = BuildRankProgram(c, cm, MakeSchedule(Schedule::k1F1B, 1, 4, 1), prof, 0);
+    const RankProgram prog = BuildRankProgram(m, c, cm, MakeSchedule(Schedule::k1F1B, 1, 4, 1), prof, 0);
     int grad_collectives = 0, reductions = 0;
     for (std::size_t i = 0; i < prog.ops.size(); ++i) {
       const ProgOp& x = prog.ops[i];
@@ -137,6 +138,70 @@ TEST(Program, ZeroTwoReducesAfterEveryMicroBatch) {
     for (const TaskNode& t : r.graph.nodes()) sim_reduces += t.device == 0 && t.type == TaskType::kDpReduce;
     EXPECT_EQ(reductions, 4) << overlap << " tp " << tp;  // one reduction per micro-batch
     EXPECT_EQ(grad_collectives, sim_reduces) << overlap << " tp " << tp;
+  }
+}
+
+// A model whose chunks mix dense and MoE layers (one leading dense layer, then every other layer
+// MoE) with a multi-token-prediction module: every item of the program runs the ops of its
+// chunk's own layers, so the ops of a forward (backward, W) item add up to its ChunkCost pass
+// time, and each MoE layer runs the router once a pass. With bf16 edge layers under FP8 (the
+// simulator predicts it; execute refuses the precision) the sums hold as well.
+TEST(Program, RunsEachLayersOwnOps) {
+  Json j = Json::parse(kTinyJson);
+  j["num_layers"] = 6;
+  j["num_experts"] = 4;
+  j["moe_router_topk"] = 2;
+  j["moe_ffn_hidden_size"] = 512;
+  j["moe_shared_expert_intermediate_size"] = 256;
+  j["moe_first_k_dense_layers"] = 1;
+  j["moe_layer_step"] = 2;
+  j["mtp_num_layers"] = 1;
+  const Model m = ModelFromJson(j, "tiny-moe.json");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  for (const bool fp8 : {false, true}) {
+    for (Schedule s : {Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1}) {
+      ParallelConfig c;
+      c.tp = 2;
+      c.sequence_parallel = true;
+      c.pp = 3;
+      c.vp = s == Schedule::kInterleaved ? 2 : 1;
+      c.schedule = s;
+      c.recompute = Recompute::kFull;
+      c.micro_batch_size = 1;
+      c.global_batch_size = 3;
+      c.seq_length = 128;
+      if (fp8) {
+        c.precision = Precision::kFp8;
+        c.bf16_layers_start = c.bf16_layers_end = 1;
+      }
+      const CostModel cm = BuildCostModel(m, c, cl, prof);
+      ASSERT_FALSE(cm.moe_layer_ops.empty());
+      ASSERT_EQ(cm.moe_bf16_layer_ops.empty(), !fp8);
+      const PipelineSchedule sched = MakeSchedule(s, 3, 3, static_cast<int>(c.vp));
+      int routers = 0;
+      for (int stage = 0; stage < 3; ++stage) {
+        const RankProgram prog = BuildRankProgram(m, c, cm, sched, prof, stage);
+        std::map<std::tuple<int, int, int>, double> item_s;  // (item, micro-batch, chunk) -> seconds
+        for (const ProgOp& x : prog.ops) {
+          if (x.kind != ProgKind::kCompute && x.kind != ProgKind::kTpCollective) continue;
+          item_s[{static_cast<int>(x.item), x.microbatch, x.chunk}] += x.op.duration_s;
+          routers += x.op.name == "moe_router" && x.item == ItemKind::kForward;
+        }
+        for (const auto& [key, secs] : item_s) {
+          const ChunkCost& cc = cm.chunks[static_cast<std::size_t>(stage)][static_cast<std::size_t>(std::get<2>(key))];
+          const auto kind = static_cast<ItemKind>(std::get<0>(key));
+          const double want = kind == ItemKind::kForward ? cc.fwd_s
+                              : kind == ItemKind::kWeight
+                                  ? cc.bwd_weight_s
+                                  : cc.recompute_s + cc.bwd_input_s + (sched.split_weight ? 0.0 : cc.bwd_weight_s);
+          EXPECT_NEAR(secs, want, 1e-12 + 1e-9 * want) << ToString(s) << " fp8 " << fp8 << " stage " << stage
+                                                        << " item " << std::get<0>(key) << " chunk " << std::get<2>(key);
+        }
+      }
+      // MoE layers 1, 3, 5 and the MTP module's layer, once per micro-batch.
+      EXPECT_EQ(routers, 4 * 3) << ToString(s) << " fp8 " << fp8;
+    }
   }
 }
 
@@ -282,7 +347,8 @@ TEST(Execute, SettingsDifferenceNamesEachField) {
 }
 
 // execute gathers ZeRO-3 parameters layer by layer: DeepSpeed's gathers (2021's per-tensor
-// collectives, today's coordinator) are refused, not run as something else.
+// collectives, today's coordinator) are refused, not run as something else; so are fp32,
+// expert parallelism and a gradient reduce after every pipeline flush.
 TEST(ExecuteCpu, DeepSpeedZero3IsRefused) {
   const std::string prof = FakeTimerCpuProfile();
   for (const std::string impl : {"deepspeed-2021", "deepspeed"}) {
@@ -298,6 +364,12 @@ TEST(ExecuteCpu, DeepSpeedZero3IsRefused) {
                                         " --mbs 1 --gbs 1 --precision fp32");
   EXPECT_EQ(fp32.exit_code, 2) << fp32.out;
   EXPECT_NE(fp32.out.find("--precision fp32: not executed"), std::string::npos) << fp32.out;
+  // Expert parallelism: execute runs an MoE layer's experts on its own tensor-parallel group.
+  const auto ep = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " +
+                                      std::string(SHARDCAST_BINARY) + " execute --model mixtral-8x7b --profile " +
+                                      prof + " --mbs 1 --gbs 2 --ep 2");
+  EXPECT_EQ(ep.exit_code, 2) << ep.out;
+  EXPECT_NE(ep.out.find("--ep 2 --etp 1: expert parallelism is not executed"), std::string::npos) << ep.out;
   // A reduce after every pipeline flush (simulate's default) is not what execute's program runs.
   const auto flushes = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 4 " +
                                            std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " +
