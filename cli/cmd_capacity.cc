@@ -63,7 +63,6 @@ double ParseTokens(const std::string& s) {
 /// --price-per-gpu-hour GPU=USD: the GPU's preset name (or the name as given: a custom GPU of an
 /// option's cluster file, checked against the options later) and the price, a decimal number
 /// (exponent allowed: 1e1) of USD from kMinPriceUsd to kMaxPriceUsd. Throws InputError (exit 2) naming the value.
-constexpr double kMinPriceUsd = 1e-4, kMaxPriceUsd = 1e4;
 std::pair<std::string, double> ParsePrice(const std::string& p) {
   const auto eq = p.find('=');
   const std::string usd = eq == std::string::npos ? std::string() : p.substr(eq + 1);

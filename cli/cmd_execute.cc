@@ -117,6 +117,85 @@ void ShareHostMemory(const HardwareProfile& prof, int rank, Cluster* cl) {
   }
 }
 
+/// The command on this rank once MPI runs: loads and checks the inputs (every rank the same
+/// checks, so bad input fails them all alike), executes the program, and rank 0 reports.
+void ExecuteOnThisRank(const ExecuteArgs& a, int rank, int size) {
+  const Model m = LoadModel(a.cfg.model, "--model");
+  if (a.cfg.profile.empty()) {
+    throw InputError("command line: --profile: missing, expected the profile of this machine (shardcast calibrate)");
+  }
+  const HardwareProfile prof = LoadProfile(a.cfg.profile);
+  // The prediction must describe the processors that run the program.
+  if ((a.o.backend == "cpu") != (prof.gpu == "cpu")) {
+    throw InputError(a.cfg.profile + ": /gpu: got \"" + prof.gpu + "\", expected " +
+                     (a.o.backend == "cpu" ? std::string("\"cpu\": the cpu backend runs on this machine's CPUs "
+                                                         "(shardcast calibrate --backend cpu writes its profile)")
+                                           : std::string("a GPU: the cuda backend runs on this machine's GPU "
+                                                         "(shardcast calibrate --backend cuda writes its profile)")));
+  }
+  Cluster cl = a.cfg.cluster.empty() ? ClusterFromProfile(prof, a.cfg.profile) : LoadCluster(a.cfg.cluster, "--cluster");
+  ShareHostMemory(prof, rank, &cl);
+  // The executor's own program: non-blocking pipeline transfers, scatter/gather messages
+  // (Megatron-LM 2021-22's pipeline behaviour) unless --framework says otherwise.
+  SimulateArgs cfg = a.cfg;
+  if (cfg.framework.empty()) cfg.framework = "megatron-2022";
+  // fp32/tf32 first: simulate's rule for them (unfused attention) is moot where they do not run.
+  if (const std::string pr = ToLower(cfg.prec.precision); pr == "fp32" || pr == "tf32") {
+    throw InputError(fmt::format("command line: --precision {}: not executed (execute runs its GEMMs in 16 bits on "
+                                 "the cuda backend and fp32 on the cpu one); simulate and plan predict it", pr));
+  }
+  // The ranks are the GPUs (or CPU workers): a --gpus that disagrees would be ignored.
+  if (a.cfg.gpus > 0 && a.cfg.gpus != size) {
+    throw InputError(fmt::format("command line: --gpus: got {}, but {} this program; expected --gpus {} or no "
+                                 "--gpus (mpirun -np N sets it)",
+                                 a.cfg.gpus, size == 1 ? std::string("1 rank runs") : fmt::format("{} ranks run", size),
+                                 size));
+  }
+  // The trace must not replace what this command reads.
+  CheckOutputFiles({{"--trace", a.o.trace}}, {a.cfg.model, a.cfg.profile, a.cfg.cluster});
+  const ParallelConfig c = BuildConfig(cfg, m, size);
+  // Rank 0 writes the report and the trace: an output option given to another rank alone
+  // would be dropped without a word.
+  std::vector<std::string> settings = ProgramSettings(m, c, a.o);
+  settings.push_back("trace=" + (a.o.trace.empty() ? std::string("(none)") : a.o.trace));
+  settings.push_back(fmt::format("json={}", a.cfg.json));
+  CheckRanksAgree(settings);
+  RefuseWhatExecuteDoesNotRun(c);
+  ExecuteReport r = Execute(m, c, cl, prof, a.o);
+  if (rank != 0) return;
+  if (a.cfg.json) {
+    std::cout << WithIntegerBytes(ExecuteJson(r, m, cl, size)).dump(2) << "\n";
+  } else {
+    WriteExecuteReport(std::cout, r, m, size);
+    if (!a.o.trace.empty()) std::cout << "\nTrace of the last step written to " << a.o.trace << "\n";
+  }
+}
+
+/// Ends every rank of a multi-rank run after `e` with the message, never a hang. Bad input fails
+/// every rank at the same check: they meet at a barrier of their own (on `agree`, freed here)
+/// and exit cleanly, rank 0 printing the message once. A rank failing alone (mid-run) leaves the
+/// others in the program's collectives: after 10 s without the barrier, MPI_Abort ends them all.
+/// Exit code 2 for InputError, else 1.
+[[noreturn]] void EndAllRanks(const std::exception& e, int rank, MPI_Comm agree) {
+  const int code = dynamic_cast<const InputError*>(&e) ? 2 : 1;
+  if (rank == 0) std::cerr << "shardcast: error: " << e.what() << "\n" << std::flush;
+  MPI_Request req = MPI_REQUEST_NULL;
+  MPI_Ibarrier(agree, &req);
+  int done = 0;
+  for (int ms = 0; ms < 10000 && !done; ++ms) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!done) {
+    // This rank failed alone: say so from here (rank 0 may not be the one that knows).
+    if (rank != 0) std::cerr << "shardcast: error: rank " << rank << ": " << e.what() << "\n" << std::flush;
+    MPI_Abort(MPI_COMM_WORLD, code);
+  }
+  MPI_Comm_free(&agree);
+  MPI_Finalize();
+  std::exit(code);
+}
+
 void RunExecute(const ExecuteArgs& a) {
   int inited = 0;
   MPI_Initialized(&inited);
@@ -127,85 +206,14 @@ void RunExecute(const ExecuteArgs& a) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  // Used only to agree that every rank failed (below), so it cannot match the program's own
-  // collectives on MPI_COMM_WORLD.
+  // Used only to agree that every rank failed (EndAllRanks), so it cannot match the program's
+  // own collectives on MPI_COMM_WORLD.
   MPI_Comm agree = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &agree);
   try {
-    const Model m = LoadModel(a.cfg.model, "--model");
-    if (a.cfg.profile.empty()) {
-      throw InputError("command line: --profile: missing, expected the profile of this machine (shardcast calibrate)");
-    }
-    const HardwareProfile prof = LoadProfile(a.cfg.profile);
-    // The prediction must describe the processors that run the program.
-    if ((a.o.backend == "cpu") != (prof.gpu == "cpu")) {
-      throw InputError(a.cfg.profile + ": /gpu: got \"" + prof.gpu + "\", expected " +
-                       (a.o.backend == "cpu" ? std::string("\"cpu\": the cpu backend runs on this machine's CPUs "
-                                                           "(shardcast calibrate --backend cpu writes its profile)")
-                                             : std::string("a GPU: the cuda backend runs on this machine's GPU "
-                                                           "(shardcast calibrate --backend cuda writes its profile)")));
-    }
-    Cluster cl = a.cfg.cluster.empty() ? ClusterFromProfile(prof, a.cfg.profile) : LoadCluster(a.cfg.cluster, "--cluster");
-    ShareHostMemory(prof, rank, &cl);
-    // The executor's own program: non-blocking pipeline transfers, scatter/gather messages
-    // (Megatron-LM 2021-22's pipeline behaviour) unless --framework says otherwise.
-    SimulateArgs cfg = a.cfg;
-    if (cfg.framework.empty()) cfg.framework = "megatron-2022";
-    // fp32/tf32 first: simulate's rule for them (unfused attention) is moot where they do not run.
-    if (const std::string pr = ToLower(cfg.prec.precision); pr == "fp32" || pr == "tf32") {
-      throw InputError(fmt::format("command line: --precision {}: not executed (execute runs its GEMMs in 16 bits on "
-                                   "the cuda backend and fp32 on the cpu one); simulate and plan predict it", pr));
-    }
-    // The ranks are the GPUs (or CPU workers): a --gpus that disagrees would be ignored.
-    if (a.cfg.gpus > 0 && a.cfg.gpus != size) {
-      throw InputError(fmt::format("command line: --gpus: got {}, but {} this program; expected --gpus {} or no "
-                                   "--gpus (mpirun -np N sets it)",
-                                   a.cfg.gpus, size == 1 ? std::string("1 rank runs") : fmt::format("{} ranks run", size),
-                                   size));
-    }
-    // The trace must not replace what this command reads.
-    CheckOutputFiles({{"--trace", a.o.trace}}, {a.cfg.model, a.cfg.profile, a.cfg.cluster});
-    const ParallelConfig c = BuildConfig(cfg, m, size);
-    // Rank 0 writes the report and the trace: an output option given to another rank alone
-    // would be dropped without a word.
-    std::vector<std::string> settings = ProgramSettings(m, c, a.o);
-    settings.push_back("trace=" + (a.o.trace.empty() ? std::string("(none)") : a.o.trace));
-    settings.push_back(fmt::format("json={}", a.cfg.json));
-    CheckRanksAgree(settings);
-    RefuseWhatExecuteDoesNotRun(c);
-    ExecuteReport r = Execute(m, c, cl, prof, a.o);
-    if (rank == 0) {
-      if (a.cfg.json) {
-        std::cout << WithIntegerBytes(ExecuteJson(r, m, cl, size)).dump(2) << "\n";
-      } else {
-        WriteExecuteReport(std::cout, r, m, size);
-        if (!a.o.trace.empty()) std::cout << "\nTrace of the last step written to " << a.o.trace << "\n";
-      }
-    }
+    ExecuteOnThisRank(a, rank, size);
   } catch (const std::exception& e) {
-    if (size > 1) {
-      // Fail all ranks together with the message, never a hang. Bad input fails every rank at the
-      // same check: they meet at a barrier of their own and exit cleanly, rank 0 printing the
-      // message once. A rank failing alone (mid-run) leaves the others in the program's
-      // collectives: after 10 s without the barrier, MPI_Abort ends them all.
-      const int code = dynamic_cast<const InputError*>(&e) ? 2 : 1;
-      if (rank == 0) std::cerr << "shardcast: error: " << e.what() << "\n" << std::flush;
-      MPI_Request req = MPI_REQUEST_NULL;
-      MPI_Ibarrier(agree, &req);
-      int done = 0;
-      for (int ms = 0; ms < 10000 && !done; ++ms) {
-        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-        if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-      if (!done) {
-        // This rank failed alone: say so from here (rank 0 may not be the one that knows).
-        if (rank != 0) std::cerr << "shardcast: error: rank " << rank << ": " << e.what() << "\n" << std::flush;
-        MPI_Abort(MPI_COMM_WORLD, code);
-      }
-      MPI_Comm_free(&agree);
-      MPI_Finalize();
-      std::exit(code);
-    }
+    if (size > 1) EndAllRanks(e, rank, agree);
     MPI_Comm_free(&agree);
     MPI_Finalize();
     throw;

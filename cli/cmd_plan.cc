@@ -47,6 +47,18 @@ struct PlanArgs {
   CLI::Option* straggler_nic_opt = nullptr;
 };
 
+/// The `simulate` command line that reproduces plan config `c` (the text's "Details:" line and
+/// `--json`'s `simulate_command`): the model, cluster and profile as given, the plan's flags
+/// (SimulateFlags; what they cannot say into `unexpressed`), and --straggler / --straggler-nic
+/// where given.
+std::string SimulateCommandOf(const PlanArgs& a, const Model& m, const ParallelConfig& c, std::int64_t gpus,
+                              std::vector<std::string>* unexpressed) {
+  return "shardcast simulate --model " + a.model + " --cluster " + a.cluster + " " +
+         (a.profile.empty() ? "" : "--profile " + a.profile + " ") + SimulateFlags(c, m, gpus, unexpressed) +
+         (a.straggler_opt->count() > 0 ? fmt::format(" --straggler {:g}", a.straggler) : std::string()) +
+         (a.straggler_nic_opt->count() > 0 ? fmt::format(" --straggler-nic {:g}", a.straggler_nic) : std::string());
+}
+
 /// `--straggler`: each ranked plan run with one slow GPU at its worst stage (timing only).
 std::vector<PlanStraggler> RunStragglers(const Model& m, const Cluster& cl, const HardwareProfile& prof,
                                          const PlanOptions& o, const PlanResult& r, double slowdown,
@@ -174,6 +186,12 @@ void RunPlanCommand(const PlanArgs& a) {
   if (!a.csv.empty() && !csv_to_stdout) WriteCsvOption(a.csv, PlanCsv(view));
   if (a.json || !a.html.empty()) {
     Json j = PlanJson(view);
+    std::vector<std::string> unexpressed;  // the text prints them under its Details line
+    for (std::size_t i = 0; i < r.plans.size(); ++i) {
+      j["plans"][i]["simulate_command"] = SimulateCommandOf(a, m, r.plans[i].config, o.gpus, &unexpressed);
+    }
+    if (recommended) j["recommended"]["simulate_command"] = SimulateCommandOf(a, m, recommended->config, o.gpus, &unexpressed);
+    j = WithIntegerBytes(j);  // the page holds what --json prints
     if (!a.emit.format.empty()) j["launch"] = launch ? LaunchJson(*launch, a.emit.file) : Json(nullptr);
     if (r_changed) j["what_if"] = PlanWhatIfJson(view, a.what_if, hw->prof, RecommendedPlan(*r_changed));
     if (straggler) j["straggler"] = PlanStragglerJson(stragglers, a.straggler, a.straggler_nic);
@@ -185,7 +203,7 @@ void RunPlanCommand(const PlanArgs& a) {
                       PlanHtmlData(view, j));
     }
     if (a.json) {
-      std::cout << WithIntegerBytes(j).dump(2) << "\n";
+      std::cout << j.dump(2) << "\n";
       return;
     }
   }
@@ -202,12 +220,7 @@ void RunPlanCommand(const PlanArgs& a) {
   if (straggler) WritePlanStragglers(std::cout, stragglers, a.straggler, a.straggler_nic);
   const Plan& chosen = *recommended;
   std::vector<std::string> unexpressed;  // plans set nothing simulate has no flag for
-  std::cout << "\nDetails: shardcast simulate --model " << a.model << " --cluster " << a.cluster << " "
-            << (a.profile.empty() ? "" : "--profile " + a.profile + " ")
-            << SimulateFlags(chosen.config, m, o.gpus, &unexpressed)
-            << (a.straggler_opt->count() > 0 ? fmt::format(" --straggler {:g}", a.straggler) : std::string())
-            << (a.straggler_nic_opt->count() > 0 ? fmt::format(" --straggler-nic {:g}", a.straggler_nic) : std::string())
-            << "\n";
+  std::cout << "\nDetails: " << SimulateCommandOf(a, m, chosen.config, o.gpus, &unexpressed) << "\n";
   for (const auto& u : unexpressed) std::cout << "  (not reproduced: " << u << ")\n";
   if (launch) WriteLaunch(std::cout, *launch, a.emit.file, label);
   if (r_changed) WritePlanWhatIf(std::cout, a.what_if, prof, hw->prof, chosen, RecommendedPlan(*r_changed));
@@ -231,7 +244,7 @@ void RegisterPlan(CLI::App& app) {
       ->transform(CLI::IsMember({"throughput", "cost", "energy"}, CLI::ignore_case));
   cmd->add_option("--price-per-gpu-hour", a->price,
                   "USD per GPU-hour for the cost column and --objective cost (default: the GPU preset's dated price)")
-      ->check(BoundedNumber(0.001, 1e5));
+      ->check(BoundedNumber(kMinPriceUsd, kMaxPriceUsd));
   AddPositive(cmd, "--max-tp", a->max_tp, "largest tensor-parallel size (default: GPUs per node)", kMaxParallelSize);
   AddPositive(cmd, "--max-mbs", a->max_mbs, "largest micro-batch size (default 16)", kMaxMicroBatchSize);
   cmd->add_option("--min-headroom", a->min_headroom_gib,

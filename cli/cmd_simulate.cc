@@ -71,6 +71,26 @@ std::int64_t VirtualStages(const SimulateArgs& a, const Model& m) {
   return a.vp > 0 ? a.vp : 1;
 }
 
+/// Megatron-LM's --num-experts and --moe-router-topk, which plan prints among its arguments:
+/// the model's file sets the architecture, so a value other than the model's exits 2 (InputError)
+/// naming both, and either flag on a dense model does too.
+void CheckModelMoeArgs(const SimulateArgs& a, const Model& m) {
+  const std::pair<const char*, std::int64_t> given[] = {{"--num-experts", a.num_experts},
+                                                         {"--moe-router-topk", a.moe_topk}};
+  const std::int64_t have[] = {m.moe.num_experts, m.moe.top_k};
+  for (int i = 0; i < 2; ++i) {
+    if (given[i].second == 0) continue;
+    if (!m.moe.enabled()) {
+      throw InputError(fmt::format("command line: {}: got {}, but {} has no routed experts (a dense model; its file "
+                                   "sets the architecture)", given[i].first, given[i].second, m.name));
+    }
+    if (given[i].second != have[i]) {
+      throw InputError(fmt::format("command line: {}: got {}, expected {}, {}'s (its file sets the architecture)",
+                                   given[i].first, given[i].second, have[i], m.name));
+    }
+  }
+}
+
 /// Exit 2 when the pipeline split flags given do not add up (PipelineLayoutOf), naming them.
 void CheckPipelineSplitArgs(const SimulateArgs& a, const Model& m, const ParallelConfig& c) {
   const bool uneven = a.first_stage_layers >= 0 || a.last_stage_layers >= 0;
@@ -317,6 +337,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.moe_load_imbalance = a.moe_load_imbalance;
   c.moe_force_load_balancing = a.moe_force_load_balancing;
   CheckMoeRoutingOptions(m, c);
+  CheckModelMoeArgs(a, m);
   ApplyContextParallelArgs(a, &c);
   CheckPipelineSplitArgs(a, m, c);
   c.p2p_blocking = a.p2p_blocking;
@@ -326,9 +347,12 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   return c;
 }
 
-std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t gpus,
-                          std::vector<std::string>* unexpressed) {
-  const ParallelConfig d;  // BuildConfig's defaults where a flag is absent
+namespace {
+
+/// SimulateFlags' grid: GPUs, tp, pp (and dp where it is not implied), cp, the expert grid and
+/// dispatch, virtual stages and the pipeline split, batch sizes, flushes and the sequence.
+std::string GridFlags(const ParallelConfig& c, const Model& m, std::int64_t gpus,
+                      std::vector<std::string>* unexpressed) {
   std::string f = fmt::format("--gpus {} --tp {} --pp {}", gpus, c.tp, c.pp);
   if (c.dp < 1 || c.global_batch_size < 1 || c.micro_batch_size < 1) {
     unexpressed->push_back(fmt::format("dp={} global_batch_size={} micro_batch_size={} (the flags take positive sizes)",
@@ -357,6 +381,13 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.pipeline_flushes > 1) f += fmt::format(" --pipeline-flushes {}", c.pipeline_flushes);
   if (c.pipeline_flushes > 1 && !c.flush_grad_reduce) f += " --flush-grad-reduce last";
   if (c.seq_length > 0 && c.seq_length != m.seq_length) f += fmt::format(" --seq {}", c.seq_length);
+  return f;
+}
+
+/// SimulateFlags' kernels and overlaps: recompute, offloading, sequence parallelism, ZeRO stage,
+/// schedule, precision, fused kernels, the overlap switches and the cross-entropy implementation.
+std::string KernelFlags(const ParallelConfig& c) {
+  std::string f;
   if (c.recompute != Recompute::kNone) f += fmt::format(" --recompute {}", ToString(c.recompute));
   if (c.recompute == Recompute::kSelective && c.recompute_modules != kRecomputeCoreAttn) {
     f += " --recompute-modules " + RecomputeModulesArgs(c.recompute_modules);
@@ -380,6 +411,15 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
   if (c.cross_entropy == CrossEntropyImpl::kFlashAttn || c.cross_entropy == CrossEntropyImpl::kTorch) {
     f += fmt::format(" --cross-entropy {}", ToString(c.cross_entropy));
   }
+  return f;
+}
+
+/// SimulateFlags' optimizer: main-gradient dtype, the optimizer and ZeRO-3 implementation,
+/// hybrid sharding, DeepSpeed's bucket and prefetch knobs where not their defaults (`d`), the
+/// framework's pipeline transfers.
+std::string OptimizerFlags(const ParallelConfig& c, const ParallelConfig& d,
+                           std::vector<std::string>* unexpressed) {
+  std::string f;
   if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) f += " --bf16-main-grads";
   // --zero3-impl deepspeed implies DeepSpeed's optimizer: say so when it is Megatron's.
   if (c.optimizer_impl != OptimizerImpl::kMegatron || c.deepspeed_zero3()) {
@@ -423,6 +463,17 @@ std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t 
     unexpressed->push_back(fmt::format("param_gather_bytes_per_param={} (no flag; simulate uses {})",
                                        c.param_gather_bytes, d.param_gather_bytes));
   }
+  return f;
+}
+
+}  // namespace
+
+std::string SimulateFlags(const ParallelConfig& c, const Model& m, std::int64_t gpus,
+                          std::vector<std::string>* unexpressed) {
+  const ParallelConfig d;  // BuildConfig's defaults where a flag is absent
+  std::string f = GridFlags(c, m, gpus, unexpressed);
+  f += KernelFlags(c);
+  f += OptimizerFlags(c, d, unexpressed);
   return f;
 }
 
@@ -550,6 +601,7 @@ ParallelConfig SimulateCommand::ResolvedConfig() const {
 
 Json SimulateCommand::ResultJson() const {
   Json j = ResultToJson(r_, m_, c_, cl_, gpus_);
+  j["notes"] = SimulationNotes(r_, m_, c_, cl_, gpus_);
   j["profile"] = a_.profile.empty() ? "built-in default" : a_.profile;
   j["profile_estimates"] = prof_.kind == "default" ? Json(prof_.Estimates(c_.flash_attention, c_.precision)) : Json::array();
   if (launch_) j["launch"] = LaunchJson(*launch_, emit_.file);
@@ -678,6 +730,14 @@ void AddGridOptions(CLI::App* cmd, SimulateArgs* a) {
                   "drops some); default dropless")
       ->check(BoundedNumber(0.01, 64.0));
   AddMoeRoutingOptions(cmd, &a->moe_load_imbalance, &a->moe_force_load_balancing);
+  AddPositive(cmd, "--num-experts", a->num_experts,
+              "Megatron-LM's routed experts, as plan prints them: checked against the model's (its file sets them)",
+              kMaxParallelSize);
+  AddPositive(cmd, "--moe-router-topk", a->moe_topk,
+              "Megatron-LM's experts a token is routed to, as plan prints them: checked against the model's",
+              kMaxParallelSize);
+  cmd->add_flag("--moe-grouped-gemm", a->moe_grouped_gemm,
+                "Megatron-LM's grouped GEMM of the local experts: how the cost model always runs them");
   AddPositive(cmd, "--vp,--virtual-pipeline-model-parallel-size,--num-virtual-stages-per-pipeline-rank", a->vp,
               "virtual stages per pipeline rank", kMaxVirtualStages);
 }

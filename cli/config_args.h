@@ -95,6 +95,11 @@ struct SimulateArgs {
   std::string moe_dispatcher = "alltoall";
   double moe_capacity_factor = 0, moe_load_imbalance = 0;
   bool moe_force_load_balancing = false;  ///< --moe-router-force-load-balancing
+  /// Megatron-LM's --num-experts and --moe-router-topk (0: not given), which `plan` prints with
+  /// its arguments: checked against the model, whose file sets them; --moe-grouped-gemm, the
+  /// experts' GEMMs as one grouped GEMM, the only way the cost model runs them.
+  std::int64_t num_experts = 0, moe_topk = 0;
+  bool moe_grouped_gemm = false;
   /// --decoder-first/last-pipeline-num-layers (-1: not given).
   std::int64_t first_stage_layers = -1, last_stage_layers = -1;
   /// --pipeline-flushes N (ParallelConfig::pipeline_flushes; 0: not given, 1).

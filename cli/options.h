@@ -20,6 +20,8 @@ namespace shardcast::cli {
 /// The largest GPU count the simulator accepts (2^20): group sizes and rank counts stay far from
 /// integer limits, and no cluster of today is larger.
 inline constexpr std::int64_t kMaxGpus = kMaxParallelSize;
+/// --price-per-gpu-hour's range in USD (plan and capacity alike).
+inline constexpr double kMinPriceUsd = 1e-4, kMaxPriceUsd = 1e4;
 
 /// Adds an integer option that must be an integer from `min` to `max`; otherwise the error reads
 /// `--tp: got "abc", expected a <what> integer up to N`. The value is read in decimal and handed

@@ -658,6 +658,13 @@ void ReadHfDeepSeekExperts(const JsonReader& r, const std::string& type, const s
     throw InputError::Field(file, "/num_experts_per_tok", r.Has("num_experts_per_tok") ? "null" : "absent",
                             "1 to n_routed_experts = " + std::to_string(e.num_experts) + " experts per token");
   }
+  if (e.num_experts == 0) {
+    // n_routed_experts None: DeepSeek's DecoderLayer builds the dense MLP in every layer, and
+    // neither the experts' nor the router's keys are read.
+    e = MoeSpec{};
+    m->mtp_num_layers = r.OptInt("num_nextn_predict_layers", 0, 64).value_or(0);
+    return;
+  }
   e.top_k = top_k.value_or(0);
   e.ffn_hidden_size = r.Int("moe_intermediate_size", 1, kMaxFfn);
   e.shared_ffn_hidden_size =

@@ -50,6 +50,7 @@ FitDescription DescribeFit(const Model& m, const DescribeRequest& r, const Clust
   cfg.ep = r.ep;
   cfg.etp = r.etp;
   cfg.sequence_parallel = cfg.tp > 1 && m.moe.enabled();  // Megatron-Core's MoE with tp > 1
+  RequireExpertParallel(m, cfg, "command line");  // bad --ep / --etp exit 2, as in simulate
   f.reasons = InfeasibilityReasons(m, cfg, f.gpus, cluster);
   if (!f.feasible()) return f;
   for (std::int64_t s = 0; s < r.pp; ++s) {

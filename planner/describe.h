@@ -65,7 +65,9 @@ struct ModelDescription {
 };
 
 /// Describes `m` (and its fit on `cluster` when given).
-/// Throws InputError when --gpus or a TP/PP is given without a cluster.
+/// Throws InputError when --gpus or a TP/PP is given without a cluster, and for an expert grid
+/// the model rules out (RequireExpertParallel: --ep or --etp on a dense model, an ep that does not
+/// divide the experts, ...), as simulate does.
 ModelDescription DescribeModel(const Model& m, const DescribeRequest& r, const Cluster* cluster);
 
 }  // namespace shardcast

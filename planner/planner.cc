@@ -65,9 +65,11 @@ struct PipelineSplit {
 
 /// The splits for `m`: for every pp <= L, L / pp per stage where pp divides L; (L + 2) / pp
 /// slots with the embedding and the loss in slots (BLOOM's, Llama 3's partition) where pp > 2
-/// divides L + 2 but not L; and where neither divides, Megatron-LM's uneven splits with
-/// ceil(L / pp) layers on every middle stage and the rest on the first and the last, every way
-/// of sharing it with 1 to ceil(L / pp) layers each (the last stage also carries the output layer,
+/// divides L + 2 but not L; and where neither divides, Megatron-LM's uneven splits whose largest
+/// stage has ceil(L / pp) layers, the fewest possible: the middle stages share their layers
+/// evenly, mid each (ceil(L / pp), or fewer where the first and last stage cannot hold the rest
+/// otherwise: 61 layers at pp 12 are 6 + 10 x 5 + 5), and the first and last take the rest every
+/// way that gives each 1 to ceil(L / pp) layers (the last stage also carries the output layer,
 /// the loss and any MTP modules, so a lighter last stage can be the faster; pp 2 splits L in
 /// two), for pp that divide `pp_divides` (the GPUs per tensor-parallel group: other pp cannot
 /// form a candidate). `--fix decoder_first=N` / `decoder_last=N` keep the uneven splits with
@@ -87,10 +89,18 @@ std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, 
       // first and last stage sizes.
       out.push_back({pp, false, -1, -1, 1});
     } else if (pp >= 2 && pp_divides % pp == 0) {
-      const std::int64_t mid = (L + pp - 1) / pp, rest = L - (pp - 2) * mid;
-      for (std::int64_t first = std::max<std::int64_t>(1, rest - mid); first <= std::min(mid, rest - 1); ++first) {
-        const std::int64_t last = rest - first;
-        out.push_back({pp, false, first, last, std::gcd(std::gcd(first, last), mid)});
+      // No stage above ceil(L/pp) layers, the fewest a stage can have at most: the middle stages
+      // `mid` each (Megatron-LM shares them evenly), the rest on the first and the last stage.
+      const std::int64_t most = (L + pp - 1) / pp;
+      for (std::int64_t mid = most; mid >= 1; --mid) {
+        const std::int64_t rest = L - (pp - 2) * mid;
+        if (rest < 2) continue;
+        if (rest > 2 * most) break;
+        for (std::int64_t first = std::max<std::int64_t>(1, rest - most); first <= std::min(most, rest - 1); ++first) {
+          const std::int64_t last = rest - first;
+          out.push_back({pp, false, first, last, std::gcd(std::gcd(first, last), mid)});
+        }
+        if (pp == 2) break;  // no middle stage
       }
     }
   }

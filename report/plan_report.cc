@@ -107,6 +107,7 @@ Json PlanToJson(const PlanView& v, const Plan& p) {
   Json pj = ResultToJson(p.result, v.m, p.config, v.cl, v.o.gpus);
   pj["config_summary"] = p.config.Summary();
   pj["megatron_arguments"] = MegatronArguments(p.config, v.m);
+  pj["notes"] = SimulationNotes(p.result, v.m, p.config, v.cl, v.o.gpus);
   pj["usd_per_million_tokens"] = positive(p.usd_per_million_tokens);
   pj["joules_per_token"] = positive(p.joules_per_token);
   pj["known_bias"] = KnownBiasJson(p.config);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <ostream>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -210,6 +211,21 @@ std::string StraddlingGroupsLine(const ParallelConfig& c, std::int64_t gpus, std
 
 namespace {
 
+/// The header's lines on an MoE model's expert load (with expert parallelism, or a capacity factor
+/// under 1): the busiest rank's tokens over the mean and where that comes from; DeepEP's busiest
+/// node across nodes. "" otherwise.
+std::string ExpertLoadLines(const SimulationResult& r, const Model& m, const ParallelConfig& c) {
+  if (!m.moe.enabled() || !r.feasible || (c.ep <= 1 && r.moe_load_imbalance >= 1)) return "";
+  std::string s = fmt::format("  expert load: the busiest expert-parallel rank takes {:.3f} x the mean tokens ({})\n",
+                              r.moe_load_imbalance, MoeImbalanceSource(c, m.moe));
+  if (r.moe_node_imbalance > 1) {
+    s += fmt::format("  DeepEP across nodes: the busiest node's NICs carry {:.3f} x the mean (MoeNodeImbalance, "
+                     "docs/simulator.md)\n",
+                     r.moe_node_imbalance);
+  }
+  return s;
+}
+
 /// The simulation's header: model, cluster, profile, configuration and the lines that qualify them.
 void WriteSimulationHeader(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,
                            const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {
@@ -225,15 +241,7 @@ void WriteSimulationHeader(std::ostream& out, const SimulationResult& r, const M
   if (const std::string partial = PartialNodeLine(gpus, cl.gpus_per_node); !partial.empty()) out << "  " << partial;
   if (const std::string s = StraddlingGroupsLine(c, gpus, cl.gpus_per_node); !s.empty()) out << "  " << s;
   out << UnfusedAttentionLine(cl.gpu);
-  if (m.moe.enabled() && r.feasible && c.ep > 1) {
-    out << fmt::format("  expert load: the busiest expert-parallel rank takes {:.3f} x the mean tokens ({})\n",
-                       r.moe_load_imbalance, MoeImbalanceSource(c, m.moe));
-    if (r.moe_node_imbalance > 1) {
-      out << fmt::format("  DeepEP across nodes: the busiest node's NICs carry {:.3f} x the mean (MoeNodeImbalance, "
-                         "docs/simulator.md)\n",
-                         r.moe_node_imbalance);
-    }
-  }
+  out << ExpertLoadLines(r, m, c);
 }
 
 /// Notes on the configuration: an uneven pipeline split, a vocabulary tp does not divide, a
@@ -441,6 +449,44 @@ void WriteStageTimes(std::ostream& out, const SimulationResult& r, const Model& 
 }
 
 }  // namespace
+
+std::vector<std::string> SimulationNotes(const SimulationResult& r, const Model& m, const ParallelConfig& c,
+                                         const Cluster& cl, std::int64_t gpus) {
+  std::vector<std::string> out;
+  // One note a block of text: its lines joined, runs of spaces collapsed, "Note: " dropped.
+  auto add = [&out](const std::string& block) {
+    std::string s;
+    bool gap = false;
+    for (const char ch : block) {
+      if (ch == ' ' || ch == '\n') {
+        gap = !s.empty();
+        continue;
+      }
+      if (gap) s += ' ';
+      gap = false;
+      s += ch;
+    }
+    if (s.rfind("Note: ", 0) == 0) s.erase(0, 6);
+    if (!s.empty()) out.push_back(s);
+  };
+  auto add_each = [&add](const std::string& text, const std::string& separator) {
+    for (std::size_t at = 0; at <= text.size();) {
+      const std::size_t next = std::min(text.find(separator, at), text.size());
+      add(text.substr(at, next - at));
+      at = next + separator.size();
+    }
+  };
+  // The header's qualifying lines, one note each, then the notes' blocks (blank-line separated).
+  add_each(PartialNodeLine(gpus, cl.gpus_per_node) + StraddlingGroupsLine(c, gpus, cl.gpus_per_node) +
+               UnfusedAttentionLine(cl.gpu) + ExpertLoadLines(r, m, c),
+           "\n");
+  if (r.feasible) {
+    std::ostringstream notes;
+    WriteSimulationNotes(notes, r, m, c, cl);
+    add_each(notes.str(), "\n\n");
+  }
+  return out;
+}
 
 void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,
                      const Cluster& cl, std::int64_t gpus, const HardwareProfile& prof) {

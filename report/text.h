@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <vector>
 
 #include "models/hardware.h"
 #include "models/model.h"
@@ -34,6 +35,13 @@ std::string StraddlingGroupsLine(const ParallelConfig& c, std::int64_t gpus, std
 /// unfused attention; "" elsewhere.
 std::string UnfusedAttentionLine(const Gpu& g);
 
+/// The qualifying lines and notes of `simulate`'s text report on one result, one string each
+/// (lines joined, "Note: " dropped): a partial node, groups placed within nodes, unfused
+/// attention, the expert load, the pipeline split, a vocabulary tp does not divide, a sliding
+/// window, tensor parallelism across nodes, selective recompute with flash attention, the EP
+/// overlap. `--json`'s `notes`.
+std::vector<std::string> SimulationNotes(const SimulationResult& r, const Model& m, const ParallelConfig& c,
+                                         const Cluster& cl, std::int64_t gpus);
 /// `simulate`'s report of one result: step time, MFU/HFU, the time breakdown, memory by stage and
 /// the critical path (or the reasons it cannot run), on `out`.
 void WriteSimulation(std::ostream& out, const SimulationResult& r, const Model& m, const ParallelConfig& c,

@@ -1578,6 +1578,11 @@ std::string MoeImbalanceSource(const ParallelConfig& c, const MoeSpec& moe) {
     s = "balanced routing's expected busiest rank; --moe-load-imbalance sets it";
   }
   if (c.moe_capacity_factor > 0) s += fmt::format(", at most the capacity factor {}", c.moe_capacity_factor);
+  if (c.moe_capacity_factor > 0 && c.moe_capacity_factor < 1) {
+    s += fmt::format("; below 1 every expert drops tokens and runs {} of its routed ones: the executed FLOPs count "
+                     "what runs, the model FLOPs (and MFU) every routed token, as Megatron-LM's do",
+                     c.moe_capacity_factor);
+  }
   return s;
 }
 
@@ -1942,6 +1947,7 @@ class CostModelBuilder {
   CostModel Finish(const LayerSet& layers) && {
     cm.layer_saved_bytes = layers.layer.saved_bytes;
     cm.quantized_weight_bytes_per_param = QuantizedWeightBytesPerParam(c, lf);
+    cm.quantized_copy_bytes_per_param = lf.low_precision() ? lf.CastWriteBytes() : 0.0;
     AddEmbeddingOps();
     AddOutputOps();
     AddMtpOps();

@@ -291,8 +291,12 @@ struct CostModel {
   LayerTensors layer_tensors;
   /// Zero3Impl::kDeepSpeed: its parameter coordinator over a micro-batch of the (only) stage.
   DeepSpeedZero3Plan ds_zero3;
-  /// Extra bytes per quantized parameter (QuantizedWeightBytesPerParam) under the configuration.
+  /// Extra bytes per quantized parameter (QuantizedWeightBytesPerParam) under the configuration:
+  /// its quantized copies, less the 16-bit weight that --fp8-param-gather replaces with them.
   double quantized_weight_bytes_per_param = 0;
+  /// Bytes of a quantized parameter's copies themselves (LinearFormat::CastWriteBytes; 0 without
+  /// a low-precision format).
+  double quantized_copy_bytes_per_param = 0;
 };
 
 LayerTensors LayerTensorsOf(const Model& m, const ParallelConfig& c);

@@ -1088,8 +1088,9 @@ StageMemory StaticStageMemory(const CostModel& cm, const ParallelConfig& c,
     quantized += cc.quantized_params_per_gpu;
     scaling += cc.scaling_state_bytes;
   }
-  mem.quantized_weights_bytes = quantized * cm.quantized_weight_bytes_per_param + scaling;
-  mem.weights_bytes += mem.quantized_weights_bytes;
+  // The copies are part of the weights; with --fp8-param-gather they replace the 16-bit weight.
+  mem.quantized_weights_bytes = quantized * cm.quantized_copy_bytes_per_param + scaling;
+  mem.weights_bytes += quantized * cm.quantized_weight_bytes_per_param + scaling;
   mem.grads_bytes = (params - experts) * bpp.grads + experts * bpe.grads;
   mem.optimizer_bytes = (params - experts) * bpp.optimizer + experts * bpe.optimizer;
   // ZeRO-3 holds gathered parameters of the running and the prefetched layer; pipeline stages
@@ -1204,8 +1205,12 @@ void IdealizeChunks(const SimulateOptions& opts, CostModel* cm) {
 }
 
 /// An op's FLOPs on the mean rank: the expert ops carry the busiest rank's load (they time the
-/// step), so their FLOPs are divided by the imbalance; every other op is the same on each rank.
-double MeanRankFlops(const CostModel& cm, const Op& o) { return o.flops / (o.routed_experts ? cm.moe.imbalance : 1.0); }
+/// step), imbalance x the mean, so their FLOPs are divided by the imbalance; every other op is the
+/// same on each rank. An imbalance below 1 is a capacity factor under 1: every expert drops
+/// tokens and every rank runs the capped load, so the expert ops' FLOPs stand as they are.
+double MeanRankFlops(const CostModel& cm, const Op& o) {
+  return o.flops / (o.routed_experts ? std::max(1.0, cm.moe.imbalance) : 1.0);
+}
 
 /// Recomputed FLOPs per token in the model FLOPs' convention (full attention matrix, MLA's mean
 /// head dimension), for HFU.

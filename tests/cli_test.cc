@@ -564,6 +564,38 @@ TEST(CliPlan, JsonKeysAndMegatronArguments) {
   EXPECT_NE(j["plans"][0]["megatron_arguments"].get<std::string>().find("--tensor-model-parallel-size"),
             std::string::npos);
   EXPECT_LE(j["plans"][0]["step_time_s"].get<double>(), j["plans"][1]["step_time_s"].get<double>());
+  // Each plan carries the simulate command that reproduces it (the text's Details line for the
+  // recommended one), and the simulate notes.
+  for (std::size_t i = 0; i < 3; ++i) {
+    const std::string cmd = j["plans"][i]["simulate_command"].get<std::string>();
+    ASSERT_EQ(cmd.rfind("shardcast simulate --model gpt3-13b --cluster dgx-a100 ", 0), 0u) << cmd;
+    const auto sim = RunShardcast(cmd.substr(std::string("shardcast ").size()) + " --json");
+    ASSERT_EQ(sim.exit_code, 0) << cmd << "\n" << sim.err;
+    EXPECT_DOUBLE_EQ(Json::parse(sim.out)["step_time_s"].get<double>(), j["plans"][i]["step_time_s"].get<double>());
+    EXPECT_TRUE(j["plans"][i]["notes"].is_array());
+  }
+  EXPECT_EQ(j["recommended"]["simulate_command"], j["plans"][j["recommended_rank"].get<int>() - 1]["simulate_command"]);
+  const auto text = RunShardcast("plan --model gpt3-13b --cluster dgx-a100 --gpus 64 --gbs 256 --top 3");
+  EXPECT_NE(text.out.find("Details: " + j["recommended"]["simulate_command"].get<std::string>() + "\n"), std::string::npos)
+      << text.out;
+}
+
+// simulate --json carries the text's qualifying lines and notes, one string each, as the text
+// has them (lines joined): here a partial node and a pipeline split pp does not divide.
+TEST(CliSimulate, JsonHasTheTextsNotes) {
+  const std::string args = "simulate --model llama2-7b --cluster dgx-h100 --gpus 12 --pp 3 --tp 4 --mbs 1 --gbs 8";
+  const auto text = RunShardcast(args);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  const auto json = RunShardcast(args + " --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const Json notes = Json::parse(json.out)["notes"];
+  ASSERT_EQ(notes.size(), 2u) << notes.dump(1);
+  EXPECT_EQ(notes[0], "Partial node: 12 GPUs are 1.50 nodes of 8; whole nodes are 16 GPUs");
+  const std::string split = notes[1].get<std::string>();
+  EXPECT_EQ(split.rfind("Pipeline split (transformer layers per stage): ", 0), 0u) << split;
+  EXPECT_NE(split.find("32 layers over pp = 3 do not divide"), std::string::npos) << split;
+  EXPECT_NE(text.out.find("\nPipeline split (transformer layers per stage): "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(notes[0].get<std::string>()), std::string::npos) << text.out;
 }
 
 // The Megatron-LM arguments plan prints run in simulate as they are (Megatron's switches for
@@ -590,6 +622,23 @@ TEST(CliPlan, PrintedMegatronArgumentsRunInSimulate) {
             2);
   EXPECT_TRUE(testing::ExitsTwoWith("simulate " + where + "--mbs 1 --gbs 16 --overlap-param-gather",
                                     "--overlap-param-gather: given with ZeRO-0, expected --use-distributed-optimizer"));
+  // An MoE plan's arguments begin with the model's --num-experts and --moe-router-topk and carry
+  // --moe-grouped-gemm: simulate takes them, checked against the model's file.
+  const std::string moe = "--model mixtral-8x7b --cluster dgx-h100 --gpus 32 ";
+  const Json jm = Json::parse(RunShardcast("plan " + moe + "--gbs 256 --top 1 --json").out);
+  ASSERT_EQ(jm["plans"].size(), 1u);
+  const std::string margs = jm["plans"][0]["megatron_arguments"].get<std::string>();
+  ASSERT_EQ(margs.rfind("--num-experts 8 --moe-router-topk 2 ", 0), 0u) << "premise: " << margs;
+  ASSERT_NE(margs.find("--moe-grouped-gemm"), std::string::npos) << "premise: " << margs;
+  const auto msim = RunShardcast("simulate " + moe + margs + " --json");
+  ASSERT_EQ(msim.exit_code, 0) << msim.err;
+  EXPECT_DOUBLE_EQ(Json::parse(msim.out)["step_time_s"].get<double>(), jm["plans"][0]["step_time_s"].get<double>());
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate " + moe + "--num-experts 16 --ep 8 --mbs 1 --gbs 32",
+                                    "command line: --num-experts: got 16, expected 8, mixtral-8x7b's"));
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate " + moe + "--moe-router-topk 1 --mbs 1 --gbs 32",
+                                    "command line: --moe-router-topk: got 1, expected 2, mixtral-8x7b's"));
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate " + where + "--num-experts 8 --mbs 1 --gbs 16",
+                                    "command line: --num-experts: got 8, but gpt3-1.3b has no routed experts"));
 }
 
 TEST(CliPlan, TextAndBadInput) {

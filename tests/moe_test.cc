@@ -841,6 +841,17 @@ TEST(MoeHuggingFace, AbsentKeysTakeTheConfigClassDefaults) {
     "max_position_embeddings": 163840})");
             }).find("/num_experts_per_tok: got absent, expected 1 to n_routed_experts = 64"),
             std::string::npos);
+  // n_routed_experts null is a dense DeepSeek (every DecoderLayer's MLP dense): its top-k and
+  // group keys, DeepSeek-V3's defaults, are not read as a router's.
+  const Model dense = FromHf("v3_dense.json", R"({"model_type": "deepseek_v3", "hidden_size": 2048,
+    "intermediate_size": 10944, "moe_intermediate_size": 1408, "n_routed_experts": null, "num_experts_per_tok": 8,
+    "n_group": 8, "topk_group": 4, "num_hidden_layers": 27, "num_attention_heads": 16, "q_lora_rank": null,
+    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128, "vocab_size": 102400,
+    "max_position_embeddings": 163840})");
+  EXPECT_FALSE(dense.moe.enabled());
+  EXPECT_EQ(dense.moe.top_k, 0);
+  EXPECT_EQ(dense.Parameters().moe_layers, 0);
+  EXPECT_TRUE(dense.mla.enabled());
 }
 
 // GLM-4.5 (glm4_moe) is DeepSeek-V3's MoE with grouped-query attention; Kimi K2 (kimi_k2) names
@@ -1307,7 +1318,8 @@ TEST(MoeDescribe, ExpertMemoryPerGpu) {
 
 // DeepSeek-V3's 61 layers over 16 stages: 4 on each of the 14 middle ones, and the other 5
 // shared by the first and the last every way (the last also carries the output layer, the loss
-// and the MTP module); --fix refuses expert sizes the model rules out, as simulate does.
+// and the MTP module); over 12 and 60 stages, fewer on the middle ones; --fix refuses expert
+// sizes the model rules out, as simulate does.
 TEST(MoePlan, UnevenSplitsShareTheRestEveryWayAndFixChecksTheExperts) {
   const Model m = LoadModel("deepseek-v3");
   const Cluster cl = LoadCluster("dgx-h100");
@@ -1320,6 +1332,21 @@ TEST(MoePlan, UnevenSplitsShareTheRestEveryWayAndFixChecksTheExperts) {
   std::set<std::pair<std::int64_t, std::int64_t>> splits;
   for (const auto& c : GenerateCandidates(m, cl, o, &rej)) splits.insert({c.first_stage_layers, c.last_stage_layers});
   EXPECT_EQ(splits, (std::set<std::pair<std::int64_t, std::int64_t>>{{1, 4}, {2, 3}, {3, 2}, {4, 1}}));
+  // At pp 12, ceil(61/12) = 6 on every middle stage leaves 1 layer for the first and last: the
+  // middle ones take 5 each and the edges 11, 5/6 or 6/5 (Megatron-LM's 6 + 10 x 5 + 5). At
+  // pp 60, 1 on each middle stage and 3 on the edges.
+  for (const auto& [pp, want] : {std::pair<std::int64_t, std::set<std::pair<std::int64_t, std::int64_t>>>{
+                                     12, {{5, 6}, {6, 5}}},
+                                 {60, {{1, 2}, {2, 1}}}}) {
+    o.gpus = 2 * pp * 4;
+    o.global_batch_size = 4096;
+    o.fixed = {{"pp", std::to_string(pp)}, {"tp", "2"}, {"ep", "8"}};
+    splits.clear();
+    for (const auto& c : GenerateCandidates(m, cl, o, &rej)) splits.insert({c.first_stage_layers, c.last_stage_layers});
+    EXPECT_EQ(splits, want) << "pp " << pp;
+  }
+  o.gpus = 1024;
+  o.global_batch_size = 8192;
   EXPECT_TRUE(testing::ExitsTwoWith("plan --model mixtral-8x7b --cluster dgx-h100 --gpus 32 --gbs 256 --fix ep=3",
                                     "--fix: got \"ep=3\", expected a divisor of num_experts = 8"));
   EXPECT_TRUE(testing::ExitsTwoWith("plan --model llama3-8b --cluster dgx-h100 --gpus 32 --gbs 256 --fix ep=2",
@@ -1365,6 +1392,11 @@ TEST(MoeDescribe, LastStageHoldsTheMtpModules) {
   const auto r = testing::RunShardcast("describe --model deepseek-v3 --cluster dgx-h100 --gpus 1024 --ep 2");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("(61 layers + embedding + output layer + 1 MTP module)"), std::string::npos) << r.out;
+  // An expert grid the model rules out exits 2 in describe as in simulate, naming the flag.
+  EXPECT_TRUE(testing::ExitsTwoWith("describe --model llama3-8b --cluster dgx-h100 --gpus 8 --ep 2",
+                                    "command line: --ep: got 2; ep = 2, etp = 1: llama3-8b has no mixture-of-experts"));
+  EXPECT_TRUE(testing::ExitsTwoWith("describe --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --ep 3",
+                                    "command line: --ep: got 3; ep = 3 does not divide num_experts = 128"));
 }
 
 }  // namespace

@@ -583,7 +583,7 @@ TEST(Capacity, SolveFindsTheSmallestCountMeetingTheDeadline) {
   bool monotone = true;
   for (const auto& [g, r] : by_count) {
     if (meets(g) && smallest == 0) smallest = g;
-    if (smallest > 0 && r.feasible && !meets(g)) monotone = false;  // (88 GPUs: no configuration divides)
+    if (smallest > 0 && r.feasible && !meets(g)) monotone = false;
   }
   EXPECT_LE(smallest, n);
   EXPECT_TRUE(monotone);  // so the search's assumption holds here, and its answer is exact
@@ -598,33 +598,35 @@ TEST(Capacity, SolveFindsTheSmallestCountMeetingTheDeadline) {
   const SolveResult none = SolveForDeadline(m, "dgx-a100", o, 64);
   EXPECT_FALSE(none.found);
   EXPECT_EQ(none.tried.back().first, 64);
-  // A maximum no configuration divides (88) is stepped over too, not simulated as a miss: the
-  // row is the largest count tried (a deadline that 0.6 of the time at 64 GPUs leaves out of
-  // reach of 80, starting below it), or, where the search starts at 88, 88's, which says why.
-  const SolveResult at88 = SolveForDeadline(m, "dgx-a100", o, 88);
-  EXPECT_TRUE(at88.tried.empty());
-  EXPECT_EQ(at88.row.option.gpus, 88);
-  EXPECT_FALSE(at88.row.feasible);
-  o.days = by_count.at(64).wall_time_s * 0.6 / 86400.0;
-  const SolveResult capped = SolveForDeadline(m, "dgx-a100", o, 88);
+  // A maximum no configuration divides is stepped over too, not simulated as a miss: 120 GPUs
+  // (8 x 15) need pp 15 (tp, dp and cp are powers of two here), and no split of 24 layers over
+  // 15 stages keeps every stage within ceil(24/15) = 2 layers with the middle ones even. The row
+  // is the largest count tried (a deadline that 0.45 of the time at 64 GPUs leaves out of reach
+  // of 112, starting below it), or, where the search starts at 120, 120's, which says why.
+  const SolveResult at120 = SolveForDeadline(m, "dgx-a100", o, 120);
+  EXPECT_TRUE(at120.tried.empty());
+  EXPECT_EQ(at120.row.option.gpus, 120);
+  EXPECT_FALSE(at120.row.feasible);
+  o.days = by_count.at(64).wall_time_s * 0.45 / 86400.0;
+  const SolveResult capped = SolveForDeadline(m, "dgx-a100", o, 120);
   EXPECT_FALSE(capped.found);
-  EXPECT_NE(std::find(capped.no_configuration.begin(), capped.no_configuration.end(), 88), capped.no_configuration.end());
+  EXPECT_NE(std::find(capped.no_configuration.begin(), capped.no_configuration.end(), 120), capped.no_configuration.end());
   ASSERT_FALSE(capped.tried.empty());
-  EXPECT_NE(capped.tried.back().first, 88);
+  EXPECT_NE(capped.tried.back().first, 120);
   EXPECT_EQ(capped.row.option.gpus, capped.tried.back().first);
-  // A deadline only 96 GPUs meet: the bisection below it reaches 88, which no configuration
+  // A deadline only 128 GPUs meet: the bisection below it reaches 120, which no configuration
   // divides, and steps over it, saying so.
-  const CapacityRow at96 = RunCapacity(m, {{"dgx-a100", 96}}, o).front();
-  ASSERT_TRUE(at96.feasible);
-  o.days = at96.wall_time_s * 1.000001 / 86400.0;
-  const SolveResult far = SolveForDeadline(m, "dgx-a100", o, 96);
+  const CapacityRow at128 = RunCapacity(m, {{"dgx-a100", 128}}, o).front();
+  ASSERT_TRUE(at128.feasible);
+  o.days = at128.wall_time_s * 1.000001 / 86400.0;
+  const SolveResult far = SolveForDeadline(m, "dgx-a100", o, 128);
   ASSERT_TRUE(far.found);
-  EXPECT_EQ(far.row.option.gpus, 96);
-  EXPECT_NE(std::find(far.no_configuration.begin(), far.no_configuration.end(), 88), far.no_configuration.end());
+  EXPECT_EQ(far.row.option.gpus, 128);
+  EXPECT_NE(std::find(far.no_configuration.begin(), far.no_configuration.end(), 120), far.no_configuration.end());
   for (const std::int64_t g : far.no_configuration) {
     for (const auto& [gpus, met] : far.tried) EXPECT_NE(gpus, g);  // stepped over, not simulated
   }
-  CapacityOptions no_days = o;
+CapacityOptions no_days = o;
   no_days.days.reset();
   EXPECT_THROW(SolveForDeadline(m, "dgx-a100", no_days, 64), InputError);
   EXPECT_THROW(SolveForDeadline(m, "dgx-a100", o, 4), InputError);

@@ -116,7 +116,13 @@ TEST(Precision, Fp8WeightCopiesAndScalingState) {
     EXPECT_NEAR(StaticStageMemory(cm, c, p, 0).quantized_weights_bytes, extra, 1e-3) << cluster;
     c.fp8_param_gather = true;
     const CostModel pg = BuildCostModel(m, c, cl, p);
-    EXPECT_NEAR(StaticStageMemory(pg, c, p, 0).quantized_weights_bytes, layers * sharded * (copies - 2) + scaling, 1e-3)
+    // The copies replace the 16-bit weights: the weights change by copies - 2 bytes a parameter,
+    // of which the copies are still the whole copies' bytes (never negative).
+    EXPECT_NEAR(StaticStageMemory(pg, c, p, 0).weights_bytes -
+                    StaticStageMemory(bf_cm, Tp4(Precision::kBf16), p, 0).weights_bytes,
+                layers * sharded * (copies - 2) + scaling, 1e-3)
+        << cluster;
+    EXPECT_NEAR(StaticStageMemory(pg, c, p, 0).quantized_weights_bytes, layers * sharded * copies + scaling, 1e-3)
         << cluster;
     EXPECT_DOUBLE_EQ(ParamGatherBytesPerParam(c, LinearFormatOf(c, cl.gpu.arch)), 1.0);
   }
