@@ -331,6 +331,19 @@ TEST(Moe, ExecutedFlopsRunTheMeanRanksLoad) {
     EXPECT_GT(r.step_time_s, last_step_s) << imbalance;  // the busiest rank still sets the time
     last_step_s = r.step_time_s;
   }
+  // A capacity factor C under 1: every expert drops tokens and runs C of its routed ones, so the
+  // kernels run (1 - C) of the routed experts' GEMMs less: per token and MoE layer k experts of
+  // 3 h x f_e weights (SwiGLU), 2 FLOPs a multiply-add, forward and twice that backward.
+  const double expert_flops = tokens * 32 * 2 * 3.0 * 2 * 3.0 * 4096 * 14336;
+  for (const double cf : {0.5, 0.25}) {
+    c.moe_load_imbalance = 1.0;
+    c.moe_capacity_factor = cf;
+    const SimulationResult r = Simulate(m, c, cl, 8, DefaultProfile(cl));
+    ASSERT_TRUE(r.feasible) << r.reasons.front();
+    EXPECT_NEAR(r.executed_flops_per_step / (expected - (1 - cf) * expert_flops), 1.0, 1e-9) << cf;
+    EXPECT_NEAR(r.model_flops_per_step / (tokens * f.per_token), 1.0, 1e-12) << cf;  // every routed token
+  }
+  c.moe_capacity_factor = 0;
   // With an MTP module (one more MoE layer, its projection and a second pass through the output
   // head, all in the model FLOPs) the kernels run it too.
   Model mtp = m;
