@@ -59,51 +59,99 @@ namespace {
 Json Fraction(std::int64_t n, std::int64_t of) {
   return of > 0 ? Json(static_cast<double>(n) / static_cast<double>(of)) : Json(nullptr);
 }
+
+/// One row of ValidationJson: what it ran and measured, or why it was skipped.
+Json ValidationRowJson(const ValidationRow& r) {
+  auto opt = [](const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); };
+  Json x = {{"row_id", r.row_id}, {"source_id", r.source_id}, {"model", r.model}, {"gpus", r.gpus},
+            {"skipped", r.skipped}};
+  if (r.skipped) {
+    x["skip_reason"] = r.skip_reason;
+    // What was measured stays (a logged run the simulator cannot run still measured its step).
+    x["measured_step_time_s"] = opt(r.measured_step_time_s);
+    x["measured_step_time_derived"] = r.step_time_derived;
+    x["measured_peak_memory_bytes"] = opt(r.measured_peak_memory_bytes);
+    x["measured_memory_is_reserved"] = r.memory_is_reserved;
+  } else {
+    x["config"] = r.config.Summary();
+    x["predicted_step_time_s"] = opt(r.predicted_step_time_s);
+    x["measured_step_time_s"] = opt(r.measured_step_time_s);
+    x["measured_step_time_derived"] = r.step_time_derived;
+    x["step_time_error"] = opt(r.step_time_error);
+    x["predicted_peak_memory_bytes"] = opt(r.predicted_peak_memory_bytes);
+    x["measured_peak_memory_bytes"] = opt(r.measured_peak_memory_bytes);
+    x["predicted_reserved_memory_bytes"] = opt(r.predicted_reserved_bytes);
+    x["measured_memory_is_reserved"] = r.memory_is_reserved;
+    x["predicted_fits"] = r.predicted_fits;
+    x["predicted_memory_at_risk"] = r.predicted_at_risk;
+    x["outcome"] = r.outcome;
+    x["predicted_mfu"] = r.predicted_mfu;
+    x["predicted_mfu_causal"] = r.predicted_mfu_causal;
+    x["flops_convention"] = r.flops_convention_causal ? "causal" : "full";
+    x["assumptions"] = r.assumptions;
+    x["low_confidence"] = r.low_confidence;
+    if (!r.log.empty()) {
+      x["log"] = r.log;
+      x["measured_reserved_bytes"] = opt(r.measured_reserved_bytes);
+    }
+  }
+  x["fitted_constant"] = r.fitted_constant.empty() ? Json(nullptr) : Json(r.fitted_constant);
+  return x;
+}
+
+/// ValidationJson's summary: errors over the timed rows (all, held out, fitted, without the
+/// low-confidence ones), rank correlations, memory and out-of-memory outcomes.
+Json ValidationSummaryJson(const ValidationSummary& s) {
+  // An error over no rows is null, not a perfect score.
+  const auto over = [](double v, auto rows) { return rows > 0 ? Json(v) : Json(nullptr); };
+  Json j = {{"step_time_mape", over(s.step_time_mape, s.timed)},
+            {"step_time_max_abs_error", over(s.step_time_max_abs_error, s.timed)},
+            {"within_5pct", over(s.within_5pct, s.timed)},
+            {"within_10pct", over(s.within_10pct, s.timed)},
+            {"timed_rows", s.timed},
+            {"step_time_mape_held_out", over(s.held_out_mape, s.held_out_timed)},
+            {"step_time_max_abs_error_held_out", over(s.held_out_max_abs_error, s.held_out_timed)},
+            {"held_out_rows", s.held_out_timed},
+            {"step_time_mape_fitted", over(s.fitted_mape, s.fitted_timed)},
+            {"fitted_rows", s.fitted_timed},
+            {"kendall_tau", s.kendall_pairs > 0 ? Json(s.kendall_tau) : Json(nullptr)},
+            {"kendall_pairs", s.kendall_pairs},
+            {"memory_mape", over(s.memory_mape, s.memory_points)},
+            {"memory_points", s.memory_points},
+            {"oom_rows", s.oom_rows},
+            // Fractions of no rows are null, not a perfect or a zero score.
+            {"oom_rows_predicted_oom", Fraction(s.oom_rows_predicted_oom, s.oom_rows)},
+            {"ok_rows", s.ok_rows},
+            {"ok_rows_predicted_fit", Fraction(s.ok_rows_predicted_fit, s.ok_rows)},
+            {"oom_rows_at_risk", Fraction(s.oom_rows_at_risk, s.oom_rows)},
+            {"ok_rows_at_risk", Fraction(s.ok_rows_at_risk, s.ok_rows)},
+            {"rows", s.rows},
+            {"simulated", s.simulated},
+            {"skipped", s.skipped}};
+  for (const auto& [src, v] : s.mape_by_source) j["mape_by_source"][src] = {{"mape", v.first}, {"rows", v.second}};
+  for (const auto& [src, v] : s.tflops_tau_by_source) {
+    j["tflops_kendall_tau_by_source"][src] = {{"tau", v.first}, {"pairs", v.second}};
+  }
+  for (const auto& [g, v] : s.kendall_by_group) j["kendall_tau_by_group"][g] = {{"tau", v.first}, {"pairs", v.second}};
+  j["low_confidence_rows"] = s.low_confidence_rows;
+  j["step_time_mape_without_low_confidence"] = over(s.confident_mape, s.confident_timed);
+  j["step_time_max_abs_error_without_low_confidence"] = over(s.confident_max_abs_error, s.confident_timed);
+  j["step_time_mape_held_out_without_low_confidence"] = over(s.confident_held_out_mape, s.confident_held_out_timed);
+  j["rows_without_low_confidence"] = s.confident_timed;
+  j["kendall_tau_without_low_confidence"] =
+      s.confident_kendall_pairs > 0 ? Json(s.confident_kendall_tau) : Json(nullptr);
+  j["kendall_pairs_without_low_confidence"] = s.confident_kendall_pairs;
+  return j;
+}
+
 }  // namespace
 
 Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
-  const ValidationSummary& s = rep.summary;
   Json j;
   j["runs"] = runs;
   if (!rep.logs.empty()) j["logs"] = rep.logs;
   j["rows"] = Json::array();
-  auto opt = [](const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); };
-  for (const auto& r : rep.rows) {
-    Json x = {{"row_id", r.row_id}, {"source_id", r.source_id}, {"model", r.model}, {"gpus", r.gpus},
-              {"skipped", r.skipped}};
-    if (r.skipped) {
-      x["skip_reason"] = r.skip_reason;
-      // What was measured stays (a logged run the simulator cannot run still measured its step).
-      x["measured_step_time_s"] = opt(r.measured_step_time_s);
-      x["measured_step_time_derived"] = r.step_time_derived;
-      x["measured_peak_memory_bytes"] = opt(r.measured_peak_memory_bytes);
-      x["measured_memory_is_reserved"] = r.memory_is_reserved;
-    } else {
-      x["config"] = r.config.Summary();
-      x["predicted_step_time_s"] = opt(r.predicted_step_time_s);
-      x["measured_step_time_s"] = opt(r.measured_step_time_s);
-      x["measured_step_time_derived"] = r.step_time_derived;
-      x["step_time_error"] = opt(r.step_time_error);
-      x["predicted_peak_memory_bytes"] = opt(r.predicted_peak_memory_bytes);
-      x["measured_peak_memory_bytes"] = opt(r.measured_peak_memory_bytes);
-      x["predicted_reserved_memory_bytes"] = opt(r.predicted_reserved_bytes);
-      x["measured_memory_is_reserved"] = r.memory_is_reserved;
-      x["predicted_fits"] = r.predicted_fits;
-      x["predicted_memory_at_risk"] = r.predicted_at_risk;
-      x["outcome"] = r.outcome;
-      x["predicted_mfu"] = r.predicted_mfu;
-      x["predicted_mfu_causal"] = r.predicted_mfu_causal;
-      x["flops_convention"] = r.flops_convention_causal ? "causal" : "full";
-      x["assumptions"] = r.assumptions;
-      x["low_confidence"] = r.low_confidence;
-      if (!r.log.empty()) {
-        x["log"] = r.log;
-        x["measured_reserved_bytes"] = opt(r.measured_reserved_bytes);
-      }
-    }
-    x["fitted_constant"] = r.fitted_constant.empty() ? Json(nullptr) : Json(r.fitted_constant);
-    j["rows"].push_back(x);
-  }
+  for (const auto& r : rep.rows) j["rows"].push_back(ValidationRowJson(r));
   j["memory_points"] = Json::array();
   for (const auto& p : rep.memory_points) {
     j["memory_points"].push_back({{"model", p.model}, {"tp", p.tp}, {"pp", p.pp}, {"assumption", p.assumption},
@@ -111,45 +159,7 @@ Json ValidationJson(const ValidationReport& rep, const std::string& runs) {
                                   {"published_GiB", p.published_GiB}, {"predicted_GiB", p.predicted_GiB},
                                   {"error", p.error}});
   }
-  // An error over no rows is null, not a perfect score.
-  const auto over = [](double v, auto rows) { return rows > 0 ? Json(v) : Json(nullptr); };
-  j["summary"] = {{"step_time_mape", over(s.step_time_mape, s.timed)},
-                  {"step_time_max_abs_error", over(s.step_time_max_abs_error, s.timed)},
-                  {"within_5pct", over(s.within_5pct, s.timed)},
-                  {"within_10pct", over(s.within_10pct, s.timed)},
-                  {"timed_rows", s.timed},
-                  {"step_time_mape_held_out", over(s.held_out_mape, s.held_out_timed)},
-                  {"step_time_max_abs_error_held_out", over(s.held_out_max_abs_error, s.held_out_timed)},
-                  {"held_out_rows", s.held_out_timed},
-                  {"step_time_mape_fitted", over(s.fitted_mape, s.fitted_timed)},
-                  {"fitted_rows", s.fitted_timed},
-                  {"kendall_tau", s.kendall_pairs > 0 ? Json(s.kendall_tau) : Json(nullptr)},
-                  {"kendall_pairs", s.kendall_pairs},
-                  {"memory_mape", over(s.memory_mape, s.memory_points)},
-                  {"memory_points", s.memory_points},
-                  {"oom_rows", s.oom_rows},
-                  // Fractions of no rows are null, not a perfect or a zero score.
-                  {"oom_rows_predicted_oom", Fraction(s.oom_rows_predicted_oom, s.oom_rows)},
-                  {"ok_rows", s.ok_rows},
-                  {"ok_rows_predicted_fit", Fraction(s.ok_rows_predicted_fit, s.ok_rows)},
-                  {"oom_rows_at_risk", Fraction(s.oom_rows_at_risk, s.oom_rows)},
-                  {"ok_rows_at_risk", Fraction(s.ok_rows_at_risk, s.ok_rows)},
-                  {"rows", s.rows},
-                  {"simulated", s.simulated},
-                  {"skipped", s.skipped}};
-  for (const auto& [src, v] : s.mape_by_source) j["summary"]["mape_by_source"][src] = {{"mape", v.first}, {"rows", v.second}};
-  for (const auto& [src, v] : s.tflops_tau_by_source) {
-    j["summary"]["tflops_kendall_tau_by_source"][src] = {{"tau", v.first}, {"pairs", v.second}};
-  }
-  for (const auto& [g, v] : s.kendall_by_group) j["summary"]["kendall_tau_by_group"][g] = {{"tau", v.first}, {"pairs", v.second}};
-  j["summary"]["low_confidence_rows"] = s.low_confidence_rows;
-  j["summary"]["step_time_mape_without_low_confidence"] = over(s.confident_mape, s.confident_timed);
-  j["summary"]["step_time_max_abs_error_without_low_confidence"] = over(s.confident_max_abs_error, s.confident_timed);
-  j["summary"]["step_time_mape_held_out_without_low_confidence"] = over(s.confident_held_out_mape, s.confident_held_out_timed);
-  j["summary"]["rows_without_low_confidence"] = s.confident_timed;
-  j["summary"]["kendall_tau_without_low_confidence"] =
-      s.confident_kendall_pairs > 0 ? Json(s.confident_kendall_tau) : Json(nullptr);
-  j["summary"]["kendall_pairs_without_low_confidence"] = s.confident_kendall_pairs;
+  j["summary"] = ValidationSummaryJson(rep.summary);
   return j;
 }
 
