@@ -136,6 +136,73 @@ void ExplainCsvOnStderr(const PlanView& v) {
   }
 }
 
+/// --csv - holds the CSV alone on standard output: what only the text or JSON report would show
+/// (the straggler runs, the changed hardware's plan, a launch command without --emit-file) is
+/// refused (InputError, exit 2).
+void RefuseWhatTheCsvCannotHold(const PlanArgs& a, bool straggler, bool what_if) {
+  if (a.csv != "-") return;
+  auto refuse = [](const std::string& option, const char* shown) {
+    throw InputError(fmt::format("command line: {}: not with --csv - (the CSV holds the plans alone); use --csv FILE, "
+                                 "whose text report has {}, or --json",
+                                 option, shown));
+  };
+  if (straggler) refuse(a.straggler_opt->count() > 0 ? "--straggler" : "--straggler-nic", "the straggler runs");
+  if (what_if) refuse("--what-if", "the changed hardware's plan");
+  if (!a.emit.format.empty() && a.emit.file.empty()) refuse("--emit without --emit-file", "the launch command");
+}
+
+/// What one plan command found: the search (and with --what-if, the search on the changed
+/// hardware), the recommended plan's launch, and the straggler runs.
+struct PlanRun {
+  const PlanArgs& a;
+  const Model& m;
+  const Cluster& cl;
+  const HardwareProfile& prof;
+  const PlanOptions& o;
+  const PlanResult& r;
+  const PlanView& view;
+  const std::optional<WhatIfHardware>& hw;
+  const std::optional<PlanResult>& r_changed;
+  const std::optional<LaunchConfig>& launch;
+  const std::vector<PlanStraggler>& stragglers;
+  bool straggler;
+};
+
+/// The JSON of `--json` and of the `--html` page: PlanJson, each plan's simulate command, the
+/// launch, the changed hardware's plan and the straggler runs, bytes as integers.
+Json PlanOutputJson(const PlanRun& p) {
+  Json j = PlanJson(p.view);
+  std::vector<std::string> unexpressed;  // the text prints them under its Details line
+  for (std::size_t i = 0; i < p.r.plans.size(); ++i) {
+    j["plans"][i]["simulate_command"] = SimulateCommandOf(p.a, p.m, p.r.plans[i].config, p.o.gpus, &unexpressed);
+  }
+  if (p.view.recommended) {
+    j["recommended"]["simulate_command"] = SimulateCommandOf(p.a, p.m, p.view.recommended->config, p.o.gpus, &unexpressed);
+  }
+  j = WithIntegerBytes(j);  // the page holds what --json prints
+  if (!p.a.emit.format.empty()) j["launch"] = p.launch ? LaunchJson(*p.launch, p.a.emit.file) : Json(nullptr);
+  if (p.r_changed) j["what_if"] = PlanWhatIfJson(p.view, p.a.what_if, p.hw->prof, RecommendedPlan(*p.r_changed));
+  if (p.straggler) j["straggler"] = PlanStragglerJson(p.stragglers, p.a.straggler, p.a.straggler_nic);
+  return j;
+}
+
+/// The text report: the table and counts, the straggler runs, the recommended plan's simulate
+/// command, its launch and the changed hardware's plan.
+void WritePlanCommandText(const PlanRun& p, double elapsed) {
+  const std::string label = WritePlanText(std::cout, p.view, elapsed);
+  if (label.empty()) {  // nothing fits: the text said why
+    if (p.straggler) std::cout << "\nNo straggler runs: no plan fits.\n";
+    return;
+  }
+  if (p.straggler) WritePlanStragglers(std::cout, p.stragglers, p.a.straggler, p.a.straggler_nic);
+  const Plan& chosen = *p.view.recommended;
+  std::vector<std::string> unexpressed;  // plans set nothing simulate has no flag for
+  std::cout << "\nDetails: " << SimulateCommandOf(p.a, p.m, chosen.config, p.o.gpus, &unexpressed) << "\n";
+  for (const auto& u : unexpressed) std::cout << "  (not reproduced: " << u << ")\n";
+  if (p.launch) WriteLaunch(std::cout, *p.launch, p.a.emit.file, label);
+  if (p.r_changed) WritePlanWhatIf(std::cout, p.a.what_if, p.prof, p.hw->prof, chosen, RecommendedPlan(*p.r_changed));
+}
+
 void RunPlanCommand(const PlanArgs& a) {
   CheckCsvOption(a.csv, a.json);
   CheckOutputFiles({{"--csv", a.csv}, {"--html", a.html}, {"--emit-file", a.emit.file}}, {a.model, a.cluster, a.profile});
@@ -150,17 +217,7 @@ void RunPlanCommand(const PlanArgs& a) {
   const std::vector<WhatIf> what_if = ParseWhatIfs(a.what_if);
   const bool straggler = a.straggler_opt->count() > 0 || a.straggler_nic_opt->count() > 0;
   if (straggler) RequireStraggler(a.straggler, std::nullopt, 1, "command line: --straggler");
-  if (a.csv == "-") {
-    // Standard output holds the CSV alone: what only the text or JSON report would show is refused.
-    auto refuse = [](const std::string& option, const char* shown) {
-      throw InputError(fmt::format("command line: {}: not with --csv - (the CSV holds the plans alone); use --csv FILE, "
-                                   "whose text report has {}, or --json",
-                                   option, shown));
-    };
-    if (straggler) refuse(a.straggler_opt->count() > 0 ? "--straggler" : "--straggler-nic", "the straggler runs");
-    if (!what_if.empty()) refuse("--what-if", "the changed hardware's plan");
-    if (!a.emit.format.empty() && a.emit.file.empty()) refuse("--emit without --emit-file", "the launch command");
-  }
+  RefuseWhatTheCsvCannotHold(a, straggler, !what_if.empty());
   PlanResult r = RunPlan(m, cl, prof, o);
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   // With --what-if, the same search on the changed hardware.
@@ -179,22 +236,14 @@ void RunPlanCommand(const PlanArgs& a) {
                       a.profile.empty() ? "built-in default" : a.profile};
   const std::vector<PlanStraggler> stragglers =
       straggler ? RunStragglers(m, cl, prof, o, r, a.straggler, a.straggler_nic) : std::vector<PlanStraggler>{};
+  const PlanRun run{a, m, cl, prof, o, r, view, hw, r_changed, launch, stragglers, straggler};
 
   // `recommended` marks the plan the text recommends (the best not at risk of running out of
   // memory); no row has it when that plan ranks below --top.
   const bool csv_to_stdout = a.csv == "-";
   if (!a.csv.empty() && !csv_to_stdout) WriteCsvOption(a.csv, PlanCsv(view));
   if (a.json || !a.html.empty()) {
-    Json j = PlanJson(view);
-    std::vector<std::string> unexpressed;  // the text prints them under its Details line
-    for (std::size_t i = 0; i < r.plans.size(); ++i) {
-      j["plans"][i]["simulate_command"] = SimulateCommandOf(a, m, r.plans[i].config, o.gpus, &unexpressed);
-    }
-    if (recommended) j["recommended"]["simulate_command"] = SimulateCommandOf(a, m, recommended->config, o.gpus, &unexpressed);
-    j = WithIntegerBytes(j);  // the page holds what --json prints
-    if (!a.emit.format.empty()) j["launch"] = launch ? LaunchJson(*launch, a.emit.file) : Json(nullptr);
-    if (r_changed) j["what_if"] = PlanWhatIfJson(view, a.what_if, hw->prof, RecommendedPlan(*r_changed));
-    if (straggler) j["straggler"] = PlanStragglerJson(stragglers, a.straggler, a.straggler_nic);
+    const Json j = PlanOutputJson(run);
     if (!a.html.empty()) {
       WriteHtmlReport(a.html, fmt::format("shardcast plan: {} on {} x {}", m.name, o.gpus, cl.gpu.display_name),
                       fmt::format("global batch {}, sequence {}, objective {}; {} candidates generated, {} simulated",
@@ -212,18 +261,7 @@ void RunPlanCommand(const PlanArgs& a) {
     ExplainCsvOnStderr(view);  // the CSV was all of standard output
     return;
   }
-  const std::string label = WritePlanText(std::cout, view, elapsed);
-  if (label.empty()) {  // nothing fits: the text said why
-    if (straggler) std::cout << "\nNo straggler runs: no plan fits.\n";
-    return;
-  }
-  if (straggler) WritePlanStragglers(std::cout, stragglers, a.straggler, a.straggler_nic);
-  const Plan& chosen = *recommended;
-  std::vector<std::string> unexpressed;  // plans set nothing simulate has no flag for
-  std::cout << "\nDetails: " << SimulateCommandOf(a, m, chosen.config, o.gpus, &unexpressed) << "\n";
-  for (const auto& u : unexpressed) std::cout << "  (not reproduced: " << u << ")\n";
-  if (launch) WriteLaunch(std::cout, *launch, a.emit.file, label);
-  if (r_changed) WritePlanWhatIf(std::cout, a.what_if, prof, hw->prof, chosen, RecommendedPlan(*r_changed));
+  WritePlanCommandText(run, elapsed);
 }
 
 }  // namespace
