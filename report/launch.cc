@@ -731,14 +731,15 @@ void TorchtitanStartupChecks(const ParallelConfig& c, std::int64_t replicate, st
   }
 }
 
-void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string* t, std::vector<std::string>* unexpressed,
-                           std::vector<std::string>* warnings) {
+/// TorchtitanParallelism's data parallelism: FSDP2's shard and replicate degrees (hybrid sharding
+/// over a mesh), its resharding, and what the simulated ZeRO stage does that torchtitan cannot.
+void TorchtitanDataParallel(const ParallelConfig& c, std::string* t, std::vector<std::string>* unexpressed,
+                            std::vector<std::string>* warnings) {
   // FSDP2 shards over data_parallel_shard_degree; plain DDP replicates. Under a pipeline FSDP2
   // keeps its gathered parameters through the schedule and reduce-scatters after its last
   // backward, which the simulator runs as ZeRO-1 (kFsdp2PipelineEquivalent): written as FSDP2.
   const bool fsdp2_pp = c.zero_stage == 1 && c.pp > 1;
   const bool shard = c.zero_stage >= 2 || fsdp2_pp;
-  *t += "\n[parallelism]\n";
   // Hybrid sharding: FSDP2 over a (replicate, shard) mesh; torchtitan's shard degree times its
   // context-parallel degree is the group the state is sharded over.
   std::int64_t replicate = shard ? 1 : c.dp, shard_degree = shard ? c.dp : 1;
@@ -778,16 +779,11 @@ void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string*
                            "replicates; written as replication");
   }
   TorchtitanStartupChecks(c, replicate, shard_degree, warnings);
-  *t += fmt::format("tensor_parallel_degree = {}\n", c.tp);
-  if (c.tp > 1 && !c.sequence_parallel) {
-    unexpressed->push_back("tensor parallelism without sequence parallelism (torchtitan's always shards the "
-                           "sequence)");
-  }
-  *t += fmt::format("enable_async_tensor_parallel = {}\n", c.tp_comm_overlap ? "true" : "false");
-  if (c.cross_entropy != CrossEntropyImpl::kTorch) {
-    unexpressed->push_back(fmt::format("the {} cross-entropy (torchtitan runs PyTorch's F.cross_entropy; the plan "
-                                       "simulated the other)", ToString(c.cross_entropy)));
-  }
+}
+
+/// TorchtitanParallelism's pipeline: degree, schedule, micro-batch and the layers per stage (an
+/// uneven split is left to module_fqns_per_model_part, named in `unexpressed`).
+void TorchtitanPipeline(const Model& m, const ParallelConfig& c, std::string* t, std::vector<std::string>* unexpressed) {
   *t += fmt::format("pipeline_parallel_degree = {}\n", c.pp);
   *t += fmt::format("pipeline_parallel_schedule = \"{}\"\n", TorchtitanSchedule(c, unexpressed));
   *t += fmt::format("pipeline_parallel_microbatch_size = {}\n", c.micro_batch_size);
@@ -804,6 +800,12 @@ void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string*
     unexpressed->push_back("an uneven pipeline split: give module_fqns_per_model_part with the layers of each chunk "
                            "(" + MegatronPipelineLayout(m, c) + ")");
   }
+}
+
+/// TorchtitanParallelism's context and expert parallelism, and the compile section async tensor
+/// parallelism needs.
+void TorchtitanContextAndExperts(const Model& m, const ParallelConfig& c, std::string* t,
+                                 std::vector<std::string>* unexpressed) {
   *t += fmt::format("context_parallel_degree = {}\n", c.cp);
   if (c.cp > 1) {
     const bool a2a = c.cp_comm == CpComm::kA2A || c.cp_comm == CpComm::kUlysses || c.cp_comm == CpComm::kA2AP2P;
@@ -824,6 +826,26 @@ void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string*
     *t += "\n[compile]\n# async tensor parallelism is a torch.compile pass: torchtitan refuses it on an eager model\n";
     *t += "enable = true\ncomponents = [\"model\", \"loss\"]\n";
   }
+}
+
+/// torchtitan's [parallelism] section for `c` (and [compile] for async tensor parallelism) onto
+/// `t`; what it cannot say into `unexpressed`, what torchtitan refuses at start-up into `warnings`.
+void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string* t, std::vector<std::string>* unexpressed,
+                           std::vector<std::string>* warnings) {
+  *t += "\n[parallelism]\n";
+  TorchtitanDataParallel(c, t, unexpressed, warnings);
+  *t += fmt::format("tensor_parallel_degree = {}\n", c.tp);
+  if (c.tp > 1 && !c.sequence_parallel) {
+    unexpressed->push_back("tensor parallelism without sequence parallelism (torchtitan's always shards the "
+                           "sequence)");
+  }
+  *t += fmt::format("enable_async_tensor_parallel = {}\n", c.tp_comm_overlap ? "true" : "false");
+  if (c.cross_entropy != CrossEntropyImpl::kTorch) {
+    unexpressed->push_back(fmt::format("the {} cross-entropy (torchtitan runs PyTorch's F.cross_entropy; the plan "
+                                       "simulated the other)", ToString(c.cross_entropy)));
+  }
+  TorchtitanPipeline(m, c, t, unexpressed);
+  TorchtitanContextAndExperts(m, c, t, unexpressed);
 }
 
 void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, std::vector<std::string>* unexpressed) {
