@@ -28,8 +28,8 @@ struct ExecuteArgs {
 
 /// InputError for a configuration execute does not run (simulate and plan predict it): blocking
 /// pipeline transfers, precisions below 16 bits, TP communication overlap, context parallelism,
-/// hybrid sharding, DeepSpeed's ZeRO-3 gathers, FSDP without its rate limiter, expert parallelism
-/// (an MoE layer's experts on other ranks than its tensor-parallel group).
+/// hybrid sharding, ZeRO-3 (FSDP's or DeepSpeed's parameter gathers), expert parallelism (an MoE
+/// layer's experts on other ranks than its tensor-parallel group).
 void RefuseWhatExecuteDoesNotRun(const ParallelConfig& c) {
   if (c.ep > 1 || c.expert_tp() != c.tp) {
     throw InputError(fmt::format("command line: --ep {} --etp {}: expert parallelism is not executed (execute runs "
@@ -60,14 +60,12 @@ void RefuseWhatExecuteDoesNotRun(const ParallelConfig& c) {
                                  "data-parallel collectives span every rank); simulate and plan model it",
                                  c.dp_shard));
   }
-  if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) {
-    throw InputError(fmt::format("command line: --zero3-impl {}: not executed (execute gathers ZeRO-3 parameters "
-                                 "layer by layer); simulate and plan model DeepSpeed's own gathers",
-                                 ToString(c.zero3_impl)));
-  }
-  if (c.zero_stage >= 3 && !c.zero3_limit_all_gathers) {
-    throw InputError("command line: --no-limit-all-gathers: not executed (execute's ZeRO-3 gathers run in program "
-                     "order, like the rate limiter); simulate models FSDP without it");
+  if (c.zero_stage >= 3) {
+    throw InputError(fmt::format("command line: --zero {}: not executed (execute's program gathers no parameters "
+                                 "layer by layer: ZeRO-1/2 only); simulate and plan model ZeRO-3 ({})",
+                                 c.zero_stage,
+                                 c.zero3_impl == Zero3Impl::kPerLayer ? std::string("FSDP's per-layer gathers")
+                                                                      : std::string("--zero3-impl ") + ToString(c.zero3_impl)));
   }
   if (c.pipeline_flushes > 1 && c.flush_grad_reduce && c.dp_cp() > 1) {
     throw InputError(fmt::format("command line: --pipeline-flushes {} with --flush-grad-reduce every (the default): "

@@ -346,9 +346,9 @@ TEST(Execute, SettingsDifferenceNamesEachField) {
             "rank 1 differs from rank 0: zero3_impl=deepspeed-2021 (rank 0: zero3_impl=per-layer)");
 }
 
-// execute gathers ZeRO-3 parameters layer by layer: DeepSpeed's gathers (2021's per-tensor
-// collectives, today's coordinator) are refused, not run as something else; so are fp32,
-// expert parallelism and a gradient reduce after every pipeline flush.
+// execute's program gathers no parameters layer by layer: ZeRO-3 (FSDP's, DeepSpeed's) is
+// refused, not run as ZeRO-2; so are fp32, expert parallelism and a gradient reduce after every
+// pipeline flush.
 TEST(ExecuteCpu, DeepSpeedZero3IsRefused) {
   const std::string prof = FakeTimerCpuProfile();
   for (const std::string impl : {"deepspeed-2021", "deepspeed"}) {
@@ -356,8 +356,18 @@ TEST(ExecuteCpu, DeepSpeedZero3IsRefused) {
                                        std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " + prof +
                                        " --mbs 1 --gbs 2 --zero 3 --zero3-impl " + impl);
     EXPECT_EQ(r.exit_code, 2) << r.out;
-    EXPECT_NE(r.out.find("--zero3-impl " + impl + ": not executed"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("--zero 3: not executed (execute's program gathers no parameters layer by layer: ZeRO-1/2 "
+                         "only); simulate and plan model ZeRO-3 (--zero3-impl " + impl + ")"),
+              std::string::npos)
+        << r.out;
   }
+  // FSDP's per-layer ZeRO-3 too: the program has no parameter gathers to run.
+  const auto fsdp = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " +
+                                        std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " + prof +
+                                        " --mbs 1 --gbs 2 --zero 3");
+  EXPECT_EQ(fsdp.exit_code, 2) << fsdp.out;
+  EXPECT_NE(fsdp.out.find("--zero 3: not executed"), std::string::npos) << fsdp.out;
+  EXPECT_NE(fsdp.out.find("(FSDP's per-layer gathers)"), std::string::npos) << fsdp.out;
   // fp32 is refused as not executed, before simulate's flash-attention rule for it could apply.
   const auto fp32 = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 " +
                                         std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " + prof +
