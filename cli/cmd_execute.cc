@@ -28,14 +28,13 @@ struct ExecuteArgs {
 
 /// InputError for a configuration execute does not run (simulate and plan predict it): blocking
 /// pipeline transfers, precisions below 16 bits, TP communication overlap, context parallelism,
-/// hybrid sharding, ZeRO-3 (FSDP's or DeepSpeed's parameter gathers), expert parallelism (an MoE
-/// layer's experts on other ranks than its tensor-parallel group).
+/// hybrid sharding, ZeRO-3 (FSDP's or DeepSpeed's parameter gathers), the MoE token exchange
+/// overlapped with another micro-batch's pass.
 void RefuseWhatExecuteDoesNotRun(const ParallelConfig& c) {
-  if (c.ep > 1 || c.expert_tp() != c.tp) {
-    throw InputError(fmt::format("command line: --ep {} --etp {}: expert parallelism is not executed (execute runs "
-                                 "every MoE layer's experts on its own tensor-parallel group: ep 1, etp = tp = {}); "
-                                 "simulate and plan model the token dispatch",
-                                 c.ep, c.expert_tp(), c.tp));
+  if (c.moe_a2a_overlap) {
+    throw InputError("command line: --overlap-moe-expert-parallel-comm: not executed (execute runs each token "
+                     "exchange between its layer's ops, not beside another micro-batch's pass); simulate and plan "
+                     "model the overlap");
   }
   if (c.p2p_blocking) {
     throw InputError("command line: --p2p-blocking: not supported by execute (its pipeline sends are MPI_Isend "

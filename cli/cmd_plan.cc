@@ -172,18 +172,18 @@ struct PlanRun {
 /// launch, the changed hardware's plan and the straggler runs, bytes as integers.
 Json PlanOutputJson(const PlanRun& p) {
   Json j = PlanJson(p.view);
-  std::vector<std::string> unexpressed;  // the text prints them under its Details line
-  for (std::size_t i = 0; i < p.r.plans.size(); ++i) {
-    j["plans"][i]["simulate_command"] = SimulateCommandOf(p.a, p.m, p.r.plans[i].config, p.o.gpus, &unexpressed);
-  }
-  if (p.view.recommended) {
-    j["recommended"]["simulate_command"] = SimulateCommandOf(p.a, p.m, p.view.recommended->config, p.o.gpus, &unexpressed);
-  }
-  j = WithIntegerBytes(j);  // the page holds what --json prints
+  // Each plan's simulate command, and what its flags cannot say (the text's "not reproduced").
+  auto add_command = [&p](const ParallelConfig& c, Json* plan) {
+    std::vector<std::string> unexpressed;
+    (*plan)["simulate_command"] = SimulateCommandOf(p.a, p.m, c, p.o.gpus, &unexpressed);
+    (*plan)["simulate_command_unexpressed"] = unexpressed;
+  };
+  for (std::size_t i = 0; i < p.r.plans.size(); ++i) add_command(p.r.plans[i].config, &j["plans"][i]);
+  if (p.view.recommended) add_command(p.view.recommended->config, &j["recommended"]);
   if (!p.a.emit.format.empty()) j["launch"] = p.launch ? LaunchJson(*p.launch, p.a.emit.file) : Json(nullptr);
   if (p.r_changed) j["what_if"] = PlanWhatIfJson(p.view, p.a.what_if, p.hw->prof, RecommendedPlan(*p.r_changed));
   if (p.straggler) j["straggler"] = PlanStragglerJson(p.stragglers, p.a.straggler, p.a.straggler_nic);
-  return j;
+  return WithIntegerBytes(j);  // the page holds what --json prints
 }
 
 /// The text report: the table and counts, the straggler runs, the recommended plan's simulate

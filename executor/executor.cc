@@ -56,11 +56,18 @@ struct Event {
   double start_s, dur_s;
 };
 
+/// One rank's communicators: its tensor-parallel and data-parallel groups, and for the routed
+/// experts its expert-parallel, expert-tensor-parallel and expert-data-parallel groups.
+struct Communicators {
+  MPI_Comm tp = MPI_COMM_NULL, dp = MPI_COMM_NULL, ep = MPI_COMM_NULL, etp = MPI_COMM_NULL, edp = MPI_COMM_NULL;
+};
+
 class Runner {
  public:
-  Runner(const Model& m, const ParallelConfig& c, const RankProgram& prog, MPI_Comm tp, MPI_Comm dp, int rank,
+  Runner(const Model& m, const ParallelConfig& c, const RankProgram& prog, const Communicators& comms, int rank,
          int stage_stride, Tracker& mem)
-      : m_(m), c_(c), prog_(prog), tp_(tp), dp_(dp), rank_(rank), stride_(stage_stride), mem_(mem), gen_(rank + 1) {}
+      : m_(m), c_(c), prog_(prog), tp_(comms.tp), dp_(comms.dp), ep_(comms.ep), etp_(comms.etp), edp_(comms.edp),
+        rank_(rank), stride_(stage_stride), mem_(mem), gen_(rank + 1) {}
 
   std::atomic<int> current{-1};
 
@@ -96,6 +103,8 @@ class Runner {
         switch (x.kind) {
           case ProgKind::kCompute: Compute(x.op); break;
           case ProgKind::kTpCollective: Collective(x.op.collective, x.bytes, tp_, cs_, cr_); break;
+          case ProgKind::kEpCollective: Collective(x.op.collective, x.bytes, ep_, cs_, cr_); break;
+          case ProgKind::kEtpCollective: Collective(x.op.collective, x.bytes, etp_, cs_, cr_); break;
           case ProgKind::kDpCollective:
             if (x.async && threads_ok_) {
               if (!dp_worker.joinable()) {
@@ -107,7 +116,7 @@ class Runner {
                     if (next >= dp_queue.size()) break;
                     const ProgOp* op = dp_queue[next++];
                     l.unlock();
-                    Collective(op->op.collective, op->bytes, dp_, ds_, dr_);
+                    Collective(op->op.collective, op->bytes, op->experts ? edp_ : dp_, ds_, dr_);
                   }
                 });
               }
@@ -117,7 +126,7 @@ class Runner {
               }
               dp_cv.notify_one();
             } else {
-              Collective(x.op.collective, x.bytes, dp_, ds_, dr_);
+              Collective(x.op.collective, x.bytes, x.experts ? edp_ : dp_, ds_, dr_);
             }
             break;
           case ProgKind::kDpWait: dp_wait(); break;
@@ -178,10 +187,10 @@ class Runner {
 
   static std::string OpLabel(const ProgOp& x) {
     const char* it = x.item == ItemKind::kForward ? "F" : x.item == ItemKind::kBackward ? "B" : "W";
-    std::string name = x.kind == ProgKind::kCompute || x.kind == ProgKind::kTpCollective ||
-                               x.kind == ProgKind::kDpCollective || x.kind == ProgKind::kOptimizer
-                           ? x.op.name
-                           : ToString(x.kind);
+    const bool named = x.kind == ProgKind::kCompute || x.kind == ProgKind::kTpCollective ||
+                       x.kind == ProgKind::kEpCollective || x.kind == ProgKind::kEtpCollective ||
+                       x.kind == ProgKind::kDpCollective || x.kind == ProgKind::kOptimizer;
+    std::string name = named ? x.op.name : ToString(x.kind);
     if (x.microbatch < 0) return name;
     return fmt::format("{} mb{} c{} {}", it, x.microbatch, x.chunk, name);
   }
@@ -260,6 +269,9 @@ class Runner {
       case CollectiveOp::kReduceScatter:
         MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(per), MPI_FLOAT, MPI_SUM, comm);
         break;
+      case CollectiveOp::kAllToAll:  // nccl-tests' size: what each rank sends in all, 1/n to each
+        MPI_Alltoall(send.data(), static_cast<int>(per), MPI_FLOAT, recv.data(), static_cast<int>(per), MPI_FLOAT, comm);
+        break;
       default:
         MPI_Allreduce(send.data(), recv.data(), static_cast<int>(total), MPI_FLOAT, MPI_SUM, comm);
     }
@@ -271,7 +283,7 @@ class Runner {
   const Model& m_;
   const ParallelConfig& c_;
   const RankProgram& prog_;
-  MPI_Comm tp_, dp_;
+  MPI_Comm tp_, dp_, ep_, etp_, edp_;
   int rank_, stride_;
   Tracker& mem_;
   std::mt19937 gen_;
@@ -381,8 +393,14 @@ class RankExecution {
                             static_cast<int>(c_.schedule == Schedule::kInterleaved ? c_.vp : 1),
                             static_cast<int>(c_.pipeline_flushes))),
         prog_(BuildRankProgram(m, c_, cm_, sched_, prof, stage_)), sum_secs_(prog_.ops.size(), 0.0) {
-    MPI_Comm_split(MPI_COMM_WORLD, rank_ / tp_, rank_, &tp_comm_);
-    MPI_Comm_split(MPI_COMM_WORLD, stage_ * tp_ + tp_rank_, rank_, &dp_comm_);
+    MPI_Comm_split(MPI_COMM_WORLD, rank_ / tp_, rank_, &comms_.tp);
+    MPI_Comm_split(MPI_COMM_WORLD, stage_ * tp_ + tp_rank_, rank_, &comms_.dp);
+    // The expert grid over the stage's tp x dp ranks, etp innermost, then ep, then edp
+    // (Megatron-Core's parallel folding; CostModel's MoePlan places its groups so).
+    const int local = rank_ % (tp_ * dp_), etp = static_cast<int>(c_.expert_tp()), ep = static_cast<int>(c_.ep);
+    MPI_Comm_split(MPI_COMM_WORLD, rank_ / etp, rank_, &comms_.etp);
+    MPI_Comm_split(MPI_COMM_WORLD, stage_ * tp_ * dp_ + local / (etp * ep) * etp + local % etp, rank_, &comms_.ep);
+    MPI_Comm_split(MPI_COMM_WORLD, stage_ * tp_ * dp_ + local % (etp * ep), rank_, &comms_.edp);
     // Weights, gradients and optimizer state, really allocated.
     const StageMemory st = StaticStageMemory(cm_, c_, profile_, stage_);
     state_bytes_ = st.weights_bytes + st.grads_bytes + st.optimizer_bytes;
@@ -405,11 +423,10 @@ class RankExecution {
   Json Summary() const;
   /// Rank 0: every rank's summary merged into `rep` (peaks, bubble, per-op errors), the trace written.
   void Merge(const std::vector<Json>& summaries, ExecuteReport* rep) const;
-  /// Frees the tensor- and data-parallel communicators (collective: every rank, at the end; a rank
-  /// that throws before it leaves them, as the process ends).
+  /// Frees the communicators (collective: every rank, at the end; a rank that throws before it
+  /// leaves them, as the process ends).
   void FreeCommunicators() {
-    MPI_Comm_free(&tp_comm_);
-    MPI_Comm_free(&dp_comm_);
+    for (MPI_Comm* c : {&comms_.tp, &comms_.dp, &comms_.ep, &comms_.etp, &comms_.edp}) MPI_Comm_free(c);
   }
 
  private:
@@ -427,7 +444,7 @@ class RankExecution {
   const CostModel cm_;
   const PipelineSchedule sched_;
   const RankProgram prog_;
-  MPI_Comm tp_comm_, dp_comm_;
+  Communicators comms_;
   Tracker mem_;
   double state_bytes_ = 0;
   std::vector<char> state_;
@@ -457,7 +474,7 @@ void RankExecution::RunOnGpu(ExecuteReport* rep) {
 /// The program on this CPU rank, step by step between barriers; the step time is the slowest
 /// rank's. A watchdog ends every rank when a step overruns the timeout, naming this rank and its op.
 void RankExecution::RunOnCpu(ExecuteReport* rep) {
-  Runner run(model_, c_, prog_, tp_comm_, dp_comm_, rank_, tp_ * dp_, mem_);
+  Runner run(model_, c_, prog_, comms_, rank_, tp_ * dp_, mem_);
   run.set_threads_ok(c_.overlap_grad_reduce);
   // Watchdog: a step that overruns the timeout ends every rank, naming this rank and its op.
   std::atomic<bool> done{false};
@@ -650,6 +667,10 @@ std::vector<std::string> ProgramSettings(const Model& m, const ParallelConfig& c
       fmt::format("decoder_first_pipeline_num_layers={}", c.first_stage_layers),
       fmt::format("decoder_last_pipeline_num_layers={}", c.last_stage_layers), "backend=" + o.backend,
       fmt::format("steps={}", o.steps), fmt::format("warmup={}", o.warmup)};
+  if (m.moe.enabled()) {  // the expert grid (a dense model has none: its etp would only echo tp)
+    s.insert(s.end(), {fmt::format("ep={}", c.ep), fmt::format("etp={}", c.expert_tp()),
+                       fmt::format("moe_dispatcher={}", ToString(c.moe_dispatcher))});
+  }
   return s;
 }
 

@@ -50,7 +50,9 @@ FitDescription DescribeFit(const Model& m, const DescribeRequest& r, const Clust
   cfg.ep = r.ep;
   cfg.etp = r.etp;
   cfg.sequence_parallel = cfg.tp > 1 && m.moe.enabled();  // Megatron-Core's MoE with tp > 1
-  RequireExpertParallel(m, cfg, "command line");  // bad --ep / --etp exit 2, as in simulate
+  // Bad --ep / --etp exit 2, as in simulate, once the data-parallel size is known (a GPU count
+  // tp*cp*pp does not divide is a reason below, not a placeholder dp to check experts against).
+  if (f.gpus % (r.tp * r.cp * r.pp) == 0) RequireExpertParallel(m, cfg, "command line");
   f.reasons = InfeasibilityReasons(m, cfg, f.gpus, cluster);
   if (!f.feasible()) return f;
   for (std::int64_t s = 0; s < r.pp; ++s) {
@@ -74,6 +76,11 @@ ModelDescription DescribeModel(const Model& m, const DescribeRequest& r, const C
   if (!cluster && (r.tp != 1 || r.pp != 1)) {
     throw InputError(fmt::format("command line: --tp/--pp: got tp = {}, pp = {}, expected --cluster as well (the "
                                  "per-GPU memory needs a GPU type)", r.tp, r.pp));
+  }
+  if (!cluster && (r.ep != 1 || r.etp != 0)) {
+    throw InputError(fmt::format("command line: --ep/--etp: got ep = {}, etp = {}, expected --cluster as well (the "
+                                 "experts' memory per GPU needs a GPU type)",
+                                 r.ep, r.etp > 0 ? std::to_string(r.etp) : std::string("tp")));
   }
   ModelDescription d;
   d.model = m;

@@ -65,9 +65,10 @@ struct ModelDescription {
 };
 
 /// Describes `m` (and its fit on `cluster` when given).
-/// Throws InputError when --gpus or a TP/PP is given without a cluster, and for an expert grid
-/// the model rules out (RequireExpertParallel: --ep or --etp on a dense model, an ep that does not
-/// divide the experts, ...), as simulate does.
+/// Throws InputError when --gpus, a TP/PP or an EP/ETP is given without a cluster, and for an
+/// expert grid the model rules out (RequireExpertParallel: --ep or --etp on a dense model, an ep
+/// that does not divide the experts, ...) where the GPUs give a data-parallel size, as simulate
+/// does.
 ModelDescription DescribeModel(const Model& m, const DescribeRequest& r, const Cluster* cluster);
 
 }  // namespace shardcast

@@ -67,11 +67,11 @@ struct PipelineSplit {
 /// slots with the embedding and the loss in slots (BLOOM's, Llama 3's partition) where pp > 2
 /// divides L + 2 but not L; and where neither divides, Megatron-LM's uneven splits whose largest
 /// stage has ceil(L / pp) layers, the fewest possible: the middle stages share their layers
-/// evenly, mid each (ceil(L / pp), or fewer where the first and last stage cannot hold the rest
-/// otherwise: 61 layers at pp 12 are 6 + 10 x 5 + 5), and the first and last take the rest every
-/// way that gives each 1 to ceil(L / pp) layers (the last stage also carries the output layer,
-/// the loss and any MTP modules, so a lighter last stage can be the faster; pp 2 splits L in
-/// two), for pp that divide `pp_divides` (the GPUs per tensor-parallel group: other pp cannot
+/// evenly, mid each (ceil(L / pp) or fewer), and the first and last take the rest every way that
+/// gives each 1 to ceil(L / pp) layers (61 layers at pp 12: 6 + 10 x 5 + 5 and 5 + 10 x 5 + 6,
+/// since 6 on every middle stage would leave one layer for the two ends; the last stage also
+/// carries the output layer, the loss and any MTP modules, so a lighter last stage can be the
+/// faster; pp 2 splits L in two), for pp that divide `pp_divides` (the GPUs per tensor-parallel group: other pp cannot
 /// form a candidate). `--fix decoder_first=N` / `decoder_last=N` keep the uneven splits with
 /// that first / last stage.
 std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, std::int64_t pp_divides,

@@ -17,11 +17,20 @@ const char* ToString(ProgKind k) {
     case ProgKind::kDpCollective: return "dp_collective";
     case ProgKind::kDpWait: return "dp_wait";
     case ProgKind::kOptimizer: return "optimizer";
+    case ProgKind::kEpCollective: return "ep_collective";
+    case ProgKind::kEtpCollective: return "etp_collective";
   }
   return "?";
 }
 
 namespace {
+
+/// An op of a pass's own work: compute, or a collective inside the layers (tensor-, expert- or
+/// expert-tensor-parallel).
+bool InPass(ProgKind k) {
+  return k == ProgKind::kCompute || k == ProgKind::kTpCollective || k == ProgKind::kEpCollective ||
+         k == ProgKind::kEtpCollective;
+}
 
 /// BuildRankProgram's steps for one stage: the schedule's items in order, then the data-parallel
 /// gradient reduction, the optimizer and ZeRO-1/2's parameter all-gather.
@@ -58,7 +67,10 @@ class RankProgramBuilder {
     for (const auto& o : ops) {
       if (o.pass != pass || o.overlapped) continue;
       ProgOp x;
-      x.kind = o.kind == OpKind::kCollective ? ProgKind::kTpCollective : ProgKind::kCompute;
+      x.kind = o.kind != OpKind::kCollective ? ProgKind::kCompute
+               : !o.expert_parallel           ? ProgKind::kTpCollective
+               : o.name.rfind("moe_etp_", 0) == 0 ? ProgKind::kEtpCollective
+                                                  : ProgKind::kEpCollective;
       x.op = o;
       x.item = it.kind;
       x.microbatch = it.microbatch;
@@ -99,6 +111,9 @@ class RankProgramBuilder {
     AddOps(ops, Pass::kRecompute, it);
     AddGradientOps(ops, it);
   }
+  /// Whether the step reduces gradients across ranks: data parallelism, or routed experts that
+  /// several ranks of a stage hold whole (expert-data-parallel size above 1), as the simulator has it.
+  bool ReducesGradients() const { return c_.dp_cp() > 1 || (m_.moe.enabled() && c_.expert_dp() > 1); }
   bool FirstChunk(const ScheduleItem& it) const { return it.chunk * p_ + stage_ == 0; }
   bool LastChunk(const ScheduleItem& it) const { return it.chunk * p_ + stage_ == p_ * v_ - 1; }
   void Forward(const ScheduleItem& it);
@@ -191,25 +206,35 @@ void RankProgramBuilder::Weight(const ScheduleItem& it) {
   rp_.ops.push_back(Marker(it, ProgKind::kFree, cc.weight_saved_bytes));
 }
 
-/// Chunk `chunk`'s gradient reduction, one collective per bucket (ParallelConfig::BucketParams).
+/// Chunk `chunk`'s gradient reduction, per bucket (ParallelConfig::BucketParams): the bucket's
+/// dense gradients over the data-parallel group, then its routed experts' over the
+/// expert-data-parallel group (as the simulator serializes them).
 std::vector<ProgOp> RankProgramBuilder::Buckets(int chunk, bool async) {
   const double grad_per_param = GradReduceBytesPerParam(c_);
   const CollectiveOp red = GradReduceIsAllReduce(c_) ? CollectiveOp::kAllReduce : CollectiveOp::kReduceScatter;
   std::vector<ProgOp> out;
-  const double cp = chunks_[static_cast<std::size_t>(chunk)].params_per_gpu;
-  const int nb = std::max(1, static_cast<int>(std::ceil(cp / static_cast<double>(c_.BucketParams()))));
+  const ChunkCost& cc = chunks_[static_cast<std::size_t>(chunk)];
+  const int nb = std::max(1, static_cast<int>(std::ceil(cc.params_per_gpu / static_cast<double>(c_.BucketParams()))));
   for (int b = 0; b < nb; ++b) {
-    ProgOp d;
-    d.kind = ProgKind::kDpCollective;
-    d.async = async;
-    d.chunk = chunk;
-    d.op.name = GradReduceIsAllReduce(c_) ? "dp_grad_all_reduce" : "dp_grad_reduce_scatter";
-    d.op.kind = OpKind::kCollective;
-    d.op.collective = red;
-    d.op.bytes = d.bytes = cp * grad_per_param / nb;
-    d.op.duration_s = DataParallelCostOf(prof_, cm_, red, d.bytes).time_s();
-    rp_.predicted_busy_s += async ? 0.0 : d.op.duration_s;
-    out.push_back(d);
+    for (const bool experts : {false, true}) {
+      const double params = experts ? cc.expert_params_per_gpu : cc.params_per_gpu - cc.expert_params_per_gpu;
+      if (experts && !(params > 0)) continue;
+      ProgOp d;
+      d.kind = ProgKind::kDpCollective;
+      d.async = async;
+      d.experts = experts;
+      d.chunk = chunk;
+      d.op.name = std::string(GradReduceIsAllReduce(c_) ? "dp_grad_all_reduce" : "dp_grad_reduce_scatter") +
+                  (experts ? "_experts" : "");
+      d.op.kind = OpKind::kCollective;
+      d.op.collective = red;
+      d.op.bytes = d.bytes = params * grad_per_param / nb;
+      d.op.duration_s = (experts ? CollectiveCostOf(prof_, red, d.bytes, cm_.edp_group)
+                                 : DataParallelCostOf(prof_, cm_, red, d.bytes))
+                            .time_s();
+      rp_.predicted_busy_s += async ? 0.0 : d.op.duration_s;
+      out.push_back(d);
+    }
   }
   return out;
 }
@@ -218,7 +243,7 @@ std::vector<ProgOp> RankProgramBuilder::Buckets(int chunk, bool async) {
 /// item (it keeps only its shard of the gradients, as the simulator's Builder); otherwise after
 /// each chunk's last one, overlapped, or at the end.
 void RankProgramBuilder::AddGradientReduction() {
-  if (c_.dp <= 1) return;
+  if (!ReducesGradients()) return;
   const bool every_microbatch = c_.zero_stage == 2;
   if (!c_.overlap_grad_reduce && !every_microbatch) {
     for (int k = 0; k < v_; ++k) {
@@ -235,7 +260,7 @@ void RankProgramBuilder::AddGradientReduction() {
     std::map<std::pair<int, int>, std::size_t> item_end;  // (micro-batch, chunk) -> last op
     for (std::size_t i = 0; i < rp_.ops.size(); ++i) {
       const ProgOp& x = rp_.ops[i];
-      if ((x.kind == ProgKind::kCompute || x.kind == ProgKind::kTpCollective) && x.item == grad_item) {
+      if (InPass(x.kind) && x.item == grad_item) {
         item_end[{x.microbatch, x.chunk}] = i;
       }
     }
@@ -262,10 +287,14 @@ void RankProgramBuilder::AddGradientReduction() {
   }
 }
 
-/// The optimizer step, then ZeRO-1/2's parameter all-gather.
+/// The optimizer step, then ZeRO-1/2's parameter all-gather: the dense parameters over the
+/// data-parallel group, the routed experts' over the expert-data-parallel group.
 void RankProgramBuilder::AddOptimizer() {
-  double params = 0;
-  for (const auto& cc : chunks_) params += cc.params_per_gpu;
+  double params = 0, experts = 0;
+  for (const auto& cc : chunks_) {
+    params += cc.params_per_gpu;
+    experts += cc.expert_params_per_gpu;
+  }
   ProgOp o;
   o.kind = ProgKind::kOptimizer;
   o.op.name = "optimizer";
@@ -274,14 +303,20 @@ void RankProgramBuilder::AddOptimizer() {
   o.op.duration_s = OptimizerTime(prof_, c_, params);
   rp_.predicted_busy_s += o.op.duration_s;
   rp_.ops.push_back(o);
-  if (c_.dp > 1 && (c_.zero_stage == 1 || c_.zero_stage == 2)) {
+  if (!ReducesGradients() || (c_.zero_stage != 1 && c_.zero_stage != 2)) return;
+  for (const bool expert_part : {false, true}) {
+    const double n = expert_part ? experts : params - experts;
+    if (expert_part && !(n > 0)) continue;
     ProgOp g;
     g.kind = ProgKind::kDpCollective;
-    g.op.name = "dp_param_all_gather";
+    g.experts = expert_part;
+    g.op.name = expert_part ? "dp_param_all_gather_experts" : "dp_param_all_gather";
     g.op.kind = OpKind::kCollective;
     g.op.collective = CollectiveOp::kAllGather;
-    g.op.bytes = g.bytes = params * c_.param_gather_bytes;
-    g.op.duration_s = DataParallelCostOf(prof_, cm_, CollectiveOp::kAllGather, g.bytes).time_s();
+    g.op.bytes = g.bytes = n * c_.param_gather_bytes;
+    g.op.duration_s = (expert_part ? CollectiveCostOf(prof_, CollectiveOp::kAllGather, g.bytes, cm_.edp_group)
+                                   : DataParallelCostOf(prof_, cm_, CollectiveOp::kAllGather, g.bytes))
+                          .time_s();
     rp_.predicted_busy_s += g.op.duration_s;
     rp_.ops.push_back(g);
   }

@@ -12,8 +12,13 @@
 
 namespace shardcast {
 
+/// kEpCollective: an MoE layer's token dispatch or combine over its expert-parallel group;
+/// kEtpCollective: the gather or scatter of an expert's tokens over its expert-tensor-parallel
+/// group (Megatron-Core's parallel folding: etp innermost, then ep, then the expert-data-parallel
+/// ranks, over a stage's tp x dp GPUs).
 enum class ProgKind {
-  kCompute, kTpCollective, kSend, kRecv, kAlloc, kFree, kDpCollective, kDpWait, kOptimizer
+  kCompute, kTpCollective, kSend, kRecv, kAlloc, kFree, kDpCollective, kDpWait, kOptimizer, kEpCollective,
+  kEtpCollective
 };
 const char* ToString(ProgKind k);
 
@@ -28,6 +33,9 @@ struct ProgOp {
   /// A data-parallel collective issued on its own stream (overlap_grad_reduce); a later kDpWait
   /// waits for all of them.
   bool async = false;
+  /// A data-parallel collective of the routed experts' gradients or parameters: over the
+  /// expert-data-parallel group (tp x dp / (ep x etp) ranks), not the data-parallel one.
+  bool experts = false;
 };
 
 struct RankProgram {

@@ -596,6 +596,18 @@ TEST(CliSimulate, JsonHasTheTextsNotes) {
   EXPECT_NE(split.find("32 layers over pp = 3 do not divide"), std::string::npos) << split;
   EXPECT_NE(text.out.find("\nPipeline split (transformer layers per stage): "), std::string::npos) << text.out;
   EXPECT_NE(text.out.find(notes[0].get<std::string>()), std::string::npos) << text.out;
+  // A note over several lines is one string, its lines joined by a space.
+  const auto sel = RunShardcast("simulate --model llama2-7b --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 8 "
+                                "--recompute selective --json");
+  ASSERT_EQ(sel.exit_code, 0) << sel.err;
+  const Json sel_notes = Json::parse(sel.out)["notes"];
+  ASSERT_EQ(sel_notes.size(), 1u) << sel_notes.dump(1);
+  EXPECT_EQ(sel_notes[0].get<std::string>().rfind("selective recompute of core_attn with flash attention reruns the "
+                                                  "flash forward before its backward (Megatron-Core checkpoints the "
+                                                  "core attention) but saves almost nothing: flash attention keeps no",
+                                                  0),
+            0u)
+      << sel_notes[0];
 }
 
 // The Megatron-LM arguments plan prints run in simulate as they are (Megatron's switches for

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <set>
 
 #include <Eigen/Dense>
 #include <gtest/gtest.h>
@@ -22,6 +23,15 @@ const char* kTinyJson = R"({"name": "tiny-gpt", "num_layers": 4, "hidden_size": 
     "tie_embeddings": true, "source": "test"})";
 
 Model Tiny() { return ModelFromJson(Json::parse(kTinyJson), "tiny.json"); }
+
+/// Tiny with routed experts in every layer: 4 experts of FFN 512, 2 a token.
+Json TinyMoeJson() {
+  Json j = Json::parse(kTinyJson);
+  j["num_experts"] = 4;
+  j["moe_router_topk"] = 2;
+  j["moe_ffn_hidden_size"] = 512;
+  return j;
+}
 
 // A quarter of tiny's width and half its sequence, for the runs under mpirun whose output is
 // checked for structure only (the sanitizer build runs Eigen's GEMMs about ten times slower).
@@ -147,11 +157,8 @@ TEST(Program, ZeroTwoReducesAfterEveryMicroBatch) {
 // time, and each MoE layer runs the router once a pass. With bf16 edge layers under FP8 (the
 // simulator predicts it; execute refuses the precision) the sums hold as well.
 TEST(Program, RunsEachLayersOwnOps) {
-  Json j = Json::parse(kTinyJson);
+  Json j = TinyMoeJson();
   j["num_layers"] = 6;
-  j["num_experts"] = 4;
-  j["moe_router_topk"] = 2;
-  j["moe_ffn_hidden_size"] = 512;
   j["moe_shared_expert_intermediate_size"] = 256;
   j["moe_first_k_dense_layers"] = 1;
   j["moe_layer_step"] = 2;
@@ -184,7 +191,9 @@ TEST(Program, RunsEachLayersOwnOps) {
         const RankProgram prog = BuildRankProgram(m, c, cm, sched, prof, stage);
         std::map<std::tuple<int, int, int>, double> item_s;  // (item, micro-batch, chunk) -> seconds
         for (const ProgOp& x : prog.ops) {
-          if (x.kind != ProgKind::kCompute && x.kind != ProgKind::kTpCollective) continue;
+          if (x.kind != ProgKind::kCompute && x.kind != ProgKind::kTpCollective && x.kind != ProgKind::kEtpCollective) {
+            continue;
+          }
           item_s[{static_cast<int>(x.item), x.microbatch, x.chunk}] += x.op.duration_s;
           routers += x.op.name == "moe_router" && x.item == ItemKind::kForward;
         }
@@ -202,6 +211,54 @@ TEST(Program, RunsEachLayersOwnOps) {
       // MoE layers 1, 3, 5 and the MTP module's layer, once per micro-batch.
       EXPECT_EQ(routers, 4 * 3) << ToString(s) << " fp8 " << fp8;
     }
+  }
+}
+
+// Expert parallelism (ep 2 of 4 data-parallel ranks, etp 1): each MoE layer's dispatch and
+// combine, forward and backward, are expert-parallel collectives; the gradients and the ZeRO-1
+// parameter gather are split into the dense share over the data-parallel group and the routed
+// experts' share over the expert-data-parallel group, as the simulator serializes them; each
+// item's ops still add up to its chunk's pass times.
+TEST(Program, ExpertParallelGroups) {
+  const Model m = ModelFromJson(TinyMoeJson(), "tiny-moe.json");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  ParallelConfig c;
+  c.dp = 4;
+  c.ep = 2;
+  c.zero_stage = 1;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 8;
+  c.seq_length = 128;
+  const CostModel cm = BuildCostModel(m, c, cl, prof);
+  const RankProgram prog = BuildRankProgram(m, c, cm, MakeSchedule(Schedule::k1F1B, 1, 2, 1), prof, 0);
+  const ChunkCost& cc = cm.chunks[0][0];
+  ASSERT_GT(cc.expert_params_per_gpu, 0.0);
+  int exchanges = 0;
+  double dense_grads = 0, expert_grads = 0, dense_gather = 0, expert_gather = 0;
+  std::map<std::pair<int, int>, double> item_s;  // (item, micro-batch) -> seconds
+  for (const ProgOp& x : prog.ops) {
+    if (x.kind == ProgKind::kEpCollective) {
+      ++exchanges;
+      EXPECT_TRUE(x.op.name.rfind("moe_dispatch", 0) == 0 || x.op.name.rfind("moe_combine", 0) == 0) << x.op.name;
+    }
+    if (x.kind == ProgKind::kCompute || x.kind == ProgKind::kTpCollective || x.kind == ProgKind::kEpCollective) {
+      item_s[{static_cast<int>(x.item), x.microbatch}] += x.op.duration_s;
+    }
+    if (x.kind != ProgKind::kDpCollective) continue;
+    const bool gather = x.op.collective == CollectiveOp::kAllGather;
+    (gather ? (x.experts ? expert_gather : dense_gather) : (x.experts ? expert_grads : dense_grads)) += x.bytes;
+  }
+  EXPECT_EQ(exchanges, 4 * 2 * 4);  // 4 MoE layers, 2 micro-batches, dispatch and combine both ways
+  const double dense = cc.params_per_gpu - cc.expert_params_per_gpu;
+  EXPECT_NEAR(dense_grads, dense * GradReduceBytesPerParam(c), 1e-6 * dense_grads);
+  EXPECT_NEAR(expert_grads, cc.expert_params_per_gpu * GradReduceBytesPerParam(c), 1e-6 * expert_grads);
+  EXPECT_NEAR(dense_gather, dense * c.param_gather_bytes, 1e-6 * dense_gather);
+  EXPECT_NEAR(expert_gather, cc.expert_params_per_gpu * c.param_gather_bytes, 1e-6 * expert_gather);
+  for (const auto& [key, secs] : item_s) {
+    const double want = key.first == static_cast<int>(ItemKind::kForward) ? cc.fwd_s
+                                                                          : cc.recompute_s + cc.bwd_input_s + cc.bwd_weight_s;
+    EXPECT_NEAR(secs, want, 1e-12 + 1e-9 * want) << key.first << " mb " << key.second;
   }
 }
 
@@ -279,6 +336,29 @@ TEST(ExecuteCpu, CalibrateThenExecuteTpPpDpOnTwoRanks) {
       EXPECT_EQ(o["wait"].get<bool>(), name == "pp_recv" || name == "dp_wait") << name;
     }
   }
+  // The mini model with routed experts: expert parallelism over the two ranks exchanges the
+  // tokens with MPI all-to-alls (moe_dispatch, moe_combine); expert tensor parallelism (etp = tp
+  // = 2) gathers an expert's tokens over its group (moe_etp_all_gather).
+  Json moe = Json::parse(kMiniJson);
+  moe["num_experts"] = 4;
+  moe["moe_router_topk"] = 2;
+  moe["moe_ffn_hidden_size"] = 256;
+  const std::string mini_moe = testing::WriteTemp("mini_moe.json", moe.dump());
+  for (const auto& [cfg, exchange] : {std::pair<std::string, std::string>{"--ep 2", "moe_dispatch"},
+                                      {"--tp 2 --sequence-parallel", "moe_etp_all_gather"}}) {
+    const std::string out = (dir / "exec_moe.json").string();
+    ASSERT_EQ(Shell(mpirun + " execute --model " + mini_moe + " --profile " + prof + " " + cfg +
+                        " --mbs 1 --gbs 8 --steps 1 --warmup 0 --json",
+                    out),
+              0)
+        << cfg;
+    const Json j = ReadJsonFile(out);
+    std::set<std::string> names;
+    for (const auto& o : j["ops"]) names.insert(o["name"].get<std::string>());
+    EXPECT_TRUE(names.count("moe_router")) << cfg;
+    EXPECT_TRUE(names.count("moe_expert_up")) << cfg;
+    EXPECT_TRUE(names.count(exchange)) << cfg;
+  }
 }
 
 // A CPU profile for the tests that exit before any op runs: the quick sweep with the fake timer
@@ -347,8 +427,8 @@ TEST(Execute, SettingsDifferenceNamesEachField) {
 }
 
 // execute's program gathers no parameters layer by layer: ZeRO-3 (FSDP's, DeepSpeed's) is
-// refused, not run as ZeRO-2; so are fp32, expert parallelism and a gradient reduce after every
-// pipeline flush.
+// refused, not run as ZeRO-2; so are fp32, the overlapped MoE token exchange and a gradient
+// reduce after every pipeline flush.
 TEST(ExecuteCpu, DeepSpeedZero3IsRefused) {
   const std::string prof = FakeTimerCpuProfile();
   for (const std::string impl : {"deepspeed-2021", "deepspeed"}) {
@@ -374,12 +454,12 @@ TEST(ExecuteCpu, DeepSpeedZero3IsRefused) {
                                         " --mbs 1 --gbs 1 --precision fp32");
   EXPECT_EQ(fp32.exit_code, 2) << fp32.out;
   EXPECT_NE(fp32.out.find("--precision fp32: not executed"), std::string::npos) << fp32.out;
-  // Expert parallelism: execute runs an MoE layer's experts on its own tensor-parallel group.
+  // The token exchange overlapped with another micro-batch's pass: execute runs it in its layer.
   const auto ep = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " +
                                       std::string(SHARDCAST_BINARY) + " execute --model mixtral-8x7b --profile " +
-                                      prof + " --mbs 1 --gbs 2 --ep 2");
+                                      prof + " --mbs 1 --gbs 2 --ep 2 --overlap-moe-expert-parallel-comm");
   EXPECT_EQ(ep.exit_code, 2) << ep.out;
-  EXPECT_NE(ep.out.find("--ep 2 --etp 1: expert parallelism is not executed"), std::string::npos) << ep.out;
+  EXPECT_NE(ep.out.find("--overlap-moe-expert-parallel-comm: not executed"), std::string::npos) << ep.out;
   // A reduce after every pipeline flush (simulate's default) is not what execute's program runs.
   const auto flushes = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 4 " +
                                            std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " +

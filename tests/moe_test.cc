@@ -1410,6 +1410,12 @@ TEST(MoeDescribe, LastStageHoldsTheMtpModules) {
                                     "command line: --ep: got 2; ep = 2, etp = 1: llama3-8b has no mixture-of-experts"));
   EXPECT_TRUE(testing::ExitsTwoWith("describe --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --ep 3",
                                     "command line: --ep: got 3; ep = 3 does not divide num_experts = 128"));
+  EXPECT_TRUE(testing::ExitsTwoWith("describe --model qwen3-30b-a3b --ep 8",
+                                    "command line: --ep/--etp: got ep = 8, etp = tp, expected --cluster as well"));
+  // A GPU count tp*pp does not divide leaves dp unknown: the reasons say so, as in simulate.
+  const auto odd = testing::RunShardcast("describe --model qwen3-30b-a3b --cluster dgx-h100 --gpus 12 --tp 8 --ep 16");
+  EXPECT_EQ(odd.exit_code, 0) << odd.err;
+  EXPECT_NE(odd.out.find("cannot run: tp*pp = 8*1 = 8 does not divide 12 GPUs"), std::string::npos) << odd.out;
 }
 
 }  // namespace
