@@ -543,9 +543,12 @@ void Summarize(ValidationReport* rep) {
           ++s.confident_held_out_timed;
         }
       }
+      // Throughput in tokens per second: a group's runs may differ in global batch or sequence.
       groups.push_back(row.group);
-      pred_tp.push_back(1.0 / *row.predicted_step_time_s);
-      meas_tp.push_back(1.0 / *row.measured_step_time_s);
+      const double tokens =
+          static_cast<double>(row.config.global_batch_size) * static_cast<double>(row.config.seq_length);
+      pred_tp.push_back(tokens / *row.predicted_step_time_s);
+      meas_tp.push_back(tokens / *row.measured_step_time_s);
       if (!row.low_confidence) {
         confident_groups.push_back(row.group);
         confident_pred_tp.push_back(pred_tp.back());
