@@ -60,6 +60,9 @@ struct Event {
 /// experts its expert-parallel, expert-tensor-parallel and expert-data-parallel groups.
 struct Communicators {
   MPI_Comm tp = MPI_COMM_NULL, dp = MPI_COMM_NULL, ep = MPI_COMM_NULL, etp = MPI_COMM_NULL, edp = MPI_COMM_NULL;
+  /// The first and last stage's ranks of the same tensor- and data-parallel index (tied
+  /// embeddings); MPI_COMM_NULL on the other stages.
+  MPI_Comm embedding = MPI_COMM_NULL;
 };
 
 class Runner {
@@ -67,7 +70,7 @@ class Runner {
   Runner(const Model& m, const ParallelConfig& c, const RankProgram& prog, const Communicators& comms, int rank,
          int stage_stride, Tracker& mem)
       : m_(m), c_(c), prog_(prog), tp_(comms.tp), dp_(comms.dp), ep_(comms.ep), etp_(comms.etp), edp_(comms.edp),
-        rank_(rank), stride_(stage_stride), mem_(mem), gen_(rank + 1) {}
+        emb_(comms.embedding), rank_(rank), stride_(stage_stride), mem_(mem), gen_(rank + 1) {}
 
   std::atomic<int> current{-1};
 
@@ -105,6 +108,7 @@ class Runner {
           case ProgKind::kTpCollective: Collective(x.op.collective, x.bytes, tp_, cs_, cr_); break;
           case ProgKind::kEpCollective: Collective(x.op.collective, x.bytes, ep_, cs_, cr_); break;
           case ProgKind::kEtpCollective: Collective(x.op.collective, x.bytes, etp_, cs_, cr_); break;
+          case ProgKind::kEmbeddingCollective: Collective(x.op.collective, x.bytes, emb_, cs_, cr_); break;
           case ProgKind::kDpCollective:
             if (x.async && threads_ok_) {
               if (!dp_worker.joinable()) {
@@ -189,6 +193,7 @@ class Runner {
     const char* it = x.item == ItemKind::kForward ? "F" : x.item == ItemKind::kBackward ? "B" : "W";
     const bool named = x.kind == ProgKind::kCompute || x.kind == ProgKind::kTpCollective ||
                        x.kind == ProgKind::kEpCollective || x.kind == ProgKind::kEtpCollective ||
+                       x.kind == ProgKind::kEmbeddingCollective ||
                        x.kind == ProgKind::kDpCollective || x.kind == ProgKind::kOptimizer;
     std::string name = named ? x.op.name : ToString(x.kind);
     if (x.microbatch < 0) return name;
@@ -283,7 +288,7 @@ class Runner {
   const Model& m_;
   const ParallelConfig& c_;
   const RankProgram& prog_;
-  MPI_Comm tp_, dp_, ep_, etp_, edp_;
+  MPI_Comm tp_, dp_, ep_, etp_, edp_, emb_;
   int rank_, stride_;
   Tracker& mem_;
   std::mt19937 gen_;
@@ -401,6 +406,8 @@ class RankExecution {
     MPI_Comm_split(MPI_COMM_WORLD, rank_ / etp, rank_, &comms_.etp);
     MPI_Comm_split(MPI_COMM_WORLD, stage_ * tp_ * dp_ + local / (etp * ep) * etp + local % etp, rank_, &comms_.ep);
     MPI_Comm_split(MPI_COMM_WORLD, stage_ * tp_ * dp_ + local % (etp * ep), rank_, &comms_.edp);
+    const bool edge = c_.pp > 1 && (stage_ == 0 || stage_ == c_.pp - 1);
+    MPI_Comm_split(MPI_COMM_WORLD, edge ? local : MPI_UNDEFINED, rank_, &comms_.embedding);
     // Weights, gradients and optimizer state, really allocated.
     const StageMemory st = StaticStageMemory(cm_, c_, profile_, stage_);
     state_bytes_ = st.weights_bytes + st.grads_bytes + st.optimizer_bytes;
@@ -426,7 +433,9 @@ class RankExecution {
   /// Frees the communicators (collective: every rank, at the end; a rank that throws before it
   /// leaves them, as the process ends).
   void FreeCommunicators() {
-    for (MPI_Comm* c : {&comms_.tp, &comms_.dp, &comms_.ep, &comms_.etp, &comms_.edp}) MPI_Comm_free(c);
+    for (MPI_Comm* c : {&comms_.tp, &comms_.dp, &comms_.ep, &comms_.etp, &comms_.edp, &comms_.embedding}) {
+      if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+    }
   }
 
  private:
@@ -519,13 +528,17 @@ Json RankExecution::Summary() const {
   const bool rep_rank = tp_rank_ == 0 && dp_rank_ == 0;
   std::map<std::string, std::pair<double, double>> per_name;  // name -> (predicted, measured)
   std::map<std::string, int> counts;
-  std::set<std::string> waits;  // names of receives and data-parallel waits
+  // Names of receives, data-parallel waits and the tied embedding's all-reduce (whose measured
+  // time is mostly the first stage waiting for the last stage's backward).
+  std::set<std::string> waits;
   if (rep_rank) {
     for (std::size_t i = 0; i < prog_.ops.size(); ++i) {
       const ProgOp& x = prog_.ops[i];
       if (x.kind == ProgKind::kAlloc || x.kind == ProgKind::kFree) continue;
       const std::string name = x.kind == ProgKind::kSend || x.kind == ProgKind::kRecv ? ToString(x.kind) : x.op.name;
-      if (x.kind == ProgKind::kRecv || x.kind == ProgKind::kDpWait) waits.insert(name);
+      if (x.kind == ProgKind::kRecv || x.kind == ProgKind::kDpWait || x.kind == ProgKind::kEmbeddingCollective) {
+        waits.insert(name);
+      }
       per_name[name].first += x.op.duration_s;
       per_name[name].second += sum_secs_[i];
       ++counts[name];

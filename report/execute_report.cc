@@ -91,7 +91,8 @@ void WriteExecuteReport(std::ostream& out, const ExecuteReport& r, const Model& 
   if (std::any_of(r.ops.begin(), r.ops.end(), [](const OpError& o) { return o.wait; })) {
     WriteOpTable(out, r, true,
                  "\nWaits (measured time is mostly blocking on other ranks: the prediction counts a receive's\n"
-                 "in the bubble and pipeline comm, a data-parallel wait's in exposed data-parallel comm):\n");
+                 "in the bubble and pipeline comm, a data-parallel wait's and the tied embedding's all-reduce's\n"
+                 "in exposed data-parallel comm):\n");
   }
 }
 

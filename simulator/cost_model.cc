@@ -2059,6 +2059,13 @@ void CostModelBuilder::PlaceGroups() {
   for (std::int64_t i = 0; i + 1 < c.pp; ++i) {
     cm.pp_next_same_node[static_cast<std::size_t>(i)] = (i * stride) / gpn == ((i + 1) * stride) / gpn;
   }
+  // Tied embeddings under a pipeline: the first and the last stage's copies all-reduce their
+  // gradients (Megatron-LM's embedding group), two ranks, on one node when the whole run is.
+  if (m.tie_embeddings && c.pp > 1) {
+    cm.embedding_pair.ranks = 2;
+    cm.embedding_pair.ranks_per_node = stride * c.pp <= gpn ? 2 : 1;
+    cm.embedding_sync_bytes = V * h / t * GradReduceBytesPerParam(c);
+  }
 }
 
 /// The embedding (first stage): lookup + position add + dropout; vocab-parallel all-reduce.

@@ -277,6 +277,10 @@ struct CostModel {
   MoePlan moe;                 ///< with MoE layers (model.moe.enabled())
   GroupPlacement edp_group;    ///< the expert-data-parallel group (experts' gradients)
   std::vector<bool> pp_next_same_node;  ///< stage i -> i+1 on the same node
+  /// Tied embeddings with pp > 1: the first and last stage's ranks that all-reduce the embedding
+  /// gradient (2 ranks), and its size, (V h / tp) x gradient bytes per parameter; else empty, 0.
+  GroupPlacement embedding_pair;
+  double embedding_sync_bytes = 0;
   double pp_message_bytes = 0;          ///< activation (or its gradient) sent per micro-batch
   CollectiveCost pp_send_intra, pp_send_inter;
   double tokens_per_microbatch = 0;  ///< on one GPU: b * s / cp

@@ -19,6 +19,7 @@ const char* ToString(ProgKind k) {
     case ProgKind::kOptimizer: return "optimizer";
     case ProgKind::kEpCollective: return "ep_collective";
     case ProgKind::kEtpCollective: return "etp_collective";
+    case ProgKind::kEmbeddingCollective: return "embedding_collective";
   }
   return "?";
 }
@@ -287,13 +288,25 @@ void RankProgramBuilder::AddGradientReduction() {
   }
 }
 
-/// The optimizer step, then ZeRO-1/2's parameter all-gather: the dense parameters over the
-/// data-parallel group, the routed experts' over the expert-data-parallel group.
+/// The tied embedding's gradient all-reduce (first and last stage), the optimizer step, then
+/// ZeRO-1/2's parameter all-gather: the dense parameters over the data-parallel group, the
+/// routed experts' over the expert-data-parallel group.
 void RankProgramBuilder::AddOptimizer() {
   double params = 0, experts = 0;
   for (const auto& cc : chunks_) {
     params += cc.params_per_gpu;
     experts += cc.expert_params_per_gpu;
+  }
+  if (cm_.embedding_sync_bytes > 0 && (stage_ == 0 || stage_ == p_ - 1)) {
+    ProgOp e;
+    e.kind = ProgKind::kEmbeddingCollective;
+    e.op.name = "embedding_grad_all_reduce";
+    e.op.kind = OpKind::kCollective;
+    e.op.collective = CollectiveOp::kAllReduce;
+    e.op.bytes = e.bytes = cm_.embedding_sync_bytes;
+    e.op.duration_s = CollectiveCostOf(prof_, CollectiveOp::kAllReduce, e.bytes, cm_.embedding_pair).time_s();
+    rp_.predicted_busy_s += e.op.duration_s;
+    rp_.ops.push_back(e);
   }
   ProgOp o;
   o.kind = ProgKind::kOptimizer;

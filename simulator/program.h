@@ -12,13 +12,15 @@
 
 namespace shardcast {
 
-/// kEpCollective: an MoE layer's token dispatch or combine over its expert-parallel group;
+/// kEmbeddingCollective: the tied embedding's gradient all-reduce between the first and the last
+/// stage (CostModel::embedding_pair); kEpCollective: an MoE layer's token dispatch or combine over
+/// its expert-parallel group;
 /// kEtpCollective: the gather or scatter of an expert's tokens over its expert-tensor-parallel
 /// group (Megatron-Core's parallel folding: etp innermost, then ep, then the expert-data-parallel
 /// ranks, over a stage's tp x dp GPUs).
 enum class ProgKind {
   kCompute, kTpCollective, kSend, kRecv, kAlloc, kFree, kDpCollective, kDpWait, kOptimizer, kEpCollective,
-  kEtpCollective
+  kEtpCollective, kEmbeddingCollective
 };
 const char* ToString(ProgKind k);
 
@@ -50,7 +52,8 @@ struct RankProgram {
 /// `overlap_grad_reduce`, each chunk's buckets are issued asynchronously right after the chunk's
 /// last backward and waited for before the optimizer; without, they run after the last
 /// backward. ZeRO-2 reduces them after every micro-batch's backward of the chunk (inline
-/// without overlap_grad_reduce). Then the optimizer, then ZeRO-1/2's parameter all-gather.
+/// without overlap_grad_reduce). Then, on the first and last stage with tied embeddings, the
+/// embedding gradient's all-reduce; then the optimizer, then ZeRO-1/2's parameter all-gather.
 /// Tags: (microbatch * chunks + chunk) * 2 + direction.
 /// Each transformer layer runs its own op list (`m`'s MoE layers the MoE layer's, the layers kept
 /// in bf16 under a low-precision format theirs), and the last chunk runs the output layer, then

@@ -464,14 +464,10 @@ TaskCost Builder::CostOf(const CostKey& k) const {
     case CostKind::kSendBackward:
       return SendCost(k, stage);
     case CostKind::kEmbeddingSync: {
-      const double bytes = static_cast<double>(m_.vocab_size * m_.hidden_size) / c_.tp * grad_bytes_per_param_;
-      GroupPlacement pair;
-      pair.ranks = 2;
-      pair.ranks_per_node = all_one_node_ ? 2 : 1;
       // Both ends wait on the one all-reduce: at the slow NIC's rate when either end has it.
       const int other = stage == 0 ? p_ - 1 : 0;
       const HardwareProfile& prof = ProfOf(stage == opts_.straggler_stage ? stage : other);
-      return Comm(k.device, CollectiveCostOf(prof, CollectiveOp::kAllReduce, bytes, pair));
+      return Comm(k.device, CollectiveCostOf(prof, CollectiveOp::kAllReduce, cm_.embedding_sync_bytes, cm_.embedding_pair));
     }
     case CostKind::kOptimizer:
       return OptimizerCost(stage);

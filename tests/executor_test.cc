@@ -87,6 +87,18 @@ TEST(Program, FollowsTheSimulatorsScheduleOnEveryStage) {
         if (x.kind == ProgKind::kFree) held -= x.bytes;
       }
       EXPECT_NEAR(held, 0.0, 1e-6);
+      // Tied embeddings: the first and the last stage all-reduce the embedding gradient once,
+      // (V h / tp) x the gradient bytes per parameter, before the optimizer.
+      int syncs = 0;
+      for (std::size_t i = 0; i < prog.ops.size(); ++i) {
+        const ProgOp& x = prog.ops[i];
+        if (x.kind != ProgKind::kEmbeddingCollective) continue;
+        ++syncs;
+        EXPECT_DOUBLE_EQ(x.bytes, 2048.0 * 256 / 2 * GradReduceBytesPerParam(c));
+        ASSERT_LT(i + 1, prog.ops.size());
+        EXPECT_EQ(prog.ops[i + 1].kind, ProgKind::kOptimizer);
+      }
+      EXPECT_EQ(syncs, 1) << ToString(s) << " stage " << stage;
       // Scatter/gather: every received activation (gradient) is re-assembled by a TP all-gather,
       // as the simulator charges it: 4 micro-batches, forward receives on stage 1 only and
       // gradient receives on stage 0 only at PP 2 without interleaving.
@@ -333,8 +345,13 @@ TEST(ExecuteCpu, CalibrateThenExecuteTpPpDpOnTwoRanks) {
     // Pipeline receives are waits (listed apart); the GEMMs are not.
     for (const auto& o : j["ops"]) {
       const std::string name = o["name"];
-      EXPECT_EQ(o["wait"].get<bool>(), name == "pp_recv" || name == "dp_wait") << name;
+      EXPECT_EQ(o["wait"].get<bool>(), name == "pp_recv" || name == "dp_wait" || name == "embedding_grad_all_reduce")
+          << name;
     }
+    // The tied embedding's gradient all-reduce between the two stages runs where pp > 1.
+    bool embedding_sync = false;
+    for (const auto& o : j["ops"]) embedding_sync = embedding_sync || o["name"] == "embedding_grad_all_reduce";
+    EXPECT_EQ(embedding_sync, cfg == "--pp 2") << cfg;
   }
   // The mini model with routed experts: expert parallelism over the two ranks exchanges the
   // tokens with MPI all-to-alls (moe_dispatch, moe_combine); expert tensor parallelism (etp = tp
