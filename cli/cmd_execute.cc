@@ -131,6 +131,11 @@ void ExecuteOnThisRank(const ExecuteArgs& a, int rank, int size) {
                                                          "(shardcast calibrate --backend cuda writes its profile)")));
   }
   Cluster cl = a.cfg.cluster.empty() ? ClusterFromProfile(prof, a.cfg.profile) : LoadCluster(a.cfg.cluster, "--cluster");
+  if (prof.gpu == "cpu" && cl.gpu.name != prof.gpu) {  // CPU ranks: the cluster's GPU memory would be theirs
+    throw InputError(fmt::format("command line: --cluster {}: its GPU is {}, but {} measured \"{}\"; expected the "
+                                 "machine that runs the program (leave --cluster out: the profile's machine)",
+                                 a.cfg.cluster, cl.gpu.name, a.cfg.profile, prof.gpu));
+  }
   ShareHostMemory(prof, rank, &cl);
   // The executor's own program: non-blocking pipeline transfers, scatter/gather messages
   // (Megatron-LM 2021-22's pipeline behaviour) unless --framework says otherwise.

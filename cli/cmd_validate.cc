@@ -55,6 +55,16 @@ ValidationReport ValidateLogs(const ValidateArgs& a) {
   LogDefaults d;
   if (!a.model.empty()) d.model = LoadModel(a.model, "--model");
   if (a.gpus > 0) d.gpus = a.gpus;
+  // A log given twice would count its run twice in the MAPE and pair it with itself in the ranking.
+  for (std::size_t i = 0; i < a.logs.size(); ++i) {
+    for (std::size_t k = 0; k < i; ++k) {
+      std::error_code ec;
+      if (a.logs[i] == a.logs[k] || (std::filesystem::equivalent(a.logs[i], a.logs[k], ec) && !ec)) {
+        throw InputError(fmt::format("command line: --log: got {} twice (as {} and {}), expected each run once",
+                                     a.logs[i], a.logs[k], a.logs[i]));
+      }
+    }
+  }
   std::vector<LoggedRun> runs;
   for (const auto& f : a.logs) runs.push_back(ReadTrainingLog(f, d));
   for (LoggedRun& r : runs) {
@@ -117,7 +127,7 @@ void RunValidate(const ValidateArgs& a) {
   if (a.json || !a.html.empty()) {
     const Json j = ValidationJson(rep, source);
     if (!a.html.empty()) {
-      Json data = j;
+      Json data = WithIntegerBytes(j);  // the page holds what --json prints
       data["kind"] = "validate";
       WriteHtmlReport(a.html, a.logs.empty() ? "shardcast validate: predicted vs published training runs"
                                              : "shardcast validate: predicted vs your training runs",

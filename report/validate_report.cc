@@ -67,11 +67,19 @@ Json ValidationRowJson(const ValidationRow& r) {
             {"skipped", r.skipped}};
   if (r.skipped) {
     x["skip_reason"] = r.skip_reason;
-    // What was measured stays (a logged run the simulator cannot run still measured its step).
+    // What was measured stays (a logged run the simulator cannot run still measured its step);
+    // the predictions are null.
     x["measured_step_time_s"] = opt(r.measured_step_time_s);
     x["measured_step_time_derived"] = r.step_time_derived;
     x["measured_peak_memory_bytes"] = opt(r.measured_peak_memory_bytes);
     x["measured_memory_is_reserved"] = r.memory_is_reserved;
+    x["outcome"] = r.outcome;
+    for (const char* k : {"predicted_step_time_s", "step_time_error", "predicted_peak_memory_bytes",
+                          "predicted_reserved_memory_bytes", "predicted_fits", "predicted_memory_at_risk",
+                          "predicted_mfu", "predicted_mfu_causal"}) {
+      x[k] = nullptr;
+    }
+    if (!r.log.empty()) x["log"] = r.log;
   } else {
     x["config"] = r.config.Summary();
     x["predicted_step_time_s"] = opt(r.predicted_step_time_s);

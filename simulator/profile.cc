@@ -374,9 +374,10 @@ HardwareProfile WithAttentionKernel(HardwareProfile p, const std::string& arch, 
 
 namespace {
 
-/// An array of [x, y] points with x > 0 increasing and y > min_y (or >= 0 when `y_may_be_zero`:
-/// a time may be zero, an efficiency that a duration is divided by may not).
-std::vector<CurvePoint> ReadCurve(const JsonReader& r, const std::string& key, bool y_may_be_zero = false) {
+/// An array of [x, y] points with x > 0 increasing and y > 0: an efficiency that a duration is
+/// divided by, or a time of x > 0 bytes (zero would be an infinite rate); `what` names the y in
+/// the error.
+std::vector<CurvePoint> ReadCurve(const JsonReader& r, const std::string& key, const char* what = "rate") {
   const Json& arr = r.Value(key);
   const std::string ptr = r.PointerTo(key);
   if (!arr.is_array() || arr.empty()) {
@@ -385,14 +386,14 @@ std::vector<CurvePoint> ReadCurve(const JsonReader& r, const std::string& key, b
   std::vector<CurvePoint> c;
   for (std::size_t i = 0; i < arr.size(); ++i) {
     const Json& pt = arr[i];
-    const bool y_ok = pt.is_array() && pt.size() == 2 && pt[1].is_number() &&
-                      (y_may_be_zero ? pt[1].get<double>() >= 0 : pt[1].get<double>() > 0) &&
+    const bool y_ok = pt.is_array() && pt.size() == 2 && pt[1].is_number() && pt[1].get<double>() > 0 &&
                       std::isfinite(pt[1].get<double>());
     if (!pt.is_array() || pt.size() != 2 || !pt[0].is_number() || !std::isfinite(pt[0].get<double>()) ||
         !(pt[0].get<double>() > 0) || !y_ok) {
       throw InputError::Field(r.file(), ptr + "/" + std::to_string(i), JsonForMessage(pt),
-                              y_may_be_zero ? "a pair [x > 0, y >= 0]" : "a pair [x > 0, y > 0] (a zero rate "
-                                                                         "would make durations infinite)");
+                              std::string(what) == "time"
+                                  ? "a pair [x > 0, y > 0] (a zero time would make the bandwidth infinite)"
+                                  : "a pair [x > 0, y > 0] (a zero rate would make durations infinite)");
     }
     if (!c.empty() && pt[0].get<double>() <= c.back().x) {
       throw InputError::Field(r.file(), ptr + "/" + std::to_string(i), JsonForMessage(pt),
@@ -510,7 +511,7 @@ void ReadCollectives(const JsonReader& c, const std::string& file, HardwareProfi
       ct.op = ParseOp(t, "op");
       ct.ranks = static_cast<int>(t.Int("ranks", 1, 1 << 24));
       ct.nodes = static_cast<int>(t.Int("nodes", 1, 1 << 24));
-      ct.bytes_to_seconds = ReadCurve(t, "bytes_to_seconds", /*y_may_be_zero=*/true);
+      ct.bytes_to_seconds = ReadCurve(t, "bytes_to_seconds", "time");
       p->collective_tables.push_back(std::move(ct));
     }
   }

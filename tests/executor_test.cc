@@ -525,6 +525,15 @@ TEST(ExecuteCpu, GpuProfileOnCpuRanksIsRefused) {
                                      " --mbs 1 --gbs 1");
   EXPECT_EQ(r.exit_code, 2) << r.out;
   EXPECT_NE(r.out.find(gpu_prof + ": /gpu: got \"h100-sxm\", expected \"cpu\""), std::string::npos) << r.out;
+  // A GPU cluster beside a CPU profile would give the CPU ranks an H100's memory.
+  const std::string cpu_prof = FakeTimerCpuProfile();
+  const auto c = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 1 " +
+                                     std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " + cpu_prof +
+                                     " --cluster dgx-h100 --mbs 1 --gbs 1");
+  EXPECT_EQ(c.exit_code, 2) << c.out;
+  EXPECT_NE(c.out.find("command line: --cluster dgx-h100: its GPU is h100-sxm, but " + cpu_prof + " measured \"cpu\""),
+            std::string::npos)
+      << c.out;
 }
 
 }  // namespace

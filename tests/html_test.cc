@@ -117,6 +117,26 @@ TEST(Html, SimulatePageCarriesTheJsonObject) {
   EXPECT_EQ(PageData(path)["result"], Json::parse(json.out));
 }
 
+// The plan and validate pages hold their --json objects too, bytes as whole numbers (the plan
+// page adds its points, the memory limit and the kind; validate's adds the kind).
+TEST(Html, PlanAndValidatePagesCarryTheJsonObjects) {
+  const std::string plan = "plan --model gpt3-1.3b --cluster dgx-a100 --gpus 16 --gbs 64 --what-if hbm_GBps=x1.5";
+  const std::string plan_path = HtmlPath("plan-same-as-json.html");
+  ASSERT_EQ(testing::RunShardcast(plan + " --html " + plan_path).exit_code, 0);
+  const auto plan_json = testing::RunShardcast(plan + " --json");
+  ASSERT_EQ(plan_json.exit_code, 0) << plan_json.err;
+  Json pd = PageData(plan_path);
+  for (const char* k : {"kind", "memory_limit_bytes", "points"}) pd.erase(k);
+  EXPECT_EQ(pd, Json::parse(plan_json.out));
+  const std::string val_path = HtmlPath("validate-same-as-json.html");
+  ASSERT_EQ(testing::RunShardcast("validate --no-memory --html " + val_path).exit_code, 0);
+  const auto val_json = testing::RunShardcast("validate --no-memory --json");
+  ASSERT_EQ(val_json.exit_code, 0) << val_json.err;
+  Json vd = PageData(val_path);
+  vd.erase("kind");
+  EXPECT_EQ(vd, Json::parse(val_json.out));
+}
+
 TEST(HtmlBrowser, SimulateTimelineHasALanePerStageAndMemoryBarsAddUpToThePeak) {
   REQUIRE_CHROMIUM();
   const std::string flags = "simulate --model gpt3-13b --cluster dgx-a100 --gpus 64 --tp 2 --pp 4 --vp 2 --mbs 2 "

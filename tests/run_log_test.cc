@@ -625,6 +625,15 @@ TEST(RunLog, ARunTheProfileCannotSimulateIsSkippedNotFatal) {
   EXPECT_FALSE(rep.rows[1].skipped);
   EXPECT_NE(testing::InputErrorOf([&] { ValidateLoggedRuns(runs, cl, DefaultProfile(cl), "1"); }).find("run 1 was skipped"),
             std::string::npos);
+  // Its JSON row names its log and keeps what was measured; its predictions are null.
+  const Json row = ValidationJson(rep, kMegatron)["rows"][0];
+  EXPECT_EQ(row["log"], rep.rows[0].log);
+  EXPECT_FALSE(row["log"].get<std::string>().empty());
+  EXPECT_TRUE(row["measured_step_time_s"].is_number());
+  for (const char* k : {"predicted_step_time_s", "step_time_error", "predicted_peak_memory_bytes", "predicted_fits"}) {
+    ASSERT_TRUE(row.contains(k)) << k;
+    EXPECT_TRUE(row[k].is_null()) << k;
+  }
 }
 
 TEST(RunLog, CommandLineNeedsTheClusterAndKeepsLogsApartFromPublishedRuns) {
@@ -633,6 +642,9 @@ TEST(RunLog, CommandLineNeedsTheClusterAndKeepsLogsApartFromPublishedRuns) {
   EXPECT_TRUE(testing::ExitsTwoWith("validate --cluster dgx-h100", "go with --log"));
   EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + kMegatron + " --cluster dgx-h100 --runs x.csv", "not combined with --log"));
   EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + kTitan + " --cluster dgx-h100", "pass --gpus N"));
+  // One log given twice would count its run twice.
+  EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + kMegatron + " " + kMegatron + " --cluster dgx-h100",
+                                    "command line: --log: got " + kMegatron + " twice"));
   const auto r = testing::RunShardcast("validate --log " + kMegatron + " " + kTitan + " --cluster dgx-h100 --gpus 8 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out);

@@ -1193,7 +1193,7 @@ TEST(Profile, HopperAttentionIsTheFa3PapersRatesAtEachLength) {
 }
 
 // Issue 14 (5): a missing curve key exited 1 (out_of_range); (4): a zero in a curve hung the engine.
-TEST(Profile, MissingCurveOrZeroRateExitsTwoNamingTheField) {
+TEST(Profile, MissingCurveOrZeroRateOrTimeExitsTwoNamingTheField) {
   const Json good = ProfileToJson(DefaultProfile(LoadCluster("dgx-a100")));
   for (const auto& [section, key] : std::vector<std::pair<std::string, std::string>>{
            {"gemm", "efficiency_vs_gflop"}, {"attention", "efficiency_vs_seq"}, {"memory", "efficiency_vs_bytes"}}) {
@@ -1207,10 +1207,15 @@ TEST(Profile, MissingCurveOrZeroRateExitsTwoNamingTheField) {
     EXPECT_NE(e.find("p.json: /" + section + "/" + key + "/0: got "), std::string::npos) << e;
     EXPECT_NE(e.find("y > 0"), std::string::npos) << e;
   }
-  // A collective's time may be zero (it is not divided by).
+  // A collective's zero time for a message of bytes is an infinite bandwidth, refused as calibrate
+  // import refuses it in a log.
   Json j = good;
   j["collectives"]["tables"] = Json::array({{{"op", "all_reduce"}, {"ranks", 8}, {"nodes", 1},
                                              {"bytes_to_seconds", {{1.0, 0.0}, {1e9, 5e-3}}}}});
+  EXPECT_EQ(testing::InputErrorOf([&] { ProfileFromJson(j, "p.json"); }),
+            "p.json: /collectives/tables/0/bytes_to_seconds/0: got [1.0,0.0], expected a pair [x > 0, y > 0] (a zero "
+            "time would make the bandwidth infinite)");
+  j["collectives"]["tables"][0]["bytes_to_seconds"][0][1] = 2e-6;
   EXPECT_NO_THROW(ProfileFromJson(j, "p.json"));
 }
 
