@@ -89,17 +89,20 @@ void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const 
       if (t > 0 && (o.kind == OpKind::kGemm || o.kind == OpKind::kAttention)) {
         const bool bw_bound = o.kind == OpKind::kGemm &&
                               o.bytes / (prof.hbm_GBps * 1e9) > o.flops / (prof.gemm_peak_tflops * 1e12 * prof.gemm_max_efficiency);
-        achieved = bw_bound ? fmt::format("{:.0f} GB/s", o.bytes / t / 1e9) : fmt::format("{:.0f} TFLOP/s", o.flops / t / 1e12);
+        achieved = bw_bound ? Rate(o.bytes / t / 1e9) + " GB/s" : Rate(o.flops / t / 1e12) + " TFLOP/s";
       }
-      if (t > 0 && o.kind == OpKind::kMemory) achieved = fmt::format("{:.0f} GB/s", o.bytes / t / 1e9);
+      if (t > 0 && o.kind == OpKind::kMemory) achieved = Rate(o.bytes / t / 1e9) + " GB/s";
       if (t > 0 && o.kind == OpKind::kCollective && o.context_parallel) {
         const bool a2a = o.collective == CollectiveOp::kAllToAll;
         const int n = a2a ? cm.cp.a2a_group.ranks : cm.cp.group.ranks;
         achieved = o.collective == CollectiveOp::kSendRecv
-                       ? fmt::format("{:.0f} GB/s a hop", o.bytes / t / 1e9)
-                       : fmt::format("busbw {:.0f} GB/s", BusBwFactor(o.collective, n) * o.bytes / t / 1e9);
+                       ? Rate(o.bytes / t / 1e9) + " GB/s a hop"
+                       : "busbw " + Rate(BusBwFactor(o.collective, n) * o.bytes / t / 1e9) + " GB/s";
+      } else if (t > 0 && o.kind == OpKind::kCollective && o.expert_parallel) {
+        const int n = o.name.rfind("moe_etp_", 0) == 0 ? cm.moe.etp_group.ranks : cm.moe.ep_group.ranks;
+        achieved = "busbw " + Rate(BusBwFactor(o.collective, n) * o.bytes / t / 1e9) + " GB/s";
       } else if (t > 0 && o.kind == OpKind::kCollective && cm.tp_group.ranks > 1) {
-        achieved = fmt::format("busbw {:.0f} GB/s", BusBwFactor(o.collective, cm.tp_group.ranks) * o.bytes / t / 1e9);
+        achieved = "busbw " + Rate(BusBwFactor(o.collective, cm.tp_group.ranks) * o.bytes / t / 1e9) + " GB/s";
       }
       out << fmt::format("    {:<32} {:<15} {:<10} {:>28} {:>9.3f} {:>9.2f} {:>10.1f} {:>16}{}\n", o.name,
                                ToString(o.pass), ToString(o.kind), shape, o.flops / 1e9, o.bytes / 1e6,
