@@ -20,6 +20,7 @@ struct CalibrateArgs {
   CalibrateOptions o;
   std::vector<std::string> logs;
   std::string import_out = "profile.json", cluster = "dgx-h100", profile_file, model, tps = "1,2,4,8";
+  CLI::Option* tps_opt = nullptr;  ///< --tp-values, given when count() > 0
 };
 
 void RunCalibrate(const CalibrateArgs& a) {
@@ -42,6 +43,19 @@ void RunCalibrate(const CalibrateArgs& a) {
         if (tps.back() < 1) throw InputError("command line: --tp-values: got \"" + t + "\", expected positive integers");
       }
       const Model model = LoadModel(a.model, "--model");
+      // Megatron-LM's rule: tp divides the attention heads and the query groups; other sizes'
+      // shapes do not exist (given ones exit 2, default ones are left out).
+      const auto divides = [&model](int tp) {
+        return model.num_attention_heads % tp == 0 && model.num_query_groups % tp == 0;
+      };
+      if (a.tps_opt->count() == 0) std::erase_if(tps, [&](int tp) { return !divides(tp); });
+      for (const int tp : tps) {
+        if (!divides(tp)) {
+          throw InputError(fmt::format("command line: --tp-values: got {}, expected sizes that divide {}'s "
+                                       "num_attention_heads = {} and num_query_groups = {}",
+                                       tp, model.name, model.num_attention_heads, model.num_query_groups));
+        }
+      }
       o.model_shapes = ModelGemmShapes(model, tps);
       o.attention_heads = {static_cast<int>(model.num_attention_heads), static_cast<int>(model.num_query_groups),
                            static_cast<int>(model.kv_channels)};
@@ -82,7 +96,9 @@ void RegisterCalibrate(CLI::App& app) {
   cmd->add_flag("--resume", a->o.resume, "continue an interrupted sweep from OUT.partial.json");
   cmd->add_option("--out", a->o.out, "profile to write (atomically; required)")->check(OutputFile());
   cmd->add_option("--model", a->model, "also time this model's GEMM shapes (preset name or JSON path)");
-  cmd->add_option("--tp-values", a->tps, "tensor-parallel sizes for --model's shapes (default 1,2,4,8)");
+  a->tps_opt = cmd->add_option("--tp-values", a->tps,
+                               "tensor-parallel sizes for --model's shapes (default: those of 1,2,4,8 that divide the "
+                               "model's heads and query groups)");
   cmd->add_flag("--fake-timer", a->o.fake_timer, "deterministic timings from formulas (for tests)")->group("");
   cmd->add_option("--stop-after", a->o.stop_after, "stop after a measurement group (for tests)")->group("");
   cmd->callback([a, cmd] {

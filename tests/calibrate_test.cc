@@ -812,6 +812,11 @@ TEST(CalibrateCpu, BadInput) {
   auto r = testing::RunShardcast("calibrate --backend cuda --out /tmp/shardcast_tests/x.json");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--backend cuda"), std::string::npos) << r.err;
+  // A tensor-parallel size given for --model's shapes must divide its heads and query groups.
+  const std::string tp3 = "calibrate --backend cpu --quick --fake-timer --model gpt3-125m --tp-values 1,5 --out " +
+                          (shardcast::testing::TestTempDir() / "tp5.json").string();
+  EXPECT_TRUE(testing::ExitsTwoWith(tp3, "command line: --tp-values: got 5, expected sizes that divide gpt3-125m's "
+                                         "num_attention_heads = 12 and num_query_groups = 12"));
   // --out is required (there is no default file to replace silently) and checked before the sweep:
   // a folder, a folder that is a file, or a folder that cannot be written.
   const auto folder = shardcast::testing::TestTempDir() / "calibrate_out_folder";
