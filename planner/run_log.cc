@@ -269,7 +269,9 @@ std::int64_t MegatronArgs::RequiredInt(const std::string& name) const {
 std::vector<std::string> MegatronArgs::List(const std::string& name) const {
   std::string s = Get(name).value_or("");
   if (s.empty()) return {};
-  if (s.front() != '[' || s.back() != ']') Fail(name, "a list such as ['core_attn']");
+  if (s.front() != '[' || s.back() != ']') {
+    Fail(name, "a Python list as Megatron-LM prints one, such as [0, 1] or ['a', 'b']");
+  }
   std::vector<std::string> items;
   for (std::string x : Split(s.substr(1, s.size() - 2), ',')) {
     x = Trim(x);
