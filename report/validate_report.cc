@@ -63,6 +63,8 @@ Json Fraction(std::int64_t n, std::int64_t of) {
 /// One row of ValidationJson: what it ran and measured, or why it was skipped.
 Json ValidationRowJson(const ValidationRow& r) {
   auto opt = [](const std::optional<double>& v) { return v ? Json(*v) : Json(nullptr); };
+  // A flag about a measurement the row does not have is null (the CSV's empty cell).
+  auto flag = [](bool measured, bool v) { return measured ? Json(v) : Json(nullptr); };
   Json x = {{"row_id", r.row_id}, {"source_id", r.source_id}, {"model", r.model}, {"gpus", r.gpus},
             {"skipped", r.skipped}};
   if (r.skipped) {
@@ -70,9 +72,9 @@ Json ValidationRowJson(const ValidationRow& r) {
     // What was measured stays (a logged run the simulator cannot run still measured its step);
     // the predictions are null.
     x["measured_step_time_s"] = opt(r.measured_step_time_s);
-    x["measured_step_time_derived"] = r.step_time_derived;
+    x["measured_step_time_derived"] = flag(r.measured_step_time_s.has_value(), r.step_time_derived);
     x["measured_peak_memory_bytes"] = opt(r.measured_peak_memory_bytes);
-    x["measured_memory_is_reserved"] = r.memory_is_reserved;
+    x["measured_memory_is_reserved"] = flag(r.measured_peak_memory_bytes.has_value(), r.memory_is_reserved);
     x["outcome"] = r.outcome;
     for (const char* k : {"predicted_step_time_s", "step_time_error", "predicted_peak_memory_bytes",
                           "predicted_reserved_memory_bytes", "predicted_fits", "predicted_memory_at_risk",
@@ -84,12 +86,12 @@ Json ValidationRowJson(const ValidationRow& r) {
     x["config"] = r.config.Summary();
     x["predicted_step_time_s"] = opt(r.predicted_step_time_s);
     x["measured_step_time_s"] = opt(r.measured_step_time_s);
-    x["measured_step_time_derived"] = r.step_time_derived;
+    x["measured_step_time_derived"] = flag(r.measured_step_time_s.has_value(), r.step_time_derived);
     x["step_time_error"] = opt(r.step_time_error);
     x["predicted_peak_memory_bytes"] = opt(r.predicted_peak_memory_bytes);
     x["measured_peak_memory_bytes"] = opt(r.measured_peak_memory_bytes);
     x["predicted_reserved_memory_bytes"] = opt(r.predicted_reserved_bytes);
-    x["measured_memory_is_reserved"] = r.memory_is_reserved;
+    x["measured_memory_is_reserved"] = flag(r.measured_peak_memory_bytes.has_value(), r.memory_is_reserved);
     x["predicted_fits"] = r.predicted_fits;
     x["predicted_memory_at_risk"] = r.predicted_at_risk;
     x["outcome"] = r.outcome;

@@ -329,6 +329,19 @@ TEST(Validate, CsvHasTheJsonFieldsAndEmptyCellsForSkippedRows) {
   EXPECT_EQ(t.Get(0, "predicted_fits"), "true");
   EXPECT_EQ(t.Get(0, "config"), RunValidation(runs, "").rows[0].config.Summary());
   EXPECT_EQ(t.Get(0, "log"), "");  // a published row has no log of its own
+  // A flag about a measurement the row does not have: an empty cell, null in the JSON.
+  const auto json = RunShardcast("validate --runs " + runs + " --no-memory --json");
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const Json rows = Json::parse(json.out)["rows"];
+  ASSERT_EQ(rows.size(), t.rows.size());
+  for (std::size_t i = 0; i < t.rows.size(); ++i) {
+    for (const char* col : {"measured_step_time_derived", "measured_memory_is_reserved"}) {
+      EXPECT_EQ(t.Get(i, col).empty(), rows[i][col].is_null()) << i << " " << col;
+      if (!rows[i][col].is_null()) {
+        EXPECT_EQ(t.Get(i, col), rows[i][col].get<bool>() ? "true" : "false") << i << col;
+      }
+    }
+  }
 }
 
 TEST(Validate, ExplainKeepsWhatARowWasSimulatedWith) {
