@@ -81,7 +81,10 @@ Json ValidationRowJson(const ValidationRow& r) {
                           "predicted_mfu", "predicted_mfu_causal"}) {
       x[k] = nullptr;
     }
-    if (!r.log.empty()) x["log"] = r.log;
+    if (!r.log.empty()) {
+      x["log"] = r.log;
+      x["measured_reserved_bytes"] = opt(r.measured_reserved_bytes);
+    }
   } else {
     x["config"] = r.config.Summary();
     x["predicted_step_time_s"] = opt(r.predicted_step_time_s);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <utility>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -135,21 +136,29 @@ double OptimizerShardBytesPerParam(const ParallelConfig& c) {
 }
 }  // namespace
 
-double OptimizerBytes(const ParallelConfig& c, double local_params) {
-  return OptimizerShardBytesPerParam(c) * OptimizerShard(c, local_params) + BytesPerParam(c).grads * local_params;
-}
-
-double OptimizerTime(const HardwareProfile& p, const ParallelConfig& c, double local_params, double expert_params) {
+namespace {
+/// The optimizer's two passes in bytes: over the state shard (routed experts sharded over the
+/// expert-data-parallel ranks, the rest over dp x cp), and zeroing the local gradients.
+std::pair<double, double> OptimizerPassBytes(const ParallelConfig& c, double local_params, double expert_params) {
   if (expert_params <= 0) {
-    return MemoryBoundTime(p, OptimizerShardBytesPerParam(c) * OptimizerShard(c, local_params)) +
-           MemoryBoundTime(p, BytesPerParam(c).grads * local_params);
+    return {OptimizerShardBytesPerParam(c) * OptimizerShard(c, local_params), BytesPerParam(c).grads * local_params};
   }
-  // Routed experts are sharded over the expert-data-parallel ranks instead of dp x cp.
   const double dense = local_params - expert_params;
   const double edp = static_cast<double>(std::max<std::int64_t>(1, c.expert_dp()));
   const double shard = OptimizerShard(c, dense) + (c.zero_stage >= 1 ? expert_params / edp : expert_params);
   const double grads = BytesPerParam(c).grads * dense + BytesPerParam(c, c.expert_dp()).grads * expert_params;
-  return MemoryBoundTime(p, OptimizerShardBytesPerParam(c) * shard) + MemoryBoundTime(p, grads);
+  return {OptimizerShardBytesPerParam(c) * shard, grads};
+}
+}  // namespace
+
+double OptimizerBytes(const ParallelConfig& c, double local_params, double expert_params) {
+  const auto [shard, grads] = OptimizerPassBytes(c, local_params, expert_params);
+  return shard + grads;
+}
+
+double OptimizerTime(const HardwareProfile& p, const ParallelConfig& c, double local_params, double expert_params) {
+  const auto [shard, grads] = OptimizerPassBytes(c, local_params, expert_params);
+  return MemoryBoundTime(p, shard) + MemoryBoundTime(p, grads);
 }
 
 double WeightQuantizeTime(const HardwareProfile& p, const ParallelConfig& c, const LinearFormat& f,

@@ -175,8 +175,10 @@ double AttentionTime(const HardwareProfile& p, double flops, double seq, bool ba
 ///   copy the fp32 master weight to the 16-bit model weight (read 4, write 2)    6
 ///     (none in fp32/tf32 training: the fp32 weights are the master)
 /// plus zeroing the gradient buffers for the next step over all local parameters (their
-/// BytesPerParam grads). DeepSpeed's optimizers make the same passes.
-double OptimizerBytes(const ParallelConfig& c, double local_params);
+/// BytesPerParam grads). DeepSpeed's optimizers make the same passes. Of the local parameters,
+/// `expert_params` (routed experts) are sharded over the expert-data-parallel ranks instead of
+/// dp x cp.
+double OptimizerBytes(const ParallelConfig& c, double local_params, double expert_params = 0);
 /// OptimizerBytes as memory-bound passes: one over the shard, one zeroing the gradients. Of the
 /// local parameters, `expert_params` (routed experts) are sharded over the expert-data-parallel
 /// ranks instead of dp x cp.

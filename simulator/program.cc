@@ -312,8 +312,8 @@ void RankProgramBuilder::AddOptimizer() {
   o.kind = ProgKind::kOptimizer;
   o.op.name = "optimizer";
   o.op.kind = OpKind::kMemory;
-  o.op.bytes = o.bytes = OptimizerBytes(c_, params);
-  o.op.duration_s = OptimizerTime(prof_, c_, params);
+  o.op.bytes = o.bytes = OptimizerBytes(c_, params, experts);
+  o.op.duration_s = OptimizerTime(prof_, c_, params, experts);
   rp_.predicted_busy_s += o.op.duration_s;
   rp_.ops.push_back(o);
   if (!ReducesGradients() || (c_.zero_stage != 1 && c_.zero_stage != 2)) return;

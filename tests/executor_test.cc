@@ -267,6 +267,14 @@ TEST(Program, ExpertParallelGroups) {
   EXPECT_NEAR(expert_grads, cc.expert_params_per_gpu * GradReduceBytesPerParam(c), 1e-6 * expert_grads);
   EXPECT_NEAR(dense_gather, dense * c.param_gather_bytes, 1e-6 * dense_gather);
   EXPECT_NEAR(expert_gather, cc.expert_params_per_gpu * c.param_gather_bytes, 1e-6 * expert_gather);
+  // The optimizer shards the experts' state over the expert-data-parallel ranks (2 here, dp 4),
+  // as the simulator's optimizer step does.
+  ASSERT_NE(OptimizerTime(prof, c, cc.params_per_gpu, cc.expert_params_per_gpu), OptimizerTime(prof, c, cc.params_per_gpu));
+  for (const ProgOp& x : prog.ops) {
+    if (x.kind != ProgKind::kOptimizer) continue;
+    EXPECT_DOUBLE_EQ(x.op.duration_s, OptimizerTime(prof, c, cc.params_per_gpu, cc.expert_params_per_gpu));
+    EXPECT_DOUBLE_EQ(x.bytes, OptimizerBytes(c, cc.params_per_gpu, cc.expert_params_per_gpu));
+  }
   for (const auto& [key, secs] : item_s) {
     const double want = key.first == static_cast<int>(ItemKind::kForward) ? cc.fwd_s
                                                                           : cc.recompute_s + cc.bwd_input_s + cc.bwd_weight_s;
