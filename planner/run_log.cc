@@ -733,8 +733,22 @@ LoggedRun ParseMegatron(const std::vector<std::string>& lines, const std::string
     for (std::size_t i = 0; i < lines.size() && !padded; ++i) {
       if (lines[i].find("> padded vocab (size:") == std::string::npos) continue;
       const auto p = FieldAfter(lines[i], "(new size:");
-      if (!p) FailAt(path, i + 1, "expected \"> padded vocab (size: V) with N dummy tokens (new size: P)\"");
+      const auto v = FieldAfter(lines[i], "(size:");
+      const auto n = FieldAfter(lines[i], ") with ");
+      if (!p || !v || !n || n->find(" dummy tokens") == std::string::npos) {
+        FailAt(path, i + 1, "expected \"> padded vocab (size: V) with N dummy tokens (new size: P)\"");
+      }
       padded = static_cast<std::int64_t>(PositiveNumber(p->substr(0, p->find(')')), path, i + 1, "padded vocab (new size)"));
+      // Megatron-LM prints V, the N rows it adds and P = V + N: a line that does not add up was
+      // not printed by it.
+      const auto size = static_cast<std::int64_t>(PositiveNumber(v->substr(0, v->find(')')), path, i + 1, "padded vocab (size)"));
+      const std::string dummy = n->substr(0, n->find(' '));
+      const auto added = dummy == "0" ? 0 : static_cast<std::int64_t>(PositiveNumber(dummy, path, i + 1, "dummy tokens"));
+      if (size + added != *padded) {
+        FailAt(path, i + 1, fmt::format("padded vocab: got size {} with {} dummy tokens and new size {}, expected the new "
+                                        "size to be the size plus the dummy tokens ({})",
+                                        size, added, *padded, size + added));
+      }
     }
     run.model = ModelFromJson(MegatronModelJson(a, std::filesystem::path(path).stem().string(), padded), path);
     if (const auto preset = SamePreset(run.model)) {

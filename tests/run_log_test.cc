@@ -165,6 +165,16 @@ TEST(RunLog, MalformedLinesNameTheFileAndLine) {
   const std::string world = error(replaced(ArgLine("world_size", "8"), ArgLine("world_size", "6")));
   EXPECT_NE(world.find("argument world_size: got \"6\""), std::string::npos) << world;
   EXPECT_NE(error("just some text\n").find("neither a Megatron-LM log"), std::string::npos);
+  // A padded-vocab line whose new size is not the size plus the dummy tokens.
+  const std::string vocab = error(replaced("(size: 128256) with 0 dummy tokens (new size: 128256)",
+                                           "(size: 128256) with 0 dummy tokens (new size: 128000)"));
+  EXPECT_NE(vocab.find("padded vocab: got size 128256 with 0 dummy tokens and new size 128000, expected the new size "
+                       "to be the size plus the dummy tokens (128256)"),
+            std::string::npos)
+      << vocab;
+  EXPECT_EQ(error(replaced("(size: 128256) with 0 dummy tokens (new size: 128256)",
+                           "(size: 128000) with 256 dummy tokens (new size: 128256)")),
+            "(no error)");  // Megatron-LM's own padding adds up
   const std::string no_steps = text.substr(0, text.find("iteration       10/"));
   EXPECT_NE(error(no_steps).find("expected at least one measured step"), std::string::npos);
   const std::string titan = ReadTextFile(kTitan);
