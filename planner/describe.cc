@@ -45,14 +45,15 @@ FitDescription DescribeFit(const Model& m, const DescribeRequest& r, const Clust
   cfg.cp = r.cp;
   cfg.flash_attention = cluster.gpu.HasFlashAttention();  // V100: the unfused attention
   cfg.seq_length = r.seq;
-  cfg.dp = (f.gpus % (r.tp * r.cp * r.pp) == 0) ? f.gpus / (r.tp * r.cp * r.pp) : 1;
+  const bool dp_known = f.gpus % (r.tp * r.cp * r.pp) == 0;
+  cfg.dp = dp_known ? f.gpus / (r.tp * r.cp * r.pp) : 1;
   cfg.global_batch_size = cfg.dp;
   cfg.ep = r.ep;
   cfg.etp = r.etp;
   cfg.sequence_parallel = cfg.tp > 1 && m.moe.enabled();  // Megatron-Core's MoE with tp > 1
   // Bad --ep / --etp exit 2, as in simulate, once the data-parallel size is known (a GPU count
   // tp*cp*pp does not divide is a reason below, not a placeholder dp to check experts against).
-  if (f.gpus % (r.tp * r.cp * r.pp) == 0) RequireExpertParallel(m, cfg, "command line");
+  if (dp_known) RequireExpertParallel(m, cfg, "command line");
   f.reasons = InfeasibilityReasons(m, cfg, f.gpus, cluster);
   if (!f.feasible()) return f;
   for (std::int64_t s = 0; s < r.pp; ++s) {

@@ -99,7 +99,7 @@ void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const 
                        ? Rate(o.bytes / t / 1e9) + " GB/s a hop"
                        : "busbw " + Rate(BusBwFactor(o.collective, n) * o.bytes / t / 1e9) + " GB/s";
       } else if (t > 0 && o.kind == OpKind::kCollective && o.expert_parallel) {
-        const int n = o.name.rfind("moe_etp_", 0) == 0 ? cm.moe.etp_group.ranks : cm.moe.ep_group.ranks;
+        const int n = OnExpertTensorParallelGroup(o) ? cm.moe.etp_group.ranks : cm.moe.ep_group.ranks;
         achieved = "busbw " + Rate(BusBwFactor(o.collective, n) * o.bytes / t / 1e9) + " GB/s";
       } else if (t > 0 && o.kind == OpKind::kCollective && cm.tp_group.ranks > 1) {
         achieved = "busbw " + Rate(BusBwFactor(o.collective, cm.tp_group.ranks) * o.bytes / t / 1e9) + " GB/s";

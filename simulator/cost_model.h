@@ -135,6 +135,13 @@ struct Op {
   bool routed_experts = false;
 };
 
+/// Whether expert-parallel collective `o` runs over the expert-tensor-parallel group (an expert's
+/// token gather or scatter, the cost model's "moe_etp_*" ops) rather than the expert-parallel
+/// group (the token dispatch and combine).
+inline bool OnExpertTensorParallelGroup(const Op& o) {
+  return o.expert_parallel && o.name.rfind("moe_etp_", 0) == 0;
+}
+
 /// Durations of one op kind from the profile.
 /// `batch` independent m x n x k GEMMs (a strided-batched GEMM; batch 1 is a plain GEMM) in
 /// `precision`: max(2*batch*m*n*k / (peak * efficiency), batch*(in_bytes*(m*k + k*n) +

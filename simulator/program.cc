@@ -70,8 +70,8 @@ class RankProgramBuilder {
       ProgOp x;
       x.kind = o.kind != OpKind::kCollective ? ProgKind::kCompute
                : !o.expert_parallel           ? ProgKind::kTpCollective
-               : o.name.rfind("moe_etp_", 0) == 0 ? ProgKind::kEtpCollective
-                                                  : ProgKind::kEpCollective;
+               : OnExpertTensorParallelGroup(o) ? ProgKind::kEtpCollective
+                                                : ProgKind::kEpCollective;
       x.op = o;
       x.item = it.kind;
       x.microbatch = it.microbatch;
