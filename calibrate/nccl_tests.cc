@@ -310,6 +310,13 @@ NcclTestsRow ParseResultRow(const std::vector<std::string>& f, double size, int 
   return x;
 }
 
+/// Whether `s` names one of nccl-tests' datatypes (its third result column, common.cu test_typenames).
+bool IsNcclTestsType(const std::string& s) {
+  static const std::set<std::string> kTypes = {"int8",  "uint8", "int32",    "uint32", "int64",  "uint64", "half",
+                                               "float", "double", "bfloat16", "f8e4m3", "f8e5m2", "char",  "int"};
+  return kTypes.count(s) > 0;
+}
+
 /// A "#  Rank  0 Group  0 Pid 65234 on gpu49 device 0 [0x07] NVIDIA A100-SXM4-80GB" line (new;
 /// "#   Rank  0 Pid 920 on node2 ..." old), `f` its fields: its group (NCCL_TESTS_SPLIT_MASK splits
 /// the ranks into communicators, "Group" the colour, and busbw is of one of them), its host, and
@@ -422,7 +429,15 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
     const auto f = Fields(line);
     if (f.empty()) continue;
     double size = 0;
-    if (!ParseDouble(f[0], &size)) continue;  // other output (banners, warnings)
+    if (!ParseDouble(f[0], &size)) {
+      // Other output (banners, warnings), unless the line has a result row's datatype column: a
+      // row whose size is garbled would otherwise vanish and its rate be interpolated.
+      if (f.size() >= 4 && IsNcclTestsType(f[2])) {
+        throw InputError(file + ":" + std::to_string(lineno) + ": result row '" + Quoted(line) + "': size = '" +
+                         Quoted(f[0]) + "', expected a number of bytes");
+      }
+      continue;
+    }
     cur.rows.push_back(ParseResultRow(f, size, time_col, wrong_count, header,
                                       file + ":" + std::to_string(lineno) + ": result row '" + Quoted(line) + "'"));
   }

@@ -94,15 +94,13 @@ void CheckModelMoeArgs(const SimulateArgs& a, const Model& m) {
 /// Exit 2 when the pipeline split flags given do not add up (PipelineLayoutOf), naming them.
 void CheckPipelineSplitArgs(const SimulateArgs& a, const Model& m, const ParallelConfig& c) {
   const bool uneven = a.first_stage_layers >= 0 || a.last_stage_layers >= 0;
-  if (a.even_chunks && (uneven || c.embedding_slots)) {
-    // Megatron-Core refuses a --pipeline-model-parallel-layout beside first/last stage counts or
-    // the account-for flags.
+  if (a.even_chunks && uneven) {
+    // Megatron-Core refuses a --pipeline-model-parallel-layout beside first/last stage counts.
+    // With the embedding slots the layout string itself places the embedding and the loss.
     throw InputError(fmt::format("command line: --pipeline-layout-even: given with {}, expected one of them (the "
                                  "layout string it writes sets every stage's layers; Megatron-Core refuses both)",
-                                 a.first_stage_layers >= 0  ? "--decoder-first-pipeline-num-layers"
-                                 : a.last_stage_layers >= 0 ? "--decoder-last-pipeline-num-layers"
-                                 : a.emb_slots              ? "--embedding-pipeline-slots"
-                                                            : "--account-for-embedding-in-pipeline-split"));
+                                 a.first_stage_layers >= 0 ? "--decoder-first-pipeline-num-layers"
+                                                           : "--decoder-last-pipeline-num-layers"));
   }
   if (a.even_chunks && c.pp < 2) {
     throw InputError(fmt::format("command line: --pipeline-layout-even: given with --pp {}, expected --pp 2 or more "
@@ -277,8 +275,13 @@ void ApplyOptimizerArgs(const SimulateArgs& a, ParallelConfig* c) {
                                  "low-precision run (fp32 training keeps fp32 gradients)",
                                  ToString(c->precision)));
   }
-  if (a.bf16_grads && c->optimizer_impl != OptimizerImpl::kMegatron) {
-    throw InputError("command line: --bf16-main-grads: only applies to --optimizer megatron (got --optimizer " +
+  if (c->optimizer_impl == OptimizerImpl::kTorchFsdp && c->zero_stage >= 3 && c->zero3_impl != Zero3Impl::kPerLayer) {
+    throw InputError("command line: --zero3-impl: got " + std::string(ToString(c->zero3_impl)) +
+                     " with --optimizer fsdp, expected per-layer (PyTorch FSDP gathers one layer's flat parameters at a "
+                     "time; DeepSpeed's stage 3 keeps DeepSpeed's optimizer state)");
+  }
+  if (a.bf16_grads && c->optimizer_impl != OptimizerImpl::kMegatron && c->optimizer_impl != OptimizerImpl::kTorchFsdp) {
+    throw InputError("command line: --bf16-main-grads: only applies to --optimizer megatron or fsdp (got --optimizer " +
                      std::string(ToString(c->optimizer_impl)) + ", whose gradient buffers are fixed)");
   }
 }
@@ -420,7 +423,9 @@ std::string KernelFlags(const ParallelConfig& c) {
 std::string OptimizerFlags(const ParallelConfig& c, const ParallelConfig& d,
                            std::vector<std::string>* unexpressed) {
   std::string f;
-  if (!c.fp32_main_grads && c.optimizer_impl == OptimizerImpl::kMegatron) f += " --bf16-main-grads";
+  if (!c.fp32_main_grads && (c.optimizer_impl == OptimizerImpl::kMegatron || c.optimizer_impl == OptimizerImpl::kTorchFsdp)) {
+    f += " --bf16-main-grads";
+  }
   // --zero3-impl deepspeed implies DeepSpeed's optimizer: say so when it is Megatron's.
   if (c.optimizer_impl != OptimizerImpl::kMegatron || c.deepspeed_zero3()) {
     f += fmt::format(" --optimizer {}", ToString(c.optimizer_impl));
@@ -748,7 +753,7 @@ void AddPipelineAndBatchOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--pipeline-layout-even", a->even_chunks,
                 "spread the layers over the pp*vp model chunks (pp stages without --vp) as evenly as possible, the "
                 "remainder to the first chunks (a --pipeline-model-parallel-layout of even chunks), when pp*vp does "
-                "not divide them");
+                "not divide them; with embedding slots, the layers + 2 slots (torchtitan's split)");
   AddPositive(cmd, "--decoder-first-pipeline-num-layers", a->first_stage_layers,
               "transformer layers of the first pipeline stage (the other stages share the rest equally)", kMaxLayers);
   AddPositive(cmd, "--decoder-last-pipeline-num-layers", a->last_stage_layers,
@@ -845,12 +850,17 @@ void AddKernelAndOverlapOptions(CLI::App* cmd, SimulateArgs* a) {
 /// simulate's (and execute's) configuration options, in --help order: the optimizer and DeepSpeed/FSDP knobs,
 /// pipeline sends, the embedding slots.
 void AddOptimizerAndFrameworkOptions(CLI::App* cmd, SimulateArgs* a) {
-  cmd->add_flag("--bf16-main-grads", a->bf16_grads, "2-byte gradient buffers instead of Megatron's fp32");
+  cmd->add_flag("--bf16-main-grads", a->bf16_grads,
+                "2-byte gradient buffers instead of Megatron's fp32 (with --optimizer fsdp: gradients reduced in bf16, "
+                "MixedPrecisionPolicy's reduce_dtype)");
   cmd->add_option("--optimizer", a->opt.optimizer,
                   "whose optimizer keeps the state: megatron (default; deepspeed-zero with --zero3-impl deepspeed) | "
                   "deepspeed-zero (with --zero 1, 2 or 3; 16-bit "
-                  "grads) | deepspeed-bf16 (with --zero 1; BF16_Optimizer: fp32 grad buffer, fp32 all-reduce)")
-      ->transform(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16"}, CLI::ignore_case));
+                  "grads) | deepspeed-bf16 (with --zero 1; BF16_Optimizer: fp32 grad buffer, fp32 all-reduce) | fsdp "
+                  "(PyTorch FSDP/FSDP2 or DDP with fp32 parameters and bf16 compute, torchtitan's recipe: the fp32 "
+                  "shard is the master, no 16-bit copy kept; --zero 3 FULL_SHARD, 2 SHARD_GRAD_OP, 1 FSDP2 under a "
+                  "pipeline schedule, 0 DDP)")
+      ->transform(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16", "fsdp"}, CLI::ignore_case));
   AddDeepSpeedKnobOptions(cmd, &a->opt, /*for_plan=*/false);
   cmd->add_flag("--no-limit-all-gathers", a->no_limit_all_gathers,
                 "with --zero 3 (per-layer): PyTorch FSDP's limit_all_gathers=False (its default before PyTorch 2.1): "

@@ -43,7 +43,7 @@ std::string PrecisionFlags(const ParallelConfig& c);
 /// Whose optimizer and ZeRO-3 run, and DeepSpeed's knobs: the flags `simulate`, `execute` and
 /// `plan` share (cli/optimizer_args.cc).
 struct OptimizerArgs {
-  /// --optimizer megatron|deepspeed-zero|deepspeed-bf16; empty: not given (megatron, or
+  /// --optimizer megatron|deepspeed-zero|deepspeed-bf16 (simulate and execute also fsdp); empty: not given (megatron, or
   /// deepspeed-zero with --zero3-impl deepspeed).
   std::string optimizer;
   std::string zero3_impl;  ///< --zero3-impl (Zero3Impl); empty: not given

@@ -63,6 +63,7 @@ void AddDeepSpeedKnobOptions(CLI::App* cmd, OptimizerArgs* a, bool for_plan) {
 OptimizerImpl ParseOptimizerImpl(const std::string& name) {
   if (name == "deepspeed-zero") return OptimizerImpl::kDeepSpeedZero;
   if (name == "deepspeed-bf16") return OptimizerImpl::kDeepSpeedBf16;
+  if (name == "fsdp") return OptimizerImpl::kTorchFsdp;
   return OptimizerImpl::kMegatron;
 }
 

@@ -163,6 +163,7 @@ const char* ToString(OptimizerImpl o) {
     case OptimizerImpl::kMegatron: return "megatron";
     case OptimizerImpl::kDeepSpeedZero: return "deepspeed-zero";
     case OptimizerImpl::kDeepSpeedBf16: return "deepspeed-bf16";
+    case OptimizerImpl::kTorchFsdp: return "fsdp";
   }
   return "?";
 }
@@ -448,7 +449,8 @@ std::vector<Infeasibility> HybridShardRules(const ParallelConfig& c) {
         fmt::format("dp_shard = {} shards the ZeRO state over groups of {} ranks, but ZeRO-0 shards nothing", c.dp_shard,
                     c.dp_shard));
   }
-  if (c.optimizer_impl != OptimizerImpl::kMegatron || (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer)) {
+  const bool deepspeed = c.optimizer_impl == OptimizerImpl::kDeepSpeedZero || c.optimizer_impl == OptimizerImpl::kDeepSpeedBf16;
+  if (deepspeed || (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer)) {
     add("hybrid sharding with DeepSpeed",
         fmt::format("dp_shard = {}: hybrid sharding is modelled for Megatron-Core's distributed optimizer and "
                     "PyTorch FSDP, not for DeepSpeed's ZeRO (its ZeRO++ hpZ is not modelled)",
@@ -597,6 +599,24 @@ PipelineLayout PipelineLayoutOf(const Model& m, const ParallelConfig& c) {
   };
   if (c.first_stage_layers >= 0 || c.last_stage_layers >= 0) {
     if (std::string why = FirstLastStageSplit(m, c, pp, &stage); !why.empty()) return fail(std::move(why));
+  } else if (c.embedding_slots && c.even_chunks && pp > 1) {
+    // L + 2 slots spread evenly over the chunks, the remainder to the first; the embedding and
+    // the loss take one of the first and the last chunk's (torchtitan's
+    // generate_llm_fqn_per_model_part with input and output weight 1).
+    PipelineLayout slots = EvenChunkLayout(L + 2, pp * v);
+    if (!slots.error.empty()) return fail(slots.error);
+    --slots.chunk_layers.front();
+    --slots.chunk_layers.back();
+    if (slots.chunk_layers.front() < 0 || slots.chunk_layers.back() < 0) {
+      return fail(fmt::format("embedding slots: {} slots over pp*vp = {} chunks leave the first or last chunk no slot "
+                              "for the embedding (or the loss)", L + 2, pp * v));
+    }
+    std::int64_t at = 0;
+    for (std::size_t k = 0; k < slots.chunk_layers.size(); ++k) {
+      slots.first_layer[k] = at;
+      at += slots.chunk_layers[k];
+    }
+    return slots;
   } else if (c.embedding_slots && pp > 1) {
     if (v > 1 && (L + 2) % pp != 0) {
       return fail(fmt::format("embedding slots with virtual stages: num_layers + 2 = {} slots are not a multiple of "
@@ -643,7 +663,7 @@ PipelineLayout PipelineLayoutOf(const Model& m, const ParallelConfig& c) {
 
 std::string PipelineSplitName(const ParallelConfig& c) {
   if (c.pp <= 1) return "";
-  if (c.embedding_slots) return "emb+loss slots";
+  if (c.embedding_slots) return c.even_chunks ? "emb+loss slots, even chunks" : "emb+loss slots";
   if (c.even_chunks) return "even chunks";
   if (c.first_stage_layers < 0 && c.last_stage_layers < 0) return "";
   std::string s;
@@ -886,6 +906,33 @@ StateBytesPerParam BytesPerParam(const ParallelConfig& c, std::int64_t shards) {
       b.grads = 2.0 + 4.0;  // bf16 .grad and the fp32 accumulation buffer, both unsharded
       b.optimizer = 12.0 / d;
       return b;
+    case OptimizerImpl::kTorchFsdp: {
+      if (c.zero_stage == 0) {
+        // DDP: fp32 parameters and their bf16 autocast casts, saved for the backward; the fp32
+        // .grad beside DDP's bucket buffers (gradient_as_bucket_view off, its default and
+        // torchtitan's replicate()); fp32 Adam m and v.
+        const double cast = ModelDtypeBytes(c.precision) < 4.0 ? ModelDtypeBytes(c.precision) : 0.0;
+        b.weights = 4.0 + cast;
+        b.grads = 4.0 + 4.0;
+        b.optimizer = 8.0;
+        return b;
+      }
+      // The gathered parameters in FSDP's param_dtype (param_gather_bytes; fp32 training gathers fp32).
+      const double width = std::max(c.param_gather_bytes, ModelDtypeBytes(c.precision));
+      const double gathered = c.zero_stage == 1 || c.zero_stage == 2 ? width : 0.0;
+      b.weights = 4.0 / d + gathered;
+      if (c.zero_stage == 1) {
+        // The unsharded gradient accumulates in the reduce dtype through the schedule; the fp32
+        // shard the reduce-scatter fills after the last backward (set to None by zero_grad at the
+        // step's start) is held beside activations only when an earlier flush reduced into it.
+        const bool early_reduce = c.pipeline_flushes > 1 && c.flush_grad_reduce;
+        b.grads = (c.fp32_main_grads ? 4.0 : 2.0) + (early_reduce ? 4.0 / d : 0.0);
+      } else {
+        b.grads = 4.0 / d;
+      }
+      b.optimizer = 8.0 / d;
+      return b;
+    }
   }
   return b;
 }
@@ -895,6 +942,7 @@ double GradReduceBytesPerParam(const ParallelConfig& c) {
     case OptimizerImpl::kMegatron: return c.fp32_main_grads ? 4.0 : 2.0;
     case OptimizerImpl::kDeepSpeedZero: return 2.0;
     case OptimizerImpl::kDeepSpeedBf16: return 4.0;
+    case OptimizerImpl::kTorchFsdp: return c.zero_stage == 0 || c.fp32_main_grads ? 4.0 : 2.0;  // DDP: fp32 .grad
   }
   return 4.0;
 }

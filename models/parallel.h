@@ -25,7 +25,14 @@ enum class Schedule { kGpipe, k1F1B, kInterleaved, kZbH1 };
 ///  - kDeepSpeedBf16: DeepSpeed's BF16_Optimizer (runtime/bf16_optimizer.py, 2022): bf16 grads
 ///    plus an unsharded fp32 accumulation buffer (2 + 4 B/param), fp32 master and Adam states
 ///    sharded (12/dp); gradients all-reduced in fp32, bf16 parameters all-gathered after the step.
-enum class OptimizerImpl { kMegatron, kDeepSpeedZero, kDeepSpeedBf16 };
+///  - kTorchFsdp: PyTorch FSDP / FSDP2 (and DDP) with fp32 parameters and bf16 compute
+///    (MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), torchtitan's and NeMo
+///    Automodel's recipe): the sharded fp32 parameter is the optimizer's master and Adam updates
+///    it in place, so no sharded 16-bit copy is kept; the 16-bit parameters exist only as the
+///    all-gathered (unsharded) ones. The sharded gradient is fp32 (FSDP2 casts the reduce-scatter
+///    output to the parameter's dtype), gradients cross the group in the reduce dtype (fp32, or
+///    bf16 with fp32_main_grads off). BytesPerParam gives the state.
+enum class OptimizerImpl { kMegatron, kDeepSpeedZero, kDeepSpeedBf16, kTorchFsdp };
 /// How ZeRO-3 gathers parameters and reduces gradients (docs/simulator.md, "ZeRO-3"):
 ///  - kPerLayer: one all-gather of each layer's parameters from a flat buffer before its forward
 ///    and again before its backward, prefetched on a stream of its own while the previous layer
@@ -438,12 +445,13 @@ inline constexpr std::int64_t kMaxMicrobatchesPerStep = 16384;
 /// (step() call) and kept, gradients are accumulated unsharded (in the reduce dtype) and
 /// reduce-scattered after the schedule's last backward. That is ZeRO-1's traffic without the
 /// gradient overlap, once a step or once a pipeline flush (ParallelConfig::pipeline_flushes),
-/// and its memory but for the fp32 gradient shard FSDP2 adds (4/dp bytes a parameter). ZeRO-3
-/// itself stays refused with pp > 1 (ParallelRules).
+/// with FSDP's state (OptimizerImpl::kTorchFsdp at ZeRO-1: the gathered 16-bit parameters and
+/// the unsharded accumulated gradient beside the fp32 parameter, gradient and Adam shards).
+/// ZeRO-3 itself stays refused with pp > 1 (ParallelRules).
 inline constexpr const char* kFsdp2PipelineEquivalent =
-    "--zero 1 --no-overlap-grad-reduce (parameters gathered once a schedule and kept, gradients accumulated "
-    "unsharded and reduce-scattered after the stage's last backward, once a step or with --pipeline-flushes once a "
-    "flush; FSDP2 holds 4/dp bytes a parameter more)";
+    "--optimizer fsdp --zero 1 --no-overlap-grad-reduce (parameters gathered once a schedule and kept, gradients "
+    "accumulated unsharded and reduce-scattered after the stage's last backward, once a step or with "
+    "--pipeline-flushes once a flush)";
 
 /// The data-parallel size `gpus` GPUs give at tensor-, pipeline- and context-parallel sizes tp,
 /// pp and cp: gpus / (tp*cp*pp), or 0 when tp*cp*pp does not divide gpus (InfeasibilityReasons
@@ -560,7 +568,17 @@ struct StateBytesPerParam {
 };
 StateBytesPerParam BytesPerParam(int zero_stage, std::int64_t dp, bool fp32_main_grads);
 /// The same for the configuration's optimizer implementation (see OptimizerImpl):
-/// kDeepSpeedZero 2 / 2 (2/dp at ZeRO-2) / 16/dp; kDeepSpeedBf16 2 / 6 / 12/dp. fp32 and tf32
+/// kDeepSpeedZero 2 / 2 (2/dp at ZeRO-2) / 16/dp; kDeepSpeedBf16 2 / 6 / 12/dp; kTorchFsdp
+/// weights 4/dp (the fp32 shard) plus the gathered parameters held through the step (param_gather_bytes: 2, or 4 with fp32 ones)
+/// at ZeRO-1/2 (FSDP2 kept through a pipeline schedule, SHARD_GRAD_OP's between forward and
+/// backward; ZeRO-3 holds them layer by layer, Zero3GatheredStaticBytes), grads 4/dp (at ZeRO-1
+/// the unsharded accumulated gradient in the reduce dtype, 4 or 2 with fp32_main_grads off,
+/// and the fp32 shard only when an earlier pipeline flush reduced into it: zero_grad frees it
+/// at the step's start and the last reduce-scatter fills it after the activations are gone),
+/// optimizer 8/dp (Adam's m and v): 16/dp at ZeRO-3, 2 + 16/dp at ZeRO-2, 2 + 4 + 12/dp at
+/// ZeRO-1 reduced once; at ZeRO-0 (DDP) 4 + 2 (the autocast casts saved for the backward; none
+/// in fp32) / 4 + 4 (.grad and DDP's bucket buffers: gradient_as_bucket_view off, its default) / 8,
+/// its fp32 gradients all-reduced. fp32 and tf32
 /// training (4-byte model dtype, Megatron's optimizer) keep fp32 weights and gradients and no
 /// master copy: 4 / 4 / 8 (Adam's m and v), sharded as above.
 StateBytesPerParam BytesPerParam(const ParallelConfig& c);
@@ -568,7 +586,7 @@ StateBytesPerParam BytesPerParam(const ParallelConfig& c);
 /// size).
 StateBytesPerParam BytesPerParam(const ParallelConfig& c, std::int64_t shards);
 /// Bytes per parameter that the data-parallel gradient reduction moves: 4 with fp32 main grads
-/// (Megatron) or the BF16_Optimizer's fp32 all-reduce, else 2.
+/// (Megatron; FSDP's fp32 reduce dtype) or the BF16_Optimizer's fp32 all-reduce, else 2.
 double GradReduceBytesPerParam(const ParallelConfig& c);
 /// True when gradients are all-reduced (every rank receives all of them): no ZeRO, DeepSpeed's
 /// BF16_Optimizer, or DeepSpeed's ZeRO-1/2 (its multi-rank bucket all-reduce, or without

@@ -212,6 +212,7 @@ bool OptimizerRuns(OptimizerImpl impl, int z) {
     case OptimizerImpl::kMegatron: return true;
     case OptimizerImpl::kDeepSpeedZero: return z >= 1;
     case OptimizerImpl::kDeepSpeedBf16: return z == 1;
+    case OptimizerImpl::kTorchFsdp: return true;  // plan does not take --optimizer fsdp (simulate's)
   }
   return true;
 }

@@ -336,19 +336,20 @@ void MegatronAttentionExtrasJson(const MegatronArgs& a, Json* j) {
 Json MegatronModelJson(const MegatronArgs& a, const std::string& name, std::optional<std::int64_t> padded_vocab) {
   Json j;
   j["name"] = name;
-  j["num_layers"] = a.RequiredInt("num_layers");
-  j["hidden_size"] = a.RequiredInt("hidden_size");
-  j["ffn_hidden_size"] = a.RequiredInt("ffn_hidden_size");
-  j["num_attention_heads"] = a.RequiredInt("num_attention_heads");
-  if (a.Flag("group_query_attention")) j["num_query_groups"] = a.RequiredInt("num_query_groups");
-  if (const auto kv = a.Int("kv_channels")) j["kv_channels"] = *kv;
+  // The shape within the model loader's limits (models/model.h), failing at the argument's line.
+  j["num_layers"] = a.RequiredBounded("num_layers", 1, kMaxLayers);
+  j["hidden_size"] = a.RequiredBounded("hidden_size", 1, kMaxHidden);
+  j["ffn_hidden_size"] = a.RequiredBounded("ffn_hidden_size", 1, kMaxFfn);
+  j["num_attention_heads"] = a.RequiredBounded("num_attention_heads", 1, kMaxHeads);
+  if (a.Flag("group_query_attention")) j["num_query_groups"] = a.RequiredBounded("num_query_groups", 1, kMaxHeads);
+  if (const auto kv = a.Bounded("kv_channels", 1, kMaxHeadDim)) j["kv_channels"] = *kv;
   // The tokenizer pads the vocabulary after the dump is printed: its "> padded vocab (size: V)
   // with N dummy tokens (new size: P)" line gives P; else the dump's own size.
   const auto vocab = padded_vocab ? padded_vocab : a.Int("padded_vocab_size") ? a.Int("padded_vocab_size") : a.Int("vocab_size");
   if (!vocab) a.Fail("vocab_size", "the vocabulary size (the log has no \"> padded vocab\" line; or pass --model with the model)");
   j["vocab_size"] = *vocab;
-  j["seq_length"] = a.RequiredInt("seq_length");
-  if (const auto mp = a.Int("max_position_embeddings")) j["max_position_embeddings"] = *mp;
+  j["seq_length"] = a.RequiredBounded("seq_length", 1, kMaxSeq);
+  if (const auto mp = a.Bounded("max_position_embeddings", 1, kMaxSeq)) j["max_position_embeddings"] = *mp;
   const std::string norm = a.Get("normalization").value_or("LayerNorm");
   if (norm != "LayerNorm" && norm != "RMSNorm") a.Fail("normalization", "LayerNorm or RMSNorm");
   j["normalization"] = norm == "RMSNorm" ? "rmsnorm" : "layernorm";
@@ -843,24 +844,34 @@ std::string TitanString(const Json& cfg, const std::string& section, const std::
   return v.get<std::string>();
 }
 
-/// Interleaved1F1B's stages per rank as torchtitan v0.2 splits the model: with
-/// pipeline_parallel_layers_per_stage P, ceil((L + first_less + last_less) / P) stages (the
-/// embedding and the output weighing first_less and last_less layers, 1 by default), else two
-/// per rank (pipeline_parallel.py).
-void TitanVirtualStages(const Json& cfg, const std::string& where, LoggedRun* run) {
+/// The pipeline split as torchtitan v0.2 makes it (distributed/pipeline_parallel.py,
+/// pipeline_llm and generate_llm_fqn_per_model_part): the embedding and the output weigh
+/// first_stage_less_layers and last_stage_less_layers layers (1 by default; 0 or 1, equal, is what
+/// the simulator splits), and L plus those slots are spread over the stages as evenly as they go,
+/// the remainder to the first (ParallelConfig::embedding_slots with even_chunks). Interleaved1F1B
+/// runs ceil((L + slots) / P) stages with pipeline_parallel_layers_per_stage P, else two per rank;
+/// 1F1B and GPipe one per rank.
+void TitanPipelineLayout(const Json& cfg, const std::string& where, LoggedRun* run) {
   ParallelConfig& c = run->config;
   const std::int64_t layers = run->model.num_layers;
+  const std::int64_t first = TitanInt(cfg, "parallelism", "pipeline_parallel_first_stage_less_layers", 1, where);
+  const std::int64_t last = TitanInt(cfg, "parallelism", "pipeline_parallel_last_stage_less_layers", 1, where);
+  if (first < 0 || last < 0 || first > 1 || last > 1 || first != last) {
+    throw InputError(fmt::format("{}: parallelism.pipeline_parallel_first/last_stage_less_layers: got {} and {}, expected "
+                                 "both 0 or both 1 (the splits the simulator takes)", where, first, last));
+  }
+  c.embedding_slots = first == 1;
+  c.even_chunks = true;
+  if (c.schedule != Schedule::kInterleaved) return;
   const std::int64_t per_stage = TitanInt(cfg, "parallelism", "pipeline_parallel_layers_per_stage", 0, where);
   if (per_stage == 0) {
     c.vp = 2;
     run->notes.push_back("Interleaved1F1B with torchtitan's default of two stages per rank");
     return;
   }
-  const std::int64_t first = TitanInt(cfg, "parallelism", "pipeline_parallel_first_stage_less_layers", 1, where);
-  const std::int64_t last = TitanInt(cfg, "parallelism", "pipeline_parallel_last_stage_less_layers", 1, where);
-  if (per_stage < 1 || per_stage > layers || first < 0 || last < 0 || first > 1 || last > 1) {
-    throw InputError(where + ": parallelism.pipeline_parallel_layers_per_stage (1 to num_layers) with first/last stage "
-                     "less layers of 0 or 1: expected what the simulator can split");
+  if (per_stage < 1 || per_stage > layers) {
+    throw InputError(fmt::format("{}: parallelism.pipeline_parallel_layers_per_stage: got {}, expected 1 to num_layers = {}",
+                                 where, per_stage, layers));
   }
   const std::int64_t stages = (layers + first + last + per_stage - 1) / per_stage;
   if (stages % c.pp != 0 || stages / c.pp < 2) {
@@ -869,9 +880,6 @@ void TitanVirtualStages(const Json& cfg, const std::string& where, LoggedRun* ru
                                  stages, c.pp));
   }
   c.vp = stages / c.pp;
-  // The embedding and the output each take a layer's slot (Megatron's account-for-embedding/loss).
-  c.embedding_slots = first == 1 && last == 1;
-  if (first != last) throw InputError(where + ": pipeline_parallel_first/last_stage_less_layers: expected both 0 or both 1");
 }
 
 void TitanParallelism(const Json& cfg, const std::string& where, const LogDefaults& d, LoggedRun* run) {
@@ -901,11 +909,15 @@ void TitanParallelism(const Json& cfg, const std::string& where, const LogDefaul
     throw InputError(fmt::format("{}: the parallelism degrees make {} GPUs, but --gpus {}", where, run->gpus, *d.gpus));
   }
   c.dp = CheckedProduct(replicate, shard, where);
-  // FSDP2: data_parallel_shard_degree ranks (with the context-parallel ones: FSDP shards over
-  // dp_shard x cp) hold the parameters sharded; HSDP replicates them over
-  // data_parallel_replicate_degree (ParallelConfig::dp_shard).
-  c.zero_stage = shard > 1 ? 3 : 0;
-  if (shard > 1 && replicate > 1) c.dp_shard = CheckedProduct(shard, c.cp, where);
+  // FSDP2: data_parallel_shard_degree ranks with the context-parallel ones (torchtitan's
+  // fsdp_enabled: dp_shard > 1 or cp > 1; FSDP shards over dp_shard x cp) hold the parameters
+  // sharded; HSDP replicates them over data_parallel_replicate_degree (ParallelConfig::dp_shard).
+  const bool fsdp = shard > 1 || c.cp > 1;
+  c.zero_stage = fsdp ? 3 : 0;
+  // torchtitan trains fp32 parameters with bf16 compute (FSDP2's MixedPrecisionPolicy, or
+  // autocast under DDP): the fp32 shard is the optimizer's master (OptimizerImpl::kTorchFsdp).
+  c.optimizer_impl = OptimizerImpl::kTorchFsdp;
+  if (fsdp && replicate > 1) c.dp_shard = CheckedProduct(shard, c.cp, where);
   // With pipeline parallelism torchtitan keeps the gathered parameters through a schedule
   // (fsdp_reshard_after_forward "default": not pp_enabled) and the pipeline stage reduce-scatters
   // after the schedule's last backward: ZeRO-1's traffic (kFsdp2PipelineEquivalent), once a
@@ -935,9 +947,12 @@ void TitanParallelism(const Json& cfg, const std::string& where, const LogDefaul
     else if (schedule == "GPipe") c.schedule = Schedule::kGpipe;
     else if (schedule == "Interleaved1F1B") c.schedule = Schedule::kInterleaved;
     else throw InputError(where + ": parallelism.pipeline_parallel_schedule: got \"" + schedule + "\", expected 1F1B, GPipe or Interleaved1F1B");
-    if (c.schedule == Schedule::kInterleaved) TitanVirtualStages(cfg, where, run);
+    TitanPipelineLayout(cfg, where, run);
   }
-  c.tp_comm_overlap = TitanBool(cfg, "parallelism", "enable_async_tensor_parallel", where);
+  // torchtitan's tensor parallelism shards the sequence between its regions (SequenceParallel on
+  // the norms, Shard(1) layouts: parallelize.py apply_tp), and its async TP does nothing at tp 1.
+  c.sequence_parallel = c.tp > 1;
+  c.tp_comm_overlap = TitanBool(cfg, "parallelism", "enable_async_tensor_parallel", where) && c.tp > 1;
   // torchtitan's loss: F.cross_entropy on the logits cast to fp32 (components/loss.py); with
   // training.compile it is compiled, whose fused passes are not modelled (counted as eager).
   c.cross_entropy = CrossEntropyImpl::kTorch;
@@ -970,6 +985,67 @@ void TitanCheckpointing(const Json& cfg, const std::string& where, LoggedRun* ru
   }
 }
 
+/// The float8 converter's section: v0.2's quantize.linear.float8, else v0.1's float8 (its key
+/// into `key`); null when the configuration has neither.
+const Json* TitanFloat8Section(const Json& cfg, std::string* key) {
+  if (cfg.contains("quantize") && cfg["quantize"].is_object() && cfg["quantize"].contains("linear") &&
+      cfg["quantize"]["linear"].is_object() && cfg["quantize"]["linear"].contains("float8") &&
+      cfg["quantize"]["linear"]["float8"].is_object()) {
+    *key = "quantize.linear.float8";
+    return &cfg["quantize"]["linear"]["float8"];
+  }
+  if (cfg.contains("float8") && cfg["float8"].is_object()) {
+    *key = "float8";
+    return &cfg["float8"];
+  }
+  return nullptr;
+}
+
+/// model.converters: v0.2's quantize.linear.float8 / quantize.linear.mx, v0.1's float8 / mx, by
+/// their exact names; the experts' grouped GEMMs alone (quantize.grouped_mm.*) and any other
+/// converter exit 2. float8 reads its section (TitanFloat8Section): recipe_name (tensorwise only)
+/// and enable_fsdp_float8_all_gather.
+void TitanConverters(const Json& cfg, const std::string& where, ParallelConfig* c) {
+  bool float8 = false, mx = false;
+  if (cfg.contains("model") && cfg["model"].is_object() && cfg["model"].contains("converters") && cfg["model"]["converters"].is_array()) {
+    for (const Json& x : cfg["model"]["converters"]) {
+      const std::string name = x.is_string() ? x.get<std::string>() : x.dump();
+      if (name.rfind("quantize.grouped_mm.", 0) == 0) {
+        throw InputError(where + ": model.converters: got \"" + name + "\": low precision in the experts' GEMMs alone is not simulated");
+      } else if (name == "float8" || name == "quantize.linear.float8") {
+        float8 = true;
+      } else if (name == "mx" || name == "quantize.linear.mx") {
+        mx = true;
+      } else {
+        throw InputError(where + ": model.converters: got \"" + name + "\", expected quantize.linear.float8, "
+                         "quantize.linear.mx, float8 or mx (the ones simulated)");
+      }
+    }
+  }
+  if (mx) c->precision = Precision::kMxfp8;
+  if (!float8) return;
+  c->precision = Precision::kFp8;
+  c->fp8_recipe = Fp8Recipe::kTensorwise;  // torchao's float8 training default
+  std::string key;
+  const Json* f = TitanFloat8Section(cfg, &key);
+  if (f == nullptr) return;
+  if (f->contains("recipe_name") && !(*f)["recipe_name"].is_null()) {
+    const Json& r = (*f)["recipe_name"];
+    if (!r.is_string() || r.get<std::string>() != "tensorwise") {
+      throw InputError(where + ": " + key + ".recipe_name: got " + JsonForMessage(r) +
+                       ", expected tensorwise (the float8 recipe simulated)");
+    }
+  }
+  // FP8 parameter all-gathers: FSDP2 gathers the float8-cast shards (tensorwise scaling only).
+  if (f->contains("enable_fsdp_float8_all_gather")) {
+    const Json& g = (*f)["enable_fsdp_float8_all_gather"];
+    if (!g.is_boolean()) {
+      throw InputError(where + ": " + key + ".enable_fsdp_float8_all_gather: got " + JsonForMessage(g) + ", expected true or false");
+    }
+    c->fp8_param_gather = g.get<bool>() && c->zero_stage > 0;
+  }
+}
+
 void TitanBatchAndPrecision(const Json& cfg, const std::string& where, LoggedRun* run) {
   ParallelConfig& c = run->config;
   const std::int64_t local = TitanInt(cfg, "training", "local_batch_size", TitanInt(cfg, "training", "batch_size", 8, where), where);
@@ -998,38 +1074,22 @@ void TitanBatchAndPrecision(const Json& cfg, const std::string& where, LoggedRun
     throw InputError(where + ": mixed_precision_param: got \"" + param + "\", expected bfloat16 or float32");
   }
   c.precision = param == "float32" ? Precision::kFp32 : Precision::kBf16;
-  bool float8 = false, mx = false;
-  if (cfg.contains("model") && cfg["model"].is_object() && cfg["model"].contains("converters") && cfg["model"]["converters"].is_array()) {
-    for (const Json& x : cfg["model"]["converters"]) {
-      // v0.2 names them quantize.linear.float8 / .mx (grouped_mm: the experts' GEMMs only).
-      const std::string name = x.is_string() ? x.get<std::string>() : x.dump();
-      if (name.find("grouped_mm") != std::string::npos) {
-        throw InputError(where + ": model.converters: got \"" + name + "\": low precision in the experts' GEMMs alone is not simulated");
-      } else if (name.find("float8") != std::string::npos) {
-        float8 = true;
-      } else if (name == "mx" || name.find(".mx") != std::string::npos) {
-        mx = true;
-      } else {
-        throw InputError(where + ": model.converters: got \"" + name + "\", expected float8 or mx (the ones simulated)");
-      }
-    }
+  // Without FSDP, tensor or pipeline parallelism runs without autocast (maybe_enable_amp: mixed
+  // precision "is only supported when FSDP/HSDP/CP is enabled"): fp32.
+  if (c.zero_stage == 0 && (c.tp > 1 || c.pp > 1) && c.precision != Precision::kFp32) {
+    c.precision = Precision::kFp32;
+    run->notes.push_back("tensor or pipeline parallelism without FSDP: torchtitan trains in fp32 (its mixed precision "
+                         "needs FSDP, HSDP or context parallelism)");
   }
-  if (mx) c.precision = Precision::kMxfp8;
-  if (float8) {
-    c.precision = Precision::kFp8;
-    c.fp8_recipe = Fp8Recipe::kTensorwise;  // torchao's float8 training default
-    if (cfg.contains("quantize") && cfg["quantize"].is_object()) {
-      const Json& q = cfg["quantize"];
-      const Json lin = q.contains("linear") && q["linear"].is_object() ? q["linear"] : Json::object();
-      const std::string recipe = lin.contains("float8") && lin["float8"].is_object() && lin["float8"].contains("recipe_name") &&
-                                         lin["float8"]["recipe_name"].is_string()
-                                     ? lin["float8"]["recipe_name"].get<std::string>()
-                                     : "tensorwise";
-      if (recipe != "tensorwise") {
-        throw InputError(where + ": quantize.linear.float8.recipe_name: got \"" + recipe + "\", expected tensorwise (the float8 recipe simulated)");
-      }
-    }
+  // FSDP2's reduce_dtype: the dtype gradients are reduce-scattered in (the shard stays fp32); it
+  // "only takes effect when data_parallel_shard_degree > 1" (DDP all-reduces the fp32 .grad).
+  const std::string reduce = TitanString(cfg, "training", "mixed_precision_reduce",
+                                         TitanString(cfg, "parallelism", "mixed_precision_reduce", "float32", where), where);
+  if (reduce != "float32" && reduce != "bfloat16") {
+    throw InputError(where + ": mixed_precision_reduce: got \"" + reduce + "\", expected float32 or bfloat16");
   }
+  c.fp32_main_grads = reduce == "float32" || c.zero_stage == 0;
+  TitanConverters(cfg, where, &c);
   // PyTorch's scaled_dot_product_attention: flash or cuDNN in 16 bits; in fp32 its memory-efficient
   // kernel, which keeps no s x s scores either but is not the flash kernel the simulator times.
   c.flash_attention = c.precision != Precision::kFp32;

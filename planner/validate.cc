@@ -715,6 +715,11 @@ RowChoices MapRowBasics(const CsvTable& t, std::size_t r, const std::string& run
                                      {"", "none", "ZeRO-1", "PyTorch FSDP SHARD_GRAD_OP", "PyTorch FSDP FULL_SHARD",
                                       "distributed optimizer", "PyTorch FSDP2", "Megatron-FSDP", "ZeRO-3"});
   c->zero_stage = sh >= 6 || sh == 4 ? 3 : sh == 3 ? 2 : sh == 2 || sh == 5 ? 1 : 0;
+  // PyTorch's FSDP (FULL_SHARD, SHARD_GRAD_OP, FSDP2) keeps fp32 shards as the optimizer's
+  // master; Megatron-Core's own FSDP paths keep Megatron's optimizer (MapNemoMegatronCore).
+  if ((sh == 3 || sh == 4 || sh == 6) && !Contains(t.Get(r, "framework"), "Megatron-Core")) {
+    c->optimizer_impl = OptimizerImpl::kTorchFsdp;
+  }
   // Fused attention: FlashAttention, or Transformer Engine's fused (cuDNN) attention ("TE",
   // FlexAttention) of the newer PyTorch-side rows.
   c->flash_attention = Contains(t.Get(r, "framework"), "FlashAttention") || Contains(t.Get(r, "framework"), "TE ") ||

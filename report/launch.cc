@@ -468,8 +468,10 @@ void NemoParallel(const Model& m, const ParallelConfig& c, PyLines* p, std::vect
   if (layout) p->Set("trainer.strategy.pipeline_model_parallel_layout", PyStr(MegatronPipelineLayout(m, c)));
   if (c.first_stage_layers >= 0) p->Set("trainer.strategy.num_layers_in_first_pipeline_stage", Py(c.first_stage_layers));
   if (c.last_stage_layers >= 0) p->Set("trainer.strategy.num_layers_in_last_pipeline_stage", Py(c.last_stage_layers));
-  p->Set("trainer.strategy.account_for_embedding_in_pipeline_split", Py(c.embedding_slots));
-  p->Set("trainer.strategy.account_for_loss_in_pipeline_split", Py(c.embedding_slots));
+  // The layout string places the embedding and the loss itself: Megatron-Core refuses the
+  // account-for flags beside it (TransformerConfig.__post_init__).
+  p->Set("trainer.strategy.account_for_embedding_in_pipeline_split", Py(c.embedding_slots && !layout));
+  p->Set("trainer.strategy.account_for_loss_in_pipeline_split", Py(c.embedding_slots && !layout));
   p->Set("trainer.strategy.context_parallel_size", Py(c.cp));
   if (c.cp > 1) {
     p->Set("model.config.cp_comm_type", PyStr(c.cp_comm == CpComm::kUlysses ? "a2a" : ToString(c.cp_comm)));
@@ -778,28 +780,50 @@ void TorchtitanDataParallel(const ParallelConfig& c, std::string* t, std::vector
     unexpressed->push_back("ZeRO-1 (the distributed optimizer): torchtitan shards with FSDP2 (ZeRO-2/3) or "
                            "replicates; written as replication");
   }
+  // torchtitan keeps fp32 parameters as the optimizer's master (OptimizerImpl::kTorchFsdp): say
+  // where the simulated optimizer's state differs from that.
+  ParallelConfig titan = c;
+  titan.optimizer_impl = OptimizerImpl::kTorchFsdp;
+  const double simulated = BytesPerParam(c).total(), torch_state = BytesPerParam(titan).total();
+  if (c.optimizer_impl != OptimizerImpl::kTorchFsdp && std::abs(simulated - torch_state) > 1e-9) {
+    unexpressed->push_back(fmt::format("the {} optimizer's state, {:.3g} bytes a parameter: torchtitan keeps fp32 "
+                                       "parameter shards as the master, {:.3g} bytes (simulate with --optimizer fsdp)",
+                                       ToString(c.optimizer_impl), simulated, torch_state));
+  }
   TorchtitanStartupChecks(c, replicate, shard_degree, warnings);
 }
 
-/// TorchtitanParallelism's pipeline: degree, schedule, micro-batch and the layers per stage (an
-/// uneven split is left to module_fqns_per_model_part, named in `unexpressed`).
+/// TorchtitanParallelism's pipeline: degree, schedule, micro-batch and the split. torchtitan
+/// spreads L + 2w slots (the embedding and the output weighing w = first/last_stage_less_layers
+/// layers each) over the stages as evenly as they go, the remainder to the first
+/// (generate_llm_fqn_per_model_part), and makes ceil((L + 2w) / P) stages of
+/// pipeline_parallel_layers_per_stage P: the split is written that way when it is the simulated
+/// one, else left to module_fqns_per_model_part, named in `unexpressed`.
 void TorchtitanPipeline(const Model& m, const ParallelConfig& c, std::string* t, std::vector<std::string>* unexpressed) {
   *t += fmt::format("pipeline_parallel_degree = {}\n", c.pp);
   *t += fmt::format("pipeline_parallel_schedule = \"{}\"\n", TorchtitanSchedule(c, unexpressed));
   *t += fmt::format("pipeline_parallel_microbatch_size = {}\n", c.micro_batch_size);
+  if (c.pp <= 1) return;
   const PipelineLayout layout = PipelineLayoutOf(m, c);
-  const bool even = layout.error.empty() &&
-                    std::all_of(layout.chunk_layers.begin(), layout.chunk_layers.end(),
-                                [&](std::int64_t n) { return n == layout.chunk_layers.front(); });
-  if (c.pp > 1 && even) {
-    *t += fmt::format("pipeline_parallel_layers_per_stage = {}\n", layout.chunk_layers.front());
-    // torchtitan counts the embedding and the output as layers only when asked (default 1 each).
-    *t += fmt::format("pipeline_parallel_first_stage_less_layers = {}\n", c.embedding_slots ? 1 : 0);
-    *t += fmt::format("pipeline_parallel_last_stage_less_layers = {}\n", c.embedding_slots ? 1 : 0);
-  } else if (c.pp > 1) {
-    unexpressed->push_back("an uneven pipeline split: give module_fqns_per_model_part with the layers of each chunk "
+  const std::int64_t w = c.embedding_slots ? 1 : 0;
+  const std::int64_t chunks = static_cast<std::int64_t>(layout.chunk_layers.size());
+  ParallelConfig titan = c;  // the split torchtitan makes of these chunks
+  titan.even_chunks = true;
+  titan.first_stage_layers = titan.last_stage_layers = -1;
+  const PipelineLayout made = PipelineLayoutOf(m, titan);
+  const std::int64_t slots = m.num_layers + 2 * w;
+  const std::int64_t per = chunks > 0 ? (slots + chunks - 1) / chunks : 0;
+  const bool looped = c.schedule == Schedule::kInterleaved && c.vp > 1;
+  if (!layout.error.empty() || !made.error.empty() || made.chunk_layers != layout.chunk_layers ||
+      (looped && (slots + per - 1) / per != chunks)) {
+    unexpressed->push_back("the pipeline split: give module_fqns_per_model_part with the layers of each chunk "
                            "(" + MegatronPipelineLayout(m, c) + ")");
+    return;
   }
+  if (looped) *t += fmt::format("pipeline_parallel_layers_per_stage = {}\n", per);
+  // torchtitan counts the embedding and the output as a layer each unless told (default 1 each).
+  *t += fmt::format("pipeline_parallel_first_stage_less_layers = {}\n", w);
+  *t += fmt::format("pipeline_parallel_last_stage_less_layers = {}\n", w);
 }
 
 /// TorchtitanParallelism's context and expert parallelism, and the compile section async tensor
@@ -915,9 +939,6 @@ void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, s
   if (c.bf16_layers_start + c.bf16_layers_end > 0) {
     unexpressed->push_back("the first/last layers in bf16: add their modules to filter_fqns");
   }
-  if (c.optimizer_impl != OptimizerImpl::kMegatron) {
-    unexpressed->push_back(fmt::format("the {} optimizer", ToString(c.optimizer_impl)));
-  }
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) {
     unexpressed->push_back(fmt::format("ZeRO-3 as {} ran it (FSDP2 gathers per layer)", ToString(c.zero3_impl)));
   }
@@ -1013,6 +1034,10 @@ void DeepSpeedUnexpressed(const ParallelConfig& c, std::vector<std::string>* u) 
     u->push_back(fmt::format("the plan's optimizer, Megatron-LM's ({}): this config runs DeepSpeed's ZeRO-{} instead, "
                              "with 16-bit gradients (simulate it with --optimizer deepspeed-zero)",
                              c.zero_stage == 1 ? "distributed optimizer" : "FSDP", c.zero_stage));
+  }
+  if (c.optimizer_impl == OptimizerImpl::kTorchFsdp) {
+    u->push_back("PyTorch FSDP's training state (the fp32 shard as the optimizer's master): this config runs DeepSpeed's "
+                 "optimizer instead (simulate it with --optimizer deepspeed-zero)");
   }
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kDeepSpeed && c.optimizer_impl != OptimizerImpl::kDeepSpeedBf16) {
     u->push_back(fmt::format("ZeRO-3 as {} ran it (DeepSpeed's stage 3 today: --zero3-impl deepspeed)", ToString(c.zero3_impl)));

@@ -152,7 +152,9 @@ void Notes(const ParallelConfig& c, std::vector<std::string>* notes) {
     notes->push_back("DeepSpeed-Ulysses: Megatron-DeepSpeed's --ds-sequence-parallel-size; Megatron-Core's "
                      "--cp-comm-type a2a moves the same bytes");
   }
-  if (c.optimizer_impl != OptimizerImpl::kMegatron) {
+  if (c.optimizer_impl == OptimizerImpl::kTorchFsdp) {
+    notes->push_back("PyTorch FSDP's training state (the fp32 shard as the optimizer's master; Megatron-LM keeps its own)");
+  } else if (c.optimizer_impl != OptimizerImpl::kMegatron) {
     notes->push_back(fmt::format("the {} optimizer (DeepSpeed's; Megatron-LM runs its own)", ToString(c.optimizer_impl)));
   }
   if (c.zero_stage >= 3 && c.zero3_impl != Zero3Impl::kPerLayer) {

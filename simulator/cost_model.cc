@@ -130,8 +130,10 @@ double OptimizerShard(const ParallelConfig& c, double local_params) {
   return c.zero_stage >= 1 ? local_params / static_cast<double>(c.shard_dp()) : local_params;
 }
 double OptimizerShardBytesPerParam(const ParallelConfig& c) {
-  // fp32 training has no 16-bit weights to copy the updated master into (the last 6 bytes).
-  const double copy = ModelDtypeBytes(c.precision) == 4.0 ? 0.0 : 6.0;
+  // fp32 training has no 16-bit weights to copy the updated master into (the last 6 bytes), nor
+  // has FSDP: Adam updates the fp32 shard in place, cast to 16 bits by the next all-gather.
+  const bool no_copy = ModelDtypeBytes(c.precision) == 4.0 || c.optimizer_impl == OptimizerImpl::kTorchFsdp;
+  const double copy = no_copy ? 0.0 : 6.0;
   return (c.precision == Precision::kFp16 ? 8.0 : 0.0) + 4.0 + 28.0 + copy;
 }
 }  // namespace
@@ -140,14 +142,16 @@ namespace {
 /// The optimizer's two passes in bytes: over the state shard (routed experts sharded over the
 /// expert-data-parallel ranks, the rest over dp x cp), and zeroing the local gradients.
 std::pair<double, double> OptimizerPassBytes(const ParallelConfig& c, double local_params, double expert_params) {
+  // PyTorch's optimizers free the gradients (zero_grad(set_to_none=True)) rather than zero them.
+  const double zeroed = c.optimizer_impl == OptimizerImpl::kTorchFsdp ? 0.0 : 1.0;
   if (expert_params <= 0) {
-    return {OptimizerShardBytesPerParam(c) * OptimizerShard(c, local_params), BytesPerParam(c).grads * local_params};
+    return {OptimizerShardBytesPerParam(c) * OptimizerShard(c, local_params), zeroed * BytesPerParam(c).grads * local_params};
   }
   const double dense = local_params - expert_params;
   const double edp = static_cast<double>(std::max<std::int64_t>(1, c.expert_dp()));
   const double shard = OptimizerShard(c, dense) + (c.zero_stage >= 1 ? expert_params / edp : expert_params);
   const double grads = BytesPerParam(c).grads * dense + BytesPerParam(c, c.expert_dp()).grads * expert_params;
-  return {OptimizerShardBytesPerParam(c) * shard, grads};
+  return {OptimizerShardBytesPerParam(c) * shard, zeroed * grads};
 }
 }  // namespace
 

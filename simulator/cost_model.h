@@ -180,9 +180,10 @@ double AttentionTime(const HardwareProfile& p, double flops, double seq, bool ba
 ///   gradient norm (read the fp32 gradient)                                      4
 ///   Adam, apex multi_tensor_adam (read g, p, m, v; write p, m, v)              28
 ///   copy the fp32 master weight to the 16-bit model weight (read 4, write 2)    6
-///     (none in fp32/tf32 training: the fp32 weights are the master)
+///     (none in fp32/tf32 training: the fp32 weights are the master; none with FSDP, whose
+///     fp32 shard is the master, cast to 16 bits by the next all-gather)
 /// plus zeroing the gradient buffers for the next step over all local parameters (their
-/// BytesPerParam grads). DeepSpeed's optimizers make the same passes. Of the local parameters,
+/// BytesPerParam grads; none with PyTorch FSDP, whose zero_grad sets them to None). DeepSpeed's optimizers make the same passes. Of the local parameters,
 /// `expert_params` (routed experts) are sharded over the expert-data-parallel ranks instead of
 /// dp x cp.
 double OptimizerBytes(const ParallelConfig& c, double local_params, double expert_params = 0);

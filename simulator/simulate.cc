@@ -1633,7 +1633,9 @@ Json ConfigJson(const ParallelConfig& c, const Model& m, const Cluster& cl) {
       c.first_stage_layers >= 0 ? Json(c.first_stage_layers) : Json(nullptr);
   j["decoder_last_pipeline_num_layers"] =
       c.last_stage_layers >= 0 ? Json(c.last_stage_layers) : Json(nullptr);
-  if (c.optimizer_impl == OptimizerImpl::kMegatron) j["fp32_main_grads"] = c.fp32_main_grads;
+  if (c.optimizer_impl == OptimizerImpl::kMegatron || c.optimizer_impl == OptimizerImpl::kTorchFsdp) {
+    j["fp32_main_grads"] = c.fp32_main_grads;
+  }
   j["mfu_peak_precision"] = ToString(MfuPeakPrecision(c.precision));
   if (IsLowPrecision(c.precision)) j["low_precision"] = LowPrecisionJson(c, cl.gpu.arch);
   if (c.dp < 1) {

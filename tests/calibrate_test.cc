@@ -69,6 +69,12 @@ TEST(NcclTests, LongLinesAndNonFiniteRowsExitTwoNamingFileAndLine) {
   t.replace(t.find("1048576", t.find(row)), 7, "nan");
   EXPECT_NE(testing::InputErrorOf([&] { ParseNcclTestsLog(t, "size.log"); }).find("size.log:19: result row"),
             std::string::npos);
+  // A garbled size is not taken for other output: the row would vanish and its rate be interpolated.
+  std::string garbled = text;
+  garbled.replace(garbled.find("1048576", garbled.find(row)), 7, "10485x6");
+  const std::string eg = testing::InputErrorOf([&] { ParseNcclTestsLog(garbled, "g.log"); });
+  EXPECT_NE(eg.find("g.log:19: result row"), std::string::npos) << eg;
+  EXPECT_NE(eg.find("size = '10485x6', expected a number of bytes"), std::string::npos) << eg;
 }
 
 // The prefixes of mpirun --tag-output and srun -l are stripped (a plain scan, no regex).

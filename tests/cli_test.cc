@@ -259,6 +259,44 @@ TEST(CliSimulate, DeepSpeedOptimizerFlags) {
   EXPECT_EQ(RunShardcast(base + "--optimizer apex").exit_code, 2);
 }
 
+TEST(CliSimulate, TorchFsdpStateAndItsRefusals) {
+  const std::string base = "simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 8 --recompute full ";
+  // FULL_SHARD over 8: 16/8 bytes a parameter against Megatron's 18/8, gradients reduced in fp32.
+  auto fsdp = RunShardcast(base + "--zero 3 --optimizer fsdp --json");
+  auto megatron = RunShardcast(base + "--zero 3 --json");
+  ASSERT_EQ(fsdp.exit_code, 0) << fsdp.err;
+  ASSERT_EQ(megatron.exit_code, 0) << megatron.err;
+  const Json f = Json::parse(fsdp.out), m = Json::parse(megatron.out);
+  EXPECT_EQ(f["config"]["optimizer_impl"], "fsdp");
+  EXPECT_DOUBLE_EQ(f["config"]["state_bytes_per_param"]["weights"].get<double>(), 4.0 / 8);
+  EXPECT_DOUBLE_EQ(f["config"]["state_bytes_per_param"]["grads"].get<double>(), 4.0 / 8);
+  EXPECT_DOUBLE_EQ(f["config"]["state_bytes_per_param"]["optimizer"].get<double>(), 8.0 / 8);
+  EXPECT_DOUBLE_EQ(f["config"]["grad_reduce_bytes_per_param"].get<double>(), 4.0);
+  EXPECT_TRUE(f["config"]["fp32_main_grads"].get<bool>());
+  // The state is 16/18 of Megatron's (its 18/8 bytes a parameter: bf16 weights, fp32 main
+  // gradients, fp32 master and Adam, all sharded).
+  const auto state = [](const Json& j) {
+    const Json& s = j["stages"][0]["memory_bytes"];
+    return s["weights"].get<double>() + s["grads"].get<double>() + s["optimizer"].get<double>();
+  };
+  EXPECT_NEAR(state(f), state(m) * 16.0 / 18.0, 1e-9 * state(m));
+  // --bf16-main-grads is FSDP's reduce_dtype bf16: 2-byte reduce-scatters, the shard stays fp32.
+  auto bf16 = RunShardcast(base + "--zero 3 --optimizer fsdp --bf16-main-grads --json");
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  const Json b = Json::parse(bf16.out)["config"];
+  EXPECT_DOUBLE_EQ(b["grad_reduce_bytes_per_param"].get<double>(), 2.0);
+  EXPECT_DOUBLE_EQ(b["state_bytes_per_param"]["grads"].get<double>(), 4.0 / 8);
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--zero 3 --optimizer fsdp --zero3-impl deepspeed",
+                                    "--zero3-impl: got deepspeed with --optimizer fsdp, expected per-layer"));
+  // FSDP's hybrid sharding (HSDP) is FSDP's own: the state sharded over groups of 4.
+  auto hsdp = RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 16 --mbs 1 --gbs 16 --recompute full "
+                           "--zero 3 --optimizer fsdp --dp-shard 4 --json");
+  ASSERT_EQ(hsdp.exit_code, 0) << hsdp.err;
+  EXPECT_DOUBLE_EQ(Json::parse(hsdp.out)["config"]["state_bytes_per_param"]["optimizer"].get<double>(), 8.0 / 4);
+  // The planner searches Megatron's and DeepSpeed's layouts only.
+  EXPECT_EQ(RunShardcast("plan --model llama3-8b --cluster dgx-h100 --gpus 8 --gbs 8 --optimizer fsdp").exit_code, 2);
+}
+
 // FlashAttention does not run on Volta: the V100 simulates and plans the unfused attention (its
 // s x s scores saved), says so, and the launch writes the unfused backend; asking for flash exits 2.
 TEST(CliSimulate, VoltaRunsTheUnfusedAttention) {

@@ -429,7 +429,7 @@ TEST(Launch, NemoOverrideReadsBackAsThePlannedConfiguration) {
       EXPECT_EQ(flag("model.config.overlap_moe_expert_parallel_comm"), b.c.moe_a2a_overlap) << where;
     }
     EXPECT_EQ(v.count("trainer.strategy.num_layers_in_first_pipeline_stage") > 0, b.c.first_stage_layers >= 0) << where;
-    EXPECT_EQ(flag("trainer.strategy.account_for_embedding_in_pipeline_split"), b.c.embedding_slots) << where;
+    EXPECT_EQ(flag("trainer.strategy.account_for_embedding_in_pipeline_split"), b.c.embedding_slots && !b.c.even_chunks) << where;
   }
 }
 
@@ -472,7 +472,10 @@ TEST(Launch, TorchtitanTomlParsesAndReadsBackAsThePlannedConfiguration) {
     const std::string schedule = t["parallelism"]["pipeline_parallel_schedule"].value_or("");
     if (got.pp > 1 && (schedule == "Interleaved1F1B" || schedule == "InterleavedZeroBubble")) {
       if (auto per = t["parallelism"]["pipeline_parallel_layers_per_stage"].value<std::int64_t>()) {
-        got.vp = b.m.num_layers / (got.pp * *per);
+        // torchtitan's ceil((L + first_less + last_less) / P) stages.
+        const std::int64_t slots = b.m.num_layers + num("parallelism", "pipeline_parallel_first_stage_less_layers") +
+                                   num("parallelism", "pipeline_parallel_last_stage_less_layers");
+        got.vp = (slots + *per - 1) / *per / got.pp;
       } else {
         got.vp = b.c.vp;  // an uneven split: said in `unexpressed`
         EXPECT_FALSE(l.unexpressed.empty()) << where;
@@ -615,6 +618,27 @@ TEST(Launch, TorchtitanSaysWhatItsMxfp8RecipeCannot) {
   EXPECT_TRUE(has(t, "E5M2 gradients")) << t.text;
 }
 
+// torchtitan keeps fp32 parameter shards as the optimizer's master: a launch of a simulation that
+// counted another optimizer's state says so where the bytes differ (ZeRO-3: 18/8 against 16/8),
+// and not where they agree (FSDP2 under a pipeline, ZeRO-1's reading) or with --optimizer fsdp.
+TEST(Launch, TorchtitanSaysWhereTheSimulatedOptimizerStateDiffers) {
+  const auto state_line = [](const LaunchConfig& l) {
+    for (const std::string& u : l.unexpressed) {
+      if (u.find("torchtitan keeps fp32 parameter shards") != std::string::npos) return u;
+    }
+    return std::string();
+  };
+  const Built z3 = Build({"llama3-8b", "dgx-h100", 8, "--mbs 1 --gbs 8 --zero 3"});
+  EXPECT_EQ(state_line(EmitLaunch(LaunchFormat::kTorchtitan, z3.m, z3.c, z3.cl, 8)),
+            fmt::format("the megatron optimizer's state, {:.3g} bytes a parameter: torchtitan keeps fp32 parameter "
+                        "shards as the master, {:.3g} bytes (simulate with --optimizer fsdp)",
+                        18.0 / 8, 16.0 / 8));
+  const Built fsdp = Build({"llama3-8b", "dgx-h100", 8, "--mbs 1 --gbs 8 --zero 3 --optimizer fsdp"});
+  EXPECT_EQ(state_line(EmitLaunch(LaunchFormat::kTorchtitan, fsdp.m, fsdp.c, fsdp.cl, 8)), "");
+  const Built pp = Build({"llama3-8b", "dgx-h100", 16, "--pp 2 --mbs 1 --gbs 16 --zero 1 --no-overlap-grad-reduce"});
+  EXPECT_EQ(state_line(EmitLaunch(LaunchFormat::kTorchtitan, pp.m, pp.c, pp.cl, 16)), "");
+}
+
 // --pipeline-layout-even without --vp: the stages are the chunks, and the launch carries the
 // layout string (without it Megatron-LM refuses 126 layers over 16 stages); with first/last
 // stage counts it exits 2, since Megatron-Core takes one or the other.
@@ -634,9 +658,33 @@ TEST(Launch, EvenLayoutWithoutVirtualStagesIsWritten) {
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3.1-405b --cluster dgx-h100 --gpus 2048 --tp 8 --pp 16 "
                                     "--mbs 1 --gbs 2048 --pipeline-layout-even --decoder-last-pipeline-num-layers 6",
                                     "--pipeline-layout-even: given with --decoder-last-pipeline-num-layers"));
-  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3.1-405b --cluster dgx-h100 --gpus 2048 --tp 8 --pp 16 "
-                                    "--mbs 1 --gbs 2048 --pipeline-layout-even --embedding-pipeline-slots",
-                                    "--pipeline-layout-even: given with --embedding-pipeline-slots"));
+  // With the embedding slots the layout spreads the 128 slots: 8 a stage, the embedding and the
+  // loss taking one of the first and the last stage's (torchtitan's split).
+  ParallelConfig slots = b.c;
+  slots.embedding_slots = true;
+  std::string with_slots = "E" + even7;
+  for (int i = 1; i < 15; ++i) with_slots += "|" + even8;
+  with_slots += "|" + even7 + "L";
+  EXPECT_EQ(MegatronPipelineLayout(b.m, slots), with_slots);
+  // NeMo: the layout string alone (Megatron-Core refuses the account-for flags beside it).
+  const LaunchConfig nemo = EmitLaunch(LaunchFormat::kNemo, b.m, slots, b.cl, 2048);
+  EXPECT_NE(nemo.text.find("account_for_embedding_in_pipeline_split = False"), std::string::npos) << nemo.text;
+  EXPECT_NE(nemo.text.find(with_slots), std::string::npos) << nemo.text;
+  // torchtitan makes this split itself (1 + 1 slots spread evenly): no layers_per_stage without
+  // --vp, and no split left unexpressed; first/last stage counts it cannot make are said.
+  const LaunchConfig titan = EmitLaunch(LaunchFormat::kTorchtitan, b.m, slots, b.cl, 2048);
+  const auto said = [](const LaunchConfig& l, const std::string& what) {
+    return std::any_of(l.unexpressed.begin(), l.unexpressed.end(),
+                       [&](const std::string& u) { return u.find(what) != std::string::npos; });
+  };
+  EXPECT_FALSE(said(titan, "the pipeline split")) << titan.text;
+  EXPECT_NE(titan.text.find("pipeline_parallel_first_stage_less_layers = 1"), std::string::npos) << titan.text;
+  const Built firstlast = Build({"llama3.1-405b", "dgx-h100", 2048, "--tp 8 --pp 16 --mbs 1 --gbs 2048 "
+                                 "--decoder-first-pipeline-num-layers 6 --decoder-last-pipeline-num-layers 8"});
+  EXPECT_TRUE(said(EmitLaunch(LaunchFormat::kTorchtitan, firstlast.m, firstlast.c, firstlast.cl, 2048), "the pipeline split"));
+  EXPECT_EQ(testing::RunShardcast("simulate --model llama3.1-405b --cluster dgx-h100 --gpus 2048 --tp 8 --pp 16 --mbs 1 "
+                         "--gbs 2048 --pipeline-layout-even --embedding-pipeline-slots").exit_code,
+            0);
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 8 "
                                     "--pipeline-layout-even",
                                     "--pipeline-layout-even: given with --pp 1, expected --pp 2 or more"));

@@ -606,6 +606,51 @@ TEST(Parallel, DeepSpeedOptimizersStateAndGradientReduction) {
   EXPECT_STREQ(ToString(c.optimizer_impl), "deepspeed-bf16");
 }
 
+TEST(Parallel, TorchFsdpKeepsTheFp32ShardAsTheMaster) {
+  // PyTorch FSDP/FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32): fp32
+  // parameter shard 4/d (the master), fp32 gradient shard 4/d, Adam m and v 8/d; no 16-bit copy
+  // but the gathered parameters.
+  ParallelConfig c;
+  c.dp = 8;
+  c.optimizer_impl = OptimizerImpl::kTorchFsdp;
+  const double d = 8;
+  c.zero_stage = 3;  // FULL_SHARD: 16/d, against Megatron's 18/d
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).weights, 4.0 / d);
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).grads, 4.0 / d);
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).optimizer, 8.0 / d);
+  EXPECT_DOUBLE_EQ(GradReduceBytesPerParam(c), 4.0);
+  ParallelConfig megatron = c;
+  megatron.optimizer_impl = OptimizerImpl::kMegatron;
+  EXPECT_DOUBLE_EQ(BytesPerParam(megatron).total() - BytesPerParam(c).total(), 2.0 / d);
+  c.zero_stage = 2;  // SHARD_GRAD_OP: the gathered bf16 parameters held from forward to backward
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).total(), 2.0 + 16.0 / d);
+  // FSDP2 under a pipeline (ZeRO-1's reading): gathered bf16 parameters and the unsharded fp32
+  // accumulated gradient through the schedule; the gradient shard exists only after the last
+  // reduce-scatter unless an earlier flush reduced into it.
+  c.zero_stage = 1;
+  c.pp = 4;
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).weights, 2.0 + 4.0 / d);
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).grads, 4.0);
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).total(), BytesPerParam(1, 8, true).total());
+  c.pipeline_flushes = 2;
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).grads, 4.0 + 4.0 / d);
+  c.flush_grad_reduce = false;  // reduced once, after the last flush
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).grads, 4.0);
+  c.fp32_main_grads = false;  // reduce_dtype bf16: bf16 accumulation, bf16 reduce-scatter
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).grads, 2.0);
+  EXPECT_DOUBLE_EQ(GradReduceBytesPerParam(c), 2.0);
+  // DDP: fp32 parameters and their bf16 autocast casts, fp32 .grad and DDP's bucket buffers
+  // (gradient_as_bucket_view off), Adam's m and v; fp32 gradients all-reduced.
+  c.zero_stage = 0;
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).weights, 4.0 + 2.0);
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).grads, 4.0 + 4.0);
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).optimizer, 8.0);
+  EXPECT_DOUBLE_EQ(GradReduceBytesPerParam(c), 4.0);
+  c.precision = Precision::kFp32;  // no casts
+  EXPECT_DOUBLE_EQ(BytesPerParam(c).weights, 4.0);
+  EXPECT_STREQ(ToString(c.optimizer_impl), "fsdp");
+}
+
 TEST(Parallel, StageParametersSumToModelPlusOutputCopy) {
   Model m = LoadModel("gpt3-175b");
   double sum_tp1 = 0;

@@ -274,6 +274,11 @@ TEST(Precision, Fp32TrainingStateIsSixteenBytesAParameter) {
   ParallelConfig bf16;
   EXPECT_DOUBLE_EQ(OptimizerBytes(fp32, 1000), 1000 * (32.0 + 4.0));
   EXPECT_DOUBLE_EQ(OptimizerBytes(bf16, 1000), 1000 * (38.0 + 4.0));
+  // PyTorch FSDP's Adam updates the fp32 shard in place: no copy either, bf16 compute or not;
+  // zero_grad sets the gradients to None instead of zeroing them.
+  ParallelConfig fsdp;
+  fsdp.optimizer_impl = OptimizerImpl::kTorchFsdp;
+  EXPECT_DOUBLE_EQ(OptimizerBytes(fsdp, 1000), 1000 * 32.0);
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model gpt3-125m --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 8 --precision "
                                     "fp32 --no-flash-attention --optimizer deepspeed-zero --zero 1",
                                     "--optimizer deepspeed-zero: got it with precision fp32"));

@@ -92,6 +92,23 @@ TEST(RunLog, TorchtitanLogReadsItsJobConfigurationAndTokensPerSecond) {
   EXPECT_EQ(r.gpus, 8);
   EXPECT_EQ(r.config.dp, 8);
   EXPECT_EQ(r.config.zero_stage, 3);  // FSDP2 over the 8 shards
+  // fp32 parameters whose shard is the master: 16 bytes a parameter over the 8 shards.
+  EXPECT_EQ(r.config.optimizer_impl, OptimizerImpl::kTorchFsdp);
+  EXPECT_DOUBLE_EQ(BytesPerParam(r.config).total(), 16.0 / 8);
+  EXPECT_TRUE(r.config.fp32_main_grads);  // mixed_precision_reduce float32 (its default)
+  const std::string mp = "\"mixed_precision_param\": \"bfloat16\"";
+  std::string reduce = ReadTextFile(kTitan);
+  ASSERT_NE(reduce.find(mp), std::string::npos);
+  reduce.replace(reduce.find(mp), mp.size(), mp + ",\n[rank0]:    \"mixed_precision_reduce\": \"bfloat16\"");
+  const LoggedRun rb = ParseTrainingLog(reduce, "t.log", d);
+  EXPECT_FALSE(rb.config.fp32_main_grads);
+  EXPECT_DOUBLE_EQ(GradReduceBytesPerParam(rb.config), 2.0);
+  EXPECT_DOUBLE_EQ(BytesPerParam(rb.config).total(), 16.0 / 8);  // the shard stays fp32
+  std::string odd = ReadTextFile(kTitan);
+  odd.replace(odd.find(mp), mp.size(), mp + ",\n[rank0]:    \"mixed_precision_reduce\": \"float16\"");
+  EXPECT_NE(testing::InputErrorOf([&] { ParseTrainingLog(odd, "t.log", d); })
+                .find("mixed_precision_reduce: got \"float16\", expected float32 or bfloat16"),
+            std::string::npos);
   EXPECT_EQ(r.config.cross_entropy, CrossEntropyImpl::kTorch);  // F.cross_entropy on fp32 logits
   EXPECT_EQ(r.config.micro_batch_size, 2);
   EXPECT_EQ(r.config.global_batch_size, 16);  // local 2 x dp 8
@@ -205,8 +222,13 @@ TEST(RunLog, TorchtitanFsdpWithPipelineReadsAsZero1WithoutOverlap) {
   EXPECT_EQ(r.config.dp, 8);
   EXPECT_EQ(r.config.zero_stage, 1);
   EXPECT_FALSE(r.config.overlap_grad_reduce);
-  EXPECT_NE(Join(r.notes, "\n").find("FSDP2 with pipeline parallelism simulated as --zero 1 --no-overlap-grad-reduce"),
+  EXPECT_NE(Join(r.notes, "\n").find("FSDP2 with pipeline parallelism simulated as --optimizer fsdp --zero 1 "
+                                     "--no-overlap-grad-reduce"),
             std::string::npos);
+  // FSDP's state: the gathered bf16 parameters and the unsharded fp32 gradient through the
+  // schedule beside the fp32 parameter and Adam shards (one flush: no gradient shard yet).
+  EXPECT_EQ(r.config.optimizer_impl, OptimizerImpl::kTorchFsdp);
+  EXPECT_DOUBLE_EQ(BytesPerParam(r.config).total(), 2.0 + 4.0 + 12.0 / 8);
   LogDefaults d8;
   d8.gpus = 8;
   EXPECT_EQ(ParseTrainingLog(ReadTextFile(kTitan), "t.log", d8).config.zero_stage, 3);  // no pipeline
@@ -576,6 +598,13 @@ TEST(RunLog, ValuesOutsideWhatEachFrameworkPrintsAreRefused) {
   EXPECT_NE(error(fp16_fp8).find("argument fp16: got \"True\", expected False beside fp8 hybrid"), std::string::npos)
       << error(fp16_fp8);
   EXPECT_NE(error(with("cp_comm_type", "['p2p', 'a2a']")).find("one communication type for every layer"), std::string::npos);
+  // The model's shape out of range names the argument and its line, not the JSON built from it.
+  const std::string no_layers = error(with("num_layers", "0"));
+  EXPECT_NE(no_layers.find("run.log:"), std::string::npos) << no_layers;
+  EXPECT_NE(no_layers.find("argument num_layers: got \"0\", expected an integer from 1 to 65536"), std::string::npos)
+      << no_layers;
+  EXPECT_NE(error(with("kv_channels", "0")).find("argument kv_channels: got \"0\", expected an integer from 1 to"),
+            std::string::npos);
   // A missing argument Megatron-LM always prints: a cut dump, not a default.
   std::string cut = text;
   const std::string tp = ArgLine("tensor_model_parallel_size", "2") + "\n";
@@ -621,6 +650,92 @@ TEST(RunLog, ValuesOutsideWhatEachFrameworkPrintsAreRefused) {
   std::string conv = titan;
   conv.replace(conv.find("\"converters\": []"), 16, "\"converters\": [\"quantum\"]");
   EXPECT_NE(error(conv, eight).find("model.converters: got \"quantum\""), std::string::npos) << error(conv, eight);
+}
+
+// torchtitan's tensor parallelism shards the sequence; its async TP is a no-op at degree 1; its
+// converters are read by their exact names and their float8 recipe under either version's key;
+// its pipeline split spreads the layers plus the embedding and output slots evenly.
+TEST(RunLog, TorchtitanTensorParallelConvertersAndPipelineSplit) {
+  const std::string titan = ReadTextFile(kTitan);
+  const auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = titan;
+    EXPECT_NE(t.find(from), std::string::npos) << from;
+    if (t.find(from) != std::string::npos) t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  const auto error = [](const std::string& text, const LogDefaults& d) {
+    return testing::InputErrorOf([&] { ParseTrainingLog(text, "t.log", d); });
+  };
+  LogDefaults eight, sixteen;
+  eight.gpus = 8;
+  sixteen.gpus = 16;
+  const std::string tp1 = "\"tensor_parallel_degree\": 1", async_off = "\"enable_async_tensor_parallel\": false";
+  const LoggedRun tp2 = ParseTrainingLog(with(tp1, "\"tensor_parallel_degree\": 2"), "t.log", sixteen);
+  EXPECT_EQ(tp2.config.tp, 2);
+  EXPECT_TRUE(tp2.config.sequence_parallel);
+  EXPECT_FALSE(ParseTrainingLog(titan, "t.log", eight).config.sequence_parallel);
+  const LoggedRun async1 = ParseTrainingLog(with(async_off, "\"enable_async_tensor_parallel\": true"), "t.log", eight);
+  EXPECT_FALSE(async1.config.tp_comm_overlap);
+  const std::string none = "\"converters\": []";
+  EXPECT_EQ(ParseTrainingLog(with(none, "\"converters\": [\"float8\"]"), "t.log", eight).config.precision, Precision::kFp8);
+  EXPECT_EQ(ParseTrainingLog(with(none, "\"converters\": [\"quantize.linear.mx\"]"), "t.log", eight).config.precision,
+            Precision::kMxfp8);
+  EXPECT_NE(error(with(none, "\"converters\": [\"float8x\"]"), eight).find("model.converters: got \"float8x\""),
+            std::string::npos);
+  EXPECT_NE(error(with(none, "\"converters\": [\"quantize.grouped_mm.float8\"]"), eight).find("experts' GEMMs alone"),
+            std::string::npos);
+  std::string v01 = with(none, "\"converters\": [\"float8\"]");
+  v01.insert(v01.find("[rank0]:  \"training\": {"), "[rank0]:  \"float8\": {\"recipe_name\": \"rowwise\"},\n");
+  EXPECT_NE(error(v01, eight).find("float8.recipe_name: got \"rowwise\", expected tensorwise"), std::string::npos)
+      << error(v01, eight);
+  // Interleaved1F1B over pp 2 with 3 layers a stage: ceil((32 + 2) / 3) = 12 stages, vp 6; the
+  // 34 slots spread 3 x 10 and 2 x 2, the embedding and the output taking a slot of the first and
+  // the last (torchtitan's generate_llm_fqn_per_model_part).
+  const std::string pp1 = "\"pipeline_parallel_degree\": 1,";
+  std::string looped = with(pp1, "\"pipeline_parallel_degree\": 2,\n[rank0]:    \"pipeline_parallel_schedule\": "
+                                  "\"Interleaved1F1B\",\n[rank0]:    \"pipeline_parallel_layers_per_stage\": 3,");
+  const LoggedRun r = ParseTrainingLog(looped, "t.log", sixteen);
+  EXPECT_EQ(r.config.vp, 6);
+  EXPECT_TRUE(r.config.embedding_slots);
+  EXPECT_TRUE(r.config.even_chunks);
+  const PipelineLayout layout = PipelineLayoutOf(r.model, r.config);
+  ASSERT_TRUE(layout.error.empty()) << layout.error;
+  const std::vector<std::int64_t> expected = {2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 2, 1};
+  EXPECT_EQ(layout.chunk_layers, expected);
+  // 1F1B: one stage a rank, 34 slots as 17 and 17, so 16 layers on each stage.
+  const LoggedRun one = ParseTrainingLog(with(pp1, "\"pipeline_parallel_degree\": 2,"), "t.log", sixteen);
+  EXPECT_EQ(PipelineLayoutOf(one.model, one.config).chunk_layers, (std::vector<std::int64_t>{16, 16}));
+  EXPECT_NE(error(with(pp1, "\"pipeline_parallel_degree\": 2,\n[rank0]:    \"pipeline_parallel_first_stage_less_layers\": 0,"),
+                  sixteen)
+                .find("got 0 and 1, expected both 0 or both 1"),
+            std::string::npos);
+  // Context parallelism alone enables FSDP (torchtitan's fsdp_enabled): ZeRO-3 over dp x cp.
+  const std::string shard_all = "\"data_parallel_shard_degree\": -1", cp1 = "\"context_parallel_degree\": 1";
+  std::string cp_only = with(shard_all, "\"data_parallel_shard_degree\": 1");
+  cp_only.replace(cp_only.find(cp1), cp1.size(), "\"context_parallel_degree\": 8");
+  const std::string init = "global batch size 16, gradient accumulation steps 1";
+  cp_only.replace(cp_only.find(init), init.size(), "global batch size 2, gradient accumulation steps 1");
+  const LoggedRun cp = ParseTrainingLog(cp_only, "t.log", eight);
+  EXPECT_EQ(cp.config.cp, 8);
+  EXPECT_EQ(cp.config.zero_stage, 3);
+  EXPECT_EQ(cp.config.shard_dp(), 8);
+  // Without FSDP: DDP all-reduces fp32 gradients whatever the reduce dtype, and tensor
+  // parallelism runs without autocast (maybe_enable_amp), in fp32.
+  std::string ddp_tp = with(shard_all, "\"data_parallel_shard_degree\": 1");
+  ddp_tp.replace(ddp_tp.find(tp1), tp1.size(), "\"tensor_parallel_degree\": 8");
+  ddp_tp.replace(ddp_tp.find(init), init.size(), "global batch size 2, gradient accumulation steps 1");
+  const std::string mp = "\"mixed_precision_param\": \"bfloat16\"";
+  ddp_tp.replace(ddp_tp.find(mp), mp.size(), mp + ",\n[rank0]:    \"mixed_precision_reduce\": \"bfloat16\"");
+  const LoggedRun d = ParseTrainingLog(ddp_tp, "t.log", eight);
+  EXPECT_EQ(d.config.zero_stage, 0);
+  EXPECT_TRUE(d.config.fp32_main_grads);
+  EXPECT_EQ(d.config.precision, Precision::kFp32);
+  EXPECT_NE(Join(d.notes, "|").find("torchtitan trains in fp32"), std::string::npos);
+  // FP8 parameter all-gathers under FSDP (v0.2's key).
+  std::string gather = with(none, "\"converters\": [\"quantize.linear.float8\"]");
+  gather.insert(gather.find("[rank0]:  \"training\": {"),
+                "[rank0]:  \"quantize\": {\"linear\": {\"float8\": {\"enable_fsdp_float8_all_gather\": true}}},\n");
+  EXPECT_TRUE(ParseTrainingLog(gather, "t.log", eight).config.fp8_param_gather);
 }
 
 TEST(RunLog, ARunTheProfileCannotSimulateIsSkippedNotFatal) {
