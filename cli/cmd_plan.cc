@@ -249,7 +249,7 @@ void RunPlanCommand(const PlanArgs& a) {
                       fmt::format("global batch {}, sequence {}, objective {}; {} candidates generated, {} simulated",
                                   o.global_batch_size, o.seq_length, ToString(o.objective), r.candidates_generated,
                                   r.candidates_simulated),
-                      PlanHtmlData(view, j));
+                      WithIntegerBytes(PlanHtmlData(view, j)));  // the points' bytes whole, as --json's
     }
     if (a.json) {
       std::cout << j.dump(2) << "\n";

@@ -246,6 +246,36 @@ void ApplyFrameworkArgs(const SimulateArgs& a, ParallelConfig* c) {
   }
 }
 
+/// The ZeRO stage of --zero or of Megatron-LM's switches for it (--use-distributed-optimizer,
+/// --use-torch-fsdp2, --use-megatron-fsdp with --data-parallel-sharding-strategy); exit 2 where
+/// two of them disagree.
+int ZeroStageOf(const SimulateArgs& a) {
+  std::vector<std::pair<std::string, int>> said;
+  if (a.zero >= 0) said.push_back({"--zero " + std::to_string(a.zero), a.zero});
+  if (a.dist_opt) said.push_back({"--use-distributed-optimizer", 1});
+  if (a.torch_fsdp2) said.push_back({"--use-torch-fsdp2", 3});
+  if (!a.dp_sharding_strategy.empty() && !a.megatron_fsdp) {
+    throw InputError("command line: --data-parallel-sharding-strategy: given without --use-megatron-fsdp, expected "
+                     "both (Megatron-LM's FSDP strategy)");
+  }
+  if (a.megatron_fsdp) {
+    const std::string& s = a.dp_sharding_strategy;
+    const int z = s == "optim_grads_params" ? 3 : s == "optim_grads" ? 2 : s == "optim" ? 1 : 0;
+    said.push_back({"--use-megatron-fsdp --data-parallel-sharding-strategy " + (s.empty() ? "no_shard" : s), z});
+  }
+  for (const auto& [flag, z] : said) {
+    if (z != said.front().second) {
+      throw InputError(fmt::format("command line: {} and {}: ZeRO-{} and ZeRO-{}, expected one stage (give one of them)",
+                                   said.front().first, flag, said.front().second, z));
+    }
+  }
+  if (!a.outer_dp_sharding_strategy.empty() && a.dist_opt_instances <= 0) {
+    throw InputError("command line: --outer-dp-sharding-strategy: given without --num-distributed-optimizer-instances, "
+                     "expected both (the outer level is across the instances)");
+  }
+  return said.empty() ? 0 : said.front().second;
+}
+
 /// --optimizer, --zero3-impl and the ZeRO knobs into `c` (after --zero), exit 2 on combinations the
 /// frameworks do not have.
 void ApplyOptimizerArgs(const SimulateArgs& a, ParallelConfig* c) {
@@ -311,11 +341,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   if (sched.empty()) sched = c.vp > 1 ? "interleaved" : "1f1b";
   c.schedule = sched == "gpipe" ? Schedule::kGpipe : sched == "1f1b" ? Schedule::k1F1B
              : sched == "interleaved" ? Schedule::kInterleaved : Schedule::kZbH1;
-  if (a.dist_opt && a.zero >= 0 && a.zero != 1) {
-    throw InputError("command line: --zero: got " + std::to_string(a.zero) +
-                     ", expected 1 with --use-distributed-optimizer (ZeRO-1; give one of them)");
-  }
-  c.zero_stage = a.zero >= 0 ? a.zero : (a.dist_opt ? 1 : 0);
+  c.zero_stage = ZeroStageOf(a);
   if (a.overlap_param && c.zero_stage < 1) {
     // Megatron-LM asserts it: the parameter all-gather is the distributed optimizer's.
     throw InputError("command line: --overlap-param-gather: given with ZeRO-0, expected --use-distributed-optimizer "
@@ -794,6 +820,18 @@ void AddRecomputeAndShardingOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_option("--zero", a->zero, "ZeRO stage 0-3 (1 = Megatron's distributed optimizer)")
       ->check(IntegerRange(0, 3));
   cmd->add_flag("--use-distributed-optimizer", a->dist_opt, "Megatron-LM alias of --zero 1");
+  cmd->add_flag("--use-torch-fsdp2", a->torch_fsdp2, "Megatron-LM alias of --zero 3 (its PyTorch FSDP2 path)");
+  cmd->add_flag("--use-megatron-fsdp", a->megatron_fsdp,
+                "Megatron-LM's FSDP: the ZeRO stage of --data-parallel-sharding-strategy (its default no_shard: 0)");
+  cmd->add_option("--data-parallel-sharding-strategy", a->dp_sharding_strategy,
+                  "with --use-megatron-fsdp: no_shard | optim | optim_grads | optim_grads_params (ZeRO-0 to 3)")
+      ->transform(CLI::IsMember({"no_shard", "optim", "optim_grads", "optim_grads_params"}));
+  cmd->add_option("--outer-dp-sharding-strategy", a->outer_dp_sharding_strategy,
+                  "Megatron-FSDP's hybrid sharding across --num-distributed-optimizer-instances: no_shard (the state "
+                  "replicated across them, the hybrid sharding modelled)")
+      ->transform(CLI::IsMember({"no_shard"}));
+  cmd->add_option("--ckpt-format", a->ckpt_format, "Megatron-LM's checkpoint format: accepted, no bearing on a step")
+      ->transform(CLI::IsMember({"torch", "torch_dist", "torch_dcp", "zarr", "fsdp_dtensor"}));
   AddPositive(cmd, "--dp-shard", a->dp_shard,
               "hybrid sharding (HSDP): shard the ZeRO state over groups of this many data-parallel ranks and "
               "replicate it across the groups (FSDP HYBRID_SHARD; default: all dp x cp ranks)",

@@ -126,6 +126,12 @@ struct SimulateArgs {
        p2p_blocking = false, ops = false, no_async_tp = false, tp_comm_overlap = false, ce_fusion = false,
        no_scatter_gather = false, no_nvls = false, even_chunks = false, no_limit_all_gathers = false;
   int zero = -1;
+  /// Megatron-LM's FSDP switches, accepted so that plan's printed arguments run: --use-torch-fsdp2
+  /// (ZeRO-3), --use-megatron-fsdp with --data-parallel-sharding-strategy (no_shard, optim,
+  /// optim_grads, optim_grads_params: ZeRO-0 to 3), --outer-dp-sharding-strategy (no_shard: the
+  /// replicated outer level of hybrid sharding) and --ckpt-format (no bearing on a step).
+  bool torch_fsdp2 = false, megatron_fsdp = false;
+  std::string dp_sharding_strategy, outer_dp_sharding_strategy, ckpt_format;
   /// Hybrid sharding: --dp-shard S (ParallelConfig::dp_shard) or Megatron-Core's
   /// --num-distributed-optimizer-instances R (dp_shard = dp*cp / R); 0: not given.
   std::int64_t dp_shard = 0, dist_opt_instances = 0;

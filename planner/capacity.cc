@@ -132,6 +132,18 @@ std::int64_t DeadlineLowerBoundNodes(const Model& m, const Cluster& cl, const Ca
 
 namespace {
 
+/// Whether `nodes` has no prime factor above 7. The search tries only such node counts (and the
+/// maximum): a larger prime factor lands in the data-parallel or the pipeline size, where it
+/// rarely divides the batch or the layers well, so such counts are slower than their neighbours
+/// (1,264 H100 = 158 nodes = 2 x 79 nodes runs pp 79) and would mislead the bisection.
+bool SmoothNodeCount(std::int64_t nodes) {
+  if (nodes < 1) return false;
+  for (const std::int64_t p : {2, 3, 5, 7}) {
+    while (nodes % p == 0) nodes /= p;
+  }
+  return nodes == 1;
+}
+
 /// Whether any configuration divides `gpus` (GenerateCandidates, no simulation); a count without
 /// one is noted in s->no_configuration.
 bool HasCandidates(const Model& m, const Cluster& cl, const CapacityOptions& o, std::int64_t gpus, SolveResult* s) {
@@ -149,17 +161,18 @@ bool HasCandidates(const Model& m, const Cluster& cl, const CapacityOptions& o, 
   return has;
 }
 
-/// Bisection between `lo` nodes (misses) and `hi` nodes (meets; its row in s->row): a count
-/// without any configuration is stepped over to the next one up that has one.
+/// Bisection between `lo` nodes (misses) and `hi` nodes (meets; its row in s->row) over the node
+/// counts SmoothNodeCount takes: a count without any configuration is stepped over to the next
+/// one up that has one.
 void Bisect(const Model& m, const std::string& name, const Cluster& cl, const CapacityOptions& o, std::int64_t lo,
             std::int64_t hi, SolveResult* s) {
   const std::int64_t g = cl.gpus_per_node;
   while (hi - lo > 1) {
     std::int64_t mid = lo + (hi - lo) / 2;
-    while (mid < hi && !HasCandidates(m, cl, o, mid * g, s)) ++mid;
-    if (mid == hi) {  // no count in [lo + (hi - lo) / 2, hi) has a configuration: look below
+    while (mid < hi && (!SmoothNodeCount(mid) || !HasCandidates(m, cl, o, mid * g, s))) ++mid;
+    if (mid == hi) {  // no count in [lo + (hi - lo) / 2, hi) is tried: look below
       std::int64_t below = lo + (hi - lo) / 2 - 1;
-      while (below > lo && !HasCandidates(m, cl, o, below * g, s)) --below;
+      while (below > lo && (!SmoothNodeCount(below) || !HasCandidates(m, cl, o, below * g, s))) --below;
       if (below == lo) break;
       mid = below;
     }
@@ -197,7 +210,7 @@ SolveResult SolveForDeadline(const Model& m, const std::string& cluster, const C
   // Bracket: from the count that would need 100% of peak, upward by the estimate that the
   // time falls in proportion to the GPUs (at least 25% more each step), until one meets it.
   for (;;) {
-    while (k < max_nodes && !HasCandidates(m, cl, o, k * g, &s)) ++k;
+    while (k < max_nodes && (!SmoothNodeCount(k) || !HasCandidates(m, cl, o, k * g, &s))) ++k;
     if (k >= max_nodes && !HasCandidates(m, cl, o, k * g, &s)) {
       // The maximum has no configuration either: stepped over like the others, not met; the row
       // is the largest count tried, or, where none was, the maximum's (which says why).

@@ -453,6 +453,22 @@ TEST(CliSimulate, MegatronAliases) {
   // One of Megatron's two flags alone is a split the model does not represent.
   EXPECT_TRUE(testing::ExitsTwoWith(slots + "--account-for-loss-in-pipeline-split",
                                     "--account-for-loss-in-pipeline-split: given alone, expected both"));
+  // Megatron-LM's FSDP switches that plan writes for ZeRO-2/3 (MegatronArgs): the same stages.
+  const std::string z = "simulate --model llama3-8b --cluster dgx-h100 --gpus 16 --mbs 1 --gbs 16 --recompute full --json ";
+  const auto zero_of = [](const testing::RunResult& r) { return Json::parse(r.out)["config"]["zero_stage"].get<int>(); };
+  for (const auto& [flags, stage] : std::vector<std::pair<std::string, int>>{
+           {"--use-torch-fsdp2", 3},
+           {"--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads --ckpt-format fsdp_dtensor", 2},
+           {"--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --ckpt-format fsdp_dtensor "
+            "--num-distributed-optimizer-instances 2 --outer-dp-sharding-strategy no_shard",
+            3}}) {
+    const auto r = RunShardcast(z + flags);
+    ASSERT_EQ(r.exit_code, 0) << flags << ": " << r.err;
+    EXPECT_EQ(zero_of(r), stage) << flags;
+  }
+  EXPECT_TRUE(testing::ExitsTwoWith(z + "--zero 1 --use-torch-fsdp2", "--zero 1 and --use-torch-fsdp2: ZeRO-1 and ZeRO-3"));
+  EXPECT_TRUE(testing::ExitsTwoWith(z + "--data-parallel-sharding-strategy optim",
+                                    "--data-parallel-sharding-strategy: given without --use-megatron-fsdp"));
 }
 
 TEST(CliSimulate, UnevenPipelineSplitNamesStagesAndLayers) {

@@ -129,6 +129,11 @@ TEST(Html, PlanAndValidatePagesCarryTheJsonObjects) {
   const auto plan_json = testing::RunShardcast(plan + " --json");
   ASSERT_EQ(plan_json.exit_code, 0) << plan_json.err;
   Json pd = PageData(plan_path);
+  ASSERT_FALSE(pd["points"].empty());
+  for (const Json& pt : pd["points"]) {  // whole bytes, as --json's
+    EXPECT_TRUE(pt["peak_memory_bytes"].is_number_integer()) << pt.dump();
+    EXPECT_TRUE(pt["peak_reserved_memory_bytes"].is_number_integer()) << pt.dump();
+  }
   for (const char* k : {"kind", "memory_limit_bytes", "points"}) pd.erase(k);
   EXPECT_EQ(pd, Json::parse(plan_json.out));
   const std::string val_path = HtmlPath("validate-same-as-json.html");

@@ -626,7 +626,18 @@ TEST(Capacity, SolveFindsTheSmallestCountMeetingTheDeadline) {
   for (const std::int64_t g : far.no_configuration) {
     for (const auto& [gpus, met] : far.tried) EXPECT_NE(gpus, g);  // stepped over, not simulated
   }
-CapacityOptions no_days = o;
+  // Only node counts without a prime factor above 7 are tried, or the maximum: 88 GPUs (11
+  // nodes) and 104 (13) never are, on the way to 128.
+  for (const SolveResult* r : {&s, &none, &capped, &far}) {
+    for (const auto& [gpus, met] : r->tried) {
+      std::int64_t nodes = gpus / 8;
+      for (const std::int64_t p : {2, 3, 5, 7}) {
+        while (nodes % p == 0) nodes /= p;
+      }
+      EXPECT_TRUE(nodes == 1 || gpus == r->max_gpus) << gpus;
+    }
+  }
+  CapacityOptions no_days = o;
   no_days.days.reset();
   EXPECT_THROW(SolveForDeadline(m, "dgx-a100", no_days, 64), InputError);
   EXPECT_THROW(SolveForDeadline(m, "dgx-a100", o, 4), InputError);

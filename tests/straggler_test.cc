@@ -214,6 +214,14 @@ TEST(Straggler, ASlowNodesLinksSlowItsStagesTraffic) {
   EXPECT_NE(text.out.find("With a straggler on stage 0: one node's network links 4x slower"), std::string::npos)
       << text.out;
   EXPECT_NE(text.out.find("stage 0 waiting on data-parallel collectives"), std::string::npos);
+  // Both at once: the slower links lengthen the gradient reduction overlapped with the slowed
+  // compute, so that part grows rather than staying fixed; said as what it added, never as a
+  // negative fixed part.
+  const testing::RunResult both = testing::RunShardcast(
+      "simulate --model gpt3-6.7b --cluster dgx-a100 --gpus 32 --tp 2 --gbs 64 --zero 1 --straggler 1.2 --straggler-nic 4");
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  EXPECT_NE(both.out.find("more of slowdown by collectives overlapped with it, which grew)"), std::string::npos) << both.out;
+  EXPECT_EQ(both.out.find("but for -"), std::string::npos) << both.out;
   EXPECT_TRUE(testing::ExitsTwoWith(
       "simulate --model gpt3-6.7b --cluster dgx-a100 --gpus 32 --tp 8 --gbs 64 --straggler-nic 0.5",
       "--straggler-nic: got \"0.5\", expected a number from 1 to 100"));

@@ -137,6 +137,9 @@ TEST(WhatIf, SimulateAndPlanReportTheBaselineBesideTheChange) {
   EXPECT_DOUBLE_EQ(w["step_time_change"].get<double>(),
                    w["what_if"]["step_time_s"].get<double>() / p["step_time_s"].get<double>() - 1);
   EXPECT_EQ(w["changes"].size(), 2u);
+  // The headline carries whether the fit needs the allocator to release its cache, as the result does.
+  EXPECT_EQ(w["what_if"]["memory_at_risk"], w["result"]["memory_at_risk"]);
+  EXPECT_EQ(w["baseline"]["memory_at_risk"], p["memory_at_risk"]);
   const auto plan = testing::RunShardcast("plan --model gpt3-1.3b --cluster dgx-a100 --gpus 16 --gbs 64 --json "
                                           "--what-if memory_GiB=x0.5");
   ASSERT_EQ(plan.exit_code, 0) << plan.err;
