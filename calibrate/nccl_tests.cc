@@ -335,27 +335,23 @@ void ReadRankLine(const std::string& body, const std::vector<std::string>& f, st
   }
 }
 
-}  // namespace
-
-std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::string& file) {
-  std::size_t first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string::npos && text[first] == '{') return ParseJson(ParseJsonText(text, file), file);
-
+/// A text log read line by line: the run being read (its Rank lines, column header and size
+/// sweep) and the runs finished (a "Collective test starting" line, or the end, finishes one).
+struct TextLogReader {
+  std::string file;
   std::vector<NcclTestsRun> runs;
   NcclTestsRun cur;
-  bool have_op = OpFromBinary(file, &cur.op);
+  bool have_op = false;
   std::set<std::string> hosts, groups;
   int rank_lines = 0;
-  int time_col = -1;  // index of the out-of-place time column in a data row
+  int time_col = -1;                // index of the out-of-place time column in a data row
   std::vector<std::string> header;  // the column header's names
   SizeSweep sweep;                  // the "# nThread ... maxBytes ... step:" line's
   // Whether the header names the column after busbw "#wrong" (a count of wrong elements, since
   // nccl-tests 2.13); older logs have "error", the largest deviation, small but not 0 in 16-bit.
   bool wrong_count = false;
-  std::istringstream in(text);
-  std::string raw;
-  int lineno = 0;
-  auto finish = [&] {
+
+  void Finish() {
     if (cur.rows.empty()) return;
     if (!have_op) {
       throw InputError(file + ": cannot tell the collective (expected a '# Collective test starting:' line or a file "
@@ -371,7 +367,83 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
     runs.push_back(cur);
     cur.rows.clear();
     sweep = SizeSweep{};
-  };
+  }
+
+  /// A "#" line (its text after the "#"): a new test, the size sweep, a Rank line, the header.
+  void Comment(const std::string& body, int lineno) {
+    if (auto p = body.find("Collective test starting:"); p != std::string::npos) {
+      Finish();
+      // A new test (logs concatenated): its own Rank lines and column header follow.
+      rank_lines = 0;
+      header.clear();
+      time_col = -1;
+      wrong_count = false;
+      hosts.clear();
+      groups.clear();
+      cur.device.clear();
+      const auto f = Fields(body.substr(p + 25));
+      if (!f.empty()) {
+        cur.binary = f[0];
+        have_op = OpFromBinary(f[0], &cur.op);
+        if (!have_op) {
+          throw InputError(file + ":" + std::to_string(lineno) + ": unknown collective '" + Quoted(f[0]) +
+                           "' (expected all_reduce, all_gather, reduce_scatter, alltoall or sendrecv)");
+        }
+      }
+      return;
+    }
+    const auto f = Fields(body);
+    if (!f.empty() && f[0] == "nThread") sweep = ReadSizeSweep(f);
+    // "# Reducing maxBytes to 25769803776 due to memory limitation": the sweep ends there.
+    if (const auto r = body.find("Reducing maxBytes to "); r != std::string::npos) {
+      const auto g = Fields(body.substr(r + 21));
+      double reduced = 0;
+      if (!g.empty() && ParseDouble(g[0], &reduced) && reduced > 0) sweep.max_bytes = reduced;
+    }
+    // "#  Rank  0 Group  0 Pid 65234 on gpu49 device 0 ..." (new) / "#   Rank  0 Pid 920 on node2 ..." (old)
+    if (f.size() >= 2 && f[0] == "Rank") {
+      ++rank_lines;
+      ReadRankLine(body, f, &groups, &hosts, &cur);
+      return;
+    }
+    // Column header: the first "time" after the key columns is the out-of-place time.
+    if (!f.empty() && f[0] == "size" && std::find(f.begin(), f.end(), "time") != f.end()) {
+      header = f;
+      time_col = static_cast<int>(std::find(f.begin(), f.end(), "time") - f.begin());
+      wrong_count = static_cast<std::size_t>(time_col) + 3 < f.size() && f[static_cast<std::size_t>(time_col) + 3] == "#wrong";
+    }
+  }
+
+  /// Any other line: a result row, or other output (banners, warnings) to pass over.
+  void Data(const std::string& line, int lineno) {
+    const auto f = Fields(line);
+    if (f.empty()) return;
+    double size = 0;
+    if (!ParseDouble(f[0], &size)) {
+      // Other output, unless the line has a result row's datatype column: a row whose size is
+      // garbled would otherwise vanish and its rate be interpolated.
+      if (f.size() >= 4 && IsNcclTestsType(f[2])) {
+        throw InputError(file + ":" + std::to_string(lineno) + ": result row '" + Quoted(line) + "': size = '" +
+                         Quoted(f[0]) + "', expected a number of bytes");
+      }
+      return;
+    }
+    cur.rows.push_back(ParseResultRow(f, size, time_col, wrong_count, header,
+                                      file + ":" + std::to_string(lineno) + ": result row '" + Quoted(line) + "'"));
+  }
+};
+
+}  // namespace
+
+std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::string& file) {
+  std::size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && text[first] == '{') return ParseJson(ParseJsonText(text, file), file);
+  TextLogReader reader;
+  reader.file = file;
+  reader.have_op = OpFromBinary(file, &reader.cur.op);
+  std::istringstream in(text);
+  std::string raw;
+  int lineno = 0;
   while (std::getline(in, raw)) {
     ++lineno;
     if (raw.size() > kMaxLogLineChars) {
@@ -382,68 +454,14 @@ std::vector<NcclTestsRun> ParseNcclTestsLog(const std::string& text, const std::
     const std::string line = StripPrefix(raw);
     if (line.find("NCCL INFO") != std::string::npos || line.find("NCCL WARN") != std::string::npos) continue;
     if (line.rfind("#", 0) == 0) {
-      const std::string body = line.substr(1);
-      if (auto p = body.find("Collective test starting:"); p != std::string::npos) {
-        finish();
-        // A new test (logs concatenated): its own Rank lines and column header follow.
-        rank_lines = 0;
-        header.clear();
-        time_col = -1;
-        wrong_count = false;
-        hosts.clear();
-        groups.clear();
-        cur.device.clear();
-        const auto f = Fields(body.substr(p + 25));
-        if (!f.empty()) {
-          cur.binary = f[0];
-          have_op = OpFromBinary(f[0], &cur.op);
-          if (!have_op) {
-            throw InputError(file + ":" + std::to_string(lineno) + ": unknown collective '" + Quoted(f[0]) +
-                             "' (expected all_reduce, all_gather, reduce_scatter, alltoall or sendrecv)");
-          }
-        }
-        continue;
-      }
-      const auto f = Fields(body);
-      if (!f.empty() && f[0] == "nThread") sweep = ReadSizeSweep(f);
-      // "# Reducing maxBytes to 25769803776 due to memory limitation": the sweep ends there.
-      if (const auto r = body.find("Reducing maxBytes to "); r != std::string::npos) {
-        const auto g = Fields(body.substr(r + 21));
-        double reduced = 0;
-        if (!g.empty() && ParseDouble(g[0], &reduced) && reduced > 0) sweep.max_bytes = reduced;
-      }
-      // "#  Rank  0 Group  0 Pid 65234 on gpu49 device 0 ..." (new) / "#   Rank  0 Pid 920 on node2 ..." (old)
-      if (f.size() >= 2 && f[0] == "Rank") {
-        ++rank_lines;
-        ReadRankLine(body, f, &groups, &hosts, &cur);
-        continue;
-      }
-      // Column header: the first "time" after the key columns is the out-of-place time.
-      if (!f.empty() && f[0] == "size" && std::find(f.begin(), f.end(), "time") != f.end()) {
-        header = f;
-        time_col = static_cast<int>(std::find(f.begin(), f.end(), "time") - f.begin());
-        wrong_count = static_cast<std::size_t>(time_col) + 3 < f.size() && f[static_cast<std::size_t>(time_col) + 3] == "#wrong";
-      }
-      continue;
+      reader.Comment(line.substr(1), lineno);
+    } else {
+      reader.Data(line, lineno);
     }
-    const auto f = Fields(line);
-    if (f.empty()) continue;
-    double size = 0;
-    if (!ParseDouble(f[0], &size)) {
-      // Other output (banners, warnings), unless the line has a result row's datatype column: a
-      // row whose size is garbled would otherwise vanish and its rate be interpolated.
-      if (f.size() >= 4 && IsNcclTestsType(f[2])) {
-        throw InputError(file + ":" + std::to_string(lineno) + ": result row '" + Quoted(line) + "': size = '" +
-                         Quoted(f[0]) + "', expected a number of bytes");
-      }
-      continue;
-    }
-    cur.rows.push_back(ParseResultRow(f, size, time_col, wrong_count, header,
-                                      file + ":" + std::to_string(lineno) + ": result row '" + Quoted(line) + "'"));
   }
-  finish();
-  if (runs.empty()) throw InputError(file + ": no nccl-tests result rows found (is this an nccl-tests log?)");
-  return runs;
+  reader.Finish();
+  if (reader.runs.empty()) throw InputError(file + ": no nccl-tests result rows found (is this an nccl-tests log?)");
+  return reader.runs;
 }
 
 std::vector<NcclTestsRun> ReadNcclTestsLog(const std::string& path) {

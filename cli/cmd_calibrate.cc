@@ -7,6 +7,7 @@
 
 #include "calibrate/calibrate.h"
 #include "cli/commands.h"
+#include "cli/mpi_ranks.h"
 #include "cli/options.h"
 #include "common/error.h"
 #include "common/file_util.h"
@@ -30,6 +31,10 @@ void RunCalibrate(const CalibrateArgs& a) {
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
+  // Used only to agree that every rank failed (EndAllRanks): one message, no abort, where bad
+  // input fails them all at the same check.
+  MPI_Comm agree = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &agree);
   try {
     CalibrateOptions o = a.o;
     if (!a.model.empty()) {
@@ -69,14 +74,12 @@ void RunCalibrate(const CalibrateArgs& a) {
                 << ".partial.json (continue with --resume).\n";
     }
   } catch (const std::exception& e) {
-    if (size > 1) {
-      // Another rank may be waiting in a collective: end them all with the message.
-      std::cerr << "shardcast: error: " << e.what() << "\n";
-      MPI_Abort(MPI_COMM_WORLD, 2);
-    }
+    if (size > 1) EndAllRanks(e, rank, agree);
+    MPI_Comm_free(&agree);
     MPI_Finalize();
     throw;
   }
+  MPI_Comm_free(&agree);
   MPI_Finalize();
 }
 

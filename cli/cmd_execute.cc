@@ -12,6 +12,7 @@
 #include "cli/options.h"
 #include "cli/plan_common.h"
 #include "cli/config_args.h"
+#include "cli/mpi_ranks.h"
 #include "common/error.h"
 #include "common/text.h"
 #include "executor/executor.h"
@@ -30,15 +31,18 @@ struct ExecuteArgs {
 /// pipeline transfers, precisions below 16 bits, TP communication overlap, context parallelism,
 /// hybrid sharding, ZeRO-3 (FSDP's or DeepSpeed's parameter gathers), the MoE token exchange
 /// overlapped with another micro-batch's pass.
-void RefuseWhatExecuteDoesNotRun(const ParallelConfig& c) {
+void RefuseWhatExecuteDoesNotRun(const ParallelConfig& c, const SimulateArgs& a) {
   if (c.moe_a2a_overlap) {
     throw InputError("command line: --overlap-moe-expert-parallel-comm: not executed (execute runs each token "
                      "exchange between its layer's ops, not beside another micro-batch's pass); simulate and plan "
                      "model the overlap");
   }
   if (c.p2p_blocking) {
-    throw InputError("command line: --p2p-blocking: not supported by execute (its pipeline sends are MPI_Isend "
-                     "on their own; simulate models the blocking transfers of DeepSpeed and of Megatron-LM 2021-22)");
+    // Megatron-Core's 1F1B waits on each send and receive: --framework megatron-core implies it.
+    const std::string flag = a.p2p_blocking ? "--p2p-blocking" : "--framework " + a.framework;
+    throw InputError("command line: " + flag + ": not supported by execute (its pipeline sends are MPI_Isend on "
+                     "their own, as --framework megatron-2022, execute's default, without --p2p-blocking; simulate "
+                     "models the blocking transfers of Megatron-Core's 1F1B, DeepSpeed and Megatron-LM 2021-22)");
   }
   if (c.precision != Precision::kBf16 && c.precision != Precision::kFp16) {
     throw InputError(fmt::format("command line: --precision {}: not executed (execute runs its GEMMs in 16 bits on "
@@ -162,7 +166,7 @@ void ExecuteOnThisRank(const ExecuteArgs& a, int rank, int size) {
   settings.push_back("trace=" + (a.o.trace.empty() ? std::string("(none)") : a.o.trace));
   settings.push_back(fmt::format("json={}", a.cfg.json));
   CheckRanksAgree(settings);
-  RefuseWhatExecuteDoesNotRun(c);
+  RefuseWhatExecuteDoesNotRun(c, cfg);
   ExecuteReport r = Execute(m, c, cl, prof, a.o);
   if (rank != 0) return;
   if (a.cfg.json) {
@@ -171,31 +175,6 @@ void ExecuteOnThisRank(const ExecuteArgs& a, int rank, int size) {
     WriteExecuteReport(std::cout, r, m, size);
     if (!a.o.trace.empty()) std::cout << "\nTrace of the last step written to " << a.o.trace << "\n";
   }
-}
-
-/// Ends every rank of a multi-rank run after `e` with the message, never a hang. Bad input fails
-/// every rank at the same check: they meet at a barrier of their own (on `agree`, freed here)
-/// and exit cleanly, rank 0 printing the message once. A rank failing alone (mid-run) leaves the
-/// others in the program's collectives: after 10 s without the barrier, MPI_Abort ends them all.
-/// Exit code 2 for InputError, else 1.
-[[noreturn]] void EndAllRanks(const std::exception& e, int rank, MPI_Comm agree) {
-  const int code = dynamic_cast<const InputError*>(&e) ? 2 : 1;
-  if (rank == 0) std::cerr << "shardcast: error: " << e.what() << "\n" << std::flush;
-  MPI_Request req = MPI_REQUEST_NULL;
-  MPI_Ibarrier(agree, &req);
-  int done = 0;
-  for (int ms = 0; ms < 10000 && !done; ++ms) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (!done) {
-    // This rank failed alone: say so from here (rank 0 may not be the one that knows).
-    if (rank != 0) std::cerr << "shardcast: error: rank " << rank << ": " << e.what() << "\n" << std::flush;
-    MPI_Abort(MPI_COMM_WORLD, code);
-  }
-  MPI_Comm_free(&agree);
-  MPI_Finalize();
-  std::exit(code);
 }
 
 void RunExecute(const ExecuteArgs& a) {

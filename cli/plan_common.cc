@@ -203,14 +203,23 @@ void AddMoeRoutingOptions(CLI::App* cmd, double* imbalance, bool* forced) {
                 "training a model): balanced routing's imbalance whatever the model's router");
 }
 
-void AddCrossEntropyOption(CLI::App* cmd, CrossEntropyImpl* impl) {
+void AddCrossEntropyOption(CLI::App* cmd, CrossEntropyImpl* impl, bool* given) {
   cmd->add_option_function<std::string>(
          "--cross-entropy",
-         [impl](const std::string& v) { *impl = CrossEntropyImplNamed(v).value_or(*impl); },  // CLI11 checked it
-         "the loss's implementation every plan runs: unfused (default: Megatron's fp32 passes) | native "
-         "(Megatron-Core's --cross-entropy-loss-fusion, NeMo 2's default) | te | flash-attn | torch "
-         "(docs/simulator.md)")
+         [impl, given](const std::string& v) {
+           *impl = CrossEntropyImplNamed(v).value_or(*impl);  // CLI11 checked it
+           *given = true;
+         },
+         "the loss's implementation every plan runs: unfused (default: Megatron's fp32 passes; torch with "
+         "--optimizer fsdp) | native (Megatron-Core's --cross-entropy-loss-fusion, NeMo 2's default) | te | "
+         "flash-attn | torch (docs/simulator.md)")
       ->transform(CLI::IsMember({"unfused", "native", "te", "flash-attn", "torch"}, CLI::ignore_case));
+}
+
+void ApplySearchCrossEntropy(CrossEntropyImpl given_impl, bool given, PlanOptions* o) {
+  o->base.cross_entropy = given_impl;
+  // torchtitan's loss: F.cross_entropy on the logits cast to fp32 (components/loss.py).
+  if (!given && o->optimizer_impl == OptimizerImpl::kTorchFsdp) o->base.cross_entropy = CrossEntropyImpl::kTorch;
 }
 
 void CheckMoeRoutingOptions(const Model& m, const ParallelConfig& c) {
@@ -423,12 +432,17 @@ void ApplySearchOptimizerArgs(const OptimizerArgs& opt, const std::string& zero_
                           ? OptimizerImpl::kDeepSpeedZero  // either DeepSpeed's stage 3: a DeepSpeed run
                           : ParseOptimizerImpl(opt.optimizer);
   if (opt.zero3_impl.empty() && o->optimizer_impl == OptimizerImpl::kDeepSpeedZero) o->zero3_impl = Zero3Impl::kDeepSpeed;
+  if (o->optimizer_impl == OptimizerImpl::kTorchFsdp && o->zero3_impl != Zero3Impl::kPerLayer) {
+    throw InputError(fmt::format("command line: --zero3-impl: got {} with --optimizer fsdp, expected per-layer (PyTorch "
+                                 "FSDP gathers one layer's flat parameters at a time)", ToString(o->zero3_impl)));
+  }
   const auto fixed = o->fixed.find("zero");  // --fix zero=N searches N alone (ApplyFixedToSearch)
   const std::string from = fixed != o->fixed.end() ? "--fix zero" : "--zero-stages";  // for the messages
   const std::string stages = fixed != o->fixed.end() ? fixed->second
                              : !zero_list.empty() ? zero_list
                              : o->optimizer_impl == OptimizerImpl::kDeepSpeedZero ? "1,2,3"
                              : o->optimizer_impl == OptimizerImpl::kDeepSpeedBf16 ? "1"
+                             : o->optimizer_impl == OptimizerImpl::kTorchFsdp     ? "1,3"
                                                                                   : "0,1";
   o->zero_stages = ParseZeroStages(stages);
   for (int z : o->zero_stages) {
@@ -453,13 +467,16 @@ void ApplySearchOptimizerArgs(const OptimizerArgs& opt, const std::string& zero_
 void AddSearchOptimizerOptions(CLI::App* cmd, std::string* zero, OptimizerArgs* opt) {
   cmd->add_option("--zero-stages", *zero,
                   "comma list of ZeRO stages to consider (default 0,1; 1,2,3 with --optimizer deepspeed-zero, 1 with "
-                  "deepspeed-bf16)");
+                  "deepspeed-bf16, 1,3 with fsdp)");
   cmd->add_option("--optimizer", opt->optimizer,
                   "whose optimizer every plan runs: megatron (default; Megatron-LM's distributed optimizer for ZeRO-1, "
                   "FSDP for ZeRO-2/3) | deepspeed-zero (DeepSpeed's ZeRO optimizer: ZeRO-1 with its pipeline engine, "
                   "ZeRO-2/3 without pipeline parallelism; 16-bit gradients) | deepspeed-bf16 (ZeRO-1: "
-                  "BF16_Optimizer, fp32 gradient buffer)")
-      ->transform(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16"}, CLI::ignore_case));
+                  "BF16_Optimizer, fp32 gradient buffer) | fsdp (PyTorch FSDP2 as torchtitan runs it: ZeRO-3 (or 2) "
+                  "without a pipeline, FSDP2 kept through the schedule, ZeRO-1's reading, with one, DDP as the sole "
+                  "parallelism; fp32 parameter shards as the master, sequence parallelism with TP, torchtitan's "
+                  "pipeline split)")
+      ->transform(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16", "fsdp"}, CLI::ignore_case));
   cmd->add_option("--zero3-impl", opt->zero3_impl,
                   "how ZeRO-3 plans gather and reduce: per-layer (FSDP; the default with --optimizer megatron) | "
                   "deepspeed (DeepSpeed stage 3 of v0.10-0.16; the default with --optimizer deepspeed-zero, which it "

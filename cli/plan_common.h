@@ -70,7 +70,11 @@ bool WriteCsvOption(const std::string& path, const std::string& csv);
 void AddMoeRoutingOptions(CLI::App* cmd, double* imbalance, bool* forced);
 /// `plan` and `capacity`'s --cross-entropy NAME (CrossEntropyImpl by name: unfused, native, te,
 /// flash-attn, torch), written into `impl`; every plan takes it (PlanOptions::base).
-void AddCrossEntropyOption(CLI::App* cmd, CrossEntropyImpl* impl);
+void AddCrossEntropyOption(CLI::App* cmd, CrossEntropyImpl* impl, bool* given);
+/// The loss every plan runs: `given_impl` where --cross-entropy was given, else PyTorch's
+/// (torchtitan's) with --optimizer fsdp and Megatron's unfused passes otherwise. After the
+/// optimizer (ApplySearchOptimizerArgs).
+void ApplySearchCrossEntropy(CrossEntropyImpl given_impl, bool given, PlanOptions* o);
 /// InputError (exit 2) for the MoE routing options on a model without routed experts, for both
 /// given at once, and for an imbalance above what the busiest rank can take: every token's
 /// min(k, E/ep) copies on it, ep * min(1, (E/ep)/k) times the mean.

@@ -702,6 +702,33 @@ void ReadHfDeepSeek(const JsonReader& r, const std::string& type, const std::str
   n->qk_pos_emb_head_dim = "qk_rope_head_dim";
 }
 
+/// Llama 4's MoE layers: transformers' Llama4TextConfig takes an explicit moe_layers list where
+/// one is given and derives range(step - 1, L, step) from interleave_moe_layer_step otherwise.
+/// The step of a list of that form (every step-th layer, the last of each group), or InputError
+/// naming /moe_layers for any other set, which the model does not represent.
+std::int64_t Llama4MoeLayerStep(const JsonReader& r, const std::string& file, std::int64_t layers, std::int64_t step) {
+  if (!r.Has("moe_layers") || r.json()["moe_layers"].is_null()) return step;
+  const Json& v = r.json()["moe_layers"];
+  std::vector<std::int64_t> got;
+  if (v.is_array()) {
+    for (const Json& x : v) {
+      if (!x.is_number_integer()) {
+        got.clear();
+        break;
+      }
+      got.push_back(x.get<std::int64_t>());
+    }
+  }
+  for (std::int64_t k = 1; k <= layers && !got.empty(); ++k) {
+    std::vector<std::int64_t> every;
+    for (std::int64_t i = k - 1; i < layers; i += k) every.push_back(i);
+    if (every == got) return k;
+  }
+  throw InputError::Field(file, "/moe_layers", JsonForMessage(v),
+                          "every k-th layer, range(k - 1, num_hidden_layers, k), as interleave_moe_layer_step gives "
+                          "(other MoE layer sets are not modelled)");
+}
+
 /// The experts and MLA of the mixture-of-experts families, with the defaults of the transformers
 /// library's config classes where a key is absent.
 void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& file, Model* m, ModelFieldNames* n) {
@@ -753,6 +780,7 @@ void ReadHfMoe(const JsonReader& r, const std::string& type, const std::string& 
     e.shared_ffn_hidden_size = m->ffn_hidden_size;  // one shared expert of the same size per MoE layer
     m->ffn_hidden_size = r.OptInt("intermediate_size_mlp", 1, kMaxFfn).value_or(m->ffn_hidden_size);  // dense layers
     e.layer_step = r.OptInt("interleave_moe_layer_step", 1, kMaxLayers).value_or(1);
+    e.layer_step = Llama4MoeLayerStep(r, file, m->num_layers, e.layer_step);
     n->num_experts = "num_local_experts";
     n->moe_ffn_hidden_size = n->moe_shared_ffn_hidden_size = "intermediate_size";
     n->moe_layer_step = "interleave_moe_layer_step";

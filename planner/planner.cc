@@ -61,7 +61,14 @@ struct PipelineSplit {
   bool slots = false;
   std::int64_t first = -1, last = -1;
   std::int64_t vp_divisible = 1;
+  bool even = false;  ///< the slots spread evenly over the chunks (torchtitan's split; even_chunks)
 };
+
+/// Whether `impl` is one of DeepSpeed's optimizers, whose runs are Megatron-DeepSpeed's (its
+/// pipeline engine, no Transformer Engine overlap, no context parallelism).
+bool DeepSpeedOptimizer(OptimizerImpl impl) {
+  return impl == OptimizerImpl::kDeepSpeedZero || impl == OptimizerImpl::kDeepSpeedBf16;
+}
 
 /// The splits for `m`: for every pp <= L, L / pp per stage where pp divides L; (L + 2) / pp
 /// slots with the embedding and the loss in slots (BLOOM's, Llama 3's partition) where pp > 2
@@ -79,6 +86,17 @@ std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, 
   const std::int64_t L = m.num_layers;
   std::vector<PipelineSplit> out;
   for (std::int64_t pp = 1; pp <= L; ++pp) {
+    if (o.optimizer_impl == OptimizerImpl::kTorchFsdp) {
+      // torchtitan's split: L + 2 slots (the embedding and the output one each) spread over the
+      // stages, the remainder to the first, with at least one layer beside the embedding and the
+      // output (generate_llm_fqn_per_model_part); virtual stages divide a stage's slots.
+      if (pp == 1) {
+        out.push_back({1, false, -1, -1, L});
+      } else if ((L + 2) / pp >= 2 && pp_divides % pp == 0) {
+        out.push_back({pp, true, -1, -1, (L + 2) / pp, true});
+      }
+      continue;
+    }
     if (L % pp == 0) {
       out.push_back({pp, false, -1, -1, L / pp});
     } else if (pp > 2 && (L + 2) % pp == 0 && o.optimizer_impl == OptimizerImpl::kMegatron) {
@@ -199,7 +217,8 @@ std::vector<std::int64_t> HybridShards(const ParallelConfig& c, std::int64_t gpu
   }
   std::vector<std::int64_t> out = {0};
   const std::int64_t node = std::max<std::int64_t>(1, gpus_per_node / c.tp);
-  if (c.zero_stage >= 2 && c.optimizer_impl == OptimizerImpl::kMegatron && node > 1 && node < n && n % node == 0) {
+  const bool fsdp_like = c.optimizer_impl == OptimizerImpl::kMegatron || c.optimizer_impl == OptimizerImpl::kTorchFsdp;
+  if (c.zero_stage >= 2 && fsdp_like && node > 1 && node < n && n % node == 0) {
     out.push_back(node);
   }
   return out;
@@ -212,7 +231,7 @@ bool OptimizerRuns(OptimizerImpl impl, int z) {
     case OptimizerImpl::kMegatron: return true;
     case OptimizerImpl::kDeepSpeedZero: return z >= 1;
     case OptimizerImpl::kDeepSpeedBf16: return z == 1;
-    case OptimizerImpl::kTorchFsdp: return true;  // plan does not take --optimizer fsdp (simulate's)
+    case OptimizerImpl::kTorchFsdp: return true;  // by pipeline in AddLayoutCandidates (TorchFsdpRuns)
   }
   return true;
 }
@@ -231,11 +250,14 @@ void ApplyPlanWideSettings(const PlanOptions& o, const PipelineSplit& split, std
   c->zero3_impl = c->zero_stage >= 3 ? o.zero3_impl : Zero3Impl::kPerLayer;
   CopyDeepSpeedKnobs(o.base, c);
   // DeepSpeed's overlap_comm defaults to on at stage 3 only (zero/config.py overlap_comm_valid)
-  // and its pipeline engine turns it off.
-  if (o.optimizer_impl != OptimizerImpl::kMegatron) c->overlap_grad_reduce = c->zero_stage >= 3 && c->pp == 1;
+  // and its pipeline engine turns it off. FSDP2 under a pipeline reduces after the schedule's
+  // last backward (kFsdp2PipelineEquivalent).
+  if (DeepSpeedOptimizer(o.optimizer_impl)) c->overlap_grad_reduce = c->zero_stage >= 3 && c->pp == 1;
+  if (o.optimizer_impl == OptimizerImpl::kTorchFsdp) c->overlap_grad_reduce = c->pp == 1;
   if (o.megatron_core) ApplyMegatronCoreDefaults(c);
   c->flash_attention = o.flash_attention;
   c->embedding_slots = split.slots;
+  c->even_chunks = split.even;
   c->first_stage_layers = split.first;
   c->last_stage_layers = split.last;
   if (const auto it = o.fixed.find("cp_comm"); it != o.fixed.end()) c->cp_comm = ParseCpComm(it->second);
@@ -292,13 +314,30 @@ struct Layout {
   const PipelineSplit* split = nullptr;
 };
 
+/// Whether torchtitan runs ZeRO stage `z` (its reading of FSDP2) on layout `l`: FSDP2 (ZeRO-3,
+/// or ZeRO-2 with reshard_after_forward "never") without a pipeline, FSDP2 kept through the
+/// schedule (ZeRO-1's reading, kFsdp2PipelineEquivalent) with one, and DDP (ZeRO-0) only as the
+/// sole parallelism (TorchtitanStartupChecks). Counts what it leaves out in `rejected`.
+bool TorchFsdpRuns(const Layout& l, int z, std::map<std::string, std::size_t>* rejected) {
+  if (z == 1 && l.pp == 1) {
+    ++(*rejected)["(pp, ZeRO) choices: with --optimizer fsdp ZeRO-1 is FSDP2 under a pipeline (pp > 1)"];
+    return false;
+  }
+  if (z == 0 && (l.pp > 1 || l.tp > 1 || l.cp > 1)) {
+    ++(*rejected)["(tp, pp, cp, ZeRO) choices: with --optimizer fsdp ZeRO-0 is DDP, which torchtitan runs only as "
+                  "the sole parallelism"];
+    return false;
+  }
+  return true;
+}
+
 /// Whether recompute `rc` is searched, and the modules a selective candidate recomputes. With
 /// flash attention, recomputing the attention core (core_attn) frees almost nothing for a flash
 /// forward more: it loses to no recompute. For MoE models the selective candidate is the experts'
 /// activation and the norms (moe_act, layernorm; with MLA its up projections too), Megatron-Core's
 /// cheap MoE choice (Megatron-DeepSpeed has no such modules: its selective recompute is the core's).
 bool RecomputeChoice(const Model& m, const PlanOptions& o, Recompute rc, unsigned* modules) {
-  const bool deepspeed = o.optimizer_impl != OptimizerImpl::kMegatron;
+  const bool deepspeed = DeepSpeedOptimizer(o.optimizer_impl);
   const bool moe_modules = m.moe.enabled() && !deepspeed;
   if (rc == Recompute::kSelective && o.flash_attention && !moe_modules &&
       std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kNone) != o.recomputes.end()) {
@@ -316,7 +355,8 @@ bool RecomputeChoice(const Model& m, const PlanOptions& o, Recompute rc, unsigne
 void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o, const Layout& l,
                          std::map<std::string, std::size_t>* rejected, std::vector<ParallelConfig>* out) {
   // DeepSpeed's optimizers run under Megatron-DeepSpeed: its pipeline engine, no TE userbuffers.
-  const bool deepspeed = o.optimizer_impl != OptimizerImpl::kMegatron;
+  const bool deepspeed = DeepSpeedOptimizer(o.optimizer_impl);
+  const bool fsdp = o.optimizer_impl == OptimizerImpl::kTorchFsdp;
   if (ExpertGrids(m, o, l.tp, l.tp * l.cp * l.dp).empty()) {  // only a fixed ep or etp leaves none
     ++(*rejected)["(tp, pp, cp, vp, mbs) layouts: the fixed ep x etp does not divide the stage's tp*cp*dp GPUs"];
     return;
@@ -325,9 +365,11 @@ void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o
     unsigned modules = 0;
     if (!RecomputeChoice(m, o, rc, &modules)) continue;
     // (sp, tp comm overlap): the overlap needs sequence parallelism.
+    // torchtitan's tensor parallelism always shards the sequence (its async TP is the overlap).
     const std::vector<std::pair<bool, bool>> sp_choices =
-        l.tp > 1 ? std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {true, true}}
-                 : std::vector<std::pair<bool, bool>>{{false, false}};
+        l.tp == 1 ? std::vector<std::pair<bool, bool>>{{false, false}}
+        : fsdp    ? std::vector<std::pair<bool, bool>>{{true, false}, {true, true}}
+                  : std::vector<std::pair<bool, bool>>{{false, false}, {true, false}, {true, true}};
     for (const auto& [sp, tpo] : sp_choices) {
       // Megatron-Core runs MoE layers with tp > 1 only with sequence parallelism.
       if (m.moe.enabled() && l.tp > 1 && !sp) continue;
@@ -338,6 +380,7 @@ void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o
       for (const auto& [ep, etp] : ExpertGrids(m, o, l.tp, l.tp * l.cp * l.dp)) {
         for (int z : o.zero_stages) {
           if (!OptimizerRuns(o.optimizer_impl, z)) continue;
+          if (fsdp && !TorchFsdpRuns(l, z, rejected)) continue;
           // Sharding over one rank is no sharding; DeepSpeed's ZeRO optimizer has no stage 0 of its own.
           if (z > 0 && l.dp * l.cp == 1 && !(m.moe.enabled() && l.tp * l.cp * l.dp / (ep * etp) > 1) &&
               !(z == 1 && deepspeed)) {
@@ -386,11 +429,24 @@ void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o
   }
 }
 
+/// The virtual stages torchtitan can make over `pp` ranks of `layers` layers: 2 (its default),
+/// and every vp whose pp*vp chunks are ceil((L + 2) / P) for some pipeline_parallel_layers_per_stage
+/// P (torchtitan's pipeline_llm), each chunk holding at least one of the L + 2 slots.
+std::vector<std::int64_t> TorchtitanVirtualStages(std::int64_t layers, std::int64_t pp) {
+  const std::int64_t slots = layers + 2;
+  std::vector<std::int64_t> out;
+  for (std::int64_t v = 2; pp * v <= slots; ++v) {
+    const std::int64_t chunks = pp * v, per = (slots + chunks - 1) / chunks;
+    if (v == 2 || (slots + per - 1) / per == chunks) out.push_back(v);
+  }
+  return out;
+}
+
 /// Appends the candidates of one (tp, pipeline split, cp) choice: every micro-batch size that
 /// divides the batch per replica, schedule and virtual-stage count.
 void AddMicroBatchCandidates(const Model& m, const Cluster& cl, const PlanOptions& o, Layout l,
                              std::map<std::string, std::size_t>* rejected, std::vector<ParallelConfig>* out) {
-  const bool deepspeed = o.optimizer_impl != OptimizerImpl::kMegatron;
+  const bool deepspeed = DeepSpeedOptimizer(o.optimizer_impl);
   const std::int64_t per_replica = o.global_batch_size / l.dp;
   const std::int64_t fixed_vp = FixedInt(o, "vp");  // 0: not fixed
   for (std::int64_t mbs : Divisors(per_replica)) {
@@ -401,6 +457,10 @@ void AddMicroBatchCandidates(const Model& m, const Cluster& cl, const PlanOption
       if (s != Schedule::k1F1B && l.pp == 1) continue;  // nothing to pipeline
       if (s != Schedule::k1F1B && deepspeed) {
         ++(*rejected)["(tp, pp, mbs) choices: DeepSpeed's pipeline engine runs 1F1B only"];
+        continue;
+      }
+      if (s == Schedule::kZbH1 && o.optimizer_impl == OptimizerImpl::kTorchFsdp) {
+        ++(*rejected)["(tp, pp, mbs) choices: torchtitan's zero-bubble schedules are looped, not ZB-H1 on one stage"];
         continue;
       }
       // A fixed vp the schedule cannot run is counted, not dropped unsaid by --fix's filter.
@@ -416,8 +476,12 @@ void AddMicroBatchCandidates(const Model& m, const Cluster& cl, const PlanOption
           ++(*rejected)["(tp, pp, mbs) choices: interleaved schedule needs micro-batches divisible by pp"];
           continue;
         }
-        for (std::int64_t v : Divisors(l.split->vp_divisible)) {
-          if (v >= 2) vps.push_back(v);
+        if (o.optimizer_impl == OptimizerImpl::kTorchFsdp) {
+          vps = TorchtitanVirtualStages(m.num_layers, l.pp);
+        } else {
+          for (std::int64_t v : Divisors(l.split->vp_divisible)) {
+            if (v >= 2) vps.push_back(v);
+          }
         }
         if (fixed_vp > 0 && std::find(vps.begin(), vps.end(), fixed_vp) == vps.end()) {
           ++(*rejected)["(tp, pp, mbs) choices: the fixed vp does not split each pipeline stage's layers into equal "
@@ -442,7 +506,7 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& m, const Cluster& cl
   const std::int64_t n = o.gpus, g = o.global_batch_size;
   const std::int64_t max_tp = o.max_tp > 0 ? o.max_tp : cl.gpus_per_node;
   const std::int64_t seq = o.seq_length > 0 ? o.seq_length : m.seq_length;
-  const bool deepspeed = o.optimizer_impl != OptimizerImpl::kMegatron;
+  const bool deepspeed = DeepSpeedOptimizer(o.optimizer_impl);
   // Tensor-parallel sizes: divisors of the GPUs per node up to max_tp, or the fixed one.
   std::vector<std::int64_t> tps;
   if (const std::int64_t ft = FixedInt(o, "tp")) {

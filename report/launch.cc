@@ -814,13 +814,15 @@ void TorchtitanPipeline(const Model& m, const ParallelConfig& c, std::string* t,
   const std::int64_t slots = m.num_layers + 2 * w;
   const std::int64_t per = chunks > 0 ? (slots + chunks - 1) / chunks : 0;
   const bool looped = c.schedule == Schedule::kInterleaved && c.vp > 1;
+  // Two stages a rank is torchtitan's default; other counts come from P.
+  const bool by_per = looped && (slots + per - 1) / per == chunks;
   if (!layout.error.empty() || !made.error.empty() || made.chunk_layers != layout.chunk_layers ||
-      (looped && (slots + per - 1) / per != chunks)) {
+      (looped && !by_per && c.vp != 2)) {
     unexpressed->push_back("the pipeline split: give module_fqns_per_model_part with the layers of each chunk "
                            "(" + MegatronPipelineLayout(m, c) + ")");
     return;
   }
-  if (looped) *t += fmt::format("pipeline_parallel_layers_per_stage = {}\n", per);
+  if (by_per) *t += fmt::format("pipeline_parallel_layers_per_stage = {}\n", per);
   // torchtitan counts the embedding and the output as a layer each unless told (default 1 each).
   *t += fmt::format("pipeline_parallel_first_stage_less_layers = {}\n", w);
   *t += fmt::format("pipeline_parallel_last_stage_less_layers = {}\n", w);

@@ -823,6 +823,15 @@ TEST(CalibrateCpu, BadInput) {
                           (shardcast::testing::TestTempDir() / "tp5.json").string();
   EXPECT_TRUE(testing::ExitsTwoWith(tp3, "command line: --tp-values: got 5, expected sizes that divide gpt3-125m's "
                                          "num_attention_heads = 12 and num_query_groups = 12"));
+  // On two ranks, both fail at that check: one message from rank 0, no MPI_Abort.
+  const auto two = testing::RunCommand("timeout 60 " + Mpirun(2) + " " + tp3);
+  EXPECT_EQ(two.exit_code, 2) << two.out;
+  std::size_t errors = 0;
+  for (std::size_t at = two.out.find("shardcast: error:"); at != std::string::npos; at = two.out.find("shardcast: error:", at + 1)) {
+    ++errors;
+  }
+  EXPECT_EQ(errors, 1u) << two.out;
+  EXPECT_EQ(two.out.find("MPI_ABORT"), std::string::npos) << two.out;
   // --out is required (there is no default file to replace silently) and checked before the sweep:
   // a folder, a folder that is a file, or a folder that cannot be written.
   const auto folder = shardcast::testing::TestTempDir() / "calibrate_out_folder";

@@ -293,8 +293,22 @@ TEST(CliSimulate, TorchFsdpStateAndItsRefusals) {
                            "--zero 3 --optimizer fsdp --dp-shard 4 --json");
   ASSERT_EQ(hsdp.exit_code, 0) << hsdp.err;
   EXPECT_DOUBLE_EQ(Json::parse(hsdp.out)["config"]["state_bytes_per_param"]["optimizer"].get<double>(), 8.0 / 4);
-  // The planner searches Megatron's and DeepSpeed's layouts only.
-  EXPECT_EQ(RunShardcast("plan --model llama3-8b --cluster dgx-h100 --gpus 8 --gbs 8 --optimizer fsdp").exit_code, 2);
+  // plan --optimizer fsdp: each plan's simulate command reproduces it, with FSDP's state.
+  const auto plan = RunShardcast("plan --model llama3-8b --cluster dgx-h100 --gpus 16 --gbs 32 --optimizer fsdp "
+                                 "--top 3 --threads 1 --json");
+  ASSERT_EQ(plan.exit_code, 0) << plan.err;
+  const Json pj = Json::parse(plan.out);
+  ASSERT_FALSE(pj["plans"].empty());
+  for (const Json& p : pj["plans"]) {
+    const std::string cmd = p["simulate_command"].get<std::string>();
+    EXPECT_NE(cmd.find("--optimizer fsdp"), std::string::npos) << cmd;
+    const auto sim = RunShardcast(cmd.substr(std::string("shardcast ").size()) + " --json");
+    ASSERT_EQ(sim.exit_code, 0) << cmd << "\n" << sim.err;
+    EXPECT_DOUBLE_EQ(Json::parse(sim.out)["step_time_s"].get<double>(), p["step_time_s"].get<double>()) << cmd;
+  }
+  EXPECT_TRUE(testing::ExitsTwoWith("plan --model llama3-8b --cluster dgx-h100 --gpus 8 --gbs 8 --optimizer fsdp "
+                                    "--zero3-impl deepspeed",
+                                    "--zero3-impl: got deepspeed with --optimizer fsdp, expected per-layer"));
 }
 
 // FlashAttention does not run on Volta: the V100 simulates and plans the unfused attention (its

@@ -485,6 +485,13 @@ TEST(ExecuteCpu, DeepSpeedZero3IsRefused) {
                                       prof + " --mbs 1 --gbs 2 --ep 2 --overlap-moe-expert-parallel-comm");
   EXPECT_EQ(ep.exit_code, 2) << ep.out;
   EXPECT_NE(ep.out.find("--overlap-moe-expert-parallel-comm: not executed"), std::string::npos) << ep.out;
+  // Megatron-Core's 1F1B waits on each send and receive: the refusal names the flag given.
+  const auto mcore = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 " +
+                                         std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " + prof +
+                                         " --pp 2 --mbs 1 --gbs 2 --framework megatron-core");
+  EXPECT_EQ(mcore.exit_code, 2) << mcore.out;
+  EXPECT_NE(mcore.out.find("command line: --framework megatron-core: not supported by execute"), std::string::npos)
+      << mcore.out;
   // A reduce after every pipeline flush (simulate's default) is not what execute's program runs.
   const auto flushes = testing::RunCommand("timeout 60 mpirun --allow-run-as-root --oversubscribe -np 4 " +
                                            std::string(SHARDCAST_BINARY) + " execute --model gpt3-125m --profile " +

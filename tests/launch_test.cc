@@ -471,7 +471,9 @@ TEST(Launch, TorchtitanTomlParsesAndReadsBackAsThePlannedConfiguration) {
     got.seq_length = num("training", "seq_len");
     const std::string schedule = t["parallelism"]["pipeline_parallel_schedule"].value_or("");
     if (got.pp > 1 && (schedule == "Interleaved1F1B" || schedule == "InterleavedZeroBubble")) {
-      if (auto per = t["parallelism"]["pipeline_parallel_layers_per_stage"].value<std::int64_t>()) {
+      if (b.c.vp == 2 && !t["parallelism"]["pipeline_parallel_layers_per_stage"]) {
+        got.vp = 2;  // torchtitan's default: two stages a rank
+      } else if (auto per = t["parallelism"]["pipeline_parallel_layers_per_stage"].value<std::int64_t>()) {
         // torchtitan's ceil((L + first_less + last_less) / P) stages.
         const std::int64_t slots = b.m.num_layers + num("parallelism", "pipeline_parallel_first_stage_less_layers") +
                                    num("parallelism", "pipeline_parallel_last_stage_less_layers");

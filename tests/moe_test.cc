@@ -634,6 +634,18 @@ TEST(MoeHuggingFace, EveryFamilyMapsItsKeys) {
   EXPECT_NEAR(static_cast<double>(scout.Parameters().total) / 1e9, 107.8, 0.5);  // the text model of the 109B
   EXPECT_NEAR(static_cast<double>(scout.Parameters().active) / 1e9, 17.2, 0.2);  // "17B active"
   EXPECT_EQ(RouterSummary(scout.moe), "sigmoid, weights on the experts' input");  // Llama4TextMoe's router
+  // An explicit moe_layers list wins over the step in transformers: every other layer (1, 3, ...)
+  // is step 2; a set of no such form exits 2 naming it.
+  const std::string scout_text = R"({"model_type": "llama4", "text_config": {"hidden_size": 5120,
+    "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_local_experts": 16, "num_experts_per_tok": 1,
+    "interleave_moe_layer_step": 1, "num_hidden_layers": 4, "num_attention_heads": 40, "num_key_value_heads": 8,
+    "head_dim": 128, "vocab_size": 202048, "max_position_embeddings": 10485760, "tie_word_embeddings": false, )";
+  const Model every_other = FromHf("llama4_layers.json", scout_text + R"("moe_layers": [1, 3]}})");
+  EXPECT_EQ(every_other.moe.layer_step, 2);
+  EXPECT_EQ(every_other.MoeLayersIn(0, 4), 2);
+  EXPECT_NE(testing::InputErrorOf([&] { FromHf("llama4_odd.json", scout_text + R"("moe_layers": [0, 3]}})"); })
+                .find("/moe_layers: got [0,3], expected every k-th layer"),
+            std::string::npos);
   // GPT-OSS-120B: 128 experts of 2880, top-4, biases in attention, experts and router.
   Model oss = FromHf("gptoss.json", R"({"model_type": "gpt_oss", "hidden_size": 2880, "intermediate_size": 2880,
     "num_local_experts": 128, "num_experts_per_tok": 4, "num_hidden_layers": 36, "num_attention_heads": 64,

@@ -117,6 +117,47 @@ TEST(Space, OnlyValidConfigurationsAreGenerated) {
   EXPECT_GT(rej["(tp, pp) pairs: tp*pp does not divide the GPU count"], 0u);  // e.g. pp = 5 with 256 GPUs
 }
 
+// --optimizer fsdp searches what torchtitan runs: FSDP2 (ZeRO-3) without a pipeline, ZeRO-1's
+// reading of FSDP2 with one, DDP only alone; sequence parallelism with every tp > 1; torchtitan's
+// split (embedding and output slots spread evenly) for every pp; no ZB-H1.
+TEST(Space, TorchFsdpSearchesTorchtitansLayouts) {
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  PlanOptions o;
+  o.gpus = 48;  // pp 3 divides 48 but not 32 layers: torchtitan's split takes it (34 slots)
+  o.global_batch_size = 96;
+  o.optimizer_impl = OptimizerImpl::kTorchFsdp;
+  o.zero_stages = {0, 1, 3};
+  std::map<std::string, std::size_t> rej;
+  const auto cands = GenerateCandidates(m, cl, o, &rej);
+  ASSERT_FALSE(cands.empty());
+  bool pp3 = false, ddp = false;
+  for (const auto& c : cands) {
+    EXPECT_TRUE(InfeasibilityReasons(m, c, 48, cl).empty()) << c.Summary();
+    EXPECT_EQ(c.optimizer_impl, OptimizerImpl::kTorchFsdp);
+    if (c.pp > 1) {
+      EXPECT_EQ(c.zero_stage, 1) << c.Summary();
+    } else if (c.zero_stage == 0) {
+      EXPECT_EQ(c.tp * c.cp, 1) << c.Summary();  // DDP alone
+    } else {
+      EXPECT_EQ(c.zero_stage, 3) << c.Summary();
+    }
+    EXPECT_EQ(c.sequence_parallel, c.tp > 1) << c.Summary();
+    EXPECT_NE(c.schedule, Schedule::kZbH1);
+    EXPECT_EQ(c.overlap_grad_reduce, c.pp == 1) << c.Summary();
+    if (c.pp > 1) {
+      EXPECT_TRUE(c.embedding_slots && c.even_chunks) << c.Summary();
+      EXPECT_TRUE(PipelineLayoutOf(m, c).error.empty()) << c.Summary();
+    }
+    pp3 = pp3 || c.pp == 3;
+    ddp = ddp || c.zero_stage == 0;
+  }
+  EXPECT_TRUE(pp3);
+  EXPECT_TRUE(ddp);
+  EXPECT_GT(rej["(pp, ZeRO) choices: with --optimizer fsdp ZeRO-1 is FSDP2 under a pipeline (pp > 1)"], 0u);
+  EXPECT_GT(rej["(tp, pp, mbs) choices: torchtitan's zero-bubble schedules are looped, not ZB-H1 on one stage"], 0u);
+}
+
 /// `a` and `b` have the same chunk costs and layer bytes, field by field.
 void ExpectSameChunks(const CostModel& a, const CostModel& b, const std::string& what) {
   EXPECT_EQ(a.layer_saved_bytes, b.layer_saved_bytes) << what;
