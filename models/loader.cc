@@ -993,7 +993,7 @@ void CheckHfModelType(const Json& j, const std::string& type, const std::string&
     throw InputError::Field(file, "/model_type", "\"" + type + "\"",
                             "a supported Hugging Face model_type: llama, mistral, qwen2, qwen3, phi3, gpt2, "
                             "gpt_neox, mpt, bloom, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3 (and "
-                            "kimi_k2, its architecture), glm4_moe, llama4, gpt_oss");
+                            "kimi_k2, its architecture), glm4_moe, llama4 (or llama4_text, its text_config alone), gpt_oss");
   }
   const bool moe_type = type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v2" ||
                         type == "deepseek_v3" || type == "llama4_text" || type == "gpt_oss" || type == "glm4_moe";

@@ -448,7 +448,7 @@ TEST(BadInput, UnsupportedHuggingFaceType) {
   EXPECT_EQ(LoadError("hfbad.json", R"({"model_type": "t5", "d_model": 512})"),
             "hfbad.json: /model_type: got \"t5\", expected a supported Hugging Face model_type: "
             "llama, mistral, qwen2, qwen3, phi3, gpt2, gpt_neox, mpt, bloom, mixtral, qwen2_moe, qwen3_moe, "
-            "deepseek_v2, deepseek_v3 (and kimi_k2, its architecture), glm4_moe, llama4, gpt_oss");
+            "deepseek_v2, deepseek_v3 (and kimi_k2, its architecture), glm4_moe, llama4 (or llama4_text, its text_config alone), gpt_oss");
 }
 
 // docs/inputs.md: the shape keys are required (no transformers placeholder shape); the keys with
