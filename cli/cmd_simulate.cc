@@ -252,7 +252,9 @@ void ApplyFrameworkArgs(const SimulateArgs& a, ParallelConfig* c) {
 int ZeroStageOf(const SimulateArgs& a) {
   std::vector<std::pair<std::string, int>> said;
   if (a.zero >= 0) said.push_back({"--zero " + std::to_string(a.zero), a.zero});
-  if (a.dist_opt) said.push_back({"--use-distributed-optimizer", 1});
+  // Megatron-FSDP runs with --use-distributed-optimizer (its docs require it; Megatron-Core 0.18
+  // sets it): beside --use-megatron-fsdp it claims no stage of its own.
+  if (a.dist_opt && !a.megatron_fsdp) said.push_back({"--use-distributed-optimizer", 1});
   if (a.torch_fsdp2) said.push_back({"--use-torch-fsdp2", 3});
   if (!a.dp_sharding_strategy.empty() && !a.megatron_fsdp) {
     throw InputError("command line: --data-parallel-sharding-strategy: given without --use-megatron-fsdp, expected "
@@ -260,8 +262,12 @@ int ZeroStageOf(const SimulateArgs& a) {
   }
   if (a.megatron_fsdp) {
     const std::string& s = a.dp_sharding_strategy;
+    if (s.empty()) {
+      throw InputError("command line: --use-megatron-fsdp: given without --data-parallel-sharding-strategy, expected "
+                       "both (its default changed from no_shard to optim_grads_params in Megatron-Core 0.18)");
+    }
     const int z = s == "optim_grads_params" ? 3 : s == "optim_grads" ? 2 : s == "optim" ? 1 : 0;
-    said.push_back({"--use-megatron-fsdp --data-parallel-sharding-strategy " + (s.empty() ? "no_shard" : s), z});
+    said.push_back({"--use-megatron-fsdp --data-parallel-sharding-strategy " + s, z});
   }
   for (const auto& [flag, z] : said) {
     if (z != said.front().second) {
@@ -269,9 +275,10 @@ int ZeroStageOf(const SimulateArgs& a) {
                                    said.front().first, flag, said.front().second, z));
     }
   }
-  if (!a.outer_dp_sharding_strategy.empty() && a.dist_opt_instances <= 0) {
-    throw InputError("command line: --outer-dp-sharding-strategy: given without --num-distributed-optimizer-instances, "
-                     "expected both (the outer level is across the instances)");
+  if (!a.outer_dp_sharding_strategy.empty() && (a.dist_opt_instances <= 0 || !a.megatron_fsdp)) {
+    throw InputError("command line: --outer-dp-sharding-strategy: given without --use-megatron-fsdp and "
+                     "--num-distributed-optimizer-instances, expected them (Megatron-FSDP's outer level across the "
+                     "instances)");
   }
   return said.empty() ? 0 : said.front().second;
 }
@@ -822,7 +829,8 @@ void AddRecomputeAndShardingOptions(CLI::App* cmd, SimulateArgs* a) {
   cmd->add_flag("--use-distributed-optimizer", a->dist_opt, "Megatron-LM alias of --zero 1");
   cmd->add_flag("--use-torch-fsdp2", a->torch_fsdp2, "Megatron-LM alias of --zero 3 (its PyTorch FSDP2 path)");
   cmd->add_flag("--use-megatron-fsdp", a->megatron_fsdp,
-                "Megatron-LM's FSDP: the ZeRO stage of --data-parallel-sharding-strategy (its default no_shard: 0)");
+                "Megatron-LM's FSDP: the ZeRO stage of --data-parallel-sharding-strategy, which it needs (the default "
+                "changed in Megatron-Core 0.18); --use-distributed-optimizer beside it is accepted");
   cmd->add_option("--data-parallel-sharding-strategy", a->dp_sharding_strategy,
                   "with --use-megatron-fsdp: no_shard | optim | optim_grads | optim_grads_params (ZeRO-0 to 3)")
       ->transform(CLI::IsMember({"no_shard", "optim", "optim_grads", "optim_grads_params"}));

@@ -442,7 +442,7 @@ void ApplySearchOptimizerArgs(const OptimizerArgs& opt, const std::string& zero_
                              : !zero_list.empty() ? zero_list
                              : o->optimizer_impl == OptimizerImpl::kDeepSpeedZero ? "1,2,3"
                              : o->optimizer_impl == OptimizerImpl::kDeepSpeedBf16 ? "1"
-                             : o->optimizer_impl == OptimizerImpl::kTorchFsdp     ? "1,3"
+                             : o->optimizer_impl == OptimizerImpl::kTorchFsdp     ? "0,1,3"
                                                                                   : "0,1";
   o->zero_stages = ParseZeroStages(stages);
   for (int z : o->zero_stages) {
@@ -467,7 +467,7 @@ void ApplySearchOptimizerArgs(const OptimizerArgs& opt, const std::string& zero_
 void AddSearchOptimizerOptions(CLI::App* cmd, std::string* zero, OptimizerArgs* opt) {
   cmd->add_option("--zero-stages", *zero,
                   "comma list of ZeRO stages to consider (default 0,1; 1,2,3 with --optimizer deepspeed-zero, 1 with "
-                  "deepspeed-bf16, 1,3 with fsdp)");
+                  "deepspeed-bf16, 0,1,3 with fsdp)");
   cmd->add_option("--optimizer", opt->optimizer,
                   "whose optimizer every plan runs: megatron (default; Megatron-LM's distributed optimizer for ZeRO-1, "
                   "FSDP for ZeRO-2/3) | deepspeed-zero (DeepSpeed's ZeRO optimizer: ZeRO-1 with its pipeline engine, "

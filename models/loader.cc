@@ -719,6 +719,9 @@ std::int64_t Llama4MoeLayerStep(const JsonReader& r, const std::string& file, st
       got.push_back(x.get<std::int64_t>());
     }
   }
+  // transformers tests membership: order and repeats do not matter.
+  std::sort(got.begin(), got.end());
+  got.erase(std::unique(got.begin(), got.end()), got.end());
   for (std::int64_t k = 1; k <= layers && !got.empty(); ++k) {
     std::vector<std::int64_t> every;
     for (std::int64_t i = k - 1; i < layers; i += k) every.push_back(i);

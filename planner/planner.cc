@@ -88,8 +88,8 @@ std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, 
   for (std::int64_t pp = 1; pp <= L; ++pp) {
     if (o.optimizer_impl == OptimizerImpl::kTorchFsdp) {
       // torchtitan's split: L + 2 slots (the embedding and the output one each) spread over the
-      // stages, the remainder to the first, with at least one layer beside the embedding and the
-      // output (generate_llm_fqn_per_model_part); virtual stages divide a stage's slots.
+      // stages, the remainder to the first, at least two a stage (generate_llm_fqn_per_model_part);
+      // its virtual stages are TorchtitanVirtualStages'.
       if (pp == 1) {
         out.push_back({1, false, -1, -1, L});
       } else if ((L + 2) / pp >= 2 && pp_divides % pp == 0) {
@@ -218,7 +218,9 @@ std::vector<std::int64_t> HybridShards(const ParallelConfig& c, std::int64_t gpu
   std::vector<std::int64_t> out = {0};
   const std::int64_t node = std::max<std::int64_t>(1, gpus_per_node / c.tp);
   const bool fsdp_like = c.optimizer_impl == OptimizerImpl::kMegatron || c.optimizer_impl == OptimizerImpl::kTorchFsdp;
-  if (c.zero_stage >= 2 && fsdp_like && node > 1 && node < n && n % node == 0) {
+  // torchtitan shards over data_parallel_shard_degree x cp: its groups hold whole cp groups.
+  const bool expressible = c.optimizer_impl != OptimizerImpl::kTorchFsdp || node % c.cp == 0;
+  if (c.zero_stage >= 2 && fsdp_like && expressible && node > 1 && node < n && n % node == 0) {
     out.push_back(node);
   }
   return out;
@@ -314,19 +316,31 @@ struct Layout {
   const PipelineSplit* split = nullptr;
 };
 
-/// Whether torchtitan runs ZeRO stage `z` (its reading of FSDP2) on layout `l`: FSDP2 (ZeRO-3,
-/// or ZeRO-2 with reshard_after_forward "never") without a pipeline, FSDP2 kept through the
-/// schedule (ZeRO-1's reading, kFsdp2PipelineEquivalent) with one, and DDP (ZeRO-0) only as the
-/// sole parallelism (TorchtitanStartupChecks). Counts what it leaves out in `rejected`.
-bool TorchFsdpRuns(const Layout& l, int z, std::map<std::string, std::size_t>* rejected) {
+/// Whether torchtitan runs ZeRO stage `z` (its reading of FSDP2) on layout `l` with `ep` expert
+/// ranks of expert tp `etp`: FSDP2 (ZeRO-3, or ZeRO-2 with reshard_after_forward "never") without
+/// a pipeline, FSDP2 kept through the schedule (ZeRO-1's reading, kFsdp2PipelineEquivalent) with
+/// one, DDP (ZeRO-0) only as the sole parallelism, and neither where no rank shares the weights
+/// (dp x cp = 1: ZeRO-0); expert parallelism only with FSDP and only over ranks its ParallelDims
+/// can borrow (TorchtitanStartupChecks). Counts what it leaves out in `rejected`.
+bool TorchFsdpRuns(const Layout& l, int z, std::int64_t ep, std::int64_t etp, std::map<std::string, std::size_t>* rejected) {
+  const bool alone = l.dp * l.cp == 1;  // no data parallelism: torchtitan applies neither
   if (z == 1 && l.pp == 1) {
     ++(*rejected)["(pp, ZeRO) choices: with --optimizer fsdp ZeRO-1 is FSDP2 under a pipeline (pp > 1)"];
     return false;
   }
-  if (z == 0 && (l.pp > 1 || l.tp > 1 || l.cp > 1)) {
-    ++(*rejected)["(tp, pp, cp, ZeRO) choices: with --optimizer fsdp ZeRO-0 is DDP, which torchtitan runs only as "
-                  "the sole parallelism"];
+  if (z == 0 && !alone && (l.pp > 1 || l.tp > 1 || l.cp > 1 || ep > 1)) {
+    ++(*rejected)["(tp, pp, cp, ep, ZeRO) choices: with --optimizer fsdp ZeRO-0 is DDP, which torchtitan runs only "
+                  "as the sole parallelism"];
     return false;
+  }
+  if (ep > 1 && z > 0) {
+    const std::int64_t shard = l.dp;  // torchtitan's data_parallel_shard_degree (no replication searched)
+    const bool borrowable = etp == 1 ? ep % (l.cp * l.tp) == 0 && (shard * l.cp * l.tp) % ep == 0 : (shard * l.cp) % ep == 0;
+    if (!borrowable) {
+      ++(*rejected)["(ep, etp) grids: with --optimizer fsdp, torchtitan borrows expert ranks from the sharded "
+                    "data-parallel, cp (and with etp 1, tp) ranks, which ep must divide"];
+      return false;
+    }
   }
   return true;
 }
@@ -363,6 +377,11 @@ void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o
   }
   for (Recompute rc : o.recomputes) {
     unsigned modules = 0;
+    if (fsdp && rc == Recompute::kSelective) {
+      ++(*rejected)["(recompute) choices: with --optimizer fsdp selective recompute is torchtitan's per-op "
+                    "checkpointing, which is not modelled"];
+      continue;
+    }
     if (!RecomputeChoice(m, o, rc, &modules)) continue;
     // (sp, tp comm overlap): the overlap needs sequence parallelism.
     // torchtitan's tensor parallelism always shards the sequence (its async TP is the overlap).
@@ -380,7 +399,7 @@ void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o
       for (const auto& [ep, etp] : ExpertGrids(m, o, l.tp, l.tp * l.cp * l.dp)) {
         for (int z : o.zero_stages) {
           if (!OptimizerRuns(o.optimizer_impl, z)) continue;
-          if (fsdp && !TorchFsdpRuns(l, z, rejected)) continue;
+          if (fsdp && !TorchFsdpRuns(l, z, ep, etp, rejected)) continue;
           // Sharding over one rank is no sharding; DeepSpeed's ZeRO optimizer has no stage 0 of its own.
           if (z > 0 && l.dp * l.cp == 1 && !(m.moe.enabled() && l.tp * l.cp * l.dp / (ep * etp) > 1) &&
               !(z == 1 && deepspeed)) {

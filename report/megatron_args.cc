@@ -107,11 +107,16 @@ std::string OptimizerFlags(const ParallelConfig& c) {
   // Hybrid sharding: Megatron-FSDP's HSDP (an unsharded outer level over the instances) for
   // ZeRO-2/3, the partial distributed optimizer for ZeRO-1.
   // Megatron-FSDP saves only fsdp_dtensor checkpoints (arguments.py asserts the format).
-  if (c.zero_stage == 2) a += " --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads --ckpt-format fsdp_dtensor";
+  // Megatron-FSDP runs with the distributed optimizer (its guide lists the flag; Megatron-Core
+  // 0.18 sets it itself).
+  if (c.zero_stage == 2) {
+    a += " --use-megatron-fsdp --use-distributed-optimizer --data-parallel-sharding-strategy optim_grads "
+         "--ckpt-format fsdp_dtensor";
+  }
   if (c.zero_stage == 3) {
-    a += c.hybrid_shard()
-             ? " --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --ckpt-format fsdp_dtensor"
-             : " --use-torch-fsdp2";
+    a += c.hybrid_shard() ? " --use-megatron-fsdp --use-distributed-optimizer --data-parallel-sharding-strategy "
+                            "optim_grads_params --ckpt-format fsdp_dtensor"
+                          : " --use-torch-fsdp2";
   }
   if (c.hybrid_shard()) {
     a += fmt::format(" --num-distributed-optimizer-instances {}", c.dp_replicas());

@@ -291,12 +291,16 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
 /// What the search left out by default, and how far to trust the figures.
 void WritePlanCaveats(std::ostream& out, const PlanOptions& o, const Model& m) {
   std::vector<std::string> not_searched, widen;
-  if (std::find(o.zero_stages.begin(), o.zero_stages.end(), 3) == o.zero_stages.end() &&
-      o.optimizer_impl != OptimizerImpl::kDeepSpeedBf16) {
+  const auto has = [&](int z) { return std::find(o.zero_stages.begin(), o.zero_stages.end(), z) != o.zero_stages.end(); };
+  // Where --fix zero chose the stage, or the optimizer has no ZeRO-2/3, nothing is left to widen.
+  if (!has(3) && !o.fixed.count("zero") && o.optimizer_impl != OptimizerImpl::kDeepSpeedBf16) {
     const bool deepspeed = o.optimizer_impl == OptimizerImpl::kDeepSpeedZero;
+    const bool fsdp = o.optimizer_impl == OptimizerImpl::kTorchFsdp;
     not_searched.push_back(deepspeed ? "ZeRO-2/3, which DeepSpeed runs only without pipeline parallelism"
+                           : fsdp    ? "ZeRO-3 (FSDP2 resharding after the forward), which torchtitan runs without "
+                                       "pipeline parallelism"
                                      : "ZeRO-2/3 (FSDP), which Megatron runs only without pipeline parallelism");
-    widen.push_back(deepspeed ? "--zero-stages 1,2,3" : "--zero-stages 0,1,2,3");
+    widen.push_back(deepspeed ? "--zero-stages 1,2,3" : fsdp ? "--zero-stages 0,1,3" : "--zero-stages 0,1,2,3");
   }
   if (std::find(o.recomputes.begin(), o.recomputes.end(), Recompute::kFull) == o.recomputes.end()) {
     not_searched.push_back("full recompute");

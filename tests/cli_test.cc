@@ -473,6 +473,7 @@ TEST(CliSimulate, MegatronAliases) {
   for (const auto& [flags, stage] : std::vector<std::pair<std::string, int>>{
            {"--use-torch-fsdp2", 3},
            {"--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads --ckpt-format fsdp_dtensor", 2},
+           {"--use-megatron-fsdp --use-distributed-optimizer --data-parallel-sharding-strategy optim_grads_params", 3},
            {"--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params --ckpt-format fsdp_dtensor "
             "--num-distributed-optimizer-instances 2 --outer-dp-sharding-strategy no_shard",
             3}}) {
@@ -483,6 +484,8 @@ TEST(CliSimulate, MegatronAliases) {
   EXPECT_TRUE(testing::ExitsTwoWith(z + "--zero 1 --use-torch-fsdp2", "--zero 1 and --use-torch-fsdp2: ZeRO-1 and ZeRO-3"));
   EXPECT_TRUE(testing::ExitsTwoWith(z + "--data-parallel-sharding-strategy optim",
                                     "--data-parallel-sharding-strategy: given without --use-megatron-fsdp"));
+  EXPECT_TRUE(testing::ExitsTwoWith(z + "--use-megatron-fsdp", "--use-megatron-fsdp: given without "
+                                                              "--data-parallel-sharding-strategy"));
 }
 
 TEST(CliSimulate, UnevenPipelineSplitNamesStagesAndLayers) {

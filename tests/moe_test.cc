@@ -640,7 +640,7 @@ TEST(MoeHuggingFace, EveryFamilyMapsItsKeys) {
     "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_local_experts": 16, "num_experts_per_tok": 1,
     "interleave_moe_layer_step": 1, "num_hidden_layers": 4, "num_attention_heads": 40, "num_key_value_heads": 8,
     "head_dim": 128, "vocab_size": 202048, "max_position_embeddings": 10485760, "tie_word_embeddings": false, )";
-  const Model every_other = FromHf("llama4_layers.json", scout_text + R"("moe_layers": [1, 3]}})");
+  const Model every_other = FromHf("llama4_layers.json", scout_text + R"("moe_layers": [3, 1, 3]}})");  // a set
   EXPECT_EQ(every_other.moe.layer_step, 2);
   EXPECT_EQ(every_other.MoeLayersIn(0, 4), 2);
   EXPECT_NE(testing::InputErrorOf([&] { FromHf("llama4_odd.json", scout_text + R"("moe_layers": [0, 3]}})"); })

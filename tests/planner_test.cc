@@ -2,6 +2,7 @@
 #include <cmath>
 #include <sstream>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 #include <string>
@@ -131,16 +132,15 @@ TEST(Space, TorchFsdpSearchesTorchtitansLayouts) {
   std::map<std::string, std::size_t> rej;
   const auto cands = GenerateCandidates(m, cl, o, &rej);
   ASSERT_FALSE(cands.empty());
-  bool pp3 = false, ddp = false;
+  bool pp3 = false, ddp = false, unsharded = false;
   for (const auto& c : cands) {
     EXPECT_TRUE(InfeasibilityReasons(m, c, 48, cl).empty()) << c.Summary();
     EXPECT_EQ(c.optimizer_impl, OptimizerImpl::kTorchFsdp);
-    if (c.pp > 1) {
-      EXPECT_EQ(c.zero_stage, 1) << c.Summary();
-    } else if (c.zero_stage == 0) {
-      EXPECT_EQ(c.tp * c.cp, 1) << c.Summary();  // DDP alone
+    const bool alone = c.dp * c.cp == 1;  // no rank shares the weights: neither FSDP nor DDP
+    if (c.zero_stage == 0) {
+      EXPECT_TRUE(alone || c.tp * c.cp * c.pp == 1) << c.Summary();  // or DDP as the sole parallelism
     } else {
-      EXPECT_EQ(c.zero_stage, 3) << c.Summary();
+      EXPECT_EQ(c.zero_stage, c.pp > 1 ? 1 : 3) << c.Summary();
     }
     EXPECT_EQ(c.sequence_parallel, c.tp > 1) << c.Summary();
     EXPECT_NE(c.schedule, Schedule::kZbH1);
@@ -150,12 +150,35 @@ TEST(Space, TorchFsdpSearchesTorchtitansLayouts) {
       EXPECT_TRUE(PipelineLayoutOf(m, c).error.empty()) << c.Summary();
     }
     pp3 = pp3 || c.pp == 3;
-    ddp = ddp || c.zero_stage == 0;
+    ddp = ddp || (c.zero_stage == 0 && !alone);
+    unsharded = unsharded || alone;
   }
   EXPECT_TRUE(pp3);
   EXPECT_TRUE(ddp);
+  EXPECT_TRUE(unsharded);  // e.g. tp 8 x pp 6: dp 1, still a plan
   EXPECT_GT(rej["(pp, ZeRO) choices: with --optimizer fsdp ZeRO-1 is FSDP2 under a pipeline (pp > 1)"], 0u);
   EXPECT_GT(rej["(tp, pp, mbs) choices: torchtitan's zero-bubble schedules are looped, not ZB-H1 on one stage"], 0u);
+  // The virtual stages torchtitan's pipeline_parallel_layers_per_stage P makes: ceil(34 / P)
+  // stages, 2 x vp of them at pp 2 (and its default, vp 2).
+  PlanOptions q = o;
+  q.gpus = 16;
+  q.global_batch_size = 64;
+  q.fixed["pp"] = "2";
+  q.fixed["tp"] = "8";
+  q.zero_stages = {0, 1};
+  std::set<std::int64_t> vps;
+  std::map<std::string, std::size_t> rq;
+  for (const auto& c : GenerateCandidates(m, cl, q, &rq)) {
+    if (c.schedule == Schedule::kInterleaved) vps.insert(c.vp);
+  }
+  std::set<std::int64_t> expected;
+  for (std::int64_t v = 2; 2 * v <= 34; ++v) {
+    const std::int64_t per = (34 + 2 * v - 1) / (2 * v);
+    if (v == 2 || (34 + per - 1) / per == 2 * v) expected.insert(v);
+  }
+  EXPECT_EQ(vps, expected);
+  EXPECT_EQ(expected.count(5), 0u);  // 10 chunks: P 4 makes 9 stages, P 3 makes 12
+  EXPECT_EQ(expected.count(3), 1u);  // 6 chunks: P 6
 }
 
 /// `a` and `b` have the same chunk costs and layer bytes, field by field.
@@ -478,7 +501,8 @@ TEST(Plan, MegatronArguments) {
   c.vp = 1;
   c.schedule = Schedule::k1F1B;
   c.zero_stage = 2;
-  EXPECT_NE(MegatronArguments(c, m).find("--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads "),
+  EXPECT_NE(MegatronArguments(c, m).find("--use-megatron-fsdp --use-distributed-optimizer --data-parallel-sharding-strategy "
+                                         "optim_grads "),
             std::string::npos);
   c.zero_stage = 3;
   EXPECT_NE(MegatronArguments(c, m).find("--use-torch-fsdp2"), std::string::npos);
