@@ -65,8 +65,20 @@ ValidationReport ValidateLogs(const ValidateArgs& a) {
       }
     }
   }
+  // A copy of a log under another name is the same run too: two real runs' logs differ (their
+  // timestamps, their throughput).
+  std::vector<std::string> texts;
+  for (std::size_t i = 0; i < a.logs.size(); ++i) {
+    texts.push_back(ReadTextFile(a.logs[i]));
+    for (std::size_t k = 0; k < i; ++k) {
+      if (texts[i] == texts[k]) {
+        throw InputError(fmt::format("command line: --log: {} and {} hold the same text, expected each run once (a "
+                                     "copy of one log)", a.logs[k], a.logs[i]));
+      }
+    }
+  }
   std::vector<LoggedRun> runs;
-  for (const auto& f : a.logs) runs.push_back(ReadTrainingLog(f, d));
+  for (std::size_t i = 0; i < a.logs.size(); ++i) runs.push_back(ParseTrainingLog(texts[i], a.logs[i], d));
   for (LoggedRun& r : runs) {
     if (r.config.flash_attention && !cl.gpu.HasFlashAttention()) {
       r.config.flash_attention = false;

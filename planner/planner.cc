@@ -147,7 +147,12 @@ std::vector<PipelineSplit> PipelineSplits(const Model& m, const PlanOptions& o, 
       }
     }
   }
-  if (fixed.empty()) {
+  if (fixed.empty() && o.optimizer_impl != OptimizerImpl::kMegatron) {
+    ++(*rejected)[fmt::format("pipeline splits: a fixed first or last stage is Megatron-LM's split; with --optimizer {} "
+                              "the split is {}", ToString(o.optimizer_impl),
+                              o.optimizer_impl == OptimizerImpl::kTorchFsdp ? "torchtitan's even one"
+                                                                            : "DeepSpeed's uniform one")];
+  } else if (fixed.empty()) {
     ++(*rejected)[fmt::format("pipeline splits: no pp gives a first stage of {} and a last of {} with the middle stages "
                               "sharing the rest evenly", want_first > 0 ? std::to_string(want_first) : "any",
                               want_last > 0 ? std::to_string(want_last) : "any")];
@@ -503,8 +508,11 @@ void AddMicroBatchCandidates(const Model& m, const Cluster& cl, const PlanOption
           }
         }
         if (fixed_vp > 0 && std::find(vps.begin(), vps.end(), fixed_vp) == vps.end()) {
-          ++(*rejected)["(tp, pp, mbs) choices: the fixed vp does not split each pipeline stage's layers into equal "
-                        "chunks"];
+          ++(*rejected)[o.optimizer_impl == OptimizerImpl::kTorchFsdp
+                            ? "(tp, pp, mbs) choices: the fixed vp is not one torchtitan makes (pp x vp = ceil((L + 2) / P) "
+                              "stages for a pipeline_parallel_layers_per_stage P, or its default 2)"
+                            : "(tp, pp, mbs) choices: the fixed vp does not split each pipeline stage's layers into equal "
+                              "chunks"];
           continue;
         }
       }

@@ -179,6 +179,21 @@ TEST(Space, TorchFsdpSearchesTorchtitansLayouts) {
   EXPECT_EQ(vps, expected);
   EXPECT_EQ(expected.count(5), 0u);  // 10 chunks: P 4 makes 9 stages, P 3 makes 12
   EXPECT_EQ(expected.count(3), 1u);  // 6 chunks: P 6
+  // A fixed vp torchtitan cannot make, and a fixed first stage (Megatron-LM's split), say why.
+  PlanOptions v5 = q;
+  v5.fixed["vp"] = "8";  // 16 chunks: P 3 makes 12, P 2 makes 17
+  std::map<std::string, std::size_t> r5;
+  EXPECT_TRUE(GenerateCandidates(m, cl, v5, &r5).empty());
+  EXPECT_GT(r5["(tp, pp, mbs) choices: the fixed vp is not one torchtitan makes (pp x vp = ceil((L + 2) / P) stages for "
+               "a pipeline_parallel_layers_per_stage P, or its default 2)"],
+            0u);
+  PlanOptions first = q;
+  first.fixed["decoder_first"] = "15";
+  std::map<std::string, std::size_t> rf;
+  EXPECT_TRUE(GenerateCandidates(m, cl, first, &rf).empty());
+  EXPECT_EQ(rf.count("pipeline splits: a fixed first or last stage is Megatron-LM's split; with --optimizer fsdp the "
+                     "split is torchtitan's even one"),
+            1u);
 }
 
 /// `a` and `b` have the same chunk costs and layer bytes, field by field.

@@ -770,6 +770,10 @@ TEST(RunLog, CommandLineNeedsTheClusterAndKeepsLogsApartFromPublishedRuns) {
   // One log given twice would count its run twice.
   EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + kMegatron + " " + kMegatron + " --cluster dgx-h100",
                                     "command line: --log: got " + kMegatron + " twice"));
+  // ... as would a copy of it under another name.
+  const std::string copy = testing::WriteTemp("megatron_copy.log", ReadTextFile(kMegatron));
+  EXPECT_TRUE(testing::ExitsTwoWith("validate --log " + kMegatron + " " + copy + " --cluster dgx-h100",
+                                    "command line: --log: " + kMegatron + " and " + copy + " hold the same text"));
   const auto r = testing::RunShardcast("validate --log " + kMegatron + " " + kTitan + " --cluster dgx-h100 --gpus 8 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const Json j = Json::parse(r.out);
