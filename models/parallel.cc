@@ -673,6 +673,16 @@ std::string PipelineSplitName(const ParallelConfig& c) {
   return s + " layers";
 }
 
+std::int64_t TorchtitanLayersPerStage(std::int64_t slots, std::int64_t chunks) {
+  if (chunks < 1 || slots < chunks) return 0;
+  const std::int64_t per = (slots + chunks - 1) / chunks;
+  return (slots + per - 1) / per == chunks ? per : 0;
+}
+
+bool TorchtitanBorrowsExpertRanks(std::int64_t ep, std::int64_t etp, std::int64_t shard, std::int64_t cp, std::int64_t tp) {
+  return etp == 1 ? ep % (cp * tp) == 0 && (shard * cp * tp) % ep == 0 : (shard * cp) % ep == 0;
+}
+
 bool MegatronCannotSplit(const Model& m, const ParallelConfig& c) {
   if (c.pp <= 1 || c.first_stage_layers >= 0 || c.last_stage_layers >= 0 || c.even_chunks) return false;
   const std::int64_t slots = m.num_layers + (c.embedding_slots ? 2 : 0);

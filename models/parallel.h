@@ -489,6 +489,13 @@ std::string PipelineSplitName(const ParallelConfig& c);
 /// divide pp x vp. The simulator then splits them as DeepSpeed's uniform partition does (the
 /// remainder to the first stages); Megatron-LM asserts at start-up.
 bool MegatronCannotSplit(const Model& m, const ParallelConfig& c);
+/// torchtitan's pipeline_parallel_layers_per_stage P that makes `chunks` stages of `slots` layer
+/// slots (ceil(slots / P) = chunks, pipeline_llm), or 0 when no P does.
+std::int64_t TorchtitanLayersPerStage(std::int64_t slots, std::int64_t chunks);
+/// Whether torchtitan's ParallelDims can borrow `ep` expert-parallel ranks from the sharded
+/// data-parallel ranks (`shard`), cp and, with expert tp 1, tp: ep divides shard x cp (x tp), and
+/// with etp 1 cp x tp divides ep; its start-up check fails otherwise.
+bool TorchtitanBorrowsExpertRanks(std::int64_t ep, std::int64_t etp, std::int64_t shard, std::int64_t cp, std::int64_t tp);
 
 /// Megatron-Core's pipeline behaviour on `c`: whole pipeline messages (no scatter/gather), and
 /// the non-interleaved 1F1B schedule waiting on each send and receive (its schedules.py calls

@@ -339,9 +339,8 @@ bool TorchFsdpRuns(const Layout& l, int z, std::int64_t ep, std::int64_t etp, st
     return false;
   }
   if (ep > 1 && z > 0) {
-    const std::int64_t shard = l.dp;  // torchtitan's data_parallel_shard_degree (no replication searched)
-    const bool borrowable = etp == 1 ? ep % (l.cp * l.tp) == 0 && (shard * l.cp * l.tp) % ep == 0 : (shard * l.cp) % ep == 0;
-    if (!borrowable) {
+    // l.dp is torchtitan's data_parallel_shard_degree here (no replication searched).
+    if (!TorchtitanBorrowsExpertRanks(ep, etp, l.dp, l.cp, l.tp)) {
       ++(*rejected)["(ep, etp) grids: with --optimizer fsdp, torchtitan borrows expert ranks from the sharded "
                     "data-parallel, cp (and with etp 1, tp) ranks, which ep must divide"];
       return false;
@@ -460,8 +459,7 @@ std::vector<std::int64_t> TorchtitanVirtualStages(std::int64_t layers, std::int6
   const std::int64_t slots = layers + 2;
   std::vector<std::int64_t> out;
   for (std::int64_t v = 2; pp * v <= slots; ++v) {
-    const std::int64_t chunks = pp * v, per = (slots + chunks - 1) / chunks;
-    if (v == 2 || (slots + per - 1) / per == chunks) out.push_back(v);
+    if (v == 2 || TorchtitanLayersPerStage(slots, pp * v) > 0) out.push_back(v);
   }
   return out;
 }

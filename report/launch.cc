@@ -721,9 +721,7 @@ void TorchtitanStartupChecks(const ParallelConfig& c, std::int64_t replicate, st
   }
   if (c.ep > 1) {
     const std::int64_t etp = c.expert_tp();
-    const bool ok = etp == 1 ? c.ep % (c.cp * c.tp) == 0 && (shard_degree * c.cp * c.tp) % c.ep == 0
-                             : (shard_degree * c.cp) % c.ep == 0;
-    if (!ok) {
+    if (!TorchtitanBorrowsExpertRanks(c.ep, etp, shard_degree, c.cp, c.tp)) {
       warnings->push_back(fmt::format(
           "torchtitan borrows expert-parallel ranks from data_parallel_shard_degree x cp{} ({} x {}{}), which ep = {} "
           "must {}: its ParallelDims check fails at start-up", etp == 1 ? " x tp" : "", shard_degree, c.cp,
@@ -811,11 +809,10 @@ void TorchtitanPipeline(const Model& m, const ParallelConfig& c, std::string* t,
   titan.even_chunks = true;
   titan.first_stage_layers = titan.last_stage_layers = -1;
   const PipelineLayout made = PipelineLayoutOf(m, titan);
-  const std::int64_t slots = m.num_layers + 2 * w;
-  const std::int64_t per = chunks > 0 ? (slots + chunks - 1) / chunks : 0;
+  const std::int64_t per = TorchtitanLayersPerStage(m.num_layers + 2 * w, chunks);
   const bool looped = c.schedule == Schedule::kInterleaved && c.vp > 1;
   // Two stages a rank is torchtitan's default; other counts come from P.
-  const bool by_per = looped && (slots + per - 1) / per == chunks;
+  const bool by_per = looped && per > 0;
   if (!layout.error.empty() || !made.error.empty() || made.chunk_layers != layout.chunk_layers ||
       (looped && !by_per && c.vp != 2)) {
     unexpressed->push_back("the pipeline split: give module_fqns_per_model_part with the layers of each chunk "
