@@ -187,6 +187,23 @@ void ApplyRecomputeArgs(const SimulateArgs& a, const Model& m, ParallelConfig* c
     c->recompute_modules = ParseRecomputeModules(a.recompute_modules, "command line: --recompute-modules");
     RequireRecomputeModules(m, c->recompute_modules, "command line: --recompute-modules");
   }
+  if (a.selective_ac_option.empty()) return;
+  const std::string where = "command line: --selective-ac-option";
+  if (a.selective_ac_option != "op") {
+    throw InputError(where + ": got \"" + a.selective_ac_option + "\", expected op (torchtitan's layer-frequency " +
+                     "option, checkpointing every N-th block, is not modelled: --recompute full checkpoints every block)");
+  }
+  if (!a.recompute_modules.empty()) {
+    throw InputError(where + ": given with --recompute-modules, expected one of them (torchtitan's per-op policy or "
+                     "Megatron-Core's modules)");
+  }
+  if (c->recompute == Recompute::kFull) {
+    throw InputError(where + ": given with --recompute full, expected --recompute selective (torchtitan's "
+                     "activation_checkpoint.mode = \"selective\")");
+  }
+  c->recompute = Recompute::kSelective;
+  c->recompute_modules = kRecomputeTorchOps;
+  RequireTorchOpCheckpointing(m, where);
 }
 
 /// --cross-entropy and Megatron-LM's --cross-entropy-loss-fusion / --cross-entropy-fusion-impl into `c`.
@@ -338,6 +355,10 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.sequence_parallel = a.sp;
   ApplyRecomputeArgs(a, m, &c);
   ApplyOffloadArgs(a.offload, m, &c);
+  if (c.TorchOpCheckpointing() && c.offload_modules != 0) {
+    throw InputError("command line: --offload-modules: given with --selective-ac-option op, expected one of them "
+                     "(Megatron-Core's activation offloading has no torchtitan counterpart)");
+  }
   if (a.delay_wgrad && !a.moe_a2a_overlap) {
     throw InputError("command line: --delay-wgrad-compute: given alone, expected it with "
                      "--overlap-moe-expert-parallel-comm (the only use the simulator models)");
@@ -425,7 +446,9 @@ std::string GridFlags(const ParallelConfig& c, const Model& m, std::int64_t gpus
 std::string KernelFlags(const ParallelConfig& c) {
   std::string f;
   if (c.recompute != Recompute::kNone) f += fmt::format(" --recompute {}", ToString(c.recompute));
-  if (c.recompute == Recompute::kSelective && c.recompute_modules != kRecomputeCoreAttn) {
+  if (c.TorchOpCheckpointing()) {
+    f += " --selective-ac-option op";
+  } else if (c.recompute == Recompute::kSelective && c.recompute_modules != kRecomputeCoreAttn) {
     f += " --recompute-modules " + RecomputeModulesArgs(c.recompute_modules);
   }
   if (c.offload_modules != 0) {
@@ -818,6 +841,10 @@ void AddRecomputeAndShardingOptions(CLI::App* cmd, SimulateArgs* a) {
                   "selective recompute of these modules (Megatron-Core's names, space-separated): core_attn (the "
                   "default), moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts; implies --recompute selective")
       ->expected(1, 7);
+  cmd->add_option("--selective-ac-option", a->selective_ac_option,
+                  "torchtitan's activation_checkpoint.selective_ac_option: op (per-op selective checkpointing: keeps "
+                  "the outputs of every other matmul and of attention, reruns the rest; dense models); implies "
+                  "--recompute selective");
   AddOffloadOptions(cmd, &a->offload);
   cmd->add_flag("--overlap-moe-expert-parallel-comm", a->moe_a2a_overlap,
                 "MoE: run one micro-batch's token dispatch/combine beside another's compute in the 1F1B steady state "

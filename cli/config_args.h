@@ -109,6 +109,8 @@ struct SimulateArgs {
   OptimizerArgs opt;  ///< --optimizer, --zero3-impl and DeepSpeed's buckets and stage-3 limits
   /// --recompute-modules (Megatron-Core's names; implies --recompute selective).
   std::vector<std::string> recompute_modules;
+  /// --selective-ac-option op (torchtitan's per-op selective checkpointing; empty: not given).
+  std::string selective_ac_option;
   OffloadArgs offload;  ///< --offload-modules, --fine-grained-activation-offloading
   /// --overlap-moe-expert-parallel-comm (--delay-wgrad-compute is accepted with it).
   bool moe_a2a_overlap = false, delay_wgrad = false;

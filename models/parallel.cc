@@ -75,7 +75,11 @@ unsigned BitOfName(const std::string& n, std::span<const std::pair<unsigned, con
 }
 }  // namespace
 
-std::string RecomputeModulesName(unsigned modules) { return NamesOfBits(modules, kRecomputeModuleNames); }
+std::string RecomputeModulesName(unsigned modules) {
+  const std::string megatron = NamesOfBits(modules, kRecomputeModuleNames);
+  if ((modules & kRecomputeTorchOps) == 0) return megatron;
+  return megatron.empty() ? "op" : megatron + ",op";
+}
 std::string RecomputeModulesArgs(unsigned modules) { return NamesOfBits(modules, kRecomputeModuleNames, " "); }
 
 unsigned ParseRecomputeModules(const std::vector<std::string>& names, const std::string& where) {
@@ -104,6 +108,14 @@ void RequireRecomputeModules(const Model& m, unsigned modules, const std::string
   need(kRecomputeSharedExperts, m.moe.enabled() && m.moe.shared_ffn_hidden_size > 0, "shared experts");
   need(kRecomputeMlaUpProj, m.mla.enabled(), "multi-head latent attention");
   need(kRecomputeMlp, m.MoeLayersIn(0, m.num_layers) < m.num_layers, "dense MLP layers");
+}
+
+void RequireTorchOpCheckpointing(const Model& m, const std::string& where) {
+  if (m.moe.enabled() || m.mla.enabled()) {
+    throw InputError(fmt::format("{}: got op (torchtitan's per-op selective checkpointing), but it is modelled for dense "
+                                 "layers with MHA/GQA attention and {} has {}; expected --recompute full or none",
+                                 where, m.name, m.moe.enabled() ? "mixture-of-experts layers" : "multi-head latent attention"));
+  }
 }
 
 namespace {

@@ -139,10 +139,25 @@ enum RecomputeModule : unsigned {
   kRecomputeMoeAct = 1u << 4,
   kRecomputeSharedExperts = 1u << 5,
   kRecomputeMlaUpProj = 1u << 6,
+  /// Not a Megatron-Core module: torchtitan's per-op selective activation checkpointing
+  /// (activation_checkpoint.mode = "selective", selective_ac_option = "op"; `--selective-ac-option
+  /// op`), alone in the set. Each transformer block is checkpointed with PyTorch's
+  /// selective-checkpoint policy: the outputs of the ops on torchtitan's save list are kept
+  /// (aten.mm except every second one a block runs, the scaled-dot-product flash/efficient
+  /// attention, functional reduce-scatters, max), everything else is recomputed before the
+  /// block's backward (torchtitan v0.1-v0.2, models/llama3/parallelize_llama.py `_save_list`
+  /// and `_custom_policy`; until March 2026, when the list took torch's compute-intensive ops).
+  /// Llama's block runs wq, wk, wv, wo, w1, w3, w2 in that order, so wk, wo and w3 are recomputed;
+  /// torchao's float8 linears call torch._scaled_mm, not on the list, so under fp8 every linear
+  /// is recomputed. Modelled for dense layers with MHA/GQA attention (docs/simulator.md,
+  /// "Activation recompute").
+  kRecomputeTorchOps = 1u << 7,
 };
-/// "core_attn,moe" for a bit set, in Megatron's order of the names above.
+/// "core_attn,moe" for a bit set, in Megatron's order of the names above ("op" for
+/// kRecomputeTorchOps).
 std::string RecomputeModulesName(unsigned modules);
-/// "core_attn moe": the names as `--recompute-modules`' argument list (Megatron's nargs='*').
+/// "core_attn moe": the names as `--recompute-modules`' argument list (Megatron's nargs='*');
+/// kRecomputeTorchOps has no Megatron name and is left out.
 std::string RecomputeModulesArgs(unsigned modules);
 /// The bit set of a list of Megatron's module names; InputError naming `where` for an unknown one.
 unsigned ParseRecomputeModules(const std::vector<std::string>& names, const std::string& where);
@@ -150,6 +165,9 @@ unsigned ParseRecomputeModules(const std::vector<std::string>& names, const std:
 /// mixture-of-experts layers, shared_experts without shared experts, mla_up_proj without MLA,
 /// mlp without dense layers.
 void RequireRecomputeModules(const Model& m, unsigned modules, const std::string& where);
+/// InputError naming `where` unless torchtitan's per-op policy (kRecomputeTorchOps) is modelled
+/// for `m`: dense MLP layers and MHA/GQA attention (not mixture-of-experts layers, not MLA).
+void RequireTorchOpCheckpointing(const Model& m, const std::string& where);
 /// The modules of Megatron-Core's fine-grained activation offloading (--fine-grained-activation-
 /// offloading --offload-modules; TransformerConfig.offload_modules; a bit set): the tensors the
 /// module saves for its backward go to pinned host memory after its forward, on a device-to-host
@@ -374,6 +392,8 @@ struct ParallelConfig {
   std::int64_t gpus() const { return tp * cp * pp * dp; }
   /// Whether selective recompute reruns `module` (a RecomputeModule bit).
   bool Recomputes(unsigned module) const { return recompute == Recompute::kSelective && (recompute_modules & module) != 0; }
+  /// Whether the recompute policy is torchtitan's per-op selective checkpointing.
+  bool TorchOpCheckpointing() const { return Recomputes(kRecomputeTorchOps); }
   /// The data-parallel size with context parallelism, dp * cp: the ranks of a stage holding the
   /// same weights, over which gradients are reduced and the distributed optimizer is sharded
   /// (Megatron-LM's data-parallel group with context parallelism).

@@ -382,11 +382,20 @@ void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o
   for (Recompute rc : o.recomputes) {
     unsigned modules = 0;
     if (fsdp && rc == Recompute::kSelective) {
-      ++(*rejected)["(recompute) choices: with --optimizer fsdp selective recompute is torchtitan's per-op "
-                    "checkpointing, which is not modelled"];
+      // torchtitan's selective recompute is its per-op policy (selective_ac_option = "op").
+      if (m.moe.enabled() || m.mla.enabled()) {
+        ++(*rejected)["(recompute) choices: with --optimizer fsdp selective recompute is torchtitan's per-op "
+                      "checkpointing, modelled for dense layers with MHA/GQA attention"];
+        continue;
+      }
+      if (o.base.offload_modules != 0) {
+        ++(*rejected)["(recompute) choices: torchtitan's per-op checkpointing with --offload-modules"];
+        continue;
+      }
+      modules = kRecomputeTorchOps;
+    } else if (!RecomputeChoice(m, o, rc, &modules)) {
       continue;
     }
-    if (!RecomputeChoice(m, o, rc, &modules)) continue;
     // (sp, tp comm overlap): the overlap needs sequence parallelism.
     // torchtitan's tensor parallelism always shards the sequence (its async TP is the overlap).
     const std::vector<std::pair<bool, bool>> sp_choices =

@@ -970,9 +970,13 @@ void TitanCheckpointing(const Json& cfg, const std::string& where, LoggedRun* ru
   if (c.recompute != Recompute::kSelective) return;
   const std::string opt = TitanString(cfg, "activation_checkpoint", "selective_ac_option", "2", where);
   if (opt == "op") {
+    if (!run->model.moe.enabled() && !run->model.mla.enabled()) {
+      c.recompute_modules = kRecomputeTorchOps;  // simulate's --selective-ac-option op
+      return;
+    }
     c.recompute_modules = kRecomputeLayernorm;
-    run->notes.push_back("torchtitan's per-op selective checkpointing (matmul and attention outputs kept) simulated as "
-                         "recomputing the layer norms");
+    run->notes.push_back("torchtitan's per-op selective checkpointing is modelled for dense layers with MHA/GQA "
+                         "attention; this model's simulated as recomputing the layer norms");
     return;
   }
   if (opt.empty() || opt.find_first_not_of("0123456789") != std::string::npos || opt.size() > 6 || std::stoi(opt) < 1) {

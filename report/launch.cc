@@ -551,9 +551,13 @@ std::string PyStrList(const std::string& names) {
   return "[" + list + "]";
 }
 
-void NemoRecompute(const ParallelConfig& c, PyLines* p) {
+void NemoRecompute(const ParallelConfig& c, PyLines* p, std::vector<std::string>* unexpressed) {
   p->Comment("Activation recompute");
-  if (c.recompute == Recompute::kNone) {
+  if (c.TorchOpCheckpointing()) {
+    unexpressed->push_back("torchtitan's per-op selective checkpointing (Megatron-Core has no per-op policy): written "
+                           "as no recompute, so the run keeps every activation");
+  }
+  if (c.recompute == Recompute::kNone || c.TorchOpCheckpointing()) {
     p->Set("model.config.recompute_granularity", "None");
   } else if (c.recompute == Recompute::kFull) {
     p->Set("model.config.recompute_granularity", PyStr("full"));
@@ -593,7 +597,7 @@ LaunchConfig EmitNemo(const Model& m, const ParallelConfig& c, const Cluster& cl
   // The unfused attention (--no-flash-attention, and V100s): Megatron-Core's attention backend.
   if (!c.flash_attention) p.Set("model.config.attention_backend", "AttnBackend.unfused");
   NemoParallel(m, c, &p, &l.unexpressed);
-  NemoRecompute(c, &p);
+  NemoRecompute(c, &p, &l.unexpressed);
   NemoPrecision(c, &p, &l.unexpressed);
   p.Comment("Batch");
   p.Set("data.micro_batch_size", Py(c.micro_batch_size));
@@ -901,6 +905,7 @@ void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, s
     case Recompute::kFull: *t += "mode = \"full\"\n"; break;
     case Recompute::kSelective:
       *t += "mode = \"selective\"\nselective_ac_option = \"op\"\n";
+      if (c.TorchOpCheckpointing()) break;
       unexpressed->push_back(fmt::format("selective recompute of {}: torchtitan's op-level policy saves matmul outputs "
                                          "and recomputes the rest",
                                          RecomputeModulesName(c.recompute_modules)));
@@ -1012,7 +1017,8 @@ void DeepSpeedUnexpressed(const ParallelConfig& c, std::vector<std::string>* u) 
   }
   if (c.recompute != Recompute::kNone) {
     u->push_back(fmt::format("{} activation recompute (the model code's: Megatron-DeepSpeed's recompute flags, Hugging "
-                             "Face's gradient_checkpointing_enable)", ToString(c.recompute)));
+                             "Face's gradient_checkpointing_enable)",
+                             c.TorchOpCheckpointing() ? "torchtitan's per-op selective" : ToString(c.recompute)));
   }
   if (c.pp > 1 && (c.schedule != Schedule::k1F1B || c.vp > 1)) {
     u->push_back(fmt::format("the {} schedule (DeepSpeed's pipeline engine runs 1F1B)", ToString(c.schedule)));

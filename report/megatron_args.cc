@@ -83,7 +83,7 @@ std::string PipelineSplitFlags(const ParallelConfig& c, const Model& m) {
 
 std::string RecomputeFlags(const ParallelConfig& c) {
   std::string a;
-  if (c.recompute == Recompute::kSelective) {
+  if (c.recompute == Recompute::kSelective && !c.TorchOpCheckpointing()) {
     a += " --recompute-granularity selective";
     if (c.recompute_modules != kRecomputeCoreAttn) {
       a += " --recompute-modules " + RecomputeModulesArgs(c.recompute_modules);
@@ -139,6 +139,10 @@ std::string OptimizerFlags(const ParallelConfig& c) {
 }
 
 void Notes(const ParallelConfig& c, std::vector<std::string>* notes) {
+  if (c.TorchOpCheckpointing()) {
+    notes->push_back("torchtitan's per-op selective checkpointing (Megatron-Core has no per-op policy): no recompute "
+                     "flag is written, so the run keeps every activation");
+  }
   if (c.overlap_param_gather && c.zero_stage == 1 && !c.overlap_grad_reduce) {
     notes->push_back("the distributed optimizer's parameter gather overlapped with the forward pass: Megatron-LM "
                      "allows --overlap-param-gather only with --overlap-grad-reduce, so neither is written "

@@ -266,8 +266,11 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
                                       : fmt::format("PP {} (rank {}): {}", cell, Join(ids, ", "), name));
     }
   }
+  bool torch_ops = false;
   for (const auto& p : r.plans) {
-    if (p.config.recompute == Recompute::kSelective && p.config.recompute_modules != kRecomputeCoreAttn) {
+    if (p.config.TorchOpCheckpointing()) {
+      torch_ops = true;
+    } else if (p.config.recompute == Recompute::kSelective && p.config.recompute_modules != kRecomputeCoreAttn) {
       modules.insert(RecomputeModulesArgs(p.config.recompute_modules));
     }
   }
@@ -280,6 +283,10 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
   for (const auto& mods : modules) {
     out << "  recompute selective: --recompute-modules " << mods
         << " (Megatron-Core's MoE choice: the experts' activation and the norms rerun, their outputs freed)\n";
+  }
+  if (torch_ops) {
+    out << "  recompute selective: torchtitan's per-op checkpointing (selective_ac_option = \"op\"; simulate's "
+           "--selective-ac-option op)\n";
   }
   if (!r.plans.empty() && r.plans.front().config.offload_modules != 0) {
     out << "  every plan offloads activations: --offload-modules "

@@ -543,6 +543,10 @@ namespace cost_model_internal {
 struct LayerOps {
   std::vector<Op> ops;
   double saved_bytes = 0;          ///< kept from forward to backward per micro-batch
+  /// Part of saved_bytes kept as the checkpoint of a recomputed layer, apart from its ops' saved
+  /// tensors: the layer input under full recompute; the kept op outputs under torchtitan's
+  /// per-op policy (TorchOpRecompute); 0 otherwise.
+  double checkpoint_bytes = 0;
   double transient_bytes = 0;      ///< working memory of the backward (recompute, CP buffers)
   double fwd_transient_bytes = 0;  ///< working memory of the forward (CP exchange buffers)
   double weight_inputs_bytes = 0;  ///< inputs the weight-gradient GEMMs read
@@ -895,6 +899,10 @@ class LayerBuilder {
     ob.OverlapChunked(L, "sp_all_gather_attn_bwd", "attn_out_proj_dgrad");
   }
 
+  if (c.TorchOpCheckpointing()) {
+    TorchOpRecompute();
+    return;
+  }
   // ---- recompute before backward
   // Full: rerun the whole forward. Selective: the modules of --recompute-modules (Megatron-Core;
   // default core_attn, Korthikanti et al. 2022 section 5's attention core).
@@ -917,6 +925,7 @@ class LayerBuilder {
   out.saved_bytes = layer_saved_all;
   if (c.recompute == Recompute::kFull) {
     out.saved_bytes = act / rep;  // only the layer input is checkpointed
+    out.checkpoint_bytes = out.saved_bytes;
     // One layer's activations rebuilt during its backward.
     out.transient_bytes = std::max(out.transient_bytes, layer_saved_all);
   } else if (c.recompute == Recompute::kSelective) {
@@ -924,6 +933,72 @@ class LayerBuilder {
     out.saved_bytes = layer_saved_all - dropped;
     out.transient_bytes = std::max(out.transient_bytes, dropped);  // rebuilt during the layer's backward
   }
+  }
+
+  /// The share of forward op `o` that torchtitan's per-op policy reruns before the backward
+  /// (kRecomputeTorchOps; 1: all of it, 0: its output is kept). Its save list holds aten.mm but
+  /// every second one a block runs, flash/efficient attention and functional reduce-scatters:
+  /// of Llama's wq, wk, wv (qkv_proj) it reruns wk, then wo (attn_out_proj), w3 (the up half of a
+  /// gated mlp_up; w1 is the fifth mm) and not w2 (the seventh); without the gate, fc1 is kept
+  /// and fc2 rerun. torchao's float8 linears run torch._scaled_mm, not on the list: every linear
+  /// reruns. Norms, activations, casts, residual adds, all-gathers and all-reduces rerun; the
+  /// unfused attention core's bmm and softmax too.
+  double TorchOpRecomputedShare(const Op& o) const {
+    if (RecomputeModuleOf(o.name) == kRecomputeCoreAttn) return c.flash_attention ? 0.0 : 1.0;
+    if (o.kind == OpKind::kCollective) return o.collective == rs ? 0.0 : 1.0;
+    if (o.kind != OpKind::kGemm || low) return 1.0;
+    if (o.name == "qkv_proj") return g / (a + 2 * g);
+    if (o.name == "mlp_up") return swiglu ? 0.5 : 0.0;
+    if (o.name == "mlp_down") return swiglu ? 0.0 : 1.0;
+    return 1.0;
+  }
+
+  /// torchtitan's per-op selective checkpointing (kRecomputeTorchOps): the forward ops (or the
+  /// GEMM columns) TorchOpRecomputedShare gives rerun before the block's backward. The block
+  /// keeps its input and the outputs on the save list: the attention output and its fp32
+  /// log-sum-exp, the reduce-scatters' outputs (sequence parallelism), and in bf16 the wq, wv,
+  /// w1 (fc1) and w2 outputs (w2's unreduced, T x h on each tensor-parallel rank). Of the
+  /// tensors the backward reads, the attention output (the projection's 16-bit input) and the
+  /// activation's gate input are those kept; the rest is rebuilt during the block's backward.
+  void TorchOpRecompute() {
+    std::vector<Op> recompute;
+    for (const Op& o : L) {
+      const double share = o.pass == F ? TorchOpRecomputedShare(o) : 0.0;
+      if (share <= 0) continue;
+      if (share < 1) {
+        ob.Linear(recompute, o.name + "_recompute", Pass::kRecompute, o.m, o.n * share, o.k);
+        continue;
+      }
+      Op r = o;
+      r.pass = Pass::kRecompute;
+      r.name = o.name + "_recompute";
+      r.saved_bytes = 0;
+      recompute.push_back(std::move(r));
+    }
+    const double attn_out = eb * T * ad_t, gate_out = eb * T * f / t;
+    double kept = act / rep + 4 * T * a / t + (sp ? 2 * act / rep : 0.0);
+    if (!low) kept += eb * T * (ad_t + g * d / t) + gate_out + (swiglu ? eb * T * h : 0.0);  // wq, wv, w1, w2 outputs
+    double kept_by_ops = 0;
+    for (Op& o : L) {
+      if (o.pass != F || o.saved_bytes <= 0) continue;
+      if (!low && (o.name == "swiglu" || o.name == "gelu")) o.saved_bytes -= gate_out;  // kept above
+      if (o.name == "attn_out_proj") {
+        // bf16: its saved input is the attention output, kept as it is; fp8: the 16-bit output
+        // is kept (above) and the quantized copy rebuilt.
+        if (low) {
+          o.saved_bytes -= c.flash_attention ? attn_out : 0.0;
+          kept += attn_out;
+        } else {
+          kept_by_ops += o.saved_bytes;
+          continue;
+        }
+      }
+      o.rebuilt = true;
+    }
+    L.insert(L.end(), std::make_move_iterator(recompute.begin()), std::make_move_iterator(recompute.end()));
+    out.checkpoint_bytes = kept;
+    out.saved_bytes = kept + kept_by_ops;
+    out.transient_bytes = std::max(out.transient_bytes, SavedBytes(L) - kept_by_ops);
   }
 
   /// Megatron-Core's EP A2A overlap (--overlap-moe-expert-parallel-comm, combined 1F1B): a
@@ -1959,6 +2034,7 @@ class CostModelBuilder {
   /// The cost model with `layers` (read for their pass times and bytes, not their op lists).
   CostModel Finish(const LayerSet& layers) && {
     cm.layer_saved_bytes = layers.layer.saved_bytes;
+    cm.layer_checkpoint_bytes = layers.layer.checkpoint_bytes;
     cm.quantized_weight_bytes_per_param = QuantizedWeightBytesPerParam(c, lf);
     cm.quantized_copy_bytes_per_param = lf.low_precision() ? lf.CastWriteBytes() : 0.0;
     AddEmbeddingOps();

@@ -312,7 +312,8 @@ class Replayer {
 
   void LayerForward(const LayerTensorsSaved& t, std::vector<int>* keep) {
     const bool full = c_.recompute == Recompute::kFull;
-    if (full) keep->push_back(Alloc(cm_.layer_saved_bytes));  // the checkpointed input
+    const bool checkpointed = cm_.layer_checkpoint_bytes > 0;
+    if (checkpointed) keep->push_back(Alloc(cm_.layer_checkpoint_bytes));  // the checkpointed input (and kept outputs)
     int prev = -1;  // a dropped tensor, freed once the next one is made
     for (std::size_t j = 0; j < t.bytes.size(); ++j) {
       if (full || t.rebuilt[j]) {
@@ -334,7 +335,8 @@ class Replayer {
     std::size_t kept = 0;
     for (std::size_t j = 0; j < t.bytes.size(); ++j) kept += (full || t.rebuilt[j]) ? 0 : 1;
     std::size_t pos = *next - kept;
-    const int checkpoint = full ? keep[pos - 1] : -1;
+    const bool checkpointed = cm_.layer_checkpoint_bytes > 0;
+    const int checkpoint = checkpointed ? keep[pos - 1] : -1;
     for (std::size_t j = 0; j < t.bytes.size(); ++j) {
       live[j] = (full || t.rebuilt[j]) ? Alloc(t.bytes[j]) : keep[pos++];
     }
@@ -345,7 +347,7 @@ class Replayer {
       grad = g;
     }
     Free(checkpoint);
-    *next -= kept + (full ? 1 : 0);
+    *next -= kept + (checkpointed ? 1 : 0);
     return grad;
   }
 

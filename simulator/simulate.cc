@@ -1225,7 +1225,9 @@ double RecomputeFlopsPerToken(const Model& m, const ParallelConfig& c, const Cos
     // The attention core (full matrix, as model FLOPs count it) and the recomputed modules' GEMMs:
     // an op's FLOPs on one GPU times the tp ranks sharing its T = b*s/cp tokens, per token (the
     // experts' at the mean rank's load). The unfused core's two batched GEMMs are attn_fwd's.
-    if (c.recompute_modules & kRecomputeCoreAttn) recompute_per_token = attn_fwd;
+    if ((c.recompute_modules & kRecomputeCoreAttn) || (c.TorchOpCheckpointing() && !c.flash_attention)) {
+      recompute_per_token = attn_fwd;
+    }
     auto gemm_recompute = [&](const std::vector<Op>& ops) {
       double f = 0;
       for (const Op& o : ops) {

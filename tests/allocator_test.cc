@@ -91,6 +91,7 @@ CostModel OneLayer(ParallelConfig* c, Recompute rc) {
     cm.layer_ops.push_back(o);
   }
   cm.layer_saved_bytes = rc == Recompute::kFull ? 10 * kMiB : 170 * kMiB;
+  cm.layer_checkpoint_bytes = rc == Recompute::kFull ? cm.layer_saved_bytes : 0.0;
   ChunkCost cc;
   cc.layers = 1;
   cm.chunks = {{cc}};

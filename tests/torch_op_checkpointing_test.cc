@@ -1,0 +1,196 @@
+// torchtitan's per-op selective activation checkpointing (kRecomputeTorchOps, simulate's
+// --selective-ac-option op): what reruns before a block's backward, what the block keeps, and
+// the refusals. Expected values are derived here from the policy's rules (models/parallel.h).
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cli/config_args.h"
+#include "common/error.h"
+#include "common/text.h"
+#include "models/loader.h"
+#include "planner/planner.h"
+#include "planner/run_log.h"
+#include "report/launch.h"
+#include "simulator/cost_model.h"
+#include "simulator/simulate.h"
+#include "tests/test_util.h"
+
+namespace shardcast {
+namespace {
+
+/// The configuration simulate builds from `flags` for llama3-8b (or `model`) on `gpus` H100s.
+ParallelConfig OpSacConfig(const std::string& flags, int gpus = 8, const std::string& model = "llama3-8b") {
+  CLI::App app;
+  cli::SimulateArgs a;
+  cli::AddConfigOptions(&app, &a);
+  app.parse(fmt::format("--gpus {} {}", gpus, flags), false);
+  return cli::BuildConfig(a, LoadModel(model), gpus);
+}
+
+/// The op named `name` in `ops`, or nullptr.
+const Op* OpSacFind(const std::vector<Op>& ops, const std::string& name) {
+  for (const Op& o : ops) {
+    if (o.name == name) return &o;
+  }
+  return nullptr;
+}
+
+// In bf16 a Llama block's mm order is wq, wk, wv, wo, w1, w3, w2: every second one (wk, wo, w3)
+// reruns, as do the norms, the activation and the residual adds; flash attention and w2 do not.
+// The block keeps its input, the wq, wv, w1 and w2 outputs, the attention output and its fp32
+// log-sum-exp.
+TEST(TorchOpCheckpointing, RerunsEverySecondMatmulAndKeepsTheRestOfTheSaveList) {
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  const ParallelConfig c = OpSacConfig("--mbs 1 --gbs 8 --seq 2048 --zero 3 --optimizer fsdp --selective-ac-option op");
+  ASSERT_TRUE(c.TorchOpCheckpointing());
+  EXPECT_EQ(c.recompute, Recompute::kSelective);
+  const CostModel cm = BuildCostModel(m, c, cl, prof);
+  const double T = 2048, h = 4096, f = 14336, a = 32, g = 8, d = 128, eb = 2;
+  const Op* qkv = OpSacFind(cm.layer_ops, "qkv_proj_recompute");
+  ASSERT_NE(qkv, nullptr);
+  EXPECT_EQ(qkv->pass, Pass::kRecompute);
+  EXPECT_DOUBLE_EQ(qkv->m, T);
+  EXPECT_DOUBLE_EQ(qkv->n, g * d);  // wk alone
+  EXPECT_DOUBLE_EQ(qkv->k, h);
+  const Op* up = OpSacFind(cm.layer_ops, "mlp_up_recompute");
+  ASSERT_NE(up, nullptr);
+  EXPECT_DOUBLE_EQ(up->n, f);  // w3, not w1
+  ASSERT_NE(OpSacFind(cm.layer_ops, "attn_out_proj_recompute"), nullptr);
+  EXPECT_EQ(OpSacFind(cm.layer_ops, "mlp_down_recompute"), nullptr);
+  EXPECT_EQ(OpSacFind(cm.layer_ops, "flash_attention_recompute"), nullptr);
+  for (const char* n : {"input_norm_recompute", "post_attn_norm_recompute", "swiglu_recompute", "residual_attn_recompute",
+                        "residual_mlp_recompute"}) {
+    EXPECT_NE(OpSacFind(cm.layer_ops, n), nullptr) << n;
+  }
+  const double lse = 4 * T * a;
+  const double checkpoint = eb * T * (h + a * d + g * d + f + h) + lse;  // x, wq, wv, w1, w2; lse
+  EXPECT_NEAR(cm.layer_checkpoint_bytes, checkpoint, 1e-9 * checkpoint);
+  EXPECT_NEAR(cm.layer_saved_bytes, checkpoint + eb * T * a * d, 1e-9 * checkpoint);  // + the attention output
+
+  // Between no recompute and full recompute in time and memory.
+  ParallelConfig none = c, full = c;
+  none.recompute = Recompute::kNone;
+  full.recompute = Recompute::kFull;
+  const CostModel cn = BuildCostModel(m, none, cl, prof), cf = BuildCostModel(m, full, cl, prof);
+  EXPECT_LT(cf.layer_saved_bytes, cm.layer_saved_bytes);
+  EXPECT_LT(cm.layer_saved_bytes, cn.layer_saved_bytes);
+  EXPECT_DOUBLE_EQ(cf.layer_checkpoint_bytes, eb * T * h);  // full: the block's input
+  EXPECT_DOUBLE_EQ(cn.layer_checkpoint_bytes, 0.0);
+  const SimulationResult rn = Simulate(m, none, cl, 8, prof), ro = Simulate(m, c, cl, 8, prof),
+                         rf = Simulate(m, full, cl, 8, prof);
+  EXPECT_LT(rn.step_time_s, ro.step_time_s);
+  EXPECT_LT(ro.step_time_s, rf.step_time_s);
+  EXPECT_LT(rf.peak_memory_bytes, ro.peak_memory_bytes);
+  EXPECT_LT(ro.peak_memory_bytes, rn.peak_memory_bytes);
+  EXPECT_LT(rf.peak_reserved_bytes, ro.peak_reserved_bytes);
+  EXPECT_LT(ro.peak_reserved_bytes, rn.peak_reserved_bytes);
+}
+
+// torchao's float8 linears call torch._scaled_mm, not on the save list: every linear reruns and
+// the block keeps its input and the attention output with its log-sum-exp.
+TEST(TorchOpCheckpointing, Float8LinearsAllRerun) {
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const ParallelConfig c = OpSacConfig(
+      "--mbs 1 --gbs 8 --seq 2048 --zero 3 --optimizer fsdp --precision fp8 --fp8-recipe tensorwise --selective-ac-option op");
+  const CostModel cm = BuildCostModel(m, c, cl, DefaultProfile(cl));
+  const double T = 2048, h = 4096, f = 14336, a = 32, g = 8, d = 128, eb = 2;
+  ASSERT_NE(OpSacFind(cm.layer_ops, "qkv_proj_recompute"), nullptr);
+  EXPECT_DOUBLE_EQ(OpSacFind(cm.layer_ops, "qkv_proj_recompute")->n, (a + 2 * g) * d);
+  ASSERT_NE(OpSacFind(cm.layer_ops, "mlp_up_recompute"), nullptr);
+  EXPECT_DOUBLE_EQ(OpSacFind(cm.layer_ops, "mlp_up_recompute")->n, 2 * f);
+  EXPECT_NE(OpSacFind(cm.layer_ops, "mlp_down_recompute"), nullptr);
+  EXPECT_EQ(OpSacFind(cm.layer_ops, "flash_attention_recompute"), nullptr);
+  const double kept = eb * T * (h + a * d) + 4 * T * a;
+  EXPECT_NEAR(cm.layer_checkpoint_bytes, kept, 1e-9 * kept);
+  EXPECT_NEAR(cm.layer_saved_bytes, kept, 1e-9 * kept);
+}
+
+// With tensor and sequence parallelism: the block's input and the two reduce-scatters' outputs
+// are sharded over tp, w2's output is the unreduced T x h, the heads and w1 are split over tp.
+TEST(TorchOpCheckpointing, SequenceParallelKeepsTheReduceScatterOutputs) {
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const ParallelConfig c =
+      OpSacConfig("--tp 2 --mbs 1 --gbs 4 --seq 2048 --zero 3 --optimizer fsdp --sequence-parallel --selective-ac-option op");
+  const CostModel cm = BuildCostModel(m, c, cl, DefaultProfile(cl));
+  const double T = 2048, h = 4096, f = 14336, a = 32, g = 8, d = 128, eb = 2, t = 2;
+  const double kept = eb * T * (h / t + 2 * h / t + a * d / t + g * d / t + f / t + h) + 4 * T * a / t;
+  EXPECT_NEAR(cm.layer_checkpoint_bytes, kept, 1e-9 * kept);
+  EXPECT_NEAR(cm.layer_saved_bytes, kept + eb * T * a * d / t, 1e-9 * kept);
+  // All-gathers rerun, reduce-scatters do not.
+  EXPECT_NE(OpSacFind(cm.layer_ops, "sp_all_gather_attn_recompute"), nullptr);
+  EXPECT_EQ(OpSacFind(cm.layer_ops, "tp_reduce_scatter_attn_recompute"), nullptr);
+}
+
+TEST(TorchOpCheckpointing, RefusedWhereNotModelledAndWrittenBack) {
+  const std::string base = "simulate --model llama3-8b --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 8 ";
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--selective-ac-option op --recompute full", "given with --recompute full"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--selective-ac-option op --recompute-modules core_attn",
+                                    "given with --recompute-modules"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--selective-ac-option 2", "got \"2\", expected op"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--selective-ac-option op --fine-grained-activation-offloading "
+                                           "--offload-modules core_attn",
+                                    "given with --selective-ac-option op"));
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 8 "
+                                    "--selective-ac-option op",
+                                    "modelled for dense layers"));
+  const auto run = testing::RunShardcast(base + "--selective-ac-option op --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_NE(run.out.find("\"recompute_modules\": \"op\""), std::string::npos);
+  // The torchtitan launch writes the policy as it is; Megatron's says it has none.
+  const ParallelConfig c = OpSacConfig("--mbs 1 --gbs 8 --zero 3 --optimizer fsdp --selective-ac-option op");
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const LaunchConfig titan = EmitLaunch(LaunchFormat::kTorchtitan, m, c, cl, 8);
+  EXPECT_NE(titan.text.find("mode = \"selective\"\nselective_ac_option = \"op\""), std::string::npos) << titan.text;
+  for (const std::string& u : titan.unexpressed) EXPECT_EQ(u.find("selective recompute"), std::string::npos) << u;
+  const LaunchConfig mega = EmitLaunch(LaunchFormat::kMegatron, m, c, cl, 8);
+  EXPECT_EQ(mega.text.find("--recompute-granularity"), std::string::npos) << mega.text;
+  EXPECT_NE(mega.text.find("Megatron-Core has no per-op policy"), std::string::npos) << mega.text;
+}
+
+// torchtitan's logs with selective_ac_option "op" read as the per-op policy for dense models;
+// plan --optimizer fsdp searches it as torchtitan's selective recompute.
+TEST(TorchOpCheckpointing, TorchtitanLogsAndPlansUseIt) {
+  std::string log = ReadTextFile(testing::FixturesDir() + "/logs/torchtitan_llama3_8b_fsdp8.log");
+  const std::string full = "\"mode\": \"full\"";
+  ASSERT_NE(log.find(full), std::string::npos);
+  log.replace(log.find(full), full.size(), "\"mode\": \"selective\",\n[rank0]:    \"selective_ac_option\": \"op\"");
+  LogDefaults d;
+  d.gpus = 8;
+  const LoggedRun r = ParseTrainingLog(log, "t.log", d);
+  EXPECT_TRUE(r.config.TorchOpCheckpointing());
+
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  PlanOptions o;
+  o.gpus = 8;
+  o.global_batch_size = 16;
+  o.optimizer_impl = OptimizerImpl::kTorchFsdp;
+  o.zero_stages = {3};
+  o.fixed["tp"] = "1";
+  o.fixed["pp"] = "1";
+  std::map<std::string, std::size_t> rej;
+  bool op = false;
+  for (const ParallelConfig& c : GenerateCandidates(m, cl, o, &rej)) {
+    EXPECT_TRUE(c.recompute != Recompute::kSelective || c.TorchOpCheckpointing()) << c.Summary();
+    op = op || c.TorchOpCheckpointing();
+  }
+  EXPECT_TRUE(op);
+  // MoE models: not modelled, said so.
+  std::map<std::string, std::size_t> rm;
+  GenerateCandidates(LoadModel("mixtral-8x7b"), cl, o, &rm);
+  EXPECT_GT(rm["(recompute) choices: with --optimizer fsdp selective recompute is torchtitan's per-op checkpointing, "
+               "modelled for dense layers with MHA/GQA attention"],
+            0u);
+}
+
+}  // namespace
+}  // namespace shardcast
