@@ -2036,7 +2036,8 @@ class CostModelBuilder {
     cm.layer_saved_bytes = layers.layer.saved_bytes;
     cm.layer_checkpoint_bytes = layers.layer.checkpoint_bytes;
     cm.quantized_weight_bytes_per_param = QuantizedWeightBytesPerParam(c, lf);
-    cm.quantized_copy_bytes_per_param = lf.low_precision() ? lf.CastWriteBytes() : 0.0;
+    cm.quantized_copy_bytes_per_param =
+        lf.low_precision() && c.optimizer_impl != OptimizerImpl::kTorchFsdp ? lf.CastWriteBytes() : 0.0;
     AddEmbeddingOps();
     AddOutputOps();
     AddMtpOps();

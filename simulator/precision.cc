@@ -36,7 +36,7 @@ LinearFormat LinearFormatOf(const ParallelConfig& c, const std::string& arch) {
 }
 
 double QuantizedWeightBytesPerParam(const ParallelConfig& c, const LinearFormat& f) {
-  if (!f.low_precision()) return 0;
+  if (!f.low_precision() || c.optimizer_impl == OptimizerImpl::kTorchFsdp) return 0;
   const double copies = f.CastWriteBytes();
   return c.fp8_param_gather ? copies - ModelDtypeBytes(c.precision) : copies;
 }

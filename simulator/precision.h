@@ -42,7 +42,9 @@ LinearFormat LinearFormatOf(const ParallelConfig& c, const std::string& arch);
 
 /// Extra bytes of device memory per parameter of the linear layers that the format keeps: the
 /// quantized weight copies (both copies where the format needs two), minus the 16-bit weight
-/// that --fp8-param-gather replaces. 0 without a low-precision format.
+/// that --fp8-param-gather replaces. 0 without a low-precision format, and under PyTorch FSDP
+/// (OptimizerImpl::kTorchFsdp: torchao's Float8Linear casts the weight in each pass and frees
+/// the cast; its FP8 all-gather casts the fp32 shard).
 double QuantizedWeightBytesPerParam(const ParallelConfig& c, const LinearFormat& f);
 
 /// Bytes per parameter that the parameter all-gather moves: the quantized copy with

@@ -128,6 +128,36 @@ TEST(Precision, Fp8WeightCopiesAndScalingState) {
   }
 }
 
+// Under PyTorch FSDP (--optimizer fsdp: torchtitan's float8 through torchao) no quantized copy
+// of the weights is kept: Float8Linear casts the weight in each pass and frees the cast, and the
+// FP8 all-gather casts the fp32 shard. The weights are as in bf16, with or without it.
+TEST(Precision, TorchFsdpKeepsNoQuantizedWeightCopies) {
+  const Model m = Llama8Layers();
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile p = DefaultProfile(cl);
+  ParallelConfig bf;
+  bf.dp = 8;
+  bf.micro_batch_size = 1;
+  bf.global_batch_size = 8;
+  bf.zero_stage = 3;
+  bf.optimizer_impl = OptimizerImpl::kTorchFsdp;
+  ParallelConfig f8 = bf;
+  f8.precision = Precision::kFp8;
+  f8.fp8_recipe = Fp8Recipe::kTensorwise;
+  const double weights = StaticStageMemory(BuildCostModel(m, bf, cl, p), bf, p, 0).weights_bytes;
+  EXPECT_DOUBLE_EQ(weights, static_cast<double>(m.Parameters().total) * 4 / 8);  // the fp32 shard
+  for (bool gather : {false, true}) {
+    f8.fp8_param_gather = gather;
+    const StageMemory s = StaticStageMemory(BuildCostModel(m, f8, cl, p), f8, p, 0);
+    EXPECT_DOUBLE_EQ(s.weights_bytes, weights) << gather;
+    EXPECT_DOUBLE_EQ(s.quantized_weights_bytes, 0.0) << gather;
+  }
+  // Megatron's optimizer (Transformer Engine's cached copies) keeps them.
+  f8.optimizer_impl = OptimizerImpl::kMegatron;
+  f8.fp8_param_gather = false;
+  EXPECT_GT(StaticStageMemory(BuildCostModel(m, f8, cl, p), f8, p, 0).quantized_weights_bytes, 0.0);
+}
+
 // MXFP8 and NVFP4 carry block scales and always a second (column-wise) copy.
 TEST(Precision, BlockScaledFormats) {
   ParallelConfig c;
