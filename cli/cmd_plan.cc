@@ -102,7 +102,17 @@ PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl
   CheckMoeRoutingOptions(m, o.base);
   ApplyOffloadArgs(a.offload, m, &o.base);
   o.megatron_core = a.framework == "megatron-core";
-  RequirePrecision(cl.gpu, o.base, "command line");
+  {
+    // The base has no ZeRO stage of its own: the search's stages (ZeRO-0 candidates are not
+    // generated with --fp8-param-gather, said in "Not generated").
+    ParallelConfig any = o.base;
+    any.zero_stage = *std::max_element(o.zero_stages.begin(), o.zero_stages.end());
+    if (any.fp8_param_gather && any.zero_stage < 1) {
+      throw InputError("command line: --fp8-param-gather: given with --zero-stages 0 only, expected a ZeRO stage of 1 "
+                       "or more among them (the parameters are gathered in FP8 by the distributed optimizer or FSDP)");
+    }
+    RequirePrecision(cl.gpu, any, "command line");
+  }
   o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   o.exclude_memory_at_risk = a.exclude_at_risk;
   return o;

@@ -172,11 +172,13 @@ namespace {
 
 /// --recompute / --recompute-granularity / --recompute-modules into `c` (exit 2 when they disagree).
 void ApplyRecomputeArgs(const SimulateArgs& a, const Model& m, ParallelConfig* c) {
-  if (!a.recompute_granularity.empty() && a.recompute != "none" && a.recompute != a.recompute_granularity) {
+  if (!a.recompute_granularity.empty() && !a.recompute.empty() && a.recompute != "none" &&
+      a.recompute != a.recompute_granularity) {
     throw InputError("command line: --recompute-granularity: got \"" + a.recompute_granularity +
                      "\", expected the same as --recompute \"" + a.recompute + "\" (give one of them)");
   }
   std::string rc = a.recompute_granularity.empty() ? a.recompute : a.recompute_granularity;
+  if (rc.empty()) rc = "none";
   c->recompute = rc == "none" ? Recompute::kNone : rc == "selective" ? Recompute::kSelective : Recompute::kFull;
   if (!a.recompute_modules.empty()) {
     if (c->recompute == Recompute::kFull) {
@@ -197,9 +199,9 @@ void ApplyRecomputeArgs(const SimulateArgs& a, const Model& m, ParallelConfig* c
     throw InputError(where + ": given with --recompute-modules, expected one of them (torchtitan's per-op policy or "
                      "Megatron-Core's modules)");
   }
-  if (c->recompute == Recompute::kFull) {
-    throw InputError(where + ": given with --recompute full, expected --recompute selective (torchtitan's "
-                     "activation_checkpoint.mode = \"selective\")");
+  if (c->recompute == Recompute::kFull || (a.recompute_granularity.empty() && a.recompute == "none")) {
+    throw InputError(where + ": given with " + (a.recompute_granularity.empty() ? "--recompute" : "--recompute-granularity") +
+                     " " + rc + ", expected selective (torchtitan's activation_checkpoint.mode = \"selective\")");
   }
   c->recompute = Recompute::kSelective;
   c->recompute_modules = kRecomputeTorchOps;
@@ -401,6 +403,11 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   ApplyFrameworkArgs(a, &c);
   ApplyOptimizerArgs(a, &c);
   ApplyHybridShard(a, &c);
+  // PyTorch FSDP's trainers compute the loss with PyTorch's F.cross_entropy on fp32 logits
+  // (torchtitan's components/loss.py), as plan --optimizer fsdp searches it.
+  if (c.optimizer_impl == OptimizerImpl::kTorchFsdp && a.cross_entropy.empty() && !a.ce_fusion) {
+    c.cross_entropy = CrossEntropyImpl::kTorch;
+  }
   return c;
 }
 
@@ -555,8 +562,11 @@ void WriteAllocatorTrace(const std::string& path, const std::vector<StageAllocat
 /// precision's GEMM rate and --no-nvls applied.
 HardwareProfile SimulationProfile(const SimulateArgs& a, const std::optional<HardwareProfile>& loaded, const Cluster& cl,
                                   const ParallelConfig& c) {
-  HardwareProfile prof = WithGemmRateFor(
-      WithAttentionKernel(loaded ? *loaded : DefaultProfile(cl), cl.gpu.arch, a.attention_kernel), cl, c.precision);
+  HardwareProfile prof = WithAttentionKernel(loaded ? *loaded : DefaultProfile(cl), cl.gpu.arch, a.attention_kernel);
+  if (c.optimizer_impl == OptimizerImpl::kTorchFsdp && a.attention_kernel == "default") {
+    prof = WithPyTorchAttention(std::move(prof), cl.gpu.arch);
+  }
+  prof = WithGemmRateFor(std::move(prof), cl, c.precision);
   if (a.no_nvls && prof.nvls_allreduce_busbw_GBps > 0) {
     prof.nvls_allreduce_busbw_GBps = 0;
     prof.adjustments.push_back("NVLink SHARP (NVLS) all-reduce off (--no-nvls): rings only");
@@ -932,7 +942,8 @@ void AddOptimizerAndFrameworkOptions(CLI::App* cmd, SimulateArgs* a) {
                   "grads) | deepspeed-bf16 (with --zero 1; BF16_Optimizer: fp32 grad buffer, fp32 all-reduce) | fsdp "
                   "(PyTorch FSDP/FSDP2 or DDP with fp32 parameters and bf16 compute, torchtitan's recipe: the fp32 "
                   "shard is the master, no 16-bit copy kept; --zero 3 FULL_SHARD, 2 SHARD_GRAD_OP, 1 FSDP2 under a "
-                  "pipeline schedule, 0 DDP)")
+                  "pipeline schedule, 0 DDP; PyTorch's loss (--cross-entropy torch) and, on Hopper, FlashAttention-2's "
+                  "rates unless given)")
       ->transform(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16", "fsdp"}, CLI::ignore_case));
   AddDeepSpeedKnobOptions(cmd, &a->opt, /*for_plan=*/false);
   cmd->add_flag("--no-limit-all-gathers", a->no_limit_all_gathers,

@@ -105,7 +105,7 @@ struct SimulateArgs {
   /// --pipeline-flushes N (ParallelConfig::pipeline_flushes; 0: not given, 1).
   std::int64_t pipeline_flushes = 0;
   std::string flush_grad_reduce;  ///< --flush-grad-reduce every|last (empty: every)
-  std::string recompute = "none", schedule, recompute_granularity;
+  std::string recompute, schedule, recompute_granularity;  ///< recompute empty: not given (none)
   OptimizerArgs opt;  ///< --optimizer, --zero3-impl and DeepSpeed's buckets and stage-3 limits
   /// --recompute-modules (Megatron-Core's names; implies --recompute selective).
   std::vector<std::string> recompute_modules;

@@ -110,11 +110,20 @@ void RequireRecomputeModules(const Model& m, unsigned modules, const std::string
   need(kRecomputeMlp, m.MoeLayersIn(0, m.num_layers) < m.num_layers, "dense MLP layers");
 }
 
+std::string TorchOpCheckpointingUnmodelled(const Model& m) {
+  if (m.moe.enabled()) return "mixture-of-experts layers";
+  if (m.mla.enabled()) return "multi-head latent attention";
+  // A biased linear runs aten.addmm, which torchtitan's save list neither holds nor counts.
+  if (m.add_bias_linear || m.add_qkv_bias) return "biases in its linear layers";
+  return "";
+}
+
 void RequireTorchOpCheckpointing(const Model& m, const std::string& where) {
-  if (m.moe.enabled() || m.mla.enabled()) {
+  if (const std::string why = TorchOpCheckpointingUnmodelled(m); !why.empty()) {
     throw InputError(fmt::format("{}: got op (torchtitan's per-op selective checkpointing), but it is modelled for dense "
-                                 "layers with MHA/GQA attention and {} has {}; expected --recompute full or none",
-                                 where, m.name, m.moe.enabled() ? "mixture-of-experts layers" : "multi-head latent attention"));
+                                 "layers with MHA/GQA attention and linear layers without biases, and {} has {}; "
+                                 "expected --recompute full or none",
+                                 where, m.name, why));
   }
 }
 
@@ -284,7 +293,9 @@ std::string ParallelConfig::Short() const {
   s += fmt::format(" mbs{}", micro_batch_size);
   s += FlushesText(*this);
   if (sequence_parallel) s += tp_comm_overlap ? " SP+ov" : " SP";
-  if (recompute != Recompute::kNone) s += recompute == Recompute::kFull ? " rc-full" : " rc-sel";
+  if (recompute != Recompute::kNone) {
+    s += recompute == Recompute::kFull ? " rc-full" : TorchOpCheckpointing() ? " rc-op" : " rc-sel";
+  }
   if (offload_modules != 0) s += " offload";
   if (zero_stage > 0) s += fmt::format(" Z{}", zero_stage);
   if (hybrid_shard()) s += fmt::format("/{}", dp_shard);

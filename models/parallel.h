@@ -145,12 +145,12 @@ enum RecomputeModule : unsigned {
   /// selective-checkpoint policy: the outputs of the ops on torchtitan's save list are kept
   /// (aten.mm except every second one a block runs, the scaled-dot-product flash/efficient
   /// attention, functional reduce-scatters, max), everything else is recomputed before the
-  /// block's backward (torchtitan v0.1-v0.2, models/llama3/parallelize_llama.py `_save_list`
-  /// and `_custom_policy`; until March 2026, when the list took torch's compute-intensive ops).
-  /// Llama's block runs wq, wk, wv, wo, w1, w3, w2 in that order, so wk, wo and w3 are recomputed;
-  /// torchao's float8 linears call torch._scaled_mm, not on the list, so under fp8 every linear
-  /// is recomputed. Modelled for dense layers with MHA/GQA attention (docs/simulator.md,
-  /// "Activation recompute").
+  /// block's backward (torchtitan at e7c0cae, June 2025, models/llama3/parallelize_llama.py
+  /// `_save_list` and `_custom_policy`; since March 2026 the list takes torch's compute-intensive ops).
+  /// Llama's block runs wq, wk, wv, wo, w1, w3, w2 in that order, so wk, wo and w3 are recomputed
+  /// (torchao's float8 linears reach the policy as aten.mm too). Modelled for dense layers with
+  /// MHA/GQA attention and unbiased linear layers (docs/simulator.md, "torchtitan's per-op
+  /// checkpointing").
   kRecomputeTorchOps = 1u << 7,
 };
 /// "core_attn,moe" for a bit set, in Megatron's order of the names above ("op" for
@@ -165,8 +165,11 @@ unsigned ParseRecomputeModules(const std::vector<std::string>& names, const std:
 /// mixture-of-experts layers, shared_experts without shared experts, mla_up_proj without MLA,
 /// mlp without dense layers.
 void RequireRecomputeModules(const Model& m, unsigned modules, const std::string& where);
-/// InputError naming `where` unless torchtitan's per-op policy (kRecomputeTorchOps) is modelled
-/// for `m`: dense MLP layers and MHA/GQA attention (not mixture-of-experts layers, not MLA).
+/// What of `m` torchtitan's per-op policy (kRecomputeTorchOps) is not modelled for ("" where
+/// it is): mixture-of-experts layers, MLA, biased linear layers (aten.addmm, not on its save
+/// list nor counted).
+std::string TorchOpCheckpointingUnmodelled(const Model& m);
+/// InputError naming `where` where TorchOpCheckpointingUnmodelled(m) says why.
 void RequireTorchOpCheckpointing(const Model& m, const std::string& where);
 /// The modules of Megatron-Core's fine-grained activation offloading (--fine-grained-activation-
 /// offloading --offload-modules; TransformerConfig.offload_modules; a bit set): the tensors the

@@ -383,9 +383,9 @@ void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o
     unsigned modules = 0;
     if (fsdp && rc == Recompute::kSelective) {
       // torchtitan's selective recompute is its per-op policy (selective_ac_option = "op").
-      if (m.moe.enabled() || m.mla.enabled()) {
+      if (!TorchOpCheckpointingUnmodelled(m).empty()) {
         ++(*rejected)["(recompute) choices: with --optimizer fsdp selective recompute is torchtitan's per-op "
-                      "checkpointing, modelled for dense layers with MHA/GQA attention"];
+                      "checkpointing, modelled for dense layers with MHA/GQA attention and unbiased linear layers"];
         continue;
       }
       if (o.base.offload_modules != 0) {
@@ -412,6 +412,10 @@ void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o
       for (const auto& [ep, etp] : ExpertGrids(m, o, l.tp, l.tp * l.cp * l.dp)) {
         for (int z : o.zero_stages) {
           if (!OptimizerRuns(o.optimizer_impl, z)) continue;
+          if (z == 0 && o.base.fp8_param_gather) {
+            ++(*rejected)["(dp, ZeRO) choices: --fp8-param-gather gathers sharded parameters (ZeRO 1 or more)"];
+            continue;
+          }
           if (fsdp && !TorchFsdpRuns(l, z, ep, etp, rejected)) continue;
           // Sharding over one rank is no sharding; DeepSpeed's ZeRO optimizer has no stage 0 of its own.
           if (z > 0 && l.dp * l.cp == 1 && !(m.moe.enabled() && l.tp * l.cp * l.dp / (ep * etp) > 1) &&
@@ -1021,6 +1025,10 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
                    const PlanOptions& o) {
   const double price = PlanPrice(o, cl);
   CheckPlanOptions(cl, o, price);
+  // Every candidate of --optimizer fsdp is a PyTorch-native (torchtitan) run.
+  if (o.optimizer_impl == OptimizerImpl::kTorchFsdp) {
+    return PlanSearch(m, cl, WithPyTorchAttention(prof, cl.gpu.arch), o, price).Run();
+  }
   return PlanSearch(m, cl, prof, o, price).Run();
 }
 

@@ -970,13 +970,14 @@ void TitanCheckpointing(const Json& cfg, const std::string& where, LoggedRun* ru
   if (c.recompute != Recompute::kSelective) return;
   const std::string opt = TitanString(cfg, "activation_checkpoint", "selective_ac_option", "2", where);
   if (opt == "op") {
-    if (!run->model.moe.enabled() && !run->model.mla.enabled()) {
+    const std::string why = TorchOpCheckpointingUnmodelled(run->model);
+    if (why.empty()) {
       c.recompute_modules = kRecomputeTorchOps;  // simulate's --selective-ac-option op
       return;
     }
     c.recompute_modules = kRecomputeLayernorm;
-    run->notes.push_back("torchtitan's per-op selective checkpointing is modelled for dense layers with MHA/GQA "
-                         "attention; this model's simulated as recomputing the layer norms");
+    run->notes.push_back("torchtitan's per-op selective checkpointing is not modelled for " + why +
+                         ": simulated as recomputing the layer norms");
     return;
   }
   if (opt.empty() || opt.find_first_not_of("0123456789") != std::string::npos || opt.size() > 6 || std::stoi(opt) < 1) {

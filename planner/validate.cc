@@ -1251,10 +1251,17 @@ ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cl
       row.measured_peak_memory_bytes = *run.max_reserved_bytes;
       row.memory_is_reserved = true;
     }
+    // torchtitan attends with PyTorch's SDPA (FlashAttention-2's kernels on Hopper).
+    HardwareProfile run_profile = profile;
+    if (run.format == "torchtitan" && run.config.flash_attention && cluster.gpu.arch == "hopper" &&
+        profile.kind == "default") {
+      run_profile = WithPyTorchAttention(profile, cluster.gpu.arch);
+      row.assumptions.push_back("FlashAttention-2's attention rates on Hopper (PyTorch's SDPA flash kernel)");
+    }
     SimulationResult res;
     try {
       RequirePrecision(cluster.gpu, run.config, "the log's configuration");
-      res = Simulate(run.model, run.config, cluster, run.gpus, profile);
+      res = Simulate(run.model, run.config, cluster, run.gpus, run_profile);
     } catch (const InputError& e) {
       // A setting this cluster or profile cannot run (a precision its GPU has no rate for):
       // the run is skipped with the reason, the others go on.
@@ -1267,7 +1274,7 @@ ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cl
       rep.rows.push_back(row);
       continue;
     }
-    if (!explain_row.empty() && row.row_id == explain_row) rep.explained = ExplainedRow{row.row_id, run.model, cluster, profile, res};
+    if (!explain_row.empty() && row.row_id == explain_row) rep.explained = ExplainedRow{row.row_id, run.model, cluster, run_profile, res};
     FillPrediction(res, &row);
     row.model_flops_per_step = res.model_flops_per_step;
     row.step_time_error = res.step_time_s / run.measured_step_time_s - 1.0;

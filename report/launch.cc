@@ -623,6 +623,23 @@ std::string TorchtitanModelName(const Model& m) {
   return m.qk_layernorm || m.moe.enabled() || m.kv_channels * m.num_attention_heads != m.hidden_size ? "qwen3" : "llama3";
 }
 
+/// torchtitan's own llama3 flavor of `m`'s shape ("8B", "70B", "405B": torchtitan/models/llama3/
+/// __init__.py, llama3_configs), or "" when it has none.
+std::string TorchtitanLlama3Flavor(const Model& m) {
+  struct Flavor {
+    const char* name;
+    std::int64_t layers, dim, heads, ffn;
+  };
+  static constexpr Flavor kFlavors[] = {{"8B", 32, 4096, 32, 14336}, {"70B", 80, 8192, 64, 28672}, {"405B", 126, 16384, 128, 53248}};
+  for (const Flavor& f : kFlavors) {
+    if (m.num_layers == f.layers && m.hidden_size == f.dim && m.num_attention_heads == f.heads && m.num_query_groups == 8 &&
+        m.ffn_hidden_size == f.ffn && m.vocab_size == 128256 && !m.tie_embeddings && m.rotary_base == 500000) {
+      return f.name;
+    }
+  }
+  return "";
+}
+
 const char* TorchtitanSchedule(const ParallelConfig& c, std::vector<std::string>* unexpressed) {
   switch (c.schedule) {
     case Schedule::kGpipe: return c.vp > 1 ? "LoopedBFS" : "GPipe";
@@ -679,9 +696,12 @@ void TorchtitanModel(const Model& m, const ParallelConfig& c, std::string* t, st
                              "every_n_layers_nope skips layers 0, n, 2n, ... counted from 0)",
                              unexpressed);
   if (name != "gpt_oss") GptOssUnexpressed(m, "torchtitan's gpt_oss model has them", unexpressed);
-  unexpressed->push_back("the model's shape: torchtitan defines it as a flavor in Python "
-                         "(torchtitan/models/<name>/__init__.py); add one with the shape in the comments");
-  *t += fmt::format("flavor = \"{}\"\n", m.name);
+  const std::string flavor = name == "llama3" ? TorchtitanLlama3Flavor(m) : std::string();
+  if (flavor.empty()) {
+    unexpressed->push_back("the model's shape: torchtitan defines it as a flavor in Python "
+                           "(torchtitan/models/<name>/__init__.py); add one with the shape in the comments");
+  }
+  *t += fmt::format("flavor = \"{}\"\n", flavor.empty() ? m.name : flavor);
   *t += fmt::format("# shape: n_layers = {}, dim = {}, n_heads = {}, n_kv_heads = {}, head_dim = {}, ffn hidden = {}, "
                     "vocab_size = {}, {}, tied embeddings = {}\n",
                     m.num_layers, m.hidden_size, m.num_attention_heads, m.num_query_groups, m.kv_channels,
@@ -917,6 +937,8 @@ void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, s
     // without one it runs tensorwise scaling, the only recipe with FP8 parameter all-gathers.
     if (c.fp8_recipe == Fp8Recipe::kTensorwise) {
       *t += fmt::format("enable_fsdp_float8_all_gather = {}\n", c.fp8_param_gather ? "true" : "false");
+      // Recommended beside it: one all-reduce of every parameter's amax after the optimizer step.
+      if (c.fp8_param_gather) *t += "precompute_float8_dynamic_scale_for_fsdp = true\n";
     } else {
       *t += "recipe_name = \"rowwise\"\n";
       if (c.fp8_param_gather) {

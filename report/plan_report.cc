@@ -364,6 +364,9 @@ std::string WriteRecommendation(std::ostream& out, const PlanView& v) {
                        o.objective == Objective::kCost ? "USD per million tokens" : "J per token", basis);
   }
   out << "\n" << label << " as Megatron-LM arguments:\n  " << MegatronArguments(chosen.config, v.m) << "\n";
+  if (chosen.config.optimizer_impl == OptimizerImpl::kTorchFsdp) {
+    out << "  (a torchtitan run: --emit torchtitan writes its configuration file)\n";
+  }
   if (const std::string bias = KnownBias(chosen.config); !bias.empty()) out << "  (" << bias << ")\n";
   if (const std::string s = StraddlingGroupsLine(chosen.config, o.gpus, v.cl.gpus_per_node); !s.empty()) {
     out << "  " << s;

@@ -936,30 +936,39 @@ class LayerBuilder {
   }
 
   /// The share of forward op `o` that torchtitan's per-op policy reruns before the backward
-  /// (kRecomputeTorchOps; 1: all of it, 0: its output is kept). Its save list holds aten.mm but
-  /// every second one a block runs, flash/efficient attention and functional reduce-scatters:
-  /// of Llama's wq, wk, wv (qkv_proj) it reruns wk, then wo (attn_out_proj), w3 (the up half of a
-  /// gated mlp_up; w1 is the fifth mm) and not w2 (the seventh); without the gate, fc1 is kept
-  /// and fc2 rerun. torchao's float8 linears run torch._scaled_mm, not on the list: every linear
-  /// reruns. Norms, activations, casts, residual adds, all-gathers and all-reduces rerun; the
-  /// unfused attention core's bmm and softmax too.
+  /// (kRecomputeTorchOps; 1: all of it, 0: its output is kept or not needed). Its save list
+  /// holds aten.mm but every second one a block runs, flash/efficient attention and functional
+  /// reduce-scatters: of Llama's wq, wk, wv (qkv_proj) it reruns wk, then wo (attn_out_proj)
+  /// and w3 (the up half of a gated mlp_up; w1 is the fifth mm, fc1 of an ungated MLP too).
+  /// torchao's float8 linears reach the policy as aten.mm (the checkpoint's dispatch mode runs
+  /// before the float8 tensor's own handler), so the rule holds in fp8. The recompute stops
+  /// once the backward has what it needs (PyTorch's early stop): the down projection (w2 is
+  /// kept; an ungated fc2's output is not needed), its reduction and the last residual add do
+  /// not rerun. Norms, activations, casts, the first residual add and the all-gathers (or the
+  /// attention's all-reduce) rerun, as does the unfused attention core.
   double TorchOpRecomputedShare(const Op& o) const {
     if (RecomputeModuleOf(o.name) == kRecomputeCoreAttn) return c.flash_attention ? 0.0 : 1.0;
+    if (o.name == "mlp_down" || o.name == "tp_reduce_scatter_mlp" || o.name == "tp_all_reduce_mlp" ||
+        o.name == "residual_mlp" || o.name == "dropout_residual_mlp") {
+      return 0.0;
+    }
     if (o.kind == OpKind::kCollective) return o.collective == rs ? 0.0 : 1.0;
-    if (o.kind != OpKind::kGemm || low) return 1.0;
+    if (o.kind != OpKind::kGemm) return 1.0;
     if (o.name == "qkv_proj") return g / (a + 2 * g);
     if (o.name == "mlp_up") return swiglu ? 0.5 : 0.0;
-    if (o.name == "mlp_down") return swiglu ? 0.0 : 1.0;
     return 1.0;
   }
 
   /// torchtitan's per-op selective checkpointing (kRecomputeTorchOps): the forward ops (or the
   /// GEMM columns) TorchOpRecomputedShare gives rerun before the block's backward. The block
-  /// keeps its input and the outputs on the save list: the attention output and its fp32
-  /// log-sum-exp, the reduce-scatters' outputs (sequence parallelism), and in bf16 the wq, wv,
-  /// w1 (fc1) and w2 outputs (w2's unreduced, T x h on each tensor-parallel rank). Of the
-  /// tensors the backward reads, the attention output (the projection's 16-bit input) and the
-  /// activation's gate input are those kept; the rest is rebuilt during the block's backward.
+  /// keeps its input (the input norm's saved input), the outputs of the ops on the save list
+  /// (the wq, wv and w1 (fc1) mm outputs, w2's (unreduced: T x h on each tensor-parallel
+  /// rank), the reduce-scatters' under sequence parallelism) and, with flash attention, the
+  /// attention output and its fp32 log-sum-exp, in the model dtype whatever the linear format.
+  /// Of what the backward reads, the block input, the attention output (the projection's
+  /// 16-bit input) and the activation's gate input are among them; the rest (the norms'
+  /// outputs, Q, K and V as attention reads them, the activation's output, the quantized
+  /// copies) is rebuilt during the block's backward.
   void TorchOpRecompute() {
     std::vector<Op> recompute;
     for (const Op& o : L) {
@@ -975,23 +984,24 @@ class LayerBuilder {
       r.saved_bytes = 0;
       recompute.push_back(std::move(r));
     }
+    const bool fa = c.flash_attention;
     const double attn_out = eb * T * ad_t, gate_out = eb * T * f / t;
-    double kept = act / rep + 4 * T * a / t + (sp ? 2 * act / rep : 0.0);
-    if (!low) kept += eb * T * (ad_t + g * d / t) + gate_out + (swiglu ? eb * T * h : 0.0);  // wq, wv, w1, w2 outputs
+    // wq, wv, w1 (fc1) and w2 outputs, the reduce-scatters' outputs, the log-sum-exp.
+    double kept = eb * T * (ad_t + g * d / t) + gate_out + (swiglu ? eb * T * h : 0.0) + (sp ? 2 * act / rep : 0.0) +
+                  (fa ? 4 * T * a / t : 0.0);
     double kept_by_ops = 0;
     for (Op& o : L) {
       if (o.pass != F || o.saved_bytes <= 0) continue;
-      if (!low && (o.name == "swiglu" || o.name == "gelu")) o.saved_bytes -= gate_out;  // kept above
-      if (o.name == "attn_out_proj") {
-        // bf16: its saved input is the attention output, kept as it is; fp8: the 16-bit output
-        // is kept (above) and the quantized copy rebuilt.
-        if (low) {
-          o.saved_bytes -= c.flash_attention ? attn_out : 0.0;
-          kept += attn_out;
-        } else {
-          kept_by_ops += o.saved_bytes;
-          continue;
-        }
+      if (o.name == "swiglu" || o.name == "gelu") o.saved_bytes -= gate_out;  // kept above
+      // The block's input; with flash attention in 16 bits, the projection's input is the
+      // attention output as it was kept.
+      if (o.name == "input_norm" || (o.name == "attn_out_proj" && fa && !low)) {
+        kept_by_ops += o.saved_bytes;
+        continue;
+      }
+      if (o.name == "attn_out_proj" && fa) {  // low precision: the 16-bit output kept, its cast rebuilt
+        o.saved_bytes -= attn_out;
+        kept += attn_out;
       }
       o.rebuilt = true;
     }
@@ -2035,6 +2045,8 @@ class CostModelBuilder {
   CostModel Finish(const LayerSet& layers) && {
     cm.layer_saved_bytes = layers.layer.saved_bytes;
     cm.layer_checkpoint_bytes = layers.layer.checkpoint_bytes;
+    cm.bf16_layer_checkpoint_bytes = layers.layer16.checkpoint_bytes;
+    cm.moe_layer_checkpoint_bytes = layers.moe_layer.checkpoint_bytes;
     cm.quantized_weight_bytes_per_param = QuantizedWeightBytesPerParam(c, lf);
     cm.quantized_copy_bytes_per_param =
         lf.low_precision() && c.optimizer_impl != OptimizerImpl::kTorchFsdp ? lf.CastWriteBytes() : 0.0;

@@ -299,8 +299,9 @@ struct CostModel {
   double layer_saved_bytes = 0;
   /// The part of layer_saved_bytes a recomputed layer keeps as its checkpoint beside its ops'
   /// saved tensors (LayerOps::checkpoint_bytes): the input under full recompute, the kept op
-  /// outputs under torchtitan's per-op policy, else 0. The allocator replay holds it as one block.
-  double layer_checkpoint_bytes = 0;
+  /// outputs under torchtitan's per-op policy, else 0; the same for the layers of
+  /// bf16_layer_ops and moe_layer_ops. The allocator replay holds it as one block.
+  double layer_checkpoint_bytes = 0, bf16_layer_checkpoint_bytes = 0, moe_layer_checkpoint_bytes = 0;
   /// Parameters of the (vocab-parallel) embedding table on one GPU of the first stage, and of the
   /// output layer's own copy on the last (0 when it shares the embedding's: tied, no pipeline).
   double embedding_params_per_gpu = 0, output_params_per_gpu = 0;

@@ -17,10 +17,13 @@ namespace {
 struct LayerTensorsSaved {
   std::vector<double> bytes;
   std::vector<bool> rebuilt;
+  /// Kept as one block before the tensors (CostModel::layer_checkpoint_bytes); 0: none.
+  double checkpoint = 0;
 };
 
-LayerTensorsSaved SavedTensorsOf(const std::vector<Op>& ops) {
+LayerTensorsSaved SavedTensorsOf(const std::vector<Op>& ops, double checkpoint) {
   LayerTensorsSaved t;
+  t.checkpoint = checkpoint;
   for (const Op& o : ops) {
     if (o.pass != Pass::kForward || o.saved_bytes <= 0) continue;
     // The unfused attention dropout keeps two tensors: its 1-byte mask and its 16-bit output,
@@ -114,11 +117,11 @@ class Replayer {
   Replayer(const CostModel& cm, const ParallelConfig& c, int stage, double capacity)
       : cm_(cm), c_(c), alloc_(capacity), chunks_(cm.chunks.at(static_cast<std::size_t>(stage))),
         lazy_(LazyGradientsOf(c)), gather_bytes_(ReplaysZero3Gathers(c) ? Zero3GatheredLayerBytes(cm, c.param_gather_bytes, stage) : 0) {
-    dense_ = SavedTensorsOf(cm.layer_ops);
-    moe_ = SavedTensorsOf(cm.moe_layer_ops);
-    bf16_ = SavedTensorsOf(cm.bf16_layer_ops.empty() ? cm.layer_ops : cm.bf16_layer_ops);
-    embedding_ = SavedTensorsOf(cm.embedding_ops);
-    output_ = SavedTensorsOf(cm.output_ops);
+    dense_ = SavedTensorsOf(cm.layer_ops, cm.layer_checkpoint_bytes);
+    moe_ = SavedTensorsOf(cm.moe_layer_ops, cm.moe_layer_checkpoint_bytes);
+    bf16_ = cm.bf16_layer_ops.empty() ? dense_ : SavedTensorsOf(cm.bf16_layer_ops, cm.bf16_layer_checkpoint_bytes);
+    embedding_ = SavedTensorsOf(cm.embedding_ops, 0.0);
+    output_ = SavedTensorsOf(cm.output_ops, 0.0);
   }
 
   CachingAllocatorModel& allocator() { return alloc_; }
@@ -312,8 +315,7 @@ class Replayer {
 
   void LayerForward(const LayerTensorsSaved& t, std::vector<int>* keep) {
     const bool full = c_.recompute == Recompute::kFull;
-    const bool checkpointed = cm_.layer_checkpoint_bytes > 0;
-    if (checkpointed) keep->push_back(Alloc(cm_.layer_checkpoint_bytes));  // the checkpointed input (and kept outputs)
+    if (t.checkpoint > 0) keep->push_back(Alloc(t.checkpoint));  // the checkpointed input (and kept outputs)
     int prev = -1;  // a dropped tensor, freed once the next one is made
     for (std::size_t j = 0; j < t.bytes.size(); ++j) {
       if (full || t.rebuilt[j]) {
@@ -335,7 +337,7 @@ class Replayer {
     std::size_t kept = 0;
     for (std::size_t j = 0; j < t.bytes.size(); ++j) kept += (full || t.rebuilt[j]) ? 0 : 1;
     std::size_t pos = *next - kept;
-    const bool checkpointed = cm_.layer_checkpoint_bytes > 0;
+    const bool checkpointed = t.checkpoint > 0;
     const int checkpoint = checkpointed ? keep[pos - 1] : -1;
     for (std::size_t j = 0; j < t.bytes.size(); ++j) {
       live[j] = (full || t.rebuilt[j]) ? Alloc(t.bytes[j]) : keep[pos++];

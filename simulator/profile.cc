@@ -372,6 +372,14 @@ HardwareProfile WithAttentionKernel(HardwareProfile p, const std::string& arch, 
                    ", expected " + allowed + ": rates are known for FA2 on Ampere and Hopper and FA3 on Hopper");
 }
 
+HardwareProfile WithPyTorchAttention(HardwareProfile p, const std::string& arch) {
+  if (p.kind != "default" || arch != "hopper" || p.attention_kernel != "default") return p;
+  p = WithAttentionKernel(std::move(p), arch, "fa2");
+  p.adjustments.back() += ": PyTorch's SDPA flash kernel under --optimizer fsdp (--attention-kernel fa3 for Transformer "
+                          "Engine's or cuDNN's attention)";
+  return p;
+}
+
 namespace {
 
 /// An array of [x, y] points with x > 0 increasing and y > 0: an efficiency that a duration is

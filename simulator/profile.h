@@ -209,6 +209,13 @@ const std::vector<ValidationFit>& FitsOnValidationRows();
 /// kernel without known rates on `arch`.
 HardwareProfile WithAttentionKernel(HardwareProfile profile, const std::string& arch,
                                     const std::string& kernel);
+/// The profile a PyTorch-native run attends with (torchtitan's, PyTorch FSDP's: --optimizer
+/// fsdp): PyTorch's scaled-dot-product attention runs its flash backend, FlashAttention-2's
+/// kernels (aten/src/ATen/native/transformers/cuda/flash_attn), so on Hopper the built-in
+/// profile's FA3 rates become FA2's (WithAttentionKernel "fa2"), said in an adjustment line.
+/// Unchanged for a measured profile, a profile whose kernel was already chosen, or another
+/// architecture.
+HardwareProfile WithPyTorchAttention(HardwareProfile profile, const std::string& arch);
 /// The profile with a GEMM rate for `precision`: unchanged when it has one; else, for a GPU that
 /// runs the precision, the built-in default's rate for `cl` (its dense peak and maximum
 /// efficiency), said in an adjustment line (a calibration that timed bf16 GEMMs only still

@@ -142,7 +142,11 @@ TEST(RunLog, ValidatePredictsWhatSimulateDoesForTheLoggedConfiguration) {
   const ValidationRow& t = rep.rows[1];
   ASSERT_FALSE(t.skipped) << t.skip_reason;
   EXPECT_TRUE(t.step_time_derived);
-  const SimulationResult tw = Simulate(runs[1].model, runs[1].config, cl, 8, prof);
+  // torchtitan attends with PyTorch's SDPA: FlashAttention-2's rates on Hopper, said.
+  const SimulationResult tw = Simulate(runs[1].model, runs[1].config, cl, 8, WithPyTorchAttention(prof, "hopper"));
+  EXPECT_NE(std::find(t.assumptions.begin(), t.assumptions.end(),
+                      "FlashAttention-2's attention rates on Hopper (PyTorch's SDPA flash kernel)"),
+            t.assumptions.end());
   // Reserved only: compared with the predicted reserved figure, not the allocated peak.
   EXPECT_TRUE(t.memory_is_reserved);
   EXPECT_DOUBLE_EQ(*t.memory_error, tw.peak_reserved_bytes / *runs[1].max_reserved_bytes - 1.0);
