@@ -108,8 +108,10 @@ PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl
     ParallelConfig any = o.base;
     any.zero_stage = *std::max_element(o.zero_stages.begin(), o.zero_stages.end());
     if (any.fp8_param_gather && any.zero_stage < 1) {
-      throw InputError("command line: --fp8-param-gather: given with --zero-stages 0 only, expected a ZeRO stage of 1 "
-                       "or more among them (the parameters are gathered in FP8 by the distributed optimizer or FSDP)");
+      throw InputError(std::string("command line: --fp8-param-gather: given with ") +
+                       (o.fixed.count("zero") ? "--fix zero=0" : "--zero-stages 0 only") +
+                       ", expected a ZeRO stage of 1 or more (the parameters are gathered in FP8 by the distributed "
+                       "optimizer or FSDP)");
     }
     RequirePrecision(cl.gpu, any, "command line");
   }
@@ -220,8 +222,10 @@ void RunPlanCommand(const PlanArgs& a) {
   const Model m = LoadModel(a.model, "--model");
   const Cluster cl = LoadCluster(a.cluster, "--cluster");
   PlanOptions o = PlanOptionsFrom(a, m, cl);
-  const HardwareProfile prof =
+  HardwareProfile prof =
       WithGemmRateFor(a.profile.empty() ? DefaultProfile(cl) : LoadProfile(a.profile), cl, o.base.precision);
+  // Every candidate of --optimizer fsdp is a PyTorch-native (torchtitan) run: PyTorch's attention.
+  if (o.optimizer_impl == OptimizerImpl::kTorchFsdp) prof = WithPyTorchAttention(std::move(prof), cl.gpu.arch);
   if (!a.profile.empty()) WarnIfProfileIsAnotherMachine(prof, a.profile, cl, o.gpus);
   const auto t0 = std::chrono::steady_clock::now();
   o.progress = ProgressBar(::isatty(2) != 0 && !a.json, t0);
@@ -244,7 +248,8 @@ void RunPlanCommand(const PlanArgs& a) {
   const std::optional<LaunchConfig> launch =
       recommended ? EmitIfAsked(a.emit, m, recommended->config, cl, o.gpus, recommended->result) : std::nullopt;
   const PlanView view{m, cl, o, r, recommended, RankOf(r, recommended),
-                      a.profile.empty() ? "built-in default" : a.profile};
+                      (a.profile.empty() ? std::string("built-in default") : a.profile) +
+                          (prof.adjustments.empty() ? std::string() : "; adjusted: " + Join(prof.adjustments, "; "))};
   const std::vector<PlanStraggler> stragglers =
       straggler ? RunStragglers(m, cl, prof, o, r, a.straggler, a.straggler_nic) : std::vector<PlanStraggler>{};
   const PlanRun run{a, m, cl, prof, o, r, view, hw, r_changed, launch, stragglers, straggler};

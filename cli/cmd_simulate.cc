@@ -474,7 +474,9 @@ std::string KernelFlags(const ParallelConfig& c) {
   if (c.tp_comm_overlap) f += " --tp-comm-overlap";
   if (c.cross_entropy == CrossEntropyImpl::kNative) f += " --cross-entropy-loss-fusion";
   if (c.cross_entropy == CrossEntropyImpl::kTe) f += " --cross-entropy-loss-fusion --cross-entropy-fusion-impl te";
-  if (c.cross_entropy == CrossEntropyImpl::kFlashAttn || c.cross_entropy == CrossEntropyImpl::kTorch) {
+  // --optimizer fsdp takes PyTorch's loss unless --cross-entropy says: the unfused one is written.
+  if (c.cross_entropy == CrossEntropyImpl::kFlashAttn || c.cross_entropy == CrossEntropyImpl::kTorch ||
+      (c.cross_entropy == CrossEntropyImpl::kUnfused && c.optimizer_impl == OptimizerImpl::kTorchFsdp)) {
     f += fmt::format(" --cross-entropy {}", ToString(c.cross_entropy));
   }
   return f;
@@ -996,7 +998,7 @@ void RegisterSimulate(CLI::App& app) {
   cmd->add_option("--attention-kernel", a->attention_kernel,
                   "attention kernel of a built-in profile: fa2 on Hopper uses FlashAttention-2's rates (0.28/0.27 of "
                   "peak) instead of FA3's (also over a measured --profile's); fa2 on Ampere and fa3 on Hopper are the "
-                  "built-in defaults; exit 2 on other GPUs")
+                  "built-in defaults, fa2 with --optimizer fsdp (PyTorch's SDPA); exit 2 on other GPUs")
       ->transform(CLI::IsMember({"default", "fa2", "fa3"}, CLI::ignore_case));
   cmd->add_option("--trace", a->trace, "write a Chrome trace JSON (opens in Perfetto)")->check(OutputFile());
   cmd->add_option("--allocator-trace", a->allocator_trace,

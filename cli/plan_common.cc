@@ -475,7 +475,8 @@ void AddSearchOptimizerOptions(CLI::App* cmd, std::string* zero, OptimizerArgs* 
                   "BF16_Optimizer, fp32 gradient buffer) | fsdp (PyTorch FSDP2 as torchtitan runs it: ZeRO-3 (or 2) "
                   "without a pipeline, FSDP2 kept through the schedule, ZeRO-1's reading, with one, DDP as the sole "
                   "parallelism; fp32 parameter shards as the master, sequence parallelism with TP, torchtitan's "
-                  "pipeline split)")
+                  "pipeline split, selective recompute as its per-op checkpointing, PyTorch's loss unless given, "
+                  "FlashAttention-2's rates on Hopper)")
       ->transform(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16", "fsdp"}, CLI::ignore_case));
   cmd->add_option("--zero3-impl", opt->zero3_impl,
                   "how ZeRO-3 plans gather and reduce: per-layer (FSDP; the default with --optimizer megatron) | "

@@ -79,10 +79,13 @@ CapacityRow EvaluateOption(const Model& m, const CapacityOption& opt, const Clus
   const PlanOptions po = PlanOptionsFor(o, opt.gpus, row.price_usd_per_gpu_hour);
   const auto measured = o.profiles.find(opt.cluster);
   if (measured != o.profiles.end()) row.profile = measured->second.first;
-  const HardwareProfile prof = WithGemmRateFor(measured != o.profiles.end() ? measured->second.second : DefaultProfile(cl),
-                                               cl, po.base.precision);
+  HardwareProfile prof = WithGemmRateFor(measured != o.profiles.end() ? measured->second.second : DefaultProfile(cl),
+                                         cl, po.base.precision);
+  // Every candidate of --optimizer fsdp is a PyTorch-native (torchtitan) run: PyTorch's attention.
+  if (po.optimizer_impl == OptimizerImpl::kTorchFsdp) prof = WithPyTorchAttention(std::move(prof), cl.gpu.arch);
   if (measured == o.profiles.end()) {
     row.profile_estimates = prof.Estimates(po.flash_attention && cl.gpu.HasFlashAttention(), po.base.precision);
+    row.profile_estimates.insert(row.profile_estimates.end(), prof.adjustments.begin(), prof.adjustments.end());
   }
   if (!cl.gpu.Runs(po.base.precision)) {
     // Another option's GPU may run it: this one is a row with the reason, not an error.

@@ -1025,10 +1025,6 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
                    const PlanOptions& o) {
   const double price = PlanPrice(o, cl);
   CheckPlanOptions(cl, o, price);
-  // Every candidate of --optimizer fsdp is a PyTorch-native (torchtitan) run.
-  if (o.optimizer_impl == OptimizerImpl::kTorchFsdp) {
-    return PlanSearch(m, cl, WithPyTorchAttention(prof, cl.gpu.arch), o, price).Run();
-  }
   return PlanSearch(m, cl, prof, o, price).Run();
 }
 

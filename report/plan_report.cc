@@ -193,6 +193,10 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
   out << fmt::format("Plan for {} on {} x {} ({}), global batch {}, seq {}, objective {}\n", v.m.name, o.gpus,
                      v.cl.gpu.display_name, v.cl.name, o.global_batch_size, o.seq_length, ToString(o.objective));
   out << SearchOptimizerLine(o);
+  // The profile's adjustments for the search (PyTorch's attention under --optimizer fsdp).
+  if (const auto at = v.profile.find("; adjusted: "); at != std::string::npos) {
+    out << "Profile adjusted: " << v.profile.substr(at + 12) << "\n";
+  }
   out << PartialNodeLine(o.gpus, v.cl.gpus_per_node);
   out << FixedBeyondLimitsLine(o, v.cl);
   std::size_t set_aside = 0;

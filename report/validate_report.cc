@@ -192,6 +192,17 @@ void WriteConfigurationLine(std::ostream& out, const Json& cfg) {
   out << line << "\n";
 }
 
+/// The --attention-kernel that makes simulate attend as the row did: the kernel the row's
+/// profile switched to, or fa3 where simulate would switch a PyTorch FSDP run on Hopper to FA2
+/// (WithPyTorchAttention) and the row kept the built-in FA3 (Transformer Engine's attention).
+std::string AttentionKernelFlag(const HardwareProfile& p, const ParallelConfig& c, const Cluster& cl) {
+  if (p.attention_kernel != "default") return " --attention-kernel " + p.attention_kernel;
+  if (c.optimizer_impl == OptimizerImpl::kTorchFsdp && cl.gpu.arch == "hopper" && p.kind == "default") {
+    return " --attention-kernel fa3";
+  }
+  return "";
+}
+
 }  // namespace
 
 void WriteExplainedRow(std::ostream& out, const ValidationRow& r, const ExplainedRow& e, const std::string& runs,
@@ -212,9 +223,7 @@ void WriteExplainedRow(std::ostream& out, const ValidationRow& r, const Explaine
   out << fmt::format("\n  the same from simulate{}:\n    shardcast simulate --model {} --cluster {} {}\n",
                      cmd.model_written ? "" : " (MODEL.json: add --write-model MODEL.json to write the row's model)",
                      cmd.model_file, e.cluster.name,
-                     cmd.flags + (e.profile.attention_kernel != "default"
-                                      ? " --attention-kernel " + e.profile.attention_kernel
-                                      : ""));
+                     cmd.flags + AttentionKernelFlag(e.profile, r.config, e.cluster));
   for (const auto& u : cmd.unexpressed) out << "    (not reproduced: " << u << ")\n";
   out << "\n";
   WriteSimulation(out, e.result, e.model, r.config, e.cluster, r.gpus, e.profile);

@@ -272,5 +272,29 @@ TEST(TorchFsdp, Fp8AllGatherPlansAndTheirLaunch) {
   EXPECT_NE(lo.text.find("flavor = \"" + other.name + "\""), std::string::npos);
 }
 
+// simulate's flags for a configuration (the plans' and validate's "the same from simulate"
+// commands) give it back, with --optimizer fsdp's defaults in play: an unfused loss is written
+// (fsdp defaults to PyTorch's), and so is the per-op policy.
+TEST(TorchFsdp, SimulateFlagsGiveTheConfigurationBack) {
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  for (const char* flags : {"--mbs 1 --gbs 8 --zero 3 --optimizer fsdp --cross-entropy unfused",
+                            "--mbs 1 --gbs 8 --zero 3 --optimizer fsdp --selective-ac-option op",
+                            "--mbs 2 --gbs 16 --zero 3 --optimizer fsdp --precision fp8 --fp8-recipe tensorwise "
+                            "--fp8-param-gather --selective-ac-option op --cross-entropy native"}) {
+    const ParallelConfig c = OpSacConfig(flags);
+    std::vector<std::string> unexpressed;
+    const std::string written = cli::SimulateFlags(c, m, 8, &unexpressed);
+    EXPECT_TRUE(unexpressed.empty()) << flags;
+    CLI::App app;
+    cli::SimulateArgs a;
+    cli::AddConfigOptions(&app, &a);
+    app.parse(written, false);
+    const ParallelConfig back = cli::BuildConfig(a, m, 8);
+    EXPECT_EQ(ResultToJson(SimulationResult{}, m, back, cl, 8)["config"], ResultToJson(SimulationResult{}, m, c, cl, 8)["config"])
+        << flags << " -> " << written;
+  }
+}
+
 }  // namespace
 }  // namespace shardcast
