@@ -384,8 +384,9 @@ std::string WriteRecommendation(std::ostream& out, const PlanView& v) {
 std::string WritePlanText(std::ostream& out, const PlanView& v, double elapsed) {
   WriteCandidateCounts(out, v, elapsed);
   if (v.r.plans.empty()) {
-    out << (v.r.at_risk_excluded > 0 ? "\nNo candidate fits without being at risk of running out of memory.\n"
-                                     : "\nNo candidate fits.\n");
+    out << (v.r.candidates_generated == 0 ? "\nNo candidate was generated: every choice is under \"Not generated\".\n"
+            : v.r.at_risk_excluded > 0    ? "\nNo candidate fits without being at risk of running out of memory.\n"
+                                          : "\nNo candidate fits.\n");
     for (const auto& s : v.r.advice) out << "  - " << s << "\n";
     return "";
   }

@@ -943,13 +943,13 @@ class LayerBuilder {
   /// torchao's float8 linears reach the policy as aten.mm (the checkpoint's dispatch mode runs
   /// before the float8 tensor's own handler), so the rule holds in fp8. The recompute stops
   /// once the backward has what it needs (PyTorch's early stop): the down projection (w2 is
-  /// kept; an ungated fc2's output is not needed), its reduction and the last residual add do
-  /// not rerun. Norms, activations, casts, the first residual add and the all-gathers (or the
+  /// kept; an ungated fc2's output is not needed), the cast of its input, its reduction and the
+  /// last residual add do not rerun. Norms, activations, casts, the first residual add and the all-gathers (or the
   /// attention's all-reduce) rerun, as does the unfused attention core.
   double TorchOpRecomputedShare(const Op& o) const {
     if (RecomputeModuleOf(o.name) == kRecomputeCoreAttn) return c.flash_attention ? 0.0 : 1.0;
-    if (o.name == "mlp_down" || o.name == "tp_reduce_scatter_mlp" || o.name == "tp_all_reduce_mlp" ||
-        o.name == "residual_mlp" || o.name == "dropout_residual_mlp") {
+    if (o.name == "mlp_down_input_quantize" || o.name == "mlp_down" || o.name == "tp_reduce_scatter_mlp" ||
+        o.name == "tp_all_reduce_mlp" || o.name == "residual_mlp" || o.name == "dropout_residual_mlp") {
       return 0.0;
     }
     if (o.kind == OpKind::kCollective) return o.collective == rs ? 0.0 : 1.0;

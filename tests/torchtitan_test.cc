@@ -113,6 +113,9 @@ TEST(TorchOpCheckpointing, Float8LinearsFollowTheSameRule) {
   ASSERT_NE(OpSacFind(cm.layer_ops, "mlp_up_recompute"), nullptr);
   EXPECT_DOUBLE_EQ(OpSacFind(cm.layer_ops, "mlp_up_recompute")->n, f);
   EXPECT_EQ(OpSacFind(cm.layer_ops, "mlp_down_recompute"), nullptr);
+  // wo's input cast reruns with it; w2's does not (nothing after the activation is needed).
+  EXPECT_NE(OpSacFind(cm.layer_ops, "attn_out_proj_input_quantize_recompute"), nullptr);
+  EXPECT_EQ(OpSacFind(cm.layer_ops, "mlp_down_input_quantize_recompute"), nullptr);
   const double kept = eb * T * (a * d + g * d + f + h) + 4 * T * a;
   EXPECT_NEAR(cm.layer_checkpoint_bytes, kept + eb * T * a * d, 1e-9 * kept);
   EXPECT_NEAR(cm.layer_saved_bytes, kept + eb * T * (a * d + h), 1e-9 * kept);
@@ -207,6 +210,12 @@ TEST(TorchOpCheckpointing, TorchtitanLogsAndPlansUseIt) {
   EXPECT_GT(rm["(recompute) choices: with --optimizer fsdp selective recompute is torchtitan's per-op checkpointing, "
                "modelled for dense layers with MHA/GQA attention and unbiased linear layers"],
             0u);
+  // With nothing generated, plan says so rather than "nothing fits".
+  const auto none = testing::RunShardcast("plan --model mixtral-8x7b --cluster dgx-h100 --gpus 8 --gbs 16 --optimizer fsdp "
+                                          "--recompute selective");
+  EXPECT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(none.out.find("No candidate was generated: every choice is under \"Not generated\"."), std::string::npos)
+      << none.out;
 }
 
 // PyTorch's scaled-dot-product attention runs FlashAttention-2's kernels: --optimizer fsdp on
