@@ -248,8 +248,7 @@ void RunPlanCommand(const PlanArgs& a) {
   const std::optional<LaunchConfig> launch =
       recommended ? EmitIfAsked(a.emit, m, recommended->config, cl, o.gpus, recommended->result) : std::nullopt;
   const PlanView view{m, cl, o, r, recommended, RankOf(r, recommended),
-                      (a.profile.empty() ? std::string("built-in default") : a.profile) +
-                          (prof.adjustments.empty() ? std::string() : "; adjusted: " + Join(prof.adjustments, "; "))};
+                      a.profile.empty() ? "built-in default" : a.profile, prof.adjustments};
   const std::vector<PlanStraggler> stragglers =
       straggler ? RunStragglers(m, cl, prof, o, r, a.straggler, a.straggler_nic) : std::vector<PlanStraggler>{};
   const PlanRun run{a, m, cl, prof, o, r, view, hw, r_changed, launch, stragglers, straggler};

@@ -354,7 +354,23 @@ bool TorchFsdpRuns(const Layout& l, int z, std::int64_t ep, std::int64_t etp, st
 /// forward more: it loses to no recompute. For MoE models the selective candidate is the experts'
 /// activation and the norms (moe_act, layernorm; with MLA its up projections too), Megatron-Core's
 /// cheap MoE choice (Megatron-DeepSpeed has no such modules: its selective recompute is the core's).
-bool RecomputeChoice(const Model& m, const PlanOptions& o, Recompute rc, unsigned* modules) {
+/// With --optimizer fsdp selective recompute is torchtitan's per-op checkpointing, where it is
+/// modelled; what is left out is counted in `rejected`.
+bool RecomputeChoice(const Model& m, const PlanOptions& o, Recompute rc, unsigned* modules,
+                     std::map<std::string, std::size_t>* rejected) {
+  if (o.optimizer_impl == OptimizerImpl::kTorchFsdp && rc == Recompute::kSelective) {
+    if (!TorchOpCheckpointingUnmodelled(m).empty()) {
+      ++(*rejected)["(recompute) choices: with --optimizer fsdp selective recompute is torchtitan's per-op "
+                    "checkpointing, modelled for dense layers with MHA/GQA attention and unbiased linear layers"];
+      return false;
+    }
+    if (o.base.offload_modules != 0) {
+      ++(*rejected)["(recompute) choices: torchtitan's per-op checkpointing with --offload-modules"];
+      return false;
+    }
+    *modules = kRecomputeTorchOps;
+    return true;
+  }
   const bool deepspeed = DeepSpeedOptimizer(o.optimizer_impl);
   const bool moe_modules = m.moe.enabled() && !deepspeed;
   if (rc == Recompute::kSelective && o.flash_attention && !moe_modules &&
@@ -381,21 +397,7 @@ void AddLayoutCandidates(const Model& m, const Cluster& cl, const PlanOptions& o
   }
   for (Recompute rc : o.recomputes) {
     unsigned modules = 0;
-    if (fsdp && rc == Recompute::kSelective) {
-      // torchtitan's selective recompute is its per-op policy (selective_ac_option = "op").
-      if (!TorchOpCheckpointingUnmodelled(m).empty()) {
-        ++(*rejected)["(recompute) choices: with --optimizer fsdp selective recompute is torchtitan's per-op "
-                      "checkpointing, modelled for dense layers with MHA/GQA attention and unbiased linear layers"];
-        continue;
-      }
-      if (o.base.offload_modules != 0) {
-        ++(*rejected)["(recompute) choices: torchtitan's per-op checkpointing with --offload-modules"];
-        continue;
-      }
-      modules = kRecomputeTorchOps;
-    } else if (!RecomputeChoice(m, o, rc, &modules)) {
-      continue;
-    }
+    if (!RecomputeChoice(m, o, rc, &modules, rejected)) continue;
     // (sp, tp comm overlap): the overlap needs sequence parallelism.
     // torchtitan's tensor parallelism always shards the sequence (its async TP is the overlap).
     const std::vector<std::pair<bool, bool>> sp_choices =

@@ -1252,10 +1252,9 @@ ValidationReport ValidateLoggedRuns(const std::vector<LoggedRun>& runs, const Cl
       row.memory_is_reserved = true;
     }
     // torchtitan attends with PyTorch's SDPA (FlashAttention-2's kernels on Hopper).
-    HardwareProfile run_profile = profile;
-    if (run.format == "torchtitan" && run.config.flash_attention && cluster.gpu.arch == "hopper" &&
-        profile.kind == "default") {
-      run_profile = WithPyTorchAttention(profile, cluster.gpu.arch);
+    const HardwareProfile run_profile =
+        run.format == "torchtitan" && run.config.flash_attention ? WithPyTorchAttention(profile, cluster.gpu.arch) : profile;
+    if (run_profile.attention_kernel != profile.attention_kernel) {
       row.assumptions.push_back("FlashAttention-2's attention rates on Hopper (PyTorch's SDPA flash kernel)");
     }
     SimulationResult res;

@@ -120,7 +120,7 @@ Json PlanJson(const PlanView& v) {
   Json j;
   j["model"] = v.m.name;
   j["cluster"] = v.cl.name;
-  j["profile"] = v.profile;
+  j["profile"] = v.profile + (v.profile_adjustments.empty() ? "" : "; adjusted: " + Join(v.profile_adjustments, "; "));
   j["gpus"] = o.gpus;
   j["global_batch_size"] = o.global_batch_size;
   j["objective"] = ToString(o.objective);
@@ -194,9 +194,7 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
                      v.cl.gpu.display_name, v.cl.name, o.global_batch_size, o.seq_length, ToString(o.objective));
   out << SearchOptimizerLine(o);
   // The profile's adjustments for the search (PyTorch's attention under --optimizer fsdp).
-  if (const auto at = v.profile.find("; adjusted: "); at != std::string::npos) {
-    out << "Profile adjusted: " << v.profile.substr(at + 12) << "\n";
-  }
+  for (const std::string& adj : v.profile_adjustments) out << "Profile adjusted: " << adj << "\n";
   out << PartialNodeLine(o.gpus, v.cl.gpus_per_node);
   out << FixedBeyondLimitsLine(o, v.cl);
   std::size_t set_aside = 0;

@@ -23,6 +23,8 @@ struct PlanView {
   const Plan* recommended;       ///< RecommendedPlan(r)
   std::size_t recommended_rank;  ///< RankOf(r, recommended): 0 when not in the table
   std::string profile;           ///< "built-in default" or the profile's path
+  /// The profile's in-memory adjustments for the search (HardwareProfile::adjustments).
+  std::vector<std::string> profile_adjustments = {};
 };
 
 /// The plan a result recommends: the best not at risk of running out of memory (found even below

@@ -197,10 +197,8 @@ void WriteConfigurationLine(std::ostream& out, const Json& cfg) {
 /// (WithPyTorchAttention) and the row kept the built-in FA3 (Transformer Engine's attention).
 std::string AttentionKernelFlag(const HardwareProfile& p, const ParallelConfig& c, const Cluster& cl) {
   if (p.attention_kernel != "default") return " --attention-kernel " + p.attention_kernel;
-  if (c.optimizer_impl == OptimizerImpl::kTorchFsdp && cl.gpu.arch == "hopper" && p.kind == "default") {
-    return " --attention-kernel fa3";
-  }
-  return "";
+  const bool simulate_switches = WithPyTorchAttention(p, cl.gpu.arch).attention_kernel != p.attention_kernel;
+  return c.optimizer_impl == OptimizerImpl::kTorchFsdp && simulate_switches ? " --attention-kernel fa3" : "";
 }
 
 }  // namespace
