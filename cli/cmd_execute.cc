@@ -30,11 +30,17 @@ struct ExecuteArgs {
 /// InputError for a configuration execute does not run (simulate and plan predict it): blocking
 /// pipeline transfers, precisions below 16 bits, TP communication overlap, context parallelism,
 /// hybrid sharding, ZeRO-3 (FSDP's or DeepSpeed's parameter gathers), the MoE token exchange
-/// overlapped with another micro-batch's pass, torchtitan's per-op selective checkpointing.
+/// overlapped with another micro-batch's pass, torchtitan's per-op selective checkpointing,
+/// partial recompute (some layers only).
 void RefuseWhatExecuteDoesNotRun(const ParallelConfig& c, const SimulateArgs& a) {
   if (c.TorchOpCheckpointing()) {
     throw InputError("command line: --selective-ac-option op: not executed (execute reruns whole modules, not "
                      "parts of GEMMs); simulate and plan model torchtitan's per-op checkpointing");
+  }
+  if (c.PartialRecompute()) {
+    throw InputError(std::string("command line: ") +
+                     (c.recompute_block_layers >= 0 ? "--recompute-method block" : "--selective-ac-option") +
+                     ": not executed (execute recomputes every layer or none); simulate models partial recompute");
   }
   if (c.moe_a2a_overlap) {
     throw InputError("command line: --overlap-moe-expert-parallel-comm: not executed (execute runs each token "

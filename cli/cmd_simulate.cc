@@ -170,6 +170,50 @@ static void ApplyZeroKnobs(const SimulateArgs& a, ParallelConfig* c) {
 
 namespace {
 
+/// Partial recompute's combinations the cost model does not build (exit 2).
+void CheckPartialRecompute(const ParallelConfig& c) {
+  if (!c.PartialRecompute()) return;
+  const std::string where = c.recompute_block_layers >= 0 ? "command line: --recompute-method block"
+                                                           : "command line: --selective-ac-option";
+  if (c.bf16_layers_start + c.bf16_layers_end > 0) {
+    throw InputError(where + ": given with --first-last-layers-bf16, expected one of them (partial recompute of "
+                     "layers kept in bf16 is not modelled)");
+  }
+  if (c.deepspeed_zero3() || c.deepspeed2021_zero3()) {
+    throw InputError(where + ": given with DeepSpeed's ZeRO-3 (--zero3-impl " + ToString(c.zero3_impl) +
+                     "), expected --zero3-impl per-layer (DeepSpeed's gather plan assumes every layer alike)");
+  }
+  if (c.offload_modules != 0) {
+    throw InputError(where + ": given with --offload-modules, expected one of them (offloading beside partial "
+                     "recompute is not modelled)");
+  }
+}
+
+/// Megatron-LM's --recompute-method and --recompute-num-layers into `c` (full recompute only;
+/// uniform groups of more than one layer are not modelled).
+void ApplyRecomputeMethodArgs(const SimulateArgs& a, ParallelConfig* c) {
+  if (a.recompute_method.empty()) {
+    if (a.recompute_num_layers >= 0) {
+      throw InputError(fmt::format("command line: --recompute-num-layers: got {} without --recompute-method, expected "
+                                   "--recompute-method block (the first N layers of each pipeline chunk) or uniform",
+                                   a.recompute_num_layers));
+    }
+    return;
+  }
+  if (c->recompute != Recompute::kFull) {
+    throw InputError(std::string("command line: --recompute-method: given with --recompute ") + ToString(c->recompute) +
+                     ", expected --recompute full (Megatron-LM's --recompute-granularity full)");
+  }
+  const std::int64_t n = a.recompute_num_layers >= 0 ? a.recompute_num_layers : 1;  // Megatron-LM's default 1
+  if (a.recompute_method == "block") {
+    c->recompute_block_layers = n;
+  } else if (n != 1) {
+    throw InputError(fmt::format("command line: --recompute-num-layers: got {} with --recompute-method uniform, "
+                                 "expected 1 (checkpointing groups of layers as one is not modelled; block recomputes "
+                                 "the first N layers of each chunk)", n));
+  }
+}
+
 /// --recompute / --recompute-granularity / --recompute-modules into `c` (exit 2 when they disagree).
 void ApplyRecomputeArgs(const SimulateArgs& a, const Model& m, ParallelConfig* c) {
   if (!a.recompute_granularity.empty() && !a.recompute.empty() && a.recompute != "none" &&
@@ -189,19 +233,28 @@ void ApplyRecomputeArgs(const SimulateArgs& a, const Model& m, ParallelConfig* c
     c->recompute_modules = ParseRecomputeModules(a.recompute_modules, "command line: --recompute-modules");
     RequireRecomputeModules(m, c->recompute_modules, "command line: --recompute-modules");
   }
+  ApplyRecomputeMethodArgs(a, c);
   if (a.selective_ac_option.empty()) return;
   const std::string where = "command line: --selective-ac-option";
-  if (a.selective_ac_option != "op") {
-    throw InputError(where + ": got \"" + a.selective_ac_option + "\", expected op (torchtitan's layer-frequency " +
-                     "option, checkpointing every N-th block, is not modelled: --recompute full checkpoints every block)");
+  const bool digits = a.selective_ac_option.find_first_not_of("0123456789") == std::string::npos;
+  if (a.selective_ac_option != "op" && !(digits && a.selective_ac_option.size() <= 6)) {
+    throw InputError(where + ": got \"" + a.selective_ac_option + "\", expected op or a layer frequency N "
+                     "(0 to 999999; torchtitan's activation_checkpoint.selective_ac_option)");
   }
-  if (!a.recompute_modules.empty()) {
-    throw InputError(where + ": given with --recompute-modules, expected one of them (torchtitan's per-op policy or "
-                     "Megatron-Core's modules)");
+  if (!a.recompute_modules.empty() || !a.recompute_method.empty()) {
+    throw InputError(where + ": given with " + (a.recompute_method.empty() ? "--recompute-modules" : "--recompute-method") +
+                     ", expected one of them (torchtitan's policies or Megatron-LM's)");
   }
   if (c->recompute == Recompute::kFull || (a.recompute_granularity.empty() && a.recompute == "none")) {
     throw InputError(where + ": given with " + (a.recompute_granularity.empty() ? "--recompute" : "--recompute-granularity") +
                      " " + rc + ", expected selective (torchtitan's activation_checkpoint.mode = \"selective\")");
+  }
+  if (digits) {
+    // torchtitan's layer-frequency option: whole blocks checkpointed (0: every block).
+    c->recompute = Recompute::kFull;
+    c->recompute_layer_interval = std::stoll(a.selective_ac_option);
+    if (c->recompute_layer_interval == 1) c->recompute_layer_interval = 0;  // every block: full recompute
+    return;
   }
   c->recompute = Recompute::kSelective;
   c->recompute_modules = kRecomputeTorchOps;
@@ -408,6 +461,7 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   if (c.optimizer_impl == OptimizerImpl::kTorchFsdp && a.cross_entropy.empty() && !a.ce_fusion) {
     c.cross_entropy = CrossEntropyImpl::kTorch;
   }
+  CheckPartialRecompute(c);
   return c;
 }
 
@@ -452,9 +506,15 @@ std::string GridFlags(const ParallelConfig& c, const Model& m, std::int64_t gpus
 /// schedule, precision, fused kernels, the overlap switches and the cross-entropy implementation.
 std::string KernelFlags(const ParallelConfig& c) {
   std::string f;
-  if (c.recompute != Recompute::kNone) f += fmt::format(" --recompute {}", ToString(c.recompute));
+  // torchtitan's layer frequency implies its recompute (and is refused beside --recompute full).
+  const bool torch_layers = c.PartialRecompute() && c.recompute_layer_interval > 0;
+  if (c.recompute != Recompute::kNone && !torch_layers) f += fmt::format(" --recompute {}", ToString(c.recompute));
   if (c.TorchOpCheckpointing()) {
     f += " --selective-ac-option op";
+  } else if (torch_layers) {
+    f += fmt::format(" --selective-ac-option {}", c.recompute_layer_interval);
+  } else if (c.PartialRecompute()) {
+    f += fmt::format(" --recompute-method block --recompute-num-layers {}", c.recompute_block_layers);
   } else if (c.recompute == Recompute::kSelective && c.recompute_modules != kRecomputeCoreAttn) {
     f += " --recompute-modules " + RecomputeModulesArgs(c.recompute_modules);
   }
@@ -855,8 +915,16 @@ void AddRecomputeAndShardingOptions(CLI::App* cmd, SimulateArgs* a) {
       ->expected(1, 7);
   cmd->add_option("--selective-ac-option", a->selective_ac_option,
                   "torchtitan's activation_checkpoint.selective_ac_option: op (per-op selective checkpointing: keeps "
-                  "the outputs of every other matmul and of attention, reruns the rest; dense models); implies "
-                  "--recompute selective");
+                  "the outputs of every other matmul and of attention, reruns the rest; dense models) or N (every "
+                  "N-th block of a rank checkpointed whole, the others keep their activations); implies --recompute "
+                  "selective");
+  cmd->add_option("--recompute-method", a->recompute_method,
+                  "with --recompute full: block (recompute only the first --recompute-num-layers layers of each "
+                  "pipeline chunk; the rest keep their activations) or uniform (every layer; Megatron-LM's names)")
+      ->transform(CLI::IsMember({"uniform", "block"}, CLI::ignore_case));
+  cmd->add_option("--recompute-num-layers", a->recompute_num_layers,
+                  "with --recompute-method block: layers recomputed per pipeline chunk (default 1); uniform takes 1")
+      ->check(CLI::Range(static_cast<std::int64_t>(0), static_cast<std::int64_t>(1000000)));
   AddOffloadOptions(cmd, &a->offload);
   cmd->add_flag("--overlap-moe-expert-parallel-comm", a->moe_a2a_overlap,
                 "MoE: run one micro-batch's token dispatch/combine beside another's compute in the 1F1B steady state "

@@ -109,8 +109,12 @@ struct SimulateArgs {
   OptimizerArgs opt;  ///< --optimizer, --zero3-impl and DeepSpeed's buckets and stage-3 limits
   /// --recompute-modules (Megatron-Core's names; implies --recompute selective).
   std::vector<std::string> recompute_modules;
-  /// --selective-ac-option op (torchtitan's per-op selective checkpointing; empty: not given).
+  /// --selective-ac-option op|N (torchtitan's per-op selective checkpointing, or every N-th
+  /// block checkpointed; empty: not given).
   std::string selective_ac_option;
+  /// --recompute-method uniform|block and --recompute-num-layers N (Megatron-LM; empty / -1: not given).
+  std::string recompute_method;
+  std::int64_t recompute_num_layers = -1;
   OffloadArgs offload;  ///< --offload-modules, --fine-grained-activation-offloading
   /// --overlap-moe-expert-parallel-comm (--delay-wgrad-compute is accepted with it).
   bool moe_a2a_overlap = false, delay_wgrad = false;

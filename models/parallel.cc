@@ -110,6 +110,12 @@ void RequireRecomputeModules(const Model& m, unsigned modules, const std::string
   need(kRecomputeMlp, m.MoeLayersIn(0, m.num_layers) < m.num_layers, "dense MLP layers");
 }
 
+std::string ParallelConfig::PartialRecomputeName() const {
+  if (!PartialRecompute()) return {};
+  if (recompute_block_layers >= 0) return fmt::format("(first {} layers of each chunk)", recompute_block_layers);
+  return fmt::format("(one layer in every {} of a rank)", recompute_layer_interval);
+}
+
 std::string TorchOpCheckpointingUnmodelled(const Model& m) {
   if (m.moe.enabled()) return "mixture-of-experts layers";
   if (m.mla.enabled()) return "multi-head latent attention";
@@ -255,7 +261,7 @@ std::string ParallelConfig::Summary() const {
   s += fmt::format(" recompute={}{} ZeRO-{} {}", ToString(recompute),
                    recompute == Recompute::kSelective && recompute_modules != kRecomputeCoreAttn
                        ? "(" + RecomputeModulesName(recompute_modules) + ")"
-                       : std::string(),
+                       : PartialRecomputeName(),
                    zero_stage, ToString(schedule));
   if (hybrid_shard()) s += fmt::format(" HSDP(shard {} x {})", dp_shard, dp_replicas());
   if (offload_modules != 0) s += fmt::format(" offload({})", OffloadModulesName(offload_modules));
@@ -295,6 +301,8 @@ std::string ParallelConfig::Short() const {
   if (sequence_parallel) s += tp_comm_overlap ? " SP+ov" : " SP";
   if (recompute != Recompute::kNone) {
     s += recompute == Recompute::kFull ? " rc-full" : TorchOpCheckpointing() ? " rc-op" : " rc-sel";
+    if (PartialRecompute()) s += recompute_block_layers >= 0 ? fmt::format("-first{}", recompute_block_layers)
+                                                             : fmt::format("-every{}", recompute_layer_interval);
   }
   if (offload_modules != 0) s += " offload";
   if (zero_stage > 0) s += fmt::format(" Z{}", zero_stage);

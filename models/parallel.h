@@ -244,6 +244,16 @@ struct ParallelConfig {
   /// With recompute == kSelective: which modules (RecomputeModule bits; Megatron's default
   /// --recompute-modules is core_attn).
   unsigned recompute_modules = kRecomputeCoreAttn;
+  /// Partial full recompute (recompute == kFull): only some transformer layers rerun their
+  /// forward, the others keep every activation as without recompute. At most one of the two is set.
+  ///  - recompute_block_layers N >= 0: Megatron-LM's --recompute-method block
+  ///    --recompute-num-layers N (Megatron-Core TransformerBlock._checkpointed_forward): the first
+  ///    N layers of each model chunk (pipeline or virtual pipeline stage) are checkpointed.
+  ///  - recompute_layer_interval N > 0: torchtitan's activation_checkpoint.mode = "selective" with
+  ///    selective_ac_option = "N" (parallelize_llama.py, _apply_ac_to_transformer_block): a counter
+  ///    over the blocks a rank wraps, in order, checkpoints the blocks it counts to a multiple of N.
+  std::int64_t recompute_block_layers = -1;  ///< -1: not set (every layer)
+  std::int64_t recompute_layer_interval = 0;  ///< 0: not set (every layer)
   /// Megatron-Core's fine-grained activation offloading: the modules whose saved tensors go to
   /// host memory (OffloadModule bits; 0: none).
   unsigned offload_modules = 0;
@@ -395,6 +405,21 @@ struct ParallelConfig {
   std::int64_t gpus() const { return tp * cp * pp * dp; }
   /// Whether selective recompute reruns `module` (a RecomputeModule bit).
   bool Recomputes(unsigned module) const { return recompute == Recompute::kSelective && (recompute_modules & module) != 0; }
+  /// Whether only some layers rerun their forward (recompute_block_layers or recompute_layer_interval).
+  bool PartialRecompute() const {
+    return recompute == Recompute::kFull && (recompute_block_layers >= 0 || recompute_layer_interval > 0);
+  }
+  /// "(first N layers of each chunk)" / "(one layer in every N of a rank)" under partial recompute;
+  /// empty otherwise.
+  std::string PartialRecomputeName() const;
+  /// Whether full recompute covers a layer: the `index_in_chunk`-th of its model chunk and the
+  /// `index_on_rank`-th (from 0) of the layers its pipeline rank holds, counted chunk by chunk.
+  bool LayerRecomputed(std::int64_t index_in_chunk, std::int64_t index_on_rank) const {
+    if (recompute != Recompute::kFull) return false;
+    if (recompute_block_layers >= 0) return index_in_chunk < recompute_block_layers;
+    if (recompute_layer_interval > 0) return (index_on_rank + 1) % recompute_layer_interval == 0;
+    return true;
+  }
   /// Whether the recompute policy is torchtitan's per-op selective checkpointing.
   bool TorchOpCheckpointing() const { return Recomputes(kRecomputeTorchOps); }
   /// The data-parallel size with context parallelism, dp * cp: the ranks of a stage holding the

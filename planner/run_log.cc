@@ -467,9 +467,11 @@ void MegatronRecompute(const MegatronArgs& a, const Model& m, ParallelConfig* c,
     c->recompute = Recompute::kFull;
     const std::string method = a.Get("recompute_method").value_or("uniform");
     const std::int64_t n = a.Int("recompute_num_layers").value_or(1);
-    if (method != "uniform" || n != 1) {
+    if (method == "block" && n >= 0) {
+      c->recompute_block_layers = n;  // the first n layers of each chunk (simulate's --recompute-method block)
+    } else if (method != "uniform" || n != 1) {
       notes->push_back(fmt::format("recompute_method {} with recompute_num_layers {} simulated as full recompute of "
-                                   "every layer (the simulator recomputes all or none)", method, n));
+                                   "every layer (groups of layers checkpointed as one are not modelled)", method, n));
     }
   } else if (*g == "selective") {
     c->recompute = Recompute::kSelective;
@@ -493,6 +495,12 @@ void MegatronRecompute(const MegatronArgs& a, const Model& m, ParallelConfig* c,
     } catch (const InputError& e) {
       a.Fail("offload_modules", std::string("modules the simulator offloads (") + e.what() + ")");
     }
+  }
+  if (c->PartialRecompute() && c->offload_modules != 0) {
+    notes->push_back(fmt::format("recompute_method block with recompute_num_layers {} beside activation offloading "
+                                 "simulated as full recompute of every layer (the two together are not modelled)",
+                                 c->recompute_block_layers));
+    c->recompute_block_layers = -1;
   }
 }
 
@@ -984,10 +992,7 @@ void TitanCheckpointing(const Json& cfg, const std::string& where, LoggedRun* ru
     throw InputError(where + ": activation_checkpoint.selective_ac_option: got \"" + opt + "\", expected op or a positive integer");
   }
   c.recompute = Recompute::kFull;
-  if (opt != "1") {
-    run->notes.push_back("torchtitan checkpoints one layer in " + opt + "; simulated as full recompute of every layer "
-                         "(the simulator recomputes all or none)");
-  }
+  if (opt != "1") c.recompute_layer_interval = std::stoi(opt);  // simulate's --selective-ac-option N
 }
 
 /// The float8 converter's section: v0.2's quantize.linear.float8, else v0.1's float8 (its key

@@ -93,6 +93,16 @@ std::string Number(double v) {
 
 /// Megatron-LM, NeMo and DeepSpeed's pipeline engine run all of a step's micro-batches in one
 /// schedule: pipeline flushes (PyTorch pipelining's gradient-accumulation loop) have no setting.
+/// torchtitan's one layer in N checkpointed (ParallelConfig::recompute_layer_interval), which
+/// Megatron-LM and NeMo write as full recompute of every layer.
+void LayerIntervalUnexpressed(const ParallelConfig& c, const char* framework, std::vector<std::string>* unexpressed) {
+  if (!c.PartialRecompute() || c.recompute_layer_interval <= 0) return;
+  unexpressed->push_back(fmt::format("torchtitan's checkpointing of one layer in every {} ({} has no such method; "
+                                     "--recompute-method block recomputes the first N layers of each chunk): written "
+                                     "as full recompute of every layer",
+                                     c.recompute_layer_interval, framework));
+}
+
 void OneScheduleUnexpressed(const ParallelConfig& c, const char* framework, std::vector<std::string>* unexpressed) {
   if (c.pipeline_flushes <= 1 || c.pp <= 1) return;
   unexpressed->push_back(fmt::format("{} pipeline flushes a step ({} runs the step's micro-batches in one schedule): "
@@ -292,6 +302,7 @@ LaunchConfig EmitMegatron(const Model& m, const ParallelConfig& c, const Cluster
                   "--eval-iters 0");
   const Nodes n = NodesOf(cl, gpus);
   OneScheduleUnexpressed(c, "Megatron-LM", &l.unexpressed);
+  LayerIntervalUnexpressed(c, "Megatron-LM", &l.unexpressed);
   std::string t = Header("#", m, c, cl, gpus, kMegatronVersion, l.unexpressed);
   t += "# Mock data and 100 steps: give your --data-path, tokenizer, schedule and checkpoints for a real run.\n";
   // Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 where tp or cp is above 1
@@ -560,9 +571,11 @@ void NemoRecompute(const ParallelConfig& c, PyLines* p, std::vector<std::string>
   if (c.recompute == Recompute::kNone || c.TorchOpCheckpointing()) {
     p->Set("model.config.recompute_granularity", "None");
   } else if (c.recompute == Recompute::kFull) {
+    const bool block = c.PartialRecompute() && c.recompute_block_layers >= 0;
+    LayerIntervalUnexpressed(c, "Megatron-Core", unexpressed);
     p->Set("model.config.recompute_granularity", PyStr("full"));
-    p->Set("model.config.recompute_method", PyStr("uniform"));
-    p->Set("model.config.recompute_num_layers", "1");
+    p->Set("model.config.recompute_method", PyStr(block ? "block" : "uniform"));
+    p->Set("model.config.recompute_num_layers", block ? std::to_string(c.recompute_block_layers) : "1");
   } else {
     p->Set("model.config.recompute_granularity", PyStr("selective"));
     p->Set("model.config.recompute_modules", PyStrList(RecomputeModulesName(c.recompute_modules)));
@@ -922,7 +935,17 @@ void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, s
   *t += "\n[activation_checkpoint]\n";
   switch (c.recompute) {
     case Recompute::kNone: *t += "mode = \"none\"\n"; break;
-    case Recompute::kFull: *t += "mode = \"full\"\n"; break;
+    case Recompute::kFull:
+      if (c.PartialRecompute() && c.recompute_layer_interval > 0) {
+        *t += fmt::format("mode = \"selective\"\nselective_ac_option = \"{}\"\n", c.recompute_layer_interval);
+        break;
+      }
+      *t += "mode = \"full\"\n";
+      if (!c.PartialRecompute()) break;
+      unexpressed->push_back(fmt::format("recompute of the first {} layers of each chunk (Megatron-LM's --recompute-method "
+                                         "block; torchtitan checkpoints one layer in N): written as full recompute",
+                                         c.recompute_block_layers));
+      break;
     case Recompute::kSelective:
       *t += "mode = \"selective\"\nselective_ac_option = \"op\"\n";
       if (c.TorchOpCheckpointing()) break;
@@ -1040,7 +1063,9 @@ void DeepSpeedUnexpressed(const ParallelConfig& c, std::vector<std::string>* u) 
   if (c.recompute != Recompute::kNone) {
     u->push_back(fmt::format("{} activation recompute (the model code's: Megatron-DeepSpeed's recompute flags, Hugging "
                              "Face's gradient_checkpointing_enable)",
-                             c.TorchOpCheckpointing() ? "torchtitan's per-op selective" : ToString(c.recompute)));
+                             c.TorchOpCheckpointing() ? "torchtitan's per-op selective"
+                             : c.PartialRecompute()   ? std::string(ToString(c.recompute)) + " " + c.PartialRecomputeName()
+                                                      : std::string(ToString(c.recompute))));
   }
   if (c.pp > 1 && (c.schedule != Schedule::k1F1B || c.vp > 1)) {
     u->push_back(fmt::format("the {} schedule (DeepSpeed's pipeline engine runs 1F1B)", ToString(c.schedule)));

@@ -93,7 +93,11 @@ std::string RecomputeFlags(const ParallelConfig& c) {
   if (c.offload_modules != 0) {
     a += " --fine-grained-activation-offloading --offload-modules " + OffloadModulesArgs(c.offload_modules);
   }
-  if (c.recompute == Recompute::kFull) {
+  if (c.recompute == Recompute::kFull && c.PartialRecompute() && c.recompute_block_layers >= 0) {
+    a += fmt::format(" --recompute-granularity full --recompute-method block --recompute-num-layers {}",
+                     c.recompute_block_layers);
+  } else if (c.recompute == Recompute::kFull) {
+    // torchtitan's one layer in N has no Megatron-LM form: every layer (PartialRecomputeUnexpressed)
     a += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   }
   return a;

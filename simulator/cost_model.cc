@@ -566,6 +566,7 @@ struct LayerOps {
 /// and in bf16 (for the layers --first-last-layers-bf16 keeps; empty without them).
 struct LayerSet {
   LayerOps layer, layer16, moe_layer, moe_layer16;
+  LayerOps plain, moe_plain;  ///< partial recompute: the layers that do not rerun (empty otherwise)
 };
 
 /// A hash of a LayerCostKey's main fields (equal keys are told apart by operator==).
@@ -1522,6 +1523,12 @@ LayerSet BuildLayerSet(const Model& m, const ParallelConfig& c, const LayerShape
       ob.set_linear_format(lf);
     }
   }
+  if (c.PartialRecompute()) {
+    ParallelConfig plain = c;
+    plain.recompute = Recompute::kNone;
+    ls.plain = BuildLayerOps(m, plain, shape, prof, ob);
+    if (m.moe.enabled()) ls.moe_plain = BuildLayerOps(m, plain, shape, prof, ob, &moe);
+  }
   return ls;
 }
 
@@ -2039,6 +2046,8 @@ class CostModelBuilder {
     cm.bf16_layer_ops = std::move(layers->layer16.ops);  // empty without --first-last-layers-bf16
     cm.moe_layer_ops = std::move(layers->moe_layer.ops);  // empty without MoE
     cm.moe_bf16_layer_ops = std::move(layers->moe_layer16.ops);  // empty unless both
+    cm.plain_layer_ops = std::move(layers->plain.ops);  // empty without partial recompute
+    cm.plain_moe_layer_ops = std::move(layers->moe_plain.ops);
   }
 
   /// The cost model with `layers` (read for their pass times and bytes, not their op lists).
@@ -2071,6 +2080,8 @@ class CostModelBuilder {
   void AddMtpOps();
   void AddPipelineRecvOps();
   void BuildChunks(const LayerSet& layers);
+  std::pair<double, double> MarkRecomputedLayers(ChunkCost* cc, const PipelineLayout& layout, std::int64_t stage,
+                                                 std::int64_t k) const;
   ChunkCost ChunkOf(const LayerSet& layers, const PipelineLayout& layout, std::int64_t stage, std::int64_t k,
                     std::int64_t v) const;
   void AddLayerCosts(ChunkCost* cc, const LayerOps& lo, double n, double paired) const;
@@ -2244,6 +2255,25 @@ void CostModelBuilder::BuildChunks(const LayerSet& layers) {
   }
 }
 
+/// Partial recompute: fills `cc`'s layer_recomputed (chunk k of pipeline stage `stage`; a rank
+/// counts its layers chunk by chunk) and returns how many of its dense and MoE layers do not rerun.
+std::pair<double, double> CostModelBuilder::MarkRecomputedLayers(ChunkCost* cc, const PipelineLayout& layout,
+                                                                 std::int64_t stage, std::int64_t k) const {
+  if (!c.PartialRecompute()) return {0.0, 0.0};
+  if (c.bf16_layers_start + c.bf16_layers_end > 0) {
+    throw InternalError("BuildCostModel: partial recompute with --first-last-layers-bf16 is refused by its callers");
+  }
+  std::int64_t on_rank = 0;
+  for (std::int64_t j = 0; j < k; ++j) on_rank += layout.chunk_layers[static_cast<std::size_t>(j * c.pp + stage)];
+  double plain_dense = 0, plain_moe = 0;
+  for (int l = 0; l < cc->layers; ++l) {
+    const bool rc = c.LayerRecomputed(l, on_rank + l);
+    cc->layer_recomputed.push_back(rc);
+    if (!rc) ++(m.moe.enabled() && m.IsMoeLayer(cc->first_layer + l) ? plain_moe : plain_dense);
+  }
+  return {plain_dense, plain_moe};
+}
+
 /// Chunk k of pipeline stage `stage` (model chunk k*pp + stage) of v a stage.
 ChunkCost CostModelBuilder::ChunkOf(const LayerSet& layers, const PipelineLayout& layout, std::int64_t stage,
                                     std::int64_t k, std::int64_t v) const {
@@ -2272,12 +2302,15 @@ ChunkCost CostModelBuilder::ChunkOf(const LayerSet& layers, const PipelineLayout
     }
   }
   cc.moe_layers = static_cast<int>(nmoe);
+  const auto [plain_dense, plain_moe] = MarkRecomputedLayers(&cc, layout, stage, k);
   const double paired = PairedPassFraction(c, stage, v);
   const double dense16 = static_cast<double>(n16 - nmoe16), moe_lp = static_cast<double>(nmoe - nmoe16);
-  AddLayerCosts(&cc, layers.layer, nl - static_cast<double>(n16) - moe_lp, paired);
+  AddLayerCosts(&cc, layers.layer, nl - static_cast<double>(n16) - moe_lp - plain_dense, paired);
   AddLayerCosts(&cc, layers.layer16, dense16, paired);
-  AddLayerCosts(&cc, layers.moe_layer, moe_lp, paired);
+  AddLayerCosts(&cc, layers.moe_layer, moe_lp - plain_moe, paired);
   AddLayerCosts(&cc, layers.moe_layer16, static_cast<double>(nmoe16), paired);
+  AddLayerCosts(&cc, layers.plain, plain_dense, paired);
+  AddLayerCosts(&cc, layers.moe_plain, plain_moe, paired);
   AddLayerParams(&cc, nl, static_cast<double>(nmoe), dense16, moe_lp, static_cast<double>(n16));
   // A received 1/t slice (scatter/gather) is all-gathered over the TP group before use, on the
   // receiving rank's compute stream: the activation before the forward of every chunk but the

@@ -253,7 +253,12 @@ struct ChunkCost {
   double quantized_params_per_gpu = 0;
   double scaling_state_bytes = 0;  ///< FP8 delayed scaling's amax histories and scales
   int bf16_layers = 0;             ///< layers kept in bf16 under a low-precision format
+  /// Partial recompute (ParallelConfig::PartialRecompute): per layer of the chunk, in order,
+  /// whether it reruns its forward; empty otherwise (every layer as the configuration's recompute).
+  std::vector<bool> layer_recomputed;
   double bwd_s() const { return bwd_input_s + bwd_weight_s; }
+  /// Whether the chunk's `l`-th layer (from 0) runs the configuration's recompute.
+  bool Recomputed(int l) const { return layer_recomputed.empty() || layer_recomputed[static_cast<std::size_t>(l)]; }
 };
 
 /// The whole cost model for one configuration.
@@ -265,6 +270,9 @@ struct CostModel {
   std::vector<Op> bf16_layer_ops;
   /// One MoE layer kept in bf16 under a low-precision format; empty otherwise.
   std::vector<Op> moe_bf16_layer_ops;
+  /// Partial recompute: a dense and an MoE layer that does not rerun its forward (built as
+  /// --recompute none); empty otherwise.
+  std::vector<Op> plain_layer_ops, plain_moe_layer_ops;
   std::vector<Op> embedding_ops;  ///< first stage
   std::vector<Op> output_ops;     ///< last stage
   /// One multi-token-prediction module on the last stage (its norms, the 2h -> h projection and

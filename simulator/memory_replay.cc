@@ -19,6 +19,8 @@ struct LayerTensorsSaved {
   std::vector<bool> rebuilt;
   /// Kept as one block before the tensors (CostModel::layer_checkpoint_bytes); 0: none.
   double checkpoint = 0;
+  /// Full recompute: every tensor is dropped after the forward and rebuilt before the backward.
+  bool full = false;
 };
 
 LayerTensorsSaved SavedTensorsOf(const std::vector<Op>& ops, double checkpoint) {
@@ -120,6 +122,9 @@ class Replayer {
     dense_ = SavedTensorsOf(cm.layer_ops, cm.layer_checkpoint_bytes);
     moe_ = SavedTensorsOf(cm.moe_layer_ops, cm.moe_layer_checkpoint_bytes);
     bf16_ = cm.bf16_layer_ops.empty() ? dense_ : SavedTensorsOf(cm.bf16_layer_ops, cm.bf16_layer_checkpoint_bytes);
+    dense_.full = moe_.full = bf16_.full = c.recompute == Recompute::kFull;
+    plain_ = SavedTensorsOf(cm.plain_layer_ops, 0.0);  // partial recompute: the layers that do not rerun
+    plain_moe_ = SavedTensorsOf(cm.plain_moe_layer_ops, 0.0);
     embedding_ = SavedTensorsOf(cm.embedding_ops, 0.0);
     output_ = SavedTensorsOf(cm.output_ops, 0.0);
   }
@@ -304,9 +309,10 @@ class Replayer {
   const LayerTensorsSaved& LayerKind(const ChunkCost& cc, int l) const {
     // bf16-kept layers first, then dense, then mixture-of-experts layers (their counts only
     // matter for the sizes; the order within a chunk barely moves the allocator's peak).
+    const bool moe = l >= cc.layers - cc.moe_layers && !moe_.bytes.empty();
+    if (!cc.Recomputed(l)) return moe ? plain_moe_ : plain_;
     if (l < cc.bf16_layers) return bf16_;
-    if (l >= cc.layers - cc.moe_layers && !moe_.bytes.empty()) return moe_;
-    return dense_;
+    return moe ? moe_ : dense_;
   }
 
   void KeepAll(const LayerTensorsSaved& t, std::vector<int>* keep) {
@@ -314,7 +320,7 @@ class Replayer {
   }
 
   void LayerForward(const LayerTensorsSaved& t, std::vector<int>* keep) {
-    const bool full = c_.recompute == Recompute::kFull;
+    const bool full = t.full;
     if (t.checkpoint > 0) keep->push_back(Alloc(t.checkpoint));  // the checkpointed input (and kept outputs)
     int prev = -1;  // a dropped tensor, freed once the next one is made
     for (std::size_t j = 0; j < t.bytes.size(); ++j) {
@@ -331,7 +337,7 @@ class Replayer {
 
   /// Frees the layer's kept tensors from keep[*next - 1] down; returns the input gradient.
   int LayerBackward(const LayerTensorsSaved& t, const std::vector<int>& keep, std::size_t* next, int grad) {
-    const bool full = c_.recompute == Recompute::kFull;
+    const bool full = t.full;
     std::vector<int> live(t.bytes.size(), -1);
     // Kept tensors sit in keep in forward order; they end at *next.
     std::size_t kept = 0;
@@ -357,7 +363,7 @@ class Replayer {
   const ParallelConfig& c_;
   CachingAllocatorModel alloc_;
   const std::vector<ChunkCost>& chunks_;
-  LayerTensorsSaved dense_, moe_, bf16_, embedding_, output_;
+  LayerTensorsSaved dense_, moe_, bf16_, plain_, plain_moe_, embedding_, output_;
   std::map<std::pair<int, int>, std::vector<int>> kept_;
   std::map<std::pair<int, int>, int> weight_hold_;
   LazyGradients lazy_;

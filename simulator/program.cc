@@ -91,10 +91,11 @@ class RankProgramBuilder {
     x.bytes = bytes;
     return x;
   }
-  /// The op list of the model's transformer layer `l` (MoE or dense, kept in bf16 or not), as
-  /// CostModelBuilder::ChunkOf counts it.
-  const std::vector<Op>& LayerOps(std::int64_t l) const {
+  /// The op list of the model's transformer layer `l` of chunk `cc` (MoE or dense, kept in bf16
+  /// or not, rerun or not under partial recompute), as CostModelBuilder::ChunkOf counts it.
+  const std::vector<Op>& LayerOps(const ChunkCost& cc, std::int64_t l) const {
     const bool moe = m_.moe.enabled() && m_.IsMoeLayer(l);
+    if (!cc.Recomputed(static_cast<int>(l - cc.first_layer))) return moe ? cm_.plain_moe_layer_ops : cm_.plain_layer_ops;
     const bool bf16 = l < c_.bf16_layers_start || l >= m_.num_layers - c_.bf16_layers_end;
     if (bf16) return moe ? cm_.moe_bf16_layer_ops : cm_.bf16_layer_ops;
     return moe ? cm_.moe_layer_ops : cm_.layer_ops;
@@ -145,7 +146,7 @@ void RankProgramBuilder::Forward(const ScheduleItem& it) {
     AddOps(cm_.pp_recv_ops, Pass::kForward, it);  // scatter/gather: re-assemble over TP
   }
   if (cc.has_embedding) AddOps(cm_.embedding_ops, Pass::kForward, it);
-  for (int l = cc.first_layer; l < cc.first_layer + cc.layers; ++l) AddOps(LayerOps(l), Pass::kForward, it);
+  for (int l = cc.first_layer; l < cc.first_layer + cc.layers; ++l) AddOps(LayerOps(cc, l), Pass::kForward, it);
   if (cc.has_output) {
     AddOps(cm_.output_ops, Pass::kForward, it);
     for (std::int64_t k = 0; k < m_.mtp_num_layers; ++k) {
@@ -178,7 +179,7 @@ void RankProgramBuilder::Backward(const ScheduleItem& it) {
     }
     AddGradientOps(cm_.output_ops, it);
   }
-  for (int l = cc.first_layer + cc.layers - 1; l >= cc.first_layer; --l) AddLayerBackward(LayerOps(l), it);
+  for (int l = cc.first_layer + cc.layers - 1; l >= cc.first_layer; --l) AddLayerBackward(LayerOps(cc, l), it);
   if (cc.has_embedding && !sched_.split_weight) AddOps(cm_.embedding_ops, Pass::kBackwardWeight, it);
   rp_.ops.push_back(
       Marker(it, ProgKind::kFree, sched_.split_weight ? cc.saved_bytes - cc.weight_saved_bytes : cc.saved_bytes));
@@ -201,7 +202,7 @@ void RankProgramBuilder::Weight(const ScheduleItem& it) {
     AddOps(cm_.output_ops, Pass::kBackwardWeight, it);
   }
   for (int l = cc.first_layer + cc.layers - 1; l >= cc.first_layer; --l) {
-    AddOps(LayerOps(l), Pass::kBackwardWeight, it);
+    AddOps(LayerOps(cc, l), Pass::kBackwardWeight, it);
   }
   if (cc.has_embedding) AddOps(cm_.embedding_ops, Pass::kBackwardWeight, it);
   rp_.ops.push_back(Marker(it, ProgKind::kFree, cc.weight_saved_bytes));

@@ -1208,6 +1208,21 @@ double MeanRankFlops(const CostModel& cm, const Op& o) {
   return o.flops / (o.routed_experts ? std::max(1.0, cm.moe.imbalance) : 1.0);
 }
 
+/// The model's dense and MoE transformer layers that rerun their forward: all of them without
+/// partial recompute (the chunks mark them otherwise).
+std::pair<std::int64_t, std::int64_t> RecomputedLayers(const Model& m, const CostModel& cm) {
+  const std::int64_t moe_layers = m.MoeLayersIn(0, m.num_layers);
+  std::int64_t dense = m.num_layers - moe_layers, moe = moe_layers;
+  for (const std::vector<ChunkCost>& stage : cm.chunks) {
+    for (const ChunkCost& cc : stage) {
+      for (int l = 0; l < cc.layers; ++l) {
+        if (!cc.Recomputed(l)) --(m.moe.enabled() && m.IsMoeLayer(cc.first_layer + l) ? moe : dense);
+      }
+    }
+  }
+  return {dense, moe};
+}
+
 /// Recomputed FLOPs per token in the model FLOPs' convention (full attention matrix, MLA's mean
 /// head dimension), for HFU.
 double RecomputeFlopsPerToken(const Model& m, const ParallelConfig& c, const CostModel& cm) {
@@ -1216,11 +1231,15 @@ double RecomputeFlopsPerToken(const Model& m, const ParallelConfig& c, const Cos
                           static_cast<double>(m.num_attention_heads) * m.AttentionHeadDim();
   double recompute_per_token = 0;
   if (c.recompute == Recompute::kFull) {
-    // One forward of every layer's GEMMs a token multiplies (an MoE layer's top-k experts).
+    // One forward of every recomputed layer's GEMMs a token multiplies (an MoE layer's top-k experts).
     const ParameterCounts pc = m.Parameters();
-    recompute_per_token = 2.0 * static_cast<double>(pc.dense_layers * pc.per_layer.active_gemm_weights +
-                                                    pc.moe_layers * pc.moe_layer.active_gemm_weights) +
-                          attn_fwd;
+    const auto [dense, moe] =
+        c.PartialRecompute() ? RecomputedLayers(m, cm) : std::pair{pc.dense_layers, pc.moe_layers};
+    const double attn = c.PartialRecompute() ? attn_fwd * static_cast<double>(dense + moe) / static_cast<double>(m.num_layers)
+                                             : attn_fwd;
+    recompute_per_token = 2.0 * static_cast<double>(dense * pc.per_layer.active_gemm_weights +
+                                                    moe * pc.moe_layer.active_gemm_weights) +
+                          attn;
   } else if (c.recompute == Recompute::kSelective) {
     // The attention core (full matrix, as model FLOPs count it) and the recomputed modules' GEMMs:
     // an op's FLOPs on one GPU times the tp ranks sharing its T = b*s/cp tokens, per token (the
@@ -1254,14 +1273,17 @@ double ExecutedFlopsPerStep(const Model& m, const ParallelConfig& c, const CostM
     return f;
   };
   const std::int64_t pc_moe_layers = m.MoeLayersIn(0, m.num_layers);
+  // Partial recompute: the layers that do not rerun, at their own op lists.
+  const auto [dense_rc, moe_rc] = RecomputedLayers(m, cm);
+  const double plain_flops = static_cast<double>(m.num_layers - pc_moe_layers - dense_rc) * sum_flops(cm.plain_layer_ops) +
+                             static_cast<double>(pc_moe_layers - moe_rc) * sum_flops(cm.plain_moe_layer_ops);
   // Each MTP module: its projection and pass through the output head (mtp_ops) and one layer of
   // the model's kind (an MoE layer in an MoE model), on the last stage.
   const double mtp_flops = static_cast<double>(m.mtp_num_layers) *
                            (sum_flops(cm.mtp_ops) + sum_flops(m.moe.enabled() ? cm.moe_layer_ops : cm.layer_ops));
   return static_cast<double>(c.dp_cp()) * static_cast<double>(c.tp) * static_cast<double>(c.num_microbatches()) *
-         (static_cast<double>(m.num_layers - pc_moe_layers) * sum_flops(cm.layer_ops) +
-          static_cast<double>(pc_moe_layers) * sum_flops(cm.moe_layer_ops) + sum_flops(cm.embedding_ops) +
-          sum_flops(cm.output_ops) + mtp_flops);
+         (static_cast<double>(dense_rc) * sum_flops(cm.layer_ops) + static_cast<double>(moe_rc) * sum_flops(cm.moe_layer_ops) +
+          plain_flops + sum_flops(cm.embedding_ops) + sum_flops(cm.output_ops) + mtp_flops);
 }
 
 /// The step's throughput, model/hardware/executed FLOPs and utilizations, for a step of `step` s.
@@ -1593,6 +1615,8 @@ Json ConfigJson(const ParallelConfig& c, const Model& m, const Cluster& cl) {
             {"sequence_parallel", c.sequence_parallel}, {"tp_comm_overlap", c.tp_comm_overlap},
             {"cross_entropy", ToString(c.cross_entropy)},
             {"recompute", ToString(c.recompute)},
+            {"recompute_block_layers", c.PartialRecompute() && c.recompute_block_layers >= 0 ? Json(c.recompute_block_layers) : Json()},
+            {"recompute_layer_interval", c.PartialRecompute() && c.recompute_layer_interval > 0 ? Json(c.recompute_layer_interval) : Json()},
             {"recompute_modules", c.recompute == Recompute::kSelective ? Json(RecomputeModulesName(c.recompute_modules)) : Json()},
             {"offload_modules", c.offload_modules != 0 ? Json(OffloadModulesName(c.offload_modules)) : Json()},
             {"moe_a2a_overlap", c.moe_a2a_overlap},

@@ -620,14 +620,25 @@ TEST(RunLog, ValuesOutsideWhatEachFrameworkPrintsAreRefused) {
   std::string garbled = text;
   garbled.replace(garbled.find("(ms): 4098.1"), 12, "(ms): 4098.1.5");
   EXPECT_NE(error(garbled).find("got \"4098.1.5\", expected a positive number"), std::string::npos);
-  // Full recompute of some layers only: simulated as every layer, and said.
-  const LoggedRun block = ParseTrainingLog(with("recompute_method", "block").replace(
-                                               text.find(ArgLine("recompute_granularity", "None")),
-                                               ArgLine("recompute_granularity", "None").size(),
-                                               ArgLine("recompute_granularity", "full")),
-                                           "run.log", {});
+  // Full recompute of the first recompute_num_layers layers of each chunk (the dump's 1): simulated
+  // as such; uniform groups of more than one layer are simulated as every layer, and said.
+  auto full_with = [&](const char* method) {
+    return with("recompute_method", method)
+        .replace(text.find(ArgLine("recompute_granularity", "None")), ArgLine("recompute_granularity", "None").size(),
+                 ArgLine("recompute_granularity", "full"));
+  };
+  const LoggedRun block = ParseTrainingLog(full_with("block"), "run.log", {});
   EXPECT_EQ(block.config.recompute, Recompute::kFull);
-  EXPECT_NE(Join(block.notes, "|").find("recompute_method block"), std::string::npos);
+  EXPECT_EQ(block.config.recompute_block_layers, 1);
+  EXPECT_TRUE(block.config.PartialRecompute());
+  EXPECT_EQ(Join(block.notes, "|").find("recompute_method"), std::string::npos) << Join(block.notes, "|");
+  std::string groups = full_with("uniform");
+  const std::string one = ArgLine("recompute_num_layers", "None");  // Megatron-LM's default: 1
+  ASSERT_NE(groups.find(one), std::string::npos);
+  groups.replace(groups.find(one), one.size(), ArgLine("recompute_num_layers", "2"));
+  const LoggedRun uniform2 = ParseTrainingLog(groups, "run.log", {});
+  EXPECT_FALSE(uniform2.config.PartialRecompute());
+  EXPECT_NE(Join(uniform2.notes, "|").find("recompute_method uniform with recompute_num_layers 2"), std::string::npos);
   // torchtitan: a GPU count that does not match the log's own tokens per step and per rank.
   const std::string titan = ReadTextFile(kTitan);
   LogDefaults sixteen;

@@ -1,0 +1,202 @@
+// Partial full recompute: Megatron-LM's --recompute-method block --recompute-num-layers N (the
+// first N layers of each model chunk rerun) and torchtitan's selective_ac_option = "N" (a rank's
+// blocks counted chunk by chunk, every N-th checkpointed). Which layers rerun is checked against
+// those rules; a chunk's times and bytes against the same chunk with no recompute and with full
+// recompute (each layer is one or the other); the program's recomputed ops against the count.
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cli/config_args.h"
+#include "common/text.h"
+#include "models/loader.h"
+#include "planner/run_log.h"
+#include "report/launch.h"
+#include "simulator/cost_model.h"
+#include "simulator/profile.h"
+#include "simulator/program.h"
+#include "simulator/schedule.h"
+#include "simulator/simulate.h"
+#include "tests/test_util.h"
+
+namespace shardcast {
+namespace {
+
+/// The configuration simulate builds from `flags` for llama3-8b (32 layers) on 16 H100s.
+ParallelConfig PartialConfig(const std::string& flags, const std::string& model = "llama3-8b") {
+  CLI::App app;
+  cli::SimulateArgs a;
+  cli::AddConfigOptions(&app, &a);
+  app.parse("--gpus 16 " + flags, false);
+  return cli::BuildConfig(a, LoadModel(model), 16);
+}
+
+std::vector<bool> Marks(const ChunkCost& cc) {
+  std::vector<bool> v;
+  for (int l = 0; l < cc.layers; ++l) v.push_back(cc.Recomputed(l));
+  return v;
+}
+
+// PP2 with 2 virtual stages: 4 chunks of 8 layers, stage 0 holds model chunks 0 and 2.
+TEST(PartialRecompute, ChunksMarkTheLayersThatRerun) {
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  const std::string grid = "--tp 2 --pp 2 --vp 2 --mbs 1 --gbs 32 ";
+  // Block: the first 3 layers of every chunk.
+  const CostModel block = BuildCostModel(m, PartialConfig(grid + "--recompute full --recompute-method block "
+                                                                 "--recompute-num-layers 3"),
+                                         cl, prof);
+  const std::vector<bool> first3 = {true, true, true, false, false, false, false, false};
+  for (const auto& stage : block.chunks) {
+    for (const ChunkCost& cc : stage) EXPECT_EQ(Marks(cc), first3) << cc.stage << "/" << cc.chunk;
+  }
+  // torchtitan's counter over a rank's 16 layers, chunk by chunk: counts 3, 6, 9, 12, 15 (from 1).
+  const CostModel every3 = BuildCostModel(m, PartialConfig(grid + "--recompute selective --selective-ac-option 3"), cl, prof);
+  for (const auto& stage : every3.chunks) {
+    EXPECT_EQ(Marks(stage[0]), (std::vector<bool>{false, false, true, false, false, true, false, false}));
+    EXPECT_EQ(Marks(stage[1]), (std::vector<bool>{true, false, false, true, false, false, true, false}));
+  }
+  // Without partial recompute the chunks carry no marks and every layer runs the configuration's.
+  const CostModel full = BuildCostModel(m, PartialConfig(grid + "--recompute full"), cl, prof);
+  EXPECT_TRUE(full.chunks[0][0].layer_recomputed.empty());
+  EXPECT_TRUE(full.chunks[0][0].Recomputed(5));
+  EXPECT_TRUE(full.plain_layer_ops.empty());
+  EXPECT_FALSE(block.plain_layer_ops.empty());
+}
+
+// Each layer is either a fully recomputed one or one without recompute, so a chunk's passes and
+// kept bytes are the mix of the two configurations' chunks in the ratio of its marked layers.
+TEST(PartialRecompute, ChunkCostsMixTheTwoLayerKinds) {
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  const std::string grid = "--tp 2 --pp 2 --vp 2 --mbs 1 --gbs 32 ";
+  const CostModel none = BuildCostModel(m, PartialConfig(grid + "--recompute none"), cl, prof);
+  const CostModel full = BuildCostModel(m, PartialConfig(grid + "--recompute full"), cl, prof);
+  for (int n : {0, 3, 8}) {
+    const CostModel part = BuildCostModel(
+        m, PartialConfig(grid + fmt::format("--recompute full --recompute-method block --recompute-num-layers {}", n)),
+        cl, prof);
+    // Stage 1's first chunk (model chunk 1): no embedding, no output layer.
+    const ChunkCost &p = part.chunks[1][0], &a = none.chunks[1][0], &f = full.chunks[1][0];
+    const double x = n / 8.0;
+    auto mix = [x](double v_none, double v_full) { return (1 - x) * v_none + x * v_full; };
+    EXPECT_NEAR(p.fwd_s, mix(a.fwd_s, f.fwd_s), 1e-9 * f.fwd_s) << n;
+    EXPECT_NEAR(p.bwd_s(), mix(a.bwd_s(), f.bwd_s()), 1e-9 * f.bwd_s()) << n;
+    EXPECT_NEAR(p.recompute_s, x * f.recompute_s, 1e-9 * f.recompute_s) << n;
+    EXPECT_NEAR(p.saved_bytes, mix(a.saved_bytes, f.saved_bytes), 1e-9 * a.saved_bytes) << n;
+    EXPECT_GT(f.recompute_s, 0.0);
+    EXPECT_LT(f.saved_bytes, a.saved_bytes);
+  }
+}
+
+// The rank's program reruns the forward ops of the marked layers only.
+TEST(PartialRecompute, ProgramRerunsTheMarkedLayers) {
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  const ParallelConfig c = PartialConfig("--tp 2 --pp 2 --mbs 1 --gbs 32 --selective-ac-option 4");
+  const CostModel cm = BuildCostModel(m, c, cl, prof);
+  std::size_t per_layer = 0;
+  for (const Op& o : cm.layer_ops) per_layer += o.pass == Pass::kRecompute ? 1 : 0;
+  ASSERT_GT(per_layer, 0u);
+  const int microbatches = static_cast<int>(c.num_microbatches());
+  const RankProgram prog = BuildRankProgram(m, c, cm, MakeSchedule(Schedule::k1F1B, 2, microbatches, 1), prof, 1);
+  std::size_t rerun = 0;
+  for (const ProgOp& x : prog.ops) {
+    const bool op = x.kind == ProgKind::kCompute || x.kind == ProgKind::kTpCollective;  // the layer's ops
+    rerun += op && x.op.pass == Pass::kRecompute ? 1 : 0;
+  }
+  // 16 layers on the rank, every 4th rerun: 4 a micro-batch.
+  EXPECT_EQ(rerun, static_cast<std::size_t>(microbatches) * 4 * per_layer);
+}
+
+// The step between no recompute and full: block 0 is no recompute, a block of the whole chunk is
+// full recompute; the hardware FLOPs count the marked layers' recompute only.
+TEST(PartialRecompute, StepLiesBetweenNoneAndFull) {
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  const std::string grid = "--tp 2 --pp 2 --mbs 1 --gbs 32 ";
+  auto run = [&](const std::string& rc) { return Simulate(m, PartialConfig(grid + rc), cl, 16, prof); };
+  const SimulationResult none = run("--recompute none"), full = run("--recompute full");
+  const SimulationResult b0 = run("--recompute full --recompute-method block --recompute-num-layers 0");
+  const SimulationResult b4 = run("--recompute full --recompute-method block --recompute-num-layers 4");
+  const SimulationResult b16 = run("--recompute full --recompute-method block --recompute-num-layers 16");
+  ASSERT_TRUE(none.feasible && full.feasible && b0.feasible && b4.feasible && b16.feasible);
+  EXPECT_NEAR(b0.step_time_s, none.step_time_s, 1e-9 * none.step_time_s);
+  EXPECT_NEAR(b0.peak_memory_bytes, none.peak_memory_bytes, 1e-6 * none.peak_memory_bytes);
+  EXPECT_NEAR(b16.step_time_s, full.step_time_s, 1e-9 * full.step_time_s);
+  EXPECT_NEAR(b16.peak_memory_bytes, full.peak_memory_bytes, 1e-6 * full.peak_memory_bytes);
+  EXPECT_LT(none.step_time_s, b4.step_time_s);
+  EXPECT_LT(b4.step_time_s, full.step_time_s);
+  EXPECT_GT(none.peak_memory_bytes, b4.peak_memory_bytes);
+  EXPECT_GT(b4.peak_memory_bytes, full.peak_memory_bytes);
+  // Recomputed FLOPs (hfu - mfu, times the step) of 4 layers in 16 against all of them.
+  auto recomputed = [](const SimulationResult& r) { return (r.hfu - r.mfu) * r.step_time_s; };
+  EXPECT_NEAR(recomputed(b4), recomputed(full) / 4, 1e-9 * recomputed(full));
+  EXPECT_NEAR(recomputed(b0), 0.0, 1e-12);
+}
+
+// simulate's flags give the configuration back; logs and launches carry it; what is not
+// modelled exits 2.
+TEST(PartialRecompute, FlagsLogsLaunchesAndRefusals) {
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  for (const char* flags : {"--tp 2 --pp 2 --mbs 1 --gbs 32 --recompute full --recompute-method block "
+                            "--recompute-num-layers 3",
+                            "--tp 2 --pp 2 --mbs 1 --gbs 32 --selective-ac-option 3"}) {
+    const ParallelConfig c = PartialConfig(flags);
+    ASSERT_TRUE(c.PartialRecompute()) << flags;
+    std::vector<std::string> unexpressed;
+    const std::string written = cli::SimulateFlags(c, m, 16, &unexpressed);
+    EXPECT_TRUE(unexpressed.empty()) << flags;
+    const ParallelConfig back = PartialConfig(written.substr(written.find("--tp")));
+    EXPECT_EQ(back, c) << flags << " -> " << written;
+  }
+  const ParallelConfig block = PartialConfig("--tp 2 --pp 2 --mbs 1 --gbs 32 --recompute full --recompute-method block "
+                                             "--recompute-num-layers 3");
+  const ParallelConfig every = PartialConfig("--tp 2 --pp 2 --mbs 1 --gbs 32 --selective-ac-option 3");
+  EXPECT_EQ(block.recompute_block_layers, 3);
+  EXPECT_EQ(every.recompute_layer_interval, 3);
+  EXPECT_EQ(every.recompute, Recompute::kFull);
+  EXPECT_NE(EmitLaunch(LaunchFormat::kMegatron, m, block, cl, 16).text.find("--recompute-method block --recompute-num-layers 3"),
+            std::string::npos);
+  EXPECT_NE(EmitLaunch(LaunchFormat::kTorchtitan, m, every, cl, 16).text.find("selective_ac_option = \"3\""),
+            std::string::npos);
+  // Each framework without the other's method says so.
+  EXPECT_FALSE(EmitLaunch(LaunchFormat::kMegatron, m, every, cl, 16).unexpressed.empty());
+  EXPECT_FALSE(EmitLaunch(LaunchFormat::kTorchtitan, m, block, cl, 16).unexpressed.empty());
+  // torchtitan's log: one layer in 2.
+  std::string log = ReadTextFile(testing::FixturesDir() + "/logs/torchtitan_llama3_8b_fsdp8.log");
+  const std::string mode = "\"mode\": \"full\"";
+  ASSERT_NE(log.find(mode), std::string::npos);
+  log.replace(log.find(mode), mode.size(), "\"mode\": \"selective\",\n[rank0]:    \"selective_ac_option\": \"2\"");
+  LogDefaults d;
+  d.gpus = 8;
+  const LoggedRun r = ParseTrainingLog(log, "t.log", d);
+  EXPECT_EQ(r.config.recompute, Recompute::kFull);
+  EXPECT_EQ(r.config.recompute_layer_interval, 2);
+  EXPECT_TRUE(r.notes.empty() || Join(r.notes, "|").find("one layer in") == std::string::npos) << Join(r.notes, "|");
+
+  const std::string base = "simulate --model llama3-8b --cluster dgx-h100 --gpus 16 --tp 2 --mbs 1 --gbs 32 ";
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute-num-layers 2", "without --recompute-method"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute selective --recompute-method block", "expected --recompute full"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute full --recompute-method uniform --recompute-num-layers 2",
+                                    "groups of layers"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute full --selective-ac-option 2", "expected selective"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--selective-ac-option 2 --recompute-method block --recompute full",
+                                    "expected one of them"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--pp 2 --recompute full --recompute-method block --precision fp8 "
+                                           "--first-last-layers-bf16",
+                                    "--first-last-layers-bf16"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute full --recompute-method block --zero 3 --zero3-impl deepspeed-2021",
+                                    "--zero3-impl per-layer"));
+}
+
+}  // namespace
+}  // namespace shardcast
