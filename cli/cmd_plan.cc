@@ -33,7 +33,7 @@ struct PlanArgs {
   int top = 10, threads = 0;
   double min_headroom_gib = 2.0;
   double price = 0;  ///< --price-per-gpu-hour; 0: the GPU preset's
-  bool json = false, no_flash = false, exclude_at_risk = false;
+  bool json = false, no_flash = false, exclude_at_risk = false, no_partial_recompute = false;
   ParallelConfig moe_routing;  ///< --moe-load-imbalance, --moe-router-force-load-balancing, --cross-entropy
   bool cross_entropy_given = false;  ///< --cross-entropy was given
   OffloadArgs offload;         ///< --offload-modules for every plan
@@ -117,6 +117,7 @@ PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl
   }
   o.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
   o.exclude_memory_at_risk = a.exclude_at_risk;
+  o.partial_recompute = !a.no_partial_recompute;
   return o;
 }
 
@@ -306,6 +307,9 @@ void RegisterPlan(CLI::App& app) {
       ->check(BoundedNumber(0.0, 1e4));
   cmd->add_option("--schedules", a->schedules, "comma list of 1f1b,interleaved,zb-h1,gpipe");
   cmd->add_option("--recompute", a->recompute, "comma list of none,selective,full");
+  cmd->add_flag("--no-partial-recompute", a->no_partial_recompute,
+                "with full recompute, do not also try recomputing part of the layers (a quarter, half or three "
+                "quarters of each pipeline chunk's; with --optimizer fsdp one layer in 2, 3 or 4)");
   AddSearchOptimizerOptions(cmd, &a->zero, &a->opt);
   cmd->add_option("--fix", a->fix,
                   "fix dimensions, e.g. tp=8,pp=8,sp=true,schedule=interleaved (keys tp, pp, cp, cp_comm, ep, etp, vp, "

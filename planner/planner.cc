@@ -50,8 +50,8 @@ auto Key(const ParallelConfig& c) {
   return std::make_tuple(c.tp, c.pp, c.embedding_slots, c.first_stage_layers, c.last_stage_layers, c.cp, c.ep,
                          c.etp,
                          static_cast<int>(c.cp_comm), c.vp, c.micro_batch_size, static_cast<int>(c.schedule),
-                         static_cast<int>(c.recompute), c.sequence_parallel, c.tp_comm_overlap, c.zero_stage,
-                         c.shard_dp());
+                         static_cast<int>(c.recompute), c.recompute_block_layers, c.recompute_layer_interval,
+                         c.sequence_parallel, c.tp_comm_overlap, c.zero_stage, c.shard_dp());
 }
 
 /// A pipeline split the search tries: pp stages, how the layers are split, and the number every
@@ -382,6 +382,46 @@ bool RecomputeChoice(const Model& m, const PlanOptions& o, Recompute rc, unsigne
                        (m.mla.enabled() ? static_cast<unsigned>(kRecomputeMlaUpProj) : 0u)
                  : static_cast<unsigned>(kRecomputeCoreAttn);
   return true;
+}
+
+/// The partial-recompute candidates beside full-recompute candidate `c` (PlanOptions::
+/// partial_recompute), each with the share of the layers it recomputes, that share ascending:
+/// with Megatron's optimizer the first N layers of each chunk for N a quarter, a half and three
+/// quarters of a chunk's layers (rounded; from 1 to one less than the layers); with --optimizer
+/// fsdp one layer in 4, 3 or 2 of a rank's. None with a fixed recompute (--fix recompute=full
+/// means every layer), for DeepSpeed's optimizers (Megatron-DeepSpeed of 2021-22 has no block
+/// method) or where the cost model does not combine them (layers kept in bf16, activation
+/// offloading, DeepSpeed's ZeRO-3 gather plans).
+std::vector<std::pair<ParallelConfig, double>> PartialRecomputeVariants(const Model& m, const PlanOptions& o,
+                                                                        const ParallelConfig& c) {
+  std::vector<std::pair<ParallelConfig, double>> out;
+  if (!o.partial_recompute || o.fixed.count("recompute") || c.recompute != Recompute::kFull ||
+      DeepSpeedOptimizer(o.optimizer_impl) ||
+      c.bf16_layers_start + c.bf16_layers_end > 0 || c.offload_modules != 0 || c.deepspeed_zero3() ||
+      c.deepspeed2021_zero3()) {
+    return out;
+  }
+  if (o.optimizer_impl == OptimizerImpl::kTorchFsdp) {
+    const std::int64_t rank_layers = m.num_layers / c.pp;
+    for (std::int64_t n : {4, 3, 2}) {
+      if (n > rank_layers) continue;
+      ParallelConfig x = c;
+      x.recompute_layer_interval = n;
+      out.emplace_back(x, 1.0 / static_cast<double>(n));
+    }
+    return out;
+  }
+  const std::int64_t chunk_layers = m.num_layers / (c.pp * c.vp);
+  std::int64_t last = 0;
+  for (int quarter = 1; quarter <= 3; ++quarter) {
+    const std::int64_t n = std::llround(static_cast<double>(chunk_layers * quarter) / 4.0);
+    if (n <= last || n >= chunk_layers) continue;
+    last = n;
+    ParallelConfig x = c;
+    x.recompute_block_layers = n;
+    out.emplace_back(x, static_cast<double>(n) / static_cast<double>(chunk_layers));
+  }
+  return out;
 }
 
 /// Appends the candidates of one layout: every recompute, sequence-parallel (with TP
@@ -809,8 +849,13 @@ class PlanSearch {
 
  private:
   void ForEach(std::size_t count, const std::function<void(std::size_t)>& fn) const { ParallelFor(threads_, count, fn); }
-  void SetAsideUnrunnable();
+  void SetAsideUnrunnable(std::size_t first = 0);
   std::vector<std::size_t> BoundAndPrune();
+  std::vector<std::size_t> BoundFrom(std::size_t first);
+  void AddPartialRecompute(std::vector<std::size_t>* order);
+  bool FitsBound(std::size_t i) const {
+    return runnable_[i] && bounds_[i].peak_memory_lower_bytes <= usable_ - o_.min_headroom_bytes;
+  }
   void SimulateOne(std::size_t i);
   void SimulateByBound(const std::vector<std::size_t>& order);
   void Rank();
@@ -838,6 +883,7 @@ class PlanSearch {
   std::vector<char> runnable_;
   std::map<std::string, std::string> example_;  ///< rejection key -> the first candidate's reason, with values
   std::vector<Bounds> bounds_;
+  LayerCostCache layer_costs_;  // candidates that differ only in pp, vp, dp, ZeRO, ... share their layers
   std::mutex mu_;
   /// Every simulated plan that fits by its allocated peak with the headroom (the caching
   /// allocator's replay runs later, on the ones the ranking reaches), and the K best of them,
@@ -853,9 +899,9 @@ class PlanSearch {
 
 /// 0. The rules a configuration must satisfy to run at all (InfeasibilityReasons, the same check
 ///    Simulate makes): set aside before any bound is computed.
-void PlanSearch::SetAsideUnrunnable() {
-  runnable_.assign(cands_.size(), 0);
-  for (std::size_t i = 0; i < cands_.size(); ++i) {
+void PlanSearch::SetAsideUnrunnable(std::size_t first) {
+  runnable_.resize(cands_.size(), 0);
+  for (std::size_t i = first; i < cands_.size(); ++i) {
     const auto broken = InfeasibilityRules(m_, cands_[i], o_.gpus, cl_);
     runnable_[i] = broken.empty();
     if (broken.empty()) continue;
@@ -865,25 +911,69 @@ void PlanSearch::SetAsideUnrunnable() {
   }
 }
 
-/// 1. Exact lower bounds; prunes what cannot fit in memory. The rest, most promising first (by
-///    step-time lower bound).
-std::vector<std::size_t> PlanSearch::BoundAndPrune() {
-  bounds_.assign(cands_.size(), Bounds{});
-  LayerCostCache layer_costs;  // candidates that differ only in pp, vp, dp, ZeRO, ... share their layers
-  ForEach(cands_.size(), [&](std::size_t i) {
-    if (runnable_[i]) bounds_[i] = LowerBounds(m_, cands_[i], cl_, prof_, &layer_costs);
+/// Lower bounds of candidates first.. (exact); the indices of those that can fit in memory.
+std::vector<std::size_t> PlanSearch::BoundFrom(std::size_t first) {
+  bounds_.resize(cands_.size(), Bounds{});
+  ForEach(cands_.size() - first, [&](std::size_t j) {
+    const std::size_t i = first + j;
+    if (runnable_[i]) bounds_[i] = LowerBounds(m_, cands_[i], cl_, prof_, &layer_costs_);
   });
-  res_.layer_sets_kept = layer_costs.entries();
+  res_.layer_sets_kept = layer_costs_.entries();
   std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < cands_.size(); ++i) {
+  for (std::size_t i = first; i < cands_.size(); ++i) {
     if (!runnable_[i]) continue;
-    if (bounds_[i].peak_memory_lower_bytes > usable_ - o_.min_headroom_bytes) {
+    if (!FitsBound(i)) {
       ++res_.rejected[o_.min_headroom_bytes > 0 ? "does not fit with the required headroom (memory lower bound, not simulated)"
                                               : "does not fit in memory (memory lower bound, not simulated)"];
     } else {
       order.push_back(i);
     }
   }
+  return order;
+}
+
+/// 1b. Partial recompute (PartialRecomputeVariants) beside each full-recompute candidate that can
+///     fit in memory, unless the same candidate without recompute can too (it is faster and, by its
+///     lower bound, fits: rerunning some layers would only add time). Of the variants, the two
+///     recomputing the fewest layers among those whose memory, read off the two bounds in
+///     proportion to the layers recomputed, fits (all of them when there is no such twin to read).
+///     Their bounds join `order`.
+void PlanSearch::AddPartialRecompute(std::vector<std::size_t>* order) {
+  if (!o_.partial_recompute) return;
+  const std::size_t n = cands_.size();
+  std::map<decltype(Key(ParallelConfig{})), std::size_t> plain;  // a candidate without recompute -> its index
+  for (std::size_t i = 0; i < n; ++i) {
+    if (cands_[i].recompute == Recompute::kNone) plain.emplace(Key(cands_[i]), i);
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (cands_[i].recompute != Recompute::kFull || !FitsBound(i)) continue;
+    ParallelConfig none = cands_[i];
+    none.recompute = Recompute::kNone;
+    const auto it = plain.find(Key(none));
+    const bool twin = it != plain.end() && runnable_[it->second];
+    if (twin && FitsBound(it->second)) continue;
+    const double full_bytes = bounds_[i].peak_memory_lower_bytes;
+    const double none_bytes = twin ? bounds_[it->second].peak_memory_lower_bytes : full_bytes;
+    int kept = 0;
+    for (const auto& [x, share] : PartialRecomputeVariants(m_, o_, cands_[i])) {
+      if (kept == 2) break;
+      if (none_bytes + (full_bytes - none_bytes) * share > usable_ - o_.min_headroom_bytes) continue;
+      cands_.push_back(x);
+      ++kept;
+    }
+  }
+  res_.partial_recompute_candidates = cands_.size() - n;
+  res_.candidates_generated = cands_.size();
+  SetAsideUnrunnable(n);
+  const std::vector<std::size_t> more = BoundFrom(n);
+  order->insert(order->end(), more.begin(), more.end());
+}
+
+/// 1. Exact lower bounds; prunes what cannot fit in memory. The rest, most promising first (by
+///    step-time lower bound).
+std::vector<std::size_t> PlanSearch::BoundAndPrune() {
+  std::vector<std::size_t> order = BoundFrom(0);
+  AddPartialRecompute(&order);
   std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     if (bounds_[a].step_time_lower_s != bounds_[b].step_time_lower_s) {
       return bounds_[a].step_time_lower_s < bounds_[b].step_time_lower_s;

@@ -68,6 +68,10 @@ struct PlanOptions {
   /// Reject plans at risk of running out of memory (SimulationResult::memory_at_risk: they fit
   /// only by releasing the caching allocator's cache), as if they did not fit.
   bool exclude_memory_at_risk = false;
+  /// Beside each full-recompute candidate, partial recompute (PartialRecomputeVariants): the
+  /// first quarter, half and three quarters of each chunk's layers (Megatron-LM's block method),
+  /// or with --optimizer fsdp one layer in 2, 3 or 4 (torchtitan's layer frequency).
+  bool partial_recompute = true;
   /// Called with (done, total) as candidates are evaluated (for a progress bar).
   std::function<void(std::size_t, std::size_t)> progress;
 };
@@ -93,6 +97,10 @@ struct PlanPoint {
 
 struct PlanResult {
   std::size_t candidates_generated = 0;
+  /// Of those, partial-recompute candidates (PlanOptions::partial_recompute): made beside each
+  /// full-recompute candidate that can fit in memory by its lower bound where the same candidate
+  /// without recompute cannot.
+  std::size_t partial_recompute_candidates = 0;
   std::size_t candidates_simulated = 0;
   /// Of those, the ones the ranking ran the caching allocator's replay on (ReplayAllocator):
   /// fitting by their allocated peak, best first, until K fit by the replay and the best not at

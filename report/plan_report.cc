@@ -39,6 +39,14 @@ std::string ZeroCell(const ParallelConfig& c) {
   return c.hybrid_shard() ? fmt::format("{}/{}", c.zero_stage, c.dp_shard) : std::to_string(c.zero_stage);
 }
 
+/// The recompute column: none, selective, full, or partial full recompute as firstN (the first N
+/// layers of each chunk) or 1inN (one layer in N of a rank).
+std::string RecomputeCell(const ParallelConfig& c) {
+  if (!c.PartialRecompute()) return ToString(c.recompute);
+  return c.recompute_block_layers >= 0 ? fmt::format("first{}", c.recompute_block_layers)
+                                       : fmt::format("1in{}", c.recompute_layer_interval);
+}
+
 /// One table row; with the cost or energy objective, the ranked quantity is a column too.
 std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective objective) {
   const auto& c = p.config;
@@ -49,7 +57,7 @@ std::string PlanRow(std::size_t rank, const Plan& p, double usable, Objective ob
                                                                : "";
   // Headroom: usable memory less what the caching allocator reserves (its replay).
   return fmt::format("{:>4}  {:>2} {:>3} {:>2} {:>5} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11.0f}{} {:>6} {:>6}  {:>10} {:>10} {:>10}{}",
-                     rank, c.tp, PpCell(c), c.cp, EpCell(c), c.dp, c.vp, c.micro_batch_size, ToString(c.schedule), ToString(c.recompute),
+                     rank, c.tp, PpCell(c), c.cp, EpCell(c), c.dp, c.vp, c.micro_batch_size, ToString(c.schedule), RecomputeCell(c),
                      c.tp_comm_overlap ? "y+o" : c.sequence_parallel ? "y" : "n", ZeroCell(c), FormatSeconds(r.step_time_s), r.tokens_per_s, ranked,
                      fmt::format("{:.1f}%", 100 * r.mfu_causal), fmt::format("{:.1f}%", 100 * r.bubble_fraction),
                      FormatGiB(r.peak_memory_bytes), FormatGiB(r.peak_reserved_bytes), FormatGiB(usable - r.peak_reserved_bytes),
@@ -78,13 +86,13 @@ std::string PlanCsv(const PlanView& v) {
                     "usd_per_million_tokens,joules_per_token,cp,cp_comm_type,embedding_slots,"
                     "decoder_first_pipeline_num_layers,decoder_last_pipeline_num_layers,mfu_causal,ep,etp,"
                     "peak_reserved_memory_bytes,dp_shard,optimizer_impl,zero3_impl,precision,mfu_peak_precision,"
-                    "cluster,gpus\n";
+                    "cluster,gpus,recompute_block_layers,recompute_layer_interval\n";
   for (std::size_t i = 0; i < r.plans.size(); ++i) {
     const auto& p = r.plans[i];
     const auto& c = p.config;
     auto layers = [](std::int64_t n) { return n >= 0 ? std::to_string(n) : std::string(); };
     csv += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},"
-                       "{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
+                       "{},{},{},{},{},{}\n", i + 1, c.tp, c.pp, c.dp, c.vp,
                        c.micro_batch_size, c.global_batch_size, ToString(c.schedule), ToString(c.recompute),
                        c.sequence_parallel ? "true" : "false", c.tp_comm_overlap ? "true" : "false", c.zero_stage, p.result.step_time_s,
                        p.result.tokens_per_s, p.result.mfu, p.result.bubble_fraction,
@@ -97,7 +105,10 @@ std::string PlanCsv(const PlanView& v) {
                        static_cast<std::int64_t>(std::llround(p.result.peak_reserved_bytes)),
                        c.zero_stage >= 1 ? std::to_string(c.shard_dp()) : std::string(), ToString(c.optimizer_impl),
                        c.zero_stage >= 3 ? ToString(c.zero3_impl) : "", ToString(c.precision),
-                       ToString(MfuPeakPrecision(c.precision)), CsvQuote(v.cl.name), v.o.gpus);
+                       ToString(MfuPeakPrecision(c.precision)), CsvQuote(v.cl.name), v.o.gpus,
+                       c.PartialRecompute() ? layers(c.recompute_block_layers) : std::string(),
+                       c.PartialRecompute() && c.recompute_layer_interval > 0 ? std::to_string(c.recompute_layer_interval)
+                                                                              : std::string());
   }
   return csv;
 }
@@ -130,6 +141,7 @@ Json PlanJson(const PlanView& v) {
   j["optimizer_impl"] = ToString(o.optimizer_impl);
   j["zero3_impl"] = ToString(o.zero3_impl);
   j["candidates_generated"] = r.candidates_generated;
+  j["partial_recompute_candidates"] = r.partial_recompute_candidates;
   j["candidates_simulated"] = r.candidates_simulated;
   j["candidates_replayed"] = r.candidates_replayed;
   j["candidates_revisited"] = r.candidates_revisited;
@@ -204,6 +216,10 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
                      r.candidates_generated, elapsed, set_aside, r.candidates_generated - set_aside,
                      FormatGiB(o.min_headroom_bytes));
   for (const auto& [reason, count] : r.rejected) out << fmt::format("  {:>7}  {}\n", count, reason);
+  if (r.partial_recompute_candidates > 0) {
+    out << fmt::format("  ({} of the generated recompute part of the layers, made beside full-recompute candidates "
+                       "whose no-recompute twin cannot fit)\n", r.partial_recompute_candidates);
+  }
   if (r.candidates_generated == 0) {
     out << "  (none could be formed: see \"Not generated\")\n";
   } else if (r.candidates_replayed == 0) {
@@ -268,8 +284,10 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
                                       : fmt::format("PP {} (rank {}): {}", cell, Join(ids, ", "), name));
     }
   }
-  bool torch_ops = false;
+  bool torch_ops = false, first_n = false, one_in_n = false;
   for (const auto& p : r.plans) {
+    first_n = first_n || (p.config.PartialRecompute() && p.config.recompute_block_layers >= 0);
+    one_in_n = one_in_n || (p.config.PartialRecompute() && p.config.recompute_layer_interval > 0);
     if (p.config.TorchOpCheckpointing()) {
       torch_ops = true;
     } else if (p.config.recompute == Recompute::kSelective && p.config.recompute_modules != kRecomputeCoreAttn) {
@@ -289,6 +307,14 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
   if (torch_ops) {
     out << "  recompute selective: torchtitan's per-op checkpointing (selective_ac_option = \"op\"; simulate's "
            "--selective-ac-option op)\n";
+  }
+  if (first_n) {
+    out << "  recompute firstN: full recompute of the first N layers of each pipeline chunk, the others keep their "
+           "activations (Megatron-LM's --recompute-method block --recompute-num-layers N)\n";
+  }
+  if (one_in_n) {
+    out << "  recompute 1inN: one layer in N of each rank checkpointed whole, the others keep their activations "
+           "(torchtitan's selective_ac_option = \"N\"; simulate's --selective-ac-option N)\n";
   }
   if (!r.plans.empty() && r.plans.front().config.offload_modules != 0) {
     out << "  every plan offloads activations: --offload-modules "

@@ -1544,6 +1544,9 @@ ParallelConfig LayerCostKey(const ParallelConfig& cfg) {
   // GPipe layers are the same).
   if (k.schedule != Schedule::kZbH1) k.schedule = d.schedule;
   k.global_batch_size = d.global_batch_size;
+  // Partial recompute: the layers are the same whichever layers rerun (the chunks pick them).
+  k.recompute_block_layers = k.PartialRecompute() ? 0 : d.recompute_block_layers;
+  k.recompute_layer_interval = d.recompute_layer_interval;
   k.zero_stage = d.zero_stage;
   k.dp_shard = d.dp_shard;
   k.zero3_impl = d.zero3_impl;

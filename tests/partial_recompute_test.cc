@@ -13,6 +13,7 @@
 #include "cli/config_args.h"
 #include "common/text.h"
 #include "models/loader.h"
+#include "planner/planner.h"
 #include "planner/run_log.h"
 #include "report/launch.h"
 #include "simulator/cost_model.h"
@@ -196,6 +197,69 @@ TEST(PartialRecompute, FlagsLogsLaunchesAndRefusals) {
                                     "--first-last-layers-bf16"));
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute full --recompute-method block --zero 3 --zero3-impl deepspeed-2021",
                                     "--zero3-impl per-layer"));
+}
+
+// plan adds partial recompute beside full recompute where the plan without recompute cannot fit
+// (llama3-70b at 16K tokens on TP8 PP2: no recompute needs more than 80 GB), and ranks it.
+TEST(PartialRecompute, PlanSearchesItWhereNoRecomputeCannotFit) {
+  const Model m = LoadModel("llama3-70b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  PlanOptions o;
+  o.gpus = 64;
+  o.global_batch_size = 128;
+  o.seq_length = 16384;
+  o.fixed = {{"cp", "1"}, {"tp", "8"}, {"pp", "2"}};
+  const PlanResult on = RunPlan(m, cl, prof, o);
+  EXPECT_GT(on.partial_recompute_candidates, 0u);
+  bool ranked = false;
+  for (const Plan& p : on.plans) {
+    if (!p.config.PartialRecompute()) continue;
+    ranked = true;
+    // A quarter, half or three quarters of a chunk's layers, rounded: at least 1, fewer than all.
+    const std::int64_t chunk = m.num_layers / (p.config.pp * p.config.vp);
+    EXPECT_GE(p.config.recompute_block_layers, 1) << p.config.Summary();
+    EXPECT_LT(p.config.recompute_block_layers, chunk) << p.config.Summary();
+  }
+  EXPECT_TRUE(ranked);
+  o.partial_recompute = false;
+  const PlanResult off = RunPlan(m, cl, prof, o);
+  EXPECT_EQ(off.partial_recompute_candidates, 0u);
+  EXPECT_EQ(on.candidates_generated, off.candidates_generated + on.partial_recompute_candidates);
+  for (const Plan& p : off.plans) EXPECT_FALSE(p.config.PartialRecompute());
+  ASSERT_FALSE(on.plans.empty());
+  ASSERT_FALSE(off.plans.empty());
+  EXPECT_LE(on.plans.front().result.step_time_s, off.plans.front().result.step_time_s);
+  // With --optimizer fsdp the variants are torchtitan's one layer in N.
+  const Model m8 = LoadModel("llama3-8b");
+  PlanOptions f;
+  f.gpus = 8;
+  f.global_batch_size = 64;
+  f.seq_length = 8192;
+  f.optimizer_impl = OptimizerImpl::kTorchFsdp;
+  f.zero_stages = {3};
+  f.top_k = 40;
+  f.fixed = {{"tp", "1"}, {"cp", "1"}, {"pp", "1"}};
+  const PlanResult fsdp = RunPlan(m8, cl, WithPyTorchAttention(prof, cl.gpu.arch), f);
+  EXPECT_GT(fsdp.partial_recompute_candidates, 0u);
+  for (const Plan& p : fsdp.plans) {
+    if (p.config.PartialRecompute()) {
+      EXPECT_GE(p.config.recompute_layer_interval, 2) << p.config.Summary();
+    }
+    EXPECT_LT(p.config.recompute_block_layers, 0) << p.config.Summary();
+  }
+}
+
+// Configurations that differ only in which layers rerun share their layer set (the chunks pick
+// the layers), apart from full recompute's, which has no layers without recompute.
+TEST(PartialRecompute, LayerSetsSharedWhicheverLayersRerun) {
+  const ParallelConfig b2 = PartialConfig("--tp 2 --pp 2 --mbs 1 --gbs 32 --recompute full --recompute-method block "
+                                          "--recompute-num-layers 2");
+  const ParallelConfig b5 = PartialConfig("--tp 2 --pp 2 --mbs 1 --gbs 32 --recompute full --recompute-method block "
+                                          "--recompute-num-layers 5");
+  const ParallelConfig full = PartialConfig("--tp 2 --pp 2 --mbs 1 --gbs 32 --recompute full");
+  EXPECT_TRUE(LayerCostKey(b2) == LayerCostKey(b5));
+  EXPECT_FALSE(LayerCostKey(b2) == LayerCostKey(full));
 }
 
 }  // namespace
