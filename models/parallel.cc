@@ -112,7 +112,9 @@ void RequireRecomputeModules(const Model& m, unsigned modules, const std::string
 
 std::string ParallelConfig::PartialRecomputeName() const {
   if (!PartialRecompute()) return {};
-  if (recompute_block_layers >= 0) return fmt::format("(first {} layers of each chunk)", recompute_block_layers);
+  if (recompute_block_layers >= 0) {
+    return fmt::format("(first {} layer{} of each chunk)", recompute_block_layers, recompute_block_layers == 1 ? "" : "s");
+  }
   return fmt::format("(one layer in every {} of a rank)", recompute_layer_interval);
 }
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 #include <numeric>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -841,6 +842,7 @@ class PlanSearch {
     res_.candidates_generated = cands_.size();
     SetAsideUnrunnable();
     SimulateByBound(BoundAndPrune());
+    EscalatePartialRecompute();
     RankWithReplay();
     Finish();
     if (res_.plans.empty()) ExplainNothingFits(m_, cl_, prof_, o_, cands_, runnable_, bounds_, example_, &res_);
@@ -852,7 +854,11 @@ class PlanSearch {
   void SetAsideUnrunnable(std::size_t first = 0);
   std::vector<std::size_t> BoundAndPrune();
   std::vector<std::size_t> BoundFrom(std::size_t first);
+  std::vector<std::size_t> BoundAdded(std::size_t first);
+  void SortByBound(std::vector<std::size_t>* order) const;
   void AddPartialRecompute(std::vector<std::size_t>* order);
+  bool AddVariant(std::size_t full, double above, double none_bytes);
+  bool EscalatePartialRecompute();
   bool FitsBound(std::size_t i) const {
     return runnable_[i] && bounds_[i].peak_memory_lower_bytes <= usable_ - o_.min_headroom_bytes;
   }
@@ -884,6 +890,11 @@ class PlanSearch {
   std::map<std::string, std::string> example_;  ///< rejection key -> the first candidate's reason, with values
   std::vector<Bounds> bounds_;
   LayerCostCache layer_costs_;  // candidates that differ only in pp, vp, dp, ZeRO, ... share their layers
+  /// Partial recompute: each family's full-recompute candidate (FamilyKey -> index), the variants
+  /// made, and the simulated candidates without recompute or with partial recompute that did not fit.
+  std::map<decltype(Key(ParallelConfig{})), std::size_t> full_of_;
+  std::set<decltype(Key(ParallelConfig{}))> partial_made_;
+  std::vector<ParallelConfig> unfit_;
   std::mutex mu_;
   /// Every simulated plan that fits by its allocated peak with the headroom (the caching
   /// allocator's replay runs later, on the ones the ranking reaches), and the K best of them,
@@ -932,41 +943,107 @@ std::vector<std::size_t> PlanSearch::BoundFrom(std::size_t first) {
   return order;
 }
 
-/// 1b. Partial recompute (PartialRecomputeVariants) beside each full-recompute candidate that can
-///     fit in memory, unless the same candidate without recompute can too (it is faster and, by its
-///     lower bound, fits: rerunning some layers would only add time). Of the variants, the two
-///     recomputing the fewest layers among those whose memory, read off the two bounds in
-///     proportion to the layers recomputed, fits (all of them when there is no such twin to read).
-///     Their bounds join `order`.
+/// A candidate's family: the candidate without recompute, whatever its recompute (Key).
+auto FamilyKey(const ParallelConfig& c) {
+  ParallelConfig f = c;
+  f.recompute = Recompute::kNone;
+  f.recompute_modules = ParallelConfig{}.recompute_modules;
+  f.recompute_block_layers = -1;
+  f.recompute_layer_interval = 0;
+  return Key(f);
+}
+
+/// Adds the partial-recompute variant of full-recompute candidate `full` that recomputes the
+/// fewest layers above `above` (a share of the layers) and, where `none_bytes` >= 0 (a memory
+/// figure of the candidate without recompute), whose memory read off it and the full candidate's
+/// lower bound in proportion to the layers recomputed fits, unless it was made before. Whether
+/// one was added.
+bool PlanSearch::AddVariant(std::size_t full, double above, double none_bytes) {
+  const double full_bytes = bounds_[full].peak_memory_lower_bytes;
+  for (const auto& [x, share] : PartialRecomputeVariants(m_, o_, cands_[full])) {
+    if (share <= above) continue;
+    if (none_bytes >= 0 && none_bytes + (full_bytes - none_bytes) * share > usable_ - o_.min_headroom_bytes) continue;
+    if (!partial_made_.insert(Key(x)).second) return false;  // made already (and followed up from)
+    cands_.push_back(x);
+    return true;
+  }
+  return false;
+}
+
+/// Counts the candidates from `first` on as partial recompute and bounds them (set aside, pruned
+/// by memory); those that can fit.
+std::vector<std::size_t> PlanSearch::BoundAdded(std::size_t first) {
+  res_.partial_recompute_candidates += cands_.size() - first;
+  res_.candidates_generated = cands_.size();
+  SetAsideUnrunnable(first);
+  return BoundFrom(first);
+}
+
+/// Sorts candidate indices most promising first (by step-time lower bound).
+void PlanSearch::SortByBound(std::vector<std::size_t>* order) const {
+  std::sort(order->begin(), order->end(), [&](std::size_t a, std::size_t b) {
+    if (bounds_[a].step_time_lower_s != bounds_[b].step_time_lower_s) {
+      return bounds_[a].step_time_lower_s < bounds_[b].step_time_lower_s;
+    }
+    return a < b;
+  });
+}
+
+/// 1b. Partial recompute (PartialRecomputeVariants, when the recompute choices hold none and full):
+///     beside each full-recompute candidate that can fit in memory whose twin without recompute
+///     cannot by its lower bound (where it can, it is faster: rerunning layers only adds time), the
+///     variant recomputing the fewest layers whose memory, read off the two lower bounds in
+///     proportion to the layers recomputed, fits (EscalatePartialRecompute adds more). Those that
+///     can fit join `order`.
 void PlanSearch::AddPartialRecompute(std::vector<std::size_t>* order) {
-  if (!o_.partial_recompute) return;
+  const auto has = [&](Recompute r) { return std::find(o_.recomputes.begin(), o_.recomputes.end(), r) != o_.recomputes.end(); };
+  if (!o_.partial_recompute || !has(Recompute::kNone) || !has(Recompute::kFull)) return;
   const std::size_t n = cands_.size();
   std::map<decltype(Key(ParallelConfig{})), std::size_t> plain;  // a candidate without recompute -> its index
   for (std::size_t i = 0; i < n; ++i) {
     if (cands_[i].recompute == Recompute::kNone) plain.emplace(Key(cands_[i]), i);
+    if (cands_[i].recompute == Recompute::kFull) full_of_.emplace(FamilyKey(cands_[i]), i);
   }
   for (std::size_t i = 0; i < n; ++i) {
     if (cands_[i].recompute != Recompute::kFull || !FitsBound(i)) continue;
-    ParallelConfig none = cands_[i];
-    none.recompute = Recompute::kNone;
-    const auto it = plain.find(Key(none));
-    const bool twin = it != plain.end() && runnable_[it->second];
-    if (twin && FitsBound(it->second)) continue;
-    const double full_bytes = bounds_[i].peak_memory_lower_bytes;
-    const double none_bytes = twin ? bounds_[it->second].peak_memory_lower_bytes : full_bytes;
-    int kept = 0;
-    for (const auto& [x, share] : PartialRecomputeVariants(m_, o_, cands_[i])) {
-      if (kept == 2) break;
-      if (none_bytes + (full_bytes - none_bytes) * share > usable_ - o_.min_headroom_bytes) continue;
-      cands_.push_back(x);
-      ++kept;
-    }
+    const auto it = plain.find(FamilyKey(cands_[i]));
+    if (it == plain.end() || !runnable_[it->second] || FitsBound(it->second)) continue;
+    AddVariant(i, 0.0, bounds_[it->second].peak_memory_lower_bytes);
   }
-  res_.partial_recompute_candidates = cands_.size() - n;
-  res_.candidates_generated = cands_.size();
-  SetAsideUnrunnable(n);
-  const std::vector<std::size_t> more = BoundFrom(n);
+  const std::vector<std::size_t> more = BoundAdded(n);
   order->insert(order->end(), more.begin(), more.end());
+}
+
+/// 2b. Where a simulated candidate without recompute, or with partial recompute, did not fit by
+///     its allocated peak (the lower bounds leave out some working memory) or by the caching
+///     allocator's replay when ranked (3.), the next variant of
+///     its family's full-recompute candidate: the one recomputing the fewest layers beyond it.
+///     Repeated while that adds any; whether it added any.
+bool PlanSearch::EscalatePartialRecompute() {
+  bool added = false;
+  for (;;) {
+    std::vector<ParallelConfig> unfit;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      unfit.swap(unfit_);
+    }
+    std::sort(unfit.begin(), unfit.end(), [](const ParallelConfig& a, const ParallelConfig& b) { return Key(a) < Key(b); });
+    const std::size_t n = cands_.size();
+    for (const ParallelConfig& c : unfit) {
+      const auto it = full_of_.find(FamilyKey(c));
+      if (it == full_of_.end() || !FitsBound(it->second)) continue;
+      double share = 0;  // the share of the layers c recomputes
+      for (const auto& [x, s] : PartialRecomputeVariants(m_, o_, cands_[it->second])) {
+        if (Key(x) == Key(c)) share = s;
+      }
+      AddVariant(it->second, share, -1.0);
+    }
+    if (cands_.size() == n) return added;
+    added = true;
+    std::vector<std::size_t> order = BoundAdded(n);
+    SortByBound(&order);
+    SimulateByBound(order);
+  }
 }
 
 /// 1. Exact lower bounds; prunes what cannot fit in memory. The rest, most promising first (by
@@ -974,12 +1051,7 @@ void PlanSearch::AddPartialRecompute(std::vector<std::size_t>* order) {
 std::vector<std::size_t> PlanSearch::BoundAndPrune() {
   std::vector<std::size_t> order = BoundFrom(0);
   AddPartialRecompute(&order);
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    if (bounds_[a].step_time_lower_s != bounds_[b].step_time_lower_s) {
-      return bounds_[a].step_time_lower_s < bounds_[b].step_time_lower_s;
-    }
-    return a < b;
-  });
+  SortByBound(&order);
   return order;
 }
 
@@ -1004,6 +1076,7 @@ void PlanSearch::SimulateOne(std::size_t i) {
     ++rej_local_["cannot run: " + (p.result.reasons.empty() ? std::string("?") : p.result.reasons.front())];
   } else if (!fits) {
     ++rej_local_[no_fit_];
+    if (cands_[i].recompute == Recompute::kNone || cands_[i].PartialRecompute()) unfit_.push_back(cands_[i]);
     res_.closest.push_back(std::move(p));
   } else {
     top_allocated_s_.insert(std::upper_bound(top_allocated_s_.begin(), top_allocated_s_.end(), p.result.step_time_s),
@@ -1047,6 +1120,7 @@ void PlanSearch::Rank() {
     }
     if (!FitsReplayed(p.result)) {
       ++rej_replay_[no_fit_];
+      if (p.config.recompute == Recompute::kNone || p.config.PartialRecompute()) unfit_.push_back(p.config);
       continue;
     }
     if (!p.result.memory_at_risk && !res_.best_not_at_risk) res_.best_not_at_risk = p;
@@ -1062,10 +1136,12 @@ void PlanSearch::Rank() {
 /// 3. Ranks with the caching allocator's replay (Rank). When the replay turned plans away, the
 ///    K-th ranked plan (or the best not at risk) is slower than the bound assumed: the skipped
 ///    candidates whose lower bound does not exceed it are simulated and the walk runs again
-///    (exact, as above).
+///    (exact, as above); so it does when the walk turned away plans that partial recompute can
+///    follow up (2b).
 void PlanSearch::RankWithReplay() {
   for (;;) {
     Rank();
+    if (EscalatePartialRecompute()) continue;  // new candidates to rank
     const double inf = std::numeric_limits<double>::infinity();
     const double kth_s = top_.size() >= k_ ? top_.back().result.step_time_s : inf;
     const double safe_s = res_.best_not_at_risk ? res_.best_not_at_risk->result.step_time_s : inf;

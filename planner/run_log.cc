@@ -988,11 +988,12 @@ void TitanCheckpointing(const Json& cfg, const std::string& where, LoggedRun* ru
                          ": simulated as recomputing the layer norms");
     return;
   }
-  if (opt.empty() || opt.find_first_not_of("0123456789") != std::string::npos || opt.size() > 6 || std::stoi(opt) < 1) {
-    throw InputError(where + ": activation_checkpoint.selective_ac_option: got \"" + opt + "\", expected op or a positive integer");
+  if (opt.empty() || opt.find_first_not_of("0123456789") != std::string::npos || opt.size() > 6) {
+    throw InputError(where + ": activation_checkpoint.selective_ac_option: got \"" + opt + "\", expected op or an integer "
+                     "from 0 to 999999");
   }
-  c.recompute = Recompute::kFull;
-  if (opt != "1") c.recompute_layer_interval = std::stoi(opt);  // simulate's --selective-ac-option N
+  c.recompute = Recompute::kFull;  // 0 and 1: every block (torchtitan's "not ac_freq or count % ac_freq == 0")
+  if (std::stoi(opt) > 1) c.recompute_layer_interval = std::stoi(opt);  // simulate's --selective-ac-option N
 }
 
 /// The float8 converter's section: v0.2's quantize.linear.float8, else v0.1's float8 (its key

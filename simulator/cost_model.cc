@@ -2271,8 +2271,10 @@ std::pair<double, double> CostModelBuilder::MarkRecomputedLayers(ChunkCost* cc, 
   double plain_dense = 0, plain_moe = 0;
   for (int l = 0; l < cc->layers; ++l) {
     const bool rc = c.LayerRecomputed(l, on_rank + l);
+    const bool moe = m.moe.enabled() && m.IsMoeLayer(cc->first_layer + l);
     cc->layer_recomputed.push_back(rc);
-    if (!rc) ++(m.moe.enabled() && m.IsMoeLayer(cc->first_layer + l) ? plain_moe : plain_dense);
+    cc->layer_moe.push_back(moe);
+    if (!rc) ++(moe ? plain_moe : plain_dense);
   }
   return {plain_dense, plain_moe};
 }
@@ -2416,7 +2418,11 @@ void CostModelBuilder::AddChunkEnds(ChunkCost* cc, const LayerSet& layers, doubl
   if (m.mtp_num_layers > 0) {
     const double n = static_cast<double>(m.mtp_num_layers);
     for (std::int64_t k = 0; k < m.mtp_num_layers; ++k) AddOpCosts(cc, cm.mtp_ops);
-    AddLayerCosts(cc, m.moe.enabled() ? layers.moe_layer : layers.layer, n, paired);
+    // Partial recompute leaves the MTP layers alone (Megatron-Core skips their recompute under the
+    // block method; torchtitan wraps only model.layers).
+    const bool plain = c.PartialRecompute();
+    AddLayerCosts(cc, m.moe.enabled() ? (plain ? layers.moe_plain : layers.moe_layer) : (plain ? layers.plain : layers.layer),
+                  n, paired);
     const MtpParametersPerGpu mtp = MtpParametersOfLastStage(m, c.tp, cm.moe.ep * cm.moe.etp);
     cc->expert_params_per_gpu += mtp.experts;
     cc->params_per_gpu += mtp.params;

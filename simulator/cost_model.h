@@ -256,6 +256,9 @@ struct ChunkCost {
   /// Partial recompute (ParallelConfig::PartialRecompute): per layer of the chunk, in order,
   /// whether it reruns its forward; empty otherwise (every layer as the configuration's recompute).
   std::vector<bool> layer_recomputed;
+  /// With layer_recomputed: per layer, whether it is a mixture-of-experts layer (the allocator
+  /// replay reads the positions then; otherwise it takes a chunk's MoE layers last).
+  std::vector<bool> layer_moe;
   double bwd_s() const { return bwd_input_s + bwd_weight_s; }
   /// Whether the chunk's `l`-th layer (from 0) runs the configuration's recompute.
   bool Recomputed(int l) const { return layer_recomputed.empty() || layer_recomputed[static_cast<std::size_t>(l)]; }

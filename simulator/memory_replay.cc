@@ -308,8 +308,10 @@ class Replayer {
 
   const LayerTensorsSaved& LayerKind(const ChunkCost& cc, int l) const {
     // bf16-kept layers first, then dense, then mixture-of-experts layers (their counts only
-    // matter for the sizes; the order within a chunk barely moves the allocator's peak).
-    const bool moe = l >= cc.layers - cc.moe_layers && !moe_.bytes.empty();
+    // matter for the sizes; the order within a chunk barely moves the allocator's peak); under
+    // partial recompute, which layers rerun and which are MoE, at their own positions.
+    const bool moe = cc.layer_moe.empty() ? l >= cc.layers - cc.moe_layers && !moe_.bytes.empty()
+                                          : static_cast<bool>(cc.layer_moe[static_cast<std::size_t>(l)]);
     if (!cc.Recomputed(l)) return moe ? plain_moe_ : plain_;
     if (l < cc.bf16_layers) return bf16_;
     return moe ? moe_ : dense_;

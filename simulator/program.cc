@@ -101,7 +101,11 @@ class RankProgramBuilder {
     return moe ? cm_.moe_layer_ops : cm_.layer_ops;
   }
   /// The transformer layer of each multi-token-prediction module (MoE when the model has MoE).
-  const std::vector<Op>& MtpLayerOps() const { return m_.moe.enabled() ? cm_.moe_layer_ops : cm_.layer_ops; }
+  /// (Partial recompute leaves it alone: the layer without recompute.)
+  const std::vector<Op>& MtpLayerOps() const {
+    if (c_.PartialRecompute()) return m_.moe.enabled() ? cm_.plain_moe_layer_ops : cm_.plain_layer_ops;
+    return m_.moe.enabled() ? cm_.moe_layer_ops : cm_.layer_ops;
+  }
   /// A backward item's gradient passes of `ops`: input gradient and, unless ZB-H1 defers it,
   /// weight gradient.
   void AddGradientOps(const std::vector<Op>& ops, const ScheduleItem& it) {

@@ -1279,8 +1279,9 @@ double ExecutedFlopsPerStep(const Model& m, const ParallelConfig& c, const CostM
                              static_cast<double>(pc_moe_layers - moe_rc) * sum_flops(cm.plain_moe_layer_ops);
   // Each MTP module: its projection and pass through the output head (mtp_ops) and one layer of
   // the model's kind (an MoE layer in an MoE model), on the last stage.
-  const double mtp_flops = static_cast<double>(m.mtp_num_layers) *
-                           (sum_flops(cm.mtp_ops) + sum_flops(m.moe.enabled() ? cm.moe_layer_ops : cm.layer_ops));
+  const std::vector<Op>& mtp_layer = c.PartialRecompute() ? (m.moe.enabled() ? cm.plain_moe_layer_ops : cm.plain_layer_ops)
+                                                         : (m.moe.enabled() ? cm.moe_layer_ops : cm.layer_ops);
+  const double mtp_flops = static_cast<double>(m.mtp_num_layers) * (sum_flops(cm.mtp_ops) + sum_flops(mtp_layer));
   return static_cast<double>(c.dp_cp()) * static_cast<double>(c.tp) * static_cast<double>(c.num_microbatches()) *
          (static_cast<double>(dense_rc) * sum_flops(cm.layer_ops) + static_cast<double>(moe_rc) * sum_flops(cm.moe_layer_ops) +
           plain_flops + sum_flops(cm.embedding_ops) + sum_flops(cm.output_ops) + mtp_flops);

@@ -26,13 +26,14 @@
 namespace shardcast {
 namespace {
 
-/// The configuration simulate builds from `flags` for llama3-8b (32 layers) on 16 H100s.
-ParallelConfig PartialConfig(const std::string& flags, const std::string& model = "llama3-8b") {
+/// The configuration simulate builds from `flags` for llama3-8b (32 layers, or `model`) on
+/// `gpus` (16) H100s.
+ParallelConfig PartialConfig(const std::string& flags, const std::string& model = "llama3-8b", int gpus = 16) {
   CLI::App app;
   cli::SimulateArgs a;
   cli::AddConfigOptions(&app, &a);
-  app.parse("--gpus 16 " + flags, false);
-  return cli::BuildConfig(a, LoadModel(model), 16);
+  app.parse(fmt::format("--gpus {} {}", gpus, flags), false);
+  return cli::BuildConfig(a, LoadModel(model), gpus);
 }
 
 std::vector<bool> Marks(const ChunkCost& cc) {
@@ -230,6 +231,11 @@ TEST(PartialRecompute, PlanSearchesItWhereNoRecomputeCannotFit) {
   ASSERT_FALSE(on.plans.empty());
   ASSERT_FALSE(off.plans.empty());
   EXPECT_LE(on.plans.front().result.step_time_s, off.plans.front().result.step_time_s);
+  // A recompute list without none (or a fixed recompute) asks for full recompute: no variants.
+  PlanOptions only_full = o;
+  only_full.partial_recompute = true;
+  only_full.recomputes = {Recompute::kFull};
+  EXPECT_EQ(RunPlan(m, cl, prof, only_full).partial_recompute_candidates, 0u);
   // With --optimizer fsdp the variants are torchtitan's one layer in N.
   const Model m8 = LoadModel("llama3-8b");
   PlanOptions f;
@@ -248,6 +254,60 @@ TEST(PartialRecompute, PlanSearchesItWhereNoRecomputeCannotFit) {
     }
     EXPECT_LT(p.config.recompute_block_layers, 0) << p.config.Summary();
   }
+}
+
+// Where the plan without recompute passes its memory lower bound but not the simulation (the
+// bound leaves out the loss's working memory), the search follows up with partial recompute,
+// one variant after another until one fits: Llama 3 8B at 6K tokens, micro-batch 2, on 8 H100
+// as torchtitan runs it. Each variant ranked is the family's least recompute that fits.
+TEST(PartialRecompute, PlanFollowsUpWhatTheBoundsLetThrough) {
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = WithPyTorchAttention(DefaultProfile(cl), cl.gpu.arch);
+  PlanOptions f;
+  f.gpus = 8;
+  f.global_batch_size = 16;
+  f.seq_length = 6144;
+  f.min_headroom_bytes = 2.0 * (1 << 30);       // plan's default --min-headroom
+  f.base.cross_entropy = CrossEntropyImpl::kTorch;  // plan's loss under --optimizer fsdp
+  f.optimizer_impl = OptimizerImpl::kTorchFsdp;
+  f.zero_stages = {3};
+  f.fixed = {{"tp", "1"}, {"cp", "1"}, {"pp", "1"}, {"mbs", "2"}};
+  const PlanResult r = RunPlan(m, cl, prof, f);
+  ASSERT_FALSE(r.plans.empty());
+  const ParallelConfig* ranked = nullptr;
+  for (const Plan& p : r.plans) {
+    EXPECT_NE(p.config.recompute, Recompute::kNone) << p.config.Summary();  // does not fit
+    if (p.config.PartialRecompute()) ranked = &p.config;
+  }
+  ASSERT_NE(ranked, nullptr);
+  // The variant recomputing one layer fewer in its family does not fit: simulated, it needs more.
+  const std::int64_t n = ranked->recompute_layer_interval;
+  ASSERT_LT(n, 4);
+  ParallelConfig less = *ranked;
+  less.recompute_layer_interval = n + 1;
+  SimulationResult sim = Simulate(m, less, cl, f.gpus, prof);
+  ReplayAllocator(m, less, cl, prof, &sim);
+  EXPECT_FALSE(sim.fits && sim.peak_reserved_bytes <= cl.gpu.memory_bytes - f.min_headroom_bytes) << less.Summary();
+}
+
+// Multi-token-prediction layers do not rerun under partial recompute (Megatron-Core skips their
+// recompute under the block method): with block 0 the last stage is the one without recompute.
+TEST(PartialRecompute, MultiTokenPredictionLayersDoNotRerun) {
+  const Model m = LoadModel("deepseek-v3");
+  ASSERT_GT(m.mtp_num_layers, 0);
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  const std::string grid = "--tp 1 --ep 64 --pp 8 --decoder-first-pipeline-num-layers 4 "
+                           "--decoder-last-pipeline-num-layers 3 --mbs 1 --gbs 512 --seq 4096 ";
+  const CostModel none = BuildCostModel(m, PartialConfig(grid + "--recompute none", "deepseek-v3", 512), cl, prof);
+  const CostModel b0 = BuildCostModel(
+      m, PartialConfig(grid + "--recompute full --recompute-method block --recompute-num-layers 0", "deepseek-v3", 512), cl, prof);
+  const ChunkCost &a = none.chunks.back().back(), &b = b0.chunks.back().back();
+  ASSERT_TRUE(a.has_output && b.has_output);
+  EXPECT_EQ(b.recompute_s, 0.0);
+  EXPECT_NEAR(b.fwd_s, a.fwd_s, 1e-12 * a.fwd_s);
+  EXPECT_NEAR(b.saved_bytes, a.saved_bytes, 1e-9 * a.saved_bytes);
 }
 
 // Configurations that differ only in which layers rerun share their layer set (the chunks pick
