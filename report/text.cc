@@ -131,6 +131,13 @@ void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const 
                           : std::string()),
           cm.moe_layer_ops);
   }
+  // Partial recompute: the layers it leaves alone run their own ops (no recomputed forward).
+  if (!cm.plain_layer_ops.empty() && moe_layers < m.num_layers) {
+    table("one dense transformer layer that partial recompute leaves alone (the others as above)", cm.plain_layer_ops);
+  }
+  if (!cm.plain_moe_layer_ops.empty()) {
+    table("one mixture-of-experts layer that partial recompute leaves alone (the others as above)", cm.plain_moe_layer_ops);
+  }
   table("embedding (first stage)", cm.embedding_ops);
   table("output layer and loss (last stage)", cm.output_ops);
   table(fmt::format("multi-token prediction module (last stage, {} of them; each adds a {} transformer layer as above)",

@@ -3,6 +3,7 @@
 // blocks counted chunk by chunk, every N-th checkpointed). Which layers rerun is checked against
 // those rules; a chunk's times and bytes against the same chunk with no recompute and with full
 // recompute (each layer is one or the other); the program's recomputed ops against the count.
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "planner/planner.h"
 #include "planner/run_log.h"
 #include "report/launch.h"
+#include "report/text.h"
 #include "simulator/cost_model.h"
 #include "simulator/profile.h"
 #include "simulator/program.h"
@@ -320,6 +322,29 @@ TEST(PartialRecompute, LayerSetsSharedWhicheverLayersRerun) {
   const ParallelConfig full = PartialConfig("--tp 2 --pp 2 --mbs 1 --gbs 32 --recompute full");
   EXPECT_TRUE(LayerCostKey(b2) == LayerCostKey(b5));
   EXPECT_FALSE(LayerCostKey(b2) == LayerCostKey(full));
+}
+
+// --ops lists the plain layer beside the recomputed one under partial recompute only; its ops are
+// the recomputed layer's without the recompute ones.
+TEST(PartialRecompute, OpsTableListsThePlainLayer) {
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  const HardwareProfile prof = DefaultProfile(cl);
+  const std::string grid = "--tp 2 --pp 2 --mbs 1 --gbs 32 --recompute full";
+  auto ops = [&](const std::string& rc) {
+    std::ostringstream out;
+    WriteOps(out, m, PartialConfig(grid + rc), cl, prof);
+    return out.str();
+  };
+  const std::string plain = "dense transformer layer that partial recompute leaves alone";
+  EXPECT_EQ(ops("").find(plain), std::string::npos);
+  EXPECT_NE(ops(" --recompute-method block --recompute-num-layers 4").find(plain), std::string::npos);
+  const CostModel cm = BuildCostModel(m, PartialConfig(grid + " --recompute-method block --recompute-num-layers 4"), cl, prof);
+  const CostModel full = BuildCostModel(m, PartialConfig(grid), cl, prof);
+  size_t forward_ops = 0;
+  for (const auto& op : full.layer_ops) forward_ops += op.pass != Pass::kRecompute;
+  EXPECT_EQ(cm.plain_layer_ops.size(), forward_ops);
+  EXPECT_LT(cm.plain_layer_ops.size(), full.layer_ops.size());
 }
 
 }  // namespace
