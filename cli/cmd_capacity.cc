@@ -34,7 +34,8 @@ struct CapacityArgs {
   std::string zero;   ///< --zero-stages
   OptimizerArgs opt;  ///< --optimizer, --zero3-impl and DeepSpeed's knobs for every plan
   std::string framework = "megatron-core";
-  ParallelConfig moe_routing;  ///< --moe-load-imbalance, --moe-router-force-load-balancing, --cross-entropy
+  /// --moe-load-imbalance, --moe-router-force-load-balancing, --moe-token-dispatcher-type, --cross-entropy
+  ParallelConfig moe_routing;
   bool cross_entropy_given = false;  ///< --cross-entropy was given
   OffloadArgs offload;         ///< --offload-modules for every plan
 };
@@ -182,6 +183,7 @@ CapacityOptions CapacityOptionsFrom(const CapacityArgs& a, const Model& m) {
   CheckOptimizerPrecision(o.plan.optimizer_impl, o.plan.base.precision);
   o.plan.base.moe_load_imbalance = a.moe_routing.moe_load_imbalance;
   o.plan.base.moe_force_load_balancing = a.moe_routing.moe_force_load_balancing;
+  o.plan.base.moe_dispatcher = a.moe_routing.moe_dispatcher;
   ApplySearchCrossEntropy(a.moe_routing.cross_entropy, a.cross_entropy_given, &o.plan);
   CheckMoeRoutingOptions(m, o.plan.base);
   ApplyOffloadArgs(a.offload, m, &o.plan.base);
@@ -352,6 +354,7 @@ void RegisterCapacity(CLI::App& app) {
   AddSearchOptimizerOptions(cmd, &a->zero, &a->opt);
   AddFrameworkOption(cmd, &a->framework);
   AddMoeRoutingOptions(cmd, &a->moe_routing.moe_load_imbalance, &a->moe_routing.moe_force_load_balancing);
+  AddMoeDispatcherOption(cmd, &a->moe_routing.moe_dispatcher);
   AddCrossEntropyOption(cmd, &a->moe_routing.cross_entropy, &a->cross_entropy_given);
   AddOffloadOptions(cmd, &a->offload);
   cmd->add_flag("--solve", a->solve,

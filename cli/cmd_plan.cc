@@ -34,7 +34,8 @@ struct PlanArgs {
   double min_headroom_gib = 2.0;
   double price = 0;  ///< --price-per-gpu-hour; 0: the GPU preset's
   bool json = false, no_flash = false, exclude_at_risk = false, no_partial_recompute = false;
-  ParallelConfig moe_routing;  ///< --moe-load-imbalance, --moe-router-force-load-balancing, --cross-entropy
+  /// --moe-load-imbalance, --moe-router-force-load-balancing, --moe-token-dispatcher-type, --cross-entropy
+  ParallelConfig moe_routing;
   bool cross_entropy_given = false;  ///< --cross-entropy was given
   OffloadArgs offload;         ///< --offload-modules for every plan
   PrecisionArgs prec;
@@ -98,6 +99,7 @@ PlanOptions PlanOptionsFrom(const PlanArgs& a, const Model& m, const Cluster& cl
   CheckOptimizerPrecision(o.optimizer_impl, o.base.precision);
   o.base.moe_load_imbalance = a.moe_routing.moe_load_imbalance;
   o.base.moe_force_load_balancing = a.moe_routing.moe_force_load_balancing;
+  o.base.moe_dispatcher = a.moe_routing.moe_dispatcher;
   ApplySearchCrossEntropy(a.moe_routing.cross_entropy, a.cross_entropy_given, &o);
   CheckMoeRoutingOptions(m, o.base);
   ApplyOffloadArgs(a.offload, m, &o.base);
@@ -317,6 +319,7 @@ void RegisterPlan(CLI::App& app) {
   cmd->add_option("--threads", a->threads, "worker threads (default: all cores)")->check(IntegerRange(1, 1024));
   cmd->add_flag("--no-flash-attention", a->no_flash, "unfused attention (saves s*s scores)");
   AddMoeRoutingOptions(cmd, &a->moe_routing.moe_load_imbalance, &a->moe_routing.moe_force_load_balancing);
+  AddMoeDispatcherOption(cmd, &a->moe_routing.moe_dispatcher);
   AddCrossEntropyOption(cmd, &a->moe_routing.cross_entropy, &a->cross_entropy_given);
   AddOffloadOptions(cmd, &a->offload);
   AddPrecisionOptions(cmd, &a->prec);

@@ -234,11 +234,12 @@ void ApplyRecomputeArgs(const SimulateArgs& a, const Model& m, ParallelConfig* c
     RequireRecomputeModules(m, c->recompute_modules, "command line: --recompute-modules");
   }
   ApplyRecomputeMethodArgs(a, c);
-  if (a.selective_ac_option.empty()) return;
+  if (!a.selective_ac_option) return;
+  const std::string& option = *a.selective_ac_option;
   const std::string where = "command line: --selective-ac-option";
-  const bool digits = a.selective_ac_option.find_first_not_of("0123456789") == std::string::npos;
-  if (a.selective_ac_option != "op" && !(digits && a.selective_ac_option.size() <= 6)) {
-    throw InputError(where + ": got \"" + a.selective_ac_option + "\", expected op or a layer frequency N "
+  const bool digits = !option.empty() && option.find_first_not_of("0123456789") == std::string::npos;
+  if (option != "op" && !(digits && option.size() <= 6)) {
+    throw InputError(where + ": got \"" + option + "\", expected op or a layer frequency N "
                      "(0 to 999999; torchtitan's activation_checkpoint.selective_ac_option)");
   }
   if (!a.recompute_modules.empty() || !a.recompute_method.empty()) {
@@ -252,7 +253,7 @@ void ApplyRecomputeArgs(const SimulateArgs& a, const Model& m, ParallelConfig* c
   if (digits) {
     // torchtitan's layer-frequency option: whole blocks checkpointed (0: every block).
     c->recompute = Recompute::kFull;
-    c->recompute_layer_interval = std::stoll(a.selective_ac_option);
+    c->recompute_layer_interval = std::stoll(option);
     if (c->recompute_layer_interval == 1) c->recompute_layer_interval = 0;  // every block: full recompute
     return;
   }
@@ -922,9 +923,9 @@ void AddRecomputeAndShardingOptions(CLI::App* cmd, SimulateArgs* a) {
                   "with --recompute full: block (recompute only the first --recompute-num-layers layers of each "
                   "pipeline chunk; the rest keep their activations) or uniform (every layer; Megatron-LM's names)")
       ->transform(CLI::IsMember({"uniform", "block"}, CLI::ignore_case));
-  cmd->add_option("--recompute-num-layers", a->recompute_num_layers,
-                  "with --recompute-method block: layers recomputed per pipeline chunk (default 1); uniform takes 1")
-      ->check(CLI::Range(static_cast<std::int64_t>(0), static_cast<std::int64_t>(1000000)));
+  AddBoundedInt(cmd, "--recompute-num-layers", a->recompute_num_layers,
+                "with --recompute-method block: layers recomputed per pipeline chunk (default 1); uniform takes 1", 0,
+                1000000, "non-negative", "NONNEGATIVE");
   AddOffloadOptions(cmd, &a->offload);
   cmd->add_flag("--overlap-moe-expert-parallel-comm", a->moe_a2a_overlap,
                 "MoE: run one micro-batch's token dispatch/combine beside another's compute in the 1F1B steady state "

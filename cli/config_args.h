@@ -4,6 +4,7 @@
 /// accepted as aliases), and their translation into a ParallelConfig.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -110,8 +111,8 @@ struct SimulateArgs {
   /// --recompute-modules (Megatron-Core's names; implies --recompute selective).
   std::vector<std::string> recompute_modules;
   /// --selective-ac-option op|N (torchtitan's per-op selective checkpointing, or every N-th
-  /// block checkpointed; empty: not given).
-  std::string selective_ac_option;
+  /// block checkpointed; nullopt: not given).
+  std::optional<std::string> selective_ac_option;
   /// --recompute-method uniform|block and --recompute-num-layers N (Megatron-LM; empty / -1: not given).
   std::string recompute_method;
   std::int64_t recompute_num_layers = -1;

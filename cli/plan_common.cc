@@ -203,6 +203,18 @@ void AddMoeRoutingOptions(CLI::App* cmd, double* imbalance, bool* forced) {
                 "training a model): balanced routing's imbalance whatever the model's router");
 }
 
+void AddMoeDispatcherOption(CLI::App* cmd, MoeDispatcher* dispatcher) {
+  cmd->add_option_function<std::string>(
+         "--moe-token-dispatcher-type",
+         [dispatcher](const std::string& v) {
+           *dispatcher = v == "flex" ? MoeDispatcher::kFlex : v == "allgather" ? MoeDispatcher::kAllGather
+                                                                               : MoeDispatcher::kAllToAll;
+         },
+         "MoE: how every plan's tokens reach their experts: alltoall (default) | allgather | flex (DeepEP: once per "
+         "destination rank, Megatron-Core's --moe-token-dispatcher-type flex)")
+      ->transform(CLI::IsMember({"alltoall", "allgather", "flex"}, CLI::ignore_case));
+}
+
 void AddCrossEntropyOption(CLI::App* cmd, CrossEntropyImpl* impl, bool* given) {
   cmd->add_option_function<std::string>(
          "--cross-entropy",

@@ -68,6 +68,8 @@ bool WriteCsvOption(const std::string& path, const std::string& csv);
 /// --moe-load-imbalance F (a number from 1 to 64) and --moe-router-force-load-balancing, written
 /// into `imbalance` and `forced` (ParallelConfig's moe_load_imbalance, moe_force_load_balancing).
 void AddMoeRoutingOptions(CLI::App* cmd, double* imbalance, bool* forced);
+/// plan's and capacity's --moe-token-dispatcher-type: the dispatcher every candidate runs.
+void AddMoeDispatcherOption(CLI::App* cmd, MoeDispatcher* dispatcher);
 /// `plan` and `capacity`'s --cross-entropy NAME (CrossEntropyImpl by name: unfused, native, te,
 /// flash-attn, torch), written into `impl`; every plan takes it (PlanOptions::base).
 void AddCrossEntropyOption(CLI::App* cmd, CrossEntropyImpl* impl, bool* given);

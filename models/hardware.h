@@ -89,6 +89,10 @@ struct Cluster {
   std::string name;
   Gpu gpu;
   std::int64_t gpus_per_node = 8;
+  /// GPUs of one host (one operating system, torchrun's --nproc-per-node): gpus_per_node unless
+  /// the scale-up domain spans hosts (GB200 NVL72: 18 compute trays of 4 GPUs); 0: gpus_per_node
+  /// (GpusPerHost).
+  std::int64_t gpus_per_host = 0;
   std::string intra_fabric;  ///< nvswitch | pcie | xgmi
   double intra_GBps_per_direction = 0;
   std::int64_t nics_per_node = 0;
@@ -97,6 +101,7 @@ struct Cluster {
   std::optional<std::int64_t> num_gpus;
   std::string source;
 
+  std::int64_t GpusPerHost() const { return gpus_per_host > 0 ? gpus_per_host : gpus_per_node; }
   /// Network bandwidth out of one node, GB/s per direction (NICs x rate / 8).
   double NodeNetworkGBps() const { return static_cast<double>(nics_per_node) * nic_Gbps / 8.0; }
   /// Whether nodes are connected at all: inter_node.fabric is not "none" and the NICs have a

@@ -1170,7 +1170,13 @@ Model ModelFromHuggingFace(const Json& j, const std::string& file) {
   // Name: the checkpoint's _name_or_path, else the file name (the folder's for config.json).
   const auto path = std::filesystem::path(file);
   m.name = path.stem().string();
-  if (m.name == "config") m.name = path.parent_path().filename().string();
+  if (m.name == "config") {
+    // config.json, ./config.json: the current folder's name.
+    std::error_code ec;
+    const auto folder = std::filesystem::absolute(path, ec).lexically_normal().parent_path();
+    m.name = (ec ? path.parent_path() : folder).filename().string();
+    if (m.name.empty() || m.name == ".") m.name = "config";
+  }
   if (auto n = r.OptString("_name_or_path"); n && !n->empty()) {
     m.name = std::filesystem::path(*n).filename().string();
   }
@@ -1260,7 +1266,7 @@ Gpu GpuFromJson(const Json& j, const std::string& file) {
 
 Cluster ClusterFromJson(const Json& j, const std::string& file) {
   JsonReader r(j, file);
-  r.RejectUnknownKeys({"name", "gpu", "gpus_per_node", "intra_node", "inter_node", "num_gpus",
+  r.RejectUnknownKeys({"name", "gpu", "gpus_per_node", "gpus_per_host", "intra_node", "inter_node", "num_gpus",
                        "source"});
   Cluster c;
   c.name = NameOf(r, file);
@@ -1281,6 +1287,12 @@ Cluster ClusterFromJson(const Json& j, const std::string& file) {
     throw InputError(file + ": /gpu: " + e.what());
   }
   c.gpus_per_node = r.Int("gpus_per_node", 1, 1 << 20);
+  c.gpus_per_host = r.Has("gpus_per_host") ? r.Int("gpus_per_host", 1, c.gpus_per_node) : 0;
+  if (c.gpus_per_node % c.GpusPerHost() != 0) {
+    throw InputError::Field(file, "/gpus_per_host", std::to_string(c.gpus_per_host),
+                            "a divisor of gpus_per_node = " + std::to_string(c.gpus_per_node) +
+                                " (the scale-up domain is made of whole hosts)");
+  }
   JsonReader intra = r.Object("intra_node");
   intra.RejectUnknownKeys({"fabric", "bandwidth_GBps_per_direction"});
   c.intra_fabric = intra.Enum("fabric", {"nvswitch", "nvlink", "pcie", "xgmi"});

@@ -1,5 +1,6 @@
 #include "models/parallel.h"
 
+#include <algorithm>
 #include <numeric>
 #include <span>
 #include <utility>
@@ -314,6 +315,29 @@ std::string ParallelConfig::Short() const {
   if (schedule != Schedule::k1F1B && schedule != Schedule::kInterleaved) s += fmt::format(" {}", ToString(schedule));
   if (precision != Precision::kBf16) s += fmt::format(" {}", ToString(precision));
   return s;
+}
+
+std::vector<std::string> ParallelConfig::ShortLegend(const std::vector<ParallelConfig>& configs) {
+  auto any = [&](auto pred) { return std::any_of(configs.begin(), configs.end(), pred); };
+  std::vector<std::string> out;
+  auto add = [&](bool used, const char* line) {
+    if (used) out.emplace_back(line);
+  };
+  add(any([](const ParallelConfig& c) { return c.embedding_slots; }),
+      "E+L: the embedding and the loss take a transformer layer's place in the pipeline split");
+  add(any([](const ParallelConfig& c) { return c.first_stage_layers >= 0 || c.last_stage_layers >= 0; }),
+      "La/b: the first and the last pipeline stage hold a and b transformer layers (- where not set)");
+  add(any([](const ParallelConfig& c) { return c.sequence_parallel; }),
+      "SP: sequence parallelism; SP+ov: with the tensor-parallel communication overlap");
+  add(any([](const ParallelConfig& c) { return c.recompute == Recompute::kFull; }),
+      "rc-full: full activation recompute (-firstN: of the first N layers of each chunk; -everyN: of one layer in N)");
+  add(any([](const ParallelConfig& c) { return c.recompute == Recompute::kSelective; }),
+      "rc-sel: selective recompute (rc-op: torchtitan's per-op checkpointing)");
+  add(any([](const ParallelConfig& c) { return c.zero_stage > 0; }),
+      "Zn: ZeRO stage n (Zn/S: sharded over groups of S data-parallel ranks)");
+  add(any([](const ParallelConfig& c) { return c.moe_force_load_balancing || c.moe_load_imbalance > 0; }),
+      "forced-balance / imbF: the MoE router's load: forced balance, or the busiest expert rank at F x the mean");
+  return out;
 }
 
 void ApplyMegatronCoreDefaults(ParallelConfig* c) {
@@ -692,6 +716,39 @@ PipelineLayout PipelineLayoutOf(const Model& m, const ParallelConfig& c) {
   }
   if (first != L) return fail(fmt::format("pipeline split: the stages hold {} layers, expected num_layers = {}", first, L));
   return out;
+}
+
+std::vector<std::pair<std::int64_t, std::int64_t>> RecomputedLayersPerStage(const Model& m, const ParallelConfig& c) {
+  const PipelineLayout layout = PipelineLayoutOf(m, c);
+  if (!layout.error.empty()) return {};
+  const std::int64_t pp = std::max<std::int64_t>(1, c.pp);
+  const std::int64_t v = static_cast<std::int64_t>(layout.chunk_layers.size()) / pp;
+  std::vector<std::pair<std::int64_t, std::int64_t>> out(static_cast<std::size_t>(pp), {0, 0});
+  for (std::int64_t stage = 0; stage < pp; ++stage) {
+    auto& [rerun, layers] = out[static_cast<std::size_t>(stage)];
+    for (std::int64_t k = 0; k < v; ++k) {
+      const std::int64_t n = layout.Layers(pp, stage, k);
+      for (std::int64_t l = 0; l < n; ++l) rerun += c.LayerRecomputed(l, layers + l) ? 1 : 0;
+      layers += n;
+    }
+  }
+  return out;
+}
+
+ParallelConfig WithEffectiveRecompute(const Model& m, ParallelConfig c) {
+  if (!c.PartialRecompute()) return c;
+  const auto stages = RecomputedLayersPerStage(m, c);
+  if (stages.empty()) return c;
+  std::int64_t rerun = 0, layers = 0;
+  for (const auto& [r, n] : stages) {
+    rerun += r;
+    layers += n;
+  }
+  if (rerun != 0 && rerun != layers) return c;
+  if (rerun == 0) c.recompute = Recompute::kNone;
+  c.recompute_block_layers = -1;
+  c.recompute_layer_interval = 0;
+  return c;
 }
 
 std::string PipelineSplitName(const ParallelConfig& c) {

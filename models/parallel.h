@@ -467,6 +467,8 @@ struct ParallelConfig {
   std::string Summary() const;
   /// A compact form for tables: "TP4 PP8 DP16 VP12 mbs1 SP Z1".
   std::string Short() const;
+  /// What Short()'s less obvious marks mean, one "MARK: meaning" per mark `configs` use.
+  static std::vector<std::string> ShortLegend(const std::vector<ParallelConfig>& configs);
   /// Every field equal (LayerCostCache's comparison of LayerCostKey keys).
   bool operator==(const ParallelConfig&) const = default;
 };
@@ -529,6 +531,15 @@ struct PipelineLayout {
   }
 };
 PipelineLayout PipelineLayoutOf(const Model& model, const ParallelConfig& cfg);
+/// Per pipeline stage, the transformer layers that rerun their forward in the backward and the
+/// stage's layers ({rerun, layers}), over PipelineLayoutOf's chunks (a rank counts its layers
+/// chunk by chunk, ParallelConfig::LayerRecomputed): every layer under full recompute, some under
+/// partial recompute, none otherwise. Empty where the split is impossible.
+std::vector<std::pair<std::int64_t, std::int64_t>> RecomputedLayersPerStage(const Model& model, const ParallelConfig& cfg);
+/// `cfg` with a partial recompute that reruns no layer made no recompute, and one that reruns
+/// every layer made full recompute: the same step, in the form a launch can write (Megatron-LM's
+/// block of 0 layers, or torchtitan's one in N above a rank's layers, runs without recompute).
+ParallelConfig WithEffectiveRecompute(const Model& model, ParallelConfig cfg);
 /// A short name of the configuration's pipeline split for tables: "" for the default one,
 /// "emb+loss slots", or "first 7 / last 7 layers".
 std::string PipelineSplitName(const ParallelConfig& c);

@@ -244,14 +244,16 @@ bool OptimizerRuns(OptimizerImpl impl, int z) {
   return true;
 }
 
-/// What every candidate takes from the search's options (PlanOptions::base, the optimizer and
-/// ZeRO-3 implementation, the framework, flash attention, a fixed cp_comm) and its pipeline split,
-/// onto `c`, whose sizes, schedule, recompute, ZeRO stage and expert grid are already set.
+/// What every candidate takes from the search's options (PlanOptions::base: precision, MoE routing
+/// and dispatcher, loss, offload; the optimizer and ZeRO-3 implementation, the framework, flash
+/// attention, a fixed cp_comm) and its pipeline split, onto `c`, whose sizes, schedule,
+/// recompute, ZeRO stage and expert grid are already set.
 void ApplyPlanWideSettings(const PlanOptions& o, const PipelineSplit& split, std::int64_t gpus_per_node,
                            ParallelConfig* c) {
   CopyPrecisionSettings(o.base, c);
   c->moe_load_imbalance = o.base.moe_load_imbalance;
   c->moe_force_load_balancing = o.base.moe_force_load_balancing;
+  c->moe_dispatcher = o.base.moe_dispatcher;
   c->cross_entropy = o.base.cross_entropy;
   c->offload_modules = o.base.offload_modules;
   c->optimizer_impl = o.optimizer_impl;

@@ -117,6 +117,11 @@ void WriteCapacityTable(std::ostream& out, const CapacityOptions& o, const std::
                                "releasing the caching allocator's cache)\n", "");
     }
   }
+  std::vector<ParallelConfig> best;
+  for (const auto& r : rows) {
+    if (r.feasible) best.push_back(r.best.config);
+  }
+  for (const std::string& line : ParallelConfig::ShortLegend(best)) out << "  " << line << "\n";
 }
 
 /// The notes under capacity's table: known biases (once each, naming their rows), the MFU

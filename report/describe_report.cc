@@ -277,7 +277,9 @@ void WriteFit(std::ostream& out, const FitDescription& f, const ModelDescription
     out << fmt::format("    ZeRO-{}: {:>10} = weights {} + grads {} + optimizer {}   {}\n", z.zero_stage,
                        FormatGiB(z.total_bytes()), FormatGiB(z.weights_bytes), FormatGiB(z.grads_bytes),
                        FormatGiB(z.optimizer_bytes),
-                       !z.supported ? "not with pp > 1" : z.fits ? "fits" : "does NOT fit");
+                       !z.supported ? "not with pp > 1"
+                       : z.fits     ? "fits, " + FormatGiB(f.memory_bytes - z.total_bytes()) + " left for activations"
+                                    : std::string("does NOT fit"));
   }
   const bool low = std::any_of(f.peaks_flops.begin(), f.peaks_flops.end(),
                                [](const auto& p) { return IsLowPrecision(p.first); });

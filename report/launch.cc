@@ -76,8 +76,9 @@ namespace {
 struct Nodes {
   std::int64_t nodes = 1, per_node = 1;
 };
+/// The hosts a launch starts processes on (torchrun's --nnodes and --nproc-per-node).
 Nodes NodesOf(const Cluster& cl, std::int64_t gpus) {
-  const std::int64_t g = std::max<std::int64_t>(1, cl.gpus_per_node);
+  const std::int64_t g = std::max<std::int64_t>(1, cl.GpusPerHost());
   Nodes n;
   n.per_node = std::min(gpus, g);
   n.nodes = (gpus + n.per_node - 1) / n.per_node;
@@ -93,16 +94,6 @@ std::string Number(double v) {
 
 /// Megatron-LM, NeMo and DeepSpeed's pipeline engine run all of a step's micro-batches in one
 /// schedule: pipeline flushes (PyTorch pipelining's gradient-accumulation loop) have no setting.
-/// torchtitan's one layer in N checkpointed (ParallelConfig::recompute_layer_interval), which
-/// Megatron-LM and NeMo write as full recompute of every layer.
-void LayerIntervalUnexpressed(const ParallelConfig& c, const char* framework, std::vector<std::string>* unexpressed) {
-  if (!c.PartialRecompute() || c.recompute_layer_interval <= 0) return;
-  unexpressed->push_back(fmt::format("torchtitan's checkpointing of one layer in every {} ({} has no such method; "
-                                     "--recompute-method block recomputes the first N layers of each chunk): written "
-                                     "as full recompute of every layer",
-                                     c.recompute_layer_interval, framework));
-}
-
 void OneScheduleUnexpressed(const ParallelConfig& c, const char* framework, std::vector<std::string>* unexpressed) {
   if (c.pipeline_flushes <= 1 || c.pp <= 1) return;
   unexpressed->push_back(fmt::format("{} pipeline flushes a step ({} runs the step's micro-batches in one schedule): "
@@ -302,7 +293,6 @@ LaunchConfig EmitMegatron(const Model& m, const ParallelConfig& c, const Cluster
                   "--eval-iters 0");
   const Nodes n = NodesOf(cl, gpus);
   OneScheduleUnexpressed(c, "Megatron-LM", &l.unexpressed);
-  LayerIntervalUnexpressed(c, "Megatron-LM", &l.unexpressed);
   std::string t = Header("#", m, c, cl, gpus, kMegatronVersion, l.unexpressed);
   t += "# Mock data and 100 steps: give your --data-path, tokenizer, schedule and checkpoints for a real run.\n";
   // Megatron-LM's validate_args asserts CUDA_DEVICE_MAX_CONNECTIONS=1 where tp or cp is above 1
@@ -885,6 +875,9 @@ void TorchtitanContextAndExperts(const Model& m, const ParallelConfig& c, std::s
     // maybe_enable_async_tp: "Async TP requires 'model' in --compile.components").
     *t += "\n[compile]\n# async tensor parallelism is a torch.compile pass: torchtitan refuses it on an eager model\n";
     *t += "enable = true\ncomponents = [\"model\", \"loss\"]\n";
+    unexpressed->push_back("torch.compile, which async tensor parallelism needs, is not modelled: the step was "
+                           "simulated with eager PyTorch's kernels and saved tensors (a compiled loss and block keep "
+                           "less memory)");
   }
 }
 
@@ -1147,7 +1140,9 @@ void WriteLaunch(std::ostream& out, const LaunchConfig& l, const std::string& fi
   out << fmt::format("\n{}, launched with {}:\n\n{}", label, l.framework, l.text);
 }
 
-LaunchConfig EmitLaunch(LaunchFormat f, const Model& m, const ParallelConfig& c, const Cluster& cl, std::int64_t gpus) {
+LaunchConfig EmitLaunch(LaunchFormat f, const Model& m, const ParallelConfig& given, const Cluster& cl, std::int64_t gpus) {
+  // A partial recompute that reruns no layer (or all) is written as none (or full).
+  const ParallelConfig c = WithEffectiveRecompute(m, given);
   switch (f) {
     case LaunchFormat::kNemo: return EmitNemo(m, c, cl, gpus);
     case LaunchFormat::kTorchtitan: return EmitTorchtitan(m, c, cl, gpus);

@@ -143,6 +143,7 @@ std::string OptimizerFlags(const ParallelConfig& c) {
 }
 
 void Notes(const ParallelConfig& c, std::vector<std::string>* notes) {
+  LayerIntervalUnexpressed(c, "Megatron-LM", notes);
   if (c.TorchOpCheckpointing()) {
     notes->push_back("torchtitan's per-op selective checkpointing (Megatron-Core has no per-op policy): no recompute "
                      "flag is written, so the run keeps every activation");
@@ -191,6 +192,14 @@ void Notes(const ParallelConfig& c, std::vector<std::string>* notes) {
 
 }  // namespace
 
+void LayerIntervalUnexpressed(const ParallelConfig& c, const char* framework, std::vector<std::string>* unexpressed) {
+  if (!c.PartialRecompute() || c.recompute_layer_interval <= 0) return;
+  unexpressed->push_back(fmt::format("torchtitan's checkpointing of one layer in every {} ({} has no such method; "
+                                     "--recompute-method block recomputes the first N layers of each chunk): written "
+                                     "as full recompute of every layer",
+                                     c.recompute_layer_interval, framework));
+}
+
 std::vector<std::string> MegatronParallelFlags(const ParallelConfig& c, const Model& m, std::vector<std::string>* notes) {
   std::vector<std::string> f;
   f.push_back(SizeFlags(c, m));
@@ -205,7 +214,8 @@ std::vector<std::string> MegatronParallelFlags(const ParallelConfig& c, const Mo
   return f;
 }
 
-std::string MegatronArguments(const ParallelConfig& c, const Model& m) {
+std::string MegatronArguments(const ParallelConfig& given, const Model& m) {
+  const ParallelConfig c = WithEffectiveRecompute(m, given);  // as EmitLaunch
   std::vector<std::string> notes;
   const std::vector<std::string> f = MegatronParallelFlags(c, m, &notes);
   std::string a;

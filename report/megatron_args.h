@@ -26,9 +26,15 @@ std::string MegatronPrecisionArgs(const ParallelConfig& c);
 /// (--num-experts, --moe-router-topk) belong to the model and are not written here.
 std::vector<std::string> MegatronParallelFlags(const ParallelConfig& c, const Model& m, std::vector<std::string>* notes);
 
+/// torchtitan's one layer in N checkpointed (ParallelConfig::recompute_layer_interval), which
+/// `framework` (Megatron-LM, Megatron-Core) writes as full recompute of every layer: a sentence
+/// appended to `unexpressed`; nothing for other recompute choices.
+void LayerIntervalUnexpressed(const ParallelConfig& c, const char* framework, std::vector<std::string>* unexpressed);
+
 /// Megatron-LM launch arguments for a configuration, on one line: --num-experts and
 /// --moe-router-topk for an MoE model, then MegatronParallelFlags, then each note as a shell
-/// comment ("   # ...").
+/// comment ("   # ..."); a partial recompute that reruns no layer (or every layer) as no (or full)
+/// recompute, as EmitLaunch.
 std::string MegatronArguments(const ParallelConfig& c, const Model& m);
 
 }  // namespace shardcast

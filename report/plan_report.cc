@@ -217,8 +217,9 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
                      FormatGiB(o.min_headroom_bytes));
   for (const auto& [reason, count] : r.rejected) out << fmt::format("  {:>7}  {}\n", count, reason);
   if (r.partial_recompute_candidates > 0) {
-    out << fmt::format("  ({} of them partial recompute (firstN, 1inN), tried beside full recompute where the same "
-                       "plan without recompute does not fit)\n", r.partial_recompute_candidates);
+    out << fmt::format("  ({} of them partial recompute ({}), tried beside full recompute where the same "
+                       "plan without recompute does not fit)\n", r.partial_recompute_candidates,
+                       o.optimizer_impl == OptimizerImpl::kTorchFsdp ? "1inN" : "firstN");
   }
   if (r.candidates_generated == 0) {
     out << "  (none could be formed: see \"Not generated\")\n";

@@ -198,8 +198,8 @@
       el("p", {}, root, "This configuration cannot run: " + (r.reasons || []).join("; "));
       return;
     }
-    table(["step time", "tokens/s", "MFU (causal)", "MFU (full s\u00b2)", "bubble", "peak memory", "fits"],
-          [{ cells: [fmtS(r.step_time_s), r.tokens_per_s.toPrecision(4), pct(r.mfu_causal), pct(r.mfu), pct(r.bubble_fraction), fmtGiB(r.peak_memory_bytes), r.fits ? "yes" : "no"] }]);
+    table(["step time", "tokens/s", "MFU (causal)", "MFU (full s\u00b2)", "HFU", "bubble", "peak memory", "fits"],
+          [{ cells: [fmtS(r.step_time_s), r.tokens_per_s.toPrecision(4), pct(r.mfu_causal), pct(r.mfu), pct(r.hfu), pct(r.bubble_fraction), fmtGiB(r.peak_memory_bytes), r.fits ? "yes" : "no"] }]);
     if (!r.fits) el("p", { class: "warn" }, root, "Does not fit in GPU memory: " + (r.reasons || []).join("; "));
     section("Timeline of one step, per stage and stream");
     legend(Object.keys(KIND_CLASS).map((k) => ["k-" + k, k]).concat([["lane-bg", "idle (bubble)"]]));

@@ -116,9 +116,12 @@ void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const 
     out << fmt::format("    {:<32} {:>84.1f}\n", "sum (not overlapped)", total * 1e6);
   };
   const std::int64_t moe_layers = cm.moe_layer_ops.empty() ? 0 : m.MoeLayersIn(0, m.num_layers);
+  // Partial recompute: the tables below are of the layers that rerun; the plain ones follow.
+  const std::string reruns = c.PartialRecompute() ? " that partial recompute reruns " + c.PartialRecomputeName() : "";
   if (moe_layers < m.num_layers) {
-    table(moe_layers > 0 ? fmt::format("one dense transformer layer ({} of {})", m.num_layers - moe_layers, m.num_layers)
-                         : std::string("one transformer layer"),
+    table(moe_layers > 0 ? fmt::format("one dense transformer layer ({} of {}){}", m.num_layers - moe_layers,
+                                       m.num_layers, reruns)
+                         : "one transformer layer" + reruns,
           cm.layer_ops);
   }
   if (moe_layers > 0) {
@@ -128,7 +131,7 @@ void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const 
                       cm.moe.local_experts, cm.moe.imbalance, MoeImbalanceSource(c, m.moe),
                       cm.moe.node_imbalance != 1
                           ? fmt::format("; DeepEP's NIC part at the busiest node's {:.3f}", cm.moe.node_imbalance)
-                          : std::string()),
+                          : std::string()) + reruns,
           cm.moe_layer_ops);
   }
   // Partial recompute: the layers it leaves alone run their own ops (no recomputed forward).
@@ -275,6 +278,20 @@ void WriteSimulationNotes(std::ostream& out, const SimulationResult& r, const Mo
                                slots, c.embedding_slots ? "layer slots" : "layers", c.pp);
     }
     out << "\n";
+  }
+  if (c.PartialRecompute()) {
+    std::int64_t rerun = 0, layers = 0;
+    std::string per_stage;
+    for (const auto& st : r.stages) {
+      rerun += st.recomputed_layers;
+      layers += st.layers;
+      per_stage += fmt::format("{}{}/{}", per_stage.empty() ? "" : ", ", st.recomputed_layers, st.layers);
+    }
+    out << fmt::format("\nPartial recompute {}: {} of {} layers rerun their forward in the backward (per stage: {}){}\n",
+                       c.PartialRecomputeName(), rerun, layers, per_stage,
+                       rerun == 0        ? "; none, so the step is the one without recompute"
+                       : rerun == layers ? "; all, so the step is the one with full recompute"
+                                         : "");
   }
   if (c.tp > 1 && m.vocab_size % c.tp != 0) {
     const std::int64_t unit = 128 * c.tp, padded = (m.vocab_size + unit - 1) / unit * unit;

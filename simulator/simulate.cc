@@ -1542,7 +1542,12 @@ SimulationResult Simulate(const Model& m, const ParallelConfig& cfg_in, const Cl
     StageResult sr;
     sr.stage = i;
     const auto& chunks = cm.chunks[static_cast<std::size_t>(i)];
-    for (const auto& cc : chunks) sr.layers += cc.layers;
+    for (const auto& cc : chunks) {
+      sr.layers += cc.layers;
+      for (int l = 0; l < cc.layers; ++l) {
+        sr.recomputed_layers += c.recompute == Recompute::kFull && cc.Recomputed(l) ? 1 : 0;
+      }
+    }
     SimTime dp_last_end = 0;
     for (std::int32_t id : sk.dp_tasks[static_cast<std::size_t>(i)]) {
       dp_last_end = std::max(dp_last_end, er.end[static_cast<std::size_t>(id)]);
@@ -1704,6 +1709,7 @@ Json StagesJson(const SimulationResult& r, const Model& m, const ParallelConfig&
   for (const auto& s : r.stages) {
     st.push_back({{"stage", s.stage},
                   {"layers", s.layers},
+                  {"recomputed_layers", s.recomputed_layers},
                   {"chunk_layers", chunk_layers(s.stage)},
                   {"peak_memory_bytes", s.memory.peak_bytes},
                   {"reserved_memory_bytes", s.memory.reserved_bytes},

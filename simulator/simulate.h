@@ -117,6 +117,9 @@ struct StageMemory {
 struct StageResult {
   int stage = 0;
   int layers = 0;
+  /// Of `layers`, those that rerun their forward in the backward: all under full recompute, some
+  /// under partial recompute (ParallelConfig::LayerRecomputed), none otherwise.
+  int recomputed_layers = 0;
   StageBreakdown time;
   StageMemory memory;
   double bubble_fraction = 0;

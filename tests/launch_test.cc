@@ -950,5 +950,34 @@ TEST(Launch, EmitOnTheCommandLine) {
   EXPECT_EQ(Json::parse(even.out)["launch"]["text"].get<std::string>().find("layers do not divide"), std::string::npos);
 }
 
+// A GB200 NVL72 rack is one NVLink domain of 72 GPUs but 18 hosts of 4: launches start 4
+// processes a host, as many as the plan's GPUs in all; a gpus_per_host that does not divide the
+// domain is refused.
+TEST(Launch, HostsOfAnNvl72Rack) {
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("gb200-nvl72");
+  ASSERT_EQ(cl.gpus_per_node, 72);
+  ASSERT_EQ(cl.GpusPerHost(), 4);
+  ParallelConfig c;
+  c.tp = 4;
+  c.pp = 2;
+  c.dp = 32;
+  c.micro_batch_size = 1;
+  c.global_batch_size = 256;
+  const LaunchConfig mg = EmitLaunch(LaunchFormat::kMegatron, m, c, cl, 256);
+  EXPECT_NE(mg.text.find("--nnodes 64 --nproc-per-node 4"), std::string::npos) << mg.text;
+  EXPECT_EQ(ReadMegatron(mg.text).gpus, 256);
+  const LaunchConfig nemo = EmitLaunch(LaunchFormat::kNemo, m, c, cl, 256);
+  EXPECT_NE(nemo.text.find("trainer.devices = 4"), std::string::npos) << nemo.text;
+  EXPECT_NE(nemo.text.find("trainer.num_nodes = 64"), std::string::npos) << nemo.text;
+  EXPECT_EQ(LoadCluster("dgx-h100").GpusPerHost(), 8);
+  const std::string bad = testing::WriteTemp("nvl.json", R"({"gpu": "gb200", "gpus_per_node": 72, "gpus_per_host": 5,
+    "intra_node": {"fabric": "nvswitch", "bandwidth_GBps_per_direction": 900},
+    "inter_node": {"nics_per_node": 72, "nic_Gbps": 400, "fabric": "infiniband-ndr"}})");
+  const std::string why = testing::InputErrorOf([&] { LoadCluster(bad); });
+  EXPECT_NE(why.find("/gpus_per_host"), std::string::npos) << why;
+  EXPECT_NE(why.find("a divisor of gpus_per_node = 72"), std::string::npos) << why;
+}
+
 }  // namespace
 }  // namespace shardcast

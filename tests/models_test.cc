@@ -710,6 +710,13 @@ TEST(HuggingFace, ExpertsUnderDenseTypesAreRefusedAndFoldersWork) {
   Model m = LoadModel(dir.string());
   EXPECT_EQ(m.name, "My-Llama-3-8B");
   EXPECT_EQ(m.Parameters().total, LoadModel("llama3-8b").Parameters().total);
+  // config.json given from inside its folder (no folder in the path) is named after the folder too.
+  const auto here = std::filesystem::current_path();
+  std::filesystem::current_path(dir);
+  const std::string bare = LoadModel("config.json").name, dotted = LoadModel("./config.json").name;
+  std::filesystem::current_path(here);
+  EXPECT_EQ(bare, "My-Llama-3-8B");
+  EXPECT_EQ(dotted, "My-Llama-3-8B");
   // Bad KV head count names the Hugging Face key.
   std::string bad = testing::WriteTemp("badkv.json", R"({"model_type": "llama", "num_hidden_layers": 2,
     "hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8, "num_key_value_heads": 5,

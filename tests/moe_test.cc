@@ -1545,5 +1545,32 @@ TEST(ActivationOffload, CommandLineAndLaunch) {
       << plan.out;
 }
 
+// plan's --moe-token-dispatcher-type: every candidate runs the dispatcher given, and the plan's
+// Megatron-LM arguments and simulate command carry it.
+TEST(MoePlan, DispatcherGivenToEveryCandidate) {
+  const Model m = LoadModel("qwen3-30b-a3b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  PlanOptions o;
+  o.gpus = 16;
+  o.global_batch_size = 64;
+  o.seq_length = 4096;
+  o.base.moe_dispatcher = MoeDispatcher::kFlex;
+  std::map<std::string, std::size_t> rej;
+  const std::vector<ParallelConfig> cands = GenerateCandidates(m, cl, o, &rej);
+  ASSERT_FALSE(cands.empty());
+  for (const auto& c : cands) EXPECT_EQ(c.moe_dispatcher, MoeDispatcher::kFlex) << c.Summary();
+  const auto r = testing::RunShardcast("plan --model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 --gbs 64 --seq 4096 "
+                                       "--fix tp=1,pp=1,cp=1,ep=8 --moe-token-dispatcher-type flex --top 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const Json j = Json::parse(r.out);
+  ASSERT_FALSE(j["plans"].empty());
+  EXPECT_EQ(j["plans"][0]["config"]["moe_token_dispatcher_type"], "flex");
+  EXPECT_NE(j["plans"][0]["megatron_arguments"].get<std::string>().find("--moe-token-dispatcher-type flex"),
+            std::string::npos);
+  EXPECT_TRUE(testing::ExitsTwoWith("plan --model llama3-8b --cluster dgx-h100 --gpus 8 --gbs 8 "
+                                    "--moe-token-dispatcher-type flex",
+                                    "--moe-token-dispatcher-type: given for"));
+}
+
 }  // namespace
 }  // namespace shardcast

@@ -17,6 +17,7 @@
 #include "planner/planner.h"
 #include "planner/run_log.h"
 #include "report/launch.h"
+#include "report/megatron_args.h"
 #include "report/text.h"
 #include "simulator/cost_model.h"
 #include "simulator/profile.h"
@@ -193,6 +194,7 @@ TEST(PartialRecompute, FlagsLogsLaunchesAndRefusals) {
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute full --recompute-method uniform --recompute-num-layers 2",
                                     "groups of layers"));
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute full --selective-ac-option 2", "expected selective"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--selective-ac-option ''", "got \"\", expected op or a layer frequency"));
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--selective-ac-option 2 --recompute-method block --recompute full",
                                     "expected one of them"));
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--pp 2 --recompute full --recompute-method block --precision fp8 "
@@ -345,6 +347,59 @@ TEST(PartialRecompute, OpsTableListsThePlainLayer) {
   for (const auto& op : full.layer_ops) forward_ops += op.pass != Pass::kRecompute;
   EXPECT_EQ(cm.plain_layer_ops.size(), forward_ops);
   EXPECT_LT(cm.plain_layer_ops.size(), full.layer_ops.size());
+}
+
+// A partial recompute that reruns no layer, or all of them, is written by the launches as no, or
+// full, recompute; the report counts the layers that rerun per stage.
+TEST(PartialRecompute, LaunchesWriteWhatReruns) {
+  const Model m = LoadModel("llama3-8b");  // 32 layers
+  const Cluster cl = LoadCluster("dgx-h100");
+  const std::string grid = "--tp 2 --pp 2 --mbs 1 --gbs 32 ";
+  const ParallelConfig none = PartialConfig(grid + "--recompute full --recompute-method block --recompute-num-layers 0");
+  const ParallelConfig all = PartialConfig(grid + "--recompute full --recompute-method block --recompute-num-layers 16");
+  const ParallelConfig beyond = PartialConfig(grid + "--selective-ac-option 17");  // 16 layers a rank
+  const ParallelConfig some = PartialConfig(grid + "--recompute full --recompute-method block --recompute-num-layers 5");
+  EXPECT_EQ(WithEffectiveRecompute(m, none).recompute, Recompute::kNone);
+  EXPECT_FALSE(WithEffectiveRecompute(m, none).PartialRecompute());
+  EXPECT_EQ(WithEffectiveRecompute(m, all).recompute, Recompute::kFull);
+  EXPECT_FALSE(WithEffectiveRecompute(m, all).PartialRecompute());
+  EXPECT_EQ(WithEffectiveRecompute(m, beyond).recompute, Recompute::kNone);
+  EXPECT_EQ(WithEffectiveRecompute(m, some), some);
+  const auto stages = RecomputedLayersPerStage(m, some);
+  ASSERT_EQ(stages.size(), 2u);
+  for (const auto& [rerun, layers] : stages) {
+    EXPECT_EQ(rerun, 5);
+    EXPECT_EQ(layers, 16);
+  }
+  const std::string titan = EmitLaunch(LaunchFormat::kTorchtitan, m, none, cl, 16).text;
+  EXPECT_NE(titan.find("mode = \"none\""), std::string::npos) << titan;
+  const LaunchConfig titan_all = EmitLaunch(LaunchFormat::kTorchtitan, m, all, cl, 16);
+  EXPECT_NE(titan_all.text.find("mode = \"full\""), std::string::npos);
+  EXPECT_EQ(Join(titan_all.unexpressed, "|").find("first"), std::string::npos) << Join(titan_all.unexpressed, "|");
+  EXPECT_EQ(EmitLaunch(LaunchFormat::kMegatron, m, beyond, cl, 16).text.find("--recompute-granularity"), std::string::npos);
+  // The simulation counts the same layers per stage, and says so.
+  const HardwareProfile prof = DefaultProfile(cl);
+  const SimulationResult r = Simulate(m, some, cl, 16, prof);
+  ASSERT_EQ(r.stages.size(), 2u);
+  for (const StageResult& st : r.stages) EXPECT_EQ(st.recomputed_layers, 5);
+  EXPECT_EQ(Simulate(m, PartialConfig(grid + "--recompute full"), cl, 16, prof).stages[0].recomputed_layers, 16);
+  const testing::RunResult out = testing::RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 16 " + grid +
+                                                       "--recompute full --recompute-method block --recompute-num-layers 0");
+  EXPECT_NE(out.out.find("0 of 32 layers rerun their forward in the backward (per stage: 0/16, 0/16); none"),
+            std::string::npos) << out.out;
+}
+
+// plan's printed Megatron-LM arguments say, as the launch does, that torchtitan's one layer in N
+// is written as full recompute (once in each).
+TEST(PartialRecompute, MegatronArgumentsSayWhatTheyCannotExpress) {
+  const Model m = LoadModel("llama3-8b");
+  const ParallelConfig every = PartialConfig("--tp 2 --pp 2 --mbs 1 --gbs 32 --selective-ac-option 2");
+  const std::string note = "torchtitan's checkpointing of one layer in every 2";
+  const std::string args = MegatronArguments(every, m);
+  EXPECT_NE(args.find(note), std::string::npos) << args;
+  const std::string launch = EmitLaunch(LaunchFormat::kMegatron, m, every, LoadCluster("dgx-h100"), 16).text;
+  ASSERT_NE(launch.find(note), std::string::npos);
+  EXPECT_EQ(launch.find(note, launch.find(note) + 1), std::string::npos) << launch;
 }
 
 }  // namespace
