@@ -27,7 +27,7 @@ namespace shardcast::cli {
 namespace {
 
 struct PlanArgs {
-  std::string model, cluster, profile, csv, objective = "throughput", schedules = "1f1b,interleaved,zb-h1",
+  std::string model, cluster, profile, csv, objective = "throughput", schedules = "1f1b,interleaved",
               recompute = "none,selective,full", zero, fix;
   std::int64_t gpus = 0, gbs = 0, seq = 0, max_tp = 0, max_mbs = 16;
   int top = 10, threads = 0;
@@ -307,7 +307,9 @@ void RegisterPlan(CLI::App& app) {
                   "GiB a plan must leave free per GPU beyond what the caching allocator reserves (NCCL growth, "
                   "spikes; default 2)")
       ->check(BoundedNumber(0.0, 1e4));
-  cmd->add_option("--schedules", a->schedules, "comma list of 1f1b,interleaved,zb-h1,gpipe");
+  cmd->add_option("--schedules", a->schedules,
+                  "comma list of 1f1b,interleaved,zb-h1,gpipe (default 1f1b,interleaved, upstream Megatron-LM's; "
+                  "zb-h1 is the zero-bubble fork's)");
   cmd->add_option("--recompute", a->recompute, "comma list of none,selective,full");
   cmd->add_flag("--no-partial-recompute", a->no_partial_recompute,
                 "with full recompute, do not also try recomputing part of the layers (a quarter, half or three "

@@ -29,7 +29,9 @@ struct PlanOptions {
   int top_k = 10;
   Objective objective = Objective::kThroughput;
   std::int64_t max_tp = 0;  ///< 0: GPUs per node (tensor parallelism stays inside a node)
-  std::vector<Schedule> schedules = {Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1};
+  /// The schedules searched: upstream Megatron-LM's by default; ZB-H1 (the zero-bubble fork's)
+  /// and GPipe when asked for (--schedules).
+  std::vector<Schedule> schedules = {Schedule::k1F1B, Schedule::kInterleaved};
   std::vector<Recompute> recomputes = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
   std::vector<int> zero_stages = {0, 1};  ///< 2 and 3 are added when listed here
   std::int64_t max_micro_batch_size = 16;

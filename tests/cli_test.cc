@@ -776,7 +776,8 @@ TEST(CliPlan, AtRiskPlansAreMarkedAndNotRecommended) {
     EXPECT_FALSE(p["memory_at_risk"].get<bool>());
   }
   // Without headroom, a plan on H100 needs the cache released: at risk (premise: one in the top 10).
-  const std::string base = "plan --model gpt3-175b --cluster dgx-h100 --gpus 256 --gbs 1536 --min-headroom 0 --top 10";
+  const std::string base = "plan --model gpt3-175b --cluster dgx-h100 --gpus 256 --gbs 1536 --min-headroom 0 --top 10 "
+                           "--schedules 1f1b,interleaved,zb-h1";  // the plans at risk are ZB-H1's
   const Json j = Json::parse(RunShardcast(base + " --json").out);
   std::size_t at_risk = 0, first_safe = j["plans"].size();
   for (std::size_t i = 0; i < j["plans"].size(); ++i) {

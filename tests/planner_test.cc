@@ -129,6 +129,7 @@ TEST(Space, TorchFsdpSearchesTorchtitansLayouts) {
   o.global_batch_size = 96;
   o.optimizer_impl = OptimizerImpl::kTorchFsdp;
   o.zero_stages = {0, 1, 3};
+  o.schedules = {Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1};  // ZB-H1 asked for, and refused
   std::map<std::string, std::size_t> rej;
   const auto cands = GenerateCandidates(m, cl, o, &rej);
   ASSERT_FALSE(cands.empty());
@@ -579,6 +580,7 @@ TEST(Capacity, BestPlanIsNotAtRiskWhenOneExists) {
   po.global_batch_size = 1536;
   po.seq_length = 2048;
   po.top_k = 10;
+  po.schedules = o.plan.schedules = {Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1};  // at-risk plans are ZB-H1's
   const PlanResult ranked = RunPlan(m, cl, DefaultProfile(cl), po);
   ASSERT_FALSE(ranked.plans.empty());
   bool some_at_risk = false;
@@ -788,6 +790,7 @@ TEST(Ranking, ReplayedRankingMatchesReplayingEveryCandidate) {
   o.top_k = 5;
   o.recomputes = {Recompute::kNone};
   o.fixed = {{"tp", "4"}, {"pp", "8"}, {"sp", "true"}};
+  o.schedules = {Schedule::k1F1B, Schedule::kInterleaved, Schedule::kZbH1};  // the plans at risk are ZB-H1's
   o.exclude_memory_at_risk = true;
   // One thread: which candidates the bound skips depends on the order simulations finish in,
   // and the premises below (a skipped candidate revisited) must not depend on the scheduler.
