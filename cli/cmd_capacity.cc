@@ -34,6 +34,7 @@ struct CapacityArgs {
   std::string zero;   ///< --zero-stages
   OptimizerArgs opt;  ///< --optimizer, --zero3-impl and DeepSpeed's knobs for every plan
   std::string framework = "megatron-core";
+  std::string schedules = "1f1b,interleaved";  ///< --schedules, as plan's
   /// --moe-load-imbalance, --moe-router-force-load-balancing, --moe-token-dispatcher-type, --cross-entropy
   ParallelConfig moe_routing;
   bool cross_entropy_given = false;  ///< --cross-entropy was given
@@ -175,6 +176,7 @@ CapacityOptions CapacityOptionsFrom(const CapacityArgs& a, const Model& m) {
   o.restart_minutes = a.restart_minutes;
   o.energy_overhead = a.energy_overhead;
   o.plan.min_headroom_bytes = a.min_headroom_gib * 1073741824.0;
+  o.plan.schedules = ParseSchedules(a.schedules);
   ApplyPrecisionArgs(a.prec, &o.plan.base);
   CheckAttentionPrecision(o.plan.base.precision, o.plan.flash_attention,
                           "a 16-bit precision for capacity, whose search keeps flash attention (plan --no-flash-attention "
@@ -353,6 +355,9 @@ void RegisterCapacity(CLI::App& app) {
   AddPrecisionOptions(cmd, &a->prec);
   AddSearchOptimizerOptions(cmd, &a->zero, &a->opt);
   AddFrameworkOption(cmd, &a->framework);
+  cmd->add_option("--schedules", a->schedules,
+                  "comma list of 1f1b,interleaved,zb-h1,gpipe every option's plan searches (default 1f1b,interleaved, "
+                  "upstream Megatron-LM's; zb-h1 is the zero-bubble fork's)");
   AddMoeRoutingOptions(cmd, &a->moe_routing.moe_load_imbalance, &a->moe_routing.moe_force_load_balancing);
   AddMoeDispatcherOption(cmd, &a->moe_routing.moe_dispatcher);
   AddCrossEntropyOption(cmd, &a->moe_routing.cross_entropy, &a->cross_entropy_given);

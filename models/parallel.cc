@@ -744,7 +744,9 @@ ParallelConfig WithEffectiveRecompute(const Model& m, ParallelConfig c) {
     rerun += r;
     layers += n;
   }
-  if (rerun != 0 && rerun != layers) return c;
+  // Every transformer layer rerunning is full recompute only without multi-token-prediction
+  // layers, which full recompute reruns and partial recompute does not.
+  if (rerun != 0 && (rerun != layers || m.mtp_num_layers > 0)) return c;
   if (rerun == 0) c.recompute = Recompute::kNone;
   c.recompute_block_layers = -1;
   c.recompute_layer_interval = 0;

@@ -537,7 +537,8 @@ PipelineLayout PipelineLayoutOf(const Model& model, const ParallelConfig& cfg);
 /// partial recompute, none otherwise. Empty where the split is impossible.
 std::vector<std::pair<std::int64_t, std::int64_t>> RecomputedLayersPerStage(const Model& model, const ParallelConfig& cfg);
 /// `cfg` with a partial recompute that reruns no layer made no recompute, and one that reruns
-/// every layer made full recompute: the same step, in the form a launch can write (Megatron-LM's
+/// every layer of a model without multi-token-prediction layers (which only full recompute
+/// reruns) made full recompute: the same step, in the form a launch can write (Megatron-LM's
 /// block of 0 layers, or torchtitan's one in N above a rank's layers, runs without recompute).
 ParallelConfig WithEffectiveRecompute(const Model& model, ParallelConfig cfg);
 /// A short name of the configuration's pipeline split for tables: "" for the default one,

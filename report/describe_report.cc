@@ -90,7 +90,8 @@ Json FitJson(const FitDescription& f) {
                       {"grads_bytes", z.grads_bytes},
                       {"optimizer_bytes", z.optimizer_bytes},
                       {"total_bytes", z.total_bytes()},
-                      {"fits", z.fits}});
+                      {"fits", z.fits},
+                      {"left_bytes", f.memory_bytes - z.total_bytes()}});
   }
   fit["zero"] = stages;
   return fit;
@@ -278,7 +279,8 @@ void WriteFit(std::ostream& out, const FitDescription& f, const ModelDescription
                        FormatGiB(z.total_bytes()), FormatGiB(z.weights_bytes), FormatGiB(z.grads_bytes),
                        FormatGiB(z.optimizer_bytes),
                        !z.supported ? "not with pp > 1"
-                       : z.fits     ? "fits, " + FormatGiB(f.memory_bytes - z.total_bytes()) + " left for activations"
+                       : z.fits     ? "fits; " + FormatGiB(f.memory_bytes - z.total_bytes()) +
+                                          " beside it for activations, buffers and the CUDA context"
                                     : std::string("does NOT fit"));
   }
   const bool low = std::any_of(f.peaks_flops.begin(), f.peaks_flops.end(),

@@ -71,12 +71,12 @@ std::string MegatronMoeLayerFreq(const Model& m) {
 
 namespace {
 
-/// Nodes and GPUs per node of a launch: whole nodes of cl.gpus_per_node, one partial node when
-/// fewer GPUs are asked for.
+/// Hosts and GPUs per host of a launch (torchrun's --nnodes and --nproc-per-node): hosts of
+/// cl.GpusPerHost(), one host of them all when fewer GPUs are asked for; rounded up where the GPUs
+/// are not whole hosts (EmitLaunch warns).
 struct Nodes {
   std::int64_t nodes = 1, per_node = 1;
 };
-/// The hosts a launch starts processes on (torchrun's --nnodes and --nproc-per-node).
 Nodes NodesOf(const Cluster& cl, std::int64_t gpus) {
   const std::int64_t g = std::max<std::int64_t>(1, cl.GpusPerHost());
   Nodes n;
@@ -104,7 +104,7 @@ void OneScheduleUnexpressed(const ParallelConfig& c, const char* framework, std:
 std::string Header(const char* comment, const Model& m, const ParallelConfig& c, const Cluster& cl,
                    std::int64_t gpus, const char* version, const std::vector<std::string>& unexpressed) {
   const Nodes n = NodesOf(cl, gpus);
-  std::string h = fmt::format("{} {}: {} on {} x {} ({} node{} of {}), written by shardcast\n", comment, m.name,
+  std::string h = fmt::format("{} {}: {} on {} x {} ({} host{} of {}), written by shardcast\n", comment, m.name,
                               c.Summary(), gpus, cl.gpu.name, n.nodes, n.nodes == 1 ? "" : "s", n.per_node);
   h += fmt::format("{} Names follow {}.\n", comment, version);
   for (const auto& u : unexpressed) h += fmt::format("{} Not expressed: {}\n", comment, u);
@@ -1143,13 +1143,23 @@ void WriteLaunch(std::ostream& out, const LaunchConfig& l, const std::string& fi
 LaunchConfig EmitLaunch(LaunchFormat f, const Model& m, const ParallelConfig& given, const Cluster& cl, std::int64_t gpus) {
   // A partial recompute that reruns no layer (or all) is written as none (or full).
   const ParallelConfig c = WithEffectiveRecompute(m, given);
+  LaunchConfig l;
   switch (f) {
-    case LaunchFormat::kNemo: return EmitNemo(m, c, cl, gpus);
-    case LaunchFormat::kTorchtitan: return EmitTorchtitan(m, c, cl, gpus);
-    case LaunchFormat::kDeepSpeed: return EmitDeepSpeed(m, c, cl, gpus);
-    case LaunchFormat::kMegatron: break;
+    case LaunchFormat::kNemo: l = EmitNemo(m, c, cl, gpus); break;
+    case LaunchFormat::kTorchtitan: l = EmitTorchtitan(m, c, cl, gpus); break;
+    case LaunchFormat::kDeepSpeed: l = EmitDeepSpeed(m, c, cl, gpus); break;
+    case LaunchFormat::kMegatron: l = EmitMegatron(m, c, cl, gpus); break;
   }
-  return EmitMegatron(m, c, cl, gpus);
+  // GPUs that are not whole hosts: the launcher starts the same count on every host.
+  if (const Nodes n = NodesOf(cl, gpus); n.nodes * n.per_node != gpus) {
+    const std::string why = fmt::format(
+        "{} GPUs are not whole hosts of {}: as written, the launch starts {} x {} = {} processes, and the framework "
+        "takes its data-parallel size from that count; run {} GPUs as hosts of equal counts yourself",
+        gpus, n.per_node, n.nodes, n.per_node, n.nodes * n.per_node, gpus);
+    l.text = "# WARNING: " + why + "\n" + l.text;
+    l.warnings.push_back(why);
+  }
+  return l;
 }
 
 }  // namespace shardcast

@@ -49,8 +49,8 @@ struct LaunchConfig {
 };
 
 /// The launch configuration of `c` (a configuration BuildConfig or the planner produced, with
-/// dp, batch and sequence sizes set) for `m` on `gpus` GPUs of `cl` (nodes of
-/// cl.gpus_per_node). Model shape, precision, every parallelism, schedule, recompute and overlap
+/// dp, batch and sequence sizes set) for `m` on `gpus` GPUs of `cl` (hosts of
+/// cl.GpusPerHost(); a warning where the GPUs are not whole hosts). Model shape, precision, every parallelism, schedule, recompute and overlap
 /// setting, batch sizes and sequence length are written; a partial recompute that reruns no layer
 /// (or every layer) as no (or full) recompute (WithEffectiveRecompute).
 LaunchConfig EmitLaunch(LaunchFormat f, const Model& m, const ParallelConfig& c, const Cluster& cl,

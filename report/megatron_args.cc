@@ -195,7 +195,7 @@ void Notes(const ParallelConfig& c, std::vector<std::string>* notes) {
 void LayerIntervalUnexpressed(const ParallelConfig& c, const char* framework, std::vector<std::string>* unexpressed) {
   if (!c.PartialRecompute() || c.recompute_layer_interval <= 0) return;
   unexpressed->push_back(fmt::format("torchtitan's checkpointing of one layer in every {} ({} has no such method; "
-                                     "--recompute-method block recomputes the first N layers of each chunk): written "
+                                     "its block method recomputes the first N layers of each chunk): written "
                                      "as full recompute of every layer",
                                      c.recompute_layer_interval, framework));
 }

@@ -116,35 +116,37 @@ void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const 
     out << fmt::format("    {:<32} {:>84.1f}\n", "sum (not overlapped)", total * 1e6);
   };
   const std::int64_t moe_layers = cm.moe_layer_ops.empty() ? 0 : m.MoeLayersIn(0, m.num_layers);
-  // Partial recompute: the tables below are of the layers that rerun; the plain ones follow.
-  const std::string reruns = c.PartialRecompute() ? " that partial recompute reruns " + c.PartialRecomputeName() : "";
-  if (moe_layers < m.num_layers) {
-    table(moe_layers > 0 ? fmt::format("one dense transformer layer ({} of {}){}", m.num_layers - moe_layers,
-                                       m.num_layers, reruns)
-                         : "one transformer layer" + reruns,
-          cm.layer_ops);
+  // Partial recompute: the layers that rerun (their tables first) and those left alone (after),
+  // each shown where some layer is of its kind.
+  std::int64_t rerun = 0, layers = 0;
+  for (const auto& [r, n] : RecomputedLayersPerStage(m, c)) {
+    rerun += r;
+    layers += n;
   }
-  if (moe_layers > 0) {
-    table(fmt::format("one mixture-of-experts layer ({} of {}; the busiest expert rank's {:.0f} tokens an expert: {:.0f} "
-                      "routed x top-{} x etp {} / {:.0f} local experts x load imbalance {:.3f}, {}{})",
-                      moe_layers, m.num_layers, cm.moe.tokens_per_expert, cm.moe.tokens_routed, m.moe.top_k, cm.moe.etp,
-                      cm.moe.local_experts, cm.moe.imbalance, MoeImbalanceSource(c, m.moe),
-                      cm.moe.node_imbalance != 1
-                          ? fmt::format("; DeepEP's NIC part at the busiest node's {:.3f}", cm.moe.node_imbalance)
-                          : std::string()) + reruns,
-          cm.moe_layer_ops);
-  }
-  // Partial recompute: the layers it leaves alone run their own ops (no recomputed forward).
-  if (!cm.plain_layer_ops.empty() && moe_layers < m.num_layers) {
-    table("one dense transformer layer that partial recompute leaves alone (the others as above)", cm.plain_layer_ops);
-  }
-  if (!cm.plain_moe_layer_ops.empty()) {
-    table("one mixture-of-experts layer that partial recompute leaves alone (the others as above)", cm.plain_moe_layer_ops);
-  }
+  const bool partial = c.PartialRecompute();
+  const bool show_rerun = !partial || rerun > 0, show_plain = partial && rerun < layers;
+  const std::string reruns = partial ? " that partial recompute reruns " + c.PartialRecomputeName() : "";
+  const std::string dense = moe_layers > 0 ? fmt::format("one dense transformer layer ({} of {})", m.num_layers - moe_layers,
+                                                         m.num_layers)
+                                           : std::string("one transformer layer");
+  if (moe_layers < m.num_layers && show_rerun) table(dense + reruns, cm.layer_ops);
+  const std::string moe = moe_layers == 0 ? std::string() : fmt::format(
+      "one mixture-of-experts layer ({} of {}; the busiest expert rank's {:.0f} tokens an expert: {:.0f} routed x top-{} x "
+      "etp {} / {:.0f} local experts x load imbalance {:.3f}, {}{})",
+      moe_layers, m.num_layers, cm.moe.tokens_per_expert, cm.moe.tokens_routed, m.moe.top_k, cm.moe.etp,
+      cm.moe.local_experts, cm.moe.imbalance, MoeImbalanceSource(c, m.moe),
+      cm.moe.node_imbalance != 1 ? fmt::format("; DeepEP's NIC part at the busiest node's {:.3f}", cm.moe.node_imbalance)
+                                 : std::string());
+  if (moe_layers > 0 && show_rerun) table(moe + reruns, cm.moe_layer_ops);
+  // The layers partial recompute leaves alone run their own ops (no recomputed forward).
+  const std::string alone = " that partial recompute leaves alone " + c.PartialRecomputeName();
+  if (show_plain && !cm.plain_layer_ops.empty() && moe_layers < m.num_layers) table(dense + alone, cm.plain_layer_ops);
+  if (show_plain && !cm.plain_moe_layer_ops.empty()) table(moe + alone, cm.plain_moe_layer_ops);
   table("embedding (first stage)", cm.embedding_ops);
   table("output layer and loss (last stage)", cm.output_ops);
-  table(fmt::format("multi-token prediction module (last stage, {} of them; each adds a {} transformer layer as above)",
-                    m.mtp_num_layers, m.moe.enabled() ? "mixture-of-experts" : "dense"),
+  table(fmt::format("multi-token prediction module (last stage, {} of them; each adds a {} transformer layer as above{})",
+                    m.mtp_num_layers, m.moe.enabled() ? "mixture-of-experts" : "dense",
+                    partial ? ", the one partial recompute leaves alone (it does not rerun)" : ""),
         cm.mtp_ops);
   table("pipeline receive (scatter/gather all-gather; forward after the first chunk, backward before the last)",
         cm.pp_recv_ops);
@@ -289,8 +291,10 @@ void WriteSimulationNotes(std::ostream& out, const SimulationResult& r, const Mo
     }
     out << fmt::format("\nPartial recompute {}: {} of {} layers rerun their forward in the backward (per stage: {}){}\n",
                        c.PartialRecomputeName(), rerun, layers, per_stage,
-                       rerun == 0        ? "; none, so the step is the one without recompute"
-                       : rerun == layers ? "; all, so the step is the one with full recompute"
+                       rerun == 0 ? "; none, so the step is the one without recompute"
+                       : rerun == layers && m.mtp_num_layers == 0
+                           ? "; all, so the step is the one with full recompute"
+                       : rerun == layers ? "; all, but not the multi-token-prediction layers, which full recompute reruns"
                                          : "");
   }
   if (c.tp > 1 && m.vocab_size % c.tp != 0) {

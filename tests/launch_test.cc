@@ -971,6 +971,18 @@ TEST(Launch, HostsOfAnNvl72Rack) {
   EXPECT_NE(nemo.text.find("trainer.devices = 4"), std::string::npos) << nemo.text;
   EXPECT_NE(nemo.text.find("trainer.num_nodes = 64"), std::string::npos) << nemo.text;
   EXPECT_EQ(LoadCluster("dgx-h100").GpusPerHost(), 8);
+  // 18 GPUs are not whole hosts of 4: the launch says what torchrun would start.
+  ParallelConfig small = c;
+  small.tp = 1;
+  small.pp = 1;
+  small.dp = 18;
+  small.global_batch_size = 36;
+  const LaunchConfig odd = EmitLaunch(LaunchFormat::kTorchtitan, m, small, cl, 18);
+  ASSERT_EQ(odd.warnings.size(), 1u);
+  EXPECT_NE(odd.warnings[0].find("18 GPUs are not whole hosts of 4: as written, the launch starts 5 x 4 = 20 processes"),
+            std::string::npos) << odd.warnings[0];
+  EXPECT_EQ(odd.text.rfind("# WARNING: 18 GPUs are not whole hosts", 0), 0u);
+  EXPECT_TRUE(EmitLaunch(LaunchFormat::kMegatron, m, c, cl, 256).warnings.empty());
   const std::string bad = testing::WriteTemp("nvl.json", R"({"gpu": "gb200", "gpus_per_node": 72, "gpus_per_host": 5,
     "intra_node": {"fabric": "nvswitch", "bandwidth_GBps_per_direction": 900},
     "inter_node": {"nics_per_node": 72, "nic_Gbps": 400, "fabric": "infiniband-ndr"}})");

@@ -711,10 +711,17 @@ TEST(HuggingFace, ExpertsUnderDenseTypesAreRefusedAndFoldersWork) {
   EXPECT_EQ(m.name, "My-Llama-3-8B");
   EXPECT_EQ(m.Parameters().total, LoadModel("llama3-8b").Parameters().total);
   // config.json given from inside its folder (no folder in the path) is named after the folder too.
-  const auto here = std::filesystem::current_path();
-  std::filesystem::current_path(dir);
-  const std::string bare = LoadModel("config.json").name, dotted = LoadModel("./config.json").name;
-  std::filesystem::current_path(here);
+  struct Cwd {  // back to the test's folder whatever LoadModel does
+    std::filesystem::path here = std::filesystem::current_path();
+    ~Cwd() { std::filesystem::current_path(here); }
+  };
+  std::string bare, dotted;
+  {
+    const Cwd cwd;
+    std::filesystem::current_path(dir);
+    bare = LoadModel("config.json").name;
+    dotted = LoadModel("./config.json").name;
+  }
   EXPECT_EQ(bare, "My-Llama-3-8B");
   EXPECT_EQ(dotted, "My-Llama-3-8B");
   // Bad KV head count names the Hugging Face key.

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "cli/config_args.h"
+#include "common/json_reader.h"
 #include "common/text.h"
 #include "models/loader.h"
 #include "planner/planner.h"
@@ -338,15 +339,32 @@ TEST(PartialRecompute, OpsTableListsThePlainLayer) {
     WriteOps(out, m, PartialConfig(grid + rc), cl, prof);
     return out.str();
   };
-  const std::string plain = "dense transformer layer that partial recompute leaves alone";
+  const std::string plain = "one transformer layer that partial recompute leaves alone";
+  const std::string rerun = "one transformer layer that partial recompute reruns";
   EXPECT_EQ(ops("").find(plain), std::string::npos);
-  EXPECT_NE(ops(" --recompute-method block --recompute-num-layers 4").find(plain), std::string::npos);
+  const std::string four = ops(" --recompute-method block --recompute-num-layers 4");
+  EXPECT_NE(four.find(plain), std::string::npos) << four;
+  EXPECT_NE(four.find(rerun), std::string::npos) << four;
+  // Block 0 reruns no layer (no table of a rerun layer); 16 of 16 a stage leaves none alone.
+  const std::string none = ops(" --recompute-method block --recompute-num-layers 0");
+  EXPECT_EQ(none.find(rerun), std::string::npos) << none;
+  EXPECT_NE(none.find(plain), std::string::npos) << none;
+  const std::string all = ops(" --recompute-method block --recompute-num-layers 16");
+  EXPECT_NE(all.find(rerun), std::string::npos) << all;
+  EXPECT_EQ(all.find(plain), std::string::npos) << all;
   const CostModel cm = BuildCostModel(m, PartialConfig(grid + " --recompute-method block --recompute-num-layers 4"), cl, prof);
   const CostModel full = BuildCostModel(m, PartialConfig(grid), cl, prof);
   size_t forward_ops = 0;
   for (const auto& op : full.layer_ops) forward_ops += op.pass != Pass::kRecompute;
   EXPECT_EQ(cm.plain_layer_ops.size(), forward_ops);
   EXPECT_LT(cm.plain_layer_ops.size(), full.layer_ops.size());
+  // A mixture-of-experts model lists its MoE layer both ways.
+  const Model q = LoadModel("qwen3-30b-a3b");
+  std::ostringstream moe;
+  WriteOps(moe, q, PartialConfig("--tp 1 --ep 8 --pp 2 --mbs 1 --gbs 32 --recompute full --recompute-method block "
+                                 "--recompute-num-layers 6", "qwen3-30b-a3b"), cl, prof);
+  EXPECT_NE(moe.str().find("that partial recompute reruns (first 6 layers of each chunk)"), std::string::npos);
+  EXPECT_NE(moe.str().find("that partial recompute leaves alone (first 6 layers of each chunk)"), std::string::npos);
 }
 
 // A partial recompute that reruns no layer, or all of them, is written by the launches as no, or
@@ -365,6 +383,13 @@ TEST(PartialRecompute, LaunchesWriteWhatReruns) {
   EXPECT_FALSE(WithEffectiveRecompute(m, all).PartialRecompute());
   EXPECT_EQ(WithEffectiveRecompute(m, beyond).recompute, Recompute::kNone);
   EXPECT_EQ(WithEffectiveRecompute(m, some), some);
+  // With multi-token-prediction layers (which only full recompute reruns), every transformer
+  // layer rerunning is still partial.
+  const Model ds = LoadModel("deepseek-v3");
+  const ParallelConfig ds_all = PartialConfig("--tp 1 --ep 8 --pp 1 --mbs 1 --gbs 32 --recompute full --recompute-method "
+                                              "block --recompute-num-layers 61", "deepseek-v3", 16);
+  ASSERT_GT(ds.mtp_num_layers, 0);
+  EXPECT_EQ(WithEffectiveRecompute(ds, ds_all), ds_all);
   const auto stages = RecomputedLayersPerStage(m, some);
   ASSERT_EQ(stages.size(), 2u);
   for (const auto& [rerun, layers] : stages) {
@@ -387,6 +412,14 @@ TEST(PartialRecompute, LaunchesWriteWhatReruns) {
                                                        "--recompute full --recompute-method block --recompute-num-layers 0");
   EXPECT_NE(out.out.find("0 of 32 layers rerun their forward in the backward (per stage: 0/16, 0/16); none"),
             std::string::npos) << out.out;
+  const testing::RunResult js = testing::RunShardcast("simulate --model llama3-8b --cluster dgx-h100 --gpus 16 " + grid +
+                                                      "--recompute full --recompute-method block --recompute-num-layers 5 "
+                                                      "--json");
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  for (const auto& st : Json::parse(js.out)["stages"]) EXPECT_EQ(st["recomputed_layers"].get<int>(), 5);
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3-8b --cluster dgx-h100 --gpus 16 " + grid +
+                                        "--recompute full --recompute-method block --recompute-num-layers abc",
+                                    "--recompute-num-layers: got \"abc\", expected a non-negative integer"));
 }
 
 // plan's printed Megatron-LM arguments say, as the launch does, that torchtitan's one layer in N
