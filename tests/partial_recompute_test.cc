@@ -416,7 +416,8 @@ TEST(PartialRecompute, LaunchesWriteWhatReruns) {
                                                       "--recompute full --recompute-method block --recompute-num-layers 5 "
                                                       "--json");
   ASSERT_EQ(js.exit_code, 0) << js.err;
-  for (const auto& st : Json::parse(js.out)["stages"]) EXPECT_EQ(st["recomputed_layers"].get<int>(), 5);
+  const Json parsed = Json::parse(js.out);  // named: a range-for over a temporary's member would dangle
+  for (const auto& st : parsed["stages"]) EXPECT_EQ(st["recomputed_layers"].get<int>(), 5);
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model llama3-8b --cluster dgx-h100 --gpus 16 " + grid +
                                         "--recompute full --recompute-method block --recompute-num-layers abc",
                                     "--recompute-num-layers: got \"abc\", expected a non-negative integer"));
