@@ -97,7 +97,7 @@ std::string RecomputeFlags(const ParallelConfig& c) {
     a += fmt::format(" --recompute-granularity full --recompute-method block --recompute-num-layers {}",
                      c.recompute_block_layers);
   } else if (c.recompute == Recompute::kFull) {
-    // torchtitan's one layer in N has no Megatron-LM form: every layer (PartialRecomputeUnexpressed)
+    // torchtitan's one layer in N has no Megatron-LM form: every layer (LayerIntervalUnexpressed says so)
     a += " --recompute-granularity full --recompute-method uniform --recompute-num-layers 1";
   }
   return a;
