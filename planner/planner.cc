@@ -387,14 +387,21 @@ bool RecomputeChoice(const Model& m, const PlanOptions& o, Recompute rc, unsigne
   return true;
 }
 
-/// The partial-recompute candidates beside full-recompute candidate `c` (PlanOptions::
-/// partial_recompute), each with the share of the layers it recomputes, that share ascending:
-/// with Megatron's optimizer the first N layers of each chunk for N a quarter, a half and three
-/// quarters of a chunk's layers (rounded; from 1 to one less than the layers); with --optimizer
-/// fsdp one layer in 4, 3 or 2 of a rank's. None with a fixed recompute (--fix recompute=full
-/// means every layer), for DeepSpeed's optimizers (Megatron-DeepSpeed of 2021-22 has no block
-/// method) or where the cost model does not combine them (layers kept in bf16, activation
-/// offloading, DeepSpeed's ZeRO-3 gather plans).
+}  // namespace
+
+double PartialRecomputeShare(const Model& m, const ParallelConfig& x) {
+  const ParallelConfig eff = WithEffectiveRecompute(m, x);
+  if (!eff.PartialRecompute()) return -1.0;
+  double share = 1.0;
+  bool any = false;
+  for (const auto& [rerun, layers] : RecomputedLayersPerStage(m, x)) {
+    if (layers == 0) continue;
+    share = std::min(share, static_cast<double>(rerun) / static_cast<double>(layers));
+    any = true;
+  }
+  return any ? share : -1.0;
+}
+
 std::vector<std::pair<ParallelConfig, double>> PartialRecomputeVariants(const Model& m, const PlanOptions& o,
                                                                         const ParallelConfig& c) {
   std::vector<std::pair<ParallelConfig, double>> out;
@@ -404,28 +411,35 @@ std::vector<std::pair<ParallelConfig, double>> PartialRecomputeVariants(const Mo
       c.deepspeed2021_zero3()) {
     return out;
   }
+  std::vector<ParallelConfig> tries;
   if (o.optimizer_impl == OptimizerImpl::kTorchFsdp) {
-    const std::int64_t rank_layers = m.num_layers / c.pp;
     for (std::int64_t n : {4, 3, 2}) {
-      if (n > rank_layers) continue;
       ParallelConfig x = c;
       x.recompute_layer_interval = n;
-      out.emplace_back(x, 1.0 / static_cast<double>(n));
+      tries.push_back(x);
     }
-    return out;
+  } else {
+    const double chunk_layers = static_cast<double>(m.num_layers) / static_cast<double>(c.pp * c.vp);
+    for (int quarter = 1; quarter <= 3; ++quarter) {
+      ParallelConfig x = c;
+      x.recompute_block_layers = std::llround(chunk_layers * quarter / 4.0);
+      tries.push_back(x);
+    }
   }
-  const std::int64_t chunk_layers = m.num_layers / (c.pp * c.vp);
-  std::int64_t last = 0;
-  for (int quarter = 1; quarter <= 3; ++quarter) {
-    const std::int64_t n = std::llround(static_cast<double>(chunk_layers * quarter) / 4.0);
-    if (n <= last || n >= chunk_layers) continue;
-    last = n;
-    ParallelConfig x = c;
-    x.recompute_block_layers = n;
-    out.emplace_back(x, static_cast<double>(n) / static_cast<double>(chunk_layers));
+  std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> seen;
+  for (const ParallelConfig& x : tries) {
+    const double share = PartialRecomputeShare(m, x);
+    if (share < 0) continue;
+    auto stages = RecomputedLayersPerStage(m, x);
+    if (std::find(seen.begin(), seen.end(), stages) != seen.end()) continue;
+    seen.push_back(std::move(stages));
+    out.emplace_back(x, share);
   }
+  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
   return out;
 }
+
+namespace {
 
 /// Appends the candidates of one layout: every recompute, sequence-parallel (with TP
 /// communication overlap), expert grid, ZeRO stage and hybrid-shard choice that --fix allows.
@@ -859,7 +873,7 @@ class PlanSearch {
   std::vector<std::size_t> BoundAdded(std::size_t first);
   void SortByBound(std::vector<std::size_t>* order) const;
   void AddPartialRecompute(std::vector<std::size_t>* order);
-  bool AddVariant(std::size_t full, double above, double none_bytes);
+  bool AddVariant(std::size_t full, const ParallelConfig* after, double none_bytes);
   bool EscalatePartialRecompute();
   bool FitsBound(std::size_t i) const {
     return runnable_[i] && bounds_[i].peak_memory_lower_bytes <= usable_ - o_.min_headroom_bytes;
@@ -956,14 +970,18 @@ auto FamilyKey(const ParallelConfig& c) {
 }
 
 /// Adds the partial-recompute variant of full-recompute candidate `full` that recomputes the
-/// fewest layers above `above` (a share of the layers) and, where `none_bytes` >= 0 (a memory
-/// figure of the candidate without recompute), whose memory read off it and the full candidate's
-/// lower bound in proportion to the layers recomputed fits, unless it was made before. Whether
-/// one was added.
-bool PlanSearch::AddVariant(std::size_t full, double above, double none_bytes) {
+/// fewest layers, after variant `after` where given (PartialRecomputeVariants' order) and, where
+/// `none_bytes` >= 0 (a memory figure of the candidate without recompute), whose memory read off
+/// it and the full candidate's lower bound in proportion to the layers recomputed fits, unless it
+/// was made before. Whether one was added.
+bool PlanSearch::AddVariant(std::size_t full, const ParallelConfig* after, double none_bytes) {
   const double full_bytes = bounds_[full].peak_memory_lower_bytes;
+  bool passed = after == nullptr;
   for (const auto& [x, share] : PartialRecomputeVariants(m_, o_, cands_[full])) {
-    if (share <= above) continue;
+    if (!passed) {
+      passed = Key(x) == Key(*after);
+      continue;
+    }
     if (none_bytes >= 0 && none_bytes + (full_bytes - none_bytes) * share > usable_ - o_.min_headroom_bytes) continue;
     if (!partial_made_.insert(Key(x)).second) return false;  // made already (and followed up from)
     cands_.push_back(x);
@@ -1010,7 +1028,7 @@ void PlanSearch::AddPartialRecompute(std::vector<std::size_t>* order) {
     if (cands_[i].recompute != Recompute::kFull || !FitsBound(i)) continue;
     const auto it = plain.find(FamilyKey(cands_[i]));
     if (it == plain.end() || !runnable_[it->second] || FitsBound(it->second)) continue;
-    AddVariant(i, 0.0, bounds_[it->second].peak_memory_lower_bytes);
+    AddVariant(i, nullptr, bounds_[it->second].peak_memory_lower_bytes);
   }
   const std::vector<std::size_t> more = BoundAdded(n);
   order->insert(order->end(), more.begin(), more.end());
@@ -1034,11 +1052,8 @@ bool PlanSearch::EscalatePartialRecompute() {
     for (const ParallelConfig& c : unfit) {
       const auto it = full_of_.find(FamilyKey(c));
       if (it == full_of_.end() || !FitsBound(it->second)) continue;
-      double share = 0;  // the share of the layers c recomputes
-      for (const auto& [x, s] : PartialRecomputeVariants(m_, o_, cands_[it->second])) {
-        if (Key(x) == Key(c)) share = s;
-      }
-      AddVariant(it->second, share, -1.0);
+      // After c's own variant where c has partial recompute; the first variant where c has none.
+      AddVariant(it->second, c.PartialRecompute() ? &c : nullptr, -1.0);
     }
     if (cands_.size() == n) return added;
     added = true;

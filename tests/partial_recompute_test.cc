@@ -436,5 +436,54 @@ TEST(PartialRecompute, MegatronArgumentsSayWhatTheyCannotExpress) {
   EXPECT_EQ(launch.find(note, launch.find(note) + 1), std::string::npos) << launch;
 }
 
+
+// The planner's variants read each stage's own layers: llama3-8b (32 layers) on PP4 with 5 layers
+// on the first and last stages (11 on each middle one) has a mean chunk of 8, so Megatron's block
+// variants are N = 2, 4, 6. Each variant's share is that of the stage rerunning the least of its
+// layers (a middle one: N/11), whose activations shrink least; none of them reruns every layer.
+// torchtitan's intervals count a rank's layers: one in 4 of 5 layers is 1 layer, of 11 it is 2.
+TEST(PartialRecompute, VariantsReadTheStagesOwnLayers) {
+  const Model m = LoadModel("llama3-8b");
+  ParallelConfig c = PartialConfig("--tp 2 --pp 4 --recompute full --decoder-first-pipeline-num-layers 5 "
+                                   "--decoder-last-pipeline-num-layers 5");
+  ASSERT_EQ(c.first_stage_layers, 5);
+  PlanOptions o;
+  const auto v = PartialRecomputeVariants(m, o, c);
+  ASSERT_EQ(v.size(), 3u);
+  const std::int64_t blocks[] = {2, 4, 6};
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    EXPECT_EQ(v[i].first.recompute_block_layers, blocks[i]);
+    EXPECT_DOUBLE_EQ(v[i].second, static_cast<double>(blocks[i]) / 11.0);
+  }
+  // Block 6 reruns all 5 layers of the first and last stages and 6 of 11 in the middle.
+  const auto stages = RecomputedLayersPerStage(m, v[2].first);
+  ASSERT_EQ(stages.size(), 4u);
+  EXPECT_EQ(stages[0], std::make_pair(std::int64_t{5}, std::int64_t{5}));
+  EXPECT_EQ(stages[1], std::make_pair(std::int64_t{6}, std::int64_t{11}));
+  // A block of all a chunk's layers, or of none, is full recompute or none: not a variant.
+  ParallelConfig all = c;
+  all.recompute_block_layers = 11;
+  EXPECT_EQ(PartialRecomputeShare(m, all), -1.0);
+  all.recompute_block_layers = 0;
+  EXPECT_EQ(PartialRecomputeShare(m, all), -1.0);
+  // torchtitan: one layer in 4, 3, 2 of a rank's (5 or 11 layers). One in 4 and one in 3 both
+  // rerun 1 of the outer stages' 5 layers, but 2 and 3 of the middle stages' 11, so both stay.
+  o.optimizer_impl = OptimizerImpl::kTorchFsdp;
+  const auto f = PartialRecomputeVariants(m, o, c);
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(f[0].first.recompute_layer_interval, 4);
+  EXPECT_DOUBLE_EQ(f[0].second, 2.0 / 11.0);  // min(1/5, 2/11)
+  EXPECT_EQ(f[1].first.recompute_layer_interval, 3);
+  EXPECT_DOUBLE_EQ(f[1].second, 1.0 / 5.0);  // min(1/5, 3/11)
+  EXPECT_EQ(f[2].first.recompute_layer_interval, 2);
+  EXPECT_DOUBLE_EQ(f[2].second, 2.0 / 5.0);  // min(2/5, 5/11)
+  // A chunk of 2 layers: a quarter and a half round to 1, three quarters to 2 (every layer): one.
+  const ParallelConfig small = PartialConfig("--tp 2 --pp 4 --vp 4 --recompute full");
+  const auto one = PartialRecomputeVariants(m, PlanOptions{}, small);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].first.recompute_block_layers, 1);
+  EXPECT_DOUBLE_EQ(one[0].second, 0.5);
+}
+
 }  // namespace
 }  // namespace shardcast
