@@ -727,23 +727,27 @@ std::vector<std::pair<std::int64_t, std::int64_t>> RecomputedLayersPerStage(cons
   for (std::int64_t stage = 0; stage < pp; ++stage) {
     auto& [rerun, layers] = out[static_cast<std::size_t>(stage)];
     for (std::int64_t k = 0; k < v; ++k) {
-      const std::int64_t n = layout.Layers(pp, stage, k);
-      for (std::int64_t l = 0; l < n; ++l) rerun += c.LayerRecomputed(l, layers + l) ? 1 : 0;
+      const std::int64_t n = layout.Layers(pp, stage, k), before = layout.LayersBefore(pp, stage, k);
+      for (std::int64_t l = 0; l < n; ++l) rerun += c.LayerRecomputed(l, before + l) ? 1 : 0;
       layers += n;
     }
   }
   return out;
 }
 
+std::pair<std::int64_t, std::int64_t> RecomputedLayersTotal(const Model& m, const ParallelConfig& c) {
+  std::pair<std::int64_t, std::int64_t> total{0, 0};
+  for (const auto& [r, n] : RecomputedLayersPerStage(m, c)) {
+    total.first += r;
+    total.second += n;
+  }
+  return total;
+}
+
 ParallelConfig WithEffectiveRecompute(const Model& m, ParallelConfig c) {
   if (!c.PartialRecompute()) return c;
-  const auto stages = RecomputedLayersPerStage(m, c);
-  if (stages.empty()) return c;
-  std::int64_t rerun = 0, layers = 0;
-  for (const auto& [r, n] : stages) {
-    rerun += r;
-    layers += n;
-  }
+  const auto [rerun, layers] = RecomputedLayersTotal(m, c);
+  if (layers == 0) return c;
   // Every transformer layer rerunning is full recompute only without multi-token-prediction
   // layers, which full recompute reruns and partial recompute does not.
   if (rerun != 0 && (rerun != layers || m.mtp_num_layers > 0)) return c;

@@ -529,6 +529,13 @@ struct PipelineLayout {
   std::int64_t Layers(std::int64_t pp, std::int64_t stage, std::int64_t chunk) const {
     return chunk_layers[static_cast<std::size_t>(chunk * pp + stage)];
   }
+  /// Layers pipeline rank `stage` of `pp` holds in its virtual stages before `chunk` (a rank
+  /// counts its layers chunk by chunk, as ParallelConfig::LayerRecomputed's index_on_rank).
+  std::int64_t LayersBefore(std::int64_t pp, std::int64_t stage, std::int64_t chunk) const {
+    std::int64_t n = 0;
+    for (std::int64_t k = 0; k < chunk; ++k) n += Layers(pp, stage, k);
+    return n;
+  }
 };
 PipelineLayout PipelineLayoutOf(const Model& model, const ParallelConfig& cfg);
 /// Per pipeline stage, the transformer layers that rerun their forward in the backward and the
@@ -536,6 +543,9 @@ PipelineLayout PipelineLayoutOf(const Model& model, const ParallelConfig& cfg);
 /// chunk by chunk, ParallelConfig::LayerRecomputed): every layer under full recompute, some under
 /// partial recompute, none otherwise. Empty where the split is impossible.
 std::vector<std::pair<std::int64_t, std::int64_t>> RecomputedLayersPerStage(const Model& model, const ParallelConfig& cfg);
+/// RecomputedLayersPerStage summed over the stages: {rerun, layers} ({0, 0} where the split is
+/// impossible).
+std::pair<std::int64_t, std::int64_t> RecomputedLayersTotal(const Model& model, const ParallelConfig& cfg);
 /// `cfg` with a partial recompute that reruns no layer made no recompute, and one that reruns
 /// every layer of a model without multi-token-prediction layers (which only full recompute
 /// reruns) made full recompute: the same step, in the form a launch can write (Megatron-LM's

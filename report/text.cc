@@ -118,11 +118,7 @@ void WriteOps(std::ostream& out, const Model& m, const ParallelConfig& c, const 
   const std::int64_t moe_layers = cm.moe_layer_ops.empty() ? 0 : m.MoeLayersIn(0, m.num_layers);
   // Partial recompute: the layers that rerun (their tables first) and those left alone (after),
   // each shown where some layer is of its kind.
-  std::int64_t rerun = 0, layers = 0;
-  for (const auto& [r, n] : RecomputedLayersPerStage(m, c)) {
-    rerun += r;
-    layers += n;
-  }
+  const auto [rerun, layers] = RecomputedLayersTotal(m, c);
   const bool partial = c.PartialRecompute();
   const bool show_rerun = !partial || rerun > 0, show_plain = partial && rerun < layers;
   const std::string reruns = partial ? " that partial recompute reruns " + c.PartialRecomputeName() : "";

@@ -2266,8 +2266,7 @@ std::pair<double, double> CostModelBuilder::MarkRecomputedLayers(ChunkCost* cc, 
   if (c.bf16_layers_start + c.bf16_layers_end > 0) {
     throw InternalError("BuildCostModel: partial recompute with --first-last-layers-bf16 is refused by its callers");
   }
-  std::int64_t on_rank = 0;
-  for (std::int64_t j = 0; j < k; ++j) on_rank += layout.chunk_layers[static_cast<std::size_t>(j * c.pp + stage)];
+  const std::int64_t on_rank = layout.LayersBefore(c.pp, stage, k);
   double plain_dense = 0, plain_moe = 0;
   for (int l = 0; l < cc->layers; ++l) {
     const bool rc = c.LayerRecomputed(l, on_rank + l);
