@@ -853,9 +853,9 @@ void TorchtitanPipeline(const Model& m, const ParallelConfig& c, std::string* t,
 }
 
 /// TorchtitanParallelism's context and expert parallelism, and the compile section async tensor
-/// parallelism needs.
+/// parallelism needs (a warning: the file then runs what the simulation did not model).
 void TorchtitanContextAndExperts(const Model& m, const ParallelConfig& c, std::string* t,
-                                 std::vector<std::string>* unexpressed) {
+                                 std::vector<std::string>* unexpressed, std::vector<std::string>* warnings) {
   *t += fmt::format("context_parallel_degree = {}\n", c.cp);
   if (c.cp > 1) {
     const bool a2a = c.cp_comm == CpComm::kA2A || c.cp_comm == CpComm::kUlysses || c.cp_comm == CpComm::kA2AP2P;
@@ -875,14 +875,15 @@ void TorchtitanContextAndExperts(const Model& m, const ParallelConfig& c, std::s
     // maybe_enable_async_tp: "Async TP requires 'model' in --compile.components").
     *t += "\n[compile]\n# async tensor parallelism is a torch.compile pass: torchtitan refuses it on an eager model\n";
     *t += "enable = true\ncomponents = [\"model\", \"loss\"]\n";
-    unexpressed->push_back("torch.compile, which async tensor parallelism needs, is not modelled: the step was "
+    warnings->push_back("torch.compile, which async tensor parallelism needs, is not modelled: the step was "
                            "simulated with eager PyTorch's kernels and saved tensors (a compiled loss and block keep "
                            "less memory)");
   }
 }
 
 /// torchtitan's [parallelism] section for `c` (and [compile] for async tensor parallelism) onto
-/// `t`; what it cannot say into `unexpressed`, what torchtitan refuses at start-up into `warnings`.
+/// `t`; what it cannot say into `unexpressed`, what torchtitan refuses at start-up or runs beyond
+/// the simulation into `warnings`.
 void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string* t, std::vector<std::string>* unexpressed,
                            std::vector<std::string>* warnings) {
   *t += "\n[parallelism]\n";
@@ -898,7 +899,7 @@ void TorchtitanParallelism(const Model& m, const ParallelConfig& c, std::string*
                                        "simulated the other)", ToString(c.cross_entropy)));
   }
   TorchtitanPipeline(m, c, t, unexpressed);
-  TorchtitanContextAndExperts(m, c, t, unexpressed);
+  TorchtitanContextAndExperts(m, c, t, unexpressed, warnings);
 }
 
 void TorchtitanRest(const ParallelConfig& c, std::int64_t seq, std::string* t, std::vector<std::string>* unexpressed) {

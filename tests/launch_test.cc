@@ -513,6 +513,12 @@ TEST(Launch, TorchtitanTomlParsesAndReadsBackAsThePlannedConfiguration) {
       for (const auto& e : *comps) model = model || e.value_or(std::string()) == "model";
       EXPECT_TRUE(model) << where;
     }
+    // The compiled model runs beyond the simulation (eager kernels): a warning, not a setting
+    // the file could not express.
+    bool compile_warned = false;
+    for (const auto& w : l.warnings) compile_warned = compile_warned || w.find("torch.compile") == 0;
+    EXPECT_EQ(compile_warned, async_tp) << where;
+    for (const auto& u : l.unexpressed) EXPECT_EQ(u.find("torch.compile"), std::string::npos) << where;
     // What torchtitan cannot run the way the plan does is said, in the list and as a comment.
     for (const auto& u : l.unexpressed) EXPECT_NE(l.text.find("# Not expressed: " + u), std::string::npos) << u;
     const bool zero1 = b.c.zero_stage == 1;
