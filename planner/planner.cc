@@ -253,7 +253,11 @@ void ApplyPlanWideSettings(const PlanOptions& o, const PipelineSplit& split, std
   CopyPrecisionSettings(o.base, c);
   c->moe_load_imbalance = o.base.moe_load_imbalance;
   c->moe_force_load_balancing = o.base.moe_force_load_balancing;
-  c->moe_dispatcher = o.base.moe_dispatcher;
+  // Megatron-Core's flex dispatcher asserts TPxEP > 1 (expert tp): where neither splits the
+  // experts, tokens stay on their GPU and the candidate runs the default all-to-all dispatcher.
+  c->moe_dispatcher = o.base.moe_dispatcher == MoeDispatcher::kFlex && c->ep * c->expert_tp() == 1
+                          ? MoeDispatcher::kAllToAll
+                          : o.base.moe_dispatcher;
   c->cross_entropy = o.base.cross_entropy;
   c->offload_modules = o.base.offload_modules;
   c->optimizer_impl = o.optimizer_impl;

@@ -1546,7 +1546,8 @@ TEST(ActivationOffload, CommandLineAndLaunch) {
 }
 
 // plan's --moe-token-dispatcher-type: every candidate runs the dispatcher given, and the plan's
-// Megatron-LM arguments and simulate command carry it.
+// Megatron-LM arguments and simulate command carry it; flex only where ep x expert tp > 1
+// (Megatron-Core asserts TPxEP > 1), the others the all-to-all, and simulate refuses it there.
 TEST(MoePlan, DispatcherGivenToEveryCandidate) {
   const Model m = LoadModel("qwen3-30b-a3b");
   const Cluster cl = LoadCluster("dgx-h100");
@@ -1558,7 +1559,16 @@ TEST(MoePlan, DispatcherGivenToEveryCandidate) {
   std::map<std::string, std::size_t> rej;
   const std::vector<ParallelConfig> cands = GenerateCandidates(m, cl, o, &rej);
   ASSERT_FALSE(cands.empty());
-  for (const auto& c : cands) EXPECT_EQ(c.moe_dispatcher, MoeDispatcher::kFlex) << c.Summary();
+  bool unsplit = false;
+  for (const auto& c : cands) {
+    const bool split = c.ep * c.expert_tp() > 1;
+    unsplit = unsplit || !split;
+    EXPECT_EQ(c.moe_dispatcher, split ? MoeDispatcher::kFlex : MoeDispatcher::kAllToAll) << c.Summary();
+  }
+  EXPECT_TRUE(unsplit);  // the search holds tp = ep = 1 candidates
+  EXPECT_TRUE(testing::ExitsTwoWith("simulate --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --gbs 8 "
+                                    "--moe-token-dispatcher-type flex",
+                                    "--moe-token-dispatcher-type flex: got ep 1 x expert tp 1"));
   const auto r = testing::RunShardcast("plan --model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 --gbs 64 --seq 4096 "
                                        "--fix tp=1,pp=1,cp=1,ep=8 --moe-token-dispatcher-type flex --top 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
