@@ -430,6 +430,29 @@ std::vector<Infeasibility> ExpertParallelRules(const Model& m, const ParallelCon
                     "schedule {} has none",
                     ToString(c.schedule)));
   }
+  // Megatron-Core's TransformerConfig asserts these beside the overlap (transformer_config.py);
+  // Megatron-LM reads one virtual stage a rank as none (arguments.py).
+  if (c.moe_a2a_overlap && c.pp > 1 && c.vp < 2) {
+    add("EP A2A overlap with a pipeline needs virtual stages",
+        fmt::format("--overlap-moe-expert-parallel-comm with pp = {}: Megatron-Core asserts virtual pipeline stages "
+                    "(--num-virtual-stages-per-pipeline-rank 2 or more), got vp = {}",
+                    c.pp, c.vp));
+  }
+  if (c.moe_a2a_overlap && c.recompute == Recompute::kFull) {
+    add("EP A2A overlap with full recompute",
+        fmt::format("--overlap-moe-expert-parallel-comm: Megatron-Core asserts no full recompute (and no "
+                    "--recompute-method or --recompute-num-layers) beside it; got recompute {}",
+                    c.PartialRecompute() ? "full " + c.PartialRecomputeName() : std::string("full")));
+  }
+  if (c.moe_a2a_overlap && c.recompute == Recompute::kSelective && (c.recompute_modules & kRecomputeMoe) != 0) {
+    add("EP A2A overlap with the moe recompute module",
+        "--overlap-moe-expert-parallel-comm: Megatron-Core asserts \"moe\" is not in --recompute-modules beside it");
+  }
+  if (c.moe_a2a_overlap && c.moe_dispatcher == MoeDispatcher::kAllGather) {
+    add("EP A2A overlap with the all-gather dispatcher",
+        "--overlap-moe-expert-parallel-comm overlaps an all-to-all: Megatron-Core takes it with the alltoall or flex "
+        "token dispatcher, not allgather");
+  }
   if (c.moe_a2a_overlap && c.pipeline_flushes > 1) {
     add("EP A2A overlap with pipeline flushes",
         fmt::format("--overlap-moe-expert-parallel-comm is Megatron-Core's, which runs one schedule a step; pipeline "

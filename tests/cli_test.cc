@@ -421,8 +421,8 @@ TEST(CliSimulate, HumanOutputAndTrace) {
   auto alone = RunShardcast("simulate --model llama2-7b --cluster dgx-h100 --gpus 8 --mbs 1 --gbs 8 --flush-grad-reduce last");
   EXPECT_EQ(alone.exit_code, 2);
   EXPECT_NE(alone.err.find("--flush-grad-reduce last: given without --pipeline-flushes"), std::string::npos) << alone.err;
-  auto a2a = RunShardcast("simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 16 --pp 2 --ep 8 --mbs 1 --gbs 16 "
-                          "--pipeline-flushes 2 --overlap-moe-expert-parallel-comm");
+  auto a2a = RunShardcast("simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 16 --pp 2 --vp 2 --ep 8 --mbs 1 "
+                          "--gbs 16 --pipeline-flushes 2 --overlap-moe-expert-parallel-comm");
   EXPECT_EQ(a2a.exit_code, 2);
   EXPECT_NE(a2a.err.find("--overlap-moe-expert-parallel-comm is Megatron-Core's, which runs one schedule a step; "
                          "pipeline flushes (2) are PyTorch pipelining's"),

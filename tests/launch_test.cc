@@ -35,8 +35,9 @@ const Case kCases[] = {
     {"llama3-70b", "dgx-h100", 64, "--tp 8 --pp 2 --cp 2 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 2 1 "
                                    "--mbs 1 --gbs 32 --seq 16384 --sequence-parallel --decoder-first-pipeline-num-layers 39 "
                                    "--decoder-last-pipeline-num-layers 41 --tp-comm-overlap"},
-    {"mixtral-8x7b", "dgx-h100", 64, "--tp 2 --pp 4 --ep 8 --mbs 1 --gbs 256 --sequence-parallel --recompute full "
-                                     "--zero 1 --precision fp8 --fp8-recipe tensorwise --overlap-moe-expert-parallel-comm"},
+    {"mixtral-8x7b", "dgx-h100", 64, "--tp 2 --pp 4 --vp 2 --ep 8 --mbs 1 --gbs 256 --sequence-parallel "
+                                     "--recompute-modules moe_act --zero 1 --precision fp8 --fp8-recipe tensorwise "
+                                     "--overlap-moe-expert-parallel-comm"},
     {"deepseek-v3", "dgx-h100", 1024, "--tp 2 --pp 8 --vp 4 --pipeline-layout-even --ep 64 --etp 1 --mbs 1 --gbs 8192 "
                                       "--recompute selective --recompute-modules mla_up_proj moe_act --zero 1 "
                                       "--moe-token-dispatcher-type flex --precision fp8 --fp8-recipe blockwise"},

@@ -1292,6 +1292,16 @@ TEST(MoeExchange, A2aOverlapHidesTheExchangeBehindThePairedPass) {
                                     "ep = 1"));
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 8 --ep 8 --delay-wgrad-compute",
                                     "--delay-wgrad-compute: given alone"));
+  // What Megatron-Core's TransformerConfig asserts beside the overlap.
+  const std::string base = "simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 16 --ep 8 --mbs 1 --gbs 16 "
+                           "--overlap-moe-expert-parallel-comm ";
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute full", "asserts no full recompute"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute full --recompute-method block --recompute-num-layers 2",
+                                    "got recompute full (first 2 layers of each chunk)"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute-modules moe", "\"moe\" is not in --recompute-modules"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--moe-token-dispatcher-type allgather", "not allgather"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--pp 2", "asserts virtual pipeline stages"));
+  EXPECT_EQ(testing::RunShardcast(base + "--pp 2 --vp 2 --recompute-modules moe_act").exit_code, 0);
 }
 
 }  // namespace
