@@ -2,6 +2,7 @@
 #include <optional>
 
 #include "cli/commands.h"
+#include "cli/config_args.h"
 #include "cli/options.h"
 #include "common/json_reader.h"
 #include "models/loader.h"
@@ -15,6 +16,7 @@ struct DescribeArgs {
   std::string model;
   std::string cluster;
   DescribeRequest r;  ///< the sizes, as DescribeModel takes them
+  std::string optimizer;
   bool json = false;
 };
 
@@ -22,7 +24,9 @@ void RunDescribe(const DescribeArgs& a) {
   const Model m = LoadModel(a.model, "--model");
   std::optional<Cluster> cluster;
   if (!a.cluster.empty()) cluster = LoadCluster(a.cluster, "--cluster");
-  const ModelDescription d = DescribeModel(m, a.r, cluster ? &*cluster : nullptr);
+  DescribeRequest r = a.r;
+  r.optimizer = ParseOptimizerImpl(a.optimizer);
+  const ModelDescription d = DescribeModel(m, r, cluster ? &*cluster : nullptr);
   if (a.json) {
     std::cout << WithIntegerBytes(DescribeJson(d)).dump(2) << "\n";
   } else {
@@ -53,6 +57,10 @@ void RegisterDescribe(CLI::App& app) {
               "MoE: expert-tensor-parallel size (default: tp, as Megatron-Core)", kMaxParallelSize);
   AddPositive(cmd, "--seq,--seq-length", args->r.seq, "sequence length (default: the model's)", kMaxSeq);
   AddPositive(cmd, "--gbs,--global-batch-size", args->r.gbs, "global batch, for FLOPs per step", kMaxGlobalBatchSize);
+  cmd->add_option("--optimizer", args->optimizer,
+                  "whose optimizer keeps the state, as simulate takes it: megatron (default) | deepspeed-zero | "
+                  "deepspeed-bf16 (ZeRO-1 only) | fsdp (PyTorch FSDP/FSDP2 as torchtitan runs it; ZeRO-0 is DDP)")
+      ->transform(CLI::IsMember({"megatron", "deepspeed-zero", "deepspeed-bf16", "fsdp"}, CLI::ignore_case));
   cmd->add_flag("--json", args->json, "print JSON instead of text");
   cmd->callback([args] { RunDescribe(*args); });
 }

@@ -198,6 +198,14 @@ const char* ToString(OptimizerImpl o) {
   return "?";
 }
 
+std::string OptimizerZeroStageMismatch(OptimizerImpl o, int z) {
+  if (o == OptimizerImpl::kDeepSpeedZero && z < 1) return "DeepSpeed's ZeRO optimizer (deepspeed-zero) runs ZeRO-1, 2 or 3";
+  if (o == OptimizerImpl::kDeepSpeedBf16 && z != 1) {
+    return "DeepSpeed's BF16_Optimizer (deepspeed-bf16) shards its optimizer state like ZeRO-1 only";
+  }
+  return "";
+}
+
 const char* ToString(Zero3Impl z) {
   switch (z) {
     case Zero3Impl::kPerLayer: return "per-layer";

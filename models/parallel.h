@@ -200,6 +200,9 @@ unsigned ParseOffloadModules(const std::vector<std::string>& names, const std::s
 void RequireOffloadModules(const Model& m, unsigned modules, const std::string& where);
 const char* ToString(Schedule s);
 const char* ToString(OptimizerImpl o);
+/// Why optimizer `o` has no ZeRO stage `z` ("" where it has): DeepSpeed's ZeRO optimizer runs
+/// stages 1-3, its BF16_Optimizer shards like ZeRO-1 only; Megatron's and FSDP's run every stage.
+std::string OptimizerZeroStageMismatch(OptimizerImpl o, int z);
 const char* ToString(Zero3Impl z);
 const char* ToString(CrossEntropyImpl x);
 /// The implementation whose ToString is `name` (unfused, native, te, flash-attn, torch); none

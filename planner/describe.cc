@@ -1,6 +1,8 @@
 #include "planner/describe.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -9,23 +11,31 @@
 namespace shardcast {
 namespace {
 
-/// ZeRO stage z's state on a stage holding `sp` per GPU: the distributed optimizer and FSDP shard
-/// the dense parameters' state over the dp x cp ranks holding the same weights, the routed
-/// experts' over the expert-data-parallel ranks.
-ZeroStateRow ZeroState(int z, const StageParameters& sp, const ParallelConfig& cfg, std::int64_t pp,
-                       double memory_bytes) {
-  const StateBytesPerParam bd = BytesPerParam(z, cfg.dp_cp(), true);
-  const StateBytesPerParam be = BytesPerParam(z, std::max<std::int64_t>(1, cfg.expert_dp()), true);
+/// ZeRO stage z's state on a stage holding `sp` per GPU with cfg's optimizer: the distributed
+/// optimizer and FSDP shard the dense parameters' state over the dp x cp ranks holding the same
+/// weights, the routed experts' over the expert-data-parallel ranks.
+ZeroStateRow ZeroState(int z, const Model& m, const StageParameters& sp, const ParallelConfig& cfg, std::int64_t gpus,
+                       const Cluster& cluster) {
+  ParallelConfig cz = cfg;
+  cz.zero_stage = z;
+  const StateBytesPerParam bd = BytesPerParam(cz);
+  const StateBytesPerParam be = BytesPerParam(cz, std::max<std::int64_t>(1, cfg.expert_dp()));
   const double dense = sp.total() - sp.expert_params;
   ZeroStateRow row;
   row.zero_stage = z;
-  row.supported = z < 2 || pp == 1;
+  std::vector<std::string> why = InfeasibilityReasons(m, cz, gpus, cluster);
+  if (const std::string no = OptimizerZeroStageMismatch(cfg.optimizer_impl, z); !no.empty()) why.insert(why.begin(), no);
+  row.supported = why.empty();
+  if (!why.empty()) row.unsupported_reason = why.front();
   row.weights_bytes = dense * bd.weights + sp.expert_params * be.weights;
   row.grads_bytes = dense * bd.grads + sp.expert_params * be.grads;
   row.optimizer_bytes = dense * bd.optimizer + sp.expert_params * be.optimizer;
-  row.fits = row.total_bytes() <= memory_bytes;
+  row.fits = row.total_bytes() <= cluster.gpu.memory_bytes;
   return row;
 }
+
+/// "x" with up to 4 significant digits ("12", "0.5").
+std::string Num(double x) { return fmt::format("{:.4g}", x); }
 
 FitDescription DescribeFit(const Model& m, const DescribeRequest& r, const Cluster& cluster) {
   FitDescription f;
@@ -50,6 +60,7 @@ FitDescription DescribeFit(const Model& m, const DescribeRequest& r, const Clust
   cfg.global_batch_size = cfg.dp;
   cfg.ep = r.ep;
   cfg.etp = r.etp;
+  cfg.optimizer_impl = r.optimizer;
   cfg.sequence_parallel = cfg.tp > 1 && m.moe.enabled();  // Megatron-Core's MoE with tp > 1
   // Bad --ep / --etp exit 2, as in simulate, once the data-parallel size is known (a GPU count
   // tp*cp*pp does not divide is a reason below, not a placeholder dp to check experts against).
@@ -63,11 +74,38 @@ FitDescription DescribeFit(const Model& m, const DescribeRequest& r, const Clust
       f.largest_stage = s;
     }
   }
-  for (int z = 0; z <= 3; ++z) f.zero[z] = ZeroState(z, f.largest, cfg, r.pp, f.memory_bytes);
+  for (int z = 0; z <= 3; ++z) f.zero[z] = ZeroState(z, m, f.largest, cfg, f.gpus, cluster);
   return f;
 }
 
 }  // namespace
+
+std::string StateBytesFormula(const ParallelConfig& c, bool total) {
+  const StateBytesPerParam a = BytesPerParam(c, 1), b = BytesPerParam(c, 2);
+  // Each part is k + s/d: at d = 1 it is k + s, at d = 2 k + s/2.
+  const double parts1[] = {a.weights, a.grads, a.optimizer}, parts2[] = {b.weights, b.grads, b.optimizer};
+  std::vector<std::string> fixed, sharded;
+  double fixed_sum = 0, sharded_sum = 0;
+  for (int i = 0; i < 3; ++i) {
+    const double s = 2.0 * (parts1[i] - parts2[i]), k = parts1[i] - s;
+    if (k > 1e-9) fixed.push_back(Num(k));
+    if (s > 1e-9) sharded.push_back(Num(s));
+    fixed_sum += k;
+    sharded_sum += s;
+  }
+  if (total) {
+    fixed = fixed_sum > 1e-9 ? std::vector<std::string>{Num(fixed_sum)} : std::vector<std::string>{};
+    sharded = sharded_sum > 1e-9 ? std::vector<std::string>{Num(sharded_sum)} : std::vector<std::string>{};
+  }
+  std::string out;
+  for (const auto& k : fixed) out += (out.empty() ? "" : " + ") + k;
+  if (!sharded.empty()) {
+    std::string s;
+    for (const auto& x : sharded) s += (s.empty() ? "" : " + ") + x;
+    out += (out.empty() ? "" : " + ") + (sharded.size() > 1 ? "(" + s + ")" : s) + "/d";
+  }
+  return out.empty() ? "0" : out;
+}
 
 ModelDescription DescribeModel(const Model& m, const DescribeRequest& r, const Cluster* cluster) {
   if (!cluster && r.gpus > 0) {
@@ -87,6 +125,7 @@ ModelDescription DescribeModel(const Model& m, const DescribeRequest& r, const C
   d.model = m;
   d.seq = r.seq > 0 ? r.seq : m.seq_length;
   d.gbs = r.gbs;
+  d.optimizer = r.optimizer;
   d.params = m.Parameters();
   d.flops = m.Flops(d.seq);
   d.flops_per_sequence = d.flops.per_token * static_cast<double>(d.seq);

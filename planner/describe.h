@@ -24,15 +24,20 @@ struct DescribeRequest {
   std::int64_t gpus = 0;  ///< GPUs (0: the cluster's num_gpus, else one node)
   std::int64_t tp = 1, pp = 1, cp = 1;
   std::int64_t ep = 1, etp = 0;  ///< expert grid (etp 0: = tp, as Megatron-Core)
+  /// Whose optimizer keeps the state (simulate's --optimizer): BytesPerParam's reading of it.
+  OptimizerImpl optimizer = OptimizerImpl::kMegatron;
 };
 
-/// One ZeRO stage's per-GPU state on the largest pipeline stage (Rajbhandari et al. 2020, with
-/// fp32 main gradients as Megatron-LM keeps them): bytes of weights, gradients and optimizer.
+/// One ZeRO stage's per-GPU state on the largest pipeline stage (BytesPerParam for the request's
+/// optimizer: Rajbhandari et al. 2020 with fp32 main gradients as Megatron-LM keeps them, by
+/// default): bytes of weights, gradients and optimizer.
 struct ZeroStateRow {
   int zero_stage = 0;
-  /// Megatron-LM and DeepSpeed shard gradients (ZeRO-2) and weights (ZeRO-3) only without
-  /// pipeline parallelism (InfeasibilityReasons says the same).
+  /// Whether the stage runs at this layout with this optimizer (InfeasibilityReasons: Megatron-LM
+  /// and DeepSpeed shard gradients and weights only without pipeline parallelism, DeepSpeed's
+  /// BF16_Optimizer is ZeRO-1 only, ...); `unsupported_reason` says why not.
   bool supported = true;
+  std::string unsupported_reason;
   double weights_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
   double total_bytes() const { return weights_bytes + grads_bytes + optimizer_bytes; }
   bool fits = false;  ///< total_bytes() <= the GPU's memory
@@ -57,12 +62,19 @@ struct ModelDescription {
   Model model;
   std::int64_t seq = 0;  ///< the sequence length the FLOPs are counted at
   std::int64_t gbs = 0;
+  OptimizerImpl optimizer = OptimizerImpl::kMegatron;  ///< whose state the bytes per parameter count
   ParameterCounts params;
   FlopCounts flops;
   double flops_per_sequence = 0;        ///< flops.per_token * seq
   bool exceeds_position_table = false;  ///< learned positions and seq > max_position_embeddings
   std::optional<FitDescription> fit;    ///< with a cluster
 };
+
+/// The training state per parameter of `c`'s optimizer at its ZeRO stage, in bytes, as sums a
+/// data-parallel size d shards: constant parts, then the sharded ones over d, weights first, then
+/// gradients, then optimizer state ("2 + 4 + 12/d", "2 + (4 + 12)/d", "(2 + 4 + 12)/d"; read off
+/// BytesPerParam at d = 1 and 2). `total` gives the sums alone ("6 + 12/d").
+std::string StateBytesFormula(const ParallelConfig& c, bool total);
 
 /// Describes `m` (and its fit on `cluster` when given).
 /// Throws InputError when --gpus, a TP/PP or an EP/ETP is given without a cluster, and for an

@@ -235,13 +235,8 @@ std::vector<std::int64_t> HybridShards(const ParallelConfig& c, std::int64_t gpu
 /// Whether optimizer `impl` runs ZeRO stage `z`: Megatron's any, DeepSpeed's ZeRO optimizer
 /// stages 1-3, its BF16_Optimizer stage 1 (PlanOptions::optimizer_impl).
 bool OptimizerRuns(OptimizerImpl impl, int z) {
-  switch (impl) {
-    case OptimizerImpl::kMegatron: return true;
-    case OptimizerImpl::kDeepSpeedZero: return z >= 1;
-    case OptimizerImpl::kDeepSpeedBf16: return z == 1;
-    case OptimizerImpl::kTorchFsdp: return true;  // by pipeline in AddLayoutCandidates (TorchFsdpRuns)
-  }
-  return true;
+  // FSDP's stages by pipeline in AddLayoutCandidates (TorchFsdpRuns).
+  return OptimizerZeroStageMismatch(impl, z).empty();
 }
 
 /// What every candidate takes from the search's options (PlanOptions::base: precision, MoE routing

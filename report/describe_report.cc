@@ -24,8 +24,33 @@ std::string Grouped(std::int64_t v) {
   return out;
 }
 
-const char* ZeroFormula(int z) {
-  return z == 0 ? "2 + 4 + 12" : z == 1 ? "2 + 4 + 12/d" : z == 2 ? "2 + (4 + 12)/d" : "(2 + 4 + 12)/d";
+/// A configuration holding optimizer `o` at ZeRO stage `z` (bf16 training, the defaults'
+/// gradients), for StateBytesFormula.
+ParallelConfig AtZero(OptimizerImpl o, int z) {
+  ParallelConfig c;
+  c.optimizer_impl = o;
+  c.zero_stage = z;
+  return c;
+}
+
+/// What `describe`'s bytes per parameter count for optimizer `o`, one sentence over two lines.
+const char* StateReading(OptimizerImpl o) {
+  switch (o) {
+    case OptimizerImpl::kMegatron:
+      return "(mixed-precision Adam, fp32 main grads as Megatron-LM;\n"
+             "Rajbhandari et al. 2020): bf16 weights 2 + grads 4 + fp32 master/m/v 12 bytes";
+    case OptimizerImpl::kDeepSpeedZero:
+      return "(DeepSpeed's ZeRO optimizer: 16-bit weights 2 +\n"
+             "16-bit grads 2 + fp32 master/m/v 12 + the owner's fp32 gradient partition 4 bytes)";
+    case OptimizerImpl::kDeepSpeedBf16:
+      return "(DeepSpeed's BF16_Optimizer, ZeRO-1 only: bf16 weights 2\n"
+             "+ bf16 grads 2 and their fp32 accumulation buffer 4 + fp32 master/m/v 12 bytes)";
+    case OptimizerImpl::kTorchFsdp:
+      return "(PyTorch FSDP/FSDP2 as torchtitan runs it: the fp32\n"
+             "parameters are the master, sharded 4; gathered in bf16 for compute, 2, held through the step at\n"
+             "ZeRO-1/2; fp32 grads 4; Adam m/v 8 bytes; ZeRO-0 is DDP with its bf16 casts and bucket buffers)";
+  }
+  return "";
 }
 
 Json ExpertsJson(const Model& m, const ParameterCounts& pc) {
@@ -86,6 +111,7 @@ Json FitJson(const FitDescription& f) {
   for (const ZeroStateRow& z : f.zero) {
     stages.push_back({{"zero_stage", z.zero_stage},
                       {"supported", z.supported},
+                      {"unsupported_reason", z.supported ? Json(nullptr) : Json(z.unsupported_reason)},
                       {"weights_bytes", z.weights_bytes},
                       {"grads_bytes", z.grads_bytes},
                       {"optimizer_bytes", z.optimizer_bytes},
@@ -243,9 +269,12 @@ void WriteFlops(std::ostream& out, const ModelDescription& d) {
     out << fmt::format("  per step (global batch {}): {}\n", d.gbs,
                        FormatFlops(d.flops_per_sequence * static_cast<double>(d.gbs)));
   }
-  out << "\nTraining state per parameter (mixed-precision Adam, fp32 main grads as Megatron-LM;\n"
-         "Rajbhandari et al. 2020): bf16 weights 2 + grads 4 + fp32 master/m/v 12 bytes\n";
-  out << "  ZeRO-0 18   ZeRO-1 6 + 12/d   ZeRO-2 2 + 16/d   ZeRO-3 18/d   (d = data-parallel size)\n";
+  out << "\nTraining state per parameter " << StateReading(d.optimizer) << "\n ";
+  for (int z = 0; z <= 3; ++z) {
+    if (!OptimizerZeroStageMismatch(d.optimizer, z).empty()) continue;
+    out << fmt::format(" ZeRO-{} {}  ", z, StateBytesFormula(AtZero(d.optimizer, z), true));
+  }
+  out << " (d = data-parallel size)\n";
 }
 
 void WriteFit(std::ostream& out, const FitDescription& f, const ModelDescription& d) {
@@ -278,7 +307,7 @@ void WriteFit(std::ostream& out, const FitDescription& f, const ModelDescription
     out << fmt::format("    ZeRO-{}: {:>10} = weights {} + grads {} + optimizer {}   {}\n", z.zero_stage,
                        FormatGiB(z.total_bytes()), FormatGiB(z.weights_bytes), FormatGiB(z.grads_bytes),
                        FormatGiB(z.optimizer_bytes),
-                       !z.supported ? "not with pp > 1"
+                       !z.supported ? "cannot run: " + z.unsupported_reason
                        : z.fits     ? "fits; " + FormatGiB(f.memory_bytes - z.total_bytes()) +
                                           " beside it for activations, buffers and the CUDA context"
                                     : std::string("does NOT fit"));
@@ -323,9 +352,12 @@ Json DescribeJson(const ModelDescription& d) {
   out["flops"] = FlopsJson(d);
   Json zero = Json::array();
   for (int z = 0; z <= 3; ++z) {
-    zero.push_back({{"zero_stage", z}, {"formula", ZeroFormula(z)},
-                    {"bytes_per_param_dp1", BytesPerParam(z, 1, true).total()}});
+    if (!OptimizerZeroStageMismatch(d.optimizer, z).empty()) continue;
+    const ParallelConfig c = AtZero(d.optimizer, z);
+    zero.push_back({{"zero_stage", z}, {"formula", StateBytesFormula(c, false)},
+                    {"bytes_per_param_dp1", BytesPerParam(c, 1).total()}});
   }
+  out["optimizer"] = ToString(d.optimizer);
   out["state_bytes_per_param"] = zero;
   if (d.fit) out["fit"] = FitJson(*d.fit);
   return out;

@@ -768,6 +768,45 @@ TEST(Describe, ZeroStateOfTheLargestStageInTextAndJson) {
   EXPECT_THROW(DescribeModel(m, tp_only, nullptr), InputError);
 }
 
+// describe --optimizer reads the state as simulate does (BytesPerParam): PyTorch FSDP as torchtitan
+// runs it keeps the fp32 parameters as its sharded master (4/d), its bf16 gathered copy (2) through
+// the step at ZeRO-1/2, fp32 gradients (4, or 4/d sharded) and Adam's m and v (8/d); ZeRO-0 is DDP
+// (4 + 2 bf16 casts, 4 + 4 .grad and buckets, 8). DeepSpeed's BF16_Optimizer runs ZeRO-1 alone.
+TEST(Describe, StateFollowsTheOptimizer) {
+  const Model m = LoadModel("llama3-8b");
+  const Cluster cl = LoadCluster("dgx-h100");
+  DescribeRequest r;
+  r.gpus = 8;
+  r.optimizer = OptimizerImpl::kTorchFsdp;
+  const ModelDescription d = DescribeModel(m, r, &cl);
+  ASSERT_TRUE(d.fit && d.fit->feasible());
+  const double n = d.fit->largest.total(), dp = 8;
+  const double expected[4] = {n * 22, n * (2 + 4 + 12 / dp), n * (2 + 16 / dp), n * 16 / dp};
+  for (int z = 0; z <= 3; ++z) {
+    EXPECT_NEAR(d.fit->zero[z].total_bytes(), expected[z], 1e-9 * expected[z]) << "ZeRO-" << z;
+    EXPECT_TRUE(d.fit->zero[z].supported) << z;
+  }
+  const Json j = DescribeJson(d);
+  EXPECT_EQ(j["optimizer"], "fsdp");
+  EXPECT_EQ(j["state_bytes_per_param"][0]["formula"], "6 + 8 + 8");
+  EXPECT_EQ(j["state_bytes_per_param"][2]["formula"], "2 + (4 + 4 + 8)/d");
+  EXPECT_EQ(j["state_bytes_per_param"][3]["formula"], "(4 + 4 + 8)/d");
+  std::ostringstream text;
+  WriteDescription(text, d);
+  EXPECT_NE(text.str().find("ZeRO-0 22   ZeRO-1 6 + 12/d   ZeRO-2 2 + 16/d   ZeRO-3 16/d"), std::string::npos)
+      << text.str();
+  // Megatron's default reads as Rajbhandari et al.'s, in the same form as before.
+  const Json mj = DescribeJson(DescribeModel(m, DescribeRequest{}, nullptr));
+  EXPECT_EQ(mj["state_bytes_per_param"][1]["formula"], "2 + 4 + 12/d");
+  EXPECT_EQ(mj["state_bytes_per_param"][2]["formula"], "2 + (4 + 12)/d");
+  r.optimizer = OptimizerImpl::kDeepSpeedBf16;
+  const ModelDescription b = DescribeModel(m, r, &cl);
+  for (int z = 0; z <= 3; ++z) EXPECT_EQ(b.fit->zero[z].supported, z == 1) << z;
+  EXPECT_NE(b.fit->zero[0].unsupported_reason.find("BF16_Optimizer"), std::string::npos);
+  EXPECT_EQ(DescribeJson(b)["state_bytes_per_param"].size(), 1u);
+  EXPECT_TRUE(testing::ExitsTwoWith("describe --model llama3-8b --optimizer adam", "--optimizer: adam not in"));
+}
+
 }  // namespace
 }  // namespace shardcast
 
