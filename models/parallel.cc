@@ -442,19 +442,19 @@ std::vector<Infeasibility> ExpertParallelRules(const Model& m, const ParallelCon
   // Megatron-LM reads one virtual stage a rank as none (arguments.py).
   if (c.moe_a2a_overlap && c.pp > 1 && c.vp < 2) {
     add("EP A2A overlap with a pipeline needs virtual stages",
-        fmt::format("--overlap-moe-expert-parallel-comm with pp = {}: Megatron-Core asserts virtual pipeline stages "
-                    "(--num-virtual-stages-per-pipeline-rank 2 or more), got vp = {}",
+        fmt::format("--overlap-moe-expert-parallel-comm with pp = {} needs virtual pipeline stages, as Megatron-Core "
+                    "asserts (--num-virtual-stages-per-pipeline-rank 2 or more), got vp = {}",
                     c.pp, c.vp));
   }
   if (c.moe_a2a_overlap && c.recompute == Recompute::kFull) {
     add("EP A2A overlap with full recompute",
-        fmt::format("--overlap-moe-expert-parallel-comm: Megatron-Core asserts no full recompute (and no "
-                    "--recompute-method or --recompute-num-layers) beside it; got recompute {}",
+        fmt::format("Megatron-Core asserts no full recompute (nor --recompute-method or --recompute-num-layers) beside "
+                    "--overlap-moe-expert-parallel-comm, got recompute {}",
                     c.PartialRecompute() ? "full " + c.PartialRecomputeName() : std::string("full")));
   }
   if (c.moe_a2a_overlap && c.recompute == Recompute::kSelective && (c.recompute_modules & kRecomputeMoe) != 0) {
     add("EP A2A overlap with the moe recompute module",
-        "--overlap-moe-expert-parallel-comm: Megatron-Core asserts \"moe\" is not in --recompute-modules beside it");
+        "Megatron-Core asserts \"moe\" is not among the recompute modules beside --overlap-moe-expert-parallel-comm");
   }
   if (c.moe_a2a_overlap && c.moe_dispatcher == MoeDispatcher::kAllGather) {
     add("EP A2A overlap with the all-gather dispatcher",
@@ -513,6 +513,12 @@ void RequireExpertParallel(const Model& m, const ParallelConfig& c, const std::s
       b.rule == std::string("EP A2A overlap needs a 1F1B schedule") ||
       b.rule == std::string("EP A2A overlap with pipeline flushes")) {
     flag = "--overlap-moe-expert-parallel-comm: given";
+  }
+  if (b.rule == std::string("EP A2A overlap with a pipeline needs virtual stages")) flag = fmt::format("--vp: got {}", c.vp);
+  if (b.rule == std::string("EP A2A overlap with full recompute")) flag = "--recompute: got full";
+  if (b.rule == std::string("EP A2A overlap with the moe recompute module")) flag = "--recompute-modules: got moe";
+  if (b.rule == std::string("EP A2A overlap with the all-gather dispatcher")) {
+    flag = "--moe-token-dispatcher-type: got allgather";
   }
   throw InputError(fmt::format("{}: {}; {}", where, flag, b.text));
 }
@@ -959,7 +965,8 @@ void ShardingAndClusterRules(const Model& m, const ParallelConfig& c, std::int64
     add("ZeRO-2/3 with pipeline parallelism", fmt::format("ZeRO-{} shards gradients{} across data parallelism, which Megatron-LM and DeepSpeed "
                             "do not support with pipeline parallelism (pp = {}){}",
                             c.zero_stage, c.zero_stage == 3 ? " and weights" : "", c.pp,
-                            c.zero_stage == 3 && c.zero3_impl == Zero3Impl::kPerLayer
+                            (c.zero_stage == 3 || c.optimizer_impl == OptimizerImpl::kTorchFsdp) &&
+                                    c.zero3_impl == Zero3Impl::kPerLayer
                                 ? fmt::format("; PyTorch FSDP2 with pipeline parallelism (torchtitan, NeMo Automodel) "
                                               "runs as {}", kFsdp2PipelineEquivalent)
                                 : std::string()));

@@ -27,6 +27,8 @@ ZeroStateRow ZeroState(int z, const Model& m, const StageParameters& sp, const P
   if (const std::string no = OptimizerZeroStageMismatch(cfg.optimizer_impl, z); !no.empty()) why.insert(why.begin(), no);
   row.supported = why.empty();
   if (!why.empty()) row.unsupported_reason = why.front();
+  row.optimizer_runs = OptimizerZeroStageMismatch(cfg.optimizer_impl, z).empty();
+  if (!row.optimizer_runs) return row;
   row.weights_bytes = dense * bd.weights + sp.expert_params * be.weights;
   row.grads_bytes = dense * bd.grads + sp.expert_params * be.grads;
   row.optimizer_bytes = dense * bd.optimizer + sp.expert_params * be.optimizer;

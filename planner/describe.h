@@ -38,6 +38,9 @@ struct ZeroStateRow {
   /// BF16_Optimizer is ZeRO-1 only, ...); `unsupported_reason` says why not.
   bool supported = true;
   std::string unsupported_reason;
+  /// False where the optimizer has no such stage (OptimizerZeroStageMismatch): the bytes are 0
+  /// and mean nothing (text "-", JSON null).
+  bool optimizer_runs = true;
   double weights_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
   double total_bytes() const { return weights_bytes + grads_bytes + optimizer_bytes; }
   bool fits = false;  ///< total_bytes() <= the GPU's memory

@@ -109,15 +109,16 @@ Json FitJson(const FitDescription& f) {
   if (f.largest.expert_params > 0) fit["expert_params_per_gpu"] = f.largest.expert_params;
   Json stages = Json::array();
   for (const ZeroStateRow& z : f.zero) {
+    const auto bytes = [&z](double b) { return z.optimizer_runs ? Json(b) : Json(nullptr); };
     stages.push_back({{"zero_stage", z.zero_stage},
                       {"supported", z.supported},
                       {"unsupported_reason", z.supported ? Json(nullptr) : Json(z.unsupported_reason)},
-                      {"weights_bytes", z.weights_bytes},
-                      {"grads_bytes", z.grads_bytes},
-                      {"optimizer_bytes", z.optimizer_bytes},
-                      {"total_bytes", z.total_bytes()},
-                      {"fits", z.fits},
-                      {"left_bytes", f.memory_bytes - z.total_bytes()}});
+                      {"weights_bytes", bytes(z.weights_bytes)},
+                      {"grads_bytes", bytes(z.grads_bytes)},
+                      {"optimizer_bytes", bytes(z.optimizer_bytes)},
+                      {"total_bytes", bytes(z.total_bytes())},
+                      {"fits", z.optimizer_runs ? Json(z.fits) : Json(nullptr)},
+                      {"left_bytes", bytes(f.memory_bytes - z.total_bytes())}});
   }
   fit["zero"] = stages;
   return fit;
@@ -295,15 +296,24 @@ void WriteFit(std::ostream& out, const FitDescription& f, const ModelDescription
                      w.mtp_params > 0 ? fmt::format(" + {} MTP module{}", d.model.mtp_num_layers,
                                                     d.model.mtp_num_layers == 1 ? "" : "s")
                                       : "");
+  if (cfg.pp > 1 && d.model.num_layers % cfg.pp != 0) {
+    out << fmt::format("  ({} layers over pp = {} do not divide: the first stages take one more, as DeepSpeed's uniform "
+                       "partition; Megatron-LM needs them to divide, or first/last stage layer counts)\n",
+                       d.model.num_layers, cfg.pp);
+  }
   if (w.expert_params > 0) {
     out << fmt::format("  of them routed experts {} (split over ep x etp = {} x {}; their state shards over "
-                       "edp = {} expert-data-parallel ranks{})\n",
+                       "edp = {} expert-data-parallel rank{}{})\n",
                        FormatCount(w.expert_params), cfg.ep, cfg.expert_tp(), cfg.expert_dp(),
-                       w.mtp_params > 0 && d.model.moe.enabled() ? "; the MTP module's experts included" : "");
+                       cfg.expert_dp() == 1 ? "" : "s", w.mtp_params > 0 && d.model.moe.enabled() ? "; the MTP module's experts included" : "");
   }
   out << "  weights + gradients + optimizer state per GPU (activations not included;\n"
          "  `shardcast simulate` gives the full memory picture):\n";
   for (const ZeroStateRow& z : f.zero) {
+    if (!z.optimizer_runs) {
+      out << fmt::format("    ZeRO-{}: {:>10}   cannot run: {}\n", z.zero_stage, "-", z.unsupported_reason);
+      continue;
+    }
     out << fmt::format("    ZeRO-{}: {:>10} = weights {} + grads {} + optimizer {}   {}\n", z.zero_stage,
                        FormatGiB(z.total_bytes()), FormatGiB(z.weights_bytes), FormatGiB(z.grads_bytes),
                        FormatGiB(z.optimizer_bytes),

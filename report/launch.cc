@@ -485,6 +485,7 @@ void NemoParallel(const Model& m, const ParallelConfig& c, PyLines* p, std::vect
     p->Set("trainer.strategy.expert_model_parallel_size", Py(c.ep));
     p->Set("trainer.strategy.expert_tensor_parallel_size", Py(c.expert_tp()));
     p->Set("model.config.moe_token_dispatcher_type", PyStr(ToString(c.moe_dispatcher)));
+    if (c.moe_dispatcher == MoeDispatcher::kFlex) p->Set("model.config.moe_enable_deepep", Py(true));
     p->Set("model.config.moe_expert_capacity_factor",
            c.moe_capacity_factor > 0 ? Number(c.moe_capacity_factor) : std::string("None"));
     p->Set("model.config.overlap_moe_expert_parallel_comm", Py(c.moe_a2a_overlap));

@@ -53,6 +53,8 @@ std::string SizeFlags(const ParallelConfig& c, const Model& m) {
     a += fmt::format(" --expert-model-parallel-size {} --expert-tensor-parallel-size {} --moe-token-dispatcher-type {} "
                      "--moe-grouped-gemm",
                      c.ep, c.expert_tp(), ToString(c.moe_dispatcher));
+    // core_v0.15's flex dispatcher asserts --moe-enable-deepep (its DeepEP backend).
+    if (c.moe_dispatcher == MoeDispatcher::kFlex) a += " --moe-enable-deepep";
     if (c.moe_capacity_factor > 0) a += fmt::format(" --moe-expert-capacity-factor {}", c.moe_capacity_factor);
     if (c.moe_force_load_balancing) a += " --moe-router-force-load-balancing";
   }

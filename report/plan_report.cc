@@ -317,6 +317,12 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
     out << "  recompute 1inN: one layer in N of each rank checkpointed whole, the others keep their activations "
            "(torchtitan's selective_ac_option = \"N\"; simulate's --selective-ac-option N)\n";
   }
+  const bool flex_given = o.base.moe_dispatcher == MoeDispatcher::kFlex;
+  if (flex_given && std::any_of(r.plans.begin(), r.plans.end(),
+                                [](const Plan& p) { return p.config.moe_dispatcher != MoeDispatcher::kFlex; })) {
+    out << "  plans with ep x expert tp = 1 run the alltoall dispatcher, not the flex one given: Megatron-Core's flex "
+           "dispatcher requires TPxEP > 1 (their tokens stay on their GPU)\n";
+  }
   if (!r.plans.empty() && r.plans.front().config.offload_modules != 0) {
     out << "  every plan offloads activations: --offload-modules "
         << OffloadModulesArgs(r.plans.front().config.offload_modules)

@@ -865,7 +865,11 @@ TEST(Cli, OutOfRangeSizesAreReasonsOrErrors) {
   auto d = RunShardcast("describe --model llama2-70b --cluster dgx-h100 --gpus 64 --tp 8 --pp 4");
   ASSERT_EQ(d.exit_code, 0) << d.err;
   EXPECT_NE(d.out.find("ZeRO-3:"), std::string::npos);
-  EXPECT_NE(d.out.find("not with pp > 1"), std::string::npos) << d.out;  // as simulate says
+  // As simulate says (InfeasibilityReasons).
+  EXPECT_NE(d.out.find("cannot run: ZeRO-2 shards gradients across data parallelism, which Megatron-LM and DeepSpeed "
+                       "do not support with pipeline parallelism (pp = 4)"),
+            std::string::npos)
+      << d.out;
   auto f = RunShardcast("plan --model gpt3-13b --cluster dgx-a100 --gpus 64 --gbs 256 --fix mbs=7");
   ASSERT_EQ(f.exit_code, 0) << f.err;
   EXPECT_NE(f.out.find("the fixed mbs does not divide the batch per data-parallel replica"), std::string::npos)

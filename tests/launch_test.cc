@@ -137,6 +137,7 @@ MegatronRead ReadMegatron(const std::string& text) {
   }
   r.gpus = nnodes * nproc;
   std::vector<std::string> modules;
+  bool deepep = false;
   for (++i; i < w.size(); ++i) {
     const std::string f = w[i];
     if (f == "--num-layers") r.m.num_layers = num();
@@ -245,8 +246,11 @@ MegatronRead ReadMegatron(const std::string& text) {
              f == "--recompute-method" || f == "--recompute-num-layers") next();
     else if (f == "--use-mcore-models" || f == "--mock-data" || f == "--group-query-attention" || f == "--moe-grouped-gemm" ||
              f == "--multi-latent-attention" || f == "--delay-wgrad-compute" || f == "--first-last-layers-bf16") {}
+    else if (f == "--moe-enable-deepep") deepep = true;
     else ADD_FAILURE() << "a flag the reader does not know: " << f;
   }
+  // core_v0.15's flex dispatcher asserts --moe-enable-deepep; nothing else takes it.
+  EXPECT_EQ(deepep, r.c.moe_dispatcher == MoeDispatcher::kFlex);
   if (!modules.empty()) r.c.recompute_modules = ParseRecomputeModules(modules, "--recompute-modules");
   if (r.m.num_query_groups == 0) r.m.num_query_groups = r.m.num_attention_heads;
   r.c.dp = r.gpus / (r.c.tp * r.c.pp * r.c.cp);

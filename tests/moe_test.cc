@@ -1295,12 +1295,16 @@ TEST(MoeExchange, A2aOverlapHidesTheExchangeBehindThePairedPass) {
   // What Megatron-Core's TransformerConfig asserts beside the overlap.
   const std::string base = "simulate --model mixtral-8x7b --cluster dgx-h100 --gpus 16 --ep 8 --mbs 1 --gbs 16 "
                            "--overlap-moe-expert-parallel-comm ";
-  EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute full", "asserts no full recompute"));
+  // Each names the flag at fault.
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute full", "--recompute: got full; Megatron-Core asserts no full recompute"));
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute full --recompute-method block --recompute-num-layers 2",
                                     "got recompute full (first 2 layers of each chunk)"));
-  EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute-modules moe", "\"moe\" is not in --recompute-modules"));
-  EXPECT_TRUE(testing::ExitsTwoWith(base + "--moe-token-dispatcher-type allgather", "not allgather"));
-  EXPECT_TRUE(testing::ExitsTwoWith(base + "--pp 2", "asserts virtual pipeline stages"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute-modules moe",
+                                    "--recompute-modules: got moe; Megatron-Core asserts \"moe\" is not among"));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--moe-token-dispatcher-type allgather",
+                                    "--moe-token-dispatcher-type: got allgather; "));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--pp 2", "--vp: got 1; --overlap-moe-expert-parallel-comm with pp = 2 needs "
+                                                     "virtual pipeline stages"));
   EXPECT_EQ(testing::RunShardcast(base + "--pp 2 --vp 2 --recompute-modules moe_act").exit_code, 0);
 }
 
@@ -1576,6 +1580,13 @@ TEST(MoePlan, DispatcherGivenToEveryCandidate) {
     EXPECT_EQ(c.moe_dispatcher, split ? MoeDispatcher::kFlex : MoeDispatcher::kAllToAll) << c.Summary();
   }
   EXPECT_TRUE(unsplit);  // the search holds tp = ep = 1 candidates
+  const auto one = testing::RunShardcast("plan --model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 --gbs 64 --seq 4096 "
+                                         "--fix tp=1,ep=1 --moe-token-dispatcher-type flex --top 1");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.out.find("plans with ep x expert tp = 1 run the alltoall dispatcher, not the flex one given"),
+            std::string::npos)
+      << one.out;
+  EXPECT_NE(one.out.find("--moe-token-dispatcher-type alltoall"), std::string::npos) << one.out;
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --gbs 8 "
                                     "--moe-token-dispatcher-type flex",
                                     "--moe-token-dispatcher-type flex: got ep 1 x expert tp 1"));
