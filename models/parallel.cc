@@ -206,6 +206,16 @@ std::string OptimizerZeroStageMismatch(OptimizerImpl o, int z) {
   return "";
 }
 
+std::string TorchtitanStageMismatch(int z, std::int64_t tp, std::int64_t pp, std::int64_t cp, std::int64_t dp,
+                                    std::int64_t ep) {
+  if (z == 1 && pp == 1) return "with --optimizer fsdp ZeRO-1 is FSDP2 under a pipeline (pp > 1)";
+  const bool alone = dp * cp == 1;  // no data parallelism: torchtitan applies neither
+  if (z == 0 && !alone && (pp > 1 || tp > 1 || cp > 1 || ep > 1)) {
+    return "with --optimizer fsdp ZeRO-0 is DDP, which torchtitan runs only as the sole parallelism";
+  }
+  return "";
+}
+
 const char* ToString(Zero3Impl z) {
   switch (z) {
     case Zero3Impl::kPerLayer: return "per-layer";

@@ -203,6 +203,12 @@ const char* ToString(OptimizerImpl o);
 /// Why optimizer `o` has no ZeRO stage `z` ("" where it has): DeepSpeed's ZeRO optimizer runs
 /// stages 1-3, its BF16_Optimizer shards like ZeRO-1 only; Megatron's and FSDP's run every stage.
 std::string OptimizerZeroStageMismatch(OptimizerImpl o, int z);
+/// Why torchtitan (--optimizer fsdp as it runs it) has no ZeRO stage `z` on a layout of these
+/// sizes ("" where it has): its ZeRO-1 reading is FSDP2 kept through a pipeline schedule, so
+/// needs pp > 1; ZeRO-0 is DDP, which it runs only as the sole parallelism (parallelize.py: "DDP
+/// has not supported > 1D parallelism") unless there is no data parallelism at all.
+std::string TorchtitanStageMismatch(int z, std::int64_t tp, std::int64_t pp, std::int64_t cp, std::int64_t dp,
+                                    std::int64_t ep);
 const char* ToString(Zero3Impl z);
 const char* ToString(CrossEntropyImpl x);
 /// The implementation whose ToString is `name` (unfused, native, te, flash-attn, torch); none

@@ -25,6 +25,10 @@ ZeroStateRow ZeroState(int z, const Model& m, const StageParameters& sp, const P
   row.zero_stage = z;
   std::vector<std::string> why = InfeasibilityReasons(m, cz, gpus, cluster);
   if (const std::string no = OptimizerZeroStageMismatch(cfg.optimizer_impl, z); !no.empty()) why.insert(why.begin(), no);
+  if (cfg.optimizer_impl == OptimizerImpl::kTorchFsdp) {
+    const std::string no = TorchtitanStageMismatch(z, cfg.tp, cfg.pp, cfg.cp, cfg.dp, cfg.ep);
+    if (!no.empty()) why.insert(why.begin(), no);
+  }
   row.supported = why.empty();
   if (!why.empty()) row.unsupported_reason = why.front();
   row.optimizer_runs = OptimizerZeroStageMismatch(cfg.optimizer_impl, z).empty();

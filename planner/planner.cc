@@ -330,14 +330,8 @@ struct Layout {
 /// (dp x cp = 1: ZeRO-0); expert parallelism only with FSDP and only over ranks its ParallelDims
 /// can borrow (TorchtitanStartupChecks). Counts what it leaves out in `rejected`.
 bool TorchFsdpRuns(const Layout& l, int z, std::int64_t ep, std::int64_t etp, std::map<std::string, std::size_t>* rejected) {
-  const bool alone = l.dp * l.cp == 1;  // no data parallelism: torchtitan applies neither
-  if (z == 1 && l.pp == 1) {
-    ++(*rejected)["(pp, ZeRO) choices: with --optimizer fsdp ZeRO-1 is FSDP2 under a pipeline (pp > 1)"];
-    return false;
-  }
-  if (z == 0 && !alone && (l.pp > 1 || l.tp > 1 || l.cp > 1 || ep > 1)) {
-    ++(*rejected)["(tp, pp, cp, ep, ZeRO) choices: with --optimizer fsdp ZeRO-0 is DDP, which torchtitan runs only "
-                  "as the sole parallelism"];
+  if (const std::string why = TorchtitanStageMismatch(z, l.tp, l.pp, l.cp, l.dp, ep); !why.empty()) {
+    ++(*rejected)[(z == 1 ? "(pp, ZeRO) choices: " : "(tp, pp, cp, ep, ZeRO) choices: ") + why];
     return false;
   }
   if (ep > 1 && z > 0) {

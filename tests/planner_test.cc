@@ -784,8 +784,15 @@ TEST(Describe, StateFollowsTheOptimizer) {
   const double expected[4] = {n * 22, n * (2 + 4 + 12 / dp), n * (2 + 16 / dp), n * 16 / dp};
   for (int z = 0; z <= 3; ++z) {
     EXPECT_NEAR(d.fit->zero[z].total_bytes(), expected[z], 1e-9 * expected[z]) << "ZeRO-" << z;
-    EXPECT_TRUE(d.fit->zero[z].supported) << z;
+    // torchtitan's ZeRO-1 reading is FSDP2 kept through a pipeline: not at pp 1 (as plan).
+    EXPECT_EQ(d.fit->zero[z].supported, z != 1) << z;
   }
+  EXPECT_NE(d.fit->zero[1].unsupported_reason.find("FSDP2 under a pipeline"), std::string::npos);
+  // DDP beside tensor parallelism: torchtitan refuses it.
+  DescribeRequest tp2 = r;
+  tp2.tp = 2;
+  EXPECT_NE(DescribeModel(m, tp2, &cl).fit->zero[0].unsupported_reason.find("runs only as the sole parallelism"),
+            std::string::npos);
   const Json j = DescribeJson(d);
   EXPECT_EQ(j["optimizer"], "fsdp");
   EXPECT_EQ(j["state_bytes_per_param"][0]["formula"], "6 + 8 + 8");
