@@ -450,13 +450,6 @@ ParallelConfig BuildConfig(const SimulateArgs& a, const Model& m, std::int64_t g
   c.moe_load_imbalance = a.moe_load_imbalance;
   c.moe_force_load_balancing = a.moe_force_load_balancing;
   CheckMoeRoutingOptions(m, c);
-  // Megatron-Core's flex dispatcher (MoEFlexTokenDispatcher) asserts "requires TPxEP > 1".
-  if (m.moe.enabled() && c.moe_dispatcher == MoeDispatcher::kFlex && c.ep * c.expert_tp() == 1) {
-    throw InputError(fmt::format("command line: --moe-token-dispatcher-type flex: got ep {} x expert tp {}, expected "
-                                 "a product above 1 (Megatron-Core's flex dispatcher requires TPxEP > 1; with no "
-                                 "expert parallelism tokens stay on their GPU: use alltoall)",
-                                 c.ep, c.expert_tp()));
-  }
   CheckModelMoeArgs(a, m);
   ApplyContextParallelArgs(a, &c);
   CheckPipelineSplitArgs(a, m, c);

@@ -436,7 +436,7 @@ std::int64_t CpA2aGroup(const ParallelConfig& c, std::int64_t gpn) {
 
 std::vector<Infeasibility> ExpertParallelRules(const Model& m, const ParallelConfig& c) {
   std::vector<Infeasibility> r;
-  auto add = [&r](const char* rule, std::string text) { r.push_back({rule, std::move(text)}); };
+  auto add = [&r](const char* rule, std::string text) { r.push_back({rule, std::move(text), {}}); };
   if (c.moe_a2a_overlap && (!m.moe.enabled() || c.ep < 2)) {
     add("EP A2A overlap without expert parallelism",
         fmt::format("--overlap-moe-expert-parallel-comm overlaps the expert-parallel token exchange, but {}",
@@ -450,26 +450,46 @@ std::vector<Infeasibility> ExpertParallelRules(const Model& m, const ParallelCon
   }
   // Megatron-Core's TransformerConfig asserts these beside the overlap (transformer_config.py);
   // Megatron-LM reads one virtual stage a rank as none (arguments.py).
+  auto flagged = [&r](const char* rule, std::string text, std::string flag) {
+    r.push_back({rule, std::move(text), std::move(flag)});
+  };
   if (c.moe_a2a_overlap && c.pp > 1 && c.vp < 2) {
-    add("EP A2A overlap with a pipeline needs virtual stages",
-        fmt::format("--overlap-moe-expert-parallel-comm with pp = {} needs virtual pipeline stages, as Megatron-Core "
-                    "asserts (--num-virtual-stages-per-pipeline-rank 2 or more), got vp = {}",
-                    c.pp, c.vp));
+    flagged("EP A2A overlap with a pipeline needs virtual stages",
+            fmt::format("--overlap-moe-expert-parallel-comm with pp = {} needs virtual pipeline stages, as "
+                        "Megatron-Core asserts (--num-virtual-stages-per-pipeline-rank 2 or more), got vp = {}",
+                        c.pp, c.vp),
+            fmt::format("--vp: got {}", c.vp));
   }
   if (c.moe_a2a_overlap && c.recompute == Recompute::kFull) {
-    add("EP A2A overlap with full recompute",
-        fmt::format("Megatron-Core asserts no full recompute (nor --recompute-method or --recompute-num-layers) beside "
-                    "--overlap-moe-expert-parallel-comm, got recompute {}",
-                    c.PartialRecompute() ? "full " + c.PartialRecomputeName() : std::string("full")));
+    const std::string partial = c.recompute_block_layers >= 0
+                                    ? fmt::format("--recompute-method block --recompute-num-layers {}",
+                                                  c.recompute_block_layers)
+                                    : fmt::format("--selective-ac-option {}", c.recompute_layer_interval);
+    flagged("EP A2A overlap with full recompute",
+            fmt::format("Megatron-Core asserts no full recompute (nor --recompute-method or --recompute-num-layers) "
+                        "beside --overlap-moe-expert-parallel-comm, got recompute {}",
+                        c.PartialRecompute() ? "full " + c.PartialRecomputeName() : std::string("full")),
+            c.PartialRecompute() ? "--recompute full " + partial + ": given" : std::string("--recompute: got full"));
   }
   if (c.moe_a2a_overlap && c.recompute == Recompute::kSelective && (c.recompute_modules & kRecomputeMoe) != 0) {
-    add("EP A2A overlap with the moe recompute module",
-        "Megatron-Core asserts \"moe\" is not among the recompute modules beside --overlap-moe-expert-parallel-comm");
+    flagged("EP A2A overlap with the moe recompute module",
+            "Megatron-Core asserts \"moe\" is not among the recompute modules beside "
+            "--overlap-moe-expert-parallel-comm",
+            "--recompute-modules: got " + RecomputeModulesArgs(c.recompute_modules));
   }
   if (c.moe_a2a_overlap && c.moe_dispatcher == MoeDispatcher::kAllGather) {
-    add("EP A2A overlap with the all-gather dispatcher",
-        "--overlap-moe-expert-parallel-comm overlaps an all-to-all: Megatron-Core takes it with the alltoall or flex "
-        "token dispatcher, not allgather");
+    flagged("EP A2A overlap with the all-gather dispatcher",
+            "--overlap-moe-expert-parallel-comm overlaps an all-to-all: Megatron-Core takes it with the alltoall or "
+            "flex token dispatcher, not allgather",
+            "--moe-token-dispatcher-type: got allgather");
+  }
+  // Megatron-Core's flex dispatcher (MoEFlexTokenDispatcher) asserts "requires TPxEP > 1".
+  if (m.moe.enabled() && c.moe_dispatcher == MoeDispatcher::kFlex && c.ep * c.expert_tp() == 1) {
+    flagged("flex dispatcher without expert parallelism",
+            fmt::format("Megatron-Core's flex dispatcher requires TPxEP > 1 (expert tp x ep), got ep {} x expert tp {}; "
+                        "with neither, tokens stay on their GPU: use alltoall",
+                        c.ep, c.expert_tp()),
+            "--moe-token-dispatcher-type: got flex");
   }
   if (c.moe_a2a_overlap && c.pipeline_flushes > 1) {
     add("EP A2A overlap with pipeline flushes",
@@ -524,12 +544,7 @@ void RequireExpertParallel(const Model& m, const ParallelConfig& c, const std::s
       b.rule == std::string("EP A2A overlap with pipeline flushes")) {
     flag = "--overlap-moe-expert-parallel-comm: given";
   }
-  if (b.rule == std::string("EP A2A overlap with a pipeline needs virtual stages")) flag = fmt::format("--vp: got {}", c.vp);
-  if (b.rule == std::string("EP A2A overlap with full recompute")) flag = "--recompute: got full";
-  if (b.rule == std::string("EP A2A overlap with the moe recompute module")) flag = "--recompute-modules: got moe";
-  if (b.rule == std::string("EP A2A overlap with the all-gather dispatcher")) {
-    flag = "--moe-token-dispatcher-type: got allgather";
-  }
+  if (!b.flag.empty()) flag = b.flag;
   throw InputError(fmt::format("{}: {}; {}", where, flag, b.text));
 }
 
@@ -540,7 +555,7 @@ void ResolveCpA2a(ParallelConfig* c, std::int64_t gpn) {
 std::vector<Infeasibility> HybridShardRules(const ParallelConfig& c) {
   std::vector<Infeasibility> r;
   if (c.dp_shard == 0) return r;
-  auto add = [&r](const char* rule, std::string text) { r.push_back({rule, std::move(text)}); };
+  auto add = [&r](const char* rule, std::string text) { r.push_back({rule, std::move(text), {}}); };
   if (c.dp_shard < 0 || (c.dp_cp() > 0 && c.dp_cp() % c.dp_shard != 0)) {
     add("dp_shard does not divide dp*cp",
         fmt::format("dp_shard = {} does not divide the {} data-parallel ranks (dp {} x cp {})", c.dp_shard, c.dp_cp(),
@@ -567,7 +582,7 @@ std::vector<Infeasibility> ContextParallelRules(const Model& m, const ParallelCo
   std::vector<Infeasibility> r;
   const std::int64_t seq = seq_of(m, c);
   if (c.cp <= 1) return r;
-  auto add = [&r](const char* rule, std::string text) { r.push_back({rule, std::move(text)}); };
+  auto add = [&r](const char* rule, std::string text) { r.push_back({rule, std::move(text), {}}); };
   if (c.cp_comm == CpComm::kUlysses) {
     if (seq % c.cp != 0) {
       add("cp does not divide the sequence",
@@ -837,7 +852,7 @@ namespace {
 /// The grid's rules: tp*cp*pp divides the GPUs and dp is the rest, the expert grid
 /// (ExpertParallelRules), tp divides the heads and query groups.
 void GridRules(const Model& m, const ParallelConfig& c, std::int64_t gpus, std::vector<Infeasibility>* r) {
-  auto add = [r](const char* rule, std::string text) { r->push_back({rule, std::move(text)}); };
+  auto add = [r](const char* rule, std::string text) { r->push_back({rule, std::move(text), {}}); };
   const std::int64_t mp = c.tp * c.cp * c.pp;
   const std::string mp_name = c.cp > 1 ? "tp*cp*pp" : "tp*pp";
   const std::string mp_values =
@@ -867,7 +882,7 @@ void GridRules(const Model& m, const ParallelConfig& c, std::int64_t gpus, std::
 /// layer counts, the interleaved schedule's virtual stages, the learned position table,
 /// activation offloading, the pipeline split (PipelineLayoutOf).
 void LayerRules(const Model& m, const ParallelConfig& c, const Cluster& cl, std::vector<Infeasibility>* r) {
-  auto add = [r](const char* rule, std::string text) { r->push_back({rule, std::move(text)}); };
+  auto add = [r](const char* rule, std::string text) { r->push_back({rule, std::move(text), {}}); };
   if (c.tp_comm_overlap && !(c.sequence_parallel && c.tp > 1)) {
     add("tp comm overlap without sequence parallelism",
         fmt::format("--tp-comm-overlap needs sequence parallelism with tp > 1 (got tp = {}, sequence parallel {})", c.tp,
@@ -935,7 +950,7 @@ void LayerRules(const Model& m, const ParallelConfig& c, const Cluster& cl, std:
 /// The batch's rules: micro-batches per step, the global batch a multiple of micro-batch * dp,
 /// pipeline flushes, the interleaved schedule's micro-batch count.
 void BatchRules(const ParallelConfig& c, std::vector<Infeasibility>* r) {
-  auto add = [r](const char* rule, std::string text) { r->push_back({rule, std::move(text)}); };
+  auto add = [r](const char* rule, std::string text) { r->push_back({rule, std::move(text), {}}); };
   const std::int64_t per_replica = c.micro_batch_size * c.dp;
   if (per_replica >= 1 && c.global_batch_size / per_replica > kMaxMicrobatchesPerStep) {
     add("more micro-batches per step than the simulator expands (16384)", fmt::format("global batch {} / (micro-batch {} * dp {}) = {} micro-batches per step, more than the {} "
@@ -970,7 +985,7 @@ void BatchRules(const ParallelConfig& c, std::vector<Infeasibility>* r) {
 /// nodes without a network.
 void ShardingAndClusterRules(const Model& m, const ParallelConfig& c, std::int64_t gpus, const Cluster& cl,
                              std::vector<Infeasibility>* r) {
-  auto add = [r](const char* rule, std::string text) { r->push_back({rule, std::move(text)}); };
+  auto add = [r](const char* rule, std::string text) { r->push_back({rule, std::move(text), {}}); };
   if (c.zero_stage >= 2 && c.pp > 1) {
     add("ZeRO-2/3 with pipeline parallelism", fmt::format("ZeRO-{} shards gradients{} across data parallelism, which Megatron-LM and DeepSpeed "
                             "do not support with pipeline parallelism (pp = {}){}",

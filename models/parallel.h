@@ -608,6 +608,9 @@ void RequirePrecision(const Gpu& gpu, const ParallelConfig& cfg, const std::stri
 struct Infeasibility {
   std::string rule;
   std::string text;
+  /// The command-line flags at fault and their values ("--vp: got 1"), where the rule names
+  /// them; RequireExpertParallel puts it before the text (empty: a flag read off the rule).
+  std::string flag;
 };
 /// The rules the configuration breaks (InfeasibilityReasons, with each rule's name).
 std::vector<Infeasibility> InfeasibilityRules(const Model& model, const ParallelConfig& cfg, std::int64_t gpus,

@@ -1,6 +1,7 @@
 #include "planner/describe.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -26,8 +27,7 @@ ZeroStateRow ZeroState(int z, const Model& m, const StageParameters& sp, const P
   std::vector<std::string> why = InfeasibilityReasons(m, cz, gpus, cluster);
   if (const std::string no = OptimizerZeroStageMismatch(cfg.optimizer_impl, z); !no.empty()) why.insert(why.begin(), no);
   if (cfg.optimizer_impl == OptimizerImpl::kTorchFsdp) {
-    const std::string no = TorchtitanStageMismatch(z, cfg.tp, cfg.pp, cfg.cp, cfg.dp, cfg.ep);
-    if (!no.empty()) why.insert(why.begin(), no);
+    row.note = TorchtitanStageMismatch(z, cfg.tp, cfg.pp, cfg.cp, cfg.dp, cfg.ep);
   }
   row.supported = why.empty();
   if (!why.empty()) row.unsupported_reason = why.front();
@@ -98,6 +98,12 @@ std::string StateBytesFormula(const ParallelConfig& c, bool total) {
     if (s > 1e-9) sharded.push_back(Num(s));
     fixed_sum += k;
     sharded_sum += s;
+  }
+  // Every BytesPerParam part is k + s/d: check at d = 4 so a term of another shape fails loudly.
+  const StateBytesPerParam q = BytesPerParam(c, 4);
+  if (std::abs(fixed_sum + sharded_sum / 4.0 - q.total()) > 1e-9 * std::max(1.0, q.total())) {
+    throw InternalError(fmt::format("StateBytesFormula: {} + {}/d does not give BytesPerParam's {} at d = 4",
+                                    fixed_sum, sharded_sum, q.total()));
   }
   if (total) {
     fixed = fixed_sum > 1e-9 ? std::vector<std::string>{Num(fixed_sum)} : std::vector<std::string>{};

@@ -41,6 +41,9 @@ struct ZeroStateRow {
   /// False where the optimizer has no such stage (OptimizerZeroStageMismatch): the bytes are 0
   /// and mean nothing (text "-", JSON null).
   bool optimizer_runs = true;
+  /// What plan leaves out though simulate models it (torchtitan's readings of --optimizer fsdp:
+  /// TorchtitanStageMismatch), "" otherwise.
+  std::string note;
   double weights_bytes = 0, grads_bytes = 0, optimizer_bytes = 0;
   double total_bytes() const { return weights_bytes + grads_bytes + optimizer_bytes; }
   bool fits = false;  ///< total_bytes() <= the GPU's memory

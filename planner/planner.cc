@@ -385,14 +385,11 @@ bool RecomputeChoice(const Model& m, const PlanOptions& o, Recompute rc, unsigne
 double PartialRecomputeShare(const Model& m, const ParallelConfig& x) {
   const ParallelConfig eff = WithEffectiveRecompute(m, x);
   if (!eff.PartialRecompute()) return -1.0;
-  double share = 1.0;
-  bool any = false;
+  double share = -1.0;
   for (const auto& [rerun, layers] : RecomputedLayersPerStage(m, x)) {
-    if (layers == 0) continue;
-    share = std::min(share, static_cast<double>(rerun) / static_cast<double>(layers));
-    any = true;
+    if (layers > 0) share = std::max(share, static_cast<double>(rerun) / static_cast<double>(layers));
   }
-  return any ? share : -1.0;
+  return share;
 }
 
 std::vector<std::pair<ParallelConfig, double>> PartialRecomputeVariants(const Model& m, const PlanOptions& o,
@@ -420,16 +417,23 @@ std::vector<std::pair<ParallelConfig, double>> PartialRecomputeVariants(const Mo
     }
   }
   std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> seen;
+  std::vector<double> total;  // [variant]: the share of all the model's layers it reruns
   for (const ParallelConfig& x : tries) {
     const double share = PartialRecomputeShare(m, x);
     if (share < 0) continue;
     auto stages = RecomputedLayersPerStage(m, x);
     if (std::find(seen.begin(), seen.end(), stages) != seen.end()) continue;
+    const auto [rerun, layers] = RecomputedLayersTotal(m, x);
+    total.push_back(static_cast<double>(rerun) / static_cast<double>(layers));
     seen.push_back(std::move(stages));
     out.emplace_back(x, share);
   }
-  std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.second < b.second; });
-  return out;
+  std::vector<std::size_t> order(out.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&total](std::size_t a, std::size_t b) { return total[a] < total[b]; });
+  std::vector<std::pair<ParallelConfig, double>> sorted;
+  for (std::size_t i : order) sorted.push_back(out[i]);
+  return sorted;
 }
 
 namespace {

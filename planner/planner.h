@@ -149,22 +149,23 @@ std::vector<ParallelConfig> GenerateCandidates(const Model& model, const Cluster
 /// it has none).
 double PlanPrice(const PlanOptions& o, const Cluster& cluster);
 
-/// The share of the layers a partial recompute `x` reruns on the stage that reruns the smallest
-/// share of its layers (the stage whose activations shrink least), from the stages' own layers
-/// (RecomputedLayersPerStage: uneven splits and embedding slots included), in [0, 1]; -1 where
-/// `x` runs as the step without recompute or with full recompute (WithEffectiveRecompute) or its
-/// split is impossible.
+/// The largest share of its layers a partial recompute `x` reruns on any pipeline stage, from the
+/// stages' own layers (RecomputedLayersPerStage: uneven splits and embedding slots included), in
+/// [0, 1]; -1 where `x` runs as the step without recompute or with full recompute
+/// (WithEffectiveRecompute) or its split is impossible. The planner reads a variant's memory off
+/// the lower bounds without and with full recompute in proportion to it, which keeps that
+/// estimate a lower bound (no stage saves more); what then does not fit is followed up.
 double PartialRecomputeShare(const Model& model, const ParallelConfig& x);
 /// The partial-recompute candidates beside full-recompute candidate `c` (PlanOptions::
-/// partial_recompute), each with the share of the layers it recomputes on its least-recomputed
-/// stage (PartialRecomputeShare), that share ascending: with Megatron's optimizer the first N
-/// layers of each chunk for N a quarter, a half and three quarters of a chunk's mean layers
-/// (rounded); with --optimizer fsdp one layer in 4, 3 or 2 of a rank's. Variants that rerun no
-/// layer or every layer (the steps without and with full recompute), or the same layers of every
-/// stage as a variant before them, are left out. None with a fixed recompute (--fix
-/// recompute=full means every layer), for DeepSpeed's optimizers (Megatron-DeepSpeed of 2021-22
-/// has no block method) or where the cost model does not combine them (layers kept in bf16,
-/// activation offloading, DeepSpeed's ZeRO-3 gather plans).
+/// partial_recompute), each with its PartialRecomputeShare, in ascending order of the share of
+/// all the model's layers they rerun: with Megatron's optimizer the first N layers of each chunk
+/// for N a quarter, a half and three quarters of a chunk's mean layers (rounded); with --optimizer
+/// fsdp one layer in 4, 3 or 2 of a rank's. Variants that rerun no layer or, on a model without
+/// multi-token-prediction layers, every layer (the steps without and with full recompute), or the
+/// same layers of every stage as a variant before them, are left out. None with a fixed
+/// recompute (--fix recompute=full means every layer), for DeepSpeed's optimizers
+/// (Megatron-DeepSpeed of 2021-22 has no block method) or where the cost model does not combine
+/// them (layers kept in bf16, activation offloading, DeepSpeed's ZeRO-3 gather plans).
 std::vector<std::pair<ParallelConfig, double>> PartialRecomputeVariants(const Model& model, const PlanOptions& o,
                                                                         const ParallelConfig& c);
 

@@ -118,6 +118,7 @@ Json FitJson(const FitDescription& f) {
                       {"optimizer_bytes", bytes(z.optimizer_bytes)},
                       {"total_bytes", bytes(z.total_bytes())},
                       {"fits", z.optimizer_runs ? Json(z.fits) : Json(nullptr)},
+                      {"note", z.note.empty() ? Json(nullptr) : Json(z.note)},
                       {"left_bytes", bytes(f.memory_bytes - z.total_bytes())}});
   }
   fit["zero"] = stages;
@@ -321,6 +322,7 @@ void WriteFit(std::ostream& out, const FitDescription& f, const ModelDescription
                        : z.fits     ? "fits; " + FormatGiB(f.memory_bytes - z.total_bytes()) +
                                           " beside it for activations, buffers and the CUDA context"
                                     : std::string("does NOT fit"));
+    if (z.supported && !z.note.empty()) out << "             (plan leaves it out: " << z.note << ")\n";
   }
   const bool low = std::any_of(f.peaks_flops.begin(), f.peaks_flops.end(),
                                [](const auto& p) { return IsLowPrecision(p.first); });
@@ -362,10 +364,10 @@ Json DescribeJson(const ModelDescription& d) {
   out["flops"] = FlopsJson(d);
   Json zero = Json::array();
   for (int z = 0; z <= 3; ++z) {
-    if (!OptimizerZeroStageMismatch(d.optimizer, z).empty()) continue;
     const ParallelConfig c = AtZero(d.optimizer, z);
-    zero.push_back({{"zero_stage", z}, {"formula", StateBytesFormula(c, false)},
-                    {"bytes_per_param_dp1", BytesPerParam(c, 1).total()}});
+    const bool runs = OptimizerZeroStageMismatch(d.optimizer, z).empty();  // else null: no such stage
+    zero.push_back({{"zero_stage", z}, {"formula", runs ? Json(StateBytesFormula(c, false)) : Json(nullptr)},
+                    {"bytes_per_param_dp1", runs ? Json(BytesPerParam(c, 1).total()) : Json(nullptr)}});
   }
   out["optimizer"] = ToString(d.optimizer);
   out["state_bytes_per_param"] = zero;

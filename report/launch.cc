@@ -459,6 +459,19 @@ void NemoPrecision(const ParallelConfig& c, PyLines* p, std::vector<std::string>
   (void)unexpressed;
 }
 
+/// NemoParallel's expert parallelism and dispatcher settings (a MoE model's).
+void NemoExperts(const ParallelConfig& c, PyLines* p) {
+  p->Set("trainer.strategy.expert_model_parallel_size", Py(c.ep));
+  p->Set("trainer.strategy.expert_tensor_parallel_size", Py(c.expert_tp()));
+  p->Set("model.config.moe_token_dispatcher_type", PyStr(ToString(c.moe_dispatcher)));
+  if (c.moe_dispatcher == MoeDispatcher::kFlex) p->Set("model.config.moe_enable_deepep", Py(true));
+  p->Set("model.config.moe_expert_capacity_factor",
+         c.moe_capacity_factor > 0 ? Number(c.moe_capacity_factor) : std::string("None"));
+  p->Set("model.config.overlap_moe_expert_parallel_comm", Py(c.moe_a2a_overlap));
+  p->Set("model.config.moe_router_force_load_balancing", Py(c.moe_force_load_balancing));
+  p->Set("model.config.delay_wgrad_compute", Py(c.moe_a2a_overlap));
+}
+
 void NemoParallel(const Model& m, const ParallelConfig& c, PyLines* p, std::vector<std::string>* unexpressed) {
   p->Comment("Parallelism (MegatronStrategy)");
   p->Set("trainer.strategy.tensor_model_parallel_size", Py(c.tp));
@@ -481,17 +494,7 @@ void NemoParallel(const Model& m, const ParallelConfig& c, PyLines* p, std::vect
     }
   }
   p->Set("trainer.strategy.sequence_parallel", Py(c.sequence_parallel));
-  if (m.moe.enabled()) {
-    p->Set("trainer.strategy.expert_model_parallel_size", Py(c.ep));
-    p->Set("trainer.strategy.expert_tensor_parallel_size", Py(c.expert_tp()));
-    p->Set("model.config.moe_token_dispatcher_type", PyStr(ToString(c.moe_dispatcher)));
-    if (c.moe_dispatcher == MoeDispatcher::kFlex) p->Set("model.config.moe_enable_deepep", Py(true));
-    p->Set("model.config.moe_expert_capacity_factor",
-           c.moe_capacity_factor > 0 ? Number(c.moe_capacity_factor) : std::string("None"));
-    p->Set("model.config.overlap_moe_expert_parallel_comm", Py(c.moe_a2a_overlap));
-    p->Set("model.config.moe_router_force_load_balancing", Py(c.moe_force_load_balancing));
-    p->Set("model.config.delay_wgrad_compute", Py(c.moe_a2a_overlap));
-  }
+  if (m.moe.enabled()) NemoExperts(c, p);
   // Megatron-FSDP shards what ZeRO-2/3 shard; ZeRO-1 is the distributed optimizer.
   const std::string sharding = c.zero_stage == 3 ? "optim_grads_params" : c.zero_stage == 2 ? "optim_grads" : "";
   p->Set("trainer.strategy.fsdp", sharding.empty() ? "None" : PyStr("megatron"));

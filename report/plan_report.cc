@@ -243,27 +243,9 @@ void WriteCandidateCounts(std::ostream& out, const PlanView& v, double elapsed) 
   }
 }
 
-/// The ranked table with a note for each uneven pipeline split and recompute-module set shown.
-void WritePlanTable(std::ostream& out, const PlanView& v) {
-  const PlanOptions& o = v.o;
-  const PlanResult& r = v.r;
-  const std::string ranked_header = o.objective == Objective::kCost     ? fmt::format(" {:>10}", "$/M tok")
-                                    : o.objective == Objective::kEnergy ? fmt::format(" {:>10}", "J/token")
-                                                                        : "";
-  out << fmt::format("\n{:>4}  {:>2} {:>3} {:>2} {:>5} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11}{} {:>6} "
-                     "{:>6}  {:>10} {:>10} {:>10}\n",
-                     "rank", "TP", "PP", "CP", "EP", "DP", "VP", "mbs", "schedule", "recompute", "SP", "ZeRO", "step",
-                     "tokens/s", ranked_header, "MFU", "bubble", "peak mem", "reserved", "headroom");
-  for (std::size_t i = 0; i < r.plans.size(); ++i) {
-    out << PlanRow(i + 1, r.plans[i], v.cl.gpu.memory_bytes, o.objective) << "\n";
-  }
-  out << "  MFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "
-         "--json and --csv have it as mfu_causal, and as mfu the full matrix's (PaLM / SC21)\n";
-  if (IsLowPrecision(o.base.precision)) {
-    out << fmt::format("  MFU is against the GPU's dense {} peak, as the field reports {} runs, so it can pass 100%\n",
-                       ToString(MfuPeakPrecision(o.base.precision)), ToString(o.base.precision));
-  }
-  std::set<std::string> splits, modules;
+/// The plan table's legend for hybrid sharding and the pipeline splits its rows use.
+void WriteLayoutLegend(std::ostream& out, const PlanResult& r) {
+  std::set<std::string> splits;
   bool hybrid = false;
   for (const auto& p : r.plans) hybrid = hybrid || p.config.hybrid_shard();
   if (hybrid) {
@@ -285,6 +267,18 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
                                       : fmt::format("PP {} (rank {}): {}", cell, Join(ids, ", "), name));
     }
   }
+  for (const auto& sp : splits) {
+    out << "  " << sp
+        << (sp.find("slots") != std::string::npos
+                ? " (the embedding and the loss take a layer's place: (L + 2) / pp slots per stage)\n"
+                : " (Megatron-LM's --decoder-first/last-pipeline-num-layers; the other stages share the rest)\n");
+  }
+}
+
+/// The plan table's legend for the recompute cells its rows use, the dispatcher where it differs
+/// from the one given, and activation offloading.
+void WriteRecomputeLegend(std::ostream& out, const PlanOptions& o, const PlanResult& r) {
+  std::set<std::string> modules;
   bool torch_ops = false, first_n = false, one_in_n = false;
   for (const auto& p : r.plans) {
     first_n = first_n || (p.config.PartialRecompute() && p.config.recompute_block_layers >= 0);
@@ -294,12 +288,6 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
     } else if (p.config.recompute == Recompute::kSelective && p.config.recompute_modules != kRecomputeCoreAttn) {
       modules.insert(RecomputeModulesArgs(p.config.recompute_modules));
     }
-  }
-  for (const auto& sp : splits) {
-    out << "  " << sp
-        << (sp.find("slots") != std::string::npos
-                ? " (the embedding and the loss take a layer's place: (L + 2) / pp slots per stage)\n"
-                : " (Megatron-LM's --decoder-first/last-pipeline-num-layers; the other stages share the rest)\n");
   }
   for (const auto& mods : modules) {
     out << "  recompute selective: --recompute-modules " << mods
@@ -328,6 +316,30 @@ void WritePlanTable(std::ostream& out, const PlanView& v) {
         << OffloadModulesArgs(r.plans.front().config.offload_modules)
         << " (their saved tensors in host memory between forward and backward)\n";
   }
+}
+
+/// The ranked table with a note for each uneven pipeline split and recompute-module set shown.
+void WritePlanTable(std::ostream& out, const PlanView& v) {
+  const PlanOptions& o = v.o;
+  const PlanResult& r = v.r;
+  const std::string ranked_header = o.objective == Objective::kCost     ? fmt::format(" {:>10}", "$/M tok")
+                                    : o.objective == Objective::kEnergy ? fmt::format(" {:>10}", "J/token")
+                                                                        : "";
+  out << fmt::format("\n{:>4}  {:>2} {:>3} {:>2} {:>5} {:>4} {:>2} {:>3}  {:<11} {:<9} {:<3} {:>4}  {:>10} {:>11}{} {:>6} "
+                     "{:>6}  {:>10} {:>10} {:>10}\n",
+                     "rank", "TP", "PP", "CP", "EP", "DP", "VP", "mbs", "schedule", "recompute", "SP", "ZeRO", "step",
+                     "tokens/s", ranked_header, "MFU", "bubble", "peak mem", "reserved", "headroom");
+  for (std::size_t i = 0; i < r.plans.size(); ++i) {
+    out << PlanRow(i + 1, r.plans[i], v.cl.gpu.memory_bytes, o.objective) << "\n";
+  }
+  out << "  MFU: model FLOPs with causal attention (half the s^2 matrix, as current Megatron-LM counts it); "
+         "--json and --csv have it as mfu_causal, and as mfu the full matrix's (PaLM / SC21)\n";
+  if (IsLowPrecision(o.base.precision)) {
+    out << fmt::format("  MFU is against the GPU's dense {} peak, as the field reports {} runs, so it can pass 100%\n",
+                       ToString(MfuPeakPrecision(o.base.precision)), ToString(o.base.precision));
+  }
+  WriteLayoutLegend(out, r);
+  WriteRecomputeLegend(out, o, r);
 }
 
 /// What the search left out by default, and how far to trust the figures.

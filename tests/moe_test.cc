@@ -1298,6 +1298,8 @@ TEST(MoeExchange, A2aOverlapHidesTheExchangeBehindThePairedPass) {
   // Each names the flag at fault.
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute full", "--recompute: got full; Megatron-Core asserts no full recompute"));
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute full --recompute-method block --recompute-num-layers 2",
+                                    "--recompute full --recompute-method block --recompute-num-layers 2: given; "));
+  EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute full --recompute-method block --recompute-num-layers 2",
                                     "got recompute full (first 2 layers of each chunk)"));
   EXPECT_TRUE(testing::ExitsTwoWith(base + "--recompute-modules moe",
                                     "--recompute-modules: got moe; Megatron-Core asserts \"moe\" is not among"));
@@ -1589,7 +1591,8 @@ TEST(MoePlan, DispatcherGivenToEveryCandidate) {
   EXPECT_NE(one.out.find("--moe-token-dispatcher-type alltoall"), std::string::npos) << one.out;
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --gbs 8 "
                                     "--moe-token-dispatcher-type flex",
-                                    "--moe-token-dispatcher-type flex: got ep 1 x expert tp 1"));
+                                    "--moe-token-dispatcher-type: got flex; Megatron-Core's flex dispatcher requires "
+                                    "TPxEP > 1 (expert tp x ep), got ep 1 x expert tp 1"));
   const auto r = testing::RunShardcast("plan --model qwen3-30b-a3b --cluster dgx-h100 --gpus 16 --gbs 64 --seq 4096 "
                                        "--fix tp=1,pp=1,cp=1,ep=8 --moe-token-dispatcher-type flex --top 1 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

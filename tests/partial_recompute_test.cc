@@ -439,9 +439,10 @@ TEST(PartialRecompute, MegatronArgumentsSayWhatTheyCannotExpress) {
 
 // The planner's variants read each stage's own layers: llama3-8b (32 layers) on PP4 with 5 layers
 // on the first and last stages (11 on each middle one) has a mean chunk of 8, so Megatron's block
-// variants are N = 2, 4, 6. Each variant's share is that of the stage rerunning the least of its
-// layers (a middle one: N/11), whose activations shrink least; none of them reruns every layer.
-// torchtitan's intervals count a rank's layers: one in 4 of 5 layers is 1 layer, of 11 it is 2.
+// variants are N = 2, 4, 6. Each variant's share is the largest a stage reruns of its own layers
+// (min(N, 5)/5 on the outer stages), which keeps the memory read off the bounds a lower bound;
+// they go by the share of all 32 layers they rerun (8, 16 and 22 of 32). torchtitan's intervals
+// count a rank's layers: one in 4 of 5 layers is 1 layer, of 11 it is 2.
 TEST(PartialRecompute, VariantsReadTheStagesOwnLayers) {
   const Model m = LoadModel("llama3-8b");
   ParallelConfig c = PartialConfig("--tp 2 --pp 4 --recompute full --decoder-first-pipeline-num-layers 5 "
@@ -451,9 +452,10 @@ TEST(PartialRecompute, VariantsReadTheStagesOwnLayers) {
   const auto v = PartialRecomputeVariants(m, o, c);
   ASSERT_EQ(v.size(), 3u);
   const std::int64_t blocks[] = {2, 4, 6};
+  const double shares[] = {2.0 / 5.0, 4.0 / 5.0, 1.0};
   for (std::size_t i = 0; i < v.size(); ++i) {
     EXPECT_EQ(v[i].first.recompute_block_layers, blocks[i]);
-    EXPECT_DOUBLE_EQ(v[i].second, static_cast<double>(blocks[i]) / 11.0);
+    EXPECT_DOUBLE_EQ(v[i].second, shares[i]);
   }
   // Block 6 reruns all 5 layers of the first and last stages and 6 of 11 in the middle.
   const auto stages = RecomputedLayersPerStage(m, v[2].first);
@@ -471,12 +473,12 @@ TEST(PartialRecompute, VariantsReadTheStagesOwnLayers) {
   o.optimizer_impl = OptimizerImpl::kTorchFsdp;
   const auto f = PartialRecomputeVariants(m, o, c);
   ASSERT_EQ(f.size(), 3u);
-  EXPECT_EQ(f[0].first.recompute_layer_interval, 4);
-  EXPECT_DOUBLE_EQ(f[0].second, 2.0 / 11.0);  // min(1/5, 2/11)
-  EXPECT_EQ(f[1].first.recompute_layer_interval, 3);
-  EXPECT_DOUBLE_EQ(f[1].second, 1.0 / 5.0);  // min(1/5, 3/11)
-  EXPECT_EQ(f[2].first.recompute_layer_interval, 2);
-  EXPECT_DOUBLE_EQ(f[2].second, 2.0 / 5.0);  // min(2/5, 5/11)
+  EXPECT_EQ(f[0].first.recompute_layer_interval, 4);  // 6 of 32 layers
+  EXPECT_DOUBLE_EQ(f[0].second, 1.0 / 5.0);             // max(1/5, 2/11)
+  EXPECT_EQ(f[1].first.recompute_layer_interval, 3);  // 8 of 32
+  EXPECT_DOUBLE_EQ(f[1].second, 3.0 / 11.0);            // max(1/5, 3/11)
+  EXPECT_EQ(f[2].first.recompute_layer_interval, 2);  // 14 of 32
+  EXPECT_DOUBLE_EQ(f[2].second, 5.0 / 11.0);            // max(2/5, 5/11)
   // A chunk of 2 layers: a quarter and a half round to 1, three quarters to 2 (every layer): one.
   const ParallelConfig small = PartialConfig("--tp 2 --pp 4 --vp 4 --recompute full");
   const auto one = PartialRecomputeVariants(m, PlanOptions{}, small);
