@@ -1213,7 +1213,7 @@ PlanResult RunPlan(const Model& m, const Cluster& cl, const HardwareProfile& pro
 std::string KnownBias(const ParallelConfig& c) {
   if (c.recompute != Recompute::kNone) return "";
   return "without activation recompute: the published PyTorch FSDP runs without it (MPT-3B on H100, validate rows "
-         "217-219) took 21-29% longer than predicted, so time and cost may be that much higher (NeMo's Megatron-Core "
+         "217-219) took 21-27% longer than predicted, so time and cost may be that much higher (NeMo's Megatron-Core "
          "runs without it, rows 56-67, were within -15% to +8%)";
 }
 

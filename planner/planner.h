@@ -179,7 +179,7 @@ double ObjectiveValue(const Plan& p, Objective o);
 
 /// The known bias of predictions for a configuration like `c`, from the published runs
 /// (docs/accuracy.md), or "" when none is known: the MPT-3B runs without activation recompute took
-/// 21-29% longer than predicted (validate rows 217-219).
+/// 21-27% longer than predicted (validate rows 217-219).
 std::string KnownBias(const ParallelConfig& c);
 
 }  // namespace shardcast

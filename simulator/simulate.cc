@@ -125,6 +125,7 @@ class Builder {
                !opts.free_communication;
     grad_bytes_per_param_ = GradReduceBytesPerParam(c);
     bucket_ = c.BucketParams();
+    fsdp_units_ = c.optimizer_impl == OptimizerImpl::kTorchFsdp && c.zero_stage >= 1;
     all_one_node_ = c.tp * c.cp * c.dp * c.pp <= cl.gpus_per_node;
     if (opts.straggler_stage >= 0 && opts.straggler_nic_slowdown > 1) {
       // The straggler's node: its NICs at 1/F of their rate (what --what-if nic_Gbps=x(1/F)
@@ -160,8 +161,11 @@ class Builder {
   /// A chunk's gradient buckets (Megatron-LM's bucket_size, ParallelConfig::BucketParams): at
   /// least 1, at most 2^31 - 1.
   double Buckets(int stage, int chunk) const {
-    const double params = cm_.chunks[static_cast<std::size_t>(stage)][static_cast<std::size_t>(chunk)].params_per_gpu;
-    return std::clamp(std::ceil(params / static_cast<double>(bucket_)), 1.0, 2147483647.0);
+    const ChunkCost& cc = cm_.chunks[static_cast<std::size_t>(stage)][static_cast<std::size_t>(chunk)];
+    // PyTorch FSDP/FSDP2 gathers and reduces per wrapped module, each transformer block one
+    // (llm-foundry's fsdp_wrap_fn, torchtitan's fully_shard per block), not by bucket size.
+    if (fsdp_units_) return std::max(1.0, static_cast<double>(cc.layers));
+    return std::clamp(std::ceil(cc.params_per_gpu / static_cast<double>(bucket_)), 1.0, 2147483647.0);
   }
   /// The tasks a chunk's buckets become: one per bucket up to kMaxBucketTasksPerStep spread
   /// over the stages' chunks (at least 16 a chunk); beyond it, consecutive buckets share a task
@@ -312,6 +316,7 @@ class Builder {
   double ds_share_[2][2] = {{0, 0}, {0, 0}};
   double grad_bytes_per_param_ = 0;
   std::int64_t bucket_ = 1;
+  bool fsdp_units_ = false;  ///< gradient and gather buckets are FSDP's per-block units (Buckets)
   // Build state.
   TaskGraph* g_ = nullptr;
   Skeleton* sk_ = nullptr;

@@ -683,6 +683,29 @@ TEST(ZeroOne, OverlappedParameterGatherExposesOnlyTheFirstBucket) {
   EXPECT_LT(overlapped.step_time_s, after_step.step_time_s);
 }
 
+// PyTorch FSDP gathers and reduce-scatters per wrapped module, each transformer block one
+// (llm-foundry's fsdp_wrap_fn, torchtitan's fully_shard per block), not in Megatron's
+// max(40M, 1M x dp)-parameter buckets: under --optimizer fsdp at ZeRO-2 (SHARD_GRAD_OP) a
+// chunk's collectives are one per layer. Gathered after the optimizer step (no overlap), every
+// layer's all-gather is on the critical path.
+TEST(ZeroOne, FsdpCollectivesArePerBlock) {
+  const Model m = SmallGpt();
+  const Cluster cl = LoadCluster("dgx-a100");
+  ParallelConfig c = Config(1, 1, 16, 4, 64);
+  c.zero_stage = 2;
+  c.optimizer_impl = OptimizerImpl::kTorchFsdp;
+  c.overlap_param_gather = false;
+  const SimulationResult r = Simulate(m, c, cl, 16, DefaultProfile(cl));
+  ASSERT_TRUE(r.feasible);
+  int gathers = 0;
+  for (const auto& s : r.critical_shares) {
+    if (s.kind == "param_all_gather") gathers += s.tasks;
+  }
+  EXPECT_EQ(gathers, m.num_layers);
+  const int megatron = static_cast<int>(std::ceil(ParametersOfStage(m, 1, 1, 0).total() / static_cast<double>(c.BucketParams())));
+  EXPECT_NE(megatron, m.num_layers);  // premise: the two readings differ here
+}
+
 const Op& FindOp(const std::vector<Op>& ops, const std::string& name) {
   for (const auto& o : ops) {
     if (o.name == name) return o;

@@ -632,7 +632,7 @@ TEST(ValidatePublished, LowConfidenceRowsApartAndKendallTauPerGroup) {
 }
 
 // The caveat plan and capacity print for plans without recompute quotes the MPT-3B rows: measured
-// over predicted step time 1.21-1.29 (21-29% longer). Fails when the model moves them.
+// over predicted step time 1.21-1.27 (21-27% longer). Fails when the model moves them.
 TEST(ValidatePublished, NoRecomputeCaveatQuotesTheMpt3bRows) {
   const ValidationReport& rep = Published();
   double lo = 1e9, hi = 0;
@@ -648,7 +648,7 @@ TEST(ValidatePublished, NoRecomputeCaveatQuotesTheMpt3bRows) {
     hi = std::max(hi, longer);
   }
   EXPECT_EQ(std::lround(100 * lo), 21);
-  EXPECT_EQ(std::lround(100 * hi), 29);
+  EXPECT_EQ(std::lround(100 * hi), 27);
   // The caveat also quotes the range of NeMo's Megatron-Core rows without recompute (S6).
   double s6_lo = 1e9, s6_hi = -1e9;
   for (const auto& r : rep.rows) {
@@ -660,7 +660,7 @@ TEST(ValidatePublished, NoRecomputeCaveatQuotesTheMpt3bRows) {
   EXPECT_EQ(std::lround(100 * s6_hi), 8);
   ParallelConfig c;
   c.recompute = Recompute::kNone;
-  EXPECT_NE(KnownBias(c).find("took 21-29% longer than predicted"), std::string::npos);
+  EXPECT_NE(KnownBias(c).find("took 21-27% longer than predicted"), std::string::npos);
   EXPECT_NE(KnownBias(c).find("rows 56-67, were within -15% to +8%"), std::string::npos);
   c.recompute = Recompute::kFull;
   EXPECT_EQ(KnownBias(c), "");
