@@ -145,6 +145,12 @@ void WriteCapacityNotes(std::ostream& out, const Model& m, const CapacityOptions
                        ToString(MfuPeakPrecision(o.plan.base.precision)), ToString(o.plan.base.precision));
   }
   if (const std::string moe = MoeRoutingCaveat(m, o.plan.base); !moe.empty()) out << "\n" << moe;
+  if (o.plan.base.moe_dispatcher == MoeDispatcher::kFlex &&
+      std::any_of(rows.begin(), rows.end(),
+                  [](const CapacityRow& r) { return r.feasible && r.best.config.moe_dispatcher != MoeDispatcher::kFlex; })) {
+    out << "\nDispatcher: the best configurations with ep x expert tp = 1 run alltoall, not the flex one given "
+           "(Megatron-Core's flex dispatcher requires TPxEP > 1; their tokens stay on their GPU).";
+  }
   for (const auto& r : rows) {
     if (r.gpus_per_node <= 0 || r.option.gpus % r.gpus_per_node == 0) continue;
     const std::int64_t whole = (r.option.gpus + r.gpus_per_node - 1) / r.gpus_per_node * r.gpus_per_node;

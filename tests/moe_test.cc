@@ -1589,6 +1589,13 @@ TEST(MoePlan, DispatcherGivenToEveryCandidate) {
             std::string::npos)
       << one.out;
   EXPECT_NE(one.out.find("--moe-token-dispatcher-type alltoall"), std::string::npos) << one.out;
+  // capacity says the same where its best configuration has no expert split (PP4 on 4 B200).
+  const auto cap = testing::RunShardcast("capacity --model qwen3-30b-a3b --tokens 1e9 --gbs 64 --seq 4096 "
+                                         "--gpus-options dgx-b200:4 --moe-token-dispatcher-type flex");
+  ASSERT_EQ(cap.exit_code, 0) << cap.err;
+  EXPECT_NE(cap.out.find("TP1 PP4 DP1 "), std::string::npos) << cap.out;  // premise: ep 1
+  EXPECT_NE(cap.out.find("Dispatcher: the best configurations with ep x expert tp = 1 run alltoall"), std::string::npos)
+      << cap.out;
   EXPECT_TRUE(testing::ExitsTwoWith("simulate --model qwen3-30b-a3b --cluster dgx-h100 --gpus 8 --gbs 8 "
                                     "--moe-token-dispatcher-type flex",
                                     "--moe-token-dispatcher-type: got flex; Megatron-Core's flex dispatcher requires "
