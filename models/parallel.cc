@@ -806,13 +806,16 @@ std::pair<std::int64_t, std::int64_t> RecomputedLayersTotal(const Model& m, cons
   return total;
 }
 
+bool RunsAsPartial(const Model& m, std::int64_t rerun, std::int64_t layers) {
+  // Every transformer layer rerunning is full recompute only without multi-token-prediction
+  // layers, which full recompute reruns and partial recompute does not.
+  return layers == 0 || (rerun != 0 && (rerun != layers || m.mtp_num_layers > 0));
+}
+
 ParallelConfig WithEffectiveRecompute(const Model& m, ParallelConfig c) {
   if (!c.PartialRecompute()) return c;
   const auto [rerun, layers] = RecomputedLayersTotal(m, c);
-  if (layers == 0) return c;
-  // Every transformer layer rerunning is full recompute only without multi-token-prediction
-  // layers, which full recompute reruns and partial recompute does not.
-  if (rerun != 0 && (rerun != layers || m.mtp_num_layers > 0)) return c;
+  if (RunsAsPartial(m, rerun, layers)) return c;
   if (rerun == 0) c.recompute = Recompute::kNone;
   c.recompute_block_layers = -1;
   c.recompute_layer_interval = 0;

@@ -560,6 +560,11 @@ std::pair<std::int64_t, std::int64_t> RecomputedLayersTotal(const Model& model, 
 /// reruns) made full recompute: the same step, in the form a launch can write (Megatron-LM's
 /// block of 0 layers, or torchtitan's one in N above a rank's layers, runs without recompute).
 ParallelConfig WithEffectiveRecompute(const Model& model, ParallelConfig cfg);
+/// Whether a partial recompute rerunning `rerun` of the model's `layers` transformer layers
+/// (RecomputedLayersTotal) stays partial: not none (rerun 0) and not full (every layer, on a
+/// model without multi-token-prediction layers); true where the split is impossible (layers 0),
+/// which WithEffectiveRecompute leaves as it is.
+bool RunsAsPartial(const Model& model, std::int64_t rerun, std::int64_t layers);
 /// A short name of the configuration's pipeline split for tables: "" for the default one,
 /// "emb+loss slots", or "first 7 / last 7 layers".
 std::string PipelineSplitName(const ParallelConfig& c);

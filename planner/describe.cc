@@ -25,13 +25,14 @@ ZeroStateRow ZeroState(int z, const Model& m, const StageParameters& sp, const P
   ZeroStateRow row;
   row.zero_stage = z;
   std::vector<std::string> why = InfeasibilityReasons(m, cz, gpus, cluster);
-  if (const std::string no = OptimizerZeroStageMismatch(cfg.optimizer_impl, z); !no.empty()) why.insert(why.begin(), no);
+  const std::string no_stage = OptimizerZeroStageMismatch(cfg.optimizer_impl, z);
+  if (!no_stage.empty()) why.insert(why.begin(), no_stage);
   if (cfg.optimizer_impl == OptimizerImpl::kTorchFsdp) {
     row.note = TorchtitanStageMismatch(z, cfg.tp, cfg.pp, cfg.cp, cfg.dp, cfg.ep);
   }
   row.supported = why.empty();
   if (!why.empty()) row.unsupported_reason = why.front();
-  row.optimizer_runs = OptimizerZeroStageMismatch(cfg.optimizer_impl, z).empty();
+  row.optimizer_runs = no_stage.empty();
   if (!row.optimizer_runs) return row;
   row.weights_bytes = dense * bd.weights + sp.expert_params * be.weights;
   row.grads_bytes = dense * bd.grads + sp.expert_params * be.grads;

@@ -382,14 +382,28 @@ bool RecomputeChoice(const Model& m, const PlanOptions& o, Recompute rc, unsigne
 
 }  // namespace
 
-double PartialRecomputeShare(const Model& m, const ParallelConfig& x) {
-  const ParallelConfig eff = WithEffectiveRecompute(m, x);
-  if (!eff.PartialRecompute()) return -1.0;
-  double share = -1.0;
-  for (const auto& [rerun, layers] : RecomputedLayersPerStage(m, x)) {
-    if (layers > 0) share = std::max(share, static_cast<double>(rerun) / static_cast<double>(layers));
+namespace {
+
+/// A partial recompute's shares read off its stages' {rerun, layers} (RecomputedLayersPerStage):
+/// the largest share of its own layers a stage reruns, and the share of all the model's layers;
+/// both -1 where it runs as no or full recompute (RunsAsPartial) or no stage has layers.
+std::pair<double, double> SharesOf(const Model& m, const std::vector<std::pair<std::int64_t, std::int64_t>>& stages) {
+  std::int64_t rerun = 0, layers = 0;
+  double largest = -1.0;
+  for (const auto& [r, n] : stages) {
+    rerun += r;
+    layers += n;
+    if (n > 0) largest = std::max(largest, static_cast<double>(r) / static_cast<double>(n));
   }
-  return share;
+  if (layers == 0 || !RunsAsPartial(m, rerun, layers)) return {-1.0, -1.0};
+  return {largest, static_cast<double>(rerun) / static_cast<double>(layers)};
+}
+
+}  // namespace
+
+double PartialRecomputeShare(const Model& m, const ParallelConfig& x) {
+  if (!x.PartialRecompute()) return -1.0;
+  return SharesOf(m, RecomputedLayersPerStage(m, x)).first;
 }
 
 std::vector<std::pair<ParallelConfig, double>> PartialRecomputeVariants(const Model& m, const PlanOptions& o,
@@ -416,24 +430,20 @@ std::vector<std::pair<ParallelConfig, double>> PartialRecomputeVariants(const Mo
       tries.push_back(x);
     }
   }
+  // Each variant with its stages and the share of all the layers it reruns, by which they go.
+  std::vector<std::tuple<double, ParallelConfig, double>> kept;  // {total share, variant, largest}
   std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> seen;
-  std::vector<double> total;  // [variant]: the share of all the model's layers it reruns
   for (const ParallelConfig& x : tries) {
-    const double share = PartialRecomputeShare(m, x);
-    if (share < 0) continue;
     auto stages = RecomputedLayersPerStage(m, x);
-    if (std::find(seen.begin(), seen.end(), stages) != seen.end()) continue;
-    const auto [rerun, layers] = RecomputedLayersTotal(m, x);
-    total.push_back(static_cast<double>(rerun) / static_cast<double>(layers));
+    const auto [largest, total] = SharesOf(m, stages);
+    if (largest < 0 || std::find(seen.begin(), seen.end(), stages) != seen.end()) continue;
     seen.push_back(std::move(stages));
-    out.emplace_back(x, share);
+    kept.emplace_back(total, x, largest);
   }
-  std::vector<std::size_t> order(out.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&total](std::size_t a, std::size_t b) { return total[a] < total[b]; });
-  std::vector<std::pair<ParallelConfig, double>> sorted;
-  for (std::size_t i : order) sorted.push_back(out[i]);
-  return sorted;
+  std::stable_sort(kept.begin(), kept.end(),
+                   [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+  for (const auto& [total, x, largest] : kept) out.emplace_back(x, largest);
+  return out;
 }
 
 namespace {
