@@ -295,9 +295,12 @@ Model RowModel(const CsvTable& t, std::size_t r, const std::string& file) {
   m.tie_embeddings = true;
   m.source = t.Get(r, "source");
   if (Contains(arch, "MPT")) {
-    // llm-foundry MPT: ALiBi, no biases, no dropout.
-    m.position_embedding = PositionEmbedding::kAlibi;
-    m.add_bias_linear = m.add_qkv_bias = false;
+    // llm-foundry's benchmark MPTs (yamls/pretrain/mpt-*.yaml at the table's commit) leave
+    // MPTConfig's defaults: learned positions (learned_pos_emb, no ALiBi) and biases (no_bias
+    // false), no dropout. The table's NumParams says so: MPT-3b's 2,651,837,440 is 32 layers of
+    // 12h^2 + 13h (linear and LayerNorm biases) plus the tied 50368 x h embedding, 2048 x h
+    // positions and the final LayerNorm's 2h, at h = 2560.
+    m.position_embedding = PositionEmbedding::kLearned;
     m.dropout = false;
   } else if (Contains(arch, "BLOOM")) {
     // BLOOM: ALiBi, biases, trained without dropout.

@@ -10,15 +10,16 @@ shapes, flash attention, the memory-bound ops) apart from the cluster's communic
 docs/accuracy.md ("MPT's layers on one H200") compares the figures with `shardcast simulate --cluster
 dgx-h200 --gpus 1` of the same models (validation/h200/mpt-*.json).
 
-The models, as llm-foundry builds MPT (no biases, LayerNorm without bias, fused Wqkv, GeLU MLP of
-4h, tied embeddings, 50368-token vocabulary): MPT-3b whole (32 layers, d 2560, 20 heads,
+The models, as llm-foundry builds the released MPTs (no biases, LayerNorm without bias, fused
+Wqkv, GeLU MLP of 4h, tied embeddings, 50368-token vocabulary; the benchmark yamls behind rows
+205-219 keep biases and learned positions, MPTConfig's defaults): MPT-3b whole (32 layers, d 2560, 20 heads,
 micro-batch 8, no recompute, as rows 217-219 ran), and the first layers of MPT-13b (d 5120, 40
 heads, micro-batch 16) and MPT-70b (d 8192, 64 heads, micro-batch 8) with full recompute
 (torch.utils.checkpoint around each layer), as rows 205-213 ran. Sequence 2048. bf16 weights and
 compute, bf16 gradients cast to fp32 for a fused AdamW on an fp32 master copy (FSDP's DEFAULT
 mixed precision on one rank, without the sharding); attention through
 scaled_dot_product_attention(is_causal=True), whichever backend PyTorch picks (2.11 on an H200
-picked cuDNN's fused flash attention; llm-foundry's MPT runs FlashAttention-2 with ALiBi slopes,
+picked cuDNN's fused flash attention; llm-foundry's benchmark MPTs run FlashAttention-2 (learned positions),
 which this leaves out); the loss
 as F.cross_entropy on fp32 logits (llm-foundry uses flash-attn's fused loss; simulate with
 --cross-entropy torch).

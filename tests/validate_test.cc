@@ -850,3 +850,34 @@ TEST(ValidatePublished, KorthikantiFigurePointsCountTransformerLayersOnly) {
 
 }  // namespace
 }  // namespace shardcast
+
+namespace shardcast {
+namespace {
+
+// llm-foundry's benchmark MPTs keep MPTConfig's defaults (learned positions, biases): the table's
+// NumParams column is the parameter count of that architecture, which validate must build.
+// MPT-3b (row 217): 32 layers of 12h^2 + 13h (Wqkv, out_proj, up and down weights with their
+// biases, two LayerNorms with bias), the tied 50368 x h embedding, 2048 x h learned positions and
+// the final LayerNorm, at h = 2560: 2,651,837,440, as published.
+TEST(Validate, MptRowsBuildTheBenchmarkedArchitecture) {
+  std::ifstream in(testing::SourceDir() + "/validation/published_runs.csv");
+  std::string header, line, row;
+  std::getline(in, header);
+  while (std::getline(in, line)) {
+    if (line.rfind("217,", 0) == 0) row = line;
+  }
+  ASSERT_FALSE(row.empty());
+  const ValidationReport rep = RunValidation(testing::WriteTemp("mpt3b_row.csv", header + "\n" + row + "\n"), "", "217");
+  ASSERT_TRUE(rep.explained.has_value());
+  const std::int64_t h = 2560, layers = 32, vocab = 50368, positions = 2048;
+  const std::int64_t expected = layers * (12 * h * h + 13 * h) + vocab * h + positions * h + 2 * h;
+  EXPECT_EQ(expected, 2651837440);  // the table's NumParams for MPT-3b
+  const ParameterCounts p = rep.explained->model.Parameters();
+  EXPECT_EQ(p.total, expected);
+  EXPECT_EQ(p.position_embedding, positions * h);
+  EXPECT_EQ(rep.explained->model.position_embedding, PositionEmbedding::kLearned);
+  EXPECT_FALSE(rep.explained->model.dropout);
+}
+
+}  // namespace
+}  // namespace shardcast
