@@ -179,7 +179,8 @@ double ObjectiveValue(const Plan& p, Objective o);
 
 /// The known bias of predictions for a configuration like `c`, from the published runs
 /// (docs/accuracy.md), or "" when none is known: the MPT-3B runs without activation recompute took
-/// 21-27% longer than predicted (validate rows 217-219).
+/// 21-27% longer than predicted (validate rows 217-219), the same table's MPT-1b and 7b runs 16-33%
+/// (scripts/llm-foundry-crosscheck.py).
 std::string KnownBias(const ParallelConfig& c);
 
 }  // namespace shardcast
