@@ -1109,6 +1109,14 @@ StateBytesPerParam BytesPerParam(const ParallelConfig& c, std::int64_t shards) {
   return b;
 }
 
+std::int64_t ParallelConfig::BucketParams() const {
+  if (optimizer_impl == OptimizerImpl::kTorchFsdp && zero_stage == 0) {
+    constexpr double kTorchtitanDdpBucketBytes = 100.0 * 1024 * 1024;  // bucket_cap_mb=100
+    return static_cast<std::int64_t>(kTorchtitanDdpBucketBytes / GradReduceBytesPerParam(*this));
+  }
+  return std::max<std::int64_t>(40000000, 1000000 * dp * cp);
+}
+
 double GradReduceBytesPerParam(const ParallelConfig& c) {
   switch (c.optimizer_impl) {
     case OptimizerImpl::kMegatron: return c.fp32_main_grads ? 4.0 : 2.0;

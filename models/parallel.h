@@ -407,9 +407,12 @@ struct ParallelConfig {
   /// each use): 2 for bf16 parameters; 4 for FSDP keeping fp32 parameters (PyTorch FSDP
   /// without a reduced param dtype, e.g. Composer's DEFAULT mixed precision before March 2023).
   double param_gather_bytes = 2.0;
-  /// Megatron-LM's --ddp-bucket-size default: max(40M, 1M * dp) parameters per gradient bucket
-  /// (dp of the gradient reduction group, with context parallelism).
-  std::int64_t BucketParams() const { return std::max<std::int64_t>(40000000, 1000000 * dp * cp); }
+  /// Parameters per gradient bucket. Megatron-LM's --ddp-bucket-size default: max(40M, 1M * dp)
+  /// (dp of the gradient reduction group, with context parallelism). PyTorch DDP (--optimizer
+  /// fsdp at ZeRO-0): torchtitan's replicate(..., bucket_cap_mb=100), 100 MiB of fp32 gradients,
+  /// 26,214,400 parameters (DDP's first bucket, 1 MiB, is not told apart). PyTorch FSDP (ZeRO-1 to
+  /// 3) reduces per wrapped block instead (docs/simulator.md, "ZeRO-3").
+  std::int64_t BucketParams() const;
 
   std::int64_t gpus() const { return tp * cp * pp * dp; }
   /// Whether selective recompute reruns `module` (a RecomputeModule bit).

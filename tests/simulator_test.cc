@@ -706,6 +706,33 @@ TEST(ZeroOne, FsdpCollectivesArePerBlock) {
   EXPECT_NE(megatron, m.num_layers);  // premise: the two readings differ here
 }
 
+// PyTorch DDP under --optimizer fsdp --zero 0 reduces torchtitan's buckets
+// (replicate(..., bucket_cap_mb=100)): 100 MiB of fp32 gradients, 26,214,400 parameters, not
+// Megatron's max(40M, 1M x dp). Reduced after the backward (no overlap), every bucket's all-reduce
+// is on the critical path.
+TEST(GradientBuckets, TorchtitanDdpBucketsAre100MiBOfFp32Gradients) {
+  const Model m = SmallGpt();
+  const Cluster cl = LoadCluster("dgx-a100");
+  ParallelConfig c = Config(1, 1, 16, 4, 64);
+  EXPECT_EQ(c.BucketParams(), 40000000);  // Megatron-LM's default at dp 16
+  c.optimizer_impl = OptimizerImpl::kTorchFsdp;
+  ASSERT_EQ(c.zero_stage, 0);
+  EXPECT_EQ(GradReduceBytesPerParam(c), 4.0);
+  EXPECT_EQ(c.BucketParams(), 100 * 1024 * 1024 / 4);
+  c.overlap_grad_reduce = false;
+  const SimulationResult r = Simulate(m, c, cl, 16, DefaultProfile(cl));
+  ASSERT_TRUE(r.feasible);
+  int reduces = 0;
+  for (const auto& sh : r.critical_shares) {
+    if (sh.kind == "dp_grad_reduce") reduces += sh.tasks;
+  }
+  const double params = ParametersOfStage(m, 1, 1, 0).total();
+  EXPECT_EQ(reduces, static_cast<int>(std::ceil(params / (100.0 * 1024 * 1024 / 4))));
+  EXPECT_NE(reduces, static_cast<int>(std::ceil(params / 40e6)));  // premise: the readings differ
+  c.zero_stage = 2;  // FSDP's SHARD_GRAD_OP: per wrapped block instead
+  EXPECT_EQ(c.BucketParams(), 40000000);
+}
+
 const Op& FindOp(const std::vector<Op>& ops, const std::string& name) {
   for (const auto& o : ops) {
     if (o.name == name) return o;
