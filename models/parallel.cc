@@ -323,7 +323,7 @@ std::string ParallelConfig::Short() const {
   if (recompute != Recompute::kNone) {
     s += recompute == Recompute::kFull ? " rc-full" : TorchOpCheckpointing() ? " rc-op" : " rc-sel";
     if (PartialRecompute()) s += recompute_block_layers >= 0 ? fmt::format("-first{}", recompute_block_layers)
-                                                             : fmt::format("-every{}", recompute_layer_interval);
+                                                             : fmt::format("-1in{}", recompute_layer_interval);
   }
   if (offload_modules != 0) s += " offload";
   if (zero_stage > 0) s += fmt::format(" Z{}", zero_stage);
@@ -348,7 +348,7 @@ std::vector<std::string> ParallelConfig::ShortLegend(const std::vector<ParallelC
   add(any([](const ParallelConfig& c) { return c.sequence_parallel; }),
       "SP: sequence parallelism; SP+ov: with the tensor-parallel communication overlap");
   add(any([](const ParallelConfig& c) { return c.recompute == Recompute::kFull; }),
-      "rc-full: full activation recompute (-firstN: of the first N layers of each chunk; -everyN: of one layer in N)");
+      "rc-full: full activation recompute (-firstN: of the first N layers of each chunk; -1inN: of one layer in N)");
   add(any([](const ParallelConfig& c) { return c.recompute == Recompute::kSelective; }),
       "rc-sel: selective recompute (rc-op: torchtitan's per-op checkpointing)");
   add(any([](const ParallelConfig& c) { return c.zero_stage > 0; }),
