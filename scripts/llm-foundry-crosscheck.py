@@ -333,6 +333,10 @@ def main():
         csv_path = args[i + 1]
         del args[i:i + 2]
     binary = args[0] if args else "build/cli/shardcast"
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        print(f"llm-foundry-crosscheck: {binary}: not an executable shardcast binary (build it, or give its path)",
+              file=sys.stderr)
+        sys.exit(2)
     runs = load_runs()
     lines = []
     with tempfile.TemporaryDirectory() as tmp:
