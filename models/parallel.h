@@ -411,7 +411,8 @@ struct ParallelConfig {
   /// (dp of the gradient reduction group, with context parallelism). PyTorch DDP (--optimizer
   /// fsdp at ZeRO-0): torchtitan's replicate(..., bucket_cap_mb=100), 100 MiB of fp32 gradients,
   /// 26,214,400 parameters (DDP's first bucket, 1 MiB, is not told apart). PyTorch FSDP (ZeRO-1 to
-  /// 3) reduces per wrapped block instead (docs/simulator.md, "ZeRO-3").
+  /// 3) reduces per wrapped block, which the simulator uses instead; the executor's program keeps
+  /// these buckets there.
   std::int64_t BucketParams() const;
 
   std::int64_t gpus() const { return tp * cp * pp * dp; }

@@ -1224,7 +1224,7 @@ std::string KnownBias(const ParallelConfig& c) {
   if (c.recompute != Recompute::kNone) return "";
   return "without activation recompute: the published PyTorch FSDP runs without it (MPT-3B on H100, validate rows "
          "217-219) took 21-27% longer than predicted (llm-foundry's same-table MPT-1b and 7b runs without it, 16-33%; "
-         "scripts/llm-foundry-crosscheck.py), so time and cost may be that much higher (NeMo's Megatron-Core "
+         "scripts/llm-foundry-crosscheck.py), so time and cost may be up to a third higher (NeMo's Megatron-Core "
          "runs without it, rows 56-67, were within -15% to +8%)";
 }
 

@@ -3,11 +3,12 @@
 
     python3 scripts/llm-foundry-crosscheck.py [SHARDCAST] [--csv FILE]
 
-SHARDCAST defaults to build/cli/shardcast. Standard library only; runs on a CPU (about a minute).
+SHARDCAST defaults to build/cli/shardcast. Standard library only; runs on a CPU (about 1.5 minutes).
+Exits 2 on a bad argument or binary, 1 when any run could not be simulated.
 
 What for: validation/published_runs.csv holds nine of these runs (rows 205-219: the H100 table's
 MPT-3b, 13b and 70b at 128-512 GPUs). The same README has 200 more BF16 runs: the large-scale
-table's MPT-1b, 7b and 30b, and 191 runs on H100, A100 80GB and 40GB at 8-64 GPUs, with and
+table's MPT-1b, 7b and 30b, and 191 runs on H100, A100 80GB and 40GB at 8-128 GPUs, with and
 without activation checkpointing, sequences of 512 to 65536 tokens, measured with the same scripts
 (those ran llm-foundry's Triton attention, which shardcast does not model: ATTENTION below). They are not in the validation
 table; this script checks what the model says about them, in particular whether the rows 217-219
@@ -21,8 +22,8 @@ node-node interconnect (RoCE)" and "A100 40GB with 1600 Gbps node-node interconn
 submit_benchmarks.py edits it (30 batches; Composer's speed monitor over the last 10; MPTConfig
 defaults: learned positions, biases, low-precision LayerNorm; FlashAttention-2; flash-attn's fused
 loss). The measured step is the published throughput read back: global batch x sequence /
-(Throughput (T/s)); rows whose rounded tokens/s is 0-padded or whose global batch is not
-GPUs x micro-batch x accumulation are left out. MP Mode DEFAULT reduces gradients in fp32
+(Throughput (T/s)); rows whose global batch is not GPUs x micro-batch x accumulation would be left
+out (none is). MP Mode DEFAULT reduces gradients in fp32
 (shardcast's default under --optimizer fsdp), PURE in bf16 (--bf16-main-grads). FULL_SHARD is
 --zero 3, SHARD_GRAD_OP --zero 2.
 
@@ -53,8 +54,10 @@ CLUSTERS = {"H100L": "dgx-h100", "H100": "dgx-h100", "A100-80": "dgx-a100", "A10
 # `--attn_impl triton` (llm-foundry's Triton flash attention, flash-attn 1.0.9's era) and sweep.sh
 # does not override it. shardcast has no rates for that kernel, so in those tables the attention,
 # and most of all the long sequences, is not what the model prices.
-ATTENTION = {"H100L": "FlashAttention-2", "H100": "Triton (not modelled)", "A100-80": "Triton (not modelled)",
-             "A100-40": "Triton (not modelled)"}
+# sweep.py itself sets `--attn_impl triton` for 13b and 30b (their runs of the large-scale table,
+# validate rows 211-213 among them) and `flash` for 1b, 3b, 7b and 70b.
+ATTENTION = {"H100L": "FlashAttention-2 (13b, 30b: Triton)", "H100": "Triton (not modelled)",
+             "A100-80": "Triton (not modelled)", "A100-40": "Triton (not modelled)"}
 
 # table, model, seq, GPUs, MFU %, micro-batch, accumulation, global batch, throughput (T/s),
 # MP mode, sharding, activation checkpointing, NumParams: the README's columns, in its row order.
@@ -319,7 +322,10 @@ def simulate(binary, run, tmp):
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         return None, out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "exit %d" % out.returncode
-    d = json.loads(out.stdout)
+    try:
+        d = json.loads(out.stdout)
+    except json.JSONDecodeError:
+        return None, f"{binary} did not print simulate's JSON"
     if not d.get("feasible", True):
         return None, "infeasible"
     return d["step_time_s"], "" if d.get("fits", True) else "predicted not to fit"
@@ -330,9 +336,15 @@ def main():
     csv_path = None
     if "--csv" in args:
         i = args.index("--csv")
+        if i + 1 >= len(args):
+            print("llm-foundry-crosscheck: --csv needs a file name", file=sys.stderr)
+            sys.exit(2)
         csv_path = args[i + 1]
         del args[i:i + 2]
-    binary = args[0] if args else "build/cli/shardcast"
+        if not os.path.isdir(os.path.dirname(os.path.abspath(csv_path))):
+            print(f"llm-foundry-crosscheck: --csv {csv_path}: no such folder", file=sys.stderr)
+            sys.exit(2)
+    binary = os.path.abspath(args[0] if args else "build/cli/shardcast")
     if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
         print(f"llm-foundry-crosscheck: {binary}: not an executable shardcast binary (build it, or give its path)",
               file=sys.stderr)
@@ -368,12 +380,18 @@ def main():
     if csv_path:
         keys = ["table", "model", "seq", "gpus", "mbs", "accum", "gbs", "mp", "shard", "ckpt", "params",
                 "measured_s", "predicted_s", "error", "extra_ms_per_layer", "note"]
-        tmp_path = csv_path + ".tmp"
-        with open(tmp_path, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
-            w.writeheader()
-            w.writerows(lines)
-        os.replace(tmp_path, csv_path)
+        fd, tmp_path = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(csv_path)), suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", newline="") as f:
+                w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+                w.writeheader()
+                w.writerows(lines)
+            os.replace(tmp_path, csv_path)
+        finally:
+            if os.path.exists(tmp_path):
+                os.remove(tmp_path)
+    if any(x["predicted_s"] is None for x in lines):
+        sys.exit(1)
 
 
 def summarize(lines):

@@ -48,7 +48,7 @@ struct RankProgram {
 };
 
 /// The program of one rank of `stage`. Pipeline sends are non-blocking; receives block where the
-/// data is needed. Gradients are reduced per bucket (Megatron-LM's bucket size): with
+/// data is needed. Gradients are reduced per bucket (ParallelConfig::BucketParams: Megatron-LM's bucket size, or torchtitan's DDP buckets): with
 /// `overlap_grad_reduce`, each chunk's buckets are issued asynchronously right after the chunk's
 /// last backward and waited for before the optimizer; without, they run after the last
 /// backward. ZeRO-2 reduces them after every micro-batch's backward of the chunk (inline

@@ -158,7 +158,7 @@ class Builder {
     return slow_nic_prof_ && stage == opts_.straggler_stage ? *slow_nic_prof_ : prof_;
   }
   int StageOf(int device) const { return device / R_; }
-  /// A chunk's gradient buckets (Megatron-LM's bucket_size, ParallelConfig::BucketParams): at
+  /// A chunk's gradient buckets (ParallelConfig::BucketParams: Megatron-LM's bucket size, torchtitan's DDP buckets; one per block under FSDP): at
   /// least 1, at most 2^31 - 1.
   double Buckets(int stage, int chunk) const {
     const ChunkCost& cc = cm_.chunks[static_cast<std::size_t>(stage)][static_cast<std::size_t>(chunk)];
