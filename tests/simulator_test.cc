@@ -648,6 +648,15 @@ TEST(GradientBuckets, BeyondTheTaskBudgetBucketsShareTasksAtTheirSummedCost) {
   EXPECT_NEAR(small.reduce_s / small.buckets, one.time_s(), 1e-3 * one.time_s());
 }
 
+/// How many tasks of `kind` (param_all_gather, dp_grad_reduce, ...) lie on the critical path.
+int CriticalTasksOf(const SimulationResult& r, const std::string& kind) {
+  int n = 0;
+  for (const auto& s : r.critical_shares) {
+    if (s.kind == kind) n += s.tasks;
+  }
+  return n;
+}
+
 TEST(ZeroOne, OverlappedParameterGatherExposesOnlyTheFirstBucket) {
   // ZeRO-1 on two DGX A100 nodes, one micro-batch. Megatron-LM's overlap_param_gather dispatches
   // every bucket's all-gather at the start of the step and each bucket's forward waits only for
@@ -667,19 +676,12 @@ TEST(ZeroOne, OverlappedParameterGatherExposesOnlyTheFirstBucket) {
             .time_s();
     ASSERT_GT(cm.chunks[0][0].fwd_s / buckets, gather);
   }
-  auto gathers_on_path = [&](const SimulationResult& r) {
-    int n = 0;
-    for (const auto& s : r.critical_shares) {
-      if (s.kind == "param_all_gather") n += s.tasks;
-    }
-    return n;
-  };
   const SimulationResult overlapped = Simulate(m, c, cl, 16, DefaultProfile(cl));
   ASSERT_TRUE(overlapped.feasible);
-  EXPECT_EQ(gathers_on_path(overlapped), 1);
+  EXPECT_EQ(CriticalTasksOf(overlapped, "param_all_gather"), 1);
   c.overlap_param_gather = false;
   const SimulationResult after_step = Simulate(m, c, cl, 16, DefaultProfile(cl));
-  EXPECT_EQ(gathers_on_path(after_step), buckets);
+  EXPECT_EQ(CriticalTasksOf(after_step, "param_all_gather"), buckets);
   EXPECT_LT(overlapped.step_time_s, after_step.step_time_s);
 }
 
@@ -697,11 +699,7 @@ TEST(ZeroOne, FsdpCollectivesArePerBlock) {
   c.overlap_param_gather = false;
   const SimulationResult r = Simulate(m, c, cl, 16, DefaultProfile(cl));
   ASSERT_TRUE(r.feasible);
-  int gathers = 0;
-  for (const auto& s : r.critical_shares) {
-    if (s.kind == "param_all_gather") gathers += s.tasks;
-  }
-  EXPECT_EQ(gathers, m.num_layers);
+  EXPECT_EQ(CriticalTasksOf(r, "param_all_gather"), m.num_layers);
   const int megatron = static_cast<int>(std::ceil(ParametersOfStage(m, 1, 1, 0).total() / static_cast<double>(c.BucketParams())));
   EXPECT_NE(megatron, m.num_layers);  // premise: the two readings differ here
 }
@@ -722,10 +720,7 @@ TEST(GradientBuckets, TorchtitanDdpBucketsAre100MiBOfFp32Gradients) {
   c.overlap_grad_reduce = false;
   const SimulationResult r = Simulate(m, c, cl, 16, DefaultProfile(cl));
   ASSERT_TRUE(r.feasible);
-  int reduces = 0;
-  for (const auto& sh : r.critical_shares) {
-    if (sh.kind == "dp_grad_reduce") reduces += sh.tasks;
-  }
+  const int reduces = CriticalTasksOf(r, "dp_grad_reduce");
   const double params = ParametersOfStage(m, 1, 1, 0).total();
   EXPECT_EQ(reduces, static_cast<int>(std::ceil(params / (100.0 * 1024 * 1024 / 4))));
   EXPECT_NE(reduces, static_cast<int>(std::ceil(params / 40e6)));  // premise: the readings differ

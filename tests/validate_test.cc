@@ -899,12 +899,6 @@ TEST(ValidatePublished, KorthikantiFigurePointsCountTransformerLayersOnly) {
   EXPECT_TRUE(seen_full);
 }
 
-}  // namespace
-}  // namespace shardcast
-
-namespace shardcast {
-namespace {
-
 // llm-foundry's benchmark MPTs keep MPTConfig's defaults (learned positions, biases): the table's
 // NumParams column is the parameter count of that architecture, which validate must build.
 // MPT-3b (row 217): 32 layers of 12h^2 + 13h (Wqkv, out_proj, up and down weights with their
